@@ -1,0 +1,103 @@
+//! Command-line parsing and output formats.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+/// What the command line asked for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Command {
+    /// Open the window on a checkpoint (`None`: the bundled demo).
+    Window {
+        /// A folder or one `.safetensors` file.
+        path: Option<PathBuf>,
+    },
+    /// Print MLX's device and memory counters.
+    Device,
+    /// Print usage.
+    Help,
+    /// Print the version.
+    Version,
+}
+
+/// The usage text.
+pub const USAGE: &str = "\
+usage: weightscope [PATH]        open the window (no PATH: the bundled demo)
+       weightscope device        print MLX's device and memory counters
+       weightscope --help | --version";
+
+/// Errors in the command line itself.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum UsageError {
+    /// An option this command does not know.
+    #[error("unknown option `{0}`")]
+    UnknownOption(String),
+    /// More arguments than the command takes.
+    #[error("unexpected argument `{0}`")]
+    Unexpected(String),
+}
+
+/// Parses the arguments after the program name.
+///
+/// # Errors
+/// On an unknown option or a surplus argument.
+pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, UsageError> {
+    let args: Vec<OsString> = args.into_iter().collect();
+    let first = args.first().map(|a| a.to_string_lossy().into_owned());
+    let (command, used) = match first.as_deref() {
+        None => (Command::Window { path: None }, 0),
+        Some("-h" | "--help" | "help") => (Command::Help, 1),
+        Some("-V" | "--version") => (Command::Version, 1),
+        Some("device") => (Command::Device, 1),
+        Some(opt) if opt.starts_with('-') => return Err(UsageError::UnknownOption(opt.to_owned())),
+        Some(_) => (
+            Command::Window {
+                path: args.first().map(PathBuf::from),
+            },
+            1,
+        ),
+    };
+    if let Some(extra) = args.get(used) {
+        return Err(UsageError::Unexpected(extra.to_string_lossy().into_owned()));
+    }
+    Ok(command)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_strs(args: &[&str]) -> Result<Command, UsageError> {
+        parse(args.iter().map(OsString::from))
+    }
+
+    #[test]
+    fn no_argument_opens_the_demo() {
+        assert_eq!(parse_strs(&[]), Ok(Command::Window { path: None }));
+    }
+
+    #[test]
+    fn a_path_opens_that_path() {
+        assert_eq!(
+            parse_strs(&["/models/x"]),
+            Ok(Command::Window {
+                path: Some(PathBuf::from("/models/x"))
+            })
+        );
+    }
+
+    #[test]
+    fn surplus_and_unknown_arguments_are_errors() {
+        assert_eq!(
+            parse_strs(&["a", "b"]),
+            Err(UsageError::Unexpected("b".into()))
+        );
+        assert_eq!(
+            parse_strs(&["device", "x"]),
+            Err(UsageError::Unexpected("x".into()))
+        );
+        assert_eq!(
+            parse_strs(&["--frobnicate"]),
+            Err(UsageError::UnknownOption("--frobnicate".into()))
+        );
+    }
+}

@@ -1,0 +1,19 @@
+//! weightscope: a checkpoint browser and memory profiler for MLX.
+//!
+//! The layers, each depending only on those listed before it:
+//! - [`checkpoint`]: safetensors headers and indexes, validation, byte accounting
+//!   (pure Rust; never reads tensor bytes);
+//! - [`mlx`]: the only code that touches MLX (lazy loads, evaluation, memory counters);
+//! - [`weights`]: the Weights core, model directory to lazy MLX arrays;
+//! - [`profile`]: memory sampling, walks and traces, as plain data;
+//! - [`app`]: the egui user interface;
+//! - [`cli`]: command-line parsing and output formats.
+//!
+//! `docs/ARCHITECTURE.md` describes the data flow and the threads.
+
+pub mod app;
+pub mod checkpoint;
+pub mod cli;
+pub mod mlx;
+pub mod profile;
+pub mod weights;

@@ -1,0 +1,53 @@
+//! The `weightscope` command: the window, or a subcommand for scripts.
+
+use std::process::ExitCode;
+
+use weightscope::app::{WeightscopeApp, shell};
+use weightscope::cli::{self, Command};
+use weightscope::mlx;
+
+/// Exit status for bad input or usage (the CLI contract).
+const BAD_INPUT: u8 = 2;
+
+fn main() -> ExitCode {
+    let command = match cli::parse(std::env::args_os().skip(1)) {
+        Ok(command) => command,
+        Err(err) => {
+            eprintln!("weightscope: {err}\n{}", cli::USAGE);
+            return ExitCode::from(BAD_INPUT);
+        }
+    };
+    match command {
+        Command::Help => println!("{}", cli::USAGE),
+        Command::Version => println!("weightscope {}", env!("CARGO_PKG_VERSION")),
+        Command::Device => return print_device(),
+        Command::Window { path } => {
+            let device = mlx::default_device().map_err(|e| e.to_string());
+            if let Err(err) = shell::run(WeightscopeApp::new(path, device)) {
+                eprintln!("weightscope: {err:#}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+fn print_device() -> ExitCode {
+    let report = mlx::default_device().and_then(|device| Ok((device, mlx::memory()?)));
+    match report {
+        Ok((device, memory)) => {
+            println!("{}", device.describe());
+            println!("device: {}", device.name());
+            println!("gpu_available: {}", device.gpu_available);
+            println!("mlx_active_bytes: {}", memory.active_bytes);
+            println!("mlx_cache_bytes: {}", memory.cache_bytes);
+            println!("mlx_peak_bytes: {}", memory.peak_bytes);
+            println!("mlx_memory_limit_bytes: {}", memory.limit_bytes);
+            ExitCode::SUCCESS
+        }
+        Err(err) => {
+            eprintln!("weightscope: {err}");
+            ExitCode::FAILURE
+        }
+    }
+}

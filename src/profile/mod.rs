@@ -1,0 +1,1 @@
+//! Memory sampling, whole-model walks and traces, as plain data (no egui).
