@@ -6,8 +6,8 @@
 //! (`DEP_MLX_LIBDIR`) and this script turns it into an rpath. Before it comes
 //! `mlx-glue/dist/current/mlx/lib`, the set-up's switch between the CPU and the
 //! CUDA library of the same MLX version, and `mlx-glue/dist/current/nvidia-lib`
-//! for the CUDA build's NVIDIA libraries. `--disable-new-dtags` writes DT_RPATH,
-//! which (unlike DT_RUNPATH) also applies to libmlx.so's own dependencies.
+//! for the CUDA build's NVIDIA libraries. `--disable-new-dtags` writes `DT_RPATH`,
+//! which (unlike `DT_RUNPATH`) also applies to `libmlx.so`'s own dependencies.
 
 use std::env;
 use std::path::PathBuf;

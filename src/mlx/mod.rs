@@ -41,7 +41,33 @@ impl MlxError {
     fn op(operation: &'static str, err: impl std::fmt::Display) -> Self {
         Self::Op {
             operation,
-            message: err.to_string(),
+            message: clean_message(&err.to_string()),
+        }
+    }
+}
+
+/// MLX's message without the quoting and the C++/Rust source locations that
+/// mlx-c and mlx-rs append (` at /path/file.cpp:76`): users need the problem,
+/// not our build paths.
+pub(crate) fn clean_message(raw: &str) -> String {
+    let mut message = raw.trim();
+    loop {
+        let before = message;
+        if let Some(cut) = message.rfind(" at ") {
+            let tail = &message[cut + 4..];
+            let is_location = !tail.contains(' ')
+                && tail.contains('/')
+                && tail
+                    .rsplit(':')
+                    .next()
+                    .is_some_and(|n| n.parse::<u32>().is_ok());
+            if is_location {
+                message = message[..cut].trim_end();
+            }
+        }
+        message = message.trim_matches('"');
+        if message == before {
+            return message.to_owned();
         }
     }
 }
@@ -75,4 +101,21 @@ pub fn to_f32_vec(array: &Array) -> Result<Vec<f32>, MlxError> {
         .try_as_slice::<f32>()
         .map(<[f32]>::to_vec)
         .map_err(|e| MlxError::op("read values", e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::clean_message;
+
+    #[test]
+    fn source_locations_and_quotes_are_stripped() {
+        assert_eq!(
+            clean_message(
+                "\"[safetensor] unsupported dtype F64 at /x/mlx-c/mlx/c/io.cpp:76\" at /rustc/abc/library/core/src/ops/function.rs:250:5"
+            ),
+            "[safetensor] unsupported dtype F64"
+        );
+        assert_eq!(clean_message("plain message"), "plain message");
+        assert_eq!(clean_message("look at this"), "look at this");
+    }
 }

@@ -29,7 +29,7 @@ impl ShardMap {
     pub fn open(path: &Path) -> Result<Self, MlxError> {
         let arrays = Array::load_safetensors(path).map_err(|e| MlxError::Load {
             path: path.to_path_buf(),
-            message: e.to_string(),
+            message: super::clean_message(&e.to_string()),
         })?;
         Ok(Self {
             path: path.to_path_buf(),

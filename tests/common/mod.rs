@@ -1,0 +1,59 @@
+//! Helpers shared by the integration tests: real checkpoints written with the
+//! `safetensors` crate, and a lock for tests that read MLX's process-wide
+//! memory counters.
+#![allow(dead_code)]
+
+use std::path::Path;
+use std::sync::{Mutex, MutexGuard};
+
+use safetensors::tensor::{Dtype, TensorView};
+
+static MLX_MEMORY: Mutex<()> = Mutex::new(());
+
+/// Serializes tests that assert on MLX's global memory counters.
+pub fn mlx_memory_lock() -> MutexGuard<'static, ()> {
+    MLX_MEMORY
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// One tensor to write: name, dtype, shape, raw little-endian bytes.
+pub struct Tensor {
+    pub name: String,
+    pub dtype: Dtype,
+    pub shape: Vec<usize>,
+    pub data: Vec<u8>,
+}
+
+impl Tensor {
+    pub fn new(name: &str, dtype: Dtype, shape: &[usize], data: Vec<u8>) -> Self {
+        Self {
+            name: name.to_owned(),
+            dtype,
+            shape: shape.to_vec(),
+            data,
+        }
+    }
+
+    pub fn f32(name: &str, shape: &[usize], values: &[f32]) -> Self {
+        Self::new(
+            name,
+            Dtype::F32,
+            shape,
+            values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        )
+    }
+}
+
+/// Writes `tensors` to `path` with the `safetensors` crate.
+pub fn write_safetensors(path: &Path, tensors: &[Tensor]) {
+    let views: Vec<(String, TensorView<'_>)> = tensors
+        .iter()
+        .map(|t| {
+            let view = TensorView::new(t.dtype, t.shape.clone(), &t.data)
+                .expect("test tensor is consistent");
+            (t.name.clone(), view)
+        })
+        .collect();
+    safetensors::serialize_to_file(views, None, path).expect("write test checkpoint");
+}
