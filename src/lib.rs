@@ -7,7 +7,8 @@
 //! - [`weights`]: the Weights core, model directory to lazy MLX arrays;
 //! - [`profile`]: memory sampling, walks and traces, as plain data;
 //! - [`app`]: the egui user interface;
-//! - [`cli`]: command-line parsing and output formats.
+//! - [`cli`]: command-line parsing and output formats;
+//! - [`units`]: human-readable numbers, shared by the app and the CLI.
 //!
 //! `docs/ARCHITECTURE.md` describes the data flow and the threads.
 
@@ -16,4 +17,5 @@ pub mod checkpoint;
 pub mod cli;
 pub mod mlx;
 pub mod profile;
+pub mod units;
 pub mod weights;

@@ -3,7 +3,8 @@
 use std::process::ExitCode;
 
 use weightscope::app::{WeightscopeApp, shell};
-use weightscope::cli::{self, Command};
+use weightscope::checkpoint::Checkpoint;
+use weightscope::cli::{self, Command, inspect};
 use weightscope::mlx;
 
 /// Exit status for bad input or usage (the CLI contract).
@@ -21,6 +22,7 @@ fn main() -> ExitCode {
         Command::Help => println!("{}", cli::USAGE),
         Command::Version => println!("weightscope {}", env!("CARGO_PKG_VERSION")),
         Command::Device => return print_device(),
+        Command::Inspect { path, json } => return inspect(&path, json),
         Command::Window { path } => {
             let device = mlx::default_device().map_err(|e| e.to_string());
             if let Err(err) = shell::run(WeightscopeApp::new(path, device)) {
@@ -30,6 +32,43 @@ fn main() -> ExitCode {
         }
     }
     ExitCode::SUCCESS
+}
+
+fn inspect(path: &std::path::Path, json: bool) -> ExitCode {
+    let checkpoint = match Checkpoint::open(path) {
+        Ok(checkpoint) => checkpoint,
+        Err(err) => {
+            eprintln!("weightscope: {err}");
+            return ExitCode::from(BAD_INPUT);
+        }
+    };
+    let fatal = inspect::fatal_problems(&checkpoint);
+    if !fatal.is_empty() {
+        for problem in fatal {
+            eprintln!("weightscope: {problem}");
+        }
+        return ExitCode::from(BAD_INPUT);
+    }
+    for problem in checkpoint.problems() {
+        eprintln!("weightscope: warning: {problem}");
+    }
+    let summary = checkpoint.summary();
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::with_capacity(1 << 20, stdout.lock());
+    let written = if json {
+        inspect::write_json(&checkpoint, &summary, &mut out)
+    } else {
+        inspect::write_text(&checkpoint, &summary, &mut out)
+    };
+    match written.and_then(|()| std::io::Write::flush(&mut out)) {
+        Ok(()) => ExitCode::SUCCESS,
+        // A closed pipe (`| head`) is the reader's choice, not a failure.
+        Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("weightscope: cannot write the output: {err}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 fn print_device() -> ExitCode {

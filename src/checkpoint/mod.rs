@@ -1,2 +1,411 @@
 //! Safetensors checkpoints known from their headers alone: shards, tensors,
-//! dtypes, byte accounting and validation. No MLX and no egui here.
+//! dtypes, byte accounting and validation. No MLX and no egui here, and no
+//! tensor byte is ever read.
+//!
+//! [`Checkpoint::open`] takes a folder with an index, a folder of
+//! `*.safetensors` files, or one file. A bad shard does not stop the others:
+//! it is reported in [`Checkpoint::problems`] beside what did load.
+
+mod config;
+mod dtype;
+mod error;
+mod header;
+mod index;
+mod summary;
+
+pub use config::{ModelConfig, QuantConfig, QuantParams, parse_config, read_config};
+pub use dtype::{Dtype, UnknownDtype};
+pub use error::CheckpointError;
+pub use header::{HEADER_CAP_BYTES, HeaderTensor, ShardHeader, parse_header, read_header};
+pub use index::{Index, parse_index, read_index};
+pub use summary::{QuantSummary, QuantizedTensor, Summary, layer_of};
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// One tensor of the checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TensorInfo {
+    /// Name as stored.
+    pub name: String,
+    /// Element type.
+    pub dtype: Dtype,
+    /// Dimensions.
+    pub shape: Vec<u64>,
+    /// Start and end of its bytes in its shard's data section.
+    pub data_offsets: (u64, u64),
+    /// Position of its shard in [`Checkpoint::shards`].
+    pub shard: usize,
+}
+
+impl TensorInfo {
+    /// Bytes on disk.
+    #[must_use]
+    pub fn bytes(&self) -> u64 {
+        self.data_offsets.1 - self.data_offsets.0
+    }
+
+    /// Number of stored elements (validated not to overflow at open).
+    #[must_use]
+    pub fn elements(&self) -> u64 {
+        self.shape.iter().product()
+    }
+}
+
+/// One shard that opened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Shard {
+    /// File name relative to the checkpoint folder.
+    pub file: String,
+    /// Full path.
+    pub path: PathBuf,
+    /// Size on disk.
+    pub file_bytes: u64,
+    /// Length of the JSON header.
+    pub header_bytes: u64,
+    /// `__metadata__`.
+    pub metadata: BTreeMap<String, String>,
+    /// Its tensors, as positions in [`Checkpoint::tensors`], in data order.
+    pub tensors: Vec<usize>,
+    /// Sum of its tensors' bytes.
+    pub data_bytes: u64,
+}
+
+/// How the checkpoint was laid out on disk.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Layout {
+    /// A folder with a `*.safetensors.index.json`.
+    Indexed {
+        /// The index file.
+        index_path: PathBuf,
+        /// Its contents.
+        index: Index,
+    },
+    /// A folder of `*.safetensors` files, no index (sorted by name).
+    Folder,
+    /// One `.safetensors` file.
+    SingleFile,
+}
+
+/// A checkpoint opened from its headers.
+#[derive(Debug, Clone)]
+pub struct Checkpoint {
+    root: PathBuf,
+    layout: Layout,
+    shards: Vec<Shard>,
+    tensors: Vec<TensorInfo>,
+    by_name: HashMap<String, usize>,
+    config: Option<ModelConfig>,
+    problems: Vec<CheckpointError>,
+}
+
+impl Checkpoint {
+    /// Opens the checkpoint at `path`: a folder (with or without an index) or
+    /// one safetensors file. Shard headers are parsed in parallel.
+    ///
+    /// # Errors
+    /// When nothing can be opened at all: the path is unreadable, the folder
+    /// holds no safetensors file, or the index is unusable. Problems with
+    /// single shards are not errors here: see [`Checkpoint::problems`].
+    pub fn open(path: &Path) -> Result<Self, CheckpointError> {
+        let meta = std::fs::metadata(path).map_err(|e| CheckpointError::unreadable(path, &e))?;
+        if meta.is_dir() {
+            Self::open_folder(path)
+        } else {
+            let file = path.file_name().map_or_else(
+                || path.display().to_string(),
+                |n| n.to_string_lossy().into_owned(),
+            );
+            let mut checkpoint = Self::assemble(
+                path.to_path_buf(),
+                Layout::SingleFile,
+                vec![(file, path.to_path_buf())],
+                Vec::new(),
+            );
+            if let Some(dir) = path.parent() {
+                checkpoint.read_config(&dir.join("config.json"));
+            }
+            Ok(checkpoint)
+        }
+    }
+
+    fn open_folder(dir: &Path) -> Result<Self, CheckpointError> {
+        let entries = std::fs::read_dir(dir).map_err(|e| CheckpointError::unreadable(dir, &e))?;
+        let mut shard_files = Vec::new();
+        let mut index_files = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(|e| CheckpointError::unreadable(dir, &e))?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.ends_with(".safetensors.index.json") {
+                index_files.push(name);
+            } else if name.ends_with(".safetensors") {
+                shard_files.push(name);
+            }
+        }
+        index_files.sort_unstable();
+        shard_files.sort_unstable();
+        let mut checkpoint = if let Some(index_name) = index_files.first() {
+            let index_path = dir.join(index_name);
+            let index = read_index(&index_path)?;
+            let mut problems = Vec::new();
+            let mut files = Vec::new();
+            for file in index.shard_files() {
+                let path = dir.join(&file);
+                if path.exists() {
+                    files.push((file, path));
+                } else {
+                    problems.push(CheckpointError::IndexMissingShard {
+                        index: index_path.clone(),
+                        shard: file,
+                    });
+                }
+            }
+            let layout = Layout::Indexed { index_path, index };
+            let mut checkpoint = Self::assemble(dir.to_path_buf(), layout, files, problems);
+            checkpoint.check_index();
+            checkpoint
+        } else if shard_files.is_empty() {
+            return Err(CheckpointError::EmptyFolder {
+                path: dir.to_path_buf(),
+            });
+        } else {
+            let files = shard_files
+                .into_iter()
+                .map(|file| {
+                    let path = dir.join(&file);
+                    (file, path)
+                })
+                .collect();
+            Self::assemble(dir.to_path_buf(), Layout::Folder, files, Vec::new())
+        };
+        checkpoint.read_config(&dir.join("config.json"));
+        Ok(checkpoint)
+    }
+
+    /// Parses every shard (in parallel), then builds the tensor table.
+    fn assemble(
+        root: PathBuf,
+        layout: Layout,
+        files: Vec<(String, PathBuf)>,
+        mut problems: Vec<CheckpointError>,
+    ) -> Self {
+        let headers = parse_all(&files);
+        let mut shards = Vec::with_capacity(files.len());
+        let mut tensors: Vec<TensorInfo> = Vec::new();
+        let mut by_name: HashMap<String, usize> = HashMap::new();
+        for ((file, path), header) in files.into_iter().zip(headers) {
+            let header = match header {
+                Ok(header) => header,
+                Err(err) => {
+                    problems.push(err);
+                    continue;
+                }
+            };
+            let shard_pos = shards.len();
+            let mut positions = Vec::with_capacity(header.tensors.len());
+            let mut data_bytes = 0u64;
+            for t in header.tensors {
+                if let Some(&first) = by_name.get(&t.name) {
+                    let first_shard: &Shard = &shards[tensors[first].shard];
+                    problems.push(CheckpointError::DuplicateTensor {
+                        tensor: t.name,
+                        first: first_shard.path.clone(),
+                        second: path.clone(),
+                    });
+                    continue;
+                }
+                data_bytes += t.data_offsets.1 - t.data_offsets.0;
+                positions.push(tensors.len());
+                by_name.insert(t.name.clone(), tensors.len());
+                tensors.push(TensorInfo {
+                    name: t.name,
+                    dtype: t.dtype,
+                    shape: t.shape,
+                    data_offsets: t.data_offsets,
+                    shard: shard_pos,
+                });
+            }
+            shards.push(Shard {
+                file,
+                path,
+                file_bytes: header.file_bytes,
+                header_bytes: header.header_bytes,
+                metadata: header.metadata,
+                tensors: positions,
+                data_bytes,
+            });
+        }
+        Self {
+            root,
+            layout,
+            shards,
+            tensors,
+            by_name,
+            config: None,
+            problems,
+        }
+    }
+
+    /// Every tensor the index places must be in the shard it names.
+    fn check_index(&mut self) {
+        let Layout::Indexed { index_path, index } = &self.layout else {
+            return;
+        };
+        let opened: HashMap<&str, usize> = self
+            .shards
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (s.file.as_str(), i))
+            .collect();
+        let mut misplaced: Vec<(&str, &str)> = Vec::new();
+        for (tensor, file) in &index.weight_map {
+            let Some(&shard) = opened.get(file.as_str()) else {
+                continue; // the shard itself is missing or bad: reported already
+            };
+            let held = self
+                .by_name
+                .get(tensor)
+                .is_some_and(|&t| self.tensors[t].shard == shard);
+            if !held {
+                misplaced.push((tensor, file));
+            }
+        }
+        if let Some((tensor, shard)) = misplaced.first() {
+            self.problems.push(CheckpointError::IndexTensorNotInShard {
+                index: index_path.clone(),
+                tensor: (*tensor).to_owned(),
+                shard: (*shard).to_owned(),
+                more: misplaced.len() - 1,
+            });
+        }
+    }
+
+    fn read_config(&mut self, path: &Path) {
+        if !path.is_file() {
+            return;
+        }
+        match read_config(path) {
+            Ok(config) => self.config = Some(config),
+            Err(err) => self.problems.push(err),
+        }
+    }
+
+    /// The folder (or single file) opened.
+    #[must_use]
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// How the checkpoint is laid out.
+    #[must_use]
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    /// Shards that opened, in order (index order, or sorted by name).
+    #[must_use]
+    pub fn shards(&self) -> &[Shard] {
+        &self.shards
+    }
+
+    /// Every tensor of every shard that opened, shard by shard in data order.
+    #[must_use]
+    pub fn tensors(&self) -> &[TensorInfo] {
+        &self.tensors
+    }
+
+    /// The tensor named `name`.
+    #[must_use]
+    pub fn tensor(&self, name: &str) -> Option<&TensorInfo> {
+        self.by_name.get(name).map(|&i| &self.tensors[i])
+    }
+
+    /// The shard holding `tensor`.
+    #[must_use]
+    pub fn shard_of(&self, tensor: &TensorInfo) -> &Shard {
+        &self.shards[tensor.shard]
+    }
+
+    /// `config.json`, when present and usable.
+    #[must_use]
+    pub fn config(&self) -> Option<&ModelConfig> {
+        self.config.as_ref()
+    }
+
+    /// Problems found while opening (bad shards, index mismatches, a bad
+    /// `config.json`); what is listed above still loaded.
+    #[must_use]
+    pub fn problems(&self) -> &[CheckpointError] {
+        &self.problems
+    }
+
+    /// Totals, parameter counts and quantization, from the headers.
+    #[must_use]
+    pub fn summary(&self) -> Summary {
+        Summary::of(self)
+    }
+
+    /// `__metadata__` of all shards merged (the first shard's value wins).
+    #[must_use]
+    pub fn metadata(&self) -> BTreeMap<String, String> {
+        let mut merged = BTreeMap::new();
+        for shard in &self.shards {
+            for (k, v) in &shard.metadata {
+                merged.entry(k.clone()).or_insert_with(|| v.clone());
+            }
+        }
+        merged
+    }
+}
+
+/// Parses every shard header, spreading files over the machine's cores.
+fn parse_all(files: &[(String, PathBuf)]) -> Vec<Result<ShardHeader, CheckpointError>> {
+    let workers = std::thread::available_parallelism()
+        .map_or(1, std::num::NonZero::get)
+        .min(files.len())
+        .max(1);
+    if workers == 1 {
+        return files.iter().map(|(_, path)| read_header(path)).collect();
+    }
+    let next = AtomicUsize::new(0);
+    let mut results: Vec<Option<Result<ShardHeader, CheckpointError>>> = vec![None; files.len()];
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..workers)
+            .filter_map(|_| {
+                let worker = std::thread::Builder::new().name("header-parse".into());
+                worker
+                    .spawn_scoped(scope, || {
+                        let mut done = Vec::new();
+                        loop {
+                            let i = next.fetch_add(1, Ordering::Relaxed);
+                            let Some((_, path)) = files.get(i) else { break };
+                            done.push((i, read_header(path)));
+                        }
+                        done
+                    })
+                    .ok()
+            })
+            .collect();
+        // Should no worker start, the loop below leaves every file unparsed,
+        // reported as such; never a panic.
+        for handle in handles {
+            // A worker only panics on a bug; its files then read as unreadable.
+            for (i, result) in handle.join().unwrap_or_default() {
+                results[i] = Some(result);
+            }
+        }
+    });
+    results
+        .into_iter()
+        .zip(files)
+        .map(|(result, (_, path))| {
+            result.unwrap_or_else(|| {
+                Err(CheckpointError::Unreadable {
+                    path: path.clone(),
+                    reason: "header parser failed".into(),
+                })
+            })
+        })
+        .collect()
+}

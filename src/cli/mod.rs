@@ -1,5 +1,7 @@
 //! Command-line parsing and output formats.
 
+pub mod inspect;
+
 use std::ffi::OsString;
 use std::path::PathBuf;
 
@@ -13,6 +15,13 @@ pub enum Command {
     },
     /// Print MLX's device and memory counters.
     Device,
+    /// Print the header summary of a checkpoint.
+    Inspect {
+        /// A folder or one `.safetensors` file.
+        path: PathBuf,
+        /// JSON instead of text.
+        json: bool,
+    },
     /// Print usage.
     Help,
     /// Print the version.
@@ -21,8 +30,9 @@ pub enum Command {
 
 /// The usage text.
 pub const USAGE: &str = "\
-usage: weightscope [PATH]        open the window (no PATH: the bundled demo)
-       weightscope device        print MLX's device and memory counters
+usage: weightscope [PATH]                 open the window (no PATH: the bundled demo)
+       weightscope inspect PATH [--json]  header summary: shards, tensors, totals
+       weightscope device                 print MLX's device and memory counters
        weightscope --help | --version";
 
 /// Errors in the command line itself.
@@ -34,6 +44,9 @@ pub enum UsageError {
     /// More arguments than the command takes.
     #[error("unexpected argument `{0}`")]
     Unexpected(String),
+    /// A command is missing its path.
+    #[error("`{0}` needs a PATH")]
+    MissingPath(&'static str),
 }
 
 /// Parses the arguments after the program name.
@@ -42,12 +55,28 @@ pub enum UsageError {
 /// On an unknown option or a surplus argument.
 pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, UsageError> {
     let args: Vec<OsString> = args.into_iter().collect();
-    let first = args.first().map(|a| a.to_string_lossy().into_owned());
-    let (command, used) = match first.as_deref() {
+    let word = |i: usize| args.get(i).map(|a| a.to_string_lossy().into_owned());
+    let (command, used) = match word(0).as_deref() {
         None => (Command::Window { path: None }, 0),
         Some("-h" | "--help" | "help") => (Command::Help, 1),
         Some("-V" | "--version") => (Command::Version, 1),
         Some("device") => (Command::Device, 1),
+        Some("inspect") => {
+            let mut path = None;
+            let mut json = false;
+            for (i, arg) in args.iter().enumerate().skip(1) {
+                match arg.to_string_lossy().as_ref() {
+                    "--json" => json = true,
+                    opt if opt.starts_with("--") => {
+                        return Err(UsageError::UnknownOption(opt.to_owned()));
+                    }
+                    _ if path.is_none() => path = Some(PathBuf::from(&args[i])),
+                    extra => return Err(UsageError::Unexpected(extra.to_owned())),
+                }
+            }
+            let path = path.ok_or(UsageError::MissingPath("inspect"))?;
+            (Command::Inspect { path, json }, args.len())
+        }
         Some(opt) if opt.starts_with('-') => return Err(UsageError::UnknownOption(opt.to_owned())),
         Some(_) => (
             Command::Window {
@@ -82,6 +111,24 @@ mod tests {
             Ok(Command::Window {
                 path: Some(PathBuf::from("/models/x"))
             })
+        );
+    }
+
+    #[test]
+    fn inspect_takes_a_path_and_json_in_any_order() {
+        let want = Command::Inspect {
+            path: PathBuf::from("m"),
+            json: true,
+        };
+        assert_eq!(parse_strs(&["inspect", "m", "--json"]), Ok(want.clone()));
+        assert_eq!(parse_strs(&["inspect", "--json", "m"]), Ok(want));
+        assert_eq!(
+            parse_strs(&["inspect"]),
+            Err(UsageError::MissingPath("inspect"))
+        );
+        assert_eq!(
+            parse_strs(&["inspect", "m", "--yaml"]),
+            Err(UsageError::UnknownOption("--yaml".into()))
         );
     }
 

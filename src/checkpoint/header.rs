@@ -1,0 +1,667 @@
+//! Reading one shard's header: the 8-byte length, the JSON, validation.
+//! Tensor data is never read.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::fs::File;
+use std::io::Read;
+use std::path::Path;
+
+use serde::Deserialize;
+use serde::de::{self, IgnoredAny, MapAccess, SeqAccess, Visitor};
+
+use super::dtype::Dtype;
+use super::error::CheckpointError;
+
+/// Largest header accepted, as the `safetensors` crate does: a bigger one is
+/// either corrupt or hostile, and would be read into memory whole.
+pub const HEADER_CAP_BYTES: u64 = 100_000_000;
+
+/// One tensor as the header describes it (validated).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeaderTensor {
+    /// Name as stored in the file.
+    pub name: String,
+    /// Element type.
+    pub dtype: Dtype,
+    /// Dimensions.
+    pub shape: Vec<u64>,
+    /// Start and end of its bytes within the data section.
+    pub data_offsets: (u64, u64),
+}
+
+/// One shard's header, validated: every tensor is well formed and the
+/// tensors tile the data section exactly.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShardHeader {
+    /// The file's size in bytes.
+    pub file_bytes: u64,
+    /// The JSON header's length (without the 8-byte length prefix).
+    pub header_bytes: u64,
+    /// `__metadata__`, values as strings.
+    pub metadata: BTreeMap<String, String>,
+    /// Tensors in data order.
+    pub tensors: Vec<HeaderTensor>,
+}
+
+impl ShardHeader {
+    /// Byte offset in the file where the data section starts.
+    #[must_use]
+    pub fn data_start(&self) -> u64 {
+        8 + self.header_bytes
+    }
+}
+
+/// Reads and validates the header of the safetensors file at `path`.
+///
+/// # Errors
+/// One [`CheckpointError`] variant per problem, naming `path`.
+pub fn read_header(path: &Path) -> Result<ShardHeader, CheckpointError> {
+    let mut file = File::open(path).map_err(|e| CheckpointError::unreadable(path, &e))?;
+    let meta = file
+        .metadata()
+        .map_err(|e| CheckpointError::unreadable(path, &e))?;
+    if meta.is_dir() {
+        return Err(CheckpointError::Unreadable {
+            path: path.to_path_buf(),
+            reason: "is a folder, not a file".into(),
+        });
+    }
+    let file_bytes = meta.len();
+    if file_bytes < 8 {
+        return Err(CheckpointError::TooShort {
+            path: path.to_path_buf(),
+            file_bytes,
+        });
+    }
+    let mut prefix = [0u8; 8];
+    file.read_exact(&mut prefix)
+        .map_err(|e| CheckpointError::unreadable(path, &e))?;
+    let header_bytes = u64::from_le_bytes(prefix);
+    if header_bytes > HEADER_CAP_BYTES {
+        return Err(CheckpointError::HeaderTooLarge {
+            path: path.to_path_buf(),
+            header_bytes,
+            cap_bytes: HEADER_CAP_BYTES,
+        });
+    }
+    if header_bytes > file_bytes - 8 {
+        return Err(CheckpointError::HeaderPastEnd {
+            path: path.to_path_buf(),
+            header_bytes,
+            file_bytes,
+        });
+    }
+    // Bounded by the cap above, so the cast cannot truncate.
+    let mut json = vec![0u8; usize::try_from(header_bytes).unwrap_or(0)];
+    file.read_exact(&mut json)
+        .map_err(|e| CheckpointError::unreadable(path, &e))?;
+    parse_header(path, &json, file_bytes)
+}
+
+/// Parses and validates header bytes `json` of a file of `file_bytes` bytes.
+///
+/// # Errors
+/// As [`read_header`].
+pub fn parse_header(
+    path: &Path,
+    json: &[u8],
+    file_bytes: u64,
+) -> Result<ShardHeader, CheckpointError> {
+    let text = std::str::from_utf8(json).map_err(|e| CheckpointError::HeaderNotUtf8 {
+        path: path.to_path_buf(),
+        offset: e.valid_up_to(),
+    })?;
+    let raw: RawHeader = serde_json::from_str(text).map_err(|e| {
+        if e.is_data() {
+            CheckpointError::HeaderShape {
+                path: path.to_path_buf(),
+                reason: e.to_string(),
+            }
+        } else {
+            CheckpointError::HeaderNotJson {
+                path: path.to_path_buf(),
+                reason: e.to_string(),
+            }
+        }
+    })?;
+    let header_bytes = json.len() as u64;
+    let data_bytes = file_bytes.saturating_sub(8 + header_bytes);
+    validate(path, raw, file_bytes, header_bytes, data_bytes)
+}
+
+fn validate(
+    path: &Path,
+    raw: RawHeader,
+    file_bytes: u64,
+    header_bytes: u64,
+    data_bytes: u64,
+) -> Result<ShardHeader, CheckpointError> {
+    let mut tensors = Vec::with_capacity(raw.tensors.len());
+    let mut seen = std::collections::HashSet::with_capacity(raw.tensors.len());
+    for (name, entry) in raw.tensors {
+        if !seen.insert(name.clone()) {
+            return Err(CheckpointError::DuplicateTensor {
+                tensor: name,
+                first: path.to_path_buf(),
+                second: path.to_path_buf(),
+            });
+        }
+        tensors.push(validate_tensor(path, name, entry, data_bytes)?);
+    }
+    tensors.sort_unstable_by(|a, b| {
+        a.data_offsets
+            .cmp(&b.data_offsets)
+            .then_with(|| a.name.cmp(&b.name))
+    });
+    check_tiling(path, &tensors, data_bytes)?;
+    Ok(ShardHeader {
+        file_bytes,
+        header_bytes,
+        metadata: raw.metadata,
+        tensors,
+    })
+}
+
+fn validate_tensor(
+    path: &Path,
+    name: String,
+    entry: RawTensor,
+    data_bytes: u64,
+) -> Result<HeaderTensor, CheckpointError> {
+    let dtype: Dtype = entry
+        .dtype
+        .parse()
+        .map_err(|_| CheckpointError::UnknownDtype {
+            path: path.to_path_buf(),
+            tensor: name.clone(),
+            dtype: entry.dtype.clone(),
+        })?;
+    let mut shape = Vec::with_capacity(entry.shape.len());
+    for dim in &entry.shape {
+        match dim {
+            Loose::Nat(n) => shape.push(*n),
+            Loose::Other(found) => {
+                return Err(CheckpointError::BadShape {
+                    path: path.to_path_buf(),
+                    tensor: name,
+                    reason: format!("dimension {found} is not a non-negative integer"),
+                });
+            }
+        }
+    }
+    let data_offsets = match entry.data_offsets.as_slice() {
+        [Loose::Nat(start), Loose::Nat(end)] if start <= end => (*start, *end),
+        other => {
+            return Err(CheckpointError::BadOffsets {
+                path: path.to_path_buf(),
+                tensor: name,
+                found: describe_offsets(other),
+            });
+        }
+    };
+    if data_offsets.1 > data_bytes {
+        return Err(CheckpointError::OffsetsPastEnd {
+            path: path.to_path_buf(),
+            tensor: name,
+            end: data_offsets.1,
+            data_bytes,
+        });
+    }
+    let bytes = data_offsets.1 - data_offsets.0;
+    let expected = shape
+        .iter()
+        .try_fold(1u64, |acc, &d| acc.checked_mul(d))
+        .and_then(|elements| elements.checked_mul(dtype.bits()));
+    let matches = expected.is_some_and(|bits| bits % 8 == 0 && bits / 8 == bytes);
+    if !matches {
+        return Err(CheckpointError::SizeMismatch {
+            path: path.to_path_buf(),
+            tensor: name,
+            dtype: dtype.name().to_owned(),
+            shape,
+            bytes,
+            expected: match expected {
+                None => "more than 2^64 bits".to_owned(),
+                Some(bits) if bits % 8 != 0 => format!("{bits} bits, not a whole number of bytes"),
+                Some(bits) => format!("{} bytes", bits / 8),
+            },
+        });
+    }
+    Ok(HeaderTensor {
+        name,
+        dtype,
+        shape,
+        data_offsets,
+    })
+}
+
+/// The tensors (sorted by offsets) must cover the data section exactly:
+/// no byte claimed twice, none unclaimed.
+fn check_tiling(
+    path: &Path,
+    tensors: &[HeaderTensor],
+    data_bytes: u64,
+) -> Result<(), CheckpointError> {
+    let mut cursor = 0u64;
+    let mut last: Option<&HeaderTensor> = None;
+    for tensor in tensors {
+        let (start, end) = tensor.data_offsets;
+        if start < cursor {
+            return Err(CheckpointError::Overlap {
+                path: path.to_path_buf(),
+                first: last.map(|t| t.name.clone()).unwrap_or_default(),
+                second: tensor.name.clone(),
+            });
+        }
+        if start > cursor {
+            return Err(CheckpointError::Hole {
+                path: path.to_path_buf(),
+                start: cursor,
+                end: start,
+            });
+        }
+        if end > cursor || last.is_none() {
+            last = Some(tensor);
+        }
+        cursor = end;
+    }
+    if cursor < data_bytes {
+        return Err(CheckpointError::Hole {
+            path: path.to_path_buf(),
+            start: cursor,
+            end: data_bytes,
+        });
+    }
+    Ok(())
+}
+
+fn describe_offsets(found: &[Loose]) -> String {
+    let parts: Vec<String> = found
+        .iter()
+        .map(|v| match v {
+            Loose::Nat(n) => n.to_string(),
+            Loose::Other(s) => s.clone(),
+        })
+        .collect();
+    format!("[{}]", parts.join(", "))
+}
+
+/// The header as JSON gives it, before validation. `__metadata__` is kept
+/// apart; tensor entries keep their order and duplicates (caught later).
+struct RawHeader {
+    metadata: BTreeMap<String, String>,
+    tensors: Vec<(String, RawTensor)>,
+}
+
+#[derive(Deserialize)]
+struct RawTensor {
+    dtype: String,
+    shape: Vec<Loose>,
+    data_offsets: Vec<Loose>,
+}
+
+/// A JSON value where a non-negative integer is expected; anything else is
+/// kept as text for the error message instead of failing the whole parse.
+enum Loose {
+    Nat(u64),
+    Other(String),
+}
+
+impl<'de> Deserialize<'de> for RawHeader {
+    fn deserialize<D: de::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct HeaderVisitor;
+        impl<'de> Visitor<'de> for HeaderVisitor {
+            type Value = RawHeader;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a JSON object of tensor entries")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawHeader, A::Error> {
+                let mut metadata = BTreeMap::new();
+                let mut tensors = Vec::with_capacity(map.size_hint().unwrap_or(0));
+                while let Some(key) = map.next_key::<String>()? {
+                    if key == "__metadata__" {
+                        let values: BTreeMap<String, serde_json::Value> = map.next_value()?;
+                        metadata = values
+                            .into_iter()
+                            .map(|(k, v)| match v {
+                                serde_json::Value::String(s) => (k, s),
+                                other => (k, other.to_string()),
+                            })
+                            .collect();
+                    } else {
+                        let entry = map
+                            .next_value::<RawTensor>()
+                            .map_err(|e| de::Error::custom(format_args!("tensor `{key}`: {e}")))?;
+                        tensors.push((key, entry));
+                    }
+                }
+                Ok(RawHeader { metadata, tensors })
+            }
+        }
+        deserializer.deserialize_map(HeaderVisitor)
+    }
+}
+
+impl<'de> Deserialize<'de> for Loose {
+    fn deserialize<D: de::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct LooseVisitor;
+        impl<'de> Visitor<'de> for LooseVisitor {
+            type Value = Loose;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a non-negative integer")
+            }
+            fn visit_u64<E>(self, v: u64) -> Result<Loose, E> {
+                Ok(Loose::Nat(v))
+            }
+            fn visit_i64<E>(self, v: i64) -> Result<Loose, E> {
+                Ok(u64::try_from(v).map_or_else(|_| Loose::Other(v.to_string()), Loose::Nat))
+            }
+            fn visit_f64<E>(self, v: f64) -> Result<Loose, E> {
+                Ok(Loose::Other(format!("{v:?}")))
+            }
+            fn visit_bool<E>(self, v: bool) -> Result<Loose, E> {
+                Ok(Loose::Other(v.to_string()))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Loose, E> {
+                Ok(Loose::Other(format!("{v:?}")))
+            }
+            fn visit_unit<E>(self) -> Result<Loose, E> {
+                Ok(Loose::Other("null".into()))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Loose, A::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(Loose::Other("a list".into()))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Loose, A::Error> {
+                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(Loose::Other("an object".into()))
+            }
+        }
+        deserializer.deserialize_any(LooseVisitor)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    fn path() -> PathBuf {
+        PathBuf::from("/m/model.safetensors")
+    }
+
+    /// Parses `json` as the header of a file with `data_bytes` of data.
+    fn parse(json: &str, data_bytes: u64) -> Result<ShardHeader, CheckpointError> {
+        let file_bytes = 8 + json.len() as u64 + data_bytes;
+        parse_header(&path(), json.as_bytes(), file_bytes)
+    }
+
+    fn write_file(bytes: &[u8]) -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("x.safetensors");
+        std::fs::write(&file, bytes).expect("write");
+        (dir, file)
+    }
+
+    #[test]
+    fn a_valid_header_is_read_in_data_order_with_metadata() {
+        let json = r#"{"b":{"dtype":"BF16","shape":[2],"data_offsets":[8,12]},
+            "__metadata__":{"format":"mlx","n":3},
+            "a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},
+            "z":{"dtype":"F4","shape":[4],"data_offsets":[12,14]}}"#;
+        let header = parse(json, 14).expect("valid");
+        let names: Vec<&str> = header.tensors.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["a", "b", "z"]);
+        assert_eq!(header.tensors[1].dtype, Dtype::BF16);
+        assert_eq!(header.metadata["format"], "mlx");
+        assert_eq!(header.metadata["n"], "3");
+    }
+
+    #[test]
+    fn not_utf8() {
+        let err = parse_header(&path(), b"{\"\xff\": 1}", 20).expect_err("bad");
+        assert!(
+            matches!(err, CheckpointError::HeaderNotUtf8 { offset: 2, .. }),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn not_json() {
+        let err = parse("this is not json", 0).expect_err("bad");
+        assert!(
+            matches!(err, CheckpointError::HeaderNotJson { .. }),
+            "{err}"
+        );
+        assert!(err.to_string().ends_with("/m/model.safetensors"), "{err}");
+    }
+
+    #[test]
+    fn json_of_the_wrong_shape() {
+        for json in [
+            "[1, 2]",
+            r#"{"a": {"dtype": "F32"}}"#,
+            r#"{"a": 7}"#,
+            r#"{"__metadata__": [1]}"#,
+        ] {
+            let err = parse(json, 0).expect_err(json);
+            assert!(
+                matches!(err, CheckpointError::HeaderShape { .. }),
+                "{json}: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn unknown_dtype() {
+        let err = parse(
+            r#"{"a":{"dtype":"F12","shape":[1],"data_offsets":[0,4]}}"#,
+            4,
+        )
+        .expect_err("bad");
+        assert!(
+            matches!(&err, CheckpointError::UnknownDtype { dtype, tensor, .. } if dtype == "F12" && tensor == "a"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn bad_shapes() {
+        for shape in ["[-1]", "[1.5]", r#"["2"]"#, "[null]"] {
+            let json = format!(r#"{{"a":{{"dtype":"F32","shape":{shape},"data_offsets":[0,4]}}}}"#);
+            let err = parse(&json, 4).expect_err(&json);
+            assert!(
+                matches!(err, CheckpointError::BadShape { .. }),
+                "{json}: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn offsets_not_two_ascending_integers() {
+        for offsets in [
+            "[4, 0]",
+            "[0]",
+            "[0, 4, 8]",
+            "[0.0, 4]",
+            "[-4, 0]",
+            r#"["0", 4]"#,
+        ] {
+            let json = format!(r#"{{"a":{{"dtype":"U8","shape":[4],"data_offsets":{offsets}}}}}"#);
+            let err = parse(&json, 4).expect_err(&json);
+            assert!(
+                matches!(err, CheckpointError::BadOffsets { .. }),
+                "{json}: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn offsets_past_the_end_of_the_data() {
+        let err = parse(
+            r#"{"a":{"dtype":"U8","shape":[100],"data_offsets":[0,100]}}"#,
+            8,
+        )
+        .expect_err("bad");
+        assert!(
+            matches!(
+                err,
+                CheckpointError::OffsetsPastEnd {
+                    end: 100,
+                    data_bytes: 8,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn overlapping_tensors() {
+        let json = r#"{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},
+                       "b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}}"#;
+        let err = parse(json, 12).expect_err("bad");
+        assert!(
+            matches!(&err, CheckpointError::Overlap { first, second, .. } if first == "a" && second == "b"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn holes_between_and_after_tensors() {
+        let between = r#"{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},
+                          "b":{"dtype":"F32","shape":[2],"data_offsets":[12,20]}}"#;
+        let err = parse(between, 20).expect_err("bad");
+        assert!(
+            matches!(
+                err,
+                CheckpointError::Hole {
+                    start: 8,
+                    end: 12,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        let after = r#"{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}"#;
+        let err = parse(after, 12).expect_err("bad");
+        assert!(
+            matches!(
+                err,
+                CheckpointError::Hole {
+                    start: 8,
+                    end: 12,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        let before = r#"{"a":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}}"#;
+        let err = parse(before, 12).expect_err("bad");
+        assert!(
+            matches!(
+                err,
+                CheckpointError::Hole {
+                    start: 0,
+                    end: 4,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn byte_length_must_match_dtype_times_shape() {
+        let err = parse(
+            r#"{"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}}"#,
+            8,
+        )
+        .expect_err("bad");
+        assert!(
+            matches!(err, CheckpointError::SizeMismatch { bytes: 8, .. }),
+            "{err}"
+        );
+        assert!(err.to_string().contains("needs 12 bytes"), "{err}");
+        // Sub-byte: three 4-bit values are not a whole number of bytes.
+        let err = parse(
+            r#"{"a":{"dtype":"F4","shape":[3],"data_offsets":[0,2]}}"#,
+            2,
+        )
+        .expect_err("bad");
+        assert!(
+            err.to_string().contains("not a whole number of bytes"),
+            "{err}"
+        );
+        // Overflow is caught, not wrapped.
+        let huge = r#"{"a":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,0]}}"#;
+        let err = parse(huge, 0).expect_err("bad");
+        assert!(err.to_string().contains("more than 2^64 bits"), "{err}");
+    }
+
+    #[test]
+    fn duplicate_names_in_one_header() {
+        let json = r#"{"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},
+                       "a":{"dtype":"U8","shape":[1],"data_offsets":[1,2]}}"#;
+        let err = parse(json, 2).expect_err("bad");
+        assert!(
+            matches!(err, CheckpointError::DuplicateTensor { .. }),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn empty_and_zero_sized_tensors_are_fine() {
+        let header = parse("{}", 0).expect("an empty header is valid");
+        assert!(header.tensors.is_empty());
+        let json = r#"{"e":{"dtype":"F32","shape":[0,3],"data_offsets":[0,0]},
+                       "a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}"#;
+        assert_eq!(parse(json, 4).expect("valid").tensors.len(), 2);
+    }
+
+    #[test]
+    fn file_shorter_than_the_length_prefix() {
+        let (_dir, file) = write_file(b"abc");
+        let err = read_header(&file).expect_err("bad");
+        assert!(
+            matches!(err, CheckpointError::TooShort { file_bytes: 3, .. }),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn header_length_over_the_cap_or_past_the_end() {
+        let (_dir, file) = write_file(&(HEADER_CAP_BYTES + 1).to_le_bytes());
+        let err = read_header(&file).expect_err("bad");
+        assert!(
+            matches!(err, CheckpointError::HeaderTooLarge { .. }),
+            "{err}"
+        );
+        let mut bytes = 1000u64.to_le_bytes().to_vec();
+        bytes.extend_from_slice(b"{}");
+        let (_dir, file) = write_file(&bytes);
+        let err = read_header(&file).expect_err("bad");
+        assert!(
+            matches!(
+                err,
+                CheckpointError::HeaderPastEnd {
+                    header_bytes: 1000,
+                    file_bytes: 10,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn unreadable_paths() {
+        let err = read_header(Path::new("/nonexistent/x.safetensors")).expect_err("bad");
+        assert!(matches!(err, CheckpointError::Unreadable { .. }), "{err}");
+        assert!(err.to_string().contains("no such file"), "{err}");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let err = read_header(dir.path()).expect_err("a folder is not a shard");
+        assert!(err.to_string().contains("is a folder"), "{err}");
+    }
+}

@@ -1,0 +1,61 @@
+//! Human-readable numbers for people (never for machine-readable output).
+
+/// `1536` → `"1.50 KiB"`; exact bytes below 1 KiB.
+#[must_use]
+pub fn human_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 6] = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+    if bytes < 1024 {
+        return format!("{bytes} B");
+    }
+    let mut value = bytes as f64 / 1024.0;
+    let mut unit = 0;
+    while value >= 1024.0 && unit < UNITS.len() - 1 {
+        value /= 1024.0;
+        unit += 1;
+    }
+    format!("{value:.2} {}", UNITS[unit])
+}
+
+/// `1234567` → `"1,234,567"`.
+#[must_use]
+pub fn grouped(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// `7_241_732_096` → `"7.24B"`: parameter counts as people say them.
+#[must_use]
+pub fn short_count(n: u64) -> String {
+    let n_f = n as f64;
+    match n {
+        0..1_000 => n.to_string(),
+        1_000..1_000_000 => format!("{:.2}K", n_f / 1e3),
+        1_000_000..1_000_000_000 => format!("{:.2}M", n_f / 1e6),
+        1_000_000_000..1_000_000_000_000 => format!("{:.2}B", n_f / 1e9),
+        _ => format!("{:.2}T", n_f / 1e12),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_read_as_people_write_them() {
+        assert_eq!(human_bytes(1023), "1023 B");
+        assert_eq!(human_bytes(1536), "1.50 KiB");
+        assert_eq!(human_bytes(3 * 1024 * 1024 * 1024), "3.00 GiB");
+        assert_eq!(grouped(0), "0");
+        assert_eq!(grouped(1_234_567), "1,234,567");
+        assert_eq!(grouped(123_456), "123,456");
+        assert_eq!(short_count(7_241_732_096), "7.24B");
+        assert_eq!(short_count(999), "999");
+    }
+}
