@@ -321,8 +321,11 @@ impl<'de> Deserialize<'de> for RawHeader {
                 let mut tensors = Vec::with_capacity(map.size_hint().unwrap_or(0));
                 while let Some(key) = map.next_key::<String>()? {
                     if key == "__metadata__" {
-                        let values: BTreeMap<String, serde_json::Value> = map.next_value()?;
+                        // MLX's writer stores `null` when there is no metadata.
+                        let values: Option<BTreeMap<String, serde_json::Value>> =
+                            map.next_value()?;
                         metadata = values
+                            .unwrap_or_default()
                             .into_iter()
                             .map(|(k, v)| match v {
                                 serde_json::Value::String(s) => (k, s),
@@ -416,6 +419,16 @@ mod tests {
         assert_eq!(header.tensors[1].dtype, Dtype::BF16);
         assert_eq!(header.metadata["format"], "mlx");
         assert_eq!(header.metadata["n"], "3");
+    }
+
+    #[test]
+    fn null_metadata_as_mlx_writes_it() {
+        let header = parse(
+            r#"{"__metadata__":null,"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}}"#,
+            1,
+        )
+        .expect("valid");
+        assert!(header.metadata.is_empty());
     }
 
     #[test]
