@@ -211,7 +211,7 @@ fn index_problems_are_reported() {
     std::fs::remove_file(dir.path().join("model-00003-of-00003.safetensors")).expect("rm");
     let checkpoint = Checkpoint::open(dir.path()).expect("open");
     assert!(
-        matches!(&checkpoint.problems()[..], [CheckpointError::IndexMissingShard { shard, .. }] if shard == "model-00003-of-00003.safetensors")
+        matches!(checkpoint.problems(), [CheckpointError::IndexMissingShard { shard, .. }] if shard == "model-00003-of-00003.safetensors")
     );
 
     // The index places a tensor in a shard that does not hold it.
@@ -228,7 +228,7 @@ fn index_problems_are_reported() {
     std::fs::write(&index_path, moved).expect("write");
     let checkpoint = Checkpoint::open(dir.path()).expect("open");
     assert!(
-        matches!(&checkpoint.problems()[..], [CheckpointError::IndexTensorNotInShard { tensor, .. }] if tensor == "lm_head.weight"),
+        matches!(checkpoint.problems(), [CheckpointError::IndexTensorNotInShard { tensor, .. }] if tensor == "lm_head.weight"),
         "{:?}",
         checkpoint.problems()
     );
@@ -254,7 +254,7 @@ fn duplicate_names_across_shards_and_empty_folders() {
     );
     let checkpoint = Checkpoint::open(dir.path()).expect("open");
     assert!(
-        matches!(&checkpoint.problems()[..], [CheckpointError::DuplicateTensor { tensor, .. }] if tensor == "x")
+        matches!(checkpoint.problems(), [CheckpointError::DuplicateTensor { tensor, .. }] if tensor == "x")
     );
 
     let empty = tempfile::tempdir().expect("tempdir");
@@ -349,7 +349,7 @@ fn mlx_quantized_weights_count_their_logical_parameters() {
     assert_eq!(q.tensors.len(), 1);
     assert!(q.tensors[0].inferred);
     assert_eq!((q.default.bits, q.default.group_size), (4, 64));
-    let logical = (out_features * in_features) as u64;
+    let logical = u64::try_from(out_features * in_features).expect("positive");
     assert_eq!(q.logical_elements, logical);
     assert_eq!(
         summary.logical_params,

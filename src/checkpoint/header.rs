@@ -68,15 +68,47 @@ pub fn read_header(path: &Path) -> Result<ShardHeader, CheckpointError> {
         });
     }
     let file_bytes = meta.len();
+    let mut prefix = [0u8; 8];
+    if file_bytes >= 8 {
+        file.read_exact(&mut prefix)
+            .map_err(|e| CheckpointError::unreadable(path, &e))?;
+    }
+    let header_bytes = check_prefix(path, file_bytes, prefix)?;
+    // Bounded by the cap, so the conversion cannot fail on any real platform.
+    let mut json = vec![0u8; usize::try_from(header_bytes).unwrap_or(0)];
+    file.read_exact(&mut json)
+        .map_err(|e| CheckpointError::unreadable(path, &e))?;
+    parse_header(path, &json, file_bytes)
+}
+
+/// Like [`read_header`], on the bytes of a whole file held in memory (the
+/// fuzz targets' entry point).
+///
+/// # Errors
+/// As [`read_header`].
+pub fn parse_file_bytes(path: &Path, bytes: &[u8]) -> Result<ShardHeader, CheckpointError> {
+    let file_bytes = bytes.len() as u64;
+    let mut prefix = [0u8; 8];
+    if let Some(first) = bytes.get(..8) {
+        prefix.copy_from_slice(first);
+    }
+    let header_bytes = check_prefix(path, file_bytes, prefix)?;
+    let json = usize::try_from(8 + header_bytes)
+        .ok()
+        .and_then(|end| bytes.get(8..end))
+        .unwrap_or_default();
+    parse_header(path, json, file_bytes)
+}
+
+/// Checks the 8-byte length prefix against the file size and the cap and
+/// returns the header length.
+fn check_prefix(path: &Path, file_bytes: u64, prefix: [u8; 8]) -> Result<u64, CheckpointError> {
     if file_bytes < 8 {
         return Err(CheckpointError::TooShort {
             path: path.to_path_buf(),
             file_bytes,
         });
     }
-    let mut prefix = [0u8; 8];
-    file.read_exact(&mut prefix)
-        .map_err(|e| CheckpointError::unreadable(path, &e))?;
     let header_bytes = u64::from_le_bytes(prefix);
     if header_bytes > HEADER_CAP_BYTES {
         return Err(CheckpointError::HeaderTooLarge {
@@ -92,11 +124,7 @@ pub fn read_header(path: &Path) -> Result<ShardHeader, CheckpointError> {
             file_bytes,
         });
     }
-    // Bounded by the cap above, so the cast cannot truncate.
-    let mut json = vec![0u8; usize::try_from(header_bytes).unwrap_or(0)];
-    file.read_exact(&mut json)
-        .map_err(|e| CheckpointError::unreadable(path, &e))?;
-    parse_header(path, &json, file_bytes)
+    Ok(header_bytes)
 }
 
 /// Parses and validates header bytes `json` of a file of `file_bytes` bytes.
@@ -147,7 +175,7 @@ fn validate(
                 second: path.to_path_buf(),
             });
         }
-        tensors.push(validate_tensor(path, name, entry, data_bytes)?);
+        tensors.push(validate_tensor(path, name, &entry, data_bytes)?);
     }
     tensors.sort_unstable_by(|a, b| {
         a.data_offsets
@@ -166,7 +194,7 @@ fn validate(
 fn validate_tensor(
     path: &Path,
     name: String,
-    entry: RawTensor,
+    entry: &RawTensor,
     data_bytes: u64,
 ) -> Result<HeaderTensor, CheckpointError> {
     let dtype: Dtype = entry
@@ -666,6 +694,28 @@ mod tests {
             ),
             "{err}"
         );
+    }
+
+    #[test]
+    fn in_memory_files_are_checked_like_files_on_disk() {
+        let p = Path::new("/m/x.safetensors");
+        assert!(matches!(
+            parse_file_bytes(p, b"abc"),
+            Err(CheckpointError::TooShort { .. })
+        ));
+        let mut bytes = 2u64.to_le_bytes().to_vec();
+        bytes.extend_from_slice(b"{}");
+        assert!(
+            parse_file_bytes(p, &bytes)
+                .expect("valid")
+                .tensors
+                .is_empty()
+        );
+        bytes[0] = 3;
+        assert!(matches!(
+            parse_file_bytes(p, &bytes),
+            Err(CheckpointError::HeaderPastEnd { .. })
+        ));
     }
 
     #[test]

@@ -118,6 +118,14 @@ mod tests {
     }
 
     #[test]
+    fn dots_inside_a_file_name_are_not_a_parent_folder() {
+        // Found by the fuzzer (a wrong assertion in the target, not a bug here).
+        let index =
+            parse(r#"{"weight_map":{"a":"mod..-00000of-00002.safeteno]s"}}"#).expect("valid");
+        assert_eq!(index.shard_files(), ["mod..-00000of-00002.safeteno]s"]);
+    }
+
+    #[test]
     fn not_json() {
         let err = parse("{weight_map:").expect_err("bad");
         assert!(matches!(err, CheckpointError::IndexNotJson { .. }), "{err}");

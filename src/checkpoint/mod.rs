@@ -16,7 +16,9 @@ mod summary;
 pub use config::{ModelConfig, QuantConfig, QuantParams, parse_config, read_config};
 pub use dtype::{Dtype, UnknownDtype};
 pub use error::CheckpointError;
-pub use header::{HEADER_CAP_BYTES, HeaderTensor, ShardHeader, parse_header, read_header};
+pub use header::{
+    HEADER_CAP_BYTES, HeaderTensor, ShardHeader, parse_file_bytes, parse_header, read_header,
+};
 pub use index::{Index, parse_index, read_index};
 pub use summary::{QuantSummary, QuantizedTensor, Summary, layer_of};
 

@@ -1,0 +1,22 @@
+//! Any bytes as an index file or a config.json: a result, never a panic.
+#![no_main]
+
+use std::path::{Component, Path};
+
+use libfuzzer_sys::fuzz_target;
+use weightscope_fuzz::checkpoint::{parse_config, parse_index};
+
+fuzz_target!(|data: &[u8]| {
+    if let Ok(index) = parse_index(Path::new("model.safetensors.index.json"), data) {
+        // Every shard an accepted index names stays inside the index's folder.
+        for file in index.shard_files() {
+            let components: Vec<Component<'_>> = Path::new(&file).components().collect();
+            assert!(!components.is_empty());
+            assert!(
+                components.iter().all(|c| matches!(c, Component::Normal(_))),
+                "{file}"
+            );
+        }
+    }
+    let _ = parse_config(Path::new("config.json"), data);
+});
