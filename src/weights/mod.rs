@@ -1,2 +1,283 @@
 //! The Weights core: a model directory as lazy MLX arrays, with per-tensor and
 //! per-shard release and checkpoint views (built on `checkpoint` and `mlx`).
+//!
+//! Metadata (names, shapes, dtypes, bytes, shard) comes from the checkpoint
+//! layer's own header parsing. Tensor data comes from MLX's safetensors loader:
+//! every shard is opened as a lazy native map, and a tensor's bytes are read
+//! into an MLX-owned buffer only when it is first evaluated. (Our own memory
+//! map is never wrapped as an MLX array: GPU kernels need page-aligned
+//! buffers and safetensors offsets are arbitrary.)
+//!
+//! The trap this module exists to make visible: the shard's map keeps every
+//! evaluated array alive, so [`Weights::release`] of one tensor frees nothing
+//! while its shard is open. Streaming whole-model transforms must call
+//! [`Weights::release_shard`] as they leave each shard.
+
+mod native;
+mod view;
+
+pub use native::{MlxNative, Native};
+pub use view::{Fixup, View};
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use crate::checkpoint::{Checkpoint, CheckpointError, TensorInfo};
+use crate::mlx::{Array, MlxError, ShardMap};
+
+/// Errors of the Weights core.
+#[derive(Debug, thiserror::Error)]
+pub enum WeightsError {
+    /// The checkpoint's headers could not be read.
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
+    /// MLX failed (opening a shard, applying a fix-up).
+    #[error(transparent)]
+    Mlx(#[from] MlxError),
+    /// No tensor of that (canonical) name.
+    #[error("no tensor named `{0}`")]
+    NoTensor(String),
+    /// The header lists the tensor but MLX's map of its shard lacks it.
+    #[error("tensor `{name}` is missing from MLX's map of {}", path.display())]
+    MissingFromMap {
+        /// Stored name.
+        name: String,
+        /// The shard file.
+        path: std::path::PathBuf,
+    },
+    /// A view was installed after tensors were materialized.
+    #[error("a view must be installed before the first tensor is materialized")]
+    ViewTooLate,
+}
+
+/// A checkpoint opened for reading tensors through MLX.
+pub struct Weights<N: Native = MlxNative> {
+    checkpoint: Checkpoint,
+    native: N,
+    /// Shard position in the checkpoint → its live native map.
+    maps: HashMap<usize, ShardMap>,
+    /// Cached arrays by canonical name.
+    arrays: HashMap<String, Array>,
+    view: Option<View>,
+}
+
+impl Weights<MlxNative> {
+    /// Opens the checkpoint at `path`: parses every header and opens every
+    /// shard's native MLX map (lazily: no tensor bytes are read).
+    ///
+    /// # Errors
+    /// When the headers cannot be read, or MLX cannot open a shard (every
+    /// map already opened is released first).
+    pub fn open(path: &Path) -> Result<Self, WeightsError> {
+        Self::open_with(Checkpoint::open(path)?, MlxNative)
+    }
+}
+
+impl<N: Native> Weights<N> {
+    /// Opens every shard of `checkpoint` through `native`. If shard N fails,
+    /// the maps of shards 1..N-1 are freed before the error is returned.
+    ///
+    /// # Errors
+    /// The first shard MLX cannot open.
+    pub fn open_with(checkpoint: Checkpoint, mut native: N) -> Result<Self, WeightsError> {
+        let mut maps = HashMap::with_capacity(checkpoint.shards().len());
+        for (i, shard) in checkpoint.shards().iter().enumerate() {
+            match native.open_shard(&shard.path) {
+                Ok(map) => {
+                    maps.insert(i, map);
+                }
+                Err(err) => {
+                    for (_, map) in maps.drain() {
+                        native.free_shard(map);
+                    }
+                    return Err(err.into());
+                }
+            }
+        }
+        Ok(Self {
+            checkpoint,
+            native,
+            maps,
+            arrays: HashMap::new(),
+            view: None,
+        })
+    }
+
+    /// The checkpoint's metadata.
+    #[must_use]
+    pub fn checkpoint(&self) -> &Checkpoint {
+        &self.checkpoint
+    }
+
+    /// The installation seam (for tests that count calls).
+    #[must_use]
+    pub fn native(&self) -> &N {
+        &self.native
+    }
+
+    /// Installs a checkpoint view. Must come before the first [`Weights::tensor`]:
+    /// the cache is keyed by canonical names.
+    ///
+    /// # Errors
+    /// [`WeightsError::ViewTooLate`] when a tensor was already materialized.
+    pub fn set_view(&mut self, view: View) -> Result<(), WeightsError> {
+        if !self.arrays.is_empty() {
+            return Err(WeightsError::ViewTooLate);
+        }
+        self.view = Some(view);
+        Ok(())
+    }
+
+    /// The installed view, if any.
+    #[must_use]
+    pub fn view(&self) -> Option<&View> {
+        self.view.as_ref()
+    }
+
+    /// Canonical name → the name the file stores (identity without a view;
+    /// `None` when the view drops the name).
+    fn source<'a>(&'a self, name: &'a str) -> Option<&'a str> {
+        match &self.view {
+            None => Some(name),
+            Some(view) => view.names.get(name).map(String::as_str),
+        }
+    }
+
+    /// Whether the graph can ask for `name`.
+    #[must_use]
+    pub fn has(&self, name: &str) -> bool {
+        self.source(name)
+            .is_some_and(|s| self.checkpoint.tensor(s).is_some())
+    }
+
+    /// The header entry of the (canonical) tensor `name`.
+    #[must_use]
+    pub fn info(&self, name: &str) -> Option<&TensorInfo> {
+        self.source(name).and_then(|s| self.checkpoint.tensor(s))
+    }
+
+    /// The shard file holding `name` (for release scheduling).
+    #[must_use]
+    pub fn file_of(&self, name: &str) -> Option<&str> {
+        self.info(name)
+            .map(|t| self.checkpoint.shards()[t.shard].file.as_str())
+    }
+
+    /// Canonical names: with a view, exactly the tensors the graph can ask
+    /// for (renamed, drops excluded); without, every stored tensor.
+    #[must_use]
+    pub fn tensor_names(&self) -> Vec<String> {
+        match &self.view {
+            Some(view) => view.names.keys().cloned().collect(),
+            None => self
+                .checkpoint
+                .tensors()
+                .iter()
+                .map(|t| t.name.clone())
+                .collect(),
+        }
+    }
+
+    /// The lazy array for `name`, cached per canonical name. A tensor whose
+    /// shard was released reopens that shard (header only, lazy).
+    ///
+    /// # Errors
+    /// No such tensor, MLX cannot reopen the shard, or the fix-up fails.
+    pub fn tensor(&mut self, name: &str) -> Result<Array, WeightsError> {
+        if let Some(array) = self.arrays.get(name) {
+            return Ok(array.clone());
+        }
+        let source = self
+            .source(name)
+            .ok_or_else(|| WeightsError::NoTensor(name.to_owned()))?;
+        let info = self
+            .checkpoint
+            .tensor(source)
+            .ok_or_else(|| WeightsError::NoTensor(name.to_owned()))?;
+        let shard = info.shard;
+        let source = source.to_owned();
+        if !self.maps.contains_key(&shard) {
+            let map = self
+                .native
+                .open_shard(&self.checkpoint.shards()[shard].path)?;
+            self.maps.insert(shard, map);
+        }
+        let map = &self.maps[&shard];
+        let raw = self
+            .native
+            .get(map, &source)
+            .ok_or_else(|| WeightsError::MissingFromMap {
+                name: source.clone(),
+                path: map.path().to_path_buf(),
+            })?;
+        // The fixed array is a lazy graph node holding its own reference to the
+        // source, so the raw handle can go at once.
+        let array = match self.view.as_ref().and_then(|v| v.fixup.as_ref()) {
+            Some(fixup) => fixup(name, &raw)?.unwrap_or(raw),
+            None => raw,
+        };
+        self.arrays.insert(name.to_owned(), array.clone());
+        Ok(array)
+    }
+
+    /// Drops the cached array of `name`. Safe for names never asked for.
+    ///
+    /// This frees nothing while the tensor's shard is open: the shard's map
+    /// still holds the evaluated array. That is the trap that made streaming
+    /// transforms accumulate the whole model; use [`Weights::release_shard`].
+    pub fn release(&mut self, name: &str) {
+        self.arrays.remove(name);
+    }
+
+    /// Drops the native map of shard `file` and every cached array from it,
+    /// freeing all bytes materialized from it (into MLX's cache). The shard
+    /// reopens on the next [`Weights::tensor`] that needs it. Returns whether
+    /// such a shard exists.
+    pub fn release_shard(&mut self, file: &str) -> bool {
+        let Some(shard) = self.checkpoint.shards().iter().position(|s| s.file == file) else {
+            return false;
+        };
+        let doomed: Vec<String> = self
+            .arrays
+            .keys()
+            .filter(|name| self.info(name).is_some_and(|t| t.shard == shard))
+            .cloned()
+            .collect();
+        for name in doomed {
+            self.arrays.remove(&name);
+        }
+        if let Some(map) = self.maps.remove(&shard) {
+            self.native.free_shard(map);
+        }
+        true
+    }
+
+    /// Drops every cached array and every map.
+    pub fn release_all(&mut self) {
+        self.arrays.clear();
+        for (_, map) in self.maps.drain() {
+            self.native.free_shard(map);
+        }
+    }
+
+    /// Whether shard `file` has a live native map.
+    #[must_use]
+    pub fn is_shard_open(&self, file: &str) -> bool {
+        self.checkpoint
+            .shards()
+            .iter()
+            .position(|s| s.file == file)
+            .is_some_and(|i| self.maps.contains_key(&i))
+    }
+
+    /// Canonical names with a cached array.
+    pub fn cached_names(&self) -> impl Iterator<Item = &str> {
+        self.arrays.keys().map(String::as_str)
+    }
+}
+
+impl<N: Native> Drop for Weights<N> {
+    fn drop(&mut self) {
+        self.release_all();
+    }
+}

@@ -1,0 +1,232 @@
+//! The Weights core on real MLX: lazy opening, exact materialization, the
+//! release trap, shard release and reopen, failure cleanup, views.
+// Exact float equality is intended: values are small integers and x + 1.
+#![allow(clippy::float_cmp)]
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use common::{Tensor, mlx_memory_lock, write_safetensors};
+use weightscope::checkpoint::Checkpoint;
+use weightscope::mlx::{self, Array, MlxError, ShardMap};
+use weightscope::weights::{MlxNative, Native, View, Weights, WeightsError};
+
+const MIB: u64 = 1024 * 1024;
+
+fn active() -> u64 {
+    mlx::memory().expect("memory").active_bytes
+}
+
+/// Three shards of two 1 MiB f32 tensors each (`s{shard}.t{i}`, values = i).
+fn write_model(dir: &Path) {
+    for shard in 0..3 {
+        let tensors: Vec<Tensor> = (0..2)
+            .map(|i| {
+                let values = vec![(shard * 10 + i) as f32; 256 * 1024];
+                Tensor::f32(&format!("s{shard}.t{i}"), &[512, 512], &values)
+            })
+            .collect();
+        write_safetensors(&dir.join(format!("shard-{shard}.safetensors")), &tensors);
+    }
+}
+
+#[test]
+fn the_release_trap_and_the_shard_release_fix() {
+    let _lock = mlx_memory_lock();
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_model(dir.path());
+    mlx::clear_cache().expect("clear");
+    let base = active();
+
+    let mut weights = Weights::open(dir.path()).expect("open");
+    assert_eq!(active(), base, "opening reads no tensor bytes");
+    assert!(weights.is_shard_open("shard-0.safetensors"));
+
+    let a = weights.tensor("s0.t0").expect("tensor");
+    mlx::evaluate(&a).expect("eval");
+    assert_eq!(
+        active() - base,
+        MIB,
+        "materializing adds exactly the tensor's bytes"
+    );
+    let b = weights.tensor("s0.t1").expect("tensor");
+    mlx::evaluate(&b).expect("eval");
+    let c = weights.tensor("s1.t0").expect("tensor");
+    mlx::evaluate(&c).expect("eval");
+    assert_eq!(active() - base, 3 * MIB);
+    drop((a, b, c));
+
+    // The trap: releasing tensors frees nothing while their shard's map lives.
+    weights.release("s0.t0");
+    weights.release("s0.t1");
+    weights.release("never-asked-for");
+    assert_eq!(active() - base, 3 * MIB, "release() alone frees nothing");
+
+    // The fix: releasing the shard frees everything materialized from it.
+    assert!(weights.release_shard("shard-0.safetensors"));
+    assert_eq!(
+        active() - base,
+        MIB,
+        "release_shard frees the shard's 2 MiB"
+    );
+    assert!(!weights.is_shard_open("shard-0.safetensors"));
+    assert!(!weights.release_shard("no-such-shard.safetensors"));
+
+    // A released shard reopens transparently, lazily.
+    let again = weights.tensor("s0.t1").expect("reopen");
+    assert!(weights.is_shard_open("shard-0.safetensors"));
+    assert_eq!(active() - base, MIB, "reopening reads no bytes");
+    assert_eq!(mlx::to_f32_vec(&again).expect("values")[0], 1.0);
+    assert_eq!(active() - base, 2 * MIB, "s0.t1 is materialized again");
+    drop(again);
+
+    drop(weights);
+    assert_eq!(active(), base, "dropping Weights releases everything");
+}
+
+/// Wraps the real MLX calls; fails at one shard and counts frees.
+struct Failing {
+    fail_at: usize,
+    opened: usize,
+    freed: Arc<Mutex<Vec<PathBuf>>>,
+}
+
+impl Native for Failing {
+    fn open_shard(&mut self, path: &Path) -> Result<ShardMap, MlxError> {
+        self.opened += 1;
+        if self.opened == self.fail_at {
+            return Err(MlxError::Load {
+                path: path.to_path_buf(),
+                message: "injected failure".into(),
+            });
+        }
+        MlxNative.open_shard(path)
+    }
+
+    fn free_shard(&mut self, map: ShardMap) {
+        self.freed
+            .lock()
+            .expect("lock")
+            .push(map.path().to_path_buf());
+        drop(map);
+    }
+}
+
+#[test]
+fn a_failure_at_shard_n_frees_the_maps_of_shards_before_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_model(dir.path());
+    let freed = Arc::new(Mutex::new(Vec::new()));
+    let native = Failing {
+        fail_at: 3,
+        opened: 0,
+        freed: Arc::clone(&freed),
+    };
+    let checkpoint = Checkpoint::open(dir.path()).expect("headers");
+    let err = Weights::open_with(checkpoint, native)
+        .err()
+        .expect("shard 3 fails");
+    assert!(
+        err.to_string().contains("injected failure") && err.to_string().contains("shard-2"),
+        "{err}"
+    );
+    let mut freed = freed.lock().expect("lock").clone();
+    freed.sort();
+    assert_eq!(
+        freed,
+        [
+            dir.path().join("shard-0.safetensors"),
+            dir.path().join("shard-1.safetensors")
+        ]
+    );
+
+    // Without a failure, dropping frees every map exactly once.
+    let freed = Arc::new(Mutex::new(Vec::new()));
+    let native = Failing {
+        fail_at: usize::MAX,
+        opened: 0,
+        freed: Arc::clone(&freed),
+    };
+    let weights =
+        Weights::open_with(Checkpoint::open(dir.path()).expect("headers"), native).expect("open");
+    drop(weights);
+    assert_eq!(freed.lock().expect("lock").len(), 3);
+}
+
+#[test]
+fn views_rename_drop_and_fix_up_lazily() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // As a Qwen3.5-style checkpoint stores it: a prefix, an extra tensor, and
+    // an RMSNorm weight stored as gamma - 1. Written by MLX's own writer.
+    let gamma_minus_one = Array::from_slice(&[0.0f32, 0.5, -0.25], &[3]);
+    let embed = Array::from_slice(&[1.0f32, 2.0, 3.0, 4.0], &[2, 2]);
+    let mtp = Array::from_slice(&[9.0f32], &[1]);
+    Array::save_safetensors(
+        [
+            ("model.language_model.norm.weight", &gamma_minus_one),
+            ("model.language_model.embed_tokens.weight", &embed),
+            ("mtp.fc.weight", &mtp),
+        ],
+        None,
+        dir.path().join("model.safetensors"),
+    )
+    .expect("save");
+
+    let mut weights = Weights::open(dir.path()).expect("open");
+    let view = View::from_names([
+        ("model.norm.weight", "model.language_model.norm.weight"),
+        (
+            "model.embed_tokens.weight",
+            "model.language_model.embed_tokens.weight",
+        ),
+    ])
+    .with_fixup(|name, array| {
+        if name.ends_with("norm.weight") {
+            let one = Array::from_f32(1.0);
+            return array.add(&one).map(Some).map_err(|e| MlxError::Op {
+                operation: "fixup",
+                message: e.to_string(),
+            });
+        }
+        Ok(None)
+    });
+    weights.set_view(view).expect("before any tensor");
+
+    assert_eq!(
+        weights.tensor_names(),
+        ["model.embed_tokens.weight", "model.norm.weight"]
+    );
+    assert!(weights.has("model.norm.weight"));
+    assert!(!weights.has("mtp.fc.weight"), "dropped by the view");
+    assert!(matches!(
+        weights.tensor("mtp.fc.weight"),
+        Err(WeightsError::NoTensor(_))
+    ));
+    assert_eq!(
+        weights.file_of("model.norm.weight"),
+        Some("model.safetensors")
+    );
+    assert_eq!(
+        weights
+            .info("model.embed_tokens.weight")
+            .map(|t| t.shape.clone()),
+        Some(vec![2, 2])
+    );
+
+    let norm = weights.tensor("model.norm.weight").expect("norm");
+    assert_eq!(
+        mlx::to_f32_vec(&norm).expect("values"),
+        [1.0, 1.5, 0.75],
+        "gamma comes back +1"
+    );
+    let embed = weights.tensor("model.embed_tokens.weight").expect("embed");
+    assert_eq!(
+        mlx::to_f32_vec(&embed).expect("values"),
+        [1.0, 2.0, 3.0, 4.0]
+    );
+
+    let late = weights.set_view(View::default());
+    assert!(matches!(late, Err(WeightsError::ViewTooLate)));
+}
