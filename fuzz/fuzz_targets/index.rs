@@ -7,10 +7,16 @@ use libfuzzer_sys::fuzz_target;
 use weightscope_fuzz::checkpoint::{parse_config, parse_index};
 
 fuzz_target!(|data: &[u8]| {
-    if let Ok(index) = parse_index(Path::new("model.safetensors.index.json"), data) {
+    if let Ok((index, entries)) = parse_index(Path::new("model.safetensors.index.json"), data) {
+        assert_eq!(index.tensor_count, entries.len());
+        assert!(
+            entries
+                .iter()
+                .all(|(_, file)| *file < index.shard_files.len())
+        );
         // Every shard an accepted index names stays inside the index's folder.
-        for file in index.shard_files() {
-            let components: Vec<Component<'_>> = Path::new(&file).components().collect();
+        for file in &index.shard_files {
+            let components: Vec<Component<'_>> = Path::new(file).components().collect();
             assert!(!components.is_empty());
             assert!(
                 components.iter().all(|c| matches!(c, Component::Normal(_))),

@@ -166,16 +166,19 @@ fn validate(
     data_bytes: u64,
 ) -> Result<ShardHeader, CheckpointError> {
     let mut tensors = Vec::with_capacity(raw.tensors.len());
-    let mut seen = std::collections::HashSet::with_capacity(raw.tensors.len());
     for (name, entry) in raw.tensors {
-        if !seen.insert(name.clone()) {
-            return Err(CheckpointError::DuplicateTensor {
-                tensor: name,
-                first: path.to_path_buf(),
-                second: path.to_path_buf(),
-            });
-        }
-        tensors.push(validate_tensor(path, name, &entry, data_bytes)?);
+        tensors.push(validate_tensor(path, name, entry, data_bytes)?);
+    }
+    let mut seen = foldhash::HashSet::with_capacity_and_hasher(
+        tensors.len(),
+        foldhash::fast::RandomState::default(),
+    );
+    if let Some(twice) = tensors.iter().find(|t| !seen.insert(t.name.as_str())) {
+        return Err(CheckpointError::DuplicateTensor {
+            tensor: twice.name.clone(),
+            first: path.to_path_buf(),
+            second: path.to_path_buf(),
+        });
     }
     tensors.sort_unstable_by(|a, b| {
         a.data_offsets
@@ -194,40 +197,45 @@ fn validate(
 fn validate_tensor(
     path: &Path,
     name: String,
-    entry: &RawTensor,
+    entry: RawTensor,
     data_bytes: u64,
 ) -> Result<HeaderTensor, CheckpointError> {
-    let dtype: Dtype = entry
-        .dtype
-        .parse()
-        .map_err(|_| CheckpointError::UnknownDtype {
-            path: path.to_path_buf(),
-            tensor: name.clone(),
-            dtype: entry.dtype.clone(),
-        })?;
-    let mut shape = Vec::with_capacity(entry.shape.len());
-    for dim in &entry.shape {
-        match dim {
-            Loose::Nat(n) => shape.push(*n),
-            Loose::Other(found) => {
-                return Err(CheckpointError::BadShape {
-                    path: path.to_path_buf(),
-                    tensor: name,
-                    reason: format!("dimension {found} is not a non-negative integer"),
-                });
-            }
-        }
-    }
-    let data_offsets = match entry.data_offsets.as_slice() {
-        [Loose::Nat(start), Loose::Nat(end)] if start <= end => (*start, *end),
-        other => {
-            return Err(CheckpointError::BadOffsets {
+    let dtype = match entry.dtype {
+        RawDtype::Known(dtype) => dtype,
+        RawDtype::Unknown(dtype) => {
+            return Err(CheckpointError::UnknownDtype {
                 path: path.to_path_buf(),
                 tensor: name,
-                found: describe_offsets(other),
+                dtype,
             });
         }
     };
+    if let Some(texts) = &entry.shape.texts {
+        let found = texts
+            .iter()
+            .find(|t| t.parse::<u64>().is_err())
+            .cloned()
+            .unwrap_or_default();
+        return Err(CheckpointError::BadShape {
+            path: path.to_path_buf(),
+            tensor: name,
+            reason: format!("dimension {found} is not a non-negative integer"),
+        });
+    }
+    let data_offsets = match (
+        entry.data_offsets.texts.is_none(),
+        entry.data_offsets.values.as_slice(),
+    ) {
+        (true, &[start, end]) if start <= end => (start, end),
+        _ => {
+            return Err(CheckpointError::BadOffsets {
+                path: path.to_path_buf(),
+                tensor: name,
+                found: entry.data_offsets.describe(),
+            });
+        }
+    };
+    let shape = entry.shape.values;
     if data_offsets.1 > data_bytes {
         return Err(CheckpointError::OffsetsPastEnd {
             path: path.to_path_buf(),
@@ -304,17 +312,6 @@ fn check_tiling(
     Ok(())
 }
 
-fn describe_offsets(found: &[Loose]) -> String {
-    let parts: Vec<String> = found
-        .iter()
-        .map(|v| match v {
-            Loose::Nat(n) => n.to_string(),
-            Loose::Other(s) => s.clone(),
-        })
-        .collect();
-    format!("[{}]", parts.join(", "))
-}
-
 /// The header as JSON gives it, before validation. `__metadata__` is kept
 /// apart; tensor entries keep their order and duplicates (caught later).
 struct RawHeader {
@@ -324,16 +321,82 @@ struct RawHeader {
 
 #[derive(Deserialize)]
 struct RawTensor {
-    dtype: String,
-    shape: Vec<Loose>,
-    data_offsets: Vec<Loose>,
+    dtype: RawDtype,
+    shape: Nats,
+    data_offsets: Nats,
 }
 
-/// A JSON value where a non-negative integer is expected; anything else is
-/// kept as text for the error message instead of failing the whole parse.
+/// A dtype name, parsed while the JSON is read (no allocation when known).
+enum RawDtype {
+    Known(Dtype),
+    Unknown(String),
+}
+
+/// A JSON list that should hold non-negative integers. Once an entry is not
+/// one, every entry is also kept as text for the error message.
+struct Nats {
+    values: Vec<u64>,
+    texts: Option<Vec<String>>,
+}
+
+impl Nats {
+    fn describe(&self) -> String {
+        let texts = self
+            .texts
+            .clone()
+            .unwrap_or_else(|| self.values.iter().map(u64::to_string).collect());
+        format!("[{}]", texts.join(", "))
+    }
+}
+
+/// One list entry: a non-negative integer, or its description.
 enum Loose {
     Nat(u64),
     Other(String),
+}
+
+impl<'de> Deserialize<'de> for RawDtype {
+    fn deserialize<D: de::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct DtypeVisitor;
+        impl Visitor<'_> for DtypeVisitor {
+            type Value = RawDtype;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a dtype name")
+            }
+            fn visit_str<E>(self, v: &str) -> Result<RawDtype, E> {
+                Ok(v.parse()
+                    .map_or_else(|_| RawDtype::Unknown(v.to_owned()), RawDtype::Known))
+            }
+        }
+        deserializer.deserialize_str(DtypeVisitor)
+    }
+}
+
+impl<'de> Deserialize<'de> for Nats {
+    fn deserialize<D: de::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct NatsVisitor;
+        impl<'de> Visitor<'de> for NatsVisitor {
+            type Value = Nats;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a list of non-negative integers")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Nats, A::Error> {
+                let mut values = Vec::with_capacity(seq.size_hint().unwrap_or(4));
+                let mut texts: Option<Vec<String>> = None;
+                while let Some(entry) = seq.next_element::<Loose>()? {
+                    match (entry, &mut texts) {
+                        (Loose::Nat(n), None) => values.push(n),
+                        (Loose::Nat(n), Some(texts)) => texts.push(n.to_string()),
+                        (Loose::Other(text), texts) => texts
+                            .get_or_insert_with(|| values.iter().map(u64::to_string).collect())
+                            .push(text),
+                    }
+                }
+                Ok(Nats { values, texts })
+            }
+        }
+        deserializer.deserialize_seq(NatsVisitor)
+    }
 }
 
 impl<'de> Deserialize<'de> for RawHeader {

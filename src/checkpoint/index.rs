@@ -1,5 +1,6 @@
 //! `model.safetensors.index.json`: which shard holds which tensor.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::path::{Component, Path};
 
@@ -7,51 +8,101 @@ use serde::Deserialize;
 
 use super::error::CheckpointError;
 
-/// A parsed index.
+/// A parsed index, less its per-tensor entries (those are checked against
+/// the shards at open and not kept: the tensor table already says where each
+/// tensor is).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Index {
-    /// Tensor name to shard file name (relative to the index's folder).
-    pub weight_map: BTreeMap<String, String>,
+    /// The shard files the index names, each once, sorted by name.
+    pub shard_files: Vec<String>,
+    /// How many tensors the index places.
+    pub tensor_count: usize,
     /// `metadata.total_size`, when given.
     pub total_size: Option<u64>,
-    /// The other `metadata` entries, as JSON text.
+    /// The `metadata` entries, as text.
     pub metadata: BTreeMap<String, String>,
 }
 
-impl Index {
-    /// The shard files the index names, each once, sorted by name.
-    #[must_use]
-    pub fn shard_files(&self) -> Vec<String> {
-        let mut files: Vec<String> = self.weight_map.values().cloned().collect();
-        files.sort_unstable();
-        files.dedup();
-        files
+/// The per-tensor entries of an index: tensor name (borrowed from the index
+/// bytes where possible) and the position of its file in [`Index::shard_files`].
+pub type IndexEntries<'a> = Vec<(Cow<'a, str>, usize)>;
+
+#[derive(Deserialize)]
+struct RawIndex<'a> {
+    #[serde(default)]
+    metadata: Option<BTreeMap<String, serde_json::Value>>,
+    #[serde(borrow)]
+    weight_map: Pairs<'a>,
+}
+
+/// A JSON object of strings kept as a list of borrowed pairs: 90k entries that
+/// are walked once need neither a tree nor 180k allocations.
+struct Pairs<'a>(Vec<(Cow<'a, str>, Cow<'a, str>)>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for Pairs<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct PairsVisitor;
+        impl<'de> serde::de::Visitor<'de> for PairsVisitor {
+            type Value = Pairs<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an object of tensor names to shard file names")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Pairs<'de>, A::Error> {
+                let mut pairs = Vec::with_capacity(map.size_hint().unwrap_or(0));
+                while let Some((name, file)) = map.next_entry::<Borrowed<'de>, Borrowed<'de>>()? {
+                    pairs.push((name.0, file.0));
+                }
+                Ok(Pairs(pairs))
+            }
+        }
+        deserializer.deserialize_map(PairsVisitor)
     }
 }
 
-#[derive(Deserialize)]
-struct RawIndex {
-    #[serde(default)]
-    metadata: Option<BTreeMap<String, serde_json::Value>>,
-    weight_map: BTreeMap<String, String>,
+/// A string borrowed from the input unless it has escapes.
+struct Borrowed<'a>(Cow<'a, str>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for Borrowed<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct StrVisitor;
+        impl<'de> serde::de::Visitor<'de> for StrVisitor {
+            type Value = Borrowed<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Borrowed<'de>, E> {
+                Ok(Borrowed(Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Borrowed<'de>, E> {
+                Ok(Borrowed(Cow::Owned(v.to_owned())))
+            }
+        }
+        deserializer.deserialize_str(StrVisitor)
+    }
 }
 
-/// Reads and checks the index at `path`.
+/// Reads and checks the index at `path` (see [`parse_index`]).
 ///
 /// # Errors
-/// When the index cannot be read, is not JSON, lacks a `weight_map` of
-/// strings, or names a shard outside its folder.
+/// As [`parse_index`], or when the file cannot be read.
 pub fn read_index(path: &Path) -> Result<Index, CheckpointError> {
     let bytes = std::fs::read(path).map_err(|e| CheckpointError::unreadable(path, &e))?;
-    parse_index(path, &bytes)
+    parse_index(path, &bytes).map(|(index, _)| index)
 }
 
-/// Parses index bytes (see [`read_index`]).
+/// Parses index bytes: the index and its per-tensor entries.
 ///
 /// # Errors
-/// As [`read_index`].
-pub fn parse_index(path: &Path, bytes: &[u8]) -> Result<Index, CheckpointError> {
-    let raw: RawIndex = serde_json::from_slice(bytes).map_err(|e| {
+/// When the index is not JSON, lacks a `weight_map` of strings, or names a
+/// shard outside its folder.
+pub fn parse_index<'a>(
+    path: &Path,
+    bytes: &'a [u8],
+) -> Result<(Index, IndexEntries<'a>), CheckpointError> {
+    let raw: RawIndex<'a> = serde_json::from_slice(bytes).map_err(|e| {
         if e.is_data() {
             CheckpointError::IndexShape {
                 path: path.to_path_buf(),
@@ -64,8 +115,14 @@ pub fn parse_index(path: &Path, bytes: &[u8]) -> Result<Index, CheckpointError> 
             }
         }
     })?;
-    for shard in raw.weight_map.values() {
-        let inside = Path::new(shard)
+    // Intern the few distinct file names; each entry keeps a position.
+    let mut positions: foldhash::HashMap<&str, usize> = foldhash::HashMap::default();
+    let mut shard_files: Vec<String> = Vec::new();
+    for (_, shard) in &raw.weight_map.0 {
+        if positions.contains_key(shard.as_ref()) {
+            continue;
+        }
+        let inside = Path::new(shard.as_ref())
             .components()
             .all(|c| matches!(c, Component::Normal(_)));
         if !inside || shard.is_empty() {
@@ -74,7 +131,24 @@ pub fn parse_index(path: &Path, bytes: &[u8]) -> Result<Index, CheckpointError> 
                 reason: format!("shard name `{shard}` is not a file in the index's folder"),
             });
         }
+        positions.insert(shard.as_ref(), shard_files.len());
+        shard_files.push(shard.to_string());
     }
+    // Sorted file order; remap each entry's position accordingly.
+    let mut order: Vec<usize> = (0..shard_files.len()).collect();
+    order.sort_unstable_by(|&a, &b| shard_files[a].cmp(&shard_files[b]));
+    let mut rank = vec![0; order.len()];
+    for (new, &old) in order.iter().enumerate() {
+        rank[old] = new;
+    }
+    let entries: IndexEntries<'a> = raw
+        .weight_map
+        .0
+        .iter()
+        .map(|(name, file)| (name.clone(), rank[positions[file.as_ref()]]))
+        .collect();
+    let sorted_files = order.iter().map(|&i| shard_files[i].clone()).collect();
+
     let mut metadata = BTreeMap::new();
     let mut total_size = None;
     for (key, value) in raw.metadata.unwrap_or_default() {
@@ -87,11 +161,15 @@ pub fn parse_index(path: &Path, bytes: &[u8]) -> Result<Index, CheckpointError> 
         };
         metadata.insert(key, text);
     }
-    Ok(Index {
-        weight_map: raw.weight_map,
-        total_size,
-        metadata,
-    })
+    Ok((
+        Index {
+            shard_files: sorted_files,
+            tensor_count: entries.len(),
+            total_size,
+            metadata,
+        },
+        entries,
+    ))
 }
 
 #[cfg(test)]
@@ -103,18 +181,28 @@ mod tests {
             Path::new("/m/model.safetensors.index.json"),
             json.as_bytes(),
         )
+        .map(|(index, _)| index)
     }
 
     #[test]
     fn a_valid_index() {
-        let index = parse(
-            r#"{"metadata":{"total_size":24,"format":"pt"},
-                "weight_map":{"a":"s2.safetensors","b":"s1.safetensors","c":"s2.safetensors"}}"#,
+        let json = r#"{"metadata":{"total_size":24,"format":"pt"},
+                "weight_map":{"a":"s2.safetensors","b":"s1.safetensors","c\u00e9":"s2.safetensors"}}"#;
+        let (index, entries) = parse_index(
+            Path::new("/m/model.safetensors.index.json"),
+            json.as_bytes(),
         )
         .expect("valid");
         assert_eq!(index.total_size, Some(24));
-        assert_eq!(index.shard_files(), ["s1.safetensors", "s2.safetensors"]);
+        assert_eq!(index.shard_files, ["s1.safetensors", "s2.safetensors"]);
         assert_eq!(index.metadata["format"], "pt");
+        assert_eq!(index.tensor_count, 3);
+        let entries: Vec<(&str, usize)> = entries.iter().map(|(n, f)| (n.as_ref(), *f)).collect();
+        assert_eq!(
+            entries,
+            [("a", 1), ("b", 0), ("cé", 1)],
+            "escaped names are decoded"
+        );
     }
 
     #[test]
@@ -122,7 +210,7 @@ mod tests {
         // Found by the fuzzer (a wrong assertion in the target, not a bug here).
         let index =
             parse(r#"{"weight_map":{"a":"mod..-00000of-00002.safeteno]s"}}"#).expect("valid");
-        assert_eq!(index.shard_files(), ["mod..-00000of-00002.safeteno]s"]);
+        assert_eq!(index.shard_files, ["mod..-00000of-00002.safeteno]s"]);
     }
 
     #[test]

@@ -19,10 +19,10 @@ pub use error::CheckpointError;
 pub use header::{
     HEADER_CAP_BYTES, HeaderTensor, ShardHeader, parse_file_bytes, parse_header, read_header,
 };
-pub use index::{Index, parse_index, read_index};
+pub use index::{Index, IndexEntries, parse_index, read_index};
 pub use summary::{QuantSummary, QuantizedTensor, Summary, layer_of};
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -97,7 +97,7 @@ pub struct Checkpoint {
     layout: Layout,
     shards: Vec<Shard>,
     tensors: Vec<TensorInfo>,
-    by_name: HashMap<String, usize>,
+    by_name: NameTable,
     config: Option<ModelConfig>,
     problems: Vec<CheckpointError>,
 }
@@ -149,23 +149,25 @@ impl Checkpoint {
         shard_files.sort_unstable();
         let mut checkpoint = if let Some(index_name) = index_files.first() {
             let index_path = dir.join(index_name);
-            let index = read_index(&index_path)?;
+            let bytes = std::fs::read(&index_path)
+                .map_err(|e| CheckpointError::unreadable(&index_path, &e))?;
+            let (index, entries) = parse_index(&index_path, &bytes)?;
             let mut problems = Vec::new();
             let mut files = Vec::new();
-            for file in index.shard_files() {
-                let path = dir.join(&file);
+            for file in &index.shard_files {
+                let path = dir.join(file);
                 if path.exists() {
-                    files.push((file, path));
+                    files.push((file.clone(), path));
                 } else {
                     problems.push(CheckpointError::IndexMissingShard {
                         index: index_path.clone(),
-                        shard: file,
+                        shard: file.clone(),
                     });
                 }
             }
             let layout = Layout::Indexed { index_path, index };
             let mut checkpoint = Self::assemble(dir.to_path_buf(), layout, files, problems);
-            checkpoint.check_index();
+            checkpoint.check_index(&entries);
             checkpoint
         } else if shard_files.is_empty() {
             return Err(CheckpointError::EmptyFolder {
@@ -194,8 +196,9 @@ impl Checkpoint {
     ) -> Self {
         let headers = parse_all(&files);
         let mut shards = Vec::with_capacity(files.len());
-        let mut tensors: Vec<TensorInfo> = Vec::new();
-        let mut by_name: HashMap<String, usize> = HashMap::new();
+        let total: usize = headers.iter().flatten().map(|h| h.tensors.len()).sum();
+        let mut tensors: Vec<TensorInfo> = Vec::with_capacity(total);
+        let mut by_name = NameTable::with_capacity(total);
         for ((file, path), header) in files.into_iter().zip(headers) {
             let header = match header {
                 Ok(header) => header,
@@ -208,7 +211,7 @@ impl Checkpoint {
             let mut positions = Vec::with_capacity(header.tensors.len());
             let mut data_bytes = 0u64;
             for t in header.tensors {
-                if let Some(&first) = by_name.get(&t.name) {
+                if let Some(first) = by_name.find(&tensors, &t.name) {
                     let first_shard: &Shard = &shards[tensors[first].shard];
                     problems.push(CheckpointError::DuplicateTensor {
                         tensor: t.name,
@@ -219,7 +222,7 @@ impl Checkpoint {
                 }
                 data_bytes += t.data_offsets.1 - t.data_offsets.0;
                 positions.push(tensors.len());
-                by_name.insert(t.name.clone(), tensors.len());
+                by_name.insert(&tensors, &t.name, tensors.len());
                 tensors.push(TensorInfo {
                     name: t.name,
                     dtype: t.dtype,
@@ -250,36 +253,32 @@ impl Checkpoint {
     }
 
     /// Every tensor the index places must be in the shard it names.
-    fn check_index(&mut self) {
+    fn check_index(&mut self, entries: &IndexEntries<'_>) {
         let Layout::Indexed { index_path, index } = &self.layout else {
             return;
         };
-        let opened: HashMap<&str, usize> = self
-            .shards
+        // Index file position → position among the shards that opened.
+        let opened: Vec<Option<usize>> = index
+            .shard_files
             .iter()
-            .enumerate()
-            .map(|(i, s)| (s.file.as_str(), i))
+            .map(|file| self.shards.iter().position(|s| &s.file == file))
             .collect();
-        let mut misplaced: Vec<(&str, &str)> = Vec::new();
-        for (tensor, file) in &index.weight_map {
-            let Some(&shard) = opened.get(file.as_str()) else {
-                continue; // the shard itself is missing or bad: reported already
-            };
-            let held = self
-                .by_name
-                .get(tensor)
-                .is_some_and(|&t| self.tensors[t].shard == shard);
-            if !held {
-                misplaced.push((tensor, file));
-            }
-        }
-        if let Some((tensor, shard)) = misplaced.first() {
-            self.problems.push(CheckpointError::IndexTensorNotInShard {
+        let mut misplaced = entries.iter().filter(|(tensor, file)| {
+            // A missing or bad shard was reported already.
+            opened[*file].is_some_and(|shard| {
+                self.by_name
+                    .find(&self.tensors, tensor)
+                    .is_none_or(|t| self.tensors[t].shard != shard)
+            })
+        });
+        if let Some((tensor, file)) = misplaced.next() {
+            let problem = CheckpointError::IndexTensorNotInShard {
                 index: index_path.clone(),
-                tensor: (*tensor).to_owned(),
-                shard: (*shard).to_owned(),
-                more: misplaced.len() - 1,
-            });
+                tensor: tensor.to_string(),
+                shard: index.shard_files[*file].clone(),
+                more: misplaced.count(),
+            };
+            self.problems.push(problem);
         }
     }
 
@@ -320,7 +319,9 @@ impl Checkpoint {
     /// The tensor named `name`.
     #[must_use]
     pub fn tensor(&self, name: &str) -> Option<&TensorInfo> {
-        self.by_name.get(name).map(|&i| &self.tensors[i])
+        self.by_name
+            .find(&self.tensors, name)
+            .map(|i| &self.tensors[i])
     }
 
     /// The shard holding `tensor`.
@@ -358,6 +359,42 @@ impl Checkpoint {
             }
         }
         merged
+    }
+}
+
+/// Tensor positions by name, without a second copy of each name: the table
+/// holds positions and compares against the tensor list.
+#[derive(Debug, Clone)]
+struct NameTable {
+    table: hashbrown::HashTable<usize>,
+    hasher: foldhash::fast::FixedState,
+}
+
+impl NameTable {
+    fn with_capacity(capacity: usize) -> Self {
+        Self {
+            table: hashbrown::HashTable::with_capacity(capacity),
+            hasher: foldhash::fast::FixedState::default(),
+        }
+    }
+
+    fn hash(&self, name: &str) -> u64 {
+        std::hash::BuildHasher::hash_one(&self.hasher, name)
+    }
+
+    fn find(&self, tensors: &[TensorInfo], name: &str) -> Option<usize> {
+        self.table
+            .find(self.hash(name), |&i| tensors[i].name == name)
+            .copied()
+    }
+
+    /// Records that `name` will be at `position` (not yet in `tensors`).
+    fn insert(&mut self, tensors: &[TensorInfo], name: &str, position: usize) {
+        let hash = self.hash(name);
+        let hasher = self.hasher.clone();
+        self.table.insert_unique(hash, position, |&i| {
+            std::hash::BuildHasher::hash_one(&hasher, tensors[i].name.as_str())
+        });
     }
 }
 

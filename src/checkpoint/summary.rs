@@ -160,7 +160,10 @@ fn quantization(checkpoint: &Checkpoint) -> Option<QuantSummary> {
 }
 
 fn position(checkpoint: &Checkpoint, name: &str) -> usize {
-    checkpoint.by_name.get(name).copied().unwrap_or_default()
+    checkpoint
+        .by_name
+        .find(checkpoint.tensors(), name)
+        .unwrap_or_default()
 }
 
 /// Without a config: the packed row holds `in * bits / 32` words and the

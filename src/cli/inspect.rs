@@ -55,7 +55,6 @@ struct JsonInspect<'a> {
     layout: &'static str,
     model_type: Option<&'a str>,
     shards: Vec<JsonShard<'a>>,
-    tensors: Vec<JsonTensor<'a>>,
     tensor_count: usize,
     total_bytes: u64,
     file_bytes: u64,
@@ -113,17 +112,6 @@ pub fn write_json(
                 tensors: s.tensors.len(),
             })
             .collect(),
-        tensors: checkpoint
-            .tensors()
-            .iter()
-            .map(|t| JsonTensor {
-                name: &t.name,
-                dtype: t.dtype.name(),
-                shape: &t.shape,
-                bytes: t.bytes(),
-                shard: &shards[t.shard].file,
-            })
-            .collect(),
         tensor_count: summary.tensor_count,
         total_bytes: summary.total_bytes,
         file_bytes: summary.file_bytes,
@@ -140,8 +128,64 @@ pub fn write_json(
             _ => None,
         },
     };
-    serde_json::to_writer(&mut *out, &doc)?;
-    writeln!(out)
+    // The summary object, then `"tensors": [...]` spliced in before its
+    // closing brace: the 90k-entry list is serialized on every core.
+    let mut head = serde_json::to_vec(&doc)?;
+    head.pop(); // the closing `}`
+    out.write_all(&head)?;
+    out.write_all(b",\"tensors\":[")?;
+    for (i, part) in tensor_list_parts(checkpoint).iter().enumerate() {
+        if i > 0 && !part.is_empty() {
+            out.write_all(b",")?;
+        }
+        out.write_all(part)?;
+    }
+    out.write_all(b"]}\n")
+}
+
+/// The `tensors` array's elements as JSON, in order, cut into one part per core.
+fn tensor_list_parts(checkpoint: &Checkpoint) -> Vec<Vec<u8>> {
+    let tensors = checkpoint.tensors();
+    let shards = checkpoint.shards();
+    let serialize = |part: &[crate::checkpoint::TensorInfo]| {
+        let mut buf = Vec::with_capacity(part.len() * 160);
+        for (i, t) in part.iter().enumerate() {
+            if i > 0 {
+                buf.push(b',');
+            }
+            let entry = JsonTensor {
+                name: &t.name,
+                dtype: t.dtype.name(),
+                shape: &t.shape,
+                bytes: t.bytes(),
+                shard: &shards[t.shard].file,
+            };
+            // Writing into a Vec cannot fail, and these types always serialize.
+            let _ = serde_json::to_writer(&mut buf, &entry);
+        }
+        buf
+    };
+    let workers = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    let chunk = tensors.len().div_ceil(workers).max(4096);
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = tensors
+            .chunks(chunk)
+            .map(|part| {
+                std::thread::Builder::new()
+                    .name("json-out".into())
+                    .spawn_scoped(scope, move || serialize(part))
+                    .map_err(|_| part)
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|handle| match handle {
+                Ok(handle) => handle.join().unwrap_or_default(),
+                // No thread to be had: serialize here instead.
+                Err(part) => serialize(part),
+            })
+            .collect()
+    })
 }
 
 /// Writes the human summary and tables of `checkpoint` to `out`.

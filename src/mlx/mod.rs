@@ -8,11 +8,13 @@
 mod device;
 mod memory;
 mod shard;
+mod stats;
 
 pub use device::{DeviceInfo, DeviceKind, default_device, gpu_available};
 pub use memory::{MemoryStats, clear_cache, memory, reset_peak, set_memory_limit};
 pub use mlx_rs::{Array, Dtype};
 pub use shard::ShardMap;
+pub use stats::{Heatmap, Histogram, Stats, ValueSummary, dequantize, summarize};
 
 use std::path::PathBuf;
 

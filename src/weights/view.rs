@@ -17,7 +17,7 @@ pub struct View {
     /// Canonical name → stored name. A canonical name absent here does not
     /// exist (the way a reference `sanitize()` drops a tensor).
     pub names: BTreeMap<String, String>,
-    /// Optional value repair (RMSNorm gamma stored as gamma-1, conv layouts).
+    /// Optional value repair (`RMSNorm` gamma stored as gamma-1, conv layouts).
     pub fixup: Option<Fixup>,
 }
 
