@@ -6,6 +6,7 @@ use weightscope::app::{WeightscopeApp, shell};
 use weightscope::checkpoint::Checkpoint;
 use weightscope::cli::{self, Command, inspect};
 use weightscope::mlx;
+use weightscope::weights::{MlxNative, PreviewOptions, Weights};
 
 /// Exit status for bad input or usage (the CLI contract).
 const BAD_INPUT: u8 = 2;
@@ -23,6 +24,7 @@ fn main() -> ExitCode {
         Command::Version => println!("weightscope {}", env!("CARGO_PKG_VERSION")),
         Command::Device => return print_device(),
         Command::Inspect { path, json } => return inspect(&path, json),
+        Command::Tensor { path, name, json } => return tensor(&path, &name, json),
         Command::Window { path } => {
             let device = mlx::default_device().map_err(|e| e.to_string());
             if let Err(err) = shell::run(WeightscopeApp::new(path, device)) {
@@ -68,6 +70,54 @@ fn inspect(path: &std::path::Path, json: bool) -> ExitCode {
     match flushed {
         Ok(()) => ExitCode::SUCCESS,
         // A closed pipe (`| head`) is the reader's choice, not a failure.
+        Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("weightscope: cannot write the output: {err}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn tensor(path: &std::path::Path, name: &str, json: bool) -> ExitCode {
+    let checkpoint = match Checkpoint::open(path) {
+        Ok(checkpoint) => checkpoint,
+        Err(err) => {
+            eprintln!("weightscope: {err}");
+            return ExitCode::from(BAD_INPUT);
+        }
+    };
+    // A bad shard elsewhere does not stop reading a tensor from a good one.
+    if checkpoint.tensor(name).is_none() {
+        let problems = inspect::fatal_problems(&checkpoint);
+        match problems.first() {
+            Some(problem) => eprintln!("weightscope: {problem}"),
+            None => eprintln!("weightscope: no tensor named `{name}`: {}", path.display()),
+        }
+        return ExitCode::from(BAD_INPUT);
+    }
+    let mut weights = match Weights::open_with(checkpoint, MlxNative) {
+        Ok(weights) => weights,
+        Err(err) => {
+            eprintln!("weightscope: {err}");
+            return ExitCode::from(BAD_INPUT);
+        }
+    };
+    let preview = match weights.preview(name, &PreviewOptions::default()) {
+        Ok(preview) => preview,
+        Err(err) => {
+            eprintln!("weightscope: tensor `{name}`: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    let written = if json {
+        cli::tensor::write_json(&preview, &mut out)
+    } else {
+        cli::tensor::write_text(&preview, &mut out)
+    };
+    match written {
+        Ok(()) => ExitCode::SUCCESS,
         Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("weightscope: cannot write the output: {err}");

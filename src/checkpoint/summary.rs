@@ -102,38 +102,12 @@ impl Summary {
 /// Finds `weight`/`scales`/`biases` triples with packed `U32` weights.
 fn quantization(checkpoint: &Checkpoint) -> Option<QuantSummary> {
     let config = checkpoint.config().and_then(|c| c.quantization.as_ref());
-    let mut found = Vec::new();
-    for (scales, t) in checkpoint.tensors().iter().enumerate() {
-        let Some(module) = t.name.strip_suffix(".scales") else {
-            continue;
-        };
-        let Some(weight) = checkpoint.tensor(&format!("{module}.weight")) else {
-            continue;
-        };
-        if weight.dtype != Dtype::U32 {
-            continue;
-        }
-        let biases = checkpoint.tensor(&format!("{module}.biases"));
-        let packed_cols = weight.shape.last().copied().unwrap_or(0);
-        let groups = t.shape.last().copied().unwrap_or(0);
-        let (params, inferred) = match config.and_then(|c| c.for_module(module)) {
-            Some(p) => (p, false),
-            None => match infer(packed_cols, groups) {
-                Some(p) => (p, true),
-                None => continue,
-            },
-        };
-        let logical_elements = weight.elements() * 32 / params.bits;
-        found.push(QuantizedTensor {
-            module: module.to_owned(),
-            weight: position(checkpoint, &weight.name),
-            scales,
-            biases: biases.map(|b| position(checkpoint, &b.name)),
-            params,
-            inferred,
-            logical_elements,
-        });
-    }
+    let found: Vec<QuantizedTensor> = checkpoint
+        .tensors()
+        .iter()
+        .enumerate()
+        .filter_map(|(scales, t)| detect(checkpoint, t.name.strip_suffix(".scales")?, scales))
+        .collect();
     if found.is_empty() {
         return None;
     }
@@ -157,6 +131,49 @@ fn quantization(checkpoint: &Checkpoint) -> Option<QuantSummary> {
         },
         tensors: found,
     })
+}
+
+/// The quantized layer `module` whose scales are tensor `scales`, if its
+/// weight is packed (`U32`) and its parameters are known or inferable.
+fn detect(checkpoint: &Checkpoint, module: &str, scales: usize) -> Option<QuantizedTensor> {
+    let config = checkpoint.config().and_then(|c| c.quantization.as_ref());
+    let weight = checkpoint.tensor(&format!("{module}.weight"))?;
+    if weight.dtype != Dtype::U32 {
+        return None;
+    }
+    let biases = checkpoint.tensor(&format!("{module}.biases"));
+    let packed_cols = weight.shape.last().copied().unwrap_or(0);
+    let groups = checkpoint.tensors()[scales]
+        .shape
+        .last()
+        .copied()
+        .unwrap_or(0);
+    let (params, inferred) = match config.and_then(|c| c.for_module(module)) {
+        Some(p) => (p, false),
+        None => (infer(packed_cols, groups)?, true),
+    };
+    Some(QuantizedTensor {
+        module: module.to_owned(),
+        weight: position(checkpoint, &weight.name),
+        scales,
+        biases: biases.map(|b| position(checkpoint, &b.name)),
+        params,
+        inferred,
+        logical_elements: weight.elements() * 32 / params.bits,
+    })
+}
+
+impl Checkpoint {
+    /// When the stored tensor `weight_name` (`X.weight`) is an MLX-quantized
+    /// weight, its layer: scales, biases, group size and bits.
+    #[must_use]
+    pub fn quantized_weight(&self, weight_name: &str) -> Option<QuantizedTensor> {
+        let module = weight_name.strip_suffix(".weight")?;
+        let scales = self
+            .by_name
+            .find(self.tensors(), &format!("{module}.scales"))?;
+        detect(self, module, scales)
+    }
 }
 
 fn position(checkpoint: &Checkpoint, name: &str) -> usize {

@@ -1,6 +1,7 @@
 //! Command-line parsing and output formats.
 
 pub mod inspect;
+pub mod tensor;
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -15,6 +16,15 @@ pub enum Command {
     },
     /// Print MLX's device and memory counters.
     Device,
+    /// Materialize one tensor through MLX and print its summary.
+    Tensor {
+        /// A folder or one `.safetensors` file.
+        path: PathBuf,
+        /// The tensor's name.
+        name: String,
+        /// JSON instead of text.
+        json: bool,
+    },
     /// Print the header summary of a checkpoint.
     Inspect {
         /// A folder or one `.safetensors` file.
@@ -32,6 +42,7 @@ pub enum Command {
 pub const USAGE: &str = "\
 usage: weightscope [PATH]                 open the window (no PATH: the bundled demo)
        weightscope inspect PATH [--json]  header summary: shards, tensors, totals
+       weightscope tensor PATH NAME [--json]  materialize one tensor through MLX: stats, first values
        weightscope device                 print MLX's device and memory counters
        weightscope --help | --version";
 
@@ -44,9 +55,9 @@ pub enum UsageError {
     /// More arguments than the command takes.
     #[error("unexpected argument `{0}`")]
     Unexpected(String),
-    /// A command is missing its path.
-    #[error("`{0}` needs a PATH")]
-    MissingPath(&'static str),
+    /// A command is missing an argument.
+    #[error("`{0}` needs {1}")]
+    Missing(&'static str, &'static str),
 }
 
 /// Parses the arguments after the program name.
@@ -61,21 +72,43 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, UsageE
         Some("-h" | "--help" | "help") => (Command::Help, 1),
         Some("-V" | "--version") => (Command::Version, 1),
         Some("device") => (Command::Device, 1),
-        Some("inspect") => {
-            let mut path = None;
+        Some(command @ ("inspect" | "tensor")) => {
+            let mut positional = Vec::new();
             let mut json = false;
-            for (i, arg) in args.iter().enumerate().skip(1) {
+            for arg in args.iter().skip(1) {
                 match arg.to_string_lossy().as_ref() {
                     "--json" => json = true,
                     opt if opt.starts_with("--") => {
                         return Err(UsageError::UnknownOption(opt.to_owned()));
                     }
-                    _ if path.is_none() => path = Some(PathBuf::from(&args[i])),
-                    extra => return Err(UsageError::Unexpected(extra.to_owned())),
+                    _ => positional.push(arg.clone()),
                 }
             }
-            let path = path.ok_or(UsageError::MissingPath("inspect"))?;
-            (Command::Inspect { path, json }, args.len())
+            let wanted = if command == "inspect" { 1 } else { 2 };
+            if let Some(extra) = positional.get(wanted) {
+                return Err(UsageError::Unexpected(extra.to_string_lossy().into_owned()));
+            }
+            let path = positional
+                .first()
+                .map(PathBuf::from)
+                .ok_or(UsageError::Missing(
+                    if command == "inspect" {
+                        "inspect"
+                    } else {
+                        "tensor"
+                    },
+                    "a PATH",
+                ))?;
+            let parsed = if command == "inspect" {
+                Command::Inspect { path, json }
+            } else {
+                let name = positional
+                    .get(1)
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .ok_or(UsageError::Missing("tensor", "a tensor NAME"))?;
+                Command::Tensor { path, name, json }
+            };
+            (parsed, args.len())
         }
         Some(opt) if opt.starts_with('-') => return Err(UsageError::UnknownOption(opt.to_owned())),
         Some(_) => (
@@ -124,7 +157,19 @@ mod tests {
         assert_eq!(parse_strs(&["inspect", "--json", "m"]), Ok(want));
         assert_eq!(
             parse_strs(&["inspect"]),
-            Err(UsageError::MissingPath("inspect"))
+            Err(UsageError::Missing("inspect", "a PATH"))
+        );
+        assert_eq!(
+            parse_strs(&["tensor", "m", "w", "--json"]),
+            Ok(Command::Tensor {
+                path: PathBuf::from("m"),
+                name: "w".into(),
+                json: true
+            })
+        );
+        assert_eq!(
+            parse_strs(&["tensor", "m"]),
+            Err(UsageError::Missing("tensor", "a tensor NAME"))
         );
         assert_eq!(
             parse_strs(&["inspect", "m", "--yaml"]),

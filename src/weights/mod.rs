@@ -14,9 +14,11 @@
 //! [`Weights::release_shard`] as they leave each shard.
 
 mod native;
+mod preview;
 mod view;
 
 pub use native::{MlxNative, Native};
+pub use preview::{PreviewOptions, TensorPreview};
 pub use view::{Fixup, View};
 
 use std::collections::HashMap;

@@ -1,0 +1,159 @@
+//! `weightscope tensor PATH NAME [--json]`: one tensor materialized through MLX.
+
+use std::io::{self, Write};
+
+use serde::Serialize;
+
+use crate::units::{grouped, human_bytes};
+use crate::weights::TensorPreview;
+
+#[derive(Serialize)]
+struct JsonStats {
+    min: f64,
+    max: f64,
+    mean: f64,
+    std: f64,
+    nan: u64,
+    inf: u64,
+}
+
+#[derive(Serialize)]
+struct JsonQuantized {
+    bits: u64,
+    group_size: u64,
+}
+
+#[derive(Serialize)]
+struct JsonHistogram<'a> {
+    min: f64,
+    max: f64,
+    counts: &'a [u64],
+}
+
+#[derive(Serialize)]
+struct JsonHeatmap {
+    rows: usize,
+    cols: usize,
+    row_step: usize,
+    col_step: usize,
+}
+
+#[derive(Serialize)]
+struct JsonTensor<'a> {
+    name: &'a str,
+    stored_name: &'a str,
+    dtype: &'static str,
+    shape: &'a [u64],
+    bytes: u64,
+    shard: &'a str,
+    device: &'a str,
+    stats: JsonStats,
+    first: &'a [f32],
+    millis: f64,
+    stats_millis: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    quantized: Option<JsonQuantized>,
+    histogram: JsonHistogram<'a>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    heatmap: Option<JsonHeatmap>,
+}
+
+/// Writes `preview` as one JSON object.
+///
+/// # Errors
+/// When writing fails.
+pub fn write_json(preview: &TensorPreview, out: &mut impl Write) -> io::Result<()> {
+    let s = &preview.values.stats;
+    let doc = JsonTensor {
+        name: &preview.name,
+        stored_name: &preview.stored_name,
+        dtype: preview.dtype.name(),
+        shape: &preview.shape,
+        bytes: preview.bytes,
+        shard: &preview.shard,
+        device: &preview.device,
+        // A tensor with no finite value has NaN statistics: serde_json writes
+        // them as `null`, which is what JSON readers expect.
+        stats: JsonStats {
+            min: s.min,
+            max: s.max,
+            mean: s.mean,
+            std: s.std,
+            nan: s.nan,
+            inf: s.inf,
+        },
+        first: &preview.values.first,
+        millis: preview.materialize_millis,
+        stats_millis: preview.summary_millis,
+        quantized: preview.quantized.map(|q| JsonQuantized {
+            bits: q.bits,
+            group_size: q.group_size,
+        }),
+        histogram: JsonHistogram {
+            min: preview.values.histogram.min,
+            max: preview.values.histogram.max,
+            counts: &preview.values.histogram.counts,
+        },
+        heatmap: preview.values.heatmap.as_ref().map(|h| JsonHeatmap {
+            rows: h.rows,
+            cols: h.cols,
+            row_step: h.row_step,
+            col_step: h.col_step,
+        }),
+    };
+    serde_json::to_writer(&mut *out, &doc)?;
+    writeln!(out)
+}
+
+/// Writes `preview` for people.
+///
+/// # Errors
+/// When writing fails.
+pub fn write_text(preview: &TensorPreview, out: &mut impl Write) -> io::Result<()> {
+    let s = &preview.values.stats;
+    writeln!(out, "tensor      {}", preview.name)?;
+    if preview.stored_name != preview.name {
+        writeln!(out, "stored as   {}", preview.stored_name)?;
+    }
+    writeln!(
+        out,
+        "dtype       {}  shape {:?}  {} in {}",
+        preview.dtype,
+        preview.shape,
+        human_bytes(preview.bytes),
+        preview.shard
+    )?;
+    if let Some(q) = preview.quantized {
+        writeln!(
+            out,
+            "quantized   {}-bit, group {}: values below are MLX's dequantization, shape {:?}",
+            q.bits, q.group_size, preview.value_shape
+        )?;
+    }
+    writeln!(
+        out,
+        "device      {}  materialized in {:.1} ms, statistics in {:.1} ms",
+        preview.device, preview.materialize_millis, preview.summary_millis
+    )?;
+    writeln!(
+        out,
+        "stats       min {:.6e}  max {:.6e}  mean {:.6e}  std {:.6e}",
+        s.min, s.max, s.mean, s.std
+    )?;
+    writeln!(
+        out,
+        "            NaN {}  Inf {}  finite {}",
+        grouped(s.nan),
+        grouped(s.inf),
+        grouped(s.finite)
+    )?;
+    let first: Vec<String> = preview
+        .values
+        .first
+        .iter()
+        .take(16)
+        .map(|v| format!("{v:.6}"))
+        .collect();
+    writeln!(out, "first       {}", first.join(" "))?;
+    Ok(())
+}

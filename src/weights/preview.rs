@@ -1,0 +1,146 @@
+//! Materializing one tensor for people: timings, device, statistics,
+//! histogram, first values, heatmap; MLX-quantized weights dequantized.
+
+use std::time::Instant;
+
+use crate::checkpoint::{Dtype, QuantParams};
+use crate::mlx::{self, Array, ValueSummary};
+
+use super::{Native, Weights, WeightsError};
+
+/// How much of the values a preview copies to the host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PreviewOptions {
+    /// First values to show.
+    pub first: usize,
+    /// Histogram bins.
+    pub bins: usize,
+    /// Largest heatmap side, in cells.
+    pub heatmap: usize,
+}
+
+impl Default for PreviewOptions {
+    fn default() -> Self {
+        Self {
+            first: 64,
+            bins: 64,
+            heatmap: 512,
+        }
+    }
+}
+
+/// A materialized tensor, described.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TensorPreview {
+    /// Canonical name.
+    pub name: String,
+    /// Name stored in the file.
+    pub stored_name: String,
+    /// Stored dtype.
+    pub dtype: Dtype,
+    /// Stored shape.
+    pub shape: Vec<u64>,
+    /// Bytes on disk.
+    pub bytes: u64,
+    /// Shard file.
+    pub shard: String,
+    /// MLX device that evaluated it (`gpu:0`, `cpu:0`).
+    pub device: String,
+    /// Time to read and evaluate the tensor, in milliseconds.
+    pub materialize_millis: f64,
+    /// Time to compute the value summary, in milliseconds.
+    pub summary_millis: f64,
+    /// Shape of the values summarized (the dequantized shape for quantized weights).
+    pub value_shape: Vec<i32>,
+    /// Set when the values shown are the MLX dequantization of a packed weight.
+    pub quantized: Option<QuantParams>,
+    /// Statistics, histogram, first values, heatmap.
+    pub values: ValueSummary,
+}
+
+impl<N: Native> Weights<N> {
+    /// Materializes `name` (cached like [`Weights::tensor`]) and summarizes its
+    /// values with MLX on the default device. A packed MLX-quantized weight is
+    /// dequantized first, and the preview says so.
+    ///
+    /// # Errors
+    /// No such tensor, or an MLX failure (unreadable shard, memory limit).
+    pub fn preview(
+        &mut self,
+        name: &str,
+        options: &PreviewOptions,
+    ) -> Result<TensorPreview, WeightsError> {
+        let info = self
+            .info(name)
+            .ok_or_else(|| WeightsError::NoTensor(name.to_owned()))?
+            .clone();
+        let shard = self.checkpoint.shards()[info.shard].file.clone();
+        let device = mlx::default_device().map_or_else(|_| "unknown".to_owned(), |d| d.name());
+
+        let start = Instant::now();
+        let array = self.tensor(name)?;
+        mlx::evaluate(&array)?;
+        let quant = self.checkpoint.quantized_weight(&info.name);
+        let (values, quantized) = match quant {
+            Some(q) => {
+                let tensors = self.checkpoint.tensors();
+                let scales_name = tensors[q.scales].name.clone();
+                let biases_name = q.biases.map(|b| tensors[b].name.clone());
+                let scales = self.stored(&scales_name)?;
+                let biases = biases_name.as_deref().map(|b| self.stored(b)).transpose()?;
+                let dequantized = mlx::dequantize(
+                    &array,
+                    &scales,
+                    biases.as_ref(),
+                    q.params.group_size,
+                    q.params.bits,
+                )?;
+                mlx::evaluate(&dequantized)?;
+                (dequantized, Some(q.params))
+            }
+            None => (array, None),
+        };
+        let materialize_millis = start.elapsed().as_secs_f64() * 1e3;
+
+        let start = Instant::now();
+        let summary = mlx::summarize(&values, options.first, options.bins, options.heatmap)?;
+        let summary_millis = start.elapsed().as_secs_f64() * 1e3;
+        Ok(TensorPreview {
+            name: name.to_owned(),
+            stored_name: info.name.clone(),
+            dtype: info.dtype,
+            shape: info.shape.clone(),
+            bytes: info.bytes(),
+            shard,
+            device,
+            materialize_millis,
+            summary_millis,
+            value_shape: values.shape().to_vec(),
+            quantized,
+            values: summary,
+        })
+    }
+
+    /// A stored tensor straight from its shard's map (not cached by name):
+    /// the scales and biases a dequantization needs.
+    fn stored(&mut self, stored_name: &str) -> Result<Array, WeightsError> {
+        let info = self
+            .checkpoint
+            .tensor(stored_name)
+            .ok_or_else(|| WeightsError::NoTensor(stored_name.to_owned()))?;
+        let shard = info.shard;
+        if !self.maps.contains_key(&shard) {
+            let map = self
+                .native
+                .open_shard(&self.checkpoint.shards()[shard].path)?;
+            self.maps.insert(shard, map);
+        }
+        let map = &self.maps[&shard];
+        self.native
+            .get(map, stored_name)
+            .ok_or_else(|| WeightsError::MissingFromMap {
+                name: stored_name.to_owned(),
+                path: map.path().to_path_buf(),
+            })
+    }
+}
