@@ -16,13 +16,16 @@
 mod native;
 mod preview;
 mod view;
+mod worker;
 
 pub use native::{MlxNative, Native};
 pub use preview::{PreviewOptions, TensorPreview};
 pub use view::{Fixup, View};
+pub use worker::{Command, Event, EventKind, Worker, WorkerGone};
 
 use std::collections::HashMap;
 use std::path::Path;
+use std::sync::Arc;
 
 use crate::checkpoint::{Checkpoint, CheckpointError, TensorInfo};
 use crate::mlx::{Array, MlxError, ShardMap};
@@ -54,7 +57,8 @@ pub enum WeightsError {
 
 /// A checkpoint opened for reading tensors through MLX.
 pub struct Weights<N: Native = MlxNative> {
-    checkpoint: Checkpoint,
+    /// Shared with the UI, which lists tensors while this layer owns the arrays.
+    checkpoint: Arc<Checkpoint>,
     native: N,
     /// Shard position in the checkpoint → its live native map.
     maps: HashMap<usize, ShardMap>,
@@ -97,7 +101,7 @@ impl<N: Native> Weights<N> {
             }
         }
         Ok(Self {
-            checkpoint,
+            checkpoint: Arc::new(checkpoint),
             native,
             maps,
             arrays: HashMap::new(),
@@ -109,6 +113,12 @@ impl<N: Native> Weights<N> {
     #[must_use]
     pub fn checkpoint(&self) -> &Checkpoint {
         &self.checkpoint
+    }
+
+    /// The checkpoint's metadata, shared (cheap to clone, safe to send).
+    #[must_use]
+    pub fn shared_checkpoint(&self) -> Arc<Checkpoint> {
+        Arc::clone(&self.checkpoint)
     }
 
     /// The installation seam (for tests that count calls).
