@@ -66,6 +66,8 @@ fn lazy_open_then_exact_materialization_then_full_release() {
 
 #[test]
 fn half_precision_values_read_back_exactly() {
+    // MLX memory counters are process-wide: no test here runs beside one that asserts on them.
+    let _lock = mlx_memory_lock();
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("half.safetensors");
     // Values chosen to need every bit of each format: subnormals, extremes, signs.
@@ -128,6 +130,8 @@ fn bits(values: &[f32]) -> Vec<u32> {
 
 #[test]
 fn every_loadable_dtype_reads_as_f32() {
+    // MLX memory counters are process-wide: no test here runs beside one that asserts on them.
+    let _lock = mlx_memory_lock();
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("dtypes.safetensors");
     let ints = [-3i64, 0, 7, 100];
@@ -215,6 +219,8 @@ fn every_loadable_dtype_reads_as_f32() {
 
 #[test]
 fn a_file_mlx_cannot_read_is_an_error_naming_it() {
+    // MLX memory counters are process-wide: no test here runs beside one that asserts on them.
+    let _lock = mlx_memory_lock();
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("garbage.safetensors");
     std::fs::write(&path, b"\x10\x00\x00\x00\x00\x00\x00\x00not json at all!").expect("write");
@@ -224,6 +230,8 @@ fn a_file_mlx_cannot_read_is_an_error_naming_it() {
 
 #[test]
 fn f64_files_are_refused_by_mlx_with_a_clear_message() {
+    // MLX memory counters are process-wide: no test here runs beside one that asserts on them.
+    let _lock = mlx_memory_lock();
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("f64.safetensors");
     let data = [1.0f64, 2.0].iter().flat_map(|v| v.to_le_bytes()).collect();
@@ -242,6 +250,8 @@ fn f64_files_are_refused_by_mlx_with_a_clear_message() {
 
 #[test]
 fn device_is_reported() {
+    // MLX memory counters are process-wide: no test here runs beside one that asserts on them.
+    let _lock = mlx_memory_lock();
     let device = mlx::default_device().expect("device");
     // This machine has no GPU: the CPU build must say so plainly.
     if !device.gpu_available {

@@ -116,6 +116,8 @@ impl Native for Failing {
 
 #[test]
 fn a_failure_at_shard_n_frees_the_maps_of_shards_before_it() {
+    // MLX memory counters are process-wide: no test here runs beside one that asserts on them.
+    let _lock = mlx_memory_lock();
     let dir = tempfile::tempdir().expect("tempdir");
     write_model(dir.path());
     let freed = Arc::new(Mutex::new(Vec::new()));
@@ -157,6 +159,8 @@ fn a_failure_at_shard_n_frees_the_maps_of_shards_before_it() {
 
 #[test]
 fn views_rename_drop_and_fix_up_lazily() {
+    // MLX memory counters are process-wide: no test here runs beside one that asserts on them.
+    let _lock = mlx_memory_lock();
     let dir = tempfile::tempdir().expect("tempdir");
     // As a Qwen3.5-style checkpoint stores it: a prefix, an extra tensor, and
     // an RMSNorm weight stored as gamma - 1. Written by MLX's own writer.

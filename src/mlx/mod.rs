@@ -82,6 +82,15 @@ pub fn evaluate(array: &Array) -> Result<(), MlxError> {
     array.eval().map_err(|e| MlxError::op("evaluation", e))
 }
 
+/// Evaluates several arrays in one MLX graph evaluation, which lets MLX
+/// overlap their loads (faster than one [`evaluate`] after another).
+///
+/// # Errors
+/// When MLX fails to evaluate one of them.
+pub fn evaluate_all<'a>(arrays: impl IntoIterator<Item = &'a Array>) -> Result<(), MlxError> {
+    mlx_rs::transforms::eval(arrays).map_err(|e| MlxError::op("evaluation", e))
+}
+
 /// The values of `array` converted to `f32`, in row-major order.
 ///
 /// Works for every dtype MLX loads from safetensors (floats, signed and

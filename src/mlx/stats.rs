@@ -80,13 +80,6 @@ fn scalar(a: &Array) -> Result<f64, MlxError> {
     Ok(v.first().copied().map_or(f64::NAN, f64::from))
 }
 
-fn count(mask: &Array) -> Result<u64, MlxError> {
-    let total = op("count", op("cast", mask.as_dtype(Dtype::Int64))?.sum(None))?;
-    evaluate(&total)?;
-    let n = op("read count", total.try_item_exact::<i64>())?;
-    Ok(u64::try_from(n).unwrap_or(0))
-}
-
 /// Summarizes `array`: statistics, a `bins`-bin histogram, the first
 /// `first_count` values and, for 2-D arrays, a heatmap of at most
 /// `heatmap_limit` cells a side.
@@ -104,17 +97,39 @@ pub fn summarize(
     evaluate(&flat)?;
     let n = flat.size();
 
-    let nan_mask = op("isnan", ops::is_nan(&flat))?;
-    let inf_mask = op("isinf", ops::is_inf(&flat))?;
-    let finite = op(
-        "isfinite",
-        op("or", nan_mask.logical_or(&inf_mask))?.logical_not(),
-    )?;
-    let nan = count(&nan_mask)?;
-    let inf = count(&inf_mask)?;
-    let finite_count = count(&finite)?;
+    // Every full-size pass costs (fresh pages dominated the first version), so
+    // the common case takes the fewest: when min, max and sum are all finite,
+    // there is no NaN or Inf and nothing needs masking.
+    let quick_min = scalar(&op("min", flat.min(None))?)?;
+    let quick_max = scalar(&op("max", flat.max(None))?)?;
+    let quick_sum = block_sum(&flat)?;
+    let all_finite = quick_min.is_finite() && quick_max.is_finite() && quick_sum.is_finite();
+    let (nan, inf) = if all_finite {
+        (0, 0)
+    } else {
+        (
+            count_true(&op("isnan", ops::is_nan(&flat))?)?,
+            count_true(&op("isinf", ops::is_inf(&flat))?)?,
+        )
+    };
+    let finite_count = n as u64 - nan - inf;
+    let finite = if nan + inf == 0 {
+        None
+    } else {
+        let non_finite = op(
+            "or",
+            op("isnan", ops::is_nan(&flat))?.logical_or(op("isinf", ops::is_inf(&flat))?),
+        )?;
+        Some(op("not", non_finite.logical_not())?)
+    };
+    // `flat` with non-finite values replaced by `fill`.
+    let replaced = |fill: f32| -> Result<Array, MlxError> {
+        match &finite {
+            None => Ok(flat.clone()),
+            Some(mask) => op("where", ops::select(mask, &flat, Array::from_f32(fill))),
+        }
+    };
 
-    let zero = Array::from_f32(0.0);
     let stats = if finite_count == 0 {
         Stats {
             min: f64::NAN,
@@ -126,23 +141,27 @@ pub fn summarize(
             finite: 0,
         }
     } else {
-        let masked = op("where", ops::select(&finite, &flat, &zero))?;
-        let big = Array::from_f32(f32::INFINITY);
-        let small = Array::from_f32(f32::NEG_INFINITY);
-        let min = scalar(&op(
-            "min",
-            op("where", ops::select(&finite, &flat, &big))?.min(None),
-        )?)?;
-        let max = scalar(&op(
-            "max",
-            op("where", ops::select(&finite, &flat, &small))?.max(None),
-        )?)?;
-        let mean = accurate_sum(&masked)? / finite_count as f64;
+        let (min, max, sum) = if finite.is_none() {
+            (quick_min, quick_max, quick_sum)
+        } else {
+            (
+                scalar(&op("min", replaced(f32::INFINITY)?.min(None))?)?,
+                scalar(&op("max", replaced(f32::NEG_INFINITY)?.max(None))?)?,
+                block_sum(&replaced(0.0)?)?,
+            )
+        };
+        let mean = sum / finite_count as f64;
         // Second pass around the mean: far less cancellation than E[x²] - E[x]².
         #[allow(clippy::cast_possible_truncation)]
-        let centered = op("subtract", flat.subtract(Array::from_f32(mean as f32)))?;
-        let squares = op("square", centered.square())?;
-        let var_sum = accurate_sum(&op("where", ops::select(&finite, &squares, &zero))?)?;
+        let squares = op(
+            "square",
+            op("subtract", flat.subtract(Array::from_f32(mean as f32)))?.square(),
+        )?;
+        let squares = match &finite {
+            None => squares,
+            Some(mask) => op("where", ops::select(mask, &squares, Array::from_f32(0.0)))?,
+        };
+        let var_sum = block_sum(&squares)?;
         Stats {
             min,
             max,
@@ -154,12 +173,13 @@ pub fn summarize(
         }
     };
 
-    let histogram = histogram(&flat, &finite, &stats, bins)?;
+    let histogram = histogram(&flat, finite.as_ref(), &stats, bins)?;
     let first_n = i32::try_from(first_count.min(n)).unwrap_or(0);
     let first = to_f32_vec(&op("slice", flat.try_index(0..first_n))?)?;
     let heatmap = match array.shape() {
         [rows, cols] if *rows > 0 && *cols > 0 => {
-            Some(heatmap(&x, &finite, *rows, *cols, heatmap_limit)?)
+            let clean = op("reshape", replaced(0.0)?.reshape(&[*rows, *cols]))?;
+            Some(heatmap(&clean, *rows, *cols, heatmap_limit)?)
         }
         _ => None,
     };
@@ -176,19 +196,40 @@ pub fn summarize(
 /// the fifth digit, this stays within a few ulps of a float64 sum.
 const SUM_BLOCK: i32 = 256;
 
-/// Sum of a 1-D `f32` array with `f64` accuracy (see [`SUM_BLOCK`]).
-fn accurate_sum(flat: &Array) -> Result<f64, MlxError> {
+/// Sum of a 1-D array with `f64` accuracy (see [`SUM_BLOCK`]), without
+/// copying it: the whole blocks are a view reshaped, the tail is summed apart.
+fn block_sum(flat: &Array) -> Result<f64, MlxError> {
     let n = i32::try_from(flat.size()).unwrap_or(i32::MAX);
-    let pad = (SUM_BLOCK - n % SUM_BLOCK) % SUM_BLOCK;
-    let padded = op("pad", ops::pad(flat, (0, pad), None, None))?;
-    let blocks = op("reshape", padded.reshape(&[-1, SUM_BLOCK]))?;
-    let partials = to_f32_vec(&op("sum", blocks.sum_axis(1, None))?)?;
-    Ok(partials.iter().map(|&p| f64::from(p)).sum())
+    let whole = n - n % SUM_BLOCK;
+    let mut total = 0.0;
+    if whole > 0 {
+        let blocks = op(
+            "reshape",
+            op("slice", flat.try_index(0..whole))?.reshape(&[-1, SUM_BLOCK]),
+        )?;
+        let partials = to_f32_vec(&op("sum", blocks.sum_axis(1, None))?)?;
+        total += partials.iter().map(|&p| f64::from(p)).sum::<f64>();
+    }
+    if whole < n {
+        total += scalar(&op(
+            "sum",
+            op("slice", flat.try_index(whole..n))?.sum(None),
+        )?)?;
+    }
+    Ok(total)
+}
+
+/// How many elements of a boolean array are true (exact: per-block integer
+/// sums, each below 2^24, added on the host).
+fn count_true(mask: &Array) -> Result<u64, MlxError> {
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    let count = block_sum(mask)?.round() as u64;
+    Ok(count)
 }
 
 fn histogram(
     flat: &Array,
-    finite: &Array,
+    finite: Option<&Array>,
     stats: &Stats,
     bins: usize,
 ) -> Result<Histogram, MlxError> {
@@ -200,7 +241,12 @@ fn histogram(
             counts,
         });
     }
-    let bins_i = i32::try_from(bins).unwrap_or(i32::MAX);
+    // Bin numbers are computed on the device as one byte per value; the host
+    // counts them chunk by chunk (a scatter-add on MLX's CPU backend took tens
+    // of seconds for 2^28 values). Host memory stays at one chunk.
+    let bins = bins.min(usize::from(u8::MAX) - 1); // 255 marks non-finite values
+    counts.truncate(bins);
+    let top = u8::try_from(bins - 1).unwrap_or(u8::MAX);
     let width = stats.max - stats.min;
     #[allow(clippy::cast_possible_truncation)]
     let scale = if width > 0.0 {
@@ -215,31 +261,36 @@ fn histogram(
     while start < n {
         let end = start.saturating_add(HISTOGRAM_CHUNK).min(n);
         let x = op("slice", flat.try_index(start..end))?;
-        let keep = op("slice", finite.try_index(start..end))?;
-        // Bin index; non-finite values go to an extra last bin, dropped below.
+        // (x - min) * scale lies in [0, bins] for finite x; the cast to u8
+        // truncates, which is floor for these non-negative values.
         let scaled = op(
             "scale",
             op("subtract", x.subtract(&lo))?.multiply(Array::from_f32(scale)),
         )?;
-        let idx = op("floor", ops::floor(&scaled))?;
-        let idx = op("clip", ops::clip(&idx, (0.0f32, (bins_i - 1) as f32)))?;
-        let idx = op("cast", idx.as_dtype(Dtype::Int32))?;
-        let idx = op("where", ops::select(&keep, &idx, Array::from_int(bins_i)))?;
-        let ones = op(
-            "ones",
-            ops::broadcast_to(Array::from_int(1), &[end - start, 1]),
-        )?;
-        let zeros = op("zeros", ops::zeros::<i32>(&[bins_i + 1]))?;
-        let chunk = op(
-            "scatter_add",
-            ops::indexing::scatter_add_single(&zeros, &idx, &ones, 0),
-        )?;
-        evaluate(&chunk)?;
-        let chunk_counts = chunk
-            .try_as_slice::<i32>()
-            .map_err(|e| MlxError::op("read bin counts", e))?;
-        for (total, &c) in counts.iter_mut().zip(chunk_counts) {
-            *total += u64::try_from(c).unwrap_or(0);
+        // Non-finite values get a bin number past the last one and are skipped.
+        let scaled = match finite {
+            None => scaled,
+            Some(mask) => {
+                let keep = op("slice", mask.try_index(start..end))?;
+                op(
+                    "where",
+                    ops::select(&keep, &scaled, Array::from_f32(f32::from(u8::MAX))),
+                )?
+            }
+        };
+        let idx = op("cast", scaled.as_dtype(Dtype::Uint8))?;
+        evaluate(&idx)?;
+        let chunk = idx
+            .try_as_slice::<u8>()
+            .map_err(|e| MlxError::op("read bin numbers", e))?;
+        let mut local = [0u64; 256];
+        for &b in chunk {
+            local[usize::from(b)] += 1;
+        }
+        // The maximum lands exactly on `bins`: it belongs to the last bin.
+        local[usize::from(top)] += local[bins];
+        for (total, add) in counts.iter_mut().zip(local) {
+            *total += add;
         }
         start = end;
     }
@@ -250,30 +301,30 @@ fn histogram(
     })
 }
 
-fn heatmap(
-    x: &Array,
-    finite: &Array,
-    rows: i32,
-    cols: i32,
-    limit: usize,
-) -> Result<Heatmap, MlxError> {
+/// `clean`: the 2-D values with non-finite ones already replaced by 0.
+fn heatmap(clean: &Array, rows: i32, cols: i32, limit: usize) -> Result<Heatmap, MlxError> {
     let limit = i32::try_from(limit.max(1)).unwrap_or(512);
     let row_step = (rows + limit - 1) / limit;
     let col_step = (cols + limit - 1) / limit;
     let out_rows = (rows + row_step - 1) / row_step;
     let out_cols = (cols + col_step - 1) / col_step;
-    let finite2d = op("reshape", finite.reshape(&[rows, cols]))?;
-    let clean = op("where", ops::select(&finite2d, x, Array::from_f32(0.0)))?;
-    let widths = [
-        (0, out_rows * row_step - rows),
-        (0, out_cols * col_step - cols),
-    ];
-    let padded = op("pad", ops::pad(&clean, PadWidth::from(&widths), None, None))?;
+    let (pad_rows, pad_cols) = (out_rows * row_step - rows, out_cols * col_step - cols);
+    let padded = if pad_rows == 0 && pad_cols == 0 {
+        clean.clone()
+    } else {
+        let widths = [(0, pad_rows), (0, pad_cols)];
+        op("pad", ops::pad(clean, PadWidth::from(&widths), None, None))?
+    };
+    // Two single-axis reductions, innermost first: MLX's CPU backend is much
+    // faster at these than at one reduction over two strided axes.
     let blocks = op(
         "reshape",
         padded.reshape(&[out_rows, row_step, out_cols, col_step]),
     )?;
-    let sums = op("sum", blocks.sum_axes(&[1, 3], None))?;
+    let sums = op(
+        "sum",
+        op("sum", blocks.sum_axis(3, None))?.sum_axis(1, None),
+    )?;
     let sums = to_f32_vec(&sums)?;
     let rows_u = usize::try_from(out_rows).unwrap_or(0);
     let cols_u = usize::try_from(out_cols).unwrap_or(0);

@@ -1,0 +1,242 @@
+//! Benchmark: materializing every tensor of a ~1.5 GB multi-shard checkpoint
+//! through MLX, against plain `read()` of the same files and against Python
+//! `mx.load` + `mx.eval`, all on a hot page cache, in one run. Then the time
+//! to summarize a 1 GiB tensor (statistics, histogram, first values).
+//!
+//! Run with `cargo bench --bench materialize`. The Python reference needs
+//! `mlx` for Python; the command makes a private venv for it under
+//! `target/bench-venv` (the same MLX version as the one linked here).
+
+// Fixture values are small by construction; the casts below cannot truncate.
+#![allow(clippy::cast_possible_truncation)]
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use safetensors::tensor::{Dtype, TensorView};
+use weightscope::mlx;
+use weightscope::weights::{PreviewOptions, Weights};
+
+const SHARDS: usize = 6;
+const TENSORS_PER_SHARD: usize = 8;
+const TENSOR_BYTES: usize = 32 << 20;
+const MLX_VERSION: &str = "0.32.2";
+
+fn generate(dir: &Path) -> u64 {
+    let data: Vec<u8> = (0..TENSOR_BYTES).map(|i| (i % 251) as u8 & 0x3f).collect();
+    let mut total = 0;
+    for shard in 0..SHARDS {
+        let views: Vec<(String, TensorView<'_>)> = (0..TENSORS_PER_SHARD)
+            .map(|i| {
+                let (dtype, shape) = if i % 2 == 0 {
+                    (Dtype::BF16, vec![4096, TENSOR_BYTES / 2 / 4096])
+                } else {
+                    (Dtype::F32, vec![TENSOR_BYTES / 4])
+                };
+                let view = TensorView::new(dtype, shape, &data).expect("view");
+                (format!("layers.{shard}.w{i}"), view)
+            })
+            .collect();
+        let path = dir.join(format!("model-{shard:05}.safetensors"));
+        safetensors::serialize_to_file(views, None, &path).expect("write shard");
+        total += std::fs::metadata(&path).expect("meta").len();
+    }
+    total
+}
+
+fn shard_paths(dir: &Path) -> Vec<PathBuf> {
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
+        .expect("dir")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "safetensors"))
+        .collect();
+    paths.sort();
+    paths
+}
+
+fn read_all(paths: &[PathBuf]) -> u64 {
+    let mut buf = vec![0u8; 8 << 20];
+    let mut total = 0;
+    for path in paths {
+        let mut file = std::fs::File::open(path).expect("open");
+        loop {
+            let n = file.read(&mut buf).expect("read");
+            if n == 0 {
+                break;
+            }
+            total += n as u64;
+        }
+    }
+    total
+}
+
+fn materialize_all(dir: &Path) {
+    let mut weights = Weights::open(dir).expect("open");
+    let checkpoint = weights.shared_checkpoint();
+    for shard in checkpoint.shards() {
+        let arrays: Vec<_> = shard
+            .tensors
+            .iter()
+            .map(|&t| {
+                weights
+                    .tensor(&checkpoint.tensors()[t].name)
+                    .expect("tensor")
+            })
+            .collect();
+        mlx::evaluate_all(&arrays).expect("eval");
+        drop(arrays);
+        // Streaming, as a real transform does: free the shard as the walk leaves it.
+        weights.release_shard(&shard.file);
+    }
+}
+
+fn best_of(runs: usize, mut f: impl FnMut()) -> Duration {
+    (0..runs)
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            t.elapsed()
+        })
+        .min()
+        .unwrap_or_default()
+}
+
+fn gbps(bytes: u64, d: Duration) -> f64 {
+    bytes as f64 / d.as_secs_f64() / 1e9
+}
+
+const PYTHON_MATERIALIZE: &str = r"
+import glob, sys, time
+import mlx.core as mx
+files = sorted(glob.glob(sys.argv[1] + '/*.safetensors'))
+best = None
+for _ in range(int(sys.argv[2])):
+    t = time.perf_counter()
+    for f in files:
+        arrays = mx.load(f)
+        mx.eval(*arrays.values())
+        del arrays
+    dt = time.perf_counter() - t
+    best = dt if best is None else min(best, dt)
+print(mx.default_device(), best)
+";
+
+fn python_mlx() -> Option<PathBuf> {
+    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench-venv");
+    let python = venv.join("bin/python");
+    let check = format!("import mlx.core as mx; assert mx.__version__ == '{MLX_VERSION}'");
+    if Command::new(&python)
+        .args(["-c", &check])
+        .status()
+        .is_ok_and(|s| s.success())
+    {
+        return Some(python);
+    }
+    eprintln!(
+        "bench: installing mlx {MLX_VERSION} for Python into {}",
+        venv.display()
+    );
+    let made = (venv.join("bin/pip").exists()
+        || Command::new("python3")
+            .arg("-m")
+            .arg("venv")
+            .arg(&venv)
+            .status()
+            .is_ok_and(|s| s.success()))
+        && Command::new(venv.join("bin/pip"))
+            .args(["install", "--quiet", "--disable-pip-version-check"])
+            .arg(format!("mlx=={MLX_VERSION}"))
+            .arg(format!("mlx-cpu=={MLX_VERSION}"))
+            .status()
+            .is_ok_and(|s| s.success());
+    made.then_some(python)
+}
+
+fn main() {
+    let temp = tempfile::tempdir().expect("tempdir");
+    let dir = temp.path();
+    let total = generate(dir);
+    let paths = shard_paths(dir);
+    println!(
+        "checkpoint: {SHARDS} shards, {} tensors, {:.2} GB",
+        SHARDS * TENSORS_PER_SHARD,
+        total as f64 / 1e9
+    );
+    let runs = 3;
+
+    read_all(&paths); // hot page cache for everyone
+    let read = best_of(runs, || {
+        read_all(&paths);
+    });
+    let ours = best_of(runs, || materialize_all(dir));
+    mlx::clear_cache().expect("clear");
+    println!(
+        "plain read() into one buffer:        {:6.2} GB/s",
+        gbps(total, read)
+    );
+    println!(
+        "weightscope materialize (MLX):        {:6.2} GB/s",
+        gbps(total, ours)
+    );
+    println!(
+        "ratio weightscope / read():           {:6.2} (goal >= 0.9)",
+        read.as_secs_f64() / ours.as_secs_f64()
+    );
+
+    match python_mlx() {
+        Some(python) => {
+            let out = Command::new(python)
+                .args(["-c", PYTHON_MATERIALIZE])
+                .arg(dir)
+                .arg(runs.to_string())
+                .output()
+                .expect("python");
+            let text = String::from_utf8_lossy(&out.stdout);
+            match text
+                .split_whitespace()
+                .last()
+                .and_then(|s| s.parse::<f64>().ok())
+            {
+                Some(secs) => {
+                    let py = Duration::from_secs_f64(secs);
+                    println!(
+                        "python mx.load + mx.eval ({}):  {:6.2} GB/s",
+                        text.split_whitespace().next().unwrap_or("?"),
+                        gbps(total, py)
+                    );
+                    println!(
+                        "ratio weightscope / python MLX:       {:6.2} (goal >= 1.0)",
+                        py.as_secs_f64() / ours.as_secs_f64()
+                    );
+                }
+                None => println!(
+                    "python MLX failed: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                ),
+            }
+        }
+        None => println!("python MLX unavailable: no reference measured"),
+    }
+
+    // Statistics of a 1 GiB f32 tensor.
+    drop(temp);
+    let temp = tempfile::tempdir().expect("tempdir");
+    let n = (1usize << 30) / 4;
+    let data: Vec<u8> = (0..n)
+        .flat_map(|i| ((i % 1000) as f32 / 1000.0 - 0.5).to_le_bytes())
+        .collect();
+    let view = TensorView::new(Dtype::F32, vec![16384, n / 16384], &data).expect("view");
+    safetensors::serialize_to_file([("big", view)], None, &temp.path().join("big.safetensors"))
+        .expect("write");
+    drop(data);
+    let mut weights = Weights::open(temp.path()).expect("open");
+    let preview = weights
+        .preview("big", &PreviewOptions::default())
+        .expect("preview");
+    println!(
+        "1 GiB f32 tensor: materialized in {:.0} ms, statistics + histogram + heatmap in {:.0} ms (aim < 1000 ms)",
+        preview.materialize_millis, preview.summary_millis
+    );
+}
