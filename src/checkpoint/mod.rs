@@ -151,22 +151,59 @@ impl Checkpoint {
             let index_path = dir.join(index_name);
             let bytes = std::fs::read(&index_path)
                 .map_err(|e| CheckpointError::unreadable(&index_path, &e))?;
-            let (index, entries) = parse_index(&index_path, &bytes)?;
+            // The index and the shard headers the folder lists are parsed at
+            // the same time (a 90k-entry index is as much JSON as many
+            // shards); the index then picks its shards, in its order.
+            let listed: Vec<(String, PathBuf)> = shard_files
+                .iter()
+                .map(|file| (file.clone(), dir.join(file)))
+                .collect();
+            let (parsed, listed_headers) = std::thread::scope(|scope| {
+                let job = std::thread::Builder::new()
+                    .name("index-parse".into())
+                    .spawn_scoped(scope, || parse_index(&index_path, &bytes));
+                let headers = parse_all(&listed);
+                let parsed = match job {
+                    Ok(handle) => handle.join().unwrap_or_else(|_| {
+                        Err(CheckpointError::IndexShape {
+                            path: index_path.clone(),
+                            reason: "the index parser failed".into(),
+                        })
+                    }),
+                    Err(_) => parse_index(&index_path, &bytes),
+                };
+                (parsed, headers)
+            });
+            let (index, entries) = parsed?;
+            let mut by_file: foldhash::HashMap<String, Result<ShardHeader, CheckpointError>> =
+                listed
+                    .into_iter()
+                    .map(|(file, _)| file)
+                    .zip(listed_headers)
+                    .collect();
             let mut problems = Vec::new();
             let mut files = Vec::new();
+            let mut headers = Vec::new();
             for file in &index.shard_files {
                 let path = dir.join(file);
-                if path.exists() {
-                    files.push((file.clone(), path));
-                } else {
-                    problems.push(CheckpointError::IndexMissingShard {
-                        index: index_path.clone(),
-                        shard: file.clone(),
-                    });
-                }
+                // A shard in a subfolder is not in the listing: read it now.
+                let header = match by_file.remove(file) {
+                    Some(header) => header,
+                    None if path.exists() => read_header(&path),
+                    None => {
+                        problems.push(CheckpointError::IndexMissingShard {
+                            index: index_path.clone(),
+                            shard: file.clone(),
+                        });
+                        continue;
+                    }
+                };
+                files.push((file.clone(), path));
+                headers.push(header);
             }
             let layout = Layout::Indexed { index_path, index };
-            let mut checkpoint = Self::assemble(dir.to_path_buf(), layout, files, problems);
+            let mut checkpoint =
+                Self::assemble_parsed(dir.to_path_buf(), layout, files, headers, problems);
             checkpoint.check_index(&entries);
             checkpoint
         } else if shard_files.is_empty() {
@@ -192,9 +229,20 @@ impl Checkpoint {
         root: PathBuf,
         layout: Layout,
         files: Vec<(String, PathBuf)>,
-        mut problems: Vec<CheckpointError>,
+        problems: Vec<CheckpointError>,
     ) -> Self {
         let headers = parse_all(&files);
+        Self::assemble_parsed(root, layout, files, headers, problems)
+    }
+
+    /// Builds the tensor table from parsed headers (one per file, in order).
+    fn assemble_parsed(
+        root: PathBuf,
+        layout: Layout,
+        files: Vec<(String, PathBuf)>,
+        headers: Vec<Result<ShardHeader, CheckpointError>>,
+        mut problems: Vec<CheckpointError>,
+    ) -> Self {
         let mut shards = Vec::with_capacity(files.len());
         let total: usize = headers.iter().flatten().map(|h| h.tensors.len()).sum();
         let mut tensors: Vec<TensorInfo> = Vec::with_capacity(total);
