@@ -2,11 +2,11 @@
 
 use std::process::ExitCode;
 
-use weightscope::app::{WeightscopeApp, shell};
+use weightscope::app::shell;
 use weightscope::checkpoint::Checkpoint;
 use weightscope::cli::{self, Command, inspect};
 use weightscope::mlx;
-use weightscope::weights::{MlxNative, PreviewOptions, Weights};
+use weightscope::weights::{MlxNative, PreviewOptions, Weights, demo};
 
 /// Exit status for bad input or usage (the CLI contract).
 const BAD_INPUT: u8 = 2;
@@ -26,8 +26,18 @@ fn main() -> ExitCode {
         Command::Inspect { path, json } => return inspect(&path, json),
         Command::Tensor { path, name, json } => return tensor(&path, &name, json),
         Command::Window { path } => {
+            let path = match path {
+                Some(path) => path,
+                None => match demo::ensure_demo(&demo::demo_dir()) {
+                    Ok(dir) => dir,
+                    Err(err) => {
+                        eprintln!("weightscope: {err}");
+                        return ExitCode::FAILURE;
+                    }
+                },
+            };
             let device = mlx::default_device().map_err(|e| e.to_string());
-            if let Err(err) = shell::run(WeightscopeApp::new(path, device)) {
+            if let Err(err) = shell::run(Some(path), device) {
                 eprintln!("weightscope: {err:#}");
                 return ExitCode::FAILURE;
             }

@@ -1,40 +1,272 @@
 //! The egui user interface. Panels draw into an `egui::Ui` and never depend on
 //! eframe or rfd, so they can be driven headlessly in tests; [`shell`] is the
-//! thin eframe edge.
+//! thin eframe edge. Every MLX array lives on the MLX worker thread: the UI
+//! sends commands and draws the summaries that come back.
 
+mod inspector;
+mod shards;
 pub mod shell;
+mod tensors;
 
+use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use crate::mlx::DeviceInfo;
+use crate::checkpoint::Checkpoint;
+use crate::mlx::{DeviceInfo, MemoryStats};
+use crate::units::human_bytes;
+use crate::weights::{Command, Event, EventKind, TensorPreview, Worker, WorkerGone};
+
+/// What a shard holds right now, as far as the UI knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShardState {
+    /// Opened lazily; nothing read yet.
+    NotLoaded,
+    /// Some tensors were materialized from it (bytes on disk, summed).
+    Materialized(u64),
+    /// Its map was released; it reopens on the next click.
+    Released,
+}
+
+/// The tensor the inspector shows.
+enum Inspected {
+    Nothing,
+    Pending { name: String, since: Instant },
+    Ready(Box<TensorPreview>),
+    Failed { name: String, error: String },
+}
 
 /// Everything the window shows, independent of eframe.
 pub struct WeightscopeApp {
-    /// What the app was asked to open (`None`: the bundled demo).
-    path: Option<PathBuf>,
-    /// MLX's default device, or why it could not be read.
+    worker: Worker,
     device: Result<DeviceInfo, String>,
+    /// The path being opened, until the worker answers.
+    opening: Option<PathBuf>,
+    /// Why the last open failed.
+    open_error: Option<String>,
+    checkpoint: Option<Arc<Checkpoint>>,
+    /// Totals of the open checkpoint, computed once when it opens.
+    totals: Option<(usize, u64)>,
+    /// The path field (also the fallback when no file dialog can open).
+    path_input: String,
+    shard_states: HashMap<String, ShardState>,
+    table: tensors::TableState,
+    inspected: Inspected,
+    /// The inspector's heatmap texture, keyed by tensor name.
+    heatmap_texture: Option<(String, egui::TextureHandle)>,
+    memory: MemoryStats,
 }
 
 impl WeightscopeApp {
-    /// A new app for `path` (`None`: the bundled demo checkpoint).
+    /// A new app with its MLX worker; `wake` is called after each worker
+    /// event (the shell passes a repaint request). Opens `path` if given.
+    ///
+    /// # Errors
+    /// When the worker thread cannot start.
+    pub fn new(
+        path: Option<PathBuf>,
+        device: Result<DeviceInfo, String>,
+        wake: impl Fn() + Send + Sync + 'static,
+    ) -> std::io::Result<Self> {
+        let worker = Worker::spawn(wake)?;
+        let mut app = Self {
+            worker,
+            device,
+            opening: None,
+            open_error: None,
+            checkpoint: None,
+            totals: None,
+            path_input: String::new(),
+            shard_states: HashMap::new(),
+            table: tensors::TableState::default(),
+            inspected: Inspected::Nothing,
+            heatmap_texture: None,
+            memory: MemoryStats::default(),
+        };
+        if let Some(path) = path {
+            app.open(path);
+        }
+        Ok(app)
+    }
+
+    /// Asks the worker to open `path` (the current checkpoint closes).
+    pub fn open(&mut self, path: PathBuf) {
+        self.path_input = path.display().to_string();
+        self.open_error = None;
+        if self.worker.send(Command::Open(path.clone())).is_ok() {
+            self.opening = Some(path);
+        } else {
+            self.open_error = Some(WorkerGone.to_string());
+        }
+    }
+
+    /// The open checkpoint's metadata.
     #[must_use]
-    pub fn new(path: Option<PathBuf>, device: Result<DeviceInfo, String>) -> Self {
-        Self { path, device }
+    pub fn checkpoint(&self) -> Option<&Checkpoint> {
+        self.checkpoint.as_deref()
+    }
+
+    /// Applies every waiting worker event, spending at most `budget`.
+    pub fn drain_events(&mut self, budget: Duration) {
+        let start = Instant::now();
+        while start.elapsed() < budget {
+            let Some(event) = self.worker.try_recv() else {
+                break;
+            };
+            self.apply(event);
+        }
+    }
+
+    /// Blocks until the worker's next event and applies it. For tests and
+    /// scripted runs only: a UI never waits on the worker.
+    ///
+    /// # Errors
+    /// When the worker has stopped.
+    pub fn wait_for_worker(&mut self) -> Result<(), WorkerGone> {
+        let event = self.worker.recv()?;
+        self.apply(event);
+        Ok(())
+    }
+
+    fn apply(&mut self, event: Event) {
+        self.memory = event.memory;
+        match event.kind {
+            EventKind::Opened { path, checkpoint } => {
+                self.opening = None;
+                self.path_input = path.display().to_string();
+                self.shard_states = checkpoint
+                    .shards()
+                    .iter()
+                    .map(|s| (s.file.clone(), ShardState::NotLoaded))
+                    .collect();
+                self.table = tensors::TableState::default();
+                self.table.refilter(&checkpoint);
+                self.inspected = Inspected::Nothing;
+                let summary = checkpoint.summary();
+                self.totals = Some((summary.tensor_count, summary.total_bytes));
+                self.checkpoint = Some(checkpoint);
+            }
+            EventKind::OpenFailed { error, .. } => {
+                self.opening = None;
+                self.open_error = Some(error);
+            }
+            EventKind::Materialized(preview) => {
+                let state = self
+                    .shard_states
+                    .entry(preview.shard.clone())
+                    .or_insert(ShardState::NotLoaded);
+                *state = match *state {
+                    ShardState::Materialized(bytes) => ShardState::Materialized(bytes + preview.bytes),
+                    _ => ShardState::Materialized(preview.bytes),
+                };
+                let is_current = matches!(&self.inspected, Inspected::Pending { name, .. } if *name == preview.name);
+                if is_current {
+                    self.inspected = Inspected::Ready(preview);
+                }
+            }
+            EventKind::Failed { target, error } => {
+                let is_current = matches!(&self.inspected, Inspected::Pending { name, .. } if *name == target);
+                if is_current {
+                    self.inspected = Inspected::Failed { name: target, error };
+                }
+            }
+            EventKind::ShardReleased(file) => {
+                self.shard_states.insert(file, ShardState::Released);
+            }
+            EventKind::ReleasedAll => {
+                for state in self.shard_states.values_mut() {
+                    *state = ShardState::Released;
+                }
+            }
+            EventKind::Closed => {
+                self.checkpoint = None;
+                self.shard_states.clear();
+                self.inspected = Inspected::Nothing;
+            }
+            EventKind::Released(_) | EventKind::CacheCleared | EventKind::MemoryLimitSet { .. } => {}
+        }
+    }
+
+    /// Materializes `name` on the worker; the inspector shows it when ready.
+    pub fn materialize(&mut self, name: &str) {
+        if self.worker.send(Command::Materialize(name.to_owned())).is_ok() {
+            self.inspected = Inspected::Pending {
+                name: name.to_owned(),
+                since: Instant::now(),
+            };
+        }
+    }
+
+    fn send(&mut self, command: Command) {
+        if self.worker.send(command).is_err() {
+            self.open_error = Some(WorkerGone.to_string());
+        }
     }
 
     /// Draws the whole window into `ui`.
     pub fn ui(&mut self, ui: &mut egui::Ui) {
-        egui::CentralPanel::default().show(ui, |ui| {
-            ui.heading("weightscope");
+        egui::Panel::top("top").show(ui, |ui| self.top_bar_ui(ui));
+        egui::Panel::bottom("status").show(ui, |ui| self.status_ui(ui));
+        if self.checkpoint.is_some() {
+            egui::Panel::left("shards").default_size(320.0).show(ui, |ui| self.shards_ui(ui));
+            egui::Panel::right("inspector").default_size(420.0).show(ui, |ui| self.inspector_ui(ui));
+        }
+        egui::CentralPanel::default().show(ui, |ui| self.tensors_ui(ui));
+    }
+
+    fn top_bar_ui(&mut self, ui: &mut egui::Ui) {
+        ui.horizontal(|ui| {
+            ui.strong("weightscope");
+            ui.separator();
+            let field = ui.add(
+                egui::TextEdit::singleline(&mut self.path_input)
+                    .hint_text("folder or .safetensors file")
+                    .desired_width(480.0),
+            );
+            let field = field.labelled_by(ui.label("Checkpoint path").id);
+            let entered = field.lost_focus() && ui.input(|i| i.key_pressed(egui::Key::Enter));
+            if ui.button("Open").clicked() || entered {
+                let path = PathBuf::from(self.path_input.trim());
+                self.open(path);
+            }
+            if let Some(path) = &self.opening {
+                ui.spinner();
+                ui.label(format!("opening {}", path.display()));
+            }
+        });
+        if let Some(error) = &self.open_error {
+            ui.colored_label(ui.visuals().error_fg_color, error);
+        }
+        if let Some(checkpoint) = &self.checkpoint {
+            for problem in checkpoint.problems() {
+                ui.colored_label(ui.visuals().warn_fg_color, format!("⚠ {problem}"));
+            }
+        }
+    }
+
+    fn status_ui(&self, ui: &mut egui::Ui) {
+        ui.horizontal(|ui| {
             match &self.device {
                 Ok(device) => ui.label(device.describe()),
                 Err(err) => ui.colored_label(ui.visuals().error_fg_color, format!("MLX: {err}")),
             };
-            match &self.path {
-                Some(path) => ui.label(format!("Checkpoint: {}", path.display())),
-                None => ui.label("Checkpoint: the bundled demo"),
-            };
+            ui.separator();
+            ui.label(format!(
+                "MLX active {}  cache {}  peak {}  limit {}",
+                human_bytes(self.memory.active_bytes),
+                human_bytes(self.memory.cache_bytes),
+                human_bytes(self.memory.peak_bytes),
+                human_bytes(self.memory.limit_bytes)
+            ));
+            if let (Some(checkpoint), Some((count, bytes))) = (&self.checkpoint, self.totals) {
+                ui.separator();
+                ui.label(format!(
+                    "{count} tensors, {} in {} shards",
+                    human_bytes(bytes),
+                    checkpoint.shards().len()
+                ));
+            }
         });
     }
 }

@@ -1,7 +1,11 @@
-//! The eframe edge: the native window, and the frame counter the CI smoke run
-//! reads (`WEIGHTSCOPE_EXIT_AFTER_FRAMES`).
+//! The eframe edge: the native window, draining worker events in `logic`, and
+//! the frame counter the CI smoke run reads (`WEIGHTSCOPE_EXIT_AFTER_FRAMES`).
+
+use std::path::PathBuf;
+use std::time::Duration;
 
 use super::WeightscopeApp;
+use crate::mlx::DeviceInfo;
 
 /// Wraps [`WeightscopeApp`] for eframe.
 pub struct Shell {
@@ -10,25 +14,12 @@ pub struct Shell {
     exit_after_frames: Option<u64>,
 }
 
-impl Shell {
-    /// A shell that closes the window after `exit_after_frames` frames, if set.
-    #[must_use]
-    pub fn new(app: WeightscopeApp, exit_after_frames: Option<u64>) -> Self {
-        Self {
-            app,
-            frames: 0,
-            exit_after_frames,
-        }
-    }
-
-    /// How many frames were drawn.
-    #[must_use]
-    pub fn frames(&self) -> u64 {
-        self.frames
-    }
-}
-
 impl eframe::App for Shell {
+    fn logic(&mut self, _ctx: &egui::Context, _frame: &mut eframe::Frame) {
+        // At most ~10 ms of events per frame; the worker wakes us for more.
+        self.app.drain_events(Duration::from_millis(10));
+    }
+
     fn ui(&mut self, ui: &mut egui::Ui, _frame: &mut eframe::Frame) {
         self.app.ui(ui);
         self.frames += 1;
@@ -36,7 +27,11 @@ impl eframe::App for Shell {
             if self.frames == limit {
                 // Frame N's `ui` runs only after frame N-1 was painted, so
                 // reaching N (>= 2) proves real frames reached the screen.
-                eprintln!("weightscope: rendered {} frames", self.frames - 1);
+                let opened = self
+                    .app
+                    .checkpoint()
+                    .map_or_else(|| "no checkpoint".to_owned(), |c| format!("{} tensors", c.tensors().len()));
+                eprintln!("weightscope: rendered {} frames ({opened})", self.frames - 1);
                 ui.ctx().send_viewport_cmd(egui::ViewportCommand::Close);
             } else {
                 ui.ctx().request_repaint();
@@ -45,24 +40,32 @@ impl eframe::App for Shell {
     }
 }
 
-/// Opens the native window and runs until it closes.
+/// Opens the native window on `path` and runs until it closes.
 ///
 /// # Errors
 /// When no window can be opened (for example, no `DISPLAY`).
-pub fn run(app: WeightscopeApp) -> anyhow::Result<()> {
+pub fn run(path: Option<PathBuf>, device: Result<DeviceInfo, String>) -> anyhow::Result<()> {
     let exit_after_frames = std::env::var("WEIGHTSCOPE_EXIT_AFTER_FRAMES")
         .ok()
         .and_then(|v| v.parse().ok());
     let options = eframe::NativeOptions {
         viewport: egui::ViewportBuilder::default()
             .with_title("weightscope")
-            .with_inner_size([1200.0, 760.0]),
+            .with_inner_size([1400.0, 860.0]),
         ..Default::default()
     };
     eframe::run_native(
         "weightscope",
         options,
-        Box::new(move |_cc| Ok(Box::new(Shell::new(app, exit_after_frames)))),
+        Box::new(move |cc| {
+            let ctx = cc.egui_ctx.clone();
+            let app = WeightscopeApp::new(path, device, move || ctx.request_repaint())?;
+            Ok(Box::new(Shell {
+                app,
+                frames: 0,
+                exit_after_frames,
+            }))
+        }),
     )
     .map_err(|e| {
         anyhow::anyhow!(

@@ -114,6 +114,39 @@ pub fn to_f32_vec(array: &Array) -> Result<Vec<f32>, MlxError> {
         .map_err(|e| MlxError::op("read values", e))
 }
 
+/// A new `f32` array with `values` in row-major order.
+#[must_use]
+pub fn array_f32(values: &[f32], shape: &[i32]) -> Array {
+    Array::from_slice(values, shape)
+}
+
+/// `array` cast to `dtype` (lazy).
+///
+/// # Errors
+/// When MLX cannot cast to that dtype.
+pub fn cast(array: &Array, dtype: Dtype) -> Result<Array, MlxError> {
+    array.as_dtype(dtype).map_err(|e| MlxError::op("cast", e))
+}
+
+/// MLX's affine quantization of `weight`: packed weights, scales, biases.
+///
+/// # Errors
+/// When MLX rejects the shape or the parameters.
+pub fn quantize(weight: &Array, group_size: i32, bits: i32) -> Result<(Array, Array, Array), MlxError> {
+    mlx_rs::ops::quantize(weight, group_size, bits).map_err(|e| MlxError::op("quantize", e))
+}
+
+/// Writes `arrays` to `path` with MLX's own safetensors writer.
+///
+/// # Errors
+/// When MLX cannot write the file.
+pub fn save_safetensors(path: &std::path::Path, arrays: &[(&str, &Array)]) -> Result<(), MlxError> {
+    Array::save_safetensors(arrays.iter().map(|(n, a)| (*n, *a)), None, path).map_err(|e| MlxError::Load {
+        path: path.to_path_buf(),
+        message: clean_message(&e.to_string()),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::clean_message;

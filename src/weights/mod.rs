@@ -13,6 +13,7 @@
 //! while its shard is open. Streaming whole-model transforms must call
 //! [`Weights::release_shard`] as they leave each shard.
 
+pub mod demo;
 mod native;
 mod preview;
 mod view;

@@ -1,0 +1,232 @@
+//! The inspector: one materialized tensor's summary, histogram, heatmap and
+//! first values.
+
+use crate::mlx::Heatmap;
+use crate::units::{grouped, human_bytes};
+use crate::weights::TensorPreview;
+
+use super::{Inspected, WeightscopeApp};
+
+impl WeightscopeApp {
+    pub(super) fn inspector_ui(&mut self, ui: &mut egui::Ui) {
+        ui.heading("Inspector");
+        ui.separator();
+        match &self.inspected {
+            Inspected::Nothing => {
+                ui.label("Click a tensor (or select it with the arrows and press Enter) to materialize it through MLX.");
+            }
+            Inspected::Pending { name, since } => {
+                ui.horizontal(|ui| {
+                    ui.spinner();
+                    ui.label(format!("materializing {name} … {:.1} s", since.elapsed().as_secs_f32()));
+                });
+                // Keep the elapsed time moving while the worker works.
+                ui.ctx().request_repaint_after(std::time::Duration::from_millis(100));
+            }
+            Inspected::Failed { name, error } => {
+                ui.label(egui::RichText::new(name).monospace());
+                ui.colored_label(ui.visuals().error_fg_color, format!("could not materialize: {error}"));
+            }
+            Inspected::Ready(preview) => {
+                let preview = preview.clone();
+                let texture = &mut self.heatmap_texture;
+                egui::ScrollArea::vertical().id_salt("inspector-scroll").show(ui, |ui| {
+                    preview_ui(ui, &preview, texture);
+                });
+            }
+        }
+    }
+}
+
+/// The summary as plain text (what "Copy" puts on the clipboard).
+fn summary_text(p: &TensorPreview) -> String {
+    let s = &p.values.stats;
+    let mut text = format!(
+        "{}\ndtype {} shape {:?} {} in {}\ndevice {} materialized in {:.1} ms\nmin {} max {} mean {} std {} nan {} inf {}\n",
+        p.name,
+        p.dtype,
+        p.shape,
+        human_bytes(p.bytes),
+        p.shard,
+        p.device,
+        p.materialize_millis,
+        s.min,
+        s.max,
+        s.mean,
+        s.std,
+        s.nan,
+        s.inf
+    );
+    if let Some(q) = p.quantized {
+        text.push_str(&format!("dequantized from {}-bit, group {}\n", q.bits, q.group_size));
+    }
+    text
+}
+
+fn preview_ui(ui: &mut egui::Ui, p: &TensorPreview, texture: &mut Option<(String, egui::TextureHandle)>) {
+    ui.label(egui::RichText::new(&p.name).monospace().strong());
+    if p.stored_name != p.name {
+        ui.label(format!("stored as {}", p.stored_name));
+    }
+    egui::Grid::new("facts").num_columns(2).show(ui, |ui| {
+        ui.label("dtype");
+        ui.label(format!("{}  shape {:?}", p.dtype, p.shape));
+        ui.end_row();
+        ui.label("size");
+        ui.label(format!("{} in {}", human_bytes(p.bytes), p.shard));
+        ui.end_row();
+        ui.label("device");
+        let device = if p.device.starts_with("cpu") {
+            format!("{} (no GPU: CPU)", p.device)
+        } else {
+            p.device.clone()
+        };
+        ui.label(device);
+        ui.end_row();
+        ui.label("time");
+        ui.label(format!(
+            "materialized in {:.1} ms, statistics in {:.1} ms",
+            p.materialize_millis, p.summary_millis
+        ));
+        ui.end_row();
+    });
+    if let Some(q) = p.quantized {
+        ui.colored_label(
+            ui.visuals().warn_fg_color,
+            format!(
+                "MLX {}-bit quantized (group {}): values shown are MLX's dequantization, shape {:?}",
+                q.bits, q.group_size, p.value_shape
+            ),
+        );
+    }
+    if ui.button("Copy").on_hover_text("Copy the summary as text").clicked() {
+        ui.ctx().copy_text(summary_text(p));
+    }
+    ui.separator();
+
+    let s = &p.values.stats;
+    egui::Grid::new("stats").num_columns(4).show(ui, |ui| {
+        ui.label("min");
+        ui.monospace(format!("{:.6e}", s.min));
+        ui.label("max");
+        ui.monospace(format!("{:.6e}", s.max));
+        ui.end_row();
+        ui.label("mean");
+        ui.monospace(format!("{:.6e}", s.mean));
+        ui.label("std");
+        ui.monospace(format!("{:.6e}", s.std));
+        ui.end_row();
+        let bad = ui.visuals().error_fg_color;
+        ui.label("NaN");
+        if s.nan > 0 {
+            ui.colored_label(bad, grouped(s.nan));
+        } else {
+            ui.monospace("0");
+        }
+        ui.label("Inf");
+        if s.inf > 0 {
+            ui.colored_label(bad, grouped(s.inf));
+        } else {
+            ui.monospace("0");
+        }
+        ui.end_row();
+    });
+
+    ui.separator();
+    ui.label("Histogram (finite values)");
+    let h = &p.values.histogram;
+    let bins = h.counts.len().max(1);
+    let width = (h.max - h.min) / bins as f64;
+    let bars: Vec<egui_plot::Bar> = h
+        .counts
+        .iter()
+        .enumerate()
+        .map(|(i, &c)| egui_plot::Bar::new(h.min + (i as f64 + 0.5) * width, c as f64).width(width))
+        .collect();
+    egui_plot::Plot::new("histogram")
+        .height(140.0)
+        .allow_zoom(false)
+        .allow_drag(false)
+        .allow_scroll(false)
+        .show(ui, |plot| plot.bar_chart(egui_plot::BarChart::new("count", bars)));
+
+    if let Some(heatmap) = &p.values.heatmap {
+        ui.separator();
+        ui.label(format!(
+            "Heatmap ({} x {} cells, each the mean of {} x {} values)",
+            heatmap.rows, heatmap.cols, heatmap.row_step, heatmap.col_step
+        ));
+        heatmap_ui(ui, heatmap, &p.name, texture);
+    }
+
+    ui.separator();
+    ui.label(format!("First {} values", p.values.first.len()));
+    egui::Grid::new("first").num_columns(8).striped(true).show(ui, |ui| {
+        for (i, v) in p.values.first.iter().enumerate() {
+            ui.monospace(format!("{v:.4}"));
+            if i % 8 == 7 {
+                ui.end_row();
+            }
+        }
+    });
+}
+
+/// A diverging blue-white-red scale around 0, symmetric in the largest |value|.
+fn color(v: f32, extent: f32) -> egui::Color32 {
+    if !v.is_finite() || extent <= 0.0 {
+        return egui::Color32::GRAY;
+    }
+    let t = (v / extent).clamp(-1.0, 1.0);
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    let fade = |x: f32| (255.0 * (1.0 - x)) as u8;
+    if t >= 0.0 {
+        egui::Color32::from_rgb(255, fade(t), fade(t))
+    } else {
+        egui::Color32::from_rgb(fade(-t), fade(-t), 255)
+    }
+}
+
+fn heatmap_ui(
+    ui: &mut egui::Ui,
+    heatmap: &Heatmap,
+    name: &str,
+    cache: &mut Option<(String, egui::TextureHandle)>,
+) {
+    let extent = heatmap.values.iter().filter(|v| v.is_finite()).fold(0.0f32, |m, v| m.max(v.abs()));
+    // Built once per preview and kept: uploading 512 x 512 texels every frame
+    // would cost more than the rest of the window.
+    if cache.as_ref().is_none_or(|(cached, _)| cached != name) {
+        let pixels: Vec<egui::Color32> = heatmap.values.iter().map(|&v| color(v, extent)).collect();
+        let image = egui::ColorImage::new([heatmap.cols, heatmap.rows], pixels);
+        let handle = ui.ctx().load_texture(format!("heatmap:{name}"), image, egui::TextureOptions::NEAREST);
+        *cache = Some((name.to_owned(), handle));
+    }
+    let Some((_, texture)) = cache.as_ref() else {
+        return;
+    };
+    let side = ui.available_width().min(400.0);
+    let aspect = heatmap.rows as f32 / heatmap.cols.max(1) as f32;
+    let size = egui::vec2(side, (side * aspect).clamp(40.0, 400.0));
+    let response = ui.add(egui::Image::new((texture.id(), size)).sense(egui::Sense::hover()));
+    if let Some(pos) = response.hover_pos() {
+        let rel = (pos - response.rect.min) / response.rect.size();
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        let (c, r) = (
+            ((rel.x * heatmap.cols as f32) as usize).min(heatmap.cols - 1),
+            ((rel.y * heatmap.rows as f32) as usize).min(heatmap.rows - 1),
+        );
+        let value = heatmap.values[r * heatmap.cols + c];
+        response.on_hover_text(format!(
+            "rows {}..{}, cols {}..{}: mean {value:.6}",
+            r * heatmap.row_step,
+            (r + 1) * heatmap.row_step,
+            c * heatmap.col_step,
+            (c + 1) * heatmap.col_step
+        ));
+    }
+    ui.horizontal(|ui| {
+        ui.colored_label(color(-extent, extent), format!("■ {:.3e}", -extent));
+        ui.label("0");
+        ui.colored_label(color(extent, extent), format!("■ {extent:.3e}"));
+    });
+}
