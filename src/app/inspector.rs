@@ -1,7 +1,9 @@
 //! The inspector: one materialized tensor's summary, histogram, heatmap and
 //! first values.
 
-use crate::mlx::Heatmap;
+use std::fmt::Write as _;
+
+use crate::mlx::{Heatmap, Histogram, Stats};
 use crate::units::{grouped, human_bytes};
 use crate::weights::TensorPreview;
 
@@ -18,21 +20,30 @@ impl WeightscopeApp {
             Inspected::Pending { name, since } => {
                 ui.horizontal(|ui| {
                     ui.spinner();
-                    ui.label(format!("materializing {name} … {:.1} s", since.elapsed().as_secs_f32()));
+                    ui.label(format!(
+                        "materializing {name} ... {:.1} s",
+                        since.elapsed().as_secs_f32()
+                    ));
                 });
                 // Keep the elapsed time moving while the worker works.
-                ui.ctx().request_repaint_after(std::time::Duration::from_millis(100));
+                ui.ctx()
+                    .request_repaint_after(std::time::Duration::from_millis(100));
             }
             Inspected::Failed { name, error } => {
                 ui.label(egui::RichText::new(name).monospace());
-                ui.colored_label(ui.visuals().error_fg_color, format!("could not materialize: {error}"));
+                ui.colored_label(
+                    ui.visuals().error_fg_color,
+                    format!("could not materialize: {error}"),
+                );
             }
             Inspected::Ready(preview) => {
                 let preview = preview.clone();
                 let texture = &mut self.heatmap_texture;
-                egui::ScrollArea::vertical().id_salt("inspector-scroll").show(ui, |ui| {
-                    preview_ui(ui, &preview, texture);
-                });
+                egui::ScrollArea::vertical()
+                    .id_salt("inspector-scroll")
+                    .show(ui, |ui| {
+                        preview_ui(ui, &preview, texture);
+                    });
             }
         }
     }
@@ -58,12 +69,20 @@ fn summary_text(p: &TensorPreview) -> String {
         s.inf
     );
     if let Some(q) = p.quantized {
-        text.push_str(&format!("dequantized from {}-bit, group {}\n", q.bits, q.group_size));
+        let _ = writeln!(
+            text,
+            "dequantized from {}-bit, group {}",
+            q.bits, q.group_size
+        );
     }
     text
 }
 
-fn preview_ui(ui: &mut egui::Ui, p: &TensorPreview, texture: &mut Option<(String, egui::TextureHandle)>) {
+fn preview_ui(
+    ui: &mut egui::Ui,
+    p: &TensorPreview,
+    texture: &mut Option<(String, egui::TextureHandle)>,
+) {
     ui.label(egui::RichText::new(&p.name).monospace().strong());
     if p.stored_name != p.name {
         ui.label(format!("stored as {}", p.stored_name));
@@ -99,12 +118,44 @@ fn preview_ui(ui: &mut egui::Ui, p: &TensorPreview, texture: &mut Option<(String
             ),
         );
     }
-    if ui.button("Copy").on_hover_text("Copy the summary as text").clicked() {
+    if ui
+        .button("Copy")
+        .on_hover_text("Copy the summary as text")
+        .clicked()
+    {
         ui.ctx().copy_text(summary_text(p));
     }
     ui.separator();
 
-    let s = &p.values.stats;
+    stats_ui(ui, &p.values.stats);
+    ui.separator();
+    histogram_ui(ui, &p.values.histogram);
+
+    if let Some(heatmap) = &p.values.heatmap {
+        ui.separator();
+        ui.label(format!(
+            "Heatmap ({} x {} cells, each the mean of {} x {} values)",
+            heatmap.rows, heatmap.cols, heatmap.row_step, heatmap.col_step
+        ));
+        heatmap_ui(ui, heatmap, &p.name, texture);
+    }
+
+    ui.separator();
+    ui.label(format!("First {} values", p.values.first.len()));
+    egui::Grid::new("first")
+        .num_columns(8)
+        .striped(true)
+        .show(ui, |ui| {
+            for (i, v) in p.values.first.iter().enumerate() {
+                ui.monospace(format!("{v:.4}"));
+                if i % 8 == 7 {
+                    ui.end_row();
+                }
+            }
+        });
+}
+
+fn stats_ui(ui: &mut egui::Ui, s: &Stats) {
     egui::Grid::new("stats").num_columns(4).show(ui, |ui| {
         ui.label("min");
         ui.monospace(format!("{:.6e}", s.min));
@@ -131,10 +182,10 @@ fn preview_ui(ui: &mut egui::Ui, p: &TensorPreview, texture: &mut Option<(String
         }
         ui.end_row();
     });
+}
 
-    ui.separator();
+fn histogram_ui(ui: &mut egui::Ui, h: &Histogram) {
     ui.label("Histogram (finite values)");
-    let h = &p.values.histogram;
     let bins = h.counts.len().max(1);
     let width = (h.max - h.min) / bins as f64;
     let bars: Vec<egui_plot::Bar> = h
@@ -148,27 +199,9 @@ fn preview_ui(ui: &mut egui::Ui, p: &TensorPreview, texture: &mut Option<(String
         .allow_zoom(false)
         .allow_drag(false)
         .allow_scroll(false)
-        .show(ui, |plot| plot.bar_chart(egui_plot::BarChart::new("count", bars)));
-
-    if let Some(heatmap) = &p.values.heatmap {
-        ui.separator();
-        ui.label(format!(
-            "Heatmap ({} x {} cells, each the mean of {} x {} values)",
-            heatmap.rows, heatmap.cols, heatmap.row_step, heatmap.col_step
-        ));
-        heatmap_ui(ui, heatmap, &p.name, texture);
-    }
-
-    ui.separator();
-    ui.label(format!("First {} values", p.values.first.len()));
-    egui::Grid::new("first").num_columns(8).striped(true).show(ui, |ui| {
-        for (i, v) in p.values.first.iter().enumerate() {
-            ui.monospace(format!("{v:.4}"));
-            if i % 8 == 7 {
-                ui.end_row();
-            }
-        }
-    });
+        .show(ui, |plot| {
+            plot.bar_chart(egui_plot::BarChart::new("count", bars));
+        });
 }
 
 /// A diverging blue-white-red scale around 0, symmetric in the largest |value|.
@@ -192,13 +225,21 @@ fn heatmap_ui(
     name: &str,
     cache: &mut Option<(String, egui::TextureHandle)>,
 ) {
-    let extent = heatmap.values.iter().filter(|v| v.is_finite()).fold(0.0f32, |m, v| m.max(v.abs()));
+    let extent = heatmap
+        .values
+        .iter()
+        .filter(|v| v.is_finite())
+        .fold(0.0f32, |m, v| m.max(v.abs()));
     // Built once per preview and kept: uploading 512 x 512 texels every frame
     // would cost more than the rest of the window.
     if cache.as_ref().is_none_or(|(cached, _)| cached != name) {
         let pixels: Vec<egui::Color32> = heatmap.values.iter().map(|&v| color(v, extent)).collect();
         let image = egui::ColorImage::new([heatmap.cols, heatmap.rows], pixels);
-        let handle = ui.ctx().load_texture(format!("heatmap:{name}"), image, egui::TextureOptions::NEAREST);
+        let handle = ui.ctx().load_texture(
+            format!("heatmap:{name}"),
+            image,
+            egui::TextureOptions::NEAREST,
+        );
         *cache = Some((name.to_owned(), handle));
     }
     let Some((_, texture)) = cache.as_ref() else {
@@ -206,8 +247,8 @@ fn heatmap_ui(
     };
     let side = ui.available_width().min(400.0);
     let aspect = heatmap.rows as f32 / heatmap.cols.max(1) as f32;
-    let size = egui::vec2(side, (side * aspect).clamp(40.0, 400.0));
-    let response = ui.add(egui::Image::new((texture.id(), size)).sense(egui::Sense::hover()));
+    let image_size = egui::vec2(side, (side * aspect).clamp(40.0, 400.0));
+    let response = ui.add(egui::Image::new((texture.id(), image_size)).sense(egui::Sense::hover()));
     if let Some(pos) = response.hover_pos() {
         let rel = (pos - response.rect.min) / response.rect.size();
         #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
@@ -225,8 +266,8 @@ fn heatmap_ui(
         ));
     }
     ui.horizontal(|ui| {
-        ui.colored_label(color(-extent, extent), format!("■ {:.3e}", -extent));
+        ui.colored_label(color(-extent, extent), format!("## {:.3e}", -extent));
         ui.label("0");
-        ui.colored_label(color(extent, extent), format!("■ {extent:.3e}"));
+        ui.colored_label(color(extent, extent), format!("## {extent:.3e}"));
     });
 }

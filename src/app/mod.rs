@@ -101,6 +101,12 @@ impl WeightscopeApp {
         }
     }
 
+    /// Whether an open is in progress on the worker.
+    #[must_use]
+    pub fn is_opening(&self) -> bool {
+        self.opening.is_some()
+    }
+
     /// The open checkpoint's metadata.
     #[must_use]
     pub fn checkpoint(&self) -> Option<&Checkpoint> {
@@ -157,7 +163,9 @@ impl WeightscopeApp {
                     .entry(preview.shard.clone())
                     .or_insert(ShardState::NotLoaded);
                 *state = match *state {
-                    ShardState::Materialized(bytes) => ShardState::Materialized(bytes + preview.bytes),
+                    ShardState::Materialized(bytes) => {
+                        ShardState::Materialized(bytes + preview.bytes)
+                    }
                     _ => ShardState::Materialized(preview.bytes),
                 };
                 let is_current = matches!(&self.inspected, Inspected::Pending { name, .. } if *name == preview.name);
@@ -166,9 +174,13 @@ impl WeightscopeApp {
                 }
             }
             EventKind::Failed { target, error } => {
-                let is_current = matches!(&self.inspected, Inspected::Pending { name, .. } if *name == target);
+                let is_current =
+                    matches!(&self.inspected, Inspected::Pending { name, .. } if *name == target);
                 if is_current {
-                    self.inspected = Inspected::Failed { name: target, error };
+                    self.inspected = Inspected::Failed {
+                        name: target,
+                        error,
+                    };
                 }
             }
             EventKind::ShardReleased(file) => {
@@ -184,13 +196,18 @@ impl WeightscopeApp {
                 self.shard_states.clear();
                 self.inspected = Inspected::Nothing;
             }
-            EventKind::Released(_) | EventKind::CacheCleared | EventKind::MemoryLimitSet { .. } => {}
+            EventKind::Released(_) | EventKind::CacheCleared | EventKind::MemoryLimitSet { .. } => {
+            }
         }
     }
 
     /// Materializes `name` on the worker; the inspector shows it when ready.
     pub fn materialize(&mut self, name: &str) {
-        if self.worker.send(Command::Materialize(name.to_owned())).is_ok() {
+        if self
+            .worker
+            .send(Command::Materialize(name.to_owned()))
+            .is_ok()
+        {
             self.inspected = Inspected::Pending {
                 name: name.to_owned(),
                 since: Instant::now(),
@@ -209,8 +226,12 @@ impl WeightscopeApp {
         egui::Panel::top("top").show(ui, |ui| self.top_bar_ui(ui));
         egui::Panel::bottom("status").show(ui, |ui| self.status_ui(ui));
         if self.checkpoint.is_some() {
-            egui::Panel::left("shards").default_size(320.0).show(ui, |ui| self.shards_ui(ui));
-            egui::Panel::right("inspector").default_size(420.0).show(ui, |ui| self.inspector_ui(ui));
+            egui::Panel::left("shards")
+                .default_size(320.0)
+                .show(ui, |ui| self.shards_ui(ui));
+            egui::Panel::right("inspector")
+                .default_size(420.0)
+                .show(ui, |ui| self.inspector_ui(ui));
         }
         egui::CentralPanel::default().show(ui, |ui| self.tensors_ui(ui));
     }
@@ -237,11 +258,6 @@ impl WeightscopeApp {
         });
         if let Some(error) = &self.open_error {
             ui.colored_label(ui.visuals().error_fg_color, error);
-        }
-        if let Some(checkpoint) = &self.checkpoint {
-            for problem in checkpoint.problems() {
-                ui.colored_label(ui.visuals().warn_fg_color, format!("⚠ {problem}"));
-            }
         }
     }
 

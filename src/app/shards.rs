@@ -20,40 +20,44 @@ impl WeightscopeApp {
             }
         });
         ui.separator();
-        egui::ScrollArea::vertical().id_salt("shards-scroll").show(ui, |ui| {
-            for shard in checkpoint.shards() {
-                let state = self
-                    .shard_states
-                    .get(&shard.file)
-                    .copied()
-                    .unwrap_or(ShardState::NotLoaded);
-                ui.group(|ui| {
-                    ui.label(egui::RichText::new(&shard.file).monospace());
-                    ui.label(format!(
-                        "{}  ·  {} tensors",
-                        human_bytes(shard.file_bytes),
-                        shard.tensors.len()
-                    ));
-                    ui.horizontal(|ui| {
-                        let text = match state {
-                            ShardState::NotLoaded => "not loaded".to_owned(),
-                            ShardState::Materialized(bytes) => format!("materialized {}", human_bytes(bytes)),
-                            ShardState::Released => "released".to_owned(),
-                        };
-                        ui.label(text);
-                        let release = ui.add_enabled(
-                            matches!(state, ShardState::Materialized(_)),
-                            egui::Button::new("Release shard"),
-                        );
-                        if release.clicked() {
-                            self.send(Command::ReleaseShard(shard.file.clone()));
-                        }
+        egui::ScrollArea::vertical()
+            .id_salt("shards-scroll")
+            .show(ui, |ui| {
+                for shard in checkpoint.shards() {
+                    let state = self
+                        .shard_states
+                        .get(&shard.file)
+                        .copied()
+                        .unwrap_or(ShardState::NotLoaded);
+                    ui.group(|ui| {
+                        ui.label(egui::RichText::new(&shard.file).monospace());
+                        ui.label(format!(
+                            "{}, {} tensors",
+                            human_bytes(shard.file_bytes),
+                            shard.tensors.len()
+                        ));
+                        ui.horizontal(|ui| {
+                            let text = match state {
+                                ShardState::NotLoaded => "not loaded".to_owned(),
+                                ShardState::Materialized(bytes) => {
+                                    format!("materialized {}", human_bytes(bytes))
+                                }
+                                ShardState::Released => "released".to_owned(),
+                            };
+                            ui.label(text);
+                            let release = ui.add_enabled(
+                                matches!(state, ShardState::Materialized(_)),
+                                egui::Button::new("Release shard"),
+                            );
+                            if release.clicked() {
+                                self.send(Command::ReleaseShard(shard.file.clone()));
+                            }
+                        });
                     });
-                });
-            }
-            for problem in checkpoint.problems() {
-                ui.colored_label(ui.visuals().error_fg_color, problem.to_string());
-            }
-        });
+                }
+                for problem in checkpoint.problems() {
+                    ui.colored_label(ui.visuals().error_fg_color, problem.to_string());
+                }
+            });
     }
 }

@@ -22,16 +22,23 @@ impl eframe::App for Shell {
 
     fn ui(&mut self, ui: &mut egui::Ui, _frame: &mut eframe::Frame) {
         self.app.ui(ui);
-        self.frames += 1;
+        // For the smoke run, frames count once the checkpoint is open (or
+        // failed to), so the window is shown with its contents.
+        if !self.app.is_opening() {
+            self.frames += 1;
+        }
         if let Some(limit) = self.exit_after_frames {
             if self.frames == limit {
                 // Frame N's `ui` runs only after frame N-1 was painted, so
                 // reaching N (>= 2) proves real frames reached the screen.
-                let opened = self
-                    .app
-                    .checkpoint()
-                    .map_or_else(|| "no checkpoint".to_owned(), |c| format!("{} tensors", c.tensors().len()));
-                eprintln!("weightscope: rendered {} frames ({opened})", self.frames - 1);
+                let opened = self.app.checkpoint().map_or_else(
+                    || "no checkpoint".to_owned(),
+                    |c| format!("{} tensors", c.tensors().len()),
+                );
+                eprintln!(
+                    "weightscope: rendered {} frames ({opened})",
+                    self.frames - 1
+                );
                 ui.ctx().send_viewport_cmd(egui::ViewportCommand::Close);
             } else {
                 ui.ctx().request_repaint();

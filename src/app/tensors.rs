@@ -37,7 +37,9 @@ impl TableState {
             .collect();
         match self.sort {
             SortBy::Stored => {}
-            SortBy::Name => self.rows.sort_by(|&a, &b| tensors[a].name.cmp(&tensors[b].name)),
+            SortBy::Name => self
+                .rows
+                .sort_by(|&a, &b| tensors[a].name.cmp(&tensors[b].name)),
             SortBy::Dtype => self.rows.sort_by_key(|&i| tensors[i].dtype),
             SortBy::Bytes => self.rows.sort_by_key(|&i| tensors[i].bytes()),
         }
@@ -51,14 +53,19 @@ impl WeightscopeApp {
     pub(super) fn tensors_ui(&mut self, ui: &mut egui::Ui) {
         let Some(checkpoint) = self.checkpoint.clone() else {
             ui.centered_and_justified(|ui| {
-                ui.label("Open a checkpoint: type a folder or .safetensors path above and press Enter.");
+                ui.label(
+                    "Open a checkpoint: type a folder or .safetensors path above and press Enter.",
+                );
             });
             return;
         };
         let focus_filter = ui.input_mut(|i| i.consume_key(egui::Modifiers::COMMAND, egui::Key::F));
         ui.horizontal(|ui| {
             let label = ui.label("Filter");
-            let edit = ui.add(egui::TextEdit::singleline(&mut self.table.filter).hint_text("substring of the name"));
+            let edit = ui.add(
+                egui::TextEdit::singleline(&mut self.table.filter)
+                    .hint_text("substring of the name"),
+            );
             let edit = edit.labelled_by(label.id);
             if focus_filter {
                 edit.request_focus();
@@ -66,7 +73,11 @@ impl WeightscopeApp {
             if edit.changed() {
                 self.table.refilter(&checkpoint);
             }
-            ui.label(format!("{} of {} tensors", self.table.rows.len(), checkpoint.tensors().len()));
+            ui.label(format!(
+                "{} of {} tensors",
+                self.table.rows.len(),
+                checkpoint.tensors().len()
+            ));
         });
         ui.separator();
         self.keyboard(ui);
@@ -78,8 +89,8 @@ impl WeightscopeApp {
                 ("Size", SortBy::Bytes),
             ] {
                 let mark = match (self.table.sort == column, self.table.descending) {
-                    (true, false) => " ▲",
-                    (true, true) => " ▼",
+                    (true, false) => " (asc)",
+                    (true, true) => " (desc)",
                     (false, _) => "",
                 };
                 if ui.button(format!("{label}{mark}")).clicked() {
@@ -112,10 +123,14 @@ impl WeightscopeApp {
                     let selected = self.table.selected == Some(i);
                     // One line per row (the scroll area assumes a fixed row height);
                     // long names are cut with an ellipsis, the full line is the tooltip.
-                    let button = egui::Button::selectable(selected, egui::RichText::new(text).monospace()).truncate();
-                    let row = ui
-                        .add(button)
-                        .on_hover_text(format!("{}\n{}", t.name, checkpoint.shards()[t.shard].file));
+                    let button =
+                        egui::Button::selectable(selected, egui::RichText::new(text).monospace())
+                            .truncate();
+                    let row = ui.add(button).on_hover_text(format!(
+                        "{}\n{}",
+                        t.name,
+                        checkpoint.shards()[t.shard].file
+                    ));
                     if row.clicked() {
                         clicked = Some(i);
                     }
@@ -143,7 +158,10 @@ impl WeightscopeApp {
                 i.key_pressed(egui::Key::Enter),
             )
         });
-        let position = self.table.selected.and_then(|s| self.table.rows.iter().position(|&r| r == s));
+        let position = self
+            .table
+            .selected
+            .and_then(|s| self.table.rows.iter().position(|&r| r == s));
         let next = match (position, down, up) {
             (None, true, _) | (None, _, true) => Some(0),
             (Some(p), true, _) => Some((p + 1).min(self.table.rows.len().saturating_sub(1))),
@@ -153,11 +171,9 @@ impl WeightscopeApp {
         if let Some(p) = next {
             self.table.selected = self.table.rows.get(p).copied();
         }
-        if enter {
-            if let Some(i) = self.table.selected {
-                let name = checkpoint.tensors()[i].name.clone();
-                self.materialize(&name);
-            }
+        if enter && let Some(i) = self.table.selected {
+            let name = checkpoint.tensors()[i].name.clone();
+            self.materialize(&name);
         }
     }
 }

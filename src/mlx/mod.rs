@@ -132,7 +132,11 @@ pub fn cast(array: &Array, dtype: Dtype) -> Result<Array, MlxError> {
 ///
 /// # Errors
 /// When MLX rejects the shape or the parameters.
-pub fn quantize(weight: &Array, group_size: i32, bits: i32) -> Result<(Array, Array, Array), MlxError> {
+pub fn quantize(
+    weight: &Array,
+    group_size: i32,
+    bits: i32,
+) -> Result<(Array, Array, Array), MlxError> {
     mlx_rs::ops::quantize(weight, group_size, bits).map_err(|e| MlxError::op("quantize", e))
 }
 
@@ -141,9 +145,11 @@ pub fn quantize(weight: &Array, group_size: i32, bits: i32) -> Result<(Array, Ar
 /// # Errors
 /// When MLX cannot write the file.
 pub fn save_safetensors(path: &std::path::Path, arrays: &[(&str, &Array)]) -> Result<(), MlxError> {
-    Array::save_safetensors(arrays.iter().map(|(n, a)| (*n, *a)), None, path).map_err(|e| MlxError::Load {
-        path: path.to_path_buf(),
-        message: clean_message(&e.to_string()),
+    Array::save_safetensors(arrays.iter().map(|(n, a)| (*n, *a)), None, path).map_err(|e| {
+        MlxError::Load {
+            path: path.to_path_buf(),
+            message: clean_message(&e.to_string()),
+        }
     })
 }
 

@@ -18,7 +18,8 @@ pub fn demo_dir() -> PathBuf {
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
         .unwrap_or_else(std::env::temp_dir);
-    base.join("weightscope").join(format!("demo-v{DEMO_VERSION}"))
+    base.join("weightscope")
+        .join(format!("demo-v{DEMO_VERSION}"))
 }
 
 /// Makes sure the demo exists under `dir` (writing it the first time) and
@@ -31,9 +32,15 @@ pub fn ensure_demo(dir: &Path) -> Result<PathBuf, DemoError> {
     if done.is_file() {
         return Ok(dir.to_path_buf());
     }
-    std::fs::create_dir_all(dir).map_err(|e| DemoError::Io { path: dir.to_path_buf(), reason: e.to_string() })?;
+    std::fs::create_dir_all(dir).map_err(|e| DemoError::Io {
+        path: dir.to_path_buf(),
+        reason: e.to_string(),
+    })?;
     write_demo(dir)?;
-    std::fs::write(&done, b"").map_err(|e| DemoError::Io { path: done.clone(), reason: e.to_string() })?;
+    std::fs::write(&done, b"").map_err(|e| DemoError::Io {
+        path: done.clone(),
+        reason: e.to_string(),
+    })?;
     Ok(dir.to_path_buf())
 }
 
@@ -97,17 +104,43 @@ fn write_demo(dir: &Path) -> Result<(), DemoError> {
     let head = mlx::cast(&wave(1024, hidden, 0.03, 5.0), Dtype::Bfloat16)?;
     mlx::save_safetensors(
         &dir.join("model-00003-of-00003.safetensors"),
-        &[("model.norm.weight", &final_norm), ("lm_head.weight", &head)],
+        &[
+            ("model.norm.weight", &final_norm),
+            ("lm_head.weight", &head),
+        ],
     )?;
 
     let shards = [
-        ("model-00001-of-00003.safetensors", &["model.embed_tokens.weight", "model.layers.0.input_layernorm.weight", "model.layers.0.self_attn.q_proj.weight", "model.layers.0.self_attn.k_proj.weight"][..]),
-        ("model-00002-of-00003.safetensors", &["model.layers.0.mlp.up_proj.weight", "model.layers.0.mlp.up_proj.scales", "model.layers.0.mlp.up_proj.biases", "model.layers.0.mlp.down_proj.weight"][..]),
-        ("model-00003-of-00003.safetensors", &["model.norm.weight", "lm_head.weight"][..]),
+        (
+            "model-00001-of-00003.safetensors",
+            &[
+                "model.embed_tokens.weight",
+                "model.layers.0.input_layernorm.weight",
+                "model.layers.0.self_attn.q_proj.weight",
+                "model.layers.0.self_attn.k_proj.weight",
+            ][..],
+        ),
+        (
+            "model-00002-of-00003.safetensors",
+            &[
+                "model.layers.0.mlp.up_proj.weight",
+                "model.layers.0.mlp.up_proj.scales",
+                "model.layers.0.mlp.up_proj.biases",
+                "model.layers.0.mlp.down_proj.weight",
+            ][..],
+        ),
+        (
+            "model-00003-of-00003.safetensors",
+            &["model.norm.weight", "lm_head.weight"][..],
+        ),
     ];
     let weight_map: serde_json::Map<String, serde_json::Value> = shards
         .iter()
-        .flat_map(|(file, names)| names.iter().map(move |n| ((*n).to_owned(), serde_json::Value::from(*file))))
+        .flat_map(|(file, names)| {
+            names
+                .iter()
+                .map(move |n| ((*n).to_owned(), serde_json::Value::from(*file)))
+        })
         .collect();
     let index = serde_json::json!({"metadata": {"format": "mlx"}, "weight_map": weight_map});
     let config = serde_json::json!({
@@ -115,9 +148,15 @@ fn write_demo(dir: &Path) -> Result<(), DemoError> {
         "hidden_size": hidden,
         "quantization": {"group_size": 64, "bits": 4, "model.layers.0.self_attn.q_proj": false},
     });
-    for (name, doc) in [("model.safetensors.index.json", index), ("config.json", config)] {
+    for (name, doc) in [
+        ("model.safetensors.index.json", index),
+        ("config.json", config),
+    ] {
         let path = dir.join(name);
-        std::fs::write(&path, doc.to_string()).map_err(|e| DemoError::Io { path: path.clone(), reason: e.to_string() })?;
+        std::fs::write(&path, doc.to_string()).map_err(|e| DemoError::Io {
+            path: path.clone(),
+            reason: e.to_string(),
+        })?;
     }
     Ok(())
 }
