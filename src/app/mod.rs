@@ -8,7 +8,7 @@ mod shards;
 pub mod shell;
 mod tensors;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -51,6 +51,9 @@ pub struct WeightscopeApp {
     /// The path field (also the fallback when no file dialog can open).
     path_input: String,
     shard_states: HashMap<String, ShardState>,
+    /// Tensors materialized since their shard was opened (a second click on
+    /// one is served from the worker's cache and adds no bytes).
+    materialized: HashSet<String>,
     table: tensors::TableState,
     inspected: Inspected,
     /// The inspector's heatmap texture, keyed by tensor name.
@@ -79,6 +82,7 @@ impl WeightscopeApp {
             totals: None,
             path_input: String::new(),
             shard_states: HashMap::new(),
+            materialized: HashSet::new(),
             table: tensors::TableState::default(),
             inspected: Inspected::Nothing,
             heatmap_texture: None,
@@ -146,6 +150,7 @@ impl WeightscopeApp {
                     .iter()
                     .map(|s| (s.file.clone(), ShardState::NotLoaded))
                     .collect();
+                self.materialized.clear();
                 self.table = tensors::TableState::default();
                 self.table.refilter(&checkpoint);
                 self.inspected = Inspected::Nothing;
@@ -184,9 +189,17 @@ impl WeightscopeApp {
                 }
             }
             EventKind::ShardReleased(file) => {
+                if let Some(checkpoint) = &self.checkpoint {
+                    for tensor in checkpoint.tensors() {
+                        if checkpoint.shards()[tensor.shard].file == file {
+                            self.materialized.remove(&tensor.name);
+                        }
+                    }
+                }
                 self.shard_states.insert(file, ShardState::Released);
             }
             EventKind::ReleasedAll => {
+                self.materialized.clear();
                 for state in self.shard_states.values_mut() {
                     *state = ShardState::Released;
                 }
