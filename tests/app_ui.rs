@@ -73,6 +73,12 @@ fn browse_the_demo_filter_materialize_and_release() {
     harness.state_mut().wait_for_worker().expect("released");
     harness.run();
     harness.get_by_label("released");
+
+    // The memory strip: live figures, and the last event named.
+    assert!(harness.state_mut().wait_for_sample());
+    harness.run();
+    harness.get_by_label_contains("Memory (MiB, seconds since start): process RSS");
+    harness.get_by_label_contains("release shard model-00002-of-00003.safetensors");
 }
 
 #[test]

@@ -4,17 +4,19 @@
 //! sends commands and draws the summaries that come back.
 
 mod inspector;
+mod memory_strip;
 mod shards;
 pub mod shell;
 mod tensors;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::checkpoint::Checkpoint;
 use crate::mlx::{DeviceInfo, MemoryStats};
+use crate::profile::{Sampler, Series};
 use crate::units::human_bytes;
 use crate::weights::{Command, Event, EventKind, TensorPreview, Worker, WorkerGone};
 
@@ -27,6 +29,22 @@ pub enum ShardState {
     Materialized(u64),
     /// Its map was released; it reopens on the next click.
     Released,
+}
+
+/// The strip's text for a worker event worth marking.
+fn marker_label(kind: &EventKind) -> Option<String> {
+    match kind {
+        EventKind::Opened { path, .. } => Some(format!("open {}", path.display())),
+        EventKind::Materialized(p) => {
+            Some(format!("materialize {} ({})", p.name, human_bytes(p.bytes)))
+        }
+        EventKind::Released(name) => Some(format!("release {name}")),
+        EventKind::ShardReleased(file) => Some(format!("release shard {file}")),
+        EventKind::ReleasedAll => Some("release all".into()),
+        EventKind::CacheCleared => Some("clear cache".into()),
+        EventKind::MemoryLimitSet { .. } => Some("memory limit".into()),
+        EventKind::OpenFailed { .. } | EventKind::Failed { .. } | EventKind::Closed => None,
+    }
 }
 
 /// The tensor the inspector shows.
@@ -59,7 +77,18 @@ pub struct WeightscopeApp {
     /// The inspector's heatmap texture, keyed by tensor name.
     heatmap_texture: Option<(String, egui::TextureHandle)>,
     memory: MemoryStats,
+    /// Memory over time for the strip; `None` when the sampler could not start.
+    sampler: Option<Sampler>,
+    series: Series,
+    /// Worker events on the strip's clock: when, and what.
+    markers: VecDeque<(Instant, String)>,
+    started: Instant,
 }
+
+/// Samples kept for the memory strip: 10 minutes at 10 Hz.
+const STRIP_SAMPLES: usize = 6000;
+/// Markers kept for the memory strip.
+const STRIP_MARKERS: usize = 500;
 
 impl WeightscopeApp {
     /// A new app with its MLX worker; `wake` is called after each worker
@@ -70,9 +99,10 @@ impl WeightscopeApp {
     pub fn new(
         path: Option<PathBuf>,
         device: Result<DeviceInfo, String>,
-        wake: impl Fn() + Send + Sync + 'static,
+        wake: impl Fn() + Clone + Send + Sync + 'static,
     ) -> std::io::Result<Self> {
-        let worker = Worker::spawn(wake)?;
+        let worker = Worker::spawn(wake.clone())?;
+        let sampler = Sampler::spawn(Duration::from_millis(100), wake).ok();
         let mut app = Self {
             worker,
             device,
@@ -87,6 +117,10 @@ impl WeightscopeApp {
             inspected: Inspected::Nothing,
             heatmap_texture: None,
             memory: MemoryStats::default(),
+            sampler,
+            series: Series::new(STRIP_SAMPLES),
+            markers: VecDeque::new(),
+            started: Instant::now(),
         };
         if let Some(path) = path {
             app.open(path);
@@ -120,6 +154,9 @@ impl WeightscopeApp {
     /// Applies every waiting worker event, spending at most `budget`.
     pub fn drain_events(&mut self, budget: Duration) {
         let start = Instant::now();
+        while let Some(sample) = self.sampler.as_ref().and_then(Sampler::try_recv) {
+            self.series.push(sample);
+        }
         while start.elapsed() < budget {
             let Some(event) = self.worker.try_recv() else {
                 break;
@@ -139,8 +176,26 @@ impl WeightscopeApp {
         Ok(())
     }
 
+    /// Blocks until the memory sampler's next sample and records it. For
+    /// tests and scripted runs only. Returns whether a sample came.
+    pub fn wait_for_sample(&mut self) -> bool {
+        match self.sampler.as_ref().and_then(Sampler::recv) {
+            Some(sample) => {
+                self.series.push(sample);
+                true
+            }
+            None => false,
+        }
+    }
+
     fn apply(&mut self, event: Event) {
         self.memory = event.memory;
+        if let Some(label) = marker_label(&event.kind) {
+            if self.markers.len() == STRIP_MARKERS {
+                self.markers.pop_front();
+            }
+            self.markers.push_back((event.at, label));
+        }
         match event.kind {
             EventKind::Opened { path, checkpoint } => {
                 self.opening = None;
@@ -238,6 +293,9 @@ impl WeightscopeApp {
     pub fn ui(&mut self, ui: &mut egui::Ui) {
         egui::Panel::top("top").show(ui, |ui| self.top_bar_ui(ui));
         egui::Panel::bottom("status").show(ui, |ui| self.status_ui(ui));
+        egui::Panel::bottom("memory")
+            .default_size(150.0)
+            .show(ui, |ui| self.memory_strip_ui(ui));
         if self.checkpoint.is_some() {
             egui::Panel::left("shards")
                 .default_size(320.0)
