@@ -5,7 +5,7 @@ mod common;
 
 use egui_kittest::Harness;
 use egui_kittest::kittest::Queryable;
-use weightscope::app::WeightscopeApp;
+use weightscope::app::{Action, WeightscopeApp};
 use weightscope::mlx;
 use weightscope::weights::demo;
 
@@ -122,4 +122,21 @@ fn a_path_that_cannot_open_says_why_and_another_can_be_typed() {
     harness.run();
     harness.get_by_label_contains("1 of 1 tensors");
     assert!(harness.query_by_label_contains("cannot read").is_none());
+
+    // The dialogs are the shell's job: the UI asks, and explains an empty answer.
+    harness.get_by_label("Open checkpoint…").click();
+    harness.run();
+    assert_eq!(harness.state_mut().take_actions(), [Action::PickFolder]);
+    harness.state_mut().picked(None);
+    harness.run();
+    harness.get_by_label_contains("type the path above or drop a folder");
+    // What opened is remembered for the Recent menu (saved by the shell).
+    let recent = harness
+        .state_mut()
+        .take_changed_settings()
+        .map(|s| s.recent.clone());
+    assert_eq!(
+        recent.and_then(|r| r.first().cloned()),
+        Some(dir.path().join("m.safetensors"))
+    );
 }

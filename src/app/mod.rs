@@ -5,6 +5,7 @@
 
 mod inspector;
 mod memory_strip;
+pub mod settings;
 mod shards;
 pub mod shell;
 mod tensors;
@@ -47,6 +48,15 @@ fn marker_label(kind: &EventKind) -> Option<String> {
     }
 }
 
+/// Something the UI asks its shell to do (the UI itself never opens dialogs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// Show a folder picker; the shell calls [`WeightscopeApp::picked`].
+    PickFolder,
+    /// Show a `.safetensors` file picker.
+    PickFile,
+}
+
 /// The tensor the inspector shows.
 enum Inspected {
     Nothing,
@@ -83,6 +93,14 @@ pub struct WeightscopeApp {
     /// Worker events on the strip's clock: when, and what.
     markers: VecDeque<(Instant, String)>,
     started: Instant,
+    /// Recent checkpoints and other saved settings.
+    settings: settings::Settings,
+    /// Set when `settings` changed and the shell should save them.
+    settings_dirty: bool,
+    /// Requests for the shell.
+    actions: Vec<Action>,
+    /// A one-line notice (for example, that no file dialog could open).
+    notice: Option<String>,
 }
 
 /// Samples kept for the memory strip: 10 minutes at 10 Hz.
@@ -121,6 +139,10 @@ impl WeightscopeApp {
             series: Series::new(STRIP_SAMPLES),
             markers: VecDeque::new(),
             started: Instant::now(),
+            settings: settings::Settings::default(),
+            settings_dirty: false,
+            actions: Vec::new(),
+            notice: None,
         };
         if let Some(path) = path {
             app.open(path);
@@ -132,10 +154,40 @@ impl WeightscopeApp {
     pub fn open(&mut self, path: PathBuf) {
         self.path_input = path.display().to_string();
         self.open_error = None;
+        self.notice = None;
         if self.worker.send(Command::Open(path.clone())).is_ok() {
             self.opening = Some(path);
         } else {
             self.open_error = Some(WorkerGone.to_string());
+        }
+    }
+
+    /// Starts from saved `settings` (recent checkpoints).
+    pub fn set_settings(&mut self, settings: settings::Settings) {
+        self.settings = settings;
+    }
+
+    /// The settings, when they changed since the last call (for the shell to save).
+    pub fn take_changed_settings(&mut self) -> Option<&settings::Settings> {
+        std::mem::take(&mut self.settings_dirty).then_some(&self.settings)
+    }
+
+    /// Requests for the shell (file dialogs), oldest first.
+    pub fn take_actions(&mut self) -> Vec<Action> {
+        std::mem::take(&mut self.actions)
+    }
+
+    /// What a file dialog returned: opens it, or explains an empty answer.
+    pub fn picked(&mut self, path: Option<PathBuf>) {
+        match path {
+            Some(path) => self.open(path),
+            None => {
+                self.notice = Some(
+                    "Nothing was chosen. If no dialog appeared, this desktop has no file-dialog service \
+                     (portal or zenity): type the path above or drop a folder on the window."
+                        .into(),
+                );
+            }
         }
     }
 
@@ -199,6 +251,8 @@ impl WeightscopeApp {
         match event.kind {
             EventKind::Opened { path, checkpoint } => {
                 self.opening = None;
+                self.settings.remember(&path);
+                self.settings_dirty = true;
                 self.path_input = path.display().to_string();
                 self.shard_states = checkpoint
                     .shards()
@@ -308,8 +362,41 @@ impl WeightscopeApp {
     }
 
     fn top_bar_ui(&mut self, ui: &mut egui::Ui) {
+        // A folder or file dropped on the window opens like a typed path.
+        let dropped = ui.input(|i| i.raw.dropped_files.first().map(|f| f.path().to_path_buf()));
+        if let Some(path) = dropped {
+            self.open(path);
+        }
         ui.horizontal(|ui| {
             ui.strong("weightscope");
+            ui.separator();
+            if ui
+                .button("Open checkpoint…")
+                .on_hover_text("Choose a model folder")
+                .clicked()
+            {
+                self.actions.push(Action::PickFolder);
+            }
+            if ui
+                .button("Open file…")
+                .on_hover_text("Choose one .safetensors file")
+                .clicked()
+            {
+                self.actions.push(Action::PickFile);
+            }
+            let mut chosen = None;
+            ui.add_enabled_ui(!self.settings.recent.is_empty(), |ui| {
+                ui.menu_button("Recent", |ui| {
+                    for path in &self.settings.recent {
+                        if ui.button(path.display().to_string()).clicked() {
+                            chosen = Some(path.clone());
+                        }
+                    }
+                });
+            });
+            if let Some(path) = chosen {
+                self.open(path);
+            }
             ui.separator();
             let field = ui.add(
                 egui::TextEdit::singleline(&mut self.path_input)
@@ -329,6 +416,9 @@ impl WeightscopeApp {
         });
         if let Some(error) = &self.open_error {
             ui.colored_label(ui.visuals().error_fg_color, error);
+        }
+        if let Some(notice) = &self.notice {
+            ui.colored_label(ui.visuals().warn_fg_color, notice);
         }
     }
 

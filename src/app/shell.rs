@@ -2,9 +2,11 @@
 //! the frame counter the CI smoke run reads (`WEIGHTSCOPE_EXIT_AFTER_FRAMES`).
 
 use std::path::PathBuf;
+use std::sync::mpsc::{self, Receiver, Sender};
 use std::time::Duration;
 
-use super::WeightscopeApp;
+use super::settings::Settings;
+use super::{Action, WeightscopeApp};
 use crate::mlx::DeviceInfo;
 
 /// Wraps [`WeightscopeApp`] for eframe.
@@ -12,12 +14,56 @@ pub struct Shell {
     app: WeightscopeApp,
     frames: u64,
     exit_after_frames: Option<u64>,
+    settings_path: Option<PathBuf>,
+    /// Answers of file dialogs, which run on their own threads (rfd blocks).
+    picked_tx: Sender<Option<PathBuf>>,
+    picked_rx: Receiver<Option<PathBuf>>,
+}
+
+impl Shell {
+    fn perform(&self, action: Action, ctx: &egui::Context) {
+        let tx = self.picked_tx.clone();
+        let ctx = ctx.clone();
+        let started = std::thread::Builder::new()
+            .name("file-dialog".into())
+            .spawn(move || {
+                let dialog = rfd::FileDialog::new().set_title("Open checkpoint");
+                let picked = match action {
+                    Action::PickFolder => dialog.pick_folder(),
+                    Action::PickFile => dialog
+                        .add_filter("safetensors", &["safetensors"])
+                        .pick_file(),
+                };
+                let _ = tx.send(picked);
+                ctx.request_repaint();
+            });
+        if started.is_err() {
+            let _ = self.picked_tx.send(None);
+        }
+    }
 }
 
 impl eframe::App for Shell {
-    fn logic(&mut self, _ctx: &egui::Context, _frame: &mut eframe::Frame) {
+    fn logic(&mut self, ctx: &egui::Context, _frame: &mut eframe::Frame) {
         // At most ~10 ms of events per frame; the worker wakes us for more.
         self.app.drain_events(Duration::from_millis(10));
+        for action in self.app.take_actions() {
+            self.perform(action, ctx);
+        }
+        while let Ok(picked) = self.picked_rx.try_recv() {
+            self.app.picked(picked);
+        }
+        if let (Some(path), Some(settings)) =
+            (&self.settings_path, self.app.take_changed_settings())
+        {
+            // A few hundred bytes when a checkpoint opens; failing to save is not fatal.
+            if let Err(err) = settings.save(path) {
+                eprintln!(
+                    "weightscope: cannot save settings to {}: {err}",
+                    path.display()
+                );
+            }
+        }
     }
 
     fn ui(&mut self, ui: &mut egui::Ui, _frame: &mut eframe::Frame) {
@@ -66,11 +112,19 @@ pub fn run(path: Option<PathBuf>, device: Result<DeviceInfo, String>) -> anyhow:
         options,
         Box::new(move |cc| {
             let ctx = cc.egui_ctx.clone();
-            let app = WeightscopeApp::new(path, device, move || ctx.request_repaint())?;
+            let mut app = WeightscopeApp::new(path, device, move || ctx.request_repaint())?;
+            let settings_path = Settings::default_path();
+            if let Some(file) = &settings_path {
+                app.set_settings(Settings::load(file));
+            }
+            let (picked_tx, picked_rx) = mpsc::channel();
             Ok(Box::new(Shell {
                 app,
                 frames: 0,
                 exit_after_frames,
+                settings_path,
+                picked_tx,
+                picked_rx,
             }))
         }),
     )

@@ -1,0 +1,86 @@
+//! Saved settings (recent checkpoints), kept apart from runtime state and
+//! written only to weightscope's own config folder, never next to a model.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// How many recent checkpoints are remembered.
+const RECENT: usize = 10;
+
+/// What weightscope remembers between runs.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Settings {
+    /// Checkpoints opened, newest first.
+    #[serde(default)]
+    pub recent: Vec<PathBuf>,
+}
+
+impl Settings {
+    /// `$XDG_CONFIG_HOME/weightscope/settings.json` (or `~/.config/...`).
+    #[must_use]
+    pub fn default_path() -> Option<PathBuf> {
+        std::env::var_os("XDG_CONFIG_HOME")
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")))
+            .map(|base| base.join("weightscope").join("settings.json"))
+    }
+
+    /// Reads `path`; a missing or unreadable file gives empty settings (a
+    /// broken settings file must never stop the app).
+    #[must_use]
+    pub fn load(path: &Path) -> Self {
+        std::fs::read(path)
+            .ok()
+            .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+            .unwrap_or_default()
+    }
+
+    /// Writes to `path` (via a temporary file, so a crash leaves the old one).
+    ///
+    /// # Errors
+    /// When the folder or file cannot be written.
+    pub fn save(&self, path: &Path) -> std::io::Result<()> {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        let tmp = path.with_extension("json.tmp");
+        std::fs::write(
+            &tmp,
+            serde_json::to_vec_pretty(self).map_err(std::io::Error::other)?,
+        )?;
+        std::fs::rename(tmp, path)
+    }
+
+    /// Puts `path` first in the recent list.
+    pub fn remember(&mut self, path: &Path) {
+        self.recent.retain(|p| p != path);
+        self.recent.insert(0, path.to_path_buf());
+        self.recent.truncate(RECENT);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recent_checkpoints_round_trip_newest_first_without_duplicates() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("sub").join("settings.json");
+        let mut settings = Settings::load(&file);
+        assert!(settings.recent.is_empty(), "missing file: empty settings");
+        for p in ["/a", "/b", "/a"] {
+            settings.remember(Path::new(p));
+        }
+        assert_eq!(settings.recent, [PathBuf::from("/a"), PathBuf::from("/b")]);
+        settings.save(&file).expect("save");
+        assert_eq!(Settings::load(&file), settings);
+        std::fs::write(&file, "not json").expect("write");
+        assert_eq!(
+            Settings::load(&file),
+            Settings::default(),
+            "a broken file is ignored"
+        );
+    }
+}
