@@ -49,6 +49,24 @@ fn browse_the_demo_filter_materialize_and_release() {
     harness.get_by_label_contains("3 of 10 tensors");
     assert!(harness.query_by_label_contains("lm_head.weight").is_none());
 
+    // A regex instead of a substring: a bad one is explained, the rows stay.
+    harness.get_by_label("Regex").click();
+    harness.run();
+    harness.get_by_label_contains("3 of 10 tensors");
+    harness.get_by_label("Filter").focus();
+    harness.run();
+    harness.get_by_label("Filter").type_text("(");
+    harness.run();
+    harness.get_by_label_contains("regex:");
+    harness.get_by_label_contains("3 of 10 tensors");
+    harness
+        .state_mut()
+        .set_filter("^model\\.layers\\.0\\.mlp\\.(up|down)_proj\\.weight$");
+    harness.run();
+    harness.get_by_label_contains("2 of 10 tensors");
+    harness.state_mut().set_filter("up_proj");
+    harness.run();
+
     // Click the quantized weight: materialized on the worker, shown dequantized.
     harness.get_by_label_contains("mlp.up_proj.weight").click();
     // One frame at a time while the spinner spins (it keeps asking for repaints).

@@ -191,6 +191,14 @@ impl WeightscopeApp {
         }
     }
 
+    /// Sets the tensors filter (as if typed) and applies it.
+    pub fn set_filter(&mut self, filter: &str) {
+        filter.clone_into(&mut self.table.filter);
+        if let Some(checkpoint) = self.checkpoint.clone() {
+            self.table.refilter(&checkpoint);
+        }
+    }
+
     /// Whether an open is in progress on the worker.
     #[must_use]
     pub fn is_opening(&self) -> bool {

@@ -20,6 +20,10 @@ pub(super) enum SortBy {
 #[derive(Debug, Default)]
 pub(super) struct TableState {
     pub(super) filter: String,
+    /// Treat the filter as a regular expression instead of a substring.
+    pub(super) regex: bool,
+    /// Why the regex does not compile, when it does not.
+    pub(super) regex_error: Option<String>,
     sort: SortBy,
     descending: bool,
     /// Positions in `Checkpoint::tensors`, filtered and sorted.
@@ -31,10 +35,30 @@ impl TableState {
     /// Recomputes the visible rows (on open, filter or sort change only).
     pub(super) fn refilter(&mut self, checkpoint: &Checkpoint) {
         let tensors = checkpoint.tensors();
-        let needle = self.filter.to_lowercase();
-        self.rows = (0..tensors.len())
-            .filter(|&i| needle.is_empty() || tensors[i].name.to_lowercase().contains(&needle))
-            .collect();
+        self.regex_error = None;
+        if self.regex && !self.filter.is_empty() {
+            match regex::RegexBuilder::new(&self.filter)
+                .case_insensitive(true)
+                .build()
+            {
+                Ok(re) => {
+                    self.rows = (0..tensors.len())
+                        .filter(|&i| re.is_match(&tensors[i].name))
+                        .collect();
+                }
+                Err(err) => {
+                    // Keep the last good rows; say what is wrong on one line.
+                    let text = err.to_string();
+                    self.regex_error = Some(text.lines().last().unwrap_or(&text).trim().to_owned());
+                    return;
+                }
+            }
+        } else {
+            let needle = self.filter.to_lowercase();
+            self.rows = (0..tensors.len())
+                .filter(|&i| needle.is_empty() || tensors[i].name.to_lowercase().contains(&needle))
+                .collect();
+        }
         match self.sort {
             SortBy::Stored => {}
             SortBy::Name => self
@@ -70,7 +94,11 @@ impl WeightscopeApp {
             if focus_filter {
                 edit.request_focus();
             }
-            if edit.changed() {
+            let toggled = ui
+                .checkbox(&mut self.table.regex, "Regex")
+                .on_hover_text("Match names with a regular expression (case-insensitive)")
+                .changed();
+            if edit.changed() || toggled {
                 self.table.refilter(&checkpoint);
             }
             ui.label(format!(
@@ -79,6 +107,9 @@ impl WeightscopeApp {
                 checkpoint.tensors().len()
             ));
         });
+        if let Some(error) = &self.table.regex_error {
+            ui.colored_label(ui.visuals().error_fg_color, format!("regex: {error}"));
+        }
         ui.separator();
         self.keyboard(ui);
         ui.horizontal(|ui| {

@@ -1,0 +1,86 @@
+//! Benchmark: the window's costs, headless (`egui_kittest`, no GPU rendering).
+//!
+//! - first frame: from creating the app on the demo to the first frame drawn
+//!   with the checkpoint open;
+//! - filtering the 90k names of a DeepSeek-V3-shaped layout, per keystroke;
+//! - the frame time with that 90k-row table on screen.
+//!
+//! Prints figures against the goals (first frame under 1 s, filter within a
+//! 16 ms frame, frame under 2 ms). Run with `cargo bench --bench app_frames`.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use egui_kittest::Harness;
+use weightscope::app::WeightscopeApp;
+use weightscope::mlx;
+use weightscope::weights::demo;
+
+fn app(path: &std::path::Path) -> WeightscopeApp {
+    let device = mlx::default_device().map_err(|e| e.to_string());
+    let mut app = WeightscopeApp::new(Some(path.to_path_buf()), device, || {}).expect("worker");
+    app.wait_for_worker().expect("opened");
+    app
+}
+
+fn harness(app: WeightscopeApp) -> Harness<'static, WeightscopeApp> {
+    Harness::builder()
+        .with_size(egui::vec2(1400.0, 860.0))
+        .build_ui_state(|ui, app: &mut WeightscopeApp| app.ui(ui), app)
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+fn main() {
+    let temp = tempfile::tempdir().expect("tempdir");
+    let demo = demo::ensure_demo(&temp.path().join("demo")).expect("demo");
+    let start = Instant::now();
+    let mut first = harness(app(&demo));
+    first.step();
+    println!(
+        "first frame with the demo open (headless):  {:8.1} ms (goal < 1000)",
+        ms(start.elapsed())
+    );
+
+    let big = temp.path().join("deepseek");
+    std::fs::create_dir_all(&big).expect("dir");
+    let tensors = common::generate(&big);
+    let mut harness = harness(app(&big));
+    harness.step();
+    let mut worst = Duration::ZERO;
+    for filter in [
+        "e",
+        "ex",
+        "exp",
+        "experts.1",
+        "experts.12",
+        "experts.12.",
+        "gate_proj",
+        "",
+    ] {
+        let t = Instant::now();
+        harness.state_mut().set_filter(filter);
+        worst = worst.max(t.elapsed());
+    }
+    println!(
+        "filter {tensors} names, worst keystroke:     {:8.2} ms (goal < 16)",
+        ms(worst)
+    );
+
+    let mut frames: Vec<Duration> = (0..60)
+        .map(|_| {
+            let t = Instant::now();
+            harness.step();
+            t.elapsed()
+        })
+        .collect();
+    frames.sort();
+    println!(
+        "frame with the {tensors}-row table, median:  {:8.2} ms (goal < 2; p90 {:.2} ms)",
+        ms(frames[frames.len() / 2]),
+        ms(frames[frames.len() * 9 / 10])
+    );
+}
