@@ -41,6 +41,18 @@ fn browse_the_demo_filter_materialize_and_release() {
     harness.get_by_label_contains("10 of 10 tensors");
     harness.get_by_label_contains("lm_head.weight");
 
+    // Grouped by layer: one group per layer number, names inside when opened.
+    harness.get_by_label("Group by layer").click();
+    harness.run();
+    harness.get_by_label_contains("layer 0: 7 tensors");
+    harness
+        .get_by_label_contains("not in a layer: 3 tensors")
+        .click();
+    harness.run();
+    harness.get_by_label_contains("lm_head.weight");
+    harness.get_by_label("Group by layer").click();
+    harness.run();
+
     // Filter.
     harness.get_by_label("Filter").focus();
     harness.run();

@@ -1,6 +1,6 @@
 //! The tensors panel: a virtualized, sortable, filterable table.
 
-use crate::checkpoint::Checkpoint;
+use crate::checkpoint::{Checkpoint, layer_of};
 use crate::units::human_bytes;
 
 use super::WeightscopeApp;
@@ -24,6 +24,8 @@ pub(super) struct TableState {
     pub(super) regex: bool,
     /// Why the regex does not compile, when it does not.
     pub(super) regex_error: Option<String>,
+    /// Show the rows grouped by layer instead of as one table.
+    pub(super) tree: bool,
     sort: SortBy,
     descending: bool,
     /// Positions in `Checkpoint::tensors`, filtered and sorted.
@@ -94,6 +96,8 @@ impl WeightscopeApp {
             if focus_filter {
                 edit.request_focus();
             }
+            ui.checkbox(&mut self.table.tree, "Group by layer")
+                .on_hover_text("A collapsible group per layer number");
             let toggled = ui
                 .checkbox(&mut self.table.regex, "Regex")
                 .on_hover_text("Match names with a regular expression (case-insensitive)")
@@ -135,43 +139,99 @@ impl WeightscopeApp {
                 }
             }
         });
-        let row_height = ui.text_style_height(&egui::TextStyle::Monospace) + 4.0;
         let rows = self.table.rows.clone();
         let mut clicked = None;
-        egui::ScrollArea::vertical()
-            .id_salt("tensors-scroll")
-            .auto_shrink([false, false])
-            .show_rows(ui, row_height, rows.len(), |ui, range| {
-                for &i in &rows[range] {
-                    let t = &checkpoint.tensors()[i];
-                    let text = format!(
-                        "{:<8} {:<18} {:>11}  {}",
-                        t.dtype.name(),
-                        format!("{:?}", t.shape),
-                        human_bytes(t.bytes()),
-                        t.name,
-                    );
-                    let selected = self.table.selected == Some(i);
-                    // One line per row (the scroll area assumes a fixed row height);
-                    // long names are cut with an ellipsis, the full line is the tooltip.
-                    let button =
-                        egui::Button::selectable(selected, egui::RichText::new(text).monospace())
-                            .truncate();
-                    let row = ui.add(button).on_hover_text(format!(
-                        "{}\n{}",
-                        t.name,
-                        checkpoint.shards()[t.shard].file
-                    ));
-                    if row.clicked() {
-                        clicked = Some(i);
+        if self.table.tree {
+            self.layer_tree_ui(ui, &checkpoint, &rows, &mut clicked);
+        } else {
+            let row_height = ui.text_style_height(&egui::TextStyle::Monospace) + 4.0;
+            egui::ScrollArea::vertical()
+                .id_salt("tensors-scroll")
+                .auto_shrink([false, false])
+                .show_rows(ui, row_height, rows.len(), |ui, range| {
+                    for &i in &rows[range] {
+                        if self.tensor_row_ui(ui, &checkpoint, i) {
+                            clicked = Some(i);
+                        }
                     }
-                }
-            });
+                });
+        }
         if let Some(i) = clicked {
             self.table.selected = Some(i);
             let name = checkpoint.tensors()[i].name.clone();
             self.materialize(&name);
         }
+    }
+
+    /// One row; returns whether it was clicked.
+    fn tensor_row_ui(&self, ui: &mut egui::Ui, checkpoint: &Checkpoint, i: usize) -> bool {
+        let t = &checkpoint.tensors()[i];
+        let text = format!(
+            "{:<8} {:<18} {:>11}  {}",
+            t.dtype.name(),
+            format!("{:?}", t.shape),
+            human_bytes(t.bytes()),
+            t.name,
+        );
+        let selected = self.table.selected == Some(i);
+        // One line per row (the scroll area assumes a fixed row height);
+        // long names are cut with an ellipsis, the full line is the tooltip.
+        let button =
+            egui::Button::selectable(selected, egui::RichText::new(text).monospace()).truncate();
+        ui.add(button)
+            .on_hover_text(format!("{}\n{}", t.name, checkpoint.shards()[t.shard].file))
+            .clicked()
+    }
+
+    /// The visible rows grouped by layer number, one collapsible group each
+    /// (closed groups lay out nothing, so 90k tensors stay cheap).
+    fn layer_tree_ui(
+        &self,
+        ui: &mut egui::Ui,
+        checkpoint: &Checkpoint,
+        rows: &[usize],
+        clicked: &mut Option<usize>,
+    ) {
+        let mut groups: std::collections::BTreeMap<Option<u64>, Vec<usize>> =
+            std::collections::BTreeMap::new();
+        for &i in rows {
+            groups
+                .entry(layer_of(&checkpoint.tensors()[i].name))
+                .or_default()
+                .push(i);
+        }
+        egui::ScrollArea::vertical()
+            .id_salt("tensors-tree")
+            .auto_shrink([false, false])
+            .show(ui, |ui| {
+                for (layer, members) in &groups {
+                    let bytes: u64 = members
+                        .iter()
+                        .map(|&i| checkpoint.tensors()[i].bytes())
+                        .sum();
+                    let title = match layer {
+                        Some(n) => format!(
+                            "layer {n}: {} tensors, {}",
+                            members.len(),
+                            human_bytes(bytes)
+                        ),
+                        None => format!(
+                            "not in a layer: {} tensors, {}",
+                            members.len(),
+                            human_bytes(bytes)
+                        ),
+                    };
+                    egui::CollapsingHeader::new(title)
+                        .id_salt(("layer", *layer))
+                        .show(ui, |ui| {
+                            for &i in members {
+                                if self.tensor_row_ui(ui, checkpoint, i) {
+                                    *clicked = Some(i);
+                                }
+                            }
+                        });
+                }
+            });
     }
 
     /// Arrows move the selection, Enter materializes it.
