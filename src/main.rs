@@ -12,6 +12,7 @@ use weightscope::weights::{MlxNative, PreviewOptions, Weights, demo};
 const BAD_INPUT: u8 = 2;
 
 fn main() -> ExitCode {
+    let launched = std::time::Instant::now();
     let command = match cli::parse(std::env::args_os().skip(1)) {
         Ok(command) => command,
         Err(err) => {
@@ -37,7 +38,7 @@ fn main() -> ExitCode {
                 },
             };
             let device = mlx::default_device().map_err(|e| e.to_string());
-            if let Err(err) = shell::run(Some(path), device) {
+            if let Err(err) = shell::run(Some(path), device, launched) {
                 eprintln!("weightscope: {err:#}");
                 return ExitCode::FAILURE;
             }

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 use std::sync::mpsc::{self, Receiver, Sender};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::settings::Settings;
 use super::{Action, WeightscopeApp};
@@ -18,6 +18,11 @@ pub struct Shell {
     /// Answers of file dialogs, which run on their own threads (rfd blocks).
     picked_tx: Sender<Option<PathBuf>>,
     picked_rx: Receiver<Option<PathBuf>>,
+    /// When the process started, and when the first frame and the first frame
+    /// with the checkpoint open were drawn (reported by the smoke run).
+    launched: Instant,
+    first_frame: Option<Duration>,
+    first_open_frame: Option<Duration>,
 }
 
 impl Shell {
@@ -68,6 +73,12 @@ impl eframe::App for Shell {
 
     fn ui(&mut self, ui: &mut egui::Ui, _frame: &mut eframe::Frame) {
         self.app.ui(ui);
+        self.first_frame
+            .get_or_insert_with(|| self.launched.elapsed());
+        if self.app.checkpoint().is_some() {
+            self.first_open_frame
+                .get_or_insert_with(|| self.launched.elapsed());
+        }
         // For the smoke run, frames count once the checkpoint is open (or
         // failed to), so the window is shown with its contents.
         if !self.app.is_opening() {
@@ -81,9 +92,13 @@ impl eframe::App for Shell {
                     || "no checkpoint".to_owned(),
                     |c| format!("{} tensors", c.tensors().len()),
                 );
+                let ms = |d: Option<Duration>| d.map_or(f64::NAN, |d| d.as_secs_f64() * 1e3);
                 eprintln!(
-                    "weightscope: rendered {} frames ({opened})",
-                    self.frames - 1
+                    "weightscope: rendered {} frames ({opened}); first frame {:.0} ms after start, \
+                     with the checkpoint {:.0} ms",
+                    self.frames - 1,
+                    ms(self.first_frame),
+                    ms(self.first_open_frame)
                 );
                 ui.ctx().send_viewport_cmd(egui::ViewportCommand::Close);
             } else {
@@ -97,7 +112,11 @@ impl eframe::App for Shell {
 ///
 /// # Errors
 /// When no window can be opened (for example, no `DISPLAY`).
-pub fn run(path: Option<PathBuf>, device: Result<DeviceInfo, String>) -> anyhow::Result<()> {
+pub fn run(
+    path: Option<PathBuf>,
+    device: Result<DeviceInfo, String>,
+    launched: Instant,
+) -> anyhow::Result<()> {
     let exit_after_frames = std::env::var("WEIGHTSCOPE_EXIT_AFTER_FRAMES")
         .ok()
         .and_then(|v| v.parse().ok());
@@ -125,6 +144,9 @@ pub fn run(path: Option<PathBuf>, device: Result<DeviceInfo, String>) -> anyhow:
                 settings_path,
                 picked_tx,
                 picked_rx,
+                launched,
+                first_frame: None,
+                first_open_frame: None,
             }))
         }),
     )
