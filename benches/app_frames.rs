@@ -10,6 +10,8 @@
 
 mod common;
 
+use common::ms;
+
 use std::time::{Duration, Instant};
 
 use egui_kittest::Harness;
@@ -28,10 +30,6 @@ fn harness(app: WeightscopeApp) -> Harness<'static, WeightscopeApp> {
     Harness::builder()
         .with_size(egui::vec2(1400.0, 860.0))
         .build_ui_state(|ui, app: &mut WeightscopeApp| app.ui(ui), app)
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e3
 }
 
 fn main() {

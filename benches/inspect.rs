@@ -13,6 +13,8 @@
 
 mod common;
 
+use common::{best_of, ms};
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -67,21 +69,6 @@ fn python_venv() -> Option<PathBuf> {
             .status()
             .is_ok_and(|s| s.success());
     made.then_some(python)
-}
-
-fn best_of(runs: usize, mut f: impl FnMut()) -> Duration {
-    (0..runs)
-        .map(|_| {
-            let t = Instant::now();
-            f();
-            t.elapsed()
-        })
-        .min()
-        .unwrap_or_default()
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e3
 }
 
 fn main() {

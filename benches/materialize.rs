@@ -10,10 +10,14 @@
 // Fixture values are small by construction; the casts below cannot truncate.
 #![allow(clippy::cast_possible_truncation)]
 
+mod common;
+
+use common::best_of;
+
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use safetensors::tensor::{Dtype, TensorView};
 use weightscope::mlx;
@@ -112,17 +116,6 @@ fn materialize_all(dir: &Path) {
         // Streaming, as a real transform does: free the shard as the walk leaves it.
         weights.release_shard(&shard.file);
     }
-}
-
-fn best_of(runs: usize, mut f: impl FnMut()) -> Duration {
-    (0..runs)
-        .map(|_| {
-            let t = Instant::now();
-            f();
-            t.elapsed()
-        })
-        .min()
-        .unwrap_or_default()
 }
 
 fn gbps(bytes: u64, d: Duration) -> f64 {

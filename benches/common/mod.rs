@@ -7,6 +7,24 @@ use std::fmt::Write as _;
 use std::fs::File;
 use std::io::Write as _;
 use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// The fastest of `runs` runs of `f`.
+pub fn best_of(runs: usize, mut f: impl FnMut()) -> Duration {
+    (0..runs)
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            t.elapsed()
+        })
+        .min()
+        .unwrap_or_default()
+}
+
+/// Milliseconds, for printing.
+pub fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
 
 pub const SHARDS: usize = 163;
 const LAYERS: usize = 61;

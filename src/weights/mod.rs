@@ -203,26 +203,11 @@ impl<N: Native> Weights<N> {
         let source = self
             .source(name)
             .ok_or_else(|| WeightsError::NoTensor(name.to_owned()))?;
-        let info = self
-            .checkpoint
-            .tensor(source)
-            .ok_or_else(|| WeightsError::NoTensor(name.to_owned()))?;
-        let shard = info.shard;
-        let source = source.to_owned();
-        if !self.maps.contains_key(&shard) {
-            let map = self
-                .native
-                .open_shard(&self.checkpoint.shards()[shard].path)?;
-            self.maps.insert(shard, map);
+        if self.checkpoint.tensor(source).is_none() {
+            return Err(WeightsError::NoTensor(name.to_owned()));
         }
-        let map = &self.maps[&shard];
-        let raw = self
-            .native
-            .get(map, &source)
-            .ok_or_else(|| WeightsError::MissingFromMap {
-                name: source.clone(),
-                path: map.path().to_path_buf(),
-            })?;
+        let source = source.to_owned();
+        let raw = self.stored(&source)?;
         // The fixed array is a lazy graph node holding its own reference to the
         // source, so the raw handle can go at once.
         let array = match self.view.as_ref().and_then(|v| v.fixup.as_ref()) {
@@ -231,6 +216,30 @@ impl<N: Native> Weights<N> {
         };
         self.arrays.insert(name.to_owned(), array.clone());
         Ok(array)
+    }
+
+    /// A stored tensor straight from its shard's map (not cached by name),
+    /// reopening the shard if it was released: `tensor` and the scales and
+    /// biases a dequantization needs.
+    fn stored(&mut self, stored_name: &str) -> Result<Array, WeightsError> {
+        let info = self
+            .checkpoint
+            .tensor(stored_name)
+            .ok_or_else(|| WeightsError::NoTensor(stored_name.to_owned()))?;
+        let shard = info.shard;
+        if !self.maps.contains_key(&shard) {
+            let map = self
+                .native
+                .open_shard(&self.checkpoint.shards()[shard].path)?;
+            self.maps.insert(shard, map);
+        }
+        let map = &self.maps[&shard];
+        self.native
+            .get(map, stored_name)
+            .ok_or_else(|| WeightsError::MissingFromMap {
+                name: stored_name.to_owned(),
+                path: map.path().to_path_buf(),
+            })
     }
 
     /// Drops the cached array of `name`. Safe for names never asked for.

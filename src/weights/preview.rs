@@ -4,7 +4,7 @@
 use std::time::Instant;
 
 use crate::checkpoint::{Dtype, QuantParams};
-use crate::mlx::{self, Array, ValueSummary};
+use crate::mlx::{self, ValueSummary};
 
 use super::{Native, Weights, WeightsError};
 
@@ -119,28 +119,5 @@ impl<N: Native> Weights<N> {
             quantized,
             values: summary,
         })
-    }
-
-    /// A stored tensor straight from its shard's map (not cached by name):
-    /// the scales and biases a dequantization needs.
-    fn stored(&mut self, stored_name: &str) -> Result<Array, WeightsError> {
-        let info = self
-            .checkpoint
-            .tensor(stored_name)
-            .ok_or_else(|| WeightsError::NoTensor(stored_name.to_owned()))?;
-        let shard = info.shard;
-        if !self.maps.contains_key(&shard) {
-            let map = self
-                .native
-                .open_shard(&self.checkpoint.shards()[shard].path)?;
-            self.maps.insert(shard, map);
-        }
-        let map = &self.maps[&shard];
-        self.native
-            .get(map, stored_name)
-            .ok_or_else(|| WeightsError::MissingFromMap {
-                name: stored_name.to_owned(),
-                path: map.path().to_path_buf(),
-            })
     }
 }
