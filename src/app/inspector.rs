@@ -37,12 +37,12 @@ impl WeightscopeApp {
                 );
             }
             Inspected::Ready(preview) => {
-                let preview = preview.clone();
+                // Disjoint fields: the preview is borrowed, not copied each frame.
                 let texture = &mut self.heatmap_texture;
                 egui::ScrollArea::vertical()
                     .id_salt("inspector-scroll")
                     .show(ui, |ui| {
-                        preview_ui(ui, &preview, texture);
+                        preview_ui(ui, preview, texture);
                     });
             }
         }

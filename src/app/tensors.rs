@@ -139,10 +139,11 @@ impl WeightscopeApp {
                 }
             }
         });
-        let rows = self.table.rows.clone();
+        // Borrowed, not copied: this runs every frame with up to 90k rows.
+        let rows = &self.table.rows;
         let mut clicked = None;
         if self.table.tree {
-            self.layer_tree_ui(ui, &checkpoint, &rows, &mut clicked);
+            self.layer_tree_ui(ui, &checkpoint, rows, &mut clicked);
         } else {
             let row_height = ui.text_style_height(&egui::TextStyle::Monospace) + 4.0;
             egui::ScrollArea::vertical()
