@@ -6,6 +6,7 @@
 //! - [`mlx`]: the only code that touches MLX (lazy loads, evaluation, memory counters);
 //! - [`weights`]: the Weights core, model directory to lazy MLX arrays;
 //! - [`profile`]: memory sampling, walks and traces, as plain data;
+//! - [`worker`]: the MLX worker thread, which owns every array and runs walks;
 //! - [`app`]: the egui user interface;
 //! - [`cli`]: command-line parsing and output formats;
 //! - [`units`]: human-readable numbers, shared by the app and the CLI.
@@ -19,3 +20,4 @@ pub mod mlx;
 pub mod profile;
 pub mod units;
 pub mod weights;
+pub mod worker;

@@ -20,12 +20,26 @@ fn main() -> ExitCode {
             return ExitCode::from(BAD_INPUT);
         }
     };
+    // On a GPU with managed memory, MLX must be capped before anything is
+    // materialized: the variable applies to every command and the window.
+    if let Some(limit) = std::env::var_os("WEIGHTSCOPE_MEMORY_LIMIT") {
+        let text = limit.to_string_lossy();
+        let set = cli::walk::parse_size(&text)
+            .filter(|b| *b > 0)
+            .ok_or_else(|| format!("WEIGHTSCOPE_MEMORY_LIMIT=`{text}` is not a size such as 8G"))
+            .and_then(|bytes| mlx::set_memory_limit(bytes).map_err(|e| e.to_string()));
+        if let Err(err) = set {
+            eprintln!("weightscope: {err}");
+            return ExitCode::from(BAD_INPUT);
+        }
+    }
     match command {
         Command::Help => println!("{}", cli::USAGE),
         Command::Version => println!("weightscope {}", env!("CARGO_PKG_VERSION")),
         Command::Device => return print_device(),
         Command::Inspect { path, json } => return inspect(&path, json),
         Command::Tensor { path, name, json } => return tensor(&path, &name, json),
+        Command::Walk(args) => return walk(&args),
         Command::Window { path } => {
             let path = match path {
                 Some(path) => path,
@@ -135,6 +149,44 @@ fn tensor(path: &std::path::Path, name: &str, json: bool) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+fn walk(args: &cli::WalkArgs) -> ExitCode {
+    let report = match cli::walk::run(args) {
+        Ok(report) => report,
+        Err(cli::walk::WalkError::BadInput(err)) => {
+            eprintln!("weightscope: {err}");
+            return ExitCode::from(BAD_INPUT);
+        }
+        Err(cli::walk::WalkError::Failed(err)) => {
+            eprintln!("weightscope: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if let Err(err) = report.save(args) {
+        eprintln!("weightscope: {err}");
+        return ExitCode::FAILURE;
+    }
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    let written = if args.json {
+        serde_json::to_writer(&mut out, &report.to_json())
+            .map_err(std::io::Error::from)
+            .and_then(|()| std::io::Write::write_all(&mut out, b"\n"))
+    } else {
+        report.write_text(&mut out)
+    };
+    if let Err(err) = written {
+        if err.kind() != std::io::ErrorKind::BrokenPipe {
+            eprintln!("weightscope: cannot write the output: {err}");
+            return ExitCode::FAILURE;
+        }
+    }
+    if let Some(error) = &report.outcome.error {
+        eprintln!("weightscope: the walk stopped: {error}");
+        return ExitCode::FAILURE;
+    }
+    ExitCode::SUCCESS
 }
 
 fn print_device() -> ExitCode {

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use common::{Tensor, mlx_memory_lock, write_safetensors};
 use weightscope::mlx;
-use weightscope::weights::{Command, EventKind, Worker};
+use weightscope::worker::{Command, EventKind, Worker};
 
 const MIB: u64 = 1024 * 1024;
 
@@ -91,7 +91,12 @@ fn commands_in_summaries_out() {
         .send(Command::ReleaseShard("shard-1.safetensors".into()))
         .expect("send");
     let freed = worker.recv().expect("event");
-    assert!(matches!(freed.kind, EventKind::ShardReleased(_)));
+    assert!(
+        matches!(freed.kind, EventKind::ShardReleased { freed_bytes, .. } if freed_bytes == MIB),
+        "the core's bookkeeping knows what the map held"
+    );
+    let mark = freed.mark.expect("a shard release is marked");
+    assert_eq!(mark.resident, Some(("shard-1.safetensors".into(), 0)));
     assert_eq!(
         freed.memory.active_bytes, base,
         "releasing the shard frees it"
@@ -99,7 +104,7 @@ fn commands_in_summaries_out() {
 
     worker.send(Command::ClearCache).expect("send");
     let cleared = worker.recv().expect("event");
-    assert!(matches!(cleared.kind, EventKind::CacheCleared));
+    assert!(matches!(cleared.kind, EventKind::CacheCleared { .. }));
     assert_eq!(cleared.memory.cache_bytes, 0);
 
     worker

@@ -19,7 +19,8 @@ use crate::checkpoint::Checkpoint;
 use crate::mlx::{DeviceInfo, MemoryStats};
 use crate::profile::{Sampler, Series};
 use crate::units::human_bytes;
-use crate::weights::{Command, Event, EventKind, TensorPreview, Worker, WorkerGone};
+use crate::weights::TensorPreview;
+use crate::worker::{Command, Event, EventKind, Worker, WorkerGone};
 
 /// What a shard holds right now, as far as the UI knows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,11 +41,16 @@ fn marker_label(kind: &EventKind) -> Option<String> {
             Some(format!("materialize {} ({})", p.name, human_bytes(p.bytes)))
         }
         EventKind::Released(name) => Some(format!("release {name}")),
-        EventKind::ShardReleased(file) => Some(format!("release shard {file}")),
+        EventKind::ShardReleased { file, .. } => Some(format!("release shard {file}")),
         EventKind::ReleasedAll => Some("release all".into()),
-        EventKind::CacheCleared => Some("clear cache".into()),
+        EventKind::CacheCleared { .. } => Some("clear cache".into()),
         EventKind::MemoryLimitSet { .. } => Some("memory limit".into()),
-        EventKind::OpenFailed { .. } | EventKind::Failed { .. } | EventKind::Closed => None,
+        EventKind::CacheLimitSet { .. } => Some("cache limit".into()),
+        EventKind::Walked(r) => Some(r.mark.label()),
+        EventKind::OpenFailed { .. }
+        | EventKind::Failed { .. }
+        | EventKind::Closed
+        | EventKind::WalkFinished(_) => None,
     }
 }
 
@@ -305,7 +311,7 @@ impl WeightscopeApp {
                     };
                 }
             }
-            EventKind::ShardReleased(file) => {
+            EventKind::ShardReleased { file, .. } => {
                 if let Some(checkpoint) = &self.checkpoint {
                     for tensor in checkpoint.tensors() {
                         if checkpoint.shards()[tensor.shard].file == file {
@@ -326,8 +332,12 @@ impl WeightscopeApp {
                 self.shard_states.clear();
                 self.inspected = Inspected::Nothing;
             }
-            EventKind::Released(_) | EventKind::CacheCleared | EventKind::MemoryLimitSet { .. } => {
-            }
+            EventKind::Released(_)
+            | EventKind::CacheCleared { .. }
+            | EventKind::MemoryLimitSet { .. }
+            | EventKind::CacheLimitSet { .. }
+            | EventKind::Walked(_)
+            | EventKind::WalkFinished(_) => {}
         }
     }
 

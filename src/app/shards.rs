@@ -1,7 +1,7 @@
 //! The shards panel: file, size, tensors, state, release actions.
 
 use crate::units::human_bytes;
-use crate::weights::Command;
+use crate::worker::Command;
 
 use super::{ShardState, WeightscopeApp};
 

@@ -2,9 +2,14 @@
 
 pub mod inspect;
 pub mod tensor;
+pub mod walk;
 
 use std::ffi::OsString;
 use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::profile::{DEFAULT_INTERVAL, Policy, Transform};
+pub use walk::WalkArgs;
 
 /// What the command line asked for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,6 +37,8 @@ pub enum Command {
         /// JSON instead of text.
         json: bool,
     },
+    /// Walk every tensor under a release policy, recording memory.
+    Walk(WalkArgs),
     /// Print usage.
     Help,
     /// Print the version.
@@ -43,6 +50,10 @@ pub const USAGE: &str = "\
 usage: weightscope [PATH]                 open the window (no PATH: the bundled demo)
        weightscope inspect PATH [--json]  header summary: shards, tensors, totals
        weightscope tensor PATH NAME [--json]  materialize one tensor through MLX: stats, first values
+       weightscope walk PATH --policy retain|release-tensor|release-shard
+                   [--transform none|f16|q4] [--json] [--csv FILE] [--trace FILE]
+                   [--interval-ms N] [--memory-limit SIZE]
+                                          materialize every tensor in shard order, record memory
        weightscope device                 print MLX's device and memory counters
        weightscope --help | --version";
 
@@ -58,6 +69,90 @@ pub enum UsageError {
     /// A command is missing an argument.
     #[error("`{0}` needs {1}")]
     Missing(&'static str, &'static str),
+    /// An option's value is not one it takes.
+    #[error("`{option}` does not take `{value}` ({expected})")]
+    BadValue {
+        /// The option.
+        option: &'static str,
+        /// What was given.
+        value: String,
+        /// What it takes.
+        expected: &'static str,
+    },
+}
+
+fn parse_walk(args: &[OsString]) -> Result<Command, UsageError> {
+    let mut path = None;
+    let mut policy = None;
+    let mut transform = Transform::None;
+    let mut json = false;
+    let (mut csv, mut trace, mut memory_limit) = (None, None, None);
+    let mut interval = DEFAULT_INTERVAL;
+    let mut rest = args.iter();
+    while let Some(arg) = rest.next() {
+        let text = arg.to_string_lossy();
+        let mut value = |option: &'static str| {
+            rest.next()
+                .cloned()
+                .ok_or(UsageError::Missing(option, "a value"))
+        };
+        match text.as_ref() {
+            "--json" => json = true,
+            "--policy" => {
+                let v = value("--policy")?.to_string_lossy().into_owned();
+                policy = Some(Policy::parse(&v).ok_or(UsageError::BadValue {
+                    option: "--policy",
+                    value: v,
+                    expected: "retain, release-tensor or release-shard",
+                })?);
+            }
+            "--transform" => {
+                let v = value("--transform")?.to_string_lossy().into_owned();
+                transform = Transform::parse(&v).ok_or(UsageError::BadValue {
+                    option: "--transform",
+                    value: v,
+                    expected: "none, f16 or q4",
+                })?;
+            }
+            "--csv" => csv = Some(PathBuf::from(value("--csv")?)),
+            "--trace" => trace = Some(PathBuf::from(value("--trace")?)),
+            "--interval-ms" => {
+                let v = value("--interval-ms")?.to_string_lossy().into_owned();
+                let ms = v.parse::<u64>().ok().filter(|ms| (1..=60_000).contains(ms));
+                interval = Duration::from_millis(ms.ok_or(UsageError::BadValue {
+                    option: "--interval-ms",
+                    value: v,
+                    expected: "milliseconds from 1 to 60000",
+                })?);
+            }
+            "--memory-limit" => {
+                let v = value("--memory-limit")?.to_string_lossy().into_owned();
+                memory_limit = Some(walk::parse_size(&v).filter(|b| *b > 0).ok_or(
+                    UsageError::BadValue {
+                        option: "--memory-limit",
+                        value: v,
+                        expected: "a size such as 8G or 512M",
+                    },
+                )?);
+            }
+            opt if opt.starts_with("--") => return Err(UsageError::UnknownOption(opt.to_owned())),
+            _ if path.is_none() => path = Some(PathBuf::from(arg)),
+            other => return Err(UsageError::Unexpected(other.to_owned())),
+        }
+    }
+    Ok(Command::Walk(WalkArgs {
+        path: path.ok_or(UsageError::Missing("walk", "a PATH"))?,
+        policy: policy.ok_or(UsageError::Missing(
+            "walk",
+            "--policy retain|release-tensor|release-shard",
+        ))?,
+        transform,
+        json,
+        csv,
+        trace,
+        interval,
+        memory_limit,
+    }))
 }
 
 /// Parses the arguments after the program name.
@@ -72,6 +167,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, UsageE
         Some("-h" | "--help" | "help") => (Command::Help, 1),
         Some("-V" | "--version") => (Command::Version, 1),
         Some("device") => (Command::Device, 1),
+        Some("walk") => (parse_walk(&args[1..])?, args.len()),
         Some(command @ ("inspect" | "tensor")) => {
             let mut positional = Vec::new();
             let mut json = false;
@@ -174,6 +270,52 @@ mod tests {
         assert_eq!(
             parse_strs(&["inspect", "m", "--yaml"]),
             Err(UsageError::UnknownOption("--yaml".into()))
+        );
+    }
+
+    #[test]
+    fn walk_takes_a_policy_and_options() {
+        let Ok(Command::Walk(args)) = parse_strs(&[
+            "walk",
+            "m",
+            "--policy",
+            "release-shard",
+            "--transform",
+            "q4",
+            "--csv",
+            "t.csv",
+            "--interval-ms",
+            "10",
+            "--memory-limit",
+            "2G",
+            "--json",
+        ]) else {
+            panic!("walk parses");
+        };
+        assert_eq!(args.policy, Policy::ReleaseShard);
+        assert_eq!(args.transform, Transform::Q4);
+        assert_eq!(args.csv, Some(PathBuf::from("t.csv")));
+        assert_eq!(args.interval, Duration::from_millis(10));
+        assert_eq!(args.memory_limit, Some(2 << 30));
+        assert!(args.json);
+        assert_eq!(
+            parse_strs(&["walk", "m"]),
+            Err(UsageError::Missing(
+                "walk",
+                "--policy retain|release-tensor|release-shard"
+            ))
+        );
+        assert!(matches!(
+            parse_strs(&["walk", "m", "--policy", "keep"]),
+            Err(UsageError::BadValue { option: "--policy", .. })
+        ));
+        assert_eq!(
+            parse_strs(&["walk", "m", "--policy"]),
+            Err(UsageError::Missing("--policy", "a value"))
+        );
+        assert_eq!(
+            parse_strs(&["walk", "m", "x", "--policy", "retain"]),
+            Err(UsageError::Unexpected("x".into()))
         );
     }
 

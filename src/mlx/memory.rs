@@ -61,3 +61,34 @@ pub fn set_memory_limit(limit_bytes: u64) -> Result<u64, MlxError> {
         .map(bytes)
         .map_err(|e| MlxError::op("set memory limit", e))
 }
+
+/// Sets how many freed bytes MLX keeps cached for reuse and returns the
+/// previous limit (MLX has no getter: callers remember what they set).
+///
+/// # Errors
+/// When MLX refuses the limit.
+pub fn set_cache_limit(limit_bytes: u64) -> Result<u64, MlxError> {
+    let limit = usize::try_from(limit_bytes).unwrap_or(usize::MAX);
+    mlx_rs::memory::set_cache_limit(limit)
+        .map(bytes)
+        .map_err(|e| MlxError::op("set cache limit", e))
+}
+
+/// Asks the C allocator to return freed heap pages to the OS, so that process
+/// RSS follows MLX's counters after a [`clear_cache`]. Returns whether memory
+/// was returned (always `false` where the allocator offers no such call).
+#[must_use]
+pub fn trim_host_heap() -> bool {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        // SAFETY: malloc_trim takes a plain integer, touches only glibc's own
+        // heap bookkeeping under its lock and is safe to call from any thread.
+        #[allow(unsafe_code)]
+        let released = unsafe { libc::malloc_trim(0) };
+        released == 1
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    {
+        false
+    }
+}

@@ -11,7 +11,9 @@ mod shard;
 mod stats;
 
 pub use device::{DeviceInfo, DeviceKind, default_device, gpu_available};
-pub use memory::{MemoryStats, clear_cache, memory, reset_peak, set_memory_limit};
+pub use memory::{
+    MemoryStats, clear_cache, memory, reset_peak, set_cache_limit, set_memory_limit, trim_host_heap,
+};
 pub use mlx_rs::{Array, Dtype};
 pub use shard::ShardMap;
 pub use stats::{Heatmap, Histogram, Stats, ValueSummary, dequantize, summarize};

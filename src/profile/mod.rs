@@ -1,9 +1,22 @@
-//! Memory sampling, whole-model walks and traces, as plain data (no egui).
+//! Memory sampling, whole-model walks, traces and findings, as plain data
+//! (no egui): the app draws them, the CLI prints them.
 //!
-//! So far: the sampler thread and its bounded series, which the app's memory
-//! strip draws. The walk engine, expected-vs-actual budgets and trace export
-//! come with the profiler issue.
+//! One clock for everything: samples from the `memory-sampler` thread, and
+//! events (materialize, release, walk steps) each recorded with memory right
+//! after it and with what its shard holds by the Weights core's bookkeeping.
 
+mod findings;
 mod sampler;
+mod trace;
+mod walk;
 
-pub use sampler::{MemorySample, Sampler, Series, process_rss_bytes};
+pub use findings::{FitReport, Finding, FindingKind, findings, fit_report};
+pub use sampler::{
+    DEFAULT_INTERVAL, MachineMemory, MemorySample, ProcessMemory, Sampler, Series,
+    process_rss_bytes, reset_peak_rss,
+};
+pub use trace::{
+    ExpectedPeaks, Mark, MarkKind, ResidentShard, ResidentTensor, TRACE_VERSION, Trace,
+    TraceError, TraceEvent, TraceSample, secs_since,
+};
+pub use walk::{PlannedShard, Policy, Q4_GROUP_SIZE, Recorded, Transform, WalkOutcome, WalkPlan, walk};

@@ -17,12 +17,10 @@ pub mod demo;
 mod native;
 mod preview;
 mod view;
-mod worker;
 
 pub use native::{MlxNative, Native};
 pub use preview::{PreviewOptions, TensorPreview};
 pub use view::{Fixup, View};
-pub use worker::{Command, Event, EventKind, Worker, WorkerGone};
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -65,6 +63,10 @@ pub struct Weights<N: Native = MlxNative> {
     maps: HashMap<usize, ShardMap>,
     /// Cached arrays by canonical name.
     arrays: HashMap<String, Array>,
+    /// Shard position → stored tensors evaluated from its live map, with
+    /// their bytes: what the map keeps alive until [`Weights::release_shard`],
+    /// whatever [`Weights::release`] did (the profiler's attribution).
+    resident: HashMap<usize, HashMap<String, u64>>,
     view: Option<View>,
 }
 
@@ -106,6 +108,7 @@ impl<N: Native> Weights<N> {
             native,
             maps,
             arrays: HashMap::new(),
+            resident: HashMap::new(),
             view: None,
         })
     }
@@ -218,6 +221,75 @@ impl<N: Native> Weights<N> {
         Ok(array)
     }
 
+    /// The array for `name`, evaluated (its bytes read into MLX memory), and
+    /// recorded as resident in its shard until the shard is released.
+    ///
+    /// # Errors
+    /// As [`Weights::tensor`], or when MLX fails to evaluate it (unreadable
+    /// shard, memory limit).
+    pub fn materialize(&mut self, name: &str) -> Result<Array, WeightsError> {
+        let array = self.tensor(name)?;
+        crate::mlx::evaluate(&array)?;
+        if let Some(stored) = self.source(name).map(str::to_owned) {
+            self.note_resident(&stored);
+        }
+        Ok(array)
+    }
+
+    /// Records that the stored tensor `stored_name` was evaluated from its
+    /// shard's map (which now holds its bytes).
+    fn note_resident(&mut self, stored_name: &str) {
+        if let Some(info) = self.checkpoint.tensor(stored_name) {
+            let (shard, bytes) = (info.shard, info.bytes());
+            self.resident
+                .entry(shard)
+                .or_default()
+                .insert(stored_name.to_owned(), bytes);
+        }
+    }
+
+    /// Bytes the live map of shard `shard` (a position in the checkpoint's
+    /// shards) holds in evaluated tensors, by the core's own bookkeeping.
+    #[must_use]
+    pub fn resident_bytes(&self, shard: usize) -> u64 {
+        self.resident
+            .get(&shard)
+            .map_or(0, |tensors| tensors.values().sum())
+    }
+
+    /// Every evaluated stored tensor still held by its shard's map: (shard
+    /// position, stored name, bytes), sorted by shard and name.
+    #[must_use]
+    pub fn resident_tensors(&self) -> Vec<(usize, String, u64)> {
+        let mut list: Vec<(usize, String, u64)> = self
+            .resident
+            .iter()
+            .flat_map(|(shard, tensors)| {
+                tensors
+                    .iter()
+                    .map(move |(name, bytes)| (*shard, name.clone(), *bytes))
+            })
+            .collect();
+        list.sort_unstable();
+        list
+    }
+
+    /// Canonical names in walk order: by shard, then by position in the
+    /// shard's data (what a streaming transform reads sequentially).
+    #[must_use]
+    pub fn walk_order(&self) -> Vec<String> {
+        let mut names: Vec<(usize, u64, String)> = self
+            .tensor_names()
+            .into_iter()
+            .filter_map(|name| {
+                let info = self.info(&name)?;
+                Some((info.shard, info.data_offsets.0, name))
+            })
+            .collect();
+        names.sort_unstable();
+        names.into_iter().map(|(_, _, name)| name).collect()
+    }
+
     /// A stored tensor straight from its shard's map (not cached by name),
     /// reopening the shard if it was released: `tensor` and the scales and
     /// biases a dequantization needs.
@@ -271,12 +343,14 @@ impl<N: Native> Weights<N> {
         if let Some(map) = self.maps.remove(&shard) {
             self.native.free_shard(map);
         }
+        self.resident.remove(&shard);
         true
     }
 
     /// Drops every cached array and every map.
     pub fn release_all(&mut self) {
         self.arrays.clear();
+        self.resident.clear();
         for (_, map) in self.maps.drain() {
             self.native.free_shard(map);
         }

@@ -78,8 +78,7 @@ impl<N: Native> Weights<N> {
         let device = mlx::default_device().map_or_else(|_| "unknown".to_owned(), |d| d.name());
 
         let start = Instant::now();
-        let array = self.tensor(name)?;
-        mlx::evaluate(&array)?;
+        let array = self.materialize(name)?;
         let quant = self.checkpoint.quantized_weight(&info.name);
         let (values, quantized) = match quant {
             Some(q) => {
@@ -96,6 +95,10 @@ impl<N: Native> Weights<N> {
                     q.params.bits,
                 )?;
                 mlx::evaluate(&dequantized)?;
+                self.note_resident(&scales_name);
+                if let Some(biases_name) = &biases_name {
+                    self.note_resident(biases_name);
+                }
                 (dequantized, Some(q.params))
             }
             None => (array, None),

@@ -4,18 +4,20 @@
 //! the UI never touches them: it sends typed [`Command`]s and receives
 //! [`Event`]s carrying summaries (never arrays). The worker wakes its listener
 //! through a plain callback after each event, so this layer does not depend on
-//! egui.
+//! egui. It sits above `profile` because it also runs walks, streaming their
+//! progress as events and stopping between tensors when asked.
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
 use crate::checkpoint::Checkpoint;
 use crate::mlx::{self, MemoryStats};
-
-use super::{PreviewOptions, TensorPreview, Weights};
+use crate::profile::{self, Mark, MarkKind, MemorySample, Policy, Recorded, Transform, WalkOutcome};
+use crate::weights::{PreviewOptions, TensorPreview, Weights};
 
 /// What the worker is asked to do.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,17 +36,32 @@ pub enum Command {
     ClearCache,
     /// Set MLX's memory limit, in bytes.
     SetMemoryLimit(u64),
+    /// Set MLX's cache limit, in bytes.
+    SetCacheLimit(u64),
+    /// Walk every tensor in shard order under a policy (progress comes as
+    /// [`EventKind::Walked`]; [`Worker::cancel_walk`] stops it between tensors).
+    Walk {
+        /// What to release, when.
+        policy: Policy,
+        /// What to do to each tensor.
+        transform: Transform,
+    },
     /// Close the checkpoint, releasing everything.
     Close,
 }
 
-/// What happened, with MLX's memory right after it.
+/// What happened, with memory right after it.
 #[derive(Debug, Clone)]
 pub struct Event {
     /// What happened.
     pub kind: EventKind,
     /// MLX's counters after it.
     pub memory: MemoryStats,
+    /// Process and MLX memory after it (its `at` is when it finished).
+    pub sample: MemorySample,
+    /// The event as the profiler records it (with the shard residency it
+    /// left behind); `None` for events that change no memory.
+    pub mark: Option<Mark>,
     /// When it finished.
     pub at: Instant,
 }
@@ -78,16 +95,33 @@ pub enum EventKind {
     /// A cached tensor was dropped.
     Released(String),
     /// A shard's map and arrays were dropped.
-    ShardReleased(String),
+    ShardReleased {
+        /// The shard file.
+        file: String,
+        /// Bytes its map held in evaluated tensors (now freed into MLX's cache).
+        freed_bytes: u64,
+    },
     /// Every array and map was dropped.
     ReleasedAll,
-    /// MLX's cache was cleared.
-    CacheCleared,
+    /// MLX's cache was cleared and the host heap trimmed.
+    CacheCleared {
+        /// Whether the C allocator returned memory to the OS.
+        trimmed: bool,
+    },
     /// MLX's memory limit changed.
     MemoryLimitSet {
         /// The limit before.
         previous: u64,
     },
+    /// MLX's cache limit changed.
+    CacheLimitSet {
+        /// The limit now.
+        limit: u64,
+    },
+    /// A moment of a walk (start, step, release, end).
+    Walked(Box<Recorded>),
+    /// A walk ended (finished, cancelled or stopped by an error).
+    WalkFinished(Box<WalkOutcome>),
     /// The checkpoint was closed.
     Closed,
 }
@@ -103,6 +137,18 @@ pub struct Worker {
     commands: Option<SyncSender<Command>>,
     events: Receiver<Event>,
     thread: Option<JoinHandle<()>>,
+    cancel: Arc<AtomicBool>,
+}
+
+/// Cancels the worker's running walk; cheap to clone, usable from any thread.
+#[derive(Debug, Clone)]
+pub struct WalkCanceller(Arc<AtomicBool>);
+
+impl WalkCanceller {
+    /// Stops the running walk before its next tensor.
+    pub fn cancel(&self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
 }
 
 /// Commands waiting at most; a UI that floods the worker blocks briefly.
@@ -119,14 +165,30 @@ impl Worker {
     pub fn spawn(wake: impl Fn() + Send + Sync + 'static) -> std::io::Result<Self> {
         let (command_tx, command_rx) = mpsc::sync_channel::<Command>(COMMAND_QUEUE);
         let (event_tx, event_rx) = mpsc::sync_channel::<Event>(EVENT_QUEUE);
+        let cancel = Arc::new(AtomicBool::new(false));
+        let thread_cancel = Arc::clone(&cancel);
         let thread = std::thread::Builder::new()
             .name("mlx-worker".into())
-            .spawn(move || run(&command_rx, &event_tx, &wake))?;
+            .spawn(move || run(&command_rx, &event_tx, &wake, &thread_cancel))?;
         Ok(Self {
             commands: Some(command_tx),
             events: event_rx,
             thread: Some(thread),
+            cancel,
         })
+    }
+
+    /// Stops the running walk before its next tensor (the walk ends with a
+    /// `walk-end` event saying so). Does nothing when no walk runs; a walk
+    /// queued later starts afresh.
+    pub fn cancel_walk(&self) {
+        self.cancel.store(true, Ordering::Relaxed);
+    }
+
+    /// A handle that cancels the running walk from any thread.
+    #[must_use]
+    pub fn canceller(&self) -> WalkCanceller {
+        WalkCanceller(Arc::clone(&self.cancel))
     }
 
     /// Queues a command.
@@ -168,23 +230,106 @@ impl Drop for Worker {
     }
 }
 
-fn run(commands: &Receiver<Command>, events: &SyncSender<Event>, wake: &(dyn Fn() + Send + Sync)) {
+fn run(
+    commands: &Receiver<Command>,
+    events: &SyncSender<Event>,
+    wake: &(dyn Fn() + Send + Sync),
+    cancel: &AtomicBool,
+) {
     let mut weights: Option<Weights> = None;
     let options = PreviewOptions::default();
-    for command in commands {
-        let kind = handle(command, &mut weights, &options);
+    let send = |kind: EventKind, mark: Option<Mark>, sample: MemorySample| {
         let event = Event {
             kind,
             memory: mlx::memory().unwrap_or_default(),
-            at: Instant::now(),
+            at: sample.at,
+            sample,
+            mark,
         };
-        if events.send(event).is_err() {
+        let sent = events.send(event).is_ok();
+        wake();
+        sent
+    };
+    for command in commands {
+        if let Command::Walk { policy, transform } = command {
+            let Some(w) = weights.as_mut() else {
+                let kind = EventKind::Failed {
+                    target: "walk".into(),
+                    error: "no checkpoint is open".into(),
+                };
+                if !send(kind, None, MemorySample::now()) {
+                    break;
+                }
+                continue;
+            };
+            cancel.store(false, Ordering::Relaxed);
+            let mut listening = true;
+            let outcome = profile::walk(w, policy, transform, cancel, &mut |recorded| {
+                if listening {
+                    let (mark, sample) = (recorded.mark.clone(), recorded.memory);
+                    listening = send(EventKind::Walked(Box::new(recorded)), Some(mark), sample);
+                }
+                if !listening {
+                    cancel.store(true, Ordering::Relaxed); // nobody watches: stop
+                }
+            });
+            if !send(EventKind::WalkFinished(Box::new(outcome)), None, MemorySample::now()) {
+                break;
+            }
+            continue;
+        }
+        let kind = handle(command, &mut weights, &options);
+        let mark = mark_of(&kind, weights.as_ref());
+        if !send(kind, mark, MemorySample::now()) {
             break; // nobody listens any more
         }
-        wake();
     }
     // Arrays and maps are freed here, on the thread that made them.
     drop(weights);
+}
+
+/// The profiler's record of a (non-walk) event, with the residency of the
+/// shard it touched by the core's bookkeeping.
+fn mark_of(kind: &EventKind, weights: Option<&Weights>) -> Option<Mark> {
+    let resident_of = |file: &str| -> u64 {
+        weights
+            .and_then(|w| {
+                let shard = w.checkpoint().shards().iter().position(|s| s.file == file)?;
+                Some(w.resident_bytes(shard))
+            })
+            .unwrap_or(0)
+    };
+    let mark = match kind {
+        EventKind::Opened { path, checkpoint } => Mark::new(MarkKind::Open, path.display().to_string())
+            .detail(format!("{} shards", checkpoint.shards().len())),
+        EventKind::Materialized(p) => Mark::new(MarkKind::Materialize, p.name.as_str())
+            .bytes(p.bytes)
+            .detail(p.device.as_str())
+            .resident(p.shard.as_str(), resident_of(&p.shard)),
+        EventKind::Released(name) => {
+            let mut mark = Mark::new(MarkKind::Release, name.as_str());
+            if let Some(w) = weights {
+                if let (Some(info), Some(file)) = (w.info(name), w.file_of(name)) {
+                    mark = mark.bytes(info.bytes()).resident(file, resident_of(file));
+                }
+            }
+            mark
+        }
+        EventKind::ShardReleased { file, freed_bytes } => Mark::new(MarkKind::ReleaseShard, file.as_str())
+            .bytes(*freed_bytes)
+            .resident(file.as_str(), 0),
+        EventKind::ReleasedAll => Mark::new(MarkKind::ReleaseAll, ""),
+        EventKind::CacheCleared { trimmed } => Mark::new(MarkKind::ClearCache, "")
+            .detail(if *trimmed { "heap trimmed: yes" } else { "heap trimmed: no" }),
+        EventKind::MemoryLimitSet { previous } => Mark::new(MarkKind::MemoryLimit, "")
+            .bytes(mlx::memory().map_or(0, |m| m.limit_bytes))
+            .detail(format!("was {}", crate::units::human_bytes(*previous))),
+        EventKind::CacheLimitSet { limit } => Mark::new(MarkKind::CacheLimit, "").bytes(*limit),
+        EventKind::Failed { target, error } => Mark::new(MarkKind::Error, target.as_str()).detail(error.as_str()),
+        EventKind::Closed => Mark::new(MarkKind::Close, ""),
+        EventKind::OpenFailed { .. } | EventKind::Walked(_) | EventKind::WalkFinished(_) => return None,
+    };
+    Some(mark)
 }
 
 fn handle(command: Command, weights: &mut Option<Weights>, options: &PreviewOptions) -> EventKind {
@@ -227,8 +372,14 @@ fn handle(command: Command, weights: &mut Option<Weights>, options: &PreviewOpti
         Command::ReleaseShard(file) => match weights.as_mut() {
             None => not_open(file),
             Some(w) => {
+                let freed_bytes = w
+                    .checkpoint()
+                    .shards()
+                    .iter()
+                    .position(|s| s.file == file)
+                    .map_or(0, |i| w.resident_bytes(i));
                 if w.release_shard(&file) {
-                    EventKind::ShardReleased(file)
+                    EventKind::ShardReleased { file, freed_bytes }
                 } else {
                     EventKind::Failed {
                         error: format!("no shard named `{file}`"),
@@ -245,7 +396,9 @@ fn handle(command: Command, weights: &mut Option<Weights>, options: &PreviewOpti
             }
         },
         Command::ClearCache => match mlx::clear_cache() {
-            Ok(()) => EventKind::CacheCleared,
+            Ok(()) => EventKind::CacheCleared {
+                trimmed: mlx::trim_host_heap(),
+            },
             Err(err) => EventKind::Failed {
                 target: "cache".into(),
                 error: err.to_string(),
@@ -257,6 +410,17 @@ fn handle(command: Command, weights: &mut Option<Weights>, options: &PreviewOpti
                 target: "memory limit".into(),
                 error: err.to_string(),
             },
+        },
+        Command::SetCacheLimit(bytes) => match mlx::set_cache_limit(bytes) {
+            Ok(_) => EventKind::CacheLimitSet { limit: bytes },
+            Err(err) => EventKind::Failed {
+                target: "cache limit".into(),
+                error: err.to_string(),
+            },
+        },
+        Command::Walk { .. } => EventKind::Failed {
+            target: "walk".into(),
+            error: "walks run outside this handler".into(),
         },
         Command::Close => {
             *weights = None;

@@ -1,0 +1,310 @@
+//! `weightscope walk`: materialize every tensor in shard order under a
+//! release policy while sampling memory, then print the peaks against what
+//! the headers predict, the findings, and the trace.
+
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use crate::checkpoint::Checkpoint;
+use crate::mlx;
+use crate::profile::{
+    self, Finding, MachineMemory, Policy, Recorded, Sampler, Trace, TraceEvent, TraceSample,
+    Transform, WalkOutcome,
+};
+use crate::units::human_bytes;
+use crate::weights::{MlxNative, Weights};
+
+/// What `weightscope walk` was asked for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WalkArgs {
+    /// A folder or one `.safetensors` file.
+    pub path: PathBuf,
+    /// The release policy.
+    pub policy: Policy,
+    /// The per-tensor transform.
+    pub transform: Transform,
+    /// JSON instead of text.
+    pub json: bool,
+    /// Write the trace as CSV here.
+    pub csv: Option<PathBuf>,
+    /// Write the trace as JSON here.
+    pub trace: Option<PathBuf>,
+    /// Sampling interval.
+    pub interval: Duration,
+    /// MLX memory limit to set before anything is materialized.
+    pub memory_limit: Option<u64>,
+}
+
+/// A finished walk: its outcome, the trace and the findings.
+#[derive(Debug, Clone)]
+pub struct WalkReport {
+    /// How it ended.
+    pub outcome: WalkOutcome,
+    /// Samples and events.
+    pub trace: Trace,
+    /// What the trace shows.
+    pub findings: Vec<Finding>,
+    /// Samples the sampler thread took, and its mean time per sample.
+    pub sampler: (u64, Duration),
+    /// The sampling interval.
+    pub interval: Duration,
+}
+
+/// Why a walk could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum WalkError {
+    /// The checkpoint could not be opened (exit status 2).
+    #[error("{0}")]
+    BadInput(String),
+    /// MLX or the OS failed.
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// Runs the walk described by `args`, reporting progress on stderr when it is
+/// a terminal.
+///
+/// # Errors
+/// [`WalkError::BadInput`] when the checkpoint cannot be opened;
+/// [`WalkError::Failed`] when the sampler or the memory limit fails.
+pub fn run(args: &WalkArgs) -> Result<WalkReport, WalkError> {
+    let checkpoint =
+        Checkpoint::open(&args.path).map_err(|e| WalkError::BadInput(e.to_string()))?;
+    if let Some(problem) = super::inspect::fatal_problems(&checkpoint).first() {
+        return Err(WalkError::BadInput(problem.to_string()));
+    }
+    if let Some(limit) = args.memory_limit {
+        mlx::set_memory_limit(limit).map_err(|e| WalkError::Failed(e.to_string()))?;
+    }
+    let mut weights = Weights::open_with(checkpoint, MlxNative)
+        .map_err(|e| WalkError::BadInput(e.to_string()))?;
+    let sampler = Sampler::spawn(args.interval, || {})
+        .map_err(|e| WalkError::Failed(format!("cannot start the memory sampler: {e}")))?;
+    let origin = Instant::now();
+    let mut trace = Trace::new(format!(
+        "{} {}, {}",
+        args.policy.as_str(),
+        args.transform.as_str(),
+        args.path.display()
+    ));
+    trace.checkpoint = args.path.display().to_string();
+    trace.device = mlx::default_device().map_or_else(|_| "unknown".into(), |d| d.name());
+    trace.policy = Some(args.policy.as_str().into());
+    trace.transform = Some(args.transform.as_str().into());
+    let progress = std::io::stderr().is_terminal();
+    let mut last_progress = Instant::now();
+    let cancel = AtomicBool::new(false);
+    let outcome = profile::walk(
+        &mut weights,
+        args.policy,
+        args.transform,
+        &cancel,
+        &mut |recorded: Recorded| {
+            while let Some(sample) = sampler.try_recv() {
+                trace.samples.push(TraceSample::from_sample(&sample, origin));
+            }
+            trace.samples.push(TraceSample::from_sample(&recorded.memory, origin));
+            trace.events.push(TraceEvent::new(
+                &recorded.mark,
+                recorded.memory.at,
+                origin,
+                &recorded.memory,
+            ));
+            if progress && last_progress.elapsed() >= Duration::from_millis(100) {
+                last_progress = Instant::now();
+                let (done, total) = recorded.progress;
+                eprint!(
+                    "\rwalk {}: {done}/{total} tensors, MLX active {}   ",
+                    args.policy.as_str(),
+                    human_bytes(recorded.memory.mlx_active_bytes)
+                );
+            }
+        },
+    );
+    if progress {
+        eprintln!();
+    }
+    while let Some(sample) = sampler.try_recv() {
+        trace.samples.push(TraceSample::from_sample(&sample, origin));
+    }
+    let sampler_figures = (sampler.samples_taken(), sampler.mean_sample_time());
+    drop(sampler);
+    // What the walk kept (retain) is freed before the process reports.
+    drop(weights);
+    trace.expected = Some(outcome.expected);
+    trace.sort();
+    let findings = profile::findings(&trace);
+    Ok(WalkReport {
+        outcome,
+        trace,
+        findings,
+        sampler: sampler_figures,
+        interval: args.interval,
+    })
+}
+
+impl WalkReport {
+    /// The sampler's own cost, in percent of one core.
+    #[must_use]
+    pub fn sampler_cost_percent(&self) -> f64 {
+        100.0 * self.sampler.1.as_secs_f64() / self.interval.as_secs_f64().max(1e-6)
+    }
+
+    /// Writes the trace files that were asked for.
+    ///
+    /// # Errors
+    /// When a file cannot be written.
+    pub fn save(&self, args: &WalkArgs) -> Result<(), profile::TraceError> {
+        if let Some(path) = &args.csv {
+            save_as(&self.trace, path, true)?;
+        }
+        if let Some(path) = &args.trace {
+            save_as(&self.trace, path, false)?;
+        }
+        Ok(())
+    }
+
+    /// The JSON report (the CLI contract: `policy`, `peak_mlx_active_bytes`,
+    /// `peak_rss_bytes`, `expected_peak_bytes`, `samples`, `events`).
+    #[must_use]
+    pub fn to_json(&self) -> serde_json::Value {
+        let o = &self.outcome;
+        let fit = profile::fit_report(
+            &o.expected,
+            &MachineMemory::read(),
+            mlx::memory().map_or(0, |m| m.limit_bytes),
+            None,
+        );
+        json!({
+            "policy": o.policy.as_str(),
+            "transform": o.transform.as_str(),
+            "checkpoint": self.trace.checkpoint,
+            "device": self.trace.device,
+            "tensors": o.steps_total,
+            "steps_done": o.steps_done,
+            "cancelled": o.cancelled,
+            "error": o.error,
+            "peak_mlx_active_bytes": o.peak_mlx_active_bytes,
+            "peak_rss_bytes": o.peak_rss_bytes,
+            "expected_peak_bytes": o.expected_peak_bytes(),
+            "expected": o.expected,
+            "source_bytes": o.source_bytes,
+            "largest_shard_bytes": o.largest_shard_bytes,
+            "elapsed_secs": o.elapsed_secs,
+            "sampler": {
+                "interval_ms": self.interval.as_secs_f64() * 1e3,
+                "samples": self.sampler.0,
+                "mean_sample_micros": self.sampler.1.as_secs_f64() * 1e6,
+                "cost_percent_of_one_core": self.sampler_cost_percent(),
+            },
+            "findings": self.findings.iter().map(|f| json!({
+                "kind": format!("{:?}", f.kind),
+                "text": f.text,
+                "t_secs": f.t_secs,
+            })).collect::<Vec<_>>(),
+            "fit": fit.lines,
+            "samples": self.trace.samples,
+            "events": self.trace.events,
+        })
+    }
+
+    /// The text report.
+    ///
+    /// # Errors
+    /// When `out` fails.
+    pub fn write_text(&self, out: &mut impl Write) -> std::io::Result<()> {
+        let o = &self.outcome;
+        writeln!(out, "policy:      {} (transform {})", o.policy.as_str(), o.transform.as_str())?;
+        writeln!(out, "checkpoint:  {}", self.trace.checkpoint)?;
+        writeln!(out, "device:      {}", self.trace.device)?;
+        writeln!(
+            out,
+            "tensors:     {} of {} in {:.2} s{}",
+            o.steps_done,
+            o.steps_total,
+            o.elapsed_secs,
+            if o.cancelled { " (cancelled)" } else { "" }
+        )?;
+        writeln!(
+            out,
+            "peak MLX active: {} (expected {} for {}; retain {}, release-tensor {}, release-shard {})",
+            human_bytes(o.peak_mlx_active_bytes),
+            human_bytes(o.expected_peak_bytes()),
+            o.policy.as_str(),
+            human_bytes(o.expected.retain),
+            human_bytes(o.expected.release_tensor),
+            human_bytes(o.expected.release_shard)
+        )?;
+        writeln!(out, "peak RSS:    {}", human_bytes(o.peak_rss_bytes))?;
+        writeln!(
+            out,
+            "sampler:     {} samples every {} ms, {:.1} us each ({:.3} % of one core)",
+            self.sampler.0,
+            self.interval.as_millis(),
+            self.sampler.1.as_secs_f64() * 1e6,
+            self.sampler_cost_percent()
+        )?;
+        if let Some(error) = &o.error {
+            writeln!(out, "error:       {error}")?;
+        }
+        if self.findings.is_empty() {
+            writeln!(out, "findings:    none")?;
+        } else {
+            writeln!(out, "findings:")?;
+            for finding in &self.findings {
+                writeln!(out, "  - {}", finding.text)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn save_as(trace: &Trace, path: &Path, csv: bool) -> Result<(), profile::TraceError> {
+    let text = if csv { trace.to_csv() } else { trace.to_json() };
+    std::fs::write(path, text).map_err(|source| profile::TraceError::Io {
+        action: "write",
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// A size like `8G`, `512M`, `64K` or plain bytes (binary units).
+#[must_use]
+pub fn parse_size(text: &str) -> Option<u64> {
+    let text = text.trim();
+    let (digits, unit) = match text.find(|c: char| !c.is_ascii_digit() && c != '.') {
+        Some(i) => text.split_at(i),
+        None => (text, ""),
+    };
+    let value: f64 = digits.parse().ok()?;
+    let scale: u64 = match unit.trim().to_ascii_uppercase().trim_end_matches("IB").trim_end_matches('B') {
+        "" => 1,
+        "K" => 1 << 10,
+        "M" => 1 << 20,
+        "G" => 1 << 30,
+        "T" => 1 << 40,
+        _ => return None,
+    };
+    let bytes = value * scale as f64;
+    (bytes.is_finite() && bytes >= 0.0 && bytes < 1.8e19).then(|| bytes as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_size;
+
+    #[test]
+    fn sizes_take_binary_units() {
+        assert_eq!(parse_size("8G"), Some(8 << 30));
+        assert_eq!(parse_size("512MiB"), Some(512 << 20));
+        assert_eq!(parse_size("1.5k"), Some(1536));
+        assert_eq!(parse_size("4096"), Some(4096));
+        assert_eq!(parse_size("12 GB"), Some(12 << 30));
+        assert_eq!(parse_size("lots"), None);
+        assert_eq!(parse_size("3X"), None);
+    }
+}

@@ -1,0 +1,336 @@
+//! Findings in words: what a trace shows, said the way an engineer would
+//! explain it, and whether a walk of this model fits this machine.
+
+use crate::units::human_bytes;
+
+use super::sampler::MachineMemory;
+use super::trace::{ExpectedPeaks, MarkKind, Trace};
+
+/// What a finding is about (tests and the app key on it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FindingKind {
+    /// Tensor releases that did not lower MLX active memory: the map holds them.
+    ReleaseFreedNothing,
+    /// MLX active fell but RSS did not: MLX's cache or malloc keeps the pages.
+    RssDidNotFollow,
+    /// The whole model accumulated although a streaming walk would not need it.
+    WholeModelAccumulated,
+    /// The peak went well past what the headers predict.
+    AboveExpected,
+    /// The walk was cancelled or stopped by an error.
+    Incomplete,
+}
+
+/// One finding: its kind, a sentence, and the moment it points at.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Finding {
+    /// What it is about.
+    pub kind: FindingKind,
+    /// The sentence shown.
+    pub text: String,
+    /// The moment (seconds on the trace's clock) it points at.
+    pub t_secs: Option<f64>,
+}
+
+/// Below this, memory moves are noise (allocator rounding, small buffers).
+const NOISE_BYTES: u64 = 1 << 20;
+
+/// The findings of `trace`, most important first.
+#[must_use]
+pub fn findings(trace: &Trace) -> Vec<Finding> {
+    let mut found = Vec::new();
+    release_freed_nothing(trace, &mut found);
+    whole_model_accumulated(trace, &mut found);
+    rss_did_not_follow(trace, &mut found);
+    above_expected(trace, &mut found);
+    incomplete(trace, &mut found);
+    found
+}
+
+fn release_freed_nothing(trace: &Trace, found: &mut Vec<Finding>) {
+    let mut freed_nothing = Vec::new();
+    let mut releases = 0;
+    for pair in trace.events.windows(2) {
+        let (before, event) = (&pair[0], &pair[1]);
+        if event.kind != MarkKind::Release || event.bytes < NOISE_BYTES {
+            continue;
+        }
+        releases += 1;
+        // Freed means active fell by at least half the tensor's bytes.
+        let fell = before.mlx_active_bytes.saturating_sub(event.mlx_active_bytes);
+        if fell < event.bytes / 2 {
+            freed_nothing.push(event);
+        }
+    }
+    if let Some(first) = freed_nothing.first() {
+        let held: u64 = freed_nothing.iter().map(|e| e.bytes).sum();
+        found.push(Finding {
+            kind: FindingKind::ReleaseFreedNothing,
+            text: format!(
+                "releasing `{}` did not lower MLX active memory: the shard map still holds it \
+                 ({} of {releases} tensor releases freed nothing, {} held). Release whole shards \
+                 as the walk leaves them.",
+                first.target,
+                freed_nothing.len(),
+                human_bytes(held)
+            ),
+            t_secs: Some(first.t_secs),
+        });
+    }
+}
+
+fn whole_model_accumulated(trace: &Trace, found: &mut Vec<Finding>) {
+    let (Some(expected), Some(policy)) = (trace.expected, trace.policy.as_deref()) else {
+        return;
+    };
+    if policy == "release-shard" {
+        return;
+    }
+    let peak = trace.peak_mlx_active_bytes();
+    let whole = expected.release_tensor.min(expected.retain);
+    if whole > 0 && peak * 10 >= whole * 9 && expected.release_shard * 2 < peak {
+        let at = trace
+            .events
+            .iter()
+            .max_by_key(|e| e.mlx_active_bytes)
+            .map(|e| e.t_secs);
+        found.push(Finding {
+            kind: FindingKind::WholeModelAccumulated,
+            text: format!(
+                "the whole model accumulated: MLX active peaked at {} ({} expected for {policy}); \
+                 releasing each shard as the walk leaves it needs about {}",
+                human_bytes(peak),
+                human_bytes(whole),
+                human_bytes(expected.release_shard)
+            ),
+            t_secs: at,
+        });
+    }
+}
+
+fn rss_did_not_follow(trace: &Trace, found: &mut Vec<Finding>) {
+    let mut stuck = Vec::new();
+    for pair in trace.events.windows(2) {
+        let (before, event) = (&pair[0], &pair[1]);
+        if !matches!(event.kind, MarkKind::ReleaseShard | MarkKind::ReleaseAll) {
+            continue;
+        }
+        let active_fell = before.mlx_active_bytes.saturating_sub(event.mlx_active_bytes);
+        let rss_fell = before.rss_bytes.saturating_sub(event.rss_bytes);
+        if active_fell >= NOISE_BYTES && rss_fell < active_fell / 2 {
+            stuck.push((event, active_fell));
+        }
+    }
+    let Some((first, _)) = stuck.first() else {
+        return;
+    };
+    let fell: u64 = stuck.iter().map(|(_, b)| b).sum();
+    let trimmed = trace
+        .events
+        .iter()
+        .any(|e| e.kind == MarkKind::ClearCache && e.t_secs >= first.t_secs);
+    found.push(Finding {
+        kind: FindingKind::RssDidNotFollow,
+        text: format!(
+            "MLX active fell by {} at {} release(s) but RSS did not: the freed buffers sit in \
+             MLX's cache ({} at the first; clear it) or in malloc (trimmed: {})",
+            human_bytes(fell),
+            stuck.len(),
+            human_bytes(first.mlx_cache_bytes),
+            if trimmed { "yes" } else { "no" }
+        ),
+        t_secs: Some(first.t_secs),
+    });
+}
+
+fn above_expected(trace: &Trace, found: &mut Vec<Finding>) {
+    let Some(expected) = trace.expected_peak_bytes() else {
+        return;
+    };
+    let peak = trace.peak_mlx_active_bytes();
+    if expected > 0 && peak > expected + expected / 4 && peak - expected >= NOISE_BYTES {
+        found.push(Finding {
+            kind: FindingKind::AboveExpected,
+            text: format!(
+                "MLX active peaked at {}, {:.0} % above the {} the headers predict: something \
+                 beside the walked tensors holds memory (temporaries of the transform, earlier arrays)",
+                human_bytes(peak),
+                (peak as f64 / expected as f64 - 1.0) * 100.0,
+                human_bytes(expected)
+            ),
+            t_secs: None,
+        });
+    }
+}
+
+fn incomplete(trace: &Trace, found: &mut Vec<Finding>) {
+    if let Some(end) = trace
+        .events
+        .iter()
+        .rev()
+        .find(|e| e.kind == MarkKind::WalkEnd)
+        .filter(|e| e.detail.starts_with("cancelled") || e.detail.starts_with("stopped"))
+    {
+        found.push(Finding {
+            kind: FindingKind::Incomplete,
+            text: format!("the walk did not finish: {}", end.detail),
+            t_secs: Some(end.t_secs),
+        });
+    }
+}
+
+/// Whether a walk of the model fits, from the headers alone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FitReport {
+    /// What a release-shard walk needs.
+    pub release_shard_bytes: u64,
+    /// What keeping everything needs.
+    pub retain_bytes: u64,
+    /// The tightest of: available memory, MLX's limit, the user's budget.
+    pub room_bytes: u64,
+    /// What sets `room_bytes`.
+    pub room_from: &'static str,
+    /// The report in sentences.
+    pub lines: Vec<String>,
+}
+
+/// What a release-shard walk needs against this machine, MLX's memory limit
+/// and an optional budget.
+#[must_use]
+pub fn fit_report(
+    expected: &ExpectedPeaks,
+    machine: &MachineMemory,
+    mlx_limit_bytes: u64,
+    budget_bytes: Option<u64>,
+) -> FitReport {
+    let mut rooms = vec![
+        (machine.available_bytes, "available memory"),
+        (mlx_limit_bytes, "MLX's memory limit"),
+    ];
+    if let Some(budget) = budget_bytes {
+        rooms.push((budget, "your budget"));
+    }
+    let (room_bytes, room_from) = rooms
+        .into_iter()
+        .filter(|(b, _)| *b > 0)
+        .min_by_key(|(b, _)| *b)
+        .unwrap_or((0, "nothing known"));
+    let verdict = |need: u64| {
+        if room_bytes == 0 {
+            "unknown".to_owned()
+        } else if need <= room_bytes {
+            format!("fits ({} spare)", human_bytes(room_bytes - need))
+        } else {
+            format!("does not fit ({} short)", human_bytes(need - room_bytes))
+        }
+    };
+    let mut lines = vec![
+        format!(
+            "A release-shard walk needs about {}: {}.",
+            human_bytes(expected.release_shard),
+            verdict(expected.release_shard)
+        ),
+        format!(
+            "Keeping everything (retain, or release-tensor with maps alive) needs {}: {}.",
+            human_bytes(expected.retain),
+            verdict(expected.retain)
+        ),
+        format!(
+            "Room: {} ({room_from}); machine {} total, {} available; MLX limit {}.",
+            human_bytes(room_bytes),
+            human_bytes(machine.total_bytes),
+            human_bytes(machine.available_bytes),
+            human_bytes(mlx_limit_bytes)
+        ),
+    ];
+    if let Some(budget) = budget_bytes {
+        lines.push(format!("Budget: {}.", human_bytes(budget)));
+    }
+    FitReport {
+        release_shard_bytes: expected.release_shard,
+        retain_bytes: expected.retain,
+        room_bytes,
+        room_from,
+        lines,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::profile::trace::TraceEvent;
+
+    const MIB: u64 = 1 << 20;
+
+    fn event(t: f64, kind: MarkKind, target: &str, bytes: u64, active: u64, rss: u64) -> TraceEvent {
+        TraceEvent {
+            t_secs: t,
+            kind,
+            target: target.into(),
+            bytes,
+            detail: String::new(),
+            rss_bytes: rss,
+            mlx_active_bytes: active,
+            mlx_cache_bytes: 0,
+            shard: None,
+            shard_resident_bytes: None,
+        }
+    }
+
+    #[test]
+    fn a_release_that_frees_nothing_is_named() {
+        let mut trace = Trace::new("t");
+        trace.events = vec![
+            event(0.0, MarkKind::WalkStep, "a", 8 * MIB, 8 * MIB, 100 * MIB),
+            event(0.1, MarkKind::Release, "a", 8 * MIB, 8 * MIB, 100 * MIB),
+            event(0.2, MarkKind::WalkStep, "b", 8 * MIB, 16 * MIB, 108 * MIB),
+            event(0.3, MarkKind::Release, "b", 8 * MIB, 8 * MIB, 100 * MIB),
+        ];
+        let found = findings(&trace);
+        let finding = found
+            .iter()
+            .find(|f| f.kind == FindingKind::ReleaseFreedNothing)
+            .expect("the trap is found");
+        assert!(finding.text.contains("releasing `a`"), "{}", finding.text);
+        assert!(finding.text.contains("1 of 2"), "{}", finding.text);
+        assert_eq!(finding.t_secs, Some(0.1));
+    }
+
+    #[test]
+    fn rss_that_stays_up_is_explained() {
+        let mut trace = Trace::new("t");
+        trace.events = vec![
+            event(0.0, MarkKind::WalkStep, "a", 8 * MIB, 8 * MIB, 100 * MIB),
+            event(0.1, MarkKind::ReleaseShard, "s1", 8 * MIB, 0, 100 * MIB),
+        ];
+        let found = findings(&trace);
+        let finding = found
+            .iter()
+            .find(|f| f.kind == FindingKind::RssDidNotFollow)
+            .expect("found");
+        assert!(finding.text.contains("trimmed: no"), "{}", finding.text);
+        // When RSS falls too, nothing is said.
+        trace.events[1].rss_bytes = 92 * MIB;
+        assert!(findings(&trace).is_empty());
+    }
+
+    #[test]
+    fn the_fit_report_takes_the_tightest_room() {
+        let expected = ExpectedPeaks {
+            retain: 100 * MIB,
+            release_tensor: 100 * MIB,
+            release_shard: 10 * MIB,
+        };
+        let machine = MachineMemory {
+            total_bytes: 1000 * MIB,
+            available_bytes: 500 * MIB,
+        };
+        let report = fit_report(&expected, &machine, 400 * MIB, Some(50 * MIB));
+        assert_eq!(report.room_bytes, 50 * MIB);
+        assert_eq!(report.room_from, "your budget");
+        assert!(report.lines[0].contains("fits"), "{}", report.lines[0]);
+        assert!(report.lines[1].contains("does not fit"), "{}", report.lines[1]);
+        let report = fit_report(&expected, &machine, 400 * MIB, None);
+        assert_eq!(report.room_from, "MLX's memory limit");
+    }
+}

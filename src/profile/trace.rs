@@ -1,0 +1,839 @@
+//! A memory trace: samples and events on one clock, with what each shard held
+//! after each event. Saved and loaded as JSON or CSV; the app overlays two.
+
+use std::fmt::Write as _;
+use std::path::Path;
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+
+use super::sampler::MemorySample;
+
+/// The trace format's version, written into every file.
+pub const TRACE_VERSION: u32 = 1;
+
+/// One memory sample, seconds after the trace's origin.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct TraceSample {
+    /// Seconds since the trace's origin.
+    pub t_secs: f64,
+    /// Process RSS.
+    pub rss_bytes: u64,
+    /// Anonymous part of RSS.
+    pub rss_anon_bytes: u64,
+    /// File-backed part of RSS.
+    pub rss_file_bytes: u64,
+    /// MLX active memory.
+    pub mlx_active_bytes: u64,
+    /// MLX cache.
+    pub mlx_cache_bytes: u64,
+    /// MLX peak since its last reset.
+    pub mlx_peak_bytes: u64,
+}
+
+impl TraceSample {
+    /// `sample` placed on the clock that starts at `origin`.
+    #[must_use]
+    pub fn from_sample(sample: &MemorySample, origin: Instant) -> Self {
+        Self {
+            t_secs: secs_since(origin, sample.at),
+            rss_bytes: sample.rss_bytes,
+            rss_anon_bytes: sample.rss_anon_bytes,
+            rss_file_bytes: sample.rss_file_bytes,
+            mlx_active_bytes: sample.mlx_active_bytes,
+            mlx_cache_bytes: sample.mlx_cache_bytes,
+            mlx_peak_bytes: sample.mlx_peak_bytes,
+        }
+    }
+}
+
+/// Seconds from `origin` to `at` (0 for moments before the origin).
+#[must_use]
+pub fn secs_since(origin: Instant, at: Instant) -> f64 {
+    at.saturating_duration_since(origin).as_secs_f64()
+}
+
+/// What an event was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum MarkKind {
+    /// A checkpoint was opened.
+    Open,
+    /// A tensor was materialized on request.
+    Materialize,
+    /// One cached tensor was released.
+    Release,
+    /// A shard's map and arrays were released.
+    ReleaseShard,
+    /// Every array and map was released.
+    ReleaseAll,
+    /// MLX's cache was cleared (and the host heap trimmed).
+    ClearCache,
+    /// MLX's memory limit changed.
+    MemoryLimit,
+    /// MLX's cache limit changed.
+    CacheLimit,
+    /// A walk began.
+    WalkStart,
+    /// A walk materialized (and transformed) one tensor.
+    WalkStep,
+    /// A walk finished or was cancelled.
+    WalkEnd,
+    /// Something failed.
+    Error,
+    /// The checkpoint was closed.
+    Close,
+}
+
+impl MarkKind {
+    /// The kebab-case name used in files.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Open => "open",
+            Self::Materialize => "materialize",
+            Self::Release => "release",
+            Self::ReleaseShard => "release-shard",
+            Self::ReleaseAll => "release-all",
+            Self::ClearCache => "clear-cache",
+            Self::MemoryLimit => "memory-limit",
+            Self::CacheLimit => "cache-limit",
+            Self::WalkStart => "walk-start",
+            Self::WalkStep => "walk-step",
+            Self::WalkEnd => "walk-end",
+            Self::Error => "error",
+            Self::Close => "close",
+        }
+    }
+
+    fn parse(text: &str) -> Option<Self> {
+        ALL_KINDS.iter().copied().find(|k| k.as_str() == text)
+    }
+}
+
+const ALL_KINDS: [MarkKind; 13] = [
+    MarkKind::Open,
+    MarkKind::Materialize,
+    MarkKind::Release,
+    MarkKind::ReleaseShard,
+    MarkKind::ReleaseAll,
+    MarkKind::ClearCache,
+    MarkKind::MemoryLimit,
+    MarkKind::CacheLimit,
+    MarkKind::WalkStart,
+    MarkKind::WalkStep,
+    MarkKind::WalkEnd,
+    MarkKind::Error,
+    MarkKind::Close,
+];
+
+/// An event, before it is placed on a clock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mark {
+    /// What happened.
+    pub kind: MarkKind,
+    /// The tensor, shard, path or setting it was about.
+    pub target: String,
+    /// Bytes involved (materialized, freed, a limit); 0 when none.
+    pub bytes: u64,
+    /// Anything else worth a line (device, policy, error message).
+    pub detail: String,
+    /// The shard whose resident bytes this event changed, and what it holds
+    /// now, by the Weights core's bookkeeping.
+    pub resident: Option<(String, u64)>,
+}
+
+impl Mark {
+    /// A mark with no bytes, detail or residency change.
+    #[must_use]
+    pub fn new(kind: MarkKind, target: impl Into<String>) -> Self {
+        Self {
+            kind,
+            target: target.into(),
+            bytes: 0,
+            detail: String::new(),
+            resident: None,
+        }
+    }
+
+    /// With bytes.
+    #[must_use]
+    pub fn bytes(mut self, bytes: u64) -> Self {
+        self.bytes = bytes;
+        self
+    }
+
+    /// With a detail line.
+    #[must_use]
+    pub fn detail(mut self, detail: impl Into<String>) -> Self {
+        self.detail = detail.into();
+        self
+    }
+
+    /// With the shard residency after the event.
+    #[must_use]
+    pub fn resident(mut self, shard: impl Into<String>, bytes: u64) -> Self {
+        self.resident = Some((shard.into(), bytes));
+        self
+    }
+
+    /// One line for markers and tables.
+    #[must_use]
+    pub fn label(&self) -> String {
+        let mut label = self.kind.as_str().to_owned();
+        if !self.target.is_empty() {
+            label.push(' ');
+            label.push_str(&self.target);
+        }
+        if self.bytes > 0 {
+            let _ = write!(label, " ({})", crate::units::human_bytes(self.bytes));
+        }
+        label
+    }
+}
+
+/// An event on the trace's clock, with memory right after it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TraceEvent {
+    /// Seconds since the trace's origin.
+    pub t_secs: f64,
+    /// What happened.
+    pub kind: MarkKind,
+    /// The tensor, shard, path or setting.
+    pub target: String,
+    /// Bytes involved.
+    pub bytes: u64,
+    /// Detail line.
+    #[serde(default)]
+    pub detail: String,
+    /// Process RSS right after.
+    pub rss_bytes: u64,
+    /// MLX active right after.
+    pub mlx_active_bytes: u64,
+    /// MLX cache right after.
+    pub mlx_cache_bytes: u64,
+    /// The shard whose residency changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<String>,
+    /// What that shard holds now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard_resident_bytes: Option<u64>,
+}
+
+impl TraceEvent {
+    /// `mark` placed on the clock of `origin`, at `at`, with `memory` after it.
+    #[must_use]
+    pub fn new(mark: &Mark, at: Instant, origin: Instant, memory: &MemorySample) -> Self {
+        Self {
+            t_secs: secs_since(origin, at),
+            kind: mark.kind,
+            target: mark.target.clone(),
+            bytes: mark.bytes,
+            detail: mark.detail.clone(),
+            rss_bytes: memory.rss_bytes,
+            mlx_active_bytes: memory.mlx_active_bytes,
+            mlx_cache_bytes: memory.mlx_cache_bytes,
+            shard: mark.resident.as_ref().map(|(s, _)| s.clone()),
+            shard_resident_bytes: mark.resident.as_ref().map(|(_, b)| *b),
+        }
+    }
+
+    /// One line for markers and tables.
+    #[must_use]
+    pub fn label(&self) -> String {
+        Mark {
+            kind: self.kind,
+            target: self.target.clone(),
+            bytes: self.bytes,
+            detail: String::new(),
+            resident: None,
+        }
+        .label()
+    }
+}
+
+/// Expected peaks from the headers, one per walk policy, in bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct ExpectedPeaks {
+    /// Keep everything.
+    pub retain: u64,
+    /// Release each tensor after use while the maps live (the trap).
+    pub release_tensor: u64,
+    /// Release each shard as the walk leaves it.
+    pub release_shard: u64,
+}
+
+/// Samples and events of one run, with what it was.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Trace {
+    /// Format version ([`TRACE_VERSION`]).
+    pub version: u32,
+    /// A name for legends ("retain, demo-v1").
+    pub label: String,
+    /// The checkpoint path, if one was open.
+    #[serde(default)]
+    pub checkpoint: String,
+    /// MLX device ("cpu:0", "gpu:0").
+    #[serde(default)]
+    pub device: String,
+    /// The walk policy, for a walk trace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<String>,
+    /// The walk's transform.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transform: Option<String>,
+    /// What the headers predict for each policy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected: Option<ExpectedPeaks>,
+    /// Samples, in time order.
+    pub samples: Vec<TraceSample>,
+    /// Events, in time order.
+    pub events: Vec<TraceEvent>,
+}
+
+/// Why a trace could not be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum TraceError {
+    /// The file could not be read or written.
+    #[error("cannot {action} {}: {source}", path.display())]
+    Io {
+        /// "read" or "write".
+        action: &'static str,
+        /// The file.
+        path: std::path::PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The file is not a trace.
+    #[error("not a weightscope trace ({problem}): {}", path.display())]
+    Format {
+        /// What is wrong, with a line number for CSV.
+        problem: String,
+        /// The file.
+        path: std::path::PathBuf,
+    },
+}
+
+impl Trace {
+    /// An empty trace.
+    #[must_use]
+    pub fn new(label: impl Into<String>) -> Self {
+        Self {
+            version: TRACE_VERSION,
+            label: label.into(),
+            checkpoint: String::new(),
+            device: String::new(),
+            policy: None,
+            transform: None,
+            expected: None,
+            samples: Vec::new(),
+            events: Vec::new(),
+        }
+    }
+
+    /// The expected peak for this trace's policy, if known.
+    #[must_use]
+    pub fn expected_peak_bytes(&self) -> Option<u64> {
+        let expected = self.expected?;
+        match self.policy.as_deref()? {
+            "retain" => Some(expected.retain),
+            "release-tensor" => Some(expected.release_tensor),
+            "release-shard" => Some(expected.release_shard),
+            _ => None,
+        }
+    }
+
+    /// Highest MLX active memory recorded: samples, events, and MLX's own
+    /// peak counter in the samples (which sees between samples; a walk
+    /// resets it when it starts).
+    #[must_use]
+    pub fn peak_mlx_active_bytes(&self) -> u64 {
+        let samples = self
+            .samples
+            .iter()
+            .map(|s| s.mlx_active_bytes.max(s.mlx_peak_bytes));
+        let events = self.events.iter().map(|e| e.mlx_active_bytes);
+        samples.chain(events).max().unwrap_or(0)
+    }
+
+    /// Highest process RSS seen in samples and events.
+    #[must_use]
+    pub fn peak_rss_bytes(&self) -> u64 {
+        let samples = self.samples.iter().map(|s| s.rss_bytes);
+        let events = self.events.iter().map(|e| e.rss_bytes);
+        samples.chain(events).max().unwrap_or(0)
+    }
+
+    /// Puts samples and events in time order (after merging sources).
+    pub fn sort(&mut self) {
+        self.samples.sort_by(|a, b| a.t_secs.total_cmp(&b.t_secs));
+        self.events.sort_by(|a, b| a.t_secs.total_cmp(&b.t_secs));
+    }
+
+    /// The trace as pretty JSON.
+    #[must_use]
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).unwrap_or_default()
+    }
+
+    /// The trace as CSV: one row per sample and per event, plus `meta` rows.
+    #[must_use]
+    pub fn to_csv(&self) -> String {
+        let mut out = String::from(CSV_HEADER);
+        out.push('\n');
+        let mut meta = |key: &str, value: &str| {
+            let _ = writeln!(out, "meta,,,,,,,,,{},,,,{}", csv_field(key), csv_field(value));
+        };
+        meta("version", &self.version.to_string());
+        meta("label", &self.label);
+        meta("checkpoint", &self.checkpoint);
+        meta("device", &self.device);
+        if let Some(policy) = &self.policy {
+            meta("policy", policy);
+        }
+        if let Some(transform) = &self.transform {
+            meta("transform", transform);
+        }
+        if let Some(e) = self.expected {
+            meta("expected_retain_bytes", &e.retain.to_string());
+            meta("expected_release_tensor_bytes", &e.release_tensor.to_string());
+            meta("expected_release_shard_bytes", &e.release_shard.to_string());
+        }
+        for s in &self.samples {
+            let _ = writeln!(
+                out,
+                "sample,{},{},{},{},{},{},{},,,,,,",
+                s.t_secs,
+                s.rss_bytes,
+                s.rss_anon_bytes,
+                s.rss_file_bytes,
+                s.mlx_active_bytes,
+                s.mlx_cache_bytes,
+                s.mlx_peak_bytes
+            );
+        }
+        for e in &self.events {
+            let _ = writeln!(
+                out,
+                "event,{},{},,,{},{},,{},{},{},{},{},{}",
+                e.t_secs,
+                e.rss_bytes,
+                e.mlx_active_bytes,
+                e.mlx_cache_bytes,
+                e.kind.as_str(),
+                csv_field(&e.target),
+                e.bytes,
+                e.shard.as_deref().map(csv_field).unwrap_or_default(),
+                e.shard_resident_bytes.map(|b| b.to_string()).unwrap_or_default(),
+                csv_field(&e.detail)
+            );
+        }
+        out
+    }
+
+    /// Writes the trace to `path`: CSV when it ends in `.csv`, else JSON.
+    ///
+    /// # Errors
+    /// When the file cannot be written.
+    pub fn save(&self, path: &Path) -> Result<(), TraceError> {
+        let text = if is_csv(path) {
+            self.to_csv()
+        } else {
+            self.to_json()
+        };
+        std::fs::write(path, text).map_err(|source| TraceError::Io {
+            action: "write",
+            path: path.to_path_buf(),
+            source,
+        })
+    }
+
+    /// Reads a trace saved by [`Trace::save`] (CSV or JSON, by extension).
+    ///
+    /// # Errors
+    /// When the file cannot be read or is not a trace.
+    pub fn load(path: &Path) -> Result<Self, TraceError> {
+        let text = std::fs::read_to_string(path).map_err(|source| TraceError::Io {
+            action: "read",
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let parsed = if is_csv(path) {
+            Self::from_csv(&text)
+        } else {
+            serde_json::from_str::<Self>(&text).map_err(|e| e.to_string())
+        };
+        let trace = parsed.map_err(|problem| TraceError::Format {
+            problem,
+            path: path.to_path_buf(),
+        })?;
+        if trace.version != TRACE_VERSION {
+            return Err(TraceError::Format {
+                problem: format!("version {} (this build reads {TRACE_VERSION})", trace.version),
+                path: path.to_path_buf(),
+            });
+        }
+        Ok(trace)
+    }
+
+    /// Parses the CSV form.
+    ///
+    /// # Errors
+    /// A line that is not a sample, event or meta row, with its number.
+    pub fn from_csv(text: &str) -> Result<Self, String> {
+        let mut records = csv_records(text)?.into_iter();
+        match records.next() {
+            Some((_, header)) if header.join(",") == CSV_HEADER => {}
+            _ => return Err("line 1: not the trace CSV header".into()),
+        }
+        let mut trace = Self::new("");
+        trace.version = 0;
+        let mut expected = ExpectedPeaks::default();
+        let mut has_expected = false;
+        for (line, fields) in records {
+            if fields.len() != CSV_COLUMNS {
+                return Err(format!(
+                    "line {line}: {} fields, expected {CSV_COLUMNS}",
+                    fields.len()
+                ));
+            }
+            let f = |i: usize| fields[i].as_str();
+            let num = |i: usize| -> Result<u64, String> {
+                if f(i).is_empty() {
+                    return Ok(0);
+                }
+                f(i).parse::<u64>()
+                    .map_err(|_| format!("line {line}: `{}` is not a byte count", f(i)))
+            };
+            let secs = |i: usize| -> Result<f64, String> {
+                f(i).parse::<f64>()
+                    .ok()
+                    .filter(|t| t.is_finite())
+                    .ok_or_else(|| format!("line {line}: `{}` is not a time", f(i)))
+            };
+            match f(0) {
+                "meta" => {
+                    let value = f(13);
+                    let parse = |v: &str| {
+                        v.parse::<u64>()
+                            .map_err(|_| format!("line {line}: `{v}` is not a number"))
+                    };
+                    match f(9) {
+                        "version" => {
+                            trace.version = u32::try_from(parse(value)?).unwrap_or(u32::MAX);
+                        }
+                        "label" => value.clone_into(&mut trace.label),
+                        "checkpoint" => value.clone_into(&mut trace.checkpoint),
+                        "device" => value.clone_into(&mut trace.device),
+                        "policy" => trace.policy = Some(value.to_owned()),
+                        "transform" => trace.transform = Some(value.to_owned()),
+                        "expected_retain_bytes" => {
+                            expected.retain = parse(value)?;
+                            has_expected = true;
+                        }
+                        "expected_release_tensor_bytes" => {
+                            expected.release_tensor = parse(value)?;
+                            has_expected = true;
+                        }
+                        "expected_release_shard_bytes" => {
+                            expected.release_shard = parse(value)?;
+                            has_expected = true;
+                        }
+                        _ => {} // newer keys: ignored
+                    }
+                }
+                "sample" => trace.samples.push(TraceSample {
+                    t_secs: secs(1)?,
+                    rss_bytes: num(2)?,
+                    rss_anon_bytes: num(3)?,
+                    rss_file_bytes: num(4)?,
+                    mlx_active_bytes: num(5)?,
+                    mlx_cache_bytes: num(6)?,
+                    mlx_peak_bytes: num(7)?,
+                }),
+                "event" => trace.events.push(TraceEvent {
+                    t_secs: secs(1)?,
+                    rss_bytes: num(2)?,
+                    mlx_active_bytes: num(5)?,
+                    mlx_cache_bytes: num(6)?,
+                    kind: MarkKind::parse(f(8))
+                        .ok_or_else(|| format!("line {line}: unknown event `{}`", f(8)))?,
+                    target: f(9).to_owned(),
+                    bytes: num(10)?,
+                    shard: (!f(11).is_empty()).then(|| f(11).to_owned()),
+                    shard_resident_bytes: if f(12).is_empty() {
+                        None
+                    } else {
+                        Some(num(12)?)
+                    },
+                    detail: f(13).to_owned(),
+                }),
+                other => return Err(format!("line {line}: unknown record `{other}`")),
+            }
+        }
+        if has_expected {
+            trace.expected = Some(expected);
+        }
+        Ok(trace)
+    }
+
+    /// Per-shard resident bytes over time, as steps: the shards (in order of
+    /// first appearance) and, at each event that changed one, every shard's bytes.
+    #[must_use]
+    pub fn residency_steps(&self) -> (Vec<String>, Vec<(f64, Vec<u64>)>) {
+        let mut shards: Vec<String> = Vec::new();
+        let mut now: Vec<u64> = Vec::new();
+        let mut steps = Vec::new();
+        for event in &self.events {
+            let changed = match event.kind {
+                MarkKind::Open | MarkKind::ReleaseAll | MarkKind::Close => {
+                    now.iter_mut().for_each(|b| *b = 0);
+                    true
+                }
+                _ => match (&event.shard, event.shard_resident_bytes) {
+                    (Some(shard), Some(bytes)) => {
+                        let i = shards.iter().position(|s| s == shard).unwrap_or_else(|| {
+                            shards.push(shard.clone());
+                            now.push(0);
+                            shards.len() - 1
+                        });
+                        now[i] = bytes;
+                        true
+                    }
+                    _ => false,
+                },
+            };
+            if changed {
+                steps.push((event.t_secs, now.clone()));
+            }
+        }
+        (shards, steps)
+    }
+
+    /// What was resident at `t_secs`, from the events: per shard, its bytes
+    /// (the core's figure) and the tensors materialized from it, each with
+    /// whether it had been released while its map still held it.
+    #[must_use]
+    pub fn resident_at(&self, t_secs: f64) -> Vec<ResidentShard> {
+        let mut shards: Vec<ResidentShard> = Vec::new();
+        for event in self.events.iter().take_while(|e| e.t_secs <= t_secs) {
+            match event.kind {
+                MarkKind::Open | MarkKind::ReleaseAll | MarkKind::Close => shards.clear(),
+                MarkKind::ReleaseShard => shards.retain(|s| s.shard != event.target),
+                MarkKind::Release => {
+                    for shard in &mut shards {
+                        for tensor in &mut shard.tensors {
+                            if tensor.name == event.target {
+                                tensor.released = true;
+                            }
+                        }
+                    }
+                }
+                MarkKind::Materialize | MarkKind::WalkStep => {
+                    if let (Some(shard), Some(bytes)) = (&event.shard, event.shard_resident_bytes) {
+                        let entry = match shards.iter().position(|s| &s.shard == shard) {
+                            Some(i) => &mut shards[i],
+                            None => {
+                                shards.push(ResidentShard {
+                                    shard: shard.clone(),
+                                    bytes: 0,
+                                    tensors: Vec::new(),
+                                });
+                                let last = shards.len() - 1;
+                                &mut shards[last]
+                            }
+                        };
+                        entry.bytes = bytes;
+                        match entry.tensors.iter_mut().find(|t| t.name == event.target) {
+                            Some(tensor) => tensor.released = false,
+                            None => entry.tensors.push(ResidentTensor {
+                                name: event.target.clone(),
+                                bytes: event.bytes,
+                                released: false,
+                            }),
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        shards.retain(|s| s.bytes > 0);
+        shards
+    }
+}
+
+/// A shard's resident bytes at one moment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResidentShard {
+    /// Shard file.
+    pub shard: String,
+    /// Bytes its map holds (the core's bookkeeping).
+    pub bytes: u64,
+    /// Tensors materialized from it.
+    pub tensors: Vec<ResidentTensor>,
+}
+
+/// A resident tensor at one moment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResidentTensor {
+    /// Tensor name.
+    pub name: String,
+    /// Its bytes.
+    pub bytes: u64,
+    /// Released by name, yet still held by its shard's map (the trap).
+    pub released: bool,
+}
+
+const CSV_HEADER: &str = "record,t_secs,rss_bytes,rss_anon_bytes,rss_file_bytes,mlx_active_bytes,\
+mlx_cache_bytes,mlx_peak_bytes,event,target,bytes,shard,shard_resident_bytes,detail";
+const CSV_COLUMNS: usize = 14;
+
+fn is_csv(path: &Path) -> bool {
+    path.extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("csv"))
+}
+
+/// A CSV field, quoted when it holds a comma, quote or line break.
+fn csv_field(text: &str) -> String {
+    if text.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", text.replace('"', "\"\""))
+    } else {
+        text.to_owned()
+    }
+}
+
+/// Records of a CSV text (quoted fields may hold commas, quotes and line
+/// breaks), each with the line number where it starts.
+fn csv_records(text: &str) -> Result<Vec<(usize, Vec<String>)>, String> {
+    let mut records = Vec::new();
+    let mut fields = Vec::new();
+    let mut field = String::new();
+    let mut quoted = false;
+    let mut line = 1;
+    let mut start_line = 1;
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        if quoted {
+            match c {
+                '"' if chars.peek() == Some(&'"') => {
+                    chars.next();
+                    field.push('"');
+                }
+                '"' => quoted = false,
+                _ => {
+                    if c == '\n' {
+                        line += 1;
+                    }
+                    field.push(c);
+                }
+            }
+            continue;
+        }
+        match c {
+            '"' if field.is_empty() => quoted = true,
+            ',' => fields.push(std::mem::take(&mut field)),
+            '\r' if chars.peek() == Some(&'\n') => {}
+            '\n' => {
+                fields.push(std::mem::take(&mut field));
+                records.push((start_line, std::mem::take(&mut fields)));
+                line += 1;
+                start_line = line;
+            }
+            _ => field.push(c),
+        }
+    }
+    if quoted {
+        return Err(format!("line {start_line}: a quoted field never ends"));
+    }
+    if !field.is_empty() || !fields.is_empty() {
+        fields.push(field);
+        records.push((start_line, fields));
+    }
+    Ok(records)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample_trace() -> Trace {
+        let mut trace = Trace::new("retain, demo");
+        trace.checkpoint = "/models/a,b".into();
+        trace.device = "cpu:0".into();
+        trace.policy = Some("retain".into());
+        trace.transform = Some("none".into());
+        trace.expected = Some(ExpectedPeaks {
+            retain: 300,
+            release_tensor: 300,
+            release_shard: 100,
+        });
+        trace.samples.push(TraceSample {
+            t_secs: 0.05,
+            rss_bytes: 1000,
+            rss_anon_bytes: 600,
+            rss_file_bytes: 400,
+            mlx_active_bytes: 100,
+            mlx_cache_bytes: 0,
+            mlx_peak_bytes: 100,
+        });
+        trace.events.push(TraceEvent {
+            t_secs: 0.1,
+            kind: MarkKind::WalkStep,
+            target: "model.layers.0.weight \"odd\", name\nwith a line break".into(),
+            bytes: 100,
+            detail: "cpu:0".into(),
+            rss_bytes: 1100,
+            mlx_active_bytes: 100,
+            mlx_cache_bytes: 0,
+            shard: Some("model-00001.safetensors".into()),
+            shard_resident_bytes: Some(100),
+        });
+        trace.events.push(TraceEvent {
+            t_secs: 0.2,
+            kind: MarkKind::ReleaseShard,
+            target: "model-00001.safetensors".into(),
+            bytes: 100,
+            detail: String::new(),
+            rss_bytes: 1100,
+            mlx_active_bytes: 0,
+            mlx_cache_bytes: 100,
+            shard: Some("model-00001.safetensors".into()),
+            shard_resident_bytes: Some(0),
+        });
+        trace
+    }
+
+    #[test]
+    fn csv_and_json_round_trip() {
+        let trace = sample_trace();
+        assert_eq!(Trace::from_csv(&trace.to_csv()).expect("csv parses"), trace);
+        let json: Trace = serde_json::from_str(&trace.to_json()).expect("json parses");
+        assert_eq!(json, trace);
+    }
+
+    #[test]
+    fn bad_csv_names_the_line() {
+        let mut text = sample_trace().to_csv();
+        text.push_str("event,x,1,,,1,1,,walk-step,a,1,,,\n");
+        let err = Trace::from_csv(&text).expect_err("a bad time");
+        assert!(err.contains("is not a time"), "{err}");
+        assert!(err.starts_with("line "), "{err}");
+        let err = Trace::from_csv("hello\n").expect_err("no header");
+        assert!(err.contains("line 1"), "{err}");
+        let err = Trace::from_csv(&format!("{CSV_HEADER}\nevent,\"open")).expect_err("unclosed");
+        assert!(err.contains("never ends"), "{err}");
+    }
+
+    #[test]
+    fn residency_follows_the_events() {
+        let trace = sample_trace();
+        let (shards, steps) = trace.residency_steps();
+        assert_eq!(shards, ["model-00001.safetensors"]);
+        assert_eq!(steps, [(0.1, vec![100]), (0.2, vec![0])]);
+        let at = trace.resident_at(0.15);
+        assert_eq!(at.len(), 1);
+        assert_eq!(at[0].bytes, 100);
+        assert_eq!(at[0].tensors.len(), 1);
+        assert!(trace.resident_at(0.25).is_empty());
+    }
+}

@@ -1,0 +1,466 @@
+//! The walk: materialize every tensor of a checkpoint in shard order, as a
+//! streaming conversion job does, under a release policy, recording memory
+//! after every step. This is the experiment that shows why a whole-model
+//! transform ran out of memory.
+//!
+//! A walk's job model: each source tensor is read (and optionally cast to f16
+//! or 4-bit quantized); the outputs of one source shard are kept until the
+//! walk leaves that shard (a job writes one output shard per input shard),
+//! except under `retain`, which keeps everything.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+use crate::checkpoint::{Dtype, TensorInfo};
+use crate::mlx::{self, Array};
+use crate::weights::{Native, Weights};
+
+use super::sampler::{MemorySample, ProcessMemory, reset_peak_rss};
+use super::trace::{ExpectedPeaks, Mark, MarkKind};
+
+/// What a walk releases, and when.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Policy {
+    /// Keep every tensor (and every output) until the end.
+    Retain,
+    /// Release each tensor after use while its shard's map lives: frees
+    /// nothing, the whole model accumulates (the trap).
+    ReleaseTensor,
+    /// Release each shard (its map and arrays) as the walk leaves it.
+    ReleaseShard,
+}
+
+impl Policy {
+    /// Every policy, in the order they are shown.
+    pub const ALL: [Self; 3] = [Self::Retain, Self::ReleaseTensor, Self::ReleaseShard];
+
+    /// The command-line name.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Retain => "retain",
+            Self::ReleaseTensor => "release-tensor",
+            Self::ReleaseShard => "release-shard",
+        }
+    }
+
+    /// The policy of a command-line name.
+    #[must_use]
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|p| p.as_str() == name)
+    }
+
+    /// What the headers predict for this policy.
+    #[must_use]
+    pub fn expected(self, peaks: &ExpectedPeaks) -> u64 {
+        match self {
+            Self::Retain => peaks.retain,
+            Self::ReleaseTensor => peaks.release_tensor,
+            Self::ReleaseShard => peaks.release_shard,
+        }
+    }
+}
+
+/// What the walk does to each tensor after reading it, mimicking real jobs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Transform {
+    /// Read only.
+    None,
+    /// Cast f32 and bf16 tensors to f16 (a conversion job).
+    F16,
+    /// MLX 4-bit affine quantization (group size 64) of 2-D float tensors
+    /// whose last dimension is a multiple of 64 (a quantization job).
+    Q4,
+}
+
+/// Group size of the `q4` transform.
+pub const Q4_GROUP_SIZE: u64 = 64;
+
+impl Transform {
+    /// Every transform, in the order they are shown.
+    pub const ALL: [Self; 3] = [Self::None, Self::F16, Self::Q4];
+
+    /// The command-line name.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::None => "none",
+            Self::F16 => "f16",
+            Self::Q4 => "q4",
+        }
+    }
+
+    /// The transform of a command-line name.
+    #[must_use]
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|t| t.as_str() == name)
+    }
+
+    /// Bytes this transform's output of `tensor` takes (0: it passes as is).
+    #[must_use]
+    pub fn output_bytes(self, tensor: &TensorInfo) -> u64 {
+        let source_float = matches!(tensor.dtype, Dtype::F32 | Dtype::BF16 | Dtype::F16);
+        match self {
+            Self::None => 0,
+            Self::F16 => {
+                if source_float && tensor.dtype != Dtype::F16 {
+                    tensor.elements() * 2
+                } else {
+                    0
+                }
+            }
+            Self::Q4 => {
+                if self.quantizes(tensor) {
+                    let elements = tensor.elements();
+                    let scale_bytes = tensor.dtype.bits() / 8;
+                    // Packed 4-bit words, plus one scale and one bias per group.
+                    elements / 2 + 2 * (elements / Q4_GROUP_SIZE) * scale_bytes
+                } else {
+                    0
+                }
+            }
+        }
+    }
+
+    fn quantizes(self, tensor: &TensorInfo) -> bool {
+        self == Self::Q4
+            && matches!(tensor.dtype, Dtype::F32 | Dtype::BF16 | Dtype::F16)
+            && tensor.shape.len() == 2
+            && tensor
+                .shape
+                .last()
+                .is_some_and(|&d| d > 0 && d % Q4_GROUP_SIZE == 0)
+    }
+
+    /// Applies the transform to `array` (the walk evaluates the result).
+    fn apply(self, tensor: &TensorInfo, array: &Array) -> Result<Vec<Array>, mlx::MlxError> {
+        match self {
+            Self::None => Ok(Vec::new()),
+            Self::F16 => {
+                if self.output_bytes(tensor) == 0 {
+                    return Ok(Vec::new());
+                }
+                Ok(vec![mlx::cast(array, mlx::Dtype::Float16)?])
+            }
+            Self::Q4 => {
+                if !self.quantizes(tensor) {
+                    return Ok(Vec::new());
+                }
+                let group = i32::try_from(Q4_GROUP_SIZE).unwrap_or(64);
+                let (w, scales, biases) = mlx::quantize(array, group, 4)?;
+                Ok(vec![w, scales, biases])
+            }
+        }
+    }
+}
+
+/// One shard as the walk will read it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlannedShard {
+    /// Shard file.
+    pub file: String,
+    /// Its position among the checkpoint's shards.
+    pub index: usize,
+    /// Canonical names read from it, in data order.
+    pub names: Vec<String>,
+    /// Bytes read from it.
+    pub source_bytes: u64,
+    /// Bytes of the transform's outputs for it.
+    pub output_bytes: u64,
+}
+
+/// What a walk will read, from the headers alone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WalkPlan {
+    /// The transform the plan was made for.
+    pub transform: Transform,
+    /// Shards in walk order (only those with tensors to read).
+    pub shards: Vec<PlannedShard>,
+}
+
+impl WalkPlan {
+    /// The plan for walking `weights` (through its view, if any) with `transform`.
+    #[must_use]
+    pub fn new<N: Native>(weights: &Weights<N>, transform: Transform) -> Self {
+        let mut shards: Vec<PlannedShard> = Vec::new();
+        for name in weights.walk_order() {
+            let Some(info) = weights.info(&name) else {
+                continue;
+            };
+            if shards.last().is_none_or(|s| s.index != info.shard) {
+                shards.push(PlannedShard {
+                    file: weights.checkpoint().shards()[info.shard].file.clone(),
+                    index: info.shard,
+                    names: Vec::new(),
+                    source_bytes: 0,
+                    output_bytes: 0,
+                });
+            }
+            if let Some(shard) = shards.last_mut() {
+                shard.source_bytes += info.bytes();
+                shard.output_bytes += transform.output_bytes(info);
+                shard.names.push(name);
+            }
+        }
+        Self { transform, shards }
+    }
+
+    /// Tensors the walk reads.
+    #[must_use]
+    pub fn tensor_count(&self) -> usize {
+        self.shards.iter().map(|s| s.names.len()).sum()
+    }
+
+    /// Bytes the walk reads.
+    #[must_use]
+    pub fn source_bytes(&self) -> u64 {
+        self.shards.iter().map(|s| s.source_bytes).sum()
+    }
+
+    /// Bytes of all the transform's outputs.
+    #[must_use]
+    pub fn output_bytes(&self) -> u64 {
+        self.shards.iter().map(|s| s.output_bytes).sum()
+    }
+
+    /// The shard with the most bytes to read.
+    #[must_use]
+    pub fn largest_shard(&self) -> Option<&PlannedShard> {
+        self.shards.iter().max_by_key(|s| s.source_bytes)
+    }
+
+    /// The expected peak of MLX active memory for each policy:
+    /// - retain: every source tensor plus every output;
+    /// - release-tensor: every source tensor (the maps keep them) plus the
+    ///   outputs of the largest-output shard;
+    /// - release-shard: the largest (shard + its outputs).
+    #[must_use]
+    pub fn expected(&self) -> ExpectedPeaks {
+        let largest_outputs = self.shards.iter().map(|s| s.output_bytes).max().unwrap_or(0);
+        ExpectedPeaks {
+            retain: self.source_bytes() + self.output_bytes(),
+            release_tensor: self.source_bytes() + largest_outputs,
+            release_shard: self
+                .shards
+                .iter()
+                .map(|s| s.source_bytes + s.output_bytes)
+                .max()
+                .unwrap_or(0),
+        }
+    }
+}
+
+/// One recorded moment of a walk: what happened and memory right after.
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    /// What happened.
+    pub mark: Mark,
+    /// Memory right after (its `at` is the event's time).
+    pub memory: MemorySample,
+    /// Tensors done and tensors in all.
+    pub progress: (usize, usize),
+}
+
+/// How a walk ended.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WalkOutcome {
+    /// The policy walked.
+    pub policy: Policy,
+    /// The transform applied.
+    pub transform: Transform,
+    /// Tensors materialized.
+    pub steps_done: usize,
+    /// Tensors planned.
+    pub steps_total: usize,
+    /// Whether it was cancelled.
+    pub cancelled: bool,
+    /// The error that stopped it, if one did.
+    pub error: Option<String>,
+    /// MLX's own peak counter over the walk (reset when it began).
+    pub peak_mlx_active_bytes: u64,
+    /// The process's peak RSS over the walk (`VmHWM`, reset when it began,
+    /// where the OS allows; else the highest sample).
+    pub peak_rss_bytes: u64,
+    /// The headers' prediction for every policy.
+    pub expected: ExpectedPeaks,
+    /// Bytes read.
+    pub source_bytes: u64,
+    /// The largest shard's bytes to read.
+    pub largest_shard_bytes: u64,
+    /// Wall time.
+    pub elapsed_secs: f64,
+}
+
+impl WalkOutcome {
+    /// The prediction for the policy walked.
+    #[must_use]
+    pub fn expected_peak_bytes(&self) -> u64 {
+        self.policy.expected(&self.expected)
+    }
+}
+
+/// Walks every tensor of `weights` in shard order under `policy`, calling
+/// `emit` after each event. Everything cached is released and MLX's cache
+/// cleared first, so the walk starts from nothing; `cancel` is checked before
+/// each tensor. MLX failures stop the walk and are reported in the outcome.
+pub fn walk<N: Native>(
+    weights: &mut Weights<N>,
+    policy: Policy,
+    transform: Transform,
+    cancel: &AtomicBool,
+    emit: &mut dyn FnMut(Recorded),
+) -> WalkOutcome {
+    let started = Instant::now();
+    let plan = WalkPlan::new(weights, transform);
+    let expected = plan.expected();
+    let total = plan.tensor_count();
+    weights.release_all();
+    let _ = mlx::clear_cache();
+    let _ = mlx::trim_host_heap();
+    let _ = mlx::reset_peak();
+    let rss_reset = reset_peak_rss();
+    let mut done = 0;
+    let highest_rss = std::cell::Cell::new(0);
+    let mut record = |mark: Mark, done: usize| {
+        let memory = MemorySample::now();
+        highest_rss.set(highest_rss.get().max(memory.rss_bytes));
+        emit(Recorded {
+            mark,
+            memory,
+            progress: (done, total),
+        });
+    };
+    record(
+        Mark::new(MarkKind::WalkStart, policy.as_str())
+            .bytes(policy.expected(&expected))
+            .detail(format!(
+                "transform {}, {total} tensors in {} shards; everything released and MLX's cache cleared first",
+                transform.as_str(),
+                plan.shards.len()
+            )),
+        0,
+    );
+    let device = mlx::default_device().map_or_else(|_| "unknown".to_owned(), |d| d.name());
+    let mut kept: Vec<Array> = Vec::new();
+    let mut error = None;
+    let mut cancelled = false;
+    'shards: for shard in &plan.shards {
+        for name in &shard.names {
+            if cancel.load(Ordering::Relaxed) {
+                cancelled = true;
+                break 'shards;
+            }
+            let step = read_one(weights, name, transform, &mut kept);
+            let (bytes, output_bytes) = match step {
+                Ok(sizes) => sizes,
+                Err(message) => {
+                    record(
+                        Mark::new(MarkKind::Error, name.as_str()).detail(message.clone()),
+                        done,
+                    );
+                    error = Some(format!("{name}: {message}"));
+                    break 'shards;
+                }
+            };
+            done += 1;
+            let resident = weights.resident_bytes(shard.index);
+            let mut detail = format!("{device}, shard {}", shard.file);
+            if output_bytes > 0 {
+                detail.push_str(&format!(
+                    ", {} output {}",
+                    transform.as_str(),
+                    crate::units::human_bytes(output_bytes)
+                ));
+            }
+            record(
+                Mark::new(MarkKind::WalkStep, name.as_str())
+                    .bytes(bytes)
+                    .detail(detail)
+                    .resident(shard.file.as_str(), resident),
+                done,
+            );
+            if policy == Policy::ReleaseTensor {
+                weights.release(name);
+                let resident = weights.resident_bytes(shard.index);
+                record(
+                    Mark::new(MarkKind::Release, name.as_str())
+                        .bytes(bytes)
+                        .resident(shard.file.as_str(), resident),
+                    done,
+                );
+            }
+        }
+        // The shard's outputs are written; only `retain` keeps them.
+        if policy != Policy::Retain {
+            kept.clear();
+        }
+        if policy == Policy::ReleaseShard {
+            let freed = weights.resident_bytes(shard.index);
+            weights.release_shard(&shard.file);
+            record(
+                Mark::new(MarkKind::ReleaseShard, shard.file.as_str())
+                    .bytes(freed)
+                    .resident(shard.file.as_str(), 0),
+                done,
+            );
+        }
+    }
+    drop(kept);
+    let peak_mlx_active_bytes = mlx::memory().map_or(0, |m| m.peak_bytes);
+    let peak_rss_bytes = if rss_reset {
+        ProcessMemory::read()
+            .peak_rss_bytes
+            .max(highest_rss.get())
+    } else {
+        highest_rss.get()
+    };
+    let end_detail = match (&error, cancelled) {
+        (Some(e), _) => format!("stopped by an error after {done} of {total}: {e}"),
+        (None, true) => format!("cancelled after {done} of {total}"),
+        (None, false) => format!("{done} tensors"),
+    };
+    record(
+        Mark::new(MarkKind::WalkEnd, policy.as_str())
+            .bytes(peak_mlx_active_bytes)
+            .detail(end_detail),
+        done,
+    );
+    WalkOutcome {
+        policy,
+        transform,
+        steps_done: done,
+        steps_total: total,
+        cancelled,
+        error,
+        peak_mlx_active_bytes,
+        peak_rss_bytes,
+        expected,
+        source_bytes: plan.source_bytes(),
+        largest_shard_bytes: plan.largest_shard().map_or(0, |s| s.source_bytes),
+        elapsed_secs: started.elapsed().as_secs_f64(),
+    }
+}
+
+/// Materializes `name`, applies the transform and evaluates its outputs
+/// (kept in `kept`). Returns the source's and the outputs' bytes.
+fn read_one<N: Native>(
+    weights: &mut Weights<N>,
+    name: &str,
+    transform: Transform,
+    kept: &mut Vec<Array>,
+) -> Result<(u64, u64), String> {
+    let array = weights.materialize(name).map_err(|e| e.to_string())?;
+    let info = weights
+        .info(name)
+        .ok_or_else(|| format!("no tensor named `{name}`"))?
+        .clone();
+    let outputs = transform
+        .apply(&info, &array)
+        .map_err(|e| e.to_string())?;
+    if !outputs.is_empty() {
+        mlx::evaluate_all(&outputs).map_err(|e| e.to_string())?;
+    }
+    let output_bytes = transform.output_bytes(&info);
+    kept.extend(outputs);
+    Ok((info.bytes(), output_bytes))
+}
