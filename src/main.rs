@@ -176,11 +176,17 @@ fn walk(args: &cli::WalkArgs) -> ExitCode {
     } else {
         report.write_text(&mut out)
     };
-    if let Err(err) = written {
-        if err.kind() != std::io::ErrorKind::BrokenPipe {
-            eprintln!("weightscope: cannot write the output: {err}");
-            return ExitCode::FAILURE;
+    // A closed pipe (`| head`) is the reader's choice, not a failure.
+    let written = written.or_else(|err| {
+        if err.kind() == std::io::ErrorKind::BrokenPipe {
+            Ok(())
+        } else {
+            Err(err)
         }
+    });
+    if let Err(err) = written {
+        eprintln!("weightscope: cannot write the output: {err}");
+        return ExitCode::FAILURE;
     }
     if let Some(error) = &report.outcome.error {
         eprintln!("weightscope: the walk stopped: {error}");

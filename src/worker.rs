@@ -16,7 +16,9 @@ use std::time::Instant;
 
 use crate::checkpoint::Checkpoint;
 use crate::mlx::{self, MemoryStats};
-use crate::profile::{self, Mark, MarkKind, MemorySample, Policy, Recorded, Transform, WalkOutcome};
+use crate::profile::{
+    self, Mark, MarkKind, MemorySample, Policy, Recorded, Transform, WalkOutcome,
+};
 use crate::weights::{PreviewOptions, TensorPreview, Weights};
 
 /// What the worker is asked to do.
@@ -273,7 +275,11 @@ fn run(
                     cancel.store(true, Ordering::Relaxed); // nobody watches: stop
                 }
             });
-            if !send(EventKind::WalkFinished(Box::new(outcome)), None, MemorySample::now()) {
+            if !send(
+                EventKind::WalkFinished(Box::new(outcome)),
+                None,
+                MemorySample::now(),
+            ) {
                 break;
             }
             continue;
@@ -294,40 +300,57 @@ fn mark_of(kind: &EventKind, weights: Option<&Weights>) -> Option<Mark> {
     let resident_of = |file: &str| -> u64 {
         weights
             .and_then(|w| {
-                let shard = w.checkpoint().shards().iter().position(|s| s.file == file)?;
+                let shard = w
+                    .checkpoint()
+                    .shards()
+                    .iter()
+                    .position(|s| s.file == file)?;
                 Some(w.resident_bytes(shard))
             })
             .unwrap_or(0)
     };
     let mark = match kind {
-        EventKind::Opened { path, checkpoint } => Mark::new(MarkKind::Open, path.display().to_string())
-            .detail(format!("{} shards", checkpoint.shards().len())),
+        EventKind::Opened { path, checkpoint } => {
+            Mark::new(MarkKind::Open, path.display().to_string())
+                .detail(format!("{} shards", checkpoint.shards().len()))
+        }
         EventKind::Materialized(p) => Mark::new(MarkKind::Materialize, p.name.as_str())
             .bytes(p.bytes)
             .detail(p.device.as_str())
             .resident(p.shard.as_str(), resident_of(&p.shard)),
         EventKind::Released(name) => {
             let mut mark = Mark::new(MarkKind::Release, name.as_str());
-            if let Some(w) = weights {
-                if let (Some(info), Some(file)) = (w.info(name), w.file_of(name)) {
-                    mark = mark.bytes(info.bytes()).resident(file, resident_of(file));
-                }
+            if let Some((info, file)) =
+                weights.and_then(|w| Some((w.info(name)?, w.file_of(name)?)))
+            {
+                mark = mark.bytes(info.bytes()).resident(file, resident_of(file));
             }
             mark
         }
-        EventKind::ShardReleased { file, freed_bytes } => Mark::new(MarkKind::ReleaseShard, file.as_str())
-            .bytes(*freed_bytes)
-            .resident(file.as_str(), 0),
+        EventKind::ShardReleased { file, freed_bytes } => {
+            Mark::new(MarkKind::ReleaseShard, file.as_str())
+                .bytes(*freed_bytes)
+                .resident(file.as_str(), 0)
+        }
         EventKind::ReleasedAll => Mark::new(MarkKind::ReleaseAll, ""),
-        EventKind::CacheCleared { trimmed } => Mark::new(MarkKind::ClearCache, "")
-            .detail(if *trimmed { "heap trimmed: yes" } else { "heap trimmed: no" }),
+        EventKind::CacheCleared { trimmed } => {
+            Mark::new(MarkKind::ClearCache, "").detail(if *trimmed {
+                "heap trimmed: yes"
+            } else {
+                "heap trimmed: no"
+            })
+        }
         EventKind::MemoryLimitSet { previous } => Mark::new(MarkKind::MemoryLimit, "")
             .bytes(mlx::memory().map_or(0, |m| m.limit_bytes))
             .detail(format!("was {}", crate::units::human_bytes(*previous))),
         EventKind::CacheLimitSet { limit } => Mark::new(MarkKind::CacheLimit, "").bytes(*limit),
-        EventKind::Failed { target, error } => Mark::new(MarkKind::Error, target.as_str()).detail(error.as_str()),
+        EventKind::Failed { target, error } => {
+            Mark::new(MarkKind::Error, target.as_str()).detail(error.as_str())
+        }
         EventKind::Closed => Mark::new(MarkKind::Close, ""),
-        EventKind::OpenFailed { .. } | EventKind::Walked(_) | EventKind::WalkFinished(_) => return None,
+        EventKind::OpenFailed { .. } | EventKind::Walked(_) | EventKind::WalkFinished(_) => {
+            return None;
+        }
     };
     Some(mark)
 }

@@ -5,7 +5,7 @@ mod common;
 
 use egui_kittest::Harness;
 use egui_kittest::kittest::Queryable;
-use weightscope::app::{Action, WeightscopeApp};
+use weightscope::app::{Action, Tab, WeightscopeApp};
 use weightscope::mlx;
 use weightscope::weights::demo;
 
@@ -108,7 +108,7 @@ fn browse_the_demo_filter_materialize_and_release() {
     assert!(harness.state_mut().wait_for_sample());
     harness.run();
     harness.get_by_label_contains("Memory (MiB, seconds since start): process RSS");
-    harness.get_by_label_contains("release shard model-00002-of-00003.safetensors");
+    harness.get_by_label_contains("release-shard model-00002-of-00003.safetensors");
 }
 
 #[test]
@@ -169,4 +169,136 @@ fn a_path_that_cannot_open_says_why_and_another_can_be_typed() {
         recent.and_then(|r| r.first().cloned()),
         Some(dir.path().join("m.safetensors"))
     );
+}
+
+/// 8 shards of two 1 MiB f32 tensors each.
+fn write_eight_shards(dir: &std::path::Path) {
+    let values: Vec<f32> = (0..256 * 1024).map(|i| (i % 13) as f32).collect();
+    for shard in 0..8 {
+        let tensors: Vec<common::Tensor> = (0..2)
+            .map(|i| {
+                common::Tensor::f32(&format!("model.layers.{shard}.w{i}"), &[256, 1024], &values)
+            })
+            .collect();
+        common::write_safetensors(&dir.join(format!("model-{shard}.safetensors")), &tensors);
+    }
+}
+
+fn finish_walk(harness: &mut Harness<'static, WeightscopeApp>) {
+    while harness.state().is_walking() {
+        harness.state_mut().wait_for_worker().expect("walk events");
+    }
+    harness.run();
+}
+
+#[test]
+fn the_profiler_walks_finds_the_trap_and_keeps_the_trace() {
+    let _lock = common::mlx_memory_lock();
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_eight_shards(dir.path());
+    let mut harness = harness(open_app(dir.path()));
+    harness.get_by_label("Profiler").click();
+    harness.run();
+    assert_eq!(harness.state().tab(), Tab::Profiler);
+    harness.get_by_label_contains("A release-shard walk needs about 2.00 MiB");
+
+    // The trap: release-tensor with the maps alive.
+    harness.get_by_label("Policy").click();
+    harness.run();
+    harness.get_by_label("release-tensor").click();
+    harness.run();
+    harness.get_by_label_contains("expected peak: 16.00 MiB");
+    harness.get_by_label("Run walk").click();
+    harness.step();
+    harness.step();
+    harness.get_by_label("Cancel walk");
+    harness.get_by_label_contains("walking release-tensor");
+    finish_walk(&mut harness);
+    let (outcome, findings) = harness.state().last_walk().expect("a finished walk");
+    assert_eq!(outcome.steps_done, 16);
+    assert!(
+        outcome.peak_mlx_active_bytes >= 15 << 20,
+        "{}",
+        outcome.peak_mlx_active_bytes
+    );
+    assert!(!findings.is_empty());
+    harness.get_by_label_contains("did not lower MLX active memory: the shard map still holds it");
+    harness.get_by_label("Run walk");
+
+    // Click the last release in the events table: the moment is selected and
+    // the resident list shows the released tensors still held by their maps.
+    harness
+        .get_all_by_label_contains("release model.layers.7.w1")
+        .last()
+        .expect("the last release is listed")
+        .click();
+    harness.run();
+    assert!(harness.state().selected_moment().is_some());
+    harness.get_by_label_contains("s: 16.00 MiB in 8 shards");
+    harness
+        .get_by_label_contains("model-0.safetensors: 2.00 MiB (2 tensors)")
+        .click();
+    harness.run();
+    assert_eq!(
+        harness
+            .get_all_by_label_contains("(released, still held by the shard map)")
+            .count(),
+        2
+    );
+
+    // Save the walk's trace by path, then overlay it.
+    let out = tempfile::tempdir().expect("tempdir");
+    let path = out.path().join("trap.csv");
+    harness.get_by_label("Trace path").focus();
+    harness.run();
+    harness
+        .get_by_label("Trace path")
+        .type_text(&path.display().to_string());
+    harness.run();
+    harness.get_by_label("Save to path").click();
+    harness.run();
+    harness.get_by_label_contains("trace saved to");
+    let saved = weightscope::profile::Trace::load(&path).expect("the saved trace loads");
+    assert_eq!(saved.policy.as_deref(), Some("release-tensor"));
+    harness.get_by_label("Overlay from path").click();
+    harness.run();
+    harness.get_by_label_contains("x release-tensor none");
+
+    // The fix, overlaid on the trap: no trap finding this time.
+    harness.get_by_label("Policy").click();
+    harness.run();
+    harness.get_by_label("release-shard").click();
+    harness.run();
+    harness.get_by_label("Run walk").click();
+    harness.step();
+    finish_walk(&mut harness);
+    let (outcome, findings) = harness.state().last_walk().expect("a finished walk");
+    assert!(outcome.peak_mlx_active_bytes <= (2 << 20) + (2 << 20) / 10);
+    assert!(
+        findings
+            .iter()
+            .all(|f| f.kind != weightscope::profile::FindingKind::ReleaseFreedNothing)
+    );
+    assert!(
+        harness
+            .query_by_label_contains("did not lower MLX active memory")
+            .is_none()
+    );
+
+    // Dialog actions go to the shell; an empty answer is explained.
+    harness.get_by_label("Save trace…").click();
+    harness.run();
+    assert_eq!(harness.state_mut().take_actions(), [Action::SaveTrace]);
+    harness.state_mut().picked_for(Action::SaveTrace, None);
+    harness.run();
+    harness.get_by_label_contains("No file was chosen");
+
+    // A bad limit is explained; a good one reaches MLX.
+    harness.get_by_label("MLX memory limit").focus();
+    harness.run();
+    harness.get_by_label("MLX memory limit").type_text("lots");
+    harness.run();
+    harness.get_by_label("Set limit").click();
+    harness.run();
+    harness.get_by_label_contains("the memory limit is a size");
 }

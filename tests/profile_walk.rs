@@ -44,8 +44,11 @@ fn write_model(dir: &Path) -> u64 {
                 .iter()
                 .map(|_| mlx::array_f32(&values, &[256, 1024]))
                 .collect();
-            let pairs: Vec<(&str, &mlx::Array)> =
-                names.iter().map(String::as_str).zip(arrays.iter()).collect();
+            let pairs: Vec<(&str, &mlx::Array)> = names
+                .iter()
+                .map(String::as_str)
+                .zip(arrays.iter())
+                .collect();
             mlx::save_safetensors(&dir.join(&file), &pairs).expect("MLX writes the shard");
         }
         for name in names {
@@ -53,7 +56,8 @@ fn write_model(dir: &Path) -> u64 {
             total += MIB;
         }
     }
-    let index = serde_json::json!({ "metadata": { "total_size": total }, "weight_map": weight_map });
+    let index =
+        serde_json::json!({ "metadata": { "total_size": total }, "weight_map": weight_map });
     std::fs::write(
         dir.join("model.safetensors.index.json"),
         serde_json::to_string(&index).expect("json"),
@@ -68,21 +72,36 @@ fn run_walk(dir: &Path, policy: Policy, transform: Transform) -> (WalkOutcome, T
     let mut trace = Trace::new(policy.as_str());
     trace.policy = Some(policy.as_str().into());
     let cancel = AtomicBool::new(false);
-    let outcome = profile::walk(&mut weights, policy, transform, &cancel, &mut |r: Recorded| {
-        trace.samples.push(TraceSample::from_sample(&r.memory, origin));
-        trace
-            .events
-            .push(TraceEvent::new(&r.mark, r.memory.at, origin, &r.memory));
-    });
+    let outcome = profile::walk(
+        &mut weights,
+        policy,
+        transform,
+        &cancel,
+        &mut |r: Recorded| {
+            trace
+                .samples
+                .push(TraceSample::from_sample(&r.memory, origin));
+            trace
+                .events
+                .push(TraceEvent::new(&r.mark, r.memory.at, origin, &r.memory));
+        },
+    );
     trace.expected = Some(outcome.expected);
     drop(weights);
     mlx::clear_cache().expect("clear");
-    assert_eq!(mlx::memory().expect("memory").active_bytes, 0, "the walk leaves nothing behind");
+    assert_eq!(
+        mlx::memory().expect("memory").active_bytes,
+        0,
+        "the walk leaves nothing behind"
+    );
     (outcome, trace)
 }
 
 fn kinds(trace: &Trace) -> Vec<FindingKind> {
-    profile::findings(trace).into_iter().map(|f| f.kind).collect()
+    profile::findings(trace)
+        .into_iter()
+        .map(|f| f.kind)
+        .collect()
 }
 
 #[test]
@@ -117,8 +136,14 @@ fn each_policy_peaks_where_the_headers_say() {
         .count();
     assert_eq!(releases, 36);
     let trap_kinds = kinds(&trap_trace);
-    assert!(trap_kinds.contains(&FindingKind::ReleaseFreedNothing), "{trap_kinds:?}");
-    assert!(trap_kinds.contains(&FindingKind::WholeModelAccumulated), "{trap_kinds:?}");
+    assert!(
+        trap_kinds.contains(&FindingKind::ReleaseFreedNothing),
+        "{trap_kinds:?}"
+    );
+    assert!(
+        trap_kinds.contains(&FindingKind::WholeModelAccumulated),
+        "{trap_kinds:?}"
+    );
     // The core's bookkeeping agrees: released tensors stay resident in their shard.
     let last_step = trap_trace
         .events
@@ -136,21 +161,35 @@ fn each_policy_peaks_where_the_headers_say() {
         "release-shard peaks at no more than 1.1 x the largest shard: {} vs {largest}",
         fix.peak_mlx_active_bytes
     );
-    assert!(fix.peak_mlx_active_bytes >= largest, "the largest shard was read whole");
+    assert!(
+        fix.peak_mlx_active_bytes >= largest,
+        "the largest shard was read whole"
+    );
     let fix_kinds = kinds(&fix_trace);
-    assert!(!fix_kinds.contains(&FindingKind::ReleaseFreedNothing), "{fix_kinds:?}");
-    assert!(!fix_kinds.contains(&FindingKind::WholeModelAccumulated), "{fix_kinds:?}");
+    assert!(
+        !fix_kinds.contains(&FindingKind::ReleaseFreedNothing),
+        "{fix_kinds:?}"
+    );
+    assert!(
+        !fix_kinds.contains(&FindingKind::WholeModelAccumulated),
+        "{fix_kinds:?}"
+    );
     let shard_releases: Vec<&TraceEvent> = fix_trace
         .events
         .iter()
         .filter(|e| e.kind == MarkKind::ReleaseShard)
         .collect();
     assert_eq!(shard_releases.len(), SHARDS);
-    assert_eq!(shard_releases[7].bytes, largest, "the last shard frees its 8 MiB");
+    assert_eq!(
+        shard_releases[7].bytes, largest,
+        "the last shard frees its 8 MiB"
+    );
     let (shards, steps) = fix_trace.residency_steps();
     assert_eq!(shards.len(), SHARDS);
     assert!(
-        steps.iter().all(|(_, bytes)| bytes.iter().filter(|b| **b > 0).count() <= 1),
+        steps
+            .iter()
+            .all(|(_, bytes)| bytes.iter().filter(|b| **b > 0).count() <= 1),
         "never more than one shard resident"
     );
 }
@@ -162,7 +201,11 @@ fn transforms_add_their_outputs_to_the_expectation() {
     let total = write_model(dir.path());
     let weights = Weights::open(dir.path()).expect("open");
     let f16 = WalkPlan::new(&weights, Transform::F16).expected();
-    assert_eq!(f16.retain, total + total / 2, "every f32 tensor gets an f16 copy");
+    assert_eq!(
+        f16.retain,
+        total + total / 2,
+        "every f32 tensor gets an f16 copy"
+    );
     assert_eq!(f16.release_shard, 8 * MIB + 4 * MIB);
     let q4 = WalkPlan::new(&weights, Transform::Q4).expected();
     // 4 bits a weight (1/8 of the f32 bytes), plus an f32 scale and bias per
@@ -192,25 +235,37 @@ fn a_cancelled_walk_stops_and_the_next_starts_clean() {
     let cancel = AtomicBool::new(false);
     let mut steps = 0;
     // Cancel from inside the walk after its fifth tensor.
-    let outcome = profile::walk(&mut weights, Policy::Retain, Transform::None, &cancel, &mut |r| {
-        if r.mark.kind == MarkKind::WalkStep {
-            steps += 1;
-            if steps == 5 {
-                cancel.store(true, Ordering::Relaxed);
+    let outcome = profile::walk(
+        &mut weights,
+        Policy::Retain,
+        Transform::None,
+        &cancel,
+        &mut |r| {
+            if r.mark.kind == MarkKind::WalkStep {
+                steps += 1;
+                if steps == 5 {
+                    cancel.store(true, Ordering::Relaxed);
+                }
             }
-        }
-    });
+        },
+    );
     assert!(outcome.cancelled);
     assert_eq!(outcome.steps_done, 5);
     assert_eq!(mlx::memory().expect("memory").active_bytes, 5 * MIB);
     // The next walk starts from nothing, whatever the last one left.
     cancel.store(false, Ordering::Relaxed);
     let mut first_active = None;
-    let outcome = profile::walk(&mut weights, Policy::ReleaseShard, Transform::None, &cancel, &mut |r| {
-        if r.mark.kind == MarkKind::WalkStart {
-            first_active = Some(r.memory.mlx_active_bytes);
-        }
-    });
+    let outcome = profile::walk(
+        &mut weights,
+        Policy::ReleaseShard,
+        Transform::None,
+        &cancel,
+        &mut |r| {
+            if r.mark.kind == MarkKind::WalkStart {
+                first_active = Some(r.memory.mlx_active_bytes);
+            }
+        },
+    );
     assert_eq!(first_active, Some(0));
     assert!(!outcome.cancelled);
     drop(weights);
@@ -263,8 +318,13 @@ fn the_worker_streams_a_walk_and_cancels_it() {
     let canceller = worker.canceller();
     let _ = handle.set(Arc::new(move || canceller.cancel()));
 
-    worker.send(Command::Open(dir.path().to_path_buf())).expect("send");
-    assert!(matches!(worker.recv().expect("event").kind, EventKind::Opened { .. }));
+    worker
+        .send(Command::Open(dir.path().to_path_buf()))
+        .expect("send");
+    assert!(matches!(
+        worker.recv().expect("event").kind,
+        EventKind::Opened { .. }
+    ));
     worker
         .send(Command::Walk {
             policy: Policy::ReleaseShard,
@@ -284,8 +344,17 @@ fn the_worker_streams_a_walk_and_cancels_it() {
     assert_eq!(outcome.steps_done, 36);
     assert_eq!(marks.first(), Some(&MarkKind::WalkStart));
     assert_eq!(marks.last(), Some(&MarkKind::WalkEnd));
-    assert_eq!(marks.iter().filter(|k| **k == MarkKind::WalkStep).count(), 36);
-    assert_eq!(marks.iter().filter(|k| **k == MarkKind::ReleaseShard).count(), SHARDS);
+    assert_eq!(
+        marks.iter().filter(|k| **k == MarkKind::WalkStep).count(),
+        36
+    );
+    assert_eq!(
+        marks
+            .iter()
+            .filter(|k| **k == MarkKind::ReleaseShard)
+            .count(),
+        SHARDS
+    );
 
     armed.store(true, Ordering::SeqCst);
     worker
@@ -302,7 +371,10 @@ fn the_worker_streams_a_walk_and_cancels_it() {
     assert!(outcome.cancelled, "cancelled from the first event's wake");
     assert_eq!(outcome.steps_done, 0);
     worker.send(Command::Close).expect("send");
-    assert!(matches!(worker.recv().expect("event").kind, EventKind::Closed));
+    assert!(matches!(
+        worker.recv().expect("event").kind,
+        EventKind::Closed
+    ));
 }
 
 #[test]
@@ -319,7 +391,11 @@ fn the_walk_command_prints_the_contract_and_writes_the_trace() {
         .arg(&csv)
         .output()
         .expect("run weightscope");
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     let report: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
     assert_eq!(report["policy"], "release-tensor");
     assert_eq!(report["expected_peak_bytes"], total);
@@ -336,7 +412,10 @@ fn the_walk_command_prints_the_contract_and_writes_the_trace() {
     );
     let trace = Trace::load(&csv).expect("the CSV trace loads");
     assert_eq!(trace.policy.as_deref(), Some("release-tensor"));
-    assert_eq!(trace.events.len(), report["events"].as_array().map_or(0, Vec::len));
+    assert_eq!(
+        trace.events.len(),
+        report["events"].as_array().map_or(0, Vec::len)
+    );
 
     let bad = Process::new(env!("CARGO_BIN_EXE_weightscope"))
         .args(["walk"])

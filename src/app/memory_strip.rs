@@ -1,42 +1,53 @@
 //! The memory strip: process RSS and MLX active/cache over the last minutes,
-//! with a marker for each materialize and release. The profiler issue grows
-//! this into the full timeline.
+//! with a marker for each event. The profiler tab draws the whole timeline
+//! from the same data.
 
-use egui_plot::{Legend, Line, Plot, PlotPoints, VLine};
+use egui_plot::{Legend, Line, Plot, VLine};
+
+use crate::profile::MarkKind;
 
 use super::WeightscopeApp;
+use super::profiler::sample_line;
 
 const MIB: f64 = 1024.0 * 1024.0;
+/// The strip shows the last 10 minutes.
+const STRIP_SECS: f64 = 600.0;
 
 impl WeightscopeApp {
     pub(super) fn memory_strip_ui(&mut self, ui: &mut egui::Ui) {
-        let Some(last) = self.series.last() else {
+        let Some(last) = self.timeline.last_sample().copied() else {
             ui.label("Memory: waiting for the first sample");
             return;
         };
-        ui.label(format!(
-            "Memory (MiB, seconds since start): process RSS {:.1}, MLX active {:.1}, MLX cache {:.1}",
-            last.rss_bytes as f64 / MIB,
-            last.mlx_active_bytes as f64 / MIB,
-            last.mlx_cache_bytes as f64 / MIB
-        ));
-        if let Some((at, label)) = self.markers.back() {
+        let gpu = self.device.as_ref().is_ok_and(|d| d.gpu_available);
+        ui.horizontal(|ui| {
             ui.label(format!(
-                "last event at {:.1} s: {label}",
-                at.saturating_duration_since(self.started).as_secs_f64()
+                "Memory (MiB, seconds since start): process RSS {:.1} (anonymous {:.1}), MLX active {:.1}, MLX cache {:.1}",
+                last.rss_bytes as f64 / MIB,
+                last.rss_anon_bytes as f64 / MIB,
+                last.mlx_active_bytes as f64 / MIB,
+                last.mlx_cache_bytes as f64 / MIB
+            ));
+            if gpu {
+                ui.label("(MLX figures are GPU memory; RSS is host memory)");
+            }
+        });
+        if let Some(event) = self.timeline.events().back() {
+            ui.label(format!(
+                "last event at {:.1} s: {}",
+                event.t_secs,
+                event.label()
             ));
         }
-        let start = self.started;
-        let secs = |at: std::time::Instant| at.saturating_duration_since(start).as_secs_f64();
-        let series = |f: fn(&crate::profile::MemorySample) -> u64| -> PlotPoints<'static> {
-            self.series
-                .iter()
-                .map(|s| [secs(s.at), f(s) as f64 / MIB])
-                .collect()
-        };
-        let rss = series(|s| s.rss_bytes);
-        let active = series(|s| s.mlx_active_bytes);
-        let cache = series(|s| s.mlx_cache_bytes);
+        let from = last.t_secs - STRIP_SECS;
+        let samples = self.timeline.samples();
+        let first = samples.partition_point(|s| s.t_secs < from);
+        let line = |f| sample_line(samples.range(first..), f, 0.0);
+        let rss = line(|s| s.rss_bytes);
+        let active = line(|s| s.mlx_active_bytes);
+        let cache = line(|s| s.mlx_cache_bytes);
+        let events = self.timeline.events();
+        let first_event = events.partition_point(|e| e.t_secs < from);
         Plot::new("memory-strip")
             .legend(Legend::default())
             .include_y(0.0)
@@ -45,9 +56,12 @@ impl WeightscopeApp {
                 plot.line(Line::new("process RSS", rss));
                 plot.line(Line::new("MLX active", active));
                 plot.line(Line::new("MLX cache", cache));
-                // One legend entry for all markers; the newest is named above.
-                for (at, _) in &self.markers {
-                    plot.vline(VLine::new("events", secs(*at)).width(1.0));
+                // One legend entry for all markers; walk steps are too many.
+                let marked = events
+                    .range(first_event..)
+                    .filter(|e| !matches!(e.kind, MarkKind::WalkStep | MarkKind::Release));
+                for event in marked.rev().take(300) {
+                    plot.vline(VLine::new("events", event.t_secs).width(1.0));
                 }
             });
     }

@@ -5,19 +5,20 @@
 
 mod inspector;
 mod memory_strip;
+mod profiler;
 pub mod settings;
 mod shards;
 pub mod shell;
 mod tensors;
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::checkpoint::Checkpoint;
 use crate::mlx::{DeviceInfo, MemoryStats};
-use crate::profile::{Sampler, Series};
+use crate::profile::{DEFAULT_INTERVAL, Sampler, Timeline};
 use crate::units::human_bytes;
 use crate::weights::TensorPreview;
 use crate::worker::{Command, Event, EventKind, Worker, WorkerGone};
@@ -33,27 +34,6 @@ pub enum ShardState {
     Released,
 }
 
-/// The strip's text for a worker event worth marking.
-fn marker_label(kind: &EventKind) -> Option<String> {
-    match kind {
-        EventKind::Opened { path, .. } => Some(format!("open {}", path.display())),
-        EventKind::Materialized(p) => {
-            Some(format!("materialize {} ({})", p.name, human_bytes(p.bytes)))
-        }
-        EventKind::Released(name) => Some(format!("release {name}")),
-        EventKind::ShardReleased { file, .. } => Some(format!("release shard {file}")),
-        EventKind::ReleasedAll => Some("release all".into()),
-        EventKind::CacheCleared { .. } => Some("clear cache".into()),
-        EventKind::MemoryLimitSet { .. } => Some("memory limit".into()),
-        EventKind::CacheLimitSet { .. } => Some("cache limit".into()),
-        EventKind::Walked(r) => Some(r.mark.label()),
-        EventKind::OpenFailed { .. }
-        | EventKind::Failed { .. }
-        | EventKind::Closed
-        | EventKind::WalkFinished(_) => None,
-    }
-}
-
 /// Something the UI asks its shell to do (the UI itself never opens dialogs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Action {
@@ -61,6 +41,19 @@ pub enum Action {
     PickFolder,
     /// Show a `.safetensors` file picker.
     PickFile,
+    /// Ask where to save the trace; the shell calls [`WeightscopeApp::save_trace`].
+    SaveTrace,
+    /// Ask for a saved trace; the shell calls [`WeightscopeApp::load_trace`].
+    OpenTrace,
+}
+
+/// The central area's tabs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tab {
+    /// The tensors table (Ctrl+1).
+    Tensors,
+    /// The memory profiler (Ctrl+2).
+    Profiler,
 }
 
 /// The tensor the inspector shows.
@@ -93,12 +86,12 @@ pub struct WeightscopeApp {
     /// The inspector's heatmap texture, keyed by tensor name.
     heatmap_texture: Option<(String, egui::TextureHandle)>,
     memory: MemoryStats,
-    /// Memory over time for the strip; `None` when the sampler could not start.
+    /// Memory over time; `None` when the sampler could not start.
     sampler: Option<Sampler>,
-    series: Series,
-    /// Worker events on the strip's clock: when, and what.
-    markers: VecDeque<(Instant, String)>,
-    started: Instant,
+    /// Samples and events since the app started, on one clock.
+    timeline: Timeline,
+    profiler: profiler::ProfilerState,
+    tab: Tab,
     /// Recent checkpoints and other saved settings.
     settings: settings::Settings,
     /// Set when `settings` changed and the shell should save them.
@@ -108,11 +101,6 @@ pub struct WeightscopeApp {
     /// A one-line notice (for example, that no file dialog could open).
     notice: Option<String>,
 }
-
-/// Samples kept for the memory strip: 10 minutes at 10 Hz.
-const STRIP_SAMPLES: usize = 6000;
-/// Markers kept for the memory strip.
-const STRIP_MARKERS: usize = 500;
 
 impl WeightscopeApp {
     /// A new app with its MLX worker; `wake` is called after each worker
@@ -126,7 +114,7 @@ impl WeightscopeApp {
         wake: impl Fn() + Clone + Send + Sync + 'static,
     ) -> std::io::Result<Self> {
         let worker = Worker::spawn(wake.clone())?;
-        let sampler = Sampler::spawn(Duration::from_millis(100), wake).ok();
+        let sampler = Sampler::spawn(DEFAULT_INTERVAL, wake).ok();
         let mut app = Self {
             worker,
             device,
@@ -142,9 +130,9 @@ impl WeightscopeApp {
             heatmap_texture: None,
             memory: MemoryStats::default(),
             sampler,
-            series: Series::new(STRIP_SAMPLES),
-            markers: VecDeque::new(),
-            started: Instant::now(),
+            timeline: Timeline::new(Instant::now()),
+            profiler: profiler::ProfilerState::default(),
+            tab: Tab::Tensors,
             settings: settings::Settings::default(),
             settings_dirty: false,
             actions: Vec::new(),
@@ -183,7 +171,23 @@ impl WeightscopeApp {
         std::mem::take(&mut self.actions)
     }
 
-    /// What a file dialog returned: opens it, or explains an empty answer.
+    /// What the file dialog of `action` returned: opens, saves or loads
+    /// it, or explains an empty answer.
+    pub fn picked_for(&mut self, action: Action, path: Option<PathBuf>) {
+        match (action, path) {
+            (Action::SaveTrace, Some(path)) => self.save_trace(&path),
+            (Action::OpenTrace, Some(path)) => self.load_trace(&path),
+            (Action::SaveTrace | Action::OpenTrace, None) => {
+                self.profiler.message = Some(
+                    "No file was chosen. If no dialog appeared, type a path in the trace path field."
+                        .into(),
+                );
+            }
+            (Action::PickFolder | Action::PickFile, path) => self.picked(path),
+        }
+    }
+
+    /// What a checkpoint dialog returned: opens it, or explains an empty answer.
     pub fn picked(&mut self, path: Option<PathBuf>) {
         match path {
             Some(path) => self.open(path),
@@ -221,7 +225,7 @@ impl WeightscopeApp {
     pub fn drain_events(&mut self, budget: Duration) {
         let start = Instant::now();
         while let Some(sample) = self.sampler.as_ref().and_then(Sampler::try_recv) {
-            self.series.push(sample);
+            self.timeline.push_sample(&sample);
         }
         while start.elapsed() < budget {
             let Some(event) = self.worker.try_recv() else {
@@ -247,7 +251,7 @@ impl WeightscopeApp {
     pub fn wait_for_sample(&mut self) -> bool {
         match self.sampler.as_ref().and_then(Sampler::recv) {
             Some(sample) => {
-                self.series.push(sample);
+                self.timeline.push_sample(&sample);
                 true
             }
             None => false,
@@ -256,11 +260,8 @@ impl WeightscopeApp {
 
     fn apply(&mut self, event: Event) {
         self.memory = event.memory;
-        if let Some(label) = marker_label(&event.kind) {
-            if self.markers.len() == STRIP_MARKERS {
-                self.markers.pop_front();
-            }
-            self.markers.push_back((event.at, label));
+        if let Some(mark) = &event.mark {
+            self.timeline.push_event(mark, &event.sample);
         }
         match event.kind {
             EventKind::Opened { path, checkpoint } => {
@@ -279,6 +280,7 @@ impl WeightscopeApp {
                 self.inspected = Inspected::Nothing;
                 let summary = checkpoint.summary();
                 self.totals = Some((summary.tensor_count, summary.total_bytes));
+                self.profiler.checkpoint_opened(&checkpoint);
                 self.checkpoint = Some(checkpoint);
             }
             EventKind::OpenFailed { error, .. } => {
@@ -302,6 +304,10 @@ impl WeightscopeApp {
                 }
             }
             EventKind::Failed { target, error } => {
+                if target == "walk" {
+                    self.profiler.running = None;
+                    self.profiler.message = Some(format!("walk: {error}"));
+                }
                 let is_current =
                     matches!(&self.inspected, Inspected::Pending { name, .. } if *name == target);
                 if is_current {
@@ -332,12 +338,22 @@ impl WeightscopeApp {
                 self.shard_states.clear();
                 self.inspected = Inspected::Nothing;
             }
+            EventKind::Walked(recorded) => {
+                self.apply_walk_progress(&recorded);
+                if let Some((file, bytes)) = &recorded.mark.resident {
+                    let state = if *bytes > 0 {
+                        ShardState::Materialized(*bytes)
+                    } else {
+                        ShardState::Released
+                    };
+                    self.shard_states.insert(file.clone(), state);
+                }
+            }
+            EventKind::WalkFinished(outcome) => self.apply_walk_finished(*outcome),
             EventKind::Released(_)
             | EventKind::CacheCleared { .. }
             | EventKind::MemoryLimitSet { .. }
-            | EventKind::CacheLimitSet { .. }
-            | EventKind::Walked(_)
-            | EventKind::WalkFinished(_) => {}
+            | EventKind::CacheLimitSet { .. } => {}
         }
     }
 
@@ -372,11 +388,46 @@ impl WeightscopeApp {
             egui::Panel::left("shards")
                 .default_size(320.0)
                 .show(ui, |ui| self.shards_ui(ui));
-            egui::Panel::right("inspector")
-                .default_size(420.0)
-                .show(ui, |ui| self.inspector_ui(ui));
+            if self.tab == Tab::Tensors {
+                egui::Panel::right("inspector")
+                    .default_size(420.0)
+                    .show(ui, |ui| self.inspector_ui(ui));
+            }
         }
-        egui::CentralPanel::default().show(ui, |ui| self.tensors_ui(ui));
+        egui::CentralPanel::default().show(ui, |ui| {
+            if ui.input_mut(|i| i.consume_key(egui::Modifiers::COMMAND, egui::Key::Num1)) {
+                self.tab = Tab::Tensors;
+            }
+            if ui.input_mut(|i| i.consume_key(egui::Modifiers::COMMAND, egui::Key::Num2)) {
+                self.tab = Tab::Profiler;
+            }
+            ui.horizontal(|ui| {
+                ui.selectable_value(&mut self.tab, Tab::Tensors, "Tensors")
+                    .on_hover_text("Ctrl+1");
+                ui.selectable_value(&mut self.tab, Tab::Profiler, "Profiler")
+                    .on_hover_text("Ctrl+2: walks, findings, limits, traces");
+                if let Some(walk) = &self.profiler.running {
+                    ui.spinner();
+                    ui.label(format!(
+                        "walking {}: {} of {}",
+                        walk.policy.as_str(),
+                        walk.done,
+                        walk.total
+                    ));
+                }
+            });
+            ui.separator();
+            match self.tab {
+                Tab::Tensors => self.tensors_ui(ui),
+                Tab::Profiler => self.profiler_ui(ui),
+            }
+        });
+    }
+
+    /// The tab the central area shows.
+    #[must_use]
+    pub fn tab(&self) -> Tab {
+        self.tab
     }
 
     fn top_bar_ui(&mut self, ui: &mut egui::Ui) {

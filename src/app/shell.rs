@@ -16,8 +16,8 @@ pub struct Shell {
     exit_after_frames: Option<u64>,
     settings_path: Option<PathBuf>,
     /// Answers of file dialogs, which run on their own threads (rfd blocks).
-    picked_tx: Sender<Option<PathBuf>>,
-    picked_rx: Receiver<Option<PathBuf>>,
+    picked_tx: Sender<(Action, Option<PathBuf>)>,
+    picked_rx: Receiver<(Action, Option<PathBuf>)>,
     /// When the process started, and when the first frame and the first frame
     /// with the checkpoint open were drawn (reported by the smoke run).
     launched: Instant,
@@ -32,18 +32,29 @@ impl Shell {
         let started = std::thread::Builder::new()
             .name("file-dialog".into())
             .spawn(move || {
-                let dialog = rfd::FileDialog::new().set_title("Open checkpoint");
+                let dialog = rfd::FileDialog::new();
                 let picked = match action {
-                    Action::PickFolder => dialog.pick_folder(),
+                    Action::PickFolder => dialog.set_title("Open checkpoint").pick_folder(),
                     Action::PickFile => dialog
+                        .set_title("Open checkpoint")
                         .add_filter("safetensors", &["safetensors"])
                         .pick_file(),
+                    Action::SaveTrace => dialog
+                        .set_title("Save trace")
+                        .add_filter("JSON trace", &["json"])
+                        .add_filter("CSV trace", &["csv"])
+                        .set_file_name("weightscope-trace.json")
+                        .save_file(),
+                    Action::OpenTrace => dialog
+                        .set_title("Open trace")
+                        .add_filter("trace", &["json", "csv"])
+                        .pick_file(),
                 };
-                let _ = tx.send(picked);
+                let _ = tx.send((action, picked));
                 ctx.request_repaint();
             });
         if started.is_err() {
-            let _ = self.picked_tx.send(None);
+            let _ = self.picked_tx.send((action, None));
         }
     }
 }
@@ -55,8 +66,8 @@ impl eframe::App for Shell {
         for action in self.app.take_actions() {
             self.perform(action, ctx);
         }
-        while let Ok(picked) = self.picked_rx.try_recv() {
-            self.app.picked(picked);
+        while let Ok((action, picked)) = self.picked_rx.try_recv() {
+            self.app.picked_for(action, picked);
         }
         if let (Some(path), Some(settings)) =
             (&self.settings_path, self.app.take_changed_settings())

@@ -307,7 +307,10 @@ mod tests {
         );
         assert!(matches!(
             parse_strs(&["walk", "m", "--policy", "keep"]),
-            Err(UsageError::BadValue { option: "--policy", .. })
+            Err(UsageError::BadValue {
+                option: "--policy",
+                ..
+            })
         ));
         assert_eq!(
             parse_strs(&["walk", "m", "--policy"]),

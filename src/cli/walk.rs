@@ -105,9 +105,13 @@ pub fn run(args: &WalkArgs) -> Result<WalkReport, WalkError> {
         &cancel,
         &mut |recorded: Recorded| {
             while let Some(sample) = sampler.try_recv() {
-                trace.samples.push(TraceSample::from_sample(&sample, origin));
+                trace
+                    .samples
+                    .push(TraceSample::from_sample(&sample, origin));
             }
-            trace.samples.push(TraceSample::from_sample(&recorded.memory, origin));
+            trace
+                .samples
+                .push(TraceSample::from_sample(&recorded.memory, origin));
             trace.events.push(TraceEvent::new(
                 &recorded.mark,
                 recorded.memory.at,
@@ -129,7 +133,9 @@ pub fn run(args: &WalkArgs) -> Result<WalkReport, WalkError> {
         eprintln!();
     }
     while let Some(sample) = sampler.try_recv() {
-        trace.samples.push(TraceSample::from_sample(&sample, origin));
+        trace
+            .samples
+            .push(TraceSample::from_sample(&sample, origin));
     }
     let sampler_figures = (sampler.samples_taken(), sampler.mean_sample_time());
     drop(sampler);
@@ -218,7 +224,12 @@ impl WalkReport {
     /// When `out` fails.
     pub fn write_text(&self, out: &mut impl Write) -> std::io::Result<()> {
         let o = &self.outcome;
-        writeln!(out, "policy:      {} (transform {})", o.policy.as_str(), o.transform.as_str())?;
+        writeln!(
+            out,
+            "policy:      {} (transform {})",
+            o.policy.as_str(),
+            o.transform.as_str()
+        )?;
         writeln!(out, "checkpoint:  {}", self.trace.checkpoint)?;
         writeln!(out, "device:      {}", self.trace.device)?;
         writeln!(
@@ -281,7 +292,12 @@ pub fn parse_size(text: &str) -> Option<u64> {
         None => (text, ""),
     };
     let value: f64 = digits.parse().ok()?;
-    let scale: u64 = match unit.trim().to_ascii_uppercase().trim_end_matches("IB").trim_end_matches('B') {
+    let scale: u64 = match unit
+        .trim()
+        .to_ascii_uppercase()
+        .trim_end_matches("IB")
+        .trim_end_matches('B')
+    {
         "" => 1,
         "K" => 1 << 10,
         "M" => 1 << 20,
@@ -290,7 +306,9 @@ pub fn parse_size(text: &str) -> Option<u64> {
         _ => return None,
     };
     let bytes = value * scale as f64;
-    (bytes.is_finite() && bytes >= 0.0 && bytes < 1.8e19).then(|| bytes as u64)
+    // Checked to fit: the cast neither truncates nor loses a sign.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    (bytes.is_finite() && (0.0..1.8e19).contains(&bytes)).then_some(bytes as u64)
 }
 
 #[cfg(test)]

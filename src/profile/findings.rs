@@ -57,7 +57,9 @@ fn release_freed_nothing(trace: &Trace, found: &mut Vec<Finding>) {
         }
         releases += 1;
         // Freed means active fell by at least half the tensor's bytes.
-        let fell = before.mlx_active_bytes.saturating_sub(event.mlx_active_bytes);
+        let fell = before
+            .mlx_active_bytes
+            .saturating_sub(event.mlx_active_bytes);
         if fell < event.bytes / 2 {
             freed_nothing.push(event);
         }
@@ -115,7 +117,9 @@ fn rss_did_not_follow(trace: &Trace, found: &mut Vec<Finding>) {
         if !matches!(event.kind, MarkKind::ReleaseShard | MarkKind::ReleaseAll) {
             continue;
         }
-        let active_fell = before.mlx_active_bytes.saturating_sub(event.mlx_active_bytes);
+        let active_fell = before
+            .mlx_active_bytes
+            .saturating_sub(event.mlx_active_bytes);
         let rss_fell = before.rss_bytes.saturating_sub(event.rss_bytes);
         if active_fell >= NOISE_BYTES && rss_fell < active_fell / 2 {
             stuck.push((event, active_fell));
@@ -262,7 +266,14 @@ mod tests {
 
     const MIB: u64 = 1 << 20;
 
-    fn event(t: f64, kind: MarkKind, target: &str, bytes: u64, active: u64, rss: u64) -> TraceEvent {
+    fn event(
+        t: f64,
+        kind: MarkKind,
+        target: &str,
+        bytes: u64,
+        active: u64,
+        rss: u64,
+    ) -> TraceEvent {
         TraceEvent {
             t_secs: t,
             kind,
@@ -329,7 +340,11 @@ mod tests {
         assert_eq!(report.room_bytes, 50 * MIB);
         assert_eq!(report.room_from, "your budget");
         assert!(report.lines[0].contains("fits"), "{}", report.lines[0]);
-        assert!(report.lines[1].contains("does not fit"), "{}", report.lines[1]);
+        assert!(
+            report.lines[1].contains("does not fit"),
+            "{}",
+            report.lines[1]
+        );
         let report = fit_report(&expected, &machine, 400 * MIB, None);
         assert_eq!(report.room_from, "MLX's memory limit");
     }

@@ -7,16 +7,20 @@
 
 mod findings;
 mod sampler;
+mod timeline;
 mod trace;
 mod walk;
 
-pub use findings::{FitReport, Finding, FindingKind, findings, fit_report};
+pub use findings::{Finding, FindingKind, FitReport, findings, fit_report};
 pub use sampler::{
     DEFAULT_INTERVAL, MachineMemory, MemorySample, ProcessMemory, Sampler, Series,
     process_rss_bytes, reset_peak_rss,
 };
+pub use timeline::{TIMELINE_EVENTS, TIMELINE_SAMPLES, Timeline};
 pub use trace::{
-    ExpectedPeaks, Mark, MarkKind, ResidentShard, ResidentTensor, TRACE_VERSION, Trace,
-    TraceError, TraceEvent, TraceSample, secs_since,
+    ExpectedPeaks, Mark, MarkKind, ResidentShard, ResidentTensor, TRACE_VERSION, Trace, TraceError,
+    TraceEvent, TraceSample, residency_steps, resident_at, secs_since,
 };
-pub use walk::{PlannedShard, Policy, Q4_GROUP_SIZE, Recorded, Transform, WalkOutcome, WalkPlan, walk};
+pub use walk::{
+    PlannedShard, Policy, Q4_GROUP_SIZE, Recorded, Transform, WalkOutcome, WalkPlan, walk,
+};

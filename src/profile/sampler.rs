@@ -135,6 +135,7 @@ pub fn process_rss_bytes() -> u64 {
 
 /// Starts a new peak-RSS measurement (Linux: writes `5` to
 /// `/proc/self/clear_refs`, which resets `VmHWM`). Returns whether it could.
+#[must_use]
 pub fn reset_peak_rss() -> bool {
     #[cfg(target_os = "linux")]
     {
@@ -400,7 +401,7 @@ mod tests {
 
     #[test]
     fn the_interval_can_change_while_running() {
-        let sampler = Sampler::spawn(Duration::from_secs(3600), || {}).expect("spawn");
+        let sampler = Sampler::spawn(Duration::from_hours(1), || {}).expect("spawn");
         let _ = sampler.recv().expect("the first sample comes at once");
         sampler.set_interval(Duration::from_millis(1));
         // Without the change the next sample would be an hour away.

@@ -382,7 +382,12 @@ impl Trace {
         let mut out = String::from(CSV_HEADER);
         out.push('\n');
         let mut meta = |key: &str, value: &str| {
-            let _ = writeln!(out, "meta,,,,,,,,,{},,,,{}", csv_field(key), csv_field(value));
+            let _ = writeln!(
+                out,
+                "meta,,,,,,,,,{},,,,{}",
+                csv_field(key),
+                csv_field(value)
+            );
         };
         meta("version", &self.version.to_string());
         meta("label", &self.label);
@@ -396,7 +401,10 @@ impl Trace {
         }
         if let Some(e) = self.expected {
             meta("expected_retain_bytes", &e.retain.to_string());
-            meta("expected_release_tensor_bytes", &e.release_tensor.to_string());
+            meta(
+                "expected_release_tensor_bytes",
+                &e.release_tensor.to_string(),
+            );
             meta("expected_release_shard_bytes", &e.release_shard.to_string());
         }
         for s in &self.samples {
@@ -424,7 +432,9 @@ impl Trace {
                 csv_field(&e.target),
                 e.bytes,
                 e.shard.as_deref().map(csv_field).unwrap_or_default(),
-                e.shard_resident_bytes.map(|b| b.to_string()).unwrap_or_default(),
+                e.shard_resident_bytes
+                    .map(|b| b.to_string())
+                    .unwrap_or_default(),
                 csv_field(&e.detail)
             );
         }
@@ -469,7 +479,10 @@ impl Trace {
         })?;
         if trace.version != TRACE_VERSION {
             return Err(TraceError::Format {
-                problem: format!("version {} (this build reads {TRACE_VERSION})", trace.version),
+                problem: format!(
+                    "version {} (this build reads {TRACE_VERSION})",
+                    trace.version
+                ),
                 path: path.to_path_buf(),
             });
         }
@@ -577,17 +590,33 @@ impl Trace {
         Ok(trace)
     }
 
-    /// Per-shard resident bytes over time, as steps: the shards (in order of
-    /// first appearance) and, at each event that changed one, every shard's bytes.
+    /// Per-shard resident bytes over time: see [`residency_steps`].
     #[must_use]
     pub fn residency_steps(&self) -> (Vec<String>, Vec<(f64, Vec<u64>)>) {
+        residency_steps(&self.events)
+    }
+
+    /// What was resident at `t_secs`: see [`resident_at`].
+    #[must_use]
+    pub fn resident_at(&self, t_secs: f64) -> Vec<ResidentShard> {
+        resident_at(&self.events, t_secs)
+    }
+}
+
+/// Per-shard resident bytes over time, as steps: the shards (in order of
+/// first appearance) and, at each event that changed one, every shard's bytes.
+#[must_use]
+pub fn residency_steps<'a>(
+    events: impl IntoIterator<Item = &'a TraceEvent>,
+) -> (Vec<String>, Vec<(f64, Vec<u64>)>) {
+    {
         let mut shards: Vec<String> = Vec::new();
         let mut now: Vec<u64> = Vec::new();
         let mut steps = Vec::new();
-        for event in &self.events {
+        for event in events {
             let changed = match event.kind {
                 MarkKind::Open | MarkKind::ReleaseAll | MarkKind::Close => {
-                    now.iter_mut().for_each(|b| *b = 0);
+                    now.fill(0);
                     true
                 }
                 _ => match (&event.shard, event.shard_resident_bytes) {
@@ -609,14 +638,19 @@ impl Trace {
         }
         (shards, steps)
     }
+}
 
-    /// What was resident at `t_secs`, from the events: per shard, its bytes
-    /// (the core's figure) and the tensors materialized from it, each with
-    /// whether it had been released while its map still held it.
-    #[must_use]
-    pub fn resident_at(&self, t_secs: f64) -> Vec<ResidentShard> {
+/// What was resident at `t_secs`, from the events: per shard, its bytes
+/// (the core's figure) and the tensors materialized from it, each with
+/// whether it had been released while its map still held it.
+#[must_use]
+pub fn resident_at<'a>(
+    events: impl IntoIterator<Item = &'a TraceEvent>,
+    t_secs: f64,
+) -> Vec<ResidentShard> {
+    {
         let mut shards: Vec<ResidentShard> = Vec::new();
-        for event in self.events.iter().take_while(|e| e.t_secs <= t_secs) {
+        for event in events.into_iter().take_while(|e| e.t_secs <= t_secs) {
             match event.kind {
                 MarkKind::Open | MarkKind::ReleaseAll | MarkKind::Close => shards.clear(),
                 MarkKind::ReleaseShard => shards.retain(|s| s.shard != event.target),
@@ -631,18 +665,18 @@ impl Trace {
                 }
                 MarkKind::Materialize | MarkKind::WalkStep => {
                     if let (Some(shard), Some(bytes)) = (&event.shard, event.shard_resident_bytes) {
-                        let entry = match shards.iter().position(|s| &s.shard == shard) {
-                            Some(i) => &mut shards[i],
-                            None => {
+                        let i = shards
+                            .iter()
+                            .position(|s| &s.shard == shard)
+                            .unwrap_or_else(|| {
                                 shards.push(ResidentShard {
                                     shard: shard.clone(),
                                     bytes: 0,
                                     tensors: Vec::new(),
                                 });
-                                let last = shards.len() - 1;
-                                &mut shards[last]
-                            }
-                        };
+                                shards.len() - 1
+                            });
+                        let entry = &mut shards[i];
                         entry.bytes = bytes;
                         match entry.tensors.iter_mut().find(|t| t.name == event.target) {
                             Some(tensor) => tensor.released = false,

@@ -8,10 +8,11 @@
 //! walk leaves that shard (a job writes one output shard per input shard),
 //! except under `retain`, which keeps everything.
 
+use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-use crate::checkpoint::{Dtype, TensorInfo};
+use crate::checkpoint::{Checkpoint, Dtype, TensorInfo};
 use crate::mlx::{self, Array};
 use crate::weights::{Native, Weights};
 
@@ -205,6 +206,35 @@ impl WalkPlan {
         Self { transform, shards }
     }
 
+    /// The plan for walking `checkpoint` as stored (no view), from the
+    /// headers alone: what the app predicts before any walk runs.
+    #[must_use]
+    pub fn from_checkpoint(checkpoint: &Checkpoint, transform: Transform) -> Self {
+        let tensors = checkpoint.tensors();
+        let shards = checkpoint
+            .shards()
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| !s.tensors.is_empty())
+            .map(|(index, shard)| PlannedShard {
+                file: shard.file.clone(),
+                index,
+                names: shard
+                    .tensors
+                    .iter()
+                    .map(|&t| tensors[t].name.clone())
+                    .collect(),
+                source_bytes: shard.tensors.iter().map(|&t| tensors[t].bytes()).sum(),
+                output_bytes: shard
+                    .tensors
+                    .iter()
+                    .map(|&t| transform.output_bytes(&tensors[t]))
+                    .sum(),
+            })
+            .collect();
+        Self { transform, shards }
+    }
+
     /// Tensors the walk reads.
     #[must_use]
     pub fn tensor_count(&self) -> usize {
@@ -236,7 +266,12 @@ impl WalkPlan {
     /// - release-shard: the largest (shard + its outputs).
     #[must_use]
     pub fn expected(&self) -> ExpectedPeaks {
-        let largest_outputs = self.shards.iter().map(|s| s.output_bytes).max().unwrap_or(0);
+        let largest_outputs = self
+            .shards
+            .iter()
+            .map(|s| s.output_bytes)
+            .max()
+            .unwrap_or(0);
         ExpectedPeaks {
             retain: self.source_bytes() + self.output_bytes(),
             release_tensor: self.source_bytes() + largest_outputs,
@@ -303,6 +338,9 @@ impl WalkOutcome {
 /// `emit` after each event. Everything cached is released and MLX's cache
 /// cleared first, so the walk starts from nothing; `cancel` is checked before
 /// each tensor. MLX failures stop the walk and are reported in the outcome.
+// One pass over the plan with its bookkeeping in one place reads better than
+// helpers that would share half a dozen locals.
+#[allow(clippy::too_many_lines)]
 pub fn walk<N: Native>(
     weights: &mut Weights<N>,
     policy: Policy,
@@ -366,11 +404,12 @@ pub fn walk<N: Native>(
             let resident = weights.resident_bytes(shard.index);
             let mut detail = format!("{device}, shard {}", shard.file);
             if output_bytes > 0 {
-                detail.push_str(&format!(
+                let _ = write!(
+                    detail,
                     ", {} output {}",
                     transform.as_str(),
                     crate::units::human_bytes(output_bytes)
-                ));
+                );
             }
             record(
                 Mark::new(MarkKind::WalkStep, name.as_str())
@@ -408,9 +447,7 @@ pub fn walk<N: Native>(
     drop(kept);
     let peak_mlx_active_bytes = mlx::memory().map_or(0, |m| m.peak_bytes);
     let peak_rss_bytes = if rss_reset {
-        ProcessMemory::read()
-            .peak_rss_bytes
-            .max(highest_rss.get())
+        ProcessMemory::read().peak_rss_bytes.max(highest_rss.get())
     } else {
         highest_rss.get()
     };
@@ -454,9 +491,7 @@ fn read_one<N: Native>(
         .info(name)
         .ok_or_else(|| format!("no tensor named `{name}`"))?
         .clone();
-    let outputs = transform
-        .apply(&info, &array)
-        .map_err(|e| e.to_string())?;
+    let outputs = transform.apply(&info, &array).map_err(|e| e.to_string())?;
     if !outputs.is_empty() {
         mlx::evaluate_all(&outputs).map_err(|e| e.to_string())?;
     }

@@ -1,0 +1,806 @@
+//! The profiler tab: run a walk under a policy, watch memory against what the
+//! headers predict, read the findings, see which shards and tensors were
+//! resident at any moment, set MLX's limits, and save, open and overlay traces.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use egui_plot::{HLine, Legend, Line, Plot, PlotPoints, VLine};
+
+use crate::mlx::DeviceInfo;
+use crate::profile::{
+    self, ExpectedPeaks, Finding, MachineMemory, MarkKind, Policy, Trace, TraceEvent, TraceSample,
+    Transform, WalkOutcome, WalkPlan,
+};
+use crate::units::human_bytes;
+use crate::worker::Command;
+
+use super::{Action, WeightscopeApp};
+
+const MIB: f64 = 1024.0 * 1024.0;
+/// Points drawn per line at most (min/max per bucket keeps the peaks).
+const PLOT_POINTS: usize = 1500;
+
+/// A walk in progress, as the UI knows it.
+#[derive(Debug, Clone)]
+pub(super) struct RunningWalk {
+    pub policy: Policy,
+    pub transform: Transform,
+    pub done: usize,
+    pub total: usize,
+    pub started: Instant,
+    /// When it started, on the timeline's clock.
+    pub start_secs: f64,
+}
+
+/// The last finished walk, kept for study.
+#[derive(Debug, Clone)]
+pub(super) struct FinishedWalk {
+    pub outcome: WalkOutcome,
+    /// The walk's part of the timeline, its clock starting at walk start.
+    pub trace: Trace,
+    /// Where it sits on the session timeline.
+    pub start_secs: f64,
+    pub findings: Vec<Finding>,
+}
+
+/// What the profiler tab shows and remembers.
+pub(super) struct ProfilerState {
+    pub policy: Policy,
+    pub transform: Transform,
+    pub running: Option<RunningWalk>,
+    pub last: Option<FinishedWalk>,
+    /// Loaded traces drawn over the last walk.
+    pub overlays: Vec<Trace>,
+    /// The selected moment, on the session clock.
+    pub selected_secs: Option<f64>,
+    /// Session timeline, or the last walk with overlays (both at walk time).
+    pub walk_view: bool,
+    pub memory_limit_input: String,
+    pub cache_limit_input: String,
+    pub budget_input: String,
+    pub trace_path_input: String,
+    pub interval_ms: u64,
+    /// Headers' predictions for the open checkpoint, per transform.
+    pub expected: Vec<(Transform, ExpectedPeaks)>,
+    pub largest_shard_bytes: u64,
+    pub machine: MachineMemory,
+    pub message: Option<String>,
+}
+
+impl Default for ProfilerState {
+    fn default() -> Self {
+        Self {
+            policy: Policy::ReleaseShard,
+            transform: Transform::None,
+            running: None,
+            last: None,
+            overlays: Vec::new(),
+            selected_secs: None,
+            walk_view: false,
+            memory_limit_input: String::new(),
+            cache_limit_input: String::new(),
+            budget_input: String::new(),
+            trace_path_input: String::new(),
+            interval_ms: 50,
+            expected: Vec::new(),
+            largest_shard_bytes: 0,
+            machine: MachineMemory::default(),
+            message: None,
+        }
+    }
+}
+
+impl ProfilerState {
+    /// Predictions for a newly opened checkpoint.
+    pub fn checkpoint_opened(&mut self, checkpoint: &crate::checkpoint::Checkpoint) {
+        self.expected = Transform::ALL
+            .into_iter()
+            .map(|t| (t, WalkPlan::from_checkpoint(checkpoint, t).expected()))
+            .collect();
+        self.largest_shard_bytes = WalkPlan::from_checkpoint(checkpoint, Transform::None)
+            .largest_shard()
+            .map_or(0, |s| s.source_bytes);
+        self.machine = MachineMemory::read();
+        self.running = None;
+    }
+
+    fn expected_now(&self) -> Option<ExpectedPeaks> {
+        self.expected
+            .iter()
+            .find(|(t, _)| *t == self.transform)
+            .map(|(_, e)| *e)
+    }
+}
+
+/// Min/max per bucket of `(t, value)` points, so that peaks survive.
+fn decimate(points: impl ExactSizeIterator<Item = [f64; 2]>) -> Vec<[f64; 2]> {
+    let n = points.len();
+    if n <= PLOT_POINTS {
+        return points.collect();
+    }
+    let per_bucket = n.div_ceil(PLOT_POINTS / 2);
+    let mut out = Vec::with_capacity(PLOT_POINTS + 2);
+    let mut bucket: Vec<[f64; 2]> = Vec::with_capacity(per_bucket);
+    let flush = |bucket: &mut Vec<[f64; 2]>, out: &mut Vec<[f64; 2]>| {
+        let lo = bucket.iter().copied().min_by(|a, b| a[1].total_cmp(&b[1]));
+        let hi = bucket.iter().copied().max_by(|a, b| a[1].total_cmp(&b[1]));
+        if let (Some(lo), Some(hi)) = (lo, hi) {
+            if lo[0] <= hi[0] {
+                out.extend([lo, hi]);
+            } else {
+                out.extend([hi, lo]);
+            }
+        }
+        bucket.clear();
+    };
+    for point in points {
+        bucket.push(point);
+        if bucket.len() == per_bucket {
+            flush(&mut bucket, &mut out);
+        }
+    }
+    flush(&mut bucket, &mut out);
+    out
+}
+
+/// A line of one sample field, in MiB, decimated.
+pub(super) fn sample_line<'a>(
+    samples: impl ExactSizeIterator<Item = &'a TraceSample>,
+    field: fn(&TraceSample) -> u64,
+    shift_secs: f64,
+) -> PlotPoints<'static> {
+    PlotPoints::from(decimate(
+        samples.map(|s| [s.t_secs - shift_secs, field(s) as f64 / MIB]),
+    ))
+}
+
+impl WeightscopeApp {
+    pub(super) fn apply_walk_progress(&mut self, recorded: &profile::Recorded) {
+        let start_secs = self.timeline.secs(recorded.memory.at);
+        let walk = self.profiler.running.get_or_insert_with(|| RunningWalk {
+            policy: self.profiler.policy,
+            transform: self.profiler.transform,
+            done: 0,
+            total: recorded.progress.1,
+            started: Instant::now(),
+            start_secs,
+        });
+        if recorded.mark.kind == MarkKind::WalkStart {
+            walk.start_secs = start_secs;
+            walk.started = Instant::now();
+        }
+        (walk.done, walk.total) = recorded.progress;
+    }
+
+    pub(super) fn apply_walk_finished(&mut self, outcome: WalkOutcome) {
+        let start_secs = self.profiler.running.take().map_or(0.0, |w| w.start_secs);
+        let end_secs = self.timeline.last_sample().map_or(start_secs, |s| s.t_secs);
+        let label = format!(
+            "{} {} (walk at {start_secs:.1} s)",
+            outcome.policy.as_str(),
+            outcome.transform.as_str()
+        );
+        let mut trace = self.timeline.slice(start_secs, end_secs, label);
+        trace.checkpoint = self
+            .checkpoint
+            .as_ref()
+            .map(|c| c.root().display().to_string())
+            .unwrap_or_default();
+        trace.device = self
+            .device
+            .as_ref()
+            .map(DeviceInfo::name)
+            .unwrap_or_default();
+        trace.policy = Some(outcome.policy.as_str().into());
+        trace.transform = Some(outcome.transform.as_str().into());
+        trace.expected = Some(outcome.expected);
+        let findings = profile::findings(&trace);
+        self.profiler.last = Some(FinishedWalk {
+            outcome,
+            trace,
+            start_secs,
+            findings,
+        });
+    }
+
+    /// Starts a walk of the open checkpoint with the chosen policy and transform.
+    pub fn start_walk(&mut self) {
+        let (policy, transform) = (self.profiler.policy, self.profiler.transform);
+        self.send(Command::Walk { policy, transform });
+        self.profiler.running = Some(RunningWalk {
+            policy,
+            transform,
+            done: 0,
+            total: self.checkpoint.as_ref().map_or(0, |c| c.tensors().len()),
+            started: Instant::now(),
+            start_secs: self.timeline.secs(Instant::now()),
+        });
+    }
+
+    /// Whether a walk is running.
+    #[must_use]
+    pub fn is_walking(&self) -> bool {
+        self.profiler.running.is_some()
+    }
+
+    /// The last finished walk's outcome and findings.
+    #[must_use]
+    pub fn last_walk(&self) -> Option<(&WalkOutcome, &[Finding])> {
+        self.profiler
+            .last
+            .as_ref()
+            .map(|w| (&w.outcome, w.findings.as_slice()))
+    }
+
+    /// The trace "Save trace…" writes: the last walk when there is one, else
+    /// the whole session.
+    #[must_use]
+    pub fn trace_to_save(&self) -> Trace {
+        if let Some(last) = &self.profiler.last {
+            return last.trace.clone();
+        }
+        let mut trace = self.timeline.to_trace("session");
+        trace.device = self
+            .device
+            .as_ref()
+            .map(DeviceInfo::name)
+            .unwrap_or_default();
+        trace
+    }
+
+    /// Writes the trace to `path` (CSV or JSON by extension) and says so.
+    pub fn save_trace(&mut self, path: &std::path::Path) {
+        self.profiler.message = Some(match self.trace_to_save().save(path) {
+            Ok(()) => format!("trace saved to {}", path.display()),
+            Err(err) => err.to_string(),
+        });
+    }
+
+    /// Loads a saved trace and overlays it on the walk view.
+    pub fn load_trace(&mut self, path: &std::path::Path) {
+        match Trace::load(path) {
+            Ok(trace) => {
+                self.profiler.message = Some(format!(
+                    "overlaid {} ({} samples, {} events)",
+                    trace.label,
+                    trace.samples.len(),
+                    trace.events.len()
+                ));
+                self.profiler.overlays.push(trace);
+                self.profiler.walk_view = true;
+            }
+            Err(err) => self.profiler.message = Some(err.to_string()),
+        }
+    }
+
+    /// The selected moment on the session clock.
+    #[must_use]
+    pub fn selected_moment(&self) -> Option<f64> {
+        self.profiler.selected_secs
+    }
+
+    /// Selects a moment (as clicking an event row does).
+    pub fn select_moment(&mut self, t_secs: f64) {
+        self.profiler.selected_secs = Some(t_secs);
+    }
+
+    pub(super) fn profiler_ui(&mut self, ui: &mut egui::Ui) {
+        if self.checkpoint.is_none() {
+            ui.label("Open a checkpoint to walk it.");
+            return;
+        }
+        self.walk_controls_ui(ui);
+        ui.separator();
+        self.limits_ui(ui);
+        ui.separator();
+        self.trace_controls_ui(ui);
+        if let Some(message) = &self.profiler.message {
+            ui.label(message);
+        }
+        ui.separator();
+        egui::Panel::right("profiler-side")
+            .default_size(430.0)
+            .show(ui, |ui| self.profiler_side_ui(ui));
+        egui::CentralPanel::default().show(ui, |ui| self.timeline_ui(ui));
+    }
+
+    fn walk_controls_ui(&mut self, ui: &mut egui::Ui) {
+        ui.horizontal(|ui| {
+            ui.strong("Walk");
+            let walking = self.profiler.running.is_some();
+            ui.add_enabled_ui(!walking, |ui| {
+                egui::ComboBox::from_label("Policy")
+                    .selected_text(self.profiler.policy.as_str())
+                    .show_ui(ui, |ui| {
+                        for policy in Policy::ALL {
+                            ui.selectable_value(&mut self.profiler.policy, policy, policy.as_str());
+                        }
+                    });
+                egui::ComboBox::from_label("Transform")
+                    .selected_text(self.profiler.transform.as_str())
+                    .show_ui(ui, |ui| {
+                        for transform in Transform::ALL {
+                            ui.selectable_value(
+                                &mut self.profiler.transform,
+                                transform,
+                                transform.as_str(),
+                            );
+                        }
+                    });
+            });
+            if walking {
+                if ui.button("Cancel walk").clicked() {
+                    self.worker.cancel_walk();
+                }
+            } else if ui
+                .button("Run walk")
+                .on_hover_text(
+                    "Materialize every tensor in shard order under the policy (releases everything first)",
+                )
+                .clicked()
+            {
+                self.start_walk();
+            }
+            if let Some(expected) = self.profiler.expected_now() {
+                ui.label(format!(
+                    "expected peak: {}",
+                    human_bytes(self.profiler.policy.expected(&expected))
+                ));
+            }
+        });
+        if let Some(walk) = &self.profiler.running {
+            let fraction = if walk.total == 0 {
+                0.0
+            } else {
+                walk.done as f32 / walk.total as f32
+            };
+            ui.add(egui::ProgressBar::new(fraction).text(format!(
+                "{} {}: {} of {} tensors, {:.1} s",
+                walk.policy.as_str(),
+                walk.transform.as_str(),
+                walk.done,
+                walk.total,
+                walk.started.elapsed().as_secs_f64()
+            )));
+        }
+    }
+
+    fn limits_ui(&mut self, ui: &mut egui::Ui) {
+        ui.horizontal(|ui| {
+            let label = ui.label("MLX memory limit");
+            let field = ui.add(
+                egui::TextEdit::singleline(&mut self.profiler.memory_limit_input)
+                    .hint_text(human_bytes(self.memory.limit_bytes))
+                    .desired_width(90.0),
+            );
+            field.labelled_by(label.id);
+            if ui.button("Set limit").clicked() {
+                match crate::cli::walk::parse_size(&self.profiler.memory_limit_input) {
+                    Some(bytes) if bytes > 0 => self.send(Command::SetMemoryLimit(bytes)),
+                    _ => {
+                        self.profiler.message =
+                            Some("the memory limit is a size such as 8G or 512M".into());
+                    }
+                }
+            }
+            let label = ui.label("MLX cache limit");
+            let field = ui.add(
+                egui::TextEdit::singleline(&mut self.profiler.cache_limit_input)
+                    .hint_text("e.g. 1G")
+                    .desired_width(90.0),
+            );
+            field.labelled_by(label.id);
+            if ui.button("Set cache limit").clicked() {
+                match crate::cli::walk::parse_size(&self.profiler.cache_limit_input) {
+                    Some(bytes) => self.send(Command::SetCacheLimit(bytes)),
+                    None => {
+                        self.profiler.message =
+                            Some("the cache limit is a size such as 1G or 0".into());
+                    }
+                }
+            }
+            ui.separator();
+            let label = ui.label("Sample every (ms)");
+            let changed = ui
+                .add(egui::DragValue::new(&mut self.profiler.interval_ms).range(5..=5000))
+                .labelled_by(label.id)
+                .changed();
+            if let (true, Some(sampler)) = (changed, &self.sampler) {
+                sampler.set_interval(Duration::from_millis(self.profiler.interval_ms));
+            }
+            if let Some(sampler) = &self.sampler {
+                let interval = Duration::from_millis(self.profiler.interval_ms);
+                ui.label(format!(
+                    "sampler: {:.0} us a sample, {:.2} % of one core",
+                    sampler.mean_sample_time().as_secs_f64() * 1e6,
+                    sampler.cost_percent(interval)
+                ))
+                .on_hover_text("Measured by the sampler on itself (wall time, an upper bound)");
+            }
+        });
+    }
+
+    fn trace_controls_ui(&mut self, ui: &mut egui::Ui) {
+        ui.horizontal(|ui| {
+            if ui
+                .button("Save trace…")
+                .on_hover_text(
+                    "The last walk (or the whole session before any walk), as JSON or CSV",
+                )
+                .clicked()
+            {
+                self.actions.push(Action::SaveTrace);
+            }
+            if ui
+                .button("Open trace…")
+                .on_hover_text(
+                    "Overlay a saved trace (from the app or `weightscope walk --csv/--trace`)",
+                )
+                .clicked()
+            {
+                self.actions.push(Action::OpenTrace);
+            }
+            let label = ui.label("Trace path");
+            let field = ui.add(
+                egui::TextEdit::singleline(&mut self.profiler.trace_path_input)
+                    .hint_text("/tmp/walk.json or .csv")
+                    .desired_width(260.0),
+            );
+            field.labelled_by(label.id);
+            let path = PathBuf::from(self.profiler.trace_path_input.trim());
+            let has_path = !self.profiler.trace_path_input.trim().is_empty();
+            if ui
+                .add_enabled(has_path, egui::Button::new("Save to path"))
+                .clicked()
+            {
+                self.save_trace(&path);
+            }
+            if ui
+                .add_enabled(has_path, egui::Button::new("Overlay from path"))
+                .clicked()
+            {
+                self.load_trace(&path);
+            }
+            ui.separator();
+            ui.checkbox(&mut self.profiler.walk_view, "Walk view")
+                .on_hover_text(
+                    "The last walk and the overlaid traces on one clock from walk start",
+                );
+            let mut remove = None;
+            for (i, trace) in self.profiler.overlays.iter().enumerate() {
+                if ui
+                    .small_button(format!("x {}", trace.label))
+                    .on_hover_text("Remove this overlay")
+                    .clicked()
+                {
+                    remove = Some(i);
+                }
+            }
+            if let Some(i) = remove {
+                self.profiler.overlays.remove(i);
+            }
+        });
+    }
+
+    fn timeline_ui(&mut self, ui: &mut egui::Ui) {
+        let walk_view = self.profiler.walk_view;
+        let (samples_from, shift): (Vec<&TraceSample>, f64) = match (&self.profiler.last, walk_view)
+        {
+            (Some(last), true) => (last.trace.samples.iter().collect(), 0.0),
+            _ => (self.timeline.samples().iter().collect(), 0.0),
+        };
+        let selected = self.profiler.selected_secs.map(|t| {
+            if walk_view {
+                t - self.profiler.last.as_ref().map_or(0.0, |l| l.start_secs)
+            } else {
+                t
+            }
+        });
+        let expected = self
+            .profiler
+            .last
+            .as_ref()
+            .filter(|_| walk_view)
+            .map(|l| l.outcome.expected)
+            .or_else(|| self.profiler.expected_now());
+        let events: Vec<&TraceEvent> = match (&self.profiler.last, walk_view) {
+            (Some(last), true) => last.trace.events.iter().collect(),
+            _ => self.timeline.events().iter().collect(),
+        };
+        let policy = self.profiler.policy;
+        let height = (ui.available_height() * 0.62).max(160.0);
+        ui.label(if walk_view {
+            "Memory (MiB) over seconds since walk start; dashed: overlaid traces"
+        } else {
+            "Memory (MiB) over seconds since the app started; click to select a moment"
+        });
+        let response = Plot::new("profiler-timeline")
+            .legend(Legend::default())
+            .include_y(0.0)
+            .height(height)
+            .allow_scroll(false)
+            .show(ui, |plot| {
+                let line = |f: fn(&TraceSample) -> u64| {
+                    sample_line(samples_from.iter().copied(), f, shift)
+                };
+                plot.line(Line::new("process RSS (host)", line(|s| s.rss_bytes)));
+                plot.line(Line::new("RSS anonymous", line(|s| s.rss_anon_bytes)));
+                plot.line(Line::new("MLX active", line(|s| s.mlx_active_bytes)));
+                plot.line(Line::new("MLX cache", line(|s| s.mlx_cache_bytes)));
+                for trace in &self.profiler.overlays {
+                    plot.line(
+                        Line::new(
+                            format!("{}: MLX active", trace.label),
+                            sample_line(trace.samples.iter(), |s| s.mlx_active_bytes, 0.0),
+                        )
+                        .style(egui_plot::LineStyle::dashed_loose()),
+                    );
+                    plot.line(
+                        Line::new(
+                            format!("{}: RSS", trace.label),
+                            sample_line(trace.samples.iter(), |s| s.rss_bytes, 0.0),
+                        )
+                        .style(egui_plot::LineStyle::dotted_loose()),
+                    );
+                }
+                if let Some(expected) = expected {
+                    for p in Policy::ALL {
+                        let width = if p == policy { 2.0 } else { 0.8 };
+                        plot.hline(
+                            HLine::new(
+                                format!("expected {}", p.as_str()),
+                                p.expected(&expected) as f64 / MIB,
+                            )
+                            .width(width),
+                        );
+                    }
+                }
+                // Walk steps are too many to mark; everything else is marked.
+                let marked: Vec<f64> = events
+                    .iter()
+                    .filter(|e| !matches!(e.kind, MarkKind::WalkStep | MarkKind::Release))
+                    .map(|e| e.t_secs)
+                    .collect();
+                for t in marked.iter().rev().take(400) {
+                    plot.vline(VLine::new("events", *t).width(0.5));
+                }
+                if let Some(t) = selected {
+                    plot.vline(VLine::new("selected", t).width(2.0));
+                }
+                plot.pointer_coordinate()
+            });
+        if let (true, Some(point)) = (response.response.clicked(), response.inner) {
+            {
+                let offset = if walk_view {
+                    self.profiler.last.as_ref().map_or(0.0, |l| l.start_secs)
+                } else {
+                    0.0
+                };
+                self.profiler.selected_secs = Some(point.x + offset);
+            }
+        }
+        self.residency_plot_ui(ui);
+    }
+
+    fn residency_plot_ui(&self, ui: &mut egui::Ui) {
+        let (shards, steps) = match &self.profiler.last {
+            Some(last) if self.profiler.walk_view => last.trace.residency_steps(),
+            _ => profile::residency_steps(self.timeline.events()),
+        };
+        ui.label("Resident bytes per shard (MiB), by the Weights core's bookkeeping");
+        Plot::new("profiler-residency")
+            .include_y(0.0)
+            .allow_scroll(false)
+            .show(ui, |plot| {
+                if steps.is_empty() {
+                    return;
+                }
+                // Stacked: shard k's line is the sum of shards 0..=k; drawn from
+                // the top so each fill covers only its own band.
+                let mut tops: Vec<Vec<[f64; 2]>> = vec![Vec::new(); shards.len()];
+                for (t, bytes) in &steps {
+                    let mut sum = 0.0;
+                    for (k, b) in bytes.iter().enumerate() {
+                        sum += *b as f64 / MIB;
+                        if let Some(top) = tops.get_mut(k) {
+                            if let Some(last) = top.last().copied() {
+                                top.push([*t, last[1]]); // a step, not a slope
+                            }
+                            top.push([*t, sum]);
+                        }
+                    }
+                    for top in tops.iter_mut().skip(bytes.len()) {
+                        if let Some(last) = top.last().copied() {
+                            top.push([*t, last[1]]);
+                        }
+                    }
+                }
+                let shown = shards.len().min(64);
+                for k in (0..shown).rev() {
+                    let points = std::mem::take(&mut tops[k]);
+                    plot.line(Line::new(shards[k].clone(), PlotPoints::from(points)).fill(0.0));
+                }
+            });
+    }
+
+    fn profiler_side_ui(&mut self, ui: &mut egui::Ui) {
+        egui::ScrollArea::vertical()
+            .id_salt("profiler-side-scroll")
+            .show(ui, |ui| {
+                self.findings_ui(ui);
+                ui.separator();
+                self.fit_ui(ui);
+                ui.separator();
+                self.resident_ui(ui);
+                ui.separator();
+                self.events_table_ui(ui);
+            });
+    }
+
+    fn findings_ui(&mut self, ui: &mut egui::Ui) {
+        ui.heading("Findings");
+        let Some(last) = &self.profiler.last else {
+            ui.label("Run a walk: findings appear when it ends.");
+            return;
+        };
+        let o = &last.outcome;
+        ui.label(format!(
+            "{} {}: {} of {} tensors in {:.2} s{}",
+            o.policy.as_str(),
+            o.transform.as_str(),
+            o.steps_done,
+            o.steps_total,
+            o.elapsed_secs,
+            if o.cancelled { " (cancelled)" } else { "" }
+        ));
+        ui.label(format!(
+            "peak MLX active {} (expected {}), peak RSS {}",
+            human_bytes(o.peak_mlx_active_bytes),
+            human_bytes(o.expected_peak_bytes()),
+            human_bytes(o.peak_rss_bytes)
+        ));
+        if let Some(error) = &o.error {
+            ui.colored_label(ui.visuals().error_fg_color, error);
+        }
+        if last.findings.is_empty() {
+            ui.label("No findings: memory behaved as the headers predict.");
+        }
+        let mut select = None;
+        for finding in &last.findings {
+            let text = egui::RichText::new(&finding.text).color(ui.visuals().warn_fg_color);
+            let response = ui.add(egui::Label::new(text).sense(egui::Sense::click()));
+            let response = response.on_hover_text("Click to select this moment");
+            if let (true, Some(t)) = (response.clicked(), finding.t_secs) {
+                select = Some(last.start_secs + t);
+            }
+        }
+        if select.is_some() {
+            self.profiler.selected_secs = select;
+        }
+    }
+
+    fn fit_ui(&mut self, ui: &mut egui::Ui) {
+        ui.heading("Fit");
+        let Some(expected) = self.profiler.expected_now() else {
+            return;
+        };
+        ui.horizontal(|ui| {
+            let label = ui.label("Budget");
+            ui.add(
+                egui::TextEdit::singleline(&mut self.profiler.budget_input)
+                    .hint_text("e.g. 24G")
+                    .desired_width(80.0),
+            )
+            .labelled_by(label.id);
+        });
+        let budget = crate::cli::walk::parse_size(&self.profiler.budget_input).filter(|b| *b > 0);
+        let report = profile::fit_report(
+            &expected,
+            &self.profiler.machine,
+            self.memory.limit_bytes,
+            budget,
+        );
+        ui.label(format!(
+            "Largest shard: {} (transform {})",
+            human_bytes(self.profiler.largest_shard_bytes),
+            self.profiler.transform.as_str()
+        ));
+        for line in &report.lines {
+            ui.label(line);
+        }
+    }
+
+    fn resident_ui(&self, ui: &mut egui::Ui) {
+        ui.heading("Resident at the selected moment");
+        let Some(t) = self.profiler.selected_secs else {
+            ui.label("Click the graph or an event to select a moment.");
+            return;
+        };
+        let shards = profile::resident_at(self.timeline.events(), t);
+        let total: u64 = shards.iter().map(|s| s.bytes).sum();
+        ui.label(format!(
+            "at {t:.2} s: {} in {} shards",
+            human_bytes(total),
+            shards.len()
+        ));
+        for shard in shards.iter().take(50) {
+            egui::CollapsingHeader::new(format!(
+                "{}: {} ({} tensors)",
+                shard.shard,
+                human_bytes(shard.bytes),
+                shard.tensors.len()
+            ))
+            .id_salt(("resident", &shard.shard))
+            .show(ui, |ui| {
+                for tensor in shard.tensors.iter().take(200) {
+                    let note = if tensor.released {
+                        " (released, still held by the shard map)"
+                    } else {
+                        ""
+                    };
+                    ui.label(format!(
+                        "{} {}{note}",
+                        tensor.name,
+                        human_bytes(tensor.bytes)
+                    ));
+                }
+            });
+        }
+    }
+
+    fn events_table_ui(&mut self, ui: &mut egui::Ui) {
+        ui.heading("Events");
+        let events = self.timeline.events();
+        ui.label(format!(
+            "{} events; click one to select its moment",
+            events.len()
+        ));
+        let row_height = ui.text_style_height(&egui::TextStyle::Body) + 4.0;
+        let mut select = None;
+        egui::ScrollArea::vertical()
+            .id_salt("events-scroll")
+            .max_height(320.0)
+            .stick_to_bottom(true)
+            .show_rows(ui, row_height, events.len(), |ui, rows| {
+                for i in rows {
+                    let Some(event) = events.get(i) else { continue };
+                    let text = format!(
+                        "{:>8.2} s  {}  active {}",
+                        event.t_secs,
+                        event.label(),
+                        human_bytes(event.mlx_active_bytes)
+                    );
+                    let chosen = self
+                        .profiler
+                        .selected_secs
+                        .is_some_and(|t| (t - event.t_secs).abs() < 1e-9);
+                    if ui.selectable_label(chosen, text).clicked() {
+                        select = Some(event.t_secs);
+                    }
+                }
+            });
+        if select.is_some() {
+            self.profiler.selected_secs = select;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::decimate;
+
+    #[test]
+    fn decimation_keeps_the_peak() {
+        let points: Vec<[f64; 2]> = (0..100_000)
+            .map(|i| [f64::from(i), if i == 54_321 { 99.0 } else { 1.0 }])
+            .collect();
+        let out = decimate(points.iter().copied());
+        assert!(out.len() <= super::PLOT_POINTS + 2);
+        assert!(
+            out.iter()
+                .any(|p| (p[1] - 99.0).abs() < 1e-9 && (p[0] - 54_321.0).abs() < 1e-9)
+        );
+        assert!(out.windows(2).all(|w| w[0][0] <= w[1][0]), "in time order");
+    }
+}
