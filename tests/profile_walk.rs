@@ -308,10 +308,9 @@ fn the_worker_streams_a_walk_and_cancels_it() {
     let armed = Arc::new(AtomicBool::new(false));
     let (wake_handle, wake_armed) = (Arc::clone(&handle), Arc::clone(&armed));
     let worker = Worker::spawn(move || {
-        if wake_armed.swap(false, Ordering::SeqCst) {
-            if let Some(cancel) = wake_handle.get() {
-                cancel();
-            }
+        if let (true, Some(cancel)) = (wake_armed.swap(false, Ordering::SeqCst), wake_handle.get())
+        {
+            cancel();
         }
     })
     .expect("worker");
