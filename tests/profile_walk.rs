@@ -6,7 +6,7 @@ mod common;
 
 use std::path::Path;
 use std::process::Command as Process;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use common::{Tensor, mlx_memory_lock, write_safetensors};
@@ -184,11 +184,12 @@ fn each_policy_peaks_where_the_headers_say() {
         shard_releases[7].bytes, largest,
         "the last shard frees its 8 MiB"
     );
-    let (shards, steps) = fix_trace.residency_steps();
-    assert_eq!(shards.len(), SHARDS);
+    let residency = fix_trace.residency_steps();
+    assert_eq!(residency.shards.len(), SHARDS);
+    let rows = residency.sampled(usize::MAX);
+    assert_eq!(rows.len(), residency.changes.len());
     assert!(
-        steps
-            .iter()
+        rows.iter()
             .all(|(_, bytes)| bytes.iter().filter(|b| **b > 0).count() <= 1),
         "never more than one shard resident"
     );
@@ -302,14 +303,17 @@ fn the_worker_streams_a_walk_and_cancels_it() {
     let _lock = mlx_memory_lock();
     let dir = tempfile::tempdir().expect("tempdir");
     write_model(dir.path());
-    // The wake callback runs on the worker thread after each event: cancelling
-    // from it after walk-start stops the walk before its first tensor.
+    // The wake callback runs on the worker thread after each event. Counting
+    // wakes makes the cancel land at a known event, whatever the timing: 1
+    // (open) + 46 (the first walk: start, 36 steps, 8 shard releases, end) + 1
+    // (its outcome) = 48, so wake 49 follows the second walk's start and the
+    // walk stops before its first tensor.
     let handle: Arc<OnceLock<Arc<dyn Fn() + Send + Sync>>> = Arc::new(OnceLock::new());
-    let armed = Arc::new(AtomicBool::new(false));
-    let (wake_handle, wake_armed) = (Arc::clone(&handle), Arc::clone(&armed));
+    let wakes = Arc::new(AtomicUsize::new(0));
+    let (wake_handle, wake_count) = (Arc::clone(&handle), Arc::clone(&wakes));
     let worker = Worker::spawn(move || {
-        if let (true, Some(cancel)) = (wake_armed.swap(false, Ordering::SeqCst), wake_handle.get())
-        {
+        let n = wake_count.fetch_add(1, Ordering::SeqCst) + 1;
+        if let (49, Some(cancel)) = (n, wake_handle.get()) {
             cancel();
         }
     })
@@ -355,7 +359,6 @@ fn the_worker_streams_a_walk_and_cancels_it() {
         SHARDS
     );
 
-    armed.store(true, Ordering::SeqCst);
     worker
         .send(Command::Walk {
             policy: Policy::Retain,

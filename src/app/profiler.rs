@@ -18,6 +18,8 @@ use crate::worker::Command;
 use super::{Action, WeightscopeApp};
 
 const MIB: f64 = 1024.0 * 1024.0;
+/// Shards with their own band in the residency plot; the rest share one.
+const BANDS: usize = 24;
 /// Points drawn per line at most (min/max per bucket keeps the peaks).
 const PLOT_POINTS: usize = 1500;
 
@@ -66,7 +68,15 @@ pub(super) struct ProfilerState {
     pub largest_shard_bytes: u64,
     pub machine: MachineMemory,
     pub message: Option<String>,
+    /// Residency steps, recomputed only when the events change (key: event
+    /// count, walk view).
+    residency: Option<((usize, bool), Residency)>,
+    /// What was resident at the selected moment (key: event count, moment).
+    resident: Option<((usize, u64), Vec<profile::ResidentShard>)>,
 }
+
+/// Shards and their resident bytes at each change.
+use profile::Residency;
 
 impl Default for ProfilerState {
     fn default() -> Self {
@@ -87,6 +97,8 @@ impl Default for ProfilerState {
             largest_shard_bytes: 0,
             machine: MachineMemory::default(),
             message: None,
+            residency: None,
+            resident: None,
         }
     }
 }
@@ -202,6 +214,8 @@ impl WeightscopeApp {
             start_secs,
             findings,
         });
+        // The walk is what the user came to study: show it at walk time.
+        self.profiler.walk_view = true;
     }
 
     /// Starts a walk of the open checkpoint with the chosen policy and transform.
@@ -310,14 +324,18 @@ impl WeightscopeApp {
             ui.strong("Walk");
             let walking = self.profiler.running.is_some();
             ui.add_enabled_ui(!walking, |ui| {
-                egui::ComboBox::from_label("Policy")
+                let label = ui.label("Policy");
+                egui::ComboBox::from_id_salt("walk-policy")
                     .selected_text(self.profiler.policy.as_str())
                     .show_ui(ui, |ui| {
                         for policy in Policy::ALL {
                             ui.selectable_value(&mut self.profiler.policy, policy, policy.as_str());
                         }
-                    });
-                egui::ComboBox::from_label("Transform")
+                    })
+                    .response
+                    .labelled_by(label.id);
+                let label = ui.label("Transform");
+                egui::ComboBox::from_id_salt("walk-transform")
                     .selected_text(self.profiler.transform.as_str())
                     .show_ui(ui, |ui| {
                         for transform in Transform::ALL {
@@ -327,7 +345,10 @@ impl WeightscopeApp {
                                 transform.as_str(),
                             );
                         }
-                    });
+                    })
+                    .response
+                    .labelled_by(label.id)
+                    .on_hover_text("none: read only; f16: cast f32/bf16 to f16; q4: MLX 4-bit quantize 2-D weights");
             });
             if walking {
                 if ui.button("Cancel walk").clicked() {
@@ -516,6 +537,7 @@ impl WeightscopeApp {
             "Memory (MiB) over seconds since the app started; click to select a moment"
         });
         let response = Plot::new("profiler-timeline")
+            .link_axis(egui::Id::unique("profiler-time"), [true, false])
             .legend(Legend::default())
             .include_y(0.0)
             .height(height)
@@ -583,43 +605,72 @@ impl WeightscopeApp {
         self.residency_plot_ui(ui);
     }
 
-    fn residency_plot_ui(&self, ui: &mut egui::Ui) {
-        let (shards, steps) = match &self.profiler.last {
-            Some(last) if self.profiler.walk_view => last.trace.residency_steps(),
-            _ => profile::residency_steps(self.timeline.events()),
+    fn residency_plot_ui(&mut self, ui: &mut egui::Ui) {
+        let walk_view = self.profiler.walk_view && self.profiler.last.is_some();
+        let key = (self.timeline.events().len(), walk_view);
+        if self
+            .profiler
+            .residency
+            .as_ref()
+            .is_none_or(|(k, _)| *k != key)
+        {
+            let computed = match &self.profiler.last {
+                Some(last) if walk_view => last.trace.residency_steps(),
+                _ => profile::residency_steps(self.timeline.events()),
+            };
+            self.profiler.residency = Some((key, computed));
+        }
+        let Some((_, residency)) = &self.profiler.residency else {
+            return;
         };
         ui.label("Resident bytes per shard (MiB), by the Weights core's bookkeeping");
+        let shards = &residency.shards;
+        let picked = residency.sampled(600);
+        // Each change drawn as a riser a hair before it, so bands are steps.
+        let span = picked.last().map_or(0.0, |l| l.0) - picked.first().map_or(0.0, |f| f.0);
+        let riser = (span * 1e-4).max(1e-9);
+        let mut xs = Vec::with_capacity(picked.len() * 2);
+        let mut rows: Vec<&[u64]> = Vec::with_capacity(picked.len() * 2);
+        for (i, (t, bytes)) in picked.iter().enumerate() {
+            if i > 0 {
+                xs.push(t - riser);
+                rows.push(&picked[i - 1].1);
+            }
+            xs.push(*t);
+            rows.push(bytes);
+        }
+        // The first BANDS shards get their own band; the rest share one.
+        let bands = shards.len().min(BANDS + 1);
         Plot::new("profiler-residency")
+            .link_axis(egui::Id::unique("profiler-time"), [true, false])
             .include_y(0.0)
             .allow_scroll(false)
             .show(ui, |plot| {
-                if steps.is_empty() {
-                    return;
-                }
-                // Stacked: shard k's line is the sum of shards 0..=k; drawn from
-                // the top so each fill covers only its own band.
-                let mut tops: Vec<Vec<[f64; 2]>> = vec![Vec::new(); shards.len()];
-                for (t, bytes) in &steps {
-                    let mut sum = 0.0;
-                    for (k, b) in bytes.iter().enumerate() {
-                        sum += *b as f64 / MIB;
-                        if let Some(top) = tops.get_mut(k) {
-                            if let Some(last) = top.last().copied() {
-                                top.push([*t, last[1]]); // a step, not a slope
-                            }
-                            top.push([*t, sum]);
-                        }
-                    }
-                    for top in tops.iter_mut().skip(bytes.len()) {
-                        if let Some(last) = top.last().copied() {
-                            top.push([*t, last[1]]);
-                        }
-                    }
-                }
-                let shown = shards.len().min(64);
-                for k in (0..shown).rev() {
-                    let points = std::mem::take(&mut tops[k]);
-                    plot.line(Line::new(shards[k].clone(), PlotPoints::from(points)).fill(0.0));
+                let mut lower = vec![0.0; xs.len()];
+                for k in 0..bands {
+                    let (name, range) = if k < BANDS || shards.len() == BANDS + 1 {
+                        (shards[k].clone(), k..k + 1)
+                    } else {
+                        (
+                            format!("{} more shards", shards.len() - BANDS),
+                            k..shards.len(),
+                        )
+                    };
+                    let upper: Vec<f64> = rows
+                        .iter()
+                        .zip(&lower)
+                        .map(|(row, low)| {
+                            let band: u64 = row.get(range.clone()).map_or(0, |b| b.iter().sum());
+                            low + band as f64 / MIB
+                        })
+                        .collect();
+                    let hue = (k as f32 * 0.618_034).fract();
+                    let color = egui::ecolor::Hsva::new(hue, 0.65, 0.8, 0.85);
+                    plot.add(
+                        egui_plot::FilledArea::new(name, &xs, &lower, &upper)
+                            .fill_color(egui::Color32::from(color)),
+                    );
+                    lower = upper;
                 }
             });
     }
@@ -711,13 +762,25 @@ impl WeightscopeApp {
         }
     }
 
-    fn resident_ui(&self, ui: &mut egui::Ui) {
+    fn resident_ui(&mut self, ui: &mut egui::Ui) {
         ui.heading("Resident at the selected moment");
         let Some(t) = self.profiler.selected_secs else {
             ui.label("Click the graph or an event to select a moment.");
             return;
         };
-        let shards = profile::resident_at(self.timeline.events(), t);
+        let key = (self.timeline.events().len(), t.to_bits());
+        if self
+            .profiler
+            .resident
+            .as_ref()
+            .is_none_or(|(k, _)| *k != key)
+        {
+            let shards = profile::resident_at(self.timeline.events(), t);
+            self.profiler.resident = Some((key, shards));
+        }
+        let Some((_, shards)) = &self.profiler.resident else {
+            return;
+        };
         let total: u64 = shards.iter().map(|s| s.bytes).sum();
         ui.label(format!(
             "at {t:.2} s: {} in {} shards",
@@ -758,6 +821,7 @@ impl WeightscopeApp {
         ));
         let row_height = ui.text_style_height(&egui::TextStyle::Body) + 4.0;
         let mut select = None;
+        ui.style_mut().wrap_mode = Some(egui::TextWrapMode::Truncate);
         egui::ScrollArea::vertical()
             .id_salt("events-scroll")
             .max_height(320.0)

@@ -18,8 +18,9 @@ pub use sampler::{
 };
 pub use timeline::{TIMELINE_EVENTS, TIMELINE_SAMPLES, Timeline};
 pub use trace::{
-    ExpectedPeaks, Mark, MarkKind, ResidentShard, ResidentTensor, TRACE_VERSION, Trace, TraceError,
-    TraceEvent, TraceSample, residency_steps, resident_at, secs_since,
+    ExpectedPeaks, Mark, MarkKind, Residency, ResidencyChange, ResidentShard, ResidentTensor,
+    TRACE_VERSION, Trace, TraceError, TraceEvent, TraceSample, residency_steps, resident_at,
+    secs_since,
 };
 pub use walk::{
     PlannedShard, Policy, Q4_GROUP_SIZE, Recorded, Transform, WalkOutcome, WalkPlan, walk,

@@ -1,6 +1,7 @@
 //! A memory trace: samples and events on one clock, with what each shard held
 //! after each event. Saved and loaded as JSON or CSV; the app overlays two.
 
+use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::path::Path;
 use std::time::Instant;
@@ -592,7 +593,7 @@ impl Trace {
 
     /// Per-shard resident bytes over time: see [`residency_steps`].
     #[must_use]
-    pub fn residency_steps(&self) -> (Vec<String>, Vec<(f64, Vec<u64>)>) {
+    pub fn residency_steps(&self) -> Residency {
         residency_steps(&self.events)
     }
 
@@ -603,41 +604,78 @@ impl Trace {
     }
 }
 
-/// Per-shard resident bytes over time, as steps: the shards (in order of
-/// first appearance) and, at each event that changed one, every shard's bytes.
-#[must_use]
-pub fn residency_steps<'a>(
-    events: impl IntoIterator<Item = &'a TraceEvent>,
-) -> (Vec<String>, Vec<(f64, Vec<u64>)>) {
-    {
-        let mut shards: Vec<String> = Vec::new();
-        let mut now: Vec<u64> = Vec::new();
-        let mut steps = Vec::new();
-        for event in events {
-            let changed = match event.kind {
-                MarkKind::Open | MarkKind::ReleaseAll | MarkKind::Close => {
-                    now.fill(0);
-                    true
-                }
-                _ => match (&event.shard, event.shard_resident_bytes) {
-                    (Some(shard), Some(bytes)) => {
-                        let i = shards.iter().position(|s| s == shard).unwrap_or_else(|| {
-                            shards.push(shard.clone());
-                            now.push(0);
-                            shards.len() - 1
-                        });
-                        now[i] = bytes;
-                        true
-                    }
-                    _ => false,
-                },
-            };
-            if changed {
-                steps.push((event.t_secs, now.clone()));
+/// Per-shard resident bytes over time, as changes.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Residency {
+    /// Shard files, in order of first appearance.
+    pub shards: Vec<String>,
+    /// Every change, in time order.
+    pub changes: Vec<ResidencyChange>,
+}
+
+/// One change of what a shard holds.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ResidencyChange {
+    /// When.
+    pub t_secs: f64,
+    /// The shard (a position in [`Residency::shards`]); `None`: every shard
+    /// dropped to 0 (open, release all, close).
+    pub shard: Option<usize>,
+    /// What it holds now.
+    pub bytes: u64,
+}
+
+impl Residency {
+    /// Every shard's bytes after at most about `rows` of the changes (evenly
+    /// spaced, the last always included): what a stacked plot draws.
+    #[must_use]
+    pub fn sampled(&self, rows: usize) -> Vec<(f64, Vec<u64>)> {
+        let stride = self.changes.len().div_ceil(rows.max(1)).max(1);
+        let mut now = vec![0; self.shards.len()];
+        let mut out = Vec::new();
+        for (i, change) in self.changes.iter().enumerate() {
+            match change.shard {
+                Some(k) => now[k] = change.bytes,
+                None => now.fill(0),
+            }
+            if i % stride == 0 || i + 1 == self.changes.len() {
+                out.push((change.t_secs, now.clone()));
             }
         }
-        (shards, steps)
+        out
     }
+}
+
+/// Per-shard resident bytes over time, from the events' residency fields.
+#[must_use]
+pub fn residency_steps<'a>(events: impl IntoIterator<Item = &'a TraceEvent>) -> Residency {
+    let mut residency = Residency::default();
+    let mut index: HashMap<&str, usize> = HashMap::new();
+    for event in events {
+        match event.kind {
+            MarkKind::Open | MarkKind::ReleaseAll | MarkKind::Close => {
+                residency.changes.push(ResidencyChange {
+                    t_secs: event.t_secs,
+                    shard: None,
+                    bytes: 0,
+                });
+            }
+            _ => {
+                if let (Some(shard), Some(bytes)) = (&event.shard, event.shard_resident_bytes) {
+                    let k = *index.entry(shard.as_str()).or_insert_with(|| {
+                        residency.shards.push(shard.clone());
+                        residency.shards.len() - 1
+                    });
+                    residency.changes.push(ResidencyChange {
+                        t_secs: event.t_secs,
+                        shard: Some(k),
+                        bytes,
+                    });
+                }
+            }
+        }
+    }
+    residency
 }
 
 /// What was resident at `t_secs`, from the events: per shard, its bytes
@@ -648,52 +686,59 @@ pub fn resident_at<'a>(
     events: impl IntoIterator<Item = &'a TraceEvent>,
     t_secs: f64,
 ) -> Vec<ResidentShard> {
-    {
-        let mut shards: Vec<ResidentShard> = Vec::new();
-        for event in events.into_iter().take_while(|e| e.t_secs <= t_secs) {
-            match event.kind {
-                MarkKind::Open | MarkKind::ReleaseAll | MarkKind::Close => shards.clear(),
-                MarkKind::ReleaseShard => shards.retain(|s| s.shard != event.target),
-                MarkKind::Release => {
-                    for shard in &mut shards {
-                        for tensor in &mut shard.tensors {
-                            if tensor.name == event.target {
-                                tensor.released = true;
-                            }
-                        }
+    // Per shard: its entry and its tensors' positions by name.
+    let mut shards: Vec<(ResidentShard, HashMap<String, usize>)> = Vec::new();
+    for event in events.into_iter().take_while(|e| e.t_secs <= t_secs) {
+        match event.kind {
+            MarkKind::Open | MarkKind::ReleaseAll | MarkKind::Close => shards.clear(),
+            MarkKind::ReleaseShard => shards.retain(|(s, _)| s.shard != event.target),
+            MarkKind::Release => {
+                for (shard, names) in &mut shards {
+                    if event.shard.as_ref().is_some_and(|s| *s != shard.shard) {
+                        continue;
+                    }
+                    if let Some(&i) = names.get(&event.target) {
+                        shard.tensors[i].released = true;
                     }
                 }
-                MarkKind::Materialize | MarkKind::WalkStep => {
-                    if let (Some(shard), Some(bytes)) = (&event.shard, event.shard_resident_bytes) {
-                        let i = shards
-                            .iter()
-                            .position(|s| &s.shard == shard)
-                            .unwrap_or_else(|| {
-                                shards.push(ResidentShard {
-                                    shard: shard.clone(),
-                                    bytes: 0,
-                                    tensors: Vec::new(),
-                                });
-                                shards.len() - 1
-                            });
-                        let entry = &mut shards[i];
-                        entry.bytes = bytes;
-                        match entry.tensors.iter_mut().find(|t| t.name == event.target) {
-                            Some(tensor) => tensor.released = false,
-                            None => entry.tensors.push(ResidentTensor {
-                                name: event.target.clone(),
-                                bytes: event.bytes,
-                                released: false,
-                            }),
-                        }
-                    }
-                }
-                _ => {}
             }
+            MarkKind::Materialize | MarkKind::WalkStep => {
+                let (Some(file), Some(bytes)) = (&event.shard, event.shard_resident_bytes) else {
+                    continue;
+                };
+                let k = shards
+                    .iter()
+                    .position(|(s, _)| &s.shard == file)
+                    .unwrap_or_else(|| {
+                        let shard = ResidentShard {
+                            shard: file.clone(),
+                            bytes: 0,
+                            tensors: Vec::new(),
+                        };
+                        shards.push((shard, HashMap::new()));
+                        shards.len() - 1
+                    });
+                let (shard, names) = &mut shards[k];
+                shard.bytes = bytes;
+                if let Some(&i) = names.get(&event.target) {
+                    shard.tensors[i].released = false;
+                } else {
+                    names.insert(event.target.clone(), shard.tensors.len());
+                    shard.tensors.push(ResidentTensor {
+                        name: event.target.clone(),
+                        bytes: event.bytes,
+                        released: false,
+                    });
+                }
+            }
+            _ => {}
         }
-        shards.retain(|s| s.bytes > 0);
-        shards
     }
+    shards
+        .into_iter()
+        .map(|(s, _)| s)
+        .filter(|s| s.bytes > 0)
+        .collect()
 }
 
 /// A shard's resident bytes at one moment.
@@ -861,9 +906,14 @@ mod tests {
     #[test]
     fn residency_follows_the_events() {
         let trace = sample_trace();
-        let (shards, steps) = trace.residency_steps();
-        assert_eq!(shards, ["model-00001.safetensors"]);
-        assert_eq!(steps, [(0.1, vec![100]), (0.2, vec![0])]);
+        let residency = trace.residency_steps();
+        assert_eq!(residency.shards, ["model-00001.safetensors"]);
+        assert_eq!(residency.sampled(100), [(0.1, vec![100]), (0.2, vec![0])]);
+        assert_eq!(
+            residency.sampled(1),
+            [(0.1, vec![100]), (0.2, vec![0])],
+            "the last stays"
+        );
         let at = trace.resident_at(0.15);
         assert_eq!(at.len(), 1);
         assert_eq!(at[0].bytes, 100);
