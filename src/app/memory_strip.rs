@@ -19,7 +19,10 @@ impl WeightscopeApp {
             ui.label("Memory: waiting for the first sample");
             return;
         };
-        let gpu = self.device.as_ref().is_ok_and(|d| d.gpu_available);
+        let gpu = self
+            .device
+            .as_ref()
+            .is_ok_and(|d| d.kind == crate::mlx::DeviceKind::Gpu);
         ui.horizontal(|ui| {
             ui.label(format!(
                 "Memory (MiB, seconds since start): process RSS {:.1} (anonymous {:.1}), MLX active {:.1}, MLX cache {:.1}",
@@ -29,7 +32,7 @@ impl WeightscopeApp {
                 last.mlx_cache_bytes as f64 / MIB
             ));
             if gpu {
-                ui.label("(MLX figures are GPU memory; RSS is host memory)");
+                ui.label("(MLX figures are GPU memory; RSS is host memory only)");
             }
         });
         if let Some(event) = self.timeline.events().back() {

@@ -167,6 +167,26 @@ pub(super) fn sample_line<'a>(
     ))
 }
 
+/// Saved traces over the walk view: MLX active dashed, RSS dotted.
+fn draw_overlays(plot: &mut egui_plot::PlotUi<'_>, overlays: &[Trace]) {
+    for trace in overlays {
+        plot.line(
+            Line::new(
+                format!("{}: MLX active", trace.label),
+                sample_line(trace.samples.iter(), |s| s.mlx_active_bytes, 0.0),
+            )
+            .style(egui_plot::LineStyle::dashed_loose()),
+        );
+        plot.line(
+            Line::new(
+                format!("{}: RSS", trace.label),
+                sample_line(trace.samples.iter(), |s| s.rss_bytes, 0.0),
+            )
+            .style(egui_plot::LineStyle::dotted_loose()),
+        );
+    }
+}
+
 impl WeightscopeApp {
     pub(super) fn apply_walk_progress(&mut self, recorded: &profile::Recorded) {
         let start_secs = self.timeline.secs(recorded.memory.at);
@@ -530,6 +550,10 @@ impl WeightscopeApp {
             _ => self.timeline.events().iter().collect(),
         };
         let policy = self.profiler.policy;
+        let place = self
+            .device
+            .as_ref()
+            .map_or("unknown device", DeviceInfo::mlx_memory_place);
         let height = (ui.available_height() * 0.62).max(160.0);
         ui.label(if walk_view {
             "Memory (MiB) over seconds since walk start; dashed: overlaid traces"
@@ -548,24 +572,12 @@ impl WeightscopeApp {
                 };
                 plot.line(Line::new("process RSS (host)", line(|s| s.rss_bytes)));
                 plot.line(Line::new("RSS anonymous", line(|s| s.rss_anon_bytes)));
-                plot.line(Line::new("MLX active", line(|s| s.mlx_active_bytes)));
+                plot.line(Line::new(
+                    format!("MLX active ({place})"),
+                    line(|s| s.mlx_active_bytes),
+                ));
                 plot.line(Line::new("MLX cache", line(|s| s.mlx_cache_bytes)));
-                for trace in &self.profiler.overlays {
-                    plot.line(
-                        Line::new(
-                            format!("{}: MLX active", trace.label),
-                            sample_line(trace.samples.iter(), |s| s.mlx_active_bytes, 0.0),
-                        )
-                        .style(egui_plot::LineStyle::dashed_loose()),
-                    );
-                    plot.line(
-                        Line::new(
-                            format!("{}: RSS", trace.label),
-                            sample_line(trace.samples.iter(), |s| s.rss_bytes, 0.0),
-                        )
-                        .style(egui_plot::LineStyle::dotted_loose()),
-                    );
-                }
+                draw_overlays(plot, &self.profiler.overlays);
                 if let Some(expected) = expected {
                     for p in Policy::ALL {
                         let width = if p == policy { 2.0 } else { 0.8 };

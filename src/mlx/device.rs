@@ -38,9 +38,30 @@ impl DeviceInfo {
     #[must_use]
     pub fn describe(&self) -> String {
         match (self.kind, self.gpu_available) {
-            (DeviceKind::Gpu, _) => format!("MLX device: GPU ({})", self.name()),
+            (DeviceKind::Gpu, _) => format!("MLX device: GPU {} ({GPU_BACKEND})", self.name()),
             (DeviceKind::Cpu, false) => "MLX device: CPU (no GPU available to MLX)".to_owned(),
             (DeviceKind::Cpu, true) => "MLX device: CPU (a GPU is available)".to_owned(),
+        }
+    }
+}
+
+/// The GPU backend this build's MLX uses.
+#[cfg(target_os = "macos")]
+pub const GPU_BACKEND: &str = "Metal";
+/// The GPU backend this build's MLX uses.
+#[cfg(not(target_os = "macos"))]
+pub const GPU_BACKEND: &str = "CUDA";
+
+impl DeviceInfo {
+    /// Where MLX's buffers live, for labelling memory series: on a GPU they
+    /// are device memory (CUDA's managed memory, Metal's unified memory),
+    /// not the process RSS the OS reports; on the CPU backend they are part
+    /// of RSS.
+    #[must_use]
+    pub fn mlx_memory_place(&self) -> &'static str {
+        match self.kind {
+            DeviceKind::Gpu => "GPU memory",
+            DeviceKind::Cpu => "host memory, inside RSS",
         }
     }
 }

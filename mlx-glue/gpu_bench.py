@@ -1,0 +1,100 @@
+"""Helpers for mlx-glue/gpu-run on the NVIDIA machine (its own python3, which
+holds PyTorch and safetensors; nothing is installed).
+
+    python3 gpu_bench.py generate DIR        a ~3.4 GiB, 8-shard checkpoint (seeded)
+    python3 gpu_bench.py torch-load DIR      best-of-3 GB/s of safetensors -> CUDA
+    python3 gpu_bench.py compare CPU GPU     `weightscope tensor --json` stats, CPU vs GPU
+"""
+import json
+import sys
+import time
+from pathlib import Path
+
+MIB = 1 << 20
+
+
+def generate(root: Path) -> None:
+    import torch
+    from safetensors.torch import save_file
+
+    root.mkdir(parents=True, exist_ok=True)
+    gen = torch.Generator().manual_seed(1234)
+    weight_map = {}
+    total = 0
+    for shard in range(8):
+        file = f"model-{shard + 1:05d}-of-00008.safetensors"
+        tensors = {}
+        for k in range(6 + shard % 3):
+            name = f"model.layers.{shard}.w{k}.weight"
+            if k % 2 == 0:
+                t = torch.randn(4096, 8192, generator=gen).to(torch.bfloat16)
+            else:
+                t = torch.randn(4096, 4096, generator=gen)
+            tensors[name] = t
+            weight_map[name] = file
+            total += t.numel() * t.element_size()
+        if shard == 3:
+            # Planted non-finite values: both backends must count them alike.
+            bad = tensors["model.layers.3.w1.weight"]
+            bad[0, 0] = float("nan")
+            bad[1, 1] = float("inf")
+            bad[2, 2] = float("-inf")
+        save_file(tensors, str(root / file))
+    index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+    (root / "model.safetensors.index.json").write_text(json.dumps(index))
+    print(f"generated {total / MIB:.0f} MiB in 8 shards at {root}")
+
+
+def torch_load(root: Path) -> None:
+    import torch
+    from safetensors.torch import load_file
+
+    files = sorted(root.glob("*.safetensors"))
+    total = sum(f.stat().st_size for f in files)
+    torch.zeros(1, device="cuda")  # the CUDA context, outside the timing
+    best = float("inf")
+    for _ in range(3):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        loaded = [load_file(str(f), device="cuda:0") for f in files]
+        torch.cuda.synchronize()
+        best = min(best, time.perf_counter() - start)
+        del loaded
+        torch.cuda.empty_cache()
+    print(json.dumps({"bytes": total, "best_secs": best, "gb_per_s": total / best / 1e9}))
+
+
+def compare(cpu_path: str, gpu_path: str) -> int:
+    cpu = json.loads(Path(cpu_path).read_text())
+    gpu = json.loads(Path(gpu_path).read_text())
+    worst = 0.0
+    ok = True
+    for key in ("min", "max", "mean", "std"):
+        a, b = cpu["stats"][key], gpu["stats"][key]
+        rel = abs(a - b) / max(abs(a), 1e-30)
+        worst = max(worst, rel)
+        ok &= rel <= 1e-5
+    for key in ("nan", "inf"):
+        ok &= cpu["stats"][key] == gpu["stats"][key]
+    ok &= cpu["first"] == gpu["first"]
+    print(json.dumps({
+        "name": cpu["name"], "cpu_device": cpu["device"], "gpu_device": gpu["device"],
+        "equal_within_1e-5": ok, "worst_relative_difference": worst,
+        "nan": [cpu["stats"]["nan"], gpu["stats"]["nan"]],
+        "inf": [cpu["stats"]["inf"], gpu["stats"]["inf"]],
+        "cpu_millis": cpu["millis"], "gpu_millis": gpu["millis"],
+    }))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    command = sys.argv[1] if len(sys.argv) > 1 else ""
+    if command == "generate":
+        generate(Path(sys.argv[2]))
+    elif command == "torch-load":
+        torch_load(Path(sys.argv[2]))
+    elif command == "compare":
+        sys.exit(compare(sys.argv[2], sys.argv[3]))
+    else:
+        print(__doc__)
+        sys.exit(2)
