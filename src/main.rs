@@ -1,6 +1,5 @@
 //! The `weightscope` command: the window, or a subcommand for scripts.
 
-use std::process::ExitCode;
 
 use weightscope::app::shell;
 use weightscope::checkpoint::Checkpoint;
@@ -11,13 +10,21 @@ use weightscope::weights::{MlxNative, PreviewOptions, Weights, demo};
 /// Exit status for bad input or usage (the CLI contract).
 const BAD_INPUT: u8 = 2;
 
-fn main() -> ExitCode {
+fn main() {
+    let code = run();
+    // Skips C++ static destructors: MLX's CUDA backend destroys its handles
+    // after the driver has shut down and aborts the process (seen on an H200
+    // with MLX 0.32.2). Everything we own was dropped and flushed by now.
+    mlx::exit_now(code)
+}
+
+fn run() -> u8 {
     let launched = std::time::Instant::now();
     let command = match cli::parse(std::env::args_os().skip(1)) {
         Ok(command) => command,
         Err(err) => {
             eprintln!("weightscope: {err}\n{}", cli::USAGE);
-            return ExitCode::from(BAD_INPUT);
+            return BAD_INPUT;
         }
     };
     // On a GPU with managed memory, MLX must be capped before anything is
@@ -30,7 +37,7 @@ fn main() -> ExitCode {
             .and_then(|bytes| mlx::set_memory_limit(bytes).map_err(|e| e.to_string()));
         if let Err(err) = set {
             eprintln!("weightscope: {err}");
-            return ExitCode::from(BAD_INPUT);
+            return BAD_INPUT;
         }
     }
     match command {
@@ -47,26 +54,26 @@ fn main() -> ExitCode {
                     Ok(dir) => dir,
                     Err(err) => {
                         eprintln!("weightscope: {err}");
-                        return ExitCode::FAILURE;
+                        return 1;
                     }
                 },
             };
             let device = mlx::default_device().map_err(|e| e.to_string());
             if let Err(err) = shell::run(Some(path), device, launched) {
                 eprintln!("weightscope: {err:#}");
-                return ExitCode::FAILURE;
+                return 1;
             }
         }
     }
-    ExitCode::SUCCESS
+    0
 }
 
-fn inspect(path: &std::path::Path, json: bool) -> ExitCode {
+fn inspect(path: &std::path::Path, json: bool) -> u8 {
     let checkpoint = match Checkpoint::open(path) {
         Ok(checkpoint) => checkpoint,
         Err(err) => {
             eprintln!("weightscope: {err}");
-            return ExitCode::from(BAD_INPUT);
+            return BAD_INPUT;
         }
     };
     let fatal = inspect::fatal_problems(&checkpoint);
@@ -74,7 +81,7 @@ fn inspect(path: &std::path::Path, json: bool) -> ExitCode {
         for problem in fatal {
             eprintln!("weightscope: {problem}");
         }
-        return ExitCode::from(BAD_INPUT);
+        return BAD_INPUT;
     }
     for problem in checkpoint.problems() {
         eprintln!("weightscope: warning: {problem}");
@@ -93,22 +100,22 @@ fn inspect(path: &std::path::Path, json: bool) -> ExitCode {
     std::mem::forget(summary);
     std::mem::forget(checkpoint);
     match flushed {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(()) => 0,
         // A closed pipe (`| head`) is the reader's choice, not a failure.
-        Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => 0,
         Err(err) => {
             eprintln!("weightscope: cannot write the output: {err}");
-            ExitCode::FAILURE
+            1
         }
     }
 }
 
-fn tensor(path: &std::path::Path, name: &str, json: bool) -> ExitCode {
+fn tensor(path: &std::path::Path, name: &str, json: bool) -> u8 {
     let checkpoint = match Checkpoint::open(path) {
         Ok(checkpoint) => checkpoint,
         Err(err) => {
             eprintln!("weightscope: {err}");
-            return ExitCode::from(BAD_INPUT);
+            return BAD_INPUT;
         }
     };
     // A bad shard elsewhere does not stop reading a tensor from a good one.
@@ -118,20 +125,20 @@ fn tensor(path: &std::path::Path, name: &str, json: bool) -> ExitCode {
             Some(problem) => eprintln!("weightscope: {problem}"),
             None => eprintln!("weightscope: no tensor named `{name}`: {}", path.display()),
         }
-        return ExitCode::from(BAD_INPUT);
+        return BAD_INPUT;
     }
     let mut weights = match Weights::open_with(checkpoint, MlxNative) {
         Ok(weights) => weights,
         Err(err) => {
             eprintln!("weightscope: {err}");
-            return ExitCode::from(BAD_INPUT);
+            return BAD_INPUT;
         }
     };
     let preview = match weights.preview(name, &PreviewOptions::default()) {
         Ok(preview) => preview,
         Err(err) => {
             eprintln!("weightscope: tensor `{name}`: {err}");
-            return ExitCode::FAILURE;
+            return 1;
         }
     };
     let stdout = std::io::stdout();
@@ -142,30 +149,30 @@ fn tensor(path: &std::path::Path, name: &str, json: bool) -> ExitCode {
         cli::tensor::write_text(&preview, &mut out)
     };
     match written {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Ok(()) => 0,
+        Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => 0,
         Err(err) => {
             eprintln!("weightscope: cannot write the output: {err}");
-            ExitCode::FAILURE
+            1
         }
     }
 }
 
-fn walk(args: &cli::WalkArgs) -> ExitCode {
+fn walk(args: &cli::WalkArgs) -> u8 {
     let report = match cli::walk::run(args) {
         Ok(report) => report,
         Err(cli::walk::WalkError::BadInput(err)) => {
             eprintln!("weightscope: {err}");
-            return ExitCode::from(BAD_INPUT);
+            return BAD_INPUT;
         }
         Err(cli::walk::WalkError::Failed(err)) => {
             eprintln!("weightscope: {err}");
-            return ExitCode::FAILURE;
+            return 1;
         }
     };
     if let Err(err) = report.save(args) {
         eprintln!("weightscope: {err}");
-        return ExitCode::FAILURE;
+        return 1;
     }
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
@@ -186,16 +193,16 @@ fn walk(args: &cli::WalkArgs) -> ExitCode {
     });
     if let Err(err) = written {
         eprintln!("weightscope: cannot write the output: {err}");
-        return ExitCode::FAILURE;
+        return 1;
     }
     if let Some(error) = &report.outcome.error {
         eprintln!("weightscope: the walk stopped: {error}");
-        return ExitCode::FAILURE;
+        return 1;
     }
-    ExitCode::SUCCESS
+    0
 }
 
-fn print_device() -> ExitCode {
+fn print_device() -> u8 {
     let report = mlx::default_device().and_then(|device| Ok((device, mlx::memory()?)));
     match report {
         Ok((device, memory)) => {
@@ -206,11 +213,11 @@ fn print_device() -> ExitCode {
             println!("mlx_cache_bytes: {}", memory.cache_bytes);
             println!("mlx_peak_bytes: {}", memory.peak_bytes);
             println!("mlx_memory_limit_bytes: {}", memory.limit_bytes);
-            ExitCode::SUCCESS
+            0
         }
         Err(err) => {
             eprintln!("weightscope: {err}");
-            ExitCode::FAILURE
+            1
         }
     }
 }

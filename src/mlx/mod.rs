@@ -142,6 +142,27 @@ pub fn quantize(
     mlx_rs::ops::quantize(weight, group_size, bits).map_err(|e| MlxError::op("quantize", e))
 }
 
+/// Ends the process with `code` after flushing stdout and stderr, without
+/// running C++ static destructors (on Linux with glibc): MLX's CUDA backend
+/// destroys its handles after the CUDA driver has shut down and aborts the
+/// process at exit. Call only once everything the program owns was dropped.
+pub fn exit_now(code: u8) -> ! {
+    use std::io::Write as _;
+    let _ = std::io::stdout().flush();
+    let _ = std::io::stderr().flush();
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        // SAFETY: `_exit` ends the process at once; it takes a plain integer
+        // and never returns. Buffers we own were flushed above.
+        #[allow(unsafe_code)]
+        unsafe {
+            libc::_exit(i32::from(code))
+        }
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    std::process::exit(i32::from(code))
+}
+
 /// Writes `arrays` to `path` with MLX's own safetensors writer.
 ///
 /// # Errors
