@@ -1,6 +1,5 @@
 //! The `weightscope` command: the window, or a subcommand for scripts.
 
-
 use weightscope::app::shell;
 use weightscope::checkpoint::Checkpoint;
 use weightscope::cli::{self, Command, inspect};

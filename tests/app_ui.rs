@@ -302,3 +302,40 @@ fn the_profiler_walks_finds_the_trap_and_keeps_the_trace() {
     harness.run();
     harness.get_by_label_contains("the memory limit is a size");
 }
+
+/// Runs on every backend: on the CPU here and in CI, on CUDA on the GPU
+/// machine (docs/gpu.md), where the labels must say GPU memory.
+#[test]
+fn the_device_and_memory_series_are_labelled_for_the_backend() {
+    let _lock = common::mlx_memory_lock();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let values: Vec<f32> = (0..64 * 64).map(|i| (i % 7) as f32 - 3.0).collect();
+    common::write_safetensors(
+        &dir.path().join("m.safetensors"),
+        &[common::Tensor::f32("probe.weight", &[64, 64], &values)],
+    );
+    let device = mlx::default_device().expect("MLX reports its device");
+    let gpu = device.kind == mlx::DeviceKind::Gpu;
+    let mut harness = harness(open_app(dir.path()));
+    harness.get_by_label_contains(&device.describe());
+    harness.get_by_label_contains("probe.weight").click();
+    harness.step();
+    harness.state_mut().wait_for_worker().expect("materialized");
+    harness.run();
+    let shown = if gpu {
+        format!("{} ({})", device.name(), mlx::GPU_BACKEND)
+    } else {
+        format!("{} (no GPU: CPU)", device.name())
+    };
+    harness.get_by_label(&shown);
+    assert!(harness.state_mut().wait_for_sample());
+    harness.run();
+    let gpu_note = harness
+        .query_by_label_contains("MLX figures are GPU memory")
+        .is_some();
+    assert_eq!(
+        gpu_note, gpu,
+        "the strip says RSS is host memory only on a GPU"
+    );
+    eprintln!("backend checked: {}", device.describe());
+}

@@ -98,7 +98,7 @@ fn preview_ui(
         let device = if p.device.starts_with("cpu") {
             format!("{} (no GPU: CPU)", p.device)
         } else {
-            p.device.clone()
+            format!("{} ({})", p.device, crate::mlx::GPU_BACKEND)
         };
         ui.label(device);
         ui.end_row();

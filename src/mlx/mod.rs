@@ -10,7 +10,7 @@ mod memory;
 mod shard;
 mod stats;
 
-pub use device::{DeviceInfo, DeviceKind, default_device, gpu_available};
+pub use device::{DeviceInfo, DeviceKind, GPU_BACKEND, default_device, gpu_available};
 pub use memory::{
     MemoryStats, clear_cache, memory, reset_peak, set_cache_limit, set_memory_limit, trim_host_heap,
 };
