@@ -46,6 +46,7 @@ fn run() -> u8 {
         Command::Inspect { path, json } => return inspect(&path, json),
         Command::Tensor { path, name, json } => return tensor(&path, &name, json),
         Command::Walk(args) => return walk(&args),
+        Command::Diff(args) => return diff(&args),
         Command::Window { path } => {
             let path = match path {
                 Some(path) => path,
@@ -199,6 +200,32 @@ fn walk(args: &cli::WalkArgs) -> u8 {
         return 1;
     }
     0
+}
+
+fn diff(args: &cli::DiffArgs) -> u8 {
+    let report = match cli::diff::run(args) {
+        Ok(report) => report,
+        Err(err) => {
+            eprintln!("weightscope: {err}");
+            return BAD_INPUT;
+        }
+    };
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    let written = if args.json {
+        serde_json::to_writer(&mut out, &cli::diff::to_json(args, &report))
+            .map_err(std::io::Error::from)
+            .and_then(|()| std::io::Write::write_all(&mut out, b"\n"))
+    } else {
+        cli::diff::write_text(args, &report, &mut out)
+    };
+    match written {
+        Err(err) if err.kind() != std::io::ErrorKind::BrokenPipe => {
+            eprintln!("weightscope: cannot write the output: {err}");
+            1
+        }
+        _ => 0,
+    }
 }
 
 fn print_device() -> u8 {

@@ -19,13 +19,19 @@ use crate::mlx::{self, MemoryStats};
 use crate::profile::{
     self, Mark, MarkKind, MemorySample, Policy, Recorded, Transform, WalkOutcome,
 };
-use crate::weights::{PreviewOptions, TensorPreview, Weights};
+use crate::weights::{
+    DiffProgress, DiffReport, PreviewOptions, TensorPreview, ViewChoice, ViewInfo, Weights,
+};
 
 /// What the worker is asked to do.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Command {
-    /// Open the checkpoint at this path (headers, then lazy MLX maps), closing any open one.
+    /// Open the checkpoint at this path (headers, then lazy MLX maps), closing
+    /// any open one, with the view picked automatically.
     Open(PathBuf),
+    /// Open with this view (a view must be installed before anything is
+    /// materialized, so changing it means opening again).
+    OpenWithView(PathBuf, ViewChoice),
     /// Materialize this tensor and send its preview.
     Materialize(String),
     /// Drop this tensor's cached array (frees nothing while its shard is open).
@@ -47,6 +53,15 @@ pub enum Command {
         policy: Policy,
         /// What to do to each tensor.
         transform: Transform,
+    },
+    /// Compare the open checkpoint (A, through its view) with another (B),
+    /// one tensor at a time (progress as [`EventKind::Diffed`];
+    /// [`Worker::cancel_walk`] stops it between tensors).
+    Diff {
+        /// B.
+        other: PathBuf,
+        /// B's view.
+        view: ViewChoice,
     },
     /// Close the checkpoint, releasing everything.
     Close,
@@ -77,6 +92,11 @@ pub enum EventKind {
         path: PathBuf,
         /// Its headers (problems included).
         checkpoint: Arc<Checkpoint>,
+        /// The view installed, if any.
+        view: Option<Arc<ViewInfo>>,
+        /// Why the chosen view could not be installed (the checkpoint is
+        /// then open without one).
+        view_error: Option<String>,
     },
     /// Opening failed; nothing is open.
     OpenFailed {
@@ -124,6 +144,10 @@ pub enum EventKind {
     Walked(Box<Recorded>),
     /// A walk ended (finished, cancelled or stopped by an error).
     WalkFinished(Box<WalkOutcome>),
+    /// A diff compared one more tensor.
+    Diffed(DiffProgress),
+    /// A diff ended (or B could not be opened).
+    DiffFinished(Result<Box<DiffReport>, String>),
     /// The checkpoint was closed.
     Closed,
 }
@@ -284,6 +308,45 @@ fn run(
             }
             continue;
         }
+        if let Command::Diff { other, view } = command {
+            let Some(w) = weights.as_mut() else {
+                let kind = EventKind::DiffFinished(Err("no checkpoint is open".into()));
+                if !send(kind, None, MemorySample::now()) {
+                    break;
+                }
+                continue;
+            };
+            cancel.store(false, Ordering::Relaxed);
+            let result = open_side(&other, &view).map(|mut b| {
+                let mut listening = true;
+                let report = crate::weights::diff(w, &mut b, cancel, &mut |p| {
+                    if listening {
+                        listening = send(EventKind::Diffed(p), None, MemorySample::now());
+                    }
+                    if !listening {
+                        cancel.store(true, Ordering::Relaxed);
+                    }
+                });
+                Box::new(report)
+            });
+            let mark = match &result {
+                Ok(r) => Mark::new(MarkKind::WalkEnd, "diff").detail(format!(
+                    "diff with {}: {} compared, {} differ",
+                    other.display(),
+                    r.common.len(),
+                    r.differing().count()
+                )),
+                Err(e) => Mark::new(MarkKind::Error, "diff").detail(e.as_str()),
+            };
+            if !send(
+                EventKind::DiffFinished(result),
+                Some(mark),
+                MemorySample::now(),
+            ) {
+                break;
+            }
+            continue;
+        }
         let kind = handle(command, &mut weights, &options);
         let mark = mark_of(&kind, weights.as_ref());
         if !send(kind, mark, MemorySample::now()) {
@@ -310,10 +373,16 @@ fn mark_of(kind: &EventKind, weights: Option<&Weights>) -> Option<Mark> {
             .unwrap_or(0)
     };
     let mark = match kind {
-        EventKind::Opened { path, checkpoint } => {
-            Mark::new(MarkKind::Open, path.display().to_string())
-                .detail(format!("{} shards", checkpoint.shards().len()))
-        }
+        EventKind::Opened {
+            path,
+            checkpoint,
+            view,
+            ..
+        } => Mark::new(MarkKind::Open, path.display().to_string()).detail(format!(
+            "{} shards, view {}",
+            checkpoint.shards().len(),
+            view.as_ref().map_or("none", |v| v.name.as_str())
+        )),
         EventKind::Materialized(p) => Mark::new(MarkKind::Materialize, p.name.as_str())
             .bytes(p.bytes)
             .detail(p.device.as_str())
@@ -348,11 +417,64 @@ fn mark_of(kind: &EventKind, weights: Option<&Weights>) -> Option<Mark> {
             Mark::new(MarkKind::Error, target.as_str()).detail(error.as_str())
         }
         EventKind::Closed => Mark::new(MarkKind::Close, ""),
-        EventKind::OpenFailed { .. } | EventKind::Walked(_) | EventKind::WalkFinished(_) => {
+        EventKind::OpenFailed { .. }
+        | EventKind::Walked(_)
+        | EventKind::WalkFinished(_)
+        | EventKind::Diffed(_)
+        | EventKind::DiffFinished(_) => {
             return None;
         }
     };
     Some(mark)
+}
+
+/// Opens B of a diff with its view.
+fn open_side(path: &std::path::Path, choice: &ViewChoice) -> Result<Weights, String> {
+    let mut weights = Weights::open(path).map_err(|e| e.to_string())?;
+    let rules = choice
+        .resolve(weights.checkpoint())
+        .map_err(|e| e.to_string())?;
+    if let Some(rules) = rules {
+        let compiled = rules
+            .compile(weights.checkpoint())
+            .map_err(|e| e.to_string())?;
+        weights.install(compiled).map_err(|e| e.to_string())?;
+    }
+    Ok(weights)
+}
+
+/// Opens `path` and installs the chosen view; a view that cannot be made
+/// leaves the checkpoint open without one and says why.
+fn open(weights: &mut Option<Weights>, path: PathBuf, choice: &ViewChoice) -> EventKind {
+    *weights = None;
+    let mut opened = match Weights::open(&path) {
+        Ok(opened) => opened,
+        Err(err) => {
+            return EventKind::OpenFailed {
+                path,
+                error: err.to_string(),
+            };
+        }
+    };
+    let compiled = choice
+        .resolve(opened.checkpoint())
+        .and_then(|rules| rules.map(|r| r.compile(opened.checkpoint())).transpose());
+    let (view, view_error) = match compiled {
+        Ok(Some(compiled)) => match opened.install(compiled) {
+            Ok(info) => (Some(info), None),
+            Err(err) => (None, Some(err.to_string())),
+        },
+        Ok(None) => (None, None),
+        Err(err) => (None, Some(err.to_string())),
+    };
+    let checkpoint = opened.shared_checkpoint();
+    *weights = Some(opened);
+    EventKind::Opened {
+        path,
+        checkpoint,
+        view,
+        view_error,
+    }
 }
 
 fn handle(command: Command, weights: &mut Option<Weights>, options: &PreviewOptions) -> EventKind {
@@ -361,20 +483,8 @@ fn handle(command: Command, weights: &mut Option<Weights>, options: &PreviewOpti
         error: "no checkpoint is open".into(),
     };
     match command {
-        Command::Open(path) => {
-            *weights = None;
-            match Weights::open(&path) {
-                Ok(opened) => {
-                    let checkpoint = opened.shared_checkpoint();
-                    *weights = Some(opened);
-                    EventKind::Opened { path, checkpoint }
-                }
-                Err(err) => EventKind::OpenFailed {
-                    path,
-                    error: err.to_string(),
-                },
-            }
-        }
+        Command::Open(path) => open(weights, path, &ViewChoice::Auto),
+        Command::OpenWithView(path, choice) => open(weights, path, &choice),
         Command::Materialize(name) => match weights.as_mut() {
             None => not_open(name),
             Some(w) => match w.preview(&name, options) {
@@ -441,9 +551,9 @@ fn handle(command: Command, weights: &mut Option<Weights>, options: &PreviewOpti
                 error: err.to_string(),
             },
         },
-        Command::Walk { .. } => EventKind::Failed {
+        Command::Walk { .. } | Command::Diff { .. } => EventKind::Failed {
             target: "walk".into(),
-            error: "walks run outside this handler".into(),
+            error: "walks and diffs run outside this handler".into(),
         },
         Command::Close => {
             *weights = None;

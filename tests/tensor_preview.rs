@@ -236,6 +236,18 @@ fn quantized_weights_preview_as_mlx_dequantizes_them() {
     assert_eq!(preview.values.stats.min, want.min);
     assert_eq!(preview.values.stats.max, want.max);
     assert!(close(preview.values.stats.mean, want.mean, 1e-5));
+    // Heatmaps of the per-group scales and biases: 64 rows x 2 groups each.
+    let maps = preview
+        .quant_maps
+        .expect("quantized weights map their groups");
+    let scales_map = maps.scales.expect("a scales heatmap");
+    assert_eq!((scales_map.rows, scales_map.cols), (64, 2));
+    let scales_values = mlx::to_f32_vec(&scales).expect("scales");
+    assert_eq!(
+        scales_map.values, scales_values,
+        "one cell per group at this size"
+    );
+    assert!(maps.biases.is_some());
 }
 
 #[test]

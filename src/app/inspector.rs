@@ -1,6 +1,7 @@
 //! The inspector: one materialized tensor's summary, histogram, heatmap and
 //! first values.
 
+use std::collections::HashMap;
 use std::fmt::Write as _;
 
 use crate::mlx::{Heatmap, Histogram, Stats};
@@ -81,7 +82,7 @@ fn summary_text(p: &TensorPreview) -> String {
 fn preview_ui(
     ui: &mut egui::Ui,
     p: &TensorPreview,
-    texture: &mut Option<(String, egui::TextureHandle)>,
+    texture: &mut HashMap<String, egui::TextureHandle>,
 ) {
     ui.label(egui::RichText::new(&p.name).monospace().strong());
     if p.stored_name != p.name {
@@ -118,6 +119,15 @@ fn preview_ui(
             ),
         );
     }
+    if !p.fixups.is_empty() {
+        ui.colored_label(
+            ui.visuals().warn_fg_color,
+            "Values shown after the view's fix-ups:",
+        );
+        for rule in &p.fixups {
+            ui.label(format!("  {rule}"));
+        }
+    }
     if ui
         .button("Copy")
         .on_hover_text("Copy the summary as text")
@@ -127,7 +137,11 @@ fn preview_ui(
     }
     ui.separator();
 
-    stats_ui(ui, &p.values.stats);
+    stats_ui(ui, "stats", &p.values.stats);
+    if let Some(before) = &p.before_fixup {
+        ui.label("Before the fix-ups (as stored):");
+        stats_ui(ui, "stats-before", &before.stats);
+    }
     ui.separator();
     histogram_ui(ui, &p.values.histogram);
 
@@ -137,7 +151,19 @@ fn preview_ui(
             "Heatmap ({} x {} cells, each the mean of {} x {} values)",
             heatmap.rows, heatmap.cols, heatmap.row_step, heatmap.col_step
         ));
-        heatmap_ui(ui, heatmap, &p.name, texture);
+        heatmap_ui(ui, heatmap, &format!("{}#values", p.name), texture);
+    }
+    if let Some(maps) = &p.quant_maps {
+        for (what, map) in [("scales", &maps.scales), ("biases", &maps.biases)] {
+            if let Some(heatmap) = map {
+                ui.separator();
+                ui.label(format!(
+                    "Per-group {what} ({} x {} cells, each the mean of {} x {} groups)",
+                    heatmap.rows, heatmap.cols, heatmap.row_step, heatmap.col_step
+                ));
+                heatmap_ui(ui, heatmap, &format!("{}#{what}", p.name), texture);
+            }
+        }
     }
 
     ui.separator();
@@ -155,8 +181,8 @@ fn preview_ui(
         });
 }
 
-fn stats_ui(ui: &mut egui::Ui, s: &Stats) {
-    egui::Grid::new("stats").num_columns(4).show(ui, |ui| {
+fn stats_ui(ui: &mut egui::Ui, id: &str, s: &Stats) {
+    egui::Grid::new(id).num_columns(4).show(ui, |ui| {
         ui.label("min");
         ui.monospace(format!("{:.6e}", s.min));
         ui.label("max");
@@ -223,7 +249,7 @@ fn heatmap_ui(
     ui: &mut egui::Ui,
     heatmap: &Heatmap,
     name: &str,
-    cache: &mut Option<(String, egui::TextureHandle)>,
+    cache: &mut HashMap<String, egui::TextureHandle>,
 ) {
     let extent = heatmap
         .values
@@ -232,7 +258,11 @@ fn heatmap_ui(
         .fold(0.0f32, |m, v| m.max(v.abs()));
     // Built once per preview and kept: uploading 512 x 512 texels every frame
     // would cost more than the rest of the window.
-    if cache.as_ref().is_none_or(|(cached, _)| cached != name) {
+    if !cache.contains_key(name) {
+        // A few previews' maps at most: older textures are dropped.
+        if cache.len() >= 6 {
+            cache.clear();
+        }
         let pixels: Vec<egui::Color32> = heatmap.values.iter().map(|&v| color(v, extent)).collect();
         let image = egui::ColorImage::new([heatmap.cols, heatmap.rows], pixels);
         let handle = ui.ctx().load_texture(
@@ -240,9 +270,9 @@ fn heatmap_ui(
             image,
             egui::TextureOptions::NEAREST,
         );
-        *cache = Some((name.to_owned(), handle));
+        cache.insert(name.to_owned(), handle);
     }
-    let Some((_, texture)) = cache.as_ref() else {
+    let Some(texture) = cache.get(name) else {
         return;
     };
     let side = ui.available_width().min(400.0);

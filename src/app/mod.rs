@@ -3,6 +3,7 @@
 //! thin eframe edge. Every MLX array lives on the MLX worker thread: the UI
 //! sends commands and draws the summaries that come back.
 
+mod diff;
 mod inspector;
 mod memory_strip;
 mod profiler;
@@ -12,7 +13,7 @@ pub mod shell;
 mod tensors;
 
 use std::collections::{HashMap, HashSet};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -20,7 +21,7 @@ use crate::checkpoint::Checkpoint;
 use crate::mlx::{DeviceInfo, MemoryStats};
 use crate::profile::{DEFAULT_INTERVAL, Sampler, Timeline};
 use crate::units::human_bytes;
-use crate::weights::TensorPreview;
+use crate::weights::{BUILTIN_VIEWS, TensorPreview, ViewChoice, ViewInfo};
 use crate::worker::{Command, Event, EventKind, Worker, WorkerGone};
 
 /// What a shard holds right now, as far as the UI knows.
@@ -45,6 +46,8 @@ pub enum Action {
     SaveTrace,
     /// Ask for a saved trace; the shell calls [`WeightscopeApp::load_trace`].
     OpenTrace,
+    /// Ask for checkpoint B of a diff; the shell calls [`WeightscopeApp::picked_for`].
+    PickDiffFolder,
 }
 
 /// The central area's tabs.
@@ -54,6 +57,8 @@ pub enum Tab {
     Tensors,
     /// The memory profiler (Ctrl+2).
     Profiler,
+    /// The diff of two checkpoints (Ctrl+3).
+    Diff,
 }
 
 /// The tensor the inspector shows.
@@ -83,14 +88,15 @@ pub struct WeightscopeApp {
     materialized: HashSet<String>,
     table: tensors::TableState,
     inspected: Inspected,
-    /// The inspector's heatmap texture, keyed by tensor name.
-    heatmap_texture: Option<(String, egui::TextureHandle)>,
+    /// The inspector's heatmap textures, keyed by tensor name and kind.
+    heatmap_texture: HashMap<String, egui::TextureHandle>,
     memory: MemoryStats,
     /// Memory over time; `None` when the sampler could not start.
     sampler: Option<Sampler>,
     /// Samples and events since the app started, on one clock.
     timeline: Timeline,
     profiler: profiler::ProfilerState,
+    diff: diff::DiffState,
     tab: Tab,
     /// Recent checkpoints and other saved settings.
     settings: settings::Settings,
@@ -100,6 +106,12 @@ pub struct WeightscopeApp {
     actions: Vec<Action>,
     /// A one-line notice (for example, that no file dialog could open).
     notice: Option<String>,
+    /// The view to open checkpoints with.
+    view_choice: ViewChoice,
+    /// The view file field (when the choice is a file).
+    view_file_input: String,
+    /// What is open now (reopened when the view changes).
+    opened_path: Option<PathBuf>,
 }
 
 impl WeightscopeApp {
@@ -127,16 +139,20 @@ impl WeightscopeApp {
             materialized: HashSet::new(),
             table: tensors::TableState::default(),
             inspected: Inspected::Nothing,
-            heatmap_texture: None,
+            heatmap_texture: HashMap::new(),
             memory: MemoryStats::default(),
             sampler,
             timeline: Timeline::new(Instant::now()),
             profiler: profiler::ProfilerState::default(),
+            diff: diff::DiffState::default(),
             tab: Tab::Tensors,
             settings: settings::Settings::default(),
             settings_dirty: false,
             actions: Vec::new(),
             notice: None,
+            view_choice: ViewChoice::Auto,
+            view_file_input: String::new(),
+            opened_path: None,
         };
         if let Some(path) = path {
             app.open(path);
@@ -149,11 +165,27 @@ impl WeightscopeApp {
         self.path_input = path.display().to_string();
         self.open_error = None;
         self.notice = None;
-        if self.worker.send(Command::Open(path.clone())).is_ok() {
+        let command = Command::OpenWithView(path.clone(), self.view_choice.clone());
+        if self.worker.send(command).is_ok() {
             self.opening = Some(path);
         } else {
             self.open_error = Some(WorkerGone.to_string());
         }
+    }
+
+    /// Chooses the view and reopens the open checkpoint with it (a view is
+    /// installed before anything is materialized, so it takes a reopen).
+    pub fn set_view_choice(&mut self, choice: ViewChoice) {
+        self.view_choice = choice;
+        if let Some(path) = self.opened_path.clone() {
+            self.open(path);
+        }
+    }
+
+    /// The installed view, if any.
+    #[must_use]
+    pub fn view(&self) -> Option<&ViewInfo> {
+        self.table.view.as_deref()
     }
 
     /// Starts from saved `settings` (recent checkpoints).
@@ -180,6 +212,15 @@ impl WeightscopeApp {
             (Action::SaveTrace | Action::OpenTrace, None) => {
                 self.profiler.message = Some(
                     "No file was chosen. If no dialog appeared, type a path in the trace path field."
+                        .into(),
+                );
+            }
+            (Action::PickDiffFolder, Some(path)) => {
+                self.diff.other_input = path.display().to_string();
+            }
+            (Action::PickDiffFolder, None) => {
+                self.diff.error = Some(
+                    "No folder was chosen. If no dialog appeared, type B's path in the field."
                         .into(),
                 );
             }
@@ -264,25 +305,12 @@ impl WeightscopeApp {
             self.timeline.push_event(mark, &event.sample);
         }
         match event.kind {
-            EventKind::Opened { path, checkpoint } => {
-                self.opening = None;
-                self.settings.remember(&path);
-                self.settings_dirty = true;
-                self.path_input = path.display().to_string();
-                self.shard_states = checkpoint
-                    .shards()
-                    .iter()
-                    .map(|s| (s.file.clone(), ShardState::NotLoaded))
-                    .collect();
-                self.materialized.clear();
-                self.table = tensors::TableState::default();
-                self.table.refilter(&checkpoint);
-                self.inspected = Inspected::Nothing;
-                let summary = checkpoint.summary();
-                self.totals = Some((summary.tensor_count, summary.total_bytes));
-                self.profiler.checkpoint_opened(&checkpoint);
-                self.checkpoint = Some(checkpoint);
-            }
+            EventKind::Opened {
+                path,
+                checkpoint,
+                view,
+                view_error,
+            } => self.apply_opened(&path, checkpoint, view, view_error),
             EventKind::OpenFailed { error, .. } => {
                 self.opening = None;
                 self.open_error = Some(error);
@@ -350,11 +378,44 @@ impl WeightscopeApp {
                 }
             }
             EventKind::WalkFinished(outcome) => self.apply_walk_finished(*outcome),
+            EventKind::Diffed(progress) => self.apply_diff_progress(progress),
+            EventKind::DiffFinished(result) => self.apply_diff_finished(result),
             EventKind::Released(_)
             | EventKind::CacheCleared { .. }
             | EventKind::MemoryLimitSet { .. }
             | EventKind::CacheLimitSet { .. } => {}
         }
+    }
+
+    fn apply_opened(
+        &mut self,
+        path: &Path,
+        checkpoint: Arc<Checkpoint>,
+        view: Option<Arc<ViewInfo>>,
+        view_error: Option<String>,
+    ) {
+        if let Some(error) = view_error {
+            self.notice = Some(format!("view not installed: {error}"));
+        }
+        self.opening = None;
+        self.opened_path = Some(path.to_path_buf());
+        self.settings.remember(path);
+        self.settings_dirty = true;
+        self.path_input = path.display().to_string();
+        self.shard_states = checkpoint
+            .shards()
+            .iter()
+            .map(|s| (s.file.clone(), ShardState::NotLoaded))
+            .collect();
+        self.materialized.clear();
+        self.table = tensors::TableState::default();
+        self.table.view = view;
+        self.table.refilter(&checkpoint);
+        self.inspected = Inspected::Nothing;
+        let summary = checkpoint.summary();
+        self.totals = Some((summary.tensor_count, summary.total_bytes));
+        self.profiler.checkpoint_opened(&checkpoint);
+        self.checkpoint = Some(checkpoint);
     }
 
     /// Materializes `name` on the worker; the inspector shows it when ready.
@@ -401,11 +462,16 @@ impl WeightscopeApp {
             if ui.input_mut(|i| i.consume_key(egui::Modifiers::COMMAND, egui::Key::Num2)) {
                 self.tab = Tab::Profiler;
             }
+            if ui.input_mut(|i| i.consume_key(egui::Modifiers::COMMAND, egui::Key::Num3)) {
+                self.tab = Tab::Diff;
+            }
             ui.horizontal(|ui| {
                 ui.selectable_value(&mut self.tab, Tab::Tensors, "Tensors")
                     .on_hover_text("Ctrl+1");
                 ui.selectable_value(&mut self.tab, Tab::Profiler, "Profiler")
                     .on_hover_text("Ctrl+2: walks, findings, limits, traces");
+                ui.selectable_value(&mut self.tab, Tab::Diff, "Diff")
+                    .on_hover_text("Ctrl+3: compare with another checkpoint");
                 if let Some(walk) = &self.profiler.running {
                     ui.spinner();
                     ui.label(format!(
@@ -420,6 +486,7 @@ impl WeightscopeApp {
             match self.tab {
                 Tab::Tensors => self.tensors_ui(ui),
                 Tab::Profiler => self.profiler_ui(ui),
+                Tab::Diff => self.diff_ui(ui),
             }
         });
     }
@@ -483,12 +550,67 @@ impl WeightscopeApp {
                 ui.label(format!("opening {}", path.display()));
             }
         });
+        self.view_bar_ui(ui);
         if let Some(error) = &self.open_error {
             ui.colored_label(ui.visuals().error_fg_color, error);
         }
         if let Some(notice) = &self.notice {
             ui.colored_label(ui.visuals().warn_fg_color, notice);
         }
+    }
+
+    fn view_bar_ui(&mut self, ui: &mut egui::Ui) {
+        ui.horizontal(|ui| {
+            let label = ui.label("View");
+            let current = match &self.view_choice {
+                ViewChoice::Auto => "auto".to_owned(),
+                ViewChoice::Identity => "identity".to_owned(),
+                ViewChoice::Builtin(name) => name.clone(),
+                ViewChoice::File(_) => "file".to_owned(),
+            };
+            let mut chosen = None;
+            egui::ComboBox::from_id_salt("view-choice")
+                .selected_text(&current)
+                .show_ui(ui, |ui| {
+                    let mut options = vec![
+                        ("auto", ViewChoice::Auto),
+                        ("identity", ViewChoice::Identity),
+                    ];
+                    for name in BUILTIN_VIEWS {
+                        options.push((name, ViewChoice::Builtin(name.to_owned())));
+                    }
+                    for (text, choice) in options {
+                        if ui.selectable_label(current == text, text).clicked() {
+                            chosen = Some(choice);
+                        }
+                    }
+                    if ui.selectable_label(current == "file", "file").clicked() {
+                        chosen = Some(ViewChoice::File(PathBuf::from(self.view_file_input.trim())));
+                    }
+                })
+                .response
+                .labelled_by(label.id)
+                .on_hover_text(
+                    "How stored names map to the names a model graph asks for; changing it reopens the checkpoint",
+                );
+            let file_label = ui.label("View file");
+            let field = ui.add(
+                egui::TextEdit::singleline(&mut self.view_file_input)
+                    .hint_text("view.json (rename, drop, fixup rules)")
+                    .desired_width(260.0),
+            );
+            field.labelled_by(file_label.id);
+            if ui.button("Use view file").clicked() {
+                chosen = Some(ViewChoice::File(PathBuf::from(self.view_file_input.trim())));
+            }
+            if let Some(choice) = chosen {
+                self.set_view_choice(choice);
+            }
+            match &self.table.view {
+                Some(view) => ui.label(format!("installed: {}", view.name)),
+                None => ui.label("installed: none (stored names)"),
+            };
+        });
     }
 
     fn status_ui(&self, ui: &mut egui::Ui) {

@@ -35,6 +35,9 @@ impl Shell {
                 let dialog = rfd::FileDialog::new();
                 let picked = match action {
                     Action::PickFolder => dialog.set_title("Open checkpoint").pick_folder(),
+                    Action::PickDiffFolder => {
+                        dialog.set_title("Checkpoint to compare with").pick_folder()
+                    }
                     Action::PickFile => dialog
                         .set_title("Open checkpoint")
                         .add_filter("safetensors", &["safetensors"])

@@ -1,7 +1,10 @@
 //! The tensors panel: a virtualized, sortable, filterable table.
 
+use std::sync::Arc;
+
 use crate::checkpoint::{Checkpoint, layer_of};
 use crate::units::human_bytes;
+use crate::weights::ViewInfo;
 
 use super::WeightscopeApp;
 
@@ -31,12 +34,34 @@ pub(super) struct TableState {
     /// Positions in `Checkpoint::tensors`, filtered and sorted.
     rows: Vec<usize>,
     pub(super) selected: Option<usize>,
+    /// The installed view: rows show canonical names beside stored ones,
+    /// and dropped tensors are not rows.
+    pub(super) view: Option<Arc<ViewInfo>>,
+}
+
+/// The name the graph asks for: canonical under a view, else stored.
+pub(super) fn display_name<'a>(
+    view: Option<&'a ViewInfo>,
+    checkpoint: &'a Checkpoint,
+    i: usize,
+) -> Option<&'a str> {
+    match view {
+        Some(view) => view.canonical_of.get(i).and_then(Option::as_deref),
+        None => checkpoint.tensors().get(i).map(|t| t.name.as_str()),
+    }
 }
 
 impl TableState {
     /// Recomputes the visible rows (on open, filter or sort change only).
     pub(super) fn refilter(&mut self, checkpoint: &Checkpoint) {
         let tensors = checkpoint.tensors();
+        let view = self.view.clone();
+        let view = view.as_deref();
+        // Under a view a row matches by its canonical or its stored name.
+        let names = |i: usize| {
+            let canonical = display_name(view, checkpoint, i);
+            (canonical, tensors[i].name.as_str())
+        };
         self.regex_error = None;
         if self.regex && !self.filter.is_empty() {
             match regex::RegexBuilder::new(&self.filter)
@@ -45,7 +70,12 @@ impl TableState {
             {
                 Ok(re) => {
                     self.rows = (0..tensors.len())
-                        .filter(|&i| re.is_match(&tensors[i].name))
+                        .filter(|&i| match names(i) {
+                            (Some(canonical), stored) => {
+                                re.is_match(canonical) || re.is_match(stored)
+                            }
+                            (None, _) => false,
+                        })
                         .collect();
                 }
                 Err(err) => {
@@ -58,14 +88,19 @@ impl TableState {
         } else {
             let needle = self.filter.to_lowercase();
             self.rows = (0..tensors.len())
-                .filter(|&i| needle.is_empty() || tensors[i].name.to_lowercase().contains(&needle))
+                .filter(|&i| match names(i) {
+                    (Some(canonical), stored) => {
+                        needle.is_empty()
+                            || canonical.to_lowercase().contains(&needle)
+                            || (canonical != stored && stored.to_lowercase().contains(&needle))
+                    }
+                    (None, _) => false,
+                })
                 .collect();
         }
         match self.sort {
             SortBy::Stored => {}
-            SortBy::Name => self
-                .rows
-                .sort_by(|&a, &b| tensors[a].name.cmp(&tensors[b].name)),
+            SortBy::Name => self.rows.sort_by(|&a, &b| names(a).0.cmp(&names(b).0)),
             SortBy::Dtype => self.rows.sort_by_key(|&i| tensors[i].dtype),
             SortBy::Bytes => self.rows.sort_by_key(|&i| tensors[i].bytes()),
         }
@@ -111,6 +146,7 @@ impl WeightscopeApp {
                 checkpoint.tensors().len()
             ));
         });
+        self.view_summary_ui(ui, &checkpoint);
         if let Some(error) = &self.table.regex_error {
             ui.colored_label(ui.visuals().error_fg_color, format!("regex: {error}"));
         }
@@ -159,20 +195,64 @@ impl WeightscopeApp {
         }
         if let Some(i) = clicked {
             self.table.selected = Some(i);
-            let name = checkpoint.tensors()[i].name.clone();
+            self.materialize_row(&checkpoint, i);
+        }
+    }
+
+    /// Materializes row `i` by the name the graph asks for.
+    fn materialize_row(&mut self, checkpoint: &Checkpoint, i: usize) {
+        if let Some(name) = display_name(self.table.view.as_deref(), checkpoint, i) {
+            let name = name.to_owned();
             self.materialize(&name);
         }
+    }
+
+    /// Under a view: its name, what it renamed, and the tensors it dropped
+    /// with the rule that dropped each.
+    fn view_summary_ui(&self, ui: &mut egui::Ui, checkpoint: &Checkpoint) {
+        let Some(view) = &self.table.view else {
+            return;
+        };
+        let renamed = view.renamed(checkpoint);
+        egui::CollapsingHeader::new(format!(
+            "View {}: {renamed} renamed, {} dropped, {} fix-up rules",
+            view.name,
+            view.dropped.len(),
+            view.fixup_rules.len()
+        ))
+        .id_salt("view-summary")
+        .show(ui, |ui| {
+            for rule in &view.fixup_rules {
+                ui.label(format!("fix-up: {rule}"));
+            }
+            egui::ScrollArea::vertical()
+                .id_salt("dropped-scroll")
+                .max_height(160.0)
+                .show(ui, |ui| {
+                    for (i, rule) in view.dropped.iter().take(2000) {
+                        let name = &checkpoint.tensors()[*i].name;
+                        ui.label(format!("dropped {name}: {rule}"));
+                    }
+                });
+        });
     }
 
     /// One row; returns whether it was clicked.
     fn tensor_row_ui(&self, ui: &mut egui::Ui, checkpoint: &Checkpoint, i: usize) -> bool {
         let t = &checkpoint.tensors()[i];
+        let canonical = display_name(self.table.view.as_deref(), checkpoint, i).unwrap_or("");
+        // Canonical and stored names side by side when a view renamed it.
+        let name = if canonical == t.name {
+            t.name.clone()
+        } else {
+            format!("{canonical}  <-  {}", t.name)
+        };
         let text = format!(
             "{:<8} {:<18} {:>11}  {}",
             t.dtype.name(),
             format!("{:?}", t.shape),
             human_bytes(t.bytes()),
-            t.name,
+            name,
         );
         let selected = self.table.selected == Some(i);
         // One line per row (the scroll area assumes a fixed row height);
@@ -197,7 +277,9 @@ impl WeightscopeApp {
             std::collections::BTreeMap::new();
         for &i in rows {
             groups
-                .entry(layer_of(&checkpoint.tensors()[i].name))
+                .entry(layer_of(
+                    display_name(self.table.view.as_deref(), checkpoint, i).unwrap_or(""),
+                ))
                 .or_default()
                 .push(i);
         }
@@ -264,8 +346,7 @@ impl WeightscopeApp {
             self.table.selected = self.table.rows.get(p).copied();
         }
         if enter && let Some(i) = self.table.selected {
-            let name = checkpoint.tensors()[i].name.clone();
-            self.materialize(&name);
+            self.materialize_row(&checkpoint, i);
         }
     }
 }

@@ -1,5 +1,6 @@
 //! Command-line parsing and output formats.
 
+pub mod diff;
 pub mod inspect;
 pub mod tensor;
 pub mod walk;
@@ -9,6 +10,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::profile::{DEFAULT_INTERVAL, Policy, Transform};
+use crate::weights::ViewChoice;
+pub use diff::DiffArgs;
 pub use walk::WalkArgs;
 
 /// What the command line asked for.
@@ -39,6 +42,8 @@ pub enum Command {
     },
     /// Walk every tensor under a release policy, recording memory.
     Walk(WalkArgs),
+    /// Compare two checkpoints tensor by tensor.
+    Diff(DiffArgs),
     /// Print usage.
     Help,
     /// Print the version.
@@ -54,7 +59,10 @@ usage: weightscope [PATH]                 open the window (no PATH: the bundled 
                    [--transform none|f16|q4] [--json] [--csv FILE] [--trace FILE]
                    [--interval-ms N] [--memory-limit SIZE]
                                           materialize every tensor in shard order, record memory
+       weightscope diff A B [--json] [--view-a VIEW] [--view-b VIEW]
+                                          compare two checkpoints tensor by tensor on MLX
        weightscope device                 print MLX's device and memory counters
+VIEW: auto (default), identity, qwen3-next, or a view file (docs/views.md)
        weightscope --help | --version";
 
 /// Errors in the command line itself.
@@ -79,6 +87,42 @@ pub enum UsageError {
         /// What it takes.
         expected: &'static str,
     },
+}
+
+fn parse_diff(args: &[OsString]) -> Result<Command, UsageError> {
+    let mut paths = Vec::new();
+    let (mut json, mut view_a, mut view_b) = (false, ViewChoice::Auto, ViewChoice::Auto);
+    let mut rest = args.iter();
+    while let Some(arg) = rest.next() {
+        let text = arg.to_string_lossy();
+        let mut value = |option: &'static str| {
+            rest.next()
+                .map(|v| v.to_string_lossy().into_owned())
+                .ok_or(UsageError::Missing(option, "a value"))
+        };
+        match text.as_ref() {
+            "--json" => json = true,
+            "--view-a" => view_a = ViewChoice::parse(&value("--view-a")?),
+            "--view-b" => view_b = ViewChoice::parse(&value("--view-b")?),
+            opt if opt.starts_with("--") => return Err(UsageError::UnknownOption(opt.to_owned())),
+            _ if paths.len() < 2 => paths.push(PathBuf::from(arg)),
+            other => return Err(UsageError::Unexpected(other.to_owned())),
+        }
+    }
+    let mut paths = paths.into_iter();
+    let a = paths
+        .next()
+        .ok_or(UsageError::Missing("diff", "two paths, A and B"))?;
+    let b = paths
+        .next()
+        .ok_or(UsageError::Missing("diff", "two paths, A and B"))?;
+    Ok(Command::Diff(DiffArgs {
+        a,
+        b,
+        view_a,
+        view_b,
+        json,
+    }))
 }
 
 fn parse_walk(args: &[OsString]) -> Result<Command, UsageError> {
@@ -168,6 +212,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, UsageE
         Some("-V" | "--version") => (Command::Version, 1),
         Some("device") => (Command::Device, 1),
         Some("walk") => (parse_walk(&args[1..])?, args.len()),
+        Some("diff") => (parse_diff(&args[1..])?, args.len()),
         Some(command @ ("inspect" | "tensor")) => {
             let mut positional = Vec::new();
             let mut json = false;
@@ -319,6 +364,35 @@ mod tests {
         assert_eq!(
             parse_strs(&["walk", "m", "x", "--policy", "retain"]),
             Err(UsageError::Unexpected("x".into()))
+        );
+    }
+
+    #[test]
+    fn diff_takes_two_paths_and_views() {
+        let Ok(Command::Diff(args)) = parse_strs(&[
+            "diff",
+            "a",
+            "--view-a",
+            "qwen3-next",
+            "b",
+            "--view-b",
+            "v.json",
+            "--json",
+        ]) else {
+            panic!("diff parses");
+        };
+        assert_eq!(args.a, PathBuf::from("a"));
+        assert_eq!(args.b, PathBuf::from("b"));
+        assert_eq!(args.view_a, ViewChoice::Builtin("qwen3-next".into()));
+        assert_eq!(args.view_b, ViewChoice::File(PathBuf::from("v.json")));
+        assert!(args.json);
+        assert_eq!(
+            parse_strs(&["diff", "a"]),
+            Err(UsageError::Missing("diff", "two paths, A and B"))
+        );
+        assert_eq!(
+            parse_strs(&["diff", "a", "b", "c"]),
+            Err(UsageError::Unexpected("c".into()))
         );
     }
 

@@ -9,6 +9,7 @@ mod device;
 mod memory;
 mod shard;
 mod stats;
+mod transform;
 
 pub use device::{DeviceInfo, DeviceKind, GPU_BACKEND, default_device, gpu_available};
 pub use memory::{
@@ -17,6 +18,7 @@ pub use memory::{
 pub use mlx_rs::{Array, Dtype};
 pub use shard::ShardMap;
 pub use stats::{Heatmap, Histogram, Stats, ValueSummary, dequantize, summarize};
+pub use transform::{Difference, add_scalar, difference, dtype_named, move_axis, swap_axes};
 
 use std::path::PathBuf;
 

@@ -14,12 +14,19 @@
 //! [`Weights::release_shard`] as they leave each shard.
 
 pub mod demo;
+mod diff;
 mod native;
 mod preview;
+mod rules;
 mod view;
 
+pub use diff::{Changed, Common, DiffFailure, DiffProgress, DiffReport, diff};
 pub use native::{MlxNative, Native};
-pub use preview::{PreviewOptions, TensorPreview};
+pub use preview::{PreviewOptions, QuantMaps, TensorPreview};
+pub use rules::{
+    BUILTIN_VIEWS, CompiledView, DropRule, FixupOp, FixupRule, RenameRule, ViewChoice, ViewError,
+    ViewInfo, ViewRules,
+};
 pub use view::{Fixup, View};
 
 use std::collections::HashMap;
@@ -68,6 +75,10 @@ pub struct Weights<N: Native = MlxNative> {
     /// whatever [`Weights::release`] did (the profiler's attribution).
     resident: HashMap<usize, HashMap<String, u64>>,
     view: Option<View>,
+    /// What the installed rule view did to the names (for people).
+    view_info: Option<Arc<ViewInfo>>,
+    /// Canonical names whose fix-up changed the value.
+    fixed: std::collections::HashSet<String>,
 }
 
 impl Weights<MlxNative> {
@@ -110,6 +121,8 @@ impl<N: Native> Weights<N> {
             arrays: HashMap::new(),
             resident: HashMap::new(),
             view: None,
+            view_info: None,
+            fixed: std::collections::HashSet::new(),
         })
     }
 
@@ -142,6 +155,43 @@ impl<N: Native> Weights<N> {
         }
         self.view = Some(view);
         Ok(())
+    }
+
+    /// Installs a compiled rule view (see [`Weights::set_view`]) and keeps
+    /// what it did to the names.
+    ///
+    /// # Errors
+    /// [`WeightsError::ViewTooLate`] when a tensor was already materialized.
+    pub fn install(&mut self, compiled: CompiledView) -> Result<Arc<ViewInfo>, WeightsError> {
+        self.set_view(compiled.view)?;
+        let info = Arc::new(compiled.info);
+        self.view_info = Some(Arc::clone(&info));
+        Ok(info)
+    }
+
+    /// What the installed rule view did to the names, if one is installed.
+    #[must_use]
+    pub fn view_info(&self) -> Option<&Arc<ViewInfo>> {
+        self.view_info.as_ref()
+    }
+
+    /// Whether the view's fix-up changed the value of `name` (known once
+    /// the tensor was asked for).
+    #[must_use]
+    pub fn is_fixed(&self, name: &str) -> bool {
+        self.fixed.contains(name)
+    }
+
+    /// The stored array behind canonical `name`, before any fix-up.
+    ///
+    /// # Errors
+    /// No such tensor, or MLX cannot reopen its shard.
+    pub fn stored_of(&mut self, name: &str) -> Result<Array, WeightsError> {
+        let source = self
+            .source(name)
+            .ok_or_else(|| WeightsError::NoTensor(name.to_owned()))?
+            .to_owned();
+        self.stored(&source)
     }
 
     /// The installed view, if any.
@@ -214,7 +264,13 @@ impl<N: Native> Weights<N> {
         // The fixed array is a lazy graph node holding its own reference to the
         // source, so the raw handle can go at once.
         let array = match self.view.as_ref().and_then(|v| v.fixup.as_ref()) {
-            Some(fixup) => fixup(name, &raw)?.unwrap_or(raw),
+            Some(fixup) => match fixup(name, &raw)? {
+                Some(fixed) => {
+                    self.fixed.insert(name.to_owned());
+                    fixed
+                }
+                None => raw,
+            },
             None => raw,
         };
         self.arrays.insert(name.to_owned(), array.clone());

@@ -56,6 +56,21 @@ pub struct TensorPreview {
     pub quantized: Option<QuantParams>,
     /// Statistics, histogram, first values, heatmap.
     pub values: ValueSummary,
+    /// The view's fix-ups that changed this value (empty: none).
+    pub fixups: Vec<String>,
+    /// The stored value's summary before the fix-ups, when there were any.
+    pub before_fixup: Option<ValueSummary>,
+    /// For an MLX-quantized weight: heatmaps of its per-group scales and biases.
+    pub quant_maps: Option<QuantMaps>,
+}
+
+/// Heatmaps of a quantized weight's per-group scales and biases.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QuantMaps {
+    /// Scales (rows x groups), downsampled like any heatmap.
+    pub scales: Option<mlx::Heatmap>,
+    /// Biases, when the layout has them.
+    pub biases: Option<mlx::Heatmap>,
 }
 
 impl<N: Native> Weights<N> {
@@ -80,6 +95,7 @@ impl<N: Native> Weights<N> {
         let start = Instant::now();
         let array = self.materialize(name)?;
         let quant = self.checkpoint.quantized_weight(&info.name);
+        let mut quant_maps = None;
         let (values, quantized) = match quant {
             Some(q) => {
                 let tensors = self.checkpoint.tensors();
@@ -99,6 +115,13 @@ impl<N: Native> Weights<N> {
                 if let Some(biases_name) = &biases_name {
                     self.note_resident(biases_name);
                 }
+                let map = |a: &mlx::Array| -> Result<Option<mlx::Heatmap>, WeightsError> {
+                    Ok(mlx::summarize(a, 1, 2, options.heatmap)?.heatmap)
+                };
+                quant_maps = Some(QuantMaps {
+                    scales: map(&scales)?,
+                    biases: biases.as_ref().map(map).transpose()?.flatten(),
+                });
                 (dequantized, Some(q.params))
             }
             None => (array, None),
@@ -107,6 +130,17 @@ impl<N: Native> Weights<N> {
 
         let start = Instant::now();
         let summary = mlx::summarize(&values, options.first, options.bins, options.heatmap)?;
+        let (fixups, before_fixup) = if self.is_fixed(name) {
+            let rules = self
+                .view_info()
+                .map(|v| v.fixups_for(name).into_iter().map(str::to_owned).collect())
+                .unwrap_or_default();
+            let raw = self.stored_of(name)?;
+            let before = mlx::summarize(&raw, options.first, options.bins, options.heatmap)?;
+            (rules, Some(before))
+        } else {
+            (Vec::new(), None)
+        };
         let summary_millis = start.elapsed().as_secs_f64() * 1e3;
         Ok(TensorPreview {
             name: name.to_owned(),
@@ -121,6 +155,9 @@ impl<N: Native> Weights<N> {
             value_shape: values.shape().to_vec(),
             quantized,
             values: summary,
+            fixups,
+            before_fixup,
+            quant_maps,
         })
     }
 }

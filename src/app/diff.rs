@@ -1,0 +1,301 @@
+//! The diff tab: compare the open checkpoint (A, through its view) with
+//! another (B, through its own), one tensor at a time on the MLX worker, with
+//! progress, cancel and a sortable result table.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use crate::weights::{DiffProgress, DiffReport, ViewChoice};
+use crate::worker::Command;
+
+use super::{Action, WeightscopeApp};
+
+/// Columns the result table sorts by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(super) enum DiffSort {
+    /// A's walk order.
+    #[default]
+    Order,
+    Name,
+    MaxAbs,
+    Relative,
+}
+
+/// What the diff tab shows and remembers.
+#[derive(Default)]
+pub(super) struct DiffState {
+    pub other_input: String,
+    pub view_input: String,
+    pub running: Option<(DiffProgress, Instant)>,
+    pub report: Option<Box<DiffReport>>,
+    pub error: Option<String>,
+    pub sort: DiffSort,
+    pub descending: bool,
+    /// Positions in `report.common`, sorted.
+    rows: Vec<usize>,
+    /// Show only tensors whose values differ.
+    pub only_differing: bool,
+}
+
+impl DiffState {
+    fn resort(&mut self) {
+        let Some(report) = &self.report else {
+            self.rows.clear();
+            return;
+        };
+        let common = &report.common;
+        self.rows = (0..common.len())
+            .filter(|&i| {
+                let c = &common[i];
+                !self.only_differing || c.max_abs_diff != 0.0 || c.nan || c.inf
+            })
+            .collect();
+        match self.sort {
+            DiffSort::Order => {}
+            DiffSort::Name => self
+                .rows
+                .sort_by(|&a, &b| common[a].name.cmp(&common[b].name)),
+            DiffSort::MaxAbs => self
+                .rows
+                .sort_by(|&a, &b| common[a].max_abs_diff.total_cmp(&common[b].max_abs_diff)),
+            DiffSort::Relative => self
+                .rows
+                .sort_by(|&a, &b| common[a].rel_error.total_cmp(&common[b].rel_error)),
+        }
+        if self.descending {
+            self.rows.reverse();
+        }
+    }
+}
+
+impl WeightscopeApp {
+    /// Starts diffing the open checkpoint against `other` (view from the view field).
+    pub fn start_diff(&mut self, other: PathBuf) {
+        let view = ViewChoice::parse(match self.diff.view_input.trim() {
+            "" => "auto",
+            text => text,
+        });
+        self.diff.error = None;
+        self.diff.report = None;
+        self.diff.rows.clear();
+        self.send(Command::Diff { other, view });
+        self.diff.running = Some((
+            DiffProgress {
+                done: 0,
+                total: 0,
+                name: String::new(),
+            },
+            Instant::now(),
+        ));
+    }
+
+    /// Whether a diff is running.
+    #[must_use]
+    pub fn is_diffing(&self) -> bool {
+        self.diff.running.is_some()
+    }
+
+    /// The last diff's report.
+    #[must_use]
+    pub fn diff_report(&self) -> Option<&DiffReport> {
+        self.diff.report.as_deref()
+    }
+
+    pub(super) fn apply_diff_progress(&mut self, progress: DiffProgress) {
+        if let Some((current, _)) = &mut self.diff.running {
+            *current = progress;
+        }
+    }
+
+    pub(super) fn apply_diff_finished(&mut self, result: Result<Box<DiffReport>, String>) {
+        self.diff.running = None;
+        match result {
+            Ok(report) => {
+                self.diff.report = Some(report);
+                self.diff.resort();
+            }
+            Err(error) => self.diff.error = Some(error),
+        }
+    }
+
+    pub(super) fn diff_ui(&mut self, ui: &mut egui::Ui) {
+        if self.checkpoint.is_none() {
+            ui.label("Open a checkpoint (A), then choose B to compare it with.");
+            return;
+        }
+        ui.horizontal(|ui| {
+            let label = ui.label("Compare with (B)");
+            ui.add(
+                egui::TextEdit::singleline(&mut self.diff.other_input)
+                    .hint_text("folder or .safetensors file")
+                    .desired_width(360.0),
+            )
+            .labelled_by(label.id);
+            if ui.button("Choose B…").clicked() {
+                self.actions.push(Action::PickDiffFolder);
+            }
+            let label = ui.label("B's view");
+            ui.add(
+                egui::TextEdit::singleline(&mut self.diff.view_input)
+                    .hint_text("auto, identity, qwen3-next or a view file")
+                    .desired_width(200.0),
+            )
+            .labelled_by(label.id);
+            let running = self.diff.running.is_some();
+            if running {
+                if ui.button("Cancel diff").clicked() {
+                    self.worker.cancel_walk();
+                }
+            } else {
+                let has_b = !self.diff.other_input.trim().is_empty();
+                if ui
+                    .add_enabled(has_b, egui::Button::new("Run diff"))
+                    .on_hover_text("A is the open checkpoint, through the view above")
+                    .clicked()
+                {
+                    let other = PathBuf::from(self.diff.other_input.trim());
+                    self.start_diff(other);
+                }
+            }
+        });
+        if let Some((progress, since)) = &self.diff.running {
+            let fraction = if progress.total == 0 {
+                0.0
+            } else {
+                progress.done as f32 / progress.total as f32
+            };
+            ui.add(egui::ProgressBar::new(fraction).text(format!(
+                "{} of {} tensors, {:.1} s {}",
+                progress.done,
+                progress.total,
+                since.elapsed().as_secs_f64(),
+                progress.name
+            )));
+        }
+        if let Some(error) = &self.diff.error {
+            ui.colored_label(ui.visuals().error_fg_color, format!("diff: {error}"));
+        }
+        self.diff_results_ui(ui);
+    }
+
+    fn diff_results_ui(&mut self, ui: &mut egui::Ui) {
+        let Some(report) = self.diff.report.as_deref() else {
+            return;
+        };
+        let differing = report.differing().count();
+        ui.label(format!(
+            "{} compared, {differing} differ; {} only in A, {} only in B, {} changed shape or dtype, {} failed; peak MLX active {} (two largest shards: {}){}",
+            report.common.len(),
+            report.only_in_a.len(),
+            report.only_in_b.len(),
+            report.changed.len(),
+            report.failed.len(),
+            crate::units::human_bytes(report.peak_mlx_active_bytes),
+            crate::units::human_bytes(report.two_shards_bytes),
+            if report.cancelled { ", cancelled" } else { "" }
+        ));
+        for (title, names) in [
+            ("Only in A", &report.only_in_a),
+            ("Only in B", &report.only_in_b),
+        ] {
+            if !names.is_empty() {
+                egui::CollapsingHeader::new(format!("{title} ({})", names.len()))
+                    .id_salt(title)
+                    .show(ui, |ui| {
+                        for name in names.iter().take(1000) {
+                            ui.monospace(name);
+                        }
+                    });
+            }
+        }
+        if !report.changed.is_empty() {
+            egui::CollapsingHeader::new(format!(
+                "Changed shape or dtype ({})",
+                report.changed.len()
+            ))
+            .id_salt("changed")
+            .show(ui, |ui| {
+                for c in report.changed.iter().take(1000) {
+                    ui.monospace(format!(
+                        "{}: {} {:?} -> {} {:?}",
+                        c.name, c.a_dtype, c.a_shape, c.b_dtype, c.b_shape
+                    ));
+                }
+            });
+        }
+        for f in &report.failed {
+            ui.colored_label(
+                ui.visuals().error_fg_color,
+                format!("{}: {}", f.name, f.error),
+            );
+        }
+        ui.separator();
+        self.diff_table_ui(ui);
+    }
+
+    fn diff_table_ui(&mut self, ui: &mut egui::Ui) {
+        let mut sort_changed = false;
+        ui.horizontal(|ui| {
+            for (label, column) in [
+                ("Order", DiffSort::Order),
+                ("Name", DiffSort::Name),
+                ("Max |a-b|", DiffSort::MaxAbs),
+                ("Relative error", DiffSort::Relative),
+            ] {
+                let mark = match (self.diff.sort == column, self.diff.descending) {
+                    (true, false) => " (asc)",
+                    (true, true) => " (desc)",
+                    (false, _) => "",
+                };
+                if ui.button(format!("{label}{mark}")).clicked() {
+                    if self.diff.sort == column {
+                        self.diff.descending = !self.diff.descending;
+                    } else {
+                        self.diff.sort = column;
+                        self.diff.descending =
+                            column != DiffSort::Order && column != DiffSort::Name;
+                    }
+                    sort_changed = true;
+                }
+            }
+            sort_changed |= ui
+                .checkbox(&mut self.diff.only_differing, "Only differing")
+                .changed();
+        });
+        if sort_changed {
+            self.diff.resort();
+        }
+        let Some(report) = self.diff.report.as_deref() else {
+            return;
+        };
+        let rows = &self.diff.rows;
+        let row_height = ui.text_style_height(&egui::TextStyle::Monospace) + 4.0;
+        egui::ScrollArea::vertical()
+            .id_salt("diff-scroll")
+            .auto_shrink([false, false])
+            .show_rows(ui, row_height, rows.len(), |ui, range| {
+                for &i in &rows[range] {
+                    let c = &report.common[i];
+                    let flags = match (c.nan, c.inf) {
+                        (true, true) => " NaN Inf",
+                        (true, false) => " NaN",
+                        (false, true) => " Inf",
+                        (false, false) => "",
+                    };
+                    let text = format!(
+                        "{:>11.3e} {:>11.3e}{flags:8}  {}",
+                        c.max_abs_diff, c.rel_error, c.name
+                    );
+                    let color = if c.max_abs_diff != 0.0 || c.nan || c.inf {
+                        ui.visuals().warn_fg_color
+                    } else {
+                        ui.visuals().text_color()
+                    };
+                    ui.add(
+                        egui::Label::new(egui::RichText::new(text).monospace().color(color))
+                            .truncate(),
+                    );
+                }
+            });
+    }
+}

@@ -1,0 +1,687 @@
+//! Views as rules: the built-in views (picked from `config.json`) and user
+//! views from a small JSON file, compiled against a checkpoint's names into
+//! the [`View`] the Weights core applies.
+//!
+//! A rule set has three parts, applied to every stored name in this order:
+//! drops (a matching name does not exist for the graph), renames (the first
+//! matching rule rewrites the name, regex captures allowed), and fix-ups
+//! (every matching rule repairs the value, lazily, in order).
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+use regex::Regex;
+
+use crate::checkpoint::Checkpoint;
+use crate::mlx::{self, Array, MlxError};
+
+use super::View;
+
+/// Which view to install when opening a checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum ViewChoice {
+    /// Pick from `config.json` (`model_type`) and the names (see [`ViewChoice::resolve`]).
+    #[default]
+    Auto,
+    /// No view: canonical names are the stored names.
+    Identity,
+    /// A built-in view by name (`qwen3-next`).
+    Builtin(String),
+    /// A user view file.
+    File(PathBuf),
+}
+
+impl ViewChoice {
+    /// Parses a command-line value: `auto`, `identity`, a built-in name, or a path.
+    #[must_use]
+    pub fn parse(text: &str) -> Self {
+        match text {
+            "auto" => Self::Auto,
+            "identity" | "none" => Self::Identity,
+            name if BUILTIN_VIEWS.contains(&name) => Self::Builtin(name.to_owned()),
+            path => Self::File(PathBuf::from(path)),
+        }
+    }
+
+    /// The rules to install for `checkpoint` (`None`: no view).
+    ///
+    /// `Auto` installs the Qwen3-Next view only for a checkpoint that looks
+    /// like the Hugging Face source (its `model_type` is `qwen3_next` or
+    /// `qwen3_5*`, and some name still needs the view: the
+    /// `model.language_model.` prefix, an `mtp.` tensor, or a conv1d weight
+    /// in the source layout). An MLX-converted checkpoint already had these
+    /// fixes; applying them twice would add 1 to the norms again.
+    ///
+    /// # Errors
+    /// An unknown built-in name, or a view file that cannot be read or has
+    /// a bad rule.
+    pub fn resolve(&self, checkpoint: &Checkpoint) -> Result<Option<ViewRules>, ViewError> {
+        match self {
+            Self::Identity => Ok(None),
+            Self::Builtin(name) => builtin(name).map(Some),
+            Self::File(path) => ViewRules::load(path).map(Some),
+            Self::Auto => {
+                let model_type = checkpoint
+                    .config()
+                    .and_then(|c| c.model_type.as_deref())
+                    .unwrap_or("");
+                let qwen = model_type == "qwen3_next" || model_type.starts_with("qwen3_5");
+                let needs = checkpoint.tensors().iter().any(|t| {
+                    t.name.starts_with("model.language_model.")
+                        || t.name.starts_with("mtp.")
+                        || (t.name.ends_with("conv1d.weight")
+                            && t.shape.len() == 3
+                            && t.shape.last().is_some_and(|&k| k != 1))
+                });
+                Ok((qwen && needs).then(ViewRules::qwen3_next))
+            }
+        }
+    }
+}
+
+/// Names of the built-in views.
+pub const BUILTIN_VIEWS: [&str; 1] = ["qwen3-next"];
+
+fn builtin(name: &str) -> Result<ViewRules, ViewError> {
+    match name {
+        "qwen3-next" => Ok(ViewRules::qwen3_next()),
+        other => Err(ViewError::UnknownBuiltin(other.to_owned())),
+    }
+}
+
+/// What a fix-up does to a value.
+#[derive(Debug, Clone, PartialEq)]
+pub enum FixupOp {
+    /// Add a constant (keeping the dtype).
+    Add(f32),
+    /// Move axis `from` to position `to`.
+    MoveAxis(i32, i32),
+    /// Swap two axes.
+    SwapAxes(i32, i32),
+    /// Cast to a dtype (safetensors name: `F16`, `BF16`, `F32`, …).
+    Cast(String),
+}
+
+impl FixupOp {
+    fn apply(&self, array: &Array) -> Result<Array, MlxError> {
+        match self {
+            Self::Add(value) => mlx::add_scalar(array, *value),
+            Self::MoveAxis(from, to) => mlx::move_axis(array, *from, *to),
+            Self::SwapAxes(a, b) => mlx::swap_axes(array, *a, *b),
+            Self::Cast(dtype) => {
+                let dtype = mlx::dtype_named(dtype).ok_or_else(|| MlxError::Op {
+                    operation: "cast",
+                    message: format!("unknown dtype `{dtype}`"),
+                })?;
+                mlx::cast(array, dtype)
+            }
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            Self::Add(v) => format!("add {v}"),
+            Self::MoveAxis(a, b) => format!("move axis {a} to {b}"),
+            Self::SwapAxes(a, b) => format!("swap axes {a} and {b}"),
+            Self::Cast(d) => format!("cast to {d}"),
+        }
+    }
+}
+
+/// One rename: names matching `pattern` become `to` (`$1` etc. for captures).
+#[derive(Debug, Clone)]
+pub struct RenameRule {
+    /// What it matches (stored names).
+    pub pattern: Regex,
+    /// The replacement.
+    pub to: String,
+    /// Where it came from, for messages ("rename[0], line 3").
+    pub origin: String,
+}
+
+/// One drop: stored names matching `pattern` do not exist for the graph.
+#[derive(Debug, Clone)]
+pub struct DropRule {
+    /// What it matches (stored names).
+    pub pattern: Regex,
+    /// Why, in words.
+    pub reason: String,
+    /// Where it came from.
+    pub origin: String,
+}
+
+/// One fix-up: canonical names matching `pattern` get `op`, when the guards hold.
+#[derive(Debug, Clone)]
+pub struct FixupRule {
+    /// What it matches (canonical names).
+    pub pattern: Regex,
+    /// What it does.
+    pub op: FixupOp,
+    /// Only arrays with this many dimensions.
+    pub if_ndim: Option<usize>,
+    /// Not when the last dimension is this (already in the target layout).
+    pub unless_last_dim: Option<i32>,
+    /// Why, in words.
+    pub reason: String,
+    /// Where it came from.
+    pub origin: String,
+}
+
+impl FixupRule {
+    fn applies(&self, name: &str, array: &Array) -> bool {
+        let shape = array.shape();
+        self.pattern.is_match(name)
+            && self.if_ndim.is_none_or(|n| shape.len() == n)
+            && self
+                .unless_last_dim
+                .is_none_or(|d| shape.last().is_some_and(|&last| last != d))
+    }
+
+    /// One line for people.
+    #[must_use]
+    pub fn describe(&self) -> String {
+        format!("{} ({}; {})", self.op.describe(), self.reason, self.origin)
+    }
+}
+
+/// A view's rules, before they meet a checkpoint.
+#[derive(Debug, Clone, Default)]
+pub struct ViewRules {
+    /// Its name ("qwen3-next", or the file's path).
+    pub name: String,
+    /// Renames, first match wins.
+    pub renames: Vec<RenameRule>,
+    /// Drops.
+    pub drops: Vec<DropRule>,
+    /// Fix-ups, every match applies in order.
+    pub fixups: Vec<FixupRule>,
+}
+
+fn re(pattern: &str) -> Regex {
+    // Built-in patterns are constants checked by the tests.
+    Regex::new(pattern).unwrap_or_else(|_| Regex::new("$^").expect("an empty regex compiles"))
+}
+
+impl ViewRules {
+    /// The Qwen3-Next / Qwen3.5 view, as mlx-lm's `sanitize()` does it for
+    /// the Hugging Face checkpoints (rules and reasons: docs/views.md).
+    #[must_use]
+    pub fn qwen3_next() -> Self {
+        let origin = |s: &str| format!("qwen3-next: {s}");
+        Self {
+            name: "qwen3-next".into(),
+            renames: vec![RenameRule {
+                pattern: re(r"^model\.language_model\.(.+)$"),
+                to: "model.$1".into(),
+                origin: origin("the language model's prefix"),
+            }],
+            drops: vec![
+                DropRule {
+                    pattern: re(r"^mtp\."),
+                    reason: "multi-token-prediction head (mlx-lm does not load it)".into(),
+                    origin: origin("drop mtp.*"),
+                },
+                DropRule {
+                    pattern: re(r"^(model\.)?visual\.|^model\.vision_tower\.|^vision_tower\."),
+                    reason: "vision tower (text-only use)".into(),
+                    origin: origin("drop the vision tower"),
+                },
+            ],
+            fixups: vec![
+                FixupRule {
+                    pattern: re(
+                        r"(\.input_layernorm|\.post_attention_layernorm|\.q_norm|\.k_norm)\.weight$|^model\.norm\.weight$",
+                    ),
+                    op: FixupOp::Add(1.0),
+                    if_ndim: Some(1),
+                    unless_last_dim: None,
+                    reason: "RMSNorm weight stored as gamma - 1".into(),
+                    origin: origin("norms + 1"),
+                },
+                FixupRule {
+                    pattern: re(r"conv1d\.weight$"),
+                    op: FixupOp::MoveAxis(2, 1),
+                    if_ndim: Some(3),
+                    unless_last_dim: Some(1),
+                    reason: "conv1d stored as [out, in/groups, k]; MLX wants [out, k, in/groups]"
+                        .into(),
+                    origin: origin("conv1d layout"),
+                },
+            ],
+        }
+    }
+
+    /// Reads a user view file (JSON; see docs/views.md).
+    ///
+    /// # Errors
+    /// The file cannot be read, is not JSON of the right shape, or a rule is
+    /// bad (a regex that does not compile, an unknown fix-up): the error
+    /// names the file, the line and the rule.
+    pub fn load(path: &Path) -> Result<Self, ViewError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ViewError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::parse(path, &text)
+    }
+
+    /// Parses the text of a user view file.
+    ///
+    /// # Errors
+    /// As [`ViewRules::load`].
+    pub fn parse(path: &Path, text: &str) -> Result<Self, ViewError> {
+        let raw: RawView = serde_json::from_str(text).map_err(|e| ViewError::Json {
+            path: path.to_path_buf(),
+            line: e.line(),
+            message: strip_position(&e.to_string()),
+        })?;
+        let rule_error = |rule: String, needle: &str, message: String| ViewError::Rule {
+            path: path.to_path_buf(),
+            line: line_of(text, needle),
+            rule,
+            message,
+        };
+        let compile = |rule: &str, pattern: &str| {
+            Regex::new(pattern).map_err(|e| {
+                let message = e.to_string();
+                let message = message.lines().last().unwrap_or(&message).trim().to_owned();
+                rule_error(
+                    rule.to_owned(),
+                    pattern,
+                    format!("bad regex `{pattern}`: {message}"),
+                )
+            })
+        };
+        let origin = |rule: &str, needle: &str| {
+            format!(
+                "{rule}, line {} of {}",
+                line_of(text, needle),
+                path.display()
+            )
+        };
+        let mut rules = Self {
+            name: raw.name.unwrap_or_else(|| path.display().to_string()),
+            ..Self::default()
+        };
+        for (i, rename) in raw.rename.iter().enumerate() {
+            let rule = format!("rename[{i}]");
+            rules.renames.push(RenameRule {
+                pattern: compile(&rule, &rename.from)?,
+                to: rename.to.clone(),
+                origin: origin(&rule, &rename.from),
+            });
+        }
+        for (i, drop) in raw.drop.iter().enumerate() {
+            let rule = format!("drop[{i}]");
+            let (pattern, reason) = match drop {
+                RawDrop::Pattern(p) => (p.clone(), "dropped by the view file".to_owned()),
+                RawDrop::Rule { pattern, reason } => (
+                    pattern.clone(),
+                    reason
+                        .clone()
+                        .unwrap_or_else(|| "dropped by the view file".into()),
+                ),
+            };
+            rules.drops.push(DropRule {
+                pattern: compile(&rule, &pattern)?,
+                origin: origin(&rule, &pattern),
+                reason,
+            });
+        }
+        for (i, fixup) in raw.fixup.iter().enumerate() {
+            let rule = format!("fixup[{i}]");
+            let pattern = compile(&rule, &fixup.pattern)?;
+            let op = fixup_op(fixup)
+                .map_err(|message| rule_error(rule.clone(), &fixup.pattern, message))?;
+            rules.fixups.push(FixupRule {
+                pattern,
+                op,
+                if_ndim: fixup.if_ndim,
+                unless_last_dim: None,
+                reason: fixup
+                    .reason
+                    .clone()
+                    .unwrap_or_else(|| "fixed by the view file".into()),
+                origin: origin(&rule, &fixup.pattern),
+            });
+        }
+        Ok(rules)
+    }
+
+    /// The canonical name of `stored`, or why it is dropped.
+    fn map_name(&self, stored: &str) -> Result<String, &DropRule> {
+        if let Some(drop) = self.drops.iter().find(|d| d.pattern.is_match(stored)) {
+            return Err(drop);
+        }
+        Ok(self
+            .renames
+            .iter()
+            .find(|r| r.pattern.is_match(stored))
+            .map_or_else(
+                || stored.to_owned(),
+                |r| r.pattern.replace(stored, r.to.as_str()).into_owned(),
+            ))
+    }
+
+    /// Applies the rules to `checkpoint`'s names.
+    ///
+    /// # Errors
+    /// Two stored names that become one canonical name.
+    pub fn compile(&self, checkpoint: &Checkpoint) -> Result<CompiledView, ViewError> {
+        let tensors = checkpoint.tensors();
+        let mut names = BTreeMap::new();
+        let mut canonical_of = Vec::with_capacity(tensors.len());
+        let mut dropped = Vec::new();
+        let mut first_source: HashMap<String, usize> = HashMap::new();
+        for (i, tensor) in tensors.iter().enumerate() {
+            match self.map_name(&tensor.name) {
+                Err(drop) => {
+                    dropped.push((i, format!("{} ({})", drop.reason, drop.origin)));
+                    canonical_of.push(None);
+                }
+                Ok(canonical) => {
+                    if let Some(&first) = first_source.get(&canonical) {
+                        return Err(ViewError::Collision {
+                            view: self.name.clone(),
+                            canonical,
+                            first: tensors[first].name.clone(),
+                            second: tensor.name.clone(),
+                        });
+                    }
+                    first_source.insert(canonical.clone(), i);
+                    names.insert(canonical.clone(), tensor.name.clone());
+                    canonical_of.push(Some(canonical));
+                }
+            }
+        }
+        let fixups = self.fixups.clone();
+        let mut view = View { names, fixup: None };
+        if !fixups.is_empty() {
+            view = view.with_fixup(move |name, array| {
+                let mut fixed: Option<Array> = None;
+                for rule in &fixups {
+                    let current = fixed.as_ref().unwrap_or(array);
+                    if rule.applies(name, current) {
+                        fixed = Some(rule.op.apply(current)?);
+                    }
+                }
+                Ok(fixed)
+            });
+        }
+        Ok(CompiledView {
+            info: ViewInfo {
+                name: self.name.clone(),
+                canonical_of,
+                dropped,
+                fixup_rules: self.fixups.iter().map(FixupRule::describe).collect(),
+                fixup_patterns: self.fixups.iter().map(|f| f.pattern.clone()).collect(),
+            },
+            view,
+        })
+    }
+}
+
+/// A view ready to install, with what it did to the names.
+pub struct CompiledView {
+    /// What the UI and the CLI show.
+    pub info: ViewInfo,
+    /// What the Weights core installs.
+    pub view: View,
+}
+
+/// What a compiled view did to a checkpoint's names (shared with the UI).
+#[derive(Debug, Clone, Default)]
+pub struct ViewInfo {
+    /// The view's name.
+    pub name: String,
+    /// Per stored tensor (by position in the checkpoint): its canonical
+    /// name, or `None` when the view drops it.
+    pub canonical_of: Vec<Option<String>>,
+    /// Dropped stored tensors (positions) with the rule that dropped each.
+    pub dropped: Vec<(usize, String)>,
+    /// The fix-up rules, described.
+    pub fixup_rules: Vec<String>,
+    fixup_patterns: Vec<Regex>,
+}
+
+impl ViewInfo {
+    /// The fix-up rules whose name pattern matches canonical `name` (the
+    /// shape guards are checked when the value is read).
+    #[must_use]
+    pub fn fixups_for(&self, name: &str) -> Vec<&str> {
+        self.fixup_patterns
+            .iter()
+            .zip(&self.fixup_rules)
+            .filter(|(p, _)| p.is_match(name))
+            .map(|(_, d)| d.as_str())
+            .collect()
+    }
+
+    /// How many stored names the view renamed.
+    #[must_use]
+    pub fn renamed(&self, checkpoint: &Checkpoint) -> usize {
+        self.canonical_of
+            .iter()
+            .zip(checkpoint.tensors())
+            .filter(|(c, t)| c.as_ref().is_some_and(|c| *c != t.name))
+            .count()
+    }
+}
+
+/// Why a view could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum ViewError {
+    /// No built-in view of that name.
+    #[error("no built-in view named `{0}` (there is: qwen3-next)")]
+    UnknownBuiltin(String),
+    /// The view file cannot be read.
+    #[error("cannot read the view file {}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The view file is not JSON of the right shape.
+    #[error("view file {}: line {line}: {message}", path.display())]
+    Json {
+        /// The file.
+        path: PathBuf,
+        /// Where.
+        line: usize,
+        /// What serde says.
+        message: String,
+    },
+    /// One rule of the view file is bad.
+    #[error("view file {}: line {line}: rule {rule}: {message}", path.display())]
+    Rule {
+        /// The file.
+        path: PathBuf,
+        /// Where the rule is.
+        line: usize,
+        /// Which rule ("rename[1]").
+        rule: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// Two stored names map to one canonical name.
+    #[error("view {view}: `{first}` and `{second}` both become `{canonical}`")]
+    Collision {
+        /// The view.
+        view: String,
+        /// The canonical name.
+        canonical: String,
+        /// The first stored name.
+        first: String,
+        /// The second.
+        second: String,
+    },
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawView {
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    rename: Vec<RawRename>,
+    #[serde(default)]
+    drop: Vec<RawDrop>,
+    #[serde(default)]
+    fixup: Vec<RawFixup>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRename {
+    from: String,
+    to: String,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(untagged)]
+enum RawDrop {
+    Pattern(String),
+    Rule {
+        pattern: String,
+        #[serde(default)]
+        reason: Option<String>,
+    },
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFixup {
+    #[serde(rename = "match")]
+    pattern: String,
+    #[serde(default)]
+    add: Option<f32>,
+    #[serde(default)]
+    move_axis: Option<[i32; 2]>,
+    #[serde(default)]
+    swap_axes: Option<[i32; 2]>,
+    #[serde(default)]
+    cast: Option<String>,
+    #[serde(default)]
+    if_ndim: Option<usize>,
+    #[serde(default)]
+    reason: Option<String>,
+}
+
+/// The one fix-up a rule names, or what is wrong with it.
+fn fixup_op(fixup: &RawFixup) -> Result<FixupOp, String> {
+    let ops: Vec<FixupOp> = [
+        fixup.add.map(FixupOp::Add),
+        fixup.move_axis.map(|[a, b]| FixupOp::MoveAxis(a, b)),
+        fixup.swap_axes.map(|[a, b]| FixupOp::SwapAxes(a, b)),
+        fixup.cast.clone().map(FixupOp::Cast),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    match ops.as_slice() {
+        [FixupOp::Cast(dtype)] if mlx::dtype_named(dtype).is_none() => Err(format!(
+            "cannot cast to `{dtype}` (F16, BF16, F32, I8, U8, …)"
+        )),
+        [op] => Ok(op.clone()),
+        [] => Err("names no fix-up (one of add, move_axis, swap_axes, cast)".into()),
+        _ => Err("names more than one fix-up; write one rule per fix-up".into()),
+    }
+}
+
+/// The 1-based line where `needle` (as JSON writes it) first appears.
+fn line_of(text: &str, needle: &str) -> usize {
+    let quoted = serde_json::to_string(needle).unwrap_or_default();
+    text.find(&quoted)
+        .or_else(|| text.find(needle))
+        .map_or(1, |at| text[..at].matches('\n').count() + 1)
+}
+
+/// serde's message without its " at line L column C" tail (the line is reported apart).
+fn strip_position(message: &str) -> String {
+    message
+        .rfind(" at line ")
+        .map_or(message, |at| &message[..at])
+        .to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_builtin_patterns_compile() {
+        let rules = ViewRules::qwen3_next();
+        for pattern in rules
+            .renames
+            .iter()
+            .map(|r| &r.pattern)
+            .chain(rules.drops.iter().map(|d| &d.pattern))
+            .chain(rules.fixups.iter().map(|f| &f.pattern))
+        {
+            assert_ne!(pattern.as_str(), "$^", "a built-in pattern did not compile");
+        }
+        assert_eq!(
+            rules
+                .map_name("model.language_model.layers.3.mlp.gate.weight")
+                .ok(),
+            Some("model.layers.3.mlp.gate.weight".to_owned())
+        );
+        assert!(rules.map_name("mtp.fc.weight").is_err());
+        assert!(
+            rules
+                .map_name("model.visual.blocks.0.attn.qkv.weight")
+                .is_err()
+        );
+        assert_eq!(
+            rules.map_name("lm_head.weight").ok(),
+            Some("lm_head.weight".to_owned())
+        );
+    }
+
+    #[test]
+    fn a_bad_rule_is_named_with_its_line() {
+        let text = "{\n  \"rename\": [\n    {\"from\": \"^a\\\\.(.*)$\", \"to\": \"b.$1\"},\n    {\"from\": \"^(oops\", \"to\": \"x\"}\n  ]\n}\n";
+        let err = ViewRules::parse(Path::new("v.json"), text).expect_err("a bad regex");
+        let message = err.to_string();
+        assert!(message.contains("line 4"), "{message}");
+        assert!(message.contains("rule rename[1]"), "{message}");
+        assert!(message.contains("v.json"), "{message}");
+
+        let text = "{\"fixup\": [{\"match\": \"x\", \"add\": 1, \"cast\": \"F16\"}]}";
+        let err = ViewRules::parse(Path::new("v.json"), text).expect_err("two fix-ups");
+        assert!(err.to_string().contains("fixup[0]"), "{err}");
+
+        let text = "{\"fixup\": [{\"match\": \"x\", \"cast\": \"F7\"}]}";
+        let err = ViewRules::parse(Path::new("v.json"), text).expect_err("a bad dtype");
+        assert!(err.to_string().contains("F7"), "{err}");
+
+        let text = "{\n\"renames\": []\n}";
+        let err = ViewRules::parse(Path::new("v.json"), text).expect_err("unknown key");
+        assert!(err.to_string().contains("line 2"), "{err}");
+        assert!(!err.to_string().contains("column"), "{err}");
+    }
+
+    #[test]
+    fn a_view_file_renames_drops_and_fixes() {
+        let text = r#"{
+            "name": "mine",
+            "rename": [{"from": "^old\\.(.*)$", "to": "new.$1"}],
+            "drop": ["^skip\\.", {"pattern": "^aux\\.", "reason": "auxiliary head"}],
+            "fixup": [{"match": "norm$", "add": 1.0, "if_ndim": 1, "reason": "offset norm"}]
+        }"#;
+        let rules = ViewRules::parse(Path::new("v.json"), text).expect("parses");
+        assert_eq!(rules.name, "mine");
+        assert_eq!(
+            rules.map_name("old.layer.w").ok(),
+            Some("new.layer.w".to_owned())
+        );
+        assert_eq!(
+            rules.map_name("aux.head").map_err(|d| d.reason.clone()),
+            Err("auxiliary head".to_owned())
+        );
+        assert!(rules.map_name("skip.this").is_err());
+        assert_eq!(rules.fixups[0].op, FixupOp::Add(1.0));
+        assert!(rules.fixups[0].describe().contains("offset norm"));
+    }
+}
