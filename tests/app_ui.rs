@@ -40,6 +40,9 @@ fn browse_the_demo_filter_materialize_and_release() {
     );
     harness.get_by_label_contains("10 of 10 tensors");
     harness.get_by_label_contains("lm_head.weight");
+    // Logical parameters and bits per weight of the quantized layer, in the status bar.
+    harness.get_by_label_contains("-bit MLX quantized:");
+    harness.get_by_label_contains("bits per weight with scales and biases");
 
     // Grouped by layer: one group per layer number, names inside when opened.
     harness.get_by_label("Group by layer").click();
@@ -338,4 +341,99 @@ fn the_device_and_memory_series_are_labelled_for_the_backend() {
         "the strip says RSS is host memory only on a GPU"
     );
     eprintln!("backend checked: {}", device.describe());
+}
+
+/// A Qwen3-Next-shaped source (as Hugging Face stores it) and its MLX conversion.
+fn write_qwen_source_and_conversion(source: &std::path::Path, converted: &std::path::Path) {
+    let save = |path: std::path::PathBuf, tensors: &[(&str, Vec<f32>, Vec<i32>)]| {
+        let arrays: Vec<mlx::Array> = tensors
+            .iter()
+            .map(|(_, values, shape)| mlx::array_f32(values, shape))
+            .collect();
+        let pairs: Vec<(&str, &mlx::Array)> =
+            tensors.iter().map(|t| t.0).zip(arrays.iter()).collect();
+        mlx::save_safetensors(&path, &pairs).expect("MLX writes");
+    };
+    let head: Vec<f32> = (0..64).map(|i| i as f32 * 0.5).collect();
+    save(
+        source.join("model.safetensors"),
+        &[
+            ("model.language_model.layers.0.input_layernorm.weight", vec![0.25; 8], vec![8]),
+            ("mtp.fc.weight", vec![1.0; 4], vec![2, 2]),
+            ("lm_head.weight", head.clone(), vec![8, 8]),
+        ],
+    );
+    std::fs::write(source.join("config.json"), r#"{"model_type": "qwen3_next"}"#).expect("config");
+    save(
+        converted.join("model.safetensors"),
+        &[
+            ("model.layers.0.input_layernorm.weight", vec![1.25; 8], vec![8]),
+            ("lm_head.weight", head, vec![8, 8]),
+        ],
+    );
+}
+
+#[test]
+fn views_show_both_names_the_drops_and_the_fix_up_and_the_diff_tab_compares() {
+    let _lock = common::mlx_memory_lock();
+    let source = tempfile::tempdir().expect("tempdir");
+    let converted = tempfile::tempdir().expect("tempdir");
+    write_qwen_source_and_conversion(source.path(), converted.path());
+    let mut harness = harness(open_app(source.path()));
+    assert_eq!(harness.state().view().map(|v| v.name.as_str()), Some("qwen3-next"));
+    harness.get_by_label_contains("installed: qwen3-next");
+    harness.get_by_label_contains("View qwen3-next: 1 renamed, 1 dropped, 2 fix-up rules").click();
+    harness.run();
+    harness.get_by_label_contains("dropped mtp.fc.weight: multi-token-prediction head");
+    harness.get_by_label_contains("2 of 3 tensors");
+    // Canonical and stored names side by side.
+    harness
+        .get_by_label_contains(
+            "model.layers.0.input_layernorm.weight  <-  model.language_model.layers.0.input_layernorm.weight",
+        )
+        .click();
+    harness.step();
+    harness.state_mut().wait_for_worker().expect("materialized");
+    harness.run();
+    harness.get_by_label_contains("Values shown after the view's fix-ups");
+    // The rule, in the view summary and in the inspector.
+    assert_eq!(harness.get_all_by_label_contains("stored as gamma - 1").count(), 2);
+    harness.get_by_label("Before the fix-ups (as stored):");
+
+    // Identity: stored names, nothing dropped.
+    harness.state_mut().set_view_choice(weightscope::weights::ViewChoice::Identity);
+    harness.state_mut().wait_for_worker().expect("reopened");
+    harness.run();
+    assert!(harness.state().view().is_none());
+    harness.get_by_label_contains("installed: none");
+    harness.get_by_label_contains("3 of 3 tensors");
+
+    // The converted checkpoint against the source through the view: equal.
+    harness.state_mut().open(converted.path().to_path_buf());
+    harness.state_mut().wait_for_worker().expect("opened");
+    harness.run();
+    harness.get_by_label("Diff").click();
+    harness.run();
+    harness.get_by_label("Compare with (B)").focus();
+    harness.run();
+    harness
+        .get_by_label("Compare with (B)")
+        .type_text(&source.path().display().to_string());
+    harness.run();
+    harness.get_by_label("B's view").focus();
+    harness.run();
+    harness.get_by_label("B's view").type_text("qwen3-next");
+    harness.run();
+    harness.get_by_label("Run diff").click();
+    harness.step();
+    while harness.state().is_diffing() {
+        harness.state_mut().wait_for_worker().expect("diff events");
+    }
+    harness.run();
+    let report = harness.state().diff_report().expect("a report");
+    assert_eq!(report.common.len(), 2);
+    assert_eq!(report.differing().count(), 0);
+    assert!(report.only_in_a.is_empty() && report.only_in_b.is_empty());
+    harness.get_by_label_contains("2 compared, 0 differ");
+    harness.get_by_label_contains("lm_head.weight");
 }

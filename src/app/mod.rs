@@ -80,6 +80,9 @@ pub struct WeightscopeApp {
     checkpoint: Option<Arc<Checkpoint>>,
     /// Totals of the open checkpoint, computed once when it opens.
     totals: Option<(usize, u64)>,
+    /// Parameters as the model counts them, and the quantization's stored
+    /// bits per weight when there is one (from the headers).
+    params: Option<(u64, Option<(u64, f64)>)>,
     /// The path field (also the fallback when no file dialog can open).
     path_input: String,
     shard_states: HashMap<String, ShardState>,
@@ -134,6 +137,7 @@ impl WeightscopeApp {
             open_error: None,
             checkpoint: None,
             totals: None,
+            params: None,
             path_input: String::new(),
             shard_states: HashMap::new(),
             materialized: HashSet::new(),
@@ -414,6 +418,13 @@ impl WeightscopeApp {
         self.inspected = Inspected::Nothing;
         let summary = checkpoint.summary();
         self.totals = Some((summary.tensor_count, summary.total_bytes));
+        self.params = Some((
+            summary.logical_params,
+            summary
+                .quantization
+                .as_ref()
+                .map(|q| (q.default.bits, q.bits_per_weight)),
+        ));
         self.profiler.checkpoint_opened(&checkpoint);
         self.checkpoint = Some(checkpoint);
     }
@@ -634,6 +645,18 @@ impl WeightscopeApp {
                     human_bytes(bytes),
                     checkpoint.shards().len()
                 ));
+            }
+            if let Some((logical, quant)) = self.params {
+                ui.separator();
+                let text = match quant {
+                    Some((bits, per_weight)) => format!(
+                        "{} parameters ({bits}-bit MLX quantized: {per_weight:.2} bits per weight with scales and biases)",
+                        crate::units::short_count(logical)
+                    ),
+                    None => format!("{} parameters", crate::units::short_count(logical)),
+                };
+                ui.label(text)
+                    .on_hover_text("Logical parameters: packed quantized words counted as the weights they hold");
             }
         });
     }
