@@ -4,6 +4,7 @@ use weightscope::app::shell;
 use weightscope::checkpoint::Checkpoint;
 use weightscope::cli::{self, Command, inspect};
 use weightscope::mlx;
+use weightscope::units::printable;
 use weightscope::weights::{MlxNative, PreviewOptions, Weights, demo};
 
 /// Exit status for bad input or usage (the CLI contract).
@@ -15,6 +16,11 @@ fn main() {
     // after the driver has shut down and aborts the process (seen on an H200
     // with MLX 0.32.2). Everything we own was dropped and flushed by now.
     mlx::exit_now(code)
+}
+
+/// One line on stderr, with names and messages from files made printable.
+fn say(message: std::fmt::Arguments<'_>) {
+    eprintln!("weightscope: {}", printable(&message.to_string()));
 }
 
 fn run() -> u8 {
@@ -35,7 +41,7 @@ fn run() -> u8 {
             .ok_or_else(|| format!("WEIGHTSCOPE_MEMORY_LIMIT=`{text}` is not a size such as 8G"))
             .and_then(|bytes| mlx::set_memory_limit(bytes).map_err(|e| e.to_string()));
         if let Err(err) = set {
-            eprintln!("weightscope: {err}");
+            say(format_args!("{err}"));
             return BAD_INPUT;
         }
     }
@@ -53,14 +59,14 @@ fn run() -> u8 {
                 None => match demo::ensure_demo(&demo::demo_dir()) {
                     Ok(dir) => dir,
                     Err(err) => {
-                        eprintln!("weightscope: {err}");
+                        say(format_args!("{err}"));
                         return 1;
                     }
                 },
             };
             let device = mlx::default_device().map_err(|e| e.to_string());
             if let Err(err) = shell::run(Some(path), device, launched) {
-                eprintln!("weightscope: {err:#}");
+                say(format_args!("{err:#}"));
                 return 1;
             }
         }
@@ -72,19 +78,19 @@ fn inspect(path: &std::path::Path, json: bool) -> u8 {
     let checkpoint = match Checkpoint::open(path) {
         Ok(checkpoint) => checkpoint,
         Err(err) => {
-            eprintln!("weightscope: {err}");
+            say(format_args!("{err}"));
             return BAD_INPUT;
         }
     };
     let fatal = inspect::fatal_problems(&checkpoint);
     if !fatal.is_empty() {
         for problem in fatal {
-            eprintln!("weightscope: {problem}");
+            say(format_args!("{problem}"));
         }
         return BAD_INPUT;
     }
     for problem in checkpoint.problems() {
-        eprintln!("weightscope: warning: {problem}");
+        say(format_args!("warning: {problem}"));
     }
     let summary = checkpoint.summary();
     let stdout = std::io::stdout();
@@ -104,7 +110,7 @@ fn inspect(path: &std::path::Path, json: bool) -> u8 {
         // A closed pipe (`| head`) is the reader's choice, not a failure.
         Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => 0,
         Err(err) => {
-            eprintln!("weightscope: cannot write the output: {err}");
+            say(format_args!("cannot write the output: {err}"));
             1
         }
     }
@@ -114,7 +120,7 @@ fn tensor(path: &std::path::Path, name: &str, json: bool) -> u8 {
     let checkpoint = match Checkpoint::open(path) {
         Ok(checkpoint) => checkpoint,
         Err(err) => {
-            eprintln!("weightscope: {err}");
+            say(format_args!("{err}"));
             return BAD_INPUT;
         }
     };
@@ -122,22 +128,22 @@ fn tensor(path: &std::path::Path, name: &str, json: bool) -> u8 {
     if checkpoint.tensor(name).is_none() {
         let problems = inspect::fatal_problems(&checkpoint);
         match problems.first() {
-            Some(problem) => eprintln!("weightscope: {problem}"),
-            None => eprintln!("weightscope: no tensor named `{name}`: {}", path.display()),
+            Some(problem) => say(format_args!("{problem}")),
+            None => say(format_args!("no tensor named `{name}`: {}", path.display())),
         }
         return BAD_INPUT;
     }
     let mut weights = match Weights::open_with(checkpoint, MlxNative) {
         Ok(weights) => weights,
         Err(err) => {
-            eprintln!("weightscope: {err}");
+            say(format_args!("{err}"));
             return BAD_INPUT;
         }
     };
     let preview = match weights.preview(name, &PreviewOptions::default()) {
         Ok(preview) => preview,
         Err(err) => {
-            eprintln!("weightscope: tensor `{name}`: {err}");
+            say(format_args!("tensor `{name}`: {err}"));
             return 1;
         }
     };
@@ -152,7 +158,7 @@ fn tensor(path: &std::path::Path, name: &str, json: bool) -> u8 {
         Ok(()) => 0,
         Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => 0,
         Err(err) => {
-            eprintln!("weightscope: cannot write the output: {err}");
+            say(format_args!("cannot write the output: {err}"));
             1
         }
     }
@@ -162,16 +168,16 @@ fn walk(args: &cli::WalkArgs) -> u8 {
     let report = match cli::walk::run(args) {
         Ok(report) => report,
         Err(cli::walk::WalkError::BadInput(err)) => {
-            eprintln!("weightscope: {err}");
+            say(format_args!("{err}"));
             return BAD_INPUT;
         }
         Err(cli::walk::WalkError::Failed(err)) => {
-            eprintln!("weightscope: {err}");
+            say(format_args!("{err}"));
             return 1;
         }
     };
     if let Err(err) = report.save(args) {
-        eprintln!("weightscope: {err}");
+        say(format_args!("{err}"));
         return 1;
     }
     let stdout = std::io::stdout();
@@ -192,11 +198,11 @@ fn walk(args: &cli::WalkArgs) -> u8 {
         }
     });
     if let Err(err) = written {
-        eprintln!("weightscope: cannot write the output: {err}");
+        say(format_args!("cannot write the output: {err}"));
         return 1;
     }
     if let Some(error) = &report.outcome.error {
-        eprintln!("weightscope: the walk stopped: {error}");
+        say(format_args!("the walk stopped: {error}"));
         return 1;
     }
     0
@@ -206,7 +212,7 @@ fn diff(args: &cli::DiffArgs) -> u8 {
     let report = match cli::diff::run(args) {
         Ok(report) => report,
         Err(err) => {
-            eprintln!("weightscope: {err}");
+            say(format_args!("{err}"));
             return BAD_INPUT;
         }
     };
@@ -221,7 +227,7 @@ fn diff(args: &cli::DiffArgs) -> u8 {
     };
     match written {
         Err(err) if err.kind() != std::io::ErrorKind::BrokenPipe => {
-            eprintln!("weightscope: cannot write the output: {err}");
+            say(format_args!("cannot write the output: {err}"));
             1
         }
         _ => 0,
@@ -242,7 +248,7 @@ fn print_device() -> u8 {
             0
         }
         Err(err) => {
-            eprintln!("weightscope: {err}");
+            say(format_args!("{err}"));
             1
         }
     }

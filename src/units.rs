@@ -59,3 +59,43 @@ mod tests {
         assert_eq!(short_count(999), "999");
     }
 }
+
+/// `text` safe to print on one line: control characters (NUL, line breaks,
+/// escape sequences) and bidirectional formatting characters (which can make
+/// `evil\u{202e}gnp.exe` read as `evilexe.png`) are written as escapes.
+/// Names and messages from files go through this before reaching a terminal
+/// or a label.
+#[must_use]
+pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
+    let hostile = |c: char| {
+        c.is_control()
+            || matches!(c, '\u{200e}' | '\u{200f}' | '\u{061c}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    };
+    if !text.chars().any(hostile) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if hostile(c) {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+#[cfg(test)]
+mod printable_tests {
+    use super::printable;
+
+    #[test]
+    fn control_and_bidi_characters_are_escaped() {
+        assert_eq!(printable("model.layers.0.weight"), "model.layers.0.weight");
+        assert_eq!(printable("a\u{0}b"), "a\\u{0}b");
+        assert_eq!(printable("line\nbreak"), "line\\nbreak");
+        assert_eq!(printable("evil\u{202e}gnp.exe"), "evil\\u{202e}gnp.exe");
+        assert_eq!(printable("\u{1b}[31mred"), "\\u{1b}[31mred");
+        assert_eq!(printable("日本語 ok"), "日本語 ok");
+    }
+}

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 
 use crate::mlx::{Heatmap, Histogram, Stats};
-use crate::units::{grouped, human_bytes};
+use crate::units::{grouped, human_bytes, printable};
 use crate::weights::TensorPreview;
 
 use super::{Inspected, WeightscopeApp};
@@ -31,7 +31,7 @@ impl WeightscopeApp {
                     .request_repaint_after(std::time::Duration::from_millis(100));
             }
             Inspected::Failed { name, error } => {
-                ui.label(egui::RichText::new(name).monospace());
+                ui.label(egui::RichText::new(printable(name)).monospace());
                 ui.colored_label(
                     ui.visuals().error_fg_color,
                     format!("could not materialize: {error}"),
@@ -84,9 +84,9 @@ fn preview_ui(
     p: &TensorPreview,
     texture: &mut HashMap<String, egui::TextureHandle>,
 ) {
-    ui.label(egui::RichText::new(&p.name).monospace().strong());
+    ui.label(egui::RichText::new(printable(&p.name)).monospace().strong());
     if p.stored_name != p.name {
-        ui.label(format!("stored as {}", p.stored_name));
+        ui.label(format!("stored as {}", printable(&p.stored_name)));
     }
     egui::Grid::new("facts").num_columns(2).show(ui, |ui| {
         ui.label("dtype");

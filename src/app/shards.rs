@@ -1,6 +1,6 @@
 //! The shards panel: file, size, tensors, state, release actions.
 
-use crate::units::human_bytes;
+use crate::units::{human_bytes, printable};
 use crate::worker::Command;
 
 use super::{ShardState, WeightscopeApp};
@@ -56,7 +56,10 @@ impl WeightscopeApp {
                     });
                 }
                 for problem in checkpoint.problems() {
-                    ui.colored_label(ui.visuals().error_fg_color, problem.to_string());
+                    ui.colored_label(
+                        ui.visuals().error_fg_color,
+                        printable(&problem.to_string()),
+                    );
                 }
             });
     }

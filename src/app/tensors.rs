@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use crate::checkpoint::{Checkpoint, layer_of};
-use crate::units::human_bytes;
+use crate::units::{human_bytes, printable};
 use crate::weights::ViewInfo;
 
 use super::WeightscopeApp;
@@ -242,10 +242,12 @@ impl WeightscopeApp {
         let t = &checkpoint.tensors()[i];
         let canonical = display_name(self.table.view.as_deref(), checkpoint, i).unwrap_or("");
         // Canonical and stored names side by side when a view renamed it.
+        // Names from the file are shown escaped: no line breaks, no
+        // right-to-left overrides, no NULs in a label.
         let name = if canonical == t.name {
-            t.name.clone()
+            printable(&t.name).into_owned()
         } else {
-            format!("{canonical}  <-  {}", t.name)
+            format!("{}  <-  {}", printable(canonical), printable(&t.name))
         };
         let text = format!(
             "{:<8} {:<18} {:>11}  {}",

@@ -6,7 +6,7 @@ use std::io::{self, Write};
 use serde::Serialize;
 
 use crate::checkpoint::{Checkpoint, CheckpointError, Layout, Summary};
-use crate::units::{grouped, human_bytes, short_count};
+use crate::units::{printable, grouped, human_bytes, short_count};
 
 /// Problems that make `inspect` fail (exit 2, nothing on stdout). A bad
 /// `config.json` only loses the quantization settings: a warning.
@@ -263,7 +263,7 @@ pub fn write_text(
         writeln!(
             out,
             "{:<file_width$}  {:>12}  {:>8}",
-            s.file,
+            printable(&s.file),
             human_bytes(s.file_bytes),
             s.tensors.len()
         )?;
@@ -273,7 +273,7 @@ pub fn write_text(
     let tensors = checkpoint.tensors();
     let name_width = tensors
         .iter()
-        .map(|t| t.name.len())
+        .map(|t| printable(&t.name).chars().count())
         .max()
         .unwrap_or(0)
         .clamp(4, 72);
@@ -288,11 +288,11 @@ pub fn write_text(
         writeln!(
             out,
             "{:<name_width$}  {:<11}  {:<shape_width$}  {:>12}  {}",
-            t.name,
+            printable(&t.name),
             t.dtype.name(),
             shape,
             human_bytes(t.bytes()),
-            shards[t.shard].file
+            printable(&shards[t.shard].file)
         )?;
     }
     Ok(())

@@ -4,7 +4,7 @@ use std::io::{self, Write};
 
 use serde::Serialize;
 
-use crate::units::{grouped, human_bytes};
+use crate::units::{grouped, human_bytes, printable};
 use crate::weights::TensorPreview;
 
 #[derive(Serialize)]
@@ -111,9 +111,9 @@ pub fn write_json(preview: &TensorPreview, out: &mut impl Write) -> io::Result<(
 /// When writing fails.
 pub fn write_text(preview: &TensorPreview, out: &mut impl Write) -> io::Result<()> {
     let s = &preview.values.stats;
-    writeln!(out, "tensor      {}", preview.name)?;
+    writeln!(out, "tensor      {}", printable(&preview.name))?;
     if preview.stored_name != preview.name {
-        writeln!(out, "stored as   {}", preview.stored_name)?;
+        writeln!(out, "stored as   {}", printable(&preview.stored_name))?;
     }
     writeln!(
         out,

@@ -92,6 +92,23 @@ pub fn summarize(
     bins: usize,
     heatmap_limit: usize,
 ) -> Result<ValueSummary, MlxError> {
+    // An empty tensor (a zero in its shape) is legal: nothing to reduce.
+    if array.size() == 0 {
+        return Ok(ValueSummary {
+            stats: Stats {
+                min: f64::NAN,
+                max: f64::NAN,
+                mean: f64::NAN,
+                std: f64::NAN,
+                nan: 0,
+                inf: 0,
+                finite: 0,
+            },
+            histogram: Histogram::default(),
+            first: Vec::new(),
+            heatmap: None,
+        });
+    }
     let x = op("cast to f32", array.as_dtype(Dtype::Float32))?;
     let flat = op("flatten", x.reshape(&[-1]))?;
     evaluate(&flat)?;
