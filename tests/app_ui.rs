@@ -358,16 +358,28 @@ fn write_qwen_source_and_conversion(source: &std::path::Path, converted: &std::p
     save(
         source.join("model.safetensors"),
         &[
-            ("model.language_model.layers.0.input_layernorm.weight", vec![0.25; 8], vec![8]),
+            (
+                "model.language_model.layers.0.input_layernorm.weight",
+                vec![0.25; 8],
+                vec![8],
+            ),
             ("mtp.fc.weight", vec![1.0; 4], vec![2, 2]),
             ("lm_head.weight", head.clone(), vec![8, 8]),
         ],
     );
-    std::fs::write(source.join("config.json"), r#"{"model_type": "qwen3_next"}"#).expect("config");
+    std::fs::write(
+        source.join("config.json"),
+        r#"{"model_type": "qwen3_next"}"#,
+    )
+    .expect("config");
     save(
         converted.join("model.safetensors"),
         &[
-            ("model.layers.0.input_layernorm.weight", vec![1.25; 8], vec![8]),
+            (
+                "model.layers.0.input_layernorm.weight",
+                vec![1.25; 8],
+                vec![8],
+            ),
             ("lm_head.weight", head, vec![8, 8]),
         ],
     );
@@ -380,9 +392,14 @@ fn views_show_both_names_the_drops_and_the_fix_up_and_the_diff_tab_compares() {
     let converted = tempfile::tempdir().expect("tempdir");
     write_qwen_source_and_conversion(source.path(), converted.path());
     let mut harness = harness(open_app(source.path()));
-    assert_eq!(harness.state().view().map(|v| v.name.as_str()), Some("qwen3-next"));
+    assert_eq!(
+        harness.state().view().map(|v| v.name.as_str()),
+        Some("qwen3-next")
+    );
     harness.get_by_label_contains("installed: qwen3-next");
-    harness.get_by_label_contains("View qwen3-next: 1 renamed, 1 dropped, 2 fix-up rules").click();
+    harness
+        .get_by_label_contains("View qwen3-next: 1 renamed, 1 dropped, 2 fix-up rules")
+        .click();
     harness.run();
     harness.get_by_label_contains("dropped mtp.fc.weight: multi-token-prediction head");
     harness.get_by_label_contains("2 of 3 tensors");
@@ -397,11 +414,18 @@ fn views_show_both_names_the_drops_and_the_fix_up_and_the_diff_tab_compares() {
     harness.run();
     harness.get_by_label_contains("Values shown after the view's fix-ups");
     // The rule, in the view summary and in the inspector.
-    assert_eq!(harness.get_all_by_label_contains("stored as gamma - 1").count(), 2);
+    assert_eq!(
+        harness
+            .get_all_by_label_contains("stored as gamma - 1")
+            .count(),
+        2
+    );
     harness.get_by_label("Before the fix-ups (as stored):");
 
     // Identity: stored names, nothing dropped.
-    harness.state_mut().set_view_choice(weightscope::weights::ViewChoice::Identity);
+    harness
+        .state_mut()
+        .set_view_choice(weightscope::weights::ViewChoice::Identity);
     harness.state_mut().wait_for_worker().expect("reopened");
     harness.run();
     assert!(harness.state().view().is_none());

@@ -563,10 +563,7 @@ impl WeightscopeApp {
         });
         self.view_bar_ui(ui);
         if let Some(error) = &self.open_error {
-            ui.colored_label(
-                ui.visuals().error_fg_color,
-                crate::units::printable(error),
-            );
+            ui.colored_label(ui.visuals().error_fg_color, crate::units::printable(error));
         }
         if let Some(notice) = &self.notice {
             ui.colored_label(ui.visuals().warn_fg_color, crate::units::printable(notice));

@@ -56,10 +56,7 @@ impl WeightscopeApp {
                     });
                 }
                 for problem in checkpoint.problems() {
-                    ui.colored_label(
-                        ui.visuals().error_fg_color,
-                        printable(&problem.to_string()),
-                    );
+                    ui.colored_label(ui.visuals().error_fg_color, printable(&problem.to_string()));
                 }
             });
     }

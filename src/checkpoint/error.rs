@@ -252,7 +252,8 @@ impl CheckpointError {
 }
 
 /// The OS message without Rust's " (os error N)" suffix, lower-cased first letter.
-fn io_reason(err: &std::io::Error) -> String {
+#[must_use]
+pub fn io_reason(err: &std::io::Error) -> String {
     let text = err.to_string();
     let text = text.split(" (os error").next().unwrap_or(&text);
     let mut chars = text.chars();

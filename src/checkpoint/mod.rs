@@ -15,7 +15,7 @@ mod summary;
 
 pub use config::{ModelConfig, QuantConfig, QuantParams, parse_config, read_config};
 pub use dtype::{Dtype, UnknownDtype};
-pub use error::CheckpointError;
+pub use error::{CheckpointError, io_reason};
 pub use header::{
     HEADER_CAP_BYTES, HeaderTensor, ShardHeader, parse_file_bytes, parse_header, read_header,
 };

@@ -6,7 +6,7 @@ use std::io::{self, Write};
 use serde::Serialize;
 
 use crate::checkpoint::{Checkpoint, CheckpointError, Layout, Summary};
-use crate::units::{printable, grouped, human_bytes, short_count};
+use crate::units::{grouped, human_bytes, printable, short_count};
 
 /// Problems that make `inspect` fail (exit 2, nothing on stdout). A bad
 /// `config.json` only loses the quantization settings: a warning.

@@ -67,6 +67,26 @@ pub struct ValueSummary {
     pub heatmap: Option<Heatmap>,
 }
 
+impl ValueSummary {
+    /// The summary of a tensor with no elements.
+    fn empty() -> Self {
+        Self {
+            stats: Stats {
+                min: f64::NAN,
+                max: f64::NAN,
+                mean: f64::NAN,
+                std: f64::NAN,
+                nan: 0,
+                inf: 0,
+                finite: 0,
+            },
+            histogram: Histogram::default(),
+            first: Vec::new(),
+            heatmap: None,
+        }
+    }
+}
+
 /// Elements per histogram pass: bounds the temporary index array (64 MiB).
 const HISTOGRAM_CHUNK: i32 = 1 << 24;
 
@@ -94,20 +114,7 @@ pub fn summarize(
 ) -> Result<ValueSummary, MlxError> {
     // An empty tensor (a zero in its shape) is legal: nothing to reduce.
     if array.size() == 0 {
-        return Ok(ValueSummary {
-            stats: Stats {
-                min: f64::NAN,
-                max: f64::NAN,
-                mean: f64::NAN,
-                std: f64::NAN,
-                nan: 0,
-                inf: 0,
-                finite: 0,
-            },
-            histogram: Histogram::default(),
-            first: Vec::new(),
-            heatmap: None,
-        });
+        return Ok(ValueSummary::empty());
     }
     let x = op("cast to f32", array.as_dtype(Dtype::Float32))?;
     let flat = op("flatten", x.reshape(&[-1]))?;

@@ -19,6 +19,7 @@ mod native;
 mod preview;
 mod rules;
 mod view;
+pub mod viewfile;
 
 pub use diff::{Changed, Common, DiffFailure, DiffProgress, DiffReport, diff};
 pub use native::{MlxNative, Native};
@@ -59,6 +60,45 @@ pub enum WeightsError {
     /// A view was installed after tensors were materialized.
     #[error("a view must be installed before the first tensor is materialized")]
     ViewTooLate,
+    /// The shard file changed (size or modification time) since it was opened.
+    #[error("the shard changed on disk since it was opened (reopen the checkpoint): {}", path.display())]
+    ShardChanged {
+        /// The shard file.
+        path: std::path::PathBuf,
+    },
+    /// The shard file is gone or unreadable since it was opened.
+    #[error("the shard cannot be read any more ({reason}): {}", path.display())]
+    ShardGone {
+        /// The shard file.
+        path: std::path::PathBuf,
+        /// The OS's reason.
+        reason: String,
+    },
+    /// Materializing would pass MLX's memory limit.
+    #[error(
+        "materializing `{name}` needs {} but MLX's memory limit is {} with {} in use: release shards or raise the limit",
+        crate::units::human_bytes(*needed),
+        crate::units::human_bytes(*limit),
+        crate::units::human_bytes(*active)
+    )]
+    OverLimit {
+        /// The tensor.
+        name: String,
+        /// Bytes it needs.
+        needed: u64,
+        /// MLX active memory now.
+        active: u64,
+        /// MLX's limit.
+        limit: u64,
+    },
+}
+
+/// A shard file's size and modification time when it was opened.
+type Fingerprint = Option<(u64, std::time::SystemTime)>;
+
+fn fingerprint(path: &Path) -> std::io::Result<(u64, std::time::SystemTime)> {
+    let meta = std::fs::metadata(path)?;
+    Ok((meta.len(), meta.modified()?))
 }
 
 /// A checkpoint opened for reading tensors through MLX.
@@ -79,6 +119,9 @@ pub struct Weights<N: Native = MlxNative> {
     view_info: Option<Arc<ViewInfo>>,
     /// Canonical names whose fix-up changed the value.
     fixed: std::collections::HashSet<String>,
+    /// Per shard, its size and modification time when opened: a shard
+    /// rewritten, truncated or deleted since is an error, not garbage values.
+    fingerprints: Vec<Fingerprint>,
 }
 
 impl Weights<MlxNative> {
@@ -101,6 +144,11 @@ impl<N: Native> Weights<N> {
     /// The first shard MLX cannot open.
     pub fn open_with(checkpoint: Checkpoint, mut native: N) -> Result<Self, WeightsError> {
         let mut maps = HashMap::with_capacity(checkpoint.shards().len());
+        let fingerprints = checkpoint
+            .shards()
+            .iter()
+            .map(|s| fingerprint(&s.path).ok())
+            .collect();
         for (i, shard) in checkpoint.shards().iter().enumerate() {
             match native.open_shard(&shard.path) {
                 Ok(map) => {
@@ -123,6 +171,7 @@ impl<N: Native> Weights<N> {
             view: None,
             view_info: None,
             fixed: std::collections::HashSet::new(),
+            fingerprints,
         })
     }
 
@@ -284,12 +333,56 @@ impl<N: Native> Weights<N> {
     /// As [`Weights::tensor`], or when MLX fails to evaluate it (unreadable
     /// shard, memory limit).
     pub fn materialize(&mut self, name: &str) -> Result<Array, WeightsError> {
+        self.check_room(name, 0)?;
         let array = self.tensor(name)?;
         crate::mlx::evaluate(&array)?;
         if let Some(stored) = self.source(name).map(str::to_owned) {
             self.note_resident(&stored);
         }
         Ok(array)
+    }
+
+    /// Whether shard `shard` is still the file that was opened.
+    fn check_unchanged(&self, shard: usize) -> Result<(), WeightsError> {
+        let path = &self.checkpoint.shards()[shard].path;
+        let Some(Some(opened)) = self.fingerprints.get(shard) else {
+            return Ok(());
+        };
+        match fingerprint(path) {
+            Ok(now) if now == *opened => Ok(()),
+            Ok(_) => Err(WeightsError::ShardChanged { path: path.clone() }),
+            Err(err) => Err(WeightsError::ShardGone {
+                path: path.clone(),
+                reason: crate::checkpoint::io_reason(&err),
+            }),
+        }
+    }
+
+    /// Refuses to materialize `name` (plus `extra` bytes of derived values)
+    /// past MLX's memory limit. MLX itself treats the limit as a guideline
+    /// (on the CPU it waits for memory rather than failing; on CUDA the
+    /// managed allocator can oversubscribe the card), so the check is ours.
+    pub(crate) fn check_room(&self, name: &str, extra: u64) -> Result<(), WeightsError> {
+        let Some(info) = self.info(name) else {
+            return Ok(()); // `tensor` reports the missing name
+        };
+        let already = self
+            .resident
+            .get(&info.shard)
+            .is_some_and(|t| t.contains_key(&info.name));
+        let needed = if already { 0 } else { info.bytes() } + extra;
+        let Ok(memory) = crate::mlx::memory() else {
+            return Ok(());
+        };
+        if needed > 0 && memory.active_bytes.saturating_add(needed) > memory.limit_bytes {
+            return Err(WeightsError::OverLimit {
+                name: name.to_owned(),
+                needed,
+                active: memory.active_bytes,
+                limit: memory.limit_bytes,
+            });
+        }
+        Ok(())
     }
 
     /// Records that the stored tensor `stored_name` was evaluated from its
@@ -355,6 +448,7 @@ impl<N: Native> Weights<N> {
             .tensor(stored_name)
             .ok_or_else(|| WeightsError::NoTensor(stored_name.to_owned()))?;
         let shard = info.shard;
+        self.check_unchanged(shard)?;
         if !self.maps.contains_key(&shard) {
             let map = self
                 .native

@@ -16,6 +16,8 @@ use crate::checkpoint::Checkpoint;
 use crate::mlx::{self, Array, MlxError};
 
 use super::View;
+use super::viewfile::ViewFile;
+pub use super::viewfile::{FixupOp, ViewError};
 
 /// Which view to install when opening a checkpoint.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -87,19 +89,6 @@ fn builtin(name: &str) -> Result<ViewRules, ViewError> {
         "qwen3-next" => Ok(ViewRules::qwen3_next()),
         other => Err(ViewError::UnknownBuiltin(other.to_owned())),
     }
-}
-
-/// What a fix-up does to a value.
-#[derive(Debug, Clone, PartialEq)]
-pub enum FixupOp {
-    /// Add a constant (keeping the dtype).
-    Add(f32),
-    /// Move axis `from` to position `to`.
-    MoveAxis(i32, i32),
-    /// Swap two axes.
-    SwapAxes(i32, i32),
-    /// Cast to a dtype (safetensors name: `F16`, `BF16`, `F32`, …).
-    Cast(String),
 }
 
 impl FixupOp {
@@ -270,82 +259,40 @@ impl ViewRules {
     /// # Errors
     /// As [`ViewRules::load`].
     pub fn parse(path: &Path, text: &str) -> Result<Self, ViewError> {
-        let raw: RawView = serde_json::from_str(text).map_err(|e| ViewError::Json {
-            path: path.to_path_buf(),
-            line: e.line(),
-            message: strip_position(&e.to_string()),
-        })?;
-        let rule_error = |rule: String, needle: &str, message: String| ViewError::Rule {
-            path: path.to_path_buf(),
-            line: line_of(text, needle),
-            rule,
-            message,
-        };
-        let compile = |rule: &str, pattern: &str| {
-            Regex::new(pattern).map_err(|e| {
-                let message = e.to_string();
-                let message = message.lines().last().unwrap_or(&message).trim().to_owned();
-                rule_error(
-                    rule.to_owned(),
-                    pattern,
-                    format!("bad regex `{pattern}`: {message}"),
-                )
-            })
-        };
-        let origin = |rule: &str, needle: &str| {
-            format!(
-                "{rule}, line {} of {}",
-                line_of(text, needle),
-                path.display()
-            )
-        };
-        let mut rules = Self {
-            name: raw.name.unwrap_or_else(|| path.display().to_string()),
-            ..Self::default()
-        };
-        for (i, rename) in raw.rename.iter().enumerate() {
-            let rule = format!("rename[{i}]");
-            rules.renames.push(RenameRule {
-                pattern: compile(&rule, &rename.from)?,
-                to: rename.to.clone(),
-                origin: origin(&rule, &rename.from),
-            });
-        }
-        for (i, drop) in raw.drop.iter().enumerate() {
-            let rule = format!("drop[{i}]");
-            let (pattern, reason) = match drop {
-                RawDrop::Pattern(p) => (p.clone(), "dropped by the view file".to_owned()),
-                RawDrop::Rule { pattern, reason } => (
-                    pattern.clone(),
-                    reason
-                        .clone()
-                        .unwrap_or_else(|| "dropped by the view file".into()),
-                ),
-            };
-            rules.drops.push(DropRule {
-                pattern: compile(&rule, &pattern)?,
-                origin: origin(&rule, &pattern),
-                reason,
-            });
-        }
-        for (i, fixup) in raw.fixup.iter().enumerate() {
-            let rule = format!("fixup[{i}]");
-            let pattern = compile(&rule, &fixup.pattern)?;
-            let op = fixup_op(fixup)
-                .map_err(|message| rule_error(rule.clone(), &fixup.pattern, message))?;
-            rules.fixups.push(FixupRule {
-                pattern,
-                op,
-                if_ndim: fixup.if_ndim,
-                unless_last_dim: None,
-                reason: fixup
-                    .reason
-                    .clone()
-                    .unwrap_or_else(|| "fixed by the view file".into()),
-                origin: origin(&rule, &fixup.pattern),
-            });
-        }
-        Ok(rules)
+        let file = ViewFile::parse(path, text)?;
+        Ok(Self {
+            name: file.name,
+            renames: file
+                .renames
+                .into_iter()
+                .map(|r| RenameRule {
+                    pattern: r.pattern,
+                    to: r.to,
+                    origin: r.origin,
+                })
+                .collect(),
+            drops: file
+                .drops
+                .into_iter()
+                .map(|d| DropRule {
+                    pattern: d.pattern,
+                    reason: d.reason,
+                    origin: d.origin,
+                })
+                .collect(),
+            fixups: file
+                .fixups
+                .into_iter()
+                .map(|f| FixupRule {
+                    pattern: f.pattern,
+                    op: f.op,
+                    if_ndim: f.if_ndim,
+                    unless_last_dim: None,
+                    reason: f.reason,
+                    origin: f.origin,
+                })
+                .collect(),
+        })
     }
 
     /// The canonical name of `stored`, or why it is dropped.
@@ -466,143 +413,6 @@ impl ViewInfo {
             .filter(|(c, t)| c.as_ref().is_some_and(|c| *c != t.name))
             .count()
     }
-}
-
-/// Why a view could not be made.
-#[derive(Debug, thiserror::Error)]
-pub enum ViewError {
-    /// No built-in view of that name.
-    #[error("no built-in view named `{0}` (there is: qwen3-next)")]
-    UnknownBuiltin(String),
-    /// The view file cannot be read.
-    #[error("cannot read the view file {}: {source}", path.display())]
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// The OS error.
-        source: std::io::Error,
-    },
-    /// The view file is not JSON of the right shape.
-    #[error("view file {}: line {line}: {message}", path.display())]
-    Json {
-        /// The file.
-        path: PathBuf,
-        /// Where.
-        line: usize,
-        /// What serde says.
-        message: String,
-    },
-    /// One rule of the view file is bad.
-    #[error("view file {}: line {line}: rule {rule}: {message}", path.display())]
-    Rule {
-        /// The file.
-        path: PathBuf,
-        /// Where the rule is.
-        line: usize,
-        /// Which rule ("rename[1]").
-        rule: String,
-        /// What is wrong.
-        message: String,
-    },
-    /// Two stored names map to one canonical name.
-    #[error("view {view}: `{first}` and `{second}` both become `{canonical}`")]
-    Collision {
-        /// The view.
-        view: String,
-        /// The canonical name.
-        canonical: String,
-        /// The first stored name.
-        first: String,
-        /// The second.
-        second: String,
-    },
-}
-
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawView {
-    #[serde(default)]
-    name: Option<String>,
-    #[serde(default)]
-    rename: Vec<RawRename>,
-    #[serde(default)]
-    drop: Vec<RawDrop>,
-    #[serde(default)]
-    fixup: Vec<RawFixup>,
-}
-
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawRename {
-    from: String,
-    to: String,
-}
-
-#[derive(serde::Deserialize)]
-#[serde(untagged)]
-enum RawDrop {
-    Pattern(String),
-    Rule {
-        pattern: String,
-        #[serde(default)]
-        reason: Option<String>,
-    },
-}
-
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawFixup {
-    #[serde(rename = "match")]
-    pattern: String,
-    #[serde(default)]
-    add: Option<f32>,
-    #[serde(default)]
-    move_axis: Option<[i32; 2]>,
-    #[serde(default)]
-    swap_axes: Option<[i32; 2]>,
-    #[serde(default)]
-    cast: Option<String>,
-    #[serde(default)]
-    if_ndim: Option<usize>,
-    #[serde(default)]
-    reason: Option<String>,
-}
-
-/// The one fix-up a rule names, or what is wrong with it.
-fn fixup_op(fixup: &RawFixup) -> Result<FixupOp, String> {
-    let ops: Vec<FixupOp> = [
-        fixup.add.map(FixupOp::Add),
-        fixup.move_axis.map(|[a, b]| FixupOp::MoveAxis(a, b)),
-        fixup.swap_axes.map(|[a, b]| FixupOp::SwapAxes(a, b)),
-        fixup.cast.clone().map(FixupOp::Cast),
-    ]
-    .into_iter()
-    .flatten()
-    .collect();
-    match ops.as_slice() {
-        [FixupOp::Cast(dtype)] if mlx::dtype_named(dtype).is_none() => Err(format!(
-            "cannot cast to `{dtype}` (F16, BF16, F32, I8, U8, …)"
-        )),
-        [op] => Ok(op.clone()),
-        [] => Err("names no fix-up (one of add, move_axis, swap_axes, cast)".into()),
-        _ => Err("names more than one fix-up; write one rule per fix-up".into()),
-    }
-}
-
-/// The 1-based line where `needle` (as JSON writes it) first appears.
-fn line_of(text: &str, needle: &str) -> usize {
-    let quoted = serde_json::to_string(needle).unwrap_or_default();
-    text.find(&quoted)
-        .or_else(|| text.find(needle))
-        .map_or(1, |at| text[..at].matches('\n').count() + 1)
-}
-
-/// serde's message without its " at line L column C" tail (the line is reported apart).
-fn strip_position(message: &str) -> String {
-    message
-        .rfind(" at line ")
-        .map_or(message, |at| &message[..at])
-        .to_owned()
 }
 
 #[cfg(test)]

@@ -1,0 +1,295 @@
+//! The user view file (JSON) parsed into checked rules, in pure Rust (no MLX),
+//! so the fuzzer compiles it on its own. `rules.rs` turns it into a view.
+
+use std::path::{Path, PathBuf};
+
+use regex::Regex;
+
+/// What a fix-up does to a value.
+#[derive(Debug, Clone, PartialEq)]
+pub enum FixupOp {
+    /// Add a constant (keeping the dtype).
+    Add(f32),
+    /// Move axis `from` to position `to`.
+    MoveAxis(i32, i32),
+    /// Swap two axes.
+    SwapAxes(i32, i32),
+    /// Cast to a dtype (safetensors name: `F16`, `BF16`, `F32`, …).
+    Cast(String),
+}
+
+/// Dtypes a `cast` fix-up accepts (those MLX arrays have).
+pub const CAST_DTYPES: [&str; 12] = [
+    "BOOL", "U8", "I8", "U16", "I16", "U32", "I32", "U64", "I64", "F16", "BF16", "F32",
+];
+
+/// A checked rename rule.
+#[derive(Debug, Clone)]
+pub struct FileRename {
+    /// Regex on stored names.
+    pub pattern: Regex,
+    /// Replacement (`$1` for captures).
+    pub to: String,
+    /// "rename[0], line 3 of v.json".
+    pub origin: String,
+}
+
+/// A checked drop rule.
+#[derive(Debug, Clone)]
+pub struct FileDrop {
+    /// Regex on stored names.
+    pub pattern: Regex,
+    /// Why.
+    pub reason: String,
+    /// Where it came from.
+    pub origin: String,
+}
+
+/// A checked fix-up rule.
+#[derive(Debug, Clone)]
+pub struct FileFixup {
+    /// Regex on canonical names.
+    pub pattern: Regex,
+    /// The one fix-up.
+    pub op: FixupOp,
+    /// Only arrays with this many dimensions.
+    pub if_ndim: Option<usize>,
+    /// Why.
+    pub reason: String,
+    /// Where it came from.
+    pub origin: String,
+}
+
+/// A view file, every rule checked.
+#[derive(Debug, Clone)]
+pub struct ViewFile {
+    /// Its name (or the file's path).
+    pub name: String,
+    /// Renames, in order.
+    pub renames: Vec<FileRename>,
+    /// Drops.
+    pub drops: Vec<FileDrop>,
+    /// Fix-ups, in order.
+    pub fixups: Vec<FileFixup>,
+}
+
+/// Why a view could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum ViewError {
+    /// No built-in view of that name.
+    #[error("no built-in view named `{0}` (there is: qwen3-next)")]
+    UnknownBuiltin(String),
+    /// The view file cannot be read.
+    #[error("cannot read the view file {}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The view file is not JSON of the right shape.
+    #[error("view file {}: line {line}: {message}", path.display())]
+    Json {
+        /// The file.
+        path: PathBuf,
+        /// Where.
+        line: usize,
+        /// What serde says.
+        message: String,
+    },
+    /// One rule of the view file is bad.
+    #[error("view file {}: line {line}: rule {rule}: {message}", path.display())]
+    Rule {
+        /// The file.
+        path: PathBuf,
+        /// Where the rule is.
+        line: usize,
+        /// Which rule ("rename[1]").
+        rule: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// Two stored names map to one canonical name.
+    #[error("view {view}: `{first}` and `{second}` both become `{canonical}`")]
+    Collision {
+        /// The view.
+        view: String,
+        /// The canonical name.
+        canonical: String,
+        /// The first stored name.
+        first: String,
+        /// The second.
+        second: String,
+    },
+}
+
+/// Regexes from a file are capped: a view rule is a name pattern, not a program.
+const REGEX_SIZE_LIMIT: usize = 1 << 20;
+
+impl ViewFile {
+    /// Parses the text of a view file read from `path`.
+    ///
+    /// # Errors
+    /// Not JSON of the right shape (with the line), or a bad rule (with its
+    /// line and name: `fixup[1]`).
+    pub fn parse(path: &Path, text: &str) -> Result<Self, ViewError> {
+        let raw: RawView = serde_json::from_str(text).map_err(|e| ViewError::Json {
+            path: path.to_path_buf(),
+            line: e.line(),
+            message: strip_position(&e.to_string()),
+        })?;
+        let rule_error = |rule: &str, needle: &str, message: String| ViewError::Rule {
+            path: path.to_path_buf(),
+            line: line_of(text, needle),
+            rule: rule.to_owned(),
+            message,
+        };
+        let compile = |rule: &str, pattern: &str| {
+            regex::RegexBuilder::new(pattern)
+                .size_limit(REGEX_SIZE_LIMIT)
+                .build()
+                .map_err(|e| {
+                    let message = e.to_string();
+                    let message = message.lines().last().unwrap_or(&message).trim().to_owned();
+                    rule_error(rule, pattern, format!("bad regex `{pattern}`: {message}"))
+                })
+        };
+        let origin = |rule: &str, needle: &str| {
+            format!(
+                "{rule}, line {} of {}",
+                line_of(text, needle),
+                path.display()
+            )
+        };
+        let mut file = Self {
+            name: raw.name.unwrap_or_else(|| path.display().to_string()),
+            renames: Vec::new(),
+            drops: Vec::new(),
+            fixups: Vec::new(),
+        };
+        for (i, rename) in raw.rename.iter().enumerate() {
+            let rule = format!("rename[{i}]");
+            file.renames.push(FileRename {
+                pattern: compile(&rule, &rename.from)?,
+                to: rename.to.clone(),
+                origin: origin(&rule, &rename.from),
+            });
+        }
+        for (i, drop) in raw.drop.iter().enumerate() {
+            let rule = format!("drop[{i}]");
+            let (pattern, reason) = match drop {
+                RawDrop::Pattern(p) => (p.clone(), None),
+                RawDrop::Rule { pattern, reason } => (pattern.clone(), reason.clone()),
+            };
+            file.drops.push(FileDrop {
+                pattern: compile(&rule, &pattern)?,
+                origin: origin(&rule, &pattern),
+                reason: reason.unwrap_or_else(|| "dropped by the view file".into()),
+            });
+        }
+        for (i, fixup) in raw.fixup.iter().enumerate() {
+            let rule = format!("fixup[{i}]");
+            file.fixups.push(FileFixup {
+                pattern: compile(&rule, &fixup.pattern)?,
+                op: fixup_op(fixup).map_err(|m| rule_error(&rule, &fixup.pattern, m))?,
+                if_ndim: fixup.if_ndim,
+                reason: fixup
+                    .reason
+                    .clone()
+                    .unwrap_or_else(|| "fixed by the view file".into()),
+                origin: origin(&rule, &fixup.pattern),
+            });
+        }
+        Ok(file)
+    }
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawView {
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    rename: Vec<RawRename>,
+    #[serde(default)]
+    drop: Vec<RawDrop>,
+    #[serde(default)]
+    fixup: Vec<RawFixup>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRename {
+    from: String,
+    to: String,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(untagged)]
+enum RawDrop {
+    Pattern(String),
+    Rule {
+        pattern: String,
+        #[serde(default)]
+        reason: Option<String>,
+    },
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFixup {
+    #[serde(rename = "match")]
+    pattern: String,
+    #[serde(default)]
+    add: Option<f32>,
+    #[serde(default)]
+    move_axis: Option<[i32; 2]>,
+    #[serde(default)]
+    swap_axes: Option<[i32; 2]>,
+    #[serde(default)]
+    cast: Option<String>,
+    #[serde(default)]
+    if_ndim: Option<usize>,
+    #[serde(default)]
+    reason: Option<String>,
+}
+
+/// The one fix-up a rule names, or what is wrong with it.
+fn fixup_op(fixup: &RawFixup) -> Result<FixupOp, String> {
+    let ops: Vec<FixupOp> = [
+        fixup.add.map(FixupOp::Add),
+        fixup.move_axis.map(|[a, b]| FixupOp::MoveAxis(a, b)),
+        fixup.swap_axes.map(|[a, b]| FixupOp::SwapAxes(a, b)),
+        fixup.cast.clone().map(FixupOp::Cast),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    match ops.as_slice() {
+        [FixupOp::Cast(dtype)] if !CAST_DTYPES.contains(&dtype.to_ascii_uppercase().as_str()) => {
+            Err(format!(
+                "cannot cast to `{dtype}` (F16, BF16, F32, I8, U8, …)"
+            ))
+        }
+        [FixupOp::Add(v)] if !v.is_finite() => Err(format!("cannot add `{v}`")),
+        [op] => Ok(op.clone()),
+        [] => Err("names no fix-up (one of add, move_axis, swap_axes, cast)".into()),
+        _ => Err("names more than one fix-up; write one rule per fix-up".into()),
+    }
+}
+
+/// The 1-based line where `needle` (as JSON writes it) first appears.
+fn line_of(text: &str, needle: &str) -> usize {
+    let quoted = serde_json::to_string(needle).unwrap_or_default();
+    text.find(&quoted)
+        .or_else(|| text.find(needle))
+        .map_or(1, |at| text[..at].matches('\n').count() + 1)
+}
+
+/// serde's message without its " at line L column C" tail (the line is reported apart).
+fn strip_position(message: &str) -> String {
+    message
+        .rfind(" at line ")
+        .map_or(message, |at| &message[..at])
+        .to_owned()
+}
