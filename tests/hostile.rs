@@ -56,6 +56,8 @@ fn one_file(dir: &Path, header: &str, data: &[u8]) -> PathBuf {
     path
 }
 
+// One table of cases reads best as one list.
+#[allow(clippy::too_many_lines)]
 fn cases() -> Vec<Case> {
     vec![
         Case {
