@@ -502,6 +502,27 @@ impl WeightscopeApp {
         });
     }
 
+    /// Freezes what changes by itself or differs between machines (live
+    /// memory samples and figures, the machine's memory, the path field) so
+    /// that image snapshots compare across runs and machines. For snapshot
+    /// tests only: call it once the worker has answered everything.
+    #[doc(hidden)]
+    pub fn freeze_for_snapshots(&mut self) {
+        self.sampler = None;
+        self.timeline = Timeline::new(Instant::now());
+        self.memory = MemoryStats {
+            active_bytes: 0,
+            cache_bytes: 0,
+            peak_bytes: 0,
+            limit_bytes: 16 << 30,
+        };
+        self.profiler.machine = crate::profile::MachineMemory {
+            total_bytes: 32 << 30,
+            available_bytes: 24 << 30,
+        };
+        "(snapshot)".clone_into(&mut self.path_input);
+    }
+
     /// The tab the central area shows.
     #[must_use]
     pub fn tab(&self) -> Tab {

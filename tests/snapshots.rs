@@ -1,0 +1,65 @@
+//! Image snapshots of the main screens (egui_kittest rendering with wgpu on
+//! lavapipe or llvmpipe). `UPDATE_SNAPSHOTS=1 cargo test --test snapshots`
+//! accepts new images into `tests/snapshots/`; a failing comparison leaves
+//! `*.new.png` and `*.diff.png` there (ignored by git).
+
+mod common;
+
+use egui_kittest::kittest::Queryable;
+use egui_kittest::{Harness, SnapshotOptions};
+use weightscope::app::WeightscopeApp;
+use weightscope::mlx;
+use weightscope::weights::demo;
+
+/// The one place that owns the comparison thresholds: a little antialiasing
+/// noise between software rasterizers passes, a changed label does not.
+fn options() -> SnapshotOptions {
+    SnapshotOptions::new().threshold(1.0).max_failed_pixels(200)
+}
+
+fn frozen_demo() -> (Harness<'static, WeightscopeApp>, tempfile::TempDir) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let demo = demo::ensure_demo(dir.path()).expect("demo");
+    let mut app = WeightscopeApp::new(
+        Some(demo),
+        mlx::default_device().map_err(|e| e.to_string()),
+        || {},
+    )
+    .expect("worker");
+    app.wait_for_worker().expect("opened");
+    app.freeze_for_snapshots();
+    let mut harness = Harness::builder()
+        .with_size(egui::vec2(1400.0, 860.0))
+        .build_ui_state(|ui, app: &mut WeightscopeApp| app.ui(ui), app);
+    harness.run();
+    (harness, dir)
+}
+
+#[test]
+fn the_main_window_on_the_demo() {
+    let _lock = common::mlx_memory_lock();
+    let (mut harness, _dir) = frozen_demo();
+    harness.get_by_label_contains("10 of 10 tensors");
+    harness.snapshot_options("main-window-demo", &options());
+}
+
+#[test]
+fn the_profiler_before_a_walk() {
+    let _lock = common::mlx_memory_lock();
+    let (mut harness, _dir) = frozen_demo();
+    harness.get_by_label("Profiler").click();
+    harness.run();
+    harness.get_by_label_contains("A release-shard walk needs about");
+    harness.snapshot_options("profiler-demo", &options());
+}
+
+#[test]
+fn the_tree_grouped_by_layer() {
+    let _lock = common::mlx_memory_lock();
+    let (mut harness, _dir) = frozen_demo();
+    harness.get_by_label("Group by layer").click();
+    harness.run();
+    harness.get_by_label_contains("layer 0: 7 tensors").click();
+    harness.run();
+    harness.snapshot_options("layer-tree-demo", &options());
+}
