@@ -1,4 +1,4 @@
-//! Image snapshots of the main screens (egui_kittest rendering with wgpu on
+//! Image snapshots of the main screens (`egui_kittest` rendering with wgpu on
 //! lavapipe or llvmpipe). `UPDATE_SNAPSHOTS=1 cargo test --test snapshots`
 //! accepts new images into `tests/snapshots/`; a failing comparison leaves
 //! `*.new.png` and `*.diff.png` there (ignored by git).
