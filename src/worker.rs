@@ -317,7 +317,7 @@ fn run(
                 continue;
             };
             cancel.store(false, Ordering::Relaxed);
-            let result = open_side(&other, &view).map(|mut b| {
+            let result = Weights::open_viewed(&other, &view).map(|mut b| {
                 let mut listening = true;
                 let report = crate::weights::diff(w, &mut b, cancel, &mut |p| {
                     if listening {
@@ -428,21 +428,6 @@ fn mark_of(kind: &EventKind, weights: Option<&Weights>) -> Option<Mark> {
     Some(mark)
 }
 
-/// Opens B of a diff with its view.
-fn open_side(path: &std::path::Path, choice: &ViewChoice) -> Result<Weights, String> {
-    let mut weights = Weights::open(path).map_err(|e| e.to_string())?;
-    let rules = choice
-        .resolve(weights.checkpoint())
-        .map_err(|e| e.to_string())?;
-    if let Some(rules) = rules {
-        let compiled = rules
-            .compile(weights.checkpoint())
-            .map_err(|e| e.to_string())?;
-        weights.install(compiled).map_err(|e| e.to_string())?;
-    }
-    Ok(weights)
-}
-
 /// Opens `path` and installs the chosen view; a view that cannot be made
 /// leaves the checkpoint open without one and says why.
 fn open(weights: &mut Option<Weights>, path: PathBuf, choice: &ViewChoice) -> EventKind {
@@ -456,15 +441,8 @@ fn open(weights: &mut Option<Weights>, path: PathBuf, choice: &ViewChoice) -> Ev
             };
         }
     };
-    let compiled = choice
-        .resolve(opened.checkpoint())
-        .and_then(|rules| rules.map(|r| r.compile(opened.checkpoint())).transpose());
-    let (view, view_error) = match compiled {
-        Ok(Some(compiled)) => match opened.install(compiled) {
-            Ok(info) => (Some(info), None),
-            Err(err) => (None, Some(err.to_string())),
-        },
-        Ok(None) => (None, None),
+    let (view, view_error) = match opened.install_choice(choice) {
+        Ok(view) => (view, None),
         Err(err) => (None, Some(err.to_string())),
     };
     let checkpoint = opened.shared_checkpoint();

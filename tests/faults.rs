@@ -158,8 +158,7 @@ fn materializing_past_the_memory_limit_is_refused_and_the_next_click_works() {
     let _ = recv(&worker);
     worker.send(Command::Close).expect("send");
     let _ = recv(&worker);
-    mlx::clear_cache().expect("clear");
-    assert_eq!(mlx::memory().expect("memory").active_bytes, 0);
+    common::assert_all_freed();
 }
 
 #[test]

@@ -56,6 +56,17 @@ fn one_file(dir: &Path, header: &str, data: &[u8]) -> PathBuf {
     path
 }
 
+/// A folder with shard `a.safetensors` holding `x` and this index text.
+fn indexed(dir: &Path, index: &str) -> PathBuf {
+    write_shard(
+        &dir.join("a.safetensors"),
+        &format!("{{{}}}", f32_entry("x", 0, 4, "[1]")),
+        &[0; 4],
+    );
+    std::fs::write(dir.join("model.safetensors.index.json"), index).expect("write");
+    dir.to_path_buf()
+}
+
 // One table of cases reads best as one list.
 #[allow(clippy::too_many_lines)]
 fn cases() -> Vec<Case> {
@@ -278,48 +289,26 @@ fn cases() -> Vec<Case> {
         },
         Case {
             name: "an index that is not JSON",
-            build: |d| {
-                write_shard(
-                    &d.join("a.safetensors"),
-                    &format!("{{{}}}", f32_entry("x", 0, 4, "[1]")),
-                    &[0; 4],
-                );
-                std::fs::write(d.join("model.safetensors.index.json"), "{ nope").expect("write");
-                d.to_path_buf()
-            },
+            build: |d| indexed(d, "{ nope"),
             expect: Expect::Problem("index is not JSON"),
         },
         Case {
             name: "an index naming a missing shard",
             build: |d| {
-                write_shard(
-                    &d.join("a.safetensors"),
-                    &format!("{{{}}}", f32_entry("x", 0, 4, "[1]")),
-                    &[0; 4],
-                );
-                std::fs::write(
-                    d.join("model.safetensors.index.json"),
+                indexed(
+                    d,
                     r#"{"weight_map": {"x": "a.safetensors", "y": "gone.safetensors"}}"#,
                 )
-                .expect("write");
-                d.to_path_buf()
             },
             expect: Expect::Problem("which does not exist"),
         },
         Case {
             name: "an index naming a tensor its shard lacks",
             build: |d| {
-                write_shard(
-                    &d.join("a.safetensors"),
-                    &format!("{{{}}}", f32_entry("x", 0, 4, "[1]")),
-                    &[0; 4],
-                );
-                std::fs::write(
-                    d.join("model.safetensors.index.json"),
+                indexed(
+                    d,
                     r#"{"weight_map": {"x": "a.safetensors", "ghost": "a.safetensors"}}"#,
                 )
-                .expect("write");
-                d.to_path_buf()
             },
             expect: Expect::Problem("which does not hold it"),
         },

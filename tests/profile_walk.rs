@@ -270,8 +270,7 @@ fn a_cancelled_walk_stops_and_the_next_starts_clean() {
     assert_eq!(first_active, Some(0));
     assert!(!outcome.cancelled);
     drop(weights);
-    mlx::clear_cache().expect("clear");
-    assert_eq!(mlx::memory().expect("memory").active_bytes, 0);
+    common::assert_all_freed();
 }
 
 #[test]

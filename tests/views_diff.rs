@@ -369,8 +369,7 @@ fn a_diff_finds_the_one_changed_tensor_within_two_shards_of_memory() {
         report.peak_mlx_active_bytes
     );
     drop((a, b));
-    mlx::clear_cache().expect("clear");
-    assert_eq!(mlx::memory().expect("memory").active_bytes, 0);
+    common::assert_all_freed();
 }
 
 #[test]

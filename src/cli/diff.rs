@@ -27,7 +27,8 @@ pub struct DiffArgs {
     pub json: bool,
 }
 
-/// Opens one side with its view.
+/// Opens one side with its view; a bad shard anywhere is refused (as
+/// `inspect` refuses it), so a diff never silently skips tensors.
 ///
 /// # Errors
 /// One line naming the file and the problem.
@@ -37,15 +38,7 @@ fn open_side(path: &std::path::Path, choice: &ViewChoice) -> Result<Weights, Str
         return Err(problem.to_string());
     }
     let mut weights = Weights::open_with(checkpoint, MlxNative).map_err(|e| e.to_string())?;
-    let rules = choice
-        .resolve(weights.checkpoint())
-        .map_err(|e| e.to_string())?;
-    if let Some(rules) = rules {
-        let compiled = rules
-            .compile(weights.checkpoint())
-            .map_err(|e| e.to_string())?;
-        weights.install(compiled).map_err(|e| e.to_string())?;
-    }
+    weights.install_choice(choice).map_err(|e| e.to_string())?;
     Ok(weights)
 }
 

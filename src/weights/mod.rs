@@ -134,6 +134,17 @@ impl Weights<MlxNative> {
     pub fn open(path: &Path) -> Result<Self, WeightsError> {
         Self::open_with(Checkpoint::open(path)?, MlxNative)
     }
+
+    /// Opens `path` and installs the chosen view.
+    ///
+    /// # Errors
+    /// When the checkpoint cannot be opened, or the view cannot be made or
+    /// installed; one line naming the file and the problem either way.
+    pub fn open_viewed(path: &Path, choice: &ViewChoice) -> Result<Self, String> {
+        let mut weights = Self::open(path).map_err(|e| e.to_string())?;
+        weights.install_choice(choice).map_err(|e| e.to_string())?;
+        Ok(weights)
+    }
 }
 
 impl<N: Native> Weights<N> {
@@ -216,6 +227,22 @@ impl<N: Native> Weights<N> {
         let info = Arc::new(compiled.info);
         self.view_info = Some(Arc::clone(&info));
         Ok(info)
+    }
+
+    /// Resolves `choice` against this checkpoint and installs it (no view
+    /// for identity, or for auto when nothing calls for one).
+    ///
+    /// # Errors
+    /// The view cannot be made (a bad file, a name collision) or installed.
+    pub fn install_choice(
+        &mut self,
+        choice: &ViewChoice,
+    ) -> Result<Option<Arc<ViewInfo>>, Box<dyn std::error::Error + Send + Sync>> {
+        let Some(rules) = choice.resolve(&self.checkpoint)? else {
+            return Ok(None);
+        };
+        let compiled = rules.compile(&self.checkpoint)?;
+        Ok(Some(self.install(compiled)?))
     }
 
     /// What the installed rule view did to the names, if one is installed.

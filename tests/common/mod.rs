@@ -57,3 +57,13 @@ pub fn write_safetensors(path: &Path, tensors: &[Tensor]) {
         .collect();
     safetensors::serialize_to_file(views, None, path).expect("write test checkpoint");
 }
+
+/// Returns MLX's cached buffers and checks that nothing is left alive.
+pub fn assert_all_freed() {
+    weightscope::mlx::clear_cache().expect("clear the cache");
+    assert_eq!(
+        weightscope::mlx::memory().expect("memory").active_bytes,
+        0,
+        "every MLX array was freed"
+    );
+}
