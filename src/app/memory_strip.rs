@@ -4,10 +4,8 @@
 
 use egui_plot::{Legend, Line, Plot, VLine};
 
-use crate::profile::MarkKind;
-
 use super::WeightscopeApp;
-use super::profiler::sample_line;
+use super::profiler::{marker_times, sample_line};
 
 const MIB: f64 = 1024.0 * 1024.0;
 /// The strip shows the last 10 minutes.
@@ -45,7 +43,7 @@ impl WeightscopeApp {
         let from = last.t_secs - STRIP_SECS;
         let samples = self.timeline.samples();
         let first = samples.partition_point(|s| s.t_secs < from);
-        let line = |f| sample_line(samples.range(first..), f, 0.0);
+        let line = |f| sample_line(samples.range(first..), f);
         let rss = line(|s| s.rss_bytes);
         let active = line(|s| s.mlx_active_bytes);
         let cache = line(|s| s.mlx_cache_bytes);
@@ -59,12 +57,9 @@ impl WeightscopeApp {
                 plot.line(Line::new("process RSS", rss));
                 plot.line(Line::new("MLX active", active));
                 plot.line(Line::new("MLX cache", cache));
-                // One legend entry for all markers; walk steps are too many.
-                let marked = events
-                    .range(first_event..)
-                    .filter(|e| !matches!(e.kind, MarkKind::WalkStep | MarkKind::Release));
-                for event in marked.rev().take(300) {
-                    plot.vline(VLine::new("events", event.t_secs).width(1.0));
+                // One legend entry for all markers.
+                for t in marker_times(events.range(first_event..), 300) {
+                    plot.vline(VLine::new("events", t).width(1.0));
                 }
             });
     }

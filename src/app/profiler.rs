@@ -160,11 +160,21 @@ fn decimate(points: impl ExactSizeIterator<Item = [f64; 2]>) -> Vec<[f64; 2]> {
 pub(super) fn sample_line<'a>(
     samples: impl ExactSizeIterator<Item = &'a TraceSample>,
     field: fn(&TraceSample) -> u64,
-    shift_secs: f64,
 ) -> PlotPoints<'static> {
-    PlotPoints::from(decimate(
-        samples.map(|s| [s.t_secs - shift_secs, field(s) as f64 / MIB]),
-    ))
+    PlotPoints::from(decimate(samples.map(|s| [s.t_secs, field(s) as f64 / MIB])))
+}
+
+/// The times of the newest `limit` events worth a marker (walk steps and
+/// tensor releases are too many; the table lists them), newest first.
+pub(super) fn marker_times<'a>(
+    events: impl DoubleEndedIterator<Item = &'a TraceEvent>,
+    limit: usize,
+) -> impl Iterator<Item = f64> {
+    events
+        .rev()
+        .filter(|e| !matches!(e.kind, MarkKind::WalkStep | MarkKind::Release))
+        .map(|e| e.t_secs)
+        .take(limit)
 }
 
 /// Saved traces over the walk view: MLX active dashed, RSS dotted.
@@ -173,14 +183,14 @@ fn draw_overlays(plot: &mut egui_plot::PlotUi<'_>, overlays: &[Trace]) {
         plot.line(
             Line::new(
                 format!("{}: MLX active", trace.label),
-                sample_line(trace.samples.iter(), |s| s.mlx_active_bytes, 0.0),
+                sample_line(trace.samples.iter(), |s| s.mlx_active_bytes),
             )
             .style(egui_plot::LineStyle::dashed_loose()),
         );
         plot.line(
             Line::new(
                 format!("{}: RSS", trace.label),
-                sample_line(trace.samples.iter(), |s| s.rss_bytes, 0.0),
+                sample_line(trace.samples.iter(), |s| s.rss_bytes),
             )
             .style(egui_plot::LineStyle::dotted_loose()),
         );
@@ -526,11 +536,9 @@ impl WeightscopeApp {
 
     fn timeline_ui(&mut self, ui: &mut egui::Ui) {
         let walk_view = self.profiler.walk_view;
-        let (samples_from, shift): (Vec<&TraceSample>, f64) = match (&self.profiler.last, walk_view)
-        {
-            (Some(last), true) => (last.trace.samples.iter().collect(), 0.0),
-            _ => (self.timeline.samples().iter().collect(), 0.0),
-        };
+        // The last walk on its own clock, or the whole session: borrowed,
+        // never copied (the session holds up to hours of samples).
+        let walk = self.profiler.last.as_ref().filter(|_| walk_view);
         let selected = self.profiler.selected_secs.map(|t| {
             if walk_view {
                 t - self.profiler.last.as_ref().map_or(0.0, |l| l.start_secs)
@@ -545,10 +553,6 @@ impl WeightscopeApp {
             .filter(|_| walk_view)
             .map(|l| l.outcome.expected)
             .or_else(|| self.profiler.expected_now());
-        let events: Vec<&TraceEvent> = match (&self.profiler.last, walk_view) {
-            (Some(last), true) => last.trace.events.iter().collect(),
-            _ => self.timeline.events().iter().collect(),
-        };
         let policy = self.profiler.policy;
         let place = self
             .device
@@ -567,8 +571,9 @@ impl WeightscopeApp {
             .height(height)
             .allow_scroll(false)
             .show(ui, |plot| {
-                let line = |f: fn(&TraceSample) -> u64| {
-                    sample_line(samples_from.iter().copied(), f, shift)
+                let line = |f: fn(&TraceSample) -> u64| match walk {
+                    Some(last) => sample_line(last.trace.samples.iter(), f),
+                    None => sample_line(self.timeline.samples().iter(), f),
                 };
                 plot.line(Line::new("process RSS (host)", line(|s| s.rss_bytes)));
                 plot.line(Line::new("RSS anonymous", line(|s| s.rss_anon_bytes)));
@@ -590,14 +595,12 @@ impl WeightscopeApp {
                         );
                     }
                 }
-                // Walk steps are too many to mark; everything else is marked.
-                let marked: Vec<f64> = events
-                    .iter()
-                    .filter(|e| !matches!(e.kind, MarkKind::WalkStep | MarkKind::Release))
-                    .map(|e| e.t_secs)
-                    .collect();
-                for t in marked.iter().rev().take(400) {
-                    plot.vline(VLine::new("events", *t).width(0.5));
+                let marked: Vec<f64> = match walk {
+                    Some(last) => marker_times(last.trace.events.iter(), 400).collect(),
+                    None => marker_times(self.timeline.events().iter(), 400).collect(),
+                };
+                for t in marked {
+                    plot.vline(VLine::new("events", t).width(0.5));
                 }
                 if let Some(t) = selected {
                     plot.vline(VLine::new("selected", t).width(2.0));

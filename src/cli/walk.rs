@@ -3,7 +3,7 @@
 //! the headers predict, the findings, and the trace.
 
 use std::io::{IsTerminal, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
@@ -166,10 +166,10 @@ impl WalkReport {
     /// When a file cannot be written.
     pub fn save(&self, args: &WalkArgs) -> Result<(), profile::TraceError> {
         if let Some(path) = &args.csv {
-            save_as(&self.trace, path, true)?;
+            self.trace.save_as(path, true)?;
         }
         if let Some(path) = &args.trace {
-            save_as(&self.trace, path, false)?;
+            self.trace.save_as(path, false)?;
         }
         Ok(())
     }
@@ -272,15 +272,6 @@ impl WalkReport {
         }
         Ok(())
     }
-}
-
-fn save_as(trace: &Trace, path: &Path, csv: bool) -> Result<(), profile::TraceError> {
-    let text = if csv { trace.to_csv() } else { trace.to_json() };
-    std::fs::write(path, text).map_err(|source| profile::TraceError::Io {
-        action: "write",
-        path: path.to_path_buf(),
-        source,
-    })
 }
 
 /// A size like `8G`, `512M`, `64K` or plain bytes (binary units).

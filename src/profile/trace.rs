@@ -447,11 +447,15 @@ impl Trace {
     /// # Errors
     /// When the file cannot be written.
     pub fn save(&self, path: &Path) -> Result<(), TraceError> {
-        let text = if is_csv(path) {
-            self.to_csv()
-        } else {
-            self.to_json()
-        };
+        self.save_as(path, is_csv(path))
+    }
+
+    /// Writes the trace to `path` as CSV (`csv`) or JSON, whatever its name.
+    ///
+    /// # Errors
+    /// When the file cannot be written.
+    pub fn save_as(&self, path: &Path, csv: bool) -> Result<(), TraceError> {
+        let text = if csv { self.to_csv() } else { self.to_json() };
         std::fs::write(path, text).map_err(|source| TraceError::Io {
             action: "write",
             path: path.to_path_buf(),
