@@ -12,6 +12,7 @@ use serde::de::{self, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
 use super::dtype::Dtype;
 use super::error::CheckpointError;
+use super::scan;
 
 /// Largest header accepted, as the `safetensors` crate does: a bigger one is
 /// either corrupt or hostile, and would be read into memory whole.
@@ -140,7 +141,51 @@ pub fn parse_header(
         path: path.to_path_buf(),
         offset: e.valid_up_to(),
     })?;
-    let raw: RawHeader = serde_json::from_str(text).map_err(|e| {
+    let header_bytes = json.len() as u64;
+    let data_bytes = file_bytes.saturating_sub(8 + header_bytes);
+    let (metadata, tensors) = if let Some(scanned) = scan::scan(text) {
+        let mut tensors = Vec::with_capacity(scanned.tensors.len());
+        for t in scanned.tensors {
+            let dtype = match t.dtype {
+                Ok(dtype) => dtype,
+                Err(dtype) => {
+                    return Err(CheckpointError::UnknownDtype {
+                        path: path.to_path_buf(),
+                        tensor: t.name,
+                        dtype,
+                    });
+                }
+            };
+            let tensor = HeaderTensor {
+                name: t.name,
+                dtype,
+                shape: t.shape,
+                data_offsets: t.data_offsets,
+            };
+            tensors.push(check_bytes(path, tensor, data_bytes)?);
+        }
+        (scanned.metadata, tensors)
+    } else {
+        let raw = parse_with_serde(path, text)?;
+        let mut tensors = Vec::with_capacity(raw.tensors.len());
+        for (name, entry) in raw.tensors {
+            tensors.push(validate_tensor(path, name, entry, data_bytes)?);
+        }
+        (raw.metadata, tensors)
+    };
+    validate(
+        path,
+        metadata,
+        tensors,
+        file_bytes,
+        header_bytes,
+        data_bytes,
+    )
+}
+
+/// The general path: any JSON, with `serde_json`'s precise errors.
+fn parse_with_serde(path: &Path, text: &str) -> Result<RawHeader, CheckpointError> {
+    serde_json::from_str(text).map_err(|e| {
         if e.is_data() {
             CheckpointError::HeaderShape {
                 path: path.to_path_buf(),
@@ -152,23 +197,55 @@ pub fn parse_header(
                 reason: e.to_string(),
             }
         }
-    })?;
-    let header_bytes = json.len() as u64;
-    let data_bytes = file_bytes.saturating_sub(8 + header_bytes);
-    validate(path, raw, file_bytes, header_bytes, data_bytes)
+    })
 }
 
+/// Whether the fast scanner agrees with `serde_json` on `text`: it either
+/// declines it or reads exactly what `serde_json` reads. For the fuzz target.
+#[doc(hidden)]
+#[must_use]
+pub fn scanner_agrees_with_serde(text: &str) -> bool {
+    scan::scan(text).is_none_or(|scanned| {
+        serde_json::from_str::<RawHeader>(text).is_ok_and(|raw| raw == RawHeader::from(scanned))
+    })
+}
+
+impl From<scan::ScannedHeader> for RawHeader {
+    fn from(scanned: scan::ScannedHeader) -> Self {
+        let nats = |values| Nats {
+            values,
+            texts: None,
+        };
+        let tensors = scanned
+            .tensors
+            .into_iter()
+            .map(|t| {
+                let (start, end) = t.data_offsets;
+                let entry = RawTensor {
+                    dtype: t.dtype.map_or_else(RawDtype::Unknown, RawDtype::Known),
+                    shape: nats(t.shape),
+                    data_offsets: nats(vec![start, end]),
+                };
+                (t.name, entry)
+            })
+            .collect();
+        Self {
+            metadata: scanned.metadata,
+            tensors,
+        }
+    }
+}
+
+/// Checks what concerns the header as a whole: unique names, and tensors
+/// that tile the data section. Returns the tensors in data order.
 fn validate(
     path: &Path,
-    raw: RawHeader,
+    metadata: BTreeMap<String, String>,
+    mut tensors: Vec<HeaderTensor>,
     file_bytes: u64,
     header_bytes: u64,
     data_bytes: u64,
 ) -> Result<ShardHeader, CheckpointError> {
-    let mut tensors = Vec::with_capacity(raw.tensors.len());
-    for (name, entry) in raw.tensors {
-        tensors.push(validate_tensor(path, name, entry, data_bytes)?);
-    }
     let mut seen = foldhash::HashSet::with_capacity_and_hasher(
         tensors.len(),
         foldhash::fast::RandomState::default(),
@@ -189,7 +266,7 @@ fn validate(
     Ok(ShardHeader {
         file_bytes,
         header_bytes,
-        metadata: raw.metadata,
+        metadata,
         tensors,
     })
 }
@@ -235,27 +312,44 @@ fn validate_tensor(
             });
         }
     };
-    let shape = entry.shape.values;
-    if data_offsets.1 > data_bytes {
+    let tensor = HeaderTensor {
+        name,
+        dtype,
+        shape: entry.shape.values,
+        data_offsets,
+    };
+    check_bytes(path, tensor, data_bytes)
+}
+
+/// A tensor's bytes must lie inside the data section and be exactly what
+/// its dtype and shape need (checked arithmetic: no overflow).
+fn check_bytes(
+    path: &Path,
+    tensor: HeaderTensor,
+    data_bytes: u64,
+) -> Result<HeaderTensor, CheckpointError> {
+    let (start, end) = tensor.data_offsets;
+    if end > data_bytes {
         return Err(CheckpointError::OffsetsPastEnd {
             path: path.to_path_buf(),
-            tensor: name,
-            end: data_offsets.1,
+            tensor: tensor.name,
+            end,
             data_bytes,
         });
     }
-    let bytes = data_offsets.1 - data_offsets.0;
-    let expected = shape
+    let bytes = end - start;
+    let expected = tensor
+        .shape
         .iter()
         .try_fold(1u64, |acc, &d| acc.checked_mul(d))
-        .and_then(|elements| elements.checked_mul(dtype.bits()));
+        .and_then(|elements| elements.checked_mul(tensor.dtype.bits()));
     let matches = expected.is_some_and(|bits| bits % 8 == 0 && bits / 8 == bytes);
     if !matches {
         return Err(CheckpointError::SizeMismatch {
             path: path.to_path_buf(),
-            tensor: name,
-            dtype: dtype.name().to_owned(),
-            shape,
+            tensor: tensor.name,
+            dtype: tensor.dtype.name().to_owned(),
+            shape: tensor.shape,
             bytes,
             expected: match expected {
                 None => "more than 2^64 bits".to_owned(),
@@ -264,12 +358,7 @@ fn validate_tensor(
             },
         });
     }
-    Ok(HeaderTensor {
-        name,
-        dtype,
-        shape,
-        data_offsets,
-    })
+    Ok(tensor)
 }
 
 /// The tensors (sorted by offsets) must cover the data section exactly:
@@ -314,12 +403,13 @@ fn check_tiling(
 
 /// The header as JSON gives it, before validation. `__metadata__` is kept
 /// apart; tensor entries keep their order and duplicates (caught later).
+#[derive(Debug, PartialEq)]
 struct RawHeader {
     metadata: BTreeMap<String, String>,
     tensors: Vec<(String, RawTensor)>,
 }
 
-#[derive(Deserialize)]
+#[derive(Debug, PartialEq, Deserialize)]
 struct RawTensor {
     dtype: RawDtype,
     shape: Nats,
@@ -327,6 +417,7 @@ struct RawTensor {
 }
 
 /// A dtype name, parsed while the JSON is read (no allocation when known).
+#[derive(Debug, PartialEq)]
 enum RawDtype {
     Known(Dtype),
     Unknown(String),
@@ -334,6 +425,7 @@ enum RawDtype {
 
 /// A JSON list that should hold non-negative integers. Once an entry is not
 /// one, every entry is also kept as text for the error message.
+#[derive(Debug, PartialEq)]
 struct Nats {
     values: Vec<u64>,
     texts: Option<Vec<String>>,
@@ -510,6 +602,28 @@ mod tests {
         assert_eq!(header.tensors[1].dtype, Dtype::BF16);
         assert_eq!(header.metadata["format"], "mlx");
         assert_eq!(header.metadata["n"], "3");
+    }
+
+    #[test]
+    fn the_scanner_reads_what_serde_reads() {
+        for text in [
+            r#"{"__metadata__":{"format":"pt","k":"v","k":"w"},"b":{"data_offsets":[0,4],"shape":[2],"dtype":"BF16"}}"#,
+            r#" {"a" : { "dtype" : "Q9" , "shape" : [ 0 , 7 ] , "data_offsets" : [ 0 , 0 ] } }  "#,
+            r#"{"a":{"dtype":"F16","shape":[1],"data_offsets":[0,2]},"a":{"dtype":"F16","shape":[1],"data_offsets":[2,4]}}"#,
+            "{}",
+        ] {
+            assert!(scan::scan(text).is_some(), "{text}");
+            assert!(scanner_agrees_with_serde(text), "{text}");
+        }
+        // Declined texts agree trivially; serde then gives the errors.
+        assert!(scanner_agrees_with_serde(
+            r#"{"a":{"dtype":"F16","shape":[1.5]}}"#
+        ));
+        let scanned = parse(
+            r#"{"a":{"dtype":"Q9","shape":[1],"data_offsets":[0,2]}}"#,
+            2,
+        );
+        assert!(matches!(scanned, Err(CheckpointError::UnknownDtype { .. })));
     }
 
     #[test]

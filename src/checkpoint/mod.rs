@@ -11,6 +11,7 @@ mod dtype;
 mod error;
 mod header;
 mod index;
+mod scan;
 mod summary;
 
 pub use config::{ModelConfig, QuantConfig, QuantParams, parse_config, read_config};
@@ -18,8 +19,10 @@ pub use dtype::{Dtype, UnknownDtype};
 pub use error::{CheckpointError, io_reason};
 pub use header::{
     HEADER_CAP_BYTES, HeaderTensor, ShardHeader, parse_file_bytes, parse_header, read_header,
+    scanner_agrees_with_serde,
 };
 pub use index::{Index, IndexEntries, parse_index, read_index};
+pub use scan::plain_run as json_plain_prefix;
 pub use summary::{QuantSummary, QuantizedTensor, Summary, layer_of};
 
 use std::collections::BTreeMap;

@@ -1,0 +1,304 @@
+//! A direct scanner for the common shape of safetensors headers.
+//!
+//! Nearly every header is a flat object of tensor entries written by a
+//! program: `{"name":{"dtype":"F16","shape":[2,3],"data_offsets":[0,12]},..}`
+//! with plain strings, non-negative integers and perhaps a `__metadata__`
+//! object of strings. This scanner reads exactly that into the same raw form
+//! the `serde_json` path builds, a few times faster. It never decides that a
+//! header is bad: on anything else (an escape in a string, a float, a
+//! negative number, an unknown or repeated field, `null` metadata, a syntax
+//! error) it gives up and the caller parses with `serde_json`, which then
+//! produces the result or the precise error. So the scanner only has to be
+//! right about what it accepts; the `header` fuzz target checks that it
+//! agrees with the `serde_json` path on every input it accepts.
+
+use std::collections::BTreeMap;
+
+use super::dtype::Dtype;
+
+/// One tensor entry as scanned (not yet validated).
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct ScannedTensor {
+    pub name: String,
+    pub dtype: Result<Dtype, String>,
+    pub shape: Vec<u64>,
+    /// Exactly two, ascending (anything else is left to `serde_json`).
+    pub data_offsets: (u64, u64),
+}
+
+/// A header as scanned: `__metadata__` and the tensor entries in file order.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct ScannedHeader {
+    pub metadata: BTreeMap<String, String>,
+    pub tensors: Vec<ScannedTensor>,
+}
+
+/// Scans `text`; `None` when it is not in the common shape.
+pub(super) fn scan(text: &str) -> Option<ScannedHeader> {
+    let mut s = Scanner {
+        text,
+        bytes: text.as_bytes(),
+        at: 0,
+    };
+    let mut metadata = BTreeMap::new();
+    // A typical entry takes 80-120 bytes of JSON.
+    let mut tensors = Vec::with_capacity(text.len() / 96);
+    s.expect(b'{')?;
+    if !s.eat(b'}') {
+        loop {
+            let key = s.string()?;
+            s.expect(b':')?;
+            if key == "__metadata__" {
+                metadata = s.string_map()?;
+            } else {
+                tensors.push(s.tensor(key)?);
+            }
+            if s.eat(b'}') {
+                break;
+            }
+            s.expect(b',')?;
+        }
+    }
+    s.skip_space();
+    (s.at == s.bytes.len()).then_some(ScannedHeader { metadata, tensors })
+}
+
+struct Scanner<'a> {
+    text: &'a str,
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Scanner<'a> {
+    fn skip_space(&mut self) {
+        while let Some(b' ' | b'\n' | b'\r' | b'\t') = self.bytes.get(self.at) {
+            self.at += 1;
+        }
+    }
+
+    /// Skips white space, then consumes `byte` if it is next.
+    fn eat(&mut self, byte: u8) -> bool {
+        self.skip_space();
+        let found = self.bytes.get(self.at) == Some(&byte);
+        if found {
+            self.at += 1;
+        }
+        found
+    }
+
+    fn expect(&mut self, byte: u8) -> Option<()> {
+        self.eat(byte).then_some(())
+    }
+
+    /// A string without escapes or control characters.
+    fn string(&mut self) -> Option<&'a str> {
+        self.expect(b'"')?;
+        let start = self.at;
+        let len = plain_run(self.bytes.get(start..)?);
+        let end = start + len;
+        if self.bytes.get(end) != Some(&b'"') {
+            return None;
+        }
+        self.at = end + 1;
+        // Both ends sit next to ASCII bytes, so they are char boundaries.
+        self.text.get(start..end)
+    }
+
+    /// A JSON integer in `0..=u64::MAX` written without sign, fraction or
+    /// exponent.
+    fn natural(&mut self) -> Option<u64> {
+        self.skip_space();
+        let start = self.at;
+        let mut value = 0u64;
+        while let Some(&b) = self.bytes.get(self.at) {
+            if !b.is_ascii_digit() {
+                break;
+            }
+            value = value.checked_mul(10)?.checked_add(u64::from(b - b'0'))?;
+            self.at += 1;
+        }
+        let digits = self.at - start;
+        // JSON forbids leading zeros; a fraction or an exponent makes a float.
+        let leading_zero = digits > 1 && self.bytes[start] == b'0';
+        let float = matches!(self.bytes.get(self.at), Some(b'.' | b'e' | b'E'));
+        (digits > 0 && !leading_zero && !float).then_some(value)
+    }
+
+    /// `[n, n, ...]` of naturals.
+    fn naturals(&mut self) -> Option<Vec<u64>> {
+        self.expect(b'[')?;
+        let mut values = Vec::with_capacity(4);
+        if self.eat(b']') {
+            return Some(values);
+        }
+        loop {
+            values.push(self.natural()?);
+            if self.eat(b']') {
+                return Some(values);
+            }
+            self.expect(b',')?;
+        }
+    }
+
+    /// `{"k": "v", ...}`; a repeated key keeps its last value, as a map does.
+    fn string_map(&mut self) -> Option<BTreeMap<String, String>> {
+        self.expect(b'{')?;
+        let mut map = BTreeMap::new();
+        if self.eat(b'}') {
+            return Some(map);
+        }
+        loop {
+            let key = self.string()?;
+            self.expect(b':')?;
+            let value = self.string()?;
+            map.insert(key.to_owned(), value.to_owned());
+            if self.eat(b'}') {
+                return Some(map);
+            }
+            self.expect(b',')?;
+        }
+    }
+
+    /// `{"dtype": .., "shape": [..], "data_offsets": [..]}` in any order,
+    /// each field exactly once and no other.
+    fn tensor(&mut self, name: &str) -> Option<ScannedTensor> {
+        self.expect(b'{')?;
+        let mut dtype = None;
+        let mut shape = None;
+        let mut data_offsets = None;
+        loop {
+            let field = self.string()?;
+            self.expect(b':')?;
+            match field {
+                "dtype" if dtype.is_none() => {
+                    let text = self.string()?;
+                    dtype = Some(text.parse::<Dtype>().map_err(|_| text.to_owned()));
+                }
+                "shape" if shape.is_none() => shape = Some(self.naturals()?),
+                "data_offsets" if data_offsets.is_none() => {
+                    data_offsets = match self.naturals()?.as_slice() {
+                        &[start, end] if start <= end => Some((start, end)),
+                        _ => return None,
+                    };
+                }
+                _ => return None,
+            }
+            if self.eat(b'}') {
+                break;
+            }
+            self.expect(b',')?;
+        }
+        Some(ScannedTensor {
+            name: name.to_owned(),
+            dtype: dtype?,
+            shape: shape?,
+            data_offsets: data_offsets?,
+        })
+    }
+}
+
+/// Length of the leading run of `bytes` that a JSON string holds as is:
+/// up to the first quote, backslash or control character. Eight bytes at a
+/// time while none is in sight (names run to 50-100 bytes).
+#[must_use]
+pub fn plain_run(bytes: &[u8]) -> usize {
+    const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
+    const HIGHS: u64 = u64::from_ne_bytes([0x80; 8]);
+    // Whether any byte of `word` is zero (exact for the "none" answer).
+    let has_zero = |word: u64| word.wrapping_sub(ONES) & !word & HIGHS != 0;
+    let mut at = 0;
+    while let Some(chunk) = bytes.get(at..at + 8) {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(chunk);
+        let word = u64::from_ne_bytes(word);
+        let quote = word ^ u64::from_ne_bytes([b'"'; 8]);
+        let backslash = word ^ u64::from_ne_bytes([b'\\'; 8]);
+        // Bytes below 0x20 are the ones with none of the bits 0xE0 set.
+        let control = word & u64::from_ne_bytes([0xE0; 8]);
+        if has_zero(quote) || has_zero(backslash) || has_zero(control) {
+            break;
+        }
+        at += 8;
+    }
+    at + bytes
+        .get(at..)
+        .unwrap_or_default()
+        .iter()
+        .position(|&b| b == b'"' || b == b'\\' || b < 0x20)
+        .unwrap_or(bytes.len() - at)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_common_shape_is_scanned() {
+        let header = scan(
+            r#" { "__metadata__" : {"format":"pt","format":"mlx"},
+                "a.weight":{"shape":[2, 3],"dtype":"F16","data_offsets":[0,12]},
+                "b":{"dtype":"F8_E4M3","shape":[],"data_offsets":[12,13]} }   "#,
+        )
+        .expect("scanned");
+        assert_eq!(header.metadata["format"], "mlx");
+        assert_eq!(header.tensors.len(), 2);
+        assert_eq!(header.tensors[0].name, "a.weight");
+        assert_eq!(header.tensors[0].dtype, Ok(Dtype::F16));
+        assert_eq!(header.tensors[0].shape, [2, 3]);
+        assert_eq!(header.tensors[0].data_offsets, (0, 12));
+        assert_eq!(header.tensors[1].dtype, Ok(Dtype::F8_E4M3));
+        assert!(header.tensors[1].shape.is_empty());
+        let empty = scan("{}").expect("scanned");
+        assert!(empty.tensors.is_empty() && empty.metadata.is_empty());
+    }
+
+    #[test]
+    fn plain_runs_stop_at_quotes_backslashes_and_controls() {
+        assert_eq!(plain_run(b""), 0);
+        assert_eq!(plain_run(b"abc"), 3);
+        for stop in [b'"', b'\\', b'\n', 0x00, 0x1f] {
+            for at in 0..20 {
+                let mut bytes = vec![b'x'; 24];
+                bytes[at] = stop;
+                assert_eq!(plain_run(&bytes), at, "{stop} at {at}");
+            }
+        }
+        // Bytes at or above 0x20 (UTF-8 included) are plain.
+        let text = "model.layers.0.\u{e9}\u{7f} ~ \u{1F600}.weight";
+        assert_eq!(plain_run(text.as_bytes()), text.len());
+    }
+
+    #[test]
+    fn an_unknown_dtype_is_kept_for_the_error() {
+        let header =
+            scan(r#"{"a":{"dtype":"Q4","shape":[1],"data_offsets":[0,1]}}"#).expect("scanned");
+        assert_eq!(header.tensors[0].dtype, Err("Q4".to_owned()));
+    }
+
+    #[test]
+    fn anything_else_is_left_to_serde() {
+        for text in [
+            "",
+            "[]",
+            "{",
+            r#"{"a\u0062":{"dtype":"F16","shape":[1],"data_offsets":[0,2]}}"#,
+            r#"{"a":{"dtype":"F16","shape":[1.0],"data_offsets":[0,2]}}"#,
+            r#"{"a":{"dtype":"F16","shape":[1e0],"data_offsets":[0,2]}}"#,
+            r#"{"a":{"dtype":"F16","shape":[01],"data_offsets":[0,2]}}"#,
+            r#"{"a":{"dtype":"F16","shape":[-1],"data_offsets":[0,2]}}"#,
+            r#"{"a":{"dtype":"F16","shape":[18446744073709551616],"data_offsets":[0,2]}}"#,
+            r#"{"a":{"dtype":"F16","shape":[1],"data_offsets":[0,2],"extra":1}}"#,
+            r#"{"a":{"dtype":"F16","dtype":"F16","shape":[1],"data_offsets":[0,2]}}"#,
+            r#"{"a":{"dtype":"F16","shape":[1]}}"#,
+            r#"{"a":{"dtype":"F16","shape":[1],"data_offsets":[2,0]}}"#,
+            r#"{"a":{"dtype":"F16","shape":[1],"data_offsets":[0,2,4]}}"#,
+            r#"{"a":{"dtype":"F16","shape":[1],"data_offsets":[0,2]},}"#,
+            r#"{"a":{"dtype":"F16","shape":[1],"data_offsets":[0,2]}} x"#,
+            r#"{"__metadata__":null}"#,
+            r#"{"__metadata__":{"n":1}}"#,
+            "{\"a\t\":{\"dtype\":\"F16\",\"shape\":[1],\"data_offsets\":[0,2]}}",
+        ] {
+            assert_eq!(scan(text), None, "{text}");
+        }
+    }
+}
