@@ -1,12 +1,15 @@
-//! Any bytes as an index file or a config.json: a result, never a panic.
+//! Any bytes as an index file or a config.json: a result, never a panic;
+//! the same result with the index scanner as without it.
 #![no_main]
 
 use std::path::{Component, Path};
 
 use libfuzzer_sys::fuzz_target;
-use weightscope_fuzz::checkpoint::{parse_config, parse_index};
+use weightscope_fuzz::checkpoint::{index_scanner_agrees_with_serde, parse_config, parse_index};
 
 fuzz_target!(|data: &[u8]| {
+    // The fast scanner never changes what an index reads as.
+    assert!(index_scanner_agrees_with_serde(data));
     if let Ok((index, entries)) = parse_index(Path::new("model.safetensors.index.json"), data) {
         assert_eq!(index.tensor_count, entries.len());
         assert!(

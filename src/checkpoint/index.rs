@@ -7,6 +7,7 @@ use std::path::{Component, Path};
 use serde::Deserialize;
 
 use super::error::CheckpointError;
+use super::scan::{self, MetaValue};
 
 /// A parsed index, less its per-tensor entries (those are checked against
 /// the shards at open and not kept: the tensor table already says where each
@@ -102,37 +103,96 @@ pub fn parse_index<'a>(
     path: &Path,
     bytes: &'a [u8],
 ) -> Result<(Index, IndexEntries<'a>), CheckpointError> {
-    let raw: RawIndex<'a> = serde_json::from_slice(bytes).map_err(|e| {
-        if e.is_data() {
-            CheckpointError::IndexShape {
-                path: path.to_path_buf(),
-                reason: e.to_string(),
+    parse_index_with(path, bytes, true)
+}
+
+/// Whether the fast index scanner changes nothing: [`parse_index`] with and
+/// without it give the same result on `bytes`. For the fuzz target.
+#[doc(hidden)]
+#[must_use]
+pub fn index_scanner_agrees_with_serde(bytes: &[u8]) -> bool {
+    let path = Path::new("model.safetensors.index.json");
+    format!("{:?}", parse_index_with(path, bytes, true))
+        == format!("{:?}", parse_index_with(path, bytes, false))
+}
+
+fn parse_index_with<'a>(
+    path: &Path,
+    bytes: &'a [u8],
+    scanner: bool,
+) -> Result<(Index, IndexEntries<'a>), CheckpointError> {
+    // Indexes as programs write them are scanned directly; anything else
+    // (escapes, other fields, other value types, bad JSON) goes to serde.
+    let scanned = scanner
+        .then(|| std::str::from_utf8(bytes).ok())
+        .flatten()
+        .and_then(scan::scan_index);
+    let (pairs, raw_metadata) = if let Some(scanned) = scanned {
+        let pairs: Vec<(Cow<'a, str>, Cow<'a, str>)> = scanned
+            .weight_map
+            .into_iter()
+            .map(|(name, file)| (Cow::Borrowed(name), Cow::Borrowed(file)))
+            .collect();
+        let metadata = scanned.metadata.map(|map| {
+            map.into_iter()
+                .map(|(key, value)| {
+                    let value = match value {
+                        MetaValue::Text(text) => serde_json::Value::String(text),
+                        MetaValue::Nat(n) => serde_json::Value::from(n),
+                    };
+                    (key, value)
+                })
+                .collect()
+        });
+        (pairs, metadata)
+    } else {
+        let raw: RawIndex<'a> = serde_json::from_slice(bytes).map_err(|e| {
+            if e.is_data() {
+                CheckpointError::IndexShape {
+                    path: path.to_path_buf(),
+                    reason: e.to_string(),
+                }
+            } else {
+                CheckpointError::IndexNotJson {
+                    path: path.to_path_buf(),
+                    reason: e.to_string(),
+                }
             }
-        } else {
-            CheckpointError::IndexNotJson {
-                path: path.to_path_buf(),
-                reason: e.to_string(),
-            }
-        }
-    })?;
+        })?;
+        (raw.weight_map.0, raw.metadata)
+    };
     // Intern the few distinct file names; each entry keeps a position.
+    // Neighbouring entries mostly share a file: that one is checked first.
     let mut positions: foldhash::HashMap<&str, usize> = foldhash::HashMap::default();
     let mut shard_files: Vec<String> = Vec::new();
-    for (_, shard) in &raw.weight_map.0 {
-        if positions.contains_key(shard.as_ref()) {
-            continue;
-        }
-        let inside = Path::new(shard.as_ref())
-            .components()
-            .all(|c| matches!(c, Component::Normal(_)));
-        if !inside || shard.is_empty() {
-            return Err(CheckpointError::IndexShape {
-                path: path.to_path_buf(),
-                reason: format!("shard name `{shard}` is not a file in the index's folder"),
-            });
-        }
-        positions.insert(shard.as_ref(), shard_files.len());
-        shard_files.push(shard.to_string());
+    let mut file_of_entry = Vec::with_capacity(pairs.len());
+    let mut last: Option<(&str, usize)> = None;
+    for (_, shard) in &pairs {
+        let shard = shard.as_ref();
+        let position = match last {
+            Some((file, position)) if file == shard => position,
+            _ => match positions.get(shard) {
+                Some(&position) => position,
+                None => {
+                    let inside = Path::new(shard)
+                        .components()
+                        .all(|c| matches!(c, Component::Normal(_)));
+                    if !inside || shard.is_empty() {
+                        return Err(CheckpointError::IndexShape {
+                            path: path.to_path_buf(),
+                            reason: format!(
+                                "shard name `{shard}` is not a file in the index's folder"
+                            ),
+                        });
+                    }
+                    positions.insert(shard, shard_files.len());
+                    shard_files.push(shard.to_owned());
+                    shard_files.len() - 1
+                }
+            },
+        };
+        last = Some((shard, position));
+        file_of_entry.push(position);
     }
     // Sorted file order; remap each entry's position accordingly.
     let mut order: Vec<usize> = (0..shard_files.len()).collect();
@@ -141,17 +201,16 @@ pub fn parse_index<'a>(
     for (new, &old) in order.iter().enumerate() {
         rank[old] = new;
     }
-    let entries: IndexEntries<'a> = raw
-        .weight_map
-        .0
-        .iter()
-        .map(|(name, file)| (name.clone(), rank[positions[file.as_ref()]]))
+    let entries: IndexEntries<'a> = pairs
+        .into_iter()
+        .zip(file_of_entry)
+        .map(|((name, _), position)| (name, rank[position]))
         .collect();
     let sorted_files = order.iter().map(|&i| shard_files[i].clone()).collect();
 
     let mut metadata = BTreeMap::new();
     let mut total_size = None;
-    for (key, value) in raw.metadata.unwrap_or_default() {
+    for (key, value) in raw_metadata.unwrap_or_default() {
         if key == "total_size" {
             total_size = value.as_u64();
         }
@@ -203,6 +262,31 @@ mod tests {
             [("a", 1), ("b", 0), ("cé", 1)],
             "escaped names are decoded"
         );
+    }
+
+    #[test]
+    fn the_scanner_reads_what_serde_reads() {
+        for json in [
+            r#"{"metadata":{"total_size":24,"format":"pt","format":"mlx"},
+                "weight_map":{"a":"s2.safetensors","b":"s1.safetensors","c":"s2.safetensors"}}"#,
+            r#" { "weight_map" : { } , "metadata" : { } } "#,
+            r#"{"weight_map":{"a":"s.safetensors","a":"t.safetensors"}}"#,
+            r#"{"weight_map":{"a":"../s.safetensors"}}"#,
+        ] {
+            let text = json;
+            assert!(scan::scan_index(text).is_some(), "{json}");
+            assert!(index_scanner_agrees_with_serde(json.as_bytes()), "{json}");
+        }
+        for json in [
+            r#"{"metadata":{"total_size":2.5},"weight_map":{}}"#,
+            r#"{"metadata":null,"weight_map":{}}"#,
+            r#"{"weight_map":{"c\u00e9":"s.safetensors"}}"#,
+            r#"{"weight_map":{},"other":1}"#,
+            r#"{"metadata":{}}"#,
+        ] {
+            assert!(scan::scan_index(json).is_none(), "{json}");
+            assert!(index_scanner_agrees_with_serde(json.as_bytes()), "{json}");
+        }
     }
 
     #[test]

@@ -21,7 +21,7 @@ pub use header::{
     HEADER_CAP_BYTES, HeaderTensor, ShardHeader, parse_file_bytes, parse_header, read_header,
     scanner_agrees_with_serde,
 };
-pub use index::{Index, IndexEntries, parse_index, read_index};
+pub use index::{Index, IndexEntries, index_scanner_agrees_with_serde, parse_index, read_index};
 pub use scan::plain_run as json_plain_prefix;
 pub use summary::{QuantSummary, QuantizedTensor, Summary, layer_of};
 

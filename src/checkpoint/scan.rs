@@ -63,6 +63,90 @@ pub(super) fn scan(text: &str) -> Option<ScannedHeader> {
     (s.at == s.bytes.len()).then_some(ScannedHeader { metadata, tensors })
 }
 
+/// A value of an index's `metadata`, as scanned.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum MetaValue {
+    Text(String),
+    Nat(u64),
+}
+
+/// An index as scanned: `metadata` (a repeated key keeps its last value) and
+/// the `weight_map` pairs in file order, borrowed from the text.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct ScannedIndex<'a> {
+    pub metadata: Option<BTreeMap<String, MetaValue>>,
+    pub weight_map: Vec<(&'a str, &'a str)>,
+}
+
+/// Scans an index `{"metadata": {..}, "weight_map": {"tensor": "file", ..}}`
+/// (either order, each at most once, `weight_map` required); `None` when it
+/// is not in that shape.
+pub(super) fn scan_index(text: &str) -> Option<ScannedIndex<'_>> {
+    let mut s = Scanner {
+        text,
+        bytes: text.as_bytes(),
+        at: 0,
+    };
+    let mut metadata = None;
+    let mut weight_map = None;
+    s.expect(b'{')?;
+    loop {
+        let key = s.string()?;
+        s.expect(b':')?;
+        match key {
+            "metadata" if metadata.is_none() => {
+                let mut map = BTreeMap::new();
+                s.expect(b'{')?;
+                if !s.eat(b'}') {
+                    loop {
+                        let key = s.string()?;
+                        s.expect(b':')?;
+                        s.skip_space();
+                        let value = if s.bytes.get(s.at) == Some(&b'"') {
+                            MetaValue::Text(s.string()?.to_owned())
+                        } else {
+                            MetaValue::Nat(s.natural()?)
+                        };
+                        map.insert(key.to_owned(), value);
+                        if s.eat(b'}') {
+                            break;
+                        }
+                        s.expect(b',')?;
+                    }
+                }
+                metadata = Some(map);
+            }
+            "weight_map" if weight_map.is_none() => {
+                // About 80 bytes of JSON per entry.
+                let mut pairs = Vec::with_capacity(text.len() / 80);
+                s.expect(b'{')?;
+                if !s.eat(b'}') {
+                    loop {
+                        let name = s.string()?;
+                        s.expect(b':')?;
+                        pairs.push((name, s.string()?));
+                        if s.eat(b'}') {
+                            break;
+                        }
+                        s.expect(b',')?;
+                    }
+                }
+                weight_map = Some(pairs);
+            }
+            _ => return None,
+        }
+        if s.eat(b'}') {
+            break;
+        }
+        s.expect(b',')?;
+    }
+    s.skip_space();
+    (s.at == s.bytes.len()).then_some(ScannedIndex {
+        metadata,
+        weight_map: weight_map?,
+    })
+}
+
 struct Scanner<'a> {
     text: &'a str,
     bytes: &'a [u8],
@@ -108,20 +192,25 @@ impl<'a> Scanner<'a> {
     /// exponent.
     fn natural(&mut self) -> Option<u64> {
         self.skip_space();
-        let start = self.at;
+        let rest = self.bytes.get(self.at..)?;
         let mut value = 0u64;
-        while let Some(&b) = self.bytes.get(self.at) {
-            if !b.is_ascii_digit() {
+        let mut digits = 0;
+        while let Some(digit) = rest.get(digits).map(|b| b.wrapping_sub(b'0')) {
+            if digit > 9 {
                 break;
             }
-            value = value.checked_mul(10)?.checked_add(u64::from(b - b'0'))?;
-            self.at += 1;
+            value = value.wrapping_mul(10).wrapping_add(u64::from(digit));
+            digits += 1;
         }
-        let digits = self.at - start;
+        self.at += digits;
         // JSON forbids leading zeros; a fraction or an exponent makes a float.
-        let leading_zero = digits > 1 && self.bytes[start] == b'0';
-        let float = matches!(self.bytes.get(self.at), Some(b'.' | b'e' | b'E'));
-        (digits > 0 && !leading_zero && !float).then_some(value)
+        let leading_zero = digits > 1 && rest.first() == Some(&b'0');
+        let float = matches!(rest.get(digits), Some(b'.' | b'e' | b'E'));
+        // Nineteen digits always fit in a u64; a longer number may not.
+        if digits == 0 || digits > 19 || leading_zero || float {
+            return None;
+        }
+        Some(value)
     }
 
     /// `[n, n, ...]` of naturals.
@@ -138,6 +227,28 @@ impl<'a> Scanner<'a> {
             }
             self.expect(b',')?;
         }
+    }
+
+    /// `[start, end]` with `start <= end`, without a heap list.
+    fn offsets(&mut self) -> Option<(u64, u64)> {
+        self.expect(b'[')?;
+        let start = self.natural()?;
+        self.expect(b',')?;
+        let end = self.natural()?;
+        self.expect(b']')?;
+        (start <= end).then_some((start, end))
+    }
+
+    /// Consumes `literal` if the input continues with exactly it.
+    fn literal(&mut self, literal: &[u8]) -> bool {
+        let found = self
+            .bytes
+            .get(self.at..)
+            .is_some_and(|rest| rest.starts_with(literal));
+        if found {
+            self.at += literal.len();
+        }
+        found
     }
 
     /// `{"k": "v", ...}`; a repeated key keeps its last value, as a map does.
@@ -167,20 +278,27 @@ impl<'a> Scanner<'a> {
         let mut shape = None;
         let mut data_offsets = None;
         loop {
-            let field = self.string()?;
-            self.expect(b':')?;
+            // Field names as writers spell them are matched whole; any other
+            // spelling (white space, escapes) goes through `string`.
+            self.skip_space();
+            let field = if self.literal(b"\"dtype\":") {
+                "dtype"
+            } else if self.literal(b"\"shape\":") {
+                "shape"
+            } else if self.literal(b"\"data_offsets\":") {
+                "data_offsets"
+            } else {
+                let field = self.string()?;
+                self.expect(b':')?;
+                field
+            };
             match field {
                 "dtype" if dtype.is_none() => {
                     let text = self.string()?;
                     dtype = Some(text.parse::<Dtype>().map_err(|_| text.to_owned()));
                 }
                 "shape" if shape.is_none() => shape = Some(self.naturals()?),
-                "data_offsets" if data_offsets.is_none() => {
-                    data_offsets = match self.naturals()?.as_slice() {
-                        &[start, end] if start <= end => Some((start, end)),
-                        _ => return None,
-                    };
-                }
+                "data_offsets" if data_offsets.is_none() => data_offsets = Some(self.offsets()?),
                 _ => return None,
             }
             if self.eat(b'}') {
@@ -199,24 +317,27 @@ impl<'a> Scanner<'a> {
 
 /// Length of the leading run of `bytes` that a JSON string holds as is:
 /// up to the first quote, backslash or control character. Eight bytes at a
-/// time while none is in sight (names run to 50-100 bytes).
+/// time (names run to 30-100 bytes: too short for a SIMD search's set-up).
 #[must_use]
 pub fn plain_run(bytes: &[u8]) -> usize {
-    const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
-    const HIGHS: u64 = u64::from_ne_bytes([0x80; 8]);
-    // Whether any byte of `word` is zero (exact for the "none" answer).
-    let has_zero = |word: u64| word.wrapping_sub(ONES) & !word & HIGHS != 0;
+    const ONES: u64 = u64::from_le_bytes([0x01; 8]);
+    const HIGHS: u64 = u64::from_le_bytes([0x80; 8]);
+    // Marks the zero bytes of `word`: exact up to and including the first
+    // one (a borrow may also mark bytes after it, which are never looked at).
+    let zeros = |word: u64| word.wrapping_sub(ONES) & !word & HIGHS;
     let mut at = 0;
     while let Some(chunk) = bytes.get(at..at + 8) {
         let mut word = [0u8; 8];
         word.copy_from_slice(chunk);
-        let word = u64::from_ne_bytes(word);
-        let quote = word ^ u64::from_ne_bytes([b'"'; 8]);
-        let backslash = word ^ u64::from_ne_bytes([b'\\'; 8]);
+        let word = u64::from_le_bytes(word);
+        let quote = word ^ u64::from_le_bytes([b'"'; 8]);
+        let backslash = word ^ u64::from_le_bytes([b'\\'; 8]);
         // Bytes below 0x20 are the ones with none of the bits 0xE0 set.
-        let control = word & u64::from_ne_bytes([0xE0; 8]);
-        if has_zero(quote) || has_zero(backslash) || has_zero(control) {
-            break;
+        let control = word & u64::from_le_bytes([0xE0; 8]);
+        let stops = zeros(quote) | zeros(backslash) | zeros(control);
+        if stops != 0 {
+            // Little-endian: the lowest marked byte is the first stop.
+            return at + (stops.trailing_zeros() / 8) as usize;
         }
         at += 8;
     }
@@ -287,6 +408,8 @@ mod tests {
             r#"{"a":{"dtype":"F16","shape":[01],"data_offsets":[0,2]}}"#,
             r#"{"a":{"dtype":"F16","shape":[-1],"data_offsets":[0,2]}}"#,
             r#"{"a":{"dtype":"F16","shape":[18446744073709551616],"data_offsets":[0,2]}}"#,
+            // Twenty digits that would fit are left to serde too.
+            r#"{"a":{"dtype":"F16","shape":[10000000000000000000],"data_offsets":[0,2]}}"#,
             r#"{"a":{"dtype":"F16","shape":[1],"data_offsets":[0,2],"extra":1}}"#,
             r#"{"a":{"dtype":"F16","dtype":"F16","shape":[1],"data_offsets":[0,2]}}"#,
             r#"{"a":{"dtype":"F16","shape":[1]}}"#,
