@@ -119,21 +119,24 @@ pub fn index_scanner_agrees_with_serde(bytes: &[u8]) -> bool {
 fn parse_index_with<'a>(
     path: &Path,
     bytes: &'a [u8],
-    scanner: bool,
+    use_scanner: bool,
 ) -> Result<(Index, IndexEntries<'a>), CheckpointError> {
+    let mut files = ShardFiles::default();
     // Indexes as programs write them are scanned directly; anything else
     // (escapes, other fields, other value types, bad JSON) goes to serde.
-    let scanned = scanner
+    let mut entries: IndexEntries<'a> = Vec::new();
+    let text = use_scanner
         .then(|| std::str::from_utf8(bytes).ok())
-        .flatten()
-        .and_then(scan::scan_index);
-    let (pairs, raw_metadata) = if let Some(scanned) = scanned {
-        let pairs: Vec<(Cow<'a, str>, Cow<'a, str>)> = scanned
-            .weight_map
-            .into_iter()
-            .map(|(name, file)| (Cow::Borrowed(name), Cow::Borrowed(file)))
-            .collect();
-        let metadata = scanned.metadata.map(|map| {
+        .flatten();
+    let scanned = text.and_then(|text| {
+        // About 80 bytes of JSON per entry.
+        entries.reserve(text.len() / 80);
+        scan::scan_index(text, |name, file| {
+            entries.push((Cow::Borrowed(name), files.position(file)));
+        })
+    });
+    let raw_metadata = if let Some(scanned) = scanned {
+        scanned.metadata.map(|map| {
             map.into_iter()
                 .map(|(key, value)| {
                     let value = match value {
@@ -143,8 +146,7 @@ fn parse_index_with<'a>(
                     (key, value)
                 })
                 .collect()
-        });
-        (pairs, metadata)
+        })
     } else {
         let raw: RawIndex<'a> = serde_json::from_slice(bytes).map_err(|e| {
             if e.is_data() {
@@ -159,41 +161,19 @@ fn parse_index_with<'a>(
                 }
             }
         })?;
-        (raw.weight_map.0, raw.metadata)
+        files = ShardFiles::default();
+        entries = raw
+            .weight_map
+            .0
+            .into_iter()
+            .map(|(name, file)| {
+                let position = files.position(&file);
+                (name, position)
+            })
+            .collect();
+        raw.metadata
     };
-    // Intern the few distinct file names; each entry keeps a position.
-    // Neighbouring entries mostly share a file: that one is checked first.
-    let mut positions: foldhash::HashMap<&str, usize> = foldhash::HashMap::default();
-    let mut shard_files: Vec<String> = Vec::new();
-    let mut file_of_entry = Vec::with_capacity(pairs.len());
-    let mut last: Option<(&str, usize)> = None;
-    for (_, shard) in &pairs {
-        let shard = shard.as_ref();
-        let position = match last {
-            Some((file, position)) if file == shard => position,
-            _ => match positions.get(shard) {
-                Some(&position) => position,
-                None => {
-                    let inside = Path::new(shard)
-                        .components()
-                        .all(|c| matches!(c, Component::Normal(_)));
-                    if !inside || shard.is_empty() {
-                        return Err(CheckpointError::IndexShape {
-                            path: path.to_path_buf(),
-                            reason: format!(
-                                "shard name `{shard}` is not a file in the index's folder"
-                            ),
-                        });
-                    }
-                    positions.insert(shard, shard_files.len());
-                    shard_files.push(shard.to_owned());
-                    shard_files.len() - 1
-                }
-            },
-        };
-        last = Some((shard, position));
-        file_of_entry.push(position);
-    }
+    let shard_files = files.check(path)?;
     // Sorted file order; remap each entry's position accordingly.
     let mut order: Vec<usize> = (0..shard_files.len()).collect();
     order.sort_unstable_by(|&a, &b| shard_files[a].cmp(&shard_files[b]));
@@ -201,11 +181,9 @@ fn parse_index_with<'a>(
     for (new, &old) in order.iter().enumerate() {
         rank[old] = new;
     }
-    let entries: IndexEntries<'a> = pairs
-        .into_iter()
-        .zip(file_of_entry)
-        .map(|((name, _), position)| (name, rank[position]))
-        .collect();
+    for entry in &mut entries {
+        entry.1 = rank[entry.1];
+    }
     let sorted_files = order.iter().map(|&i| shard_files[i].clone()).collect();
 
     let mut metadata = BTreeMap::new();
@@ -229,6 +207,49 @@ fn parse_index_with<'a>(
         },
         entries,
     ))
+}
+
+/// The distinct shard file names of an index, in first-seen order.
+#[derive(Default)]
+struct ShardFiles {
+    names: Vec<String>,
+    positions: foldhash::HashMap<String, usize>,
+    /// The last name looked up: neighbouring entries mostly share a file.
+    last: Option<usize>,
+}
+
+impl ShardFiles {
+    /// The position of `file`, added if new.
+    fn position(&mut self, file: &str) -> usize {
+        if let Some(last) = self.last.filter(|&i| self.names[i] == file) {
+            return last;
+        }
+        let position = if let Some(&position) = self.positions.get(file) {
+            position
+        } else {
+            self.positions.insert(file.to_owned(), self.names.len());
+            self.names.push(file.to_owned());
+            self.names.len() - 1
+        };
+        self.last = Some(position);
+        position
+    }
+
+    /// The names, once each is known to be a file in the index's folder.
+    fn check(self, path: &Path) -> Result<Vec<String>, CheckpointError> {
+        for shard in &self.names {
+            let inside = Path::new(shard)
+                .components()
+                .all(|c| matches!(c, Component::Normal(_)));
+            if !inside || shard.is_empty() {
+                return Err(CheckpointError::IndexShape {
+                    path: path.to_path_buf(),
+                    reason: format!("shard name `{shard}` is not a file in the index's folder"),
+                });
+            }
+        }
+        Ok(self.names)
+    }
 }
 
 #[cfg(test)]
@@ -274,7 +295,7 @@ mod tests {
             r#"{"weight_map":{"a":"../s.safetensors"}}"#,
         ] {
             let text = json;
-            assert!(scan::scan_index(text).is_some(), "{json}");
+            assert!(scan::scan_index(text, |_, _| ()).is_some(), "{json}");
             assert!(index_scanner_agrees_with_serde(json.as_bytes()), "{json}");
         }
         for json in [
@@ -284,7 +305,7 @@ mod tests {
             r#"{"weight_map":{},"other":1}"#,
             r#"{"metadata":{}}"#,
         ] {
-            assert!(scan::scan_index(json).is_none(), "{json}");
+            assert!(scan::scan_index(json, |_, _| ()).is_none(), "{json}");
             assert!(index_scanner_agrees_with_serde(json.as_bytes()), "{json}");
         }
     }

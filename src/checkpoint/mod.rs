@@ -467,10 +467,11 @@ fn parse_all(files: &[(String, PathBuf)]) -> Vec<Result<ShardHeader, CheckpointE
                 worker
                     .spawn_scoped(scope, || {
                         let mut done = Vec::new();
+                        let mut buf = Vec::new();
                         loop {
                             let i = next.fetch_add(1, Ordering::Relaxed);
                             let Some((_, path)) = files.get(i) else { break };
-                            done.push((i, read_header(path)));
+                            done.push((i, header::read_header_with(path, &mut buf)));
                         }
                         done
                     })

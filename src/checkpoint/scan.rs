@@ -70,25 +70,27 @@ pub(super) enum MetaValue {
     Nat(u64),
 }
 
-/// An index as scanned: `metadata` (a repeated key keeps its last value) and
-/// the `weight_map` pairs in file order, borrowed from the text.
-#[derive(Debug, PartialEq, Eq)]
-pub(super) struct ScannedIndex<'a> {
+/// What an index scan returns besides the pairs: `metadata`, if present.
+pub(super) struct ScannedIndex {
     pub metadata: Option<BTreeMap<String, MetaValue>>,
-    pub weight_map: Vec<(&'a str, &'a str)>,
 }
 
 /// Scans an index `{"metadata": {..}, "weight_map": {"tensor": "file", ..}}`
-/// (either order, each at most once, `weight_map` required); `None` when it
-/// is not in that shape.
-pub(super) fn scan_index(text: &str) -> Option<ScannedIndex<'_>> {
+/// (either order, each at most once, `weight_map` required), handing each
+/// `weight_map` pair to `pair` in file order (90k pairs are not collected
+/// twice) and returning `metadata` (a repeated key keeps its last value).
+/// `None` when the text is not in that shape; `pair` may have been called.
+pub(super) fn scan_index<'a>(
+    text: &'a str,
+    mut pair: impl FnMut(&'a str, &'a str),
+) -> Option<ScannedIndex> {
     let mut s = Scanner {
         text,
         bytes: text.as_bytes(),
         at: 0,
     };
     let mut metadata = None;
-    let mut weight_map = None;
+    let mut weight_map = false;
     s.expect(b'{')?;
     loop {
         let key = s.string()?;
@@ -116,22 +118,20 @@ pub(super) fn scan_index(text: &str) -> Option<ScannedIndex<'_>> {
                 }
                 metadata = Some(map);
             }
-            "weight_map" if weight_map.is_none() => {
-                // About 80 bytes of JSON per entry.
-                let mut pairs = Vec::with_capacity(text.len() / 80);
+            "weight_map" if !weight_map => {
                 s.expect(b'{')?;
                 if !s.eat(b'}') {
                     loop {
                         let name = s.string()?;
                         s.expect(b':')?;
-                        pairs.push((name, s.string()?));
+                        pair(name, s.string()?);
                         if s.eat(b'}') {
                             break;
                         }
                         s.expect(b',')?;
                     }
                 }
-                weight_map = Some(pairs);
+                weight_map = true;
             }
             _ => return None,
         }
@@ -141,10 +141,7 @@ pub(super) fn scan_index(text: &str) -> Option<ScannedIndex<'_>> {
         s.expect(b',')?;
     }
     s.skip_space();
-    (s.at == s.bytes.len()).then_some(ScannedIndex {
-        metadata,
-        weight_map: weight_map?,
-    })
+    (s.at == s.bytes.len() && weight_map).then_some(ScannedIndex { metadata })
 }
 
 struct Scanner<'a> {

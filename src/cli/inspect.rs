@@ -183,7 +183,7 @@ fn write_tensor_list(checkpoint: &Checkpoint, out: &mut impl Write) -> io::Resul
                             .lock()
                             .ok()
                             .and_then(|mut s| s.pop())
-                            .unwrap_or_default();
+                            .unwrap_or_else(|| Vec::with_capacity(TENSORS_PER_PIECE * 192));
                         serialize(piece, &mut buf);
                         if done.send((i, buf)).is_err() {
                             break;
