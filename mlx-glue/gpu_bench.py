@@ -2,8 +2,10 @@
 holds PyTorch and safetensors; nothing is installed).
 
     python3 gpu_bench.py generate DIR        a ~3.4 GiB, 8-shard checkpoint (seeded)
+    python3 gpu_bench.py generate-big DIR    two 1 GiB f32 tensors and their float64 statistics
     python3 gpu_bench.py torch-load DIR      best-of-3 GB/s of safetensors -> CUDA
-    python3 gpu_bench.py compare CPU GPU     `weightscope tensor --json` stats, CPU vs GPU
+    python3 gpu_bench.py compare CPU GPU [REF]  `weightscope tensor --json` stats, CPU vs GPU
+                                             (and both against float64 REF statistics)
 """
 import json
 import sys
@@ -45,6 +47,31 @@ def generate(root: Path) -> None:
     print(f"generated {total / MIB:.0f} MiB in 8 shards at {root}")
 
 
+def generate_big(root: Path) -> None:
+    """Two [16384, 16384] f32 tensors: weights around 0 (`big`) and norm-like
+    values far from 0 relative to their spread (`big_norm`), with float64
+    statistics computed by PyTorch as the reference."""
+    import torch
+    from safetensors.torch import save_file
+
+    root.mkdir(parents=True, exist_ok=True)
+    gen = torch.Generator().manual_seed(99)
+    tensors = {
+        "big": torch.randn(16384, 16384, generator=gen) * 0.02,
+        "big_norm": 1.0 + 0.05 * torch.randn(16384, 16384, generator=gen),
+    }
+    reference = {}
+    for name, t in tensors.items():
+        d = t.double()
+        reference[name] = {
+            "min": d.min().item(), "max": d.max().item(),
+            "mean": d.mean().item(), "std": d.std(unbiased=False).item(),
+        }
+    save_file(tensors, str(root / "model.safetensors"))
+    (root / "reference.json").write_text(json.dumps(reference))
+    print(f"generated 2 GiB at {root}")
+
+
 def torch_load(root: Path) -> None:
     import torch
     from safetensors.torch import load_file
@@ -64,7 +91,7 @@ def torch_load(root: Path) -> None:
     print(json.dumps({"bytes": total, "best_secs": best, "gb_per_s": total / best / 1e9}))
 
 
-def compare(cpu_path: str, gpu_path: str) -> int:
+def compare(cpu_path: str, gpu_path: str, reference_path: str = "") -> int:
     cpu = json.loads(Path(cpu_path).read_text())
     gpu = json.loads(Path(gpu_path).read_text())
     worst = 0.0
@@ -77,13 +104,27 @@ def compare(cpu_path: str, gpu_path: str) -> int:
     for key in ("nan", "inf"):
         ok &= cpu["stats"][key] == gpu["stats"][key]
     ok &= cpu["first"] == gpu["first"]
-    print(json.dumps({
+    result = {
         "name": cpu["name"], "cpu_device": cpu["device"], "gpu_device": gpu["device"],
         "equal_within_1e-5": ok, "worst_relative_difference": worst,
         "nan": [cpu["stats"]["nan"], gpu["stats"]["nan"]],
         "inf": [cpu["stats"]["inf"], gpu["stats"]["inf"]],
         "cpu_millis": cpu["millis"], "gpu_millis": gpu["millis"],
-    }))
+        "cpu_stats_millis": cpu.get("stats_millis"), "gpu_stats_millis": gpu.get("stats_millis"),
+    }
+    if reference_path:
+        # Relative to the spread for the mean (a mean near 0 has no scale of its own).
+        want = json.loads(Path(reference_path).read_text())[cpu["name"]]
+        for side, got in (("cpu", cpu), ("gpu", gpu)):
+            errors = {
+                key: abs(got["stats"][key] - want[key])
+                / (want["std"] if key == "mean" else max(abs(want[key]), 1e-30))
+                for key in ("min", "max", "mean", "std")
+            }
+            result[f"{side}_vs_float64"] = errors
+            ok &= max(errors.values()) <= 1e-5
+        result["within_1e-5_of_float64"] = ok
+    print(json.dumps(result))
     return 0 if ok else 1
 
 
@@ -93,8 +134,10 @@ if __name__ == "__main__":
         generate(Path(sys.argv[2]))
     elif command == "torch-load":
         torch_load(Path(sys.argv[2]))
+    elif command == "generate-big":
+        generate_big(Path(sys.argv[2]))
     elif command == "compare":
-        sys.exit(compare(sys.argv[2], sys.argv[3]))
+        sys.exit(compare(*sys.argv[2:5]))
     else:
         print(__doc__)
         sys.exit(2)
