@@ -1,7 +1,10 @@
 //! Benchmark: materializing every tensor of a ~1.5 GB multi-shard checkpoint
 //! through MLX, against plain `read()` of the same files and against Python
-//! `mx.load` + `mx.eval`, all on a hot page cache, in one run. Then the time
-//! to summarize a 1 GiB tensor (statistics, histogram, first values).
+//! `mx.load` + `mx.eval`, all on a hot page cache, in one run: first with
+//! MLX's default buffer cache (32 MB on the CPU backend), then with the cache
+//! sized to hold one shard (what `--cache-limit` / `WEIGHTSCOPE_CACHE_LIMIT`
+//! set, and what MLX's Metal backend does by default), for both. Then the
+//! time to summarize a 1 GiB tensor (statistics, histogram, first values).
 //!
 //! Run with `cargo bench --bench materialize`. The Python reference needs
 //! `mlx` for Python; the command makes a private venv for it under
@@ -125,6 +128,8 @@ fn gbps(bytes: u64, d: Duration) -> f64 {
 const PYTHON_MATERIALIZE: &str = r"
 import glob, sys, time
 import mlx.core as mx
+if sys.argv[3] != '-':
+    mx.set_cache_limit(int(sys.argv[3]))
 files = sorted(glob.glob(sys.argv[1] + '/*.safetensors'))
 best = None
 for _ in range(int(sys.argv[2])):
@@ -169,6 +174,58 @@ fn python_mlx() -> Option<PathBuf> {
     made.then_some(python)
 }
 
+/// Python `mx.load` + `mx.eval` over the same files, with MLX's default
+/// cache and with a cache of one shard, against our two timings.
+fn compare_with_python(
+    dir: &Path,
+    runs: usize,
+    total: u64,
+    shard_bytes: u64,
+    ours: Duration,
+    ours_cached: Duration,
+) {
+    match python_mlx() {
+        Some(python) => {
+            for (label, cache, ours) in [
+                ("default cache", "-".to_owned(), ours),
+                ("cache of one shard", shard_bytes.to_string(), ours_cached),
+            ] {
+                let out = Command::new(&python)
+                    .args(["-c", PYTHON_MATERIALIZE])
+                    .arg(dir)
+                    .arg(runs.to_string())
+                    .arg(&cache)
+                    .output()
+                    .expect("python");
+                let text = String::from_utf8_lossy(&out.stdout);
+                match text
+                    .split_whitespace()
+                    .last()
+                    .and_then(|s| s.parse::<f64>().ok())
+                {
+                    Some(secs) => {
+                        let py = Duration::from_secs_f64(secs);
+                        println!(
+                            "python mx.load + mx.eval ({}), {label}: {:6.2} GB/s",
+                            text.split_whitespace().next().unwrap_or("?"),
+                            gbps(total, py)
+                        );
+                        println!(
+                            "ratio weightscope / python MLX, {label}: {:6.2} (goal >= 1.0)",
+                            py.as_secs_f64() / ours.as_secs_f64()
+                        );
+                    }
+                    None => println!(
+                        "python MLX failed: {}",
+                        String::from_utf8_lossy(&out.stderr)
+                    ),
+                }
+            }
+        }
+        None => println!("python MLX unavailable: no reference measured"),
+    }
+}
+
 fn main() {
     let temp = tempfile::tempdir().expect("tempdir");
     let dir = temp.path();
@@ -179,7 +236,7 @@ fn main() {
         SHARDS * TENSORS_PER_SHARD,
         total as f64 / 1e9
     );
-    let runs = 3;
+    let runs = 5;
 
     read_all(&paths); // hot page cache for everyone
     let read = best_of(runs, || {
@@ -190,6 +247,16 @@ fn main() {
     });
     let ours = best_of(runs, || materialize_all(dir));
     mlx::clear_cache().expect("clear");
+    // The released shard's buffers kept for the next shard: no fresh pages.
+    let shard_bytes = paths
+        .iter()
+        .map(|p| std::fs::metadata(p).expect("meta").len())
+        .max()
+        .unwrap_or(0);
+    let default_cache = mlx::set_cache_limit(shard_bytes).expect("cache limit");
+    let ours_cached = best_of(runs, || materialize_all(dir));
+    mlx::set_cache_limit(default_cache).expect("cache limit");
+    mlx::clear_cache().expect("clear");
     println!(
         "plain read() into one buffer:        {:6.2} GB/s",
         gbps(total, read)
@@ -199,52 +266,29 @@ fn main() {
         gbps(total, fresh)
     );
     println!(
-        "weightscope materialize (MLX):        {:6.2} GB/s",
+        "weightscope materialize (MLX), default cache ({} MB):  {:6.2} GB/s",
+        default_cache >> 20,
         gbps(total, ours)
     );
     println!(
-        "ratio weightscope / read():           {:6.2} (goal >= 0.9)",
+        "weightscope materialize (MLX), cache of one shard ({} MB): {:6.2} GB/s",
+        shard_bytes >> 20,
+        gbps(total, ours_cached)
+    );
+    println!(
+        "ratio weightscope / read(), default cache:      {:6.2}",
         read.as_secs_f64() / ours.as_secs_f64()
     );
     println!(
-        "ratio weightscope / read() into new buffers: {:.2}",
+        "ratio weightscope / read(), cache of one shard: {:6.2} (goal >= 0.9)",
+        read.as_secs_f64() / ours_cached.as_secs_f64()
+    );
+    println!(
+        "ratio weightscope / read() into new buffers (default cache): {:.2}",
         fresh.as_secs_f64() / ours.as_secs_f64()
     );
 
-    match python_mlx() {
-        Some(python) => {
-            let out = Command::new(python)
-                .args(["-c", PYTHON_MATERIALIZE])
-                .arg(dir)
-                .arg(runs.to_string())
-                .output()
-                .expect("python");
-            let text = String::from_utf8_lossy(&out.stdout);
-            match text
-                .split_whitespace()
-                .last()
-                .and_then(|s| s.parse::<f64>().ok())
-            {
-                Some(secs) => {
-                    let py = Duration::from_secs_f64(secs);
-                    println!(
-                        "python mx.load + mx.eval ({}):  {:6.2} GB/s",
-                        text.split_whitespace().next().unwrap_or("?"),
-                        gbps(total, py)
-                    );
-                    println!(
-                        "ratio weightscope / python MLX:       {:6.2} (goal >= 1.0)",
-                        py.as_secs_f64() / ours.as_secs_f64()
-                    );
-                }
-                None => println!(
-                    "python MLX failed: {}",
-                    String::from_utf8_lossy(&out.stderr)
-                ),
-            }
-        }
-        None => println!("python MLX unavailable: no reference measured"),
-    }
+    compare_with_python(dir, runs, total, shard_bytes, ours, ours_cached);
 
     // Statistics of a 1 GiB f32 tensor.
     drop(temp);

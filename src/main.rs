@@ -47,6 +47,18 @@ fn run() -> u8 {
             return BAD_INPUT;
         }
     }
+    // MLX's buffer cache (32 MB by default on the CPU backend): freed
+    // buffers it keeps for reuse instead of returning them.
+    if let Some(limit) = std::env::var_os("WEIGHTSCOPE_CACHE_LIMIT") {
+        let text = limit.to_string_lossy();
+        let set = cli::walk::parse_size(&text)
+            .ok_or_else(|| format!("WEIGHTSCOPE_CACHE_LIMIT=`{text}` is not a size such as 1G"))
+            .and_then(|bytes| mlx::set_cache_limit(bytes).map_err(|e| e.to_string()));
+        if let Err(err) = set {
+            say(format_args!("{err}"));
+            return BAD_INPUT;
+        }
+    }
     match command {
         Command::Help => println!("{}", cli::USAGE),
         Command::Version => println!("weightscope {}", env!("CARGO_PKG_VERSION")),

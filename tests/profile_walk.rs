@@ -430,3 +430,40 @@ fn the_walk_command_prints_the_contract_and_writes_the_trace() {
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert!(stderr.contains("missing"), "{stderr}");
 }
+
+#[test]
+fn the_cache_limit_decides_whether_released_shards_stay_in_mlx_cache() {
+    let _lock = mlx_memory_lock();
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_model(dir.path());
+    // Each run in its own process: the limit is process-wide.
+    let most_cached = |limit: Option<&str>| -> u64 {
+        let mut command = Process::new(env!("CARGO_BIN_EXE_weightscope"));
+        command
+            .args(["walk"])
+            .arg(dir.path())
+            .args(["--policy", "release-shard", "--json"]);
+        if let Some(limit) = limit {
+            command.args(["--cache-limit", limit]);
+        }
+        let output = command.output().expect("run weightscope");
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let report: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
+        report["events"]
+            .as_array()
+            .expect("events")
+            .iter()
+            .filter_map(|e| e["mlx_cache_bytes"].as_u64())
+            .max()
+            .unwrap_or(0)
+    };
+    // A released 8 MiB shard fits MLX's default 32 MB cache; with no cache
+    // its buffers go straight back to the C allocator.
+    assert!(most_cached(None) >= 8 << 20);
+    assert_eq!(most_cached(Some("0")), 0);
+    assert!(most_cached(Some("64M")) >= 8 << 20);
+}

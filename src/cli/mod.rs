@@ -57,7 +57,7 @@ usage: weightscope [PATH]                 open the window (no PATH: the bundled 
        weightscope tensor PATH NAME [--json]  materialize one tensor through MLX: stats, first values
        weightscope walk PATH --policy retain|release-tensor|release-shard
                    [--transform none|f16|q4] [--json] [--csv FILE] [--trace FILE]
-                   [--interval-ms N] [--memory-limit SIZE]
+                   [--interval-ms N] [--memory-limit SIZE] [--cache-limit SIZE]
                                           materialize every tensor in shard order, record memory
        weightscope diff A B [--json] [--view-a VIEW] [--view-b VIEW]
                                           compare two checkpoints tensor by tensor on MLX
@@ -130,7 +130,7 @@ fn parse_walk(args: &[OsString]) -> Result<Command, UsageError> {
     let mut policy = None;
     let mut transform = Transform::None;
     let mut json = false;
-    let (mut csv, mut trace, mut memory_limit) = (None, None, None);
+    let (mut csv, mut trace, mut memory_limit, mut cache_limit) = (None, None, None, None);
     let mut interval = DEFAULT_INTERVAL;
     let mut rest = args.iter();
     while let Some(arg) = rest.next() {
@@ -179,6 +179,14 @@ fn parse_walk(args: &[OsString]) -> Result<Command, UsageError> {
                     },
                 )?);
             }
+            "--cache-limit" => {
+                let v = value("--cache-limit")?.to_string_lossy().into_owned();
+                cache_limit = Some(walk::parse_size(&v).ok_or(UsageError::BadValue {
+                    option: "--cache-limit",
+                    value: v,
+                    expected: "a size such as 1G, or 0",
+                })?);
+            }
             opt if opt.starts_with("--") => return Err(UsageError::UnknownOption(opt.to_owned())),
             _ if path.is_none() => path = Some(PathBuf::from(arg)),
             other => return Err(UsageError::Unexpected(other.to_owned())),
@@ -196,6 +204,7 @@ fn parse_walk(args: &[OsString]) -> Result<Command, UsageError> {
         trace,
         interval,
         memory_limit,
+        cache_limit,
     }))
 }
 
@@ -333,6 +342,8 @@ mod tests {
             "10",
             "--memory-limit",
             "2G",
+            "--cache-limit",
+            "512M",
             "--json",
         ]) else {
             panic!("walk parses");
@@ -342,6 +353,7 @@ mod tests {
         assert_eq!(args.csv, Some(PathBuf::from("t.csv")));
         assert_eq!(args.interval, Duration::from_millis(10));
         assert_eq!(args.memory_limit, Some(2 << 30));
+        assert_eq!(args.cache_limit, Some(512 << 20));
         assert!(args.json);
         assert_eq!(
             parse_strs(&["walk", "m"]),

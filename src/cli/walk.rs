@@ -37,6 +37,8 @@ pub struct WalkArgs {
     pub interval: Duration,
     /// MLX memory limit to set before anything is materialized.
     pub memory_limit: Option<u64>,
+    /// MLX buffer-cache limit to set before the walk (see `docs/profiler.md`).
+    pub cache_limit: Option<u64>,
 }
 
 /// A finished walk: its outcome, the trace and the findings.
@@ -79,6 +81,9 @@ pub fn run(args: &WalkArgs) -> Result<WalkReport, WalkError> {
     }
     if let Some(limit) = args.memory_limit {
         mlx::set_memory_limit(limit).map_err(|e| WalkError::Failed(e.to_string()))?;
+    }
+    if let Some(limit) = args.cache_limit {
+        mlx::set_cache_limit(limit).map_err(|e| WalkError::Failed(e.to_string()))?;
     }
     let mut weights = Weights::open_with(checkpoint, MlxNative)
         .map_err(|e| WalkError::BadInput(e.to_string()))?;

@@ -198,10 +198,10 @@ impl PartSums {
             None => x.clone(),
         };
         let rows = part.rows();
-        // Minimum and maximum over a `[rows, -1]` view along its first axis:
-        // MLX's CPU backend vectorizes this (along the last axis it runs at
-        // half the speed). Sums over runs of `rows` consecutive values along
-        // the last axis: fast too, and more accurate than strided ones.
+        // Every reduction over a `[rows, -1]` view along its first axis:
+        // MLX's CPU backend vectorizes these across columns (along the last
+        // axis a sum takes twice as long). Each partial sum adds `rows`
+        // values in f32; the host adds the partials in f64.
         let reduce_min = |a: &Array| {
             op(
                 "min",
@@ -221,7 +221,7 @@ impl PartSums {
         let partial_sums = |a: &Array| {
             op(
                 "sum",
-                a.reshape(&[-1, rows]).and_then(|v| v.sum_axis(1, None)),
+                a.reshape(&[rows, -1]).and_then(|v| v.sum_axis(0, None)),
             )
         };
         if !masked {
