@@ -164,7 +164,7 @@ impl Checkpoint {
             let (parsed, listed_headers) = std::thread::scope(|scope| {
                 let job = std::thread::Builder::new()
                     .name("index-parse".into())
-                    .spawn_scoped(scope, || parse_index(&index_path, &bytes));
+                    .spawn_scoped(scope, || parse_index_hashed(&index_path, &bytes));
                 let headers = parse_all(&listed);
                 let parsed = match job {
                     Ok(handle) => handle.join().unwrap_or_else(|_| {
@@ -173,12 +173,12 @@ impl Checkpoint {
                             reason: "the index parser failed".into(),
                         })
                     }),
-                    Err(_) => parse_index(&index_path, &bytes),
+                    Err(_) => parse_index_hashed(&index_path, &bytes),
                 };
                 (parsed, headers)
             });
-            let (index, entries) = parsed?;
-            let mut by_file: foldhash::HashMap<String, Result<ShardHeader, CheckpointError>> =
+            let (index, entries, hashes) = parsed?;
+            let mut by_file: foldhash::HashMap<String, Parsed> =
                 listed
                     .into_iter()
                     .map(|(file, _)| file)
@@ -192,7 +192,7 @@ impl Checkpoint {
                 // A shard in a subfolder is not in the listing: read it now.
                 let header = match by_file.remove(file) {
                     Some(header) => header,
-                    None if path.exists() => read_header(&path),
+                    None if path.exists() => read_hashed(&path, &mut Vec::new()),
                     None => {
                         problems.push(CheckpointError::IndexMissingShard {
                             index: index_path.clone(),
@@ -207,7 +207,7 @@ impl Checkpoint {
             let layout = Layout::Indexed { index_path, index };
             let mut checkpoint =
                 Self::assemble_parsed(dir.to_path_buf(), layout, files, headers, problems);
-            checkpoint.check_index(&entries);
+            checkpoint.check_index(&entries, &hashes);
             checkpoint
         } else if shard_files.is_empty() {
             return Err(CheckpointError::EmptyFolder {
@@ -243,16 +243,16 @@ impl Checkpoint {
         root: PathBuf,
         layout: Layout,
         files: Vec<(String, PathBuf)>,
-        headers: Vec<Result<ShardHeader, CheckpointError>>,
+        headers: Vec<Parsed>,
         mut problems: Vec<CheckpointError>,
     ) -> Self {
         let mut shards = Vec::with_capacity(files.len());
-        let total: usize = headers.iter().flatten().map(|h| h.tensors.len()).sum();
+        let total: usize = headers.iter().flatten().map(|(h, _)| h.tensors.len()).sum();
         let mut tensors: Vec<TensorInfo> = Vec::with_capacity(total);
         let mut by_name = NameTable::with_capacity(total);
         for ((file, path), header) in files.into_iter().zip(headers) {
-            let header = match header {
-                Ok(header) => header,
+            let (header, hashes) = match header {
+                Ok(parsed) => parsed,
                 Err(err) => {
                     problems.push(err);
                     continue;
@@ -261,8 +261,8 @@ impl Checkpoint {
             let shard_pos = shards.len();
             let mut positions = Vec::with_capacity(header.tensors.len());
             let mut data_bytes = 0u64;
-            for t in header.tensors {
-                if let Some(first) = by_name.find(&tensors, &t.name) {
+            for (t, hash) in header.tensors.into_iter().zip(hashes) {
+                if let Err(first) = by_name.insert_new(&tensors, &t.name, hash, tensors.len()) {
                     let first_shard: &Shard = &shards[tensors[first].shard];
                     problems.push(CheckpointError::DuplicateTensor {
                         tensor: t.name,
@@ -273,7 +273,6 @@ impl Checkpoint {
                 }
                 data_bytes += t.data_offsets.1 - t.data_offsets.0;
                 positions.push(tensors.len());
-                by_name.insert(&tensors, &t.name, tensors.len());
                 tensors.push(TensorInfo {
                     name: t.name,
                     dtype: t.dtype,
@@ -304,7 +303,9 @@ impl Checkpoint {
     }
 
     /// Every tensor the index places must be in the shard it names.
-    fn check_index(&mut self, entries: &IndexEntries<'_>) {
+    /// `hashes[i]` is the [`name_hash`] of `entries[i]`'s name. The 90k
+    /// look-ups are split over the machine's cores.
+    fn check_index(&mut self, entries: &IndexEntries<'_>, hashes: &[u64]) {
         let Layout::Indexed { index_path, index } = &self.layout else {
             return;
         };
@@ -314,20 +315,60 @@ impl Checkpoint {
             .iter()
             .map(|file| self.shards.iter().position(|s| &s.file == file))
             .collect();
-        let mut misplaced = entries.iter().filter(|(tensor, file)| {
-            // A missing or bad shard was reported already.
-            opened[*file].is_some_and(|shard| {
-                self.by_name
-                    .find(&self.tensors, tensor)
-                    .is_none_or(|t| self.tensors[t].shard != shard)
-            })
+        // The first misplaced entry in `range`, and how many there are.
+        let misplaced = |range: std::ops::Range<usize>| -> (Option<usize>, usize) {
+            let mut first = None;
+            let mut count = 0;
+            for i in range {
+                let (tensor, file) = &entries[i];
+                // A missing or bad shard was reported already.
+                let wrong = opened[*file].is_some_and(|shard| {
+                    self.by_name
+                        .find_hashed(&self.tensors, tensor, hashes[i])
+                        .is_none_or(|t| self.tensors[t].shard != shard)
+                });
+                if wrong {
+                    first.get_or_insert(i);
+                    count += 1;
+                }
+            }
+            (first, count)
+        };
+        let workers = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+        let step = entries.len().div_ceil(workers).max(1 << 14);
+        let ranges: Vec<std::ops::Range<usize>> = (0..entries.len())
+            .step_by(step)
+            .map(|start| start..(start + step).min(entries.len()))
+            .collect();
+        let found: Vec<(Option<usize>, usize)> = std::thread::scope(|scope| {
+            let handles: Vec<_> = ranges
+                .iter()
+                .map(|range| {
+                    let (range, misplaced) = (range.clone(), &misplaced);
+                    std::thread::Builder::new()
+                        .name("index-check".into())
+                        .spawn_scoped(scope, move || misplaced(range))
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|handle| match handle {
+                    // A checker only panics on a bug: check its part here.
+                    Ok(handle) => handle.join().ok(),
+                    Err(_) => None,
+                })
+                .zip(&ranges)
+                .map(|(done, range)| done.unwrap_or_else(|| misplaced(range.clone())))
+                .collect()
         });
-        if let Some((tensor, file)) = misplaced.next() {
+        let count: usize = found.iter().map(|(_, n)| n).sum();
+        if let Some(i) = found.iter().find_map(|(first, _)| *first) {
+            let (tensor, file) = &entries[i];
             let problem = CheckpointError::IndexTensorNotInShard {
                 index: index_path.clone(),
                 tensor: tensor.to_string(),
                 shard: index.shard_files[*file].clone(),
-                more: misplaced.count(),
+                more: count - 1,
             };
             self.problems.push(problem);
         }
@@ -413,53 +454,97 @@ impl Checkpoint {
     }
 }
 
+/// The hash [`NameTable`] files a tensor name under. Deterministic, so the
+/// threads that parse headers and the index compute it while they parse,
+/// leaving the serial assembly only table work.
+fn name_hash(name: &str) -> u64 {
+    std::hash::BuildHasher::hash_one(&foldhash::fast::FixedState::default(), name)
+}
+
 /// Tensor positions by name, without a second copy of each name: the table
 /// holds positions and compares against the tensor list.
 #[derive(Debug, Clone)]
 struct NameTable {
     table: hashbrown::HashTable<usize>,
-    hasher: foldhash::fast::FixedState,
 }
 
 impl NameTable {
     fn with_capacity(capacity: usize) -> Self {
         Self {
             table: hashbrown::HashTable::with_capacity(capacity),
-            hasher: foldhash::fast::FixedState::default(),
         }
     }
 
-    fn hash(&self, name: &str) -> u64 {
-        std::hash::BuildHasher::hash_one(&self.hasher, name)
+    fn find(&self, tensors: &[TensorInfo], name: &str) -> Option<usize> {
+        self.find_hashed(tensors, name, name_hash(name))
     }
 
-    fn find(&self, tensors: &[TensorInfo], name: &str) -> Option<usize> {
+    /// [`NameTable::find`] with the name's [`name_hash`] already known.
+    fn find_hashed(&self, tensors: &[TensorInfo], name: &str, hash: u64) -> Option<usize> {
         self.table
-            .find(self.hash(name), |&i| tensors[i].name == name)
+            .find(hash, |&i| tensors[i].name == name)
             .copied()
     }
 
-    /// Records that `name` will be at `position` (not yet in `tensors`).
-    fn insert(&mut self, tensors: &[TensorInfo], name: &str, position: usize) {
-        let hash = self.hash(name);
-        let hasher = self.hasher.clone();
-        self.table.insert_unique(hash, position, |&i| {
-            std::hash::BuildHasher::hash_one(&hasher, tensors[i].name.as_str())
-        });
+    /// Files `name` (with hash `hash`) at `position`, which is where it will
+    /// be in `tensors`; returns the position already filed under that name
+    /// instead, if any. One probe for both.
+    fn insert_new(
+        &mut self,
+        tensors: &[TensorInfo],
+        name: &str,
+        hash: u64,
+        position: usize,
+    ) -> Result<(), usize> {
+        match self.table.entry(
+            hash,
+            |&i| tensors[i].name == name,
+            |&i| name_hash(&tensors[i].name),
+        ) {
+            hashbrown::hash_table::Entry::Occupied(first) => Err(*first.get()),
+            hashbrown::hash_table::Entry::Vacant(slot) => {
+                slot.insert(position);
+                Ok(())
+            }
+        }
     }
 }
 
+/// [`parse_index`], with the [`name_hash`] of every entry's name.
+fn parse_index_hashed<'a>(
+    path: &Path,
+    bytes: &'a [u8],
+) -> Result<(Index, IndexEntries<'a>, Vec<u64>), CheckpointError> {
+    let (index, entries) = parse_index(path, bytes)?;
+    let hashes = entries.iter().map(|(name, _)| name_hash(name)).collect();
+    Ok((index, entries, hashes))
+}
+
+/// A shard's parsed header with its tensor names' [`name_hash`]es.
+type Parsed = Result<(ShardHeader, Vec<u64>), CheckpointError>;
+
+/// Reads a shard header with `buf` and hashes its names.
+fn read_hashed(path: &Path, buf: &mut Vec<u8>) -> Parsed {
+    let header = header::read_header_with(path, buf)?;
+    let hashes = header.tensors.iter().map(|t| name_hash(&t.name)).collect();
+    Ok((header, hashes))
+}
+
 /// Parses every shard header, spreading files over the machine's cores.
-fn parse_all(files: &[(String, PathBuf)]) -> Vec<Result<ShardHeader, CheckpointError>> {
+fn parse_all(files: &[(String, PathBuf)]) -> Vec<Parsed> {
     let workers = std::thread::available_parallelism()
         .map_or(1, std::num::NonZero::get)
         .min(files.len())
         .max(1);
     if workers == 1 {
-        return files.iter().map(|(_, path)| read_header(path)).collect();
+        let mut buf = Vec::new();
+        return files
+            .iter()
+            .map(|(_, path)| read_hashed(path, &mut buf))
+            .collect();
     }
     let next = AtomicUsize::new(0);
-    let mut results: Vec<Option<Result<ShardHeader, CheckpointError>>> = vec![None; files.len()];
+    let mut results: Vec<Option<Parsed>> = vec![None; files.len()];
     std::thread::scope(|scope| {
         let handles: Vec<_> = (0..workers)
             .filter_map(|_| {
@@ -471,7 +556,7 @@ fn parse_all(files: &[(String, PathBuf)]) -> Vec<Result<ShardHeader, CheckpointE
                         loop {
                             let i = next.fetch_add(1, Ordering::Relaxed);
                             let Some((_, path)) = files.get(i) else { break };
-                            done.push((i, header::read_header_with(path, &mut buf)));
+                            done.push((i, read_hashed(path, &mut buf)));
                         }
                         done
                     })
