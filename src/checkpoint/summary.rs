@@ -64,13 +64,26 @@ impl Summary {
     #[must_use]
     pub fn of(checkpoint: &Checkpoint) -> Self {
         let tensors = checkpoint.tensors();
-        let mut params_by_dtype = BTreeMap::new();
-        let mut stored_elements = 0u64;
+        // One pass, counting into a slot per dtype (90k tensors).
+        let mut per_dtype = [0u64; Dtype::ALL.len()];
+        let mut total_bytes = 0u64;
         for t in tensors {
-            *params_by_dtype.entry(t.dtype).or_insert(0) += t.elements();
-            stored_elements += t.elements();
+            per_dtype[t.dtype as usize] += t.elements();
+            total_bytes += t.bytes();
         }
-        let quantization = quantization(checkpoint);
+        let params_by_dtype: BTreeMap<Dtype, u64> = Dtype::ALL
+            .into_iter()
+            .filter(|&d| per_dtype[d as usize] > 0)
+            .map(|d| (d, per_dtype[d as usize]))
+            .collect();
+        let stored_elements: u64 = per_dtype.iter().sum();
+        // MLX packs quantized weights in U32 words: without any, there is
+        // nothing to look for among the names.
+        let quantization = if params_by_dtype.contains_key(&Dtype::U32) {
+            quantization(checkpoint)
+        } else {
+            None
+        };
         let logical_params = match &quantization {
             None => stored_elements,
             Some(q) => {
@@ -90,7 +103,7 @@ impl Summary {
         };
         Self {
             tensor_count: tensors.len(),
-            total_bytes: tensors.iter().map(super::TensorInfo::bytes).sum(),
+            total_bytes,
             file_bytes: checkpoint.shards().iter().map(|s| s.file_bytes).sum(),
             params_by_dtype,
             logical_params,
