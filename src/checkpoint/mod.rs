@@ -178,12 +178,11 @@ impl Checkpoint {
                 (parsed, headers)
             });
             let (index, entries, hashes) = parsed?;
-            let mut by_file: foldhash::HashMap<String, Parsed> =
-                listed
-                    .into_iter()
-                    .map(|(file, _)| file)
-                    .zip(listed_headers)
-                    .collect();
+            let mut by_file: foldhash::HashMap<String, Parsed> = listed
+                .into_iter()
+                .map(|(file, _)| file)
+                .zip(listed_headers)
+                .collect();
             let mut problems = Vec::new();
             let mut files = Vec::new();
             let mut headers = Vec::new();
@@ -481,9 +480,7 @@ impl NameTable {
 
     /// [`NameTable::find`] with the name's [`name_hash`] already known.
     fn find_hashed(&self, tensors: &[TensorInfo], name: &str, hash: u64) -> Option<usize> {
-        self.table
-            .find(hash, |&i| tensors[i].name == name)
-            .copied()
+        self.table.find(hash, |&i| tensors[i].name == name).copied()
     }
 
     /// Files `name` (with hash `hash`) at `position`, which is where it will
