@@ -174,56 +174,41 @@ fn python_mlx() -> Option<PathBuf> {
     made.then_some(python)
 }
 
-/// Python `mx.load` + `mx.eval` over the same files, with MLX's default
-/// cache and with a cache of one shard, against our two timings.
-fn compare_with_python(
+/// Python's best time over `runs` passes of `mx.load` + `mx.eval` over the
+/// files in `dir`, with MLX's cache limit at `cache` (`None`: MLX's default),
+/// and the device it ran on.
+fn python_materialize(
+    python: &Path,
     dir: &Path,
     runs: usize,
-    total: u64,
-    shard_bytes: u64,
-    ours: Duration,
-    ours_cached: Duration,
-) {
-    match python_mlx() {
-        Some(python) => {
-            for (label, cache, ours) in [
-                ("default cache", "-".to_owned(), ours),
-                ("cache of one shard", shard_bytes.to_string(), ours_cached),
-            ] {
-                let out = Command::new(&python)
-                    .args(["-c", PYTHON_MATERIALIZE])
-                    .arg(dir)
-                    .arg(runs.to_string())
-                    .arg(&cache)
-                    .output()
-                    .expect("python");
-                let text = String::from_utf8_lossy(&out.stdout);
-                match text
-                    .split_whitespace()
-                    .last()
-                    .and_then(|s| s.parse::<f64>().ok())
-                {
-                    Some(secs) => {
-                        let py = Duration::from_secs_f64(secs);
-                        println!(
-                            "python mx.load + mx.eval ({}), {label}: {:6.2} GB/s",
-                            text.split_whitespace().next().unwrap_or("?"),
-                            gbps(total, py)
-                        );
-                        println!(
-                            "ratio weightscope / python MLX, {label}: {:6.2} (goal >= 1.0)",
-                            py.as_secs_f64() / ours.as_secs_f64()
-                        );
-                    }
-                    None => println!(
-                        "python MLX failed: {}",
-                        String::from_utf8_lossy(&out.stderr)
-                    ),
-                }
-            }
-        }
-        None => println!("python MLX unavailable: no reference measured"),
+    cache: Option<u64>,
+) -> Option<(Duration, String)> {
+    let out = Command::new(python)
+        .args(["-c", PYTHON_MATERIALIZE])
+        .arg(dir)
+        .arg(runs.to_string())
+        .arg(cache.map_or_else(|| "-".to_owned(), |c| c.to_string()))
+        .output()
+        .expect("python");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let secs = text
+        .split_whitespace()
+        .last()
+        .and_then(|s| s.parse::<f64>().ok());
+    if secs.is_none() {
+        println!(
+            "python MLX failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
+    let device = text.split_whitespace().next().unwrap_or("?").to_owned();
+    secs.map(|s| (Duration::from_secs_f64(s), device))
+}
+
+/// The middle value.
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values.get(values.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
 fn main() {
@@ -236,59 +221,78 @@ fn main() {
         SHARDS * TENSORS_PER_SHARD,
         total as f64 / 1e9
     );
-    let runs = 5;
-
-    read_all(&paths); // hot page cache for everyone
-    let read = best_of(runs, || {
-        read_all(&paths);
-    });
-    let fresh = best_of(runs, || {
-        read_fresh(&paths);
-    });
-    let ours = best_of(runs, || materialize_all(dir));
-    mlx::clear_cache().expect("clear");
+    let runs = 3;
     // The released shard's buffers kept for the next shard: no fresh pages.
     let shard_bytes = paths
         .iter()
         .map(|p| std::fs::metadata(p).expect("meta").len())
         .max()
         .unwrap_or(0);
-    let default_cache = mlx::set_cache_limit(shard_bytes).expect("cache limit");
-    let ours_cached = best_of(runs, || materialize_all(dir));
-    mlx::set_cache_limit(default_cache).expect("cache limit");
-    mlx::clear_cache().expect("clear");
+    let python = python_mlx();
+    if python.is_none() {
+        println!("python MLX unavailable: no Python reference measured");
+    }
+
+    read_all(&paths); // hot page cache for everyone
+    let fresh = best_of(runs, || {
+        read_fresh(&paths);
+    });
     println!(
-        "plain read() into one buffer:        {:6.2} GB/s",
-        gbps(total, read)
-    );
-    println!(
-        "read() into a new buffer per tensor:  {:6.2} GB/s",
+        "read() into a new buffer per tensor: {:.2} GB/s",
         gbps(total, fresh)
     );
+    // Rounds measure everything in turn, so that a machine whose speed drifts
+    // (a VM beside busy neighbours) moves both sides of each ratio alike; the
+    // median round's ratios are reported.
+    let (mut vs_read, mut vs_python, mut vs_python_cached) = (Vec::new(), Vec::new(), Vec::new());
+    for round in 1..=3 {
+        let read = best_of(runs, || {
+            read_all(&paths);
+        });
+        let ours = best_of(runs, || materialize_all(dir));
+        mlx::clear_cache().expect("clear");
+        let default_cache = mlx::set_cache_limit(shard_bytes).expect("cache limit");
+        let ours_cached = best_of(runs, || materialize_all(dir));
+        mlx::set_cache_limit(default_cache).expect("cache limit");
+        mlx::clear_cache().expect("clear");
+        println!(
+            "round {round}: read() into one buffer {:.2} GB/s; weightscope (MLX) {:.2} GB/s with the default cache ({} MB), {:.2} GB/s with a cache of one shard ({} MB)",
+            gbps(total, read),
+            gbps(total, ours),
+            default_cache >> 20,
+            gbps(total, ours_cached),
+            shard_bytes >> 20
+        );
+        vs_read.push(read.as_secs_f64() / ours_cached.as_secs_f64());
+        let Some(python) = &python else { continue };
+        for (cache, ours, ratios) in [
+            (None, ours, &mut vs_python),
+            (Some(shard_bytes), ours_cached, &mut vs_python_cached),
+        ] {
+            if let Some((py, device)) = python_materialize(python, dir, runs, cache) {
+                println!(
+                    "round {round}: python mx.load + mx.eval ({device}), {}: {:.2} GB/s",
+                    cache.map_or("default cache", |_| "cache of one shard"),
+                    gbps(total, py)
+                );
+                ratios.push(py.as_secs_f64() / ours.as_secs_f64());
+            }
+        }
+    }
     println!(
-        "weightscope materialize (MLX), default cache ({} MB):  {:6.2} GB/s",
-        default_cache >> 20,
-        gbps(total, ours)
+        "ratio weightscope / read() into one buffer, cache of one shard: {:.2} (median; goal >= 0.9)",
+        median(vs_read)
     );
-    println!(
-        "weightscope materialize (MLX), cache of one shard ({} MB): {:6.2} GB/s",
-        shard_bytes >> 20,
-        gbps(total, ours_cached)
-    );
-    println!(
-        "ratio weightscope / read(), default cache:      {:6.2}",
-        read.as_secs_f64() / ours.as_secs_f64()
-    );
-    println!(
-        "ratio weightscope / read(), cache of one shard: {:6.2} (goal >= 0.9)",
-        read.as_secs_f64() / ours_cached.as_secs_f64()
-    );
-    println!(
-        "ratio weightscope / read() into new buffers (default cache): {:.2}",
-        fresh.as_secs_f64() / ours.as_secs_f64()
-    );
-
-    compare_with_python(dir, runs, total, shard_bytes, ours, ours_cached);
+    if python.is_some() {
+        println!(
+            "ratio weightscope / python MLX, default cache:      {:.2} (median; goal >= 1.0)",
+            median(vs_python)
+        );
+        println!(
+            "ratio weightscope / python MLX, cache of one shard: {:.2} (median; goal >= 1.0)",
+            median(vs_python_cached)
+        );
+    }
 
     // Statistics of a 1 GiB f32 tensor.
     drop(temp);
