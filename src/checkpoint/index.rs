@@ -129,8 +129,8 @@ fn parse_index_with<'a>(
         .then(|| std::str::from_utf8(bytes).ok())
         .flatten();
     let scanned = text.and_then(|text| {
-        // About 80 bytes of JSON per entry.
-        entries.reserve(text.len() / 80);
+        // About 80 bytes of JSON per entry (capped: padding reserves nothing).
+        entries.reserve((text.len() / 80).min(1 << 17));
         scan::scan_index(text, |name, file| {
             entries.push((Cow::Borrowed(name), files.position(file)));
         })

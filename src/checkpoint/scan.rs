@@ -41,8 +41,9 @@ pub(super) fn scan(text: &str) -> Option<ScannedHeader> {
         at: 0,
     };
     let mut metadata = BTreeMap::new();
-    // A typical entry takes 80-120 bytes of JSON.
-    let mut tensors = Vec::with_capacity(text.len() / 96);
+    // A typical entry takes 80-120 bytes of JSON (the first guess is capped:
+    // a header of padding alone must not reserve much).
+    let mut tensors = Vec::with_capacity((text.len() / 96).min(1 << 12));
     s.expect(b'{')?;
     if !s.eat(b'}') {
         loop {
