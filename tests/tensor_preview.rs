@@ -194,6 +194,102 @@ fn heatmaps_are_block_means_at_most_512_a_side() {
 }
 
 #[test]
+fn tensors_larger_than_one_chunk_are_summarized_like_the_host() {
+    // 2.31 M values: three chunks of the summary's passes and a tail shorter
+    // than one 256-value block, alternating between two MLX streams; NaN
+    // and Inf only in the second chunk and the tail, so one chunk is redone
+    // with masks while the others are not; the heatmap takes three bands.
+    let (rows, cols) = (2100usize, 1100usize);
+    let n = rows * cols;
+    let mut wide = values(n);
+    for v in &mut wide {
+        if !v.is_finite() {
+            *v = 0.25;
+        }
+    }
+    wide[1_500_000] = f32::NAN;
+    wide[1_500_001] = f32::INFINITY;
+    wide[n - 1] = f32::NEG_INFINITY;
+    // Norm-like values far from 0 relative to their spread.
+    let norm: Vec<f32> = values(n)
+        .iter()
+        .map(|v| if v.is_finite() { 1.0 + v / 100.0 } else { 1.0 })
+        .collect();
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_safetensors(
+        &dir.path().join("model.safetensors"),
+        &[
+            Tensor::f32("wide", &[rows, cols], &wide),
+            Tensor::f32("norm", &[rows, cols], &norm),
+        ],
+    );
+    let mut weights = Weights::open(dir.path()).expect("open");
+    let options = PreviewOptions::default();
+    for (name, data) in [("wide", &wide), ("norm", &norm)] {
+        let preview = weights.preview(name, &options).expect("preview");
+        let got = preview.values.stats;
+        let want = reference(data);
+        assert_eq!((got.min, got.max), (want.min, want.max), "{name} min, max");
+        assert!(
+            (got.mean - want.mean).abs() <= 1e-6 * want.std,
+            "{name} mean {} vs {}",
+            got.mean,
+            want.mean
+        );
+        assert!(
+            close(got.std, want.std, 1e-5),
+            "{name} std {} vs {}",
+            got.std,
+            want.std
+        );
+        assert_eq!(
+            (got.nan, got.inf),
+            (want.nan, want.inf),
+            "{name} non-finite"
+        );
+        let counts = &preview.values.histogram.counts;
+        assert_eq!(counts.iter().sum::<u64>(), got.finite, "{name} histogram");
+        let width = want.max - want.min;
+        let mut host = vec![0u64; options.bins];
+        for v in data.iter().filter(|v| v.is_finite()) {
+            let b = (((f64::from(*v) - want.min) / width) * options.bins as f64).floor() as usize;
+            host[b.min(options.bins - 1)] += 1;
+        }
+        let moved: u64 = counts.iter().zip(&host).map(|(a, b)| a.abs_diff(*b)).sum();
+        assert!(
+            moved <= 16,
+            "{name}: {moved} values in other bins than the host's"
+        );
+        let heatmap = preview.values.heatmap.expect("2-D");
+        assert_eq!((heatmap.row_step, heatmap.col_step), (5, 3));
+        assert_eq!((heatmap.rows, heatmap.cols), (420, 367));
+        // Cells in each band, the padded last column, and the cell holding
+        // NaN and Inf (counted as 0 there).
+        let cell = |r: usize, c: usize| {
+            let (mut sum, mut count) = (0.0f64, 0.0);
+            for i in r * 5..((r + 1) * 5).min(rows) {
+                for j in c * 3..((c + 1) * 3).min(cols) {
+                    let v = data[i * cols + j];
+                    sum += if v.is_finite() { f64::from(v) } else { 0.0 };
+                    count += 1.0;
+                }
+            }
+            sum / count
+        };
+        let nan_cell = (1_500_000 / cols / 5, 1_500_000 % cols / 3);
+        for (r, c) in [(0, 0), (200, 100), (419, 366), nan_cell] {
+            let got = f64::from(heatmap.values[r * heatmap.cols + c]);
+            assert!(
+                (got - cell(r, c)).abs() <= 1e-5 * (1.0 + cell(r, c).abs()),
+                "{name} cell ({r}, {c}): {got} vs {}",
+                cell(r, c)
+            );
+        }
+        assert_eq!(preview.values.first, data[..64], "{name} first values");
+    }
+}
+
+#[test]
 fn quantized_weights_preview_as_mlx_dequantizes_them() {
     let dir = tempfile::tempdir().expect("tempdir");
     let w = Array::from_slice(
