@@ -64,6 +64,19 @@ fn reference(values: &[f32]) -> Reference {
     }
 }
 
+/// How many values `counts` puts in other bins than the host does, with
+/// bin = floor((v - min) / width * bins) over the finite values.
+fn moved_from_host_bins(counts: &[u64], values: &[f32], want: &Reference) -> u64 {
+    let bins = counts.len();
+    let width = want.max - want.min;
+    let mut host = vec![0u64; bins];
+    for v in values.iter().filter(|v| v.is_finite()) {
+        let b = (((f64::from(*v) - want.min) / width) * bins as f64).floor() as usize;
+        host[b.min(bins - 1)] += 1;
+    }
+    counts.iter().zip(&host).map(|(a, b)| a.abs_diff(*b)).sum()
+}
+
 fn close(a: f64, b: f64, rel: f64) -> bool {
     (a - b).abs() <= rel * b.abs().max(1e-6)
 }
@@ -123,13 +136,7 @@ fn statistics_histogram_and_first_values_match_the_reference() {
             "{name}: every finite value in a bin"
         );
         // Bin counts against the host: bin = floor((v - min) / width * bins).
-        let width = want.max - want.min;
-        let mut host = vec![0u64; options.bins];
-        for v in as_f32.iter().filter(|v| v.is_finite()) {
-            let b = (((f64::from(*v) - want.min) / width) * options.bins as f64).floor() as usize;
-            host[b.min(options.bins - 1)] += 1;
-        }
-        let moved: u64 = counts.iter().zip(&host).map(|(a, b)| a.abs_diff(*b)).sum();
+        let moved = moved_from_host_bins(counts, &as_f32, &want);
         assert!(
             moved <= 4,
             "{name}: histogram differs from the host's by {moved} values (edges in f32)"
@@ -249,13 +256,7 @@ fn tensors_larger_than_one_chunk_are_summarized_like_the_host() {
         );
         let counts = &preview.values.histogram.counts;
         assert_eq!(counts.iter().sum::<u64>(), got.finite, "{name} histogram");
-        let width = want.max - want.min;
-        let mut host = vec![0u64; options.bins];
-        for v in data.iter().filter(|v| v.is_finite()) {
-            let b = (((f64::from(*v) - want.min) / width) * options.bins as f64).floor() as usize;
-            host[b.min(options.bins - 1)] += 1;
-        }
-        let moved: u64 = counts.iter().zip(&host).map(|(a, b)| a.abs_diff(*b)).sum();
+        let moved = moved_from_host_bins(counts, data, &want);
         assert!(
             moved <= 16,
             "{name}: {moved} values in other bins than the host's"
