@@ -69,12 +69,8 @@ fn summary_text(p: &TensorPreview) -> String {
         s.nan,
         s.inf
     );
-    if let Some(q) = p.quantized {
-        let _ = writeln!(
-            text,
-            "dequantized from {}-bit, group {}",
-            q.bits, q.group_size
-        );
+    if let Some(decoding) = &p.decoding {
+        let _ = writeln!(text, "{}", decoding.describe());
     }
     text
 }
@@ -110,14 +106,8 @@ fn preview_ui(
         ));
         ui.end_row();
     });
-    if let Some(q) = p.quantized {
-        ui.colored_label(
-            ui.visuals().warn_fg_color,
-            format!(
-                "MLX {}-bit quantized (group {}): values shown are MLX's dequantization, shape {:?}",
-                q.bits, q.group_size, p.value_shape
-            ),
-        );
+    if let Some(decoding) = &p.decoding {
+        ui.colored_label(ui.visuals().warn_fg_color, decoding.describe());
     }
     if !p.fixups.is_empty() {
         ui.colored_label(
@@ -154,7 +144,16 @@ fn preview_ui(
         heatmap_ui(ui, heatmap, &format!("{}#values", p.name), texture);
     }
     if let Some(maps) = &p.quant_maps {
-        for (what, map) in [("scales", &maps.scales), ("biases", &maps.biases)] {
+        let scales = match &p.decoding {
+            Some(crate::weights::Decoding::Fp8 { .. }) => "block scales (weight_scale_inv)",
+            Some(crate::weights::Decoding::Quantized { params, .. })
+                if !params.mode.has_biases() =>
+            {
+                "scales (decoded)"
+            }
+            _ => "scales",
+        };
+        for (what, map) in [(scales, &maps.scales), ("biases", &maps.biases)] {
             if let Some(heatmap) = map {
                 ui.separator();
                 ui.label(format!(

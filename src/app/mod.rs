@@ -82,7 +82,7 @@ pub struct WeightscopeApp {
     totals: Option<(usize, u64)>,
     /// Parameters as the model counts them, and the quantization's stored
     /// bits per weight when there is one (from the headers).
-    params: Option<(u64, Option<(u64, f64)>)>,
+    params: Option<(u64, Option<String>)>,
     /// The path field (also the fallback when no file dialog can open).
     path_input: String,
     shard_states: HashMap<String, ShardState>,
@@ -418,13 +418,7 @@ impl WeightscopeApp {
         self.inspected = Inspected::Nothing;
         let summary = checkpoint.summary();
         self.totals = Some((summary.tensor_count, summary.total_bytes));
-        self.params = Some((
-            summary.logical_params,
-            summary
-                .quantization
-                .as_ref()
-                .map(|q| (q.default.bits, q.bits_per_weight)),
-        ));
+        self.params = Some((summary.logical_params, params_note(&summary)));
         self.profiler.checkpoint_opened(&checkpoint);
         self.checkpoint = Some(checkpoint);
     }
@@ -667,18 +661,55 @@ impl WeightscopeApp {
                     checkpoint.shards().len()
                 ));
             }
-            if let Some((logical, quant)) = self.params {
+            if let Some((logical, note)) = &self.params {
                 ui.separator();
-                let text = match quant {
-                    Some((bits, per_weight)) => format!(
-                        "{} parameters ({bits}-bit MLX quantized: {per_weight:.2} bits per weight with scales and biases)",
-                        crate::units::short_count(logical)
-                    ),
-                    None => format!("{} parameters", crate::units::short_count(logical)),
+                let text = match note {
+                    Some(note) => format!("{} parameters ({note})", crate::units::short_count(*logical)),
+                    None => format!("{} parameters", crate::units::short_count(*logical)),
                 };
-                ui.label(text)
-                    .on_hover_text("Logical parameters: packed quantized words counted as the weights they hold");
+                ui.label(text).on_hover_text(
+                    "Logical parameters as mlx-lm counts them: packed quantized words counted as the weights they hold; scales, biases and FP8 block scales are overhead",
+                );
             }
         });
     }
+}
+
+/// The status bar's words on how the parameters are stored: the quantization
+/// modes (with their own overhead: scales, biases, block scales) and the
+/// bits per weight of everything stored.
+fn params_note(summary: &crate::checkpoint::Summary) -> Option<String> {
+    let mut parts = Vec::new();
+    if let Some(q) = &summary.quantization {
+        let d = q.default;
+        let overhead = if q.modes.keys().all(|m| m.has_biases()) {
+            "scales and biases"
+        } else if q.modes.keys().any(|m| m.has_biases()) {
+            "scales, and biases in affine layers"
+        } else {
+            "scales, no biases"
+        };
+        let mixed = if q.modes.len() > 1 {
+            ", mixed modes"
+        } else {
+            ""
+        };
+        parts.push(format!(
+            "MLX {} {}-bit{mixed}, with {overhead}",
+            d.mode, d.bits
+        ));
+    }
+    if let Some(f) = &summary.fp8 {
+        parts.push(match f.block {
+            Some([r, c]) => format!("FP8 with {r}x{c} block scales"),
+            None => "FP8".to_owned(),
+        });
+    }
+    (!parts.is_empty()).then(|| {
+        format!(
+            "{}: {:.2} bits per weight",
+            parts.join("; "),
+            summary.bits_per_weight
+        )
+    })
 }

@@ -67,6 +67,7 @@ pub(super) fn read_header_with(
     path: &Path,
     buf: &mut Vec<u8>,
 ) -> Result<ShardHeader, CheckpointError> {
+    super::require_regular(path)?;
     let mut file = File::open(path).map_err(|e| CheckpointError::unreadable(path, &e))?;
     let meta = file
         .metadata()

@@ -90,6 +90,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for Borrowed<'a> {
 /// # Errors
 /// As [`parse_index`], or when the file cannot be read.
 pub fn read_index(path: &Path) -> Result<Index, CheckpointError> {
+    super::require_regular(path)?;
     let bytes = std::fs::read(path).map_err(|e| CheckpointError::unreadable(path, &e))?;
     parse_index(path, &bytes).map(|(index, _)| index)
 }

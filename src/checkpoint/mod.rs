@@ -14,7 +14,10 @@ mod index;
 mod scan;
 mod summary;
 
-pub use config::{ModelConfig, QuantConfig, QuantParams, parse_config, read_config};
+pub use config::{
+    Fp8Config, ModelConfig, QuantConfig, QuantMode, QuantParams, ScaleFormat, parse_config,
+    read_config,
+};
 pub use dtype::{Dtype, UnknownDtype};
 pub use error::{CheckpointError, io_reason};
 pub use header::{
@@ -23,7 +26,10 @@ pub use header::{
 };
 pub use index::{Index, IndexEntries, index_scanner_agrees_with_serde, parse_index, read_index};
 pub use scan::plain_run as json_plain_prefix;
-pub use summary::{QuantSummary, QuantizedTensor, Summary, layer_of};
+pub use summary::{
+    AuxRole, Encoding, Fp8Format, Fp8Summary, Fp8Tensor, LayerFigures, QuantSummary,
+    QuantizedTensor, Summary, layer_of,
+};
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -152,6 +158,7 @@ impl Checkpoint {
         shard_files.sort_unstable();
         let mut checkpoint = if let Some(index_name) = index_files.first() {
             let index_path = dir.join(index_name);
+            require_regular(&index_path)?;
             let bytes = std::fs::read(&index_path)
                 .map_err(|e| CheckpointError::unreadable(&index_path, &e))?;
             // The index and the shard headers the folder lists are parsed at
@@ -581,4 +588,35 @@ fn parse_all(files: &[(String, PathBuf)]) -> Vec<Parsed> {
             })
         })
         .collect()
+}
+
+/// Refuses a path that is neither a regular file nor a folder (a FIFO, a
+/// device, a socket) before anything opens it: opening a FIFO for reading
+/// blocks until a writer comes, which would hang `inspect` and the window.
+/// Links are followed (a link to a regular file is fine).
+///
+/// # Errors
+/// [`CheckpointError::Unreadable`] naming the file and what it is.
+pub(crate) fn require_regular(path: &Path) -> Result<(), CheckpointError> {
+    use std::os::unix::fs::FileTypeExt as _;
+    let kind = match std::fs::metadata(path) {
+        Ok(meta) => meta.file_type(),
+        // Missing or unreadable: the open that follows says why.
+        Err(_) => return Ok(()),
+    };
+    let what = if kind.is_file() || kind.is_dir() {
+        return Ok(());
+    } else if kind.is_fifo() {
+        "a FIFO"
+    } else if kind.is_socket() {
+        "a socket"
+    } else if kind.is_char_device() || kind.is_block_device() {
+        "a device"
+    } else {
+        "not a regular file"
+    };
+    Err(CheckpointError::Unreadable {
+        path: path.to_path_buf(),
+        reason: format!("is {what}, not a regular file"),
+    })
 }

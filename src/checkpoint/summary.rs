@@ -1,10 +1,15 @@
-//! Totals, parameter counts per dtype, MLX quantization and layer grouping,
-//! all from the headers.
+//! Totals, parameter counts per dtype, MLX quantization (every mode),
+//! block-scaled FP8 and layer grouping, all from the headers.
+//!
+//! Counting follows mlx-lm (`get_total_parameters`, `compute_bits_per_weight`):
+//! a packed weight holds `words * 32 / bits` parameters, its scales and
+//! biases are overhead, and bits per weight is every stored byte over the
+//! logical parameters. FP8 block scales (`*_scale_inv`) are overhead too.
 
 use std::collections::BTreeMap;
 
-use super::config::QuantParams;
-use super::{Checkpoint, Dtype};
+use super::config::{QuantMode, QuantParams};
+use super::{Checkpoint, Dtype, TensorInfo};
 
 /// One MLX-quantized weight: the packed `weight` with its `scales` (and
 /// `biases`, for affine quantization).
@@ -18,12 +23,114 @@ pub struct QuantizedTensor {
     pub scales: usize,
     /// Position of `<module>.biases`, when present.
     pub biases: Option<usize>,
-    /// Group size and bits.
+    /// Mode, group size and bits.
     pub params: QuantParams,
-    /// Whether `params` were inferred from shapes (no usable `config.json`).
+    /// Whether `params` were inferred from shapes (no usable `config.json`
+    /// entry, or one the packed shapes contradict).
     pub inferred: bool,
+    /// The parameters `config.json` gives this layer when the packed shapes
+    /// contradict them (the check command reports it).
+    pub config_conflict: Option<QuantParams>,
     /// Weights the packed words hold: packed words x 32 / bits.
     pub logical_elements: u64,
+    /// The dequantized shape: the stored shape with the last axis unpacked.
+    pub logical_shape: Vec<u64>,
+}
+
+impl QuantizedTensor {
+    /// Bytes of the packed weight, its scales and its biases.
+    #[must_use]
+    pub fn stored_bytes(&self, checkpoint: &Checkpoint) -> u64 {
+        let tensors = checkpoint.tensors();
+        [Some(self.weight), Some(self.scales), self.biases]
+            .into_iter()
+            .flatten()
+            .map(|i| tensors[i].bytes())
+            .sum()
+    }
+
+    /// Stored bits per logical weight, scales and biases included.
+    #[must_use]
+    pub fn bits_per_weight(&self, checkpoint: &Checkpoint) -> f64 {
+        ratio_bits(self.stored_bytes(checkpoint), self.logical_elements)
+    }
+}
+
+/// FP8 element formats that safetensors names and MLX can decode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fp8Format {
+    /// `F8_E4M3` (OCP E4M3FN: no infinities, max 448).
+    E4M3,
+    /// `F8_E5M2` (IEEE-like, the top byte of an f16).
+    E5M2,
+}
+
+impl Fp8Format {
+    /// The format of a stored dtype, when it is one of these.
+    #[must_use]
+    pub fn of(dtype: Dtype) -> Option<Self> {
+        match dtype {
+            Dtype::F8_E4M3 => Some(Self::E4M3),
+            Dtype::F8_E5M2 => Some(Self::E5M2),
+            _ => None,
+        }
+    }
+
+    /// Lower-case name (`e4m3`).
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::E4M3 => "e4m3",
+            Self::E5M2 => "e5m2",
+        }
+    }
+}
+
+/// An FP8 tensor: decoded from its byte codes, and multiplied by its block
+/// scale when the checkpoint has one (`<name>_scale_inv`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fp8Tensor {
+    /// Position of the FP8 tensor.
+    pub weight: usize,
+    /// Its element format.
+    pub format: Fp8Format,
+    /// Position of `<name>_scale_inv`, when present.
+    pub scale: Option<usize>,
+    /// Rows and columns per scale block, when the scale's shape fits one
+    /// (from `weight_block_size`, else inferred from the shapes). `None` with
+    /// a scale present: the scale does not fit the weight and the values
+    /// cannot be decoded.
+    pub block: Option<[u64; 2]>,
+}
+
+/// Which part of a layer an auxiliary tensor is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuxRole {
+    /// Per-group scales of a packed weight.
+    Scales,
+    /// Per-group biases of an affine-packed weight.
+    Biases,
+    /// Per-block scale of an FP8 weight.
+    Fp8Scale,
+}
+
+/// How a stored tensor's values are encoded, and so how they are shown.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Encoding {
+    /// Values as stored.
+    Plain,
+    /// An MLX-quantized weight: shown dequantized.
+    Packed(QuantizedTensor),
+    /// FP8 codes: shown decoded (and block-scaled).
+    Fp8(Fp8Tensor),
+    /// Overhead of another tensor (its scales, biases or block scale): not a
+    /// parameter, and compared as part of its owner in a diff.
+    Aux {
+        /// Position of the tensor it belongs to.
+        owner: usize,
+        /// What it is to the owner.
+        role: AuxRole,
+    },
 }
 
 /// Quantization of the whole checkpoint.
@@ -33,12 +140,45 @@ pub struct QuantSummary {
     pub tensors: Vec<QuantizedTensor>,
     /// The default parameters from `config.json` (or the most common inferred ones).
     pub default: QuantParams,
+    /// Quantized weights per mode.
+    pub modes: BTreeMap<QuantMode, usize>,
     /// Logical weights in quantized layers.
     pub logical_elements: u64,
     /// Bytes of packed weights, scales and biases together.
     pub stored_bytes: u64,
-    /// Stored bits per logical weight, scales and biases included.
+    /// Stored bits per logical weight in quantized layers, scales and biases included.
     pub bits_per_weight: f64,
+}
+
+/// Block-scaled (or plain) FP8 tensors of the checkpoint.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Fp8Summary {
+    /// Every FP8 tensor.
+    pub tensors: Vec<Fp8Tensor>,
+    /// Bytes of their block scales (overhead, not parameters).
+    pub scale_bytes: u64,
+    /// The block size most of them use, when they have scales.
+    pub block: Option<[u64; 2]>,
+}
+
+/// Parameters and bytes of one numbered layer (or of everything outside
+/// numbered layers, `layer: None`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LayerFigures {
+    /// The layer number (see [`layer_of`]).
+    pub layer: Option<u64>,
+    /// Logical parameters, counted as mlx-lm counts them.
+    pub params: u64,
+    /// Stored bytes, overhead included.
+    pub bytes: u64,
+}
+
+impl LayerFigures {
+    /// Stored bits per logical parameter.
+    #[must_use]
+    pub fn bits_per_weight(&self) -> f64 {
+        ratio_bits(self.bytes, self.params)
+    }
 }
 
 /// Checkpoint totals from the headers.
@@ -52,11 +192,26 @@ pub struct Summary {
     pub file_bytes: u64,
     /// Stored elements per stored dtype (packed words count as words).
     pub params_by_dtype: BTreeMap<Dtype, u64>,
-    /// The model's parameters: quantized weights counted as the weights they
-    /// hold, their scales and biases not counted.
+    /// The model's parameters as mlx-lm counts them: packed weights as the
+    /// weights they hold; scales, biases and FP8 block scales not counted.
     pub logical_params: u64,
+    /// Every stored bit over [`Summary::logical_params`] (mlx-lm's
+    /// `compute_bits_per_weight`).
+    pub bits_per_weight: f64,
     /// MLX quantization, when the checkpoint has quantized weights.
     pub quantization: Option<QuantSummary>,
+    /// FP8 tensors, when there are any.
+    pub fp8: Option<Fp8Summary>,
+    /// Parameters and bytes per numbered layer, in layer order.
+    pub layers: Vec<LayerFigures>,
+}
+
+fn ratio_bits(bytes: u64, params: u64) -> f64 {
+    if params == 0 {
+        0.0
+    } else {
+        (bytes * 8) as f64 / params as f64
+    }
 }
 
 impl Summary {
@@ -76,156 +231,316 @@ impl Summary {
             .filter(|&d| per_dtype[d as usize] > 0)
             .map(|d| (d, per_dtype[d as usize]))
             .collect();
-        let stored_elements: u64 = per_dtype.iter().sum();
-        // MLX packs quantized weights in U32 words: without any, there is
-        // nothing to look for among the names.
-        let quantization = if params_by_dtype.contains_key(&Dtype::U32) {
-            quantization(checkpoint)
-        } else {
-            None
-        };
-        let logical_params = match &quantization {
-            None => stored_elements,
-            Some(q) => {
-                let packed: u64 = q
-                    .tensors
-                    .iter()
-                    .map(|qt| {
-                        let aux = [Some(qt.weight), Some(qt.scales), qt.biases];
-                        aux.into_iter()
-                            .flatten()
-                            .map(|i| tensors[i].elements())
-                            .sum::<u64>()
-                    })
-                    .sum();
-                stored_elements - packed + q.logical_elements
+        // Packed weights are U32 and FP8 weights F8: without either, every
+        // tensor is plain and no name needs looking up.
+        let may_encode = params_by_dtype
+            .keys()
+            .any(|d| matches!(d, Dtype::U32) || Fp8Format::of(*d).is_some());
+        let mut packed = Vec::new();
+        let mut fp8 = Vec::new();
+        let mut layers: BTreeMap<Option<u64>, LayerFigures> = BTreeMap::new();
+        let mut logical_params = 0u64;
+        for (i, t) in tensors.iter().enumerate() {
+            let encoding = if may_encode {
+                checkpoint.encoding_at(i)
+            } else {
+                Encoding::Plain
+            };
+            let params = match &encoding {
+                Encoding::Plain => t.elements(),
+                Encoding::Packed(q) => q.logical_elements,
+                Encoding::Fp8(_) => t.elements(),
+                Encoding::Aux { .. } => 0,
+            };
+            logical_params += params;
+            let layer = layer_of(&t.name);
+            let figures = layers.entry(layer).or_insert(LayerFigures {
+                layer,
+                params: 0,
+                bytes: 0,
+            });
+            figures.params += params;
+            figures.bytes += t.bytes();
+            match encoding {
+                Encoding::Packed(q) => packed.push(q),
+                Encoding::Fp8(f) => fp8.push(f),
+                Encoding::Plain | Encoding::Aux { .. } => {}
             }
-        };
+        }
         Self {
             tensor_count: tensors.len(),
             total_bytes,
             file_bytes: checkpoint.shards().iter().map(|s| s.file_bytes).sum(),
             params_by_dtype,
             logical_params,
-            quantization,
+            bits_per_weight: ratio_bits(total_bytes, logical_params),
+            quantization: quant_summary(checkpoint, packed),
+            fp8: fp8_summary(checkpoint, fp8),
+            layers: layers.into_values().collect(),
         }
     }
 }
 
-/// Finds `weight`/`scales`/`biases` triples with packed `U32` weights.
-fn quantization(checkpoint: &Checkpoint) -> Option<QuantSummary> {
-    let config = checkpoint.config().and_then(|c| c.quantization.as_ref());
-    let found: Vec<QuantizedTensor> = checkpoint
-        .tensors()
-        .iter()
-        .enumerate()
-        .filter_map(|(scales, t)| detect(checkpoint, t.name.strip_suffix(".scales")?, scales))
-        .collect();
+fn quant_summary(checkpoint: &Checkpoint, found: Vec<QuantizedTensor>) -> Option<QuantSummary> {
     if found.is_empty() {
         return None;
     }
-    let tensors = checkpoint.tensors();
     let logical_elements = found.iter().map(|q| q.logical_elements).sum();
-    let stored_bytes = found
-        .iter()
-        .flat_map(|q| [Some(q.weight), Some(q.scales), q.biases])
-        .flatten()
-        .map(|i| tensors[i].bytes())
-        .sum::<u64>();
-    let default = config.map_or_else(|| most_common(&found), |c| c.default);
+    let stored_bytes = found.iter().map(|q| q.stored_bytes(checkpoint)).sum();
+    let mut modes = BTreeMap::new();
+    for q in &found {
+        *modes.entry(q.params.mode).or_insert(0) += 1;
+    }
+    let default = checkpoint
+        .config()
+        .and_then(|c| c.quantization.as_ref())
+        .map_or_else(|| most_common(&found), |c| c.default);
     Some(QuantSummary {
         default,
+        modes,
         logical_elements,
         stored_bytes,
-        bits_per_weight: if logical_elements == 0 {
-            0.0
-        } else {
-            (stored_bytes * 8) as f64 / logical_elements as f64
-        },
+        bits_per_weight: ratio_bits(stored_bytes, logical_elements),
         tensors: found,
     })
 }
 
-/// The quantized layer `module` whose scales are tensor `scales`, if its
-/// weight is packed (`U32`) and its parameters are known or inferable.
-fn detect(checkpoint: &Checkpoint, module: &str, scales: usize) -> Option<QuantizedTensor> {
-    let config = checkpoint.config().and_then(|c| c.quantization.as_ref());
-    let weight = checkpoint.tensor(&format!("{module}.weight"))?;
-    if weight.dtype != Dtype::U32 {
+fn fp8_summary(checkpoint: &Checkpoint, found: Vec<Fp8Tensor>) -> Option<Fp8Summary> {
+    if found.is_empty() {
         return None;
     }
-    let biases = checkpoint.tensor(&format!("{module}.biases"));
-    let packed_cols = weight.shape.last().copied().unwrap_or(0);
-    let groups = checkpoint.tensors()[scales]
-        .shape
-        .last()
-        .copied()
-        .unwrap_or(0);
-    let (params, inferred) = match config.and_then(|c| c.for_module(module)) {
-        Some(p) => (p, false),
-        None => (infer(packed_cols, groups)?, true),
-    };
-    Some(QuantizedTensor {
-        module: module.to_owned(),
-        weight: position(checkpoint, &weight.name),
-        scales,
-        biases: biases.map(|b| position(checkpoint, &b.name)),
-        params,
-        inferred,
-        logical_elements: weight.elements() * 32 / params.bits,
+    let tensors = checkpoint.tensors();
+    let scale_bytes = found
+        .iter()
+        .filter_map(|f| f.scale)
+        .map(|i| tensors[i].bytes())
+        .sum();
+    let mut blocks: BTreeMap<[u64; 2], usize> = BTreeMap::new();
+    for block in found.iter().filter_map(|f| f.block) {
+        *blocks.entry(block).or_insert(0) += 1;
+    }
+    let block = blocks.into_iter().max_by_key(|&(_, n)| n).map(|(b, _)| b);
+    Some(Fp8Summary {
+        tensors: found,
+        scale_bytes,
+        block,
     })
 }
 
 impl Checkpoint {
     /// When the stored tensor `weight_name` (`X.weight`) is an MLX-quantized
-    /// weight, its layer: scales, biases, group size and bits.
+    /// weight, its layer: mode, scales, biases, group size and bits.
     #[must_use]
     pub fn quantized_weight(&self, weight_name: &str) -> Option<QuantizedTensor> {
-        let module = weight_name.strip_suffix(".weight")?;
-        let scales = self
-            .by_name
-            .find(self.tensors(), &format!("{module}.scales"))?;
-        detect(self, module, scales)
+        match self.encoding(weight_name) {
+            Some(Encoding::Packed(q)) => Some(q),
+            _ => None,
+        }
+    }
+
+    /// How the stored tensor `name` is encoded (`None`: no such tensor).
+    #[must_use]
+    pub fn encoding(&self, name: &str) -> Option<Encoding> {
+        let i = self.by_name.find(self.tensors(), name)?;
+        Some(self.encoding_at(i))
+    }
+
+    /// How the tensor at position `i` of [`Checkpoint::tensors`] is encoded.
+    ///
+    /// # Panics
+    /// Never for `i` below the tensor count (positions come from this checkpoint).
+    #[must_use]
+    pub fn encoding_at(&self, i: usize) -> Encoding {
+        let tensors = self.tensors();
+        let t = &tensors[i];
+        let find = |name: &str| self.by_name.find(tensors, name);
+        if let Some(module) = t.name.strip_suffix(".weight") {
+            if t.dtype == Dtype::U32 {
+                if let Some(scales) = find(&format!("{module}.scales")) {
+                    if let Some(q) = detect(self, module, i, scales) {
+                        return Encoding::Packed(q);
+                    }
+                }
+            }
+        }
+        if let Some(format) = Fp8Format::of(t.dtype) {
+            let scale = find(&format!("{}_scale_inv", t.name));
+            let block = scale.and_then(|s| {
+                let configured = self
+                    .config()
+                    .and_then(|c| c.fp8.as_ref())
+                    .and_then(|f| f.block);
+                fp8_block(&t.shape, &tensors[s].shape, configured)
+            });
+            return Encoding::Fp8(Fp8Tensor {
+                weight: i,
+                format,
+                scale,
+                block,
+            });
+        }
+        for (suffix, role) in [(".scales", AuxRole::Scales), (".biases", AuxRole::Biases)] {
+            if let Some(module) = t.name.strip_suffix(suffix) {
+                let weight = find(&format!("{module}.weight"));
+                let scales = find(&format!("{module}.scales"));
+                if let (Some(weight), Some(scales)) = (weight, scales) {
+                    if tensors[weight].dtype == Dtype::U32
+                        && detect(self, module, weight, scales).is_some()
+                    {
+                        return Encoding::Aux {
+                            owner: weight,
+                            role,
+                        };
+                    }
+                }
+            }
+        }
+        if let Some(owner) = t.name.strip_suffix("_scale_inv") {
+            if let Some(weight) = find(owner) {
+                if Fp8Format::of(tensors[weight].dtype).is_some() {
+                    return Encoding::Aux {
+                        owner: weight,
+                        role: AuxRole::Fp8Scale,
+                    };
+                }
+            }
+        }
+        Encoding::Plain
+    }
+
+    /// Whether any tensor may be packed or FP8 (U32 or F8 dtypes present):
+    /// without, every tensor is plain and no names need looking up.
+    #[must_use]
+    pub fn may_have_encodings(&self) -> bool {
+        self.tensors()
+            .iter()
+            .any(|t| t.dtype == Dtype::U32 || Fp8Format::of(t.dtype).is_some())
+    }
+
+    /// Whether the stored tensor `name` is overhead of another (scales,
+    /// biases, an FP8 block scale) rather than parameters.
+    #[must_use]
+    pub fn is_auxiliary(&self, name: &str) -> bool {
+        matches!(self.encoding(name), Some(Encoding::Aux { .. }))
     }
 }
 
-fn position(checkpoint: &Checkpoint, name: &str) -> usize {
-    checkpoint
+/// The quantized layer `module` with packed weight `weight` and scales
+/// `scales`, when its parameters are known or inferable from the shapes.
+fn detect(
+    checkpoint: &Checkpoint,
+    module: &str,
+    weight: usize,
+    scales: usize,
+) -> Option<QuantizedTensor> {
+    let tensors = checkpoint.tensors();
+    let w: &TensorInfo = &tensors[weight];
+    let s = &tensors[scales];
+    let biases = checkpoint
         .by_name
-        .find(checkpoint.tensors(), name)
-        .unwrap_or_default()
+        .find(tensors, &format!("{module}.biases"));
+    let words = w.shape.last().copied().unwrap_or(0);
+    let groups = s.shape.last().copied().unwrap_or(0);
+    let fp_scales = s.dtype == Dtype::U8 && biases.is_none();
+    let configured = checkpoint
+        .config()
+        .and_then(|c| c.quantization.as_ref())
+        .and_then(|c| c.for_module(module));
+    let (params, inferred, config_conflict) = match configured {
+        Some(p) if p.fits(words, groups) => (p, false, None),
+        Some(p) => (infer(words, groups, fp_scales)?, true, Some(p)),
+        None => (infer(words, groups, fp_scales)?, true, None),
+    };
+    let logical_cols = words * 32 / params.bits;
+    let mut logical_shape = w.shape.clone();
+    if let Some(last) = logical_shape.last_mut() {
+        *last = logical_cols;
+    }
+    Some(QuantizedTensor {
+        module: module.to_owned(),
+        weight,
+        scales,
+        biases,
+        params,
+        inferred,
+        config_conflict,
+        logical_elements: w.elements() * 32 / params.bits,
+        logical_shape,
+    })
 }
 
-/// Without a config: the packed row holds `in * bits / 32` words and the
-/// scales row `in / group_size` groups, so `bits * group_size = 32 * words /
-/// groups`. Try MLX's usual group sizes, the default (64) first.
-fn infer(packed_cols: u64, groups: u64) -> Option<QuantParams> {
+/// Without a usable config: the packed row holds `in * bits / 32` words and
+/// the scales row `in / group_size` groups, so `bits * group_size = 32 *
+/// words / groups`. uint8 scales without biases are one of the fp modes,
+/// which that product tells apart (mxfp4 128, nvfp4 64, mxfp8 256); else
+/// affine, trying MLX's usual group sizes, the default (64) first.
+fn infer(words: u64, groups: u64, fp_scales: bool) -> Option<QuantParams> {
     if groups == 0 {
         return None;
     }
-    let product = (packed_cols * 32).checked_div(groups)?;
-    if product * groups != packed_cols * 32 {
+    let product = (words * 32).checked_div(groups)?;
+    if product * groups != words * 32 {
         return None;
+    }
+    if fp_scales {
+        return [QuantMode::Mxfp4, QuantMode::Nvfp4, QuantMode::Mxfp8]
+            .into_iter()
+            .find(|m| {
+                let (g, b) = m.defaults();
+                g * b == product
+            })
+            .map(|mode| {
+                let (group_size, bits) = mode.defaults();
+                QuantParams {
+                    mode,
+                    group_size,
+                    bits,
+                }
+            });
     }
     [64, 32, 128].into_iter().find_map(|group_size| {
         let bits = product / group_size;
         (bits * group_size == product && matches!(bits, 2 | 3 | 4 | 5 | 6 | 8))
-            .then_some(QuantParams { group_size, bits })
+            .then_some(QuantParams::affine(group_size, bits))
     })
 }
 
+/// The FP8 block (rows, cols per scale) of a weight of `shape` with a scale
+/// of `scale_shape`: the configured block when it fits, else the smallest
+/// block that gives the scale's shape (`ceil(dim / block) == scale dim`).
+fn fp8_block(shape: &[u64], scale_shape: &[u64], configured: Option<[u64; 2]>) -> Option<[u64; 2]> {
+    let ([.., rows, cols], [.., s_rows, s_cols]) = (shape, scale_shape) else {
+        return None;
+    };
+    let fits = |b: [u64; 2]| {
+        b[0] > 0 && b[1] > 0 && rows.div_ceil(b[0]) == *s_rows && cols.div_ceil(b[1]) == *s_cols
+    };
+    if let Some(b) = configured.filter(|b| fits(*b)) {
+        return Some(b);
+    }
+    if *s_rows == 0 || *s_cols == 0 {
+        return None;
+    }
+    let inferred = [rows.div_ceil(*s_rows), cols.div_ceil(*s_cols)];
+    fits(inferred).then_some(inferred)
+}
+
 fn most_common(found: &[QuantizedTensor]) -> QuantParams {
-    let mut counts: BTreeMap<(u64, u64), usize> = BTreeMap::new();
+    let mut counts: BTreeMap<(QuantMode, u64, u64), usize> = BTreeMap::new();
     for q in found {
         *counts
-            .entry((q.params.group_size, q.params.bits))
+            .entry((q.params.mode, q.params.group_size, q.params.bits))
             .or_default() += 1;
     }
-    let ((group_size, bits), _) = counts
+    let ((mode, group_size, bits), _) = counts
         .into_iter()
         .max_by_key(|&(_, n)| n)
-        .unwrap_or(((64, 4), 0));
-    QuantParams { group_size, bits }
+        .unwrap_or(((QuantMode::Affine, 64, 4), 0));
+    QuantParams {
+        mode,
+        group_size,
+        bits,
+    }
 }
 
 /// The layer number of a tensor name: its first all-digit dot-separated
@@ -263,24 +578,33 @@ mod tests {
     }
 
     #[test]
-    fn bits_are_inferred_from_packed_and_group_columns() {
+    fn parameters_are_inferred_from_packed_and_group_columns() {
         // 4096 inputs at 4 bits = 512 words; 64 groups of 64.
-        assert_eq!(
-            infer(512, 64),
-            Some(QuantParams {
-                group_size: 64,
-                bits: 4
-            })
-        );
+        assert_eq!(infer(512, 64, false), Some(QuantParams::affine(64, 4)));
         // 8 bits, group 64: 1024 words, 64 groups.
+        assert_eq!(infer(1024, 64, false), Some(QuantParams::affine(64, 8)));
+        // uint8 scales without biases: the fp modes, told apart by group x bits.
+        let fp = |words, groups| infer(words, groups, true).map(|p| p.mode);
+        assert_eq!(fp(512, 128), Some(QuantMode::Mxfp4));
+        assert_eq!(fp(512, 256), Some(QuantMode::Nvfp4));
+        assert_eq!(fp(1024, 128), Some(QuantMode::Mxfp8));
+        assert_eq!(infer(7, 3, false), None);
+        assert_eq!(infer(512, 0, false), None);
+    }
+
+    #[test]
+    fn fp8_blocks_fit_or_are_inferred() {
         assert_eq!(
-            infer(1024, 64),
-            Some(QuantParams {
-                group_size: 64,
-                bits: 8
-            })
+            fp8_block(&[300, 256], &[3, 2], Some([128, 128])),
+            Some([128, 128])
         );
-        assert_eq!(infer(7, 3), None);
-        assert_eq!(infer(512, 0), None);
+        // The config's block does not fit: the shapes decide.
+        assert_eq!(
+            fp8_block(&[300, 256], &[3, 2], Some([64, 64])),
+            Some([100, 128])
+        );
+        assert_eq!(fp8_block(&[300, 256], &[3, 2], None), Some([100, 128]));
+        assert_eq!(fp8_block(&[300, 256], &[0, 2], None), None);
+        assert_eq!(fp8_block(&[300], &[3], None), None);
     }
 }

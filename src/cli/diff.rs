@@ -1,7 +1,8 @@
-//! `weightscope diff A B`: tensors only in A, only in B, changed (shape or
-//! dtype), and for the rest the largest absolute difference and the relative
-//! error, computed on MLX one tensor at a time with shards released as the
-//! walk leaves them.
+//! `weightscope diff A B`: tensors only in A, only in B, changed (logical
+//! shape), and for the rest how far B moved from A (largest absolute
+//! difference, relative error, SNR, cosine), both sides decoded to f32 on
+//! MLX whatever their dtypes or quantization, one tensor at a time with
+//! shards released as the walk leaves them.
 
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
@@ -75,7 +76,11 @@ pub fn to_json(args: &DiffArgs, report: &DiffReport) -> serde_json::Value {
     value
 }
 
-/// The text report: counts, then the tensors that differ most.
+/// Rows of each list the text report prints.
+const TEXT_ROWS: usize = 20;
+
+/// The text report: counts, the overall figure, then the tensors that differ
+/// most, saying how many rows each list left out.
 ///
 /// # Errors
 /// When `out` fails.
@@ -86,53 +91,94 @@ pub fn write_text(
 ) -> std::io::Result<()> {
     writeln!(out, "A: {}", args.a.display())?;
     writeln!(out, "B: {}", args.b.display())?;
-    let differing: Vec<_> = report.differing().collect();
+    let differing = report.differing().count();
     writeln!(
         out,
-        "{} compared ({} differ), {} only in A, {} only in B, {} changed shape or dtype, {} failed",
+        "{} compared ({} differ), {} only in A, {} only in B, {} changed shape, {} failed",
         report.common.len(),
-        differing.len(),
+        differing,
         report.only_in_a.len(),
         report.only_in_b.len(),
         report.changed.len(),
         report.failed.len()
     )?;
+    if !report.common.is_empty() {
+        writeln!(
+            out,
+            "overall: relative error {:.3e} (sqrt of Σ‖a-b‖² / Σ‖a‖² over every compared tensor), SNR {}",
+            report.overall_rel_error,
+            snr_text(report.overall_snr_db)
+        )?;
+    }
     writeln!(
         out,
-        "peak MLX active {} (largest shard of A + of B: {}), {:.2} s{}",
+        "peak MLX active {}; the bound is about one shard of each side, largest A + largest B = {}; {:.2} s{}",
         human_bytes(report.peak_mlx_active_bytes),
         human_bytes(report.two_shards_bytes),
         report.elapsed_secs,
         if report.cancelled { ", cancelled" } else { "" }
     )?;
-    for name in report.only_in_a.iter().take(20) {
+    let left_out = |out: &mut dyn Write, what: &str, total: usize| -> std::io::Result<()> {
+        if total > TEXT_ROWS {
+            writeln!(
+                out,
+                "  … {} more {what} not shown (--json lists all)",
+                total - TEXT_ROWS
+            )?;
+        }
+        Ok(())
+    };
+    for name in report.only_in_a.iter().take(TEXT_ROWS) {
         writeln!(out, "only in A: {name}")?;
     }
-    for name in report.only_in_b.iter().take(20) {
+    left_out(out, "only in A", report.only_in_a.len())?;
+    for name in report.only_in_b.iter().take(TEXT_ROWS) {
         writeln!(out, "only in B: {name}")?;
     }
-    for c in report.changed.iter().take(20) {
+    left_out(out, "only in B", report.only_in_b.len())?;
+    for c in report.changed.iter().take(TEXT_ROWS) {
         writeln!(
             out,
             "changed: {} {} {:?} -> {} {:?}",
             c.name, c.a_dtype, c.a_shape, c.b_dtype, c.b_shape
         )?;
     }
-    for f in &report.failed {
+    left_out(out, "changed", report.changed.len())?;
+    for f in report.failed.iter().take(TEXT_ROWS) {
         writeln!(out, "failed: {}: {}", f.name, f.error)?;
     }
-    let mut worst = differing;
-    worst.sort_by(|x, y| y.rel_error.total_cmp(&x.rel_error));
-    for c in worst.iter().take(20) {
+    left_out(out, "failed", report.failed.len())?;
+    let worst: Vec<_> = report
+        .by_error()
+        .into_iter()
+        .filter(|c| c.max_abs_diff != 0.0 || c.nan || c.inf)
+        .collect();
+    if !worst.is_empty() {
+        writeln!(out, "worst by relative error (A dtype -> B dtype):")?;
+    }
+    for c in worst.iter().take(TEXT_ROWS) {
         writeln!(
             out,
-            "differs: {}  max |a-b| {:.3e}  relative {:.3e}{}{}",
+            "  {}  rel {:.3e}  SNR {}  cos {:.6}  max |a-b| {:.3e}  {} -> {}{}{}",
             c.name,
-            c.max_abs_diff,
             c.rel_error,
+            snr_text(c.snr_db),
+            c.cosine,
+            c.max_abs_diff,
+            c.a_dtype,
+            c.b_dtype,
             if c.nan { "  NaN" } else { "" },
             if c.inf { "  Inf" } else { "" }
         )?;
     }
+    left_out(out, "differing tensors", worst.len())?;
     Ok(())
+}
+
+fn snr_text(db: f64) -> String {
+    if db.is_infinite() && db > 0.0 {
+        "inf dB (equal)".to_owned()
+    } else {
+        format!("{db:.1} dB")
+    }
 }

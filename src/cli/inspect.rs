@@ -1,6 +1,6 @@
 //! `weightscope inspect PATH [--json]`: the header summary.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::{self, Write};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, mpsc};
@@ -36,12 +36,30 @@ struct JsonShard<'a> {
 struct JsonQuantization {
     bits: u64,
     group_size: u64,
-    mode: Option<String>,
+    mode: &'static str,
+    modes: BTreeMap<&'static str, usize>,
+    config_key: Option<&'static str>,
     quantized_tensors: usize,
     logical_params: u64,
     stored_bytes: u64,
     bits_per_weight: f64,
     inferred: bool,
+}
+
+#[derive(Serialize)]
+struct JsonFp8 {
+    tensors: usize,
+    scaled_tensors: usize,
+    block: Option<[u64; 2]>,
+    scale_bytes: u64,
+}
+
+#[derive(Serialize)]
+struct JsonLayer {
+    layer: Option<u64>,
+    params: u64,
+    bytes: u64,
+    bits_per_weight: f64,
 }
 
 #[derive(Serialize)]
@@ -55,8 +73,12 @@ struct JsonInspect<'a> {
     file_bytes: u64,
     params_by_dtype: BTreeMap<&'static str, u64>,
     logical_params: u64,
+    bits_per_weight: f64,
     #[serde(skip_serializing_if = "Option::is_none")]
     quantization: Option<JsonQuantization>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    fp8: Option<JsonFp8>,
+    layers: Vec<JsonLayer>,
     metadata: BTreeMap<String, String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     index_metadata: Option<&'a BTreeMap<String, String>>,
@@ -83,10 +105,12 @@ pub fn write_json(
     let quantization = summary.quantization.as_ref().map(|q| JsonQuantization {
         bits: q.default.bits,
         group_size: q.default.group_size,
-        mode: checkpoint
+        mode: q.default.mode.name(),
+        modes: q.modes.iter().map(|(m, n)| (m.name(), *n)).collect(),
+        config_key: checkpoint
             .config()
             .and_then(|c| c.quantization.as_ref())
-            .and_then(|c| c.mode.clone()),
+            .map(|c| c.source),
         quantized_tensors: q.tensors.len(),
         logical_params: q.logical_elements,
         stored_bytes: q.stored_bytes,
@@ -116,7 +140,24 @@ pub fn write_json(
             .map(|(d, n)| (d.name(), *n))
             .collect(),
         logical_params: summary.logical_params,
+        bits_per_weight: summary.bits_per_weight,
         quantization,
+        fp8: summary.fp8.as_ref().map(|f| JsonFp8 {
+            tensors: f.tensors.len(),
+            scaled_tensors: f.tensors.iter().filter(|t| t.scale.is_some()).count(),
+            block: f.block,
+            scale_bytes: f.scale_bytes,
+        }),
+        layers: summary
+            .layers
+            .iter()
+            .map(|l| JsonLayer {
+                layer: l.layer,
+                params: l.params,
+                bytes: l.bytes,
+                bits_per_weight: l.bits_per_weight(),
+            })
+            .collect(),
         metadata: checkpoint.metadata(),
         index_metadata: match checkpoint.layout() {
             Layout::Indexed { index, .. } => Some(&index.metadata),
@@ -129,7 +170,7 @@ pub fn write_json(
     head.pop(); // the closing `}`
     out.write_all(&head)?;
     out.write_all(b",\"tensors\":[")?;
-    write_tensor_list(checkpoint, out)?;
+    write_tensor_list(checkpoint, &encoded_fields(checkpoint, summary), out)?;
     out.write_all(b"]}\n")
 }
 
@@ -140,7 +181,11 @@ const TENSORS_PER_PIECE: usize = 2048;
 /// for 90k tensors) is serialized piece by piece on every core and written as
 /// the pieces come in order, through a few reused buffers: never whole in
 /// memory, where its fresh pages alone would cost more than writing it.
-fn write_tensor_list(checkpoint: &Checkpoint, out: &mut impl Write) -> io::Result<()> {
+fn write_tensor_list(
+    checkpoint: &Checkpoint,
+    extra: &HashMap<usize, Vec<u8>>,
+    out: &mut impl Write,
+) -> io::Result<()> {
     let pieces: Vec<&[TensorInfo]> = checkpoint.tensors().chunks(TENSORS_PER_PIECE).collect();
     // Each shard's file name as a JSON string, once (163 names, 90k uses).
     let shard_names: Vec<Vec<u8>> = checkpoint
@@ -152,13 +197,14 @@ fn write_tensor_list(checkpoint: &Checkpoint, out: &mut impl Write) -> io::Resul
             quoted
         })
         .collect();
-    let serialize = |piece: &[TensorInfo], buf: &mut Vec<u8>| {
+    let serialize = |(first, piece): (usize, &[TensorInfo]), buf: &mut Vec<u8>| {
         buf.clear();
         for (i, t) in piece.iter().enumerate() {
             if i > 0 {
                 buf.push(b',');
             }
-            push_tensor(buf, t, &shard_names[t.shard]);
+            let fields = extra.get(&(first + i)).map(Vec::as_slice);
+            push_tensor(buf, t, &shard_names[t.shard], fields);
         }
     };
     let workers = std::thread::available_parallelism()
@@ -179,6 +225,7 @@ fn write_tensor_list(checkpoint: &Checkpoint, out: &mut impl Write) -> io::Resul
                     while !stop.load(Ordering::Relaxed) {
                         let i = next.fetch_add(1, Ordering::Relaxed);
                         let Some(piece) = pieces.get(i) else { break };
+                        let piece = (i * TENSORS_PER_PIECE, *piece);
                         let mut buf = spare
                             .lock()
                             .ok()
@@ -220,7 +267,7 @@ fn write_tensor_list(checkpoint: &Checkpoint, out: &mut impl Write) -> io::Resul
     // What no worker wrote (none could start): here, in order.
     let mut buf = Vec::new();
     for (i, piece) in pieces.iter().enumerate().skip(written) {
-        serialize(piece, &mut buf);
+        serialize((i * TENSORS_PER_PIECE, *piece), &mut buf);
         if i > 0 {
             out.write_all(b",")?;
         }
@@ -233,7 +280,57 @@ fn write_tensor_list(checkpoint: &Checkpoint, out: &mut impl Write) -> io::Resul
 /// `{"name":..,"dtype":..,"shape":[..],"bytes":..,"shard":..}`, written by
 /// hand (a third of serde's time on 90k entries), byte for byte as
 /// `serde_json` writes it.
-fn push_tensor(buf: &mut Vec<u8>, tensor: &TensorInfo, shard_name: &[u8]) {
+/// The JSON fields (`,"quantized":{..}` or `,"part_of":".."`) of tensors
+/// that are packed, FP8, or overhead of another, by position.
+fn encoded_fields(checkpoint: &Checkpoint, summary: &Summary) -> HashMap<usize, Vec<u8>> {
+    let tensors = checkpoint.tensors();
+    let mut fields: HashMap<usize, Vec<u8>> = HashMap::new();
+    let mut part_of = |aux: usize, owner: usize| {
+        let mut buf = b",\"part_of\":".to_vec();
+        push_json_str(&mut buf, &tensors[owner].name);
+        fields.insert(aux, buf);
+    };
+    let mut quantized = Vec::new();
+    if let Some(q) = &summary.quantization {
+        for t in &q.tensors {
+            for aux in [Some(t.scales), t.biases].into_iter().flatten() {
+                part_of(aux, t.weight);
+            }
+            let value = serde_json::json!({
+                "mode": t.params.mode.name(),
+                "bits": t.params.bits,
+                "group_size": t.params.group_size,
+                "shape": t.logical_shape,
+                "inferred": t.inferred,
+                "bits_per_weight": t.bits_per_weight(checkpoint),
+            });
+            quantized.push((t.weight, value));
+        }
+    }
+    if let Some(f) = &summary.fp8 {
+        for t in &f.tensors {
+            if let Some(scale) = t.scale {
+                part_of(scale, t.weight);
+            }
+            let value = serde_json::json!({
+                "mode": "fp8",
+                "format": t.format.name(),
+                "block": t.block,
+                "shape": tensors[t.weight].shape,
+            });
+            quantized.push((t.weight, value));
+        }
+    }
+    for (position, value) in quantized {
+        let mut buf = b",\"quantized\":".to_vec();
+        // Writing into a Vec cannot fail.
+        let _ = serde_json::to_writer(&mut buf, &value);
+        fields.insert(position, buf);
+    }
+    fields
+}
+
+fn push_tensor(buf: &mut Vec<u8>, tensor: &TensorInfo, shard_name: &[u8], extra: Option<&[u8]>) {
     let mut digits = itoa::Buffer::new();
     buf.extend_from_slice(b"{\"name\":");
     push_json_str(buf, &tensor.name);
@@ -251,6 +348,9 @@ fn push_tensor(buf: &mut Vec<u8>, tensor: &TensorInfo, shard_name: &[u8]) {
     buf.extend_from_slice(digits.format(tensor.bytes()).as_bytes());
     buf.extend_from_slice(b",\"shard\":");
     buf.extend_from_slice(shard_name);
+    if let Some(extra) = extra {
+        buf.extend_from_slice(extra);
+    }
     buf.push(b'}');
 }
 
@@ -307,19 +407,46 @@ pub fn write_text(
         .map(|(d, n)| format!("{d} {}", grouped(*n)))
         .collect();
     writeln!(out, "by dtype     {}", by_dtype.join(", "))?;
+    writeln!(
+        out,
+        "bits/weight  {:.3} (every stored byte over the parameters, as mlx-lm counts)",
+        summary.bits_per_weight
+    )?;
     if let Some(q) = &summary.quantization {
+        let modes: Vec<String> = q.modes.iter().map(|(m, n)| format!("{n} {m}")).collect();
         writeln!(
             out,
-            "quantized    {} tensors, {}-bit, group {}{}: {:.2} bits per weight with scales and biases",
+            "quantized    {} tensors ({}), default {} {}-bit group {}{}: {:.2} bits per weight with {}",
             q.tensors.len(),
+            modes.join(", "),
+            q.default.mode,
             q.default.bits,
             q.default.group_size,
             if q.tensors.iter().any(|t| t.inferred) {
-                " (inferred from shapes)"
+                " (some inferred from shapes)"
             } else {
                 ""
             },
-            q.bits_per_weight
+            q.bits_per_weight,
+            if q.modes.keys().all(|m| m.has_biases()) {
+                "scales and biases"
+            } else if q.modes.keys().any(|m| m.has_biases()) {
+                "scales (and biases in affine layers)"
+            } else {
+                "scales"
+            }
+        )?;
+    }
+    if let Some(f) = &summary.fp8 {
+        let scaled = f.tensors.iter().filter(|t| t.scale.is_some()).count();
+        writeln!(
+            out,
+            "fp8          {} tensors, {} with block scales{}; scales {} (overhead, not parameters)",
+            f.tensors.len(),
+            scaled,
+            f.block
+                .map_or_else(String::new, |[r, c]| format!(" of {r}x{c}")),
+            human_bytes(f.scale_bytes)
         )?;
     }
     for (key, value) in checkpoint.metadata() {

@@ -5,7 +5,7 @@ use std::io::{self, Write};
 use serde::Serialize;
 
 use crate::units::{grouped, human_bytes, printable};
-use crate::weights::TensorPreview;
+use crate::weights::{Decoding, TensorPreview};
 
 #[derive(Serialize)]
 struct JsonStats {
@@ -15,12 +15,6 @@ struct JsonStats {
     std: f64,
     nan: u64,
     inf: u64,
-}
-
-#[derive(Serialize)]
-struct JsonQuantized {
-    bits: u64,
-    group_size: u64,
 }
 
 #[derive(Serialize)]
@@ -52,7 +46,9 @@ struct JsonTensor<'a> {
     millis: f64,
     stats_millis: f64,
     #[serde(skip_serializing_if = "Option::is_none")]
-    quantized: Option<JsonQuantized>,
+    quantized: Option<serde_json::Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    decoded: Option<String>,
     histogram: JsonHistogram<'a>,
     #[serde(skip_serializing_if = "Option::is_none")]
     heatmap: Option<JsonHeatmap>,
@@ -85,10 +81,8 @@ pub fn write_json(preview: &TensorPreview, out: &mut impl Write) -> io::Result<(
         first: &preview.values.first,
         millis: preview.materialize_millis,
         stats_millis: preview.summary_millis,
-        quantized: preview.quantized.map(|q| JsonQuantized {
-            bits: q.bits,
-            group_size: q.group_size,
-        }),
+        quantized: preview.decoding.as_ref().and_then(quantized_json),
+        decoded: preview.decoding.as_ref().map(Decoding::describe),
         histogram: JsonHistogram {
             min: preview.values.histogram.min,
             max: preview.values.histogram.max,
@@ -123,12 +117,8 @@ pub fn write_text(preview: &TensorPreview, out: &mut impl Write) -> io::Result<(
         human_bytes(preview.bytes),
         preview.shard
     )?;
-    if let Some(q) = preview.quantized {
-        writeln!(
-            out,
-            "quantized   {}-bit, group {}: values below are MLX's dequantization, shape {:?}",
-            q.bits, q.group_size, preview.value_shape
-        )?;
+    if let Some(decoding) = &preview.decoding {
+        writeln!(out, "decoded     {}", decoding.describe())?;
     }
     writeln!(
         out,
@@ -156,4 +146,29 @@ pub fn write_text(preview: &TensorPreview, out: &mut impl Write) -> io::Result<(
         .collect();
     writeln!(out, "first       {}", first.join(" "))?;
     Ok(())
+}
+
+/// The `quantized` object of a decoded weight: {`mode`, `bits`,
+/// `group_size`, `shape`} for MLX quantization, {`mode`: "fp8", `format`,
+/// `block`, `shape`} for FP8 (`shape` is the logical shape).
+fn quantized_json(decoding: &Decoding) -> Option<serde_json::Value> {
+    match decoding {
+        Decoding::Quantized { params, shape } => Some(serde_json::json!({
+            "mode": params.mode.name(),
+            "bits": params.bits,
+            "group_size": params.group_size,
+            "shape": shape,
+        })),
+        Decoding::Fp8 {
+            format,
+            block,
+            shape,
+        } => Some(serde_json::json!({
+            "mode": "fp8",
+            "format": format.name(),
+            "block": block,
+            "shape": shape,
+        })),
+        Decoding::Scales { .. } => None,
+    }
 }

@@ -7,6 +7,7 @@
 
 mod device;
 mod memory;
+mod quant;
 mod shard;
 mod stats;
 mod transform;
@@ -16,9 +17,12 @@ pub use memory::{
     MemoryStats, clear_cache, memory, reset_peak, set_cache_limit, set_memory_limit, trim_host_heap,
 };
 pub use mlx_rs::{Array, Dtype};
+pub use quant::{ByteFloat, decode_bytes, dequantize, mlx_from_fp8, quantize_mode, scale_blocks};
 pub use shard::ShardMap;
-pub use stats::{Heatmap, Histogram, Stats, ValueSummary, dequantize, summarize};
-pub use transform::{Difference, add_scalar, difference, dtype_named, move_axis, swap_axes};
+pub use stats::{Heatmap, Histogram, Stats, ValueSummary, summarize};
+pub use transform::{
+    Difference, add_scalar, difference, dtype_named, metrics, move_axis, swap_axes,
+};
 
 use std::path::PathBuf;
 

@@ -405,14 +405,18 @@ pub fn summarize(
     let histogram = histogram(&flat, &parts, &clean, &stats, bins)?;
     let first_n = i32::try_from(first_count).unwrap_or(i32::MAX).min(n);
     let first = to_f32_vec(&op("slice", flat.try_index(0..first_n))?)?;
+    // Stacked tensors (experts `[E, out, in]`) are drawn with their leading
+    // axes stacked vertically: `[E * out, in]`.
     let heatmap = match array.shape() {
-        [rows, cols] if *rows > 0 && *cols > 0 => Some(heatmap(
-            &flat,
-            *rows,
-            *cols,
-            heatmap_limit,
-            stats.nan + stats.inf > 0,
-        )?),
+        [lead @ .., cols] if !lead.is_empty() && *cols > 0 && lead.iter().all(|d| *d > 0) => {
+            Some(heatmap(
+                &flat,
+                lead.iter().product(),
+                *cols,
+                heatmap_limit,
+                stats.nan + stats.inf > 0,
+            )?)
+        }
         _ => None,
     };
     Ok(ValueSummary {
@@ -646,23 +650,4 @@ fn heatmap(
         col_step: cs,
         values,
     })
-}
-
-/// Dequantizes an MLX-quantized weight (`biases` absent for symmetric modes).
-///
-/// # Errors
-/// When MLX rejects the shapes or parameters.
-pub fn dequantize(
-    weight: &Array,
-    scales: &Array,
-    biases: Option<&Array>,
-    group_size: u64,
-    bits: u64,
-) -> Result<Array, MlxError> {
-    let group = i32::try_from(group_size).unwrap_or(64);
-    let bits = i32::try_from(bits).unwrap_or(4);
-    op(
-        "dequantize",
-        ops::dequantize(weight, scales, biases, group, bits),
-    )
 }

@@ -56,27 +56,44 @@ pub fn dtype_named(name: &str) -> Option<Dtype> {
     })
 }
 
-/// How two same-shaped tensors differ, computed on the device; only four
-/// scalars come back to the host.
+/// How two same-shaped tensors differ, computed on the device in f32; only
+/// a few scalars come back to the host.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Difference {
     /// Largest `|a - b|` (NaN when either side has a NaN).
     pub max_abs_diff: f64,
-    /// `‖a - b‖ / ‖b‖` (Frobenius norms; `‖a - b‖` alone when `b` is all zeros).
+    /// `‖a - b‖ / ‖a‖` (Frobenius norms; A is the reference). `‖a - b‖`
+    /// alone when A is all zeros.
     pub rel_error: f64,
+    /// Signal to noise, `10 log10(‖a‖² / ‖a - b‖²)` in dB: infinite when the
+    /// two are equal.
+    pub snr_db: f64,
+    /// `a·b / (‖a‖ ‖b‖)`; 1 when both are all zeros, 0 when one is.
+    pub cosine: f64,
     /// Whether either side has a NaN.
     pub nan: bool,
     /// Whether either side has an infinity.
     pub inf: bool,
+    /// `‖a - b‖²`, to combine tensors into an overall figure.
+    pub diff_sq: f64,
+    /// `‖a‖²`, likewise.
+    pub a_sq: f64,
 }
 
-/// Compares `a` with `b` (same shape) in f32, in stages so that at most two
-/// tensor-sized temporaries are alive at once (a diff's memory bound).
+/// Compares `a` with `b` (same shape, any dtypes) in f32, in stages so that
+/// at most two tensor-sized temporaries are alive at once (a diff's memory
+/// bound). Sums are accumulated in f32 by MLX and combined in f64 here.
 ///
 /// # Errors
 /// When the shapes differ or MLX fails.
 pub fn difference(a: &Array, b: &Array) -> Result<Difference, MlxError> {
     let op = |what: &'static str| move |e: mlx_rs::error::Exception| MlxError::op(what, e);
+    if a.shape() != b.shape() {
+        return Err(MlxError::Op {
+            operation: "compare",
+            message: format!("shapes differ: {:?} and {:?}", a.shape(), b.shape()),
+        });
+    }
     let f32_of = |x: &Array| {
         x.try_item_cast::<f32>()
             .map(f64::from)
@@ -104,13 +121,14 @@ pub fn difference(a: &Array, b: &Array) -> Result<Difference, MlxError> {
         evaluate_all([&delta_sq])?;
         (f32_of(&max_abs)?, f32_of(&delta_sq)?)
     };
-    let b_sq = b
-        .square()
-        .map_err(op("square"))?
-        .sum(None)
-        .map_err(op("sum"))?;
-    evaluate_all([&b_sq])?;
-    let b_sq = f32_of(&b_sq)?;
+    let sum_of = |x: Result<Array, mlx_rs::error::Exception>| -> Result<f64, MlxError> {
+        let total = x.and_then(|x| x.sum(None)).map_err(op("sum"))?;
+        evaluate_all([&total])?;
+        f32_of(&total)
+    };
+    let a_sq = sum_of(a.square())?;
+    let b_sq = sum_of(b.square())?;
+    let dot = sum_of(a.multiply(&b))?;
     let any =
         |x: &Array, test: fn(&Array) -> mlx_rs::error::Result<Array>| -> Result<bool, MlxError> {
             let flag = test(x)
@@ -123,15 +141,46 @@ pub fn difference(a: &Array, b: &Array) -> Result<Difference, MlxError> {
     let is_inf = |x: &Array| x.is_inf();
     let nan = any(&a, is_nan)? || any(&b, is_nan)?;
     let inf = any(&a, is_inf)? || any(&b, is_inf)?;
-    let (norm_delta, norm_b) = (delta_sq.sqrt(), b_sq.sqrt());
-    Ok(Difference {
+    Ok(metrics(max_abs, delta_sq, a_sq, b_sq, dot, nan, inf))
+}
+
+/// The figures of a [`Difference`] from its sums (also the host reference
+/// the tests compare with).
+#[must_use]
+pub fn metrics(
+    max_abs: f64,
+    delta_sq: f64,
+    a_sq: f64,
+    b_sq: f64,
+    dot: f64,
+    nan: bool,
+    inf: bool,
+) -> Difference {
+    let (norm_delta, norm_a, norm_b) = (delta_sq.sqrt(), a_sq.sqrt(), b_sq.sqrt());
+    let snr_db = if delta_sq == 0.0 {
+        f64::INFINITY
+    } else {
+        10.0 * (a_sq / delta_sq).log10()
+    };
+    let cosine = match (norm_a > 0.0, norm_b > 0.0) {
+        // Equal tensors: exactly 1 (the norms' rounding would say 0.9999999).
+        _ if delta_sq == 0.0 && !nan => 1.0,
+        (true, true) => (dot / (norm_a * norm_b)).clamp(-1.0, 1.0),
+        (false, false) => 1.0,
+        _ => 0.0,
+    };
+    Difference {
         max_abs_diff: max_abs,
-        rel_error: if norm_b > 0.0 {
-            norm_delta / norm_b
+        rel_error: if norm_a > 0.0 {
+            norm_delta / norm_a
         } else {
             norm_delta
         },
+        snr_db,
+        cosine,
         nan,
         inf,
-    })
+        diff_sq: delta_sq,
+        a_sq,
+    }
 }

@@ -2,6 +2,13 @@
 //! shard as soon as the comparison no longer needs it, so two large
 //! checkpoints diff within about two shards of memory. Either side may have a
 //! view installed: names are compared as the graph sees them.
+//!
+//! Tensors are compared by their values as people mean them, whatever their
+//! dtypes: both sides decoded (MLX-quantized weights dequantized in any
+//! mode, FP8 decoded and block-scaled) and compared in f32. A quantized
+//! weight's scales and biases, and an FP8 weight's block scale, belong to
+//! their weight: they are neither compared alone nor listed as only on one
+//! side. `changed` is only for tensors whose logical shapes differ.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -9,38 +16,56 @@ use std::time::Instant;
 
 use serde::Serialize;
 
+use crate::checkpoint::layer_of;
 use crate::mlx;
 
-use super::{Native, Weights};
+use super::{Decoding, Native, Weights};
 
-/// A tensor both sides have with a different shape or dtype.
+/// A tensor both sides have with different logical shapes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Changed {
     /// Canonical name.
     pub name: String,
-    /// Dtype and shape in A (after A's view).
+    /// Stored dtype in A, with its encoding (`U32 affine 4-bit g64`).
     pub a_dtype: String,
-    /// Shape in A.
+    /// Logical shape in A (after A's view, dequantized).
     pub a_shape: Vec<i32>,
-    /// Dtype in B.
+    /// Stored dtype in B, with its encoding.
     pub b_dtype: String,
-    /// Shape in B.
+    /// Logical shape in B.
     pub b_shape: Vec<i32>,
 }
 
-/// How a tensor both sides have (same shape and dtype) differs.
+/// How a tensor both sides have (same logical shape) differs.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Common {
     /// Canonical name.
     pub name: String,
+    /// Its layer number, when it is in a numbered layer.
+    pub layer: Option<u64>,
+    /// Stored dtype in A, with its encoding (`BF16`, `U32 affine 4-bit g64`,
+    /// `F8_E4M3 block 128x128`).
+    pub a_dtype: String,
+    /// Stored dtype in B, with its encoding.
+    pub b_dtype: String,
     /// Largest `|a - b|` (null in JSON when NaN).
     pub max_abs_diff: f64,
-    /// `‖a - b‖ / ‖b‖`.
+    /// `‖a - b‖ / ‖a‖` (A is the reference).
     pub rel_error: f64,
+    /// `10 log10(‖a‖² / ‖a - b‖²)` in dB (null in JSON when infinite: equal).
+    pub snr_db: f64,
+    /// `a·b / (‖a‖ ‖b‖)`.
+    pub cosine: f64,
     /// Whether either side has a NaN.
     pub nan: bool,
     /// Whether either side has an infinity.
     pub inf: bool,
+    /// `‖a - b‖²`, for the overall figure.
+    #[serde(skip)]
+    pub diff_sq: f64,
+    /// `‖a‖²`, for the overall figure.
+    #[serde(skip)]
+    pub a_sq: f64,
 }
 
 /// A tensor that could not be compared (its shard failed to load, …).
@@ -78,6 +103,12 @@ pub struct DiffReport {
     pub two_shards_bytes: u64,
     /// Wall time.
     pub elapsed_secs: f64,
+    /// Every compared tensor together: `sqrt(Σ‖a - b‖² / Σ‖a‖²)`.
+    pub overall_rel_error: f64,
+    /// Every compared tensor together, in dB (null in JSON when equal).
+    pub overall_snr_db: f64,
+    /// Up to ten compared tensors with the largest relative error, worst first.
+    pub worst: Vec<String>,
 }
 
 impl DiffReport {
@@ -86,6 +117,40 @@ impl DiffReport {
         self.common
             .iter()
             .filter(|c| c.max_abs_diff != 0.0 || c.nan || c.inf)
+    }
+
+    /// Compared tensors sorted by relative error, worst first (NaN first of all).
+    #[must_use]
+    pub fn by_error(&self) -> Vec<&Common> {
+        let mut rows: Vec<&Common> = self.common.iter().collect();
+        rows.sort_by(|x, y| {
+            let key = |c: &Common| {
+                if c.rel_error.is_nan() {
+                    f64::INFINITY
+                } else {
+                    c.rel_error
+                }
+            };
+            key(y).total_cmp(&key(x))
+        });
+        rows
+    }
+
+    fn finish(&mut self) {
+        let (diff_sq, a_sq) = self
+            .common
+            .iter()
+            .filter(|c| c.diff_sq.is_finite() && c.a_sq.is_finite())
+            .fold((0.0, 0.0), |(d, a), c| (d + c.diff_sq, a + c.a_sq));
+        let overall = mlx::metrics(0.0, diff_sq, a_sq, a_sq, a_sq, false, false);
+        self.overall_rel_error = overall.rel_error;
+        self.overall_snr_db = overall.snr_db;
+        self.worst = self
+            .by_error()
+            .into_iter()
+            .take(10)
+            .map(|c| c.name.clone())
+            .collect();
     }
 }
 
@@ -110,8 +175,8 @@ pub fn diff<N: Native, M: Native>(
     progress: &mut dyn FnMut(DiffProgress),
 ) -> DiffReport {
     let started = Instant::now();
-    let names_a = a.walk_order();
-    let names_b: BTreeSet<String> = b.tensor_names().into_iter().collect();
+    let names_a = a.parameter_names();
+    let names_b: BTreeSet<String> = b.parameter_names().into_iter().collect();
     let set_a: BTreeSet<&str> = names_a.iter().map(String::as_str).collect();
     let only_in_a: Vec<String> = set_a
         .iter()
@@ -149,6 +214,9 @@ pub fn diff<N: Native, M: Native>(
         peak_mlx_active_bytes: 0,
         two_shards_bytes,
         elapsed_secs: 0.0,
+        overall_rel_error: 0.0,
+        overall_snr_db: f64::INFINITY,
+        worst: Vec::new(),
     };
     for name in &common {
         if cancel.load(Ordering::Relaxed) {
@@ -178,6 +246,7 @@ pub fn diff<N: Native, M: Native>(
     b.release_all();
     report.peak_mlx_active_bytes = mlx::memory().map_or(0, |m| m.peak_bytes);
     report.elapsed_secs = started.elapsed().as_secs_f64();
+    report.finish();
     report
 }
 
@@ -191,36 +260,71 @@ fn compare<N: Native, M: Native>(
     b: &mut Weights<M>,
     name: &str,
 ) -> Result<Outcome, String> {
-    let ta = a.tensor(name).map_err(|e| format!("A: {e}"))?;
-    let tb = b.tensor(name).map_err(|e| format!("B: {e}"))?;
-    if ta.shape() != tb.shape() || ta.dtype() != tb.dtype() {
+    let va = a.values(name).map_err(|e| format!("A: {e}"))?;
+    let vb = b.values(name).map_err(|e| format!("B: {e}"))?;
+    let a_dtype = described_dtype(a, name, va.decoding.as_ref());
+    let b_dtype = described_dtype(b, name, vb.decoding.as_ref());
+    if va.array.shape() != vb.array.shape() {
         return Ok(Outcome::Changed(Changed {
             name: name.to_owned(),
-            a_dtype: format!("{:?}", ta.dtype()),
-            a_shape: ta.shape().to_vec(),
-            b_dtype: format!("{:?}", tb.dtype()),
-            b_shape: tb.shape().to_vec(),
+            a_dtype,
+            a_shape: va.array.shape().to_vec(),
+            b_dtype,
+            b_shape: vb.array.shape().to_vec(),
         }));
     }
-    let d = mlx::difference(&ta, &tb).map_err(|e| e.to_string())?;
+    let d = mlx::difference(&va.array, &vb.array).map_err(|e| e.to_string())?;
     Ok(Outcome::Common(Common {
         name: name.to_owned(),
+        layer: layer_of(name),
+        a_dtype,
+        b_dtype,
         max_abs_diff: d.max_abs_diff,
         rel_error: d.rel_error,
+        snr_db: d.snr_db,
+        cosine: d.cosine,
         nan: d.nan,
         inf: d.inf,
+        diff_sq: d.diff_sq,
+        a_sq: d.a_sq,
     }))
 }
 
+/// The stored dtype of `name`, with how it is decoded.
+fn described_dtype<N: Native>(w: &Weights<N>, name: &str, decoding: Option<&Decoding>) -> String {
+    let dtype = w.info(name).map_or("?", |i| i.dtype.name());
+    match decoding {
+        Some(Decoding::Quantized { params, .. }) => format!(
+            "{dtype} {} {}-bit g{}",
+            params.mode, params.bits, params.group_size
+        ),
+        Some(Decoding::Fp8 {
+            block: Some([r, c]),
+            ..
+        }) => format!("{dtype} block {r}x{c}"),
+        _ => dtype.to_owned(),
+    }
+}
+
 /// Shard position → how many of `names` it holds.
+/// Shard position → how many stored tensors of `names` (with their scales,
+/// biases and block scales) it still holds.
 fn remaining<N: Native>(weights: &Weights<N>, names: &[String]) -> HashMap<usize, usize> {
     let mut left = HashMap::new();
     for name in names {
-        if let Some(info) = weights.info(name) {
-            *left.entry(info.shard).or_insert(0) += 1;
+        for shard in part_shards(weights, name) {
+            *left.entry(shard).or_insert(0) += 1;
         }
     }
     left
+}
+
+fn part_shards<N: Native>(weights: &Weights<N>, name: &str) -> Vec<usize> {
+    weights
+        .stored_parts(name)
+        .iter()
+        .filter_map(|stored| weights.checkpoint().tensor(stored).map(|t| t.shard))
+        .collect()
 }
 
 fn release_when_done<N: Native>(
@@ -228,14 +332,13 @@ fn release_when_done<N: Native>(
     left: &mut HashMap<usize, usize>,
     name: &str,
 ) {
-    let Some(shard) = weights.info(name).map(|i| i.shard) else {
-        return;
-    };
-    if let Some(count) = left.get_mut(&shard) {
-        *count = count.saturating_sub(1);
-        if *count == 0 {
-            let file = weights.checkpoint().shards()[shard].file.clone();
-            weights.release_shard(&file);
+    for shard in part_shards(weights, name) {
+        if let Some(count) = left.get_mut(&shard) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                let file = weights.checkpoint().shards()[shard].file.clone();
+                weights.release_shard(&file);
+            }
         }
     }
 }

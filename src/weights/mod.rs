@@ -13,6 +13,7 @@
 //! while its shard is open. Streaming whole-model transforms must call
 //! [`Weights::release_shard`] as they leave each shard.
 
+mod decode;
 pub mod demo;
 mod diff;
 mod native;
@@ -21,6 +22,7 @@ mod rules;
 mod view;
 pub mod viewfile;
 
+pub use decode::{Decoding, Values};
 pub use diff::{Changed, Common, DiffFailure, DiffProgress, DiffReport, diff};
 pub use native::{MlxNative, Native};
 pub use preview::{PreviewOptions, QuantMaps, TensorPreview};
@@ -90,6 +92,15 @@ pub enum WeightsError {
         active: u64,
         /// MLX's limit.
         limit: u64,
+    },
+    /// The stored values cannot be decoded into numbers (weightscope never
+    /// shows byte codes as values).
+    #[error("cannot show the values of `{name}`: {reason}")]
+    Undecodable {
+        /// The tensor.
+        name: String,
+        /// Why.
+        reason: String,
     },
 }
 

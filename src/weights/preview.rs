@@ -3,10 +3,10 @@
 
 use std::time::Instant;
 
-use crate::checkpoint::{Dtype, QuantParams};
+use crate::checkpoint::Dtype;
 use crate::mlx::{self, ValueSummary};
 
-use super::{Native, Weights, WeightsError};
+use super::{Decoding, Native, Weights, WeightsError};
 
 /// How much of the values a preview copies to the host.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,8 +52,9 @@ pub struct TensorPreview {
     pub summary_millis: f64,
     /// Shape of the values summarized (the dequantized shape for quantized weights).
     pub value_shape: Vec<i32>,
-    /// Set when the values shown are the MLX dequantization of a packed weight.
-    pub quantized: Option<QuantParams>,
+    /// Set when the values shown were decoded: an MLX-quantized weight
+    /// dequantized, FP8 decoded (and block-scaled), fp-mode scales decoded.
+    pub decoding: Option<Decoding>,
     /// Statistics, histogram, first values, heatmap.
     pub values: ValueSummary,
     /// The view's fix-ups that changed this value (empty: none).
@@ -64,10 +65,11 @@ pub struct TensorPreview {
     pub quant_maps: Option<QuantMaps>,
 }
 
-/// Heatmaps of a quantized weight's per-group scales and biases.
+/// Heatmaps of a quantized weight's per-group scales and biases (or of an
+/// FP8 weight's block scale), as decoded values.
 #[derive(Debug, Clone, PartialEq)]
 pub struct QuantMaps {
-    /// Scales (rows x groups), downsampled like any heatmap.
+    /// Scales (rows x groups), decoded (E8M0, E4M3) and downsampled like any heatmap.
     pub scales: Option<mlx::Heatmap>,
     /// Biases, when the layout has them.
     pub biases: Option<mlx::Heatmap>,
@@ -93,39 +95,32 @@ impl<N: Native> Weights<N> {
         let device = mlx::default_device().map_or_else(|_| "unknown".to_owned(), |d| d.name());
 
         let start = Instant::now();
-        let array = self.materialize(name)?;
-        let quant = self.checkpoint.quantized_weight(&info.name);
-        let mut quant_maps = None;
-        let (values, quantized) = match quant {
-            Some(q) => {
-                let tensors = self.checkpoint.tensors();
-                let scales_name = tensors[q.scales].name.clone();
-                let biases_name = q.biases.map(|b| tensors[b].name.clone());
-                let scales = self.stored(&scales_name)?;
-                let biases = biases_name.as_deref().map(|b| self.stored(b)).transpose()?;
-                let dequantized = mlx::dequantize(
-                    &array,
-                    &scales,
-                    biases.as_ref(),
-                    q.params.group_size,
-                    q.params.bits,
-                )?;
-                mlx::evaluate(&dequantized)?;
-                self.note_resident(&scales_name);
-                if let Some(biases_name) = &biases_name {
-                    self.note_resident(biases_name);
-                }
+        let values = self.values(name)?;
+        // The decoded values are f32 beside the stored bytes.
+        let logical: u64 = values
+            .decoding
+            .as_ref()
+            .and_then(Decoding::shape)
+            .map_or(0, |shape| shape.iter().product::<u64>() * 4);
+        self.check_room(name, logical)?;
+        mlx::evaluate(&values.array)?;
+        for stored in &values.stored {
+            self.note_resident(stored);
+        }
+        let quant_maps = match &values.scales {
+            Some(scales) => {
                 let map = |a: &mlx::Array| -> Result<Option<mlx::Heatmap>, WeightsError> {
                     Ok(mlx::summarize(a, 1, 2, options.heatmap)?.heatmap)
                 };
-                quant_maps = Some(QuantMaps {
-                    scales: map(&scales)?,
-                    biases: biases.as_ref().map(map).transpose()?.flatten(),
-                });
-                (dequantized, Some(q.params))
+                Some(QuantMaps {
+                    scales: map(scales)?,
+                    biases: values.biases.as_ref().map(map).transpose()?.flatten(),
+                })
             }
-            None => (array, None),
+            None => None,
         };
+        let decoding = values.decoding;
+        let values = values.array;
         let materialize_millis = start.elapsed().as_secs_f64() * 1e3;
 
         let start = Instant::now();
@@ -153,7 +148,7 @@ impl<N: Native> Weights<N> {
             materialize_millis,
             summary_millis,
             value_shape: values.shape().to_vec(),
-            quantized,
+            decoding,
             values: summary,
             fixups,
             before_fixup,

@@ -1,0 +1,323 @@
+//! A tensor's values as people mean them: MLX-quantized weights dequantized
+//! (every mode), FP8 decoded and multiplied by its block scale, the uint8
+//! scales of the fp modes decoded. No byte code is ever passed off as a
+//! value: a stored dtype that cannot be decoded is an error.
+
+use crate::checkpoint::{AuxRole, Dtype, Encoding, Fp8Format, QuantMode, QuantParams, ScaleFormat};
+use crate::mlx::{self, Array, ByteFloat};
+
+use super::{Native, Weights, WeightsError};
+
+/// How the values shown were obtained from the stored bytes, when that is
+/// more than reading them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decoding {
+    /// An MLX-quantized weight, dequantized by MLX.
+    Quantized {
+        /// Mode, group size, bits.
+        params: QuantParams,
+        /// The dequantized (logical) shape.
+        shape: Vec<u64>,
+    },
+    /// FP8 codes decoded, times the block scale when there is one.
+    Fp8 {
+        /// E4M3 or E5M2.
+        format: Fp8Format,
+        /// Rows and columns per scale block (`None`: no scale).
+        block: Option<[u64; 2]>,
+        /// The shape (as stored).
+        shape: Vec<u64>,
+    },
+    /// The uint8 scales of an fp-mode weight, decoded.
+    Scales {
+        /// The mode whose scales these are.
+        mode: QuantMode,
+    },
+}
+
+impl Decoding {
+    /// One line for people: what the values are.
+    #[must_use]
+    pub fn describe(&self) -> String {
+        match self {
+            Self::Quantized { params, shape } => match params.mode {
+                QuantMode::Affine => format!(
+                    "MLX affine {}-bit, group {} (scales and biases): values are MLX's dequantization, shape {shape:?}",
+                    params.bits, params.group_size
+                ),
+                mode => format!(
+                    "MLX {mode} ({}-bit, group {}, {} scales, no biases): values are MLX's dequantization, shape {shape:?}",
+                    params.bits,
+                    params.group_size,
+                    match mode.scale_format() {
+                        ScaleFormat::E4M3 => "E4M3",
+                        _ => "E8M0",
+                    }
+                ),
+            },
+            Self::Fp8 {
+                format,
+                block: Some([r, c]),
+                shape,
+            } => format!(
+                "FP8 {} decoded and multiplied by its {r}x{c} block scale (weight_scale_inv), shape {shape:?}",
+                format.name().to_uppercase()
+            ),
+            Self::Fp8 {
+                format,
+                block: None,
+                shape,
+            } => format!(
+                "FP8 {} decoded (no block scale), shape {shape:?}",
+                format.name().to_uppercase()
+            ),
+            Self::Scales { mode } => format!(
+                "{mode} scales decoded from {} bytes",
+                match mode.scale_format() {
+                    ScaleFormat::E4M3 => "E4M3",
+                    _ => "E8M0 (2^(byte-127))",
+                }
+            ),
+        }
+    }
+
+    /// The logical shape of the values.
+    #[must_use]
+    pub fn shape(&self) -> Option<&[u64]> {
+        match self {
+            Self::Quantized { shape, .. } | Self::Fp8 { shape, .. } => Some(shape),
+            Self::Scales { .. } => None,
+        }
+    }
+}
+
+/// The values of one tensor, lazy, with what they were decoded from.
+pub struct Values {
+    /// The values (not yet evaluated).
+    pub array: Array,
+    /// How they were decoded, when they were.
+    pub decoding: Option<Decoding>,
+    /// A quantized weight's scales, decoded to floats (for heatmaps); an FP8
+    /// weight's block scale.
+    pub scales: Option<Array>,
+    /// An affine weight's biases.
+    pub biases: Option<Array>,
+    /// The stored tensors read (the tensor and its scales, biases or block
+    /// scale), for residency bookkeeping.
+    pub stored: Vec<String>,
+}
+
+fn byte_float(format: ScaleFormat) -> Option<ByteFloat> {
+    match format {
+        ScaleFormat::Float => None,
+        ScaleFormat::E8M0 => Some(ByteFloat::E8M0),
+        ScaleFormat::E4M3 => Some(ByteFloat::E4M3),
+    }
+}
+
+fn fp8_codes(format: Fp8Format) -> ByteFloat {
+    match format {
+        Fp8Format::E4M3 => ByteFloat::E4M3,
+        Fp8Format::E5M2 => ByteFloat::E5M2,
+    }
+}
+
+impl<N: Native> Weights<N> {
+    /// How the stored tensor behind canonical `name` is encoded.
+    #[must_use]
+    pub fn encoding(&self, name: &str) -> Option<Encoding> {
+        let info = self.info(name)?;
+        self.checkpoint.encoding(&info.name)
+    }
+
+    /// Whether canonical `name` is overhead of another tensor (scales,
+    /// biases, an FP8 block scale): compared and counted with its owner.
+    #[must_use]
+    pub fn is_auxiliary(&self, name: &str) -> bool {
+        matches!(self.encoding(name), Some(Encoding::Aux { .. }))
+    }
+
+    /// Canonical names of the tensors that hold parameters, in walk order
+    /// (no scales, biases or block scales).
+    #[must_use]
+    pub fn parameter_names(&self) -> Vec<String> {
+        let names = self.walk_order();
+        if !self.checkpoint.may_have_encodings() {
+            return names;
+        }
+        names
+            .into_iter()
+            .filter(|n| !self.is_auxiliary(n))
+            .collect()
+    }
+
+    /// Stored names whose bytes the values of canonical `name` need.
+    #[must_use]
+    pub fn stored_parts(&self, name: &str) -> Vec<String> {
+        let Some(info) = self.info(name) else {
+            return Vec::new();
+        };
+        let tensors = self.checkpoint.tensors();
+        let mut parts = vec![info.name.clone()];
+        match self.checkpoint.encoding(&info.name) {
+            Some(Encoding::Packed(q)) => {
+                parts.extend(
+                    [Some(q.scales), q.biases]
+                        .into_iter()
+                        .flatten()
+                        .map(|i| tensors[i].name.clone()),
+                );
+            }
+            Some(Encoding::Fp8(f)) => parts.extend(f.scale.map(|i| tensors[i].name.clone())),
+            _ => {}
+        }
+        parts
+    }
+
+    /// The values of canonical `name` as people mean them, lazy (see the
+    /// module doc); the view's fix-up applies to plain tensors.
+    ///
+    /// # Errors
+    /// No such tensor, an undecodable dtype, scales that do not fit, or MLX.
+    pub fn values(&mut self, name: &str) -> Result<Values, WeightsError> {
+        let info = self
+            .info(name)
+            .ok_or_else(|| WeightsError::NoTensor(name.to_owned()))?
+            .clone();
+        let encoding = self
+            .checkpoint
+            .encoding(&info.name)
+            .unwrap_or(Encoding::Plain);
+        let tensors = self.checkpoint.tensors();
+        match encoding {
+            Encoding::Packed(q) => {
+                let scales_name = tensors[q.scales].name.clone();
+                let biases_name = q.biases.map(|b| tensors[b].name.clone());
+                let packed = self.tensor(name)?;
+                let scales = self.stored(&scales_name)?;
+                let biases = biases_name.as_deref().map(|b| self.stored(b)).transpose()?;
+                let p = q.params;
+                let array = mlx::dequantize(
+                    &packed,
+                    &scales,
+                    biases.as_ref().filter(|_| p.mode.has_biases()),
+                    p.mode.name(),
+                    p.group_size,
+                    p.bits,
+                )?;
+                let shown_scales = match byte_float(p.mode.scale_format()) {
+                    Some(format) => mlx::decode_bytes(&scales, format)?,
+                    None => scales,
+                };
+                let mut stored = vec![info.name.clone(), scales_name];
+                stored.extend(biases_name);
+                Ok(Values {
+                    array,
+                    decoding: Some(Decoding::Quantized {
+                        params: p,
+                        shape: q.logical_shape,
+                    }),
+                    scales: Some(shown_scales),
+                    biases,
+                    stored,
+                })
+            }
+            Encoding::Fp8(f) => {
+                let scale_name = f.scale.map(|s| tensors[s].name.clone());
+                let scale_shape = f.scale.map(|s| tensors[s].shape.clone());
+                let codes = self.tensor(name)?;
+                let decoded = mlx::decode_bytes(&codes, fp8_codes(f.format))?;
+                let mut stored = vec![info.name.clone()];
+                let (array, scale) = match (&scale_name, f.block) {
+                    (None, _) => (decoded, None),
+                    (Some(scale_name), Some(block)) => {
+                        let scale = self.stored(scale_name)?;
+                        stored.push(scale_name.clone());
+                        (mlx::scale_blocks(&decoded, &scale, block)?, Some(scale))
+                    }
+                    (Some(scale_name), None) => {
+                        return Err(WeightsError::Undecodable {
+                            name: name.to_owned(),
+                            reason: format!(
+                                "its block scale `{scale_name}` {:?} does not fit its shape {:?} in any block size",
+                                scale_shape.unwrap_or_default(),
+                                info.shape
+                            ),
+                        });
+                    }
+                };
+                Ok(Values {
+                    array,
+                    decoding: Some(Decoding::Fp8 {
+                        format: f.format,
+                        block: f.block.filter(|_| scale.is_some()),
+                        shape: info.shape.clone(),
+                    }),
+                    scales: scale,
+                    biases: None,
+                    stored,
+                })
+            }
+            Encoding::Aux {
+                owner,
+                role: AuxRole::Scales,
+            } => {
+                let mode = self
+                    .checkpoint
+                    .quantized_weight(&tensors[owner].name)
+                    .map_or(QuantMode::Affine, |q| q.params.mode);
+                let raw = self.tensor(name)?;
+                match byte_float(mode.scale_format()) {
+                    Some(format) => Ok(Values {
+                        array: mlx::decode_bytes(&raw, format)?,
+                        decoding: Some(Decoding::Scales { mode }),
+                        scales: None,
+                        biases: None,
+                        stored: vec![info.name.clone()],
+                    }),
+                    None => Ok(plain(raw, info.name.clone())),
+                }
+            }
+            Encoding::Plain | Encoding::Aux { .. } => {
+                match info.dtype {
+                    Dtype::F8_E8M0 => {
+                        let raw = self.tensor(name)?;
+                        return Ok(Values {
+                            array: mlx::decode_bytes(&raw, ByteFloat::E8M0)?,
+                            decoding: None,
+                            scales: None,
+                            biases: None,
+                            stored: vec![info.name.clone()],
+                        });
+                    }
+                    Dtype::F8_E4M3FNUZ
+                    | Dtype::F8_E5M2FNUZ
+                    | Dtype::F4
+                    | Dtype::F6_E2M3
+                    | Dtype::F6_E3M2 => {
+                        return Err(WeightsError::Undecodable {
+                            name: name.to_owned(),
+                            reason: format!(
+                                "weightscope cannot decode {} values yet, and will not show their byte codes",
+                                info.dtype
+                            ),
+                        });
+                    }
+                    _ => {}
+                }
+                let raw = self.tensor(name)?;
+                Ok(plain(raw, info.name.clone()))
+            }
+        }
+    }
+}
+
+fn plain(array: Array, stored: String) -> Values {
+    Values {
+        array,
+        decoding: None,
+        scales: None,
+        biases: None,
+        stored: vec![stored],
+    }
+}

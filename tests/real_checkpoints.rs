@@ -1,0 +1,727 @@
+//! Checkpoints as today's tools write them: MLX quantization in every mode
+//! (packed by MLX itself, `config.json` as mlx-lm writes it, per-layer
+//! overrides, stacked experts, layers left unquantized), block-scaled FP8 as
+//! DeepSeek-V3 ships it, and the diff of a model against its bf16 and 4-bit
+//! conversions. Figures are checked against mlx-lm's counting rules and
+//! against values computed on the host or by MLX on the in-memory arrays.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command as Process;
+use std::sync::atomic::AtomicBool;
+
+use common::{Tensor, mlx_memory_lock, write_safetensors};
+use serde_json::{Value, json};
+use weightscope::checkpoint::{Checkpoint, QuantMode};
+use weightscope::mlx::{self, Array, ByteFloat, Dtype};
+use weightscope::weights::{Decoding, PreviewOptions, Weights, diff};
+
+/// Deterministic weights of about ±0.1, different per tensor.
+fn weights(shape: &[i32], seed: u64) -> Array {
+    let n: i32 = shape.iter().product();
+    let mut state = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+    let values: Vec<f32> = (0..n)
+        .map(|_| {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            let unit = ((state >> 40) as f32) / ((1u64 << 24) as f32);
+            (unit - 0.5) * 0.2
+        })
+        .collect();
+    mlx::array_f32(&values, shape)
+}
+
+/// The float model: (name, shape). Linear weights, a stacked-experts weight
+/// with a leading axis, norms (never quantized) and a head.
+const MODEL: &[(&str, &[i32])] = &[
+    ("model.embed_tokens.weight", &[64, 128]),
+    ("model.layers.0.input_layernorm.weight", &[128]),
+    ("model.layers.0.self_attn.q_proj.weight", &[128, 128]),
+    ("model.layers.0.mlp.down_proj.weight", &[128, 256]),
+    ("model.layers.0.mlp.up_proj.weight", &[256, 128]),
+    ("model.layers.1.input_layernorm.weight", &[128]),
+    ("model.layers.1.self_attn.q_proj.weight", &[128, 128]),
+    (
+        "model.layers.1.mlp.switch_mlp.gate_proj.weight",
+        &[4, 64, 128],
+    ),
+    ("model.norm.weight", &[128]),
+    ("lm_head.weight", &[64, 128]),
+];
+
+fn float_model() -> Vec<(String, Array)> {
+    MODEL
+        .iter()
+        .enumerate()
+        .map(|(i, (name, shape))| ((*name).to_owned(), weights(shape, i as u64 + 1)))
+        .collect()
+}
+
+fn save(path: &Path, tensors: &[(String, Array)]) {
+    let pairs: Vec<(&str, &Array)> = tensors.iter().map(|(n, a)| (n.as_str(), a)).collect();
+    mlx::save_safetensors(path, &pairs).expect("MLX writes the file");
+}
+
+fn write_config(dir: &Path, config: &Value) {
+    std::fs::write(
+        dir.join("config.json"),
+        serde_json::to_vec_pretty(config).expect("json"),
+    )
+    .expect("write config.json");
+}
+
+/// One layer's quantization: mode, group size, bits.
+#[derive(Clone, Copy, Debug)]
+struct Recipe {
+    mode: QuantMode,
+    group: u64,
+    bits: u64,
+}
+
+impl Recipe {
+    fn of(mode: QuantMode, bits: u64) -> Self {
+        let (group, default_bits) = mode.defaults();
+        Self {
+            mode,
+            group,
+            bits: if mode == QuantMode::Affine {
+                bits
+            } else {
+                default_bits
+            },
+        }
+    }
+
+    fn json(self, with_mode: bool) -> Value {
+        let mut v = json!({"group_size": self.group, "bits": self.bits});
+        if with_mode {
+            v["mode"] = json!(self.mode.name());
+        }
+        v
+    }
+}
+
+/// What a converted model should show, computed from the arrays as written.
+struct Written {
+    /// Logical parameters (every float element of the source model).
+    params: u64,
+    /// Every stored byte.
+    bytes: u64,
+    /// Dequantized values of each quantized weight, computed by MLX on the
+    /// in-memory arrays before they were written.
+    dequantized: BTreeMap<String, Vec<f32>>,
+}
+
+/// Converts the float model the way mlx-lm's `quantize_model` and
+/// `save_model` do: every weight whose module is quantizable (not norms) is
+/// packed with `recipe_for(module)` (`None`: left as is), written with MLX's
+/// writer into two shards with an index; `config.json` gets `quantization`
+/// and the same `quantization_config`.
+fn convert(
+    dir: &Path,
+    default: Recipe,
+    recipe_for: impl Fn(&str) -> Option<Recipe>,
+    write_modes: bool,
+) -> Written {
+    let mut stored: Vec<(String, Array)> = Vec::new();
+    let mut quantization = default.json(write_modes);
+    let mut written = Written {
+        params: 0,
+        bytes: 0,
+        dequantized: BTreeMap::new(),
+    };
+    for (name, array) in float_model() {
+        written.params += array.size() as u64;
+        let module = name.strip_suffix(".weight").expect("weights only");
+        let recipe = if module.ends_with("norm") {
+            None
+        } else {
+            recipe_for(module)
+        };
+        match recipe {
+            None => stored.push((name, array)),
+            Some(r) => {
+                let parts = mlx::quantize_mode(&array, r.mode.name(), r.group, r.bits)
+                    .expect("MLX quantizes");
+                let (biases, has_biases) = match parts.get(2) {
+                    Some(b) => (Some(b), true),
+                    None => (None, false),
+                };
+                assert_eq!(has_biases, r.mode.has_biases(), "{}", r.mode);
+                let deq =
+                    mlx::dequantize(&parts[0], &parts[1], biases, r.mode.name(), r.group, r.bits)
+                        .expect("MLX dequantizes");
+                written
+                    .dequantized
+                    .insert(name.clone(), mlx::to_f32_vec(&deq).expect("values"));
+                if r.group != default.group || r.bits != default.bits || r.mode != default.mode {
+                    // mlx-lm's predicate returned a dict: `to_quantized(**dict)`.
+                    quantization[module] = r.json(r.mode != QuantMode::Affine);
+                }
+                let mut names = vec![
+                    (format!("{module}.weight"), parts[0].clone()),
+                    (format!("{module}.scales"), parts[1].clone()),
+                ];
+                if let Some(b) = biases {
+                    names.push((format!("{module}.biases"), b.clone()));
+                }
+                stored.extend(names);
+            }
+        }
+    }
+    for (_, a) in &stored {
+        mlx::evaluate(a).expect("evaluate");
+        written.bytes += a.nbytes() as u64;
+    }
+    // Two shards: scales may land in another shard than their weight.
+    let half = stored.len() / 2 + 1;
+    let files = [
+        "model-00001-of-00002.safetensors",
+        "model-00002-of-00002.safetensors",
+    ];
+    let mut weight_map = serde_json::Map::new();
+    for (file, part) in files.iter().zip([&stored[..half], &stored[half..]]) {
+        save(&dir.join(file), part);
+        for (name, _) in part {
+            weight_map.insert(name.clone(), json!(file));
+        }
+    }
+    std::fs::write(
+        dir.join("model.safetensors.index.json"),
+        serde_json::to_vec(&json!({
+            "metadata": {"total_size": written.bytes, "total_parameters": written.params},
+            "weight_map": weight_map,
+        }))
+        .expect("json"),
+    )
+    .expect("index");
+    write_config(
+        dir,
+        &json!({
+            "model_type": "llama",
+            "tie_word_embeddings": false,
+            "quantization": quantization,
+            "quantization_config": quantization,
+        }),
+    );
+    written
+}
+
+fn host_stats(values: &[f32]) -> (f64, f64, f64) {
+    let finite: Vec<f64> = values
+        .iter()
+        .map(|v| f64::from(*v))
+        .filter(|v| v.is_finite())
+        .collect();
+    let min = finite.iter().copied().fold(f64::INFINITY, f64::min);
+    let max = finite.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let mean = finite.iter().sum::<f64>() / finite.len() as f64;
+    (min, max, mean)
+}
+
+fn close(a: f64, b: f64, what: &str) {
+    assert!(
+        (a - b).abs() <= 1e-5 * b.abs().max(1e-3),
+        "{what}: {a} vs {b}"
+    );
+}
+
+/// Opens `dir`, checks the totals mlx-lm would print and, for every
+/// quantized weight, that the preview's statistics are MLX's dequantization.
+fn check_converted(dir: &Path, written: &Written, expect: &dyn Fn(&str) -> Option<Recipe>) {
+    let checkpoint = Checkpoint::open(dir).expect("opens");
+    assert!(
+        checkpoint.problems().is_empty(),
+        "{:?}",
+        checkpoint.problems()
+    );
+    let summary = checkpoint.summary();
+    assert_eq!(summary.logical_params, written.params, "logical parameters");
+    assert_eq!(summary.total_bytes, written.bytes);
+    let bpw = (written.bytes * 8) as f64 / written.params as f64;
+    assert!(
+        (summary.bits_per_weight - bpw).abs() < 1e-12,
+        "bits per weight"
+    );
+    let quant = summary.quantization.as_ref().expect("quantized");
+    for q in &quant.tensors {
+        let recipe = expect(&q.module).expect("quantized where the recipe says");
+        assert_eq!(
+            (q.params.mode, q.params.group_size, q.params.bits),
+            (recipe.mode, recipe.group, recipe.bits),
+            "{}",
+            q.module
+        );
+        assert!(!q.inferred, "{} read from config.json", q.module);
+        // Per layer: mlx-lm's weight.size * 32 // bits.
+        let stored = &checkpoint.tensors()[q.weight];
+        assert_eq!(q.logical_elements, stored.elements() * 32 / recipe.bits);
+    }
+    let mut weights = Weights::open(dir).expect("weights");
+    let options = PreviewOptions::default();
+    for (name, expected) in &written.dequantized {
+        let preview = weights.preview(name, &options).expect("preview");
+        let Some(Decoding::Quantized { params, shape }) = &preview.decoding else {
+            panic!("{name} is shown dequantized");
+        };
+        let original = MODEL.iter().find(|(n, _)| n == name).expect("in model").1;
+        let logical: Vec<u64> = original.iter().map(|d| *d as u64).collect();
+        assert_eq!(shape, &logical, "{name}: logical shape");
+        assert_eq!(
+            expect(name.trim_end_matches(".weight")).map(|r| r.mode),
+            Some(params.mode)
+        );
+        let (min, max, mean) = host_stats(expected);
+        let s = &preview.values.stats;
+        close(s.min, min, "min");
+        close(s.max, max, "max");
+        assert!(
+            (s.mean - mean).abs() < 1e-6,
+            "{name}: mean {} vs {mean}",
+            s.mean
+        );
+        assert_eq!(s.finite as usize, expected.len());
+        // The scales heatmap holds decoded scales: positive powers of two
+        // (E8M0) or E4M3 values, never bytes such as 121.
+        let scales = preview
+            .quant_maps
+            .as_ref()
+            .and_then(|m| m.scales.as_ref())
+            .expect("scales heatmap");
+        if params.mode != QuantMode::Affine {
+            assert!(
+                scales.values.iter().all(|v| *v > 0.0 && *v < 1.0),
+                "{name}: decoded scales of ±0.1 weights are small positive numbers"
+            );
+        }
+    }
+}
+
+#[test]
+fn every_mode_as_mlx_lm_writes_it() {
+    let _lock = mlx_memory_lock();
+    let cases = [
+        Recipe::of(QuantMode::Affine, 2),
+        Recipe::of(QuantMode::Affine, 3),
+        Recipe::of(QuantMode::Affine, 4),
+        Recipe::of(QuantMode::Affine, 5),
+        Recipe::of(QuantMode::Affine, 6),
+        Recipe::of(QuantMode::Affine, 8),
+        Recipe::of(QuantMode::Mxfp4, 4),
+        Recipe::of(QuantMode::Mxfp8, 8),
+        Recipe::of(QuantMode::Nvfp4, 4),
+    ];
+    for recipe in cases {
+        let dir = tempfile::tempdir().expect("tempdir");
+        // Older mlx-lm wrote no `mode` for affine: it must still read as affine.
+        let write_modes = !(recipe.mode == QuantMode::Affine && recipe.bits == 4);
+        let written = convert(dir.path(), recipe, |_| Some(recipe), write_modes);
+        check_converted(dir.path(), &written, &|_| Some(recipe));
+        // Dequantized values stay near the float ones: the mode was right.
+        let mut weights = Weights::open(dir.path()).expect("weights");
+        let preview = weights
+            .preview(
+                "model.layers.0.mlp.down_proj.weight",
+                &PreviewOptions::default(),
+            )
+            .expect("preview");
+        let s = &preview.values.stats;
+        assert!(
+            s.max > 0.05 && s.max < 0.2 && s.min < -0.05 && s.min > -0.2,
+            "{recipe:?}: {s:?}"
+        );
+    }
+}
+
+#[test]
+fn mixed_recipe_with_overrides_experts_and_unquantized_layers() {
+    let _lock = mlx_memory_lock();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let default = Recipe::of(QuantMode::Mxfp4, 4);
+    // An override without `mode` is affine even in an mxfp4 model; an nvfp4
+    // override; the head left in float (mlx-lm writes nothing for it).
+    let recipe = |module: &str| -> Option<Recipe> {
+        if module == "lm_head" {
+            None
+        } else if module.ends_with("down_proj") {
+            Some(Recipe::of(QuantMode::Affine, 8))
+        } else if module.ends_with("q_proj") && module.contains("layers.1") {
+            Some(Recipe::of(QuantMode::Nvfp4, 4))
+        } else {
+            Some(default)
+        }
+    };
+    let written = convert(dir.path(), default, recipe, true);
+    check_converted(dir.path(), &written, &recipe);
+    let checkpoint = Checkpoint::open(dir.path()).expect("opens");
+    let summary = checkpoint.summary();
+    let modes = &summary.quantization.as_ref().expect("quantized").modes;
+    assert_eq!(modes.get(&QuantMode::Affine), Some(&1));
+    assert_eq!(modes.get(&QuantMode::Nvfp4), Some(&1));
+    assert_eq!(modes.get(&QuantMode::Mxfp4), Some(&4));
+    // The stacked experts keep their leading axis.
+    let experts = checkpoint
+        .quantized_weight("model.layers.1.mlp.switch_mlp.gate_proj.weight")
+        .expect("quantized experts");
+    assert_eq!(experts.logical_shape, vec![4, 64, 128]);
+
+    // `inspect --json` gives each packed weight its `quantized` object and
+    // marks scales as part of their weight.
+    let output = Process::new(env!("CARGO_BIN_EXE_weightscope"))
+        .args(["inspect", "--json"])
+        .arg(dir.path())
+        .output()
+        .expect("runs");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let doc: Value = serde_json::from_slice(&output.stdout).expect("json");
+    assert_eq!(doc["logical_params"], json!(written.params));
+    let tensors = doc["tensors"].as_array().expect("tensors");
+    let find = |name: &str| {
+        tensors
+            .iter()
+            .find(|t| t["name"] == name)
+            .expect(name)
+            .clone()
+    };
+    let down = find("model.layers.0.mlp.down_proj.weight");
+    assert_eq!(down["quantized"]["mode"], "affine");
+    assert_eq!(down["quantized"]["bits"], 8);
+    assert_eq!(down["quantized"]["group_size"], 64);
+    assert_eq!(down["quantized"]["shape"], json!([128, 256]));
+    let up = find("model.layers.0.mlp.up_proj.weight");
+    assert_eq!(up["quantized"]["mode"], "mxfp4");
+    assert_eq!(up["dtype"], "U32");
+    assert_eq!(
+        find("model.layers.0.mlp.up_proj.scales")["part_of"],
+        "model.layers.0.mlp.up_proj.weight"
+    );
+    assert!(find("lm_head.weight").get("quantized").is_none());
+
+    // `tensor --json` keeps the stored dtype and shape and says how it decoded.
+    let output = Process::new(env!("CARGO_BIN_EXE_weightscope"))
+        .args(["tensor", "--json"])
+        .arg(dir.path())
+        .arg("model.layers.1.self_attn.q_proj.weight")
+        .output()
+        .expect("runs");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let doc: Value = serde_json::from_slice(&output.stdout).expect("json");
+    assert_eq!(doc["dtype"], "U32");
+    assert_eq!(doc["shape"], json!([128, 16]));
+    assert_eq!(
+        doc["quantized"],
+        json!({"mode": "nvfp4", "bits": 4, "group_size": 16, "shape": [128, 128]})
+    );
+    assert!(doc["stats"]["max"].as_f64().expect("max") < 0.2);
+}
+
+#[test]
+fn quantization_config_alone_and_under_text_config() {
+    let _lock = mlx_memory_lock();
+    let recipe = Recipe::of(QuantMode::Mxfp8, 8);
+    for nested in [false, true] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let written = convert(dir.path(), recipe, |_| Some(recipe), true);
+        let block = json!({"group_size": 32, "bits": 8, "mode": "mxfp8"});
+        let config = if nested {
+            json!({"model_type": "llava", "text_config": {"quantization_config": block}})
+        } else {
+            json!({"model_type": "llama", "quantization_config": block})
+        };
+        write_config(dir.path(), &config);
+        check_converted(dir.path(), &written, &|_| Some(recipe));
+    }
+}
+
+/// E4M3 codes of known values, and every code against the host decoder.
+#[test]
+fn fp8_and_scale_bytes_decode_to_their_values() {
+    let _lock = mlx_memory_lock();
+    let e4m3 = ByteFloat::E4M3;
+    for (code, value) in [
+        (0x38, 1.0),
+        (0x40, 2.0),
+        (0xC0, -2.0),
+        (0x7E, 448.0),
+        (0x01, 2f32.powi(-9)),
+        (0x00, 0.0),
+    ] {
+        assert_eq!(e4m3.value(code), value, "E4M3 {code:#04x}");
+    }
+    for (code, value) in [
+        (0x3C, 1.0),
+        (0x7B, 57344.0),
+        (0xBC, -1.0),
+        (0x7C, f32::INFINITY),
+    ] {
+        assert_eq!(ByteFloat::E5M2.value(code), value, "E5M2 {code:#04x}");
+    }
+    assert_eq!(ByteFloat::E8M0.value(127), 1.0);
+    assert_eq!(ByteFloat::E8M0.value(121), 1.0 / 64.0);
+    assert!(e4m3.value(0x7F).is_nan() && e4m3.value(0xFF).is_nan());
+    let codes: Vec<u8> = (0..=255).collect();
+    let bytes = Array::from_slice(&codes, &[256]);
+    // MLX's from_fp8 agrees on every code but the two NaNs (it says ±480):
+    // that is why the table decodes, so a NaN in a checkpoint stays a NaN.
+    let from_mlx = mlx::to_f32_vec(&mlx::mlx_from_fp8(&bytes).expect("decode")).expect("values");
+    for (code, got) in codes.iter().zip(from_mlx) {
+        match code {
+            0x7F => assert_eq!(got, 480.0),
+            0xFF => assert_eq!(got, -480.0),
+            _ => assert_eq!(got, e4m3.value(*code), "from_fp8 {code:#04x}"),
+        }
+    }
+    for format in [ByteFloat::E4M3, ByteFloat::E5M2, ByteFloat::E8M0] {
+        let decoded =
+            mlx::to_f32_vec(&mlx::decode_bytes(&bytes, format).expect("decode")).expect("values");
+        for (code, got) in codes.iter().zip(decoded) {
+            let want = format.value(*code);
+            assert!(
+                got == want || (got.is_nan() && want.is_nan()),
+                "{format:?} {code:#04x}: MLX {got} vs host {want}"
+            );
+        }
+    }
+}
+
+/// The E4M3 code nearest to `value` (host reference encoder).
+fn encode_e4m3(value: f32) -> u8 {
+    (0..=255u8)
+        .filter(|c| !ByteFloat::E4M3.value(*c).is_nan())
+        .min_by(|a, b| {
+            let da = (ByteFloat::E4M3.value(*a) - value).abs();
+            let db = (ByteFloat::E4M3.value(*b) - value).abs();
+            da.total_cmp(&db)
+        })
+        .unwrap_or(0)
+}
+
+/// A DeepSeek-V3-style release: F8_E4M3 weights with F32 `weight_scale_inv`
+/// per 128x128 block (the last blocks partial), bf16 norms.
+fn write_fp8(dir: &Path) -> (Vec<f32>, u64) {
+    let (rows, cols) = (300usize, 256usize);
+    let scales = [0.001f32, 0.002, 0.0005, 0.004, 0.001, 0.003];
+    let mut codes = Vec::with_capacity(rows * cols);
+    let mut values = Vec::with_capacity(rows * cols);
+    for i in 0..rows {
+        for j in 0..cols {
+            let raw = ((i * 31 + j * 17) % 97) as f32 - 48.0;
+            let code = encode_e4m3(raw * 4.0);
+            codes.push(code);
+            values.push(ByteFloat::E4M3.value(code) * scales[(i / 128) * 2 + j / 128]);
+        }
+    }
+    let norm: Vec<u8> = (0..cols)
+        .flat_map(|_| half::bf16::from_f32(1.0).to_le_bytes())
+        .collect();
+    write_safetensors(
+        &dir.join("model.safetensors"),
+        &[
+            Tensor::new(
+                "model.layers.0.mlp.down_proj.weight",
+                safetensors::Dtype::F8_E4M3,
+                &[rows, cols],
+                codes,
+            ),
+            Tensor::f32(
+                "model.layers.0.mlp.down_proj.weight_scale_inv",
+                &[3, 2],
+                &scales,
+            ),
+            Tensor::new(
+                "model.layers.0.input_layernorm.weight",
+                safetensors::Dtype::BF16,
+                &[cols],
+                norm,
+            ),
+        ],
+    );
+    write_config(
+        dir,
+        &json!({"model_type": "deepseek_v3", "quantization_config": {
+            "quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
+            "weight_block_size": [128, 128]}}),
+    );
+    (values, (rows * cols + cols) as u64)
+}
+
+#[test]
+fn block_scaled_fp8_is_decoded_and_scaled() {
+    let _lock = mlx_memory_lock();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (expected, params) = write_fp8(dir.path());
+    let checkpoint = Checkpoint::open(dir.path()).expect("opens");
+    let summary = checkpoint.summary();
+    assert_eq!(
+        summary.logical_params, params,
+        "block scales are not parameters"
+    );
+    let fp8 = summary.fp8.as_ref().expect("fp8");
+    assert_eq!(fp8.block, Some([128, 128]));
+    assert_eq!(fp8.scale_bytes, 6 * 4);
+    let mut weights = Weights::open(dir.path()).expect("weights");
+    let preview = weights
+        .preview(
+            "model.layers.0.mlp.down_proj.weight",
+            &PreviewOptions::default(),
+        )
+        .expect("preview");
+    assert_eq!(
+        preview.decoding,
+        Some(Decoding::Fp8 {
+            format: weightscope::checkpoint::Fp8Format::E4M3,
+            block: Some([128, 128]),
+            shape: vec![300, 256]
+        })
+    );
+    let (min, max, mean) = host_stats(&expected);
+    let s = &preview.values.stats;
+    close(s.min, min, "min");
+    close(s.max, max, "max");
+    assert!((s.mean - mean).abs() < 1e-6, "mean {} vs {mean}", s.mean);
+    assert!(s.max < 1.0, "no byte codes: {s:?}");
+    for (got, want) in preview.values.first.iter().zip(&expected) {
+        assert_eq!(got, want);
+    }
+    // The CLI says so in JSON.
+    let output = Process::new(env!("CARGO_BIN_EXE_weightscope"))
+        .args(["tensor", "--json"])
+        .arg(dir.path())
+        .arg("model.layers.0.mlp.down_proj.weight")
+        .output()
+        .expect("runs");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let doc: Value = serde_json::from_slice(&output.stdout).expect("json");
+    assert_eq!(doc["dtype"], "F8_E4M3");
+    assert_eq!(
+        doc["quantized"],
+        json!({"mode": "fp8", "format": "e4m3", "block": [128, 128], "shape": [300, 256]})
+    );
+}
+
+#[test]
+fn diff_measures_how_far_conversions_moved_the_weights() {
+    let _lock = mlx_memory_lock();
+    let root = tempfile::tempdir().expect("tempdir");
+    let (source, bf16, q4) = (
+        root.path().join("f32"),
+        root.path().join("bf16"),
+        root.path().join("q4"),
+    );
+    for d in [&source, &bf16, &q4] {
+        std::fs::create_dir(d).expect("mkdir");
+    }
+    let model = float_model();
+    save(&source.join("model.safetensors"), &model);
+    let halved: Vec<(String, Array)> = model
+        .iter()
+        .map(|(n, a)| (n.clone(), a.as_dtype(Dtype::Bfloat16).expect("cast")))
+        .collect();
+    save(&bf16.join("model.safetensors"), &halved);
+    let recipe = Recipe::of(QuantMode::Affine, 4);
+    convert(&q4, recipe, |_| Some(recipe), true);
+
+    let cancel = AtomicBool::new(false);
+    let run = |a: &Path, b: &Path| {
+        let mut wa = Weights::open(a).expect("A");
+        let mut wb = Weights::open(b).expect("B");
+        diff(&mut wa, &mut wb, &cancel, &mut |_| {})
+    };
+    let same = run(&source, &source);
+    assert_eq!(same.common.len(), MODEL.len());
+    assert!(
+        same.common
+            .iter()
+            .all(|c| c.rel_error == 0.0 && c.snr_db.is_infinite() && c.cosine == 1.0)
+    );
+
+    let to_bf16 = run(&source, &bf16);
+    assert!(
+        to_bf16.changed.is_empty() && to_bf16.only_in_a.is_empty() && to_bf16.only_in_b.is_empty()
+    );
+    assert_eq!(to_bf16.common.len(), MODEL.len());
+    for c in &to_bf16.common {
+        // bf16 keeps 8 bits of mantissa: a relative error of about 2^-9.
+        assert!(
+            c.rel_error > 1e-4 && c.rel_error < 5e-3,
+            "{}: {}",
+            c.name,
+            c.rel_error
+        );
+        assert!(c.snr_db > 40.0 && c.cosine > 0.9999, "{c:?}");
+        assert_eq!((c.a_dtype.as_str(), c.b_dtype.as_str()), ("F32", "BF16"));
+    }
+
+    let to_q4 = run(&source, &q4);
+    assert!(to_q4.changed.is_empty(), "{:?}", to_q4.changed);
+    assert!(
+        to_q4.only_in_b.is_empty(),
+        "scales and biases belong to their weights: {:?}",
+        to_q4.only_in_b
+    );
+    assert_eq!(to_q4.common.len(), MODEL.len());
+    let worst = to_q4.by_error()[0];
+    assert!(worst.b_dtype.starts_with("U32 affine 4-bit"), "{worst:?}");
+    assert!(worst.rel_error > 0.02 && worst.rel_error < 0.3, "{worst:?}");
+    assert!(to_q4.overall_rel_error > 0.01 && to_q4.overall_rel_error < worst.rel_error);
+    let norm = to_q4
+        .common
+        .iter()
+        .find(|c| c.name == "model.norm.weight")
+        .expect("norm");
+    assert_eq!(norm.rel_error, 0.0, "unquantized layers are unchanged");
+
+    // The CLI text gives the overall figure and the worst tensors.
+    let output = Process::new(env!("CARGO_BIN_EXE_weightscope"))
+        .arg("diff")
+        .args([&source, &q4])
+        .output()
+        .expect("runs");
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{text}");
+    assert!(text.contains("overall: relative error"), "{text}");
+    assert!(text.contains("worst by relative error"), "{text}");
+    assert!(text.contains(&worst.name), "{text}");
+}
+
+#[test]
+fn a_fifo_named_like_a_shard_is_refused_without_opening_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fifo = dir.path().join("model.safetensors");
+    let status = Process::new("mkfifo").arg(&fifo).status().expect("mkfifo");
+    assert!(status.success());
+    let checkpoint = Checkpoint::open(dir.path()).expect("the folder opens");
+    let problem = checkpoint
+        .problems()
+        .first()
+        .expect("a problem")
+        .to_string();
+    assert!(
+        problem.contains("FIFO") && problem.contains("model.safetensors"),
+        "{problem}"
+    );
+    let output = Process::new(env!("CARGO_BIN_EXE_weightscope"))
+        .arg("inspect")
+        .arg(&fifo)
+        .output()
+        .expect("runs");
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("is a FIFO, not a regular file"), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+}
