@@ -41,8 +41,8 @@ fn browse_the_demo_filter_materialize_and_release() {
     harness.get_by_label_contains("10 of 10 tensors");
     harness.get_by_label_contains("lm_head.weight");
     // Logical parameters and bits per weight of the quantized layer, in the status bar.
-    harness.get_by_label_contains("-bit MLX quantized:");
-    harness.get_by_label_contains("bits per weight with scales and biases");
+    harness.get_by_label_contains("MLX affine 4-bit, with scales and biases:");
+    harness.get_by_label_contains("bits per weight");
 
     // Grouped by layer: one group per layer number, names inside when opened.
     harness.get_by_label("Group by layer").click();
@@ -92,7 +92,7 @@ fn browse_the_demo_filter_materialize_and_release() {
     harness.run();
     harness.get_by_label("min");
     harness.get_by_label("NaN");
-    harness.get_by_label_contains("4-bit quantized (group 64)");
+    harness.get_by_label_contains("MLX affine 4-bit, group 64 (scales and biases)");
     harness.get_by_label_contains("materialized 64.00 KiB");
 
     // Release its shard: the state says so.

@@ -145,7 +145,7 @@ fn statistics_histogram_and_first_values_match_the_reference() {
         let want_bits: Vec<u32> = as_f32[..64].iter().map(|v| v.to_bits()).collect();
         assert_eq!(first_bits, want_bits, "{name}: first values exactly");
         assert_eq!(preview.device, "cpu:0");
-        assert!(preview.quantized.is_none());
+        assert!(preview.decoding.is_none());
     }
     let heatmap = weights
         .preview("w", &options)
@@ -316,16 +316,19 @@ fn quantized_weights_preview_as_mlx_dequantizes_them() {
         r#"{"quantization":{"group_size":64,"bits":4}}"#,
     )
     .expect("config");
-    let expected =
-        mlx::to_f32_vec(&mlx::dequantize(&wq, &scales, Some(&biases), 64, 4).expect("dequantize"))
-            .expect("values");
+    let expected = mlx::to_f32_vec(
+        &mlx::dequantize(&wq, &scales, Some(&biases), "affine", 64, 4).expect("dequantize"),
+    )
+    .expect("values");
 
     let mut weights = Weights::open(dir.path()).expect("open");
     let preview = weights
         .preview("l.weight", &PreviewOptions::default())
         .expect("preview");
-    let q = preview.quantized.expect("dequantized for the preview");
-    assert_eq!((q.bits, q.group_size), (4, 64));
+    let Some(weightscope::weights::Decoding::Quantized { params: q, .. }) = preview.decoding else {
+        panic!("dequantized for the preview");
+    };
+    assert_eq!((q.mode.name(), q.bits, q.group_size), ("affine", 4, 64));
     assert_eq!(preview.value_shape, [64, 128]);
     assert_eq!(preview.shape, [64, 16], "stored shape: packed words");
     assert_eq!(preview.values.first, expected[..64]);

@@ -14,15 +14,16 @@ use super::{Action, WeightscopeApp};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(super) enum DiffSort {
     /// A's walk order.
-    #[default]
     Order,
     Name,
     MaxAbs,
+    /// Relative error (the default, worst first).
+    #[default]
     Relative,
+    Snr,
 }
 
 /// What the diff tab shows and remembers.
-#[derive(Default)]
 pub(super) struct DiffState {
     pub other_input: String,
     pub view_input: String,
@@ -35,6 +36,22 @@ pub(super) struct DiffState {
     rows: Vec<usize>,
     /// Show only tensors whose values differ.
     pub only_differing: bool,
+}
+
+impl Default for DiffState {
+    fn default() -> Self {
+        Self {
+            other_input: String::new(),
+            view_input: String::new(),
+            running: None,
+            report: None,
+            error: None,
+            sort: DiffSort::Relative,
+            descending: true,
+            rows: Vec::new(),
+            only_differing: false,
+        }
+    }
 }
 
 impl DiffState {
@@ -61,6 +78,9 @@ impl DiffState {
             DiffSort::Relative => self
                 .rows
                 .sort_by(|&a, &b| common[a].rel_error.total_cmp(&common[b].rel_error)),
+            DiffSort::Snr => self
+                .rows
+                .sort_by(|&a, &b| common[a].snr_db.total_cmp(&common[b].snr_db)),
         }
         if self.descending {
             self.rows.reverse();
@@ -184,15 +204,25 @@ impl WeightscopeApp {
         };
         let differing = report.differing().count();
         ui.label(format!(
-            "{} compared, {differing} differ; {} only in A, {} only in B, {} changed shape or dtype, {} failed; peak MLX active {} (two largest shards: {}){}",
+            "{} compared, {differing} differ; {} only in A, {} only in B, {} changed shape, {} failed{}",
             report.common.len(),
             report.only_in_a.len(),
             report.only_in_b.len(),
             report.changed.len(),
             report.failed.len(),
+            if report.cancelled { "; cancelled" } else { "" }
+        ));
+        if !report.common.is_empty() {
+            ui.label(format!(
+                "Overall: relative error {:.3e}, SNR {} (every compared tensor, both sides decoded to f32)",
+                report.overall_rel_error,
+                snr_text(report.overall_snr_db)
+            ));
+        }
+        ui.label(format!(
+            "Peak MLX active {}; bound: one shard of each side (largest of A + largest of B = {})",
             crate::units::human_bytes(report.peak_mlx_active_bytes),
             crate::units::human_bytes(report.two_shards_bytes),
-            if report.cancelled { ", cancelled" } else { "" }
         ));
         for (title, names) in [
             ("Only in A", &report.only_in_a),
@@ -209,19 +239,16 @@ impl WeightscopeApp {
             }
         }
         if !report.changed.is_empty() {
-            egui::CollapsingHeader::new(format!(
-                "Changed shape or dtype ({})",
-                report.changed.len()
-            ))
-            .id_salt("changed")
-            .show(ui, |ui| {
-                for c in report.changed.iter().take(1000) {
-                    ui.monospace(format!(
-                        "{}: {} {:?} -> {} {:?}",
-                        c.name, c.a_dtype, c.a_shape, c.b_dtype, c.b_shape
-                    ));
-                }
-            });
+            egui::CollapsingHeader::new(format!("Changed shape ({})", report.changed.len()))
+                .id_salt("changed")
+                .show(ui, |ui| {
+                    for c in report.changed.iter().take(1000) {
+                        ui.monospace(format!(
+                            "{}: {} {:?} -> {} {:?}",
+                            c.name, c.a_dtype, c.a_shape, c.b_dtype, c.b_shape
+                        ));
+                    }
+                });
         }
         for f in &report.failed {
             ui.colored_label(
@@ -229,6 +256,8 @@ impl WeightscopeApp {
                 format!("{}: {}", f.name, f.error),
             );
         }
+        ui.separator();
+        error_per_layer_ui(ui, report);
         ui.separator();
         self.diff_table_ui(ui);
     }
@@ -239,8 +268,9 @@ impl WeightscopeApp {
             for (label, column) in [
                 ("Order", DiffSort::Order),
                 ("Name", DiffSort::Name),
-                ("Max |a-b|", DiffSort::MaxAbs),
                 ("Relative error", DiffSort::Relative),
+                ("SNR", DiffSort::Snr),
+                ("Max |a-b|", DiffSort::MaxAbs),
             ] {
                 let mark = match (self.diff.sort == column, self.diff.descending) {
                     (true, false) => " (asc)",
@@ -253,7 +283,7 @@ impl WeightscopeApp {
                     } else {
                         self.diff.sort = column;
                         self.diff.descending =
-                            column != DiffSort::Order && column != DiffSort::Name;
+                            matches!(column, DiffSort::MaxAbs | DiffSort::Relative);
                     }
                     sort_changed = true;
                 }
@@ -269,6 +299,14 @@ impl WeightscopeApp {
             return;
         };
         let rows = &self.diff.rows;
+        ui.label(
+            egui::RichText::new(format!(
+                "{:>10} {:>9} {:>9} {:>10}{:8}  {}",
+                "rel error", "SNR dB", "cosine", "max |a-b|", "", "tensor (A dtype -> B dtype)"
+            ))
+            .monospace()
+            .strong(),
+        );
         let row_height = ui.text_style_height(&egui::TextStyle::Monospace) + 4.0;
         egui::ScrollArea::vertical()
             .id_salt("diff-scroll")
@@ -282,9 +320,14 @@ impl WeightscopeApp {
                         (false, true) => " Inf",
                         (false, false) => "",
                     };
+                    let snr = if c.snr_db.is_infinite() {
+                        "equal".to_owned()
+                    } else {
+                        format!("{:.1}", c.snr_db)
+                    };
                     let text = format!(
-                        "{:>11.3e} {:>11.3e}{flags:8}  {}",
-                        c.max_abs_diff, c.rel_error, c.name
+                        "{:>10.3e} {snr:>9} {:>9.6} {:>10.3e}{flags:8}  {}  ({} -> {})",
+                        c.rel_error, c.cosine, c.max_abs_diff, c.name, c.a_dtype, c.b_dtype
                     );
                     let color = if c.max_abs_diff != 0.0 || c.nan || c.inf {
                         ui.visuals().warn_fg_color
@@ -298,4 +341,56 @@ impl WeightscopeApp {
                 }
             });
     }
+}
+
+fn snr_text(db: f64) -> String {
+    if db.is_infinite() && db > 0.0 {
+        "inf dB (equal)".to_owned()
+    } else {
+        format!("{db:.1} dB")
+    }
+}
+
+/// Largest and mean relative error per numbered layer (tensors outside
+/// numbered layers, such as embeddings, are not drawn), on a log10 axis:
+/// where in the depth of the model a conversion went wrong.
+fn error_per_layer_ui(ui: &mut egui::Ui, report: &DiffReport) {
+    let mut layers: std::collections::BTreeMap<u64, (f64, f64, usize)> =
+        std::collections::BTreeMap::new();
+    for c in &report.common {
+        if let Some(layer) = c.layer {
+            let entry = layers.entry(layer).or_insert((0.0, 0.0, 0));
+            if c.rel_error.is_finite() {
+                entry.0 = entry.0.max(c.rel_error);
+                entry.1 += c.rel_error;
+                entry.2 += 1;
+            }
+        }
+    }
+    let log = |x: f64| x.max(1e-12).log10();
+    let max_points: Vec<[f64; 2]> = layers
+        .iter()
+        .filter(|(_, (_, _, n))| *n > 0)
+        .map(|(l, (max, _, _))| [*l as f64, log(*max)])
+        .collect();
+    let mean_points: Vec<[f64; 2]> = layers
+        .iter()
+        .filter(|(_, (_, _, n))| *n > 0)
+        .map(|(l, (_, sum, n))| [*l as f64, log(sum / *n as f64)])
+        .collect();
+    if max_points.is_empty() {
+        return;
+    }
+    ui.label("Relative error per layer (log10; max and mean of the layer's tensors)");
+    egui_plot::Plot::new("diff-error-per-layer")
+        .height(140.0)
+        .allow_scroll(false)
+        .allow_drag(false)
+        .x_axis_label("layer")
+        .y_axis_formatter(|mark, _| format!("1e{:.0}", mark.value))
+        .legend(egui_plot::Legend::default().position(egui_plot::Corner::RightBottom))
+        .show(ui, |plot| {
+            plot.line(egui_plot::Line::new("max", max_points));
+            plot.line(egui_plot::Line::new("mean", mean_points));
+        });
 }

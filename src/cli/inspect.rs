@@ -546,7 +546,7 @@ mod tests {
             let mut shard_name = Vec::new();
             push_json_str(&mut shard_name, shard);
             let mut ours = Vec::new();
-            push_tensor(&mut ours, &tensor, &shard_name);
+            push_tensor(&mut ours, &tensor, &shard_name, None);
             let theirs = serde_json::to_vec(&Entry {
                 name,
                 dtype: "BF16",

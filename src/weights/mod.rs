@@ -146,13 +146,26 @@ impl Weights<MlxNative> {
         Self::open_with(Checkpoint::open(path)?, MlxNative)
     }
 
-    /// Opens `path` and installs the chosen view.
+    /// Opens `path` whole and installs the chosen view: the B side of a
+    /// diff, where a shard that failed to open would silently drop tensors.
     ///
     /// # Errors
-    /// When the checkpoint cannot be opened, or the view cannot be made or
-    /// installed; one line naming the file and the problem either way.
+    /// When the checkpoint cannot be opened, any shard or the index has a
+    /// problem (only an unusable `config.json` is tolerated), or the view
+    /// cannot be made or installed; one line naming the file and the problem.
     pub fn open_viewed(path: &Path, choice: &ViewChoice) -> Result<Self, String> {
-        let mut weights = Self::open(path).map_err(|e| e.to_string())?;
+        let checkpoint = Checkpoint::open(path).map_err(|e| e.to_string())?;
+        if let Some(problem) = checkpoint
+            .problems()
+            .iter()
+            .find(|p| !matches!(p, CheckpointError::BadConfig { .. }))
+        {
+            return Err(problem.to_string());
+        }
+        if checkpoint.tensors().is_empty() {
+            return Err(format!("no tensors to compare: {}", path.display()));
+        }
+        let mut weights = Self::open_with(checkpoint, MlxNative).map_err(|e| e.to_string())?;
         weights.install_choice(choice).map_err(|e| e.to_string())?;
         Ok(weights)
     }
