@@ -5,6 +5,14 @@
 //! conversions. Figures are checked against mlx-lm's counting rules and
 //! against values computed on the host or by MLX on the in-memory arrays.
 
+// Decoding is exact: values are compared bit for bit on purpose; shapes and
+// counts are small.
+#![allow(
+    clippy::float_cmp,
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss
+)]
+
 mod common;
 
 use std::collections::BTreeMap;
@@ -507,7 +515,7 @@ fn encode_e4m3(value: f32) -> u8 {
         .unwrap_or(0)
 }
 
-/// A DeepSeek-V3-style release: F8_E4M3 weights with F32 `weight_scale_inv`
+/// A DeepSeek-V3-style release: `F8_E4M3` weights with F32 `weight_scale_inv`
 /// per 128x128 block (the last blocks partial), bf16 norms.
 fn write_fp8(dir: &Path) -> (Vec<f32>, u64) {
     let (rows, cols) = (300usize, 256usize);

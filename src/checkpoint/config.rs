@@ -131,7 +131,7 @@ impl QuantParams {
     #[must_use]
     pub fn fits(&self, words: u64, groups: u64) -> bool {
         let inputs = words * 32;
-        inputs % self.bits == 0
+        inputs.is_multiple_of(self.bits)
             && self.group_size > 0
             && (inputs / self.bits) == groups * self.group_size
     }
@@ -162,7 +162,7 @@ impl QuantConfig {
 }
 
 /// Block-scaled FP8 (`quantization_config.quant_method == "fp8"`), as
-/// DeepSeek-V3/R1, Qwen3-FP8 and Kimi ship it: F8_E4M3 weights, one F32
+/// DeepSeek-V3/R1, Qwen3-FP8 and Kimi ship it: `F8_E4M3` weights, one F32
 /// `<weight>_scale_inv` per weight with one value per block.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Fp8Config {

@@ -247,9 +247,8 @@ impl Summary {
                 Encoding::Plain
             };
             let params = match &encoding {
-                Encoding::Plain => t.elements(),
+                Encoding::Plain | Encoding::Fp8(_) => t.elements(),
                 Encoding::Packed(q) => q.logical_elements,
-                Encoding::Fp8(_) => t.elements(),
                 Encoding::Aux { .. } => 0,
             };
             logical_params += params;
@@ -354,14 +353,12 @@ impl Checkpoint {
         let tensors = self.tensors();
         let t = &tensors[i];
         let find = |name: &str| self.by_name.find(tensors, name);
-        if let Some(module) = t.name.strip_suffix(".weight") {
-            if t.dtype == Dtype::U32 {
-                if let Some(scales) = find(&format!("{module}.scales")) {
-                    if let Some(q) = detect(self, module, i, scales) {
-                        return Encoding::Packed(q);
-                    }
-                }
-            }
+        if let Some(module) = t.name.strip_suffix(".weight")
+            && t.dtype == Dtype::U32
+            && let Some(scales) = find(&format!("{module}.scales"))
+            && let Some(q) = detect(self, module, i, scales)
+        {
+            return Encoding::Packed(q);
         }
         if let Some(format) = Fp8Format::of(t.dtype) {
             let scale = find(&format!("{}_scale_inv", t.name));
@@ -383,27 +380,25 @@ impl Checkpoint {
             if let Some(module) = t.name.strip_suffix(suffix) {
                 let weight = find(&format!("{module}.weight"));
                 let scales = find(&format!("{module}.scales"));
-                if let (Some(weight), Some(scales)) = (weight, scales) {
-                    if tensors[weight].dtype == Dtype::U32
-                        && detect(self, module, weight, scales).is_some()
-                    {
-                        return Encoding::Aux {
-                            owner: weight,
-                            role,
-                        };
-                    }
-                }
-            }
-        }
-        if let Some(owner) = t.name.strip_suffix("_scale_inv") {
-            if let Some(weight) = find(owner) {
-                if Fp8Format::of(tensors[weight].dtype).is_some() {
+                if let (Some(weight), Some(scales)) = (weight, scales)
+                    && tensors[weight].dtype == Dtype::U32
+                    && detect(self, module, weight, scales).is_some()
+                {
                     return Encoding::Aux {
                         owner: weight,
-                        role: AuxRole::Fp8Scale,
+                        role,
                     };
                 }
             }
+        }
+        if let Some(owner) = t.name.strip_suffix("_scale_inv")
+            && let Some(weight) = find(owner)
+            && Fp8Format::of(tensors[weight].dtype).is_some()
+        {
+            return Encoding::Aux {
+                owner: weight,
+                role: AuxRole::Fp8Scale,
+            };
         }
         Encoding::Plain
     }

@@ -412,43 +412,7 @@ pub fn write_text(
         "bits/weight  {:.3} (every stored byte over the parameters, as mlx-lm counts)",
         summary.bits_per_weight
     )?;
-    if let Some(q) = &summary.quantization {
-        let modes: Vec<String> = q.modes.iter().map(|(m, n)| format!("{n} {m}")).collect();
-        writeln!(
-            out,
-            "quantized    {} tensors ({}), default {} {}-bit group {}{}: {:.2} bits per weight with {}",
-            q.tensors.len(),
-            modes.join(", "),
-            q.default.mode,
-            q.default.bits,
-            q.default.group_size,
-            if q.tensors.iter().any(|t| t.inferred) {
-                " (some inferred from shapes)"
-            } else {
-                ""
-            },
-            q.bits_per_weight,
-            if q.modes.keys().all(|m| m.has_biases()) {
-                "scales and biases"
-            } else if q.modes.keys().any(|m| m.has_biases()) {
-                "scales (and biases in affine layers)"
-            } else {
-                "scales"
-            }
-        )?;
-    }
-    if let Some(f) = &summary.fp8 {
-        let scaled = f.tensors.iter().filter(|t| t.scale.is_some()).count();
-        writeln!(
-            out,
-            "fp8          {} tensors, {} with block scales{}; scales {} (overhead, not parameters)",
-            f.tensors.len(),
-            scaled,
-            f.block
-                .map_or_else(String::new, |[r, c]| format!(" of {r}x{c}")),
-            human_bytes(f.scale_bytes)
-        )?;
-    }
+    write_encodings(summary, out)?;
     for (key, value) in checkpoint.metadata() {
         writeln!(out, "metadata     {key} = {value}")?;
     }
@@ -499,6 +463,48 @@ pub fn write_text(
             shape,
             human_bytes(t.bytes()),
             printable(&shards[t.shard].file)
+        )?;
+    }
+    Ok(())
+}
+
+/// The quantization and FP8 lines of the text summary.
+fn write_encodings(summary: &Summary, out: &mut impl Write) -> io::Result<()> {
+    if let Some(q) = &summary.quantization {
+        let modes: Vec<String> = q.modes.iter().map(|(m, n)| format!("{n} {m}")).collect();
+        writeln!(
+            out,
+            "quantized    {} tensors ({}), default {} {}-bit group {}{}: {:.2} bits per weight with {}",
+            q.tensors.len(),
+            modes.join(", "),
+            q.default.mode,
+            q.default.bits,
+            q.default.group_size,
+            if q.tensors.iter().any(|t| t.inferred) {
+                " (some inferred from shapes)"
+            } else {
+                ""
+            },
+            q.bits_per_weight,
+            if q.modes.keys().all(|m| m.has_biases()) {
+                "scales and biases"
+            } else if q.modes.keys().any(|m| m.has_biases()) {
+                "scales (and biases in affine layers)"
+            } else {
+                "scales"
+            }
+        )?;
+    }
+    if let Some(f) = &summary.fp8 {
+        let scaled = f.tensors.iter().filter(|t| t.scale.is_some()).count();
+        writeln!(
+            out,
+            "fp8          {} tensors, {} with block scales{}; scales {} (overhead, not parameters)",
+            f.tensors.len(),
+            scaled,
+            f.block
+                .map_or_else(String::new, |[r, c]| format!(" of {r}x{c}")),
+            human_bytes(f.scale_bytes)
         )?;
     }
     Ok(())

@@ -242,7 +242,7 @@ pub fn quantize_mode(
 
 /// FP8 values times their per-block scale: `values` (f32, `[.., rows,
 /// cols]`) times `scale` (`[.., ceil(rows / block_rows), ceil(cols /
-/// block_cols)]`), each value by its block's scale, as DeepSeek's
+/// block_cols)]`), each value by its block's scale, as `DeepSeek`'s
 /// `weight_dequant` does.
 ///
 /// # Errors

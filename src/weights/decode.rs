@@ -3,7 +3,10 @@
 //! scales of the fp modes decoded. No byte code is ever passed off as a
 //! value: a stored dtype that cannot be decoded is an error.
 
-use crate::checkpoint::{AuxRole, Dtype, Encoding, Fp8Format, QuantMode, QuantParams, ScaleFormat};
+use crate::checkpoint::{
+    AuxRole, Dtype, Encoding, Fp8Format, Fp8Tensor, QuantMode, QuantParams, QuantizedTensor,
+    ScaleFormat, TensorInfo,
+};
 use crate::mlx::{self, Array, ByteFloat};
 
 use super::{Native, Weights, WeightsError};
@@ -190,74 +193,8 @@ impl<N: Native> Weights<N> {
             .unwrap_or(Encoding::Plain);
         let tensors = self.checkpoint.tensors();
         match encoding {
-            Encoding::Packed(q) => {
-                let scales_name = tensors[q.scales].name.clone();
-                let biases_name = q.biases.map(|b| tensors[b].name.clone());
-                let packed = self.tensor(name)?;
-                let scales = self.stored(&scales_name)?;
-                let biases = biases_name.as_deref().map(|b| self.stored(b)).transpose()?;
-                let p = q.params;
-                let array = mlx::dequantize(
-                    &packed,
-                    &scales,
-                    biases.as_ref().filter(|_| p.mode.has_biases()),
-                    p.mode.name(),
-                    p.group_size,
-                    p.bits,
-                )?;
-                let shown_scales = match byte_float(p.mode.scale_format()) {
-                    Some(format) => mlx::decode_bytes(&scales, format)?,
-                    None => scales,
-                };
-                let mut stored = vec![info.name.clone(), scales_name];
-                stored.extend(biases_name);
-                Ok(Values {
-                    array,
-                    decoding: Some(Decoding::Quantized {
-                        params: p,
-                        shape: q.logical_shape,
-                    }),
-                    scales: Some(shown_scales),
-                    biases,
-                    stored,
-                })
-            }
-            Encoding::Fp8(f) => {
-                let scale_name = f.scale.map(|s| tensors[s].name.clone());
-                let scale_shape = f.scale.map(|s| tensors[s].shape.clone());
-                let codes = self.tensor(name)?;
-                let decoded = mlx::decode_bytes(&codes, fp8_codes(f.format))?;
-                let mut stored = vec![info.name.clone()];
-                let (array, scale) = match (&scale_name, f.block) {
-                    (None, _) => (decoded, None),
-                    (Some(scale_name), Some(block)) => {
-                        let scale = self.stored(scale_name)?;
-                        stored.push(scale_name.clone());
-                        (mlx::scale_blocks(&decoded, &scale, block)?, Some(scale))
-                    }
-                    (Some(scale_name), None) => {
-                        return Err(WeightsError::Undecodable {
-                            name: name.to_owned(),
-                            reason: format!(
-                                "its block scale `{scale_name}` {:?} does not fit its shape {:?} in any block size",
-                                scale_shape.unwrap_or_default(),
-                                info.shape
-                            ),
-                        });
-                    }
-                };
-                Ok(Values {
-                    array,
-                    decoding: Some(Decoding::Fp8 {
-                        format: f.format,
-                        block: f.block.filter(|_| scale.is_some()),
-                        shape: info.shape.clone(),
-                    }),
-                    scales: scale,
-                    biases: None,
-                    stored,
-                })
-            }
+            Encoding::Packed(q) => self.packed_values(name, &info.name, q),
+            Encoding::Fp8(f) => self.fp8_values(name, &info, &f),
             Encoding::Aux {
                 owner,
                 role: AuxRole::Scales,
@@ -309,6 +246,88 @@ impl<N: Native> Weights<N> {
                 Ok(plain(raw, info.name.clone()))
             }
         }
+    }
+
+    fn packed_values(
+        &mut self,
+        name: &str,
+        stored_name: &str,
+        q: QuantizedTensor,
+    ) -> Result<Values, WeightsError> {
+        let tensors = self.checkpoint.tensors();
+        let scales_name = tensors[q.scales].name.clone();
+        let biases_name = q.biases.map(|b| tensors[b].name.clone());
+        let packed = self.tensor(name)?;
+        let scales = self.stored(&scales_name)?;
+        let biases = biases_name.as_deref().map(|b| self.stored(b)).transpose()?;
+        let p = q.params;
+        let array = mlx::dequantize(
+            &packed,
+            &scales,
+            biases.as_ref().filter(|_| p.mode.has_biases()),
+            p.mode.name(),
+            p.group_size,
+            p.bits,
+        )?;
+        let shown_scales = match byte_float(p.mode.scale_format()) {
+            Some(format) => mlx::decode_bytes(&scales, format)?,
+            None => scales,
+        };
+        let mut stored = vec![stored_name.to_owned(), scales_name];
+        stored.extend(biases_name);
+        Ok(Values {
+            array,
+            decoding: Some(Decoding::Quantized {
+                params: p,
+                shape: q.logical_shape,
+            }),
+            scales: Some(shown_scales),
+            biases,
+            stored,
+        })
+    }
+
+    fn fp8_values(
+        &mut self,
+        name: &str,
+        info: &TensorInfo,
+        f: &Fp8Tensor,
+    ) -> Result<Values, WeightsError> {
+        let tensors = self.checkpoint.tensors();
+        let scale_name = f.scale.map(|s| tensors[s].name.clone());
+        let scale_shape = f.scale.map(|s| tensors[s].shape.clone());
+        let codes = self.tensor(name)?;
+        let decoded = mlx::decode_bytes(&codes, fp8_codes(f.format))?;
+        let mut stored = vec![info.name.clone()];
+        let (array, scale) = match (&scale_name, f.block) {
+            (None, _) => (decoded, None),
+            (Some(scale_name), Some(block)) => {
+                let scale = self.stored(scale_name)?;
+                stored.push(scale_name.clone());
+                (mlx::scale_blocks(&decoded, &scale, block)?, Some(scale))
+            }
+            (Some(scale_name), None) => {
+                return Err(WeightsError::Undecodable {
+                    name: name.to_owned(),
+                    reason: format!(
+                        "its block scale `{scale_name}` {:?} does not fit its shape {:?} in any block size",
+                        scale_shape.unwrap_or_default(),
+                        info.shape
+                    ),
+                });
+            }
+        };
+        Ok(Values {
+            array,
+            decoding: Some(Decoding::Fp8 {
+                format: f.format,
+                block: f.block.filter(|_| scale.is_some()),
+                shape: info.shape.clone(),
+            }),
+            scales: scale,
+            biases: None,
+            stored,
+        })
     }
 }
 
