@@ -159,9 +159,16 @@ fn convert(
                     None => (None, false),
                 };
                 assert_eq!(has_biases, r.mode.has_biases(), "{}", r.mode);
-                let deq =
-                    mlx::dequantize(&parts[0], &parts[1], biases, r.mode.name(), r.group, r.bits)
-                        .expect("MLX dequantizes");
+                let deq = mlx::dequantize(
+                    &parts[0],
+                    &parts[1],
+                    biases,
+                    r.mode.name(),
+                    r.group,
+                    r.bits,
+                    None,
+                )
+                .expect("MLX dequantizes");
                 written
                     .dequantized
                     .insert(name.clone(), mlx::to_f32_vec(&deq).expect("values"));

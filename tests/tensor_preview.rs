@@ -317,7 +317,7 @@ fn quantized_weights_preview_as_mlx_dequantizes_them() {
     )
     .expect("config");
     let expected = mlx::to_f32_vec(
-        &mlx::dequantize(&wq, &scales, Some(&biases), "affine", 64, 4).expect("dequantize"),
+        &mlx::dequantize(&wq, &scales, Some(&biases), "affine", 64, 4, None).expect("dequantize"),
     )
     .expect("values");
 

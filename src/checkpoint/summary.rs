@@ -23,6 +23,9 @@ pub struct QuantizedTensor {
     pub scales: usize,
     /// Position of `<module>.biases`, when present.
     pub biases: Option<usize>,
+    /// Position of `<module>.global_scale`, when present (nvfp4 weights that
+    /// mlx-lm quantized with one tensor scale, one per expert).
+    pub global_scale: Option<usize>,
     /// Mode, group size and bits.
     pub params: QuantParams,
     /// Whether `params` were inferred from shapes (no usable `config.json`
@@ -38,15 +41,25 @@ pub struct QuantizedTensor {
 }
 
 impl QuantizedTensor {
-    /// Bytes of the packed weight, its scales and its biases.
+    /// Positions of the weight and everything stored with it.
+    #[must_use]
+    pub fn parts(&self) -> Vec<usize> {
+        [
+            Some(self.weight),
+            Some(self.scales),
+            self.biases,
+            self.global_scale,
+        ]
+        .into_iter()
+        .flatten()
+        .collect()
+    }
+
+    /// Bytes of the packed weight, its scales, biases and global scale.
     #[must_use]
     pub fn stored_bytes(&self, checkpoint: &Checkpoint) -> u64 {
         let tensors = checkpoint.tensors();
-        [Some(self.weight), Some(self.scales), self.biases]
-            .into_iter()
-            .flatten()
-            .map(|i| tensors[i].bytes())
-            .sum()
+        self.parts().into_iter().map(|i| tensors[i].bytes()).sum()
     }
 
     /// Stored bits per logical weight, scales and biases included.
@@ -110,6 +123,8 @@ pub enum AuxRole {
     Scales,
     /// Per-group biases of an affine-packed weight.
     Biases,
+    /// The tensor scale of an nvfp4 weight (one per expert).
+    GlobalScale,
     /// Per-block scale of an FP8 weight.
     Fp8Scale,
 }
@@ -376,7 +391,11 @@ impl Checkpoint {
                 block,
             });
         }
-        for (suffix, role) in [(".scales", AuxRole::Scales), (".biases", AuxRole::Biases)] {
+        for (suffix, role) in [
+            (".scales", AuxRole::Scales),
+            (".biases", AuxRole::Biases),
+            (".global_scale", AuxRole::GlobalScale),
+        ] {
             if let Some(module) = t.name.strip_suffix(suffix) {
                 let weight = find(&format!("{module}.weight"));
                 let scales = find(&format!("{module}.scales"));
@@ -434,6 +453,9 @@ fn detect(
     let biases = checkpoint
         .by_name
         .find(tensors, &format!("{module}.biases"));
+    let global_scale = checkpoint
+        .by_name
+        .find(tensors, &format!("{module}.global_scale"));
     let words = w.shape.last().copied().unwrap_or(0);
     let groups = s.shape.last().copied().unwrap_or(0);
     let fp_scales = s.dtype == Dtype::U8 && biases.is_none();
@@ -456,6 +478,7 @@ fn detect(
         weight,
         scales,
         biases,
+        global_scale,
         params,
         inferred,
         config_conflict,

@@ -100,7 +100,10 @@ fn optional_int(value: u64) -> mlx_sys::mlx_optional_int {
 }
 
 /// MLX's dequantization of a packed weight in any mode (`"affine"`,
-/// `"mxfp4"`, `"mxfp8"`, `"nvfp4"`); `biases` only for affine.
+/// `"mxfp4"`, `"mxfp8"`, `"nvfp4"`); `biases` only for affine;
+/// `global_scale` for nvfp4 weights quantized with one (a scalar, or one per
+/// expert of a stacked `[experts, out, in]` weight, as mlx-lm's switch layers
+/// store it: MLX takes only scalars, so experts are dequantized one by one).
 ///
 /// # Errors
 /// When MLX rejects the shapes, dtypes or parameters (checked here first,
@@ -112,6 +115,61 @@ pub fn dequantize(
     mode: &str,
     group_size: u64,
     bits: u64,
+    global_scale: Option<&Array>,
+) -> Result<Array, MlxError> {
+    match global_scale {
+        Some(gs) if gs.size() > 1 => {
+            let experts = weight.shape().first().copied().unwrap_or(0);
+            if weight.ndim() < 3 || gs.shape() != [experts] {
+                return Err(MlxError::Op {
+                    operation: "dequantize",
+                    message: format!(
+                        "global scale {:?} does not give one scale per expert of {:?}",
+                        gs.shape(),
+                        weight.shape()
+                    ),
+                });
+            }
+            let mut parts = Vec::new();
+            for e in 0..experts {
+                let index = Array::from_int(e);
+                let pick = |a: &Array| op("take expert", a.take_axis(&index, 0));
+                parts.push(dequantize_one(
+                    &pick(weight)?,
+                    &pick(scales)?,
+                    None,
+                    mode,
+                    group_size,
+                    bits,
+                    Some(&pick(gs)?),
+                )?);
+            }
+            op("stack experts", mlx_rs::ops::stack(&parts, 0))
+        }
+        Some(gs) => {
+            let scalar = op("reshape global scale", gs.reshape(&[]))?;
+            dequantize_one(
+                weight,
+                scales,
+                biases,
+                mode,
+                group_size,
+                bits,
+                Some(&scalar),
+            )
+        }
+        None => dequantize_one(weight, scales, biases, mode, group_size, bits, None),
+    }
+}
+
+fn dequantize_one(
+    weight: &Array,
+    scales: &Array,
+    biases: Option<&Array>,
+    mode: &str,
+    group_size: u64,
+    bits: u64,
+    global_scale: Option<&Array>,
 ) -> Result<Array, MlxError> {
     let bad = |message: String| MlxError::Op {
         operation: "dequantize",
@@ -160,7 +218,7 @@ pub fn dequantize(
             optional_int(group_size),
             optional_int(bits),
             mode_c.as_ptr(),
-            none,
+            global_scale.map_or(none, Array::as_ptr),
             mlx_sys::mlx_optional_dtype {
                 value: mlx_sys::mlx_dtype__MLX_FLOAT32,
                 has_value: true,

@@ -165,9 +165,9 @@ impl<N: Native> Weights<N> {
         match self.checkpoint.encoding(&info.name) {
             Some(Encoding::Packed(q)) => {
                 parts.extend(
-                    [Some(q.scales), q.biases]
+                    q.parts()
                         .into_iter()
-                        .flatten()
+                        .skip(1)
                         .map(|i| tensors[i].name.clone()),
                 );
             }
@@ -257,9 +257,11 @@ impl<N: Native> Weights<N> {
         let tensors = self.checkpoint.tensors();
         let scales_name = tensors[q.scales].name.clone();
         let biases_name = q.biases.map(|b| tensors[b].name.clone());
+        let global_name = q.global_scale.map(|g| tensors[g].name.clone());
         let packed = self.tensor(name)?;
         let scales = self.stored(&scales_name)?;
         let biases = biases_name.as_deref().map(|b| self.stored(b)).transpose()?;
+        let global = global_name.as_deref().map(|g| self.stored(g)).transpose()?;
         let p = q.params;
         let array = mlx::dequantize(
             &packed,
@@ -268,6 +270,7 @@ impl<N: Native> Weights<N> {
             p.mode.name(),
             p.group_size,
             p.bits,
+            global.as_ref(),
         )?;
         let shown_scales = match byte_float(p.mode.scale_format()) {
             Some(format) => mlx::decode_bytes(&scales, format)?,
@@ -275,6 +278,7 @@ impl<N: Native> Weights<N> {
         };
         let mut stored = vec![stored_name.to_owned(), scales_name];
         stored.extend(biases_name);
+        stored.extend(global_name);
         Ok(Values {
             array,
             decoding: Some(Decoding::Quantized {

@@ -1,0 +1,129 @@
+//! Checkpoints written by mlx-lm's own writer (`quantize_model`,
+//! `save_model`, `save_config`, as `mlx_lm.convert` runs them) in a private
+//! venv with the pinned MLX and mlx-lm (made by `mlx-glue/setup test`):
+//! every mode, a mixed recipe, mixture-of-experts models with stacked
+//! experts and nvfp4 global scales. weightscope's figures must be mlx-lm's
+//! own: `total_parameters` from the index mlx-lm wrote (its
+//! `get_total_parameters`), `compute_bits_per_weight`, and the statistics of
+//! weights that MLX dequantizes from mlx-lm's modules.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command as Process;
+
+use common::mlx_memory_lock;
+use serde_json::Value;
+use weightscope::checkpoint::Checkpoint;
+use weightscope::weights::{Decoding, PreviewOptions, Weights};
+
+fn venv_python() -> PathBuf {
+    let python = Path::new(env!("CARGO_MANIFEST_DIR")).join("mlx-glue/test-venv/bin/python");
+    assert!(
+        python.exists(),
+        "{} is missing: run `mlx-glue/setup test` (the README's test command does)",
+        python.display()
+    );
+    python
+}
+
+/// Runs the writer into `out`; one JSON object per case.
+fn write_models(out: &Path) -> Vec<Value> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mlx_lm/write_models.py");
+    let output = Process::new(venv_python())
+        .arg(script)
+        .arg(out)
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .output()
+        .expect("the venv's python runs");
+    assert!(
+        output.status.success(),
+        "mlx-lm writer failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).expect("one JSON object per case"))
+        .collect()
+}
+
+#[test]
+fn figures_and_values_are_mlx_lms_own() {
+    let _lock = mlx_memory_lock();
+    let out = tempfile::tempdir().expect("tempdir");
+    let cases = write_models(out.path());
+    assert_eq!(cases.len(), 9, "every case was written");
+    for case in &cases {
+        let name = case["case"].as_str().expect("case");
+        let path = PathBuf::from(case["path"].as_str().expect("path"));
+        let checkpoint = Checkpoint::open(&path).expect("opens");
+        assert!(
+            checkpoint.problems().is_empty(),
+            "{name}: {:?}",
+            checkpoint.problems()
+        );
+        let summary = checkpoint.summary();
+        assert_eq!(
+            Some(summary.logical_params),
+            case["total_parameters"].as_u64(),
+            "{name}: logical parameters = mlx-lm's get_total_parameters"
+        );
+        assert_eq!(
+            Some(summary.total_bytes),
+            case["total_size"].as_u64(),
+            "{name}"
+        );
+        let bpw = case["bits_per_weight"].as_f64().expect("bpw");
+        assert!(
+            (summary.bits_per_weight - bpw).abs() < 1e-9,
+            "{name}: bits per weight {} vs mlx-lm's {bpw}",
+            summary.bits_per_weight
+        );
+        let quant = summary.quantization.as_ref().expect("quantized");
+        assert!(
+            quant.tensors.iter().all(|q| !q.inferred),
+            "{name}: every layer's parameters come from config.json"
+        );
+
+        let mut weights = Weights::open(&path).expect("weights");
+        let probes = case["dequantized"].as_object().expect("probes");
+        assert!(!probes.is_empty(), "{name}: something to compare");
+        for (weight, want) in probes {
+            let preview = weights
+                .preview(weight, &PreviewOptions::default())
+                .expect("preview");
+            let Some(Decoding::Quantized { params, shape }) = &preview.decoding else {
+                panic!("{name}: {weight} shown dequantized");
+            };
+            assert_eq!(params.mode.name(), want["mode"], "{name}: {weight}");
+            assert_eq!(Some(params.bits), want["bits"].as_u64(), "{name}: {weight}");
+            assert_eq!(
+                Some(params.group_size),
+                want["group_size"].as_u64(),
+                "{name}: {weight}"
+            );
+            let want_shape: Vec<u64> = want["shape"]
+                .as_array()
+                .expect("shape")
+                .iter()
+                .filter_map(Value::as_u64)
+                .collect();
+            assert_eq!(shape, &want_shape, "{name}: {weight}");
+            let s = &preview.values.stats;
+            for (ours, key) in [(s.min, "min"), (s.max, "max")] {
+                let theirs = want[key].as_f64().expect(key);
+                assert!(
+                    (ours - theirs).abs() <= 1e-6 * theirs.abs().max(1e-3),
+                    "{name}: {weight} {key} {ours} vs MLX's {theirs}"
+                );
+            }
+            let mean = want["mean"].as_f64().expect("mean");
+            assert!(
+                (s.mean - mean).abs() < 1e-6,
+                "{name}: {weight} mean {} vs {mean}",
+                s.mean
+            );
+        }
+    }
+}
