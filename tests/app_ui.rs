@@ -41,8 +41,7 @@ fn browse_the_demo_filter_materialize_and_release() {
     harness.get_by_label_contains("10 of 10 tensors");
     harness.get_by_label_contains("lm_head.weight");
     // Logical parameters and bits per weight of the quantized layer, in the status bar.
-    harness.get_by_label_contains("MLX affine 4-bit, with scales and biases:");
-    harness.get_by_label_contains("bits per weight");
+    harness.get_by_label_contains("(affine 4-bit; 14.35 bits/weight)");
 
     // Grouped by layer: one group per layer number, names inside when opened.
     harness.get_by_label("Group by layer").click();
@@ -460,4 +459,32 @@ fn views_show_both_names_the_drops_and_the_fix_up_and_the_diff_tab_compares() {
     assert!(report.only_in_a.is_empty() && report.only_in_b.is_empty());
     harness.get_by_label_contains("2 compared, 0 differ");
     harness.get_by_label_contains("lm_head.weight");
+    harness.get_by_label_contains("Overall: relative error 0.000e0, SNR inf dB (equal)");
+
+    // A B with a corrupt shard is an error in the tab, not an empty checkpoint.
+    let corrupt = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        corrupt.path().join("model.safetensors"),
+        b"\x10\0\0\0\0\0\0\0{not json",
+    )
+    .expect("write");
+    harness.get_by_label("Compare with (B)").focus();
+    harness.run();
+    harness.key_press_modifiers(egui::Modifiers::COMMAND, egui::Key::A);
+    harness
+        .get_by_label("Compare with (B)")
+        .type_text(&corrupt.path().display().to_string());
+    harness.run();
+    harness.get_by_label("Run diff").click();
+    harness.step();
+    while harness.state().is_diffing() {
+        harness.state_mut().wait_for_worker().expect("diff events");
+    }
+    harness.run();
+    assert!(
+        harness.state().diff_report().is_none(),
+        "no report from a corrupt B"
+    );
+    let bad_shard = corrupt.path().join("model.safetensors");
+    harness.get_by_label_contains(&format!("{}", bad_shard.display()));
 }

@@ -220,8 +220,10 @@ impl WeightscopeApp {
             ));
         }
         ui.label(format!(
-            "Peak MLX active {}; bound: one shard of each side (largest of A + largest of B = {})",
+            "Peak MLX active {} {} the bound {} (largest shard of A + of B {}, plus f32 temporaries of the largest tensor)",
             crate::units::human_bytes(report.peak_mlx_active_bytes),
+            if report.peak_mlx_active_bytes <= report.bound_bytes { "within" } else { "over" },
+            crate::units::human_bytes(report.bound_bytes),
             crate::units::human_bytes(report.two_shards_bytes),
         ));
         for (title, names) in [
@@ -387,7 +389,26 @@ fn error_per_layer_ui(ui: &mut egui::Ui, report: &DiffReport) {
         .allow_scroll(false)
         .allow_drag(false)
         .x_axis_label("layer")
-        .y_axis_formatter(|mark, _| format!("1e{:.0}", mark.value))
+        .x_axis_formatter(|mark, _| {
+            if mark.value.fract() == 0.0 && mark.value >= 0.0 {
+                format!("{}", mark.value)
+            } else {
+                String::new()
+            }
+        })
+        .y_axis_formatter(|mark, _| format!("{:.0e}", 10f64.powf(mark.value)))
+        .label_formatter(|hover| match hover {
+            egui_plot::HoverPosition::NearDataPoint {
+                plot_name,
+                position,
+                ..
+            } => Some(format!(
+                "{plot_name}\nlayer {}: {:.3e}",
+                position.x,
+                10f64.powf(position.y)
+            )),
+            egui_plot::HoverPosition::Elsewhere { .. } => None,
+        })
         .legend(egui_plot::Legend::default().position(egui_plot::Corner::RightBottom))
         .show(ui, |plot| {
             plot.line(egui_plot::Line::new("max", max_points));

@@ -668,46 +668,41 @@ impl WeightscopeApp {
                     None => format!("{} parameters", crate::units::short_count(*logical)),
                 };
                 ui.label(text).on_hover_text(
-                    "Logical parameters as mlx-lm counts them: packed quantized words counted as the weights they hold; scales, biases and FP8 block scales are overhead",
+                    "Logical parameters as mlx-lm counts them: packed quantized words counted as the weights they hold; scales, biases and FP8 block scales are overhead.\nAffine layers store float scales and biases; mxfp4 and mxfp8 store E8M0 scales and nvfp4 E4M3 scales, without biases.\nBits/weight: every stored byte over the parameters (mlx-lm's figure).",
                 );
             }
         });
     }
 }
 
-/// The status bar's words on how the parameters are stored: the quantization
-/// modes (with their own overhead: scales, biases, block scales) and the
-/// bits per weight of everything stored.
+/// The status bar's words on how the parameters are stored, short (the
+/// details are in `inspect`): the main MLX mode and bits, other modes,
+/// FP8 blocks, and the bits per weight of everything stored.
 fn params_note(summary: &crate::checkpoint::Summary) -> Option<String> {
     let mut parts = Vec::new();
     if let Some(q) = &summary.quantization {
         let d = q.default;
-        let overhead = if q.modes.keys().all(|m| m.has_biases()) {
-            "scales and biases"
-        } else if q.modes.keys().any(|m| m.has_biases()) {
-            "scales, and biases in affine layers"
+        let others: Vec<&str> = q
+            .modes
+            .keys()
+            .filter(|m| **m != d.mode)
+            .map(|m| m.name())
+            .collect();
+        parts.push(if others.is_empty() {
+            format!("{} {}-bit", d.mode, d.bits)
         } else {
-            "scales, no biases"
-        };
-        let mixed = if q.modes.len() > 1 {
-            ", mixed modes"
-        } else {
-            ""
-        };
-        parts.push(format!(
-            "MLX {} {}-bit{mixed}, with {overhead}",
-            d.mode, d.bits
-        ));
+            format!("{} {}-bit + {}", d.mode, d.bits, others.join(", "))
+        });
     }
     if let Some(f) = &summary.fp8 {
         parts.push(match f.block {
-            Some([r, c]) => format!("FP8 with {r}x{c} block scales"),
+            Some([r, c]) => format!("FP8, {r}x{c} blocks"),
             None => "FP8".to_owned(),
         });
     }
     (!parts.is_empty()).then(|| {
         format!(
-            "{}: {:.2} bits per weight",
+            "{}; {:.2} bits/weight",
             parts.join("; "),
             summary.bits_per_weight
         )

@@ -112,8 +112,14 @@ pub fn write_text(
     }
     writeln!(
         out,
-        "peak MLX active {}; the bound is about one shard of each side, largest A + largest B = {}; {:.2} s{}",
+        "peak MLX active {} {} the bound {} (largest shard of A + of B {}, plus f32 temporaries of the largest tensor); {:.2} s{}",
         human_bytes(report.peak_mlx_active_bytes),
+        if report.peak_mlx_active_bytes <= report.bound_bytes {
+            "within"
+        } else {
+            "over"
+        },
+        human_bytes(report.bound_bytes),
         human_bytes(report.two_shards_bytes),
         report.elapsed_secs,
         if report.cancelled { ", cancelled" } else { "" }

@@ -154,6 +154,17 @@ impl<N: Native> Weights<N> {
             .collect()
     }
 
+    /// Elements of the values of canonical `name` (the dequantized count for
+    /// a packed weight).
+    #[must_use]
+    pub fn logical_elements(&self, name: &str) -> Option<u64> {
+        let info = self.info(name)?;
+        Some(match self.checkpoint.encoding(&info.name) {
+            Some(Encoding::Packed(q)) => q.logical_elements,
+            _ => info.elements(),
+        })
+    }
+
     /// Stored names whose bytes the values of canonical `name` need.
     #[must_use]
     pub fn stored_parts(&self, name: &str) -> Vec<String> {

@@ -101,6 +101,10 @@ pub struct DiffReport {
     /// Largest shard of A plus largest shard of B, in bytes (the bound the
     /// shard releases aim for).
     pub two_shards_bytes: u64,
+    /// The whole bound on MLX's peak: the two shards plus the f32
+    /// temporaries of the largest compared tensor (A and B decoded, and their
+    /// difference).
+    pub bound_bytes: u64,
     /// Wall time.
     pub elapsed_secs: f64,
     /// Every compared tensor together: `sqrt(Σ‖a - b‖² / Σ‖a‖²)`.
@@ -197,6 +201,12 @@ pub fn diff<N: Native, M: Native>(
     let mut left_a = remaining(a, &common);
     let mut left_b = remaining(b, &common);
     let two_shards_bytes = largest_shard(a) + largest_shard(b);
+    let largest_values = common
+        .iter()
+        .filter_map(|name| a.logical_elements(name))
+        .max()
+        .unwrap_or(0);
+    let bound_bytes = two_shards_bytes + 3 * 4 * largest_values;
 
     a.release_all();
     b.release_all();
@@ -213,6 +223,7 @@ pub fn diff<N: Native, M: Native>(
         cancelled: false,
         peak_mlx_active_bytes: 0,
         two_shards_bytes,
+        bound_bytes,
         elapsed_secs: 0.0,
         overall_rel_error: 0.0,
         overall_snr_db: f64::INFINITY,
