@@ -21,7 +21,8 @@ pub use quant::{ByteFloat, decode_bytes, dequantize, mlx_from_fp8, quantize_mode
 pub use shard::ShardMap;
 pub use stats::{Heatmap, Histogram, Stats, ValueSummary, summarize};
 pub use transform::{
-    Difference, add_scalar, difference, dtype_named, metrics, move_axis, swap_axes,
+    Difference, add_scalar, diff_chunk_bytes, difference, dtype_named, metrics, move_axis,
+    swap_axes,
 };
 
 use std::path::PathBuf;

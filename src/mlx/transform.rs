@@ -1,6 +1,7 @@
 //! Array transforms the layers above need by name: view fix-ups (add a
 //! constant, move or swap axes, cast) and the per-tensor comparison of a diff.
 
+use mlx_rs::ops::indexing::TryIndexOp;
 use mlx_rs::{Array, Dtype};
 
 use super::{MlxError, evaluate_all};
@@ -80,9 +81,31 @@ pub struct Difference {
     pub a_sq: f64,
 }
 
-/// Compares `a` with `b` (same shape, any dtypes) in f32, in stages so that
-/// at most two tensor-sized temporaries are alive at once (a diff's memory
-/// bound). Sums are accumulated in f32 by MLX and combined in f64 here.
+/// Fewest elements per chunk of [`difference`]'s passes (256 KiB of f32).
+const DIFF_CHUNK_MIN: u64 = 1 << 16;
+
+/// Elements per chunk for a tensor of `elements` values: at least
+/// [`DIFF_CHUNK_MIN`], at most 64 chunks per tensor (so a large tensor costs
+/// few evaluations and its temporaries stay an eighth of its f32 size).
+fn diff_chunk(elements: u64) -> u64 {
+    DIFF_CHUNK_MIN
+        .max(elements.div_ceil(64))
+        .min(elements.max(1))
+}
+
+/// Bytes of the chunk-sized temporaries [`difference`] may hold at once,
+/// beyond the two f32 tensors, for a tensor of `elements` values (a
+/// generous count: eight f32 arrays of one chunk).
+#[must_use]
+pub fn diff_chunk_bytes(elements: u64) -> u64 {
+    8 * 4 * diff_chunk(elements)
+}
+
+/// Compares `a` with `b` (same shape, any dtypes) in f32. Both are evaluated
+/// as f32 once; then every figure is computed chunk by chunk over the
+/// flattened values, so beyond the two f32 tensors only chunk-sized
+/// temporaries exist (a diff's memory bound: [`diff_chunk_bytes`]). Each
+/// chunk's sums come back as scalars and are combined in f64.
 ///
 /// # Errors
 /// When the shapes differ or MLX fails.
@@ -94,53 +117,75 @@ pub fn difference(a: &Array, b: &Array) -> Result<Difference, MlxError> {
             message: format!("shapes differ: {:?} and {:?}", a.shape(), b.shape()),
         });
     }
-    let f32_of = |x: &Array| {
+    let scalar = |x: &Array| {
         x.try_item_cast::<f32>()
             .map(f64::from)
             .map_err(|e| MlxError::op("read a scalar", e))
     };
-    let bool_of = |x: &Array| {
+    let flag = |x: &Array| {
         x.try_item_cast::<bool>()
             .map_err(|e| MlxError::op("read a scalar", e))
     };
     let a = a.as_dtype(Dtype::Float32).map_err(op("cast to f32"))?;
     let b = b.as_dtype(Dtype::Float32).map_err(op("cast to f32"))?;
-    let (max_abs, delta_sq) = {
-        let delta = a.subtract(&b).map_err(op("subtract"))?;
-        let max_abs = delta
-            .abs()
-            .map_err(op("abs"))?
-            .max(None)
-            .map_err(op("max"))?;
-        evaluate_all([&max_abs])?;
-        let delta_sq = delta
-            .square()
-            .map_err(op("square"))?
-            .sum(None)
+    evaluate_all([&a, &b])?;
+    let n = i32::try_from(a.size()).map_err(|_| MlxError::Op {
+        operation: "compare",
+        message: "more than 2^31 elements".into(),
+    })?;
+    let flat_a = a.reshape(&[-1]).map_err(op("flatten"))?;
+    let flat_b = b.reshape(&[-1]).map_err(op("flatten"))?;
+    let (mut max_abs, mut delta_sq, mut a_sq, mut b_sq, mut dot) = (0f64, 0f64, 0f64, 0f64, 0f64);
+    let (mut nan, mut inf) = (false, false);
+    let chunk = i32::try_from(diff_chunk(u64::try_from(n).unwrap_or(0))).unwrap_or(i32::MAX);
+    let mut start = 0;
+    while start < n {
+        let end = start.saturating_add(chunk).min(n);
+        let ca = flat_a.try_index(start..end).map_err(op("slice"))?;
+        let cb = flat_b.try_index(start..end).map_err(op("slice"))?;
+        let delta = ca.subtract(&cb).map_err(op("subtract"))?;
+        let chunk_max = delta.abs().and_then(|d| d.max(None)).map_err(op("max"))?;
+        let sum_sq = |x: &Array| x.square().and_then(|s| s.sum(None)).map_err(op("sum"));
+        let chunk_delta_sq = sum_sq(&delta)?;
+        let ref_energy = sum_sq(&ca)?;
+        let other_energy = sum_sq(&cb)?;
+        let chunk_dot = ca
+            .multiply(&cb)
+            .and_then(|x| x.sum(None))
             .map_err(op("sum"))?;
-        evaluate_all([&delta_sq])?;
-        (f32_of(&max_abs)?, f32_of(&delta_sq)?)
-    };
-    let sum_of = |x: Result<Array, mlx_rs::error::Exception>| -> Result<f64, MlxError> {
-        let total = x.and_then(|x| x.sum(None)).map_err(op("sum"))?;
-        evaluate_all([&total])?;
-        f32_of(&total)
-    };
-    let a_sq = sum_of(a.square())?;
-    let b_sq = sum_of(b.square())?;
-    let dot = sum_of(a.multiply(&b))?;
-    let any =
-        |x: &Array, test: fn(&Array) -> mlx_rs::error::Result<Array>| -> Result<bool, MlxError> {
-            let flag = test(x)
-                .and_then(|t| t.any(None))
-                .map_err(op("find NaN or Inf"))?;
-            evaluate_all([&flag])?;
-            bool_of(&flag)
+        let any_nan = mlx_rs::ops::is_nan(&ca)
+            .and_then(|x| x.any(None))
+            .and_then(|x| x.logical_or(mlx_rs::ops::is_nan(&cb)?.any(None)?))
+            .map_err(op("find NaN"))?;
+        let any_inf = ca
+            .is_inf()
+            .and_then(|x| x.any(None))
+            .and_then(|x| x.logical_or(cb.is_inf()?.any(None)?))
+            .map_err(op("find Inf"))?;
+        evaluate_all([
+            &chunk_max,
+            &chunk_delta_sq,
+            &ref_energy,
+            &other_energy,
+            &chunk_dot,
+            &any_nan,
+            &any_inf,
+        ])?;
+        let m = scalar(&chunk_max)?;
+        // f64::max would drop a NaN: keep it, it means a side had one.
+        max_abs = if m.is_nan() || max_abs.is_nan() {
+            f64::NAN
+        } else {
+            max_abs.max(m)
         };
-    let is_nan = |x: &Array| mlx_rs::ops::is_nan(x);
-    let is_inf = |x: &Array| x.is_inf();
-    let nan = any(&a, is_nan)? || any(&b, is_nan)?;
-    let inf = any(&a, is_inf)? || any(&b, is_inf)?;
+        delta_sq += scalar(&chunk_delta_sq)?;
+        a_sq += scalar(&ref_energy)?;
+        b_sq += scalar(&other_energy)?;
+        dot += scalar(&chunk_dot)?;
+        nan |= flag(&any_nan)?;
+        inf |= flag(&any_inf)?;
+        start = end;
+    }
     Ok(metrics(max_abs, delta_sq, a_sq, b_sq, dot, nan, inf))
 }
 

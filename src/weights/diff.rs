@@ -101,9 +101,9 @@ pub struct DiffReport {
     /// Largest shard of A plus largest shard of B, in bytes (the bound the
     /// shard releases aim for).
     pub two_shards_bytes: u64,
-    /// The whole bound on MLX's peak: the two shards plus the f32
-    /// temporaries of the largest compared tensor (A and B decoded, and their
-    /// difference).
+    /// The whole bound on MLX's peak: the two shards, the largest compared
+    /// tensor decoded to f32 on both sides, and the chunk-sized temporaries
+    /// of the comparison.
     pub bound_bytes: u64,
     /// Wall time.
     pub elapsed_secs: f64,
@@ -206,7 +206,8 @@ pub fn diff<N: Native, M: Native>(
         .filter_map(|name| a.logical_elements(name))
         .max()
         .unwrap_or(0);
-    let bound_bytes = two_shards_bytes + 3 * 4 * largest_values;
+    let bound_bytes =
+        two_shards_bytes + 2 * 4 * largest_values + mlx::diff_chunk_bytes(largest_values);
 
     a.release_all();
     b.release_all();
