@@ -383,11 +383,41 @@ fn mixed_recipe_with_overrides_experts_and_unquantized_layers() {
         .expect("quantized experts");
     assert_eq!(experts.logical_shape, vec![4, 64, 128]);
 
+    // Clicking an mxfp4 weight's scales shows powers of two, not bytes.
+    let mut weights = Weights::open(dir.path()).expect("weights");
+    let scales = weights
+        .preview(
+            "model.layers.0.mlp.up_proj.scales",
+            &PreviewOptions::default(),
+        )
+        .expect("preview");
+    assert!(matches!(
+        scales.decoding,
+        Some(Decoding::Scales {
+            mode: QuantMode::Mxfp4
+        })
+    ));
+    assert!(
+        scales
+            .values
+            .first
+            .iter()
+            .all(|v| v.log2().fract() == 0.0 && *v < 1.0),
+        "{:?}",
+        scales.values.first
+    );
+    drop(weights);
+
+    mixed_cli_contract(dir.path(), written.params);
+}
+
+/// `inspect --json` and `tensor --json` on the mixed model.
+fn mixed_cli_contract(dir: &Path, params: u64) {
     // `inspect --json` gives each packed weight its `quantized` object and
     // marks scales as part of their weight.
     let output = Process::new(env!("CARGO_BIN_EXE_weightscope"))
         .args(["inspect", "--json"])
-        .arg(dir.path())
+        .arg(dir)
         .output()
         .expect("runs");
     assert!(
@@ -396,7 +426,7 @@ fn mixed_recipe_with_overrides_experts_and_unquantized_layers() {
         String::from_utf8_lossy(&output.stderr)
     );
     let doc: Value = serde_json::from_slice(&output.stdout).expect("json");
-    assert_eq!(doc["logical_params"], json!(written.params));
+    assert_eq!(doc["logical_params"], json!(params));
     let tensors = doc["tensors"].as_array().expect("tensors");
     let find = |name: &str| {
         tensors
@@ -422,7 +452,7 @@ fn mixed_recipe_with_overrides_experts_and_unquantized_layers() {
     // `tensor --json` keeps the stored dtype and shape and says how it decoded.
     let output = Process::new(env!("CARGO_BIN_EXE_weightscope"))
         .args(["tensor", "--json"])
-        .arg(dir.path())
+        .arg(dir)
         .arg("model.layers.1.self_attn.q_proj.weight")
         .output()
         .expect("runs");
@@ -609,6 +639,8 @@ fn block_scaled_fp8_is_decoded_and_scaled() {
     for (got, want) in preview.values.first.iter().zip(&expected) {
         assert_eq!(got, want);
     }
+    // The block scale is overhead of its weight, and so listed.
+    assert!(checkpoint.is_auxiliary("model.layers.0.mlp.down_proj.weight_scale_inv"));
     // The CLI says so in JSON.
     let output = Process::new(env!("CARGO_BIN_EXE_weightscope"))
         .args(["tensor", "--json"])
@@ -739,4 +771,37 @@ fn a_fifo_named_like_a_shard_is_refused_without_opening_it() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("is a FIFO, not a regular file"), "{stderr}");
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
+}
+
+/// MLX 0.32.2's loader refuses `F8_E5M2` (the decoder is ready: the table
+/// test above covers every code): such a shard is a clear one-line error
+/// naming the file and the dtype, while its headers still inspect.
+#[test]
+fn an_e5m2_shard_is_a_clear_error_not_bytes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_safetensors(
+        &dir.path().join("model.safetensors"),
+        &[Tensor::new(
+            "w",
+            safetensors::Dtype::F8_E5M2,
+            &[16, 16],
+            (0..=255).collect(),
+        )],
+    );
+    let output = Process::new(env!("CARGO_BIN_EXE_weightscope"))
+        .args(["tensor"])
+        .arg(dir.path())
+        .arg("w")
+        .output()
+        .expect("runs");
+    assert_eq!(output.status.code(), Some(2));
+    assert!(output.stdout.is_empty());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("F8_E5M2") && stderr.contains("model.safetensors"),
+        "{stderr}"
+    );
+    let summary = Checkpoint::open(dir.path()).expect("headers").summary();
+    assert_eq!(summary.logical_params, 256);
+    assert!(summary.fp8.is_some());
 }

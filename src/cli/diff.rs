@@ -188,3 +188,68 @@ fn snr_text(db: f64) -> String {
         format!("{db:.1} dB")
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::weights::Common;
+
+    fn row(i: usize) -> Common {
+        Common {
+            name: format!("model.layers.{i}.mlp.up_proj.weight"),
+            layer: Some(i as u64),
+            a_dtype: "BF16".into(),
+            b_dtype: "U32 affine 4-bit g64".into(),
+            max_abs_diff: 0.01,
+            rel_error: 0.1 + i as f64 * 1e-3,
+            snr_db: 20.0,
+            cosine: 0.99,
+            nan: false,
+            inf: false,
+            diff_sq: 1.0,
+            a_sq: 100.0,
+        }
+    }
+
+    #[test]
+    fn the_text_says_how_many_rows_it_left_out_and_lists_the_worst_first() {
+        let report = DiffReport {
+            only_in_a: Vec::new(),
+            only_in_b: (0..23).map(|i| format!("extra.{i}")).collect(),
+            changed: Vec::new(),
+            common: (0..25).map(row).collect(),
+            failed: Vec::new(),
+            compared: 25,
+            total: 25,
+            cancelled: false,
+            peak_mlx_active_bytes: 1,
+            two_shards_bytes: 2,
+            bound_bytes: 3,
+            elapsed_secs: 0.5,
+            overall_rel_error: 0.1,
+            overall_snr_db: 20.0,
+            worst: Vec::new(),
+        };
+        let args = DiffArgs {
+            a: "a".into(),
+            b: "b".into(),
+            view_a: ViewChoice::Auto,
+            view_b: ViewChoice::Auto,
+            json: false,
+        };
+        let mut out = Vec::new();
+        write_text(&args, &report, &mut out).expect("write");
+        let text = String::from_utf8(out).expect("utf-8");
+        assert!(text.contains("… 3 more only in B not shown"), "{text}");
+        assert!(
+            text.contains("… 5 more differing tensors not shown"),
+            "{text}"
+        );
+        let first = text
+            .lines()
+            .find(|l| l.starts_with("  model."))
+            .expect("a row");
+        assert!(first.contains("model.layers.24."), "worst first: {first}");
+        assert!(text.contains("within the bound"), "{text}");
+    }
+}
