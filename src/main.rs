@@ -67,6 +67,7 @@ fn run() -> u8 {
         Command::Tensor { path, name, json } => return tensor(&path, &name, json),
         Command::Walk(args) => return walk(&args),
         Command::Diff(args) => return diff(&args),
+        Command::Check(args) => return check(&args),
         Command::Window { path } => {
             let path = match path {
                 Some(path) => path,
@@ -275,4 +276,28 @@ fn print_device() -> u8 {
             1
         }
     }
+}
+
+fn check(args: &cli::CheckArgs) -> u8 {
+    use std::io::Write as _;
+    let report = match cli::check::run(args) {
+        Ok(report) => report,
+        Err(err) => {
+            say(format_args!("{err}"));
+            return BAD_INPUT;
+        }
+    };
+    let mut out = std::io::stdout().lock();
+    let written = if args.json {
+        serde_json::to_writer(&mut out, &report)
+            .map_err(std::io::Error::from)
+            .and_then(|()| writeln!(out))
+    } else {
+        cli::check::write_text(&report, &mut out)
+    };
+    if let Err(err) = written.and_then(|()| out.flush()) {
+        say(format_args!("cannot write the report: {err}"));
+        return BAD_INPUT;
+    }
+    report.exit_status()
 }

@@ -80,6 +80,11 @@ fn figures_and_values_are_mlx_lms_own() {
             "{name}: bits per weight {} vs mlx-lm's {bpw}",
             summary.bits_per_weight
         );
+        let findings = weightscope::checkpoint::check::check_headers(&checkpoint, &summary);
+        assert!(
+            findings.is_empty(),
+            "{name}: mlx-lm's own conversion is clean: {findings:#?}"
+        );
         let quant = summary.quantization.as_ref().expect("quantized");
         assert!(
             quant.tensors.iter().all(|q| !q.inferred),

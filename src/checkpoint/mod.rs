@@ -6,6 +6,7 @@
 //! `*.safetensors` files, or one file. A bad shard does not stop the others:
 //! it is reported in [`Checkpoint::problems`] beside what did load.
 
+pub mod check;
 mod config;
 mod dtype;
 mod error;

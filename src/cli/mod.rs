@@ -1,5 +1,6 @@
 //! Command-line parsing and output formats.
 
+pub mod check;
 pub mod diff;
 pub mod inspect;
 pub mod tensor;
@@ -11,6 +12,7 @@ use std::time::Duration;
 
 use crate::profile::{DEFAULT_INTERVAL, Policy, Transform};
 use crate::weights::ViewChoice;
+pub use check::CheckArgs;
 pub use diff::DiffArgs;
 pub use walk::WalkArgs;
 
@@ -44,6 +46,8 @@ pub enum Command {
     Walk(WalkArgs),
     /// Compare two checkpoints tensor by tensor.
     Diff(DiffArgs),
+    /// Find what is wrong with a checkpoint that opens.
+    Check(CheckArgs),
     /// Print usage.
     Help,
     /// Print the version.
@@ -61,6 +65,8 @@ usage: weightscope [PATH]                 open the window (no PATH: the bundled 
                                           materialize every tensor in shard order, record memory
        weightscope diff A B [--json] [--view-a VIEW] [--view-b VIEW]
                                           compare two checkpoints tensor by tensor on MLX
+       weightscope check PATH [--json] [--values]
+                                          what is wrong with a checkpoint (exit 1 on errors)
        weightscope device                 print MLX's device and memory counters
 VIEW: auto (default), identity, qwen3-next, or a view file (docs/views.md)
        weightscope --help | --version";
@@ -122,6 +128,24 @@ fn parse_diff(args: &[OsString]) -> Result<Command, UsageError> {
         view_a,
         view_b,
         json,
+    }))
+}
+
+fn parse_check(args: &[OsString]) -> Result<Command, UsageError> {
+    let (mut path, mut json, mut values) = (None, false, false);
+    for arg in args {
+        match arg.to_string_lossy().as_ref() {
+            "--json" => json = true,
+            "--values" => values = true,
+            opt if opt.starts_with("--") => return Err(UsageError::UnknownOption(opt.to_owned())),
+            other if path.is_some() => return Err(UsageError::Unexpected(other.to_owned())),
+            _ => path = Some(PathBuf::from(arg)),
+        }
+    }
+    Ok(Command::Check(CheckArgs {
+        path: path.ok_or(UsageError::Missing("check", "a PATH"))?,
+        json,
+        values,
     }))
 }
 
@@ -222,6 +246,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, UsageE
         Some("device") => (Command::Device, 1),
         Some("walk") => (parse_walk(&args[1..])?, args.len()),
         Some("diff") => (parse_diff(&args[1..])?, args.len()),
+        Some("check") => (parse_check(&args[1..])?, args.len()),
         Some(command @ ("inspect" | "tensor")) => {
             let mut positional = Vec::new();
             let mut json = false;

@@ -21,8 +21,8 @@ pub use quant::{ByteFloat, decode_bytes, dequantize, mlx_from_fp8, quantize_mode
 pub use shard::ShardMap;
 pub use stats::{Heatmap, Histogram, Stats, ValueSummary, summarize};
 pub use transform::{
-    Difference, add_scalar, diff_chunk_bytes, difference, dtype_named, metrics, move_axis,
-    swap_axes,
+    Difference, ValueCounts, add_scalar, count_values, diff_chunk_bytes, difference, dtype_named,
+    metrics, move_axis, swap_axes,
 };
 
 use std::path::PathBuf;

@@ -229,3 +229,66 @@ pub fn metrics(
         a_sq,
     }
 }
+
+/// Counts of special values in a tensor (a checkpoint doctor's questions).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ValueCounts {
+    /// Elements.
+    pub elements: u64,
+    /// NaN elements.
+    pub nan: u64,
+    /// ±Inf elements.
+    pub inf: u64,
+    /// Elements exactly zero.
+    pub zero: u64,
+}
+
+/// Counts NaN, Inf and zero values of `array` (any dtype, cast to f32 chunk
+/// by chunk), so beyond the array only chunk-sized temporaries exist.
+///
+/// # Errors
+/// When MLX fails.
+pub fn count_values(array: &Array) -> Result<ValueCounts, MlxError> {
+    let op = |what: &'static str| move |e: mlx_rs::error::Exception| MlxError::op(what, e);
+    let count = |x: &Array| {
+        x.try_item_cast::<u32>()
+            .map(u64::from)
+            .map_err(|e| MlxError::op("read a scalar", e))
+    };
+    let elements = array.size() as u64;
+    if elements == 0 {
+        return Ok(ValueCounts::default());
+    }
+    let n = i32::try_from(elements).map_err(|_| MlxError::Op {
+        operation: "count values",
+        message: "more than 2^31 elements".into(),
+    })?;
+    let flat = array.reshape(&[-1]).map_err(op("flatten"))?;
+    let chunk = i32::try_from(diff_chunk(elements)).unwrap_or(i32::MAX);
+    let mut counts = ValueCounts {
+        elements,
+        ..ValueCounts::default()
+    };
+    let mut start = 0;
+    while start < n {
+        let end = start.saturating_add(chunk).min(n);
+        let x = flat
+            .try_index(start..end)
+            .and_then(|x| x.as_dtype(Dtype::Float32))
+            .map_err(op("slice"))?;
+        let total = |mask: mlx_rs::error::Result<Array>| {
+            mask.and_then(|m| m.as_dtype(Dtype::Uint32))
+                .and_then(|m| m.sum(None))
+                .map_err(op("count"))
+        };
+        let nan = total(mlx_rs::ops::is_nan(&x))?;
+        let inf = total(x.is_inf())?;
+        let zero = total(x.eq(Array::from_f32(0.0)))?;
+        evaluate_all([&nan, &inf, &zero])?;
+        counts.nan += count(&nan)?;
+        counts.inf += count(&inf)?;
+        counts.zero += count(&zero)?;
+        start = end;
+    }
+    Ok(counts)
+}

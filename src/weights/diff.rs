@@ -321,7 +321,10 @@ fn described_dtype<N: Native>(w: &Weights<N>, name: &str, decoding: Option<&Deco
 /// Shard position → how many of `names` it holds.
 /// Shard position → how many stored tensors of `names` (with their scales,
 /// biases and block scales) it still holds.
-fn remaining<N: Native>(weights: &Weights<N>, names: &[String]) -> HashMap<usize, usize> {
+pub(super) fn remaining<N: Native>(
+    weights: &Weights<N>,
+    names: &[String],
+) -> HashMap<usize, usize> {
     let mut left = HashMap::new();
     for name in names {
         for shard in part_shards(weights, name) {
@@ -339,7 +342,7 @@ fn part_shards<N: Native>(weights: &Weights<N>, name: &str) -> Vec<usize> {
         .collect()
 }
 
-fn release_when_done<N: Native>(
+pub(super) fn release_when_done<N: Native>(
     weights: &mut Weights<N>,
     left: &mut HashMap<usize, usize>,
     name: &str,

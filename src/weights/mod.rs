@@ -13,6 +13,7 @@
 //! while its shard is open. Streaming whole-model transforms must call
 //! [`Weights::release_shard`] as they leave each shard.
 
+mod check;
 mod decode;
 pub mod demo;
 mod diff;
@@ -22,6 +23,7 @@ mod rules;
 mod view;
 pub mod viewfile;
 
+pub use check::{ScanProgress, ValueScan, scan_values};
 pub use decode::{Decoding, Values};
 pub use diff::{Changed, Common, DiffFailure, DiffProgress, DiffReport, diff};
 pub use native::{MlxNative, Native};

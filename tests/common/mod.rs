@@ -3,6 +3,8 @@
 //! memory counters.
 #![allow(dead_code)]
 
+pub mod convert;
+
 use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
 

@@ -1,0 +1,485 @@
+//! `weightscope check`'s header findings: what makes a checkpoint that
+//! opens wrong, the way conversions go wrong. Every rule about quantization
+//! and FP8 comes from [`Checkpoint::encoding`] and the config reader (one
+//! copy of those rules); this module only compares what they say with what
+//! is stored. Value findings (`--values`) live in the weights layer.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::Serialize;
+
+use super::config::QuantMode;
+use super::summary::{Encoding, Fp8Format, Summary};
+use super::{Checkpoint, CheckpointError, Dtype, Layout};
+
+/// How bad a finding is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    /// The checkpoint will not load, or loads wrong.
+    Error,
+    /// Probably a mistake; worth a look.
+    Warning,
+    /// Worth knowing.
+    Info,
+}
+
+impl Severity {
+    /// Lower-case name.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Error => "error",
+            Self::Warning => "warning",
+            Self::Info => "info",
+        }
+    }
+}
+
+/// One thing wrong (or worth knowing) about a checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Finding {
+    /// How bad.
+    pub severity: Severity,
+    /// A stable code (`quant.missing-scales`; docs/check.md lists them all).
+    pub code: &'static str,
+    /// One line for people.
+    pub message: String,
+    /// The stored tensor it concerns, when one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tensor: Option<String>,
+    /// The file it concerns, when one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
+}
+
+impl Finding {
+    fn new(severity: Severity, code: &'static str, message: String) -> Self {
+        Self {
+            severity,
+            code,
+            message,
+            tensor: None,
+            file: None,
+        }
+    }
+
+    fn tensor(mut self, name: &str) -> Self {
+        self.tensor = Some(name.to_owned());
+        self
+    }
+
+    fn file(mut self, file: &str) -> Self {
+        self.file = Some(file.to_owned());
+        self
+    }
+}
+
+/// Every finding code, with its severity (docs/check.md explains each).
+pub const CODES: &[(&str, Severity)] = &[
+    ("quant.missing-scales", Severity::Error),
+    ("quant.missing-biases", Severity::Error),
+    ("quant.unexpected-biases", Severity::Error),
+    ("quant.scale-shape", Severity::Error),
+    ("quant.scale-dtype", Severity::Error),
+    ("quant.config-mismatch", Severity::Error),
+    ("quant.no-config", Severity::Error),
+    ("fp8.missing-scale", Severity::Error),
+    ("fp8.scale-shape", Severity::Error),
+    ("fp8.unscaled", Severity::Info),
+    ("index.total-size", Severity::Error),
+    ("index.total-parameters", Severity::Warning),
+    ("files.stray-shard", Severity::Warning),
+    ("model.missing-lm-head", Severity::Error),
+    ("config.unusable", Severity::Warning),
+    ("dtype.stray", Severity::Info),
+    ("values.nan", Severity::Error),
+    ("values.inf", Severity::Error),
+    ("values.all-zero", Severity::Warning),
+    ("values.zero-scale", Severity::Warning),
+    ("values.bad-scale", Severity::Error),
+    ("values.unreadable", Severity::Error),
+];
+
+/// The severity a code is reported with.
+#[must_use]
+pub fn severity_of(code: &str) -> Severity {
+    CODES
+        .iter()
+        .find(|(c, _)| *c == code)
+        .map_or(Severity::Warning, |(_, s)| *s)
+}
+
+/// A finding with the severity its code has.
+#[must_use]
+pub fn finding(code: &'static str, message: String) -> Finding {
+    Finding::new(severity_of(code), code, message)
+}
+
+/// The findings of `checkpoint`'s headers, config and folder, most severe
+/// first, in tensor order within a severity.
+#[must_use]
+pub fn check_headers(checkpoint: &Checkpoint, summary: &Summary) -> Vec<Finding> {
+    let mut findings = Vec::new();
+    quantization(checkpoint, &mut findings);
+    fp8(checkpoint, &mut findings);
+    index_totals(checkpoint, summary, &mut findings);
+    stray_shards(checkpoint, &mut findings);
+    lm_head(checkpoint, &mut findings);
+    stray_dtypes(checkpoint, &mut findings);
+    for problem in checkpoint.problems() {
+        if let CheckpointError::BadConfig { .. } = problem {
+            findings.push(finding("config.unusable", problem.to_string()).file("config.json"));
+        }
+    }
+    findings.sort_by_key(|f| f.severity);
+    findings
+}
+
+fn shard_file(checkpoint: &Checkpoint, position: usize) -> &str {
+    &checkpoint.shard_of(&checkpoint.tensors()[position]).file
+}
+
+fn quantization(checkpoint: &Checkpoint, out: &mut Vec<Finding>) {
+    let tensors = checkpoint.tensors();
+    let config = checkpoint.config().and_then(|c| c.quantization.as_ref());
+    let find = |name: &str| checkpoint.tensor(name);
+    for (i, t) in tensors.iter().enumerate() {
+        let Some(module) = t.name.strip_suffix(".weight") else {
+            continue;
+        };
+        if t.dtype != Dtype::U32 {
+            continue;
+        }
+        let file = shard_file(checkpoint, i);
+        let Some(scales) = find(&format!("{module}.scales")) else {
+            out.push(
+                finding(
+                    "quant.missing-scales",
+                    format!(
+                        "packed U32 weight `{}` has no `{module}.scales`: it cannot be dequantized",
+                        t.name
+                    ),
+                )
+                .tensor(&t.name)
+                .file(file),
+            );
+            continue;
+        };
+        let biases = find(&format!("{module}.biases"));
+        let Encoding::Packed(q) = checkpoint.encoding_at(i) else {
+            out.push(
+                finding(
+                    "quant.scale-shape",
+                    format!(
+                        "no MLX mode, group size and bits fit packed `{}` {:?} with scales {:?} {}{}",
+                        t.name,
+                        t.shape,
+                        scales.shape,
+                        scales.dtype,
+                        biases.map_or(String::new(), |b| format!(" and biases {:?}", b.shape))
+                    ),
+                )
+                .tensor(&t.name)
+                .file(file),
+            );
+            continue;
+        };
+        packed_layer(checkpoint, &q, config.is_some(), out);
+    }
+}
+
+/// The checks of one packed layer whose mode, group and bits are known.
+fn packed_layer(
+    checkpoint: &Checkpoint,
+    q: &super::QuantizedTensor,
+    configured: bool,
+    out: &mut Vec<Finding>,
+) {
+    let tensors = checkpoint.tensors();
+    let t = &tensors[q.weight];
+    let module = q.module.as_str();
+    let file = shard_file(checkpoint, q.weight);
+    let scales = &tensors[q.scales];
+    let biases = q.biases.map(|b| &tensors[b]);
+    let mode = q.params.mode;
+    let lead = &t.shape[..t.shape.len().saturating_sub(1)];
+    let scales_lead = &scales.shape[..scales.shape.len().saturating_sub(1)];
+    if lead != scales_lead || biases.is_some_and(|b| b.shape != scales.shape) {
+        out.push(
+            finding(
+                "quant.scale-shape",
+                format!(
+                    "`{}` {:?}: scales {:?}{} do not fit one scale per group of {} on each row",
+                    t.name,
+                    t.shape,
+                    scales.shape,
+                    biases.map_or(String::new(), |b| format!(", biases {:?}", b.shape)),
+                    q.params.group_size
+                ),
+            )
+            .tensor(&t.name)
+            .file(file),
+        );
+    }
+    let wants_u8 = mode != QuantMode::Affine;
+    if wants_u8 != (scales.dtype == Dtype::U8) {
+        out.push(
+            finding(
+                "quant.scale-dtype",
+                format!(
+                    "`{module}.scales` is {} but {mode} scales are {}",
+                    scales.dtype,
+                    if wants_u8 { "uint8" } else { "floats" }
+                ),
+            )
+            .tensor(&scales.name)
+            .file(&checkpoint.shard_of(scales).file),
+        );
+    }
+    match (mode.has_biases(), biases) {
+        (true, None) => out.push(
+            finding(
+                "quant.missing-biases",
+                format!("affine weight `{}` has no `{module}.biases`", t.name),
+            )
+            .tensor(&t.name)
+            .file(file),
+        ),
+        (false, Some(b)) => out.push(
+            finding(
+                "quant.unexpected-biases",
+                format!(
+                    "`{}` is {mode}, which has no biases, but `{}` is stored",
+                    t.name, b.name
+                ),
+            )
+            .tensor(&b.name)
+            .file(&checkpoint.shard_of(b).file),
+        ),
+        _ => {}
+    }
+    if let Some(said) = q.config_conflict {
+        out.push(
+            finding(
+                "quant.config-mismatch",
+                format!(
+                    "config.json says `{module}` is {} {}-bit group {}, but its packed shapes fit {} {}-bit group {}",
+                    said.mode, said.bits, said.group_size, q.params.mode, q.params.bits, q.params.group_size
+                ),
+            )
+            .tensor(&t.name)
+            .file(file),
+        );
+    } else if !configured {
+        out.push(
+            finding(
+                "quant.no-config",
+                format!(
+                    "`{}` is packed ({} {}-bit group {}, read from its shapes) but config.json has no `quantization`: mlx-lm would load it as an unquantized layer and fail",
+                    t.name, q.params.mode, q.params.bits, q.params.group_size
+                ),
+            )
+            .tensor(&t.name)
+            .file(file),
+        );
+    }
+}
+
+fn fp8(checkpoint: &Checkpoint, out: &mut Vec<Finding>) {
+    let tensors = checkpoint.tensors();
+    let block_config = checkpoint
+        .config()
+        .and_then(|c| c.fp8.as_ref())
+        .map(|f| f.block);
+    let mut unscaled = 0usize;
+    let mut first_unscaled = None;
+    for (i, t) in tensors.iter().enumerate() {
+        if Fp8Format::of(t.dtype).is_none() {
+            continue;
+        }
+        let Encoding::Fp8(f) = checkpoint.encoding_at(i) else {
+            continue;
+        };
+        let file = shard_file(checkpoint, i);
+        match (f.scale, f.block) {
+            (None, _) if matches!(block_config, Some(Some(_))) => out.push(
+                finding(
+                    "fp8.missing-scale",
+                    format!(
+                        "block-scaled FP8 checkpoint, but `{}` has no `{}_scale_inv`: its values cannot be recovered",
+                        t.name, t.name
+                    ),
+                )
+                .tensor(&t.name)
+                .file(file),
+            ),
+            (None, _) => {
+                unscaled += 1;
+                first_unscaled.get_or_insert(i);
+            }
+            (Some(s), None) => out.push(
+                finding(
+                    "fp8.scale-shape",
+                    format!(
+                        "`{}` {:?} does not fit `{}` {:?} in any block size",
+                        tensors[s].name, tensors[s].shape, t.name, t.shape
+                    ),
+                )
+                .tensor(&t.name)
+                .file(file),
+            ),
+            (Some(s), Some(block)) => {
+                if let Some(Some(configured)) = block_config
+                    && configured != block
+                {
+                    out.push(
+                        finding(
+                            "fp8.scale-shape",
+                            format!(
+                                "config.json says blocks of {configured:?}, but `{}` {:?} fits blocks of {block:?} for `{}` {:?}",
+                                tensors[s].name, tensors[s].shape, t.name, t.shape
+                            ),
+                        )
+                        .tensor(&t.name)
+                        .file(file),
+                    );
+                }
+            }
+        }
+    }
+    if let Some(i) = first_unscaled {
+        let t = &tensors[i];
+        out.push(
+            finding(
+                "fp8.unscaled",
+                format!(
+                    "{unscaled} FP8 tensor(s) without a block scale (first `{}`): shown as their FP8 values, unscaled",
+                    t.name
+                ),
+            )
+            .tensor(&t.name)
+            .file(shard_file(checkpoint, i)),
+        );
+    }
+}
+
+fn index_totals(checkpoint: &Checkpoint, summary: &Summary, out: &mut Vec<Finding>) {
+    let Layout::Indexed { index_path, index } = checkpoint.layout() else {
+        return;
+    };
+    let file = index_path
+        .file_name()
+        .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+    if let Some(total) = index.total_size
+        && total != summary.total_bytes
+    {
+        out.push(
+            finding(
+                "index.total-size",
+                format!(
+                    "the index says total_size {total} but the headers hold {} bytes of tensors",
+                    summary.total_bytes
+                ),
+            )
+            .file(&file),
+        );
+    }
+    if let Some(total) = index
+        .metadata
+        .get("total_parameters")
+        .and_then(|v| v.parse::<u64>().ok())
+        && total != summary.logical_params
+    {
+        out.push(
+            finding(
+                "index.total-parameters",
+                format!(
+                    "the index says total_parameters {total} but the headers hold {} parameters (as mlx-lm counts them)",
+                    summary.logical_params
+                ),
+            )
+            .file(&file),
+        );
+    }
+}
+
+fn stray_shards(checkpoint: &Checkpoint, out: &mut Vec<Finding>) {
+    let Layout::Indexed { index, .. } = checkpoint.layout() else {
+        return;
+    };
+    let named: BTreeSet<&str> = index.shard_files.iter().map(String::as_str).collect();
+    let Ok(entries) = std::fs::read_dir(checkpoint.root()) else {
+        return;
+    };
+    let mut stray: Vec<String> = entries
+        .filter_map(Result::ok)
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".safetensors") && !named.contains(n.as_str()))
+        .collect();
+    stray.sort_unstable();
+    for file in stray {
+        out.push(
+            finding(
+                "files.stray-shard",
+                format!("`{file}` is in the folder but the index does not name it (left from an earlier conversion?); mlx-lm loads every model*.safetensors"),
+            )
+            .file(&file),
+        );
+    }
+}
+
+fn lm_head(checkpoint: &Checkpoint, out: &mut Vec<Finding>) {
+    let Some(config) = checkpoint.config() else {
+        return;
+    };
+    if config.tie_word_embeddings != Some(false) {
+        return;
+    }
+    let names = checkpoint.tensors();
+    let has_embeddings = names.iter().any(|t| t.name.contains("embed_tokens"));
+    let has_head = names.iter().any(|t| t.name.ends_with("lm_head.weight"));
+    if has_embeddings && !has_head {
+        out.push(finding(
+            "model.missing-lm-head",
+            "config.json sets tie_word_embeddings to false but there is no `lm_head.weight`: the output layer is missing".into(),
+        ).file("config.json"));
+    }
+}
+
+/// Float tensors whose dtype differs from the one most parameters use, when
+/// they are few (one F32 tensor in a bf16 model): a conversion that missed
+/// them, or a deliberate exception worth knowing.
+fn stray_dtypes(checkpoint: &Checkpoint, out: &mut Vec<Finding>) {
+    let floats = [Dtype::F16, Dtype::BF16, Dtype::F32, Dtype::F64];
+    let tensors = checkpoint.tensors();
+    let may_encode = checkpoint.may_have_encodings();
+    let plain: Vec<usize> = (0..tensors.len())
+        .filter(|&i| floats.contains(&tensors[i].dtype))
+        .filter(|&i| !may_encode || matches!(checkpoint.encoding_at(i), Encoding::Plain))
+        .collect();
+    let mut counts: BTreeMap<Dtype, usize> = BTreeMap::new();
+    for &i in &plain {
+        *counts.entry(tensors[i].dtype).or_insert(0) += 1;
+    }
+    let Some((&main, &main_count)) = counts.iter().max_by_key(|&(_, n)| *n) else {
+        return;
+    };
+    for (&dtype, &count) in &counts {
+        // Few: at most a fifth of the main dtype's count, and at most 8.
+        if dtype == main || count * 5 > main_count || count > 8 {
+            continue;
+        }
+        for &i in plain.iter().filter(|&&i| tensors[i].dtype == dtype) {
+            let t = &tensors[i];
+            out.push(
+                finding(
+                    "dtype.stray",
+                    format!("`{}` is {dtype} in a model whose other {main_count} float tensors are {main}", t.name),
+                )
+                .tensor(&t.name)
+                .file(shard_file(checkpoint, i)),
+            );
+        }
+    }
+}
