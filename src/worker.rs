@@ -15,12 +15,14 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 
 use crate::checkpoint::Checkpoint;
+use crate::checkpoint::check::{Finding, check_headers};
 use crate::mlx::{self, MemoryStats};
 use crate::profile::{
     self, Mark, MarkKind, MemorySample, Policy, Recorded, Transform, WalkOutcome,
 };
 use crate::weights::{
-    DiffProgress, DiffReport, PreviewOptions, TensorPreview, ViewChoice, ViewInfo, Weights,
+    DiffProgress, DiffReport, PreviewOptions, ScanProgress, TensorPreview, ValueScan, ViewChoice,
+    ViewInfo, Weights,
 };
 
 /// What the worker is asked to do.
@@ -63,6 +65,11 @@ pub enum Command {
         /// B's view.
         view: ViewChoice,
     },
+    /// Read every tensor's values of the open checkpoint in a release-shard
+    /// walk, looking for NaN/Inf, all-zero tensors and bad scales (progress
+    /// as [`EventKind::Scanned`]; [`Worker::cancel_walk`] stops it between
+    /// tensors).
+    ScanValues,
     /// Close the checkpoint, releasing everything.
     Close,
 }
@@ -97,6 +104,8 @@ pub enum EventKind {
         /// Why the chosen view could not be installed (the checkpoint is
         /// then open without one).
         view_error: Option<String>,
+        /// What `weightscope check` finds in its headers, config and folder.
+        findings: Vec<Finding>,
     },
     /// Opening failed; nothing is open.
     OpenFailed {
@@ -148,6 +157,10 @@ pub enum EventKind {
     Diffed(DiffProgress),
     /// A diff ended (or B could not be opened).
     DiffFinished(Result<Box<DiffReport>, String>),
+    /// A value scan read one more tensor.
+    Scanned(ScanProgress),
+    /// A value scan ended (finished or cancelled), or could not start.
+    ScanFinished(Result<Box<ValueScan>, String>),
     /// The checkpoint was closed.
     Closed,
 }
@@ -164,6 +177,8 @@ pub struct Worker {
     events: Receiver<Event>,
     thread: Option<JoinHandle<()>>,
     cancel: Arc<AtomicBool>,
+    /// Set when the handle is dropped: queued long jobs are skipped.
+    shutdown: Arc<AtomicBool>,
 }
 
 /// Cancels the worker's running walk; cheap to clone, usable from any thread.
@@ -192,15 +207,26 @@ impl Worker {
         let (command_tx, command_rx) = mpsc::sync_channel::<Command>(COMMAND_QUEUE);
         let (event_tx, event_rx) = mpsc::sync_channel::<Event>(EVENT_QUEUE);
         let cancel = Arc::new(AtomicBool::new(false));
+        let shutdown = Arc::new(AtomicBool::new(false));
         let thread_cancel = Arc::clone(&cancel);
+        let thread_shutdown = Arc::clone(&shutdown);
         let thread = std::thread::Builder::new()
             .name("mlx-worker".into())
-            .spawn(move || run(&command_rx, &event_tx, &wake, &thread_cancel))?;
+            .spawn(move || {
+                run(
+                    &command_rx,
+                    &event_tx,
+                    &wake,
+                    &thread_cancel,
+                    &thread_shutdown,
+                );
+            })?;
         Ok(Self {
             commands: Some(command_tx),
             events: event_rx,
             thread: Some(thread),
             cancel,
+            shutdown,
         })
     }
 
@@ -246,8 +272,13 @@ impl Worker {
 
 impl Drop for Worker {
     fn drop(&mut self) {
-        // Closing the command channel ends the loop after the queued commands;
-        // draining events keeps the worker from blocking on a full queue.
+        // A running walk, diff or scan stops before its next tensor and
+        // queued ones are skipped, so closing the window does not wait for
+        // them. Closing the command channel ends the loop after the queued
+        // commands; draining events keeps the worker from blocking on a full
+        // queue.
+        self.shutdown.store(true, Ordering::Relaxed);
+        self.cancel.store(true, Ordering::Relaxed);
         self.commands = None;
         while self.events.recv().is_ok() {}
         if let Some(thread) = self.thread.take() {
@@ -261,6 +292,7 @@ fn run(
     events: &SyncSender<Event>,
     wake: &(dyn Fn() + Send + Sync),
     cancel: &AtomicBool,
+    shutdown: &AtomicBool,
 ) {
     let mut weights: Option<Weights> = None;
     let options = PreviewOptions::default();
@@ -277,33 +309,21 @@ fn run(
         sent
     };
     for command in commands {
+        let long_job = matches!(
+            command,
+            Command::Walk { .. } | Command::Diff { .. } | Command::ScanValues
+        );
+        if long_job && shutdown.load(Ordering::Relaxed) {
+            continue;
+        }
+        if let Command::ScanValues = command {
+            if !scan_job(weights.as_mut(), cancel, &send) {
+                break;
+            }
+            continue;
+        }
         if let Command::Walk { policy, transform } = command {
-            let Some(w) = weights.as_mut() else {
-                let kind = EventKind::Failed {
-                    target: "walk".into(),
-                    error: "no checkpoint is open".into(),
-                };
-                if !send(kind, None, MemorySample::now()) {
-                    break;
-                }
-                continue;
-            };
-            cancel.store(false, Ordering::Relaxed);
-            let mut listening = true;
-            let outcome = profile::walk(w, policy, transform, cancel, &mut |recorded| {
-                if listening {
-                    let (mark, sample) = (recorded.mark.clone(), recorded.memory);
-                    listening = send(EventKind::Walked(Box::new(recorded)), Some(mark), sample);
-                }
-                if !listening {
-                    cancel.store(true, Ordering::Relaxed); // nobody watches: stop
-                }
-            });
-            if !send(
-                EventKind::WalkFinished(Box::new(outcome)),
-                None,
-                MemorySample::now(),
-            ) {
+            if !walk_job(weights.as_mut(), policy, transform, cancel, &send) {
                 break;
             }
             continue;
@@ -355,6 +375,75 @@ fn run(
     }
     // Arrays and maps are freed here, on the thread that made them.
     drop(weights);
+}
+
+/// Runs a walk on the open checkpoint, streaming its moments; returns
+/// whether anybody still listens.
+fn walk_job(
+    weights: Option<&mut Weights>,
+    policy: Policy,
+    transform: Transform,
+    cancel: &AtomicBool,
+    send: &dyn Fn(EventKind, Option<Mark>, MemorySample) -> bool,
+) -> bool {
+    let Some(w) = weights else {
+        let kind = EventKind::Failed {
+            target: "walk".into(),
+            error: "no checkpoint is open".into(),
+        };
+        return send(kind, None, MemorySample::now());
+    };
+    cancel.store(false, Ordering::Relaxed);
+    let mut listening = true;
+    let outcome = profile::walk(w, policy, transform, cancel, &mut |recorded| {
+        if listening {
+            let (mark, sample) = (recorded.mark.clone(), recorded.memory);
+            listening = send(EventKind::Walked(Box::new(recorded)), Some(mark), sample);
+        }
+        if !listening {
+            cancel.store(true, Ordering::Relaxed); // nobody watches: stop
+        }
+    });
+    send(
+        EventKind::WalkFinished(Box::new(outcome)),
+        None,
+        MemorySample::now(),
+    )
+}
+
+/// Runs a value scan on the open checkpoint, streaming its progress;
+/// returns whether anybody still listens.
+fn scan_job(
+    weights: Option<&mut Weights>,
+    cancel: &AtomicBool,
+    send: &dyn Fn(EventKind, Option<Mark>, MemorySample) -> bool,
+) -> bool {
+    let Some(w) = weights else {
+        let kind = EventKind::ScanFinished(Err("no checkpoint is open".into()));
+        return send(kind, None, MemorySample::now());
+    };
+    cancel.store(false, Ordering::Relaxed);
+    let mut listening = true;
+    let scan = crate::weights::scan_values(w, cancel, &mut |p| {
+        if listening {
+            listening = send(EventKind::Scanned(p), None, MemorySample::now());
+        }
+        if !listening {
+            cancel.store(true, Ordering::Relaxed);
+        }
+    });
+    let mark = Mark::new(MarkKind::WalkEnd, "check values").detail(format!(
+        "{} of {} tensors read, {} findings{}",
+        scan.scanned,
+        scan.total,
+        scan.findings.len(),
+        if scan.cancelled { ", cancelled" } else { "" }
+    ));
+    send(
+        EventKind::ScanFinished(Ok(Box::new(scan))),
+        Some(mark),
+        MemorySample::now(),
+    )
 }
 
 /// The profiler's record of a (non-walk) event, with the residency of the
@@ -421,7 +510,9 @@ fn mark_of(kind: &EventKind, weights: Option<&Weights>) -> Option<Mark> {
         | EventKind::Walked(_)
         | EventKind::WalkFinished(_)
         | EventKind::Diffed(_)
-        | EventKind::DiffFinished(_) => {
+        | EventKind::DiffFinished(_)
+        | EventKind::Scanned(_)
+        | EventKind::ScanFinished(_) => {
             return None;
         }
     };
@@ -446,12 +537,14 @@ fn open(weights: &mut Option<Weights>, path: PathBuf, choice: &ViewChoice) -> Ev
         Err(err) => (None, Some(err.to_string())),
     };
     let checkpoint = opened.shared_checkpoint();
+    let findings = check_headers(&checkpoint, &checkpoint.summary());
     *weights = Some(opened);
     EventKind::Opened {
         path,
         checkpoint,
         view,
         view_error,
+        findings,
     }
 }
 
@@ -529,7 +622,7 @@ fn handle(command: Command, weights: &mut Option<Weights>, options: &PreviewOpti
                 error: err.to_string(),
             },
         },
-        Command::Walk { .. } | Command::Diff { .. } => EventKind::Failed {
+        Command::Walk { .. } | Command::Diff { .. } | Command::ScanValues => EventKind::Failed {
             target: "walk".into(),
             error: "walks and diffs run outside this handler".into(),
         },

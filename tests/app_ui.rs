@@ -488,3 +488,62 @@ fn views_show_both_names_the_drops_and_the_fix_up_and_the_diff_tab_compares() {
     let bad_shard = corrupt.path().join("model.safetensors");
     harness.get_by_label_contains(&format!("{}", bad_shard.display()));
 }
+
+#[test]
+fn the_check_tab_lists_findings_selects_their_tensor_and_reads_values() {
+    use common::convert::{Recipe, convert_with};
+    use weightscope::checkpoint::QuantMode;
+    let _lock = common::mlx_memory_lock();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let affine = Recipe::of(QuantMode::Affine, 4);
+    // Missing biases (an error in the headers) and a NaN in a norm (found
+    // only when the values are read).
+    convert_with(
+        dir.path(),
+        affine,
+        |_| Some(affine),
+        true,
+        |stored, _| {
+            stored.retain(|(n, _)| n != "model.layers.0.mlp.up_proj.biases");
+            let norm = stored
+                .iter_mut()
+                .find(|(n, _)| n == "model.norm.weight")
+                .expect("norm");
+            let mut values = mlx::to_f32_vec(&norm.1).expect("values");
+            values[1] = f32::NAN;
+            norm.1 = mlx::array_f32(&values, &[128]);
+        },
+    );
+    let mut harness = harness(open_app(dir.path()));
+    harness.get_by_label("check: 1 error, 0 warnings").click();
+    harness.run();
+    assert_eq!(harness.state().tab(), Tab::Check);
+    harness.get_by_label_contains("quant.missing-biases");
+    harness.get_by_label_contains("affine weight `model.layers.0.mlp.up_proj.weight` has no");
+
+    // The values: the NaN is found, the badge counts it.
+    harness.get_by_label("Read values").click();
+    harness.step();
+    while harness.state().is_checking_values() {
+        harness.state_mut().wait_for_worker().expect("scan events");
+    }
+    harness.run();
+    harness.get_by_label_contains("values.nan");
+    // The layer without biases cannot be dequantized either: a third error.
+    harness.get_by_label_contains("values.unreadable");
+    harness.get_by_label("check: 3 errors, 0 warnings");
+    harness.get_by_label_contains("tensors read; peak MLX active");
+
+    // A row selects its tensor and opens it in the inspector.
+    harness
+        .get_all_by_label("model.layers.0.mlp.up_proj.weight")
+        .next()
+        .expect("a row naming the tensor")
+        .click();
+    harness.step();
+    assert_eq!(harness.state().tab(), Tab::Tensors);
+    harness.state_mut().wait_for_worker().expect("answered");
+    harness.run();
+    // Its values cannot be shown, and the inspector says why.
+    harness.get_by_label_contains("affine quantization needs biases");
+}

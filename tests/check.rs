@@ -556,3 +556,21 @@ fn the_command_exit_status_and_contract() {
     assert_eq!(String::from_utf8_lossy(&output.stderr).lines().count(), 1);
     write_config(dir.path(), &json!({}));
 }
+
+#[test]
+fn a_value_scan_cancelled_between_tensors_stops_and_says_so() {
+    let _lock = mlx_memory_lock();
+    let dir = broken(Recipe::of(QuantMode::Affine, 4), |_, _| {});
+    let mut weights = Weights::open(dir.path()).expect("weights");
+    let cancel = AtomicBool::new(false);
+    let scan = scan_values(&mut weights, &cancel, &mut |p| {
+        if p.done == 3 {
+            cancel.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    });
+    assert!(scan.cancelled);
+    assert_eq!(scan.scanned, 3);
+    assert!(scan.total > 3);
+    drop(weights);
+    common::assert_all_freed();
+}

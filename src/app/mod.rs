@@ -3,6 +3,7 @@
 //! thin eframe edge. Every MLX array lives on the MLX worker thread: the UI
 //! sends commands and draws the summaries that come back.
 
+mod check;
 mod diff;
 mod inspector;
 mod memory_strip;
@@ -59,6 +60,8 @@ pub enum Tab {
     Profiler,
     /// The diff of two checkpoints (Ctrl+3).
     Diff,
+    /// What `weightscope check` finds (Ctrl+4).
+    Check,
 }
 
 /// The tensor the inspector shows.
@@ -100,6 +103,7 @@ pub struct WeightscopeApp {
     timeline: Timeline,
     profiler: profiler::ProfilerState,
     diff: diff::DiffState,
+    check: check::CheckPanel,
     tab: Tab,
     /// Recent checkpoints and other saved settings.
     settings: settings::Settings,
@@ -149,6 +153,7 @@ impl WeightscopeApp {
             timeline: Timeline::new(Instant::now()),
             profiler: profiler::ProfilerState::default(),
             diff: diff::DiffState::default(),
+            check: check::CheckPanel::default(),
             tab: Tab::Tensors,
             settings: settings::Settings::default(),
             settings_dirty: false,
@@ -314,7 +319,11 @@ impl WeightscopeApp {
                 checkpoint,
                 view,
                 view_error,
-            } => self.apply_opened(&path, checkpoint, view, view_error),
+                findings,
+            } => {
+                self.check.opened(findings);
+                self.apply_opened(&path, checkpoint, view, view_error);
+            }
             EventKind::OpenFailed { error, .. } => {
                 self.opening = None;
                 self.open_error = Some(error);
@@ -384,6 +393,8 @@ impl WeightscopeApp {
             EventKind::WalkFinished(outcome) => self.apply_walk_finished(*outcome),
             EventKind::Diffed(progress) => self.apply_diff_progress(progress),
             EventKind::DiffFinished(result) => self.apply_diff_finished(result),
+            EventKind::Scanned(progress) => self.check.progress(progress),
+            EventKind::ScanFinished(result) => self.check.finished(result),
             EventKind::Released(_)
             | EventKind::CacheCleared { .. }
             | EventKind::MemoryLimitSet { .. }
@@ -470,6 +481,9 @@ impl WeightscopeApp {
             if ui.input_mut(|i| i.consume_key(egui::Modifiers::COMMAND, egui::Key::Num3)) {
                 self.tab = Tab::Diff;
             }
+            if ui.input_mut(|i| i.consume_key(egui::Modifiers::COMMAND, egui::Key::Num4)) {
+                self.tab = Tab::Check;
+            }
             ui.horizontal(|ui| {
                 ui.selectable_value(&mut self.tab, Tab::Tensors, "Tensors")
                     .on_hover_text("Ctrl+1");
@@ -477,6 +491,8 @@ impl WeightscopeApp {
                     .on_hover_text("Ctrl+2: walks, findings, limits, traces");
                 ui.selectable_value(&mut self.tab, Tab::Diff, "Diff")
                     .on_hover_text("Ctrl+3: compare with another checkpoint");
+                ui.selectable_value(&mut self.tab, Tab::Check, "Check")
+                    .on_hover_text("Ctrl+4: what is wrong with this checkpoint");
                 if let Some(walk) = &self.profiler.running {
                     ui.spinner();
                     ui.label(format!(
@@ -492,8 +508,47 @@ impl WeightscopeApp {
                 Tab::Tensors => self.tensors_ui(ui),
                 Tab::Profiler => self.profiler_ui(ui),
                 Tab::Diff => self.diff_ui(ui),
+                Tab::Check => self.check_tab_ui(ui),
             }
         });
+    }
+
+    fn check_tab_ui(&mut self, ui: &mut egui::Ui) {
+        if self.checkpoint.is_none() {
+            ui.label("Open a checkpoint to check it.");
+            return;
+        }
+        match self.check.ui(ui) {
+            Some(check::CheckAction::ScanValues) => {
+                self.send(Command::ScanValues);
+                self.check.scan_started();
+            }
+            Some(check::CheckAction::Cancel) => self.worker.cancel_walk(),
+            Some(check::CheckAction::Select(stored)) => {
+                let Some(checkpoint) = self.checkpoint.clone() else {
+                    return;
+                };
+                let position = checkpoint.tensors().iter().position(|t| t.name == stored);
+                self.table.selected = position;
+                // Under a view the worker asks by canonical name; a stored
+                // tensor the view drops has none and is not materialized.
+                let name = position.and_then(|i| {
+                    tensors::display_name(self.table.view.as_deref(), &checkpoint, i)
+                        .map(str::to_owned)
+                });
+                self.tab = Tab::Tensors;
+                if let Some(name) = name {
+                    self.materialize(&name);
+                }
+            }
+            None => {}
+        }
+    }
+
+    /// Whether a value scan runs.
+    #[must_use]
+    pub fn is_checking_values(&self) -> bool {
+        self.check.is_scanning()
     }
 
     /// Freezes what changes by itself or differs between machines (live
@@ -639,7 +694,7 @@ impl WeightscopeApp {
         });
     }
 
-    fn status_ui(&self, ui: &mut egui::Ui) {
+    fn status_ui(&mut self, ui: &mut egui::Ui) {
         ui.horizontal(|ui| {
             match &self.device {
                 Ok(device) => ui.label(device.describe()),
@@ -653,6 +708,12 @@ impl WeightscopeApp {
                 human_bytes(self.memory.peak_bytes),
                 human_bytes(self.memory.limit_bytes)
             ));
+            if self.checkpoint.is_some() {
+                ui.separator();
+                if self.check.badge_ui(ui) {
+                    self.tab = Tab::Check;
+                }
+            }
             if let (Some(checkpoint), Some((count, bytes))) = (&self.checkpoint, self.totals) {
                 ui.separator();
                 ui.label(format!(

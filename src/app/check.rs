@@ -1,0 +1,215 @@
+//! The Check tab: what `weightscope check` finds in the open checkpoint
+//! (headers on open; values on demand, on the MLX worker, with progress and
+//! cancel), a badge for the status bar, rows that select their tensor.
+//! The panel owns its state and returns what it wants done.
+
+use std::time::Instant;
+
+use crate::checkpoint::check::{Finding, Severity};
+use crate::units::{human_bytes, printable};
+use crate::weights::{ScanProgress, ValueScan};
+
+/// What the panel asks the app to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CheckAction {
+    /// Select and materialize this stored tensor.
+    Select(String),
+    /// Start reading every tensor's values.
+    ScanValues,
+    /// Stop the running scan.
+    Cancel,
+}
+
+/// The Check tab's state.
+#[derive(Default)]
+pub struct CheckPanel {
+    header: Vec<Finding>,
+    scan: Option<Box<ValueScan>>,
+    running: Option<(ScanProgress, Instant)>,
+    error: Option<String>,
+}
+
+impl CheckPanel {
+    /// A checkpoint opened with these header findings: the last scan is gone.
+    pub fn opened(&mut self, findings: Vec<Finding>) {
+        *self = Self {
+            header: findings,
+            ..Self::default()
+        };
+    }
+
+    /// A scan was asked for.
+    pub fn scan_started(&mut self) {
+        self.error = None;
+        self.running = Some((
+            ScanProgress {
+                done: 0,
+                total: 0,
+                name: String::new(),
+            },
+            Instant::now(),
+        ));
+    }
+
+    /// A scan read one more tensor.
+    pub fn progress(&mut self, progress: ScanProgress) {
+        if let Some((current, _)) = &mut self.running {
+            *current = progress;
+        }
+    }
+
+    /// A scan ended.
+    pub fn finished(&mut self, result: Result<Box<ValueScan>, String>) {
+        self.running = None;
+        match result {
+            Ok(scan) => self.scan = Some(scan),
+            Err(error) => self.error = Some(error),
+        }
+    }
+
+    /// Whether a scan runs.
+    #[must_use]
+    pub fn is_scanning(&self) -> bool {
+        self.running.is_some()
+    }
+
+    /// Every finding so far, errors first.
+    #[must_use]
+    pub fn findings(&self) -> Vec<&Finding> {
+        let mut all: Vec<&Finding> = self
+            .header
+            .iter()
+            .chain(self.scan.iter().flat_map(|s| s.findings.iter()))
+            .collect();
+        all.sort_by_key(|f| f.severity);
+        all
+    }
+
+    fn count(&self, severity: Severity) -> usize {
+        self.findings()
+            .iter()
+            .filter(|f| f.severity == severity)
+            .count()
+    }
+
+    /// The status bar's badge; `true` when clicked.
+    pub fn badge_ui(&self, ui: &mut egui::Ui) -> bool {
+        let (errors, warnings) = (self.count(Severity::Error), self.count(Severity::Warning));
+        let text = format!(
+            "check: {errors} error{}, {warnings} warning{}",
+            if errors == 1 { "" } else { "s" },
+            if warnings == 1 { "" } else { "s" }
+        );
+        let color = if errors > 0 {
+            ui.visuals().error_fg_color
+        } else if warnings > 0 {
+            ui.visuals().warn_fg_color
+        } else {
+            ui.visuals().text_color()
+        };
+        ui.add(egui::Button::new(egui::RichText::new(text).color(color)).small())
+            .on_hover_text("What `weightscope check` finds (Ctrl+4)")
+            .clicked()
+    }
+
+    /// Draws the tab; returns what the user asked for.
+    pub fn ui(&mut self, ui: &mut egui::Ui) -> Option<CheckAction> {
+        let mut action = None;
+        ui.horizontal_wrapped(|ui| {
+            let (errors, warnings, infos) = (
+                self.count(Severity::Error),
+                self.count(Severity::Warning),
+                self.count(Severity::Info),
+            );
+            ui.label(format!(
+                "{errors} errors, {warnings} warnings, {infos} info ({})",
+                if self.scan.is_some() {
+                    "headers and values"
+                } else {
+                    "headers only"
+                }
+            ));
+            if self.running.is_some() {
+                if ui.button("Cancel").on_hover_text("Stop before the next tensor").clicked() {
+                    action = Some(CheckAction::Cancel);
+                }
+            } else if ui
+                .button("Read values")
+                .on_hover_text(
+                    "Read every tensor through MLX, shard by shard: NaN/Inf, all-zero tensors, zero or non-finite scales (check --values)",
+                )
+                .clicked()
+            {
+                action = Some(CheckAction::ScanValues);
+            }
+        });
+        if let Some((p, since)) = &self.running {
+            let fraction = if p.total == 0 {
+                0.0
+            } else {
+                p.done as f32 / p.total as f32
+            };
+            ui.add(egui::ProgressBar::new(fraction).text(format!(
+                "{} of {} tensors read, {:.1} s {}",
+                p.done,
+                p.total,
+                since.elapsed().as_secs_f64(),
+                printable(&p.name)
+            )));
+        }
+        if let Some(scan) = &self.scan {
+            ui.label(format!(
+                "Values: {} of {} tensors read{}; peak MLX active {} (bound {})",
+                scan.scanned,
+                scan.total,
+                if scan.cancelled { ", cancelled" } else { "" },
+                human_bytes(scan.peak_mlx_active_bytes),
+                human_bytes(scan.bound_bytes)
+            ));
+        }
+        if let Some(error) = &self.error {
+            ui.colored_label(ui.visuals().error_fg_color, format!("check: {error}"));
+        }
+        ui.separator();
+        let findings = self.findings();
+        if findings.is_empty() {
+            ui.label("Nothing found.");
+            return action;
+        }
+        egui::ScrollArea::vertical()
+            .id_salt("check-scroll")
+            .auto_shrink([false, false])
+            .show(ui, |ui| {
+                for f in findings {
+                    let color = match f.severity {
+                        Severity::Error => ui.visuals().error_fg_color,
+                        Severity::Warning => ui.visuals().warn_fg_color,
+                        Severity::Info => ui.visuals().text_color(),
+                    };
+                    ui.horizontal(|ui| {
+                        ui.label(egui::RichText::new(f.severity.name()).color(color).strong());
+                        ui.label(egui::RichText::new(f.code).monospace());
+                        let place = match (&f.tensor, &f.file) {
+                            (Some(t), _) => printable(t).into_owned(),
+                            (None, Some(file)) => printable(file).into_owned(),
+                            (None, None) => String::new(),
+                        };
+                        if let Some(tensor) = &f.tensor {
+                            if ui
+                                .link(place)
+                                .on_hover_text("Select and materialize this tensor")
+                                .clicked()
+                            {
+                                action = Some(CheckAction::Select(tensor.clone()));
+                            }
+                        } else if !place.is_empty() {
+                            ui.label(place);
+                        }
+                    });
+                    ui.add(egui::Label::new(printable(&f.message)).wrap());
+                    ui.add_space(4.0);
+                }
+            });
+        action
+    }
+}
