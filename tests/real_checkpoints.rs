@@ -547,3 +547,85 @@ fn an_e5m2_shard_is_a_clear_error_not_bytes() {
     assert_eq!(summary.logical_params, 256);
     assert!(summary.fp8.is_some());
 }
+
+/// Large tensors are compared band by band (about 256 Ki values a band):
+/// an mxfp4 weight of four bands against MLX's whole-tensor dequantization
+/// of it, and a block-scaled FP8 weight of three bands (the last with partial
+/// blocks) against its values decoded and scaled on the host, are equal to
+/// the bit.
+#[test]
+fn banded_decoding_equals_whole_tensor_decoding() {
+    let _lock = mlx_memory_lock();
+    let root = tempfile::tempdir().expect("tempdir");
+    let (packed, dense) = (root.path().join("packed"), root.path().join("dense"));
+    for d in [&packed, &dense] {
+        std::fs::create_dir(d).expect("mkdir");
+    }
+    let w = common::convert::weights(&[1024, 1024], 9);
+    let parts = mlx::quantize_mode(&w, "mxfp4", 32, 4).expect("quantize");
+    let whole = mlx::dequantize(&parts[0], &parts[1], None, "mxfp4", 32, 4, None).expect("deq");
+    save(
+        &packed.join("model.safetensors"),
+        &[
+            ("big.weight".into(), parts[0].clone()),
+            ("big.scales".into(), parts[1].clone()),
+        ],
+    );
+    write_config(
+        &packed,
+        &json!({"quantization": {"group_size": 32, "bits": 4, "mode": "mxfp4"}}),
+    );
+    save(
+        &dense.join("model.safetensors"),
+        &[("big.weight".into(), whole)],
+    );
+
+    let (rows, cols) = (1100usize, 512usize);
+    let scales: Vec<f32> = (0..9 * 4).map(|i| 0.001 * (1 + i % 7) as f32).collect();
+    let mut codes = Vec::with_capacity(rows * cols);
+    let mut values = Vec::with_capacity(rows * cols);
+    for i in 0..rows {
+        for j in 0..cols {
+            // Every code but the two NaNs (0x7F, 0xFF).
+            let c = ((i * 7 + j * 3) % 254) as u8;
+            let code = if c >= 0x7F { c + 1 } else { c };
+            codes.push(code);
+            values.push(ByteFloat::E4M3.value(code) * scales[(i / 128) * 4 + j / 128]);
+        }
+    }
+    let fp8 = root.path().join("fp8");
+    std::fs::create_dir(&fp8).expect("mkdir");
+    write_safetensors(
+        &fp8.join("model.safetensors"),
+        &[
+            Tensor::new(
+                "big.weight",
+                safetensors::Dtype::F8_E4M3,
+                &[rows, cols],
+                codes,
+            ),
+            Tensor::f32("big.weight_scale_inv", &[9, 4], &scales),
+        ],
+    );
+    write_config(
+        &fp8,
+        &json!({"quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}}),
+    );
+    let host = root.path().join("host");
+    std::fs::create_dir(&host).expect("mkdir");
+    write_safetensors(
+        &host.join("model.safetensors"),
+        &[Tensor::f32("big.weight", &[rows, cols], &values)],
+    );
+
+    let cancel = AtomicBool::new(false);
+    for (a, b) in [(&dense, &packed), (&host, &fp8)] {
+        let mut wa = Weights::open(a).expect("A");
+        let mut wb = Weights::open(b).expect("B");
+        let report = diff(&mut wa, &mut wb, &cancel, &mut |_| {});
+        assert_eq!(report.common.len(), 1, "{report:?}");
+        let c = &report.common[0];
+        assert_eq!((c.max_abs_diff, c.rel_error), (0.0, 0.0), "{c:?}");
+        assert!(report.peak_mlx_active_bytes <= report.bound_bytes);
+    }
+}

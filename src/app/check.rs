@@ -121,8 +121,11 @@ impl CheckPanel {
                 self.count(Severity::Warning),
                 self.count(Severity::Info),
             );
+            let plural = |n: usize, word: &str| format!("{n} {word}{}", if n == 1 { "" } else { "s" });
             ui.label(format!(
-                "{errors} errors, {warnings} warnings, {infos} info ({})",
+                "{}, {}, {infos} info ({})",
+                plural(errors, "error"),
+                plural(warnings, "warning"),
                 if self.scan.is_some() {
                     "headers and values"
                 } else {

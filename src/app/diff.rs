@@ -220,7 +220,7 @@ impl WeightscopeApp {
             ));
         }
         ui.label(format!(
-            "Peak MLX active {} {} the bound {} (largest shard of A + of B {}, plus f32 temporaries of the largest tensor)",
+            "Peak MLX active {} {} the bound {} (largest shard of A + of B {}, plus one band's decoding temporaries on each side)",
             crate::units::human_bytes(report.peak_mlx_active_bytes),
             if report.peak_mlx_active_bytes <= report.bound_bytes { "within" } else { "over" },
             crate::units::human_bytes(report.bound_bytes),

@@ -112,7 +112,7 @@ pub fn write_text(
     }
     writeln!(
         out,
-        "peak MLX active {} {} the bound {} (largest shard of A + of B {}, plus f32 temporaries of the largest tensor); {:.2} s{}",
+        "peak MLX active {} {} the bound {} (largest shard of A + of B {}, plus one band's decoding temporaries on each side); {:.2} s{}",
         human_bytes(report.peak_mlx_active_bytes),
         if report.peak_mlx_active_bytes <= report.bound_bytes {
             "within"

@@ -21,8 +21,8 @@ pub use quant::{ByteFloat, decode_bytes, dequantize, mlx_from_fp8, quantize_mode
 pub use shard::ShardMap;
 pub use stats::{Heatmap, Histogram, Stats, ValueSummary, summarize};
 pub use transform::{
-    Difference, ValueCounts, add_scalar, count_values, diff_chunk_bytes, difference, dtype_named,
-    metrics, move_axis, swap_axes,
+    DiffSums, Difference, ValueCounts, add_scalar, concat_rows, count_values, difference,
+    dtype_named, metrics, move_axis, reshape, slice_rows, swap_axes, take_row,
 };
 
 use std::path::PathBuf;

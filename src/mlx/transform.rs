@@ -37,6 +37,42 @@ pub fn swap_axes(array: &Array, first: i32, second: i32) -> Result<Array, MlxErr
         .map_err(|e| MlxError::op("swap axes", e))
 }
 
+/// Rows `r0..r1` of `array` (along its first axis), lazy.
+///
+/// # Errors
+/// When the range is out of bounds.
+pub fn slice_rows(array: &Array, r0: i32, r1: i32) -> Result<Array, MlxError> {
+    array
+        .try_index(r0..r1)
+        .map_err(|e| MlxError::op("slice", e))
+}
+
+/// `array` with `shape` (same number of elements), lazy.
+///
+/// # Errors
+/// When the element counts differ.
+pub fn reshape(array: &Array, shape: &[i32]) -> Result<Array, MlxError> {
+    array.reshape(shape).map_err(|e| MlxError::op("reshape", e))
+}
+
+/// Entry `index` of `array` along its first axis (that axis removed), lazy.
+///
+/// # Errors
+/// When the index is out of bounds.
+pub fn take_row(array: &Array, index: i32) -> Result<Array, MlxError> {
+    array
+        .take_axis(Array::from_int(index), 0)
+        .map_err(|e| MlxError::op("take", e))
+}
+
+/// `parts` joined along their first axis, lazy.
+///
+/// # Errors
+/// When their other axes differ.
+pub fn concat_rows(parts: &[Array]) -> Result<Array, MlxError> {
+    mlx_rs::ops::concatenate(parts, 0).map_err(|e| MlxError::op("concatenate", e))
+}
+
 /// MLX's dtype for a safetensors dtype name (`F16`, `BF16`, `F32`, `I8`, …).
 #[must_use]
 pub fn dtype_named(name: &str) -> Option<Dtype> {
@@ -93,18 +129,10 @@ fn diff_chunk(elements: u64) -> u64 {
         .min(elements.max(1))
 }
 
-/// Bytes of the chunk-sized temporaries [`difference`] may hold at once,
-/// beyond the two f32 tensors, for a tensor of `elements` values (a
-/// generous count: eight f32 arrays of one chunk).
-#[must_use]
-pub fn diff_chunk_bytes(elements: u64) -> u64 {
-    8 * 4 * diff_chunk(elements)
-}
-
 /// Compares `a` with `b` (same shape, any dtypes) in f32. Both are evaluated
 /// as f32 once; then every figure is computed chunk by chunk over the
 /// flattened values, so beyond the two f32 tensors only chunk-sized
-/// temporaries exist (a diff's memory bound: [`diff_chunk_bytes`]). Each
+/// temporaries exist. Each
 /// chunk's sums come back as scalars and are combined in f64.
 ///
 /// # Errors
@@ -117,15 +145,6 @@ pub fn difference(a: &Array, b: &Array) -> Result<Difference, MlxError> {
             message: format!("shapes differ: {:?} and {:?}", a.shape(), b.shape()),
         });
     }
-    let scalar = |x: &Array| {
-        x.try_item_cast::<f32>()
-            .map(f64::from)
-            .map_err(|e| MlxError::op("read a scalar", e))
-    };
-    let flag = |x: &Array| {
-        x.try_item_cast::<bool>()
-            .map_err(|e| MlxError::op("read a scalar", e))
-    };
     let a = a.as_dtype(Dtype::Float32).map_err(op("cast to f32"))?;
     let b = b.as_dtype(Dtype::Float32).map_err(op("cast to f32"))?;
     evaluate_all([&a, &b])?;
@@ -135,21 +154,71 @@ pub fn difference(a: &Array, b: &Array) -> Result<Difference, MlxError> {
     })?;
     let flat_a = a.reshape(&[-1]).map_err(op("flatten"))?;
     let flat_b = b.reshape(&[-1]).map_err(op("flatten"))?;
-    let (mut max_abs, mut delta_sq, mut a_sq, mut b_sq, mut dot) = (0f64, 0f64, 0f64, 0f64, 0f64);
-    let (mut nan, mut inf) = (false, false);
     let chunk = i32::try_from(diff_chunk(u64::try_from(n).unwrap_or(0))).unwrap_or(i32::MAX);
+    let mut sums = DiffSums::default();
     let mut start = 0;
     while start < n {
         let end = start.saturating_add(chunk).min(n);
         let ca = flat_a.try_index(start..end).map_err(op("slice"))?;
         let cb = flat_b.try_index(start..end).map_err(op("slice"))?;
+        sums.add(&ca, &cb)?;
+        start = end;
+    }
+    Ok(sums.difference())
+}
+
+/// Running sums of a comparison, band by band: what [`Difference`] is
+/// computed from.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct DiffSums {
+    /// Largest `|a - b|` so far (NaN once a side had a NaN).
+    pub max_abs: f64,
+    /// `Σ (a - b)²`.
+    pub delta_sq: f64,
+    /// `Σ a²`.
+    pub a_sq: f64,
+    /// `Σ b²`.
+    pub b_sq: f64,
+    /// `Σ a b`.
+    pub dot: f64,
+    /// Whether either side had a NaN.
+    pub nan: bool,
+    /// Whether either side had an infinity.
+    pub inf: bool,
+}
+
+impl DiffSums {
+    /// Adds the comparison of one band `a` with `b` (same shape, any
+    /// dtypes): one MLX evaluation of a few scalars.
+    ///
+    /// # Errors
+    /// When the shapes differ or MLX fails.
+    pub fn add(&mut self, a: &Array, b: &Array) -> Result<(), MlxError> {
+        let op = |what: &'static str| move |e: mlx_rs::error::Exception| MlxError::op(what, e);
+        if a.shape() != b.shape() {
+            return Err(MlxError::Op {
+                operation: "compare",
+                message: format!("shapes differ: {:?} and {:?}", a.shape(), b.shape()),
+            });
+        }
+        let scalar = |x: &Array| {
+            x.try_item_cast::<f32>()
+                .map(f64::from)
+                .map_err(|e| MlxError::op("read a scalar", e))
+        };
+        let flag = |x: &Array| {
+            x.try_item_cast::<bool>()
+                .map_err(|e| MlxError::op("read a scalar", e))
+        };
+        let ca = a.as_dtype(Dtype::Float32).map_err(op("cast to f32"))?;
+        let cb = b.as_dtype(Dtype::Float32).map_err(op("cast to f32"))?;
         let delta = ca.subtract(&cb).map_err(op("subtract"))?;
-        let chunk_max = delta.abs().and_then(|d| d.max(None)).map_err(op("max"))?;
+        let band_max = delta.abs().and_then(|d| d.max(None)).map_err(op("max"))?;
         let sum_sq = |x: &Array| x.square().and_then(|s| s.sum(None)).map_err(op("sum"));
-        let chunk_delta_sq = sum_sq(&delta)?;
+        let band_delta_sq = sum_sq(&delta)?;
         let ref_energy = sum_sq(&ca)?;
         let other_energy = sum_sq(&cb)?;
-        let chunk_dot = ca
+        let band_dot = ca
             .multiply(&cb)
             .and_then(|x| x.sum(None))
             .map_err(op("sum"))?;
@@ -163,30 +232,43 @@ pub fn difference(a: &Array, b: &Array) -> Result<Difference, MlxError> {
             .and_then(|x| x.logical_or(cb.is_inf()?.any(None)?))
             .map_err(op("find Inf"))?;
         evaluate_all([
-            &chunk_max,
-            &chunk_delta_sq,
+            &band_max,
+            &band_delta_sq,
             &ref_energy,
             &other_energy,
-            &chunk_dot,
+            &band_dot,
             &any_nan,
             &any_inf,
         ])?;
-        let m = scalar(&chunk_max)?;
+        let m = scalar(&band_max)?;
         // f64::max would drop a NaN: keep it, it means a side had one.
-        max_abs = if m.is_nan() || max_abs.is_nan() {
+        self.max_abs = if m.is_nan() || self.max_abs.is_nan() {
             f64::NAN
         } else {
-            max_abs.max(m)
+            self.max_abs.max(m)
         };
-        delta_sq += scalar(&chunk_delta_sq)?;
-        a_sq += scalar(&ref_energy)?;
-        b_sq += scalar(&other_energy)?;
-        dot += scalar(&chunk_dot)?;
-        nan |= flag(&any_nan)?;
-        inf |= flag(&any_inf)?;
-        start = end;
+        self.delta_sq += scalar(&band_delta_sq)?;
+        self.a_sq += scalar(&ref_energy)?;
+        self.b_sq += scalar(&other_energy)?;
+        self.dot += scalar(&band_dot)?;
+        self.nan |= flag(&any_nan)?;
+        self.inf |= flag(&any_inf)?;
+        Ok(())
     }
-    Ok(metrics(max_abs, delta_sq, a_sq, b_sq, dot, nan, inf))
+
+    /// The figures.
+    #[must_use]
+    pub fn difference(&self) -> Difference {
+        metrics(
+            self.max_abs,
+            self.delta_sq,
+            self.a_sq,
+            self.b_sq,
+            self.dot,
+            self.nan,
+            self.inf,
+        )
+    }
 }
 
 /// The figures of a [`Difference`] from its sums (also the host reference
@@ -241,6 +323,16 @@ pub struct ValueCounts {
     pub inf: u64,
     /// Elements exactly zero.
     pub zero: u64,
+}
+
+impl ValueCounts {
+    /// Adds another band's counts.
+    pub fn add(&mut self, other: ValueCounts) {
+        self.elements += other.elements;
+        self.nan += other.nan;
+        self.inf += other.inf;
+        self.zero += other.zero;
+    }
 }
 
 /// Counts NaN, Inf and zero values of `array` (any dtype, cast to f32 chunk

@@ -35,8 +35,8 @@ pub struct ValueScan {
     pub cancelled: bool,
     /// MLX's peak active memory over the scan.
     pub peak_mlx_active_bytes: u64,
-    /// Largest shard plus the largest tensor decoded to f32: the bound the
-    /// shard releases keep the peak within.
+    /// Largest shard plus one band's decoding temporaries: the bound the
+    /// shard releases and the bands keep the peak within.
     pub bound_bytes: u64,
 }
 
@@ -57,11 +57,6 @@ pub fn scan_values<N: Native>(
         .map(|s| s.data_bytes)
         .max()
         .unwrap_or(0);
-    let largest_values = names
-        .iter()
-        .filter_map(|n| weights.logical_elements(n))
-        .max()
-        .unwrap_or(0);
     weights.release_all();
     let _ = mlx::clear_cache();
     let _ = mlx::reset_peak();
@@ -71,7 +66,7 @@ pub fn scan_values<N: Native>(
         total: names.len(),
         cancelled: false,
         peak_mlx_active_bytes: 0,
-        bound_bytes: largest_shard + 4 * largest_values + mlx::diff_chunk_bytes(largest_values),
+        bound_bytes: largest_shard + super::decode::band_bytes_bound(),
     };
     for name in &names {
         if cancel.load(Ordering::Relaxed) {
@@ -115,8 +110,15 @@ fn scan_one<N: Native>(
     name: &str,
     out: &mut Vec<Finding>,
 ) -> Result<(), super::WeightsError> {
-    let values = weights.values(name)?;
-    let counts = mlx::count_values(&values.array)?;
+    let values = weights.bands(name)?;
+    let mut counts = ValueCounts::default();
+    let step = super::decode::band_rows(values.cols, values.align, 1);
+    let mut r0 = 0;
+    while r0 < values.rows {
+        let r1 = values.rows.min(r0.saturating_add(step));
+        counts.add(mlx::count_values(&values.band(r0, r1)?)?);
+        r0 = r1;
+    }
     let shown = if values.decoding.is_some() {
         " (decoded)"
     } else {
@@ -160,9 +162,7 @@ fn scan_one<N: Native>(
     }
     if let Some(scales) = &values.scales {
         let s = mlx::count_values(scales)?;
-        let what = if values.biases.is_some()
-            || matches!(values.decoding, Some(super::Decoding::Quantized { .. }))
-        {
+        let what = if matches!(values.decoding, Some(super::Decoding::Quantized { .. })) {
             "quantization scales"
         } else {
             "block scales"

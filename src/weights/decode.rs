@@ -154,17 +154,6 @@ impl<N: Native> Weights<N> {
             .collect()
     }
 
-    /// Elements of the values of canonical `name` (the dequantized count for
-    /// a packed weight).
-    #[must_use]
-    pub fn logical_elements(&self, name: &str) -> Option<u64> {
-        let info = self.info(name)?;
-        Some(match self.checkpoint.encoding(&info.name) {
-            Some(Encoding::Packed(q)) => q.logical_elements,
-            _ => info.elements(),
-        })
-    }
-
     /// Stored names whose bytes the values of canonical `name` need.
     #[must_use]
     pub fn stored_parts(&self, name: &str) -> Vec<String> {
@@ -353,5 +342,309 @@ fn plain(array: Array, stored: String) -> Values {
         scales: None,
         biases: None,
         stored: vec![stored],
+    }
+}
+
+/// Values per band, about this many (a multiple of the alignment in rows).
+const BAND_ELEMENTS: i64 = 1 << 18;
+
+/// A bound on the MLX memory one side's band takes while it is decoded and
+/// compared or counted: sixteen f32 arrays of a band. MLX's CPU
+/// dequantization alone makes about eight output-sized temporaries (seen:
+/// 1.1 MB of peak for a 128 KiB 6-bit result); the comparison a few more.
+/// Bands of very wide tensors hold at least one row, so this uses the band
+/// size of a 128 Ki-column row when that is larger.
+#[must_use]
+pub fn band_bytes_bound() -> u64 {
+    16 * 4 * (BAND_ELEMENTS as u64)
+}
+
+/// Rows per band for tensors of `cols` columns whose bands must start on
+/// multiples of `align_a` and `align_b` rows (FP8 block rows): about
+/// [`BAND_ELEMENTS`] values a band.
+#[must_use]
+pub fn band_rows(cols: i32, align_a: i32, align_b: i32) -> i32 {
+    let align = lcm(align_a.max(1), align_b.max(1));
+    let wanted = (BAND_ELEMENTS / i64::from(cols.max(1))).max(1);
+    let units = (wanted / i64::from(align)).max(1);
+    i32::try_from(units * i64::from(align)).unwrap_or(i32::MAX)
+}
+
+fn lcm(a: i32, b: i32) -> i32 {
+    let (mut x, mut y) = (a, b);
+    while y != 0 {
+        (x, y) = (y, x % y);
+    }
+    a / x * b
+}
+
+/// A tensor's values, band by band: the logical shape seen as `[rows,
+/// cols]` (leading axes folded into rows), each band decoded on its own, so
+/// a diff or a value scan holds only band-sized temporaries, never a whole
+/// tensor in f32 (nor MLX's dequantization temporaries of one).
+pub struct Bands {
+    /// Rows (every leading axis folded in).
+    pub rows: i32,
+    /// Values per row (the logical last axis).
+    pub cols: i32,
+    /// The logical shape.
+    pub shape: Vec<i32>,
+    /// Bands must start on multiples of this many rows (FP8 block rows).
+    pub align: i32,
+    /// How the values are decoded, when they are.
+    pub decoding: Option<Decoding>,
+    /// A quantized weight's scales, decoded; an FP8 weight's block scale.
+    pub scales: Option<Array>,
+    /// The stored tensors read.
+    pub stored: Vec<String>,
+    source: Source,
+}
+
+enum Source {
+    /// `[rows, cols]`, any dtype.
+    Plain(Array),
+    /// Byte floats `[rows, cols]`, decoded per band.
+    Bytes(Array, ByteFloat),
+    /// Packed `[rows, words]` with scales (and biases) `[rows, groups]`;
+    /// with per-expert global scales, the scales `[experts]` and the rows of
+    /// one expert.
+    Packed {
+        weight: Array,
+        scales: Array,
+        biases: Option<Array>,
+        params: QuantParams,
+        global: Option<(Array, i32)>,
+    },
+    /// FP8 codes `[rows, cols]` with a block scale `[rows / r, cols / c]`.
+    ScaledFp8 {
+        codes: Array,
+        format: ByteFloat,
+        scale: Array,
+        block: [u64; 2],
+    },
+}
+
+fn rows_cols(shape: &[i32]) -> (i32, i32) {
+    match shape {
+        [] => (1, 1),
+        [cols] => (1, *cols),
+        [lead @ .., cols] => (lead.iter().product(), *cols),
+    }
+}
+
+impl Bands {
+    /// The decoded values of rows `r0..r1` (`r0` a multiple of
+    /// [`Bands::align`]), `[r1 - r0, cols]`, lazy.
+    ///
+    /// # Errors
+    /// When MLX fails.
+    pub fn band(&self, r0: i32, r1: i32) -> Result<Array, crate::mlx::MlxError> {
+        match &self.source {
+            Source::Plain(a) => mlx::slice_rows(a, r0, r1),
+            Source::Bytes(a, format) => mlx::decode_bytes(&mlx::slice_rows(a, r0, r1)?, *format),
+            Source::Packed {
+                weight,
+                scales,
+                biases,
+                params,
+                global,
+            } => {
+                let piece = |from: i32, to: i32, gs: Option<&Array>| {
+                    let w = mlx::slice_rows(weight, from, to)?;
+                    let s = mlx::slice_rows(scales, from, to)?;
+                    let b = biases
+                        .as_ref()
+                        .map(|b| mlx::slice_rows(b, from, to))
+                        .transpose()?;
+                    mlx::dequantize(
+                        &w,
+                        &s,
+                        b.as_ref().filter(|_| params.mode.has_biases()),
+                        params.mode.name(),
+                        params.group_size,
+                        params.bits,
+                        gs,
+                    )
+                };
+                match global {
+                    None => piece(r0, r1, None),
+                    Some((gs, per_expert)) => {
+                        // One piece per expert the band touches, each with
+                        // its own scalar global scale.
+                        let mut parts = Vec::new();
+                        let mut from = r0;
+                        while from < r1 {
+                            let expert = from / per_expert;
+                            let to = r1.min((expert + 1) * per_expert);
+                            let g = mlx::take_row(gs, expert)?;
+                            parts.push(piece(from, to, Some(&g))?);
+                            from = to;
+                        }
+                        mlx::concat_rows(&parts)
+                    }
+                }
+            }
+            Source::ScaledFp8 {
+                codes,
+                format,
+                scale,
+                block,
+            } => {
+                let values = mlx::decode_bytes(&mlx::slice_rows(codes, r0, r1)?, *format)?;
+                let br = i32::try_from(block[0]).unwrap_or(i32::MAX);
+                let s = mlx::slice_rows(scale, r0 / br, (r1 + br - 1) / br)?;
+                mlx::scale_blocks(&values, &s, *block)
+            }
+        }
+    }
+}
+
+impl<N: Native> Weights<N> {
+    /// The values of canonical `name` band by band (see [`Bands`]); the
+    /// view's fix-up applies to plain tensors.
+    ///
+    /// # Errors
+    /// As [`Weights::values`].
+    pub fn bands(&mut self, name: &str) -> Result<Bands, WeightsError> {
+        let info = self
+            .info(name)
+            .ok_or_else(|| WeightsError::NoTensor(name.to_owned()))?
+            .clone();
+        let encoding = self
+            .checkpoint
+            .encoding(&info.name)
+            .unwrap_or(Encoding::Plain);
+        let reshape = |a: &Array, rows: i32, cols: i32| mlx::reshape(a, &[rows, cols]);
+        match encoding {
+            Encoding::Packed(q) => self.packed_bands(name, &info, &q),
+            Encoding::Fp8(f) if f.scale.is_some() => {
+                let tensors = self.checkpoint.tensors();
+                let scale_name = f.scale.map(|s| tensors[s].name.clone()).unwrap_or_default();
+                let Some(block) = f.block.filter(|_| info.shape.len() == 2) else {
+                    // `values` says why in one line.
+                    return Err(self
+                        .values(name)
+                        .err()
+                        .unwrap_or(WeightsError::Undecodable {
+                            name: name.to_owned(),
+                            reason: "its block scale fits only two-dimensional weights".into(),
+                        }));
+                };
+                let codes = self.tensor(name)?;
+                let scale = self.stored(&scale_name)?;
+                let shape = codes.shape().to_vec();
+                let (rows, cols) = rows_cols(&shape);
+                Ok(Bands {
+                    rows,
+                    cols,
+                    align: i32::try_from(block[0]).unwrap_or(1),
+                    decoding: Some(Decoding::Fp8 {
+                        format: f.format,
+                        block: Some(block),
+                        shape: info.shape.clone(),
+                    }),
+                    scales: Some(scale.clone()),
+                    stored: vec![info.name.clone(), scale_name],
+                    source: Source::ScaledFp8 {
+                        codes,
+                        format: fp8_codes(f.format),
+                        scale,
+                        block,
+                    },
+                    shape,
+                })
+            }
+            _ => {
+                // Plain tensors, unscaled FP8, fp-mode scales, E8M0: what
+                // `values` decodes element by element, cut into bands here.
+                let values = self.values(name)?;
+                let raw = self.tensor(name)?;
+                let shape = values.array.shape().to_vec();
+                let (rows, cols) = rows_cols(&shape);
+                let source = if raw.dtype() == crate::mlx::Dtype::Uint8
+                    && values.array.dtype() != raw.dtype()
+                {
+                    let format = match (&values.decoding, info.dtype) {
+                        (Some(Decoding::Fp8 { format, .. }), _) => fp8_codes(*format),
+                        (Some(Decoding::Scales { mode }), _) => {
+                            byte_float(mode.scale_format()).unwrap_or(ByteFloat::E8M0)
+                        }
+                        _ => ByteFloat::E8M0,
+                    };
+                    Source::Bytes(reshape(&raw, rows, cols)?, format)
+                } else {
+                    Source::Plain(reshape(&values.array, rows, cols)?)
+                };
+                Ok(Bands {
+                    rows,
+                    cols,
+                    align: 1,
+                    decoding: values.decoding,
+                    scales: values.scales,
+                    stored: values.stored,
+                    source,
+                    shape,
+                })
+            }
+        }
+    }
+
+    fn packed_bands(
+        &mut self,
+        name: &str,
+        info: &TensorInfo,
+        q: &QuantizedTensor,
+    ) -> Result<Bands, WeightsError> {
+        let reshape = |a: &Array, rows: i32, cols: i32| mlx::reshape(a, &[rows, cols]);
+        let tensors = self.checkpoint.tensors();
+        let scales_name = tensors[q.scales].name.clone();
+        let biases_name = q.biases.map(|b| tensors[b].name.clone());
+        let global_name = q.global_scale.map(|g| tensors[g].name.clone());
+        let packed = self.tensor(name)?;
+        let scales = self.stored(&scales_name)?;
+        let biases = biases_name.as_deref().map(|b| self.stored(b)).transpose()?;
+        let global = global_name.as_deref().map(|g| self.stored(g)).transpose()?;
+        let shape: Vec<i32> = q
+            .logical_shape
+            .iter()
+            .map(|d| i32::try_from(*d).unwrap_or(i32::MAX))
+            .collect();
+        let (rows, cols) = rows_cols(&shape);
+        let words = packed.shape().last().copied().unwrap_or(0);
+        let groups = scales.shape().last().copied().unwrap_or(0);
+        let global = match global {
+            Some(gs) if gs.size() > 1 => {
+                let experts = i32::try_from(gs.size()).unwrap_or(1);
+                Some((gs, rows / experts.max(1)))
+            }
+            Some(gs) => Some((mlx::reshape(&gs, &[1])?, rows)),
+            None => None,
+        };
+        let shown = match byte_float(q.params.mode.scale_format()) {
+            Some(format) => mlx::decode_bytes(&scales, format)?,
+            None => scales.clone(),
+        };
+        let mut stored = vec![info.name.clone(), scales_name];
+        stored.extend(biases_name);
+        stored.extend(global_name);
+        Ok(Bands {
+            rows,
+            cols,
+            align: 1,
+            decoding: Some(Decoding::Quantized {
+                params: q.params,
+                shape: q.logical_shape.clone(),
+            }),
+            scales: Some(shown),
+            stored,
+            source: Source::Packed {
+                weight: reshape(&packed, rows, words)?,
+                scales: reshape(&scales, rows, groups)?,
+                biases: biases.map(|b| reshape(&b, rows, groups)).transpose()?,
+                params: q.params,
+                global,
+            },
+            shape,
+        })
     }
 }

@@ -19,6 +19,7 @@ use serde::Serialize;
 use crate::checkpoint::layer_of;
 use crate::mlx;
 
+use super::decode::band_rows;
 use super::{Decoding, Native, Weights};
 
 /// A tensor both sides have with different logical shapes.
@@ -101,9 +102,8 @@ pub struct DiffReport {
     /// Largest shard of A plus largest shard of B, in bytes (the bound the
     /// shard releases aim for).
     pub two_shards_bytes: u64,
-    /// The whole bound on MLX's peak: the two shards, the largest compared
-    /// tensor decoded to f32 on both sides, and the chunk-sized temporaries
-    /// of the comparison.
+    /// The whole bound on MLX's peak: the two shards and, for each side, the
+    /// temporaries of decoding and comparing one band.
     pub bound_bytes: u64,
     /// Wall time.
     pub elapsed_secs: f64,
@@ -201,13 +201,7 @@ pub fn diff<N: Native, M: Native>(
     let mut left_a = remaining(a, &common);
     let mut left_b = remaining(b, &common);
     let two_shards_bytes = largest_shard(a) + largest_shard(b);
-    let largest_values = common
-        .iter()
-        .filter_map(|name| a.logical_elements(name))
-        .max()
-        .unwrap_or(0);
-    let bound_bytes =
-        two_shards_bytes + 2 * 4 * largest_values + mlx::diff_chunk_bytes(largest_values);
+    let bound_bytes = two_shards_bytes + 2 * super::decode::band_bytes_bound();
 
     a.release_all();
     b.release_all();
@@ -272,20 +266,32 @@ fn compare<N: Native, M: Native>(
     b: &mut Weights<M>,
     name: &str,
 ) -> Result<Outcome, String> {
-    let va = a.values(name).map_err(|e| format!("A: {e}"))?;
-    let vb = b.values(name).map_err(|e| format!("B: {e}"))?;
-    let a_dtype = described_dtype(a, name, va.decoding.as_ref());
-    let b_dtype = described_dtype(b, name, vb.decoding.as_ref());
-    if va.array.shape() != vb.array.shape() {
+    let ba = a.bands(name).map_err(|e| format!("A: {e}"))?;
+    let bb = b.bands(name).map_err(|e| format!("B: {e}"))?;
+    let a_dtype = described_dtype(a, name, ba.decoding.as_ref());
+    let b_dtype = described_dtype(b, name, bb.decoding.as_ref());
+    if ba.shape != bb.shape {
         return Ok(Outcome::Changed(Changed {
             name: name.to_owned(),
             a_dtype,
-            a_shape: va.array.shape().to_vec(),
+            a_shape: ba.shape.clone(),
             b_dtype,
-            b_shape: vb.array.shape().to_vec(),
+            b_shape: bb.shape.clone(),
         }));
     }
-    let d = mlx::difference(&va.array, &vb.array).map_err(|e| e.to_string())?;
+    // Band by band: both sides decoded one band at a time, so only
+    // band-sized temporaries exist beside the two shards.
+    let step = band_rows(ba.cols, ba.align, bb.align);
+    let mut sums = mlx::DiffSums::default();
+    let mut r0 = 0;
+    while r0 < ba.rows {
+        let r1 = ba.rows.min(r0.saturating_add(step));
+        let x = ba.band(r0, r1).map_err(|e| format!("A: {e}"))?;
+        let y = bb.band(r0, r1).map_err(|e| format!("B: {e}"))?;
+        sums.add(&x, &y).map_err(|e| e.to_string())?;
+        r0 = r1;
+    }
+    let d = sums.difference();
     Ok(Outcome::Common(Common {
         name: name.to_owned(),
         layer: layer_of(name),
