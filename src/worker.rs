@@ -49,27 +49,33 @@ pub enum Command {
     /// Set MLX's cache limit, in bytes.
     SetCacheLimit(u64),
     /// Walk every tensor in shard order under a policy (progress comes as
-    /// [`EventKind::Walked`]; [`Worker::cancel_walk`] stops it between tensors).
+    /// [`EventKind::Walked`]; its token stops it between tensors).
     Walk {
         /// What to release, when.
         policy: Policy,
         /// What to do to each tensor.
         transform: Transform,
+        /// Cancels this walk (also before it starts).
+        cancel: CancelToken,
     },
     /// Compare the open checkpoint (A, through its view) with another (B),
-    /// one tensor at a time (progress as [`EventKind::Diffed`];
-    /// [`Worker::cancel_walk`] stops it between tensors).
+    /// one tensor at a time (progress as [`EventKind::Diffed`]; its token
+    /// stops it between tensors).
     Diff {
         /// B.
         other: PathBuf,
         /// B's view.
         view: ViewChoice,
+        /// Cancels this diff (also before it starts).
+        cancel: CancelToken,
     },
     /// Read every tensor's values of the open checkpoint in a release-shard
     /// walk, looking for NaN/Inf, all-zero tensors and bad scales (progress
-    /// as [`EventKind::Scanned`]; [`Worker::cancel_walk`] stops it between
-    /// tensors).
-    ScanValues,
+    /// as [`EventKind::Scanned`]; its token stops it between tensors).
+    ScanValues {
+        /// Cancels this scan (also before it starts).
+        cancel: CancelToken,
+    },
     /// Close the checkpoint, releasing everything.
     Close,
 }
@@ -176,21 +182,51 @@ pub struct Worker {
     commands: Option<SyncSender<Command>>,
     events: Receiver<Event>,
     thread: Option<JoinHandle<()>>,
-    cancel: Arc<AtomicBool>,
+    /// The token of the job running now, cancelled when the handle drops.
+    running: Arc<std::sync::Mutex<Option<CancelToken>>>,
     /// Set when the handle is dropped: queued long jobs are skipped.
     shutdown: Arc<AtomicBool>,
 }
 
-/// Cancels the worker's running walk; cheap to clone, usable from any thread.
-#[derive(Debug, Clone)]
-pub struct WalkCanceller(Arc<AtomicBool>);
+/// Cancels one long job on the worker (a walk, a diff, a value scan). Made
+/// by whoever sends the job and kept beside it: cheap to clone, usable from
+/// any thread. A token cancelled before its job starts makes the job stop
+/// before its first tensor; one job's token never touches another job.
+#[derive(Debug, Clone, Default)]
+pub struct CancelToken(Arc<AtomicBool>);
 
-impl WalkCanceller {
-    /// Stops the running walk before its next tensor.
+impl CancelToken {
+    /// A fresh token.
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Asks the job to stop before its next tensor.
     pub fn cancel(&self) {
         self.0.store(true, Ordering::Relaxed);
     }
+
+    /// Whether it was cancelled.
+    #[must_use]
+    pub fn is_cancelled(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    /// The flag the job polls.
+    #[must_use]
+    pub fn flag(&self) -> &AtomicBool {
+        &self.0
+    }
 }
+
+impl PartialEq for CancelToken {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for CancelToken {}
 
 /// Commands waiting at most; a UI that floods the worker blocks briefly.
 const COMMAND_QUEUE: usize = 256;
@@ -206,9 +242,9 @@ impl Worker {
     pub fn spawn(wake: impl Fn() + Send + Sync + 'static) -> std::io::Result<Self> {
         let (command_tx, command_rx) = mpsc::sync_channel::<Command>(COMMAND_QUEUE);
         let (event_tx, event_rx) = mpsc::sync_channel::<Event>(EVENT_QUEUE);
-        let cancel = Arc::new(AtomicBool::new(false));
+        let running = Arc::new(std::sync::Mutex::new(None));
         let shutdown = Arc::new(AtomicBool::new(false));
-        let thread_cancel = Arc::clone(&cancel);
+        let thread_running = Arc::clone(&running);
         let thread_shutdown = Arc::clone(&shutdown);
         let thread = std::thread::Builder::new()
             .name("mlx-worker".into())
@@ -217,7 +253,7 @@ impl Worker {
                     &command_rx,
                     &event_tx,
                     &wake,
-                    &thread_cancel,
+                    &thread_running,
                     &thread_shutdown,
                 );
             })?;
@@ -225,22 +261,20 @@ impl Worker {
             commands: Some(command_tx),
             events: event_rx,
             thread: Some(thread),
-            cancel,
+            running,
             shutdown,
         })
     }
 
-    /// Stops the running walk before its next tensor (the walk ends with a
-    /// `walk-end` event saying so). Does nothing when no walk runs; a walk
-    /// queued later starts afresh.
-    pub fn cancel_walk(&self) {
-        self.cancel.store(true, Ordering::Relaxed);
-    }
-
-    /// A handle that cancels the running walk from any thread.
-    #[must_use]
-    pub fn canceller(&self) -> WalkCanceller {
-        WalkCanceller(Arc::clone(&self.cancel))
+    /// Cancels whatever long job runs now and skips the queued ones, as
+    /// closing the window does (the handle's `Drop` does it too).
+    pub fn stop_jobs(&self) {
+        self.shutdown.store(true, Ordering::Relaxed);
+        if let Ok(running) = self.running.lock()
+            && let Some(token) = running.as_ref()
+        {
+            token.cancel();
+        }
     }
 
     /// Queues a command.
@@ -277,8 +311,7 @@ impl Drop for Worker {
         // them. Closing the command channel ends the loop after the queued
         // commands; draining events keeps the worker from blocking on a full
         // queue.
-        self.shutdown.store(true, Ordering::Relaxed);
-        self.cancel.store(true, Ordering::Relaxed);
+        self.stop_jobs();
         self.commands = None;
         while self.events.recv().is_ok() {}
         if let Some(thread) = self.thread.take() {
@@ -291,7 +324,7 @@ fn run(
     commands: &Receiver<Command>,
     events: &SyncSender<Event>,
     wake: &(dyn Fn() + Send + Sync),
-    cancel: &AtomicBool,
+    running: &std::sync::Mutex<Option<CancelToken>>,
     shutdown: &AtomicBool,
 ) {
     let mut weights: Option<Weights> = None;
@@ -309,72 +342,91 @@ fn run(
         sent
     };
     for command in commands {
-        let long_job = matches!(
-            command,
-            Command::Walk { .. } | Command::Diff { .. } | Command::ScanValues
-        );
-        if long_job && shutdown.load(Ordering::Relaxed) {
-            continue;
-        }
-        if let Command::ScanValues = command {
-            if !scan_job(weights.as_mut(), cancel, &send) {
-                break;
+        let token = match &command {
+            Command::Walk { cancel, .. }
+            | Command::Diff { cancel, .. }
+            | Command::ScanValues { cancel } => Some(cancel.clone()),
+            _ => None,
+        };
+        if let Some(token) = &token {
+            if shutdown.load(Ordering::Relaxed) {
+                continue; // the window is closing: queued jobs are skipped
             }
-            continue;
-        }
-        if let Command::Walk { policy, transform } = command {
-            if !walk_job(weights.as_mut(), policy, transform, cancel, &send) {
-                break;
+            if let Ok(mut slot) = running.lock() {
+                *slot = Some(token.clone());
             }
-            continue;
         }
-        if let Command::Diff { other, view } = command {
-            let Some(w) = weights.as_mut() else {
-                let kind = EventKind::DiffFinished(Err("no checkpoint is open".into()));
-                if !send(kind, None, MemorySample::now()) {
-                    break;
-                }
-                continue;
-            };
-            cancel.store(false, Ordering::Relaxed);
-            let result = Weights::open_viewed(&other, &view).map(|mut b| {
-                let mut listening = true;
-                let report = crate::weights::diff(w, &mut b, cancel, &mut |p| {
-                    if listening {
-                        listening = send(EventKind::Diffed(p), None, MemorySample::now());
-                    }
-                    if !listening {
-                        cancel.store(true, Ordering::Relaxed);
-                    }
-                });
-                Box::new(report)
-            });
-            let mark = match &result {
-                Ok(r) => Mark::new(MarkKind::WalkEnd, "diff").detail(format!(
-                    "diff with {}: {} compared, {} differ",
-                    other.display(),
-                    r.common.len(),
-                    r.differing().count()
-                )),
-                Err(e) => Mark::new(MarkKind::Error, "diff").detail(e.as_str()),
-            };
-            if !send(
-                EventKind::DiffFinished(result),
-                Some(mark),
-                MemorySample::now(),
-            ) {
-                break;
+        let listening = match command {
+            Command::ScanValues { cancel } => scan_job(weights.as_mut(), cancel.flag(), &send),
+            Command::Walk {
+                policy,
+                transform,
+                cancel,
+            } => walk_job(weights.as_mut(), policy, transform, cancel.flag(), &send),
+            Command::Diff {
+                other,
+                view,
+                cancel,
+            } => diff_job(weights.as_mut(), &other, &view, cancel.flag(), &send),
+            command => {
+                let kind = handle(command, &mut weights, &options);
+                let mark = mark_of(&kind, weights.as_ref());
+                send(kind, mark, MemorySample::now())
             }
-            continue;
+        };
+        if token.is_some()
+            && let Ok(mut slot) = running.lock()
+        {
+            *slot = None;
         }
-        let kind = handle(command, &mut weights, &options);
-        let mark = mark_of(&kind, weights.as_ref());
-        if !send(kind, mark, MemorySample::now()) {
+        if !listening {
             break; // nobody listens any more
         }
     }
     // Arrays and maps are freed here, on the thread that made them.
     drop(weights);
+}
+
+/// Runs a diff of the open checkpoint against `other`, streaming its
+/// progress; returns whether anybody still listens.
+fn diff_job(
+    weights: Option<&mut Weights>,
+    other: &std::path::Path,
+    view: &ViewChoice,
+    cancel: &AtomicBool,
+    send: &dyn Fn(EventKind, Option<Mark>, MemorySample) -> bool,
+) -> bool {
+    let Some(w) = weights else {
+        let kind = EventKind::DiffFinished(Err("no checkpoint is open".into()));
+        return send(kind, None, MemorySample::now());
+    };
+    let result = Weights::open_viewed(other, view).map(|mut b| {
+        let mut listening = true;
+        let report = crate::weights::diff(w, &mut b, cancel, &mut |p| {
+            if listening {
+                listening = send(EventKind::Diffed(p), None, MemorySample::now());
+            }
+            if !listening {
+                cancel.store(true, Ordering::Relaxed);
+            }
+        });
+        Box::new(report)
+    });
+    let mark = match &result {
+        Ok(r) => Mark::new(MarkKind::WalkEnd, "diff").detail(format!(
+            "diff with {}: {} compared, {} differ{}",
+            other.display(),
+            r.common.len(),
+            r.differing().count(),
+            if r.cancelled { ", cancelled" } else { "" }
+        )),
+        Err(e) => Mark::new(MarkKind::Error, "diff").detail(e.as_str()),
+    };
+    send(
+        EventKind::DiffFinished(result),
+        Some(mark),
+        MemorySample::now(),
+    )
 }
 
 /// Runs a walk on the open checkpoint, streaming its moments; returns
@@ -393,7 +445,6 @@ fn walk_job(
         };
         return send(kind, None, MemorySample::now());
     };
-    cancel.store(false, Ordering::Relaxed);
     let mut listening = true;
     let outcome = profile::walk(w, policy, transform, cancel, &mut |recorded| {
         if listening {
@@ -422,7 +473,6 @@ fn scan_job(
         let kind = EventKind::ScanFinished(Err("no checkpoint is open".into()));
         return send(kind, None, MemorySample::now());
     };
-    cancel.store(false, Ordering::Relaxed);
     let mut listening = true;
     let scan = crate::weights::scan_values(w, cancel, &mut |p| {
         if listening {
@@ -622,10 +672,12 @@ fn handle(command: Command, weights: &mut Option<Weights>, options: &PreviewOpti
                 error: err.to_string(),
             },
         },
-        Command::Walk { .. } | Command::Diff { .. } | Command::ScanValues => EventKind::Failed {
-            target: "walk".into(),
-            error: "walks and diffs run outside this handler".into(),
-        },
+        Command::Walk { .. } | Command::Diff { .. } | Command::ScanValues { .. } => {
+            EventKind::Failed {
+                target: "walk".into(),
+                error: "walks and diffs run outside this handler".into(),
+            }
+        }
         Command::Close => {
             *weights = None;
             EventKind::Closed

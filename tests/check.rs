@@ -574,3 +574,38 @@ fn a_value_scan_cancelled_between_tensors_stops_and_says_so() {
     drop(weights);
     common::assert_all_freed();
 }
+
+#[test]
+fn the_worker_honours_a_scan_cancelled_before_it_starts_and_one_jobs_cancel_spares_another() {
+    use weightscope::worker::{CancelToken, Command, EventKind, Worker};
+    let _lock = mlx_memory_lock();
+    let dir = broken(Recipe::of(QuantMode::Affine, 4), |_, _| {});
+    let worker = Worker::spawn(|| {}).expect("worker");
+    worker
+        .send(Command::Open(dir.path().to_path_buf()))
+        .expect("send");
+    assert!(matches!(
+        worker.recv().expect("event").kind,
+        EventKind::Opened { .. }
+    ));
+    let early = CancelToken::new();
+    early.cancel();
+    let other = CancelToken::new();
+    worker
+        .send(Command::ScanValues { cancel: early })
+        .expect("send");
+    worker
+        .send(Command::ScanValues {
+            cancel: other.clone(),
+        })
+        .expect("send");
+    let mut finished = Vec::new();
+    while finished.len() < 2 {
+        if let EventKind::ScanFinished(result) = worker.recv().expect("event").kind {
+            finished.push(result.expect("a scan"));
+        }
+    }
+    assert!(finished[0].cancelled && finished[0].scanned == 0);
+    assert!(!finished[1].cancelled && finished[1].scanned == finished[1].total);
+    assert!(!other.is_cancelled());
+}

@@ -12,7 +12,7 @@ use common::{Tensor, mlx_memory_lock, write_safetensors};
 use weightscope::mlx;
 use weightscope::profile::{Policy, Transform, process_rss_bytes};
 use weightscope::weights::{ViewChoice, Weights, diff};
-use weightscope::worker::{Command, Event, EventKind, Worker};
+use weightscope::worker::{CancelToken, Command, Event, EventKind, Worker};
 
 const MIB: usize = 1 << 20;
 
@@ -140,6 +140,7 @@ fn materializing_past_the_memory_limit_is_refused_and_the_next_click_works() {
         .send(Command::Walk {
             policy: Policy::Retain,
             transform: Transform::None,
+            cancel: CancelToken::new(),
         })
         .expect("send");
     let outcome = loop {
@@ -234,6 +235,7 @@ fn a_full_session_writes_nothing_in_the_model_folder() {
             .send(Command::Walk {
                 policy,
                 transform: Transform::Q4,
+                cancel: CancelToken::new(),
             })
             .expect("send");
         while !matches!(recv(&worker).kind, EventKind::WalkFinished(_)) {}
@@ -242,6 +244,7 @@ fn a_full_session_writes_nothing_in_the_model_folder() {
         .send(Command::Diff {
             other: dir.path().to_path_buf(),
             view: ViewChoice::Identity,
+            cancel: CancelToken::new(),
         })
         .expect("send");
     while !matches!(recv(&worker).kind, EventKind::DiffFinished(_)) {}

@@ -6,8 +6,7 @@ mod common;
 
 use std::path::Path;
 use std::process::Command as Process;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use common::{Tensor, mlx_memory_lock, write_safetensors};
 use weightscope::mlx;
@@ -16,7 +15,7 @@ use weightscope::profile::{
     WalkOutcome, WalkPlan,
 };
 use weightscope::weights::Weights;
-use weightscope::worker::{Command, EventKind, Worker};
+use weightscope::worker::{CancelToken, Command, EventKind, Worker};
 
 const MIB: u64 = 1 << 20;
 const SHARDS: usize = 8;
@@ -302,24 +301,7 @@ fn the_worker_streams_a_walk_and_cancels_it() {
     let _lock = mlx_memory_lock();
     let dir = tempfile::tempdir().expect("tempdir");
     write_model(dir.path());
-    // The wake callback runs on the worker thread after each event. Counting
-    // wakes makes the cancel land at a known event, whatever the timing: 1
-    // (open) + 46 (the first walk: start, 36 steps, 8 shard releases, end) + 1
-    // (its outcome) = 48, so wake 49 follows the second walk's start and the
-    // walk stops before its first tensor.
-    let handle: Arc<OnceLock<Arc<dyn Fn() + Send + Sync>>> = Arc::new(OnceLock::new());
-    let wakes = Arc::new(AtomicUsize::new(0));
-    let (wake_handle, wake_count) = (Arc::clone(&handle), Arc::clone(&wakes));
-    let worker = Worker::spawn(move || {
-        let n = wake_count.fetch_add(1, Ordering::SeqCst) + 1;
-        if let (49, Some(cancel)) = (n, wake_handle.get()) {
-            cancel();
-        }
-    })
-    .expect("worker");
-    let canceller = worker.canceller();
-    let _ = handle.set(Arc::new(move || canceller.cancel()));
-
+    let worker = Worker::spawn(|| {}).expect("worker");
     worker
         .send(Command::Open(dir.path().to_path_buf()))
         .expect("send");
@@ -331,6 +313,7 @@ fn the_worker_streams_a_walk_and_cancels_it() {
         .send(Command::Walk {
             policy: Policy::ReleaseShard,
             transform: Transform::None,
+            cancel: CancelToken::new(),
         })
         .expect("send");
     let mut marks = Vec::new();
@@ -358,10 +341,15 @@ fn the_worker_streams_a_walk_and_cancels_it() {
         SHARDS
     );
 
+    // A token cancelled before its walk starts stops it before its first
+    // tensor (cancelling at a chosen tensor is tested on `profile::walk`).
+    let early = CancelToken::new();
+    early.cancel();
     worker
         .send(Command::Walk {
             policy: Policy::Retain,
             transform: Transform::None,
+            cancel: early,
         })
         .expect("send");
     let outcome = loop {
@@ -369,8 +357,9 @@ fn the_worker_streams_a_walk_and_cancels_it() {
             break outcome;
         }
     };
-    assert!(outcome.cancelled, "cancelled from the first event's wake");
+    assert!(outcome.cancelled, "cancelled before it started");
     assert_eq!(outcome.steps_done, 0);
+
     worker.send(Command::Close).expect("send");
     assert!(matches!(
         worker.recv().expect("event").kind,

@@ -8,6 +8,7 @@ use std::time::Instant;
 use crate::checkpoint::check::{Finding, Severity};
 use crate::units::{human_bytes, printable};
 use crate::weights::{ScanProgress, ValueScan};
+use crate::worker::CancelToken;
 
 /// What the panel asks the app to do.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -16,7 +17,7 @@ pub enum CheckAction {
     Select(String),
     /// Start reading every tensor's values.
     ScanValues,
-    /// Stop the running scan.
+    /// The running scan was asked to stop (the panel cancelled its token).
     Cancel,
 }
 
@@ -27,6 +28,8 @@ pub struct CheckPanel {
     scan: Option<Box<ValueScan>>,
     running: Option<(ScanProgress, Instant)>,
     error: Option<String>,
+    /// The running scan's cancel token.
+    cancel: Option<CancelToken>,
 }
 
 impl CheckPanel {
@@ -38,9 +41,10 @@ impl CheckPanel {
         };
     }
 
-    /// A scan was asked for.
-    pub fn scan_started(&mut self) {
+    /// A scan was asked for, cancelled through `cancel`.
+    pub fn scan_started(&mut self, cancel: CancelToken) {
         self.error = None;
+        self.cancel = Some(cancel);
         self.running = Some((
             ScanProgress {
                 done: 0,
@@ -134,6 +138,9 @@ impl CheckPanel {
             ));
             if self.running.is_some() {
                 if ui.button("Cancel").on_hover_text("Stop before the next tensor").clicked() {
+                    if let Some(token) = &self.cancel {
+                        token.cancel();
+                    }
                     action = Some(CheckAction::Cancel);
                 }
             } else if ui
@@ -179,40 +186,45 @@ impl CheckPanel {
             ui.label("Nothing found.");
             return action;
         }
-        egui::ScrollArea::vertical()
-            .id_salt("check-scroll")
-            .auto_shrink([false, false])
-            .show(ui, |ui| {
-                for f in findings {
-                    let color = match f.severity {
-                        Severity::Error => ui.visuals().error_fg_color,
-                        Severity::Warning => ui.visuals().warn_fg_color,
-                        Severity::Info => ui.visuals().text_color(),
-                    };
-                    ui.horizontal(|ui| {
-                        ui.label(egui::RichText::new(f.severity.name()).color(color).strong());
-                        ui.label(egui::RichText::new(f.code).monospace());
-                        let place = match (&f.tensor, &f.file) {
-                            (Some(t), _) => printable(t).into_owned(),
-                            (None, Some(file)) => printable(file).into_owned(),
-                            (None, None) => String::new(),
-                        };
-                        if let Some(tensor) = &f.tensor {
-                            if ui
-                                .link(place)
-                                .on_hover_text("Select and materialize this tensor")
-                                .clicked()
-                            {
-                                action = Some(CheckAction::Select(tensor.clone()));
-                            }
-                        } else if !place.is_empty() {
-                            ui.label(place);
-                        }
-                    });
-                    ui.add(egui::Label::new(printable(&f.message)).wrap());
-                    ui.add_space(4.0);
-                }
-            });
+        findings_ui(ui, &findings, &mut action);
         action
     }
+}
+
+/// The list of findings; a click on a tensor sets `action`.
+fn findings_ui(ui: &mut egui::Ui, findings: &[&Finding], action: &mut Option<CheckAction>) {
+    egui::ScrollArea::vertical()
+        .id_salt("check-scroll")
+        .auto_shrink([false, false])
+        .show(ui, |ui| {
+            for f in findings.iter().copied() {
+                let color = match f.severity {
+                    Severity::Error => ui.visuals().error_fg_color,
+                    Severity::Warning => ui.visuals().warn_fg_color,
+                    Severity::Info => ui.visuals().text_color(),
+                };
+                ui.horizontal(|ui| {
+                    ui.label(egui::RichText::new(f.severity.name()).color(color).strong());
+                    ui.label(egui::RichText::new(f.code).monospace());
+                    let place = match (&f.tensor, &f.file) {
+                        (Some(t), _) => printable(t).into_owned(),
+                        (None, Some(file)) => printable(file).into_owned(),
+                        (None, None) => String::new(),
+                    };
+                    if let Some(tensor) = &f.tensor {
+                        if ui
+                            .link(place)
+                            .on_hover_text("Select and materialize this tensor")
+                            .clicked()
+                        {
+                            *action = Some(CheckAction::Select(tensor.clone()));
+                        }
+                    } else if !place.is_empty() {
+                        ui.label(place);
+                    }
+                });
+                ui.add(egui::Label::new(printable(&f.message)).wrap());
+                ui.add_space(4.0);
+            }
+        });
 }

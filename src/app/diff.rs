@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use crate::weights::{DiffProgress, DiffReport, ViewChoice};
-use crate::worker::Command;
+use crate::worker::{CancelToken, Command};
 
 use super::{Action, WeightscopeApp};
 
@@ -36,6 +36,8 @@ pub(super) struct DiffState {
     rows: Vec<usize>,
     /// Show only tensors whose values differ.
     pub only_differing: bool,
+    /// The running diff's cancel token.
+    cancel: Option<CancelToken>,
 }
 
 impl Default for DiffState {
@@ -50,6 +52,7 @@ impl Default for DiffState {
             descending: true,
             rows: Vec::new(),
             only_differing: false,
+            cancel: None,
         }
     }
 }
@@ -98,7 +101,13 @@ impl WeightscopeApp {
         self.diff.error = None;
         self.diff.report = None;
         self.diff.rows.clear();
-        self.send(Command::Diff { other, view });
+        let cancel = CancelToken::new();
+        self.diff.cancel = Some(cancel.clone());
+        self.send(Command::Diff {
+            other,
+            view,
+            cancel,
+        });
         self.diff.running = Some((
             DiffProgress {
                 done: 0,
@@ -163,8 +172,10 @@ impl WeightscopeApp {
             .labelled_by(label.id);
             let running = self.diff.running.is_some();
             if running {
-                if ui.button("Cancel diff").clicked() {
-                    self.worker.cancel_walk();
+                if ui.button("Cancel diff").clicked()
+                    && let Some(token) = &self.diff.cancel
+                {
+                    token.cancel();
                 }
             } else {
                 let has_b = !self.diff.other_input.trim().is_empty();

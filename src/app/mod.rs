@@ -520,10 +520,13 @@ impl WeightscopeApp {
         }
         match self.check.ui(ui) {
             Some(check::CheckAction::ScanValues) => {
-                self.send(Command::ScanValues);
-                self.check.scan_started();
+                let cancel = crate::worker::CancelToken::new();
+                self.send(Command::ScanValues {
+                    cancel: cancel.clone(),
+                });
+                self.check.scan_started(cancel);
             }
-            Some(check::CheckAction::Cancel) => self.worker.cancel_walk(),
+            Some(check::CheckAction::Cancel) | None => {}
             Some(check::CheckAction::Select(stored)) => {
                 let Some(checkpoint) = self.checkpoint.clone() else {
                     return;
@@ -541,8 +544,13 @@ impl WeightscopeApp {
                     self.materialize(&name);
                 }
             }
-            None => {}
         }
+    }
+
+    /// Cancels the worker's running job (walk, diff, value scan) and skips
+    /// queued ones: the window is closing.
+    pub fn stop_jobs(&self) {
+        self.worker.stop_jobs();
     }
 
     /// Whether a value scan runs.

@@ -13,7 +13,7 @@ use crate::profile::{
     Transform, WalkOutcome, WalkPlan,
 };
 use crate::units::human_bytes;
-use crate::worker::Command;
+use crate::worker::{CancelToken, Command};
 
 use super::{Action, WeightscopeApp};
 
@@ -60,6 +60,8 @@ pub(super) struct ProfilerState {
     pub walk_view: bool,
     pub memory_limit_input: String,
     pub cache_limit_input: String,
+    /// The running walk's cancel token.
+    pub cancel: Option<CancelToken>,
     pub budget_input: String,
     pub trace_path_input: String,
     pub interval_ms: u64,
@@ -84,6 +86,7 @@ impl Default for ProfilerState {
             policy: Policy::ReleaseShard,
             transform: Transform::None,
             running: None,
+            cancel: None,
             last: None,
             overlays: Vec::new(),
             selected_secs: None,
@@ -251,7 +254,13 @@ impl WeightscopeApp {
     /// Starts a walk of the open checkpoint with the chosen policy and transform.
     pub fn start_walk(&mut self) {
         let (policy, transform) = (self.profiler.policy, self.profiler.transform);
-        self.send(Command::Walk { policy, transform });
+        let cancel = CancelToken::new();
+        self.profiler.cancel = Some(cancel.clone());
+        self.send(Command::Walk {
+            policy,
+            transform,
+            cancel,
+        });
         self.profiler.running = Some(RunningWalk {
             policy,
             transform,
@@ -381,8 +390,10 @@ impl WeightscopeApp {
                     .on_hover_text("none: read only; f16: cast f32/bf16 to f16; q4: MLX 4-bit quantize 2-D weights");
             });
             if walking {
-                if ui.button("Cancel walk").clicked() {
-                    self.worker.cancel_walk();
+                if ui.button("Cancel walk").clicked()
+                    && let Some(token) = &self.profiler.cancel
+                {
+                    token.cancel();
                 }
             } else if ui
                 .button("Run walk")

@@ -63,6 +63,12 @@ impl Shell {
 }
 
 impl eframe::App for Shell {
+    // Closing the window stops the running walk, diff or scan before its
+    // next tensor and skips queued ones, so the window closes at once.
+    fn on_exit(&mut self) {
+        self.app.stop_jobs();
+    }
+
     fn logic(&mut self, ctx: &egui::Context, _frame: &mut eframe::Frame) {
         // At most ~10 ms of events per frame; the worker wakes us for more.
         self.app.drain_events(Duration::from_millis(10));
