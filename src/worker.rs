@@ -572,7 +572,8 @@ fn mark_of(kind: &EventKind, weights: Option<&Weights>) -> Option<Mark> {
 /// Opens `path` and installs the chosen view; a view that cannot be made
 /// leaves the checkpoint open without one and says why.
 fn open(weights: &mut Option<Weights>, path: PathBuf, choice: &ViewChoice) -> EventKind {
-    *weights = None;
+    // The open checkpoint stays until the new one has opened: a failed open
+    // leaves what worked working.
     let mut opened = match Weights::open(&path) {
         Ok(opened) => opened,
         Err(err) => {
@@ -588,6 +589,8 @@ fn open(weights: &mut Option<Weights>, path: PathBuf, choice: &ViewChoice) -> Ev
     };
     let checkpoint = opened.shared_checkpoint();
     let findings = check_headers(&checkpoint, &checkpoint.summary());
+    // The old one's arrays and maps go first, then the new one takes its place.
+    *weights = None;
     *weights = Some(opened);
     EventKind::Opened {
         path,

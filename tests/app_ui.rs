@@ -92,7 +92,19 @@ fn browse_the_demo_filter_materialize_and_release() {
     harness.get_by_label("min");
     harness.get_by_label("NaN");
     harness.get_by_label_contains("MLX affine 4-bit, group 64 (scales and biases)");
-    harness.get_by_label_contains("materialized 64.00 KiB");
+    // The packed weight with its scales and biases: 64 + 8 + 8 KiB.
+    harness.get_by_label_contains("materialized 80.00 KiB");
+    // A second click is served from the cache and adds nothing.
+    harness
+        .state_mut()
+        .materialize("model.layers.0.mlp.up_proj.weight");
+    harness.step();
+    harness
+        .state_mut()
+        .wait_for_worker()
+        .expect("materialized again");
+    harness.run();
+    harness.get_by_label_contains("materialized 80.00 KiB");
 
     // Release its shard: the state says so.
     // One button per shard, in shard order: the second shard holds up_proj.
@@ -546,4 +558,52 @@ fn the_check_tab_lists_findings_selects_their_tensor_and_reads_values() {
     harness.run();
     // Its values cannot be shown, and the inspector says why.
     harness.get_by_label_contains("affine quantization needs biases");
+}
+
+#[test]
+fn enter_in_the_path_field_only_opens_and_a_failed_open_keeps_the_open_checkpoint() {
+    let _lock = common::mlx_memory_lock();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let demo = demo::ensure_demo(dir.path()).expect("demo");
+    let mut harness = harness(open_app(&demo));
+    // Materialize one row, then select the next with the keyboard (which
+    // does not materialize it).
+    harness.get_by_label_contains("lm_head.weight").click();
+    harness.step();
+    harness.state_mut().wait_for_worker().expect("materialized");
+    harness.run();
+    harness.key_press(egui::Key::ArrowDown);
+    harness.run();
+
+    // A wrong path typed and entered: an error, and the open checkpoint
+    // still works (its rows, its tensors).
+    harness.get_by_label("Checkpoint path").focus();
+    harness.run();
+    harness.key_press_modifiers(egui::Modifiers::COMMAND, egui::Key::A);
+    harness
+        .get_by_label("Checkpoint path")
+        .type_text("/nonexistent/model");
+    harness.run();
+    harness.key_press(egui::Key::Enter);
+    harness.step();
+    harness.state_mut().wait_for_worker().expect("answered");
+    harness.run();
+    harness.get_by_label_contains("/nonexistent/model");
+    assert_eq!(
+        harness.state().checkpoint().map(|c| c.tensors().len()),
+        Some(10),
+        "the open checkpoint stays"
+    );
+    // The Enter was the path field's: the selected row was not materialized.
+    assert_eq!(harness.state().inspected_name(), Some("lm_head.weight"));
+    harness.get_by_label_contains("model.norm.weight").click();
+    harness.step();
+    harness.state_mut().wait_for_worker().expect("materialized");
+    harness.run();
+    assert!(
+        harness
+            .query_by_label_contains("no checkpoint is open")
+            .is_none()
+    );
+    harness.get_by_label_contains("min");
 }

@@ -329,16 +329,12 @@ impl WeightscopeApp {
                 self.open_error = Some(error);
             }
             EventKind::Materialized(preview) => {
-                let state = self
-                    .shard_states
-                    .entry(preview.shard.clone())
-                    .or_insert(ShardState::NotLoaded);
-                *state = match *state {
-                    ShardState::Materialized(bytes) => {
-                        ShardState::Materialized(bytes + preview.bytes)
-                    }
-                    _ => ShardState::Materialized(preview.bytes),
-                };
+                // One source for residency: the worker's bookkeeping, carried
+                // in the event's mark (a second click adds nothing).
+                if let Some((file, bytes)) = event.mark.as_ref().and_then(|m| m.resident.clone()) {
+                    self.shard_states
+                        .insert(file, ShardState::Materialized(bytes));
+                }
                 let is_current = matches!(&self.inspected, Inspected::Pending { name, .. } if *name == preview.name);
                 if is_current {
                     self.inspected = Inspected::Ready(preview);
@@ -553,6 +549,16 @@ impl WeightscopeApp {
         self.worker.stop_jobs();
     }
 
+    /// The tensor the inspector shows or waits for, if any.
+    #[must_use]
+    pub fn inspected_name(&self) -> Option<&str> {
+        match &self.inspected {
+            Inspected::Nothing => None,
+            Inspected::Pending { name, .. } | Inspected::Failed { name, .. } => Some(name),
+            Inspected::Ready(preview) => Some(&preview.name),
+        }
+    }
+
     /// Whether a value scan runs.
     #[must_use]
     pub fn is_checking_values(&self) -> bool {
@@ -629,7 +635,10 @@ impl WeightscopeApp {
                     .desired_width(480.0),
             );
             let field = field.labelled_by(ui.label("Checkpoint path").id);
-            let entered = field.lost_focus() && ui.input(|i| i.key_pressed(egui::Key::Enter));
+            // The Enter that opens is consumed here: the tensors table must not
+            // also take it as "materialize the selected row".
+            let entered = field.lost_focus()
+                && ui.input_mut(|i| i.consume_key(egui::Modifiers::NONE, egui::Key::Enter));
             if ui.button("Open").clicked() || entered {
                 let path = PathBuf::from(self.path_input.trim());
                 self.open(path);
