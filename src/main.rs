@@ -30,15 +30,16 @@ fn run() -> u8 {
     let command = match cli::parse(std::env::args_os().skip(1)) {
         Ok(command) => command,
         Err(err) => {
-            eprintln!("weightscope: {err}\n{}", cli::USAGE);
-            return BAD_INPUT;
+            // Help and version on stdout, mistakes on stderr, as clap decides.
+            let _ = err.print();
+            return cli::exit_code(&err);
         }
     };
     // On a GPU with managed memory, MLX must be capped before anything is
     // materialized: the variable applies to every command and the window.
     if let Some(limit) = std::env::var_os("WEIGHTSCOPE_MEMORY_LIMIT") {
         let text = limit.to_string_lossy();
-        let set = cli::walk::parse_size(&text)
+        let set = weightscope::units::parse_size(&text)
             .filter(|b| *b > 0)
             .ok_or_else(|| format!("WEIGHTSCOPE_MEMORY_LIMIT=`{text}` is not a size such as 8G"))
             .and_then(|bytes| mlx::set_memory_limit(bytes).map_err(|e| e.to_string()));
@@ -51,7 +52,7 @@ fn run() -> u8 {
     // buffers it keeps for reuse instead of returning them.
     if let Some(limit) = std::env::var_os("WEIGHTSCOPE_CACHE_LIMIT") {
         let text = limit.to_string_lossy();
-        let set = cli::walk::parse_size(&text)
+        let set = weightscope::units::parse_size(&text)
             .ok_or_else(|| format!("WEIGHTSCOPE_CACHE_LIMIT=`{text}` is not a size such as 1G"))
             .and_then(|bytes| mlx::set_cache_limit(bytes).map_err(|e| e.to_string()));
         if let Err(err) = set {
@@ -60,8 +61,14 @@ fn run() -> u8 {
         }
     }
     match command {
-        Command::Help => println!("{}", cli::USAGE),
-        Command::Version => println!("weightscope {}", env!("CARGO_PKG_VERSION")),
+        Command::Completions(shell) => match cli::completions(shell, &mut std::io::stdout()) {
+            Ok(()) => {}
+            Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => {}
+            Err(err) => {
+                say(format_args!("cannot write the completions: {err}"));
+                return 1;
+            }
+        },
         Command::Device => return print_device(),
         Command::Inspect { path, json } => return inspect(&path, json),
         Command::Tensor { path, name, json } => return tensor(&path, &name, json),
@@ -151,9 +158,17 @@ fn tensor(path: &std::path::Path, name: &str, json: bool) -> u8 {
     // A bad shard elsewhere does not stop reading a tensor from a good one.
     if checkpoint.tensor(name).is_none() {
         let problems = inspect::fatal_problems(&checkpoint);
-        match problems.first() {
-            Some(problem) => say(format_args!("{problem}")),
-            None => say(format_args!("no tensor named `{name}`: {}", path.display())),
+        if let Some(problem) = problems.first() {
+            say(format_args!("{problem}"));
+        } else {
+            let names = checkpoint.tensors().iter().map(|t| t.name.as_str());
+            match cli::closest(name, names) {
+                Some(close) => say(format_args!(
+                    "no tensor named `{name}` (did you mean `{close}`?): {}",
+                    path.display()
+                )),
+                None => say(format_args!("no tensor named `{name}`: {}", path.display())),
+            }
         }
         return BAD_INPUT;
     }

@@ -16,6 +16,32 @@ pub fn human_bytes(bytes: u64) -> String {
     format!("{value:.2} {}", UNITS[unit])
 }
 
+/// A size like `8G`, `512MiB`, `1.5k`, `12 GB` or plain bytes (binary
+/// units: K, M, G, T, each alone or with `B` or `iB`). Anything else, such as
+/// `8BBB` or `3X`, is `None`.
+#[must_use]
+pub fn parse_size(text: &str) -> Option<u64> {
+    let text = text.trim();
+    let (digits, unit) = match text.find(|c: char| !c.is_ascii_digit() && c != '.') {
+        Some(i) => text.split_at(i),
+        None => (text, ""),
+    };
+    let value: f64 = digits.parse().ok()?;
+    let unit = unit.trim().to_ascii_uppercase();
+    let scale: u64 = match unit.as_str() {
+        "" | "B" => 1,
+        "K" | "KB" | "KIB" => 1 << 10,
+        "M" | "MB" | "MIB" => 1 << 20,
+        "G" | "GB" | "GIB" => 1 << 30,
+        "T" | "TB" | "TIB" => 1 << 40,
+        _ => return None,
+    };
+    let bytes = value * scale as f64;
+    // Checked to fit: the cast neither truncates nor loses a sign.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    (bytes.is_finite() && (0.0..1.8e19).contains(&bytes)).then_some(bytes as u64)
+}
+
 /// `1234567` → `"1,234,567"`.
 #[must_use]
 pub fn grouped(n: u64) -> String {
@@ -45,6 +71,19 @@ pub fn short_count(n: u64) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn sizes_take_binary_units_strictly() {
+        use super::parse_size;
+        assert_eq!(parse_size("8G"), Some(8 << 30));
+        assert_eq!(parse_size("512MiB"), Some(512 << 20));
+        assert_eq!(parse_size("1.5k"), Some(1536));
+        assert_eq!(parse_size("4096"), Some(4096));
+        assert_eq!(parse_size("12 GB"), Some(12 << 30));
+        for bad in ["lots", "3X", "8BBB", "8GG", "G", "", "1.2.3M"] {
+            assert_eq!(parse_size(bad), None, "{bad}");
+        }
+    }
+
     use super::*;
 
     #[test]

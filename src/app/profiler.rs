@@ -438,7 +438,7 @@ impl WeightscopeApp {
             );
             field.labelled_by(label.id);
             if ui.button("Set limit").clicked() {
-                match crate::cli::walk::parse_size(&self.profiler.memory_limit_input) {
+                match crate::units::parse_size(&self.profiler.memory_limit_input) {
                     Some(bytes) if bytes > 0 => self.send(Command::SetMemoryLimit(bytes)),
                     _ => {
                         self.profiler.message =
@@ -454,7 +454,7 @@ impl WeightscopeApp {
             );
             field.labelled_by(label.id);
             if ui.button("Set cache limit").clicked() {
-                match crate::cli::walk::parse_size(&self.profiler.cache_limit_input) {
+                match crate::units::parse_size(&self.profiler.cache_limit_input) {
                     Some(bytes) => self.send(Command::SetCacheLimit(bytes)),
                     None => {
                         self.profiler.message =
@@ -771,7 +771,7 @@ impl WeightscopeApp {
             )
             .labelled_by(label.id);
         });
-        let budget = crate::cli::walk::parse_size(&self.profiler.budget_input).filter(|b| *b > 0);
+        let budget = crate::units::parse_size(&self.profiler.budget_input).filter(|b| *b > 0);
         let report = profile::fit_report(
             &expected,
             &self.profiler.machine,

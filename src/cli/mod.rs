@@ -10,8 +10,12 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use clap::builder::TypedValueParser as _;
+use clap::error::ErrorKind;
+use clap::{CommandFactory as _, Parser, Subcommand};
+
 use crate::profile::{DEFAULT_INTERVAL, Policy, Transform};
-use crate::weights::ViewChoice;
+use crate::weights::{BUILTIN_VIEWS, ViewChoice};
 pub use check::CheckArgs;
 pub use diff::DiffArgs;
 pub use walk::WalkArgs;
@@ -48,308 +52,347 @@ pub enum Command {
     Diff(DiffArgs),
     /// Find what is wrong with a checkpoint that opens.
     Check(CheckArgs),
-    /// Print usage.
-    Help,
-    /// Print the version.
-    Version,
+    /// Print a shell completion script.
+    Completions(clap_complete::Shell),
 }
 
-/// The usage text.
-pub const USAGE: &str = "\
-usage: weightscope [PATH]                 open the window (no PATH: the bundled demo)
-       weightscope inspect PATH [--json]  header summary: shards, tensors, totals
-       weightscope tensor PATH NAME [--json]  materialize one tensor through MLX: stats, first values
-       weightscope walk PATH --policy retain|release-tensor|release-shard
-                   [--transform none|f16|q4] [--json] [--csv FILE] [--trace FILE]
-                   [--interval-ms N] [--memory-limit SIZE] [--cache-limit SIZE]
-                                          materialize every tensor in shard order, record memory
-       weightscope diff A B [--json] [--view-a VIEW] [--view-b VIEW]
-                                          compare two checkpoints tensor by tensor on MLX
-       weightscope check PATH [--json] [--values]
-                                          what is wrong with a checkpoint (exit 1 on errors)
-       weightscope device                 print MLX's device and memory counters
-VIEW: auto (default), identity, qwen3-next, or a view file (docs/views.md)
-       weightscope --help | --version";
+/// weightscope: checkpoint browser, doctor and memory profiler for MLX.
+///
+/// With no subcommand it opens the window on PATH (a folder of sharded
+/// safetensors or one `.safetensors` file), or on the bundled demo.
+#[derive(Debug, Parser)]
+#[command(
+    name = "weightscope",
+    version,
+    args_conflicts_with_subcommands = true,
+    after_help = "Exit status: 0 on success, 1 when a job fails or `check` finds errors, 2 on bad input.\nDocs: README.md and docs/ in the repository."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Sub>,
+    /// A folder or one `.safetensors` file to open in the window (none: the bundled demo).
+    path: Option<PathBuf>,
+}
 
-/// Errors in the command line itself.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum UsageError {
-    /// An option this command does not know.
-    #[error("unknown option `{0}`")]
-    UnknownOption(String),
-    /// More arguments than the command takes.
-    #[error("unexpected argument `{0}`")]
-    Unexpected(String),
-    /// A command is missing an argument.
-    #[error("`{0}` needs {1}")]
-    Missing(&'static str, &'static str),
-    /// An option's value is not one it takes.
-    #[error("`{option}` does not take `{value}` ({expected})")]
-    BadValue {
-        /// The option.
-        option: &'static str,
-        /// What was given.
-        value: String,
-        /// What it takes.
-        expected: &'static str,
+#[derive(Debug, Subcommand)]
+enum Sub {
+    /// The header summary: shards, tensors, totals, parameters, quantization (reads no tensor bytes).
+    Inspect {
+        /// A folder or one `.safetensors` file.
+        path: PathBuf,
+        /// One JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Materialize one tensor through MLX: statistics, histogram, first values (decoded and dequantized).
+    Tensor {
+        /// A folder or one `.safetensors` file.
+        path: PathBuf,
+        /// The tensor's name (as stored).
+        name: String,
+        /// One JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Materialize every tensor in shard order under a release policy and record memory.
+    Walk {
+        /// A folder or one `.safetensors` file.
+        path: PathBuf,
+        /// What to release as the walk goes.
+        #[arg(long, value_parser = policy_parser())]
+        policy: Policy,
+        /// What to do to each tensor.
+        #[arg(long, value_parser = transform_parser(), default_value = "none")]
+        transform: Transform,
+        /// The report and the samples as JSON.
+        #[arg(long)]
+        json: bool,
+        /// Write the trace as CSV here.
+        #[arg(long, value_name = "FILE")]
+        csv: Option<PathBuf>,
+        /// Write the trace as JSON here.
+        #[arg(long, value_name = "FILE")]
+        trace: Option<PathBuf>,
+        /// Sampling interval in milliseconds (1 to 60000).
+        #[arg(long = "interval-ms", value_name = "N", value_parser = clap::value_parser!(u64).range(1..=60_000))]
+        interval_ms: Option<u64>,
+        /// MLX's memory limit before anything is materialized (8G, 512M).
+        #[arg(long, value_name = "SIZE", value_parser = positive_size)]
+        memory_limit: Option<u64>,
+        /// MLX's buffer-cache limit (1G, 0).
+        #[arg(long, value_name = "SIZE", value_parser = size)]
+        cache_limit: Option<u64>,
+    },
+    /// How far B moved from A: every tensor compared on MLX, decoded to f32 whatever its dtype or quantization.
+    Diff {
+        /// The reference checkpoint.
+        a: PathBuf,
+        /// The checkpoint to compare with it.
+        b: PathBuf,
+        /// One JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+        /// A's view: auto, identity, a built-in name or a view file.
+        #[arg(long = "view-a", value_name = "VIEW", value_parser = view, default_value = "auto")]
+        view_a: ViewChoice,
+        /// B's view: auto, identity, a built-in name or a view file.
+        #[arg(long = "view-b", value_name = "VIEW", value_parser = view, default_value = "auto")]
+        view_b: ViewChoice,
+    },
+    /// What is wrong with a checkpoint that opens (exit 1 when errors are found).
+    Check {
+        /// A folder or one `.safetensors` file.
+        path: PathBuf,
+        /// One JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+        /// Also read every tensor's values (NaN/Inf, all-zero tensors, bad scales).
+        #[arg(long)]
+        values: bool,
+    },
+    /// MLX's default device, whether a GPU is available, its memory counters.
+    Device,
+    /// Print a completion script for SHELL (bash, zsh, fish, elvish, powershell).
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
     },
 }
 
-fn parse_diff(args: &[OsString]) -> Result<Command, UsageError> {
-    let mut paths = Vec::new();
-    let (mut json, mut view_a, mut view_b) = (false, ViewChoice::Auto, ViewChoice::Auto);
-    let mut rest = args.iter();
-    while let Some(arg) = rest.next() {
-        let text = arg.to_string_lossy();
-        let mut value = |option: &'static str| {
-            rest.next()
-                .map(|v| v.to_string_lossy().into_owned())
-                .ok_or(UsageError::Missing(option, "a value"))
-        };
-        match text.as_ref() {
-            "--json" => json = true,
-            "--view-a" => view_a = ViewChoice::parse(&value("--view-a")?),
-            "--view-b" => view_b = ViewChoice::parse(&value("--view-b")?),
-            opt if opt.starts_with("--") => return Err(UsageError::UnknownOption(opt.to_owned())),
-            _ if paths.len() < 2 => paths.push(PathBuf::from(arg)),
-            other => return Err(UsageError::Unexpected(other.to_owned())),
-        }
-    }
-    let mut paths = paths.into_iter();
-    let a = paths
-        .next()
-        .ok_or(UsageError::Missing("diff", "two paths, A and B"))?;
-    let b = paths
-        .next()
-        .ok_or(UsageError::Missing("diff", "two paths, A and B"))?;
-    Ok(Command::Diff(DiffArgs {
-        a,
-        b,
-        view_a,
-        view_b,
-        json,
-    }))
+fn policy_parser() -> impl clap::builder::TypedValueParser<Value = Policy> {
+    let names: Vec<&'static str> = Policy::ALL.iter().map(|p| p.as_str()).collect();
+    clap::builder::PossibleValuesParser::new(names)
+        .try_map(|name| Policy::parse(&name).ok_or("not a policy"))
 }
 
-fn parse_check(args: &[OsString]) -> Result<Command, UsageError> {
-    let (mut path, mut json, mut values) = (None, false, false);
-    for arg in args {
-        match arg.to_string_lossy().as_ref() {
-            "--json" => json = true,
-            "--values" => values = true,
-            opt if opt.starts_with("--") => return Err(UsageError::UnknownOption(opt.to_owned())),
-            other if path.is_some() => return Err(UsageError::Unexpected(other.to_owned())),
-            _ => path = Some(PathBuf::from(arg)),
-        }
-    }
-    Ok(Command::Check(CheckArgs {
-        path: path.ok_or(UsageError::Missing("check", "a PATH"))?,
-        json,
-        values,
-    }))
+fn transform_parser() -> impl clap::builder::TypedValueParser<Value = Transform> {
+    clap::builder::PossibleValuesParser::new(["none", "f16", "q4"])
+        .try_map(|name| Transform::parse(&name).ok_or("not a transform"))
 }
 
-fn parse_walk(args: &[OsString]) -> Result<Command, UsageError> {
-    let mut path = None;
-    let mut policy = None;
-    let mut transform = Transform::None;
-    let mut json = false;
-    let (mut csv, mut trace, mut memory_limit, mut cache_limit) = (None, None, None, None);
-    let mut interval = DEFAULT_INTERVAL;
-    let mut rest = args.iter();
-    while let Some(arg) = rest.next() {
-        let text = arg.to_string_lossy();
-        let mut value = |option: &'static str| {
-            rest.next()
-                .cloned()
-                .ok_or(UsageError::Missing(option, "a value"))
-        };
-        match text.as_ref() {
-            "--json" => json = true,
-            "--policy" => {
-                let v = value("--policy")?.to_string_lossy().into_owned();
-                policy = Some(Policy::parse(&v).ok_or(UsageError::BadValue {
-                    option: "--policy",
-                    value: v,
-                    expected: "retain, release-tensor or release-shard",
-                })?);
-            }
-            "--transform" => {
-                let v = value("--transform")?.to_string_lossy().into_owned();
-                transform = Transform::parse(&v).ok_or(UsageError::BadValue {
-                    option: "--transform",
-                    value: v,
-                    expected: "none, f16 or q4",
-                })?;
-            }
-            "--csv" => csv = Some(PathBuf::from(value("--csv")?)),
-            "--trace" => trace = Some(PathBuf::from(value("--trace")?)),
-            "--interval-ms" => {
-                let v = value("--interval-ms")?.to_string_lossy().into_owned();
-                let ms = v.parse::<u64>().ok().filter(|ms| (1..=60_000).contains(ms));
-                interval = Duration::from_millis(ms.ok_or(UsageError::BadValue {
-                    option: "--interval-ms",
-                    value: v,
-                    expected: "milliseconds from 1 to 60000",
-                })?);
-            }
-            "--memory-limit" => {
-                let v = value("--memory-limit")?.to_string_lossy().into_owned();
-                memory_limit = Some(walk::parse_size(&v).filter(|b| *b > 0).ok_or(
-                    UsageError::BadValue {
-                        option: "--memory-limit",
-                        value: v,
-                        expected: "a size such as 8G or 512M",
-                    },
-                )?);
-            }
-            "--cache-limit" => {
-                let v = value("--cache-limit")?.to_string_lossy().into_owned();
-                cache_limit = Some(walk::parse_size(&v).ok_or(UsageError::BadValue {
-                    option: "--cache-limit",
-                    value: v,
-                    expected: "a size such as 1G, or 0",
-                })?);
-            }
-            opt if opt.starts_with("--") => return Err(UsageError::UnknownOption(opt.to_owned())),
-            _ if path.is_none() => path = Some(PathBuf::from(arg)),
-            other => return Err(UsageError::Unexpected(other.to_owned())),
-        }
-    }
-    Ok(Command::Walk(WalkArgs {
-        path: path.ok_or(UsageError::Missing("walk", "a PATH"))?,
-        policy: policy.ok_or(UsageError::Missing(
-            "walk",
-            "--policy retain|release-tensor|release-shard",
-        ))?,
-        transform,
-        json,
-        csv,
-        trace,
-        interval,
-        memory_limit,
-        cache_limit,
-    }))
+fn size(text: &str) -> Result<u64, String> {
+    crate::units::parse_size(text)
+        .ok_or_else(|| format!("`{text}` is not a size such as 8G, 512M, 64K or a number of bytes"))
 }
+
+fn positive_size(text: &str) -> Result<u64, String> {
+    size(text).and_then(|bytes| {
+        if bytes > 0 {
+            Ok(bytes)
+        } else {
+            Err("the limit must be more than 0".into())
+        }
+    })
+}
+
+/// A view: `auto`, `identity`, a built-in name, or a view file that exists.
+/// A mistyped name is an error that lists the built-ins, never a path.
+fn view(text: &str) -> Result<ViewChoice, String> {
+    let choice = ViewChoice::parse(text);
+    match &choice {
+        ViewChoice::File(path) if !path.is_file() => {
+            let close = closest(
+                text,
+                BUILTIN_VIEWS.iter().copied().chain(["auto", "identity"]),
+            );
+            Err(format!(
+                "`{text}` is neither a view ({}) nor a view file that exists{}",
+                ["auto", "identity"]
+                    .iter()
+                    .chain(BUILTIN_VIEWS.iter())
+                    .copied()
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                close.map_or(String::new(), |c| format!("; did you mean `{c}`?"))
+            ))
+        }
+        _ => Ok(choice),
+    }
+}
+
+/// The candidate most like `text`, when one is close (for "did you mean").
+#[must_use]
+pub fn closest<'a>(text: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    candidates
+        .into_iter()
+        .map(|c| (strsim::jaro_winkler(text, c), c))
+        .filter(|(score, _)| *score > 0.8)
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, c)| c)
+}
+
+/// Names of the subcommands (for "did you mean" on a mistyped one).
+const SUBCOMMANDS: [&str; 7] = [
+    "inspect",
+    "tensor",
+    "walk",
+    "diff",
+    "check",
+    "device",
+    "completions",
+];
 
 /// Parses the arguments after the program name.
 ///
 /// # Errors
-/// On an unknown option or a surplus argument.
-pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, UsageError> {
-    let args: Vec<OsString> = args.into_iter().collect();
-    let word = |i: usize| args.get(i).map(|a| a.to_string_lossy().into_owned());
-    let (command, used) = match word(0).as_deref() {
-        None => (Command::Window { path: None }, 0),
-        Some("-h" | "--help" | "help") => (Command::Help, 1),
-        Some("-V" | "--version") => (Command::Version, 1),
-        Some("device") => (Command::Device, 1),
-        Some("walk") => (parse_walk(&args[1..])?, args.len()),
-        Some("diff") => (parse_diff(&args[1..])?, args.len()),
-        Some("check") => (parse_check(&args[1..])?, args.len()),
-        Some(command @ ("inspect" | "tensor")) => {
-            let mut positional = Vec::new();
-            let mut json = false;
-            for arg in args.iter().skip(1) {
-                match arg.to_string_lossy().as_ref() {
-                    "--json" => json = true,
-                    opt if opt.starts_with("--") => {
-                        return Err(UsageError::UnknownOption(opt.to_owned()));
-                    }
-                    _ => positional.push(arg.clone()),
+/// A clap error to print as is: `--help` and `--version` (exit 0, see
+/// [`exit_code`]), and every usage mistake (exit 2), with suggestions for
+/// typos. A first argument that is neither a subcommand nor an existing path
+/// is a mistake, never a window.
+pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, clap::Error> {
+    let with_program = std::iter::once(OsString::from("weightscope")).chain(args);
+    let cli = Cli::try_parse_from(with_program)?;
+    Ok(match cli.command {
+        None => {
+            match cli.path {
+                None => Command::Window { path: None },
+                Some(path) if path.exists() => Command::Window { path: Some(path) },
+                Some(path) => {
+                    let text = path.to_string_lossy();
+                    let hint = closest(&text, SUBCOMMANDS).map_or_else(String::new, |c| {
+                        format!("\n\n  tip: a similar subcommand exists: '{c}'")
+                    });
+                    return Err(Cli::command().error(
+                    ErrorKind::InvalidSubcommand,
+                    format!("`{text}` is neither a subcommand nor a file or folder that exists{hint}"),
+                ));
                 }
             }
-            let wanted = if command == "inspect" { 1 } else { 2 };
-            if let Some(extra) = positional.get(wanted) {
-                return Err(UsageError::Unexpected(extra.to_string_lossy().into_owned()));
-            }
-            let path = positional
-                .first()
-                .map(PathBuf::from)
-                .ok_or(UsageError::Missing(
-                    if command == "inspect" {
-                        "inspect"
-                    } else {
-                        "tensor"
-                    },
-                    "a PATH",
-                ))?;
-            let parsed = if command == "inspect" {
-                Command::Inspect { path, json }
-            } else {
-                let name = positional
-                    .get(1)
-                    .map(|n| n.to_string_lossy().into_owned())
-                    .ok_or(UsageError::Missing("tensor", "a tensor NAME"))?;
-                Command::Tensor { path, name, json }
-            };
-            (parsed, args.len())
         }
-        Some(opt) if opt.starts_with('-') => return Err(UsageError::UnknownOption(opt.to_owned())),
-        Some(_) => (
-            Command::Window {
-                path: args.first().map(PathBuf::from),
-            },
-            1,
-        ),
-    };
-    if let Some(extra) = args.get(used) {
-        return Err(UsageError::Unexpected(extra.to_string_lossy().into_owned()));
+        Some(Sub::Inspect { path, json }) => Command::Inspect { path, json },
+        Some(Sub::Tensor { path, name, json }) => Command::Tensor { path, name, json },
+        Some(Sub::Walk {
+            path,
+            policy,
+            transform,
+            json,
+            csv,
+            trace,
+            interval_ms,
+            memory_limit,
+            cache_limit,
+        }) => Command::Walk(WalkArgs {
+            path,
+            policy,
+            transform,
+            json,
+            csv,
+            trace,
+            interval: interval_ms.map_or(DEFAULT_INTERVAL, Duration::from_millis),
+            memory_limit,
+            cache_limit,
+        }),
+        Some(Sub::Diff {
+            a,
+            b,
+            json,
+            view_a,
+            view_b,
+        }) => Command::Diff(DiffArgs {
+            a,
+            b,
+            view_a,
+            view_b,
+            json,
+        }),
+        Some(Sub::Check { path, json, values }) => Command::Check(CheckArgs { path, json, values }),
+        Some(Sub::Device) => Command::Device,
+        Some(Sub::Completions { shell }) => Command::Completions(shell),
+    })
+}
+
+/// The exit status for a parse error: 0 for `--help` and `--version`, 2 for
+/// mistakes (the CLI contract's bad-input status).
+#[must_use]
+pub fn exit_code(err: &clap::Error) -> u8 {
+    match err.kind() {
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => 0,
+        _ => 2,
     }
-    Ok(command)
+}
+
+/// Writes the completion script for `shell`.
+///
+/// # Errors
+/// When `out` fails.
+pub fn completions(
+    shell: clap_complete::Shell,
+    out: &mut dyn std::io::Write,
+) -> std::io::Result<()> {
+    // Generated whole first: clap_complete panics on a failed write.
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut Cli::command(), "weightscope", &mut script);
+    out.write_all(&script)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn parse_strs(args: &[&str]) -> Result<Command, UsageError> {
+    fn parse_strs(args: &[&str]) -> Result<Command, clap::Error> {
         parse(args.iter().map(OsString::from))
     }
 
-    #[test]
-    fn no_argument_opens_the_demo() {
-        assert_eq!(parse_strs(&[]), Ok(Command::Window { path: None }));
+    fn error_text(args: &[&str]) -> String {
+        parse_strs(args).expect_err("an error").to_string()
     }
 
     #[test]
-    fn a_path_opens_that_path() {
+    fn no_argument_opens_the_demo_and_an_existing_path_opens_it() {
+        assert_eq!(parse_strs(&[]).expect("ok"), Command::Window { path: None });
+        let dir = std::env::temp_dir();
+        let text = dir.display().to_string();
         assert_eq!(
-            parse_strs(&["/models/x"]),
-            Ok(Command::Window {
-                path: Some(PathBuf::from("/models/x"))
-            })
+            parse_strs(&[&text]).expect("ok"),
+            Command::Window { path: Some(dir) }
         );
     }
 
     #[test]
-    fn inspect_takes_a_path_and_json_in_any_order() {
+    fn a_mistyped_subcommand_is_an_error_with_a_suggestion_never_a_window() {
+        let err = parse_strs(&["inspct"]).expect_err("an error");
+        assert_eq!(exit_code(&err), 2);
+        assert!(err.to_string().contains("'inspect'"), "{err}");
+        let err = parse_strs(&["inspct", "/models/x"]).expect_err("an error");
+        assert_eq!(exit_code(&err), 2);
+    }
+
+    #[test]
+    fn every_subcommand_has_its_own_help() {
+        for sub in SUBCOMMANDS {
+            let err = parse_strs(&[sub, "--help"]).expect_err("help");
+            assert_eq!(exit_code(&err), 0, "{sub}");
+            assert!(
+                err.to_string().contains("Usage: weightscope"),
+                "{sub}: {err}"
+            );
+        }
+        assert_eq!(
+            exit_code(&parse_strs(&["--version"]).expect_err("version")),
+            0
+        );
+    }
+
+    #[test]
+    fn inspect_and_tensor_take_paths_json_and_opt_equals_value() {
         let want = Command::Inspect {
             path: PathBuf::from("m"),
             json: true,
         };
-        assert_eq!(parse_strs(&["inspect", "m", "--json"]), Ok(want.clone()));
-        assert_eq!(parse_strs(&["inspect", "--json", "m"]), Ok(want));
+        assert_eq!(parse_strs(&["inspect", "m", "--json"]).expect("ok"), want);
+        assert_eq!(parse_strs(&["inspect", "--json", "m"]).expect("ok"), want);
+        assert!(error_text(&["inspect"]).contains("<PATH>"));
         assert_eq!(
-            parse_strs(&["inspect"]),
-            Err(UsageError::Missing("inspect", "a PATH"))
-        );
-        assert_eq!(
-            parse_strs(&["tensor", "m", "w", "--json"]),
-            Ok(Command::Tensor {
+            parse_strs(&["tensor", "m", "w", "--json"]).expect("ok"),
+            Command::Tensor {
                 path: PathBuf::from("m"),
                 name: "w".into(),
                 json: true
-            })
+            }
         );
-        assert_eq!(
-            parse_strs(&["tensor", "m"]),
-            Err(UsageError::Missing("tensor", "a tensor NAME"))
-        );
-        assert_eq!(
-            parse_strs(&["inspect", "m", "--yaml"]),
-            Err(UsageError::UnknownOption("--yaml".into()))
-        );
+        assert!(error_text(&["tensor", "m"]).contains("<NAME>"));
+        assert!(error_text(&["inspect", "m", "--jsn"]).contains("--json"));
     }
 
     #[test]
@@ -357,8 +400,7 @@ mod tests {
         let Ok(Command::Walk(args)) = parse_strs(&[
             "walk",
             "m",
-            "--policy",
-            "release-shard",
+            "--policy=release-shard",
             "--transform",
             "q4",
             "--csv",
@@ -367,8 +409,7 @@ mod tests {
             "10",
             "--memory-limit",
             "2G",
-            "--cache-limit",
-            "512M",
+            "--cache-limit=512M",
             "--json",
         ]) else {
             panic!("walk parses");
@@ -380,32 +421,26 @@ mod tests {
         assert_eq!(args.memory_limit, Some(2 << 30));
         assert_eq!(args.cache_limit, Some(512 << 20));
         assert!(args.json);
-        assert_eq!(
-            parse_strs(&["walk", "m"]),
-            Err(UsageError::Missing(
-                "walk",
-                "--policy retain|release-tensor|release-shard"
-            ))
+        assert!(error_text(&["walk", "m"]).contains("--policy"));
+        let keep = error_text(&["walk", "m", "--policy", "keep"]);
+        assert!(keep.contains("release-shard"), "{keep}");
+        assert!(
+            error_text(&["walk", "m", "--policy", "retain", "--memory-limit", "8BBB"])
+                .contains("8BBB")
         );
-        assert!(matches!(
-            parse_strs(&["walk", "m", "--policy", "keep"]),
-            Err(UsageError::BadValue {
-                option: "--policy",
-                ..
-            })
-        ));
-        assert_eq!(
-            parse_strs(&["walk", "m", "--policy"]),
-            Err(UsageError::Missing("--policy", "a value"))
+        assert!(
+            error_text(&["walk", "m", "--policy", "retain", "--interval-ms", "0"])
+                .contains("interval")
         );
-        assert_eq!(
-            parse_strs(&["walk", "m", "x", "--policy", "retain"]),
-            Err(UsageError::Unexpected("x".into()))
-        );
+        assert!(parse_strs(&["walk", "m", "x", "--policy", "retain"]).is_err());
     }
 
     #[test]
     fn diff_takes_two_paths_and_views() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("v.json");
+        std::fs::write(&file, "{}").expect("write");
+        let file_text = file.display().to_string();
         let Ok(Command::Diff(args)) = parse_strs(&[
             "diff",
             "a",
@@ -413,7 +448,7 @@ mod tests {
             "qwen3-next",
             "b",
             "--view-b",
-            "v.json",
+            &file_text,
             "--json",
         ]) else {
             panic!("diff parses");
@@ -421,31 +456,27 @@ mod tests {
         assert_eq!(args.a, PathBuf::from("a"));
         assert_eq!(args.b, PathBuf::from("b"));
         assert_eq!(args.view_a, ViewChoice::Builtin("qwen3-next".into()));
-        assert_eq!(args.view_b, ViewChoice::File(PathBuf::from("v.json")));
+        assert_eq!(args.view_b, ViewChoice::File(file));
         assert!(args.json);
-        assert_eq!(
-            parse_strs(&["diff", "a"]),
-            Err(UsageError::Missing("diff", "two paths, A and B"))
+        let typo = error_text(&["diff", "a", "b", "--view-a", "qwen3-nxt"]);
+        assert!(
+            typo.contains("qwen3-next") && typo.contains("did you mean"),
+            "{typo}"
         );
-        assert_eq!(
-            parse_strs(&["diff", "a", "b", "c"]),
-            Err(UsageError::Unexpected("c".into()))
-        );
+        assert!(parse_strs(&["diff", "a"]).is_err());
+        assert!(parse_strs(&["diff", "a", "b", "c"]).is_err());
     }
 
     #[test]
     fn surplus_and_unknown_arguments_are_errors() {
+        assert!(parse_strs(&["device", "x"]).is_err());
         assert_eq!(
-            parse_strs(&["a", "b"]),
-            Err(UsageError::Unexpected("b".into()))
+            exit_code(&parse_strs(&["--frobnicate"]).expect_err("error")),
+            2
         );
-        assert_eq!(
-            parse_strs(&["device", "x"]),
-            Err(UsageError::Unexpected("x".into()))
-        );
-        assert_eq!(
-            parse_strs(&["--frobnicate"]),
-            Err(UsageError::UnknownOption("--frobnicate".into()))
-        );
+        assert!(matches!(
+            parse_strs(&["completions", "bash"]),
+            Ok(Command::Completions(clap_complete::Shell::Bash))
+        ));
     }
 }
