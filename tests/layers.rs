@@ -1,0 +1,105 @@
+//! The layering, enforced: each module of `src/` may refer only to the
+//! layers below it (checkpoint and mlx at the bottom beside `units`, then
+//! weights, profile, worker, and app and cli beside each other at the top),
+//! and only `src/mlx` may name `mlx_rs` or `mlx_sys`.
+
+use std::path::Path;
+
+/// A layer and the layers it may use.
+const ALLOWED: &[(&str, &[&str])] = &[
+    ("units", &[]),
+    ("checkpoint", &["units"]),
+    ("mlx", &["units"]),
+    ("weights", &["units", "checkpoint", "mlx"]),
+    ("profile", &["units", "checkpoint", "mlx", "weights"]),
+    ("worker", &["units", "checkpoint", "mlx", "weights", "profile"]),
+    ("app", &["units", "checkpoint", "mlx", "weights", "profile", "worker"]),
+    ("cli", &["units", "checkpoint", "mlx", "weights", "profile", "worker"]),
+];
+
+fn rust_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+    for entry in std::fs::read_dir(dir).expect("read src") {
+        let path = entry.expect("entry").path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// The layers `text` names through `crate::x` or `use crate::{x, …}`.
+fn referenced(text: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut rest = text;
+    while let Some(at) = rest.find("crate::") {
+        rest = &rest[at + "crate::".len()..];
+        if let Some(group) = rest.strip_prefix('{') {
+            // Top-level items of the group, up to its matching brace.
+            let mut depth = 0;
+            let mut item = String::new();
+            for c in group.chars() {
+                match c {
+                    '{' => depth += 1,
+                    '}' if depth == 0 => break,
+                    '}' => depth -= 1,
+                    ',' if depth == 0 => {
+                        names.push(std::mem::take(&mut item));
+                        continue;
+                    }
+                    _ => {}
+                }
+                item.push(c);
+            }
+            names.push(item);
+        } else {
+            names.push(rest.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect());
+        }
+    }
+    names
+        .into_iter()
+        .map(|n| n.trim().split("::").next().unwrap_or("").trim().to_owned())
+        .filter(|n| !n.is_empty())
+        .collect()
+}
+
+#[test]
+fn each_layer_uses_only_the_layers_below_it() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let mut violations = Vec::new();
+    for file in &files {
+        let relative = file.strip_prefix(&src).expect("under src");
+        let first = relative
+            .components()
+            .next()
+            .and_then(|c| c.as_os_str().to_str())
+            .unwrap_or("")
+            .trim_end_matches(".rs");
+        if matches!(first, "lib" | "main") {
+            continue;
+        }
+        let allowed = ALLOWED
+            .iter()
+            .find(|(layer, _)| *layer == first)
+            .unwrap_or_else(|| panic!("{} is in no layer: add it to ALLOWED", relative.display()))
+            .1;
+        let text = std::fs::read_to_string(file).expect("read");
+        for name in referenced(&text) {
+            if name != first && ALLOWED.iter().any(|(l, _)| *l == name) && !allowed.contains(&name.as_str()) {
+                violations.push(format!("{} uses crate::{name}", relative.display()));
+            }
+        }
+        if first != "mlx" && (text.contains("mlx_rs::") || text.contains("mlx_sys::")) {
+            violations.push(format!("{} names mlx_rs or mlx_sys outside src/mlx", relative.display()));
+        }
+    }
+    assert!(violations.is_empty(), "layering broken:\n{}", violations.join("\n"));
+}
+
+#[test]
+fn the_scanner_sees_grouped_and_plain_imports() {
+    let names = referenced("use crate::{mlx::{self, Array}, weights::Weights};\nlet x = crate::units::human_bytes(1);");
+    assert_eq!(names, ["mlx", "weights", "units"]);
+}
