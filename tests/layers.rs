@@ -12,9 +12,18 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("mlx", &["units"]),
     ("weights", &["units", "checkpoint", "mlx"]),
     ("profile", &["units", "checkpoint", "mlx", "weights"]),
-    ("worker", &["units", "checkpoint", "mlx", "weights", "profile"]),
-    ("app", &["units", "checkpoint", "mlx", "weights", "profile", "worker"]),
-    ("cli", &["units", "checkpoint", "mlx", "weights", "profile", "worker"]),
+    (
+        "worker",
+        &["units", "checkpoint", "mlx", "weights", "profile"],
+    ),
+    (
+        "app",
+        &["units", "checkpoint", "mlx", "weights", "profile", "worker"],
+    ),
+    (
+        "cli",
+        &["units", "checkpoint", "mlx", "weights", "profile", "worker"],
+    ),
 ];
 
 fn rust_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
@@ -53,7 +62,11 @@ fn referenced(text: &str) -> Vec<String> {
             }
             names.push(item);
         } else {
-            names.push(rest.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect());
+            names.push(
+                rest.chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect(),
+            );
         }
     }
     names
@@ -87,19 +100,31 @@ fn each_layer_uses_only_the_layers_below_it() {
             .1;
         let text = std::fs::read_to_string(file).expect("read");
         for name in referenced(&text) {
-            if name != first && ALLOWED.iter().any(|(l, _)| *l == name) && !allowed.contains(&name.as_str()) {
+            if name != first
+                && ALLOWED.iter().any(|(l, _)| *l == name)
+                && !allowed.contains(&name.as_str())
+            {
                 violations.push(format!("{} uses crate::{name}", relative.display()));
             }
         }
         if first != "mlx" && (text.contains("mlx_rs::") || text.contains("mlx_sys::")) {
-            violations.push(format!("{} names mlx_rs or mlx_sys outside src/mlx", relative.display()));
+            violations.push(format!(
+                "{} names mlx_rs or mlx_sys outside src/mlx",
+                relative.display()
+            ));
         }
     }
-    assert!(violations.is_empty(), "layering broken:\n{}", violations.join("\n"));
+    assert!(
+        violations.is_empty(),
+        "layering broken:\n{}",
+        violations.join("\n")
+    );
 }
 
 #[test]
 fn the_scanner_sees_grouped_and_plain_imports() {
-    let names = referenced("use crate::{mlx::{self, Array}, weights::Weights};\nlet x = crate::units::human_bytes(1);");
+    let names = referenced(
+        "use crate::{mlx::{self, Array}, weights::Weights};\nlet x = crate::units::human_bytes(1);",
+    );
     assert_eq!(names, ["mlx", "weights", "units"]);
 }

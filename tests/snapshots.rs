@@ -18,6 +18,10 @@ fn options() -> SnapshotOptions {
 }
 
 fn frozen_demo() -> (Harness<'static, WeightscopeApp>, tempfile::TempDir) {
+    frozen_demo_at(egui::vec2(1400.0, 860.0))
+}
+
+fn frozen_demo_at(size: egui::Vec2) -> (Harness<'static, WeightscopeApp>, tempfile::TempDir) {
     let dir = tempfile::tempdir().expect("tempdir");
     let demo = demo::ensure_demo(dir.path()).expect("demo");
     let mut app = WeightscopeApp::new(
@@ -29,7 +33,7 @@ fn frozen_demo() -> (Harness<'static, WeightscopeApp>, tempfile::TempDir) {
     app.wait_for_worker().expect("opened");
     app.freeze_for_snapshots();
     let mut harness = Harness::builder()
-        .with_size(egui::vec2(1400.0, 860.0))
+        .with_size(size)
         .build_ui_state(|ui, app: &mut WeightscopeApp| app.ui(ui), app);
     harness.run();
     (harness, dir)
@@ -62,4 +66,37 @@ fn the_tree_grouped_by_layer() {
     harness.get_by_label_contains("layer 0: 7 tensors").click();
     harness.run();
     harness.snapshot_options("layer-tree-demo", &options());
+}
+
+/// The smallest window the app supports: every control of the top bar, the
+/// tabs and the table are on screen, a tensor opens in the inspector.
+#[test]
+fn the_main_window_at_800x500() {
+    let _lock = common::mlx_memory_lock();
+    let size = egui::vec2(800.0, 500.0);
+    let (mut harness, _dir) = frozen_demo_at(size);
+    let screen = egui::Rect::from_min_size(egui::Pos2::ZERO, size);
+    for label in [
+        "Open",
+        "Open checkpoint…",
+        "Tensors",
+        "Profiler",
+        "Diff",
+        "Check",
+        "Filter",
+    ] {
+        let node = harness.get_by_label(label);
+        let rect = node.rect();
+        assert!(
+            screen.contains_rect(rect) && rect.width() > 1.0,
+            "{label} is on screen: {rect:?}"
+        );
+    }
+    harness.state_mut().materialize("lm_head.weight");
+    harness.step();
+    harness.state_mut().wait_for_worker().expect("materialized");
+    harness.run();
+    harness.state_mut().freeze_for_snapshots();
+    harness.run();
+    harness.snapshot_options("main-window-800x500", &options());
 }

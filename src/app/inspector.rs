@@ -40,8 +40,11 @@ impl WeightscopeApp {
             Inspected::Ready(preview) => {
                 // Disjoint fields: the preview is borrowed, not copied each frame.
                 let texture = &mut self.heatmap_texture;
-                egui::ScrollArea::vertical()
-                    .id_salt("inspector-scroll")
+                // Keyed by the tensor: a new tensor opens at the top. Wide
+                // content wraps or scrolls; it never widens the panel.
+                egui::ScrollArea::both()
+                    .id_salt(("inspector-scroll", preview.name.as_str()))
+                    .auto_shrink([false, false])
                     .show(ui, |ui| {
                         preview_ui(ui, preview, texture);
                     });

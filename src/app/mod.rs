@@ -454,16 +454,22 @@ impl WeightscopeApp {
     pub fn ui(&mut self, ui: &mut egui::Ui) {
         egui::Panel::top("top").show(ui, |ui| self.top_bar_ui(ui));
         egui::Panel::bottom("status").show(ui, |ui| self.status_ui(ui));
+        // Side panels and the strip take a share of the window, so the
+        // centre keeps room for its tabs from 800x500 up.
+        let (width, height) = (ui.available_width(), ui.available_height());
         egui::Panel::bottom("memory")
-            .default_size(150.0)
+            .default_size(150.0_f32.min(height * 0.22))
+            .size_range(60.0..=(height * 0.4).max(60.0))
             .show(ui, |ui| self.memory_strip_ui(ui));
         if self.checkpoint.is_some() {
             egui::Panel::left("shards")
-                .default_size(320.0)
+                .default_size(320.0_f32.min(width * 0.2))
+                .size_range(120.0..=(width * 0.35).max(120.0))
                 .show(ui, |ui| self.shards_ui(ui));
             if self.tab == Tab::Tensors {
                 egui::Panel::right("inspector")
-                    .default_size(420.0)
+                    .default_size(420.0_f32.min(width * 0.3))
+                    .size_range(180.0..=(width * 0.45).max(180.0))
                     .show(ui, |ui| self.inspector_ui(ui));
             }
         }
@@ -598,7 +604,8 @@ impl WeightscopeApp {
         if let Some(path) = dropped {
             self.open(path);
         }
-        ui.horizontal(|ui| {
+        // Wraps on a narrow window: every control stays on screen.
+        ui.horizontal_wrapped(|ui| {
             ui.strong("weightscope");
             ui.separator();
             if ui
@@ -632,7 +639,7 @@ impl WeightscopeApp {
             let field = ui.add(
                 egui::TextEdit::singleline(&mut self.path_input)
                     .hint_text("folder or .safetensors file")
-                    .desired_width(480.0),
+                    .desired_width(480.0_f32.min(ui.available_width() - 120.0).max(120.0)),
             );
             let field = field.labelled_by(ui.label("Checkpoint path").id);
             // The Enter that opens is consumed here: the tensors table must not
@@ -658,7 +665,7 @@ impl WeightscopeApp {
     }
 
     fn view_bar_ui(&mut self, ui: &mut egui::Ui) {
-        ui.horizontal(|ui| {
+        ui.horizontal_wrapped(|ui| {
             let label = ui.label("View");
             let current = match &self.view_choice {
                 ViewChoice::Auto => "auto".to_owned(),
@@ -712,7 +719,7 @@ impl WeightscopeApp {
     }
 
     fn status_ui(&mut self, ui: &mut egui::Ui) {
-        ui.horizontal(|ui| {
+        ui.horizontal_wrapped(|ui| {
             match &self.device {
                 Ok(device) => ui.label(device.describe()),
                 Err(err) => ui.colored_label(ui.visuals().error_fg_color, format!("MLX: {err}")),

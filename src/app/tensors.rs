@@ -121,11 +121,12 @@ impl WeightscopeApp {
             return;
         };
         let focus_filter = ui.input_mut(|i| i.consume_key(egui::Modifiers::COMMAND, egui::Key::F));
-        ui.horizontal(|ui| {
+        ui.horizontal_wrapped(|ui| {
             let label = ui.label("Filter");
             let edit = ui.add(
                 egui::TextEdit::singleline(&mut self.table.filter)
-                    .hint_text("substring of the name"),
+                    .hint_text("substring of the name")
+                    .desired_width(200.0_f32.min(ui.available_width() - 60.0).max(80.0)),
             );
             let edit = edit.labelled_by(label.id);
             if focus_filter {
@@ -152,7 +153,7 @@ impl WeightscopeApp {
         }
         ui.separator();
         self.keyboard(ui);
-        ui.horizontal(|ui| {
+        ui.horizontal_wrapped(|ui| {
             for (label, column) in [
                 ("Stored order", SortBy::Stored),
                 ("Name", SortBy::Name),
@@ -181,17 +182,7 @@ impl WeightscopeApp {
         if self.table.tree {
             self.layer_tree_ui(ui, &checkpoint, rows, &mut clicked);
         } else {
-            let row_height = ui.text_style_height(&egui::TextStyle::Monospace) + 4.0;
-            egui::ScrollArea::vertical()
-                .id_salt("tensors-scroll")
-                .auto_shrink([false, false])
-                .show_rows(ui, row_height, rows.len(), |ui, range| {
-                    for &i in &rows[range] {
-                        if self.tensor_row_ui(ui, &checkpoint, i) {
-                            clicked = Some(i);
-                        }
-                    }
-                });
+            self.tensor_table_ui(ui, &checkpoint, rows, &mut clicked);
         }
         if let Some(i) = clicked {
             self.table.selected = Some(i);
@@ -237,33 +228,110 @@ impl WeightscopeApp {
         });
     }
 
-    /// One row; returns whether it was clicked.
-    fn tensor_row_ui(&self, ui: &mut egui::Ui, checkpoint: &Checkpoint, i: usize) -> bool {
+    /// The name shown for row `i`: canonical and stored side by side when a
+    /// view renamed it. Names from the file are shown escaped: no line
+    /// breaks, no right-to-left overrides, no NULs in a label.
+    fn row_name(&self, checkpoint: &Checkpoint, i: usize) -> String {
         let t = &checkpoint.tensors()[i];
         let canonical = display_name(self.table.view.as_deref(), checkpoint, i).unwrap_or("");
-        // Canonical and stored names side by side when a view renamed it.
-        // Names from the file are shown escaped: no line breaks, no
-        // right-to-left overrides, no NULs in a label.
-        let name = if canonical == t.name {
+        if canonical == t.name {
             printable(&t.name).into_owned()
         } else {
             format!("{}  <-  {}", printable(canonical), printable(&t.name))
-        };
-        let text = format!(
-            "{:<8} {:<18} {:>11}  {}",
-            t.dtype.name(),
-            format!("{:?}", t.shape),
-            human_bytes(t.bytes()),
-            name,
-        );
+        }
+    }
+
+    /// The name cell of row `i` (a selectable button, cut with an ellipsis,
+    /// the full name and shard on hover); returns whether it was clicked.
+    fn name_cell_ui(&self, ui: &mut egui::Ui, checkpoint: &Checkpoint, i: usize) -> bool {
+        let t = &checkpoint.tensors()[i];
         let selected = self.table.selected == Some(i);
-        // One line per row (the scroll area assumes a fixed row height);
-        // long names are cut with an ellipsis, the full line is the tooltip.
-        let button =
-            egui::Button::selectable(selected, egui::RichText::new(text).monospace()).truncate();
+        let button = egui::Button::selectable(
+            selected,
+            egui::RichText::new(self.row_name(checkpoint, i)).monospace(),
+        )
+        .truncate();
         ui.add(button)
             .on_hover_text(format!("{}\n{}", t.name, checkpoint.shards()[t.shard].file))
             .clicked()
+    }
+
+    /// The flat table: the name first, then dtype, shape and size; every
+    /// column resizable; only the visible rows laid out (90k rows stay cheap).
+    fn tensor_table_ui(
+        &self,
+        ui: &mut egui::Ui,
+        checkpoint: &Checkpoint,
+        rows: &[usize],
+        clicked: &mut Option<usize>,
+    ) {
+        use egui_extras::{Column, TableBuilder};
+        let row_height = ui.text_style_height(&egui::TextStyle::Monospace) + 6.0;
+        let tensors = checkpoint.tensors();
+        TableBuilder::new(ui)
+            .id_salt("tensors-table")
+            .striped(true)
+            .resizable(true)
+            .auto_shrink([false, false])
+            .column(Column::remainder().at_least(160.0).clip(true))
+            .column(Column::initial(64.0).at_least(40.0).clip(true))
+            .column(Column::initial(140.0).at_least(60.0).clip(true))
+            .column(Column::initial(88.0).at_least(60.0).clip(true))
+            .header(row_height, |mut header| {
+                for title in ["Name", "Dtype", "Shape", "Size"] {
+                    header.col(|ui| {
+                        ui.strong(title);
+                    });
+                }
+            })
+            .body(|body| {
+                body.rows(row_height, rows.len(), |mut row| {
+                    let Some(&i) = rows.get(row.index()) else {
+                        return;
+                    };
+                    let t = &tensors[i];
+                    row.set_selected(self.table.selected == Some(i));
+                    row.col(|ui| {
+                        if self.name_cell_ui(ui, checkpoint, i) {
+                            *clicked = Some(i);
+                        }
+                    });
+                    let centred = egui::Layout::left_to_right(egui::Align::Center);
+                    row.col(|ui| {
+                        ui.with_layout(centred, |ui| ui.monospace(t.dtype.name()));
+                    });
+                    row.col(|ui| {
+                        ui.with_layout(centred, |ui| ui.monospace(format!("{:?}", t.shape)));
+                    });
+                    row.col(|ui| {
+                        ui.with_layout(egui::Layout::right_to_left(egui::Align::Center), |ui| {
+                            ui.monospace(human_bytes(t.bytes()));
+                        });
+                    });
+                });
+            });
+    }
+
+    /// One row of the layer tree, the name first; returns whether it was clicked.
+    fn tensor_row_ui(&self, ui: &mut egui::Ui, checkpoint: &Checkpoint, i: usize) -> bool {
+        let t = &checkpoint.tensors()[i];
+        let facts = format!(
+            "{:<8} {:<18} {:>11}",
+            t.dtype.name(),
+            format!("{:?}", t.shape),
+            human_bytes(t.bytes())
+        );
+        let mut clicked = false;
+        ui.horizontal(|ui| {
+            // The facts keep their width; the name takes the rest, cut.
+            let facts_width = 300.0_f32.min(ui.available_width() * 0.5);
+            let name_width = (ui.available_width() - facts_width).max(40.0);
+            ui.allocate_ui(egui::vec2(name_width, ui.spacing().interact_size.y), |ui| {
+                clicked = self.name_cell_ui(ui, checkpoint, i);
+            });
+            ui.add(egui::Label::new(egui::RichText::new(facts).monospace()).truncate());
+        });
+        clicked
     }
 
     /// The visible rows grouped by layer number, one collapsible group each
