@@ -297,9 +297,33 @@ fn heatmap_ui(
             (c + 1) * heatmap.col_step
         ));
     }
-    ui.horizontal(|ui| {
-        ui.colored_label(color(-extent, extent), format!("## {:.3e}", -extent));
-        ui.label("0");
-        ui.colored_label(color(extent, extent), format!("## {extent:.3e}"));
+    colour_scale_ui(ui, extent, side);
+}
+
+/// A colour bar from -extent (blue) through 0 (white) to +extent (red),
+/// with its three values under it.
+fn colour_scale_ui(ui: &mut egui::Ui, extent: f32, width: f32) {
+    let (rect, _) = ui.allocate_exact_size(egui::vec2(width, 12.0), egui::Sense::hover());
+    let steps = 64;
+    let painter = ui.painter_at(rect);
+    for k in 0..steps {
+        #[allow(clippy::cast_precision_loss)]
+        let (a, b) = (k as f32 / steps as f32, (k + 1) as f32 / steps as f32);
+        let v = (a + b - 1.0) * extent;
+        let cell = egui::Rect::from_min_max(
+            egui::pos2(rect.left() + a * rect.width(), rect.top()),
+            egui::pos2(rect.left() + b * rect.width(), rect.bottom()),
+        );
+        painter.rect_filled(cell, 0.0, color(v, extent));
+    }
+    ui.allocate_ui(egui::vec2(width, ui.spacing().interact_size.y), |ui| {
+        ui.horizontal(|ui| {
+            ui.label(format!("{:.3e}", -extent));
+            ui.with_layout(egui::Layout::right_to_left(egui::Align::Center), |ui| {
+                ui.label(format!("{extent:.3e}"));
+                ui.add_space((ui.available_width() / 2.0 - 4.0).max(0.0));
+                ui.label("0");
+            });
+        });
     });
 }

@@ -2,7 +2,7 @@
 //! with a marker for each event. The profiler tab draws the whole timeline
 //! from the same data.
 
-use egui_plot::{Legend, Line, Plot, VLine};
+use egui_plot::{Line, Plot, VLine};
 
 use super::WeightscopeApp;
 use super::profiler::{marker_times, sample_line};
@@ -49,17 +49,35 @@ impl WeightscopeApp {
         let cache = line(|s| s.mlx_cache_bytes);
         let events = self.timeline.events();
         let first_event = events.partition_point(|e| e.t_secs < from);
+        // The legend is one line of coloured names above the plot: a legend
+        // inside a plot this short would be taller than the plot.
+        ui.horizontal_wrapped(|ui| {
+            use super::series_colors as c;
+            for (name, color) in [
+                ("process RSS", c::RSS),
+                ("MLX active", c::MLX_ACTIVE),
+                ("MLX cache", c::MLX_CACHE),
+                ("events", c::EVENTS),
+            ] {
+                let (rect, _) =
+                    ui.allocate_exact_size(egui::vec2(14.0, 10.0), egui::Sense::hover());
+                ui.painter().line_segment(
+                    [rect.left_center(), rect.right_center()],
+                    egui::Stroke::new(2.0, color),
+                );
+                ui.label(name);
+            }
+        });
         Plot::new("memory-strip")
-            .legend(Legend::default())
             .include_y(0.0)
             .allow_scroll(false)
             .show(ui, |plot| {
-                plot.line(Line::new("process RSS", rss));
-                plot.line(Line::new("MLX active", active));
-                plot.line(Line::new("MLX cache", cache));
-                // One legend entry for all markers.
+                use super::series_colors as c;
+                plot.line(Line::new("process RSS", rss).color(c::RSS));
+                plot.line(Line::new("MLX active", active).color(c::MLX_ACTIVE));
+                plot.line(Line::new("MLX cache", cache).color(c::MLX_CACHE));
                 for t in marker_times(events.range(first_event..), 300) {
-                    plot.vline(VLine::new("events", t).width(1.0));
+                    plot.vline(VLine::new("events", t).width(1.0).color(c::EVENTS));
                 }
             });
     }

@@ -760,6 +760,30 @@ impl WeightscopeApp {
     }
 }
 
+/// The memory series' colours, the same in every plot and in every frame.
+pub(crate) mod series_colors {
+    use egui::Color32;
+    /// Process RSS (the host's figure).
+    pub const RSS: Color32 = Color32::from_rgb(230, 90, 80);
+    /// RSS anonymous.
+    pub const RSS_ANON: Color32 = Color32::from_rgb(240, 170, 90);
+    /// MLX active.
+    pub const MLX_ACTIVE: Color32 = Color32::from_rgb(90, 150, 240);
+    /// MLX cache.
+    pub const MLX_CACHE: Color32 = Color32::from_rgb(120, 200, 120);
+    /// Event markers.
+    pub const EVENTS: Color32 = Color32::from_rgb(150, 150, 150);
+    /// Overlaid traces, one colour each, by position.
+    pub const OVERLAYS: [Color32; 6] = [
+        Color32::from_rgb(200, 120, 220),
+        Color32::from_rgb(80, 200, 200),
+        Color32::from_rgb(220, 200, 80),
+        Color32::from_rgb(160, 160, 240),
+        Color32::from_rgb(240, 130, 170),
+        Color32::from_rgb(140, 220, 140),
+    ];
+}
+
 /// The status bar's words on how the parameters are stored, short (the
 /// details are in `inspect`): the main MLX mode and bits, other modes,
 /// FP8 blocks, and the bits per weight of everything stored.

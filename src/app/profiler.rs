@@ -182,12 +182,16 @@ pub(super) fn marker_times<'a>(
 
 /// Saved traces over the walk view: MLX active dashed, RSS dotted.
 fn draw_overlays(plot: &mut egui_plot::PlotUi<'_>, overlays: &[Trace]) {
-    for trace in overlays {
+    // Each overlay keeps its colour, by its position in the list.
+    let palette = super::series_colors::OVERLAYS;
+    for (i, trace) in overlays.iter().enumerate() {
+        let color = palette[i % palette.len()];
         plot.line(
             Line::new(
                 format!("{}: MLX active", trace.label),
                 sample_line(trace.samples.iter(), |s| s.mlx_active_bytes),
             )
+            .color(color)
             .style(egui_plot::LineStyle::dashed_loose()),
         );
         plot.line(
@@ -195,6 +199,7 @@ fn draw_overlays(plot: &mut egui_plot::PlotUi<'_>, overlays: &[Trace]) {
                 format!("{}: RSS", trace.label),
                 sample_line(trace.samples.iter(), |s| s.rss_bytes),
             )
+            .color(color)
             .style(egui_plot::LineStyle::dotted_loose()),
         );
     }
@@ -577,22 +582,30 @@ impl WeightscopeApp {
         });
         let response = Plot::new("profiler-timeline")
             .link_axis(egui::Id::unique("profiler-time"), [true, false])
-            .legend(Legend::default())
+            // Room above the curves for the legend, which is see-through.
+            .legend(Legend::default().background_alpha(0.6))
+            .set_margin_fraction(egui::vec2(0.02, 0.3))
             .include_y(0.0)
             .height(height)
             .allow_scroll(false)
             .show(ui, |plot| {
+                use super::series_colors as c;
                 let line = |f: fn(&TraceSample) -> u64| match walk {
                     Some(last) => sample_line(last.trace.samples.iter(), f),
                     None => sample_line(self.timeline.samples().iter(), f),
                 };
-                plot.line(Line::new("process RSS (host)", line(|s| s.rss_bytes)));
-                plot.line(Line::new("RSS anonymous", line(|s| s.rss_anon_bytes)));
-                plot.line(Line::new(
-                    format!("MLX active ({place})"),
-                    line(|s| s.mlx_active_bytes),
-                ));
-                plot.line(Line::new("MLX cache", line(|s| s.mlx_cache_bytes)));
+                plot.line(Line::new("process RSS (host)", line(|s| s.rss_bytes)).color(c::RSS));
+                plot.line(
+                    Line::new("RSS anonymous", line(|s| s.rss_anon_bytes)).color(c::RSS_ANON),
+                );
+                plot.line(
+                    Line::new(
+                        format!("MLX active ({place})"),
+                        line(|s| s.mlx_active_bytes),
+                    )
+                    .color(c::MLX_ACTIVE),
+                );
+                plot.line(Line::new("MLX cache", line(|s| s.mlx_cache_bytes)).color(c::MLX_CACHE));
                 draw_overlays(plot, &self.profiler.overlays);
                 if let Some(expected) = expected {
                     for p in Policy::ALL {
@@ -611,7 +624,11 @@ impl WeightscopeApp {
                     None => marker_times(self.timeline.events().iter(), 400).collect(),
                 };
                 for t in marked {
-                    plot.vline(VLine::new("events", t).width(0.5));
+                    plot.vline(
+                        VLine::new("events", t)
+                            .width(0.5)
+                            .color(super::series_colors::EVENTS),
+                    );
                 }
                 if let Some(t) = selected {
                     plot.vline(VLine::new("selected", t).width(2.0));

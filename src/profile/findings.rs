@@ -70,8 +70,8 @@ fn release_freed_nothing(trace: &Trace, found: &mut Vec<Finding>) {
             kind: FindingKind::ReleaseFreedNothing,
             text: format!(
                 "releasing `{}` did not lower MLX active memory: the shard map still holds it \
-                 ({} of {releases} tensor releases freed nothing, {} held). Release whole shards \
-                 as the walk leaves them.",
+                 ({} of the {releases} releases of tensors of 1 MiB or more freed nothing, {} \
+                 held). Release whole shards as the walk leaves them.",
                 first.target,
                 freed_nothing.len(),
                 human_bytes(held)
@@ -303,7 +303,13 @@ mod tests {
             .find(|f| f.kind == FindingKind::ReleaseFreedNothing)
             .expect("the trap is found");
         assert!(finding.text.contains("releasing `a`"), "{}", finding.text);
-        assert!(finding.text.contains("1 of 2"), "{}", finding.text);
+        assert!(
+            finding
+                .text
+                .contains("1 of the 2 releases of tensors of 1 MiB or more"),
+            "{}",
+            finding.text
+        );
         assert_eq!(finding.t_secs, Some(0.1));
     }
 
