@@ -104,7 +104,7 @@ fn inspect(path: &std::path::Path, json: bool) -> u8 {
             return BAD_INPUT;
         }
     };
-    let fatal = inspect::fatal_problems(&checkpoint);
+    let fatal = checkpoint.fatal_problems();
     if !fatal.is_empty() {
         for problem in fatal {
             say(format_args!("{problem}"));
@@ -157,7 +157,7 @@ fn tensor(path: &std::path::Path, name: &str, json: bool) -> u8 {
     };
     // A bad shard elsewhere does not stop reading a tensor from a good one.
     if checkpoint.tensor(name).is_none() {
-        let problems = inspect::fatal_problems(&checkpoint);
+        let problems = checkpoint.fatal_problems();
         if let Some(problem) = problems.first() {
             say(format_args!("{problem}"));
         } else {

@@ -243,6 +243,14 @@ impl CheckpointError {
         }
     }
 
+    /// Whether this problem makes the checkpoint unusable for a command
+    /// that reads it whole (`inspect`, `walk`, `diff`, `check`: exit 2). An
+    /// unusable `config.json` only loses the quantization settings: not fatal.
+    #[must_use]
+    pub fn is_fatal(&self) -> bool {
+        !matches!(self, Self::BadConfig { .. })
+    }
+
     pub(crate) fn unreadable(path: &Path, err: &std::io::Error) -> Self {
         Self::Unreadable {
             path: path.to_path_buf(),

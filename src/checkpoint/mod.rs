@@ -442,6 +442,13 @@ impl Checkpoint {
         &self.problems
     }
 
+    /// The problems that make the checkpoint unusable for a command that
+    /// reads it whole (see [`CheckpointError::is_fatal`]).
+    #[must_use]
+    pub fn fatal_problems(&self) -> Vec<&CheckpointError> {
+        self.problems().iter().filter(|p| p.is_fatal()).collect()
+    }
+
     /// Totals, parameter counts and quantization, from the headers.
     #[must_use]
     pub fn summary(&self) -> Summary {

@@ -95,7 +95,7 @@ impl CheckReport {
 /// When the checkpoint cannot be opened at all (one line naming the file).
 pub fn run(args: &CheckArgs) -> Result<CheckReport, String> {
     let checkpoint = Checkpoint::open(&args.path).map_err(|e| e.to_string())?;
-    if let Some(problem) = super::inspect::fatal_problems(&checkpoint).first() {
+    if let Some(problem) = checkpoint.fatal_problems().first() {
         return Err(problem.to_string());
     }
     let summary = checkpoint.summary();

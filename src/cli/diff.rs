@@ -35,7 +35,7 @@ pub struct DiffArgs {
 /// One line naming the file and the problem.
 fn open_side(path: &std::path::Path, choice: &ViewChoice) -> Result<Weights, String> {
     let checkpoint = Checkpoint::open(path).map_err(|e| e.to_string())?;
-    if let Some(problem) = super::inspect::fatal_problems(&checkpoint).first() {
+    if let Some(problem) = checkpoint.fatal_problems().first() {
         return Err(problem.to_string());
     }
     let mut weights = Weights::open_with(checkpoint, MlxNative).map_err(|e| e.to_string())?;

@@ -7,21 +7,8 @@ use std::sync::{Mutex, mpsc};
 
 use serde::Serialize;
 
-use crate::checkpoint::{
-    Checkpoint, CheckpointError, Layout, Summary, TensorInfo, json_plain_prefix,
-};
+use crate::checkpoint::{Checkpoint, Layout, Summary, TensorInfo, json_plain_prefix};
 use crate::units::{grouped, human_bytes, printable, short_count};
-
-/// Problems that make `inspect` fail (exit 2, nothing on stdout). A bad
-/// `config.json` only loses the quantization settings: a warning.
-#[must_use]
-pub fn fatal_problems(checkpoint: &Checkpoint) -> Vec<&CheckpointError> {
-    checkpoint
-        .problems()
-        .iter()
-        .filter(|p| !matches!(p, CheckpointError::BadConfig { .. }))
-        .collect()
-}
 
 #[derive(Serialize)]
 struct JsonShard<'a> {

@@ -76,7 +76,7 @@ pub enum WalkError {
 pub fn run(args: &WalkArgs) -> Result<WalkReport, WalkError> {
     let checkpoint =
         Checkpoint::open(&args.path).map_err(|e| WalkError::BadInput(e.to_string()))?;
-    if let Some(problem) = super::inspect::fatal_problems(&checkpoint).first() {
+    if let Some(problem) = checkpoint.fatal_problems().first() {
         return Err(WalkError::BadInput(problem.to_string()));
     }
     if let Some(limit) = args.memory_limit {

@@ -157,11 +157,7 @@ impl Weights<MlxNative> {
     /// cannot be made or installed; one line naming the file and the problem.
     pub fn open_viewed(path: &Path, choice: &ViewChoice) -> Result<Self, String> {
         let checkpoint = Checkpoint::open(path).map_err(|e| e.to_string())?;
-        if let Some(problem) = checkpoint
-            .problems()
-            .iter()
-            .find(|p| !matches!(p, CheckpointError::BadConfig { .. }))
-        {
+        if let Some(problem) = checkpoint.fatal_problems().first() {
             return Err(problem.to_string());
         }
         if checkpoint.tensors().is_empty() {
