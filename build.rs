@@ -6,7 +6,9 @@
 //! (`DEP_MLX_LIBDIR`) and this script turns it into an rpath. Before it comes
 //! `mlx-glue/dist/current/mlx/lib`, the set-up's switch between the CPU and the
 //! CUDA library of the same MLX version, and `mlx-glue/dist/current/nvidia-lib`
-//! for the CUDA build's NVIDIA libraries. `--disable-new-dtags` writes `DT_RPATH`,
+//! for the CUDA build's NVIDIA libraries. First of all comes
+//! `$ORIGIN/../lib/weightscope/mlx/lib`, where `mlx-glue/dev install` puts the
+//! library beside an installed binary. `--disable-new-dtags` writes `DT_RPATH`,
 //! which (unlike `DT_RUNPATH`) also applies to `libmlx.so`'s own dependencies.
 
 use std::env;
@@ -20,6 +22,10 @@ fn main() {
     };
     let manifest = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").unwrap_or_default());
     let current = manifest.join("mlx-glue/dist/current");
+    // First: where `mlx-glue/dev install` puts the library beside an
+    // installed binary (`PREFIX/bin/weightscope`, `PREFIX/lib/weightscope`),
+    // so it runs after the clone is gone.
+    println!("cargo:rustc-link-arg=-Wl,-rpath,$ORIGIN/../lib/weightscope/mlx/lib");
     let dirs = [
         current.join("mlx/lib"),
         current.join("nvidia-lib"),

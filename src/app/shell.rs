@@ -143,7 +143,10 @@ pub fn run(
     let options = eframe::NativeOptions {
         viewport: egui::ViewportBuilder::default()
             .with_title("weightscope")
-            .with_inner_size([1400.0, 860.0]),
+            .with_app_id("weightscope")
+            .with_icon(window_icon())
+            .with_inner_size([1400.0, 860.0])
+            .with_min_inner_size([800.0, 500.0]),
         ..Default::default()
     };
     eframe::run_native(
@@ -175,4 +178,51 @@ pub fn run(
             "cannot open a window: {e} (is DISPLAY set? use `xvfb-run` on a machine without a display, or the `inspect` command)"
         )
     })
+}
+
+/// The window's icon, drawn here as `assets/weightscope.svg` draws it (a
+/// histogram of weights in a dark tile), so the binary needs no image file.
+fn window_icon() -> egui::IconData {
+    const SIZE: usize = 64;
+    let tile = [0x1e, 0x24, 0x30];
+    let (blue, red) = ([0x5a, 0x96, 0xf0], [0xe6, 0x5a, 0x50]);
+    // x, y, width, height, colour: the SVG's bars.
+    let bars = [
+        (12, 34, 8, 18, blue),
+        (24, 18, 8, 34, blue),
+        (36, 24, 8, 28, red),
+        (48, 40, 6, 12, red),
+    ];
+    let mut rgba = vec![0u8; SIZE * SIZE * 4];
+    for y in 0..SIZE {
+        for x in 0..SIZE {
+            // The tile: 2..62 with corners of radius 12.
+            let inside = |v: usize| (2..62).contains(&v);
+            let corner = |v: usize| {
+                if v < 14 {
+                    14 - v
+                } else if v >= 50 {
+                    v - 49
+                } else {
+                    0
+                }
+            };
+            let (cx, cy) = (corner(x), corner(y));
+            if !(inside(x) && inside(y)) || cx * cx + cy * cy > 144 {
+                continue;
+            }
+            let colour = bars
+                .iter()
+                .find(|(bx, by, w, h, _)| (*bx..bx + w).contains(&x) && (*by..by + h).contains(&y))
+                .map_or(tile, |bar| bar.4);
+            let at = (y * SIZE + x) * 4;
+            rgba[at..at + 3].copy_from_slice(&colour);
+            rgba[at + 3] = 255;
+        }
+    }
+    egui::IconData {
+        rgba,
+        width: 64,
+        height: 64,
+    }
 }
