@@ -413,14 +413,14 @@ fn diff_job(
         Box::new(report)
     });
     let mark = match &result {
-        Ok(r) => Mark::new(MarkKind::WalkEnd, "diff").detail(format!(
+        Ok(r) => Mark::new(MarkKind::DiffEnd, "diff").detail(format!(
             "diff with {}: {} compared, {} differ{}",
             other.display(),
             r.common.len(),
             r.differing().count(),
             if r.cancelled { ", cancelled" } else { "" }
         )),
-        Err(e) => Mark::new(MarkKind::Error, "diff").detail(e.as_str()),
+        Err(e) => Mark::new(MarkKind::DiffEnd, "diff").detail(format!("failed: {e}")),
     };
     send(
         EventKind::DiffFinished(result),
@@ -482,7 +482,7 @@ fn scan_job(
             cancel.store(true, Ordering::Relaxed);
         }
     });
-    let mark = Mark::new(MarkKind::WalkEnd, "check values").detail(format!(
+    let mark = Mark::new(MarkKind::CheckEnd, "check values").detail(format!(
         "{} of {} tensors read, {} findings{}",
         scan.scanned,
         scan.total,

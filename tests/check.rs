@@ -601,7 +601,13 @@ fn the_worker_honours_a_scan_cancelled_before_it_starts_and_one_jobs_cancel_spar
         .expect("send");
     let mut finished = Vec::new();
     while finished.len() < 2 {
-        if let EventKind::ScanFinished(result) = worker.recv().expect("event").kind {
+        let event = worker.recv().expect("event");
+        if let EventKind::ScanFinished(result) = event.kind {
+            // A scan ends with its own mark kind, not a walk's.
+            assert_eq!(
+                event.mark.map(|m| m.kind),
+                Some(weightscope::profile::MarkKind::CheckEnd)
+            );
             finished.push(result.expect("a scan"));
         }
     }

@@ -80,6 +80,10 @@ pub enum MarkKind {
     WalkStep,
     /// A walk finished or was cancelled.
     WalkEnd,
+    /// A diff of two checkpoints finished, was cancelled, or could not start.
+    DiffEnd,
+    /// A value scan (`check --values`) finished or was cancelled.
+    CheckEnd,
     /// Something failed.
     Error,
     /// The checkpoint was closed.
@@ -102,6 +106,8 @@ impl MarkKind {
             Self::WalkStart => "walk-start",
             Self::WalkStep => "walk-step",
             Self::WalkEnd => "walk-end",
+            Self::DiffEnd => "diff-end",
+            Self::CheckEnd => "check-end",
             Self::Error => "error",
             Self::Close => "close",
         }
@@ -112,7 +118,7 @@ impl MarkKind {
     }
 }
 
-const ALL_KINDS: [MarkKind; 13] = [
+const ALL_KINDS: [MarkKind; 15] = [
     MarkKind::Open,
     MarkKind::Materialize,
     MarkKind::Release,
@@ -124,6 +130,8 @@ const ALL_KINDS: [MarkKind; 13] = [
     MarkKind::WalkStart,
     MarkKind::WalkStep,
     MarkKind::WalkEnd,
+    MarkKind::DiffEnd,
+    MarkKind::CheckEnd,
     MarkKind::Error,
     MarkKind::Close,
 ];
