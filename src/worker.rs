@@ -171,6 +171,19 @@ pub enum EventKind {
     Closed,
 }
 
+/// Why [`Worker::try_send`] did not queue a command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum SendError {
+    /// The command queue is full: the worker is far behind.
+    #[error(
+        "the MLX worker is busy ({COMMAND_QUEUE} commands waiting); try again when it catches up"
+    )]
+    Full,
+    /// The worker thread has stopped.
+    #[error("the MLX worker has stopped")]
+    Gone,
+}
+
 /// The worker thread is gone (it only stops when its handle is dropped).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("the MLX worker has stopped")]
@@ -287,6 +300,20 @@ impl Worker {
             .ok_or(WorkerGone)?
             .send(command)
             .map_err(|_| WorkerGone)
+    }
+
+    /// Queues a command without waiting: a UI never blocks on a full queue.
+    ///
+    /// # Errors
+    /// [`SendError::Full`] when the queue is full (the command is dropped;
+    /// the worker is far behind), [`SendError::Gone`] when the thread has
+    /// stopped.
+    pub fn try_send(&self, command: Command) -> Result<(), SendError> {
+        let sender = self.commands.as_ref().ok_or(SendError::Gone)?;
+        sender.try_send(command).map_err(|e| match e {
+            mpsc::TrySendError::Full(_) => SendError::Full,
+            mpsc::TrySendError::Disconnected(_) => SendError::Gone,
+        })
     }
 
     /// The next event, if one is waiting.

@@ -175,10 +175,9 @@ impl WeightscopeApp {
         self.open_error = None;
         self.notice = None;
         let command = Command::OpenWithView(path.clone(), self.view_choice.clone());
-        if self.worker.send(command).is_ok() {
-            self.opening = Some(path);
-        } else {
-            self.open_error = Some(WorkerGone.to_string());
+        match self.worker.try_send(command) {
+            Ok(()) => self.opening = Some(path),
+            Err(err) => self.open_error = Some(err.to_string()),
         }
     }
 
@@ -432,21 +431,23 @@ impl WeightscopeApp {
 
     /// Materializes `name` on the worker; the inspector shows it when ready.
     pub fn materialize(&mut self, name: &str) {
-        if self
-            .worker
-            .send(Command::Materialize(name.to_owned()))
-            .is_ok()
-        {
-            self.inspected = Inspected::Pending {
+        self.inspected = match self.worker.try_send(Command::Materialize(name.to_owned())) {
+            Ok(()) => Inspected::Pending {
                 name: name.to_owned(),
                 since: Instant::now(),
-            };
-        }
+            },
+            Err(err) => Inspected::Failed {
+                name: name.to_owned(),
+                error: err.to_string(),
+            },
+        };
     }
 
+    /// Queues `command` without ever blocking the frame; a full queue or a
+    /// stopped worker is said in the error line.
     fn send(&mut self, command: Command) {
-        if self.worker.send(command).is_err() {
-            self.open_error = Some(WorkerGone.to_string());
+        if let Err(err) = self.worker.try_send(command) {
+            self.open_error = Some(err.to_string());
         }
     }
 
