@@ -110,6 +110,18 @@ pub struct Values {
     pub stored: Vec<String>,
 }
 
+/// The stored arrays of one packed weight, lazy, and what they are called.
+struct PackedParts {
+    packed: Array,
+    scales: Array,
+    biases: Option<Array>,
+    global: Option<Array>,
+    /// The scales as values (E8M0 or E4M3 bytes decoded).
+    shown_scales: Array,
+    /// The stored names read, the weight first.
+    stored: Vec<String>,
+}
+
 fn byte_float(format: ScaleFormat) -> Option<ByteFloat> {
     match format {
         ScaleFormat::Float => None,
@@ -154,6 +166,19 @@ impl<N: Native> Weights<N> {
             .collect()
     }
 
+    /// The header entry of canonical `name` and how its stored tensor is encoded.
+    fn info_and_encoding(&self, name: &str) -> Result<(TensorInfo, Encoding), WeightsError> {
+        let info = self
+            .info(name)
+            .ok_or_else(|| WeightsError::NoTensor(name.to_owned()))?
+            .clone();
+        let encoding = self
+            .checkpoint
+            .encoding(&info.name)
+            .unwrap_or(Encoding::Plain);
+        Ok((info, encoding))
+    }
+
     /// Stored names whose bytes the values of canonical `name` need.
     #[must_use]
     pub fn stored_parts(&self, name: &str) -> Vec<String> {
@@ -183,14 +208,7 @@ impl<N: Native> Weights<N> {
     /// # Errors
     /// No such tensor, an undecodable dtype, scales that do not fit, or MLX.
     pub fn values(&mut self, name: &str) -> Result<Values, WeightsError> {
-        let info = self
-            .info(name)
-            .ok_or_else(|| WeightsError::NoTensor(name.to_owned()))?
-            .clone();
-        let encoding = self
-            .checkpoint
-            .encoding(&info.name)
-            .unwrap_or(Encoding::Plain);
+        let (info, encoding) = self.info_and_encoding(name)?;
         let tensors = self.checkpoint.tensors();
         match encoding {
             Encoding::Packed(q) => self.packed_values(name, &info.name, q),
@@ -248,12 +266,13 @@ impl<N: Native> Weights<N> {
         }
     }
 
-    fn packed_values(
+    /// The packed weight of canonical `name` and everything stored with it.
+    fn packed_parts(
         &mut self,
         name: &str,
         stored_name: &str,
-        q: QuantizedTensor,
-    ) -> Result<Values, WeightsError> {
+        q: &QuantizedTensor,
+    ) -> Result<PackedParts, WeightsError> {
         let tensors = self.checkpoint.tensors();
         let scales_name = tensors[q.scales].name.clone();
         let biases_name = q.biases.map(|b| tensors[b].name.clone());
@@ -262,32 +281,49 @@ impl<N: Native> Weights<N> {
         let scales = self.stored(&scales_name)?;
         let biases = biases_name.as_deref().map(|b| self.stored(b)).transpose()?;
         let global = global_name.as_deref().map(|g| self.stored(g)).transpose()?;
-        let p = q.params;
-        let array = mlx::dequantize(
-            &packed,
-            &scales,
-            biases.as_ref().filter(|_| p.mode.has_biases()),
-            p.mode.name(),
-            p.group_size,
-            p.bits,
-            global.as_ref(),
-        )?;
-        let shown_scales = match byte_float(p.mode.scale_format()) {
+        let shown_scales = match byte_float(q.params.mode.scale_format()) {
             Some(format) => mlx::decode_bytes(&scales, format)?,
-            None => scales,
+            None => scales.clone(),
         };
         let mut stored = vec![stored_name.to_owned(), scales_name];
         stored.extend(biases_name);
         stored.extend(global_name);
+        Ok(PackedParts {
+            packed,
+            scales,
+            biases,
+            global,
+            shown_scales,
+            stored,
+        })
+    }
+
+    fn packed_values(
+        &mut self,
+        name: &str,
+        stored_name: &str,
+        q: QuantizedTensor,
+    ) -> Result<Values, WeightsError> {
+        let parts = self.packed_parts(name, stored_name, &q)?;
+        let p = q.params;
+        let array = mlx::dequantize(
+            &parts.packed,
+            &parts.scales,
+            parts.biases.as_ref().filter(|_| p.mode.has_biases()),
+            p.mode.name(),
+            p.group_size,
+            p.bits,
+            parts.global.as_ref(),
+        )?;
         Ok(Values {
             array,
             decoding: Some(Decoding::Quantized {
                 params: p,
                 shape: q.logical_shape,
             }),
-            scales: Some(shown_scales),
-            biases,
-            stored,
+            scales: Some(parts.shown_scales),
+            biases: parts.biases,
+            stored: parts.stored,
         })
     }
 
@@ -506,14 +542,7 @@ impl<N: Native> Weights<N> {
     /// # Errors
     /// As [`Weights::values`].
     pub fn bands(&mut self, name: &str) -> Result<Bands, WeightsError> {
-        let info = self
-            .info(name)
-            .ok_or_else(|| WeightsError::NoTensor(name.to_owned()))?
-            .clone();
-        let encoding = self
-            .checkpoint
-            .encoding(&info.name)
-            .unwrap_or(Encoding::Plain);
+        let (info, encoding) = self.info_and_encoding(name)?;
         let reshape = |a: &Array, rows: i32, cols: i32| mlx::reshape(a, &[rows, cols]);
         match encoding {
             Encoding::Packed(q) => self.packed_bands(name, &info, &q),
@@ -596,23 +625,16 @@ impl<N: Native> Weights<N> {
         q: &QuantizedTensor,
     ) -> Result<Bands, WeightsError> {
         let reshape = |a: &Array, rows: i32, cols: i32| mlx::reshape(a, &[rows, cols]);
-        let tensors = self.checkpoint.tensors();
-        let scales_name = tensors[q.scales].name.clone();
-        let biases_name = q.biases.map(|b| tensors[b].name.clone());
-        let global_name = q.global_scale.map(|g| tensors[g].name.clone());
-        let packed = self.tensor(name)?;
-        let scales = self.stored(&scales_name)?;
-        let biases = biases_name.as_deref().map(|b| self.stored(b)).transpose()?;
-        let global = global_name.as_deref().map(|g| self.stored(g)).transpose()?;
+        let parts = self.packed_parts(name, &info.name, q)?;
         let shape: Vec<i32> = q
             .logical_shape
             .iter()
             .map(|d| i32::try_from(*d).unwrap_or(i32::MAX))
             .collect();
         let (rows, cols) = rows_cols(&shape);
-        let words = packed.shape().last().copied().unwrap_or(0);
-        let groups = scales.shape().last().copied().unwrap_or(0);
-        let global = match global {
+        let words = parts.packed.shape().last().copied().unwrap_or(0);
+        let groups = parts.scales.shape().last().copied().unwrap_or(0);
+        let global = match parts.global {
             Some(gs) if gs.size() > 1 => {
                 let experts = i32::try_from(gs.size()).unwrap_or(1);
                 Some((gs, rows / experts.max(1)))
@@ -620,13 +642,6 @@ impl<N: Native> Weights<N> {
             Some(gs) => Some((mlx::reshape(&gs, &[1])?, rows)),
             None => None,
         };
-        let shown = match byte_float(q.params.mode.scale_format()) {
-            Some(format) => mlx::decode_bytes(&scales, format)?,
-            None => scales.clone(),
-        };
-        let mut stored = vec![info.name.clone(), scales_name];
-        stored.extend(biases_name);
-        stored.extend(global_name);
         Ok(Bands {
             rows,
             cols,
@@ -635,12 +650,15 @@ impl<N: Native> Weights<N> {
                 params: q.params,
                 shape: q.logical_shape.clone(),
             }),
-            scales: Some(shown),
-            stored,
+            scales: Some(parts.shown_scales),
+            stored: parts.stored,
             source: Source::Packed {
-                weight: reshape(&packed, rows, words)?,
-                scales: reshape(&scales, rows, groups)?,
-                biases: biases.map(|b| reshape(&b, rows, groups)).transpose()?,
+                weight: reshape(&parts.packed, rows, words)?,
+                scales: reshape(&parts.scales, rows, groups)?,
+                biases: parts
+                    .biases
+                    .map(|b| reshape(&b, rows, groups))
+                    .transpose()?,
                 params: q.params,
                 global,
             },
