@@ -546,6 +546,22 @@ fn the_check_tab_lists_findings_selects_their_tensor_and_reads_values() {
     harness.get_by_label("check: 3 errors, 0 warnings");
     harness.get_by_label_contains("tensors read; peak MLX active");
 
+    // Cancel in the window: until the worker's answer is drained the tab
+    // shows the scan running with its Cancel button, whose click cancels
+    // this scan's token (the worker honours it before the next tensor, or
+    // before the scan starts; tests/check.rs covers both).
+    harness.get_by_label("Read values").click();
+    harness.step();
+    harness.step();
+    assert!(harness.state().is_checking_values());
+    harness.get_by_label("Cancel").click();
+    harness.step();
+    assert!(harness.state().value_scan_cancel_requested());
+    while harness.state().is_checking_values() {
+        harness.state_mut().wait_for_worker().expect("scan events");
+    }
+    harness.run();
+
     // A row selects its tensor and opens it in the inspector.
     harness
         .get_all_by_label("model.layers.0.mlp.up_proj.weight")

@@ -77,6 +77,12 @@ impl CheckPanel {
         self.running.is_some()
     }
 
+    /// Whether the running (or last) scan was asked to stop.
+    #[must_use]
+    pub fn cancel_requested(&self) -> bool {
+        self.cancel.as_ref().is_some_and(CancelToken::is_cancelled)
+    }
+
     /// Every finding so far, errors first.
     #[must_use]
     pub fn findings(&self) -> Vec<&Finding> {

@@ -572,6 +572,12 @@ impl WeightscopeApp {
         self.check.is_scanning()
     }
 
+    /// Whether the value scan was asked to stop (its token is cancelled).
+    #[must_use]
+    pub fn value_scan_cancel_requested(&self) -> bool {
+        self.check.cancel_requested()
+    }
+
     /// Freezes what changes by itself or differs between machines (live
     /// memory samples and figures, the machine's memory, the path field) so
     /// that image snapshots compare across runs and machines. For snapshot
