@@ -112,12 +112,10 @@ impl MarkKind {
             Self::Close => "close",
         }
     }
-
-    fn parse(text: &str) -> Option<Self> {
-        ALL_KINDS.iter().copied().find(|k| k.as_str() == text)
-    }
 }
 
+/// Every kind, for the test that the file names and `as_str` agree.
+#[cfg(test)]
 const ALL_KINDS: [MarkKind; 15] = [
     MarkKind::Open,
     MarkKind::Materialize,
@@ -385,69 +383,71 @@ impl Trace {
         serde_json::to_string_pretty(self).unwrap_or_default()
     }
 
-    /// The trace as CSV: one row per sample and per event, plus `meta` rows.
+    /// The trace as CSV: one row per sample and per event, plus `meta` rows
+    /// (the `csv` crate writes them from [`CsvRow`] records).
     #[must_use]
     pub fn to_csv(&self) -> String {
-        let mut out = String::from(CSV_HEADER);
-        out.push('\n');
-        let mut meta = |key: &str, value: &str| {
-            let _ = writeln!(
-                out,
-                "meta,,,,,,,,,{},,,,{}",
-                csv_field(key),
-                csv_field(value)
-            );
+        let meta = |key: &str, value: String| CsvRow {
+            record: "meta".into(),
+            target: Some(key.to_owned()),
+            detail: Some(value),
+            ..CsvRow::default()
         };
-        meta("version", &self.version.to_string());
-        meta("label", &self.label);
-        meta("checkpoint", &self.checkpoint);
-        meta("device", &self.device);
+        let mut rows = vec![
+            meta("version", self.version.to_string()),
+            meta("label", self.label.clone()),
+            meta("checkpoint", self.checkpoint.clone()),
+            meta("device", self.device.clone()),
+        ];
         if let Some(policy) = &self.policy {
-            meta("policy", policy);
+            rows.push(meta("policy", policy.clone()));
         }
         if let Some(transform) = &self.transform {
-            meta("transform", transform);
+            rows.push(meta("transform", transform.clone()));
         }
         if let Some(e) = self.expected {
-            meta("expected_retain_bytes", &e.retain.to_string());
-            meta(
+            rows.push(meta("expected_retain_bytes", e.retain.to_string()));
+            rows.push(meta(
                 "expected_release_tensor_bytes",
-                &e.release_tensor.to_string(),
-            );
-            meta("expected_release_shard_bytes", &e.release_shard.to_string());
+                e.release_tensor.to_string(),
+            ));
+            rows.push(meta(
+                "expected_release_shard_bytes",
+                e.release_shard.to_string(),
+            ));
         }
-        for s in &self.samples {
-            let _ = writeln!(
-                out,
-                "sample,{},{},{},{},{},{},{},,,,,,",
-                s.t_secs,
-                s.rss_bytes,
-                s.rss_anon_bytes,
-                s.rss_file_bytes,
-                s.mlx_active_bytes,
-                s.mlx_cache_bytes,
-                s.mlx_peak_bytes
-            );
+        rows.extend(self.samples.iter().map(|s| CsvRow {
+            record: "sample".into(),
+            t_secs: Some(s.t_secs),
+            rss_bytes: Some(s.rss_bytes),
+            rss_anon_bytes: Some(s.rss_anon_bytes),
+            rss_file_bytes: Some(s.rss_file_bytes),
+            mlx_active_bytes: Some(s.mlx_active_bytes),
+            mlx_cache_bytes: Some(s.mlx_cache_bytes),
+            mlx_peak_bytes: Some(s.mlx_peak_bytes),
+            ..CsvRow::default()
+        }));
+        rows.extend(self.events.iter().map(|e| CsvRow {
+            record: "event".into(),
+            t_secs: Some(e.t_secs),
+            rss_bytes: Some(e.rss_bytes),
+            mlx_active_bytes: Some(e.mlx_active_bytes),
+            mlx_cache_bytes: Some(e.mlx_cache_bytes),
+            event: Some(e.kind),
+            target: Some(e.target.clone()),
+            bytes: Some(e.bytes),
+            shard: e.shard.clone(),
+            shard_resident_bytes: e.shard_resident_bytes,
+            detail: Some(e.detail.clone()),
+            ..CsvRow::default()
+        }));
+        let mut writer = csv::Writer::from_writer(Vec::new());
+        for row in &rows {
+            // Into memory, from plain records: nothing here can fail.
+            let _ = writer.serialize(row);
         }
-        for e in &self.events {
-            let _ = writeln!(
-                out,
-                "event,{},{},,,{},{},,{},{},{},{},{},{}",
-                e.t_secs,
-                e.rss_bytes,
-                e.mlx_active_bytes,
-                e.mlx_cache_bytes,
-                e.kind.as_str(),
-                csv_field(&e.target),
-                e.bytes,
-                e.shard.as_deref().map(csv_field).unwrap_or_default(),
-                e.shard_resident_bytes
-                    .map(|b| b.to_string())
-                    .unwrap_or_default(),
-                csv_field(&e.detail)
-            );
-        }
-        out
+        let bytes = writer.into_inner().unwrap_or_default();
+        String::from_utf8(bytes).unwrap_or_default()
     }
 
     /// Writes the trace to `path`: CSV when it ends in `.csv`, else JSON.
@@ -502,97 +502,90 @@ impl Trace {
         Ok(trace)
     }
 
-    /// Parses the CSV form.
+    /// Parses the CSV form (through the `csv` crate, old files included).
     ///
     /// # Errors
-    /// A line that is not a sample, event or meta row, with its number.
+    /// A line that is not a sample, event or meta row, or a field that does
+    /// not parse, with its line number.
     pub fn from_csv(text: &str) -> Result<Self, String> {
-        let mut records = csv_records(text)?.into_iter();
-        match records.next() {
-            Some((_, header)) if header.join(",") == CSV_HEADER => {}
-            _ => return Err("line 1: not the trace CSV header".into()),
+        let mut reader = csv::ReaderBuilder::new()
+            .has_headers(true)
+            .from_reader(text.as_bytes());
+        let header_ok = reader
+            .headers()
+            .is_ok_and(|h| h.iter().collect::<Vec<_>>().join(",") == CSV_HEADER);
+        if !header_ok {
+            return Err("line 1: not the trace CSV header".into());
         }
+        let headers = reader.headers().cloned().map_err(|e| csv_error(&e))?;
         let mut trace = Self::new("");
         trace.version = 0;
         let mut expected = ExpectedPeaks::default();
         let mut has_expected = false;
-        for (line, fields) in records {
-            if fields.len() != CSV_COLUMNS {
-                return Err(format!(
-                    "line {line}: {} fields, expected {CSV_COLUMNS}",
-                    fields.len()
-                ));
-            }
-            let f = |i: usize| fields[i].as_str();
-            let num = |i: usize| -> Result<u64, String> {
-                if f(i).is_empty() {
-                    return Ok(0);
-                }
-                f(i).parse::<u64>()
-                    .map_err(|_| format!("line {line}: `{}` is not a byte count", f(i)))
-            };
-            let secs = |i: usize| -> Result<f64, String> {
-                f(i).parse::<f64>()
-                    .ok()
+        for record in reader.records() {
+            let record = record.map_err(|e| csv_error(&e))?;
+            let line = record.position().map_or(0, csv::Position::line);
+            let row: CsvRow = record
+                .deserialize(Some(&headers))
+                .map_err(|e| csv_error(&e))?;
+            let time = || {
+                row.t_secs
                     .filter(|t| t.is_finite())
-                    .ok_or_else(|| format!("line {line}: `{}` is not a time", f(i)))
+                    .ok_or_else(|| format!("line {line}: `t_secs` is not a time"))
             };
-            match f(0) {
+            match row.record.as_str() {
                 "meta" => {
-                    let value = f(13);
+                    let value = row.detail.clone().unwrap_or_default();
                     let parse = |v: &str| {
                         v.parse::<u64>()
                             .map_err(|_| format!("line {line}: `{v}` is not a number"))
                     };
-                    match f(9) {
+                    match row.target.as_deref().unwrap_or("") {
                         "version" => {
-                            trace.version = u32::try_from(parse(value)?).unwrap_or(u32::MAX);
+                            trace.version = u32::try_from(parse(&value)?).unwrap_or(u32::MAX);
                         }
-                        "label" => value.clone_into(&mut trace.label),
-                        "checkpoint" => value.clone_into(&mut trace.checkpoint),
-                        "device" => value.clone_into(&mut trace.device),
-                        "policy" => trace.policy = Some(value.to_owned()),
-                        "transform" => trace.transform = Some(value.to_owned()),
+                        "label" => trace.label = value,
+                        "checkpoint" => trace.checkpoint = value,
+                        "device" => trace.device = value,
+                        "policy" => trace.policy = Some(value),
+                        "transform" => trace.transform = Some(value),
                         "expected_retain_bytes" => {
-                            expected.retain = parse(value)?;
+                            expected.retain = parse(&value)?;
                             has_expected = true;
                         }
                         "expected_release_tensor_bytes" => {
-                            expected.release_tensor = parse(value)?;
+                            expected.release_tensor = parse(&value)?;
                             has_expected = true;
                         }
                         "expected_release_shard_bytes" => {
-                            expected.release_shard = parse(value)?;
+                            expected.release_shard = parse(&value)?;
                             has_expected = true;
                         }
                         _ => {} // newer keys: ignored
                     }
                 }
                 "sample" => trace.samples.push(TraceSample {
-                    t_secs: secs(1)?,
-                    rss_bytes: num(2)?,
-                    rss_anon_bytes: num(3)?,
-                    rss_file_bytes: num(4)?,
-                    mlx_active_bytes: num(5)?,
-                    mlx_cache_bytes: num(6)?,
-                    mlx_peak_bytes: num(7)?,
+                    t_secs: time()?,
+                    rss_bytes: row.rss_bytes.unwrap_or(0),
+                    rss_anon_bytes: row.rss_anon_bytes.unwrap_or(0),
+                    rss_file_bytes: row.rss_file_bytes.unwrap_or(0),
+                    mlx_active_bytes: row.mlx_active_bytes.unwrap_or(0),
+                    mlx_cache_bytes: row.mlx_cache_bytes.unwrap_or(0),
+                    mlx_peak_bytes: row.mlx_peak_bytes.unwrap_or(0),
                 }),
                 "event" => trace.events.push(TraceEvent {
-                    t_secs: secs(1)?,
-                    rss_bytes: num(2)?,
-                    mlx_active_bytes: num(5)?,
-                    mlx_cache_bytes: num(6)?,
-                    kind: MarkKind::parse(f(8))
-                        .ok_or_else(|| format!("line {line}: unknown event `{}`", f(8)))?,
-                    target: f(9).to_owned(),
-                    bytes: num(10)?,
-                    shard: (!f(11).is_empty()).then(|| f(11).to_owned()),
-                    shard_resident_bytes: if f(12).is_empty() {
-                        None
-                    } else {
-                        Some(num(12)?)
-                    },
-                    detail: f(13).to_owned(),
+                    t_secs: time()?,
+                    rss_bytes: row.rss_bytes.unwrap_or(0),
+                    mlx_active_bytes: row.mlx_active_bytes.unwrap_or(0),
+                    mlx_cache_bytes: row.mlx_cache_bytes.unwrap_or(0),
+                    kind: row
+                        .event
+                        .ok_or_else(|| format!("line {line}: an event without its kind"))?,
+                    target: row.target.clone().unwrap_or_default(),
+                    bytes: row.bytes.unwrap_or(0),
+                    shard: row.shard.clone().filter(|s| !s.is_empty()),
+                    shard_resident_bytes: row.shard_resident_bytes,
+                    detail: row.detail.clone().unwrap_or_default(),
                 }),
                 other => return Err(format!("line {line}: unknown record `{other}`")),
             }
@@ -777,70 +770,56 @@ pub struct ResidentTensor {
 
 const CSV_HEADER: &str = "record,t_secs,rss_bytes,rss_anon_bytes,rss_file_bytes,mlx_active_bytes,\
 mlx_cache_bytes,mlx_peak_bytes,event,target,bytes,shard,shard_resident_bytes,detail";
-const CSV_COLUMNS: usize = 14;
 
 fn is_csv(path: &Path) -> bool {
     path.extension()
         .is_some_and(|e| e.eq_ignore_ascii_case("csv"))
 }
 
-/// A CSV field, quoted when it holds a comma, quote or line break.
-fn csv_field(text: &str) -> String {
-    if text.contains([',', '"', '\n', '\r']) {
-        format!("\"{}\"", text.replace('"', "\"\""))
-    } else {
-        text.to_owned()
-    }
+/// One row of the trace CSV, whatever its kind: `sample` rows fill the
+/// memory columns, `event` rows the event columns, `meta` rows put their key
+/// in `target` and their value in `detail`. Empty fields are `None`.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct CsvRow {
+    record: String,
+    t_secs: Option<f64>,
+    rss_bytes: Option<u64>,
+    rss_anon_bytes: Option<u64>,
+    rss_file_bytes: Option<u64>,
+    mlx_active_bytes: Option<u64>,
+    mlx_cache_bytes: Option<u64>,
+    mlx_peak_bytes: Option<u64>,
+    event: Option<MarkKind>,
+    target: Option<String>,
+    bytes: Option<u64>,
+    shard: Option<String>,
+    shard_resident_bytes: Option<u64>,
+    detail: Option<String>,
 }
 
-/// Records of a CSV text (quoted fields may hold commas, quotes and line
-/// breaks), each with the line number where it starts.
-fn csv_records(text: &str) -> Result<Vec<(usize, Vec<String>)>, String> {
-    let mut records = Vec::new();
-    let mut fields = Vec::new();
-    let mut field = String::new();
-    let mut quoted = false;
-    let mut line = 1;
-    let mut start_line = 1;
-    let mut chars = text.chars().peekable();
-    while let Some(c) = chars.next() {
-        if quoted {
-            match c {
-                '"' if chars.peek() == Some(&'"') => {
-                    chars.next();
-                    field.push('"');
-                }
-                '"' => quoted = false,
-                _ => {
-                    if c == '\n' {
-                        line += 1;
-                    }
-                    field.push(c);
-                }
-            }
-            continue;
+/// A `csv` crate error as one line starting with its line number, naming
+/// the column when there is one.
+fn csv_error(err: &csv::Error) -> String {
+    let line = err.position().map_or(0, csv::Position::line);
+    match err.kind() {
+        csv::ErrorKind::Deserialize { err, .. } => {
+            let column = err
+                .field()
+                .and_then(|i| {
+                    CSV_HEADER
+                        .split(',')
+                        .nth(usize::try_from(i).unwrap_or(usize::MAX))
+                })
+                .unwrap_or("a field");
+            format!("line {line}: `{column}`: {}", err.kind())
         }
-        match c {
-            '"' if field.is_empty() => quoted = true,
-            ',' => fields.push(std::mem::take(&mut field)),
-            '\r' if chars.peek() == Some(&'\n') => {}
-            '\n' => {
-                fields.push(std::mem::take(&mut field));
-                records.push((start_line, std::mem::take(&mut fields)));
-                line += 1;
-                start_line = line;
-            }
-            _ => field.push(c),
+        csv::ErrorKind::UnequalLengths {
+            len, expected_len, ..
+        } => {
+            format!("line {line}: {len} fields, expected {expected_len}")
         }
+        _ => format!("line {line}: {err}"),
     }
-    if quoted {
-        return Err(format!("line {start_line}: a quoted field never ends"));
-    }
-    if !field.is_empty() || !fields.is_empty() {
-        fields.push(field);
-        records.push((start_line, fields));
-    }
-    Ok(records)
 }
 
 #[cfg(test)]
@@ -895,6 +874,13 @@ mod tests {
     }
 
     #[test]
+    fn file_names_of_kinds_are_their_as_str() {
+        for kind in ALL_KINDS {
+            assert_eq!(serde_json::to_value(kind).expect("json"), kind.as_str());
+        }
+    }
+
+    #[test]
     fn csv_and_json_round_trip() {
         let trace = sample_trace();
         assert_eq!(Trace::from_csv(&trace.to_csv()).expect("csv parses"), trace);
@@ -907,12 +893,27 @@ mod tests {
         let mut text = sample_trace().to_csv();
         text.push_str("event,x,1,,,1,1,,walk-step,a,1,,,\n");
         let err = Trace::from_csv(&text).expect_err("a bad time");
-        assert!(err.contains("is not a time"), "{err}");
+        assert!(err.contains("`t_secs`"), "{err}");
         assert!(err.starts_with("line "), "{err}");
         let err = Trace::from_csv("hello\n").expect_err("no header");
         assert!(err.contains("line 1"), "{err}");
-        let err = Trace::from_csv(&format!("{CSV_HEADER}\nevent,\"open")).expect_err("unclosed");
-        assert!(err.contains("never ends"), "{err}");
+        let err = Trace::from_csv(&format!("{CSV_HEADER}\nevent,\"open")).expect_err("short");
+        assert!(
+            err.starts_with("line 2: ") && err.contains("fields"),
+            "{err}"
+        );
+        let err = Trace::from_csv(&format!(
+            "{CSV_HEADER}\nevent,0.1,1,,,1,1,,frobnicate,a,1,,,\n"
+        ))
+        .expect_err("unknown kind");
+        assert!(
+            err.starts_with("line 2: ") && err.contains("`frobnicate`"),
+            "{err}"
+        );
+        // Quoted fields keep their commas, quotes and line breaks.
+        let mut trace = sample_trace();
+        trace.label = "a, \"quoted\"\nlabel".into();
+        assert_eq!(Trace::from_csv(&trace.to_csv()).expect("parses"), trace);
     }
 
     #[test]
