@@ -273,7 +273,10 @@ fn the_profiler_walks_finds_the_trap_and_keeps_the_trace() {
     harness.run();
     harness.get_by_label_contains("trace saved to");
     let saved = weightscope::profile::Trace::load(&path).expect("the saved trace loads");
-    assert_eq!(saved.policy.as_deref(), Some("release-tensor"));
+    assert_eq!(
+        saved.policy,
+        Some(weightscope::profile::Policy::ReleaseTensor)
+    );
     harness.get_by_label("Overlay from path").click();
     harness.run();
     harness.get_by_label_contains("x release-tensor none");

@@ -69,7 +69,7 @@ fn run_walk(dir: &Path, policy: Policy, transform: Transform) -> (WalkOutcome, T
     let mut weights = Weights::open(dir).expect("open");
     let origin = std::time::Instant::now();
     let mut trace = Trace::new(policy.as_str());
-    trace.policy = Some(policy.as_str().into());
+    trace.policy = Some(policy);
     let cancel = AtomicBool::new(false);
     let outcome = profile::walk(
         &mut weights,
@@ -401,7 +401,7 @@ fn the_walk_command_prints_the_contract_and_writes_the_trace() {
             .any(|f| f["kind"] == "ReleaseFreedNothing")
     );
     let trace = Trace::load(&csv).expect("the CSV trace loads");
-    assert_eq!(trace.policy.as_deref(), Some("release-tensor"));
+    assert_eq!(trace.policy, Some(Policy::ReleaseTensor));
     assert_eq!(
         trace.events.len(),
         report["events"].as_array().map_or(0, Vec::len)

@@ -242,7 +242,7 @@ impl WeightscopeApp {
             .as_ref()
             .map(DeviceInfo::name)
             .unwrap_or_default();
-        trace.policy = Some(outcome.policy.as_str().into());
+        trace.policy = Some(outcome.policy);
         trace.transform = Some(outcome.transform.as_str().into());
         trace.expected = Some(outcome.expected);
         let findings = profile::findings(&trace);

@@ -98,7 +98,7 @@ pub fn run(args: &WalkArgs) -> Result<WalkReport, WalkError> {
     ));
     trace.checkpoint = args.path.display().to_string();
     trace.device = mlx::default_device().map_or_else(|_| "unknown".into(), |d| d.name());
-    trace.policy = Some(args.policy.as_str().into());
+    trace.policy = Some(args.policy);
     trace.transform = Some(args.transform.as_str().into());
     let progress = std::io::stderr().is_terminal();
     let mut last_progress = Instant::now();

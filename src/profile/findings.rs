@@ -82,10 +82,10 @@ fn release_freed_nothing(trace: &Trace, found: &mut Vec<Finding>) {
 }
 
 fn whole_model_accumulated(trace: &Trace, found: &mut Vec<Finding>) {
-    let (Some(expected), Some(policy)) = (trace.expected, trace.policy.as_deref()) else {
+    let (Some(expected), Some(policy)) = (trace.expected, trace.policy) else {
         return;
     };
-    if policy == "release-shard" {
+    if policy == super::walk::Policy::ReleaseShard {
         return;
     }
     let peak = trace.peak_mlx_active_bytes();

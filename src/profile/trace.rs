@@ -9,6 +9,7 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 
 use super::sampler::MemorySample;
+use super::walk::Policy;
 
 /// The trace format's version, written into every file.
 pub const TRACE_VERSION: u32 = 1;
@@ -285,7 +286,7 @@ pub struct Trace {
     pub device: String,
     /// The walk policy, for a walk trace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub policy: Option<String>,
+    pub policy: Option<Policy>,
     /// The walk's transform.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub transform: Option<String>,
@@ -341,13 +342,7 @@ impl Trace {
     /// The expected peak for this trace's policy, if known.
     #[must_use]
     pub fn expected_peak_bytes(&self) -> Option<u64> {
-        let expected = self.expected?;
-        match self.policy.as_deref()? {
-            "retain" => Some(expected.retain),
-            "release-tensor" => Some(expected.release_tensor),
-            "release-shard" => Some(expected.release_shard),
-            _ => None,
-        }
+        Some(self.policy?.expected(&self.expected?))
     }
 
     /// Highest MLX active memory recorded: samples, events, and MLX's own
@@ -399,8 +394,8 @@ impl Trace {
             meta("checkpoint", self.checkpoint.clone()),
             meta("device", self.device.clone()),
         ];
-        if let Some(policy) = &self.policy {
-            rows.push(meta("policy", policy.clone()));
+        if let Some(policy) = self.policy {
+            rows.push(meta("policy", policy.as_str().to_owned()));
         }
         if let Some(transform) = &self.transform {
             rows.push(meta("transform", transform.clone()));
@@ -547,7 +542,11 @@ impl Trace {
                         "label" => trace.label = value,
                         "checkpoint" => trace.checkpoint = value,
                         "device" => trace.device = value,
-                        "policy" => trace.policy = Some(value),
+                        "policy" => {
+                            trace.policy = Some(Policy::parse(&value).ok_or_else(|| {
+                                format!("line {line}: `{value}` is not a policy")
+                            })?);
+                        }
                         "transform" => trace.transform = Some(value),
                         "expected_retain_bytes" => {
                             expected.retain = parse(&value)?;
@@ -830,7 +829,7 @@ mod tests {
         let mut trace = Trace::new("retain, demo");
         trace.checkpoint = "/models/a,b".into();
         trace.device = "cpu:0".into();
-        trace.policy = Some("retain".into());
+        trace.policy = Some(Policy::Retain);
         trace.transform = Some("none".into());
         trace.expected = Some(ExpectedPeaks {
             retain: 300,

@@ -19,8 +19,10 @@ use crate::weights::{Native, Weights};
 use super::sampler::{MemorySample, ProcessMemory, reset_peak_rss};
 use super::trace::{ExpectedPeaks, Mark, MarkKind};
 
-/// What a walk releases, and when.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// What a walk releases, and when. In files (traces) by its command-line
+/// name, `as_str`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum Policy {
     /// Keep every tensor (and every output) until the end.
     Retain,
@@ -29,6 +31,12 @@ pub enum Policy {
     ReleaseTensor,
     /// Release each shard (its map and arrays) as the walk leaves it.
     ReleaseShard,
+}
+
+impl std::fmt::Display for Policy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 impl Policy {
@@ -45,7 +53,7 @@ impl Policy {
         }
     }
 
-    /// The policy of a command-line name.
+    /// The policy of a command-line name (also its name in trace files).
     #[must_use]
     pub fn parse(name: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|p| p.as_str() == name)
