@@ -363,13 +363,17 @@ pub fn walk<N: Native>(
     weights.release_all();
     let _ = mlx::clear_cache();
     let _ = mlx::trim_host_heap();
-    let _ = mlx::reset_peak();
+    // Without a reset MLX's peak is the process's, not the walk's: then the
+    // walk reports the highest MLX active it sampled itself.
+    let mlx_reset = mlx::reset_peak().is_ok();
     let rss_reset = reset_peak_rss();
     let mut done = 0;
     let highest_rss = std::cell::Cell::new(0);
+    let highest_active = std::cell::Cell::new(0);
     let mut record = |mark: Mark, done: usize| {
         let memory = MemorySample::now();
         highest_rss.set(highest_rss.get().max(memory.rss_bytes));
+        highest_active.set(highest_active.get().max(memory.mlx_active_bytes));
         emit(Recorded {
             mark,
             memory,
@@ -453,7 +457,10 @@ pub fn walk<N: Native>(
         }
     }
     drop(kept);
-    let peak_mlx_active_bytes = mlx::memory().map_or(0, |m| m.peak_bytes);
+    let peak_mlx_active_bytes = match mlx::memory() {
+        Ok(m) if mlx_reset => m.peak_bytes.max(highest_active.get()),
+        _ => highest_active.get(),
+    };
     let peak_rss_bytes = if rss_reset {
         ProcessMemory::read().peak_rss_bytes.max(highest_rss.get())
     } else {

@@ -59,7 +59,10 @@ pub fn scan_values<N: Native>(
         .unwrap_or(0);
     weights.release_all();
     let _ = mlx::clear_cache();
-    let _ = mlx::reset_peak();
+    // Without a reset MLX's peak is the process's, not this job's: then
+    // the highest MLX active seen after each tensor is reported instead.
+    let peak_reset = mlx::reset_peak().is_ok();
+    let mut highest_active = 0u64;
     let mut scan = ValueScan {
         findings: Vec::new(),
         scanned: 0,
@@ -86,6 +89,7 @@ pub fn scan_values<N: Native>(
         weights.release(name);
         release_when_done(weights, &mut left, name);
         scan.scanned += 1;
+        highest_active = highest_active.max(mlx::memory().map_or(0, |m| m.active_bytes));
         progress(ScanProgress {
             done: scan.scanned,
             total: scan.total,
@@ -93,7 +97,10 @@ pub fn scan_values<N: Native>(
         });
     }
     weights.release_all();
-    scan.peak_mlx_active_bytes = mlx::memory().map_or(0, |m| m.peak_bytes);
+    scan.peak_mlx_active_bytes = match mlx::memory() {
+        Ok(m) if peak_reset => m.peak_bytes,
+        _ => highest_active,
+    };
     scan
 }
 
