@@ -373,9 +373,12 @@ impl Trace {
     }
 
     /// The trace as pretty JSON.
-    #[must_use]
-    pub fn to_json(&self) -> String {
-        serde_json::to_string_pretty(self).unwrap_or_default()
+    ///
+    /// # Errors
+    /// When serde cannot serialize it (never for a trace built by this
+    /// crate; said rather than written as an empty file).
+    pub fn to_json(&self) -> Result<String, serde_json::Error> {
+        serde_json::to_string_pretty(self)
     }
 
     /// The trace as CSV: one row per sample and per event, plus `meta` rows
@@ -458,7 +461,14 @@ impl Trace {
     /// # Errors
     /// When the file cannot be written.
     pub fn save_as(&self, path: &Path, csv: bool) -> Result<(), TraceError> {
-        let text = if csv { self.to_csv() } else { self.to_json() };
+        let text = if csv {
+            self.to_csv()
+        } else {
+            self.to_json().map_err(|e| TraceError::Format {
+                problem: format!("cannot serialize the trace: {e}"),
+                path: path.to_path_buf(),
+            })?
+        };
         std::fs::write(path, text).map_err(|source| TraceError::Io {
             action: "write",
             path: path.to_path_buf(),
@@ -883,7 +893,8 @@ mod tests {
     fn csv_and_json_round_trip() {
         let trace = sample_trace();
         assert_eq!(Trace::from_csv(&trace.to_csv()).expect("csv parses"), trace);
-        let json: Trace = serde_json::from_str(&trace.to_json()).expect("json parses");
+        let json: Trace =
+            serde_json::from_str(&trace.to_json().expect("serializes")).expect("json parses");
         assert_eq!(json, trace);
     }
 
