@@ -23,7 +23,8 @@ pub(super) enum DiffSort {
     Snr,
 }
 
-/// What the diff tab shows and remembers.
+/// The diff panel: it owns what the tab shows and remembers, is fed the
+/// worker's diff events by the app, and returns [`DiffAction`]s.
 pub(super) struct DiffState {
     pub other_input: String,
     pub view_input: String,
@@ -91,24 +92,29 @@ impl DiffState {
     }
 }
 
-impl WeightscopeApp {
-    /// Starts diffing the open checkpoint against `other` (view from the view field).
-    pub fn start_diff(&mut self, other: PathBuf) {
-        let view = ViewChoice::parse(match self.diff.view_input.trim() {
+/// What the diff panel asks the app to do.
+#[derive(Debug)]
+pub(super) enum DiffAction {
+    /// Open the folder picker for B.
+    PickB,
+    /// Send this command to the worker (a diff with its own cancel token).
+    Send(Command),
+}
+
+impl DiffState {
+    /// A diff of the open checkpoint against `other` (B's view from the
+    /// view field): the command to send, with this panel now running it.
+    pub fn start(&mut self, other: PathBuf) -> Command {
+        let view = ViewChoice::parse(match self.view_input.trim() {
             "" => "auto",
             text => text,
         });
-        self.diff.error = None;
-        self.diff.report = None;
-        self.diff.rows.clear();
+        self.error = None;
+        self.report = None;
+        self.rows.clear();
         let cancel = CancelToken::new();
-        self.diff.cancel = Some(cancel.clone());
-        self.send(Command::Diff {
-            other,
-            view,
-            cancel,
-        });
-        self.diff.running = Some((
+        self.cancel = Some(cancel.clone());
+        self.running = Some((
             DiffProgress {
                 done: 0,
                 total: 0,
@@ -116,80 +122,77 @@ impl WeightscopeApp {
             },
             Instant::now(),
         ));
+        Command::Diff {
+            other,
+            view,
+            cancel,
+        }
     }
 
-    /// Whether a diff is running.
-    #[must_use]
-    pub fn is_diffing(&self) -> bool {
-        self.diff.running.is_some()
-    }
-
-    /// The last diff's report.
-    #[must_use]
-    pub fn diff_report(&self) -> Option<&DiffReport> {
-        self.diff.report.as_deref()
-    }
-
-    pub(super) fn apply_diff_progress(&mut self, progress: DiffProgress) {
-        if let Some((current, _)) = &mut self.diff.running {
+    /// The worker compared one more tensor.
+    pub fn progress(&mut self, progress: DiffProgress) {
+        if let Some((current, _)) = &mut self.running {
             *current = progress;
         }
     }
 
-    pub(super) fn apply_diff_finished(&mut self, result: Result<Box<DiffReport>, String>) {
-        self.diff.running = None;
+    /// The worker's diff ended (or B could not be opened).
+    pub fn finished(&mut self, result: Result<Box<DiffReport>, String>) {
+        self.running = None;
         match result {
             Ok(report) => {
-                self.diff.report = Some(report);
-                self.diff.resort();
+                self.report = Some(report);
+                self.resort();
             }
-            Err(error) => self.diff.error = Some(error),
+            Err(error) => self.error = Some(error),
         }
     }
 
-    pub(super) fn diff_ui(&mut self, ui: &mut egui::Ui) {
-        if self.checkpoint.is_none() {
+    /// Draws the tab for an open checkpoint (`has_checkpoint`); returns what
+    /// the user asked for.
+    pub fn ui(&mut self, ui: &mut egui::Ui, has_checkpoint: bool) -> Option<DiffAction> {
+        if !has_checkpoint {
             ui.label("Open a checkpoint (A), then choose B to compare it with.");
-            return;
+            return None;
         }
-        ui.horizontal(|ui| {
+        let mut action = None;
+        ui.horizontal_wrapped(|ui| {
             let label = ui.label("Compare with (B)");
             ui.add(
-                egui::TextEdit::singleline(&mut self.diff.other_input)
+                egui::TextEdit::singleline(&mut self.other_input)
                     .hint_text("folder or .safetensors file")
-                    .desired_width(360.0),
+                    .desired_width(360.0_f32.min(ui.available_width() - 80.0).max(120.0)),
             )
             .labelled_by(label.id);
             if ui.button("Choose B…").clicked() {
-                self.actions.push(Action::PickDiffFolder);
+                action = Some(DiffAction::PickB);
             }
             let label = ui.label("B's view");
             ui.add(
-                egui::TextEdit::singleline(&mut self.diff.view_input)
+                egui::TextEdit::singleline(&mut self.view_input)
                     .hint_text("auto, identity, qwen3-next or a view file")
                     .desired_width(200.0),
             )
             .labelled_by(label.id);
-            let running = self.diff.running.is_some();
-            if running {
+            if self.running.is_some() {
                 if ui.button("Cancel diff").clicked()
-                    && let Some(token) = &self.diff.cancel
+                    && let Some(token) = &self.cancel
                 {
                     token.cancel();
                 }
             } else {
-                let has_b = !self.diff.other_input.trim().is_empty();
+                let has_b = !self.other_input.trim().is_empty();
                 if ui
                     .add_enabled(has_b, egui::Button::new("Run diff"))
                     .on_hover_text("A is the open checkpoint, through the view above")
                     .clicked()
                 {
-                    let other = PathBuf::from(self.diff.other_input.trim());
-                    self.start_diff(other);
+                    let other = PathBuf::from(self.other_input.trim());
+                    action = Some(DiffAction::Send(self.start(other)));
                 }
             }
         });
-        if let Some((progress, since)) = &self.diff.running {
+        if let Some((progress, since)) = &self.running {
             let fraction = if progress.total == 0 {
                 0.0
             } else {
@@ -203,14 +206,15 @@ impl WeightscopeApp {
                 progress.name
             )));
         }
-        if let Some(error) = &self.diff.error {
+        if let Some(error) = &self.error {
             ui.colored_label(ui.visuals().error_fg_color, format!("diff: {error}"));
         }
-        self.diff_results_ui(ui);
+        self.results_ui(ui);
+        action
     }
 
-    fn diff_results_ui(&mut self, ui: &mut egui::Ui) {
-        let Some(report) = self.diff.report.as_deref() else {
+    fn results_ui(&mut self, ui: &mut egui::Ui) {
+        let Some(report) = self.report.as_deref() else {
             return;
         };
         let differing = report.differing().count();
@@ -272,10 +276,10 @@ impl WeightscopeApp {
         ui.separator();
         error_per_layer_ui(ui, report);
         ui.separator();
-        self.diff_table_ui(ui);
+        self.table_ui(ui);
     }
 
-    fn diff_table_ui(&mut self, ui: &mut egui::Ui) {
+    fn table_ui(&mut self, ui: &mut egui::Ui) {
         let mut sort_changed = false;
         ui.horizontal(|ui| {
             for (label, column) in [
@@ -285,33 +289,32 @@ impl WeightscopeApp {
                 ("SNR", DiffSort::Snr),
                 ("Max |a-b|", DiffSort::MaxAbs),
             ] {
-                let mark = match (self.diff.sort == column, self.diff.descending) {
+                let mark = match (self.sort == column, self.descending) {
                     (true, false) => " (asc)",
                     (true, true) => " (desc)",
                     (false, _) => "",
                 };
                 if ui.button(format!("{label}{mark}")).clicked() {
-                    if self.diff.sort == column {
-                        self.diff.descending = !self.diff.descending;
+                    if self.sort == column {
+                        self.descending = !self.descending;
                     } else {
-                        self.diff.sort = column;
-                        self.diff.descending =
-                            matches!(column, DiffSort::MaxAbs | DiffSort::Relative);
+                        self.sort = column;
+                        self.descending = matches!(column, DiffSort::MaxAbs | DiffSort::Relative);
                     }
                     sort_changed = true;
                 }
             }
             sort_changed |= ui
-                .checkbox(&mut self.diff.only_differing, "Only differing")
+                .checkbox(&mut self.only_differing, "Only differing")
                 .changed();
         });
         if sort_changed {
-            self.diff.resort();
+            self.resort();
         }
-        let Some(report) = self.diff.report.as_deref() else {
+        let Some(report) = self.report.as_deref() else {
             return;
         };
-        let rows = &self.diff.rows;
+        let rows = &self.rows;
         ui.label(
             egui::RichText::new(format!(
                 "{:>10} {:>9} {:>9} {:>10}{:8}  {}",
@@ -353,6 +356,35 @@ impl WeightscopeApp {
                     );
                 }
             });
+    }
+}
+
+impl WeightscopeApp {
+    /// Starts diffing the open checkpoint against `other` (B's view from the
+    /// diff tab's view field).
+    pub fn start_diff(&mut self, other: PathBuf) {
+        let command = self.diff.start(other);
+        self.send(command);
+    }
+
+    /// Whether a diff is running.
+    #[must_use]
+    pub fn is_diffing(&self) -> bool {
+        self.diff.running.is_some()
+    }
+
+    /// The last diff's report.
+    #[must_use]
+    pub fn diff_report(&self) -> Option<&DiffReport> {
+        self.diff.report.as_deref()
+    }
+
+    pub(super) fn diff_ui(&mut self, ui: &mut egui::Ui) {
+        match self.diff.ui(ui, self.checkpoint.is_some()) {
+            Some(DiffAction::PickB) => self.actions.push(Action::PickDiffFolder),
+            Some(DiffAction::Send(command)) => self.send(command),
+            None => {}
+        }
     }
 }
 

@@ -386,8 +386,8 @@ impl WeightscopeApp {
                 }
             }
             EventKind::WalkFinished(outcome) => self.apply_walk_finished(*outcome),
-            EventKind::Diffed(progress) => self.apply_diff_progress(progress),
-            EventKind::DiffFinished(result) => self.apply_diff_finished(result),
+            EventKind::Diffed(progress) => self.diff.progress(progress),
+            EventKind::DiffFinished(result) => self.diff.finished(result),
             EventKind::Scanned(progress) => self.check.progress(progress),
             EventKind::ScanFinished(result) => self.check.finished(result),
             EventKind::Released(_)
