@@ -626,3 +626,43 @@ fn enter_in_the_path_field_only_opens_and_a_failed_open_keeps_the_open_checkpoin
     );
     harness.get_by_label_contains("min");
 }
+
+/// A tensor of the same name in another checkpoint gets its own heatmap: the
+/// textures are keyed by preview, and opening a checkpoint drops the old ones.
+#[test]
+fn a_new_checkpoint_never_shows_an_old_heatmap() {
+    let _lock = common::mlx_memory_lock();
+    let (a, b) = (
+        tempfile::tempdir().expect("tempdir"),
+        tempfile::tempdir().expect("tempdir"),
+    );
+    let values = |scale: f32| -> Vec<f32> { (0..64).map(|i| i as f32 * scale).collect() };
+    common::write_safetensors(
+        &a.path().join("model.safetensors"),
+        &[common::Tensor::f32("w", &[8, 8], &values(1.0))],
+    );
+    common::write_safetensors(
+        &b.path().join("model.safetensors"),
+        &[common::Tensor::f32("w", &[8, 8], &values(-2.0))],
+    );
+    let mut harness = harness(open_app(a.path()));
+    harness.state_mut().materialize("w");
+    harness.step();
+    harness.state_mut().wait_for_worker().expect("materialized");
+    harness.run();
+    let first = harness.state().heatmap_keys();
+    assert_eq!(first.len(), 1, "{first:?}");
+
+    harness.state_mut().open(b.path().to_path_buf());
+    harness.state_mut().wait_for_worker().expect("opened");
+    harness.run();
+    assert!(harness.state().heatmap_keys().is_empty(), "dropped on open");
+    harness.state_mut().materialize("w");
+    harness.step();
+    harness.state_mut().wait_for_worker().expect("materialized");
+    harness.run();
+    let second = harness.state().heatmap_keys();
+    assert_eq!(second.len(), 1);
+    assert_ne!(first, second, "a new texture for the new values");
+    harness.get_by_label_contains("-1.260000e2");
+}

@@ -40,13 +40,14 @@ impl WeightscopeApp {
             Inspected::Ready(preview) => {
                 // Disjoint fields: the preview is borrowed, not copied each frame.
                 let texture = &mut self.heatmap_texture;
+                let generation = self.preview_generation;
                 // Keyed by the tensor: a new tensor opens at the top. Wide
                 // content wraps or scrolls; it never widens the panel.
                 egui::ScrollArea::both()
                     .id_salt(("inspector-scroll", preview.name.as_str()))
                     .auto_shrink([false, false])
                     .show(ui, |ui| {
-                        preview_ui(ui, preview, texture);
+                        preview_ui(ui, preview, generation, texture);
                     });
             }
         }
@@ -81,6 +82,7 @@ fn summary_text(p: &TensorPreview) -> String {
 fn preview_ui(
     ui: &mut egui::Ui,
     p: &TensorPreview,
+    generation: u64,
     texture: &mut HashMap<String, egui::TextureHandle>,
 ) {
     ui.label(egui::RichText::new(printable(&p.name)).monospace().strong());
@@ -144,29 +146,14 @@ fn preview_ui(
             "Heatmap ({} x {} cells, each the mean of {} x {} values)",
             heatmap.rows, heatmap.cols, heatmap.row_step, heatmap.col_step
         ));
-        heatmap_ui(ui, heatmap, &format!("{}#values", p.name), texture);
+        heatmap_ui(
+            ui,
+            heatmap,
+            &format!("{generation}:{}#values", p.name),
+            texture,
+        );
     }
-    if let Some(maps) = &p.quant_maps {
-        let scales = match &p.decoding {
-            Some(crate::weights::Decoding::Fp8 { .. }) => "block scales (weight_scale_inv)",
-            Some(crate::weights::Decoding::Quantized { params, .. })
-                if !params.mode.has_biases() =>
-            {
-                "scales (decoded)"
-            }
-            _ => "scales",
-        };
-        for (what, map) in [(scales, &maps.scales), ("biases", &maps.biases)] {
-            if let Some(heatmap) = map {
-                ui.separator();
-                ui.label(format!(
-                    "Per-group {what} ({} x {} cells, each the mean of {} x {} groups)",
-                    heatmap.rows, heatmap.cols, heatmap.row_step, heatmap.col_step
-                ));
-                heatmap_ui(ui, heatmap, &format!("{}#{what}", p.name), texture);
-            }
-        }
-    }
+    quant_maps_ui(ui, p, generation, texture);
 
     ui.separator();
     ui.label(format!("First {} values", p.values.first.len()));
@@ -244,6 +231,41 @@ fn color(v: f32, extent: f32) -> egui::Color32 {
         egui::Color32::from_rgb(255, fade(t), fade(t))
     } else {
         egui::Color32::from_rgb(fade(-t), fade(-t), 255)
+    }
+}
+
+/// Heatmaps of a quantized weight's per-group scales (decoded) and biases,
+/// or of an FP8 weight's block scales.
+fn quant_maps_ui(
+    ui: &mut egui::Ui,
+    p: &TensorPreview,
+    generation: u64,
+    texture: &mut HashMap<String, egui::TextureHandle>,
+) {
+    let Some(maps) = &p.quant_maps else {
+        return;
+    };
+    let scales = match &p.decoding {
+        Some(crate::weights::Decoding::Fp8 { .. }) => "block scales (weight_scale_inv)",
+        Some(crate::weights::Decoding::Quantized { params, .. }) if !params.mode.has_biases() => {
+            "scales (decoded)"
+        }
+        _ => "scales",
+    };
+    for (what, map) in [(scales, &maps.scales), ("biases", &maps.biases)] {
+        if let Some(heatmap) = map {
+            ui.separator();
+            ui.label(format!(
+                "Per-group {what} ({} x {} cells, each the mean of {} x {} groups)",
+                heatmap.rows, heatmap.cols, heatmap.row_step, heatmap.col_step
+            ));
+            heatmap_ui(
+                ui,
+                heatmap,
+                &format!("{generation}:{}#{what}", p.name),
+                texture,
+            );
+        }
     }
 }
 

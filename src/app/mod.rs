@@ -94,8 +94,12 @@ pub struct WeightscopeApp {
     materialized: HashSet<String>,
     table: tensors::TableState,
     inspected: Inspected,
-    /// The inspector's heatmap textures, keyed by tensor name and kind.
+    /// The inspector's heatmap textures, keyed by preview (its generation),
+    /// tensor and kind: a new preview, of a new checkpoint or view above all,
+    /// can never show an old one's picture.
     heatmap_texture: HashMap<String, egui::TextureHandle>,
+    /// Counts previews shown: part of the heatmap textures' keys.
+    preview_generation: u64,
     memory: MemoryStats,
     /// Memory over time; `None` when the sampler could not start.
     sampler: Option<Sampler>,
@@ -148,6 +152,7 @@ impl WeightscopeApp {
             table: tensors::TableState::default(),
             inspected: Inspected::Nothing,
             heatmap_texture: HashMap::new(),
+            preview_generation: 0,
             memory: MemoryStats::default(),
             sampler,
             timeline: Timeline::new(Instant::now()),
@@ -336,6 +341,7 @@ impl WeightscopeApp {
                 }
                 let is_current = matches!(&self.inspected, Inspected::Pending { name, .. } if *name == preview.name);
                 if is_current {
+                    self.preview_generation += 1;
                     self.inspected = Inspected::Ready(preview);
                 }
             }
@@ -418,6 +424,7 @@ impl WeightscopeApp {
             .map(|s| (s.file.clone(), ShardState::NotLoaded))
             .collect();
         self.materialized.clear();
+        self.heatmap_texture.clear();
         self.table = tensors::TableState::default();
         self.table.view = view;
         self.table.refilter(&checkpoint);
@@ -564,6 +571,15 @@ impl WeightscopeApp {
             Inspected::Pending { name, .. } | Inspected::Failed { name, .. } => Some(name),
             Inspected::Ready(preview) => Some(&preview.name),
         }
+    }
+
+    /// The keys of the inspector's cached heatmap textures.
+    #[doc(hidden)]
+    #[must_use]
+    pub fn heatmap_keys(&self) -> Vec<String> {
+        let mut keys: Vec<String> = self.heatmap_texture.keys().cloned().collect();
+        keys.sort();
+        keys
     }
 
     /// Whether a value scan runs.
