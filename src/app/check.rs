@@ -160,18 +160,7 @@ impl CheckPanel {
             }
         });
         if let Some((p, since)) = &self.running {
-            let fraction = if p.total == 0 {
-                0.0
-            } else {
-                p.done as f32 / p.total as f32
-            };
-            ui.add(egui::ProgressBar::new(fraction).text(format!(
-                "{} of {} tensors read, {:.1} s {}",
-                p.done,
-                p.total,
-                since.elapsed().as_secs_f64(),
-                printable(&p.name)
-            )));
+            super::job_progress_ui(ui, (p.done, p.total), " read", *since, &p.name);
         }
         if let Some(scan) = &self.scan {
             ui.label(format!(

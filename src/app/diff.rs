@@ -192,19 +192,8 @@ impl DiffState {
                 }
             }
         });
-        if let Some((progress, since)) = &self.running {
-            let fraction = if progress.total == 0 {
-                0.0
-            } else {
-                progress.done as f32 / progress.total as f32
-            };
-            ui.add(egui::ProgressBar::new(fraction).text(format!(
-                "{} of {} tensors, {:.1} s {}",
-                progress.done,
-                progress.total,
-                since.elapsed().as_secs_f64(),
-                progress.name
-            )));
+        if let Some((p, since)) = &self.running {
+            super::job_progress_ui(ui, (p.done, p.total), "", *since, &p.name);
         }
         if let Some(error) = &self.error {
             ui.colored_label(ui.visuals().error_fg_color, format!("diff: {error}"));

@@ -783,6 +783,27 @@ impl WeightscopeApp {
     }
 }
 
+/// A running job's progress bar: `done` of `total` tensors `what`, the time
+/// since it started and the tensor just done (escaped: names come from files).
+pub(crate) fn job_progress_ui(
+    ui: &mut egui::Ui,
+    (done, total): (usize, usize),
+    what: &str,
+    since: Instant,
+    name: &str,
+) {
+    let fraction = if total == 0 {
+        0.0
+    } else {
+        done as f32 / total as f32
+    };
+    ui.add(egui::ProgressBar::new(fraction).text(format!(
+        "{done} of {total} tensors{what}, {:.1} s {}",
+        since.elapsed().as_secs_f64(),
+        crate::units::printable(name)
+    )));
+}
+
 /// The memory series' colours, the same in every plot and in every frame.
 pub(crate) mod series_colors {
     use egui::Color32;
