@@ -1,4 +1,5 @@
-//! Human-readable numbers for people (never for machine-readable output).
+//! Human-readable numbers for people (never for machine-readable output),
+//! and the one byte-level text helper the layers share (JSON string runs).
 
 /// `1536` → `"1.50 KiB"`; exact bytes below 1 KiB.
 #[must_use]
@@ -69,11 +70,63 @@ pub fn short_count(n: u64) -> String {
     }
 }
 
+/// Length of the leading run of `bytes` that a JSON string holds as is
+/// (the header scanner reads names with it, the JSON writers copy them):
+/// up to the first quote, backslash or control character. Eight bytes at a
+/// time (names run to 30-100 bytes: too short for a SIMD search's set-up).
+#[must_use]
+pub fn json_plain_run(bytes: &[u8]) -> usize {
+    const ONES: u64 = u64::from_le_bytes([0x01; 8]);
+    const HIGHS: u64 = u64::from_le_bytes([0x80; 8]);
+    // Marks the zero bytes of `word`: exact up to and including the first
+    // one (a borrow may also mark bytes after it, which are never looked at).
+    let zeros = |word: u64| word.wrapping_sub(ONES) & !word & HIGHS;
+    let mut at = 0;
+    while let Some(chunk) = bytes.get(at..at + 8) {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(chunk);
+        let word = u64::from_le_bytes(word);
+        let quote = word ^ u64::from_le_bytes([b'"'; 8]);
+        let backslash = word ^ u64::from_le_bytes([b'\\'; 8]);
+        // Bytes below 0x20 are the ones with none of the bits 0xE0 set.
+        let control = word & u64::from_le_bytes([0xE0; 8]);
+        let stops = zeros(quote) | zeros(backslash) | zeros(control);
+        if stops != 0 {
+            // Little-endian: the lowest marked byte is the first stop.
+            return at + (stops.trailing_zeros() / 8) as usize;
+        }
+        at += 8;
+    }
+    at + bytes
+        .get(at..)
+        .unwrap_or_default()
+        .iter()
+        .position(|&b| b == b'"' || b == b'\\' || b < 0x20)
+        .unwrap_or(bytes.len() - at)
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
+    fn plain_runs_stop_at_quotes_backslashes_and_controls() {
+        assert_eq!(super::json_plain_run(b""), 0);
+        assert_eq!(super::json_plain_run(b"abc"), 3);
+        for stop in [b'"', b'\\', b'\n', 0x00, 0x1f] {
+            for at in 0..20 {
+                let mut bytes = vec![b'x'; 24];
+                bytes[at] = stop;
+                assert_eq!(super::json_plain_run(&bytes), at, "{stop} at {at}");
+            }
+        }
+        // Bytes at or above 0x20 (UTF-8 included) are plain.
+        let text = "model.layers.0.\u{e9}\u{7f} ~ \u{1F600}.weight";
+        assert_eq!(super::json_plain_run(text.as_bytes()), text.len());
+    }
+
+    #[test]
     fn sizes_take_binary_units_strictly() {
         use super::parse_size;
+
         assert_eq!(parse_size("8G"), Some(8 << 30));
         assert_eq!(parse_size("512MiB"), Some(512 << 20));
         assert_eq!(parse_size("1.5k"), Some(1536));

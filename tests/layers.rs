@@ -128,3 +128,30 @@ fn the_scanner_sees_grouped_and_plain_imports() {
     );
     assert_eq!(names, ["mlx", "weights", "units"]);
 }
+
+/// Panels own their state: a panel module (every file of `src/app` but the
+/// app itself and the eframe shell) draws from its own struct and the inputs
+/// it is given, so it never names the app struct, let alone adds methods
+/// to it that reach into other panels' fields.
+#[test]
+fn panels_never_reach_into_the_app() {
+    let app = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/app");
+    let mut files = Vec::new();
+    rust_files(&app, &mut files);
+    let offenders: Vec<String> = files
+        .iter()
+        .filter(|f| !f.ends_with("mod.rs") && !f.ends_with("shell.rs"))
+        .filter(|f| {
+            std::fs::read_to_string(f)
+                .expect("read")
+                .contains("WeightscopeApp")
+        })
+        .map(|f| f.display().to_string())
+        .collect();
+    assert!(files.len() > 8, "the panels were found");
+    assert!(
+        offenders.is_empty(),
+        "panels naming the app struct:\n{}",
+        offenders.join("\n")
+    );
+}

@@ -102,24 +102,10 @@ impl CheckPanel {
             .count()
     }
 
-    /// The status bar's badge; `true` when clicked.
-    pub fn badge_ui(&self, ui: &mut egui::Ui) -> bool {
-        let (errors, warnings) = (self.count(Severity::Error), self.count(Severity::Warning));
-        let text = format!(
-            "check: {errors} error{}, {warnings} warning{}",
-            if errors == 1 { "" } else { "s" },
-            if warnings == 1 { "" } else { "s" }
-        );
-        let color = if errors > 0 {
-            ui.visuals().error_fg_color
-        } else if warnings > 0 {
-            ui.visuals().warn_fg_color
-        } else {
-            ui.visuals().text_color()
-        };
-        ui.add(egui::Button::new(egui::RichText::new(text).color(color)).small())
-            .on_hover_text("What `weightscope check` finds (Ctrl+4)")
-            .clicked()
+    /// How many errors and warnings were found (the status bar's badge).
+    #[must_use]
+    pub fn counts(&self) -> (usize, usize) {
+        (self.count(Severity::Error), self.count(Severity::Warning))
     }
 
     /// Draws the tab; returns what the user asked for.

@@ -8,8 +8,6 @@ use std::time::Instant;
 use crate::weights::{DiffProgress, DiffReport, ViewChoice};
 use crate::worker::{CancelToken, Command};
 
-use super::{Action, WeightscopeApp};
-
 /// Columns the result table sorts by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(super) enum DiffSort {
@@ -25,23 +23,23 @@ pub(super) enum DiffSort {
 
 /// The diff panel: it owns what the tab shows and remembers, is fed the
 /// worker's diff events by the app, and returns [`DiffAction`]s.
-pub(super) struct DiffState {
-    pub other_input: String,
-    pub view_input: String,
-    pub running: Option<(DiffProgress, Instant)>,
-    pub report: Option<Box<DiffReport>>,
-    pub error: Option<String>,
-    pub sort: DiffSort,
-    pub descending: bool,
+pub(super) struct DiffPanel {
+    other_input: String,
+    view_input: String,
+    running: Option<(DiffProgress, Instant)>,
+    report: Option<Box<DiffReport>>,
+    error: Option<String>,
+    sort: DiffSort,
+    descending: bool,
     /// Positions in `report.common`, sorted.
     rows: Vec<usize>,
     /// Show only tensors whose values differ.
-    pub only_differing: bool,
+    only_differing: bool,
     /// The running diff's cancel token.
     cancel: Option<CancelToken>,
 }
 
-impl Default for DiffState {
+impl Default for DiffPanel {
     fn default() -> Self {
         Self {
             other_input: String::new(),
@@ -58,7 +56,7 @@ impl Default for DiffState {
     }
 }
 
-impl DiffState {
+impl DiffPanel {
     fn resort(&mut self) {
         let Some(report) = &self.report else {
             self.rows.clear();
@@ -101,7 +99,28 @@ pub(super) enum DiffAction {
     Send(Command),
 }
 
-impl DiffState {
+impl DiffPanel {
+    /// Whether a diff is running.
+    pub(super) fn is_running(&self) -> bool {
+        self.running.is_some()
+    }
+
+    /// The last diff's report.
+    pub(super) fn report(&self) -> Option<&DiffReport> {
+        self.report.as_deref()
+    }
+
+    /// B's path, as chosen in a dialog.
+    pub(super) fn set_other(&mut self, path: &std::path::Path) {
+        self.other_input = path.display().to_string();
+    }
+
+    /// Says why no B was chosen.
+    pub(super) fn nothing_chosen(&mut self) {
+        self.error =
+            Some("No folder was chosen. If no dialog appeared, type B's path in the field.".into());
+    }
+
     /// A diff of the open checkpoint against `other` (B's view from the
     /// view field): the command to send, with this panel now running it.
     pub fn start(&mut self, other: PathBuf) -> Command {
@@ -345,35 +364,6 @@ impl DiffState {
                     );
                 }
             });
-    }
-}
-
-impl WeightscopeApp {
-    /// Starts diffing the open checkpoint against `other` (B's view from the
-    /// diff tab's view field).
-    pub fn start_diff(&mut self, other: PathBuf) {
-        let command = self.diff.start(other);
-        self.send(command);
-    }
-
-    /// Whether a diff is running.
-    #[must_use]
-    pub fn is_diffing(&self) -> bool {
-        self.diff.running.is_some()
-    }
-
-    /// The last diff's report.
-    #[must_use]
-    pub fn diff_report(&self) -> Option<&DiffReport> {
-        self.diff.report.as_deref()
-    }
-
-    pub(super) fn diff_ui(&mut self, ui: &mut egui::Ui) {
-        match self.diff.ui(ui, self.checkpoint.is_some()) {
-            Some(DiffAction::PickB) => self.actions.push(Action::PickDiffFolder),
-            Some(DiffAction::Send(command)) => self.send(command),
-            None => {}
-        }
     }
 }
 

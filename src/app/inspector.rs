@@ -3,15 +3,104 @@
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
+use std::time::Instant;
 
 use crate::mlx::{Heatmap, Histogram, Stats};
 use crate::units::{grouped, human_bytes, printable};
 use crate::weights::TensorPreview;
 
-use super::{Inspected, WeightscopeApp};
+/// The tensor the inspector shows.
+enum Inspected {
+    Nothing,
+    Pending { name: String, since: Instant },
+    Ready(Box<TensorPreview>),
+    Failed { name: String, error: String },
+}
 
-impl WeightscopeApp {
-    pub(super) fn inspector_ui(&mut self, ui: &mut egui::Ui) {
+/// The inspector panel: the tensor asked for, its preview when the worker
+/// sends it, and the heatmap textures drawn from that preview.
+pub(super) struct InspectorPanel {
+    inspected: Inspected,
+    /// Heatmap textures keyed by preview (its generation), tensor and kind:
+    /// a new preview, of a new checkpoint or view above all, can never show
+    /// an old one's picture.
+    heatmap_texture: HashMap<String, egui::TextureHandle>,
+    /// Counts previews shown: part of the heatmap textures' keys.
+    preview_generation: u64,
+}
+
+impl Default for InspectorPanel {
+    fn default() -> Self {
+        Self {
+            inspected: Inspected::Nothing,
+            heatmap_texture: HashMap::new(),
+            preview_generation: 0,
+        }
+    }
+}
+
+impl InspectorPanel {
+    /// Forgets the tensor and every texture (a checkpoint opened or closed).
+    pub(super) fn clear(&mut self) {
+        self.inspected = Inspected::Nothing;
+        self.heatmap_texture.clear();
+    }
+
+    /// `name` was asked of the worker.
+    pub(super) fn pending(&mut self, name: &str) {
+        self.inspected = Inspected::Pending {
+            name: name.to_owned(),
+            since: Instant::now(),
+        };
+    }
+
+    /// `name` could not be materialized (or not even asked for).
+    pub(super) fn failed(&mut self, name: &str, error: String) {
+        self.inspected = Inspected::Failed {
+            name: name.to_owned(),
+            error,
+        };
+    }
+
+    /// The worker reported an error about `target`: shown when it is the
+    /// tensor waited for.
+    pub(super) fn worker_failed(&mut self, target: &str, error: &str) {
+        if self.is_waiting_for(target) {
+            self.failed(target, error.to_owned());
+        }
+    }
+
+    /// A preview came: shown when it is the tensor waited for (an answer to
+    /// an older click is dropped).
+    pub(super) fn materialized(&mut self, preview: Box<TensorPreview>) {
+        if self.is_waiting_for(&preview.name) {
+            self.preview_generation += 1;
+            self.inspected = Inspected::Ready(preview);
+        }
+    }
+
+    fn is_waiting_for(&self, target: &str) -> bool {
+        matches!(&self.inspected, Inspected::Pending { name, .. } if name == target)
+    }
+
+    /// The tensor shown or waited for, if any.
+    pub(super) fn name(&self) -> Option<&str> {
+        match &self.inspected {
+            Inspected::Nothing => None,
+            Inspected::Pending { name, .. } | Inspected::Failed { name, .. } => Some(name),
+            Inspected::Ready(preview) => Some(&preview.name),
+        }
+    }
+
+    /// The keys of the cached heatmap textures, sorted.
+    pub(super) fn heatmap_keys(&self) -> Vec<String> {
+        let mut keys: Vec<String> = self.heatmap_texture.keys().cloned().collect();
+        keys.sort();
+        keys
+    }
+
+    /// Draws the tensor waited for, its error, or its preview.
+    pub(super) fn ui(&mut self, ui: &mut egui::Ui) {
         ui.heading("Inspector");
         ui.separator();
         match &self.inspected {

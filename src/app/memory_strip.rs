@@ -4,23 +4,34 @@
 
 use egui_plot::{Line, Plot, VLine};
 
-use super::WeightscopeApp;
+use crate::profile::Timeline;
+
 use super::profiler::{marker_times, sample_line};
 
 const MIB: f64 = 1024.0 * 1024.0;
-/// The strip shows the last 10 minutes.
-const STRIP_SECS: f64 = 600.0;
 
-impl WeightscopeApp {
-    pub(super) fn memory_strip_ui(&mut self, ui: &mut egui::Ui) {
-        let Some(last) = self.timeline.last_sample().copied() else {
+/// The memory strip at the bottom of the window. It keeps no copy of the
+/// samples: it draws the app's timeline, the one the profiler draws too.
+pub(super) struct MemoryStrip {
+    /// How far back the strip looks.
+    window_secs: f64,
+}
+
+impl Default for MemoryStrip {
+    fn default() -> Self {
+        // Ten minutes: a walk of a large model fits; hours do not crowd it.
+        Self { window_secs: 600.0 }
+    }
+}
+
+impl MemoryStrip {
+    /// Draws the last `window_secs` of `timeline`; `gpu` says that MLX's
+    /// figures are device memory, not host memory.
+    pub(super) fn ui(&self, ui: &mut egui::Ui, timeline: &Timeline, gpu: bool) {
+        let Some(last) = timeline.last_sample().copied() else {
             ui.label("Memory: waiting for the first sample");
             return;
         };
-        let gpu = self
-            .device
-            .as_ref()
-            .is_ok_and(|d| d.kind == crate::mlx::DeviceKind::Gpu);
         ui.horizontal(|ui| {
             ui.label(format!(
                 "Memory (MiB, seconds since start): process RSS {:.1} (anonymous {:.1}), MLX active {:.1}, MLX cache {:.1}",
@@ -33,21 +44,21 @@ impl WeightscopeApp {
                 ui.label("(MLX figures are GPU memory; RSS is host memory only)");
             }
         });
-        if let Some(event) = self.timeline.events().back() {
+        if let Some(event) = timeline.events().back() {
             ui.label(format!(
                 "last event at {:.1} s: {}",
                 event.t_secs,
                 event.label()
             ));
         }
-        let from = last.t_secs - STRIP_SECS;
-        let samples = self.timeline.samples();
+        let from = last.t_secs - self.window_secs;
+        let samples = timeline.samples();
         let first = samples.partition_point(|s| s.t_secs < from);
         let line = |f| sample_line(samples.range(first..), f);
         let rss = line(|s| s.rss_bytes);
         let active = line(|s| s.mlx_active_bytes);
         let cache = line(|s| s.mlx_cache_bytes);
-        let events = self.timeline.events();
+        let events = timeline.events();
         let first_event = events.partition_point(|e| e.t_secs < from);
         // The legend is one line of coloured names above the plot: a legend
         // inside a plot this short would be taller than the plot.

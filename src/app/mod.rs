@@ -11,9 +11,9 @@ mod profiler;
 pub mod settings;
 mod shards;
 pub mod shell;
+mod status_bar;
 mod tensors;
 
-use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -21,20 +21,18 @@ use std::time::{Duration, Instant};
 use crate::checkpoint::Checkpoint;
 use crate::mlx::{DeviceInfo, MemoryStats};
 use crate::profile::{DEFAULT_INTERVAL, Sampler, Timeline};
-use crate::units::human_bytes;
-use crate::weights::{BUILTIN_VIEWS, TensorPreview, ViewChoice, ViewInfo};
-use crate::worker::{Command, Event, EventKind, Worker, WorkerGone};
+use crate::weights::{BUILTIN_VIEWS, DiffReport, ViewChoice, ViewInfo};
+use crate::worker::{CancelToken, Command, Event, EventKind, Worker, WorkerGone};
 
-/// What a shard holds right now, as far as the UI knows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ShardState {
-    /// Opened lazily; nothing read yet.
-    NotLoaded,
-    /// Some tensors were materialized from it (bytes on disk, summed).
-    Materialized(u64),
-    /// Its map was released; it reopens on the next click.
-    Released,
-}
+use check::{CheckAction, CheckPanel};
+use diff::{DiffAction, DiffPanel};
+use inspector::InspectorPanel;
+use memory_strip::MemoryStrip;
+use profiler::{ProfilerAction, ProfilerInputs, ProfilerPanel};
+pub use shards::ShardState;
+use shards::{ShardsAction, ShardsPanel};
+use status_bar::{StatusAction, StatusBar, StatusInputs};
+use tensors::{TensorsAction, TensorsPanel};
 
 /// Something the UI asks its shell to do (the UI itself never opens dialogs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,15 +62,9 @@ pub enum Tab {
     Check,
 }
 
-/// The tensor the inspector shows.
-enum Inspected {
-    Nothing,
-    Pending { name: String, since: Instant },
-    Ready(Box<TensorPreview>),
-    Failed { name: String, error: String },
-}
-
-/// Everything the window shows, independent of eframe.
+/// Everything the window shows, independent of eframe. It owns the worker,
+/// the sampler and the timeline, routes worker events to the panels, and
+/// runs the actions the panels return; no panel reads another's fields.
 pub struct WeightscopeApp {
     worker: Worker,
     device: Result<DeviceInfo, String>,
@@ -81,33 +73,21 @@ pub struct WeightscopeApp {
     /// Why the last open failed.
     open_error: Option<String>,
     checkpoint: Option<Arc<Checkpoint>>,
-    /// Totals of the open checkpoint, computed once when it opens.
-    totals: Option<(usize, u64)>,
-    /// Parameters as the model counts them, and the quantization's stored
-    /// bits per weight when there is one (from the headers).
-    params: Option<(u64, Option<String>)>,
     /// The path field (also the fallback when no file dialog can open).
     path_input: String,
-    shard_states: HashMap<String, ShardState>,
-    /// Tensors materialized since their shard was opened (a second click on
-    /// one is served from the worker's cache and adds no bytes).
-    materialized: HashSet<String>,
-    table: tensors::TableState,
-    inspected: Inspected,
-    /// The inspector's heatmap textures, keyed by preview (its generation),
-    /// tensor and kind: a new preview, of a new checkpoint or view above all,
-    /// can never show an old one's picture.
-    heatmap_texture: HashMap<String, egui::TextureHandle>,
-    /// Counts previews shown: part of the heatmap textures' keys.
-    preview_generation: u64,
     memory: MemoryStats,
     /// Memory over time; `None` when the sampler could not start.
     sampler: Option<Sampler>,
     /// Samples and events since the app started, on one clock.
     timeline: Timeline,
-    profiler: profiler::ProfilerState,
-    diff: diff::DiffState,
-    check: check::CheckPanel,
+    tensors: TensorsPanel,
+    inspector: InspectorPanel,
+    shards: ShardsPanel,
+    profiler: ProfilerPanel,
+    diff: DiffPanel,
+    check: CheckPanel,
+    strip: MemoryStrip,
+    status: StatusBar,
     tab: Tab,
     /// Recent checkpoints and other saved settings.
     settings: settings::Settings,
@@ -144,21 +124,18 @@ impl WeightscopeApp {
             opening: None,
             open_error: None,
             checkpoint: None,
-            totals: None,
-            params: None,
             path_input: String::new(),
-            shard_states: HashMap::new(),
-            materialized: HashSet::new(),
-            table: tensors::TableState::default(),
-            inspected: Inspected::Nothing,
-            heatmap_texture: HashMap::new(),
-            preview_generation: 0,
             memory: MemoryStats::default(),
             sampler,
             timeline: Timeline::new(Instant::now()),
-            profiler: profiler::ProfilerState::default(),
-            diff: diff::DiffState::default(),
-            check: check::CheckPanel::default(),
+            tensors: TensorsPanel::default(),
+            inspector: InspectorPanel::default(),
+            shards: ShardsPanel::default(),
+            profiler: ProfilerPanel::default(),
+            diff: DiffPanel::default(),
+            check: CheckPanel::default(),
+            strip: MemoryStrip::default(),
+            status: StatusBar::default(),
             tab: Tab::Tensors,
             settings: settings::Settings::default(),
             settings_dirty: false,
@@ -198,7 +175,7 @@ impl WeightscopeApp {
     /// The installed view, if any.
     #[must_use]
     pub fn view(&self) -> Option<&ViewInfo> {
-        self.table.view.as_deref()
+        self.tensors.view.as_deref()
     }
 
     /// Starts from saved `settings` (recent checkpoints).
@@ -222,21 +199,9 @@ impl WeightscopeApp {
         match (action, path) {
             (Action::SaveTrace, Some(path)) => self.save_trace(&path),
             (Action::OpenTrace, Some(path)) => self.load_trace(&path),
-            (Action::SaveTrace | Action::OpenTrace, None) => {
-                self.profiler.message = Some(
-                    "No file was chosen. If no dialog appeared, type a path in the trace path field."
-                        .into(),
-                );
-            }
-            (Action::PickDiffFolder, Some(path)) => {
-                self.diff.other_input = path.display().to_string();
-            }
-            (Action::PickDiffFolder, None) => {
-                self.diff.error = Some(
-                    "No folder was chosen. If no dialog appeared, type B's path in the field."
-                        .into(),
-                );
-            }
+            (Action::SaveTrace | Action::OpenTrace, None) => self.profiler.nothing_chosen(),
+            (Action::PickDiffFolder, Some(path)) => self.diff.set_other(&path),
+            (Action::PickDiffFolder, None) => self.diff.nothing_chosen(),
             (Action::PickFolder | Action::PickFile, path) => self.picked(path),
         }
     }
@@ -257,9 +222,8 @@ impl WeightscopeApp {
 
     /// Sets the tensors filter (as if typed) and applies it.
     pub fn set_filter(&mut self, filter: &str) {
-        filter.clone_into(&mut self.table.filter);
-        if let Some(checkpoint) = self.checkpoint.clone() {
-            self.table.refilter(&checkpoint);
+        if let Some(checkpoint) = &self.checkpoint {
+            self.tensors.set_filter(checkpoint, filter);
         }
     }
 
@@ -316,6 +280,11 @@ impl WeightscopeApp {
         self.memory = event.memory;
         if let Some(mark) = &event.mark {
             self.timeline.push_event(mark, &event.sample);
+            // One source for residency: the worker's bookkeeping, carried in
+            // each mark (a second click on a tensor adds nothing).
+            if let Some((file, bytes)) = &mark.resident {
+                self.shards.resident(file, *bytes);
+            }
         }
         match event.kind {
             EventKind::Opened {
@@ -332,66 +301,33 @@ impl WeightscopeApp {
                 self.opening = None;
                 self.open_error = Some(error);
             }
-            EventKind::Materialized(preview) => {
-                // One source for residency: the worker's bookkeeping, carried
-                // in the event's mark (a second click adds nothing).
-                if let Some((file, bytes)) = event.mark.as_ref().and_then(|m| m.resident.clone()) {
-                    self.shard_states
-                        .insert(file, ShardState::Materialized(bytes));
-                }
-                let is_current = matches!(&self.inspected, Inspected::Pending { name, .. } if *name == preview.name);
-                if is_current {
-                    self.preview_generation += 1;
-                    self.inspected = Inspected::Ready(preview);
-                }
-            }
+            EventKind::Materialized(preview) => self.inspector.materialized(preview),
             EventKind::Failed { target, error } => {
                 if target == "walk" {
-                    self.profiler.running = None;
-                    self.profiler.message = Some(format!("walk: {error}"));
+                    self.profiler.walk_failed(&error);
                 }
-                let is_current =
-                    matches!(&self.inspected, Inspected::Pending { name, .. } if *name == target);
-                if is_current {
-                    self.inspected = Inspected::Failed {
-                        name: target,
-                        error,
-                    };
-                }
+                self.inspector.worker_failed(&target, &error);
             }
-            EventKind::ShardReleased { file, .. } => {
-                if let Some(checkpoint) = &self.checkpoint {
-                    for tensor in checkpoint.tensors() {
-                        if checkpoint.shards()[tensor.shard].file == file {
-                            self.materialized.remove(&tensor.name);
-                        }
-                    }
-                }
-                self.shard_states.insert(file, ShardState::Released);
-            }
-            EventKind::ReleasedAll => {
-                self.materialized.clear();
-                for state in self.shard_states.values_mut() {
-                    *state = ShardState::Released;
-                }
-            }
+            EventKind::ShardReleased { file, .. } => self.shards.resident(&file, 0),
+            EventKind::ReleasedAll => self.shards.released_all(),
             EventKind::Closed => {
                 self.checkpoint = None;
-                self.shard_states.clear();
-                self.inspected = Inspected::Nothing;
+                self.shards = ShardsPanel::default();
+                self.inspector.clear();
             }
             EventKind::Walked(recorded) => {
-                self.apply_walk_progress(&recorded);
-                if let Some((file, bytes)) = &recorded.mark.resident {
-                    let state = if *bytes > 0 {
-                        ShardState::Materialized(*bytes)
-                    } else {
-                        ShardState::Released
-                    };
-                    self.shard_states.insert(file.clone(), state);
-                }
+                self.profiler.apply_walk_progress(&recorded, &self.timeline);
             }
-            EventKind::WalkFinished(outcome) => self.apply_walk_finished(*outcome),
+            EventKind::WalkFinished(outcome) => {
+                let inputs = ProfilerInputs {
+                    timeline: &self.timeline,
+                    checkpoint: self.checkpoint.as_deref(),
+                    memory: &self.memory,
+                    sampler: self.sampler.as_ref(),
+                    device: &self.device,
+                };
+                self.profiler.apply_walk_finished(*outcome, &inputs);
+            }
             EventKind::Diffed(progress) => self.diff.progress(progress),
             EventKind::DiffFinished(result) => self.diff.finished(result),
             EventKind::Scanned(progress) => self.check.progress(progress),
@@ -418,36 +354,21 @@ impl WeightscopeApp {
         self.settings.remember(path);
         self.settings_dirty = true;
         self.path_input = path.display().to_string();
-        self.shard_states = checkpoint
-            .shards()
-            .iter()
-            .map(|s| (s.file.clone(), ShardState::NotLoaded))
-            .collect();
-        self.materialized.clear();
-        self.heatmap_texture.clear();
-        self.table = tensors::TableState::default();
-        self.table.view = view;
-        self.table.refilter(&checkpoint);
-        self.inspected = Inspected::Nothing;
-        let summary = checkpoint.summary();
-        self.totals = Some((summary.tensor_count, summary.total_bytes));
-        self.params = Some((summary.logical_params, params_note(&summary)));
+        // Panels whose state belongs to one checkpoint start afresh.
+        self.shards = ShardsPanel::opened(&checkpoint);
+        self.tensors = TensorsPanel::opened(&checkpoint, view);
+        self.status = StatusBar::opened(&checkpoint);
+        self.inspector.clear();
         self.profiler.checkpoint_opened(&checkpoint);
         self.checkpoint = Some(checkpoint);
     }
 
     /// Materializes `name` on the worker; the inspector shows it when ready.
     pub fn materialize(&mut self, name: &str) {
-        self.inspected = match self.worker.try_send(Command::Materialize(name.to_owned())) {
-            Ok(()) => Inspected::Pending {
-                name: name.to_owned(),
-                since: Instant::now(),
-            },
-            Err(err) => Inspected::Failed {
-                name: name.to_owned(),
-                error: err.to_string(),
-            },
-        };
+        match self.worker.try_send(Command::Materialize(name.to_owned())) {
+            Ok(()) => self.inspector.pending(name),
+            Err(err) => self.inspector.failed(name, err.to_string()),
+        }
     }
 
     /// Queues `command` without ever blocking the frame; a full queue or a
@@ -461,100 +382,271 @@ impl WeightscopeApp {
     /// Draws the whole window into `ui`.
     pub fn ui(&mut self, ui: &mut egui::Ui) {
         egui::Panel::top("top").show(ui, |ui| self.top_bar_ui(ui));
-        egui::Panel::bottom("status").show(ui, |ui| self.status_ui(ui));
+        egui::Panel::bottom("status").show(ui, |ui| {
+            let inputs = StatusInputs {
+                device: &self.device,
+                memory: &self.memory,
+                checkpoint: self.checkpoint.as_deref(),
+                check_counts: self.check.counts(),
+            };
+            if self.status.ui(ui, &inputs) == Some(StatusAction::ShowCheck) {
+                self.tab = Tab::Check;
+            }
+        });
         // Side panels and the strip take a share of the window, so the
         // centre keeps room for its tabs from 800x500 up.
         let (width, height) = (ui.available_width(), ui.available_height());
+        let gpu = self
+            .device
+            .as_ref()
+            .is_ok_and(|d| d.kind == crate::mlx::DeviceKind::Gpu);
         egui::Panel::bottom("memory")
             .default_size(150.0_f32.min(height * 0.22))
             .size_range(60.0..=(height * 0.4).max(60.0))
-            .show(ui, |ui| self.memory_strip_ui(ui));
-        if self.checkpoint.is_some() {
-            egui::Panel::left("shards")
+            .show(ui, |ui| self.strip.ui(ui, &self.timeline, gpu));
+        if let Some(checkpoint) = self.checkpoint.clone() {
+            let action = egui::Panel::left("shards")
                 .default_size(320.0_f32.min(width * 0.2))
                 .size_range(120.0..=(width * 0.35).max(120.0))
-                .show(ui, |ui| self.shards_ui(ui));
+                .show(ui, |ui| self.shards.ui(ui, &checkpoint))
+                .inner;
+            if let Some(action) = action {
+                self.send(match action {
+                    ShardsAction::ReleaseAll => Command::ReleaseAll,
+                    ShardsAction::ClearCache => Command::ClearCache,
+                    ShardsAction::Release(file) => Command::ReleaseShard(file),
+                });
+            }
             if self.tab == Tab::Tensors {
                 egui::Panel::right("inspector")
                     .default_size(420.0_f32.min(width * 0.3))
                     .size_range(180.0..=(width * 0.45).max(180.0))
-                    .show(ui, |ui| self.inspector_ui(ui));
+                    .show(ui, |ui| self.inspector.ui(ui));
             }
         }
         egui::CentralPanel::default().show(ui, |ui| {
-            if ui.input_mut(|i| i.consume_key(egui::Modifiers::COMMAND, egui::Key::Num1)) {
-                self.tab = Tab::Tensors;
-            }
-            if ui.input_mut(|i| i.consume_key(egui::Modifiers::COMMAND, egui::Key::Num2)) {
-                self.tab = Tab::Profiler;
-            }
-            if ui.input_mut(|i| i.consume_key(egui::Modifiers::COMMAND, egui::Key::Num3)) {
-                self.tab = Tab::Diff;
-            }
-            if ui.input_mut(|i| i.consume_key(egui::Modifiers::COMMAND, egui::Key::Num4)) {
-                self.tab = Tab::Check;
-            }
-            ui.horizontal(|ui| {
-                ui.selectable_value(&mut self.tab, Tab::Tensors, "Tensors")
-                    .on_hover_text("Ctrl+1");
-                ui.selectable_value(&mut self.tab, Tab::Profiler, "Profiler")
-                    .on_hover_text("Ctrl+2: walks, findings, limits, traces");
-                ui.selectable_value(&mut self.tab, Tab::Diff, "Diff")
-                    .on_hover_text("Ctrl+3: compare with another checkpoint");
-                ui.selectable_value(&mut self.tab, Tab::Check, "Check")
-                    .on_hover_text("Ctrl+4: what is wrong with this checkpoint");
-                if let Some(walk) = &self.profiler.running {
-                    ui.spinner();
-                    ui.label(format!(
-                        "walking {}: {} of {}",
-                        walk.policy.as_str(),
-                        walk.done,
-                        walk.total
-                    ));
-                }
-            });
+            self.tab_bar_ui(ui);
             ui.separator();
             match self.tab {
-                Tab::Tensors => self.tensors_ui(ui),
-                Tab::Profiler => self.profiler_ui(ui),
-                Tab::Diff => self.diff_ui(ui),
+                Tab::Tensors => self.tensors_tab_ui(ui),
+                Tab::Profiler => self.profiler_tab_ui(ui),
+                Tab::Diff => self.diff_tab_ui(ui),
                 Tab::Check => self.check_tab_ui(ui),
             }
         });
     }
 
+    fn tab_bar_ui(&mut self, ui: &mut egui::Ui) {
+        for (key, tab) in [
+            (egui::Key::Num1, Tab::Tensors),
+            (egui::Key::Num2, Tab::Profiler),
+            (egui::Key::Num3, Tab::Diff),
+            (egui::Key::Num4, Tab::Check),
+        ] {
+            if ui.input_mut(|i| i.consume_key(egui::Modifiers::COMMAND, key)) {
+                self.tab = tab;
+            }
+        }
+        ui.horizontal(|ui| {
+            ui.selectable_value(&mut self.tab, Tab::Tensors, "Tensors")
+                .on_hover_text("Ctrl+1");
+            ui.selectable_value(&mut self.tab, Tab::Profiler, "Profiler")
+                .on_hover_text("Ctrl+2: walks, findings, limits, traces");
+            ui.selectable_value(&mut self.tab, Tab::Diff, "Diff")
+                .on_hover_text("Ctrl+3: compare with another checkpoint");
+            ui.selectable_value(&mut self.tab, Tab::Check, "Check")
+                .on_hover_text("Ctrl+4: what is wrong with this checkpoint");
+            if let Some(walk) = self.profiler.running() {
+                ui.spinner();
+                ui.label(format!(
+                    "walking {}: {} of {}",
+                    walk.policy.as_str(),
+                    walk.done,
+                    walk.total
+                ));
+            }
+        });
+    }
+
+    fn tensors_tab_ui(&mut self, ui: &mut egui::Ui) {
+        let Some(checkpoint) = self.checkpoint.clone() else {
+            ui.centered_and_justified(|ui| {
+                ui.label(
+                    "Open a checkpoint: type a folder or .safetensors path above and press Enter.",
+                );
+            });
+            return;
+        };
+        if let Some(TensorsAction::Materialize(name)) = self.tensors.ui(ui, &checkpoint) {
+            self.materialize(&name);
+        }
+    }
+
+    fn profiler_inputs(&self) -> ProfilerInputs<'_> {
+        ProfilerInputs {
+            timeline: &self.timeline,
+            checkpoint: self.checkpoint.as_deref(),
+            memory: &self.memory,
+            sampler: self.sampler.as_ref(),
+            device: &self.device,
+        }
+    }
+
+    fn profiler_tab_ui(&mut self, ui: &mut egui::Ui) {
+        let inputs = ProfilerInputs {
+            timeline: &self.timeline,
+            checkpoint: self.checkpoint.as_deref(),
+            memory: &self.memory,
+            sampler: self.sampler.as_ref(),
+            device: &self.device,
+        };
+        let actions = self.profiler.ui(ui, &inputs);
+        self.run_profiler_actions(actions);
+    }
+
+    fn run_profiler_actions(&mut self, actions: Vec<ProfilerAction>) {
+        for action in actions {
+            match action {
+                ProfilerAction::Send(command) => {
+                    let is_walk = matches!(command, Command::Walk { .. });
+                    if let Err(err) = self.worker.try_send(command) {
+                        if is_walk {
+                            self.profiler.walk_failed(&err.to_string());
+                        } else {
+                            self.open_error = Some(err.to_string());
+                        }
+                    }
+                }
+                ProfilerAction::Dialog(action) => self.actions.push(action),
+                ProfilerAction::SetSampleInterval(interval) => {
+                    if let Some(sampler) = &self.sampler {
+                        sampler.set_interval(interval);
+                    }
+                }
+                ProfilerAction::SaveTo(path) => self.save_trace(&path),
+                ProfilerAction::OverlayFrom(path) => self.load_trace(&path),
+            }
+        }
+    }
+
+    fn diff_tab_ui(&mut self, ui: &mut egui::Ui) {
+        match self.diff.ui(ui, self.checkpoint.is_some()) {
+            Some(DiffAction::PickB) => self.actions.push(Action::PickDiffFolder),
+            Some(DiffAction::Send(command)) => self.send(command),
+            None => {}
+        }
+    }
+
     fn check_tab_ui(&mut self, ui: &mut egui::Ui) {
-        if self.checkpoint.is_none() {
+        let Some(checkpoint) = self.checkpoint.clone() else {
             ui.label("Open a checkpoint to check it.");
             return;
-        }
+        };
         match self.check.ui(ui) {
-            Some(check::CheckAction::ScanValues) => {
-                let cancel = crate::worker::CancelToken::new();
+            Some(CheckAction::ScanValues) => {
+                let cancel = CancelToken::new();
                 self.send(Command::ScanValues {
                     cancel: cancel.clone(),
                 });
                 self.check.scan_started(cancel);
             }
-            Some(check::CheckAction::Cancel) | None => {}
-            Some(check::CheckAction::Select(stored)) => {
-                let Some(checkpoint) = self.checkpoint.clone() else {
-                    return;
-                };
-                let position = checkpoint.tensors().iter().position(|t| t.name == stored);
-                self.table.selected = position;
-                // Under a view the worker asks by canonical name; a stored
-                // tensor the view drops has none and is not materialized.
-                let name = position.and_then(|i| {
-                    tensors::display_name(self.table.view.as_deref(), &checkpoint, i)
-                        .map(str::to_owned)
-                });
+            Some(CheckAction::Cancel) | None => {}
+            Some(CheckAction::Select(stored)) => {
                 self.tab = Tab::Tensors;
-                if let Some(name) = name {
+                if let Some(TensorsAction::Materialize(name)) =
+                    self.tensors.select_stored(&checkpoint, &stored)
+                {
                     self.materialize(&name);
                 }
             }
         }
+    }
+
+    /// Starts a walk of the open checkpoint with the profiler's policy and
+    /// transform.
+    pub fn start_walk(&mut self) {
+        let inputs = ProfilerInputs {
+            timeline: &self.timeline,
+            checkpoint: self.checkpoint.as_deref(),
+            memory: &self.memory,
+            sampler: self.sampler.as_ref(),
+            device: &self.device,
+        };
+        self.profiler.start_walk(&inputs);
+        let actions = self.profiler.take_actions();
+        self.run_profiler_actions(actions);
+    }
+
+    /// Whether a walk is running.
+    #[must_use]
+    pub fn is_walking(&self) -> bool {
+        self.profiler.is_walking()
+    }
+
+    /// The last finished walk's outcome and findings.
+    #[must_use]
+    pub fn last_walk(&self) -> Option<(&crate::profile::WalkOutcome, &[crate::profile::Finding])> {
+        self.profiler.last_walk()
+    }
+
+    /// The trace "Save trace…" writes: the last walk when there is one, else
+    /// the whole session.
+    #[must_use]
+    pub fn trace_to_save(&self) -> crate::profile::Trace {
+        self.profiler.trace_to_save(&self.profiler_inputs())
+    }
+
+    /// Writes the trace to `path` (CSV or JSON by extension) and says so.
+    pub fn save_trace(&mut self, path: &Path) {
+        let inputs = ProfilerInputs {
+            timeline: &self.timeline,
+            checkpoint: self.checkpoint.as_deref(),
+            memory: &self.memory,
+            sampler: self.sampler.as_ref(),
+            device: &self.device,
+        };
+        self.profiler.save_trace(path, &inputs);
+    }
+
+    /// Loads a saved trace and overlays it on the walk view.
+    pub fn load_trace(&mut self, path: &Path) {
+        self.profiler.load_trace(path);
+    }
+
+    /// The selected moment on the session clock.
+    #[must_use]
+    pub fn selected_moment(&self) -> Option<f64> {
+        self.profiler.selected_moment()
+    }
+
+    /// Selects a moment (as clicking an event row does).
+    pub fn select_moment(&mut self, t_secs: f64) {
+        self.profiler.select_moment(t_secs);
+    }
+
+    /// Starts diffing the open checkpoint against `other` (B's view from the
+    /// diff tab's view field).
+    pub fn start_diff(&mut self, other: PathBuf) {
+        let command = self.diff.start(other);
+        self.send(command);
+    }
+
+    /// Whether a diff is running.
+    #[must_use]
+    pub fn is_diffing(&self) -> bool {
+        self.diff.is_running()
+    }
+
+    /// The last diff's report.
+    #[must_use]
+    pub fn diff_report(&self) -> Option<&DiffReport> {
+        self.diff.report()
+    }
+
+    /// The state of shard `file` as the shards panel shows it.
+    #[must_use]
+    pub fn shard_state(&self, file: &str) -> ShardState {
+        self.shards.state(file)
     }
 
     /// Cancels the worker's running job (walk, diff, value scan) and skips
@@ -566,20 +658,14 @@ impl WeightscopeApp {
     /// The tensor the inspector shows or waits for, if any.
     #[must_use]
     pub fn inspected_name(&self) -> Option<&str> {
-        match &self.inspected {
-            Inspected::Nothing => None,
-            Inspected::Pending { name, .. } | Inspected::Failed { name, .. } => Some(name),
-            Inspected::Ready(preview) => Some(&preview.name),
-        }
+        self.inspector.name()
     }
 
     /// The keys of the inspector's cached heatmap textures.
     #[doc(hidden)]
     #[must_use]
     pub fn heatmap_keys(&self) -> Vec<String> {
-        let mut keys: Vec<String> = self.heatmap_texture.keys().cloned().collect();
-        keys.sort();
-        keys
+        self.inspector.heatmap_keys()
     }
 
     /// Whether a value scan runs.
@@ -608,10 +694,10 @@ impl WeightscopeApp {
             peak_bytes: 0,
             limit_bytes: 16 << 30,
         };
-        self.profiler.machine = crate::profile::MachineMemory {
+        self.profiler.set_machine(crate::profile::MachineMemory {
             total_bytes: 32 << 30,
             available_bytes: 24 << 30,
-        };
+        });
         "(snapshot)".clone_into(&mut self.path_input);
     }
 
@@ -734,51 +820,10 @@ impl WeightscopeApp {
             if let Some(choice) = chosen {
                 self.set_view_choice(choice);
             }
-            match &self.table.view {
+            match &self.tensors.view {
                 Some(view) => ui.label(format!("installed: {}", view.name)),
                 None => ui.label("installed: none (stored names)"),
             };
-        });
-    }
-
-    fn status_ui(&mut self, ui: &mut egui::Ui) {
-        ui.horizontal_wrapped(|ui| {
-            match &self.device {
-                Ok(device) => ui.label(device.describe()),
-                Err(err) => ui.colored_label(ui.visuals().error_fg_color, format!("MLX: {err}")),
-            };
-            ui.separator();
-            ui.label(format!(
-                "MLX active {}  cache {}  peak {}  limit {}",
-                human_bytes(self.memory.active_bytes),
-                human_bytes(self.memory.cache_bytes),
-                human_bytes(self.memory.peak_bytes),
-                human_bytes(self.memory.limit_bytes)
-            ));
-            if self.checkpoint.is_some() {
-                ui.separator();
-                if self.check.badge_ui(ui) {
-                    self.tab = Tab::Check;
-                }
-            }
-            if let (Some(checkpoint), Some((count, bytes))) = (&self.checkpoint, self.totals) {
-                ui.separator();
-                ui.label(format!(
-                    "{count} tensors, {} in {} shards",
-                    human_bytes(bytes),
-                    checkpoint.shards().len()
-                ));
-            }
-            if let Some((logical, note)) = &self.params {
-                ui.separator();
-                let text = match note {
-                    Some(note) => format!("{} parameters ({note})", crate::units::short_count(*logical)),
-                    None => format!("{} parameters", crate::units::short_count(*logical)),
-                };
-                ui.label(text).on_hover_text(
-                    "Logical parameters as mlx-lm counts them: packed quantized words counted as the weights they hold; scales, biases and FP8 block scales are overhead.\nAffine layers store float scales and biases; mxfp4 and mxfp8 store E8M0 scales and nvfp4 E4M3 scales, without biases.\nBits/weight: every stored byte over the parameters (mlx-lm's figure).",
-                );
-            }
         });
     }
 }
@@ -826,38 +871,4 @@ pub(crate) mod series_colors {
         Color32::from_rgb(240, 130, 170),
         Color32::from_rgb(140, 220, 140),
     ];
-}
-
-/// The status bar's words on how the parameters are stored, short (the
-/// details are in `inspect`): the main MLX mode and bits, other modes,
-/// FP8 blocks, and the bits per weight of everything stored.
-fn params_note(summary: &crate::checkpoint::Summary) -> Option<String> {
-    let mut parts = Vec::new();
-    if let Some(q) = &summary.quantization {
-        let d = q.default;
-        let others: Vec<&str> = q
-            .modes
-            .keys()
-            .filter(|m| **m != d.mode)
-            .map(|m| m.name())
-            .collect();
-        parts.push(if others.is_empty() {
-            format!("{} {}-bit", d.mode, d.bits)
-        } else {
-            format!("{} {}-bit + {}", d.mode, d.bits, others.join(", "))
-        });
-    }
-    if let Some(f) = &summary.fp8 {
-        parts.push(match f.block {
-            Some([r, c]) => format!("FP8, {r}x{c} blocks"),
-            None => "FP8".to_owned(),
-        });
-    }
-    (!parts.is_empty()).then(|| {
-        format!(
-            "{}; {:.2} bits/weight",
-            parts.join("; "),
-            summary.bits_per_weight
-        )
-    })
 }

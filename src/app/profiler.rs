@@ -7,15 +7,16 @@ use std::time::{Duration, Instant};
 
 use egui_plot::{HLine, Legend, Line, Plot, PlotPoints, VLine};
 
-use crate::mlx::DeviceInfo;
+use crate::checkpoint::Checkpoint;
+use crate::mlx::{DeviceInfo, MemoryStats};
 use crate::profile::{
-    self, ExpectedPeaks, Finding, MachineMemory, MarkKind, Policy, Trace, TraceEvent, TraceSample,
-    Transform, WalkOutcome, WalkPlan,
+    self, ExpectedPeaks, Finding, MachineMemory, MarkKind, Policy, Sampler, Timeline, Trace,
+    TraceEvent, TraceSample, Transform, WalkOutcome, WalkPlan,
 };
 use crate::units::human_bytes;
 use crate::worker::{CancelToken, Command};
 
-use super::{Action, WeightscopeApp};
+use super::Action;
 
 const MIB: f64 = 1024.0 * 1024.0;
 /// Shards with their own band in the residency plot; the rest share one.
@@ -46,41 +47,85 @@ pub(super) struct FinishedWalk {
     pub findings: Vec<Finding>,
 }
 
-/// What the profiler tab shows and remembers.
-pub(super) struct ProfilerState {
-    pub policy: Policy,
-    pub transform: Transform,
-    pub running: Option<RunningWalk>,
-    pub last: Option<FinishedWalk>,
+/// What the profiler reads that other parts own.
+pub(super) struct ProfilerInputs<'a> {
+    /// The session's samples and events.
+    pub timeline: &'a Timeline,
+    /// The open checkpoint.
+    pub checkpoint: Option<&'a Checkpoint>,
+    /// MLX's figures from the worker's last event.
+    pub memory: &'a MemoryStats,
+    /// The memory sampler, when it runs.
+    pub sampler: Option<&'a Sampler>,
+    /// The MLX device, or why MLX could not start.
+    pub device: &'a Result<DeviceInfo, String>,
+}
+
+impl ProfilerInputs<'_> {
+    fn device_name(&self) -> String {
+        self.device
+            .as_ref()
+            .map(DeviceInfo::name)
+            .unwrap_or_default()
+    }
+}
+
+/// What the profiler asks the app to do (run at the end of the frame).
+#[must_use]
+#[derive(Debug)]
+pub(super) enum ProfilerAction {
+    /// Queue this command on the MLX worker (walks, limits).
+    Send(Command),
+    /// Show a file dialog.
+    Dialog(Action),
+    /// Sample memory at this interval.
+    SetSampleInterval(Duration),
+    /// Save the trace to this path.
+    SaveTo(PathBuf),
+    /// Overlay the trace saved at this path.
+    OverlayFrom(PathBuf),
+}
+
+/// The profiler tab: its controls, the running and last walks, overlays
+/// and the selected moment. Samples and events are the app's timeline,
+/// passed in each frame; the caches derived from them are keyed by the
+/// event count they were computed from.
+pub(super) struct ProfilerPanel {
+    policy: Policy,
+    transform: Transform,
+    running: Option<RunningWalk>,
+    last: Option<FinishedWalk>,
     /// Loaded traces drawn over the last walk.
-    pub overlays: Vec<Trace>,
+    overlays: Vec<Trace>,
     /// The selected moment, on the session clock.
-    pub selected_secs: Option<f64>,
+    selected_secs: Option<f64>,
     /// Session timeline, or the last walk with overlays (both at walk time).
-    pub walk_view: bool,
-    pub memory_limit_input: String,
-    pub cache_limit_input: String,
+    walk_view: bool,
+    memory_limit_input: String,
+    cache_limit_input: String,
     /// The running walk's cancel token.
-    pub cancel: Option<CancelToken>,
-    pub budget_input: String,
-    pub trace_path_input: String,
-    pub interval_ms: u64,
+    cancel: Option<CancelToken>,
+    budget_input: String,
+    trace_path_input: String,
+    interval_ms: u64,
     /// Headers' predictions for the open checkpoint, per transform.
-    pub expected: Vec<(Transform, ExpectedPeaks)>,
-    pub largest_shard_bytes: u64,
-    pub machine: MachineMemory,
-    pub message: Option<String>,
+    expected: Vec<(Transform, ExpectedPeaks)>,
+    largest_shard_bytes: u64,
+    machine: MachineMemory,
+    message: Option<String>,
     /// Residency steps, recomputed only when the events change (key: event
     /// count, walk view).
     residency: Option<((usize, bool), Residency)>,
     /// What was resident at the selected moment (key: event count, moment).
     resident: Option<((usize, u64), Vec<profile::ResidentShard>)>,
+    /// Actions asked for during this frame.
+    actions: Vec<ProfilerAction>,
 }
 
 /// Shards and their resident bytes at each change.
 use profile::Residency;
 
-impl Default for ProfilerState {
+impl Default for ProfilerPanel {
     fn default() -> Self {
         Self {
             policy: Policy::ReleaseShard,
@@ -102,11 +147,12 @@ impl Default for ProfilerState {
             message: None,
             residency: None,
             resident: None,
+            actions: Vec::new(),
         }
     }
 }
 
-impl ProfilerState {
+impl ProfilerPanel {
     /// Predictions for a newly opened checkpoint.
     pub fn checkpoint_opened(&mut self, checkpoint: &crate::checkpoint::Checkpoint) {
         self.expected = Transform::ALL
@@ -205,12 +251,18 @@ fn draw_overlays(plot: &mut egui_plot::PlotUi<'_>, overlays: &[Trace]) {
     }
 }
 
-impl WeightscopeApp {
-    pub(super) fn apply_walk_progress(&mut self, recorded: &profile::Recorded) {
-        let start_secs = self.timeline.secs(recorded.memory.at);
-        let walk = self.profiler.running.get_or_insert_with(|| RunningWalk {
-            policy: self.profiler.policy,
-            transform: self.profiler.transform,
+impl ProfilerPanel {
+    /// A walk step from the worker (a walk started elsewhere, by a test
+    /// or a script, is picked up here too).
+    pub(super) fn apply_walk_progress(
+        &mut self,
+        recorded: &profile::Recorded,
+        timeline: &Timeline,
+    ) {
+        let start_secs = timeline.secs(recorded.memory.at);
+        let walk = self.running.get_or_insert_with(|| RunningWalk {
+            policy: self.policy,
+            transform: self.transform,
             done: 0,
             total: recorded.progress.1,
             started: Instant::now(),
@@ -223,168 +275,199 @@ impl WeightscopeApp {
         (walk.done, walk.total) = recorded.progress;
     }
 
-    pub(super) fn apply_walk_finished(&mut self, outcome: WalkOutcome) {
-        let start_secs = self.profiler.running.take().map_or(0.0, |w| w.start_secs);
-        let end_secs = self.timeline.last_sample().map_or(start_secs, |s| s.t_secs);
+    /// The walk ended: its part of the timeline becomes the last walk's
+    /// trace, with findings.
+    pub(super) fn apply_walk_finished(
+        &mut self,
+        outcome: WalkOutcome,
+        inputs: &ProfilerInputs<'_>,
+    ) {
+        let start_secs = self.running.take().map_or(0.0, |w| w.start_secs);
+        let end_secs = inputs
+            .timeline
+            .last_sample()
+            .map_or(start_secs, |s| s.t_secs);
         let label = format!(
             "{} {} (walk at {start_secs:.1} s)",
             outcome.policy.as_str(),
             outcome.transform.as_str()
         );
-        let mut trace = self.timeline.slice(start_secs, end_secs, label);
-        trace.checkpoint = self
+        let mut trace = inputs.timeline.slice(start_secs, end_secs, label);
+        trace.checkpoint = inputs
             .checkpoint
-            .as_ref()
             .map(|c| c.root().display().to_string())
             .unwrap_or_default();
-        trace.device = self
-            .device
-            .as_ref()
-            .map(DeviceInfo::name)
-            .unwrap_or_default();
+        trace.device = inputs.device_name();
         trace.policy = Some(outcome.policy);
         trace.transform = Some(outcome.transform.as_str().into());
         trace.expected = Some(outcome.expected);
         let findings = profile::findings(&trace);
-        self.profiler.last = Some(FinishedWalk {
+        self.last = Some(FinishedWalk {
             outcome,
             trace,
             start_secs,
             findings,
         });
         // The walk is what the user came to study: show it at walk time.
-        self.profiler.walk_view = true;
+        self.walk_view = true;
     }
 
-    /// Starts a walk of the open checkpoint with the chosen policy and transform.
-    pub fn start_walk(&mut self) {
-        let (policy, transform) = (self.profiler.policy, self.profiler.transform);
+    /// The walk could not start or failed on the worker.
+    pub(super) fn walk_failed(&mut self, error: &str) {
+        self.running = None;
+        self.message = Some(format!("walk: {error}"));
+    }
+
+    /// Asks for a walk of the open checkpoint with the chosen policy and
+    /// transform.
+    pub(super) fn start_walk(&mut self, inputs: &ProfilerInputs<'_>) {
+        let (policy, transform) = (self.policy, self.transform);
         let cancel = CancelToken::new();
-        self.profiler.cancel = Some(cancel.clone());
-        self.send(Command::Walk {
+        self.cancel = Some(cancel.clone());
+        self.actions.push(ProfilerAction::Send(Command::Walk {
             policy,
             transform,
             cancel,
-        });
-        self.profiler.running = Some(RunningWalk {
+        }));
+        self.running = Some(RunningWalk {
             policy,
             transform,
             done: 0,
-            total: self.checkpoint.as_ref().map_or(0, |c| c.tensors().len()),
+            total: inputs.checkpoint.map_or(0, |c| c.tensors().len()),
             started: Instant::now(),
-            start_secs: self.timeline.secs(Instant::now()),
+            start_secs: inputs.timeline.secs(Instant::now()),
         });
     }
 
+    /// The actions asked for outside `ui` (a walk started by a shortcut).
+    pub(super) fn take_actions(&mut self) -> Vec<ProfilerAction> {
+        std::mem::take(&mut self.actions)
+    }
+
     /// Whether a walk is running.
-    #[must_use]
-    pub fn is_walking(&self) -> bool {
-        self.profiler.running.is_some()
+    pub(super) fn is_walking(&self) -> bool {
+        self.running.is_some()
+    }
+
+    /// The running walk, if any (the tab bar shows its progress).
+    pub(super) fn running(&self) -> Option<&RunningWalk> {
+        self.running.as_ref()
     }
 
     /// The last finished walk's outcome and findings.
-    #[must_use]
-    pub fn last_walk(&self) -> Option<(&WalkOutcome, &[Finding])> {
-        self.profiler
-            .last
+    pub(super) fn last_walk(&self) -> Option<(&WalkOutcome, &[Finding])> {
+        self.last
             .as_ref()
             .map(|w| (&w.outcome, w.findings.as_slice()))
     }
 
     /// The trace "Save trace…" writes: the last walk when there is one, else
     /// the whole session.
-    #[must_use]
-    pub fn trace_to_save(&self) -> Trace {
-        if let Some(last) = &self.profiler.last {
+    pub(super) fn trace_to_save(&self, inputs: &ProfilerInputs<'_>) -> Trace {
+        if let Some(last) = &self.last {
             return last.trace.clone();
         }
-        let mut trace = self.timeline.to_trace("session");
-        trace.device = self
-            .device
-            .as_ref()
-            .map(DeviceInfo::name)
-            .unwrap_or_default();
+        let mut trace = inputs.timeline.to_trace("session");
+        trace.device = inputs.device_name();
         trace
     }
 
     /// Writes the trace to `path` (CSV or JSON by extension) and says so.
-    pub fn save_trace(&mut self, path: &std::path::Path) {
-        self.profiler.message = Some(match self.trace_to_save().save(path) {
+    pub(super) fn save_trace(&mut self, path: &std::path::Path, inputs: &ProfilerInputs<'_>) {
+        self.message = Some(match self.trace_to_save(inputs).save(path) {
             Ok(()) => format!("trace saved to {}", path.display()),
             Err(err) => err.to_string(),
         });
     }
 
     /// Loads a saved trace and overlays it on the walk view.
-    pub fn load_trace(&mut self, path: &std::path::Path) {
+    pub(super) fn load_trace(&mut self, path: &std::path::Path) {
         match Trace::load(path) {
             Ok(trace) => {
-                self.profiler.message = Some(format!(
+                self.message = Some(format!(
                     "overlaid {} ({} samples, {} events)",
                     trace.label,
                     trace.samples.len(),
                     trace.events.len()
                 ));
-                self.profiler.overlays.push(trace);
-                self.profiler.walk_view = true;
+                self.overlays.push(trace);
+                self.walk_view = true;
             }
-            Err(err) => self.profiler.message = Some(err.to_string()),
+            Err(err) => self.message = Some(err.to_string()),
         }
+    }
+
+    /// Says why no trace file was chosen.
+    pub(super) fn nothing_chosen(&mut self) {
+        self.message = Some(
+            "No file was chosen. If no dialog appeared, type a path in the trace path field."
+                .into(),
+        );
     }
 
     /// The selected moment on the session clock.
-    #[must_use]
-    pub fn selected_moment(&self) -> Option<f64> {
-        self.profiler.selected_secs
+    pub(super) fn selected_moment(&self) -> Option<f64> {
+        self.selected_secs
     }
 
     /// Selects a moment (as clicking an event row does).
-    pub fn select_moment(&mut self, t_secs: f64) {
-        self.profiler.selected_secs = Some(t_secs);
+    pub(super) fn select_moment(&mut self, t_secs: f64) {
+        self.selected_secs = Some(t_secs);
     }
 
-    pub(super) fn profiler_ui(&mut self, ui: &mut egui::Ui) {
-        if self.checkpoint.is_none() {
+    /// Forgets MLX-side state tied to the machine (snapshot tests).
+    pub(super) fn set_machine(&mut self, machine: MachineMemory) {
+        self.machine = machine;
+    }
+
+    /// Draws the tab; returns the actions asked for.
+    pub(super) fn ui(
+        &mut self,
+        ui: &mut egui::Ui,
+        inputs: &ProfilerInputs<'_>,
+    ) -> Vec<ProfilerAction> {
+        if inputs.checkpoint.is_none() {
             ui.label("Open a checkpoint to walk it.");
-            return;
+            return self.take_actions();
         }
-        self.walk_controls_ui(ui);
+        self.walk_controls_ui(ui, inputs);
         ui.separator();
-        self.limits_ui(ui);
+        self.limits_ui(ui, inputs);
         ui.separator();
         self.trace_controls_ui(ui);
-        if let Some(message) = &self.profiler.message {
+        if let Some(message) = &self.message {
             ui.label(message);
         }
         ui.separator();
         egui::Panel::right("profiler-side")
             .default_size(430.0)
-            .show(ui, |ui| self.profiler_side_ui(ui));
-        egui::CentralPanel::default().show(ui, |ui| self.timeline_ui(ui));
+            .show(ui, |ui| self.profiler_side_ui(ui, inputs));
+        egui::CentralPanel::default().show(ui, |ui| self.timeline_ui(ui, inputs));
+        self.take_actions()
     }
 
-    fn walk_controls_ui(&mut self, ui: &mut egui::Ui) {
+    fn walk_controls_ui(&mut self, ui: &mut egui::Ui, inputs: &ProfilerInputs<'_>) {
         ui.horizontal(|ui| {
             ui.strong("Walk");
-            let walking = self.profiler.running.is_some();
+            let walking = self.running.is_some();
             ui.add_enabled_ui(!walking, |ui| {
                 let label = ui.label("Policy");
                 egui::ComboBox::from_id_salt("walk-policy")
-                    .selected_text(self.profiler.policy.as_str())
+                    .selected_text(self.policy.as_str())
                     .show_ui(ui, |ui| {
                         for policy in Policy::ALL {
-                            ui.selectable_value(&mut self.profiler.policy, policy, policy.as_str());
+                            ui.selectable_value(&mut self.policy, policy, policy.as_str());
                         }
                     })
                     .response
                     .labelled_by(label.id);
                 let label = ui.label("Transform");
                 egui::ComboBox::from_id_salt("walk-transform")
-                    .selected_text(self.profiler.transform.as_str())
+                    .selected_text(self.transform.as_str())
                     .show_ui(ui, |ui| {
                         for transform in Transform::ALL {
                             ui.selectable_value(
-                                &mut self.profiler.transform,
+                                &mut self.transform,
                                 transform,
                                 transform.as_str(),
                             );
@@ -396,7 +479,7 @@ impl WeightscopeApp {
             });
             if walking {
                 if ui.button("Cancel walk").clicked()
-                    && let Some(token) = &self.profiler.cancel
+                    && let Some(token) = &self.cancel
                 {
                     token.cancel();
                 }
@@ -407,16 +490,16 @@ impl WeightscopeApp {
                 )
                 .clicked()
             {
-                self.start_walk();
+                self.start_walk(inputs);
             }
-            if let Some(expected) = self.profiler.expected_now() {
+            if let Some(expected) = self.expected_now() {
                 ui.label(format!(
                     "expected peak: {}",
-                    human_bytes(self.profiler.policy.expected(&expected))
+                    human_bytes(self.policy.expected(&expected))
                 ));
             }
         });
-        if let Some(walk) = &self.profiler.running {
+        if let Some(walk) = &self.running {
             let fraction = if walk.total == 0 {
                 0.0
             } else {
@@ -433,51 +516,56 @@ impl WeightscopeApp {
         }
     }
 
-    fn limits_ui(&mut self, ui: &mut egui::Ui) {
+    fn limits_ui(&mut self, ui: &mut egui::Ui, inputs: &ProfilerInputs<'_>) {
         ui.horizontal(|ui| {
             let label = ui.label("MLX memory limit");
             let field = ui.add(
-                egui::TextEdit::singleline(&mut self.profiler.memory_limit_input)
-                    .hint_text(human_bytes(self.memory.limit_bytes))
+                egui::TextEdit::singleline(&mut self.memory_limit_input)
+                    .hint_text(human_bytes(inputs.memory.limit_bytes))
                     .desired_width(90.0),
             );
             field.labelled_by(label.id);
             if ui.button("Set limit").clicked() {
-                match crate::units::parse_size(&self.profiler.memory_limit_input) {
-                    Some(bytes) if bytes > 0 => self.send(Command::SetMemoryLimit(bytes)),
+                match crate::units::parse_size(&self.memory_limit_input) {
+                    Some(bytes) if bytes > 0 => self
+                        .actions
+                        .push(ProfilerAction::Send(Command::SetMemoryLimit(bytes))),
                     _ => {
-                        self.profiler.message =
-                            Some("the memory limit is a size such as 8G or 512M".into());
+                        self.message = Some("the memory limit is a size such as 8G or 512M".into());
                     }
                 }
             }
             let label = ui.label("MLX cache limit");
             let field = ui.add(
-                egui::TextEdit::singleline(&mut self.profiler.cache_limit_input)
+                egui::TextEdit::singleline(&mut self.cache_limit_input)
                     .hint_text("e.g. 1G")
                     .desired_width(90.0),
             );
             field.labelled_by(label.id);
             if ui.button("Set cache limit").clicked() {
-                match crate::units::parse_size(&self.profiler.cache_limit_input) {
-                    Some(bytes) => self.send(Command::SetCacheLimit(bytes)),
+                match crate::units::parse_size(&self.cache_limit_input) {
+                    Some(bytes) => self
+                        .actions
+                        .push(ProfilerAction::Send(Command::SetCacheLimit(bytes))),
                     None => {
-                        self.profiler.message =
-                            Some("the cache limit is a size such as 1G or 0".into());
+                        self.message = Some("the cache limit is a size such as 1G or 0".into());
                     }
                 }
             }
             ui.separator();
             let label = ui.label("Sample every (ms)");
             let changed = ui
-                .add(egui::DragValue::new(&mut self.profiler.interval_ms).range(5..=5000))
+                .add(egui::DragValue::new(&mut self.interval_ms).range(5..=5000))
                 .labelled_by(label.id)
                 .changed();
-            if let (true, Some(sampler)) = (changed, &self.sampler) {
-                sampler.set_interval(Duration::from_millis(self.profiler.interval_ms));
+            if changed {
+                self.actions
+                    .push(ProfilerAction::SetSampleInterval(Duration::from_millis(
+                        self.interval_ms,
+                    )));
             }
-            if let Some(sampler) = &self.sampler {
-                let interval = Duration::from_millis(self.profiler.interval_ms);
+            if let Some(sampler) = &inputs.sampler {
+                let interval = Duration::from_millis(self.interval_ms);
                 ui.label(format!(
                     "sampler: {:.0} us a sample, {:.2} % of one core",
                     sampler.mean_sample_time().as_secs_f64() * 1e6,
@@ -497,7 +585,7 @@ impl WeightscopeApp {
                 )
                 .clicked()
             {
-                self.actions.push(Action::SaveTrace);
+                self.actions.push(ProfilerAction::Dialog(Action::SaveTrace));
             }
             if ui
                 .button("Open trace…")
@@ -506,36 +594,35 @@ impl WeightscopeApp {
                 )
                 .clicked()
             {
-                self.actions.push(Action::OpenTrace);
+                self.actions.push(ProfilerAction::Dialog(Action::OpenTrace));
             }
             let label = ui.label("Trace path");
             let field = ui.add(
-                egui::TextEdit::singleline(&mut self.profiler.trace_path_input)
+                egui::TextEdit::singleline(&mut self.trace_path_input)
                     .hint_text("/tmp/walk.json or .csv")
                     .desired_width(260.0),
             );
             field.labelled_by(label.id);
-            let path = PathBuf::from(self.profiler.trace_path_input.trim());
-            let has_path = !self.profiler.trace_path_input.trim().is_empty();
+            let path = PathBuf::from(self.trace_path_input.trim());
+            let has_path = !self.trace_path_input.trim().is_empty();
             if ui
                 .add_enabled(has_path, egui::Button::new("Save to path"))
                 .clicked()
             {
-                self.save_trace(&path);
+                self.actions.push(ProfilerAction::SaveTo(path.clone()));
             }
             if ui
                 .add_enabled(has_path, egui::Button::new("Overlay from path"))
                 .clicked()
             {
-                self.load_trace(&path);
+                self.actions.push(ProfilerAction::OverlayFrom(path));
             }
             ui.separator();
-            ui.checkbox(&mut self.profiler.walk_view, "Walk view")
-                .on_hover_text(
-                    "The last walk and the overlaid traces on one clock from walk start",
-                );
+            ui.checkbox(&mut self.walk_view, "Walk view").on_hover_text(
+                "The last walk and the overlaid traces on one clock from walk start",
+            );
             let mut remove = None;
-            for (i, trace) in self.profiler.overlays.iter().enumerate() {
+            for (i, trace) in self.overlays.iter().enumerate() {
                 if ui
                     .small_button(format!("x {}", trace.label))
                     .on_hover_text("Remove this overlay")
@@ -545,32 +632,31 @@ impl WeightscopeApp {
                 }
             }
             if let Some(i) = remove {
-                self.profiler.overlays.remove(i);
+                self.overlays.remove(i);
             }
         });
     }
 
-    fn timeline_ui(&mut self, ui: &mut egui::Ui) {
-        let walk_view = self.profiler.walk_view;
+    fn timeline_ui(&mut self, ui: &mut egui::Ui, inputs: &ProfilerInputs<'_>) {
+        let walk_view = self.walk_view;
         // The last walk on its own clock, or the whole session: borrowed,
         // never copied (the session holds up to hours of samples).
-        let walk = self.profiler.last.as_ref().filter(|_| walk_view);
-        let selected = self.profiler.selected_secs.map(|t| {
+        let walk = self.last.as_ref().filter(|_| walk_view);
+        let selected = self.selected_secs.map(|t| {
             if walk_view {
-                t - self.profiler.last.as_ref().map_or(0.0, |l| l.start_secs)
+                t - self.last.as_ref().map_or(0.0, |l| l.start_secs)
             } else {
                 t
             }
         });
         let expected = self
-            .profiler
             .last
             .as_ref()
             .filter(|_| walk_view)
             .map(|l| l.outcome.expected)
-            .or_else(|| self.profiler.expected_now());
-        let policy = self.profiler.policy;
-        let place = self
+            .or_else(|| self.expected_now());
+        let policy = self.policy;
+        let place = inputs
             .device
             .as_ref()
             .map_or("unknown device", DeviceInfo::mlx_memory_place);
@@ -592,7 +678,7 @@ impl WeightscopeApp {
                 use super::series_colors as c;
                 let line = |f: fn(&TraceSample) -> u64| match walk {
                     Some(last) => sample_line(last.trace.samples.iter(), f),
-                    None => sample_line(self.timeline.samples().iter(), f),
+                    None => sample_line(inputs.timeline.samples().iter(), f),
                 };
                 plot.line(Line::new("process RSS (host)", line(|s| s.rss_bytes)).color(c::RSS));
                 plot.line(
@@ -606,7 +692,7 @@ impl WeightscopeApp {
                     .color(c::MLX_ACTIVE),
                 );
                 plot.line(Line::new("MLX cache", line(|s| s.mlx_cache_bytes)).color(c::MLX_CACHE));
-                draw_overlays(plot, &self.profiler.overlays);
+                draw_overlays(plot, &self.overlays);
                 if let Some(expected) = expected {
                     for p in Policy::ALL {
                         let width = if p == policy { 2.0 } else { 0.8 };
@@ -621,7 +707,7 @@ impl WeightscopeApp {
                 }
                 let marked: Vec<f64> = match walk {
                     Some(last) => marker_times(last.trace.events.iter(), 400).collect(),
-                    None => marker_times(self.timeline.events().iter(), 400).collect(),
+                    None => marker_times(inputs.timeline.events().iter(), 400).collect(),
                 };
                 for t in marked {
                     plot.vline(
@@ -638,32 +724,27 @@ impl WeightscopeApp {
         if let (true, Some(point)) = (response.response.clicked(), response.inner) {
             {
                 let offset = if walk_view {
-                    self.profiler.last.as_ref().map_or(0.0, |l| l.start_secs)
+                    self.last.as_ref().map_or(0.0, |l| l.start_secs)
                 } else {
                     0.0
                 };
-                self.profiler.selected_secs = Some(point.x + offset);
+                self.selected_secs = Some(point.x + offset);
             }
         }
-        self.residency_plot_ui(ui);
+        self.residency_plot_ui(ui, inputs);
     }
 
-    fn residency_plot_ui(&mut self, ui: &mut egui::Ui) {
-        let walk_view = self.profiler.walk_view && self.profiler.last.is_some();
-        let key = (self.timeline.events().len(), walk_view);
-        if self
-            .profiler
-            .residency
-            .as_ref()
-            .is_none_or(|(k, _)| *k != key)
-        {
-            let computed = match &self.profiler.last {
+    fn residency_plot_ui(&mut self, ui: &mut egui::Ui, inputs: &ProfilerInputs<'_>) {
+        let walk_view = self.walk_view && self.last.is_some();
+        let key = (inputs.timeline.events().len(), walk_view);
+        if self.residency.as_ref().is_none_or(|(k, _)| *k != key) {
+            let computed = match &self.last {
                 Some(last) if walk_view => last.trace.residency_steps(),
-                _ => profile::residency_steps(self.timeline.events()),
+                _ => profile::residency_steps(inputs.timeline.events()),
             };
-            self.profiler.residency = Some((key, computed));
+            self.residency = Some((key, computed));
         }
-        let Some((_, residency)) = &self.profiler.residency else {
+        let Some((_, residency)) = &self.residency else {
             return;
         };
         ui.label("Resident bytes per shard (MiB), by the Weights core's bookkeeping");
@@ -718,23 +799,23 @@ impl WeightscopeApp {
             });
     }
 
-    fn profiler_side_ui(&mut self, ui: &mut egui::Ui) {
+    fn profiler_side_ui(&mut self, ui: &mut egui::Ui, inputs: &ProfilerInputs<'_>) {
         egui::ScrollArea::vertical()
             .id_salt("profiler-side-scroll")
             .show(ui, |ui| {
                 self.findings_ui(ui);
                 ui.separator();
-                self.fit_ui(ui);
+                self.fit_ui(ui, inputs);
                 ui.separator();
-                self.resident_ui(ui);
+                self.resident_ui(ui, inputs);
                 ui.separator();
-                self.events_table_ui(ui);
+                self.events_table_ui(ui, inputs);
             });
     }
 
     fn findings_ui(&mut self, ui: &mut egui::Ui) {
         ui.heading("Findings");
-        let Some(last) = &self.profiler.last else {
+        let Some(last) = &self.last else {
             ui.label("Run a walk: findings appear when it ends.");
             return;
         };
@@ -770,58 +851,49 @@ impl WeightscopeApp {
             }
         }
         if select.is_some() {
-            self.profiler.selected_secs = select;
+            self.selected_secs = select;
         }
     }
 
-    fn fit_ui(&mut self, ui: &mut egui::Ui) {
+    fn fit_ui(&mut self, ui: &mut egui::Ui, inputs: &ProfilerInputs<'_>) {
         ui.heading("Fit");
-        let Some(expected) = self.profiler.expected_now() else {
+        let Some(expected) = self.expected_now() else {
             return;
         };
         ui.horizontal(|ui| {
             let label = ui.label("Budget");
             ui.add(
-                egui::TextEdit::singleline(&mut self.profiler.budget_input)
+                egui::TextEdit::singleline(&mut self.budget_input)
                     .hint_text("e.g. 24G")
                     .desired_width(80.0),
             )
             .labelled_by(label.id);
         });
-        let budget = crate::units::parse_size(&self.profiler.budget_input).filter(|b| *b > 0);
-        let report = profile::fit_report(
-            &expected,
-            &self.profiler.machine,
-            self.memory.limit_bytes,
-            budget,
-        );
+        let budget = crate::units::parse_size(&self.budget_input).filter(|b| *b > 0);
+        let report =
+            profile::fit_report(&expected, &self.machine, inputs.memory.limit_bytes, budget);
         ui.label(format!(
             "Largest shard: {} (transform {})",
-            human_bytes(self.profiler.largest_shard_bytes),
-            self.profiler.transform.as_str()
+            human_bytes(self.largest_shard_bytes),
+            self.transform.as_str()
         ));
         for line in &report.lines {
             ui.label(line);
         }
     }
 
-    fn resident_ui(&mut self, ui: &mut egui::Ui) {
+    fn resident_ui(&mut self, ui: &mut egui::Ui, inputs: &ProfilerInputs<'_>) {
         ui.heading("Resident at the selected moment");
-        let Some(t) = self.profiler.selected_secs else {
+        let Some(t) = self.selected_secs else {
             ui.label("Click the graph or an event to select a moment.");
             return;
         };
-        let key = (self.timeline.events().len(), t.to_bits());
-        if self
-            .profiler
-            .resident
-            .as_ref()
-            .is_none_or(|(k, _)| *k != key)
-        {
-            let shards = profile::resident_at(self.timeline.events(), t);
-            self.profiler.resident = Some((key, shards));
+        let key = (inputs.timeline.events().len(), t.to_bits());
+        if self.resident.as_ref().is_none_or(|(k, _)| *k != key) {
+            let shards = profile::resident_at(inputs.timeline.events(), t);
+            self.resident = Some((key, shards));
         }
-        let Some((_, shards)) = &self.profiler.resident else {
+        let Some((_, shards)) = &self.resident else {
             return;
         };
         let total: u64 = shards.iter().map(|s| s.bytes).sum();
@@ -855,9 +927,9 @@ impl WeightscopeApp {
         }
     }
 
-    fn events_table_ui(&mut self, ui: &mut egui::Ui) {
+    fn events_table_ui(&mut self, ui: &mut egui::Ui, inputs: &ProfilerInputs<'_>) {
         ui.heading("Events");
-        let events = self.timeline.events();
+        let events = inputs.timeline.events();
         ui.label(format!(
             "{} events; click one to select its moment",
             events.len()
@@ -879,7 +951,6 @@ impl WeightscopeApp {
                         human_bytes(event.mlx_active_bytes)
                     );
                     let chosen = self
-                        .profiler
                         .selected_secs
                         .is_some_and(|t| (t - event.t_secs).abs() < 1e-9);
                     if ui.selectable_label(chosen, text).clicked() {
@@ -888,7 +959,7 @@ impl WeightscopeApp {
                 }
             });
         if select.is_some() {
-            self.profiler.selected_secs = select;
+            self.selected_secs = select;
         }
     }
 }

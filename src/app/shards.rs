@@ -1,22 +1,88 @@
 //! The shards panel: file, size, tensors, state, release actions.
 
+use std::collections::HashMap;
+
+use crate::checkpoint::Checkpoint;
 use crate::units::{human_bytes, printable};
-use crate::worker::Command;
 
-use super::{ShardState, WeightscopeApp};
+/// What a shard holds right now, as the worker reported it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShardState {
+    /// Opened lazily; nothing read yet.
+    NotLoaded,
+    /// Tensors were materialized from it: the worker's count of the bytes
+    /// on disk they occupy (a tensor counted once however often clicked).
+    Materialized(u64),
+    /// Its map was released; it reopens on the next click.
+    Released,
+}
 
-impl WeightscopeApp {
-    pub(super) fn shards_ui(&mut self, ui: &mut egui::Ui) {
-        let Some(checkpoint) = self.checkpoint.clone() else {
-            return;
+/// What the shards panel asks the app to do.
+#[must_use]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum ShardsAction {
+    /// Release every shard's map.
+    ReleaseAll,
+    /// Free MLX's buffer cache.
+    ClearCache,
+    /// Release this shard's map.
+    Release(String),
+}
+
+/// The shards panel. Its states have one source: the worker's marks (each
+/// materialization and walk step carries the shard's resident bytes).
+#[derive(Debug, Default)]
+pub(super) struct ShardsPanel {
+    states: HashMap<String, ShardState>,
+}
+
+impl ShardsPanel {
+    /// Every shard of a newly opened checkpoint, nothing read yet.
+    pub(super) fn opened(checkpoint: &Checkpoint) -> Self {
+        Self {
+            states: checkpoint
+                .shards()
+                .iter()
+                .map(|s| (s.file.clone(), ShardState::NotLoaded))
+                .collect(),
+        }
+    }
+
+    /// The worker's figure for `file`: `bytes` resident (0: released).
+    pub(super) fn resident(&mut self, file: &str, bytes: u64) {
+        let state = if bytes > 0 {
+            ShardState::Materialized(bytes)
+        } else {
+            ShardState::Released
         };
+        self.states.insert(file.to_owned(), state);
+    }
+
+    /// Every shard was released.
+    pub(super) fn released_all(&mut self) {
+        for state in self.states.values_mut() {
+            *state = ShardState::Released;
+        }
+    }
+
+    /// The state of `file` (not loaded when unknown).
+    pub(super) fn state(&self, file: &str) -> ShardState {
+        self.states
+            .get(file)
+            .copied()
+            .unwrap_or(ShardState::NotLoaded)
+    }
+
+    /// Draws each shard of `checkpoint` with its state and release buttons.
+    pub(super) fn ui(&self, ui: &mut egui::Ui, checkpoint: &Checkpoint) -> Option<ShardsAction> {
+        let mut action = None;
         ui.heading("Shards");
         ui.horizontal(|ui| {
             if ui.button("Release all").clicked() {
-                self.send(Command::ReleaseAll);
+                action = Some(ShardsAction::ReleaseAll);
             }
             if ui.button("Clear MLX cache").clicked() {
-                self.send(Command::ClearCache);
+                action = Some(ShardsAction::ClearCache);
             }
         });
         ui.separator();
@@ -24,11 +90,7 @@ impl WeightscopeApp {
             .id_salt("shards-scroll")
             .show(ui, |ui| {
                 for shard in checkpoint.shards() {
-                    let state = self
-                        .shard_states
-                        .get(&shard.file)
-                        .copied()
-                        .unwrap_or(ShardState::NotLoaded);
+                    let state = self.state(&shard.file);
                     ui.group(|ui| {
                         ui.label(egui::RichText::new(&shard.file).monospace());
                         ui.label(format!(
@@ -50,7 +112,7 @@ impl WeightscopeApp {
                                 egui::Button::new("Release shard"),
                             );
                             if release.clicked() {
-                                self.send(Command::ReleaseShard(shard.file.clone()));
+                                action = Some(ShardsAction::Release(shard.file.clone()));
                             }
                         });
                     });
@@ -59,5 +121,6 @@ impl WeightscopeApp {
                     ui.colored_label(ui.visuals().error_fg_color, printable(&problem.to_string()));
                 }
             });
+        action
     }
 }

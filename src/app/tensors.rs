@@ -6,8 +6,6 @@ use crate::checkpoint::{Checkpoint, layer_of};
 use crate::units::{human_bytes, printable};
 use crate::weights::ViewInfo;
 
-use super::WeightscopeApp;
-
 /// Columns the table sorts by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(super) enum SortBy {
@@ -19,9 +17,20 @@ pub(super) enum SortBy {
     Bytes,
 }
 
-/// Filter, sort and selection of the tensors table.
+/// What the tensors panel asks the app to do.
+#[must_use]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum TensorsAction {
+    /// Materialize this tensor (by the name the graph asks for).
+    Materialize(String),
+}
+
+/// The tensors panel: filter, sort, selection and the visible rows of the
+/// open checkpoint. The app makes a new one for each opened checkpoint, so
+/// the rows (a cache of filter and sort) never outlive the checkpoint they
+/// index.
 #[derive(Debug, Default)]
-pub(super) struct TableState {
+pub(super) struct TensorsPanel {
     pub(super) filter: String,
     /// Treat the filter as a regular expression instead of a substring.
     pub(super) regex: bool,
@@ -51,7 +60,17 @@ pub(super) fn display_name<'a>(
     }
 }
 
-impl TableState {
+impl TensorsPanel {
+    /// A panel for a newly opened checkpoint under `view`.
+    pub(super) fn opened(checkpoint: &Checkpoint, view: Option<Arc<ViewInfo>>) -> Self {
+        let mut panel = Self {
+            view,
+            ..Self::default()
+        };
+        panel.refilter(checkpoint);
+        panel
+    }
+
     /// Recomputes the visible rows (on open, filter or sort change only).
     pub(super) fn refilter(&mut self, checkpoint: &Checkpoint) {
         let tensors = checkpoint.tensors();
@@ -110,21 +129,20 @@ impl TableState {
     }
 }
 
-impl WeightscopeApp {
-    pub(super) fn tensors_ui(&mut self, ui: &mut egui::Ui) {
-        let Some(checkpoint) = self.checkpoint.clone() else {
-            ui.centered_and_justified(|ui| {
-                ui.label(
-                    "Open a checkpoint: type a folder or .safetensors path above and press Enter.",
-                );
-            });
-            return;
-        };
+impl TensorsPanel {
+    /// Draws the filter, sort buttons and the table (or layer tree) of
+    /// `checkpoint`; returns the tensor to materialize when one was clicked
+    /// or chosen with Enter.
+    pub(super) fn ui(
+        &mut self,
+        ui: &mut egui::Ui,
+        checkpoint: &Checkpoint,
+    ) -> Option<TensorsAction> {
         let focus_filter = ui.input_mut(|i| i.consume_key(egui::Modifiers::COMMAND, egui::Key::F));
         ui.horizontal_wrapped(|ui| {
             let label = ui.label("Filter");
             let edit = ui.add(
-                egui::TextEdit::singleline(&mut self.table.filter)
+                egui::TextEdit::singleline(&mut self.filter)
                     .hint_text("substring of the name")
                     .desired_width(200.0_f32.min(ui.available_width() - 60.0).max(80.0)),
             );
@@ -132,27 +150,27 @@ impl WeightscopeApp {
             if focus_filter {
                 edit.request_focus();
             }
-            ui.checkbox(&mut self.table.tree, "Group by layer")
+            ui.checkbox(&mut self.tree, "Group by layer")
                 .on_hover_text("A collapsible group per layer number");
             let toggled = ui
-                .checkbox(&mut self.table.regex, "Regex")
+                .checkbox(&mut self.regex, "Regex")
                 .on_hover_text("Match names with a regular expression (case-insensitive)")
                 .changed();
             if edit.changed() || toggled {
-                self.table.refilter(&checkpoint);
+                self.refilter(checkpoint);
             }
             ui.label(format!(
                 "{} of {} tensors",
-                self.table.rows.len(),
+                self.rows.len(),
                 checkpoint.tensors().len()
             ));
         });
-        self.view_summary_ui(ui, &checkpoint);
-        if let Some(error) = &self.table.regex_error {
+        self.view_summary_ui(ui, checkpoint);
+        if let Some(error) = &self.regex_error {
             ui.colored_label(ui.visuals().error_fg_color, format!("regex: {error}"));
         }
         ui.separator();
-        self.keyboard(ui);
+        let mut action = self.keyboard(ui, checkpoint);
         ui.horizontal_wrapped(|ui| {
             for (label, column) in [
                 ("Stored order", SortBy::Stored),
@@ -160,48 +178,67 @@ impl WeightscopeApp {
                 ("Dtype", SortBy::Dtype),
                 ("Size", SortBy::Bytes),
             ] {
-                let mark = match (self.table.sort == column, self.table.descending) {
+                let mark = match (self.sort == column, self.descending) {
                     (true, false) => " (asc)",
                     (true, true) => " (desc)",
                     (false, _) => "",
                 };
                 if ui.button(format!("{label}{mark}")).clicked() {
-                    if self.table.sort == column {
-                        self.table.descending = !self.table.descending;
+                    if self.sort == column {
+                        self.descending = !self.descending;
                     } else {
-                        self.table.sort = column;
-                        self.table.descending = false;
+                        self.sort = column;
+                        self.descending = false;
                     }
-                    self.table.refilter(&checkpoint);
+                    self.refilter(checkpoint);
                 }
             }
         });
         // Borrowed, not copied: this runs every frame with up to 90k rows.
-        let rows = &self.table.rows;
+        let rows = &self.rows;
         let mut clicked = None;
-        if self.table.tree {
-            self.layer_tree_ui(ui, &checkpoint, rows, &mut clicked);
+        if self.tree {
+            self.layer_tree_ui(ui, checkpoint, rows, &mut clicked);
         } else {
-            self.tensor_table_ui(ui, &checkpoint, rows, &mut clicked);
+            self.tensor_table_ui(ui, checkpoint, rows, &mut clicked);
         }
         if let Some(i) = clicked {
-            self.table.selected = Some(i);
-            self.materialize_row(&checkpoint, i);
+            self.selected = Some(i);
+            action = self.materialize_row(checkpoint, i);
         }
+        action
     }
 
-    /// Materializes row `i` by the name the graph asks for.
-    fn materialize_row(&mut self, checkpoint: &Checkpoint, i: usize) {
-        if let Some(name) = display_name(self.table.view.as_deref(), checkpoint, i) {
-            let name = name.to_owned();
-            self.materialize(&name);
-        }
+    /// Row `i` by the name the graph asks for (none when the view drops it).
+    fn materialize_row(&self, checkpoint: &Checkpoint, i: usize) -> Option<TensorsAction> {
+        display_name(self.view.as_deref(), checkpoint, i)
+            .map(|name| TensorsAction::Materialize(name.to_owned()))
+    }
+
+    /// Selects the tensor stored as `stored` (when the check panel opens
+    /// one); returns it to materialize.
+    pub(super) fn select_stored(
+        &mut self,
+        checkpoint: &Checkpoint,
+        stored: &str,
+    ) -> Option<TensorsAction> {
+        let position = checkpoint.tensors().iter().position(|t| t.name == stored);
+        self.selected = position;
+        // Under a view the worker asks by canonical name; a stored tensor
+        // the view drops has none and is not materialized.
+        position.and_then(|i| self.materialize_row(checkpoint, i))
+    }
+
+    /// Sets the filter (as if typed) and applies it.
+    pub(super) fn set_filter(&mut self, checkpoint: &Checkpoint, filter: &str) {
+        filter.clone_into(&mut self.filter);
+        self.refilter(checkpoint);
     }
 
     /// Under a view: its name, what it renamed, and the tensors it dropped
     /// with the rule that dropped each.
     fn view_summary_ui(&self, ui: &mut egui::Ui, checkpoint: &Checkpoint) {
-        let Some(view) = &self.table.view else {
+        let Some(view) = &self.view else {
             return;
         };
         let renamed = view.renamed(checkpoint);
@@ -233,7 +270,7 @@ impl WeightscopeApp {
     /// breaks, no right-to-left overrides, no NULs in a label.
     fn row_name(&self, checkpoint: &Checkpoint, i: usize) -> String {
         let t = &checkpoint.tensors()[i];
-        let canonical = display_name(self.table.view.as_deref(), checkpoint, i).unwrap_or("");
+        let canonical = display_name(self.view.as_deref(), checkpoint, i).unwrap_or("");
         if canonical == t.name {
             printable(&t.name).into_owned()
         } else {
@@ -245,7 +282,7 @@ impl WeightscopeApp {
     /// the full name and shard on hover); returns whether it was clicked.
     fn name_cell_ui(&self, ui: &mut egui::Ui, checkpoint: &Checkpoint, i: usize) -> bool {
         let t = &checkpoint.tensors()[i];
-        let selected = self.table.selected == Some(i);
+        let selected = self.selected == Some(i);
         let button = egui::Button::selectable(
             selected,
             egui::RichText::new(self.row_name(checkpoint, i)).monospace(),
@@ -290,7 +327,7 @@ impl WeightscopeApp {
                         return;
                     };
                     let t = &tensors[i];
-                    row.set_selected(self.table.selected == Some(i));
+                    row.set_selected(self.selected == Some(i));
                     row.col(|ui| {
                         if self.name_cell_ui(ui, checkpoint, i) {
                             *clicked = Some(i);
@@ -348,7 +385,7 @@ impl WeightscopeApp {
         for &i in rows {
             groups
                 .entry(layer_of(
-                    display_name(self.table.view.as_deref(), checkpoint, i).unwrap_or(""),
+                    display_name(self.view.as_deref(), checkpoint, i).unwrap_or(""),
                 ))
                 .or_default()
                 .push(i);
@@ -388,12 +425,9 @@ impl WeightscopeApp {
     }
 
     /// Arrows move the selection, Enter materializes it.
-    fn keyboard(&mut self, ui: &egui::Ui) {
-        let Some(checkpoint) = self.checkpoint.clone() else {
-            return;
-        };
+    fn keyboard(&mut self, ui: &egui::Ui, checkpoint: &Checkpoint) -> Option<TensorsAction> {
         if ui.memory(|m| m.focused().is_some()) {
-            return; // typing in a text field
+            return None; // typing in a text field
         }
         let (down, up, enter) = ui.input(|i| {
             (
@@ -403,20 +437,20 @@ impl WeightscopeApp {
             )
         });
         let position = self
-            .table
             .selected
-            .and_then(|s| self.table.rows.iter().position(|&r| r == s));
+            .and_then(|s| self.rows.iter().position(|&r| r == s));
         let next = match (position, down, up) {
             (None, true, _) | (None, _, true) => Some(0),
-            (Some(p), true, _) => Some((p + 1).min(self.table.rows.len().saturating_sub(1))),
+            (Some(p), true, _) => Some((p + 1).min(self.rows.len().saturating_sub(1))),
             (Some(p), _, true) => Some(p.saturating_sub(1)),
             _ => None,
         };
         if let Some(p) = next {
-            self.table.selected = self.table.rows.get(p).copied();
+            self.selected = self.rows.get(p).copied();
         }
-        if enter && let Some(i) = self.table.selected {
-            self.materialize_row(&checkpoint, i);
+        match (enter, self.selected) {
+            (true, Some(i)) => self.materialize_row(checkpoint, i),
+            _ => None,
         }
     }
 }

@@ -26,7 +26,6 @@ pub use header::{
     scanner_agrees_with_serde,
 };
 pub use index::{Index, IndexEntries, index_scanner_agrees_with_serde, parse_index, read_index};
-pub use scan::plain_run as json_plain_prefix;
 pub use summary::{
     AuxRole, Encoding, Fp8Format, Fp8Summary, Fp8Tensor, LayerFigures, QuantSummary,
     QuantizedTensor, Summary, layer_of,

@@ -176,7 +176,7 @@ impl<'a> Scanner<'a> {
     fn string(&mut self) -> Option<&'a str> {
         self.expect(b'"')?;
         let start = self.at;
-        let len = plain_run(self.bytes.get(start..)?);
+        let len = crate::units::json_plain_run(self.bytes.get(start..)?);
         let end = start + len;
         if self.bytes.get(end) != Some(&b'"') {
             return None;
@@ -313,40 +313,6 @@ impl<'a> Scanner<'a> {
     }
 }
 
-/// Length of the leading run of `bytes` that a JSON string holds as is:
-/// up to the first quote, backslash or control character. Eight bytes at a
-/// time (names run to 30-100 bytes: too short for a SIMD search's set-up).
-#[must_use]
-pub fn plain_run(bytes: &[u8]) -> usize {
-    const ONES: u64 = u64::from_le_bytes([0x01; 8]);
-    const HIGHS: u64 = u64::from_le_bytes([0x80; 8]);
-    // Marks the zero bytes of `word`: exact up to and including the first
-    // one (a borrow may also mark bytes after it, which are never looked at).
-    let zeros = |word: u64| word.wrapping_sub(ONES) & !word & HIGHS;
-    let mut at = 0;
-    while let Some(chunk) = bytes.get(at..at + 8) {
-        let mut word = [0u8; 8];
-        word.copy_from_slice(chunk);
-        let word = u64::from_le_bytes(word);
-        let quote = word ^ u64::from_le_bytes([b'"'; 8]);
-        let backslash = word ^ u64::from_le_bytes([b'\\'; 8]);
-        // Bytes below 0x20 are the ones with none of the bits 0xE0 set.
-        let control = word & u64::from_le_bytes([0xE0; 8]);
-        let stops = zeros(quote) | zeros(backslash) | zeros(control);
-        if stops != 0 {
-            // Little-endian: the lowest marked byte is the first stop.
-            return at + (stops.trailing_zeros() / 8) as usize;
-        }
-        at += 8;
-    }
-    at + bytes
-        .get(at..)
-        .unwrap_or_default()
-        .iter()
-        .position(|&b| b == b'"' || b == b'\\' || b < 0x20)
-        .unwrap_or(bytes.len() - at)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -369,22 +335,6 @@ mod tests {
         assert!(header.tensors[1].shape.is_empty());
         let empty = scan("{}").expect("scanned");
         assert!(empty.tensors.is_empty() && empty.metadata.is_empty());
-    }
-
-    #[test]
-    fn plain_runs_stop_at_quotes_backslashes_and_controls() {
-        assert_eq!(plain_run(b""), 0);
-        assert_eq!(plain_run(b"abc"), 3);
-        for stop in [b'"', b'\\', b'\n', 0x00, 0x1f] {
-            for at in 0..20 {
-                let mut bytes = vec![b'x'; 24];
-                bytes[at] = stop;
-                assert_eq!(plain_run(&bytes), at, "{stop} at {at}");
-            }
-        }
-        // Bytes at or above 0x20 (UTF-8 included) are plain.
-        let text = "model.layers.0.\u{e9}\u{7f} ~ \u{1F600}.weight";
-        assert_eq!(plain_run(text.as_bytes()), text.len());
     }
 
     #[test]

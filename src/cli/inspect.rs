@@ -7,7 +7,8 @@ use std::sync::{Mutex, mpsc};
 
 use serde::Serialize;
 
-use crate::checkpoint::{Checkpoint, Layout, Summary, TensorInfo, json_plain_prefix};
+use crate::checkpoint::{Checkpoint, Layout, Summary, TensorInfo};
+use crate::units::json_plain_run;
 use crate::units::{grouped, human_bytes, printable, short_count};
 
 #[derive(Serialize)]
@@ -344,7 +345,7 @@ fn push_tensor(buf: &mut Vec<u8>, tensor: &TensorInfo, shard_name: &[u8], extra:
 /// `text` as a JSON string: copied as is when it needs no escape (names
 /// nearly always), else through `serde_json` for its exact escapes.
 fn push_json_str(buf: &mut Vec<u8>, text: &str) {
-    if json_plain_prefix(text.as_bytes()) == text.len() {
+    if json_plain_run(text.as_bytes()) == text.len() {
         buf.push(b'"');
         buf.extend_from_slice(text.as_bytes());
         buf.push(b'"');

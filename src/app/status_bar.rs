@@ -1,0 +1,146 @@
+//! The status bar: the MLX device and its memory figures, the check badge,
+//! and the open checkpoint's totals and parameters.
+
+use crate::checkpoint::{Checkpoint, Summary};
+use crate::mlx::{DeviceInfo, MemoryStats};
+use crate::units::{human_bytes, short_count};
+
+/// What the status bar shows that other parts own.
+pub(super) struct StatusInputs<'a> {
+    /// The MLX device, or why MLX could not start.
+    pub device: &'a Result<DeviceInfo, String>,
+    /// MLX's figures from the worker's last event.
+    pub memory: &'a MemoryStats,
+    /// The open checkpoint, if any.
+    pub checkpoint: Option<&'a Checkpoint>,
+    /// Errors and warnings the check found.
+    pub check_counts: (usize, usize),
+}
+
+/// What the status bar asks the app to do.
+#[must_use]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum StatusAction {
+    /// The check badge was clicked: show the Check tab.
+    ShowCheck,
+}
+
+/// The status bar. Its own state is what it computed once per checkpoint
+/// from the headers (totals, parameters), so no frame walks 90k tensors.
+#[derive(Debug, Default)]
+pub(super) struct StatusBar {
+    /// Tensor count and stored bytes.
+    totals: Option<(usize, u64)>,
+    /// Parameters as the model counts them, and how they are stored.
+    params: Option<(u64, Option<String>)>,
+}
+
+impl StatusBar {
+    /// Figures for a newly opened checkpoint.
+    pub(super) fn opened(checkpoint: &Checkpoint) -> Self {
+        let summary = checkpoint.summary();
+        Self {
+            totals: Some((summary.tensor_count, summary.total_bytes)),
+            params: Some((summary.logical_params, params_note(&summary))),
+        }
+    }
+
+    /// Draws the bar.
+    pub(super) fn ui(&self, ui: &mut egui::Ui, inputs: &StatusInputs<'_>) -> Option<StatusAction> {
+        let mut action = None;
+        ui.horizontal_wrapped(|ui| {
+            match inputs.device {
+                Ok(device) => ui.label(device.describe()),
+                Err(err) => ui.colored_label(ui.visuals().error_fg_color, format!("MLX: {err}")),
+            };
+            ui.separator();
+            let memory = inputs.memory;
+            ui.label(format!(
+                "MLX active {}  cache {}  peak {}  limit {}",
+                human_bytes(memory.active_bytes),
+                human_bytes(memory.cache_bytes),
+                human_bytes(memory.peak_bytes),
+                human_bytes(memory.limit_bytes)
+            ));
+            let Some(checkpoint) = inputs.checkpoint else {
+                return;
+            };
+            ui.separator();
+            if badge_ui(ui, inputs.check_counts) {
+                action = Some(StatusAction::ShowCheck);
+            }
+            if let Some((count, bytes)) = self.totals {
+                ui.separator();
+                ui.label(format!(
+                    "{count} tensors, {} in {} shards",
+                    human_bytes(bytes),
+                    checkpoint.shards().len()
+                ));
+            }
+            if let Some((logical, note)) = &self.params {
+                ui.separator();
+                let text = match note {
+                    Some(note) => format!("{} parameters ({note})", short_count(*logical)),
+                    None => format!("{} parameters", short_count(*logical)),
+                };
+                ui.label(text).on_hover_text(
+                    "Logical parameters as mlx-lm counts them: packed quantized words counted as the weights they hold; scales, biases and FP8 block scales are overhead.\nAffine layers store float scales and biases; mxfp4 and mxfp8 store E8M0 scales and nvfp4 E4M3 scales, without biases.\nBits/weight: every stored byte over the parameters (mlx-lm's figure).",
+                );
+            }
+        });
+        action
+    }
+}
+
+/// The check badge; `true` when clicked.
+fn badge_ui(ui: &mut egui::Ui, (errors, warnings): (usize, usize)) -> bool {
+    let text = format!(
+        "check: {errors} error{}, {warnings} warning{}",
+        if errors == 1 { "" } else { "s" },
+        if warnings == 1 { "" } else { "s" }
+    );
+    let color = if errors > 0 {
+        ui.visuals().error_fg_color
+    } else if warnings > 0 {
+        ui.visuals().warn_fg_color
+    } else {
+        ui.visuals().text_color()
+    };
+    ui.add(egui::Button::new(egui::RichText::new(text).color(color)).small())
+        .on_hover_text("What `weightscope check` finds (Ctrl+4)")
+        .clicked()
+}
+
+/// The status bar's words on how the parameters are stored, short (the
+/// details are in `inspect`): the main MLX mode and bits, other modes,
+/// FP8 blocks, and the bits per weight of everything stored.
+fn params_note(summary: &Summary) -> Option<String> {
+    let mut parts = Vec::new();
+    if let Some(q) = &summary.quantization {
+        let d = q.default;
+        let others: Vec<&str> = q
+            .modes
+            .keys()
+            .filter(|m| **m != d.mode)
+            .map(|m| m.name())
+            .collect();
+        parts.push(if others.is_empty() {
+            format!("{} {}-bit", d.mode, d.bits)
+        } else {
+            format!("{} {}-bit + {}", d.mode, d.bits, others.join(", "))
+        });
+    }
+    if let Some(f) = &summary.fp8 {
+        parts.push(match f.block {
+            Some([r, c]) => format!("FP8, {r}x{c} blocks"),
+            None => "FP8".to_owned(),
+        });
+    }
+    (!parts.is_empty()).then(|| {
+        format!(
+            "{}; {:.2} bits/weight",
+            parts.join("; "),
+            summary.bits_per_weight
+        )
+    })
+}
