@@ -75,6 +75,8 @@ fn run() -> u8 {
         Command::Walk(args) => return walk(&args),
         Command::Diff(args) => return diff(&args),
         Command::Check(args) => return check(&args),
+        #[cfg(target_os = "linux")]
+        Command::Record(args) => return record(&args),
         Command::Window { path } => {
             let path = match path {
                 Some(path) => path,
@@ -201,6 +203,36 @@ fn tensor(path: &std::path::Path, name: &str, json: bool) -> u8 {
             1
         }
     }
+}
+
+/// Runs and records the job; exits with its status.
+#[cfg(target_os = "linux")]
+fn record(args: &cli::record::RecordArgs) -> u8 {
+    let control = weightscope::profile::record::RecordControl::new();
+    // Ctrl+C while the job runs: passed on to its process group (when the
+    // job has the terminal, the terminal sends it there itself); the
+    // recording goes on until the job exits, so nothing seen is lost.
+    let forward = control.clone();
+    if let Err(err) = ctrlc::set_handler(move || {
+        forward.stop();
+    }) {
+        say(format_args!("cannot catch Ctrl+C: {err}"));
+    }
+    let recording = match cli::record::run(args, &control) {
+        Ok(recording) => recording,
+        Err(err) => {
+            say(format_args!("{err}"));
+            return BAD_INPUT;
+        }
+    };
+    let _ = cli::record::write_summary(&recording, &mut std::io::stderr().lock());
+    if let Err(err) = cli::record::save(&recording, args) {
+        say(format_args!("{err}"));
+        return 1;
+    }
+    recording
+        .exit
+        .map_or(0, |exit| u8::try_from(exit.status() & 0xff).unwrap_or(1))
 }
 
 fn walk(args: &cli::WalkArgs) -> u8 {

@@ -3,6 +3,8 @@
 pub mod check;
 pub mod diff;
 pub mod inspect;
+#[cfg(target_os = "linux")]
+pub mod record;
 pub mod tensor;
 pub mod walk;
 
@@ -52,6 +54,9 @@ pub enum Command {
     Diff(DiffArgs),
     /// Find what is wrong with a checkpoint that opens.
     Check(CheckArgs),
+    /// Record a job's memory (or a running process's) until it ends.
+    #[cfg(target_os = "linux")]
+    Record(record::RecordArgs),
     /// Print a shell completion script.
     Completions(clap_complete::Shell),
 }
@@ -150,6 +155,33 @@ enum Sub {
         #[arg(long)]
         values: bool,
     },
+    /// Run CMD and record its memory until it exits: RSS of its process tree, the shard files it holds open, MLX's counters from inside Python jobs; findings at the end.
+    #[command(
+        after_help = "Examples:\n  weightscope record --json job.json -- python -m mlx_lm convert --hf-path ./model -q\n  weightscope record --pid 4242\nThe exit status is the job's (128+N when signal N ended it); 2 when it cannot start.\nDocs: docs/record.md."
+    )]
+    Record {
+        /// Write the summary as JSON to FILE.
+        #[arg(long, value_name = "FILE")]
+        json: Option<PathBuf>,
+        /// Write the trace to FILE (JSON, or CSV when FILE ends in .csv), as `walk` does.
+        #[arg(long, value_name = "FILE")]
+        trace: Option<PathBuf>,
+        /// Milliseconds between samples (default 50: 20 Hz).
+        #[arg(long = "interval-ms", value_name = "N", value_parser = clap::value_parser!(u64).range(1..=60_000))]
+        interval_ms: Option<u64>,
+        /// The checkpoint the job works on (default: the folder of the first shard it opens).
+        #[arg(long, value_name = "PATH")]
+        checkpoint: Option<PathBuf>,
+        /// Attach to a running process instead of starting CMD (outside figures only).
+        #[arg(long, value_name = "PID", conflicts_with = "command")]
+        pid: Option<u32>,
+        /// Do not put the Python probe on the job's PYTHONPATH.
+        #[arg(long = "no-probe")]
+        no_probe: bool,
+        /// The command to run and its arguments, after `--`.
+        #[arg(last = true, value_name = "CMD", required_unless_present = "pid")]
+        command: Vec<OsString>,
+    },
     /// MLX's default device, whether a GPU is available, its memory counters.
     Device,
     /// Print a completion script for SHELL (bash, zsh, fish, elvish, powershell).
@@ -223,12 +255,13 @@ pub fn closest<'a>(text: &str, candidates: impl IntoIterator<Item = &'a str>) ->
 }
 
 /// Names of the subcommands (for "did you mean" on a mistyped one).
-const SUBCOMMANDS: [&str; 7] = [
+const SUBCOMMANDS: [&str; 8] = [
     "inspect",
     "tensor",
     "walk",
     "diff",
     "check",
+    "record",
     "device",
     "completions",
 ];
@@ -297,6 +330,31 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, clap::
             json,
         }),
         Some(Sub::Check { path, json, values }) => Command::Check(CheckArgs { path, json, values }),
+        #[cfg(target_os = "linux")]
+        Some(Sub::Record {
+            json,
+            trace,
+            interval_ms,
+            checkpoint,
+            pid,
+            no_probe,
+            command,
+        }) => Command::Record(record::RecordArgs {
+            command,
+            pid,
+            json,
+            trace,
+            interval: interval_ms.map_or(DEFAULT_INTERVAL, Duration::from_millis),
+            checkpoint,
+            no_probe,
+        }),
+        #[cfg(not(target_os = "linux"))]
+        Some(Sub::Record { .. }) => {
+            return Err(Cli::command().error(
+                ErrorKind::InvalidSubcommand,
+                "`record` needs Linux's /proc for now (docs/record.md says what macOS would use)",
+            ));
+        }
         Some(Sub::Device) => Command::Device,
         Some(Sub::Completions { shell }) => Command::Completions(shell),
     })

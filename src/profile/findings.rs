@@ -6,8 +6,10 @@ use crate::units::human_bytes;
 use super::sampler::MachineMemory;
 use super::trace::{ExpectedPeaks, MarkKind, Trace};
 
-/// What a finding is about (tests and the app key on it).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// What a finding is about (tests and the app key on it; JSON names it in
+/// kebab case).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum FindingKind {
     /// Tensor releases that did not lower MLX active memory: the map holds them.
     ReleaseFreedNothing,
@@ -19,6 +21,31 @@ pub enum FindingKind {
     AboveExpected,
     /// The walk was cancelled or stopped by an error.
     Incomplete,
+    /// A recorded job kept (nearly) the whole checkpoint at its peak.
+    JobAccumulated,
+    /// A recorded job held about twice the checkpoint: sources and outputs.
+    SourcesAndOutputsKept,
+    /// Much of a recorded job's peak was MLX's buffer cache.
+    CacheAtPeak,
+    /// A recorded job's RSS was far above MLX's memory: host copies.
+    HostCopies,
+    /// Shard files a job had moved past were still open at its peak.
+    FilesHeldOpen,
+    /// The recorded job failed or was killed.
+    JobFailed,
+    /// The recorded job came near the machine's memory.
+    NearMachineMemory,
+}
+
+impl FindingKind {
+    /// How much it matters: a failed job is an error, the rest warnings.
+    #[must_use]
+    pub fn severity(self) -> crate::checkpoint::check::Severity {
+        match self {
+            Self::JobFailed => crate::checkpoint::check::Severity::Error,
+            _ => crate::checkpoint::check::Severity::Warning,
+        }
+    }
 }
 
 /// One finding: its kind, a sentence, and the moment it points at.

@@ -6,6 +6,8 @@
 //! after it and with what its shard holds by the Weights core's bookkeeping.
 
 mod findings;
+#[cfg(target_os = "linux")]
+pub mod record;
 mod sampler;
 mod timeline;
 mod trace;
@@ -18,9 +20,9 @@ pub use sampler::{
 };
 pub use timeline::{TIMELINE_EVENTS, TIMELINE_SAMPLES, Timeline};
 pub use trace::{
-    ExpectedPeaks, Mark, MarkKind, Residency, ResidencyChange, ResidentShard, ResidentTensor,
-    TRACE_VERSION, Trace, TraceError, TraceEvent, TraceSample, residency_steps, resident_at,
-    secs_since,
+    ExpectedPeaks, JobInfo, Mark, MarkKind, Residency, ResidencyChange, ResidentShard,
+    ResidentTensor, TRACE_VERSION, Trace, TraceError, TraceEvent, TraceSample, residency_steps,
+    resident_at, secs_since,
 };
 pub use walk::{
     PlannedShard, Policy, Q4_GROUP_SIZE, Recorded, Transform, WalkOutcome, WalkPlan, walk,

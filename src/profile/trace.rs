@@ -89,6 +89,18 @@ pub enum MarkKind {
     Error,
     /// The checkpoint was closed.
     Close,
+    /// A recorded job started (target: its command line).
+    JobStart,
+    /// A recorded job ended (target: "exit N" or "signal N").
+    JobEnd,
+    /// A recorded job opened a `.safetensors` file (resident: its size).
+    FileOpen,
+    /// A recorded job closed a `.safetensors` file (resident: 0).
+    FileClose,
+    /// The job called `mx.load` (reported by its probe; target: the file).
+    Load,
+    /// The job marked a moment itself (target: its text).
+    JobMark,
 }
 
 impl MarkKind {
@@ -111,13 +123,19 @@ impl MarkKind {
             Self::CheckEnd => "check-end",
             Self::Error => "error",
             Self::Close => "close",
+            Self::JobStart => "job-start",
+            Self::JobEnd => "job-end",
+            Self::FileOpen => "file-open",
+            Self::FileClose => "file-close",
+            Self::Load => "load",
+            Self::JobMark => "job-mark",
         }
     }
 }
 
 /// Every kind, for the test that the file names and `as_str` agree.
 #[cfg(test)]
-const ALL_KINDS: [MarkKind; 15] = [
+const ALL_KINDS: [MarkKind; 21] = [
     MarkKind::Open,
     MarkKind::Materialize,
     MarkKind::Release,
@@ -133,6 +151,12 @@ const ALL_KINDS: [MarkKind; 15] = [
     MarkKind::CheckEnd,
     MarkKind::Error,
     MarkKind::Close,
+    MarkKind::JobStart,
+    MarkKind::JobEnd,
+    MarkKind::FileOpen,
+    MarkKind::FileClose,
+    MarkKind::Load,
+    MarkKind::JobMark,
 ];
 
 /// An event, before it is placed on a clock.
@@ -271,6 +295,28 @@ pub struct ExpectedPeaks {
     pub release_shard: u64,
 }
 
+/// The trace's job, made empty on first use (CSV meta rows fill it).
+fn job_info(trace: &mut Trace) -> &mut JobInfo {
+    trace.job.get_or_insert_with(|| JobInfo {
+        command: String::new(),
+        exit_code: None,
+        probe: false,
+    })
+}
+
+/// The job a recorded trace followed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobInfo {
+    /// The command line (or `pid N` when attached).
+    pub command: String,
+    /// Its exit status (128+N for signal N); `None` when attached or unknown.
+    #[serde(default)]
+    pub exit_code: Option<i32>,
+    /// Whether MLX's figures came from inside the job (a probe).
+    #[serde(default)]
+    pub probe: bool,
+}
+
 /// Samples and events of one run, with what it was.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Trace {
@@ -293,6 +339,9 @@ pub struct Trace {
     /// What the headers predict for each policy.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expected: Option<ExpectedPeaks>,
+    /// The recorded job, for a trace of `weightscope record`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job: Option<JobInfo>,
     /// Samples, in time order.
     pub samples: Vec<TraceSample>,
     /// Events, in time order.
@@ -334,6 +383,7 @@ impl Trace {
             policy: None,
             transform: None,
             expected: None,
+            job: None,
             samples: Vec::new(),
             events: Vec::new(),
         }
@@ -413,6 +463,13 @@ impl Trace {
                 "expected_release_shard_bytes",
                 e.release_shard.to_string(),
             ));
+        }
+        if let Some(job) = &self.job {
+            rows.push(meta("job_command", job.command.clone()));
+            if let Some(code) = job.exit_code {
+                rows.push(meta("job_exit_code", code.to_string()));
+            }
+            rows.push(meta("job_probe", job.probe.to_string()));
         }
         rows.extend(self.samples.iter().map(|s| CsvRow {
             record: "sample".into(),
@@ -570,6 +627,13 @@ impl Trace {
                             expected.release_shard = parse(&value)?;
                             has_expected = true;
                         }
+                        "job_command" => job_info(&mut trace).command = value,
+                        "job_exit_code" => {
+                            job_info(&mut trace).exit_code = Some(value.parse().map_err(|_| {
+                                format!("line {line}: `{value}` is not an exit status")
+                            })?);
+                        }
+                        "job_probe" => job_info(&mut trace).probe = value == "true",
                         _ => {} // newer keys: ignored
                     }
                 }

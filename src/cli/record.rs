@@ -1,0 +1,264 @@
+//! `weightscope record`: a user's job's memory over time, from outside (the
+//! process tree) and from inside (the probe), with findings.
+
+use std::ffi::OsString;
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::profile::record::{
+    JobSpec, RecordControl, RecordError, RecordOptions, Recording, Target, Update, record,
+};
+use crate::units::human_bytes;
+
+/// What `weightscope record` was asked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordArgs {
+    /// The command and its arguments (empty when attaching).
+    pub command: Vec<OsString>,
+    /// Attach to this running process instead.
+    pub pid: Option<u32>,
+    /// Write the JSON summary here.
+    pub json: Option<PathBuf>,
+    /// Write the trace here (JSON, or CSV by extension).
+    pub trace: Option<PathBuf>,
+    /// Time between samples.
+    pub interval: Duration,
+    /// The checkpoint the job works on.
+    pub checkpoint: Option<PathBuf>,
+    /// Leave the Python probe out.
+    pub no_probe: bool,
+}
+
+/// Records what `args` names; `control` stops it from another thread.
+///
+/// # Errors
+/// When the job cannot start or the pid does not exist.
+pub fn run(args: &RecordArgs, control: &RecordControl) -> Result<Recording, RecordError> {
+    let target = match args.pid {
+        Some(pid) => Target::Attach(pid),
+        None => Target::Spawn(JobSpec {
+            argv: args.command.clone(),
+            cwd: None,
+            env: Vec::new(),
+        }),
+    };
+    let options = RecordOptions {
+        interval: args.interval,
+        checkpoint: args.checkpoint.clone(),
+        python_probe: !args.no_probe,
+    };
+    record(&target, &options, control, |update| {
+        if let Update::Started(pid) = update {
+            // Said once, so a script knows the recording has begun.
+            eprintln!(
+                "weightscope: recording pid {pid} (Ctrl+C goes to the job; what was seen is kept)"
+            );
+        }
+    })
+}
+
+/// Writes the files asked for (JSON summary, trace).
+///
+/// # Errors
+/// A line naming the file that could not be written.
+pub fn save(recording: &Recording, args: &RecordArgs) -> Result<(), String> {
+    if let Some(path) = &args.json {
+        let text = serde_json::to_string_pretty(&summary_json(recording))
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        std::fs::write(path, text + "\n")
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    }
+    if let Some(path) = &args.trace {
+        recording.to_trace().save(path).map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+/// The summary as JSON (the contract in docs/record.md).
+#[must_use]
+pub fn summary_json(r: &Recording) -> Value {
+    let samples: Vec<Value> = r
+        .samples
+        .iter()
+        .map(|s| {
+            json!({
+                "t": s.t_secs,
+                "rss": s.rss_bytes,
+                "rss_anon": s.rss_anon_bytes,
+                "rss_file": s.rss_file_bytes,
+                "hwm": s.hwm_bytes,
+                "read_bytes": s.read_bytes,
+                "processes": s.processes,
+                "open_shard_files": s.open_files,
+                "open_shard_bytes": s.open_file_bytes,
+                "mlx_active": s.mlx.map(|m| m.active_bytes),
+                "mlx_cache": s.mlx.map(|m| m.cache_bytes),
+                "mlx_peak": s.mlx.map(|m| m.peak_bytes),
+            })
+        })
+        .collect();
+    let marks: Vec<Value> = r
+        .events
+        .iter()
+        .map(|e| {
+            json!({
+                "t": e.t_secs,
+                "kind": e.kind,
+                "target": e.target,
+                "bytes": e.bytes,
+            })
+        })
+        .collect();
+    let files = |files: &[crate::profile::record::OpenFile]| -> Vec<Value> {
+        files
+            .iter()
+            .map(|f| json!({"path": f.path.display().to_string(), "bytes": f.bytes}))
+            .collect()
+    };
+    let findings: Vec<Value> = r
+        .findings
+        .iter()
+        .map(|f| {
+            json!({
+                "kind": f.kind,
+                "severity": f.kind.severity(),
+                "message": f.text,
+                "t": f.t_secs,
+            })
+        })
+        .collect();
+    json!({
+        "command": r.command,
+        "pid": r.pid,
+        "attached": r.attached,
+        "exit_code": r.exit.map(crate::profile::record::JobExit::status),
+        "signal": match r.exit {
+            Some(crate::profile::record::JobExit::Signal(n)) => Some(n),
+            _ => None,
+        },
+        "elapsed_secs": r.elapsed_secs,
+        "peak_rss_bytes": r.peak_rss_bytes,
+        "peak_rss_secs": r.peak_rss_secs,
+        "peak_mlx_active_bytes": r.peak_mlx_active_bytes,
+        "probe": r.probe.as_ref().is_some_and(|p| p.lines > 0),
+        "probe_info": r.probe.as_ref().map(|p| json!({
+            "client": p.client,
+            "mlx_version": p.mlx_version,
+            "lines": p.lines,
+            "bad_lines": p.bad_lines,
+            "cpu_percent_of_a_core": p.cost_percent(),
+        })),
+        "samples": samples,
+        "marks": marks,
+        "files_seen": files(&r.files_seen),
+        "files_open_at_peak": files(&r.files_open_at_peak),
+        "checkpoint": r.checkpoint.as_ref().map(|c| c.path.display().to_string()),
+        "checkpoint_error": r.checkpoint_error,
+        "checkpoint_bytes": r.checkpoint.as_ref().map(|c| c.total_bytes),
+        "expected_peak_bytes": r.checkpoint.as_ref().map(|c| json!({
+            "retain": c.expected.retain,
+            "release-tensor": c.expected.release_tensor,
+            "release-shard": c.expected.release_shard,
+        })),
+        "findings": findings,
+    })
+}
+
+/// The summary for people (the CLI prints it on stderr).
+///
+/// # Errors
+/// When writing fails.
+pub fn write_summary(r: &Recording, out: &mut dyn Write) -> std::io::Result<()> {
+    let ended = match r.exit {
+        Some(exit) => exit.describe(),
+        None => "detached".to_owned(),
+    };
+    writeln!(
+        out,
+        "recorded `{}` (pid {}): {ended} after {:.1} s, {} samples",
+        r.command,
+        r.pid,
+        r.elapsed_secs,
+        r.samples.len()
+    )?;
+    writeln!(
+        out,
+        "  peak RSS {} at {:.1} s (the whole process tree; VmHWM included)",
+        human_bytes(r.peak_rss_bytes),
+        r.peak_rss_secs
+    )?;
+    match (&r.probe, r.peak_mlx_active_bytes) {
+        (Some(p), Some(active)) => {
+            let cost = p.cost_percent().map_or(String::new(), |c| {
+                format!(", probe cost {c:.2} % of a core")
+            });
+            writeln!(
+                out,
+                "  peak MLX active {} (from inside the job: {} probe, MLX {}{cost})",
+                human_bytes(active),
+                if p.client.is_empty() { "a" } else { &p.client },
+                p.mlx_version.as_deref().unwrap_or("?")
+            )?;
+        }
+        (Some(p), None) => writeln!(
+            out,
+            "  MLX: the {} probe reported no MLX figures (the job did not import mlx.core)",
+            if p.client.is_empty() {
+                "job's"
+            } else {
+                &p.client
+            }
+        )?,
+        (None, _) => writeln!(
+            out,
+            "  MLX: no figures from inside the job (no probe reported; see docs/record.md)"
+        )?,
+    }
+    let open_bytes: u64 = r.files_open_at_peak.iter().map(|f| f.bytes).sum();
+    writeln!(
+        out,
+        "  shard files open at the peak: {} ({}); {} opened in all",
+        r.files_open_at_peak.len(),
+        human_bytes(open_bytes),
+        r.files_seen.len()
+    )?;
+    for file in r.files_open_at_peak.iter().take(8) {
+        writeln!(
+            out,
+            "    {} {}",
+            crate::units::printable(&file.path.display().to_string()),
+            human_bytes(file.bytes)
+        )?;
+    }
+    if let Some(c) = &r.checkpoint {
+        writeln!(
+            out,
+            "  checkpoint {}: {} in {} shards; a walk would peak at {} (retain), {} (release-tensor), {} (release-shard)",
+            crate::units::printable(&c.path.display().to_string()),
+            human_bytes(c.total_bytes),
+            c.shards,
+            human_bytes(c.expected.retain),
+            human_bytes(c.expected.release_tensor),
+            human_bytes(c.expected.release_shard)
+        )?;
+    } else if let Some(error) = &r.checkpoint_error {
+        writeln!(out, "  checkpoint: {}", crate::units::printable(error))?;
+    }
+    if r.findings.is_empty() {
+        writeln!(out, "  no findings")?;
+    } else {
+        writeln!(out, "  findings:")?;
+        for finding in &r.findings {
+            writeln!(
+                out,
+                "  - {}: {}",
+                finding.kind.severity().name(),
+                finding.text
+            )?;
+        }
+    }
+    Ok(())
+}

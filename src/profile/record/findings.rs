@@ -1,0 +1,207 @@
+//! Findings of a recorded job: each a sentence a person can act on, backed
+//! by figures of the recording (the moment it points at is on its clock).
+
+use crate::profile::MachineMemory;
+use crate::profile::findings::{Finding, FindingKind};
+use crate::units::human_bytes;
+
+use super::{JobExit, Recording};
+
+/// Below this, memory figures are not worth a finding.
+const SMALL_BYTES: u64 = 64 << 20;
+
+/// The findings of `recording`, most important first.
+#[must_use]
+pub fn record_findings(recording: &Recording) -> Vec<Finding> {
+    let mut found = Vec::new();
+    job_failed(recording, &mut found);
+    accumulated(recording, &mut found);
+    files_held_open(recording, &mut found);
+    cache_at_peak(recording, &mut found);
+    host_copies(recording, &mut found);
+    near_machine_memory(recording, MachineMemory::read(), &mut found);
+    found
+}
+
+fn job_failed(r: &Recording, found: &mut Vec<Finding>) {
+    let Some(exit) = r.exit else { return };
+    let end = r.samples.last();
+    let at = end.map_or(r.elapsed_secs, |s| s.t_secs);
+    let rss = end.map_or(0, |s| s.rss_bytes);
+    let loaded = r.files_used();
+    let of = r
+        .checkpoint
+        .as_ref()
+        .map_or(String::new(), |c| format!(" of {}", c.shards));
+    let last_mark = r
+        .events
+        .iter()
+        .rev()
+        .find(|e| e.kind == crate::profile::MarkKind::JobMark)
+        .map_or(String::new(), |e| {
+            format!("; its last mark: \"{}\"", e.target)
+        });
+    let text = match exit {
+        JobExit::Code(0) => return,
+        JobExit::Code(code) => format!(
+            "The job exited with status {code} at {at:.1} s, with RSS {} and {loaded}{of} shard files used{last_mark}.",
+            human_bytes(rss)
+        ),
+        JobExit::Signal(2) => format!(
+            "The job was stopped by SIGINT (Ctrl+C) at {at:.1} s, with RSS {} and {loaded}{of} shard files used{last_mark}.",
+            human_bytes(rss)
+        ),
+        JobExit::Signal(9) => format!(
+            "The job was killed by SIGKILL at {at:.1} s with RSS {} (peak {}): if nothing else sent it, the kernel's OOM killer did (`dmesg` says); {loaded}{of} shard files were used{last_mark}.",
+            human_bytes(rss),
+            human_bytes(r.peak_rss_bytes)
+        ),
+        JobExit::Signal(signal) => format!(
+            "The job was ended by signal {signal} ({}) at {at:.1} s, with RSS {}{last_mark}.",
+            super::signal_name(signal),
+            human_bytes(rss)
+        ),
+    };
+    found.push(Finding {
+        kind: FindingKind::JobFailed,
+        text,
+        t_secs: Some(at),
+    });
+}
+
+/// The job's own footprint at its peak: MLX active when the probe said, else RSS.
+fn footprint(r: &Recording) -> (u64, &'static str) {
+    match r.peak_mlx_active_bytes {
+        Some(active) => (active, "MLX active"),
+        None => (r.peak_rss_bytes, "RSS"),
+    }
+}
+
+fn accumulated(r: &Recording, found: &mut Vec<Finding>) {
+    let Some(c) = &r.checkpoint else { return };
+    let (peak, what) = footprint(r);
+    if c.shards < 2 || c.total_bytes < SMALL_BYTES / 4 || peak < SMALL_BYTES / 4 {
+        return;
+    }
+    let at = Some(peak_mlx_secs(r).unwrap_or(r.peak_rss_secs));
+    let ratio = peak as f64 / c.total_bytes as f64;
+    if ratio >= 1.8 {
+        found.push(Finding {
+            kind: FindingKind::SourcesAndOutputsKept,
+            text: format!(
+                "The job held {} ({what}) at its peak, {ratio:.1} times the {} checkpoint: sources and outputs were both kept. Write each output and drop its sources as you go; a shard at a time would peak near {}.",
+                human_bytes(peak),
+                human_bytes(c.total_bytes),
+                human_bytes(c.expected.release_shard)
+            ),
+            t_secs: at,
+        });
+    } else if ratio >= 0.75 && peak as f64 > 1.5 * c.expected.release_shard as f64 {
+        found.push(Finding {
+            kind: FindingKind::JobAccumulated,
+            text: format!(
+                "The job held {} ({what}) at its peak, {:.0} % of the {} checkpoint: the tensors of every shard were kept. Releasing each shard's arrays when done with it (and mx.clear_cache()) would peak near {}, the largest shard's share.",
+                human_bytes(peak),
+                ratio * 100.0,
+                human_bytes(c.total_bytes),
+                human_bytes(c.expected.release_shard)
+            ),
+            t_secs: at,
+        });
+    }
+}
+
+/// When MLX active peaked, if the probe reported.
+fn peak_mlx_secs(r: &Recording) -> Option<f64> {
+    r.samples
+        .iter()
+        .filter_map(|s| s.mlx.map(|m| (s.t_secs, m.active_bytes)))
+        .max_by_key(|(_, active)| *active)
+        .map(|(t, _)| t)
+}
+
+fn files_held_open(r: &Recording, found: &mut Vec<Finding>) {
+    let at_peak = &r.files_open_at_peak;
+    if at_peak.len() < 3 || r.files_seen.len() < 3 {
+        return;
+    }
+    let bytes: u64 = at_peak.iter().map(|f| f.bytes).sum();
+    found.push(Finding {
+        kind: FindingKind::FilesHeldOpen,
+        text: format!(
+            "{} of the {} shard files the job opened were still open at its peak ({}): arrays loaded from shards it had moved past keep those files alive. Drop the arrays of a shard (del, or let them go out of scope) before loading the next.",
+            at_peak.len(),
+            r.files_seen.len(),
+            human_bytes(bytes)
+        ),
+        t_secs: Some(r.peak_rss_secs),
+    });
+}
+
+fn cache_at_peak(r: &Recording, found: &mut Vec<Finding>) {
+    // The moment MLX held the most, cache included.
+    let Some((t, m)) = r
+        .samples
+        .iter()
+        .filter_map(|s| s.mlx.map(|m| (s.t_secs, m)))
+        .max_by_key(|(_, m)| m.active_bytes + m.cache_bytes)
+    else {
+        return;
+    };
+    let total = m.active_bytes + m.cache_bytes;
+    if m.cache_bytes < SMALL_BYTES || m.cache_bytes * 5 < total {
+        return;
+    }
+    found.push(Finding {
+        kind: FindingKind::CacheAtPeak,
+        text: format!(
+            "{} of MLX's {} at its peak was its buffer cache (freed arrays kept for reuse): call mx.clear_cache() after releasing a shard, or cap it with mx.set_cache_limit().",
+            human_bytes(m.cache_bytes),
+            human_bytes(total)
+        ),
+        t_secs: Some(t),
+    });
+}
+
+fn host_copies(r: &Recording, found: &mut Vec<Finding>) {
+    // At the sampled RSS peak, what RSS holds beyond MLX's own memory.
+    let Some(s) = r
+        .samples
+        .iter()
+        .filter(|s| s.mlx.is_some())
+        .max_by_key(|s| s.rss_bytes)
+    else {
+        return;
+    };
+    let m = s.mlx.unwrap_or_default();
+    let beyond = s.rss_bytes.saturating_sub(m.active_bytes + m.cache_bytes);
+    if beyond < (512 << 20).max(s.rss_bytes / 2) {
+        return;
+    }
+    found.push(Finding {
+        kind: FindingKind::HostCopies,
+        text: format!(
+            "At {:.1} s RSS was {}, {} more than MLX's active and cache memory: host copies (numpy, torch, Python lists) or mapped files held it, not MLX.",
+            s.t_secs,
+            human_bytes(s.rss_bytes),
+            human_bytes(beyond)
+        ),
+        t_secs: Some(s.t_secs),
+    });
+}
+
+fn near_machine_memory(r: &Recording, machine: MachineMemory, found: &mut Vec<Finding>) {
+    if machine.total_bytes == 0 || r.peak_rss_bytes * 10 < machine.total_bytes * 9 {
+        return;
+    }
+    found.push(Finding {
+        kind: FindingKind::NearMachineMemory,
+        text: format!(
+            "The job's peak RSS, {}, was {:.0} % of this machine's {}: one more copy and it is out of memory.",
+            human_bytes(r.peak_rss_bytes),
+            100.0 * r.peak_rss_bytes as f64 / machine.total_bytes as f64,
+            human_bytes(machine.total_bytes)
+        ),
+        t_secs: Some(r.peak_rss_secs),
+    });
+}

@@ -1,0 +1,185 @@
+//! Starting a job in its own process group with the probe's pipe, handing
+//! it the terminal, and signalling its group. The only unsafe code of the
+//! recorder is here, each block with its reason.
+
+use std::io::PipeWriter;
+use std::os::fd::AsRawFd;
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
+
+/// A job started by the recorder.
+pub struct Job {
+    child: Child,
+    took_terminal: bool,
+}
+
+impl Job {
+    /// Starts `command` in a new process group. `pipe` stays open in the
+    /// child (its descriptor is named in the environment by the caller);
+    /// when this process owns the terminal, the job's group gets it, so the
+    /// job reads stdin and Ctrl+C reaches it as if started by the shell.
+    pub fn spawn(mut command: Command, pipe: Option<&PipeWriter>) -> std::io::Result<Self> {
+        let fd = pipe.map(AsRawFd::as_raw_fd);
+        let take_terminal = owns_terminal();
+        command.process_group(0);
+        #[allow(unsafe_code)]
+        // SAFETY: the closure runs in the forked child before exec and calls
+        // only async-signal-safe functions (fcntl, signal, tcsetpgrp,
+        // getpgrp); it allocates nothing and touches no lock.
+        unsafe {
+            command.pre_exec(move || {
+                if let Some(fd) = fd
+                    && libc::fcntl(fd, libc::F_SETFD, 0) == -1
+                {
+                    return Err(std::io::Error::last_os_error());
+                }
+                if take_terminal {
+                    // A background group may not take the terminal unless
+                    // it ignores SIGTTOU while doing so.
+                    let old = libc::signal(libc::SIGTTOU, libc::SIG_IGN);
+                    libc::tcsetpgrp(0, libc::getpgrp());
+                    libc::signal(libc::SIGTTOU, old);
+                }
+                Ok(())
+            });
+        }
+        let child = command.spawn()?;
+        if take_terminal {
+            // Also from here: whichever runs first, the job has the terminal.
+            set_terminal_group(child_pgid(&child));
+        }
+        Ok(Self {
+            child,
+            took_terminal: take_terminal,
+        })
+    }
+
+    /// The job's pid (also its process group).
+    #[must_use]
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// When the job has ended (reaping it): its wait status and the peak
+    /// RSS the kernel kept for it (`ru_maxrss`, which sees what no sample
+    /// can: the last moments before exit).
+    pub fn try_wait(&mut self) -> Option<(std::process::ExitStatus, u64)> {
+        use std::os::unix::process::ExitStatusExt as _;
+        let pid = libc::pid_t::try_from(self.child.id()).ok()?;
+        let mut status = 0;
+        #[allow(unsafe_code)]
+        // SAFETY: rusage is plain data that wait4 fills; the pid is our own
+        // child, which nothing else waits for (std's `Child` is never
+        // waited on after this).
+        let (reaped, usage) = unsafe {
+            let mut usage: libc::rusage = std::mem::zeroed();
+            let reaped = libc::wait4(pid, &raw mut status, libc::WNOHANG, &raw mut usage);
+            (reaped, usage)
+        };
+        (reaped == pid).then(|| {
+            let max_rss_bytes = u64::try_from(usage.ru_maxrss).unwrap_or(0) * 1024;
+            (std::process::ExitStatus::from_raw(status), max_rss_bytes)
+        })
+    }
+}
+
+impl Drop for Job {
+    fn drop(&mut self) {
+        if self.took_terminal {
+            #[allow(unsafe_code)]
+            // SAFETY: getpgrp cannot fail.
+            let own = unsafe { libc::getpgrp() };
+            set_terminal_group(own);
+        }
+    }
+}
+
+fn child_pgid(child: &Child) -> i32 {
+    i32::try_from(child.id()).unwrap_or(0)
+}
+
+/// Whether stdin is a terminal whose foreground group is ours.
+fn owns_terminal() -> bool {
+    #[allow(unsafe_code)]
+    // SAFETY: isatty, tcgetpgrp and getpgrp only read process state.
+    unsafe {
+        libc::isatty(0) == 1 && libc::tcgetpgrp(0) == libc::getpgrp()
+    }
+}
+
+/// Makes `pgid` the terminal's foreground group, ignoring SIGTTOU meanwhile.
+fn set_terminal_group(pgid: i32) {
+    if pgid <= 0 {
+        return;
+    }
+    #[allow(unsafe_code)]
+    // SAFETY: signal and tcsetpgrp on stdin; the old disposition is restored.
+    unsafe {
+        let old = libc::signal(libc::SIGTTOU, libc::SIG_IGN);
+        libc::tcsetpgrp(0, pgid);
+        libc::signal(libc::SIGTTOU, old);
+    }
+}
+
+/// Stops a recording from another thread (Ctrl+C, the window's Stop): a
+/// started job's group gets SIGINT, then SIGTERM, then SIGKILL on later
+/// calls, and the recording goes on until the job exits; an attached
+/// recording detaches.
+#[derive(Debug, Clone, Default)]
+pub struct RecordControl {
+    inner: Arc<ControlInner>,
+}
+
+#[derive(Debug, Default)]
+struct ControlInner {
+    /// The job's process group once started (0 before, or when attached).
+    pgid: AtomicI32,
+    stops: AtomicU32,
+    detach: AtomicBool,
+}
+
+impl RecordControl {
+    /// A control for one recording.
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub(super) fn started(&self, pgid: u32) {
+        self.inner
+            .pgid
+            .store(i32::try_from(pgid).unwrap_or(0), Ordering::SeqCst);
+    }
+
+    /// Asks the job to stop (or the recording to detach). Returns the
+    /// signal sent, if any.
+    #[allow(clippy::must_use_candidate)] // stopping is the point; the signal is for tests
+    pub fn stop(&self) -> Option<i32> {
+        let n = self.inner.stops.fetch_add(1, Ordering::SeqCst);
+        self.inner.detach.store(true, Ordering::SeqCst);
+        let pgid = self.inner.pgid.load(Ordering::SeqCst);
+        if pgid <= 0 {
+            return None;
+        }
+        let signal = match n {
+            0 => libc::SIGINT,
+            1 => libc::SIGTERM,
+            _ => libc::SIGKILL,
+        };
+        #[allow(unsafe_code)]
+        // SAFETY: kill on the job's own process group, which this recorder
+        // created; a group already gone gives ESRCH, which is ignored.
+        unsafe {
+            libc::kill(-pgid, signal);
+        }
+        Some(signal)
+    }
+
+    /// Whether a stop was asked for.
+    #[must_use]
+    pub fn stop_requested(&self) -> bool {
+        self.inner.detach.load(Ordering::SeqCst)
+    }
+}

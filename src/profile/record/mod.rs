@@ -1,0 +1,879 @@
+//! Recording a user's job: `weightscope record -- CMD` and `--pid PID`.
+//!
+//! From outside, the job's whole process tree is sampled from `/proc` at the
+//! interval (RSS and its anonymous/file split, `VmHWM`, bytes read, the
+//! `.safetensors` files held open). From inside, a probe (the Python one in
+//! `assets/probe`, or any client speaking the line protocol of
+//! docs/record.md) reports MLX's counters and marks on a pipe. Both land on
+//! one clock as a [`Trace`] like a walk's, plus the richer [`Recording`].
+
+mod findings;
+mod job;
+pub mod probe;
+pub mod procfs;
+
+use std::collections::{BTreeMap, HashMap};
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+pub use findings::record_findings;
+pub use job::RecordControl;
+
+use super::findings::Finding;
+use super::trace::{ExpectedPeaks, JobInfo, MarkKind, Trace, TraceEvent, TraceSample};
+use probe::ProbeLine;
+
+/// What to record.
+#[derive(Debug, Clone)]
+pub enum Target {
+    /// Start this job.
+    Spawn(JobSpec),
+    /// Follow a process already running, from outside only.
+    Attach(u32),
+}
+
+/// A job to start.
+#[derive(Debug, Clone, Default)]
+pub struct JobSpec {
+    /// Program and arguments.
+    pub argv: Vec<OsString>,
+    /// Working folder (the recorder's when `None`).
+    pub cwd: Option<PathBuf>,
+    /// Environment additions.
+    pub env: Vec<(OsString, OsString)>,
+}
+
+/// How to record.
+#[derive(Debug, Clone)]
+pub struct RecordOptions {
+    /// Time between samples.
+    pub interval: Duration,
+    /// The checkpoint the job works on; else the folder of the first
+    /// `.safetensors` file it opened.
+    pub checkpoint: Option<PathBuf>,
+    /// Put the Python probe on the job's `PYTHONPATH`.
+    pub python_probe: bool,
+}
+
+impl Default for RecordOptions {
+    fn default() -> Self {
+        Self {
+            interval: Duration::from_millis(50),
+            checkpoint: None,
+            python_probe: true,
+        }
+    }
+}
+
+/// MLX's figures as the probe reported them (summed over the job's
+/// processes that report).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct MlxFigures {
+    /// `mx.get_active_memory()`.
+    pub active_bytes: u64,
+    /// `mx.get_cache_memory()`.
+    pub cache_bytes: u64,
+    /// `mx.get_peak_memory()`.
+    pub peak_bytes: u64,
+}
+
+/// One sample of the job's process tree.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecordSample {
+    /// Seconds since the recording started.
+    pub t_secs: f64,
+    /// RSS of the whole tree.
+    pub rss_bytes: u64,
+    /// Its anonymous part.
+    pub rss_anon_bytes: u64,
+    /// Its file-backed part.
+    pub rss_file_bytes: u64,
+    /// The highest `VmHWM` of any one process of the tree.
+    pub hwm_bytes: u64,
+    /// Bytes read by the tree (`rchar`), cumulative.
+    pub read_bytes: u64,
+    /// Processes in the tree.
+    pub processes: usize,
+    /// `.safetensors` files open in the tree.
+    pub open_files: usize,
+    /// Their total size.
+    pub open_file_bytes: u64,
+    /// MLX's figures, when a probe has reported.
+    pub mlx: Option<MlxFigures>,
+}
+
+/// How the job ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobExit {
+    /// It exited with this status.
+    Code(i32),
+    /// A signal ended it.
+    Signal(i32),
+}
+
+impl JobExit {
+    /// The status a shell reports: the code, or 128+N for signal N.
+    #[must_use]
+    pub fn status(self) -> i32 {
+        match self {
+            Self::Code(code) => code,
+            Self::Signal(signal) => 128 + signal,
+        }
+    }
+
+    /// "exit 3", "signal 9 (SIGKILL)".
+    #[must_use]
+    pub fn describe(self) -> String {
+        match self {
+            Self::Code(code) => format!("exit {code}"),
+            Self::Signal(signal) => format!("signal {signal} ({})", signal_name(signal)),
+        }
+    }
+}
+
+/// The usual name of signal `n` on Linux.
+#[must_use]
+pub fn signal_name(n: i32) -> &'static str {
+    match n {
+        1 => "SIGHUP",
+        2 => "SIGINT",
+        3 => "SIGQUIT",
+        4 => "SIGILL",
+        6 => "SIGABRT",
+        7 => "SIGBUS",
+        8 => "SIGFPE",
+        9 => "SIGKILL",
+        11 => "SIGSEGV",
+        13 => "SIGPIPE",
+        15 => "SIGTERM",
+        _ => "signal",
+    }
+}
+
+/// What the probe said about itself.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ProbeReport {
+    /// The client's name from its `hello` ("python", "c").
+    pub client: String,
+    /// MLX's version, when the job imported MLX.
+    pub mlx_version: Option<String>,
+    /// Lines read.
+    pub lines: u64,
+    /// Lines that were not protocol lines (ignored).
+    pub bad_lines: u64,
+    /// The probe's own CPU time and wall time, from its `bye`.
+    pub cost: Option<(f64, f64)>,
+}
+
+impl ProbeReport {
+    /// The probe's cost as a percentage of one core, when it said.
+    #[must_use]
+    pub fn cost_percent(&self) -> Option<f64> {
+        self.cost
+            .filter(|(_, wall)| *wall > 0.0)
+            .map(|(cpu, wall)| 100.0 * cpu / wall)
+    }
+}
+
+/// A `.safetensors` file the job held open.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpenFile {
+    /// Its path.
+    pub path: PathBuf,
+    /// Its size.
+    pub bytes: u64,
+}
+
+/// The checkpoint a recording is measured against.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CheckpointFacts {
+    /// Its folder or file.
+    pub path: PathBuf,
+    /// Every tensor's bytes.
+    pub total_bytes: u64,
+    /// The largest shard's bytes.
+    pub largest_shard_bytes: u64,
+    /// Shard files.
+    pub shards: usize,
+    /// What the headers predict for a walk under each policy.
+    pub expected: ExpectedPeaks,
+}
+
+/// A finished recording.
+#[derive(Debug, Clone)]
+pub struct Recording {
+    /// The command line, or `pid N` when attached.
+    pub command: String,
+    /// The job's (or attached process's) pid.
+    pub pid: u32,
+    /// Whether it was attached to rather than started.
+    pub attached: bool,
+    /// How it ended (`None` when attached).
+    pub exit: Option<JobExit>,
+    /// Seconds from start to the end of the recording.
+    pub elapsed_secs: f64,
+    /// Samples, in time order.
+    pub samples: Vec<RecordSample>,
+    /// Events (files, probe marks, start and end), in time order.
+    pub events: Vec<TraceEvent>,
+    /// What the probe said, when one reported.
+    pub probe: Option<ProbeReport>,
+    /// Every `.safetensors` file seen open, in the order first seen.
+    pub files_seen: Vec<OpenFile>,
+    /// The files open at the peak.
+    pub files_open_at_peak: Vec<OpenFile>,
+    /// Peak RSS: the highest of the tree's sampled RSS and any process's
+    /// `VmHWM` (which sees peaks between samples).
+    pub peak_rss_bytes: u64,
+    /// When the peak was sampled.
+    pub peak_rss_secs: f64,
+    /// Peak MLX active memory, when a probe reported.
+    pub peak_mlx_active_bytes: Option<u64>,
+    /// The checkpoint it is measured against, when known.
+    pub checkpoint: Option<CheckpointFacts>,
+    /// Why the checkpoint could not be read, when it could not.
+    pub checkpoint_error: Option<String>,
+    /// Findings, most important first.
+    pub findings: Vec<Finding>,
+}
+
+/// Something that happened during a recording, for a live display.
+#[derive(Debug, Clone)]
+pub enum Update {
+    /// The job started (or was attached to) with this pid.
+    Started(u32),
+    /// A sample.
+    Sample(RecordSample),
+    /// An event.
+    Event(TraceEvent),
+}
+
+/// Why a recording could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    /// The command could not be started.
+    #[error("cannot start `{command}`: {source}")]
+    Spawn {
+        /// The program.
+        command: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// No command was given.
+    #[error("no command to record: give one after `--`")]
+    NoCommand,
+    /// No such process to attach to.
+    #[error("no process {pid} to attach to (or not ours to read)")]
+    NoProcess {
+        /// The pid asked for.
+        pid: u32,
+    },
+    /// The probe's pipe or files could not be made.
+    #[error("cannot set up the probe: {0}")]
+    Probe(#[from] std::io::Error),
+}
+
+impl Recording {
+    /// The distinct shard files the job was seen to open or told its probe
+    /// it loaded.
+    #[must_use]
+    pub fn files_used(&self) -> usize {
+        let mut files: Vec<&str> = self
+            .events
+            .iter()
+            .filter(|e| matches!(e.kind, MarkKind::FileOpen | MarkKind::Load))
+            .map(|e| e.target.as_str())
+            .collect();
+        files.sort_unstable();
+        files.dedup();
+        files.len()
+    }
+
+    /// The recording as a trace in the format walks save (the app opens
+    /// it, overlays it and saves it as CSV).
+    #[must_use]
+    pub fn to_trace(&self) -> Trace {
+        let mut trace = Trace::new(format!("record: {}", self.command));
+        trace.device = "job".into();
+        if let Some(facts) = &self.checkpoint {
+            trace.checkpoint = facts.path.display().to_string();
+            trace.expected = Some(facts.expected);
+        }
+        trace.job = Some(JobInfo {
+            command: self.command.clone(),
+            exit_code: self.exit.map(JobExit::status),
+            probe: self.probe.is_some(),
+        });
+        trace.samples = self.samples.iter().map(RecordSample::to_trace).collect();
+        trace.events.clone_from(&self.events);
+        trace
+    }
+}
+
+impl RecordSample {
+    /// The sample in the trace format (MLX figures 0 when unknown).
+    #[must_use]
+    pub fn to_trace(&self) -> TraceSample {
+        let mlx = self.mlx.unwrap_or_default();
+        TraceSample {
+            t_secs: self.t_secs,
+            rss_bytes: self.rss_bytes,
+            rss_anon_bytes: self.rss_anon_bytes,
+            rss_file_bytes: self.rss_file_bytes,
+            mlx_active_bytes: mlx.active_bytes,
+            mlx_cache_bytes: mlx.cache_bytes,
+            mlx_peak_bytes: mlx.peak_bytes,
+        }
+    }
+}
+
+/// Reads the checkpoint's headers for the figures a recording is measured
+/// against.
+fn checkpoint_facts(path: &Path) -> Result<CheckpointFacts, String> {
+    let checkpoint = crate::checkpoint::Checkpoint::open(path).map_err(|e| format!("{e:#}"))?;
+    let plan = super::walk::WalkPlan::from_checkpoint(&checkpoint, super::walk::Transform::None);
+    let summary = checkpoint.summary();
+    Ok(CheckpointFacts {
+        path: path.to_path_buf(),
+        total_bytes: summary.total_bytes,
+        largest_shard_bytes: plan.largest_shard().map_or(0, |s| s.source_bytes),
+        shards: checkpoint.shards().len(),
+        expected: plan.expected(),
+    })
+}
+
+/// The running state of a recording: what was seen so far.
+struct Recorder {
+    origin: Instant,
+    samples: Vec<RecordSample>,
+    events: Vec<TraceEvent>,
+    /// Files open at the last sample, with their sizes.
+    open: BTreeMap<PathBuf, u64>,
+    files_seen: Vec<OpenFile>,
+    /// The latest MLX figures per reporting process.
+    mlx: HashMap<u32, MlxFigures>,
+    probe: Option<ProbeReport>,
+    /// Highest `VmHWM` per process.
+    hwm: HashMap<u32, u64>,
+    /// Sizes of files already seen (one stat per file).
+    sizes: HashMap<PathBuf, u64>,
+}
+
+impl Recorder {
+    fn new(origin: Instant) -> Self {
+        Self {
+            origin,
+            samples: Vec::new(),
+            events: Vec::new(),
+            open: BTreeMap::new(),
+            files_seen: Vec::new(),
+            mlx: HashMap::new(),
+            probe: None,
+            hwm: HashMap::new(),
+            sizes: HashMap::new(),
+        }
+    }
+
+    fn secs(&self, at: Instant) -> f64 {
+        at.saturating_duration_since(self.origin).as_secs_f64()
+    }
+
+    fn mlx_now(&self) -> Option<MlxFigures> {
+        (!self.mlx.is_empty()).then(|| {
+            self.mlx
+                .values()
+                .fold(MlxFigures::default(), |a, m| MlxFigures {
+                    active_bytes: a.active_bytes + m.active_bytes,
+                    cache_bytes: a.cache_bytes + m.cache_bytes,
+                    peak_bytes: a.peak_bytes + m.peak_bytes,
+                })
+        })
+    }
+
+    /// An event at `at` with the latest memory figures.
+    fn event(&mut self, at: Instant, kind: MarkKind, target: String) -> &mut TraceEvent {
+        let last_rss = self.samples.last().map_or(0, |s| s.rss_bytes);
+        let mlx = self.mlx_now().unwrap_or_default();
+        let event = TraceEvent {
+            t_secs: self.secs(at),
+            kind,
+            target,
+            bytes: 0,
+            detail: String::new(),
+            rss_bytes: last_rss,
+            mlx_active_bytes: mlx.active_bytes,
+            mlx_cache_bytes: mlx.cache_bytes,
+            shard: None,
+            shard_resident_bytes: None,
+        };
+        self.events.push(event);
+        let last = self.events.len() - 1;
+        &mut self.events[last]
+    }
+
+    /// Applies one probe line received at `at`.
+    fn probe_line(&mut self, at: Instant, text: &str, updates: &mut Vec<Update>) {
+        let report = self.probe.get_or_insert_with(ProbeReport::default);
+        report.lines += 1;
+        let Some(line) = ProbeLine::parse(text) else {
+            report.bad_lines += 1;
+            return;
+        };
+        let pid = line.pid.unwrap_or(0);
+        let (kind, target, bytes) = match line.kind.as_str() {
+            "hello" => {
+                report.client = line.client.unwrap_or_default();
+                return;
+            }
+            "mlx" => {
+                report.mlx_version = line.version;
+                return;
+            }
+            "bye" => {
+                if let (Some(cpu), Some(wall)) = (line.probe_cpu_secs, line.wall_secs) {
+                    report.cost = Some((cpu, wall));
+                }
+                return;
+            }
+            "sample" => {
+                self.mlx.insert(
+                    pid,
+                    MlxFigures {
+                        active_bytes: line.active.unwrap_or(0),
+                        cache_bytes: line.cache.unwrap_or(0),
+                        peak_bytes: line.peak.unwrap_or(0),
+                    },
+                );
+                return;
+            }
+            "load" => (MarkKind::Load, line.file.unwrap_or_default(), 0),
+            "clear-cache" => (
+                MarkKind::ClearCache,
+                String::new(),
+                line.cache_before.unwrap_or(0),
+            ),
+            "mark" => (MarkKind::JobMark, line.text.unwrap_or_default(), 0),
+            _ => return, // a kind from a newer client
+        };
+        let event = self.event(at, kind, target);
+        event.bytes = bytes;
+        updates.push(Update::Event(event.clone()));
+    }
+
+    /// Reads every process of `tree` once: a sample (none when all are
+    /// gone), and file events for what opened or closed since the last.
+    fn sample_tree(
+        &mut self,
+        tree: &[u32],
+        now: Instant,
+        updates: &mut Vec<Update>,
+    ) -> Option<RecordSample> {
+        let mut sample = RecordSample {
+            t_secs: self.secs(now),
+            rss_bytes: 0,
+            rss_anon_bytes: 0,
+            rss_file_bytes: 0,
+            hwm_bytes: 0,
+            read_bytes: 0,
+            processes: 0,
+            open_files: 0,
+            open_file_bytes: 0,
+            mlx: None,
+        };
+        let mut open = BTreeMap::new();
+        for &pid in tree {
+            let Some(figures) = procfs::read_process(pid) else {
+                continue;
+            };
+            sample.processes += 1;
+            sample.rss_bytes += figures.memory.rss_bytes;
+            sample.rss_anon_bytes += figures.memory.anon_bytes;
+            sample.rss_file_bytes += figures.memory.file_bytes;
+            sample.read_bytes += figures.read_bytes;
+            let hwm = self.hwm.entry(pid).or_insert(0);
+            *hwm = (*hwm).max(figures.memory.peak_rss_bytes);
+            for path in figures.open_files {
+                let bytes = *self
+                    .sizes
+                    .entry(path.clone())
+                    .or_insert_with(|| std::fs::metadata(&path).map_or(0, |m| m.len()));
+                open.insert(path, bytes);
+            }
+        }
+        if sample.processes == 0 {
+            return None;
+        }
+        sample.hwm_bytes = self.hwm.values().copied().max().unwrap_or(0);
+        sample.open_files = open.len();
+        sample.open_file_bytes = open.values().sum();
+        self.files(now, open, updates);
+        sample.mlx = self.mlx_now();
+        self.samples.push(sample.clone());
+        Some(sample)
+    }
+
+    /// Files opened and closed since the last sample, as events whose
+    /// residency is the file's size (so the profiler draws them as bands).
+    fn files(&mut self, at: Instant, now: BTreeMap<PathBuf, u64>, updates: &mut Vec<Update>) {
+        let closed: Vec<PathBuf> = self
+            .open
+            .keys()
+            .filter(|p| !now.contains_key(*p))
+            .cloned()
+            .collect();
+        for path in closed {
+            let name = path.display().to_string();
+            let event = self.event(at, MarkKind::FileClose, name.clone());
+            event.shard = Some(name);
+            event.shard_resident_bytes = Some(0);
+            updates.push(Update::Event(event.clone()));
+        }
+        for (path, &bytes) in &now {
+            if self.open.contains_key(path) {
+                continue;
+            }
+            if !self.files_seen.iter().any(|f| &f.path == path) {
+                self.files_seen.push(OpenFile {
+                    path: path.clone(),
+                    bytes,
+                });
+            }
+            let name = path.display().to_string();
+            let event = self.event(at, MarkKind::FileOpen, name.clone());
+            event.bytes = bytes;
+            event.shard = Some(name);
+            event.shard_resident_bytes = Some(bytes);
+            updates.push(Update::Event(event.clone()));
+        }
+        self.open = now;
+    }
+}
+
+/// A job started (or a process found) and the probe's lines coming in.
+struct Started {
+    job: Option<job::Job>,
+    root: u32,
+    command: String,
+    lines: std::sync::mpsc::Receiver<(Instant, String)>,
+    python_probe: Option<probe::PythonProbe>,
+}
+
+/// Starts the job with the probe's pipe (and the Python probe on its
+/// path), or checks that the pid to attach to exists.
+fn start(
+    target: &Target,
+    options: &RecordOptions,
+    control: &RecordControl,
+) -> Result<Started, RecordError> {
+    use std::io::BufRead as _;
+    use std::sync::mpsc;
+
+    let (lines_tx, lines_rx) = mpsc::channel::<(Instant, String)>();
+    let mut python_probe = None;
+    let (job, root, command) = match target {
+        Target::Spawn(spec) => {
+            let program = spec.argv.first().ok_or(RecordError::NoCommand)?;
+            let command_line = spec
+                .argv
+                .iter()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect::<Vec<_>>()
+                .join(" ");
+            let (reader, writer) = std::io::pipe()?;
+            let mut command = std::process::Command::new(program);
+            command.args(&spec.argv[1..]);
+            if let Some(cwd) = &spec.cwd {
+                command.current_dir(cwd);
+            }
+            {
+                use std::os::fd::AsRawFd as _;
+                let fd = writer.as_raw_fd();
+                command.env(probe::FD_VAR, fd.to_string());
+                if let Ok(meta) = std::fs::metadata(format!("/proc/self/fd/{fd}")) {
+                    use std::os::unix::fs::MetadataExt as _;
+                    command.env(probe::INO_VAR, meta.ino().to_string());
+                }
+            }
+            command.env(
+                probe::INTERVAL_VAR,
+                options.interval.as_millis().max(1).to_string(),
+            );
+            if options.python_probe {
+                let installed = probe::PythonProbe::install()?;
+                let mut path = OsString::from(installed.dir());
+                if let Some(old) = std::env::var_os("PYTHONPATH").filter(|p| !p.is_empty()) {
+                    path.push(":");
+                    path.push(old);
+                }
+                command.env("PYTHONPATH", path);
+                python_probe = Some(installed);
+            }
+            for (key, value) in &spec.env {
+                command.env(key, value);
+            }
+            let job =
+                job::Job::spawn(command, Some(&writer)).map_err(|source| RecordError::Spawn {
+                    command: program.to_string_lossy().into_owned(),
+                    source,
+                })?;
+            // Only the job's copies of the write end remain: the reader
+            // sees the end of the pipe when the last of them closes.
+            drop(writer);
+            std::thread::Builder::new()
+                .name("probe-reader".into())
+                .spawn(move || {
+                    for line in std::io::BufReader::new(reader).lines() {
+                        let Ok(line) = line else { break };
+                        if lines_tx.send((Instant::now(), line)).is_err() {
+                            break;
+                        }
+                    }
+                })?;
+            let pid = job.pid();
+            control.started(pid);
+            (Some(job), pid, command_line)
+        }
+        Target::Attach(pid) => {
+            if !procfs::is_alive(*pid) {
+                return Err(RecordError::NoProcess { pid: *pid });
+            }
+            drop(lines_tx);
+            (None, *pid, format!("pid {pid}"))
+        }
+    };
+    Ok(Started {
+        job,
+        root,
+        command,
+        lines: lines_rx,
+        python_probe,
+    })
+}
+
+/// Records `target` until it ends (or, attached, until `control` asks to
+/// stop), calling `on_update` with each sample and event as they come.
+///
+/// # Errors
+/// When the job cannot be started, the pid does not exist, or the probe's
+/// pipe cannot be made.
+pub fn record(
+    target: &Target,
+    options: &RecordOptions,
+    control: &RecordControl,
+    mut on_update: impl FnMut(Update),
+) -> Result<Recording, RecordError> {
+    use std::sync::mpsc;
+
+    let origin = Instant::now();
+    let Started {
+        mut job,
+        root,
+        command,
+        lines,
+        python_probe,
+    } = start(target, options, control)?;
+    let lines_rx = lines;
+    on_update(Update::Started(root));
+    let mut rec = Recorder::new(origin);
+    let mut updates = Vec::new();
+    rec.event(origin, MarkKind::JobStart, command.clone());
+    updates.push(Update::Event(rec.events[0].clone()));
+    let mut tree = vec![root];
+    let mut exit = None;
+    let mut tick: u64 = 0;
+    let mut lines_open = true;
+    loop {
+        let now = Instant::now();
+        // A new child is found within ten samples; known ones every sample.
+        if tick.is_multiple_of(10) {
+            tree = procfs::descendants(root);
+        }
+        tick += 1;
+        if let Some(sample) = rec.sample_tree(&tree, now, &mut updates) {
+            updates.push(Update::Sample(sample));
+        }
+        for update in updates.drain(..) {
+            on_update(update);
+        }
+        let ended = match &mut job {
+            Some(job) => job.try_wait().map(|(status, max_rss_bytes)| {
+                use std::os::unix::process::ExitStatusExt as _;
+                let hwm = rec.hwm.entry(root).or_insert(0);
+                *hwm = (*hwm).max(max_rss_bytes);
+                match (status.code(), status.signal()) {
+                    (Some(code), _) => JobExit::Code(code),
+                    (None, Some(signal)) => JobExit::Signal(signal),
+                    (None, None) => JobExit::Code(-1),
+                }
+            }),
+            None => None,
+        };
+        if let Some(status) = ended {
+            exit = Some(status);
+            break;
+        }
+        if job.is_none() && (!procfs::is_alive(root) || control.stop_requested()) {
+            break;
+        }
+        // Wait for the next sample, taking the probe's lines as they come.
+        let deadline = now + options.interval;
+        while lines_open {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            match lines_rx.recv_timeout(left) {
+                Ok((at, line)) => rec.probe_line(at, &line, &mut updates),
+                Err(mpsc::RecvTimeoutError::Timeout) => break,
+                Err(mpsc::RecvTimeoutError::Disconnected) => lines_open = false,
+            }
+        }
+        if !lines_open {
+            std::thread::sleep(deadline.saturating_duration_since(Instant::now()));
+        }
+    }
+    let end = Instant::now();
+    // The job is gone: take the lines it sent last (its `bye`). Processes
+    // it left running may hold the pipe: wait for them a second at most.
+    let drain_until = end + Duration::from_secs(1);
+    while lines_open {
+        match lines_rx.recv_timeout(drain_until.saturating_duration_since(Instant::now())) {
+            Ok((at, line)) => rec.probe_line(at, &line, &mut updates),
+            Err(_) => lines_open = false,
+        }
+    }
+    rec.files(end, BTreeMap::new(), &mut updates);
+    let end_text = exit.map_or_else(|| "detached".to_owned(), JobExit::describe);
+    rec.event(end, MarkKind::JobEnd, end_text);
+    let last = rec.events.len() - 1;
+    updates.push(Update::Event(rec.events[last].clone()));
+    for update in updates.drain(..) {
+        on_update(update);
+    }
+    drop(job);
+    drop(python_probe);
+    Ok(finish(
+        rec,
+        command,
+        root,
+        exit,
+        rec_secs(origin, end),
+        options,
+    ))
+}
+
+fn rec_secs(origin: Instant, end: Instant) -> f64 {
+    end.saturating_duration_since(origin).as_secs_f64()
+}
+
+/// The recording from what was seen: peaks, the files at the peak, the
+/// checkpoint's facts, findings.
+fn finish(
+    mut rec: Recorder,
+    command: String,
+    pid: u32,
+    exit: Option<JobExit>,
+    elapsed_secs: f64,
+    options: &RecordOptions,
+) -> Recording {
+    rec.events.sort_by(|a, b| a.t_secs.total_cmp(&b.t_secs));
+    // The peak: the highest sampled tree RSS, or a process's VmHWM when
+    // that saw higher (a spike between samples); its moment is the first
+    // sample that reached it.
+    let sampled = rec.samples.iter().map(|s| s.rss_bytes).max().unwrap_or(0);
+    let hwm = rec.hwm.values().copied().max().unwrap_or(0);
+    let peak_rss_bytes = sampled.max(hwm);
+    let peak_index = rec
+        .samples
+        .iter()
+        .position(|s| s.rss_bytes.max(s.hwm_bytes) >= peak_rss_bytes)
+        .or_else(|| {
+            rec.samples
+                .iter()
+                .enumerate()
+                .max_by_key(|(_, s)| s.rss_bytes)
+                .map(|(i, _)| i)
+        });
+    let peak_rss_secs = peak_index
+        .and_then(|i| rec.samples.get(i))
+        .map_or(0.0, |s| s.t_secs);
+    let files_open_at_peak = peak_index
+        .map(|i| open_files_at(&rec.events, rec.samples[i].t_secs))
+        .unwrap_or_default();
+    // MLX's own peak counter sees between samples; the last report of each
+    // process (its `bye` sends one) counts too.
+    let last_reports = rec.mlx_now();
+    let peak_mlx_active_bytes = rec
+        .samples
+        .iter()
+        .filter_map(|s| s.mlx)
+        .chain(last_reports)
+        .map(|m| m.active_bytes.max(m.peak_bytes))
+        .max();
+    // The job's checkpoint: as given, else the folder of the first shard
+    // it was seen to hold open or told its probe it loaded.
+    let first_file = rec
+        .events
+        .iter()
+        .find(|e| matches!(e.kind, MarkKind::FileOpen | MarkKind::Load))
+        .map(|e| PathBuf::from(&e.target));
+    let checkpoint_path = options.checkpoint.clone().or_else(|| {
+        first_file.and_then(|f| {
+            let folder = f.parent()?;
+            Some(if folder.as_os_str().is_empty() {
+                PathBuf::from(".")
+            } else {
+                folder.to_path_buf()
+            })
+        })
+    });
+    let (checkpoint, checkpoint_error) = match checkpoint_path.as_deref().map(checkpoint_facts) {
+        Some(Ok(facts)) => (Some(facts), None),
+        Some(Err(error)) => (None, Some(error)),
+        None => (None, None),
+    };
+    let mut recording = Recording {
+        command,
+        pid,
+        attached: exit.is_none(),
+        exit,
+        elapsed_secs,
+        samples: rec.samples,
+        events: rec.events,
+        probe: rec.probe,
+        files_seen: rec.files_seen,
+        files_open_at_peak,
+        peak_rss_bytes,
+        peak_rss_secs,
+        peak_mlx_active_bytes,
+        checkpoint,
+        checkpoint_error,
+        findings: Vec::new(),
+    };
+    recording.findings = record_findings(&recording);
+    recording
+}
+
+/// The files open at `t_secs`, from the file events.
+#[must_use]
+pub fn open_files_at(events: &[TraceEvent], t_secs: f64) -> Vec<OpenFile> {
+    let mut open: BTreeMap<&str, u64> = BTreeMap::new();
+    for event in events.iter().filter(|e| e.t_secs <= t_secs) {
+        match event.kind {
+            MarkKind::FileOpen => {
+                open.insert(&event.target, event.bytes);
+            }
+            MarkKind::FileClose => {
+                open.remove(event.target.as_str());
+            }
+            _ => {}
+        }
+    }
+    open.into_iter()
+        .map(|(path, bytes)| OpenFile {
+            path: PathBuf::from(path),
+            bytes,
+        })
+        .collect()
+}

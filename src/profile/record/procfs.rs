@@ -1,0 +1,152 @@
+//! A process tree as Linux's `/proc` shows it: each process's memory, bytes
+//! read, and the `.safetensors` files it holds open.
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+
+use crate::profile::ProcessMemory;
+
+/// One process's figures at one moment.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProcessFigures {
+    /// `VmRSS`, `RssAnon`, `RssFile`(+`RssShmem`), `VmHWM`.
+    pub memory: ProcessMemory,
+    /// `rchar` of `/proc/PID/io`: bytes read through read calls (page cache
+    /// hits included; pages of a mapped file are not counted).
+    pub read_bytes: u64,
+    /// The `.safetensors` files among its open descriptors.
+    pub open_files: Vec<PathBuf>,
+}
+
+/// The figures of `pid`, or `None` when it is gone (or not ours to read).
+#[must_use]
+pub fn read_process(pid: u32) -> Option<ProcessFigures> {
+    let base = PathBuf::from(format!("/proc/{pid}"));
+    let status = std::fs::read_to_string(base.join("status")).ok()?;
+    // A zombie has exited: it holds no memory and no files.
+    if status
+        .lines()
+        .any(|l| l.starts_with("State:") && l.contains('Z'))
+    {
+        return None;
+    }
+    let memory = ProcessMemory::parse_status(&status);
+    let read_bytes = std::fs::read_to_string(base.join("io"))
+        .ok()
+        .and_then(|io| parse_io_rchar(&io))
+        .unwrap_or(0);
+    let mut open_files = Vec::new();
+    if let Ok(fds) = std::fs::read_dir(base.join("fd")) {
+        for fd in fds.flatten() {
+            let Ok(target) = std::fs::read_link(fd.path()) else {
+                continue;
+            };
+            if is_safetensors(&target) {
+                open_files.push(target);
+            }
+        }
+    }
+    open_files.sort();
+    open_files.dedup();
+    Some(ProcessFigures {
+        memory,
+        read_bytes,
+        open_files,
+    })
+}
+
+fn is_safetensors(path: &Path) -> bool {
+    path.extension().is_some_and(|e| e == "safetensors")
+}
+
+/// `rchar` from the text of `/proc/PID/io`.
+#[must_use]
+pub fn parse_io_rchar(text: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|line| line.strip_prefix("rchar:"))
+        .and_then(|n| n.trim().parse().ok())
+}
+
+/// The parent pid from the text of `/proc/PID/stat` (the field after the
+/// command name, which may itself hold spaces and parentheses).
+#[must_use]
+pub fn parse_stat_ppid(text: &str) -> Option<u32> {
+    let after = &text[text.rfind(')')? + 1..];
+    let mut fields = after.split_whitespace();
+    let _state = fields.next()?;
+    fields.next()?.parse().ok()
+}
+
+/// `root` and every process descended from it, by a scan of `/proc`.
+#[must_use]
+pub fn descendants(root: u32) -> Vec<u32> {
+    let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
+    if let Ok(entries) = std::fs::read_dir("/proc") {
+        for entry in entries.flatten() {
+            let Some(pid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|n| n.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+                continue;
+            };
+            if let Some(ppid) = parse_stat_ppid(&stat) {
+                children.entry(ppid).or_default().push(pid);
+            }
+        }
+    }
+    let mut tree = vec![root];
+    let mut seen: HashSet<u32> = HashSet::from([root]);
+    let mut at = 0;
+    while let Some(&pid) = tree.get(at) {
+        for &child in children.get(&pid).map_or(&[][..], Vec::as_slice) {
+            if seen.insert(child) {
+                tree.push(child);
+            }
+        }
+        at += 1;
+    }
+    tree
+}
+
+/// Whether `pid` still exists (a zombie counts as gone: it holds nothing).
+#[must_use]
+pub fn is_alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        let state = stat
+            .rfind(')')
+            .and_then(|i| stat[i + 1..].split_whitespace().next());
+        !matches!(state, Some("Z" | "X") | None)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_and_io_parse() {
+        assert_eq!(
+            parse_stat_ppid("1234 (python3 (x) y) S 99 1234 1234 0 -1"),
+            Some(99)
+        );
+        assert_eq!(parse_stat_ppid("garbage"), None);
+        assert_eq!(
+            parse_io_rchar("rchar: 4096\nwchar: 12\nread_bytes: 0\n"),
+            Some(4096)
+        );
+        assert_eq!(parse_io_rchar("wchar: 12\n"), None);
+    }
+
+    #[test]
+    fn this_process_is_read_and_alive() {
+        let me = std::process::id();
+        let figures = read_process(me).expect("our own /proc");
+        assert!(figures.memory.rss_bytes > 0);
+        assert!(is_alive(me));
+        assert_eq!(descendants(me).first(), Some(&me));
+    }
+}

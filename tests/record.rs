@@ -1,0 +1,458 @@
+//! `weightscope record` against real programs: Python MLX jobs (from the
+//! private test venv) over a multi-shard checkpoint written by MLX, a job
+//! killed by a signal, a missing command, attaching to a pid, Ctrl+C, our
+//! own walk recorded from outside, and the line-protocol client in C from
+//! docs/record.md.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+
+use serde_json::Value;
+
+const MIB: u64 = 1 << 20;
+/// The checkpoint: 8 shards of two 1024x2048 f32 tensors (16 MiB a shard).
+const SHARDS: u64 = 8;
+const SHARD_BYTES: u64 = 16 * MIB;
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn venv_python() -> PathBuf {
+    let python = root().join("mlx-glue/test-venv/bin/python");
+    assert!(
+        python.exists(),
+        "{} is missing: run `mlx-glue/setup test` (the README's test command does)",
+        python.display()
+    );
+    python
+}
+
+fn jobs() -> PathBuf {
+    root().join("tests/record/jobs.py")
+}
+
+/// The checkpoint, written once per test run by MLX's own writer.
+fn checkpoint() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("record-checkpoint");
+        let _ = std::fs::remove_dir_all(&dir);
+        let status = Command::new(venv_python())
+            .arg(jobs())
+            .args(["make", dir.to_str().expect("utf-8"), &SHARDS.to_string()])
+            .status()
+            .expect("python runs");
+        assert!(status.success(), "the checkpoint was written");
+        dir
+    })
+}
+
+fn weightscope() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_weightscope"))
+}
+
+/// `weightscope record --json FILE [extra] -- job...`: the output and the summary.
+fn record(extra: &[&str], job: &[&std::ffi::OsStr]) -> (Output, Option<Value>) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let json = dir.path().join("summary.json");
+    let output = weightscope()
+        .arg("record")
+        .arg("--json")
+        .arg(&json)
+        .args(extra)
+        .arg("--")
+        .args(job)
+        .stdin(Stdio::null())
+        .output()
+        .expect("weightscope runs");
+    let summary = std::fs::read_to_string(&json)
+        .ok()
+        .map(|text| serde_json::from_str(&text).expect("the summary is JSON"));
+    (output, summary)
+}
+
+fn python_job(mode: &str) -> Vec<std::ffi::OsString> {
+    vec![
+        venv_python().into(),
+        jobs().into(),
+        mode.into(),
+        checkpoint().into(),
+    ]
+}
+
+fn as_refs(args: &[std::ffi::OsString]) -> Vec<&std::ffi::OsStr> {
+    args.iter().map(std::ffi::OsString::as_os_str).collect()
+}
+
+fn kinds(summary: &Value, list: &str) -> Vec<String> {
+    summary[list]
+        .as_array()
+        .expect("a list")
+        .iter()
+        .map(|f| f["kind"].as_str().expect("a kind").to_owned())
+        .collect()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+#[test]
+fn a_job_that_keeps_every_array_is_seen_accumulating() {
+    let (output, summary) = record(&[], &as_refs(&python_job("keep")));
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let s = summary.expect("summary written");
+    assert_eq!(s["exit_code"], 0);
+    assert_eq!(s["probe"], true, "MLX counters came from inside the job");
+    assert_eq!(s["probe_info"]["client"], "python");
+    // Every output kept (the model) plus one shard's sources being read.
+    let model = SHARDS * SHARD_BYTES;
+    let peak = s["peak_mlx_active_bytes"].as_u64().expect("a peak");
+    assert!(
+        peak >= model && peak <= model + 2 * SHARD_BYTES,
+        "peak {peak}"
+    );
+    assert!(s["peak_rss_bytes"].as_u64().expect("rss") >= model);
+    assert_eq!(
+        s["checkpoint"].as_str().map(PathBuf::from).as_deref(),
+        Some(checkpoint()),
+        "the checkpoint is the folder of the files it loaded"
+    );
+    assert_eq!(s["checkpoint_bytes"], model);
+    assert_eq!(s["expected_peak_bytes"]["release-shard"], SHARD_BYTES);
+    let marks = kinds(&s, "marks");
+    let loads = marks.iter().filter(|k| *k == "load").count();
+    assert_eq!(loads, 8, "every mx.load marked");
+    assert!(marks.iter().any(|k| k == "job-mark"), "the job's own mark");
+    let findings = kinds(&s, "findings");
+    assert!(
+        findings.contains(&"job-accumulated".to_owned()),
+        "{findings:?}"
+    );
+    assert!(!findings.contains(&"job-failed".to_owned()));
+    // The probe measured its own cost.
+    let cost = s["probe_info"]["cpu_percent_of_a_core"]
+        .as_f64()
+        .expect("the probe's cost");
+    assert!(cost.is_finite() && cost >= 0.0);
+    // Samples carry MLX's series once the probe reports.
+    let samples = s["samples"].as_array().expect("samples");
+    assert!(!samples.is_empty());
+    assert!(samples.iter().any(|x| x["mlx_active"].is_u64()));
+    assert!(stderr(&output).contains("findings:"), "{}", stderr(&output));
+    assert!(stdout(&output).starts_with("checksum"), "stdout untouched");
+}
+
+#[test]
+fn a_job_that_releases_each_shard_stays_near_a_shard_and_computes_the_same() {
+    let job = python_job("release");
+    let (output, summary) = record(&[], &as_refs(&job));
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let s = summary.expect("summary written");
+    let peak = s["peak_mlx_active_bytes"].as_u64().expect("a peak");
+    // One shard's sources and its outputs at most.
+    assert!(peak <= 2 * SHARD_BYTES + MIB, "peak {peak}");
+    let findings = kinds(&s, "findings");
+    for kind in ["job-accumulated", "sources-and-outputs-kept", "job-failed"] {
+        assert!(!findings.contains(&kind.to_owned()), "{findings:?}");
+    }
+    let marks = kinds(&s, "marks");
+    assert_eq!(marks.iter().filter(|k| *k == "clear-cache").count(), 8);
+    // The probe changes nothing the job computes.
+    let plain = Command::new(&job[0])
+        .args(&job[1..])
+        .output()
+        .expect("the job runs alone");
+    assert_eq!(stdout(&plain), stdout(&output));
+}
+
+#[test]
+fn a_job_that_fails_half_way_returns_its_status_and_says_where() {
+    let (output, summary) = record(&[], &as_refs(&python_job("fail")));
+    assert_eq!(output.status.code(), Some(3), "the job's status comes back");
+    let s = summary.expect("summary written");
+    assert_eq!(s["exit_code"], 3);
+    let failed = s["findings"]
+        .as_array()
+        .expect("findings")
+        .iter()
+        .find(|f| f["kind"] == "job-failed")
+        .expect("a job-failed finding");
+    assert_eq!(failed["severity"], "error");
+    let message = failed["message"].as_str().expect("text");
+    assert!(message.contains("status 3"), "{message}");
+    assert!(message.contains("half way: giving up"), "{message}");
+    assert!(message.contains("4 of 8 shard files"), "{message}");
+}
+
+#[test]
+fn a_command_that_cannot_start_is_one_line_and_exit_2() {
+    let (output, summary) = record(&[], &[std::ffi::OsStr::new("/nonexistent/convert")]);
+    assert_eq!(output.status.code(), Some(2));
+    let text = stderr(&output);
+    assert_eq!(text.lines().count(), 1, "{text}");
+    assert!(
+        text.contains("cannot start `/nonexistent/convert`"),
+        "{text}"
+    );
+    assert!(summary.is_none(), "nothing written");
+    let (output, _) = record(&[], &[]);
+    assert_eq!(output.status.code(), Some(2), "no command is a usage error");
+}
+
+#[test]
+fn a_job_killed_by_a_signal_exits_128_plus_n() {
+    let job = ["sh", "-c", "kill -KILL $$"].map(std::ffi::OsStr::new);
+    let (output, summary) = record(&["--no-probe"], &job);
+    assert_eq!(output.status.code(), Some(137));
+    let s = summary.expect("summary written");
+    assert_eq!(s["signal"], 9);
+    assert_eq!(s["exit_code"], 137);
+    assert_eq!(s["probe"], false);
+    assert!(s["peak_mlx_active_bytes"].is_null());
+    let text = s["findings"][0]["message"].as_str().expect("a finding");
+    assert!(text.contains("SIGKILL") && text.contains("OOM"), "{text}");
+}
+
+/// Reads lines from `from` until one contains `needle`.
+fn wait_for_line(from: &mut impl BufRead, needle: &str) {
+    let mut line = String::new();
+    loop {
+        line.clear();
+        let n = from.read_line(&mut line).expect("reads");
+        assert!(n > 0, "ended before `{needle}`");
+        if line.contains(needle) {
+            return;
+        }
+    }
+}
+
+#[test]
+fn attaching_follows_a_process_until_it_exits() {
+    let mut target = Command::new(venv_python())
+        .arg(jobs())
+        .arg("wait")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("the target runs");
+    let mut target_out = BufReader::new(target.stdout.take().expect("stdout"));
+    wait_for_line(&mut target_out, "ready");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let json = dir.path().join("attach.json");
+    let mut recorder = weightscope()
+        .args(["record", "--pid", &target.id().to_string(), "--json"])
+        .arg(&json)
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("weightscope runs");
+    let mut recorder_err = BufReader::new(recorder.stderr.take().expect("stderr"));
+    wait_for_line(&mut recorder_err, "recording pid");
+    // Closing its stdin ends the target; the recording follows it out.
+    drop(target.stdin.take());
+    assert!(target.wait().expect("target ends").success());
+    let mut rest = String::new();
+    recorder_err.read_to_string(&mut rest).expect("stderr");
+    let status = recorder.wait().expect("weightscope ends");
+    assert_eq!(status.code(), Some(0), "{rest}");
+    let s: Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("summary")).expect("JSON");
+    assert_eq!(s["attached"], true);
+    assert!(s["exit_code"].is_null());
+    assert!(!s["samples"].as_array().expect("samples").is_empty());
+    assert!(s["peak_rss_bytes"].as_u64().expect("rss") > 0);
+    // A pid that does not exist: one line, exit 2.
+    let gone = weightscope()
+        .args(["record", "--pid", "4000000000"])
+        .output()
+        .expect("runs");
+    assert_eq!(gone.status.code(), Some(2));
+    assert!(stderr(&gone).contains("no process 4000000000"));
+}
+
+#[test]
+fn ctrl_c_goes_to_the_job_and_the_recording_is_kept() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let json = dir.path().join("interrupted.json");
+    let mut recorder = weightscope()
+        .arg("record")
+        .arg("--json")
+        .arg(&json)
+        .arg("--")
+        .arg(venv_python())
+        .arg(jobs())
+        .arg("wait")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("weightscope runs");
+    // The job's stdout is ours (record leaves it untouched).
+    let mut out = BufReader::new(recorder.stdout.take().expect("stdout"));
+    wait_for_line(&mut out, "ready");
+    let kill = Command::new("kill")
+        .args(["-INT", &recorder.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(kill.success());
+    let mut err = String::new();
+    recorder
+        .stderr
+        .take()
+        .expect("stderr")
+        .read_to_string(&mut err)
+        .expect("stderr");
+    let status = recorder.wait().expect("weightscope ends");
+    // Python ends on an unhandled KeyboardInterrupt by SIGINT: 128 + 2.
+    assert_eq!(status.code(), Some(130), "{err}");
+    drop(recorder.stdin.take());
+    let s: Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("summary")).expect("JSON");
+    assert_eq!(s["signal"], 2);
+    assert!(!s["samples"].as_array().expect("samples").is_empty());
+    assert!(
+        s["findings"][0]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("SIGINT")),
+        "{s}"
+    );
+}
+
+#[test]
+fn our_own_walk_recorded_from_outside_peaks_where_it_says() {
+    let (output, summary) = record(
+        &["--no-probe"],
+        &[
+            std::ffi::OsStr::new(env!("CARGO_BIN_EXE_weightscope")),
+            std::ffi::OsStr::new("walk"),
+            checkpoint().as_os_str(),
+            std::ffi::OsStr::new("--policy"),
+            std::ffi::OsStr::new("retain"),
+            std::ffi::OsStr::new("--json"),
+        ],
+    );
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let walk: Value = serde_json::from_slice(&output.stdout).expect("walk's JSON");
+    let own = walk["peak_rss_bytes"].as_u64().expect("walk's own peak") as f64;
+    let seen = summary.expect("summary")["peak_rss_bytes"]
+        .as_u64()
+        .expect("recorded peak") as f64;
+    assert!(
+        (seen - own).abs() <= 0.15 * own,
+        "recorded {seen} against the walk's own {own}"
+    );
+}
+
+/// The C client of docs/record.md, compiled and recorded.
+#[test]
+fn the_c_client_in_the_docs_speaks_the_protocol() {
+    let doc = std::fs::read_to_string(root().join("docs/record.md")).expect("docs");
+    let start = doc.find("```c\n").expect("a C block") + 5;
+    let source = &doc[start..start + doc[start..].find("```").expect("its end")];
+    let dir = tempfile::tempdir().expect("tempdir");
+    let c = dir.path().join("client.c");
+    std::fs::File::create(&c)
+        .and_then(|mut f| f.write_all(source.as_bytes()))
+        .expect("written");
+    let binary = dir.path().join("client");
+    let cc = Command::new("cc")
+        .arg("-O1")
+        .arg("-o")
+        .arg(&binary)
+        .arg(&c)
+        .output()
+        .expect("cc runs");
+    assert!(cc.status.success(), "{}", stderr(&cc));
+    let (output, summary) = record(&["--no-probe"], &[binary.as_os_str()]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let s = summary.expect("summary");
+    assert_eq!(s["probe"], true);
+    assert_eq!(s["probe_info"]["client"], "c");
+    assert_eq!(s["peak_mlx_active_bytes"], 64 * MIB);
+    assert!(
+        s["marks"]
+            .as_array()
+            .expect("marks")
+            .iter()
+            .any(|m| m["kind"] == "job-mark" && m["target"] == "model in memory")
+    );
+}
+
+#[test]
+fn the_probe_is_inert_outside_weightscope_and_runs_the_jobs_own_sitecustomize() {
+    let theirs = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        theirs.path().join("sitecustomize.py"),
+        "print('their sitecustomize ran')\n",
+    )
+    .expect("written");
+    let probe_dir = root().join("assets/probe");
+    let script = "import weightscope_probe; weightscope_probe.mark('x'); print('job done')";
+    // Not started by weightscope: the probe does nothing, theirs still runs.
+    let path = std::env::join_paths([probe_dir.as_path(), theirs.path()]).expect("path");
+    let alone = Command::new(venv_python())
+        .args(["-c", script])
+        .env("PYTHONPATH", &path)
+        .env_remove("WEIGHTSCOPE_PROBE_FD")
+        .output()
+        .expect("python runs");
+    assert!(alone.status.success(), "{}", stderr(&alone));
+    assert_eq!(stdout(&alone), "their sitecustomize ran\njob done\n");
+    assert_eq!(stderr(&alone), "");
+    // Under record, with theirs on the job's PYTHONPATH: both run.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let json = dir.path().join("s.json");
+    let output = weightscope()
+        .arg("record")
+        .arg("--json")
+        .arg(&json)
+        .arg("--")
+        .arg(venv_python())
+        .args(["-c", script])
+        .env("PYTHONPATH", theirs.path())
+        .output()
+        .expect("runs");
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(stdout(&output), "their sitecustomize ran\njob done\n");
+    let s: Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("summary")).expect("JSON");
+    assert_eq!(s["probe_info"]["client"], "python");
+    assert!(
+        s["marks"]
+            .as_array()
+            .expect("marks")
+            .iter()
+            .any(|m| m["kind"] == "job-mark" && m["target"] == "x")
+    );
+}
+
+#[test]
+fn the_trace_opens_like_a_walks() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let trace = dir.path().join("job.csv");
+    let (output, _) = record(
+        &["--trace", trace.to_str().expect("utf-8")],
+        &as_refs(&python_job("release")),
+    );
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let loaded = weightscope::profile::Trace::load(&trace).expect("the CSV trace loads");
+    let job = loaded.job.expect("the job's facts");
+    assert_eq!(job.exit_code, Some(0));
+    assert!(job.probe);
+    assert!(job.command.contains("jobs.py release"));
+    assert!(!loaded.samples.is_empty());
+    assert!(
+        loaded
+            .events
+            .iter()
+            .any(|e| e.kind == weightscope::profile::MarkKind::Load)
+    );
+    assert_eq!(loaded.expected.map(|e| e.release_shard), Some(SHARD_BYTES));
+}

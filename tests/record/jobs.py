@@ -1,0 +1,87 @@
+"""Python MLX jobs that tests/record.rs records with `weightscope record`.
+
+    python jobs.py make FOLDER SHARDS   write a checkpoint with MLX's own writer
+    python jobs.py keep FOLDER          keep every evaluated array (accumulates)
+    python jobs.py release FOLDER       one shard at a time, cache cleared
+    python jobs.py fail FOLDER          like release, exits 3 half way
+    python jobs.py wait                 print "ready", then read stdin to its end
+
+Each shard holds two 1024x2048 float32 tensors (16 MiB). The jobs print a
+checksum of what they computed, so a test can compare runs with and without
+the probe.
+"""
+
+import glob
+import json
+import os
+import sys
+
+import mlx.core as mx
+
+
+def make(folder, shards):
+    os.makedirs(folder, exist_ok=True)
+    weight_map = {}
+    mx.random.seed(7)
+    for s in range(shards):
+        name = f"model-{s + 1:05d}-of-{shards:05d}.safetensors"
+        arrays = {
+            f"model.layers.{2 * s + i}.mlp.weight": mx.random.normal((1024, 2048))
+            for i in range(2)
+        }
+        mx.save_safetensors(os.path.join(folder, name), arrays)
+        weight_map.update({k: name for k in arrays})
+    with open(os.path.join(folder, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {}, "weight_map": weight_map}, f)
+
+
+def shards(folder):
+    return sorted(glob.glob(os.path.join(folder, "*.safetensors")))
+
+
+def keep(folder):
+    kept = []
+    for path in shards(folder):
+        for name, w in mx.load(path).items():
+            y = w * 2
+            mx.eval(y)
+            kept.append(y)
+    import weightscope_probe
+
+    weightscope_probe.mark("everything kept")
+    print("checksum", float(sum(mx.sum(y).item() for y in kept)))
+
+
+def release(folder, fail_half_way=False):
+    paths = shards(folder)
+    total = 0.0
+    for i, path in enumerate(paths):
+        if fail_half_way and i == len(paths) // 2:
+            import weightscope_probe
+
+            weightscope_probe.mark("half way: giving up")
+            sys.exit(3)
+        weights = mx.load(path)
+        outputs = {k: w * 2 for k, w in weights.items()}
+        mx.eval(outputs)
+        total += sum(mx.sum(y).item() for y in outputs.values())
+        del weights, outputs
+        mx.clear_cache()
+    print("checksum", total)
+
+
+if __name__ == "__main__":
+    mode = sys.argv[1]
+    if mode == "make":
+        make(sys.argv[2], int(sys.argv[3]))
+    elif mode == "keep":
+        keep(sys.argv[2])
+    elif mode == "release":
+        release(sys.argv[2])
+    elif mode == "fail":
+        release(sys.argv[2], fail_half_way=True)
+    elif mode == "wait":
+        print("ready", flush=True)
+        sys.stdin.read()
+    else:
+        sys.exit(f"unknown mode {mode}")
