@@ -75,7 +75,6 @@ fn run() -> u8 {
         Command::Walk(args) => return walk(&args),
         Command::Diff(args) => return diff(&args),
         Command::Check(args) => return check(&args),
-        #[cfg(target_os = "linux")]
         Command::Record(args) => return record(&args),
         Command::Window { path } => {
             let path = match path {
@@ -206,7 +205,6 @@ fn tensor(path: &std::path::Path, name: &str, json: bool) -> u8 {
 }
 
 /// Runs and records the job; exits with its status.
-#[cfg(target_os = "linux")]
 fn record(args: &cli::record::RecordArgs) -> u8 {
     let control = weightscope::profile::record::RecordControl::new();
     // Ctrl+C while the job runs: passed on to its process group (when the

@@ -666,3 +666,115 @@ fn a_new_checkpoint_never_shows_an_old_heatmap() {
     assert_ne!(first, second, "a new texture for the new values");
     harness.get_by_label_contains("-1.260000e2");
 }
+
+/// The profiler's "Record a command…": a Python MLX job that keeps every
+/// array, recorded live on the recorder thread, its findings in the tab, its
+/// recording a trace like a walk's; a bad form says why.
+#[test]
+fn the_profiler_records_a_users_job_and_shows_what_it_did() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let python = root.join("mlx-glue/test-venv/bin/python");
+    assert!(python.exists(), "run `mlx-glue/setup test` first");
+    let jobs = root.join("tests/record/jobs.py");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let checkpoint = dir.path().join("job-checkpoint");
+    let made = std::process::Command::new(&python)
+        .arg(&jobs)
+        .arg("make")
+        .arg(&checkpoint)
+        .arg("4")
+        .status()
+        .expect("python runs");
+    assert!(made.success());
+    let demo = demo::ensure_demo(&dir.path().join("demo")).expect("demo");
+    let mut harness = harness(open_app(&demo));
+    harness.key_press_modifiers(egui::Modifiers::COMMAND, egui::Key::Num2);
+    harness.run();
+
+    // An empty command line: the form says why, nothing starts.
+    harness.get_by_label("Record a command…").click();
+    harness.run();
+    harness.get_by_label("Start").click();
+    harness.run();
+    harness.get_by_label_contains("type the command to record");
+    assert!(!harness.state().is_recording());
+
+    let command = [python.as_path(), jobs.as_path()]
+        .iter()
+        .map(|p| shell_words::quote(&p.to_string_lossy()).into_owned())
+        .chain([
+            "keep".to_owned(),
+            shell_words::quote(&checkpoint.to_string_lossy()).into_owned(),
+        ])
+        .collect::<Vec<_>>()
+        .join(" ");
+    harness.get_by_label("Command line").focus();
+    harness.run();
+    harness.get_by_label("Command line").type_text(&command);
+    harness.run();
+    harness.get_by_label("Start").click();
+    harness.step();
+    assert!(harness.state().is_recording());
+    harness.step();
+    harness.get_by_label_contains("recording `");
+    harness.get_by_label("Stop");
+    assert!(harness.state_mut().wait_for_recording());
+    harness.run();
+    assert!(!harness.state().is_recording());
+
+    // What it did, in the tab: how it ended, its peaks, the finding.
+    harness.get_by_label_contains("exit 0 after");
+    harness.get_by_label_contains("peak MLX active");
+    harness.get_by_label_contains("the tensors of every shard were kept");
+    harness.get_by_label_contains("Shard files the job held open");
+    let (recording, findings) = harness.state().last_recording().expect("a recording");
+    assert_eq!(
+        recording.exit,
+        Some(weightscope::profile::record::JobExit::Code(0))
+    );
+    assert!(
+        recording.probe.is_some(),
+        "MLX counters from inside the job"
+    );
+    // The window's own open shards (MLX maps them without close-on-exec)
+    // do not leak into the job: its checkpoint is its own.
+    assert_eq!(
+        recording.checkpoint.as_ref().map(|c| c.path.as_path()),
+        Some(checkpoint.as_path())
+    );
+    assert!(
+        recording
+            .files_seen
+            .iter()
+            .all(|f| f.path.starts_with(&checkpoint)),
+        "{:?}",
+        recording.files_seen
+    );
+    assert!(
+        findings
+            .iter()
+            .any(|f| f.kind == weightscope::profile::FindingKind::JobAccumulated)
+    );
+
+    // A recording is a trace like any other.
+    let saved = dir.path().join("job.csv");
+    harness.state_mut().save_trace(&saved);
+    let trace = weightscope::profile::Trace::load(&saved).expect("saved trace loads");
+    assert_eq!(trace.job.and_then(|j| j.exit_code), Some(0));
+
+    // A command that cannot start: said in the tab, the window goes on.
+    harness.get_by_label("Record a command…").click();
+    harness.run();
+    harness.get_by_label("Command line").focus();
+    harness.run();
+    harness.key_press_modifiers(egui::Modifiers::COMMAND, egui::Key::A);
+    harness
+        .get_by_label("Command line")
+        .type_text("/nonexistent/convert --now");
+    harness.run();
+    harness.get_by_label("Start").click();
+    harness.step();
+    harness.state_mut().wait_for_recording();
+    harness.run();
+    harness.get_by_label_contains("cannot start `/nonexistent/convert`");
+}

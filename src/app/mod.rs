@@ -8,6 +8,7 @@ mod diff;
 mod inspector;
 mod memory_strip;
 mod profiler;
+mod record;
 pub mod settings;
 mod shards;
 pub mod shell;
@@ -20,6 +21,7 @@ use std::time::{Duration, Instant};
 
 use crate::checkpoint::Checkpoint;
 use crate::mlx::{DeviceInfo, MemoryStats};
+use crate::profile::record::{RecordControl, RecordOptions, Recording, Target, Update};
 use crate::profile::{DEFAULT_INTERVAL, Sampler, Timeline};
 use crate::weights::{BUILTIN_VIEWS, DiffReport, ViewChoice, ViewInfo};
 use crate::worker::{CancelToken, Command, Event, EventKind, Worker, WorkerGone};
@@ -62,6 +64,20 @@ pub enum Tab {
     Check,
 }
 
+/// What the recorder thread sends the app.
+enum RecorderEvent {
+    /// A sample, an event, the job's pid.
+    Update(Update),
+    /// The recording ended (or could not start).
+    Finished(Result<Box<Recording>, String>),
+}
+
+/// The recorder thread of a recording in progress.
+struct RecorderHandle {
+    control: RecordControl,
+    events: std::sync::mpsc::Receiver<RecorderEvent>,
+}
+
 /// Everything the window shows, independent of eframe. It owns the worker,
 /// the sampler and the timeline, routes worker events to the panels, and
 /// runs the actions the panels return; no panel reads another's fields.
@@ -80,6 +96,10 @@ pub struct WeightscopeApp {
     sampler: Option<Sampler>,
     /// Samples and events since the app started, on one clock.
     timeline: Timeline,
+    /// Wakes the UI (a repaint request) from other threads.
+    wake: Arc<dyn Fn() + Send + Sync>,
+    /// The recording in progress, if any.
+    recorder: Option<RecorderHandle>,
     tensors: TensorsPanel,
     inspector: InspectorPanel,
     shards: ShardsPanel,
@@ -117,7 +137,7 @@ impl WeightscopeApp {
         wake: impl Fn() + Clone + Send + Sync + 'static,
     ) -> std::io::Result<Self> {
         let worker = Worker::spawn(wake.clone())?;
-        let sampler = Sampler::spawn(DEFAULT_INTERVAL, wake).ok();
+        let sampler = Sampler::spawn(DEFAULT_INTERVAL, wake.clone()).ok();
         let mut app = Self {
             worker,
             device,
@@ -128,6 +148,8 @@ impl WeightscopeApp {
             memory: MemoryStats::default(),
             sampler,
             timeline: Timeline::new(Instant::now()),
+            wake: Arc::new(wake),
+            recorder: None,
             tensors: TensorsPanel::default(),
             inspector: InspectorPanel::default(),
             shards: ShardsPanel::default(),
@@ -250,6 +272,16 @@ impl WeightscopeApp {
                 break;
             };
             self.apply(event);
+        }
+        while start.elapsed() < budget {
+            let Some(event) = self
+                .recorder
+                .as_ref()
+                .and_then(|r| r.events.try_recv().ok())
+            else {
+                break;
+            };
+            self.apply_recorder(event);
         }
     }
 
@@ -523,6 +555,12 @@ impl WeightscopeApp {
                         sampler.set_interval(interval);
                     }
                 }
+                ProfilerAction::Record(target) => self.start_recording(target),
+                ProfilerAction::StopRecording => {
+                    if let Some(recorder) = &self.recorder {
+                        let _ = recorder.control.stop();
+                    }
+                }
                 ProfilerAction::SaveTo(path) => self.save_trace(&path),
                 ProfilerAction::OverlayFrom(path) => self.load_trace(&path),
             }
@@ -575,6 +613,91 @@ impl WeightscopeApp {
         self.profiler.start_walk(&inputs);
         let actions = self.profiler.take_actions();
         self.run_profiler_actions(actions);
+    }
+
+    /// Starts recording `target` on the `recorder` thread; the profiler tab
+    /// draws it live and shows its findings when it ends.
+    pub fn start_recording(&mut self, target: Target) {
+        if self.recorder.is_some() {
+            return;
+        }
+        let command = match &target {
+            Target::Spawn(spec) => spec
+                .argv
+                .iter()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect::<Vec<_>>()
+                .join(" "),
+            Target::Attach(pid) => format!("pid {pid}"),
+        };
+        let (tx, events) = std::sync::mpsc::channel();
+        let control = RecordControl::new();
+        let thread_control = control.clone();
+        let wake = Arc::clone(&self.wake);
+        let options = RecordOptions {
+            checkpoint: None,
+            ..RecordOptions::default()
+        };
+        let spawned = std::thread::Builder::new()
+            .name("recorder".into())
+            .spawn(move || {
+                let updates = tx.clone();
+                let wake_each = Arc::clone(&wake);
+                let result =
+                    crate::profile::record::record(&target, &options, &thread_control, |update| {
+                        let _ = updates.send(RecorderEvent::Update(update));
+                        wake_each();
+                    });
+                let _ = tx.send(RecorderEvent::Finished(
+                    result.map(Box::new).map_err(|e| e.to_string()),
+                ));
+                wake();
+            });
+        match spawned {
+            Ok(_) => {
+                let start_secs = self.timeline.secs(Instant::now());
+                self.profiler.recording_started(command, start_secs);
+                self.recorder = Some(RecorderHandle { control, events });
+            }
+            Err(err) => {
+                self.profiler.recording_started(command, 0.0);
+                self.profiler
+                    .recording_finished(Err(format!("cannot start the recorder thread: {err}")));
+            }
+        }
+    }
+
+    fn apply_recorder(&mut self, event: RecorderEvent) {
+        match event {
+            RecorderEvent::Update(update) => self.profiler.recording_update(update),
+            RecorderEvent::Finished(result) => {
+                self.recorder = None;
+                self.profiler.recording_finished(result);
+            }
+        }
+    }
+
+    /// Blocks until the recording in progress ends, applying what it sends.
+    /// For tests and scripted runs only. Returns whether one was running.
+    pub fn wait_for_recording(&mut self) -> bool {
+        let mut waited = false;
+        while let Some(event) = self.recorder.as_ref().and_then(|r| r.events.recv().ok()) {
+            waited = true;
+            self.apply_recorder(event);
+        }
+        waited
+    }
+
+    /// Whether a recording runs.
+    #[must_use]
+    pub fn is_recording(&self) -> bool {
+        self.profiler.is_recording()
+    }
+
+    /// The last recording and its findings.
+    #[must_use]
+    pub fn last_recording(&self) -> Option<(&Recording, &[crate::profile::Finding])> {
+        self.profiler.last_recording()
     }
 
     /// Whether a walk is running.
@@ -653,6 +776,11 @@ impl WeightscopeApp {
     /// queued ones: the window is closing.
     pub fn stop_jobs(&self) {
         self.worker.stop_jobs();
+        // A recorded job is asked to stop (SIGINT) rather than left running
+        // without anyone watching; an attached process is only let go.
+        if let Some(recorder) = &self.recorder {
+            let _ = recorder.control.stop();
+        }
     }
 
     /// The tensor the inspector shows or waits for, if any.

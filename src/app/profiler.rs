@@ -9,6 +9,7 @@ use egui_plot::{HLine, Legend, Line, Plot, PlotPoints, VLine};
 
 use crate::checkpoint::Checkpoint;
 use crate::mlx::{DeviceInfo, MemoryStats};
+use crate::profile::record::{Recording, Target, Update};
 use crate::profile::{
     self, ExpectedPeaks, Finding, MachineMemory, MarkKind, Policy, Sampler, Timeline, Trace,
     TraceEvent, TraceSample, Transform, WalkOutcome, WalkPlan,
@@ -17,6 +18,7 @@ use crate::units::human_bytes;
 use crate::worker::{CancelToken, Command};
 
 use super::Action;
+use super::record::{FormKind, LiveRecording, RecordForm};
 
 const MIB: f64 = 1024.0 * 1024.0;
 /// Shards with their own band in the residency plot; the rest share one.
@@ -36,11 +38,20 @@ pub(super) struct RunningWalk {
     pub start_secs: f64,
 }
 
-/// The last finished walk, kept for study.
+/// What a finished run was.
 #[derive(Debug, Clone)]
-pub(super) struct FinishedWalk {
-    pub outcome: WalkOutcome,
-    /// The walk's part of the timeline, its clock starting at walk start.
+pub(super) enum Run {
+    /// A walk of the open checkpoint.
+    Walk(WalkOutcome),
+    /// A recorded job.
+    Record(Box<Recording>),
+}
+
+/// The last finished walk or recording, kept for study.
+#[derive(Debug, Clone)]
+pub(super) struct FinishedRun {
+    pub run: Run,
+    /// Its trace, on its own clock (from walk or job start).
     pub trace: Trace,
     /// Where it sits on the session timeline.
     pub start_secs: f64,
@@ -84,6 +95,10 @@ pub(super) enum ProfilerAction {
     SaveTo(PathBuf),
     /// Overlay the trace saved at this path.
     OverlayFrom(PathBuf),
+    /// Start recording this job or process.
+    Record(Target),
+    /// Stop the recorded job (SIGINT, then SIGTERM, SIGKILL) or detach.
+    StopRecording,
 }
 
 /// The profiler tab: its controls, the running and last walks, overlays
@@ -94,7 +109,11 @@ pub(super) struct ProfilerPanel {
     policy: Policy,
     transform: Transform,
     running: Option<RunningWalk>,
-    last: Option<FinishedWalk>,
+    last: Option<FinishedRun>,
+    /// The record and attach forms.
+    record_form: RecordForm,
+    /// The recording in progress.
+    recording: Option<LiveRecording>,
     /// Loaded traces drawn over the last walk.
     overlays: Vec<Trace>,
     /// The selected moment, on the session clock.
@@ -113,9 +132,11 @@ pub(super) struct ProfilerPanel {
     largest_shard_bytes: u64,
     machine: MachineMemory,
     message: Option<String>,
-    /// Residency steps, recomputed only when the events change (key: event
-    /// count, walk view).
-    residency: Option<((usize, bool), Residency)>,
+    /// Residency steps, recomputed only when what they come from changes
+    /// (key: session events, shown events, what is shown, run number).
+    residency: Option<((usize, usize, u8, u64), Residency)>,
+    /// Finished runs so far (part of the residency cache's key).
+    runs: u64,
     /// What was resident at the selected moment (key: event count, moment).
     resident: Option<((usize, u64), Vec<profile::ResidentShard>)>,
     /// Actions asked for during this frame.
@@ -133,6 +154,8 @@ impl Default for ProfilerPanel {
             running: None,
             cancel: None,
             last: None,
+            record_form: RecordForm::default(),
+            recording: None,
             overlays: Vec::new(),
             selected_secs: None,
             walk_view: false,
@@ -146,6 +169,7 @@ impl Default for ProfilerPanel {
             machine: MachineMemory::default(),
             message: None,
             residency: None,
+            runs: 0,
             resident: None,
             actions: Vec::new(),
         }
@@ -302,14 +326,63 @@ impl ProfilerPanel {
         trace.transform = Some(outcome.transform.as_str().into());
         trace.expected = Some(outcome.expected);
         let findings = profile::findings(&trace);
-        self.last = Some(FinishedWalk {
-            outcome,
+        self.runs += 1;
+        self.last = Some(FinishedRun {
+            run: Run::Walk(outcome),
             trace,
             start_secs,
             findings,
         });
         // The walk is what the user came to study: show it at walk time.
         self.walk_view = true;
+    }
+
+    /// A recording of `command` began at `start_secs` (session clock).
+    pub(super) fn recording_started(&mut self, command: String, start_secs: f64) {
+        self.recording = Some(LiveRecording::new(command, start_secs));
+        self.message = None;
+    }
+
+    /// What the recorder sent.
+    pub(super) fn recording_update(&mut self, update: Update) {
+        if let Some(live) = &mut self.recording {
+            live.apply(update);
+        }
+    }
+
+    /// The recording ended: it becomes the last run, with its findings.
+    pub(super) fn recording_finished(&mut self, result: Result<Box<Recording>, String>) {
+        let Some(live) = self.recording.take() else {
+            return;
+        };
+        match result {
+            Ok(recording) => {
+                let mut trace = recording.to_trace();
+                trace.label = format!("record {} (at {:.1} s)", live.command, live.start_secs);
+                self.message = Some(format!(
+                    "recorded `{}`: {}",
+                    crate::units::printable(&recording.command),
+                    recording.exit.map_or_else(
+                        || "detached".to_owned(),
+                        crate::profile::record::JobExit::describe
+                    )
+                ));
+                self.runs += 1;
+                self.last = Some(FinishedRun {
+                    findings: recording.findings.clone(),
+                    run: Run::Record(recording),
+                    trace,
+                    start_secs: live.start_secs,
+                });
+                self.walk_view = true;
+            }
+            Err(error) => self.message = Some(format!("record: {error}")),
+        }
+    }
+
+    /// Whether a recording runs.
+    pub(super) fn is_recording(&self) -> bool {
+        self.recording.is_some()
     }
 
     /// The walk could not start or failed on the worker.
@@ -356,9 +429,24 @@ impl ProfilerPanel {
 
     /// The last finished walk's outcome and findings.
     pub(super) fn last_walk(&self) -> Option<(&WalkOutcome, &[Finding])> {
-        self.last
-            .as_ref()
-            .map(|w| (&w.outcome, w.findings.as_slice()))
+        self.last.as_ref().and_then(|w| match &w.run {
+            Run::Walk(outcome) => Some((outcome, w.findings.as_slice())),
+            Run::Record(_) => None,
+        })
+    }
+
+    /// The last recording and its findings.
+    pub(super) fn last_recording(&self) -> Option<(&Recording, &[Finding])> {
+        self.last.as_ref().and_then(|w| match &w.run {
+            Run::Record(recording) => Some((recording.as_ref(), w.findings.as_slice())),
+            Run::Walk(_) => None,
+        })
+    }
+
+    /// The trace drawn instead of the session: a recording while it runs,
+    /// else the last run in the walk view; with its start on the session clock.
+    fn shown(&self) -> Option<(&Trace, f64)> {
+        shown(self.recording.as_ref(), self.last.as_ref(), self.walk_view)
     }
 
     /// The trace "Save trace…" writes: the last walk when there is one, else
@@ -426,11 +514,13 @@ impl ProfilerPanel {
         ui: &mut egui::Ui,
         inputs: &ProfilerInputs<'_>,
     ) -> Vec<ProfilerAction> {
-        if inputs.checkpoint.is_none() {
-            ui.label("Open a checkpoint to walk it.");
-            return self.take_actions();
+        if inputs.checkpoint.is_some() {
+            self.walk_controls_ui(ui, inputs);
+        } else {
+            ui.label("Open a checkpoint to walk it, or record a job of your own:");
         }
-        self.walk_controls_ui(ui, inputs);
+        ui.separator();
+        self.record_controls_ui(ui);
         ui.separator();
         self.limits_ui(ui, inputs);
         ui.separator();
@@ -444,6 +534,48 @@ impl ProfilerPanel {
             .show(ui, |ui| self.profiler_side_ui(ui, inputs));
         egui::CentralPanel::default().show(ui, |ui| self.timeline_ui(ui, inputs));
         self.take_actions()
+    }
+
+    /// "Record a command…", "Attach to process…", and the recording while
+    /// it runs (its figures now, Stop).
+    fn record_controls_ui(&mut self, ui: &mut egui::Ui) {
+        ui.horizontal_wrapped(|ui| {
+            ui.strong("Record");
+            let busy = self.recording.is_some();
+            ui.add_enabled_ui(!busy, |ui| {
+                if ui
+                    .button("Record a command…")
+                    .on_hover_text("Run your own job (a conversion, a script) and record its memory: RSS, open shard files, MLX's counters from inside Python jobs")
+                    .clicked()
+                {
+                    self.record_form.open = Some(FormKind::Command);
+                }
+                if ui
+                    .button("Attach to process…")
+                    .on_hover_text("Follow a running process and its children from outside")
+                    .clicked()
+                {
+                    self.record_form.open = Some(FormKind::Attach);
+                }
+            });
+            if let Some(live) = &mut self.recording {
+                ui.spinner();
+                ui.label(live.status_text());
+                let stop = ui
+                    .button("Stop")
+                    .on_hover_text("Send the job SIGINT (again: SIGTERM, then SIGKILL); the recording keeps what it saw. Attached: detach.");
+                if stop.clicked() {
+                    live.stopping = true;
+                    self.actions.push(ProfilerAction::StopRecording);
+                }
+                // Keep the elapsed time and live graph moving.
+                ui.ctx()
+                    .request_repaint_after(Duration::from_millis(100));
+            }
+        });
+        if let Some(target) = self.record_form.ui(ui.ctx()) {
+            self.actions.push(ProfilerAction::Record(target));
+        }
     }
 
     fn walk_controls_ui(&mut self, ui: &mut egui::Ui, inputs: &ProfilerInputs<'_>) {
@@ -618,8 +750,8 @@ impl ProfilerPanel {
                 self.actions.push(ProfilerAction::OverlayFrom(path));
             }
             ui.separator();
-            ui.checkbox(&mut self.walk_view, "Walk view").on_hover_text(
-                "The last walk and the overlaid traces on one clock from walk start",
+            ui.checkbox(&mut self.walk_view, "Last run view").on_hover_text(
+                "The last walk or recording and the overlaid traces, on one clock from its start (off: the whole session)",
             );
             let mut remove = None;
             for (i, trace) in self.overlays.iter().enumerate() {
@@ -638,22 +770,16 @@ impl ProfilerPanel {
     }
 
     fn timeline_ui(&mut self, ui: &mut egui::Ui, inputs: &ProfilerInputs<'_>) {
-        let walk_view = self.walk_view;
-        // The last walk on its own clock, or the whole session: borrowed,
-        // never copied (the session holds up to hours of samples).
-        let walk = self.last.as_ref().filter(|_| walk_view);
-        let selected = self.selected_secs.map(|t| {
-            if walk_view {
-                t - self.last.as_ref().map_or(0.0, |l| l.start_secs)
-            } else {
-                t
-            }
-        });
-        let expected = self
-            .last
-            .as_ref()
-            .filter(|_| walk_view)
-            .map(|l| l.outcome.expected)
+        // A recording as it runs, the last run on its own clock, or the
+        // whole session: borrowed, never copied (the session holds up to
+        // hours of samples).
+        let shown = self.shown();
+        let walk_view = shown.is_some();
+        let offset = shown.map_or(0.0, |(_, start)| start);
+        let walk = shown.map(|(trace, _)| trace);
+        let selected = self.selected_secs.map(|t| t - offset);
+        let expected = walk
+            .and_then(|t| t.expected)
             .or_else(|| self.expected_now());
         let policy = self.policy;
         let place = inputs
@@ -661,8 +787,10 @@ impl ProfilerPanel {
             .as_ref()
             .map_or("unknown device", DeviceInfo::mlx_memory_place);
         let height = (ui.available_height() * 0.62).max(160.0);
-        ui.label(if walk_view {
-            "Memory (MiB) over seconds since walk start; dashed: overlaid traces"
+        ui.label(if self.recording.is_some() {
+            "Memory (MiB) of the recorded job over seconds since it started (live)"
+        } else if walk_view {
+            "Memory (MiB) over seconds since the walk or job started; dashed: overlaid traces"
         } else {
             "Memory (MiB) over seconds since the app started; click to select a moment"
         });
@@ -677,7 +805,7 @@ impl ProfilerPanel {
             .show(ui, |plot| {
                 use super::series_colors as c;
                 let line = |f: fn(&TraceSample) -> u64| match walk {
-                    Some(last) => sample_line(last.trace.samples.iter(), f),
+                    Some(trace) => sample_line(trace.samples.iter(), f),
                     None => sample_line(inputs.timeline.samples().iter(), f),
                 };
                 plot.line(Line::new("process RSS (host)", line(|s| s.rss_bytes)).color(c::RSS));
@@ -706,7 +834,7 @@ impl ProfilerPanel {
                     }
                 }
                 let marked: Vec<f64> = match walk {
-                    Some(last) => marker_times(last.trace.events.iter(), 400).collect(),
+                    Some(trace) => marker_times(trace.events.iter(), 400).collect(),
                     None => marker_times(inputs.timeline.events().iter(), 400).collect(),
                 };
                 for t in marked {
@@ -722,32 +850,43 @@ impl ProfilerPanel {
                 plot.pointer_coordinate()
             });
         if let (true, Some(point)) = (response.response.clicked(), response.inner) {
-            {
-                let offset = if walk_view {
-                    self.last.as_ref().map_or(0.0, |l| l.start_secs)
-                } else {
-                    0.0
-                };
-                self.selected_secs = Some(point.x + offset);
-            }
+            self.selected_secs = Some(point.x + offset);
         }
         self.residency_plot_ui(ui, inputs);
     }
 
     fn residency_plot_ui(&mut self, ui: &mut egui::Ui, inputs: &ProfilerInputs<'_>) {
-        let walk_view = self.walk_view && self.last.is_some();
-        let key = (inputs.timeline.events().len(), walk_view);
+        // Keyed by what is shown (session, last run, live recording), its
+        // event count, and the run it belongs to.
+        let shown = shown(self.recording.as_ref(), self.last.as_ref(), self.walk_view)
+            .map(|(trace, _)| trace);
+        let mode = match (&self.recording, shown) {
+            (Some(_), _) => 2,
+            (None, Some(_)) => 1,
+            (None, None) => 0,
+        };
+        let key = (
+            inputs.timeline.events().len(),
+            shown.map_or(0, |t| t.events.len()),
+            mode,
+            self.runs,
+        );
         if self.residency.as_ref().is_none_or(|(k, _)| *k != key) {
-            let computed = match &self.last {
-                Some(last) if walk_view => last.trace.residency_steps(),
-                _ => profile::residency_steps(inputs.timeline.events()),
+            let computed = match shown {
+                Some(trace) => trace.residency_steps(),
+                None => profile::residency_steps(inputs.timeline.events()),
             };
             self.residency = Some((key, computed));
         }
         let Some((_, residency)) = &self.residency else {
             return;
         };
-        ui.label("Resident bytes per shard (MiB), by the Weights core's bookkeeping");
+        let recorded = shown.is_some_and(|t| t.job.is_some());
+        ui.label(if recorded {
+            "Shard files the job held open (MiB): one band a file, its size while open"
+        } else {
+            "Resident bytes per shard (MiB), by the Weights core's bookkeeping"
+        });
         let shards = &residency.shards;
         let picked = residency.sampled(600);
         // Each change drawn as a riser a hair before it, so bands are steps.
@@ -816,34 +955,26 @@ impl ProfilerPanel {
     fn findings_ui(&mut self, ui: &mut egui::Ui) {
         ui.heading("Findings");
         let Some(last) = &self.last else {
-            ui.label("Run a walk: findings appear when it ends.");
+            ui.label("Run a walk or record a job: findings appear when it ends.");
             return;
         };
-        let o = &last.outcome;
-        ui.label(format!(
-            "{} {}: {} of {} tensors in {:.2} s{}",
-            o.policy.as_str(),
-            o.transform.as_str(),
-            o.steps_done,
-            o.steps_total,
-            o.elapsed_secs,
-            if o.cancelled { " (cancelled)" } else { "" }
-        ));
-        ui.label(format!(
-            "peak MLX active {} (expected {}), peak RSS {}",
-            human_bytes(o.peak_mlx_active_bytes),
-            human_bytes(o.expected_peak_bytes()),
-            human_bytes(o.peak_rss_bytes)
-        ));
-        if let Some(error) = &o.error {
-            ui.colored_label(ui.visuals().error_fg_color, error);
+        match &last.run {
+            Run::Walk(o) => walk_summary_ui(ui, o),
+            Run::Record(r) => record_summary_ui(ui, r),
         }
         if last.findings.is_empty() {
-            ui.label("No findings: memory behaved as the headers predict.");
+            ui.label(match last.run {
+                Run::Walk(_) => "No findings: memory behaved as the headers predict.",
+                Run::Record(_) => "No findings: nothing in this job's memory calls for a change.",
+            });
         }
         let mut select = None;
         for finding in &last.findings {
-            let text = egui::RichText::new(&finding.text).color(ui.visuals().warn_fg_color);
+            let color = match finding.kind.severity() {
+                crate::checkpoint::check::Severity::Error => ui.visuals().error_fg_color,
+                _ => ui.visuals().warn_fg_color,
+            };
+            let text = egui::RichText::new(&finding.text).color(color);
             let response = ui.add(egui::Label::new(text).sense(egui::Sense::click()));
             let response = response.on_hover_text("Click to select this moment");
             if let (true, Some(t)) = (response.clicked(), finding.t_secs) {
@@ -961,6 +1092,79 @@ impl ProfilerPanel {
         if select.is_some() {
             self.selected_secs = select;
         }
+    }
+}
+
+/// The trace drawn instead of the session (see `ProfilerPanel::shown`), from
+/// the fields it depends on, so a cache beside them can be updated.
+fn shown<'a>(
+    recording: Option<&'a LiveRecording>,
+    last: Option<&'a FinishedRun>,
+    walk_view: bool,
+) -> Option<(&'a Trace, f64)> {
+    if let Some(live) = recording {
+        return Some((&live.trace, live.start_secs));
+    }
+    last.filter(|_| walk_view).map(|l| (&l.trace, l.start_secs))
+}
+
+/// The last walk in two lines.
+fn walk_summary_ui(ui: &mut egui::Ui, o: &WalkOutcome) {
+    ui.label(format!(
+        "{} {}: {} of {} tensors in {:.2} s{}",
+        o.policy.as_str(),
+        o.transform.as_str(),
+        o.steps_done,
+        o.steps_total,
+        o.elapsed_secs,
+        if o.cancelled { " (cancelled)" } else { "" }
+    ));
+    ui.label(format!(
+        "peak MLX active {} (expected {}), peak RSS {}",
+        human_bytes(o.peak_mlx_active_bytes),
+        human_bytes(o.expected_peak_bytes()),
+        human_bytes(o.peak_rss_bytes)
+    ));
+    if let Some(error) = &o.error {
+        ui.colored_label(ui.visuals().error_fg_color, error);
+    }
+}
+
+/// The last recording in a few lines: how it ended, its peaks, the files
+/// open at the peak.
+fn record_summary_ui(ui: &mut egui::Ui, r: &Recording) {
+    let ended = r.exit.map_or_else(
+        || "detached".to_owned(),
+        crate::profile::record::JobExit::describe,
+    );
+    ui.label(format!(
+        "`{}`: {ended} after {:.1} s",
+        crate::units::printable(&r.command),
+        r.elapsed_secs
+    ));
+    let mlx = r.peak_mlx_active_bytes.map_or_else(
+        || "no MLX figures from inside (no probe reported)".to_owned(),
+        |b| format!("peak MLX active {}", human_bytes(b)),
+    );
+    ui.label(format!(
+        "peak RSS {} at {:.1} s; {mlx}",
+        human_bytes(r.peak_rss_bytes),
+        r.peak_rss_secs
+    ));
+    let open: u64 = r.files_open_at_peak.iter().map(|f| f.bytes).sum();
+    ui.label(format!(
+        "{} shard files open at the peak ({}); {} used in all",
+        r.files_open_at_peak.len(),
+        human_bytes(open),
+        r.files_used()
+    ));
+    if let Some(c) = &r.checkpoint {
+        ui.label(format!(
+            "checkpoint {}: {}; a release-shard walk would peak at {}",
+            crate::units::printable(&c.path.display().to_string()),
+            human_bytes(c.total_bytes),
+            human_bytes(c.expected.release_shard)
+        ));
     }
 }
 

@@ -3,7 +3,6 @@
 pub mod check;
 pub mod diff;
 pub mod inspect;
-#[cfg(target_os = "linux")]
 pub mod record;
 pub mod tensor;
 pub mod walk;
@@ -55,7 +54,6 @@ pub enum Command {
     /// Find what is wrong with a checkpoint that opens.
     Check(CheckArgs),
     /// Record a job's memory (or a running process's) until it ends.
-    #[cfg(target_os = "linux")]
     Record(record::RecordArgs),
     /// Print a shell completion script.
     Completions(clap_complete::Shell),
@@ -330,7 +328,6 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, clap::
             json,
         }),
         Some(Sub::Check { path, json, values }) => Command::Check(CheckArgs { path, json, values }),
-        #[cfg(target_os = "linux")]
         Some(Sub::Record {
             json,
             trace,
@@ -348,13 +345,6 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, clap::
             checkpoint,
             no_probe,
         }),
-        #[cfg(not(target_os = "linux"))]
-        Some(Sub::Record { .. }) => {
-            return Err(Cli::command().error(
-                ErrorKind::InvalidSubcommand,
-                "`record` needs Linux's /proc for now (docs/record.md says what macOS would use)",
-            ));
-        }
         Some(Sub::Device) => Command::Device,
         Some(Sub::Completions { shell }) => Command::Completions(shell),
     })

@@ -6,7 +6,6 @@
 //! after it and with what its shard holds by the Weights core's bookkeeping.
 
 mod findings;
-#[cfg(target_os = "linux")]
 pub mod record;
 mod sampler;
 mod timeline;

@@ -26,10 +26,15 @@ impl Job {
         command.process_group(0);
         #[allow(unsafe_code)]
         // SAFETY: the closure runs in the forked child before exec and calls
-        // only async-signal-safe functions (fcntl, signal, tcsetpgrp,
-        // getpgrp); it allocates nothing and touches no lock.
+        // only async-signal-safe functions (close_range, fcntl, getrlimit,
+        // signal, tcsetpgrp, getpgrp); it allocates nothing and touches no
+        // lock.
         unsafe {
             command.pre_exec(move || {
+                // Descriptors opened without close-on-exec (MLX's maps of
+                // the window's checkpoint, above all) must not leak into
+                // the job: they would show as files the job holds.
+                inherit_only_stdio();
                 if let Some(fd) = fd
                     && libc::fcntl(fd, libc::F_SETFD, 0) == -1
                 {
@@ -92,6 +97,38 @@ impl Drop for Job {
             // SAFETY: getpgrp cannot fail.
             let own = unsafe { libc::getpgrp() };
             set_terminal_group(own);
+        }
+    }
+}
+
+/// Marks every descriptor above stderr close-on-exec (in the child, before
+/// exec): `close_range` where the kernel has it (5.11+), else one `fcntl` a
+/// descriptor up to the limit (at most 65536).
+#[allow(unsafe_code)]
+unsafe fn inherit_only_stdio() {
+    // SAFETY (for the whole body): plain system calls on this process's own
+    // descriptor table; no memory is touched but the rlimit struct.
+    unsafe {
+        let done = libc::syscall(
+            libc::SYS_close_range,
+            3_u32,
+            u32::MAX,
+            libc::CLOSE_RANGE_CLOEXEC,
+        ) == 0;
+        if done {
+            return;
+        }
+        let mut limit = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        let top = if libc::getrlimit(libc::RLIMIT_NOFILE, &raw mut limit) == 0 {
+            limit.rlim_cur.min(65_536)
+        } else {
+            1024
+        };
+        for fd in 3..i32::try_from(top).unwrap_or(1024) {
+            libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
         }
     }
 }

@@ -8,8 +8,10 @@
 //! one clock as a [`Trace`] like a walk's, plus the richer [`Recording`].
 
 mod findings;
+#[cfg(target_os = "linux")]
 mod job;
 pub mod probe;
+#[cfg(target_os = "linux")]
 pub mod procfs;
 
 use std::collections::{BTreeMap, HashMap};
@@ -18,6 +20,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 pub use findings::record_findings;
+#[cfg(target_os = "linux")]
 pub use job::RecordControl;
 
 use super::findings::Finding;
@@ -272,6 +275,42 @@ pub enum RecordError {
     /// The probe's pipe or files could not be made.
     #[error("cannot set up the probe: {0}")]
     Probe(#[from] std::io::Error),
+    /// This system has no `/proc` (macOS: docs/record.md says what would do).
+    #[error("recording needs Linux's /proc for now (docs/record.md)")]
+    Unsupported,
+}
+
+/// Elsewhere than Linux there is nothing to stop: recording is refused.
+#[cfg(not(target_os = "linux"))]
+#[derive(Debug, Clone, Default)]
+pub struct RecordControl;
+
+#[cfg(not(target_os = "linux"))]
+impl RecordControl {
+    /// A control for one recording.
+    #[must_use]
+    pub fn new() -> Self {
+        Self
+    }
+
+    /// Nothing runs: nothing to stop.
+    pub fn stop(&self) -> Option<i32> {
+        None
+    }
+}
+
+/// Recording needs `/proc`: elsewhere it says so.
+///
+/// # Errors
+/// Always [`RecordError::Unsupported`].
+#[cfg(not(target_os = "linux"))]
+pub fn record(
+    _target: &Target,
+    _options: &RecordOptions,
+    _control: &RecordControl,
+    _on_update: impl FnMut(Update),
+) -> Result<Recording, RecordError> {
+    Err(RecordError::Unsupported)
 }
 
 impl Recording {
@@ -550,6 +589,7 @@ impl Recorder {
     }
 }
 
+#[cfg(target_os = "linux")]
 /// A job started (or a process found) and the probe's lines coming in.
 struct Started {
     job: Option<job::Job>,
@@ -559,6 +599,7 @@ struct Started {
     python_probe: Option<probe::PythonProbe>,
 }
 
+#[cfg(target_os = "linux")]
 /// Starts the job with the probe's pipe (and the Python probe on its
 /// path), or checks that the pid to attach to exists.
 fn start(
@@ -651,6 +692,7 @@ fn start(
     })
 }
 
+#[cfg(target_os = "linux")]
 /// Records `target` until it ends (or, attached, until `control` asks to
 /// stop), calling `on_update` with each sample and event as they come.
 ///

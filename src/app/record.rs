@@ -1,0 +1,252 @@
+//! Recording a user's job from the profiler tab: the "Record a command…"
+//! and "Attach to process…" forms, and the recording while it runs. The
+//! recorder itself runs on its own thread (`profile::record`); this module
+//! holds what the tab shows of it.
+
+use std::ffi::OsString;
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use crate::profile::record::{JobSpec, RecordSample, Target, Update};
+use crate::profile::{JobInfo, Trace};
+use crate::units::human_bytes;
+
+/// The forms' fields, kept between openings.
+#[derive(Debug, Default)]
+pub(super) struct RecordForm {
+    /// Which form is open.
+    pub open: Option<FormKind>,
+    /// The command line (split like a shell would, without running one).
+    pub command: String,
+    /// The working folder (empty: weightscope's).
+    pub cwd: String,
+    /// Environment additions, one `KEY=VALUE` a line.
+    pub env: String,
+    /// The pid to attach to.
+    pub pid: String,
+    /// Why the last Start could not go.
+    pub error: Option<String>,
+}
+
+/// The two forms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum FormKind {
+    /// Start a command and record it.
+    Command,
+    /// Follow a running process.
+    Attach,
+}
+
+impl RecordForm {
+    /// What the form asks to record, or why it cannot.
+    pub fn target(&self) -> Result<Target, String> {
+        if self.open == Some(FormKind::Attach) {
+            return self
+                .pid
+                .trim()
+                .parse::<u32>()
+                .map(Target::Attach)
+                .map_err(|_| format!("`{}` is not a process id", self.pid.trim()));
+        }
+        let argv =
+            shell_words::split(&self.command).map_err(|e| format!("the command line: {e}"))?;
+        if argv.is_empty() {
+            return Err("type the command to record".into());
+        }
+        let mut env = Vec::new();
+        for line in self.env.lines().map(str::trim).filter(|l| !l.is_empty()) {
+            let (key, value) = line
+                .split_once('=')
+                .filter(|(k, _)| !k.is_empty())
+                .ok_or_else(|| format!("`{line}` is not KEY=VALUE"))?;
+            env.push((OsString::from(key), OsString::from(value)));
+        }
+        let cwd = self.cwd.trim();
+        Ok(Target::Spawn(JobSpec {
+            argv: argv.into_iter().map(OsString::from).collect(),
+            cwd: (!cwd.is_empty()).then(|| PathBuf::from(cwd)),
+            env,
+        }))
+    }
+
+    /// Draws the open form as a window; returns the target when Start (or
+    /// Attach) was pressed with valid fields.
+    pub fn ui(&mut self, ctx: &egui::Context) -> Option<Target> {
+        let kind = self.open?;
+        let mut start = false;
+        let mut close = false;
+        let title = match kind {
+            FormKind::Command => "Record a command",
+            FormKind::Attach => "Attach to process",
+        };
+        egui::Window::new(title)
+            .collapsible(false)
+            .resizable(true)
+            .default_width(520.0)
+            .show(ctx, |ui| {
+                match kind {
+                    FormKind::Command => {
+                        ui.label("Runs the command and records its memory until it exits: RSS of its processes, the shard files they hold open, and MLX's counters from inside Python jobs.");
+                        let label = ui.label("Command line");
+                        let field = ui.add(
+                            egui::TextEdit::singleline(&mut self.command)
+                                .hint_text("python -m mlx_lm convert --hf-path ./model -q")
+                                .desired_width(f32::INFINITY),
+                        );
+                        let field = field.labelled_by(label.id);
+                        let label = ui.label("Working folder");
+                        ui.add(
+                            egui::TextEdit::singleline(&mut self.cwd)
+                                .hint_text("(weightscope's own)")
+                                .desired_width(f32::INFINITY),
+                        )
+                        .labelled_by(label.id);
+                        let label = ui.label("Environment additions (KEY=VALUE, one a line)");
+                        ui.add(
+                            egui::TextEdit::multiline(&mut self.env)
+                                .desired_rows(3)
+                                .desired_width(f32::INFINITY),
+                        )
+                        .labelled_by(label.id);
+                        if field.lost_focus() && ui.input(|i| i.key_pressed(egui::Key::Enter)) {
+                            start = true;
+                        }
+                    }
+                    FormKind::Attach => {
+                        ui.label("Follows a running process and its children from outside (RSS, open shard files) until it exits or you press Stop.");
+                        let label = ui.label("Process id");
+                        let field = ui.add(egui::TextEdit::singleline(&mut self.pid).desired_width(120.0));
+                        let field = field.labelled_by(label.id);
+                        if field.lost_focus() && ui.input(|i| i.key_pressed(egui::Key::Enter)) {
+                            start = true;
+                        }
+                    }
+                }
+                if let Some(error) = &self.error {
+                    ui.colored_label(ui.visuals().error_fg_color, crate::units::printable(error));
+                }
+                ui.horizontal(|ui| {
+                    let text = match kind {
+                        FormKind::Command => "Start",
+                        FormKind::Attach => "Attach",
+                    };
+                    if ui.button(text).clicked() {
+                        start = true;
+                    }
+                    if ui.button("Cancel").clicked() {
+                        close = true;
+                    }
+                });
+            });
+        if close {
+            self.open = None;
+            self.error = None;
+        }
+        if !start {
+            return None;
+        }
+        match self.target() {
+            Ok(target) => {
+                self.open = None;
+                self.error = None;
+                Some(target)
+            }
+            Err(error) => {
+                self.error = Some(error);
+                None
+            }
+        }
+    }
+}
+
+/// A recording in progress, as the tab shows it.
+#[derive(Debug)]
+pub(super) struct LiveRecording {
+    /// The command line, or `pid N`.
+    pub command: String,
+    /// The job's pid once started.
+    pub pid: Option<u32>,
+    /// When it started.
+    pub started: Instant,
+    /// When it started, on the session clock.
+    pub start_secs: f64,
+    /// What came so far, on the recording's clock (drawn live).
+    pub trace: Trace,
+    /// The last sample.
+    pub last: Option<RecordSample>,
+    /// Whether Stop was pressed.
+    pub stopping: bool,
+}
+
+impl LiveRecording {
+    /// A recording of `command` that starts now.
+    pub fn new(command: String, start_secs: f64) -> Self {
+        let mut trace = Trace::new(format!("record: {command}"));
+        trace.device = "job".into();
+        trace.job = Some(JobInfo {
+            command: command.clone(),
+            exit_code: None,
+            probe: false,
+        });
+        Self {
+            command,
+            pid: None,
+            started: Instant::now(),
+            start_secs,
+            trace,
+            last: None,
+            stopping: false,
+        }
+    }
+
+    /// Adds what the recorder sent.
+    pub fn apply(&mut self, update: Update) {
+        match update {
+            Update::Started(pid) => self.pid = Some(pid),
+            Update::Sample(sample) => {
+                if sample.mlx.is_some()
+                    && let Some(job) = &mut self.trace.job
+                {
+                    job.probe = true;
+                }
+                self.trace.samples.push(sample.to_trace());
+                self.last = Some(sample);
+            }
+            Update::Event(event) => self.trace.events.push(event),
+        }
+    }
+
+    /// One line: what runs, for how long, and its memory now.
+    pub fn status_text(&self) -> String {
+        let pid = self.pid.map_or(String::new(), |p| format!(" (pid {p})"));
+        let mut text = format!(
+            "recording `{}`{pid}: {:.1} s",
+            crate::units::printable(&self.command),
+            self.started.elapsed().as_secs_f64()
+        );
+        if let Some(s) = &self.last {
+            let _ = write!(
+                text,
+                ", RSS {} in {} process{}, {} shard file{} open",
+                human_bytes(s.rss_bytes),
+                s.processes,
+                if s.processes == 1 { "" } else { "es" },
+                s.open_files,
+                if s.open_files == 1 { "" } else { "s" }
+            );
+            if let Some(m) = s.mlx {
+                let _ = write!(
+                    text,
+                    ", MLX active {} cache {}",
+                    human_bytes(m.active_bytes),
+                    human_bytes(m.cache_bytes)
+                );
+            }
+        }
+        if self.stopping {
+            text.push_str(" (stopping: SIGINT sent)");
+        }
+        text
+    }
+}
