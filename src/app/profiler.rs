@@ -517,10 +517,12 @@ impl ProfilerPanel {
         if inputs.checkpoint.is_some() {
             self.walk_controls_ui(ui, inputs);
         } else {
-            ui.label("Open a checkpoint to walk it, or record a job of your own:");
+            ui.horizontal_wrapped(|ui| {
+                ui.label("Open a checkpoint to walk it, or record a job of your own:");
+                self.record_buttons_ui(ui);
+            });
         }
-        ui.separator();
-        self.record_controls_ui(ui);
+        self.record_status_ui(ui);
         ui.separator();
         self.limits_ui(ui, inputs);
         ui.separator();
@@ -536,29 +538,31 @@ impl ProfilerPanel {
         self.take_actions()
     }
 
-    /// "Record a command…", "Attach to process…", and the recording while
-    /// it runs (its figures now, Stop).
-    fn record_controls_ui(&mut self, ui: &mut egui::Ui) {
-        ui.horizontal_wrapped(|ui| {
-            ui.strong("Record");
-            let busy = self.recording.is_some();
-            ui.add_enabled_ui(!busy, |ui| {
-                if ui
-                    .button("Record a command…")
-                    .on_hover_text("Run your own job (a conversion, a script) and record its memory: RSS, open shard files, MLX's counters from inside Python jobs")
-                    .clicked()
-                {
-                    self.record_form.open = Some(FormKind::Command);
-                }
-                if ui
-                    .button("Attach to process…")
-                    .on_hover_text("Follow a running process and its children from outside")
-                    .clicked()
-                {
-                    self.record_form.open = Some(FormKind::Attach);
-                }
-            });
-            if let Some(live) = &mut self.recording {
+    /// "Record a command…" and "Attach to process…" (off while one runs).
+    fn record_buttons_ui(&mut self, ui: &mut egui::Ui) {
+        let busy = self.recording.is_some();
+        ui.add_enabled_ui(!busy, |ui| {
+            if ui
+                .button("Record a command…")
+                .on_hover_text("Run your own job (a conversion, a script) and record its memory: RSS, open shard files, MLX's counters from inside Python jobs")
+                .clicked()
+            {
+                self.record_form.open = Some(FormKind::Command);
+            }
+            if ui
+                .button("Attach to process…")
+                .on_hover_text("Follow a running process and its children from outside")
+                .clicked()
+            {
+                self.record_form.open = Some(FormKind::Attach);
+            }
+        });
+    }
+
+    /// The recording while it runs (its figures now, Stop), and the open form.
+    fn record_status_ui(&mut self, ui: &mut egui::Ui) {
+        if let Some(live) = &mut self.recording {
+            ui.horizontal_wrapped(|ui| {
                 ui.spinner();
                 ui.label(live.status_text());
                 let stop = ui
@@ -568,18 +572,17 @@ impl ProfilerPanel {
                     live.stopping = true;
                     self.actions.push(ProfilerAction::StopRecording);
                 }
-                // Keep the elapsed time and live graph moving.
-                ui.ctx()
-                    .request_repaint_after(Duration::from_millis(100));
-            }
-        });
+            });
+            // Keep the elapsed time and the live graph moving.
+            ui.ctx().request_repaint_after(Duration::from_millis(100));
+        }
         if let Some(target) = self.record_form.ui(ui.ctx()) {
             self.actions.push(ProfilerAction::Record(target));
         }
     }
 
     fn walk_controls_ui(&mut self, ui: &mut egui::Ui, inputs: &ProfilerInputs<'_>) {
-        ui.horizontal(|ui| {
+        ui.horizontal_wrapped(|ui| {
             ui.strong("Walk");
             let walking = self.running.is_some();
             ui.add_enabled_ui(!walking, |ui| {
@@ -630,6 +633,9 @@ impl ProfilerPanel {
                     human_bytes(self.policy.expected(&expected))
                 ));
             }
+            ui.separator();
+            ui.strong("Record");
+            self.record_buttons_ui(ui);
         });
         if let Some(walk) = &self.running {
             let fraction = if walk.total == 0 {
