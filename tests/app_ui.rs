@@ -727,6 +727,7 @@ fn the_profiler_records_a_users_job_and_shows_what_it_did() {
     harness.get_by_label_contains("peak MLX active");
     harness.get_by_label_contains("the tensors of every shard were kept");
     harness.get_by_label_contains("Shard files the job held open");
+    harness.get_by_label_contains("events of the job");
     let (recording, findings) = harness.state().last_recording().expect("a recording");
     assert_eq!(
         recording.exit,

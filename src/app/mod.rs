@@ -488,6 +488,15 @@ impl WeightscopeApp {
                 .on_hover_text("Ctrl+3: compare with another checkpoint");
             ui.selectable_value(&mut self.tab, Tab::Check, "Check")
                 .on_hover_text("Ctrl+4: what is wrong with this checkpoint");
+            if self.tab != Tab::Profiler
+                && let Some(brief) = self.profiler.recording_brief()
+            {
+                ui.spinner();
+                ui.label(brief)
+                    .on_hover_text("Ctrl+2: the live graph and Stop");
+                ui.ctx()
+                    .request_repaint_after(std::time::Duration::from_millis(250));
+            }
             if let Some(walk) = self.profiler.running() {
                 ui.spinner();
                 ui.label(format!(

@@ -137,11 +137,16 @@ pub(super) struct ProfilerPanel {
     residency: Option<((usize, usize, u8, u64), Residency)>,
     /// Finished runs so far (part of the residency cache's key).
     runs: u64,
-    /// What was resident at the selected moment (key: event count, moment).
-    resident: Option<((usize, u64), Vec<profile::ResidentShard>)>,
+    /// What was resident at the selected moment (key: event count, moment,
+    /// whether a recording's events, run number).
+    resident: Option<(ResidentKey, Vec<profile::ResidentShard>)>,
     /// Actions asked for during this frame.
     actions: Vec<ProfilerAction>,
 }
+
+/// What the resident list was computed from: event count, moment (bits),
+/// whether a recording's events, run number.
+type ResidentKey = (usize, u64, bool, u64);
 
 /// Shards and their resident bytes at each change.
 use profile::Residency;
@@ -380,6 +385,18 @@ impl ProfilerPanel {
         }
     }
 
+    /// The recording in progress, in a few words (the tab bar shows it on
+    /// other tabs).
+    pub(super) fn recording_brief(&self) -> Option<String> {
+        self.recording.as_ref().map(|live| {
+            format!(
+                "recording `{}`: {:.0} s",
+                crate::units::printable(&live.command),
+                live.started.elapsed().as_secs_f64()
+            )
+        })
+    }
+
     /// Whether a recording runs.
     pub(super) fn is_recording(&self) -> bool {
         self.recording.is_some()
@@ -547,14 +564,14 @@ impl ProfilerPanel {
                 .on_hover_text("Run your own job (a conversion, a script) and record its memory: RSS, open shard files, MLX's counters from inside Python jobs")
                 .clicked()
             {
-                self.record_form.open = Some(FormKind::Command);
+                self.record_form.open(FormKind::Command);
             }
             if ui
                 .button("Attach to process…")
                 .on_hover_text("Follow a running process and its children from outside")
                 .clicked()
             {
-                self.record_form.open = Some(FormKind::Attach);
+                self.record_form.open(FormKind::Attach);
             }
         });
     }
@@ -1025,9 +1042,15 @@ impl ProfilerPanel {
             ui.label("Click the graph or an event to select a moment.");
             return;
         };
-        let key = (inputs.timeline.events().len(), t.to_bits());
+        let recorded = shown(self.recording.as_ref(), self.last.as_ref(), self.walk_view)
+            .filter(|(trace, _)| trace.job.is_some());
+        let events = EventList::new(recorded.map(|(t, _)| t), inputs.timeline);
+        let key = (events.len(), t.to_bits(), recorded.is_some(), self.runs);
         if self.resident.as_ref().is_none_or(|(k, _)| *k != key) {
-            let shards = profile::resident_at(inputs.timeline.events(), t);
+            let shards = match recorded {
+                Some((trace, start)) => profile::resident_at(&trace.events, t - start),
+                None => profile::resident_at(inputs.timeline.events(), t),
+            };
             self.resident = Some((key, shards));
         }
         let Some((_, shards)) = &self.resident else {
@@ -1066,10 +1089,20 @@ impl ProfilerPanel {
 
     fn events_table_ui(&mut self, ui: &mut egui::Ui, inputs: &ProfilerInputs<'_>) {
         ui.heading("Events");
-        let events = inputs.timeline.events();
+        // A recording's own events (its loads, marks, files) when one is
+        // shown, on its clock; else the session's.
+        let recorded = shown(self.recording.as_ref(), self.last.as_ref(), self.walk_view)
+            .filter(|(trace, _)| trace.job.is_some());
+        let offset = recorded.map_or(0.0, |(_, start)| start);
+        let events = EventList::new(recorded.map(|(t, _)| t), inputs.timeline);
         ui.label(format!(
-            "{} events; click one to select its moment",
-            events.len()
+            "{} events{}; click one to select its moment",
+            events.len(),
+            if recorded.is_some() {
+                " of the job"
+            } else {
+                ""
+            }
         ));
         let row_height = ui.text_style_height(&egui::TextStyle::Body) + 4.0;
         let mut select = None;
@@ -1087,16 +1120,44 @@ impl ProfilerPanel {
                         event.label(),
                         human_bytes(event.mlx_active_bytes)
                     );
-                    let chosen = self
-                        .selected_secs
-                        .is_some_and(|t| (t - event.t_secs).abs() < 1e-9);
+                    let at = event.t_secs + offset;
+                    let chosen = self.selected_secs.is_some_and(|t| (t - at).abs() < 1e-9);
                     if ui.selectable_label(chosen, text).clicked() {
-                        select = Some(event.t_secs);
+                        select = Some(at);
                     }
                 }
             });
         if select.is_some() {
             self.selected_secs = select;
+        }
+    }
+}
+
+/// Events by position: a recording's, or the session's.
+enum EventList<'a> {
+    Trace(&'a [TraceEvent]),
+    Session(&'a std::collections::VecDeque<TraceEvent>),
+}
+
+impl<'a> EventList<'a> {
+    fn new(trace: Option<&'a Trace>, timeline: &'a Timeline) -> Self {
+        match trace {
+            Some(trace) => Self::Trace(&trace.events),
+            None => Self::Session(timeline.events()),
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Self::Trace(events) => events.len(),
+            Self::Session(events) => events.len(),
+        }
+    }
+
+    fn get(&self, i: usize) -> Option<&'a TraceEvent> {
+        match self {
+            Self::Trace(events) => events.get(i),
+            Self::Session(events) => events.get(i),
         }
     }
 }

@@ -27,6 +27,8 @@ pub(super) struct RecordForm {
     pub pid: String,
     /// Why the last Start could not go.
     pub error: Option<String>,
+    /// Put the keyboard in the first field on the next frame.
+    focus_pending: bool,
 }
 
 /// The two forms.
@@ -39,6 +41,13 @@ pub(super) enum FormKind {
 }
 
 impl RecordForm {
+    /// Opens `kind`'s form with the keyboard in its first field.
+    pub fn open(&mut self, kind: FormKind) {
+        self.open = Some(kind);
+        self.error = None;
+        self.focus_pending = true;
+    }
+
     /// What the form asks to record, or why it cannot.
     pub fn target(&self) -> Result<Target, String> {
         if self.open == Some(FormKind::Attach) {
@@ -80,10 +89,13 @@ impl RecordForm {
             FormKind::Command => "Record a command",
             FormKind::Attach => "Attach to process",
         };
+        let focus = std::mem::take(&mut self.focus_pending);
         egui::Window::new(title)
             .collapsible(false)
             .resizable(true)
             .default_width(520.0)
+            .pivot(egui::Align2::CENTER_TOP)
+            .default_pos(ctx.content_rect().center_top() + egui::vec2(0.0, 90.0))
             .show(ctx, |ui| {
                 match kind {
                     FormKind::Command => {
@@ -95,6 +107,9 @@ impl RecordForm {
                                 .desired_width(f32::INFINITY),
                         );
                         let field = field.labelled_by(label.id);
+                        if focus {
+                            field.request_focus();
+                        }
                         let label = ui.label("Working folder");
                         ui.add(
                             egui::TextEdit::singleline(&mut self.cwd)
@@ -118,6 +133,9 @@ impl RecordForm {
                         let label = ui.label("Process id");
                         let field = ui.add(egui::TextEdit::singleline(&mut self.pid).desired_width(120.0));
                         let field = field.labelled_by(label.id);
+                        if focus {
+                            field.request_focus();
+                        }
                         if field.lost_focus() && ui.input(|i| i.key_pressed(egui::Key::Enter)) {
                             start = true;
                         }
