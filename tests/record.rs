@@ -147,6 +147,12 @@ fn a_job_that_keeps_every_array_is_seen_accumulating() {
     assert!(!samples.is_empty());
     assert!(samples.iter().any(|x| x["mlx_active"].is_u64()));
     assert!(stderr(&output).contains("findings:"), "{}", stderr(&output));
+    // GPU memory per process through NVML, or why not (no NVIDIA driver).
+    assert!(
+        s["peak_gpu_bytes"].is_u64() || s["gpu_unavailable"].is_string(),
+        "{}",
+        s["gpu_unavailable"]
+    );
     assert!(stdout(&output).starts_with("checksum"), "stdout untouched");
 }
 

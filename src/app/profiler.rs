@@ -820,7 +820,12 @@ impl ProfilerPanel {
         let response = Plot::new("profiler-timeline")
             .link_axis(egui::Id::unique("profiler-time"), [true, false])
             // Room above the curves for the legend, which is see-through.
-            .legend(Legend::default().background_alpha(0.6))
+            // Top left: walks and jobs start low and peak later, to the right.
+            .legend(
+                Legend::default()
+                    .position(egui_plot::Corner::LeftTop)
+                    .background_alpha(0.6),
+            )
             .set_margin_fraction(egui::vec2(0.02, 0.3))
             .include_y(0.0)
             .height(height)
@@ -1057,8 +1062,13 @@ impl ProfilerPanel {
             return;
         };
         let total: u64 = shards.iter().map(|s| s.bytes).sum();
+        // On the clock of what is shown: the recording's own when it is one.
+        let (shown_t, what) = match recorded {
+            Some((_, start)) => (t - start, "shard files open"),
+            None => (t, "shards"),
+        };
         ui.label(format!(
-            "at {t:.2} s: {} in {} shards",
+            "at {shown_t:.2} s: {} in {} {what}",
             human_bytes(total),
             shards.len()
         ));

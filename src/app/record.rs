@@ -253,6 +253,9 @@ impl LiveRecording {
                 s.open_files,
                 if s.open_files == 1 { "" } else { "s" }
             );
+            if let Some(gpu) = s.gpu_bytes {
+                let _ = write!(text, ", GPU {}", human_bytes(gpu));
+            }
             if let Some(m) = s.mlx {
                 let _ = write!(
                     text,

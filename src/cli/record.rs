@@ -97,6 +97,7 @@ pub fn summary_json(r: &Recording) -> Value {
                 "mlx_active": s.mlx.map(|m| m.active_bytes),
                 "mlx_cache": s.mlx.map(|m| m.cache_bytes),
                 "mlx_peak": s.mlx.map(|m| m.peak_bytes),
+                "gpu": s.gpu_bytes,
             })
         })
         .collect();
@@ -143,6 +144,8 @@ pub fn summary_json(r: &Recording) -> Value {
         "peak_rss_bytes": r.peak_rss_bytes,
         "peak_rss_secs": r.peak_rss_secs,
         "peak_mlx_active_bytes": r.peak_mlx_active_bytes,
+        "peak_gpu_bytes": r.peak_gpu_bytes,
+        "gpu_unavailable": r.gpu_unavailable,
         "probe": r.probe.as_ref().is_some_and(|p| p.lines > 0),
         "probe_info": r.probe.as_ref().map(|p| json!({
             "client": p.client,
@@ -217,13 +220,20 @@ pub fn write_summary(r: &Recording, out: &mut dyn Write) -> std::io::Result<()> 
             "  MLX: no figures from inside the job (no probe reported; see docs/record.md)"
         )?,
     }
+    if let Some(gpu) = r.peak_gpu_bytes {
+        writeln!(
+            out,
+            "  peak GPU memory {} (NVML, the job's processes on every GPU)",
+            human_bytes(gpu)
+        )?;
+    }
     let open_bytes: u64 = r.files_open_at_peak.iter().map(|f| f.bytes).sum();
     writeln!(
         out,
-        "  shard files open at the peak: {} ({}); {} opened in all",
+        "  shard files open at the peak: {} ({}); {} used in all (held open, or loaded through the probe)",
         r.files_open_at_peak.len(),
         human_bytes(open_bytes),
-        r.files_seen.len()
+        r.files_used()
     )?;
     for file in r.files_open_at_peak.iter().take(8) {
         writeln!(

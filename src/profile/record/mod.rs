@@ -9,6 +9,8 @@
 
 mod findings;
 #[cfg(target_os = "linux")]
+pub mod gpu;
+#[cfg(target_os = "linux")]
 mod job;
 pub mod probe;
 #[cfg(target_os = "linux")]
@@ -104,6 +106,8 @@ pub struct RecordSample {
     pub open_file_bytes: u64,
     /// MLX's figures, when a probe has reported.
     pub mlx: Option<MlxFigures>,
+    /// GPU memory of the tree's processes (NVML), where the driver is.
+    pub gpu_bytes: Option<u64>,
 }
 
 /// How the job ended.
@@ -233,6 +237,10 @@ pub struct Recording {
     pub peak_rss_secs: f64,
     /// Peak MLX active memory, when a probe reported.
     pub peak_mlx_active_bytes: Option<u64>,
+    /// Peak GPU memory of the tree (NVML), where the driver is.
+    pub peak_gpu_bytes: Option<u64>,
+    /// Why there is no GPU series, when there is none.
+    pub gpu_unavailable: Option<String>,
     /// The checkpoint it is measured against, when known.
     pub checkpoint: Option<CheckpointFacts>,
     /// Why the checkpoint could not be read, when it could not.
@@ -397,6 +405,9 @@ struct Recorder {
     hwm: HashMap<u32, u64>,
     /// Sizes of files already seen (one stat per file).
     sizes: HashMap<PathBuf, u64>,
+    /// NVML, where the NVIDIA driver is.
+    #[cfg(target_os = "linux")]
+    gpu: gpu::GpuMemory,
 }
 
 impl Recorder {
@@ -411,6 +422,8 @@ impl Recorder {
             probe: None,
             hwm: HashMap::new(),
             sizes: HashMap::new(),
+            #[cfg(target_os = "linux")]
+            gpu: gpu::GpuMemory::init(),
         }
     }
 
@@ -500,6 +513,7 @@ impl Recorder {
         updates.push(Update::Event(event.clone()));
     }
 
+    #[cfg(target_os = "linux")]
     /// Reads every process of `tree` once: a sample (none when all are
     /// gone), and file events for what opened or closed since the last.
     fn sample_tree(
@@ -519,9 +533,15 @@ impl Recorder {
             open_files: 0,
             open_file_bytes: 0,
             mlx: None,
+            gpu_bytes: None,
         };
         let mut open = BTreeMap::new();
+        let gpu = self.gpu.per_process();
         for &pid in tree {
+            if let Some(used) = gpu.as_ref() {
+                let bytes = used.get(&pid).copied().unwrap_or(0);
+                sample.gpu_bytes = Some(sample.gpu_bytes.unwrap_or(0) + bytes);
+            }
             let Some(figures) = procfs::read_process(pid) else {
                 continue;
             };
@@ -716,7 +736,7 @@ pub fn record(
         python_probe,
     } = start(target, options, control)?;
     let lines_rx = lines;
-    on_update(Update::Started(root));
+    let mut announced = false;
     let mut rec = Recorder::new(origin);
     let mut updates = Vec::new();
     rec.event(origin, MarkKind::JobStart, command.clone());
@@ -734,6 +754,12 @@ pub fn record(
         tick += 1;
         if let Some(sample) = rec.sample_tree(&tree, now, &mut updates) {
             updates.push(Update::Sample(sample));
+        }
+        // Said after the first sample: whoever waits for it to begin knows
+        // the process has been seen at least once.
+        if !announced {
+            on_update(Update::Started(root));
+            announced = true;
         }
         for update in updates.drain(..) {
             on_update(update);
@@ -840,6 +866,11 @@ fn finish(
     let peak_rss_secs = peak_index
         .and_then(|i| rec.samples.get(i))
         .map_or(0.0, |s| s.t_secs);
+    let peak_gpu_bytes = rec.samples.iter().filter_map(|s| s.gpu_bytes).max();
+    #[cfg(target_os = "linux")]
+    let gpu_unavailable = rec.gpu.reason().map(str::to_owned);
+    #[cfg(not(target_os = "linux"))]
+    let gpu_unavailable = Some("NVML is read on Linux only".to_owned());
     let files_open_at_peak = peak_index
         .map(|i| open_files_at(&rec.events, rec.samples[i].t_secs))
         .unwrap_or_default();
@@ -889,6 +920,8 @@ fn finish(
         peak_rss_bytes,
         peak_rss_secs,
         peak_mlx_active_bytes,
+        peak_gpu_bytes,
+        gpu_unavailable,
         checkpoint,
         checkpoint_error,
         findings: Vec::new(),
