@@ -811,11 +811,11 @@ impl ProfilerPanel {
             .map_or("unknown device", DeviceInfo::mlx_memory_place);
         let height = (ui.available_height() * 0.62).max(160.0);
         ui.label(if self.recording.is_some() {
-            "Memory (MiB) of the recorded job over seconds since it started (live)"
+            "Memory (MiB) of the recorded job over seconds since it started (live); grey lines: events"
         } else if walk_view {
-            "Memory (MiB) over seconds since the walk or job started; dashed: overlaid traces"
+            "Memory (MiB) over seconds since the walk or job started; dashed: overlaid traces; grey lines: events; click to select a moment"
         } else {
-            "Memory (MiB) over seconds since the app started; click to select a moment"
+            "Memory (MiB) over seconds since the app started; grey lines: events; click to select a moment"
         });
         let response = Plot::new("profiler-timeline")
             .link_axis(egui::Id::unique("profiler-time"), [true, false])
@@ -826,7 +826,7 @@ impl ProfilerPanel {
                     .position(egui_plot::Corner::LeftTop)
                     .background_alpha(0.6),
             )
-            .set_margin_fraction(egui::vec2(0.02, 0.3))
+            .set_margin_fraction(egui::vec2(0.02, 0.35))
             .include_y(0.0)
             .height(height)
             .allow_scroll(false)
@@ -867,13 +867,14 @@ impl ProfilerPanel {
                 };
                 for t in marked {
                     plot.vline(
-                        VLine::new("events", t)
+                        // Unnamed: out of the legend (said in the caption).
+                        VLine::new("", t)
                             .width(0.5)
                             .color(super::series_colors::EVENTS),
                     );
                 }
                 if let Some(t) = selected {
-                    plot.vline(VLine::new("selected", t).width(2.0));
+                    plot.vline(VLine::new("", t).width(2.0));
                 }
                 plot.pointer_coordinate()
             });

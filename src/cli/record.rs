@@ -98,6 +98,7 @@ pub fn summary_json(r: &Recording) -> Value {
                 "mlx_cache": s.mlx.map(|m| m.cache_bytes),
                 "mlx_peak": s.mlx.map(|m| m.peak_bytes),
                 "gpu": s.gpu_bytes,
+                "gpu_device_used": s.gpu_device_used_bytes,
             })
         })
         .collect();
@@ -145,6 +146,7 @@ pub fn summary_json(r: &Recording) -> Value {
         "peak_rss_secs": r.peak_rss_secs,
         "peak_mlx_active_bytes": r.peak_mlx_active_bytes,
         "peak_gpu_bytes": r.peak_gpu_bytes,
+        "peak_gpu_device_used_bytes": r.peak_gpu_device_used_bytes,
         "gpu_unavailable": r.gpu_unavailable,
         "probe": r.probe.as_ref().is_some_and(|p| p.lines > 0),
         "probe_info": r.probe.as_ref().map(|p| json!({
@@ -220,11 +222,12 @@ pub fn write_summary(r: &Recording, out: &mut dyn Write) -> std::io::Result<()> 
             "  MLX: no figures from inside the job (no probe reported; see docs/record.md)"
         )?,
     }
-    if let Some(gpu) = r.peak_gpu_bytes {
+    if let (Some(gpu), Some(device)) = (r.peak_gpu_bytes, r.peak_gpu_device_used_bytes) {
         writeln!(
             out,
-            "  peak GPU memory {} (NVML, the job's processes on every GPU)",
-            human_bytes(gpu)
+            "  peak GPU memory {} (NVML: the job's processes; managed memory, which MLX's CUDA allocator uses, is not in it), {} used on the GPUs by everyone",
+            human_bytes(gpu),
+            human_bytes(device)
         )?;
     }
     let open_bytes: u64 = r.files_open_at_peak.iter().map(|f| f.bytes).sum();

@@ -205,3 +205,153 @@ fn near_machine_memory(r: &Recording, machine: MachineMemory, found: &mut Vec<Fi
         t_secs: Some(r.peak_rss_secs),
     });
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use super::super::{CheckpointFacts, MlxFigures, OpenFile, RecordSample};
+    use super::*;
+    use crate::profile::ExpectedPeaks;
+
+    const MIB: u64 = 1 << 20;
+
+    fn sample(t_secs: f64, rss_bytes: u64, mlx: Option<(u64, u64)>) -> RecordSample {
+        RecordSample {
+            t_secs,
+            rss_bytes,
+            rss_anon_bytes: rss_bytes,
+            rss_file_bytes: 0,
+            hwm_bytes: rss_bytes,
+            read_bytes: 0,
+            processes: 1,
+            open_files: 0,
+            open_file_bytes: 0,
+            mlx: mlx.map(|(active, cache)| MlxFigures {
+                active_bytes: active,
+                cache_bytes: cache,
+                peak_bytes: active,
+            }),
+            gpu_bytes: None,
+            gpu_device_used_bytes: None,
+        }
+    }
+
+    /// A finished job over a 4-shard, 1 GiB checkpoint.
+    fn recording(samples: Vec<RecordSample>) -> Recording {
+        let peak = samples.iter().map(|s| s.rss_bytes).max().unwrap_or(0);
+        let peak_mlx = samples
+            .iter()
+            .filter_map(|s| s.mlx.map(|m| m.active_bytes))
+            .max();
+        Recording {
+            command: "job".into(),
+            pid: 1,
+            attached: false,
+            exit: Some(JobExit::Code(0)),
+            elapsed_secs: 10.0,
+            samples,
+            events: Vec::new(),
+            probe: None,
+            files_seen: Vec::new(),
+            files_open_at_peak: Vec::new(),
+            peak_rss_bytes: peak,
+            peak_rss_secs: 5.0,
+            peak_mlx_active_bytes: peak_mlx,
+            peak_gpu_bytes: None,
+            peak_gpu_device_used_bytes: None,
+            gpu_unavailable: None,
+            checkpoint: Some(CheckpointFacts {
+                path: PathBuf::from("/models/m"),
+                total_bytes: 1024 * MIB,
+                largest_shard_bytes: 256 * MIB,
+                shards: 4,
+                expected: ExpectedPeaks {
+                    retain: 1024 * MIB,
+                    release_tensor: 1024 * MIB,
+                    release_shard: 256 * MIB,
+                },
+            }),
+            checkpoint_error: None,
+            findings: Vec::new(),
+        }
+    }
+
+    fn kinds(r: &Recording) -> Vec<FindingKind> {
+        record_findings(r).into_iter().map(|f| f.kind).collect()
+    }
+
+    #[test]
+    fn accumulation_and_twice_the_model_are_told_apart() {
+        let whole = recording(vec![sample(5.0, 1200 * MIB, Some((1000 * MIB, 0)))]);
+        assert_eq!(kinds(&whole), [FindingKind::JobAccumulated]);
+        let twice = recording(vec![sample(5.0, 2200 * MIB, Some((2000 * MIB, 0)))]);
+        assert_eq!(kinds(&twice), [FindingKind::SourcesAndOutputsKept]);
+        let streaming = recording(vec![sample(5.0, 400 * MIB, Some((300 * MIB, 0)))]);
+        assert!(kinds(&streaming).is_empty());
+    }
+
+    #[test]
+    fn the_cache_at_the_peak_and_host_copies_are_named() {
+        let cached = recording(vec![sample(5.0, 500 * MIB, Some((300 * MIB, 200 * MIB)))]);
+        assert_eq!(kinds(&cached), [FindingKind::CacheAtPeak]);
+        let copies = recording(vec![sample(5.0, 2000 * MIB, Some((300 * MIB, 0)))]);
+        assert_eq!(kinds(&copies), [FindingKind::HostCopies]);
+    }
+
+    #[test]
+    fn files_held_open_at_the_peak_are_named() {
+        let mut r = recording(vec![sample(5.0, 400 * MIB, None)]);
+        let file = |n: u32| OpenFile {
+            path: PathBuf::from(format!("/models/m/model-{n}.safetensors")),
+            bytes: 256 * MIB,
+        };
+        r.files_seen = (1..=4).map(file).collect();
+        r.files_open_at_peak = (1..=3).map(file).collect();
+        let found = record_findings(&r);
+        assert_eq!(found[0].kind, FindingKind::FilesHeldOpen);
+        assert!(
+            found[0].text.starts_with("3 of the 4 shard files"),
+            "{}",
+            found[0].text
+        );
+    }
+
+    #[test]
+    fn a_failed_job_is_an_error_with_its_status() {
+        let mut r = recording(vec![sample(2.0, 300 * MIB, None)]);
+        r.exit = Some(JobExit::Code(3));
+        let found = record_findings(&r);
+        assert_eq!(found[0].kind, FindingKind::JobFailed);
+        assert_eq!(
+            found[0].kind.severity(),
+            crate::checkpoint::check::Severity::Error
+        );
+        assert!(
+            found[0].text.contains("status 3 at 2.0 s"),
+            "{}",
+            found[0].text
+        );
+        r.exit = Some(JobExit::Signal(9));
+        assert!(record_findings(&r)[0].text.contains("OOM killer"));
+    }
+
+    #[test]
+    fn near_the_machine_memory() {
+        let r = recording(vec![sample(5.0, 95 * MIB, None)]);
+        let machine = MachineMemory {
+            total_bytes: 100 * MIB,
+            available_bytes: 5 * MIB,
+        };
+        let mut found = Vec::new();
+        near_machine_memory(&r, machine, &mut found);
+        assert_eq!(found[0].kind, FindingKind::NearMachineMemory);
+        let mut none = Vec::new();
+        near_machine_memory(
+            &recording(vec![sample(5.0, 50 * MIB, None)]),
+            machine,
+            &mut none,
+        );
+        assert!(none.is_empty());
+    }
+}

@@ -43,15 +43,23 @@ impl GpuMemory {
     }
 
     /// GPU memory used by each process with a context on any GPU (compute
-    /// and graphics), summed over the GPUs; `None` without NVML.
+    /// and graphics), summed over the GPUs, and the memory used on the GPUs
+    /// by everyone; `None` without NVML.
+    ///
+    /// NVML's per-process figure counts device allocations and the CUDA
+    /// context, not managed memory, which is what MLX's CUDA allocator uses:
+    /// the devices' used memory is the figure that sees managed pages that
+    /// live on the GPU (docs/record.md has what the H200 showed).
     #[must_use]
-    pub fn per_process(&self) -> Option<HashMap<u32, u64>> {
+    pub fn read(&self) -> Option<(HashMap<u32, u64>, u64)> {
         let nvml = self.nvml.as_ref()?;
         let mut used: HashMap<u32, u64> = HashMap::new();
+        let mut device_used = 0;
         for index in 0..nvml.device_count().unwrap_or(0) {
             let Ok(device) = nvml.device_by_index(index) else {
                 continue;
             };
+            device_used += device.memory_info().map_or(0, |m| m.used);
             let compute = device.running_compute_processes().unwrap_or_default();
             let graphics = device.running_graphics_processes().unwrap_or_default();
             for process in compute.iter().chain(&graphics) {
@@ -60,6 +68,6 @@ impl GpuMemory {
                 }
             }
         }
-        Some(used)
+        Some((used, device_used))
     }
 }

@@ -108,6 +108,8 @@ pub struct RecordSample {
     pub mlx: Option<MlxFigures>,
     /// GPU memory of the tree's processes (NVML), where the driver is.
     pub gpu_bytes: Option<u64>,
+    /// Memory used on the GPUs by every process (NVML).
+    pub gpu_device_used_bytes: Option<u64>,
 }
 
 /// How the job ended.
@@ -239,6 +241,8 @@ pub struct Recording {
     pub peak_mlx_active_bytes: Option<u64>,
     /// Peak GPU memory of the tree (NVML), where the driver is.
     pub peak_gpu_bytes: Option<u64>,
+    /// Peak memory used on the GPUs by everyone (NVML).
+    pub peak_gpu_device_used_bytes: Option<u64>,
     /// Why there is no GPU series, when there is none.
     pub gpu_unavailable: Option<String>,
     /// The checkpoint it is measured against, when known.
@@ -534,11 +538,13 @@ impl Recorder {
             open_file_bytes: 0,
             mlx: None,
             gpu_bytes: None,
+            gpu_device_used_bytes: None,
         };
         let mut open = BTreeMap::new();
-        let gpu = self.gpu.per_process();
+        let gpu = self.gpu.read();
+        sample.gpu_device_used_bytes = gpu.as_ref().map(|(_, device)| *device);
         for &pid in tree {
-            if let Some(used) = gpu.as_ref() {
+            if let Some((used, _)) = gpu.as_ref() {
                 let bytes = used.get(&pid).copied().unwrap_or(0);
                 sample.gpu_bytes = Some(sample.gpu_bytes.unwrap_or(0) + bytes);
             }
@@ -867,6 +873,11 @@ fn finish(
         .and_then(|i| rec.samples.get(i))
         .map_or(0.0, |s| s.t_secs);
     let peak_gpu_bytes = rec.samples.iter().filter_map(|s| s.gpu_bytes).max();
+    let peak_gpu_device_used_bytes = rec
+        .samples
+        .iter()
+        .filter_map(|s| s.gpu_device_used_bytes)
+        .max();
     #[cfg(target_os = "linux")]
     let gpu_unavailable = rec.gpu.reason().map(str::to_owned);
     #[cfg(not(target_os = "linux"))]
@@ -921,6 +932,7 @@ fn finish(
         peak_rss_secs,
         peak_mlx_active_bytes,
         peak_gpu_bytes,
+        peak_gpu_device_used_bytes,
         gpu_unavailable,
         checkpoint,
         checkpoint_error,
