@@ -202,10 +202,12 @@ pub fn write_summary(r: &Recording, out: &mut dyn Write) -> std::io::Result<()> 
             });
             writeln!(
                 out,
-                "  peak MLX active {} (from inside the job: {} probe, MLX {}{cost})",
+                "  peak MLX active {} (from inside the job: {} probe{}{cost})",
                 human_bytes(active),
                 if p.client.is_empty() { "a" } else { &p.client },
-                p.mlx_version.as_deref().unwrap_or("?")
+                p.mlx_version
+                    .as_deref()
+                    .map_or(String::new(), |v| format!(", MLX {v}"))
             )?;
         }
         (Some(p), None) => writeln!(
