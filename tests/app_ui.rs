@@ -779,3 +779,69 @@ fn the_profiler_records_a_users_job_and_shows_what_it_did() {
     harness.run();
     harness.get_by_label_contains("cannot start `/nonexistent/convert`");
 }
+
+/// "Attach to process…": a running process followed from outside until it
+/// exits; a pid that is not a number is refused by the form.
+#[test]
+fn the_profiler_attaches_to_a_running_process() {
+    use std::io::BufRead as _;
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let python = root.join("mlx-glue/test-venv/bin/python");
+    let mut target = std::process::Command::new(&python)
+        .arg(root.join("tests/record/jobs.py"))
+        .arg("wait")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("the target runs");
+    let mut ready = String::new();
+    std::io::BufReader::new(target.stdout.take().expect("stdout"))
+        .read_line(&mut ready)
+        .expect("ready");
+    assert_eq!(ready.trim(), "ready");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let demo = demo::ensure_demo(dir.path()).expect("demo");
+    let mut harness = harness(open_app(&demo));
+    harness.key_press_modifiers(egui::Modifiers::COMMAND, egui::Key::Num2);
+    harness.run();
+    harness.get_by_label("Attach to process…").click();
+    harness.run();
+    harness.get_by_label("Process id").focus();
+    harness.run();
+    harness.get_by_label("Process id").type_text("forty-two");
+    harness.run();
+    harness.get_by_label("Attach").click();
+    harness.run();
+    harness.get_by_label_contains("`forty-two` is not a process id");
+    harness.get_by_label("Process id").focus();
+    harness.run();
+    harness.key_press_modifiers(egui::Modifiers::COMMAND, egui::Key::A);
+    harness
+        .get_by_label("Process id")
+        .type_text(&target.id().to_string());
+    harness.run();
+    // Measured against a checkpoint named in the form.
+    let field = "Checkpoint (empty: the folder of the first shard the job opens)";
+    harness.get_by_label(field).focus();
+    harness.run();
+    harness.get_by_label(field).type_text(&demo.to_string_lossy());
+    harness.run();
+    harness.get_by_label("Attach").click();
+    harness.step();
+    assert!(harness.state().is_recording());
+    assert!(harness.state_mut().wait_for_recording_started());
+    // Closing its stdin ends the target; the recording follows it out.
+    drop(target.stdin.take());
+    assert!(target.wait().expect("ends").success());
+    assert!(harness.state_mut().wait_for_recording());
+    harness.run();
+    let (recording, _) = harness.state().last_recording().expect("a recording");
+    assert!(recording.attached);
+    assert!(recording.exit.is_none());
+    assert_eq!(
+        recording.checkpoint.as_ref().map(|c| c.path.as_path()),
+        Some(demo.as_path())
+    );
+    assert!(!recording.samples.is_empty());
+    harness.get_by_label_contains("detached after");
+}

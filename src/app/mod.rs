@@ -564,7 +564,9 @@ impl WeightscopeApp {
                         sampler.set_interval(interval);
                     }
                 }
-                ProfilerAction::Record(target) => self.start_recording(target),
+                ProfilerAction::Record(target, checkpoint) => {
+                    self.start_recording(target, checkpoint);
+                }
                 ProfilerAction::StopRecording => {
                     if let Some(recorder) = &self.recorder {
                         let _ = recorder.control.stop();
@@ -624,9 +626,10 @@ impl WeightscopeApp {
         self.run_profiler_actions(actions);
     }
 
-    /// Starts recording `target` on the `recorder` thread; the profiler tab
-    /// draws it live and shows its findings when it ends.
-    pub fn start_recording(&mut self, target: Target) {
+    /// Starts recording `target` on the `recorder` thread, measured against
+    /// `checkpoint` (else the folder of the first shard the job opens); the
+    /// profiler tab draws it live and shows its findings when it ends.
+    pub fn start_recording(&mut self, target: Target, checkpoint: Option<PathBuf>) {
         if self.recorder.is_some() {
             return;
         }
@@ -644,7 +647,7 @@ impl WeightscopeApp {
         let thread_control = control.clone();
         let wake = Arc::clone(&self.wake);
         let options = RecordOptions {
-            checkpoint: None,
+            checkpoint,
             ..RecordOptions::default()
         };
         let spawned = std::thread::Builder::new()
@@ -695,6 +698,20 @@ impl WeightscopeApp {
             self.apply_recorder(event);
         }
         waited
+    }
+
+    /// Blocks until the recording in progress has taken its first sample
+    /// (its pid is known), applying what it sends. For tests and scripted
+    /// runs only. Returns whether it got there (false: it ended first).
+    pub fn wait_for_recording_started(&mut self) -> bool {
+        while let Some(event) = self.recorder.as_ref().and_then(|r| r.events.recv().ok()) {
+            let started = matches!(event, RecorderEvent::Update(Update::Started(_)));
+            self.apply_recorder(event);
+            if started {
+                return true;
+            }
+        }
+        false
     }
 
     /// Whether a recording runs.

@@ -95,8 +95,8 @@ pub(super) enum ProfilerAction {
     SaveTo(PathBuf),
     /// Overlay the trace saved at this path.
     OverlayFrom(PathBuf),
-    /// Start recording this job or process.
-    Record(Target),
+    /// Start recording this job or process (against this checkpoint).
+    Record(Target, Option<PathBuf>),
     /// Stop the recorded job (SIGINT, then SIGTERM, SIGKILL) or detach.
     StopRecording,
 }
@@ -593,8 +593,9 @@ impl ProfilerPanel {
             // Keep the elapsed time and the live graph moving.
             ui.ctx().request_repaint_after(Duration::from_millis(100));
         }
-        if let Some(target) = self.record_form.ui(ui.ctx()) {
-            self.actions.push(ProfilerAction::Record(target));
+        if let Some((target, checkpoint)) = self.record_form.ui(ui.ctx()) {
+            self.actions
+                .push(ProfilerAction::Record(target, checkpoint));
         }
     }
 

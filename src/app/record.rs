@@ -25,6 +25,9 @@ pub(super) struct RecordForm {
     pub env: String,
     /// The pid to attach to.
     pub pid: String,
+    /// The checkpoint the job works on (empty: the folder of the first
+    /// shard it opens).
+    pub checkpoint: String,
     /// Why the last Start could not go.
     pub error: Option<String>,
     /// Put the keyboard in the first field on the next frame.
@@ -79,9 +82,15 @@ impl RecordForm {
         }))
     }
 
-    /// Draws the open form as a window; returns the target when Start (or
-    /// Attach) was pressed with valid fields.
-    pub fn ui(&mut self, ctx: &egui::Context) -> Option<Target> {
+    /// The checkpoint field, when filled.
+    pub fn checkpoint(&self) -> Option<PathBuf> {
+        let text = self.checkpoint.trim();
+        (!text.is_empty()).then(|| PathBuf::from(text))
+    }
+
+    /// Draws the open form as a window; returns the target and the
+    /// checkpoint field when Start (or Attach) was pressed with valid fields.
+    pub fn ui(&mut self, ctx: &egui::Context) -> Option<(Target, Option<PathBuf>)> {
         let kind = self.open?;
         let mut start = false;
         let mut close = false;
@@ -141,6 +150,14 @@ impl RecordForm {
                         }
                     }
                 }
+                let label = ui.label("Checkpoint (empty: the folder of the first shard the job opens)");
+                ui.add(
+                    egui::TextEdit::singleline(&mut self.checkpoint)
+                        .hint_text("/models/Qwen3-8B")
+                        .desired_width(f32::INFINITY),
+                )
+                .labelled_by(label.id)
+                .on_hover_text("What the findings compare the job with: its size and what a walk of it would peak at");
                 if let Some(error) = &self.error {
                     ui.colored_label(ui.visuals().error_fg_color, crate::units::printable(error));
                 }
@@ -168,7 +185,7 @@ impl RecordForm {
             Ok(target) => {
                 self.open = None;
                 self.error = None;
-                Some(target)
+                Some((target, self.checkpoint()))
             }
             Err(error) => {
                 self.error = Some(error);
