@@ -824,7 +824,9 @@ fn the_profiler_attaches_to_a_running_process() {
     let field = "Checkpoint (empty: the folder of the first shard the job opens)";
     harness.get_by_label(field).focus();
     harness.run();
-    harness.get_by_label(field).type_text(&demo.to_string_lossy());
+    harness
+        .get_by_label(field)
+        .type_text(&demo.to_string_lossy());
     harness.run();
     harness.get_by_label("Attach").click();
     harness.step();

@@ -88,6 +88,49 @@ impl RecordForm {
         (!text.is_empty()).then(|| PathBuf::from(text))
     }
 
+    /// The command, working folder and environment fields; `true` when
+    /// Enter was pressed in the command line.
+    fn command_fields_ui(&mut self, ui: &mut egui::Ui, focus: bool) -> bool {
+        ui.label("Runs the command and records its memory until it exits: RSS of its processes, the shard files they hold open, and MLX's counters from inside Python jobs.");
+        let label = ui.label("Command line");
+        let field = ui.add(
+            egui::TextEdit::singleline(&mut self.command)
+                .hint_text("python -m mlx_lm convert --hf-path ./model -q")
+                .desired_width(f32::INFINITY),
+        );
+        let field = field.labelled_by(label.id);
+        if focus {
+            field.request_focus();
+        }
+        let label = ui.label("Working folder");
+        ui.add(
+            egui::TextEdit::singleline(&mut self.cwd)
+                .hint_text("(weightscope's own)")
+                .desired_width(f32::INFINITY),
+        )
+        .labelled_by(label.id);
+        let label = ui.label("Environment additions (KEY=VALUE, one a line)");
+        ui.add(
+            egui::TextEdit::multiline(&mut self.env)
+                .desired_rows(3)
+                .desired_width(f32::INFINITY),
+        )
+        .labelled_by(label.id);
+        field.lost_focus() && ui.input(|i| i.key_pressed(egui::Key::Enter))
+    }
+
+    /// The pid field; `true` when Enter was pressed in it.
+    fn attach_fields_ui(&mut self, ui: &mut egui::Ui, focus: bool) -> bool {
+        ui.label("Follows a running process and its children from outside (RSS, open shard files) until it exits or you press Stop.");
+        let label = ui.label("Process id");
+        let field = ui.add(egui::TextEdit::singleline(&mut self.pid).desired_width(120.0));
+        let field = field.labelled_by(label.id);
+        if focus {
+            field.request_focus();
+        }
+        field.lost_focus() && ui.input(|i| i.key_pressed(egui::Key::Enter))
+    }
+
     /// Draws the open form as a window; returns the target and the
     /// checkpoint field when Start (or Attach) was pressed with valid fields.
     pub fn ui(&mut self, ctx: &egui::Context) -> Option<(Target, Option<PathBuf>)> {
@@ -106,50 +149,11 @@ impl RecordForm {
             .pivot(egui::Align2::CENTER_TOP)
             .default_pos(ctx.content_rect().center_top() + egui::vec2(0.0, 90.0))
             .show(ctx, |ui| {
-                match kind {
-                    FormKind::Command => {
-                        ui.label("Runs the command and records its memory until it exits: RSS of its processes, the shard files they hold open, and MLX's counters from inside Python jobs.");
-                        let label = ui.label("Command line");
-                        let field = ui.add(
-                            egui::TextEdit::singleline(&mut self.command)
-                                .hint_text("python -m mlx_lm convert --hf-path ./model -q")
-                                .desired_width(f32::INFINITY),
-                        );
-                        let field = field.labelled_by(label.id);
-                        if focus {
-                            field.request_focus();
-                        }
-                        let label = ui.label("Working folder");
-                        ui.add(
-                            egui::TextEdit::singleline(&mut self.cwd)
-                                .hint_text("(weightscope's own)")
-                                .desired_width(f32::INFINITY),
-                        )
-                        .labelled_by(label.id);
-                        let label = ui.label("Environment additions (KEY=VALUE, one a line)");
-                        ui.add(
-                            egui::TextEdit::multiline(&mut self.env)
-                                .desired_rows(3)
-                                .desired_width(f32::INFINITY),
-                        )
-                        .labelled_by(label.id);
-                        if field.lost_focus() && ui.input(|i| i.key_pressed(egui::Key::Enter)) {
-                            start = true;
-                        }
-                    }
-                    FormKind::Attach => {
-                        ui.label("Follows a running process and its children from outside (RSS, open shard files) until it exits or you press Stop.");
-                        let label = ui.label("Process id");
-                        let field = ui.add(egui::TextEdit::singleline(&mut self.pid).desired_width(120.0));
-                        let field = field.labelled_by(label.id);
-                        if focus {
-                            field.request_focus();
-                        }
-                        if field.lost_focus() && ui.input(|i| i.key_pressed(egui::Key::Enter)) {
-                            start = true;
-                        }
-                    }
-                }
+                let entered = match kind {
+                    FormKind::Command => self.command_fields_ui(ui, focus),
+                    FormKind::Attach => self.attach_fields_ui(ui, focus),
+                };
+                start |= entered;
                 let label = ui.label("Checkpoint (empty: the folder of the first shard the job opens)");
                 ui.add(
                     egui::TextEdit::singleline(&mut self.checkpoint)
