@@ -67,10 +67,7 @@ fn main() {
     let peak = report["peak_mlx_active_bytes"].as_u64().unwrap_or(0);
     let rss = report["peak_rss_bytes"].as_u64().unwrap_or(0);
     let gb = apparent as f64 / 1e9;
-    println!(
-        "cat:  {cat_secs:7.1} s, {:6.2} GB/s",
-        gb / cat_secs
-    );
+    println!("cat:  {cat_secs:7.1} s, {:6.2} GB/s", gb / cat_secs);
     println!(
         "walk: {walk_secs:7.1} s, {:6.2} GB/s ({:.2} x cat)",
         gb / walk_secs,
