@@ -1,9 +1,13 @@
-//! weightscope's checkpoint layer and view-file parser, compiled from the
-//! main crate's sources (both pure Rust).
+//! weightscope's checkpoint layer (with `units`, the layer under it) and
+//! view-file parser, compiled from the main crate's sources (all pure Rust).
 #![allow(missing_docs, dead_code)]
 
 #[path = "../../src/checkpoint/mod.rs"]
 pub mod checkpoint;
+
+// The layer below the checkpoint layer (the JSON string runs its scanner uses).
+#[path = "../../src/units.rs"]
+pub mod units;
 
 #[path = "../../src/weights/viewfile.rs"]
 pub mod viewfile;
