@@ -673,7 +673,7 @@ impl ProfilerPanel {
     }
 
     fn limits_ui(&mut self, ui: &mut egui::Ui, inputs: &ProfilerInputs<'_>) {
-        ui.horizontal(|ui| {
+        ui.horizontal_wrapped(|ui| {
             let label = ui.label("MLX memory limit");
             let field = ui.add(
                 egui::TextEdit::singleline(&mut self.memory_limit_input)
@@ -733,7 +733,7 @@ impl ProfilerPanel {
     }
 
     fn trace_controls_ui(&mut self, ui: &mut egui::Ui) {
-        ui.horizontal(|ui| {
+        ui.horizontal_wrapped(|ui| {
             if ui
                 .button("Save trace…")
                 .on_hover_text(
