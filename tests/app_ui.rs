@@ -698,6 +698,12 @@ fn the_profiler_records_a_users_job_and_shows_what_it_did() {
     harness.run();
     harness.get_by_label_contains("type the command to record");
     assert!(!harness.state().is_recording());
+    // Esc closes the form; the button opens it again.
+    harness.key_press(egui::Key::Escape);
+    harness.run();
+    assert!(harness.query_by_label("Command line").is_none());
+    harness.get_by_label("Record a command…").click();
+    harness.run();
 
     let command = [python.as_path(), jobs.as_path()]
         .iter()

@@ -178,6 +178,11 @@ impl RecordForm {
                     }
                 });
             });
+        // Esc closes the form, as Cancel does.
+        if ctx.input_mut(|i| i.consume_key(egui::Modifiers::NONE, egui::Key::Escape)) {
+            close = true;
+            start = false;
+        }
         if close {
             self.open = None;
             self.error = None;
