@@ -351,14 +351,9 @@ impl WeightscopeApp {
                 self.profiler.apply_walk_progress(&recorded, &self.timeline);
             }
             EventKind::WalkFinished(outcome) => {
-                let inputs = ProfilerInputs {
-                    timeline: &self.timeline,
-                    checkpoint: self.checkpoint.as_deref(),
-                    memory: &self.memory,
-                    sampler: self.sampler.as_ref(),
-                    device: &self.device,
-                };
-                self.profiler.apply_walk_finished(*outcome, &inputs);
+                self.with_profiler(|profiler, inputs| {
+                    profiler.apply_walk_finished(*outcome, inputs);
+                });
             }
             EventKind::Diffed(progress) => self.diff.progress(progress),
             EventKind::DiffFinished(result) => self.diff.finished(result),
@@ -533,7 +528,12 @@ impl WeightscopeApp {
         }
     }
 
-    fn profiler_tab_ui(&mut self, ui: &mut egui::Ui) {
+    /// Runs `f` on the profiler panel with what it reads from the app
+    /// (disjoint fields: the panel is borrowed mutably, the rest shared).
+    fn with_profiler<R>(
+        &mut self,
+        f: impl FnOnce(&mut ProfilerPanel, &ProfilerInputs<'_>) -> R,
+    ) -> R {
         let inputs = ProfilerInputs {
             timeline: &self.timeline,
             checkpoint: self.checkpoint.as_deref(),
@@ -541,7 +541,11 @@ impl WeightscopeApp {
             sampler: self.sampler.as_ref(),
             device: &self.device,
         };
-        let actions = self.profiler.ui(ui, &inputs);
+        f(&mut self.profiler, &inputs)
+    }
+
+    fn profiler_tab_ui(&mut self, ui: &mut egui::Ui) {
+        let actions = self.with_profiler(|profiler, inputs| profiler.ui(ui, inputs));
         self.run_profiler_actions(actions);
     }
 
@@ -614,15 +618,10 @@ impl WeightscopeApp {
     /// Starts a walk of the open checkpoint with the profiler's policy and
     /// transform.
     pub fn start_walk(&mut self) {
-        let inputs = ProfilerInputs {
-            timeline: &self.timeline,
-            checkpoint: self.checkpoint.as_deref(),
-            memory: &self.memory,
-            sampler: self.sampler.as_ref(),
-            device: &self.device,
-        };
-        self.profiler.start_walk(&inputs);
-        let actions = self.profiler.take_actions();
+        let actions = self.with_profiler(|profiler, inputs| {
+            profiler.start_walk(inputs);
+            profiler.take_actions()
+        });
         self.run_profiler_actions(actions);
     }
 
@@ -747,14 +746,7 @@ impl WeightscopeApp {
 
     /// Writes the trace to `path` (CSV or JSON by extension) and says so.
     pub fn save_trace(&mut self, path: &Path) {
-        let inputs = ProfilerInputs {
-            timeline: &self.timeline,
-            checkpoint: self.checkpoint.as_deref(),
-            memory: &self.memory,
-            sampler: self.sampler.as_ref(),
-            device: &self.device,
-        };
-        self.profiler.save_trace(path, &inputs);
+        self.with_profiler(|profiler, inputs| profiler.save_trace(path, inputs));
     }
 
     /// Loads a saved trace and overlays it on the walk view.

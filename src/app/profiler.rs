@@ -1075,6 +1075,15 @@ impl ProfilerPanel {
             shards.len()
         ));
         for shard in shards.iter().take(50) {
+            if recorded.is_some() {
+                // A file the job holds: its path and size, nothing inside.
+                ui.label(format!(
+                    "{} {}",
+                    crate::units::printable(&shard.shard),
+                    human_bytes(shard.bytes)
+                ));
+                continue;
+            }
             egui::CollapsingHeader::new(format!(
                 "{}: {} ({} tensors)",
                 shard.shard,

@@ -758,7 +758,8 @@ pub fn residency_steps<'a>(events: impl IntoIterator<Item = &'a TraceEvent>) -> 
 
 /// What was resident at `t_secs`, from the events: per shard, its bytes
 /// (the core's figure) and the tensors materialized from it, each with
-/// whether it had been released while its map still held it.
+/// whether it had been released while its map still held it. A recorded
+/// job's open files count as shards with their size and no tensors.
 #[must_use]
 pub fn resident_at<'a>(
     events: impl IntoIterator<Item = &'a TraceEvent>,
@@ -780,7 +781,10 @@ pub fn resident_at<'a>(
                     }
                 }
             }
-            MarkKind::Materialize | MarkKind::WalkStep => {
+            MarkKind::Materialize
+            | MarkKind::WalkStep
+            | MarkKind::FileOpen
+            | MarkKind::FileClose => {
                 let (Some(file), Some(bytes)) = (&event.shard, event.shard_resident_bytes) else {
                     continue;
                 };
@@ -798,6 +802,10 @@ pub fn resident_at<'a>(
                     });
                 let (shard, names) = &mut shards[k];
                 shard.bytes = bytes;
+                // A recorded job's file is held whole: it has no tensors.
+                if matches!(event.kind, MarkKind::FileOpen | MarkKind::FileClose) {
+                    continue;
+                }
                 if let Some(&i) = names.get(&event.target) {
                     shard.tensors[i].released = false;
                 } else {

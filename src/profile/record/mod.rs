@@ -26,7 +26,9 @@ pub use findings::record_findings;
 pub use job::RecordControl;
 
 use super::findings::Finding;
-use super::trace::{ExpectedPeaks, JobInfo, MarkKind, Trace, TraceEvent, TraceSample};
+use super::trace::{
+    ExpectedPeaks, JobInfo, MarkKind, Trace, TraceEvent, TraceSample, resident_at, secs_since,
+};
 use probe::ProbeLine;
 
 /// What to record.
@@ -432,7 +434,7 @@ impl Recorder {
     }
 
     fn secs(&self, at: Instant) -> f64 {
-        at.saturating_duration_since(self.origin).as_secs_f64()
+        secs_since(self.origin, at)
     }
 
     fn mlx_now(&self) -> Option<MlxFigures> {
@@ -832,13 +834,9 @@ pub fn record(
         command,
         root,
         exit,
-        rec_secs(origin, end),
+        secs_since(origin, end),
         options,
     ))
-}
-
-fn rec_secs(origin: Instant, end: Instant) -> f64 {
-    end.saturating_duration_since(origin).as_secs_f64()
 }
 
 /// The recording from what was seen: peaks, the files at the peak, the
@@ -883,7 +881,16 @@ fn finish(
     #[cfg(not(target_os = "linux"))]
     let gpu_unavailable = Some("NVML is read on Linux only".to_owned());
     let files_open_at_peak = peak_index
-        .map(|i| open_files_at(&rec.events, rec.samples[i].t_secs))
+        .map(|i| {
+            // The files are "resident" from their open to their close.
+            resident_at(&rec.events, rec.samples[i].t_secs)
+                .into_iter()
+                .map(|file| OpenFile {
+                    path: PathBuf::from(file.shard),
+                    bytes: file.bytes,
+                })
+                .collect()
+        })
         .unwrap_or_default();
     // MLX's own peak counter sees between samples; the last report of each
     // process (its `bye` sends one) counts too.
@@ -940,27 +947,4 @@ fn finish(
     };
     recording.findings = record_findings(&recording);
     recording
-}
-
-/// The files open at `t_secs`, from the file events.
-#[must_use]
-pub fn open_files_at(events: &[TraceEvent], t_secs: f64) -> Vec<OpenFile> {
-    let mut open: BTreeMap<&str, u64> = BTreeMap::new();
-    for event in events.iter().filter(|e| e.t_secs <= t_secs) {
-        match event.kind {
-            MarkKind::FileOpen => {
-                open.insert(&event.target, event.bytes);
-            }
-            MarkKind::FileClose => {
-                open.remove(event.target.as_str());
-            }
-            _ => {}
-        }
-    }
-    open.into_iter()
-        .map(|(path, bytes)| OpenFile {
-            path: PathBuf::from(path),
-            bytes,
-        })
-        .collect()
 }
