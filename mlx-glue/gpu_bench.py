@@ -4,6 +4,12 @@ holds PyTorch and safetensors; nothing is installed).
     python3 gpu_bench.py generate DIR        a ~3.4 GiB, 8-shard checkpoint (seeded)
     python3 gpu_bench.py generate-big DIR    two 1 GiB f32 tensors and their float64 statistics
     python3 gpu_bench.py torch-load DIR      best-of-3 GB/s of safetensors -> CUDA
+    python3 gpu_bench.py generate-q4 DIR     a 1 GiB affine 4-bit weight (2^31 values) and its
+                                             float64 statistics
+    python3 gpu_bench.py torch-summary FILE NAME [q4]
+                                             PyTorch's statistics and 64-bin histogram of one
+                                             tensor on the GPU (aminmax, std_mean, histc), the
+                                             first run and the best of 5 in ms
     python3 gpu_bench.py compare CPU GPU [REF]  `weightscope tensor --json` stats, CPU vs GPU
                                              (and both against float64 REF statistics)
 """
@@ -72,6 +78,75 @@ def generate_big(root: Path) -> None:
     print(f"generated 2 GiB at {root}")
 
 
+Q4_ROWS, Q4_COLS, Q4_GROUP = 32768, 65536, 64
+
+
+def q4_dequantize(torch, words, scales, biases):
+    """MLX's affine 4-bit layout: eight values per uint32 word, lowest bits
+    first; value = scale * q + bias per group of 64."""
+    shifts = torch.arange(0, 32, 4, device=words.device, dtype=torch.int32)
+    q = (words.unsqueeze(-1) >> shifts) & 0xF
+    q = q.reshape(words.shape[0], -1, Q4_GROUP).to(scales.dtype)
+    return (q * scales.unsqueeze(-1) + biases.unsqueeze(-1)).reshape(words.shape[0], -1)
+
+
+def generate_q4(root: Path) -> None:
+    """`w.weight` [32768, 8192] uint32 (1 GiB of seeded random words),
+    `w.scales` and `w.biases` [32768, 1024] f16, config.json saying affine
+    4-bit group 64 (mlx-lm's keys), and float64 statistics of the
+    dequantized values computed on the GPU by PyTorch."""
+    import numpy as np
+    import torch
+    from safetensors.numpy import save_file
+
+    root.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(4)
+    words = rng.integers(0, 1 << 32, size=(Q4_ROWS, Q4_COLS // 8), dtype=np.uint32)
+    groups = Q4_COLS // Q4_GROUP
+    scales = (0.002 + 0.001 * rng.random((Q4_ROWS, groups))).astype(np.float16)
+    biases = (-7.5 * scales.astype(np.float32) + 0.0005 * rng.standard_normal((Q4_ROWS, groups))).astype(np.float16)
+    save_file({"w.weight": words, "w.scales": scales, "w.biases": biases}, str(root / "model.safetensors"))
+    (root / "config.json").write_text(json.dumps({"quantization": {"group_size": Q4_GROUP, "bits": 4}}))
+    w = torch.from_numpy(words.view(np.int32)).cuda()
+    d = q4_dequantize(torch, w, torch.from_numpy(scales).cuda().double(), torch.from_numpy(biases).cuda().double())
+    reference = {"w.weight": {"min": d.min().item(), "max": d.max().item(),
+                              "mean": d.mean().item(), "std": d.std(unbiased=False).item()}}
+    (root / "reference.json").write_text(json.dumps(reference))
+    print(f"generated a 1 GiB 4-bit weight at {root}")
+
+
+def torch_summary(path: str, name: str, kind: str = "") -> None:
+    import numpy as np
+    import torch
+    from safetensors import safe_open
+
+    with safe_open(path, framework="np") as f:
+        if kind == "q4":
+            words = torch.from_numpy(f.get_tensor(name).view(np.int32)).cuda()
+            stem = name.rsplit(".", 1)[0]
+            scales = torch.from_numpy(f.get_tensor(stem + ".scales")).cuda()
+            biases = torch.from_numpy(f.get_tensor(stem + ".biases")).cuda()
+        else:
+            x_stored = torch.from_numpy(f.get_tensor(name)).cuda()
+    torch.cuda.synchronize()
+
+    def run():
+        x = q4_dequantize(torch, words, scales.float(), biases.float()) if kind == "q4" else x_stored
+        lo, hi = torch.aminmax(x)
+        std, mean = torch.std_mean(x, correction=0)
+        hist = torch.histc(x, bins=64, min=lo.item(), max=hi.item())
+        torch.cuda.synchronize()
+        return lo.item(), hi.item(), mean.item(), std.item(), hist
+
+    times = []
+    for _ in range(6):
+        start = time.perf_counter()
+        lo, hi, mean, std, _hist = run()
+        times.append((time.perf_counter() - start) * 1e3)
+    print(json.dumps({"name": name, "first_ms": times[0], "best_ms": min(times[1:]),
+                      "min": lo, "max": hi, "mean": mean, "std": std}))
+
+
 def torch_load(root: Path) -> None:
     import torch
     from safetensors.torch import load_file
@@ -134,6 +209,10 @@ if __name__ == "__main__":
         generate(Path(sys.argv[2]))
     elif command == "torch-load":
         torch_load(Path(sys.argv[2]))
+    elif command == "generate-q4":
+        generate_q4(Path(sys.argv[2]))
+    elif command == "torch-summary":
+        torch_summary(*sys.argv[2:5])
     elif command == "generate-big":
         generate_big(Path(sys.argv[2]))
     elif command == "compare":

@@ -395,3 +395,70 @@ fn the_tensor_command_prints_the_contract_keys() {
         "{stderr}"
     );
 }
+
+#[test]
+fn quantized_weights_larger_than_one_chunk_are_dequantized_chunk_by_chunk() {
+    // 2.1 M logical values (three of the CPU summary's chunks) in two MLX
+    // modes: decoded band by band inside the summary (what a preview does on
+    // a GPU, or for a weight over 1 GiB in f32), the summary must agree with
+    // that of the whole dequantized array.
+    let (rows, cols) = (2052i32, 1024i32);
+    let w = Array::from_slice(
+        &values(2052 * 1024)
+            .iter()
+            .map(|v| if v.is_finite() { *v } else { 0.5 })
+            .collect::<Vec<f32>>(),
+        &[rows, cols],
+    );
+    for (mode, group, bits) in [("affine", 64u64, 4u64), ("mxfp4", 32, 4)] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let parts = mlx::quantize_mode(&w, mode, group, bits).expect("quantize");
+        let (wq, scales, biases) = (parts[0].clone(), parts[1].clone(), parts.get(2).cloned());
+        let mut arrays = vec![("l.weight", &wq), ("l.scales", &scales)];
+        if let Some(b) = &biases {
+            arrays.push(("l.biases", b));
+        }
+        mlx::save_safetensors(&dir.path().join("model.safetensors"), &arrays).expect("save");
+        std::fs::write(
+            dir.path().join("config.json"),
+            format!(r#"{{"quantization":{{"group_size":{group},"bits":{bits},"mode":"{mode}"}}}}"#),
+        )
+        .expect("config");
+        let whole = mlx::dequantize(&wq, &scales, biases.as_ref(), mode, group, bits, None)
+            .expect("dequantize");
+        let options = PreviewOptions::default();
+        let want = mlx::summarize(&whole, options.first, options.bins, options.heatmap)
+            .expect("summary of the whole array");
+
+        let mut weights = Weights::open(dir.path()).expect("open");
+        // What a preview on a GPU (or of a large weight) does.
+        let bands = weights.bands("l.weight").expect("bands");
+        assert!(bands.decodes_per_band(), "{mode}");
+        let got = mlx::summarize_bands(&bands, options.first, options.bins, options.heatmap)
+            .expect("summary band by band");
+        assert_eq!(got.first, want.first, "{mode} first values");
+        assert_eq!(got.histogram, want.histogram, "{mode} histogram");
+        assert_eq!(
+            (got.stats.min, got.stats.max, got.stats.finite),
+            (want.stats.min, want.stats.max, want.stats.finite),
+            "{mode}"
+        );
+        assert!(close(got.stats.mean, want.stats.mean, 1e-6), "{mode} mean");
+        assert!(close(got.stats.std, want.stats.std, 1e-6), "{mode} std");
+        let (a, b) = (
+            got.heatmap.expect("heatmap"),
+            want.heatmap.expect("heatmap"),
+        );
+        assert_eq!((a.rows, a.cols, a.row_step), (b.rows, b.cols, b.row_step));
+        for (x, y) in a.values.iter().zip(&b.values) {
+            assert!(
+                (x - y).abs() <= 1e-5 * (1.0 + y.abs()),
+                "{mode} cell {x} vs {y}"
+            );
+        }
+        let preview = weights.preview("l.weight", &options).expect("preview");
+        assert_eq!(preview.value_shape, [rows, cols], "{mode}");
+        assert_eq!(preview.values.histogram, want.histogram, "{mode} preview");
+        assert!(preview.quant_maps.is_some(), "{mode} maps its scales");
+    }
+}

@@ -39,6 +39,8 @@ pub enum Command {
         name: String,
         /// JSON instead of text.
         json: bool,
+        /// Summaries to compute (the fastest is reported).
+        repeat: u32,
     },
     /// Print the header summary of a checkpoint.
     Inspect {
@@ -96,6 +98,10 @@ enum Sub {
         /// One JSON object instead of text.
         #[arg(long)]
         json: bool,
+        /// Summarize the values N times and report the fastest summary (for
+        /// benchmarks: on CUDA the first one includes compiling kernels).
+        #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1000))]
+        repeat: u32,
     },
     /// Materialize every tensor in shard order under a release policy and record memory.
     Walk {
@@ -292,7 +298,17 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, clap::
             }
         }
         Some(Sub::Inspect { path, json }) => Command::Inspect { path, json },
-        Some(Sub::Tensor { path, name, json }) => Command::Tensor { path, name, json },
+        Some(Sub::Tensor {
+            path,
+            name,
+            json,
+            repeat,
+        }) => Command::Tensor {
+            path,
+            name,
+            json,
+            repeat,
+        },
         Some(Sub::Walk {
             path,
             policy,
@@ -436,7 +452,8 @@ mod tests {
             Command::Tensor {
                 path: PathBuf::from("m"),
                 name: "w".into(),
-                json: true
+                json: true,
+                repeat: 1
             }
         );
         assert!(error_text(&["tensor", "m"]).contains("<NAME>"));

@@ -45,6 +45,9 @@ struct JsonTensor<'a> {
     first: &'a [f32],
     millis: f64,
     stats_millis: f64,
+    /// Every summary's time with `--repeat` (the fastest is `stats_millis`).
+    #[serde(skip_serializing_if = "<[f64]>::is_empty")]
+    stats_millis_runs: &'a [f64],
     #[serde(skip_serializing_if = "Option::is_none")]
     quantized: Option<serde_json::Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -54,11 +57,12 @@ struct JsonTensor<'a> {
     heatmap: Option<JsonHeatmap>,
 }
 
-/// Writes `preview` as one JSON object.
+/// Writes `preview` as one JSON object; `runs`: every summary's time when
+/// `--repeat` asked for more than one.
 ///
 /// # Errors
 /// When writing fails.
-pub fn write_json(preview: &TensorPreview, out: &mut impl Write) -> io::Result<()> {
+pub fn write_json(preview: &TensorPreview, runs: &[f64], out: &mut impl Write) -> io::Result<()> {
     let s = &preview.values.stats;
     let doc = JsonTensor {
         name: &preview.name,
@@ -81,6 +85,7 @@ pub fn write_json(preview: &TensorPreview, out: &mut impl Write) -> io::Result<(
         first: &preview.values.first,
         millis: preview.materialize_millis,
         stats_millis: preview.summary_millis,
+        stats_millis_runs: if runs.len() > 1 { runs } else { &[] },
         quantized: preview.decoding.as_ref().and_then(quantized_json),
         decoded: preview.decoding.as_ref().map(Decoding::describe),
         histogram: JsonHistogram {

@@ -19,7 +19,10 @@ pub use memory::{
 pub use mlx_rs::{Array, Dtype};
 pub use quant::{ByteFloat, decode_bytes, dequantize, mlx_from_fp8, quantize_mode, scale_blocks};
 pub use shard::ShardMap;
-pub use stats::{Heatmap, Histogram, Stats, ValueSummary, summarize};
+pub use stats::{
+    Heatmap, Histogram, RowBands, Stats, ValueSummary, summarize, summarize_bands,
+    summary_scratch_bytes,
+};
 pub use transform::{
     DiffSums, Difference, ValueCounts, add_scalar, concat_rows, count_values, difference,
     dtype_named, metrics, move_axis, reshape, slice_rows, swap_axes, take_row,

@@ -87,11 +87,18 @@ impl ValueSummary {
     }
 }
 
-/// Elements per chunk (4 MiB as `f32`). Every pass goes over the tensor chunk
-/// by chunk: a chunk's temporaries stay in the CPU cache between the ops that
-/// read it, and chunks alternate between two streams so that MLX's CPU
-/// backend runs them on two cores (one stream runs one op at a time).
-const CHUNK: i32 = 1 << 20;
+/// Elements per chunk on MLX's CPU backend (4 MiB as `f32`). Every pass
+/// goes over the tensor chunk by chunk: a chunk's temporaries stay in the
+/// CPU cache between the ops that read it, and chunks alternate between two
+/// streams so that MLX's CPU backend runs them on two cores (one stream runs
+/// one op at a time).
+const CPU_CHUNK: i64 = 1 << 20;
+
+/// Elements per chunk on a GPU (256 MiB as `f32`): few enough kernel
+/// launches that a 1 GiB tensor is a handful of launches per op, small
+/// enough that a chunk's temporaries (and a dequantized chunk) stay a small
+/// part of the card.
+const GPU_CHUNK: i64 = 1 << 26;
 
 /// Values per partial sum: partials are summed in `f32` on the device and
 /// added in `f64` on the host. A single `f32` reduction over millions of
@@ -101,6 +108,16 @@ const SUM_BLOCK: i32 = 256;
 
 /// Values that pick the centre the sums are taken around (see [`centre`]).
 const CENTRE_SAMPLE: i32 = 1 << 16;
+
+/// Values per block when bins are counted on the device: each block counts
+/// into its own row of bins, so the device's atomic adds of neighbouring
+/// values (often the same bin) do not all wait on one counter; the rows are
+/// summed on the device afterwards.
+const BIN_BLOCK: i32 = 1 << 12;
+
+/// Chunks evaluated together: bounds the temporaries in flight (two chunks
+/// per stream) while keeping both streams busy.
+const WINDOW: usize = 4;
 
 thread_local! {
     /// A second stream on the default device for the thread that summarizes
@@ -120,48 +137,152 @@ fn scalar(a: &Array) -> Result<f64, MlxError> {
     Ok(v.first().copied().map_or(f64::NAN, f64::from))
 }
 
-/// A run of the flattened tensor, reduced in blocks of `rows` values:
-/// [`SUM_BLOCK`], except for the tail shorter than one block, which is one
-/// block of its own.
+/// How a summary runs on the default device.
+#[derive(Debug, Clone, Copy)]
+struct Plan {
+    /// Elements per chunk.
+    chunk: i64,
+    /// Bin numbers are counted on the device (a GPU's atomic adds) rather
+    /// than copied to the host a byte per value and counted there (faster on
+    /// MLX's CPU backend, whose scatter-add runs one value at a time).
+    device_bins: bool,
+    /// Partial sums are summed once more on the device before they are
+    /// copied (a GPU chunk has 2^18 of them).
+    two_level: bool,
+}
+
+impl Plan {
+    /// The plan for MLX's default device. `WEIGHTSCOPE_SUMMARY_BINS=host` or
+    /// `=device` overrides where bins are counted (for benchmarks).
+    fn for_default_device() -> Self {
+        let gpu = super::default_device().is_ok_and(|d| d.kind == super::DeviceKind::Gpu);
+        let device_bins = match std::env::var("WEIGHTSCOPE_SUMMARY_BINS").as_deref() {
+            Ok("host") => false,
+            Ok("device") => true,
+            _ => gpu,
+        };
+        Self {
+            chunk: if gpu { GPU_CHUNK } else { CPU_CHUNK },
+            device_bins,
+            two_level: gpu,
+        }
+    }
+}
+
+/// A bound on the MLX memory a summary's temporaries take beside the
+/// values it reads: eight `f32` arrays of one chunk on the default device.
+#[must_use]
+pub fn summary_scratch_bytes() -> u64 {
+    8 * 4 * Plan::for_default_device().chunk.unsigned_abs()
+}
+
+/// Values to summarize, read as `[rows, cols]` one band of rows at a time
+/// and decoded per band: a packed weight is dequantized chunk by chunk, so a
+/// summary never holds the whole tensor in `f32`.
+pub trait RowBands {
+    /// The logical shape (leading axes are folded into rows).
+    fn shape(&self) -> &[i32];
+    /// Rows: the product of every axis but the last.
+    fn rows(&self) -> i32;
+    /// Values per row: the last axis.
+    fn cols(&self) -> i32;
+    /// Bands must start on multiples of this many rows (FP8 block rows).
+    fn align(&self) -> i32;
+    /// The decoded rows `r0..r1`, `[r1 - r0, cols]`, lazy.
+    ///
+    /// # Errors
+    /// When MLX fails.
+    fn band(&self, r0: i32, r1: i32) -> Result<Array, MlxError>;
+}
+
+/// Where a summary reads its values.
+enum Input<'a> {
+    /// A flattened array (at most `i32::MAX` elements).
+    Flat { flat: Array, shape: Vec<i32> },
+    /// Decoded row bands.
+    Bands(&'a dyn RowBands),
+}
+
+impl Input<'_> {
+    fn shape(&self) -> &[i32] {
+        match self {
+            Input::Flat { shape, .. } => shape,
+            Input::Bands(b) => b.shape(),
+        }
+    }
+
+    /// Elements in all.
+    fn len(&self) -> i64 {
+        match self {
+            Input::Flat { flat, .. } => i64::try_from(flat.size()).unwrap_or(i64::MAX),
+            Input::Bands(b) => i64::from(b.rows()) * i64::from(b.cols()),
+        }
+    }
+
+    /// Parts must start on multiples of this many elements.
+    fn granule(&self) -> i64 {
+        match self {
+            Input::Flat { .. } => 1,
+            Input::Bands(b) => i64::from(b.cols().max(1)) * i64::from(b.align().max(1)),
+        }
+    }
+
+    /// The values of `part`, flat, as `f32`, lazy.
+    fn values(&self, part: Part) -> Result<Array, MlxError> {
+        let x = match self {
+            Input::Flat { flat, .. } => {
+                let start = i32::try_from(part.start)
+                    .map_err(|_| MlxError::op("summarize", "more than 2^31 elements"))?;
+                op("slice", flat.try_index(start..start + part.len))?
+            }
+            Input::Bands(b) => {
+                let cols = i64::from(b.cols().max(1));
+                let r0 = i32::try_from(part.start / cols)
+                    .map_err(|_| MlxError::op("summarize", "more than 2^31 rows"))?;
+                let r1 = r0 + i32::try_from(i64::from(part.len) / cols).unwrap_or(0);
+                op("reshape", b.band(r0, r1)?.reshape(&[-1]))?
+            }
+        };
+        op("cast to f32", x.as_dtype(Dtype::Float32))
+    }
+}
+
+/// A run of the flattened tensor.
 #[derive(Debug, Clone, Copy)]
 struct Part {
-    start: i32,
+    start: i64,
     len: i32,
 }
 
-impl Part {
-    /// The tensor `0..n` cut into chunks of [`CHUNK`] and a tail.
-    fn all(n: i32) -> Vec<Part> {
-        let whole = n - n % SUM_BLOCK;
-        let mut parts: Vec<Part> = (0..whole)
-            .step_by(usize::try_from(CHUNK).unwrap_or(1))
-            .map(|start| Part {
-                start,
-                len: CHUNK.min(whole - start),
-            })
-            .collect();
-        if whole < n {
-            parts.push(Part {
-                start: whole,
-                len: n - whole,
-            });
-        }
-        parts
+/// `0..n` cut into parts of about `chunk` elements, each starting on a
+/// multiple of `granule`.
+fn parts(n: i64, granule: i64, chunk: i64) -> Result<Vec<Part>, MlxError> {
+    let granule = granule.max(1);
+    let len = (chunk / granule).max(1) * granule;
+    let len = i32::try_from(len)
+        .map_err(|_| MlxError::op("summarize", "one row band exceeds 2^31 values"))?;
+    let mut parts = Vec::new();
+    let mut start = 0i64;
+    while start < n {
+        let this = i64::from(len).min(n - start);
+        parts.push(Part {
+            start,
+            len: i32::try_from(this).unwrap_or(len),
+        });
+        start += this;
     }
+    Ok(parts)
+}
 
-    fn rows(self) -> i32 {
-        if self.len % SUM_BLOCK == 0 {
-            SUM_BLOCK
-        } else {
-            self.len
-        }
+fn gcd(mut a: i64, mut b: i64) -> i64 {
+    while b != 0 {
+        (a, b) = (b, a % b);
     }
+    a.max(1)
+}
 
-    /// This run of `flat` as `f32`.
-    fn values(self, flat: &Array) -> Result<Array, MlxError> {
-        let x = op("slice", flat.try_index(self.start..self.start + self.len))?;
-        op("cast to f32", x.as_dtype(Dtype::Float32))
-    }
+fn lcm(a: i64, b: i64) -> i64 {
+    a / gcd(a, b) * b
 }
 
 /// Runs `f` with the MLX stream for chunk `i`: even chunks on the default
@@ -173,63 +294,90 @@ fn on_stream<T>(i: usize, f: impl FnOnce() -> T) -> T {
     })
 }
 
+/// Partial sums of the flat `a` of `len` values: blocks of [`SUM_BLOCK`]
+/// values (taken across a `[SUM_BLOCK, -1]` view along its first axis, which
+/// MLX's CPU backend vectorizes across columns) and the tail in one block;
+/// with `two_level`, the partials are summed once more on the device.
+fn partial_sums(a: &Array, len: i32, two_level: bool) -> Result<Vec<Array>, MlxError> {
+    let main = len - len % SUM_BLOCK;
+    let mut out = Vec::with_capacity(2);
+    if main > 0 {
+        let body = if main == len {
+            a.clone()
+        } else {
+            op("slice", a.try_index(0..main))?
+        };
+        let mut sums = op(
+            "sum",
+            body.reshape(&[SUM_BLOCK, -1])
+                .and_then(|v| v.sum_axis(0, None)),
+        )?;
+        let count = main / SUM_BLOCK;
+        if two_level && count >= 4 * SUM_BLOCK && count % SUM_BLOCK == 0 {
+            sums = op(
+                "sum",
+                sums.reshape(&[SUM_BLOCK, -1])
+                    .and_then(|v| v.sum_axis(0, None)),
+            )?;
+        }
+        out.push(sums);
+    }
+    if main < len {
+        let tail = op("slice", a.try_index(main..len))?;
+        out.push(op("sum", tail.sum(None))?);
+    }
+    Ok(out)
+}
+
+/// The minimum (`max == false`) or maximum of the flat `a` of `len` values.
+fn extreme(a: &Array, len: i32, max: bool) -> Result<Array, MlxError> {
+    let reduce = |v: &Array| if max { v.max(None) } else { v.min(None) };
+    if len % SUM_BLOCK == 0 {
+        let columns = op("reshape", a.reshape(&[SUM_BLOCK, -1]))?;
+        let per_column = op(
+            "reduce",
+            if max {
+                columns.max_axis(0, None)
+            } else {
+                columns.min_axis(0, None)
+            },
+        )?;
+        op("reduce", reduce(&per_column))
+    } else {
+        op("reduce", reduce(a))
+    }
+}
+
 /// The lazy reductions of one part for the statistics pass: minimum,
 /// maximum, partial sums of `x`, of `d = x - centre` and of `d²`, over the
 /// finite values only when `masked` (then also the NaN and Inf counts).
 struct PartSums {
     min: Array,
     max: Array,
-    sum: Array,
-    sum_squares: Array,
+    sum: Vec<Array>,
+    sum_squares: Vec<Array>,
     nan: Option<Array>,
     inf: Option<Array>,
 }
 
 impl PartSums {
     fn new(
-        part: Part,
-        flat: &Array,
+        x: &Array,
+        len: i32,
         centre: Option<&Array>,
         masked: bool,
+        plan: Plan,
     ) -> Result<Self, MlxError> {
-        let x = part.values(flat)?;
         let d = match centre {
             Some(centre) => op("subtract", x.subtract(centre))?,
             None => x.clone(),
         };
-        let rows = part.rows();
-        // Every reduction over a `[rows, -1]` view along its first axis:
-        // MLX's CPU backend vectorizes these across columns (along the last
-        // axis a sum takes twice as long). Each partial sum adds `rows`
-        // values in f32; the host adds the partials in f64.
-        let reduce_min = |a: &Array| {
-            op(
-                "min",
-                a.reshape(&[rows, -1])
-                    .and_then(|v| v.min_axis(0, None))
-                    .and_then(|m| m.min(None)),
-            )
-        };
-        let reduce_max = |a: &Array| {
-            op(
-                "max",
-                a.reshape(&[rows, -1])
-                    .and_then(|v| v.max_axis(0, None))
-                    .and_then(|m| m.max(None)),
-            )
-        };
-        let partial_sums = |a: &Array| {
-            op(
-                "sum",
-                a.reshape(&[rows, -1]).and_then(|v| v.sum_axis(0, None)),
-            )
-        };
         if !masked {
             return Ok(Self {
-                min: reduce_min(&x)?,
-                max: reduce_max(&x)?,
-                sum: partial_sums(&x)?,
-                sum_squares: partial_sums(&op("square", d.square())?)?,
+                min: extreme(x, len, false)?,
+                max: extreme(x, len, true)?,
+                sum: partial_sums(x, len, plan.two_level)?,
+                sum_squares: partial_sums(&op("square", d.square())?, len, plan.two_level)?,
                 nan: None,
                 inf: None,
             });
@@ -244,24 +392,38 @@ impl PartSums {
         let zero = Array::from_f32(0.0);
         let d = op("where", ops::select(&finite, &d, &zero))?;
         Ok(Self {
-            min: reduce_min(&op(
-                "where",
-                ops::select(&finite, &x, Array::from_f32(f32::INFINITY)),
-            )?)?,
-            max: reduce_max(&op(
-                "where",
-                ops::select(&finite, &x, Array::from_f32(f32::NEG_INFINITY)),
-            )?)?,
-            sum: partial_sums(&op("where", ops::select(&finite, &x, &zero))?)?,
-            sum_squares: partial_sums(&op("square", d.square())?)?,
-            nan: Some(count(op("isnan", ops::is_nan(&x))?)?),
-            inf: Some(count(op("isinf", ops::is_inf(&x))?)?),
+            min: extreme(
+                &op(
+                    "where",
+                    ops::select(&finite, x, Array::from_f32(f32::INFINITY)),
+                )?,
+                len,
+                false,
+            )?,
+            max: extreme(
+                &op(
+                    "where",
+                    ops::select(&finite, x, Array::from_f32(f32::NEG_INFINITY)),
+                )?,
+                len,
+                true,
+            )?,
+            sum: partial_sums(
+                &op("where", ops::select(&finite, x, &zero))?,
+                len,
+                plan.two_level,
+            )?,
+            sum_squares: partial_sums(&op("square", d.square())?, len, plan.two_level)?,
+            nan: Some(count(op("isnan", ops::is_nan(x))?)?),
+            inf: Some(count(op("isinf", ops::is_inf(x))?)?),
         })
     }
 
     fn outputs(&self) -> impl Iterator<Item = &Array> {
-        [&self.min, &self.max, &self.sum, &self.sum_squares]
+        [&self.min, &self.max]
             .into_iter()
+            .chain(self.sum.iter())
+            .chain(self.sum_squares.iter())
             .chain(self.nan.iter())
             .chain(self.inf.iter())
     }
@@ -281,8 +443,12 @@ struct PartStats {
 impl PartStats {
     /// Reads the evaluated reductions.
     fn read(sums: &PartSums) -> Result<Self, MlxError> {
-        let total = |a: &Array| -> Result<f64, MlxError> {
-            Ok(to_f32_vec(a)?.iter().map(|&v| f64::from(v)).sum())
+        let total = |arrays: &[Array]| -> Result<f64, MlxError> {
+            let mut sum = 0.0;
+            for a in arrays {
+                sum += to_f32_vec(a)?.iter().map(|&v| f64::from(v)).sum::<f64>();
+            }
+            Ok(sum)
         };
         let count = |a: Option<&Array>| -> Result<u64, MlxError> {
             #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
@@ -310,17 +476,16 @@ impl PartStats {
 }
 
 /// The value the variance's sums are taken around, from the finite values
-/// among the first [`CENTRE_SAMPLE`]: 0 when their mean lies within two of
-/// their standard deviations of 0 (most weights: nothing to subtract), else
-/// their mean. The variance is `E[d²] - E[d]²` with `d = x - centre`, which
-/// loses precision in proportion to `(mean - centre)² / variance`: at most
-/// a factor of 5 with the centre at 0, and for data whose first values are
-/// not hundreds of standard deviations from the rest, a few ulps of `f32`
-/// otherwise. (The mean itself comes from sums of `x`: rounding `x - centre`
-/// to `f32` can be biased, which a mean would feel and the variance does not.)
-fn centre(flat: &Array, n: i32) -> Result<f64, MlxError> {
-    let sample = op("slice", flat.try_index(0..n.min(CENTRE_SAMPLE)))?;
-    let sample = op("cast to f32", sample.as_dtype(Dtype::Float32))?;
+/// among `sample` (the first [`CENTRE_SAMPLE`]): 0 when their mean lies
+/// within two of their standard deviations of 0 (most weights: nothing to
+/// subtract), else their mean. The variance is `E[d²] - E[d]²` with
+/// `d = x - centre`, which loses precision in proportion to
+/// `(mean - centre)² / variance`: at most a factor of 5 with the centre at
+/// 0, and for data whose first values are not hundreds of standard
+/// deviations from the rest, a few ulps of `f32` otherwise. (The mean
+/// itself comes from sums of `x`: rounding `x - centre` to `f32` can be
+/// biased, which a mean would feel and the variance does not.)
+fn centre(sample: &Array) -> Result<f64, MlxError> {
     let finite = op("isfinite", sample.is_finite())?;
     let count = scalar(&op(
         "count",
@@ -329,7 +494,7 @@ fn centre(flat: &Array, n: i32) -> Result<f64, MlxError> {
     if count == 0.0 {
         return Ok(0.0);
     }
-    let clean = op("where", ops::select(&finite, &sample, Array::from_f32(0.0)))?;
+    let clean = op("where", ops::select(&finite, sample, Array::from_f32(0.0)))?;
     let mean = scalar(&op("sum", clean.sum(None))?)? / count;
     let mean_square = scalar(&op("sum", clean.square().and_then(|s| s.sum(None)))?)? / count;
     let variance = (mean_square - mean * mean).max(0.0);
@@ -341,14 +506,8 @@ fn centre(flat: &Array, n: i32) -> Result<f64, MlxError> {
 }
 
 /// Summarizes `array`: statistics, a `bins`-bin histogram, the first
-/// `first_count` values and, for 2-D arrays, a heatmap of at most
-/// `heatmap_limit` cells a side.
-///
-/// Two passes over the values, chunk by chunk on two streams: statistics
-/// (minimum, maximum and shifted sums at once), then histogram bins; the
-/// heatmap reduces row bands the same way. Only per-chunk scalars, partial
-/// sums, one chunk of bin numbers at a time and the heatmap cells reach the
-/// host.
+/// `first_count` values and, for arrays of two or more axes, a heatmap of
+/// at most `heatmap_limit` cells a side (leading axes stacked as rows).
 ///
 /// # Errors
 /// When an MLX operation fails (memory limit, unsupported dtype).
@@ -364,71 +523,239 @@ pub fn summarize(
     }
     let flat = op("flatten", array.reshape(&[-1]))?;
     evaluate(&flat)?;
-    let n = i32::try_from(flat.size())
-        .map_err(|_| MlxError::op("summarize", "more than 2^31 elements"))?;
-    let parts = Part::all(n);
-    // The centre as the device subtracts it, in f32.
-    #[allow(clippy::cast_possible_truncation)]
-    let centre_value = f64::from(centre(&flat, n)? as f32);
-    #[allow(clippy::cast_possible_truncation)]
-    let centre = (centre_value != 0.0).then(|| Array::from_f32(centre_value as f32));
+    if i32::try_from(flat.size()).is_err() {
+        return Err(MlxError::op("summarize", "more than 2^31 elements"));
+    }
+    let input = Input::Flat {
+        flat,
+        shape: array.shape().to_vec(),
+    };
+    summarize_input(
+        &input,
+        first_count,
+        bins,
+        heatmap_limit,
+        Plan::for_default_device(),
+    )
+}
 
-    // Pass 1: statistics, every part at once; parts that met NaN or Inf are
-    // done again with masks (rare).
-    let sums: Vec<PartSums> = parts
-        .iter()
-        .enumerate()
-        .map(|(i, part)| on_stream(i, || PartSums::new(*part, &flat, centre.as_ref(), false)))
-        .collect::<Result<_, _>>()?;
-    evaluate_all(sums.iter().flat_map(PartSums::outputs))?;
-    let mut part_stats: Vec<PartStats> =
-        sums.iter().map(PartStats::read).collect::<Result<_, _>>()?;
-    drop(sums);
-    let dirty: Vec<usize> = (0..parts.len())
-        .filter(|&i| !part_stats[i].all_finite())
-        .collect();
-    if !dirty.is_empty() {
-        let masked: Vec<PartSums> = dirty
+/// Summarizes values read band by band (see [`RowBands`]), as [`summarize`]
+/// does an array: each chunk is decoded (a packed weight dequantized) once
+/// per pass and never the whole tensor at once.
+///
+/// # Errors
+/// When an MLX operation fails.
+pub fn summarize_bands(
+    bands: &dyn RowBands,
+    first_count: usize,
+    bins: usize,
+    heatmap_limit: usize,
+) -> Result<ValueSummary, MlxError> {
+    if bands.rows() <= 0 || bands.cols() <= 0 {
+        return Ok(ValueSummary::empty());
+    }
+    summarize_input(
+        &Input::Bands(bands),
+        first_count,
+        bins,
+        heatmap_limit,
+        Plan::for_default_device(),
+    )
+}
+
+/// The heatmap's grid for `shape`, when it has one: `[lead.., cols]` with
+/// the leading axes stacked into rows.
+#[derive(Debug, Clone, Copy)]
+struct Grid {
+    rows: i32,
+    cols: i32,
+    row_step: i32,
+    col_step: i32,
+    out_rows: i32,
+    out_cols: i32,
+}
+
+impl Grid {
+    fn new(shape: &[i32], limit: usize) -> Option<Self> {
+        let [lead @ .., cols] = shape else {
+            return None;
+        };
+        if lead.is_empty() || *cols <= 0 || lead.iter().any(|d| *d <= 0) {
+            return None;
+        }
+        let rows = lead.iter().product::<i32>();
+        let cols = *cols;
+        let limit = i32::try_from(limit.max(1)).unwrap_or(512);
+        let row_step = (rows + limit - 1) / limit;
+        let col_step = (cols + limit - 1) / limit;
+        Some(Self {
+            rows,
+            cols,
+            row_step,
+            col_step,
+            out_rows: (rows + row_step - 1) / row_step,
+            out_cols: (cols + col_step - 1) / col_step,
+        })
+    }
+
+    /// Elements per row of cells: parts start on multiples of it.
+    fn granule(self) -> i64 {
+        i64::from(self.cols) * i64::from(self.row_step)
+    }
+
+    /// The cell sums of `x`, the flat values of `part` (whole rows starting
+    /// on a cell row), `[cell rows, out_cols]`, non-finite values counting
+    /// as 0 when `masked`. Two single-axis reductions, innermost first:
+    /// MLX's CPU backend is much faster at these than at one reduction over
+    /// two strided axes.
+    fn band_sums(self, x: &Array, part: Part, masked: bool) -> Result<Array, MlxError> {
+        let cols = i64::from(self.cols);
+        let r0 = i32::try_from(part.start / cols).unwrap_or(0);
+        let r1 = r0 + i32::try_from(i64::from(part.len) / cols).unwrap_or(0);
+        let cell_rows = (r1 - r0 + self.row_step - 1) / self.row_step;
+        let x = if masked {
+            let finite = op("isfinite", x.is_finite())?;
+            op("where", ops::select(&finite, x, Array::from_f32(0.0)))?
+        } else {
+            x.clone()
+        };
+        let x = op("reshape", x.reshape(&[r1 - r0, self.cols]))?;
+        let (pad_rows, pad_cols) = (
+            cell_rows * self.row_step - (r1 - r0),
+            self.out_cols * self.col_step - self.cols,
+        );
+        let padded = if pad_rows == 0 && pad_cols == 0 {
+            x
+        } else {
+            let widths = [(0, pad_rows), (0, pad_cols)];
+            op("pad", ops::pad(&x, PadWidth::from(&widths), None, None))?
+        };
+        let blocks = op(
+            "reshape",
+            padded.reshape(&[cell_rows, self.row_step, self.out_cols, self.col_step]),
+        )?;
+        op(
+            "sum",
+            op("sum", blocks.sum_axis(3, None))?.sum_axis(1, None),
+        )
+    }
+
+    /// The heatmap from the cell sums of every part, in order.
+    fn finish(self, sums: &[f32]) -> Heatmap {
+        let to = |v: i32| usize::try_from(v).unwrap_or(0);
+        let (rows, cols, rs, cs) = (
+            to(self.out_rows),
+            to(self.out_cols).max(1),
+            to(self.row_step).max(1),
+            to(self.col_step).max(1),
+        );
+        let (total_rows, total_cols) = (to(self.rows), to(self.cols));
+        let values = sums
             .iter()
             .enumerate()
-            .map(|(k, &i)| on_stream(k, || PartSums::new(parts[i], &flat, centre.as_ref(), true)))
+            .map(|(i, sum)| {
+                let (r, c) = (i / cols, i % cols);
+                let in_rows = rs.min(total_rows.saturating_sub(r * rs)).max(1);
+                let in_cols = cs.min(total_cols.saturating_sub(c * cs)).max(1);
+                sum / (in_rows * in_cols) as f32
+            })
+            .collect();
+        Heatmap {
+            rows,
+            cols,
+            row_step: rs,
+            col_step: cs,
+            values,
+        }
+    }
+}
+
+/// Two passes over the values, chunk by chunk on two streams: statistics
+/// (minimum, maximum and shifted sums at once), then histogram bins and
+/// heatmap cells from the same chunk. Only per-chunk scalars, partial sums,
+/// bin counts (or, on the CPU, one chunk of bin numbers at a time) and the
+/// heatmap cells reach the host.
+fn summarize_input(
+    input: &Input<'_>,
+    first_count: usize,
+    bins: usize,
+    heatmap_limit: usize,
+    plan: Plan,
+) -> Result<ValueSummary, MlxError> {
+    let n = input.len();
+    let grid = Grid::new(input.shape(), heatmap_limit);
+    let mut granule = lcm(input.granule(), grid.map_or(1, Grid::granule));
+    let aligned = lcm(granule, i64::from(SUM_BLOCK));
+    if aligned <= plan.chunk {
+        granule = aligned;
+    }
+    let parts = parts(n, granule, plan.chunk)?;
+    let Some(&first_part) = parts.first() else {
+        return Ok(ValueSummary::empty());
+    };
+    let head = input.values(first_part)?;
+    // The centre as the device subtracts it, in f32.
+    let sample = op(
+        "slice",
+        head.try_index(0..first_part.len.min(CENTRE_SAMPLE)),
+    )?;
+    #[allow(clippy::cast_possible_truncation)]
+    let centre_value = f64::from(centre(&sample)? as f32);
+    #[allow(clippy::cast_possible_truncation)]
+    let centre = (centre_value != 0.0).then(|| Array::from_f32(centre_value as f32));
+    let first_n = i32::try_from(first_count)
+        .unwrap_or(i32::MAX)
+        .min(first_part.len);
+    let first = to_f32_vec(&op("slice", head.try_index(0..first_n))?)?;
+    drop((head, sample));
+
+    // Pass 1: statistics; parts that met NaN or Inf are done again with
+    // masks (rare).
+    let mut part_stats = Vec::with_capacity(parts.len());
+    for window in parts.chunks(WINDOW) {
+        let sums: Vec<PartSums> = window
+            .iter()
+            .enumerate()
+            .map(|(i, part)| {
+                on_stream(i, || {
+                    PartSums::new(
+                        &input.values(*part)?,
+                        part.len,
+                        centre.as_ref(),
+                        false,
+                        plan,
+                    )
+                })
+            })
             .collect::<Result<_, _>>()?;
-        evaluate_all(masked.iter().flat_map(PartSums::outputs))?;
-        for (&i, sums) in dirty.iter().zip(&masked) {
-            part_stats[i] = PartStats::read(sums)?;
+        evaluate_all(sums.iter().flat_map(PartSums::outputs))?;
+        for s in &sums {
+            part_stats.push(PartStats::read(s)?);
+        }
+    }
+    for (i, part) in parts.iter().enumerate() {
+        if !part_stats[i].all_finite() {
+            let masked =
+                PartSums::new(&input.values(*part)?, part.len, centre.as_ref(), true, plan)?;
+            evaluate_all(masked.outputs())?;
+            part_stats[i] = PartStats::read(&masked)?;
         }
     }
     let stats = combine(&part_stats, n, centre_value);
     let clean: Vec<bool> = part_stats.iter().map(|p| p.nan + p.inf == 0).collect();
 
-    // Pass 2: histogram bins.
-    let histogram = histogram(&flat, &parts, &clean, &stats, bins)?;
-    let first_n = i32::try_from(first_count).unwrap_or(i32::MAX).min(n);
-    let first = to_f32_vec(&op("slice", flat.try_index(0..first_n))?)?;
-    // Stacked tensors (experts `[E, out, in]`) are drawn with their leading
-    // axes stacked vertically: `[E * out, in]`.
-    let heatmap = match array.shape() {
-        [lead @ .., cols] if !lead.is_empty() && *cols > 0 && lead.iter().all(|d| *d > 0) => {
-            Some(heatmap(
-                &flat,
-                lead.iter().product(),
-                *cols,
-                heatmap_limit,
-                stats.nan + stats.inf > 0,
-            )?)
-        }
-        _ => None,
-    };
+    // Pass 2: histogram bins and heatmap cells.
+    let (histogram, heat_sums) = second_pass(input, &parts, &clean, &stats, bins, grid, plan)?;
     Ok(ValueSummary {
         stats,
         histogram,
         first,
-        heatmap,
+        heatmap: grid.map(|g| g.finish(&heat_sums)),
     })
 }
 
 /// The statistics of the whole tensor from those of its parts.
-fn combine(parts: &[PartStats], n: i32, centre: f64) -> Stats {
+fn combine(parts: &[PartStats], n: i64, centre: f64) -> Stats {
     let nan: u64 = parts.iter().map(|p| p.nan).sum();
     let inf: u64 = parts.iter().map(|p| p.inf).sum();
     let finite = u64::try_from(n).unwrap_or(0).saturating_sub(nan + inf);
@@ -463,83 +790,227 @@ fn combine(parts: &[PartStats], n: i32, centre: f64) -> Stats {
     }
 }
 
-/// Bin numbers are computed on the device as one byte per value, chunk by
-/// chunk on both streams; the host counts each chunk while the next ones
-/// are computed (a scatter-add on MLX's CPU backend took tens of seconds
-/// for 2^28 values). `clean[i]`: part `i` holds no NaN or Inf.
-fn histogram(
-    flat: &Array,
+/// How values become bin numbers: `(x - min) * scale` lies in `[0, bins]`
+/// for finite `x` (the maximum lands on `bins` and belongs to the last
+/// bin); non-finite values get `bins + 1` and are not counted.
+struct Binning {
+    bins: usize,
+    lo: Array,
+    scale: Array,
+}
+
+impl Binning {
+    /// `(x - min) * scale` for the flat `x` of one part, clipped to
+    /// `[0, bins]` (so that no value overflows the cast that follows), with
+    /// non-finite values at `bins + 1` unless the part is `clean`.
+    fn scaled(&self, x: &Array, clean: bool) -> Result<Array, MlxError> {
+        let scaled = op(
+            "scale",
+            op("subtract", x.subtract(&self.lo))?.multiply(&self.scale),
+        )?;
+        #[allow(clippy::cast_precision_loss)]
+        let top = Array::from_f32(self.bins as f32);
+        let scaled = op("clip", ops::minimum(&scaled, &top))?;
+        if clean {
+            return Ok(scaled);
+        }
+        let keep = op("isfinite", x.is_finite())?;
+        #[allow(clippy::cast_precision_loss)]
+        let skip = Array::from_f32((self.bins + 1) as f32);
+        op("where", ops::select(&keep, &scaled, &skip))
+    }
+
+    /// One byte per value (the CPU path; `bins` < 255).
+    fn bytes(&self, x: &Array, clean: bool) -> Result<Array, MlxError> {
+        // The cast truncates, which is floor for these non-negative values.
+        op("cast", self.scaled(x, clean)?.as_dtype(Dtype::Uint8))
+    }
+
+    /// The counts of `bins + 2` bin numbers of the flat `x` of `len`
+    /// values, counted on the device in blocks of [`BIN_BLOCK`] values (see
+    /// there), `[bins + 2]` as `u32`, lazy.
+    fn device_counts(&self, x: &Array, len: i32, clean: bool) -> Result<Array, MlxError> {
+        let idx = op("cast", self.scaled(x, clean)?.as_dtype(Dtype::Int32))?;
+        let width = i32::try_from(self.bins + 2).unwrap_or(i32::MAX);
+        let main = len - len % BIN_BLOCK;
+        let mut counts: Option<Array> = None;
+        let mut add = |rows: i32, block: i32, idx: Array| -> Result<(), MlxError> {
+            let idx = op("reshape", idx.reshape(&[rows, block]))?;
+            let zeros = op("zeros", Array::zeros::<u32>(&[rows, width]))?;
+            let ones = op(
+                "ones",
+                ops::broadcast_to(Array::from_slice(&[1u32], &[1]), &[rows, block]),
+            )?;
+            let per_row = scatter_add_axis(&zeros, &idx, &ones, 1)?;
+            let total = op("sum", per_row.sum_axis(0, None))?;
+            counts = Some(match counts.take() {
+                Some(c) => op("add", c.add(&total))?,
+                None => total,
+            });
+            Ok(())
+        };
+        if main > 0 {
+            let body = if main == len {
+                idx.clone()
+            } else {
+                op("slice", idx.try_index(0..main))?
+            };
+            add(main / BIN_BLOCK, BIN_BLOCK, body)?;
+        }
+        if main < len {
+            add(1, len - main, op("slice", idx.try_index(main..len))?)?;
+        }
+        counts.ok_or_else(|| MlxError::op("histogram", "an empty part"))
+    }
+}
+
+/// Pass 2: the histogram (bins over `[stats.min, stats.max]`) and the
+/// heatmap's cell sums of every part, in order. `clean[i]`: part `i` holds
+/// no NaN or Inf.
+fn second_pass(
+    input: &Input<'_>,
     parts: &[Part],
     clean: &[bool],
     stats: &Stats,
     bins: usize,
-) -> Result<Histogram, MlxError> {
-    let mut counts = vec![0u64; bins];
-    if stats.finite == 0 || bins == 0 {
-        return Ok(Histogram {
+    grid: Option<Grid>,
+    plan: Plan,
+) -> Result<(Histogram, Vec<f32>), MlxError> {
+    let counting = stats.finite > 0 && bins > 0;
+    // The CPU path counts bytes: 255 and 254 are taken.
+    let bins = if plan.device_bins {
+        bins.min(1 << 16)
+    } else {
+        bins.min(usize::from(u8::MAX) - 1)
+    };
+    let width = stats.max - stats.min;
+    #[allow(clippy::cast_possible_truncation, clippy::cast_precision_loss)]
+    let binning = Binning {
+        bins,
+        lo: Array::from_f32(stats.min as f32),
+        scale: Array::from_f32(if width > 0.0 {
+            (bins as f64 / width) as f32
+        } else {
+            0.0
+        }),
+    };
+    let mut local = vec![0u64; bins + 2];
+    let mut byte_counts = [0u64; 256];
+    let mut heat_sums = Vec::new();
+    // Results in flight: per part, its bin numbers or counts and its cells.
+    let mut pending: std::collections::VecDeque<(Option<Array>, Option<Array>)> =
+        std::collections::VecDeque::new();
+    let mut drain = |pending: &mut std::collections::VecDeque<(Option<Array>, Option<Array>)>,
+                     keep: usize|
+     -> Result<(), MlxError> {
+        while pending.len() > keep {
+            let Some((bins_out, cells)) = pending.pop_front() else {
+                break;
+            };
+            evaluate_all(bins_out.iter().chain(cells.iter()))?;
+            if let Some(b) = &bins_out {
+                if plan.device_bins {
+                    let counts = b
+                        .try_as_slice::<u32>()
+                        .map_err(|e| MlxError::op("read bin counts", e))?;
+                    for (total, add) in local.iter_mut().zip(counts) {
+                        *total += u64::from(*add);
+                    }
+                } else {
+                    let chunk = b
+                        .try_as_slice::<u8>()
+                        .map_err(|e| MlxError::op("read bin numbers", e))?;
+                    count_bytes(chunk, &mut byte_counts);
+                }
+            }
+            if let Some(c) = &cells {
+                heat_sums.extend(to_f32_vec(c)?);
+            }
+        }
+        Ok(())
+    };
+    for (i, part) in parts.iter().enumerate() {
+        let out = on_stream(i, || -> Result<_, MlxError> {
+            let x = input.values(*part)?;
+            let bins_out = if !counting {
+                None
+            } else if plan.device_bins {
+                Some(binning.device_counts(&x, part.len, clean[i])?)
+            } else {
+                Some(binning.bytes(&x, clean[i])?)
+            };
+            let cells = grid
+                .map(|g| g.band_sums(&x, *part, !clean[i]))
+                .transpose()?;
+            op(
+                "evaluate",
+                mlx_rs::transforms::async_eval(bins_out.iter().chain(cells.iter())),
+            )?;
+            Ok((bins_out, cells))
+        })?;
+        pending.push_back(out);
+        // Two chunks in flight, one per stream, while the host counts.
+        drain(&mut pending, 2)?;
+    }
+    drain(&mut pending, 0)?;
+    if !plan.device_bins {
+        for (total, add) in local.iter_mut().zip(byte_counts) {
+            *total += add;
+        }
+    }
+    let mut counts = vec![0u64; if counting { bins } else { 0 }];
+    if counting {
+        counts.copy_from_slice(&local[..bins]);
+        // The maximum lands exactly on `bins`: it belongs to the last bin.
+        if let Some(last) = counts.last_mut() {
+            *last += local[bins];
+        }
+    }
+    Ok((
+        Histogram {
             min: stats.min,
             max: stats.max,
             counts,
-        });
-    }
-    let bins = bins.min(usize::from(u8::MAX) - 1); // 255 marks non-finite values
-    counts.truncate(bins);
-    let top = u8::try_from(bins - 1).unwrap_or(u8::MAX);
-    let width = stats.max - stats.min;
-    #[allow(clippy::cast_possible_truncation)]
-    let scale = Array::from_f32(if width > 0.0 {
-        (bins as f64 / width) as f32
-    } else {
-        0.0
-    });
-    #[allow(clippy::cast_possible_truncation)]
-    let lo = Array::from_f32(stats.min as f32);
-    let bin_numbers = |part: Part, clean: bool| -> Result<Array, MlxError> {
-        let x = op("slice", flat.try_index(part.start..part.start + part.len))?;
-        let x = op("cast to f32", x.as_dtype(Dtype::Float32))?;
-        // (x - min) * scale lies in [0, bins] for finite x; the cast to u8
-        // truncates, which is floor for these non-negative values.
-        let scaled = op("scale", op("subtract", x.subtract(&lo))?.multiply(&scale))?;
-        // Non-finite values get a bin number past the last one and are skipped.
-        let scaled = if clean {
-            scaled
+        },
+        heat_sums,
+    ))
+}
+
+/// `a` with `values` added at `indices` along `axis` (MLX's
+/// `scatter_add_axis`, which mlx-rs does not wrap), lazy.
+fn scatter_add_axis(
+    a: &Array,
+    indices: &Array,
+    values: &Array,
+    axis: i32,
+) -> Result<Array, MlxError> {
+    let stream = Stream::thread_local_or_default();
+    let mut result = None;
+    #[allow(unsafe_code)]
+    // SAFETY: `a`, `indices`, `values` and `stream` are live mlx-rs handles;
+    // `out` receives a new array that `Array::from_ptr` owns only when the
+    // call succeeded, and is freed here otherwise.
+    let status = unsafe {
+        let mut out = mlx_sys::mlx_array_new();
+        let status = mlx_sys::mlx_scatter_add_axis(
+            &raw mut out,
+            a.as_ptr(),
+            indices.as_ptr(),
+            values.as_ptr(),
+            axis,
+            stream.as_ptr(),
+        );
+        if status == 0 {
+            result = Some(Array::from_ptr(out));
         } else {
-            let keep = op("isfinite", x.is_finite())?;
-            op(
-                "where",
-                ops::select(&keep, &scaled, Array::from_f32(f32::from(u8::MAX))),
-            )?
-        };
-        let idx = op("cast", scaled.as_dtype(Dtype::Uint8))?;
-        op("evaluate", mlx_rs::transforms::async_eval([&idx]))?;
-        Ok(idx)
-    };
-    let mut local = [0u64; 256];
-    let mut pending = std::collections::VecDeque::new();
-    for (i, part) in parts.iter().enumerate() {
-        pending.push_back(on_stream(i, || bin_numbers(*part, clean[i]))?);
-        // Two chunks in flight, one per stream, while the host counts.
-        while pending.len() > 2 || (i + 1 == parts.len() && !pending.is_empty()) {
-            let Some(idx) = pending.pop_front() else {
-                break;
-            };
-            evaluate(&idx)?;
-            let chunk = idx
-                .try_as_slice::<u8>()
-                .map_err(|e| MlxError::op("read bin numbers", e))?;
-            count_bytes(chunk, &mut local);
+            mlx_sys::mlx_array_free(out);
         }
+        status
+    };
+    match result {
+        Some(array) if status == 0 => Ok(array),
+        _ => Err(MlxError::op("scatter-add", "MLX refused the bin counts")),
     }
-    // The maximum lands exactly on `bins`: it belongs to the last bin.
-    local[usize::from(top)] += local[bins];
-    for (total, add) in counts.iter_mut().zip(local) {
-        *total += add;
-    }
-    Ok(Histogram {
-        min: stats.min,
-        max: stats.max,
-        counts,
-    })
 }
 
 /// Adds the number of times each byte value occurs in `bytes` to `counts`.
@@ -568,86 +1039,90 @@ fn count_bytes(bytes: &[u8], counts: &mut [u64; 256]) {
     }
 }
 
-/// The heatmap of the 2-D tensor `flat` (`rows x cols`, flattened): cell
-/// means over blocks, non-finite values counting as 0 (`masked`: there are
-/// some). Reduced in bands of block rows, alternating between the streams.
-fn heatmap(
-    flat: &Array,
-    rows: i32,
-    cols: i32,
-    limit: usize,
-    masked: bool,
-) -> Result<Heatmap, MlxError> {
-    let limit = i32::try_from(limit.max(1)).unwrap_or(512);
-    let row_step = (rows + limit - 1) / limit;
-    let col_step = (cols + limit - 1) / limit;
-    let out_rows = (rows + row_step - 1) / row_step;
-    let out_cols = (cols + col_step - 1) / col_step;
-    // Cell rows per band: about one chunk of values each.
-    let band = (CHUNK / row_step.saturating_mul(cols).max(1)).max(1);
-    let band_sums = |first_cell_row: i32| -> Result<Array, MlxError> {
-        let cell_rows = band.min(out_rows - first_cell_row);
-        let r0 = first_cell_row * row_step;
-        let r1 = (r0 + cell_rows * row_step).min(rows);
-        let x = op("slice", flat.try_index(r0 * cols..r1 * cols))?;
-        let x = op("cast to f32", x.as_dtype(Dtype::Float32))?;
-        let x = if masked {
-            let finite = op("isfinite", x.is_finite())?;
-            op("where", ops::select(&finite, &x, Array::from_f32(0.0)))?
-        } else {
-            x
-        };
-        let x = op("reshape", x.reshape(&[r1 - r0, cols]))?;
-        let (pad_rows, pad_cols) = (cell_rows * row_step - (r1 - r0), out_cols * col_step - cols);
-        let padded = if pad_rows == 0 && pad_cols == 0 {
-            x
-        } else {
-            let widths = [(0, pad_rows), (0, pad_cols)];
-            op("pad", ops::pad(&x, PadWidth::from(&widths), None, None))?
-        };
-        // Two single-axis reductions, innermost first: MLX's CPU backend is
-        // much faster at these than at one reduction over two strided axes.
-        let blocks = op(
-            "reshape",
-            padded.reshape(&[cell_rows, row_step, out_cols, col_step]),
-        )?;
-        op(
-            "sum",
-            op("sum", blocks.sum_axis(3, None))?.sum_axis(1, None),
-        )
-    };
-    let bands: Vec<Array> = (0..out_rows)
-        .step_by(usize::try_from(band).unwrap_or(1))
-        .enumerate()
-        .map(|(i, first)| on_stream(i, || band_sums(first)))
-        .collect::<Result<_, _>>()?;
-    evaluate_all(&bands)?;
-    let mut sums = Vec::with_capacity(usize::try_from(out_rows * out_cols).unwrap_or(0));
-    for band in &bands {
-        sums.extend(to_f32_vec(band)?);
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::cast_precision_loss)]
+mod tests {
+    use super::{Input, Plan, summarize_input};
+    use mlx_rs::Array;
+
+    /// Values with a spread, a run of equal values, NaN and ±Inf.
+    fn data(n: usize) -> Vec<f32> {
+        let mut v: Vec<f32> = (0..n)
+            .map(|i| {
+                let t = (i as f32) * 0.618_034;
+                (t - t.floor() - 0.5) * 0.04 + 0.001
+            })
+            .collect();
+        for x in &mut v[1000..3000] {
+            *x = 0.0125;
+        }
+        v[70_000] = f32::NAN;
+        v[n - 3] = f32::INFINITY;
+        v[n - 2] = f32::NEG_INFINITY;
+        v
     }
-    let rows_u = usize::try_from(out_rows).unwrap_or(0);
-    let cols_u = usize::try_from(out_cols).unwrap_or(0);
-    let (rs, cs) = (
-        usize::try_from(row_step).unwrap_or(1),
-        usize::try_from(col_step).unwrap_or(1),
-    );
-    let (total_rows, total_cols) = (
-        usize::try_from(rows).unwrap_or(0),
-        usize::try_from(cols).unwrap_or(0),
-    );
-    let mut values = Vec::with_capacity(sums.len());
-    for (i, sum) in sums.iter().enumerate() {
-        let (r, c) = (i / cols_u.max(1), i % cols_u.max(1));
-        let in_rows = rs.min(total_rows - r * rs);
-        let in_cols = cs.min(total_cols - c * cs);
-        values.push(sum / (in_rows * in_cols) as f32);
+
+    #[test]
+    fn bins_counted_on_the_device_match_those_counted_on_the_host() {
+        // 3 x 2^18 + 1234 values as [rows, 1001]: parts of 2^18 values (the
+        // GPU plan's shape at a small scale: two-level partial sums, bins
+        // counted in blocks, a tail shorter than a block).
+        let cols = 1001usize;
+        let rows = (3 * (1usize << 18) + 1234) / cols;
+        let n = rows * cols;
+        let values = data(n);
+        let shape = [i32::try_from(rows).unwrap(), i32::try_from(cols).unwrap()];
+        let array = Array::from_slice(&values, &shape);
+        let flat = array.reshape(&[-1]).unwrap();
+        flat.eval().unwrap();
+        let input = Input::Flat {
+            flat,
+            shape: shape.to_vec(),
+        };
+        let host = Plan {
+            chunk: 1 << 18,
+            device_bins: false,
+            two_level: false,
+        };
+        let device = Plan {
+            device_bins: true,
+            two_level: true,
+            ..host
+        };
+        let a = summarize_input(&input, 16, 64, 128, host).unwrap();
+        let b = summarize_input(&input, 16, 64, 128, device).unwrap();
+        assert_eq!(a.histogram, b.histogram);
+        assert_eq!(a.histogram.counts.iter().sum::<u64>(), a.stats.finite);
+        assert_eq!(a.histogram.counts.len(), 64);
+        assert_eq!((a.stats.nan, a.stats.inf), (1, 2));
+        assert_eq!((a.stats.min, a.stats.max), (b.stats.min, b.stats.max));
+        assert!((a.stats.mean - b.stats.mean).abs() <= 1e-6 * a.stats.std);
+        assert!((a.stats.std - b.stats.std).abs() <= 1e-6 * a.stats.std);
+        assert_eq!(a.first, b.first);
+        assert_eq!(a.heatmap, b.heatmap);
+        // Against float64 on the host.
+        let finite: Vec<f64> = values
+            .iter()
+            .filter(|v| v.is_finite())
+            .map(|&v| f64::from(v))
+            .collect();
+        let mean = finite.iter().sum::<f64>() / finite.len() as f64;
+        let std =
+            (finite.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / finite.len() as f64).sqrt();
+        assert!(
+            (b.stats.mean - mean).abs() <= 1e-6 * std,
+            "{} vs {mean}",
+            b.stats.mean
+        );
+        assert!(
+            (b.stats.std - std).abs() <= 1e-5 * std,
+            "{} vs {std}",
+            b.stats.std
+        );
+        // The run of equal values lands in one bin, whole.
+        let width = (a.stats.max - a.stats.min) / 64.0;
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        let bin = ((0.0125 - a.stats.min) / width) as usize;
+        assert!(b.histogram.counts[bin] >= 2000);
     }
-    Ok(Heatmap {
-        rows: rows_u,
-        cols: cols_u,
-        row_step: rs,
-        col_step: cs,
-        values,
-    })
 }

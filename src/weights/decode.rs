@@ -535,6 +535,78 @@ impl Bands {
     }
 }
 
+impl Bands {
+    /// Whether each band is decoded from packed or block-scaled bytes (a
+    /// summary then reads the stored bytes and never the whole tensor in
+    /// `f32`).
+    #[must_use]
+    pub fn decodes_per_band(&self) -> bool {
+        matches!(
+            self.source,
+            Source::Packed { .. } | Source::ScaledFp8 { .. }
+        )
+    }
+
+    /// A quantized weight's biases, `[rows, groups]`, when it has them.
+    #[must_use]
+    pub fn biases(&self) -> Option<&Array> {
+        match &self.source {
+            Source::Packed {
+                biases: Some(b),
+                params,
+                ..
+            } if params.mode.has_biases() => Some(b),
+            _ => None,
+        }
+    }
+
+    /// Reads the stored bytes behind the bands (packed weight, scales,
+    /// biases, codes) into MLX memory.
+    ///
+    /// # Errors
+    /// When MLX cannot read them.
+    pub fn materialize(&self) -> Result<(), crate::mlx::MlxError> {
+        match &self.source {
+            Source::Plain(a) | Source::Bytes(a, _) => mlx::evaluate(a),
+            Source::Packed {
+                weight,
+                scales,
+                biases,
+                global,
+                ..
+            } => mlx::evaluate_all(
+                [weight, scales]
+                    .into_iter()
+                    .chain(biases.iter())
+                    .chain(global.iter().map(|(g, _)| g)),
+            ),
+            Source::ScaledFp8 { codes, scale, .. } => mlx::evaluate_all([codes, scale]),
+        }
+    }
+}
+
+impl mlx::RowBands for Bands {
+    fn shape(&self) -> &[i32] {
+        &self.shape
+    }
+
+    fn rows(&self) -> i32 {
+        self.rows
+    }
+
+    fn cols(&self) -> i32 {
+        self.cols
+    }
+
+    fn align(&self) -> i32 {
+        self.align
+    }
+
+    fn band(&self, r0: i32, r1: i32) -> Result<Array, crate::mlx::MlxError> {
+        Bands::band(self, r0, r1)
+    }
+}
+
 impl<N: Native> Weights<N> {
     /// The values of canonical `name` band by band (see [`Bands`]); the
     /// view's fix-up applies to plain tensors.

@@ -7,6 +7,7 @@ use crate::checkpoint::Dtype;
 use crate::mlx::{self, ValueSummary};
 
 use super::{Decoding, Native, Weights, WeightsError};
+use crate::checkpoint::{Encoding, Fp8Tensor};
 
 /// How much of the values a preview copies to the host.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,8 +78,9 @@ pub struct QuantMaps {
 
 impl<N: Native> Weights<N> {
     /// Materializes `name` (cached like [`Weights::tensor`]) and summarizes its
-    /// values with MLX on the default device. A packed MLX-quantized weight is
-    /// dequantized first, and the preview says so.
+    /// values with MLX on the default device. A packed MLX-quantized or
+    /// block-scaled FP8 weight is decoded chunk by chunk inside the summary,
+    /// and the preview says so.
     ///
     /// # Errors
     /// No such tensor, or an MLX failure (unreadable shard, memory limit).
@@ -94,37 +96,14 @@ impl<N: Native> Weights<N> {
         let shard = self.checkpoint.shards()[info.shard].file.clone();
         let device = mlx::default_device().map_or_else(|_| "unknown".to_owned(), |d| d.name());
 
-        let start = Instant::now();
-        let values = self.values(name)?;
-        // The decoded values are f32 beside the stored bytes.
-        let logical: u64 = values
-            .decoding
-            .as_ref()
-            .and_then(Decoding::shape)
-            .map_or(0, |shape| shape.iter().product::<u64>() * 4);
-        self.check_room(name, logical)?;
-        mlx::evaluate(&values.array)?;
-        for stored in &values.stored {
-            self.note_resident(stored);
-        }
-        let quant_maps = match &values.scales {
-            Some(scales) => {
-                let map = |a: &mlx::Array| -> Result<Option<mlx::Heatmap>, WeightsError> {
-                    Ok(mlx::summarize(a, 1, 2, options.heatmap)?.heatmap)
-                };
-                Some(QuantMaps {
-                    scales: map(scales)?,
-                    biases: values.biases.as_ref().map(map).transpose()?.flatten(),
-                })
-            }
-            None => None,
-        };
-        let decoding = values.decoding;
-        let values = values.array;
-        let materialize_millis = start.elapsed().as_secs_f64() * 1e3;
-
-        let start = Instant::now();
-        let summary = mlx::summarize(&values, options.first, options.bins, options.heatmap)?;
+        let Decoded {
+            summary,
+            value_shape,
+            decoding,
+            quant_maps,
+            materialize_millis,
+            summary_start: start,
+        } = self.decode_and_summarize(name, options)?;
         let (fixups, before_fixup) = if self.is_fixed(name) {
             let rules = self
                 .view_info()
@@ -147,12 +126,113 @@ impl<N: Native> Weights<N> {
             device,
             materialize_millis,
             summary_millis,
-            value_shape: values.shape().to_vec(),
+            value_shape,
             decoding,
             values: summary,
             fixups,
             before_fixup,
             quant_maps,
+        })
+    }
+}
+
+/// On MLX's CPU backend, packed weights up to this size in `f32` are
+/// decoded whole before they are summarized; larger ones band by band.
+const WHOLE_DECODE_BYTES: u64 = 1 << 30;
+
+/// A tensor's values decoded and summarized, and when the summary began.
+struct Decoded {
+    summary: ValueSummary,
+    value_shape: Vec<i32>,
+    decoding: Option<Decoding>,
+    quant_maps: Option<QuantMaps>,
+    materialize_millis: f64,
+    summary_start: Instant,
+}
+
+impl<N: Native> Weights<N> {
+    /// Reads `name`'s stored bytes and summarizes its values. Packed and
+    /// block-scaled weights are decoded chunk by chunk inside the summary:
+    /// the stored bytes are all that is read, and the whole tensor never
+    /// exists in `f32`.
+    fn decode_and_summarize(
+        &mut self,
+        name: &str,
+        options: &PreviewOptions,
+    ) -> Result<Decoded, WeightsError> {
+        // Decoded size in f32 of a packed or block-scaled weight.
+        let decoded_bytes = match self.encoding(name) {
+            Some(Encoding::Packed(q)) => Some(q.logical_shape.iter().product::<u64>() * 4),
+            Some(Encoding::Fp8(Fp8Tensor { scale: Some(_), .. })) => {
+                self.info(name).map(|i| i.shape.iter().product::<u64>() * 4)
+            }
+            _ => None,
+        };
+        // On a GPU decoding per band costs nothing; MLX's CPU backend
+        // dequantizes slowly, and per band it does so once per pass: there
+        // the whole tensor is decoded once unless it is large.
+        let gpu = mlx::default_device().is_ok_and(|d| d.kind == mlx::DeviceKind::Gpu);
+        let per_band = decoded_bytes.is_some_and(|b| gpu || b > WHOLE_DECODE_BYTES);
+        let map = |a: &mlx::Array| -> Result<Option<mlx::Heatmap>, WeightsError> {
+            Ok(mlx::summarize(a, 1, 2, options.heatmap)?.heatmap)
+        };
+        let start = Instant::now();
+        if per_band {
+            let bands = self.bands(name)?;
+            self.check_room(name, mlx::summary_scratch_bytes())?;
+            bands.materialize()?;
+            for stored in &bands.stored {
+                self.note_resident(stored);
+            }
+            let quant_maps = match &bands.scales {
+                Some(scales) => Some(QuantMaps {
+                    scales: map(scales)?,
+                    biases: bands.biases().map(map).transpose()?.flatten(),
+                }),
+                None => None,
+            };
+            let materialize_millis = start.elapsed().as_secs_f64() * 1e3;
+            let summary_start = Instant::now();
+            let summary =
+                mlx::summarize_bands(&bands, options.first, options.bins, options.heatmap)?;
+            return Ok(Decoded {
+                summary,
+                value_shape: bands.shape.clone(),
+                decoding: bands.decoding,
+                quant_maps,
+                materialize_millis,
+                summary_start,
+            });
+        }
+        let values = self.values(name)?;
+        // The decoded values are f32 beside the stored bytes.
+        let logical: u64 = values
+            .decoding
+            .as_ref()
+            .and_then(Decoding::shape)
+            .map_or(0, |shape| shape.iter().product::<u64>() * 4);
+        self.check_room(name, logical)?;
+        mlx::evaluate(&values.array)?;
+        for stored in &values.stored {
+            self.note_resident(stored);
+        }
+        let quant_maps = match &values.scales {
+            Some(scales) => Some(QuantMaps {
+                scales: map(scales)?,
+                biases: values.biases.as_ref().map(map).transpose()?.flatten(),
+            }),
+            None => None,
+        };
+        let materialize_millis = start.elapsed().as_secs_f64() * 1e3;
+        let summary_start = Instant::now();
+        let summary = mlx::summarize(&values.array, options.first, options.bins, options.heatmap)?;
+        Ok(Decoded {
+            summary,
+            value_shape: values.array.shape().to_vec(),
+            decoding: values.decoding,
+            quant_maps,
+            materialize_millis,
+            summary_start,
         })
     }
 }
