@@ -21,8 +21,8 @@ use crate::profile::{
     self, Mark, MarkKind, MemorySample, Policy, Recorded, Transform, WalkOutcome,
 };
 use crate::weights::{
-    DiffProgress, DiffReport, PreviewOptions, ScanProgress, TensorPreview, ValueScan, ViewChoice,
-    ViewInfo, Weights,
+    DiffProgress, DiffReport, OpenStep, PreviewOptions, ScanProgress, TensorPreview, ValueScan,
+    ViewChoice, ViewInfo, Weights,
 };
 
 /// What the worker is asked to do.
@@ -112,6 +112,14 @@ pub enum EventKind {
         view_error: Option<String>,
         /// What `weightscope check` finds in its headers, config and folder.
         findings: Vec<Finding>,
+    },
+    /// How far the open of `path` has come (at most about 50 of these per
+    /// phase); what was open stays open meanwhile.
+    OpenProgress {
+        /// What is being opened.
+        path: PathBuf,
+        /// Headers parsed or maps opened, of how many.
+        step: OpenStep,
     },
     /// Opening failed; nothing is open.
     OpenFailed {
@@ -322,11 +330,26 @@ impl Worker {
         self.events.try_recv().ok()
     }
 
-    /// Waits for the next event (for the CLI and tests; a UI uses [`Worker::try_recv`]).
+    /// Waits for the next event that answers a command or reports a job,
+    /// skipping open progress (for the CLI and tests; a UI uses
+    /// [`Worker::try_recv`], which returns every event).
     ///
     /// # Errors
     /// [`WorkerGone`] when the thread has stopped.
     pub fn recv(&self) -> Result<Event, WorkerGone> {
+        loop {
+            let event = self.recv_any()?;
+            if !matches!(event.kind, EventKind::OpenProgress { .. }) {
+                return Ok(event);
+            }
+        }
+    }
+
+    /// Waits for the next event of any kind.
+    ///
+    /// # Errors
+    /// [`WorkerGone`] when the thread has stopped.
+    pub fn recv_any(&self) -> Result<Event, WorkerGone> {
         self.events.recv().map_err(|_| WorkerGone)
     }
 }
@@ -395,6 +418,8 @@ fn run(
                 view,
                 cancel,
             } => diff_job(weights.as_mut(), &other, &view, cancel.flag(), &send),
+            Command::Open(path) => open_job(&mut weights, &path, &ViewChoice::Auto, &send),
+            Command::OpenWithView(path, choice) => open_job(&mut weights, &path, &choice, &send),
             command => {
                 let kind = handle(command, &mut weights, &options);
                 let mark = mark_of(&kind, weights.as_ref());
@@ -584,6 +609,7 @@ fn mark_of(kind: &EventKind, weights: Option<&Weights>) -> Option<Mark> {
         }
         EventKind::Closed => Mark::new(MarkKind::Close, ""),
         EventKind::OpenFailed { .. }
+        | EventKind::OpenProgress { .. }
         | EventKind::Walked(_)
         | EventKind::WalkFinished(_)
         | EventKind::Diffed(_)
@@ -596,12 +622,52 @@ fn mark_of(kind: &EventKind, weights: Option<&Weights>) -> Option<Mark> {
     Some(mark)
 }
 
+/// Opens `path` with progress events; returns whether anybody still listens.
+fn open_job(
+    weights: &mut Option<Weights>,
+    path: &std::path::Path,
+    choice: &ViewChoice,
+    send: &(dyn Fn(EventKind, Option<Mark>, MemorySample) -> bool + Sync),
+) -> bool {
+    // About 50 progress events per phase, whatever the shard count; the
+    // header phase reports from several parsing threads at once.
+    let last = std::sync::Mutex::new(None::<(bool, usize)>);
+    let report = |step: OpenStep| {
+        let (maps, done, total) = match step {
+            OpenStep::Headers { parsed, total } => (false, parsed, total),
+            OpenStep::Maps { opened, total } => (true, opened, total),
+        };
+        let bucket = done * 50 / total.max(1);
+        let Ok(mut last) = last.lock() else { return };
+        if last.is_some_and(|(m, b)| m == maps && b >= bucket) {
+            return;
+        }
+        *last = Some((maps, bucket));
+        send(
+            EventKind::OpenProgress {
+                path: path.to_path_buf(),
+                step,
+            },
+            None,
+            MemorySample::now(),
+        );
+    };
+    let kind = open(weights, path.to_path_buf(), choice, &report);
+    let mark = mark_of(&kind, weights.as_ref());
+    send(kind, mark, MemorySample::now())
+}
+
 /// Opens `path` and installs the chosen view; a view that cannot be made
 /// leaves the checkpoint open without one and says why.
-fn open(weights: &mut Option<Weights>, path: PathBuf, choice: &ViewChoice) -> EventKind {
+fn open(
+    weights: &mut Option<Weights>,
+    path: PathBuf,
+    choice: &ViewChoice,
+    report: &(dyn Fn(OpenStep) + Sync),
+) -> EventKind {
     // The open checkpoint stays until the new one has opened: a failed open
     // leaves what worked working.
-    let mut opened = match Weights::open(&path) {
+    let mut opened = match Weights::open_reporting(&path, report) {
         Ok(opened) => opened,
         Err(err) => {
             return EventKind::OpenFailed {
@@ -634,8 +700,8 @@ fn handle(command: Command, weights: &mut Option<Weights>, options: &PreviewOpti
         error: "no checkpoint is open".into(),
     };
     match command {
-        Command::Open(path) => open(weights, path, &ViewChoice::Auto),
-        Command::OpenWithView(path, choice) => open(weights, path, &choice),
+        Command::Open(path) => open(weights, path, &ViewChoice::Auto, &|_| {}),
+        Command::OpenWithView(path, choice) => open(weights, path, &choice, &|_| {}),
         Command::Materialize(name) => match weights.as_mut() {
             None => not_open(name),
             Some(w) => match w.preview(&name, options) {

@@ -8,9 +8,22 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use common::{Tensor, mlx_memory_lock, write_safetensors};
 use weightscope::mlx;
+use weightscope::weights::OpenStep;
 use weightscope::worker::{Command, EventKind, Worker};
 
 const MIB: u64 = 1024 * 1024;
+
+/// The next event that is not open progress, and how many of those came first.
+fn recv_after_progress(worker: &Worker) -> (weightscope::worker::Event, usize) {
+    let mut progress = 0;
+    loop {
+        let event = worker.recv_any().expect("event");
+        if !matches!(event.kind, EventKind::OpenProgress { .. }) {
+            return (event, progress);
+        }
+        progress += 1;
+    }
+}
 
 #[test]
 fn commands_in_summaries_out() {
@@ -51,7 +64,9 @@ fn commands_in_summaries_out() {
     worker
         .send(Command::Open(dir.path().to_path_buf()))
         .expect("send");
-    let opened = worker.recv().expect("event");
+    // Open progress first (headers and maps of two shards), then the answer.
+    let (opened, progress) = recv_after_progress(&worker);
+    assert!(progress >= 2, "{progress} progress events");
     let EventKind::Opened { checkpoint, .. } = opened.kind else {
         panic!("expected Opened, got {:?}", opened.kind);
     };
@@ -121,5 +136,66 @@ fn commands_in_summaries_out() {
     ));
     // Dropping joins the thread, so every wake has run by now.
     drop(worker);
-    assert_eq!(wakes.load(Ordering::SeqCst), 9, "one wake per event");
+    assert_eq!(wakes.load(Ordering::SeqCst), 9 + progress, "one wake each");
+}
+
+#[test]
+fn opening_reports_headers_then_maps_then_opens() {
+    let _lock = mlx_memory_lock();
+    let dir = tempfile::tempdir().expect("tempdir");
+    for shard in 0..120 {
+        write_safetensors(
+            &dir.path().join(format!("model-{shard:05}.safetensors")),
+            &[Tensor::f32(&format!("t{shard}"), &[2, 2], &[1.0; 4])],
+        );
+    }
+    let worker = Worker::spawn(|| {}).expect("spawn");
+    worker
+        .send(Command::Open(dir.path().to_path_buf()))
+        .expect("send");
+    let mut steps = Vec::new();
+    loop {
+        let event = worker.recv_any().expect("event");
+        match event.kind {
+            EventKind::OpenProgress { path, step } => {
+                assert_eq!(path, dir.path());
+                steps.push(step);
+            }
+            EventKind::Opened { checkpoint, .. } => {
+                assert_eq!(checkpoint.shards().len(), 120);
+                break;
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    // Throttled (about 50 a phase), in order: every header before any map.
+    assert!(steps.len() <= 102, "{} progress events", steps.len());
+    let first_map = steps
+        .iter()
+        .position(|s| matches!(s, OpenStep::Maps { .. }))
+        .expect("map progress");
+    assert!(
+        steps[..first_map]
+            .iter()
+            .all(|s| matches!(s, OpenStep::Headers { total: 120, .. }))
+    );
+    assert!(steps[..first_map].contains(&OpenStep::Headers {
+        parsed: 120,
+        total: 120
+    }));
+    assert_eq!(
+        steps.last(),
+        Some(&OpenStep::Maps {
+            opened: 120,
+            total: 120
+        })
+    );
+    let opened: Vec<usize> = steps[first_map..]
+        .iter()
+        .map(|s| match s {
+            OpenStep::Maps { opened, .. } => *opened,
+            OpenStep::Headers { .. } => usize::MAX,
+        })
+        .collect();
+    assert!(opened.windows(2).all(|w| w[0] < w[1]), "{opened:?}");
 }

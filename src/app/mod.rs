@@ -23,7 +23,7 @@ use crate::checkpoint::Checkpoint;
 use crate::mlx::{DeviceInfo, MemoryStats};
 use crate::profile::record::{RecordControl, RecordOptions, Recording, Target, Update};
 use crate::profile::{DEFAULT_INTERVAL, Sampler, Timeline};
-use crate::weights::{BUILTIN_VIEWS, DiffReport, ViewChoice, ViewInfo};
+use crate::weights::{BUILTIN_VIEWS, DiffReport, OpenStep, ViewChoice, ViewInfo};
 use crate::worker::{CancelToken, Command, Event, EventKind, Worker, WorkerGone};
 
 use check::{CheckAction, CheckPanel};
@@ -86,6 +86,8 @@ pub struct WeightscopeApp {
     device: Result<DeviceInfo, String>,
     /// The path being opened, until the worker answers.
     opening: Option<PathBuf>,
+    /// How far that open has come.
+    open_step: Option<OpenStep>,
     /// Why the last open failed.
     open_error: Option<String>,
     checkpoint: Option<Arc<Checkpoint>>,
@@ -142,6 +144,7 @@ impl WeightscopeApp {
             worker,
             device,
             opening: None,
+            open_step: None,
             open_error: None,
             checkpoint: None,
             path_input: String::new(),
@@ -180,7 +183,10 @@ impl WeightscopeApp {
         self.notice = None;
         let command = Command::OpenWithView(path.clone(), self.view_choice.clone());
         match self.worker.try_send(command) {
-            Ok(()) => self.opening = Some(path),
+            Ok(()) => {
+                self.opening = Some(path);
+                self.open_step = None;
+            }
             Err(err) => self.open_error = Some(err.to_string()),
         }
     }
@@ -328,6 +334,11 @@ impl WeightscopeApp {
             } => {
                 self.check.opened(findings);
                 self.apply_opened(&path, checkpoint, view, view_error);
+            }
+            EventKind::OpenProgress { path, step } => {
+                if self.opening.as_ref() == Some(&path) {
+                    self.open_step = Some(step);
+                }
             }
             EventKind::OpenFailed { error, .. } => {
                 self.opening = None;
@@ -907,6 +918,20 @@ impl WeightscopeApp {
             }
             if let Some(path) = &self.opening {
                 ui.spinner();
+                let (what, done, total) = match self.open_step {
+                    Some(OpenStep::Headers { parsed, total }) => ("headers", parsed, total),
+                    Some(OpenStep::Maps { opened, total }) => ("MLX maps", opened, total),
+                    None => ("", 0, 0),
+                };
+                if total > 0 {
+                    #[allow(clippy::cast_precision_loss)]
+                    let fraction = done as f32 / total as f32;
+                    ui.add(
+                        egui::ProgressBar::new(fraction)
+                            .desired_width(120.0)
+                            .text(format!("{what} {done}/{total}")),
+                    );
+                }
                 ui.label(format!("opening {}", path.display()));
             }
         });

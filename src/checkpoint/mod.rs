@@ -120,9 +120,22 @@ impl Checkpoint {
     /// holds no safetensors file, or the index is unusable. Problems with
     /// single shards are not errors here: see [`Checkpoint::problems`].
     pub fn open(path: &Path) -> Result<Self, CheckpointError> {
+        Self::open_reporting(path, &|_, _| {})
+    }
+
+    /// [`Checkpoint::open`], calling `report(parsed, total)` as shard
+    /// headers are parsed (from the parsing threads; `total` counts the
+    /// shard files found).
+    ///
+    /// # Errors
+    /// As [`Checkpoint::open`].
+    pub fn open_reporting(
+        path: &Path,
+        report: &(dyn Fn(usize, usize) + Sync),
+    ) -> Result<Self, CheckpointError> {
         let meta = std::fs::metadata(path).map_err(|e| CheckpointError::unreadable(path, &e))?;
         if meta.is_dir() {
-            Self::open_folder(path)
+            Self::open_folder(path, report)
         } else {
             let file = path.file_name().map_or_else(
                 || path.display().to_string(),
@@ -133,6 +146,7 @@ impl Checkpoint {
                 Layout::SingleFile,
                 vec![(file, path.to_path_buf())],
                 Vec::new(),
+                report,
             );
             if let Some(dir) = path.parent() {
                 checkpoint.read_config(&dir.join("config.json"));
@@ -141,7 +155,10 @@ impl Checkpoint {
         }
     }
 
-    fn open_folder(dir: &Path) -> Result<Self, CheckpointError> {
+    fn open_folder(
+        dir: &Path,
+        report: &(dyn Fn(usize, usize) + Sync),
+    ) -> Result<Self, CheckpointError> {
         let entries = std::fs::read_dir(dir).map_err(|e| CheckpointError::unreadable(dir, &e))?;
         let mut shard_files = Vec::new();
         let mut index_files = Vec::new();
@@ -172,7 +189,7 @@ impl Checkpoint {
                 let job = std::thread::Builder::new()
                     .name("index-parse".into())
                     .spawn_scoped(scope, || parse_index_hashed(&index_path, &bytes));
-                let headers = parse_all(&listed);
+                let headers = parse_all(&listed, report);
                 let parsed = match job {
                     Ok(handle) => handle.join().unwrap_or_else(|_| {
                         Err(CheckpointError::IndexShape {
@@ -227,7 +244,7 @@ impl Checkpoint {
                     (file, path)
                 })
                 .collect();
-            Self::assemble(dir.to_path_buf(), Layout::Folder, files, Vec::new())
+            Self::assemble(dir.to_path_buf(), Layout::Folder, files, Vec::new(), report)
         };
         checkpoint.read_config(&dir.join("config.json"));
         Ok(checkpoint)
@@ -239,8 +256,9 @@ impl Checkpoint {
         layout: Layout,
         files: Vec<(String, PathBuf)>,
         problems: Vec<CheckpointError>,
+        report: &(dyn Fn(usize, usize) + Sync),
     ) -> Self {
-        let headers = parse_all(&files);
+        let headers = parse_all(&files, report);
         Self::assemble_parsed(root, layout, files, headers, problems)
     }
 
@@ -541,8 +559,9 @@ fn read_hashed(path: &Path, buf: &mut Vec<u8>) -> Parsed {
     Ok((header, hashes))
 }
 
-/// Parses every shard header, spreading files over the machine's cores.
-fn parse_all(files: &[(String, PathBuf)]) -> Vec<Parsed> {
+/// Parses every shard header, spreading files over the machine's cores;
+/// `report(parsed, total)` after each file.
+fn parse_all(files: &[(String, PathBuf)], report: &(dyn Fn(usize, usize) + Sync)) -> Vec<Parsed> {
     let workers = std::thread::available_parallelism()
         .map_or(1, std::num::NonZero::get)
         .min(files.len())
@@ -551,10 +570,16 @@ fn parse_all(files: &[(String, PathBuf)]) -> Vec<Parsed> {
         let mut buf = Vec::new();
         return files
             .iter()
-            .map(|(_, path)| read_hashed(path, &mut buf))
+            .enumerate()
+            .map(|(i, (_, path))| {
+                let parsed = read_hashed(path, &mut buf);
+                report(i + 1, files.len());
+                parsed
+            })
             .collect();
     }
     let next = AtomicUsize::new(0);
+    let parsed = AtomicUsize::new(0);
     let mut results: Vec<Option<Parsed>> = vec![None; files.len()];
     std::thread::scope(|scope| {
         let handles: Vec<_> = (0..workers)
@@ -568,6 +593,7 @@ fn parse_all(files: &[(String, PathBuf)]) -> Vec<Parsed> {
                             let i = next.fetch_add(1, Ordering::Relaxed);
                             let Some((_, path)) = files.get(i) else { break };
                             done.push((i, read_hashed(path, &mut buf)));
+                            report(parsed.fetch_add(1, Ordering::Relaxed) + 1, files.len());
                         }
                         done
                     })

@@ -146,25 +146,33 @@ struct Plan {
     /// than copied to the host a byte per value and counted there (faster on
     /// MLX's CPU backend, whose scatter-add runs one value at a time).
     device_bins: bool,
-    /// Partial sums are summed once more on the device before they are
-    /// copied (a GPU chunk has 2^18 of them).
-    two_level: bool,
+    /// GPU-shaped reductions: contiguous blocks (a row reduction, a GPU's
+    /// fastest) where the CPU reduces across columns (which its backend
+    /// vectorizes), whole-chunk minimum and maximum, and partial sums summed
+    /// once more on the device before they are copied (a GPU chunk has 2^18
+    /// of them).
+    gpu: bool,
+    /// Bins are not counted at all (`WEIGHTSCOPE_SUMMARY_BINS=none`: for
+    /// benchmarks that break a summary's time down).
+    skip_bins: bool,
 }
 
 impl Plan {
-    /// The plan for MLX's default device. `WEIGHTSCOPE_SUMMARY_BINS=host` or
-    /// `=device` overrides where bins are counted (for benchmarks).
+    /// The plan for MLX's default device. `WEIGHTSCOPE_SUMMARY_BINS=host`,
+    /// `=device` or `=none` overrides where bins are counted (benchmarks).
     fn for_default_device() -> Self {
         let gpu = super::default_device().is_ok_and(|d| d.kind == super::DeviceKind::Gpu);
-        let device_bins = match std::env::var("WEIGHTSCOPE_SUMMARY_BINS").as_deref() {
-            Ok("host") => false,
-            Ok("device") => true,
+        let knob = std::env::var("WEIGHTSCOPE_SUMMARY_BINS").ok();
+        let device_bins = match knob.as_deref() {
+            Some("host") => false,
+            Some("device") => true,
             _ => gpu,
         };
         Self {
             chunk: if gpu { GPU_CHUNK } else { CPU_CHUNK },
             device_bins,
-            two_level: gpu,
+            gpu,
+            skip_bins: knob.as_deref() == Some("none"),
         }
     }
 }
@@ -294,45 +302,51 @@ fn on_stream<T>(i: usize, f: impl FnOnce() -> T) -> T {
     })
 }
 
-/// Partial sums of the flat `a` of `len` values: blocks of [`SUM_BLOCK`]
-/// values (taken across a `[SUM_BLOCK, -1]` view along its first axis, which
-/// MLX's CPU backend vectorizes across columns) and the tail in one block;
-/// with `two_level`, the partials are summed once more on the device.
-fn partial_sums(a: &Array, len: i32, two_level: bool) -> Result<Vec<Array>, MlxError> {
+/// Partial sums of the flat `a` of `len` values, in blocks of
+/// [`SUM_BLOCK`] values and the tail in one block. On the CPU a block is a
+/// column of a `[SUM_BLOCK, -1]` view (reduced along the first axis, which
+/// MLX's CPU backend vectorizes across columns); on a GPU a row of a
+/// `[-1, SUM_BLOCK]` view, and the partials are summed once more on the
+/// device before they are copied.
+fn partial_sums(a: &Array, len: i32, gpu: bool) -> Result<Vec<Array>, MlxError> {
     let main = len - len % SUM_BLOCK;
     let mut out = Vec::with_capacity(2);
+    let blocks = |v: &Array| {
+        if gpu {
+            v.reshape(&[-1, SUM_BLOCK])
+                .and_then(|v| v.sum_axis(1, None))
+        } else {
+            v.reshape(&[SUM_BLOCK, -1])
+                .and_then(|v| v.sum_axis(0, None))
+        }
+    };
     if main > 0 {
         let body = if main == len {
             a.clone()
         } else {
             op("slice", a.try_index(0..main))?
         };
-        let mut sums = op(
-            "sum",
-            body.reshape(&[SUM_BLOCK, -1])
-                .and_then(|v| v.sum_axis(0, None)),
-        )?;
+        let mut sums = op("sum", blocks(&body))?;
         let count = main / SUM_BLOCK;
-        if two_level && count >= 4 * SUM_BLOCK && count % SUM_BLOCK == 0 {
-            sums = op(
-                "sum",
-                sums.reshape(&[SUM_BLOCK, -1])
-                    .and_then(|v| v.sum_axis(0, None)),
-            )?;
+        if gpu && count >= 4 * SUM_BLOCK && count % SUM_BLOCK == 0 {
+            sums = op("sum", blocks(&sums))?;
         }
         out.push(sums);
     }
     if main < len {
         let tail = op("slice", a.try_index(main..len))?;
-        out.push(op("sum", tail.sum(None))?);
+        out.push(op("sum", tail.sum(None).and_then(|t| t.reshape(&[1])))?);
     }
     Ok(out)
 }
 
-/// The minimum (`max == false`) or maximum of the flat `a` of `len` values.
-fn extreme(a: &Array, len: i32, max: bool) -> Result<Array, MlxError> {
-    let reduce = |v: &Array| if max { v.max(None) } else { v.min(None) };
-    if len % SUM_BLOCK == 0 {
+/// The minimum (`max == false`) or maximum of the flat `a` of `len` values,
+/// as a one-element array.
+fn extreme(a: &Array, len: i32, max: bool, gpu: bool) -> Result<Array, MlxError> {
+    let reduce = |v: &Array| {
+        if max { v.max(None) } else { v.min(None) }
+    };
+    let whole = if !gpu && len % SUM_BLOCK == 0 {
         let columns = op("reshape", a.reshape(&[SUM_BLOCK, -1]))?;
         let per_column = op(
             "reduce",
@@ -342,20 +356,20 @@ fn extreme(a: &Array, len: i32, max: bool) -> Result<Array, MlxError> {
                 columns.min_axis(0, None)
             },
         )?;
-        op("reduce", reduce(&per_column))
+        op("reduce", reduce(&per_column))?
     } else {
-        op("reduce", reduce(a))
-    }
+        op("reduce", reduce(a))?
+    };
+    op("reshape", whole.reshape(&[1]))
 }
 
-/// The lazy reductions of one part for the statistics pass: minimum,
-/// maximum, partial sums of `x`, of `d = x - centre` and of `d²`, over the
-/// finite values only when `masked` (then also the NaN and Inf counts).
+/// The lazy reductions of one part for the statistics pass, packed in one
+/// `f32` array (one copy to the host per part): minimum, maximum, partial
+/// sums of `x`, then of `d²` with `d = x - centre`; over the finite values
+/// only when `masked`, which also counts NaN and Inf.
 struct PartSums {
-    min: Array,
-    max: Array,
-    sum: Vec<Array>,
-    sum_squares: Vec<Array>,
+    packed: Array,
+    sums: usize,
     nan: Option<Array>,
     inf: Option<Array>,
 }
@@ -372,12 +386,23 @@ impl PartSums {
             Some(centre) => op("subtract", x.subtract(centre))?,
             None => x.clone(),
         };
+        let pack = |min: Array, max: Array, sums: Vec<Array>, squares: Vec<Array>| {
+            let count = sums.iter().map(Array::size).sum();
+            let mut parts = vec![min, max];
+            parts.extend(sums);
+            parts.extend(squares);
+            Ok::<_, MlxError>((op("pack", ops::concatenate(&parts, 0))?, count))
+        };
         if !masked {
+            let (packed, sums) = pack(
+                extreme(x, len, false, plan.gpu)?,
+                extreme(x, len, true, plan.gpu)?,
+                partial_sums(x, len, plan.gpu)?,
+                partial_sums(&op("square", d.square())?, len, plan.gpu)?,
+            )?;
             return Ok(Self {
-                min: extreme(x, len, false)?,
-                max: extreme(x, len, true)?,
-                sum: partial_sums(x, len, plan.two_level)?,
-                sum_squares: partial_sums(&op("square", d.square())?, len, plan.two_level)?,
+                packed,
+                sums,
                 nan: None,
                 inf: None,
             });
@@ -391,39 +416,31 @@ impl PartSums {
         };
         let zero = Array::from_f32(0.0);
         let d = op("where", ops::select(&finite, &d, &zero))?;
+        let low = op(
+            "where",
+            ops::select(&finite, x, Array::from_f32(f32::INFINITY)),
+        )?;
+        let high = op(
+            "where",
+            ops::select(&finite, x, Array::from_f32(f32::NEG_INFINITY)),
+        )?;
+        let clean = op("where", ops::select(&finite, x, &zero))?;
+        let (packed, sums) = pack(
+            extreme(&low, len, false, plan.gpu)?,
+            extreme(&high, len, true, plan.gpu)?,
+            partial_sums(&clean, len, plan.gpu)?,
+            partial_sums(&op("square", d.square())?, len, plan.gpu)?,
+        )?;
         Ok(Self {
-            min: extreme(
-                &op(
-                    "where",
-                    ops::select(&finite, x, Array::from_f32(f32::INFINITY)),
-                )?,
-                len,
-                false,
-            )?,
-            max: extreme(
-                &op(
-                    "where",
-                    ops::select(&finite, x, Array::from_f32(f32::NEG_INFINITY)),
-                )?,
-                len,
-                true,
-            )?,
-            sum: partial_sums(
-                &op("where", ops::select(&finite, x, &zero))?,
-                len,
-                plan.two_level,
-            )?,
-            sum_squares: partial_sums(&op("square", d.square())?, len, plan.two_level)?,
+            packed,
+            sums,
             nan: Some(count(op("isnan", ops::is_nan(x))?)?),
             inf: Some(count(op("isinf", ops::is_inf(x))?)?),
         })
     }
 
     fn outputs(&self) -> impl Iterator<Item = &Array> {
-        [&self.min, &self.max]
-            .into_iter()
-            .chain(self.sum.iter())
-            .chain(self.sum_squares.iter())
+        std::iter::once(&self.packed)
             .chain(self.nan.iter())
             .chain(self.inf.iter())
     }
@@ -443,22 +460,27 @@ struct PartStats {
 impl PartStats {
     /// Reads the evaluated reductions.
     fn read(sums: &PartSums) -> Result<Self, MlxError> {
-        let total = |arrays: &[Array]| -> Result<f64, MlxError> {
-            let mut sum = 0.0;
-            for a in arrays {
-                sum += to_f32_vec(a)?.iter().map(|&v| f64::from(v)).sum::<f64>();
-            }
-            Ok(sum)
+        let packed = to_f32_vec(&sums.packed)?;
+        let value = |i: usize| packed.get(i).copied().map_or(f64::NAN, f64::from);
+        let total = |range: std::ops::Range<usize>| -> f64 {
+            packed
+                .get(range)
+                .map_or(f64::NAN, |v| v.iter().map(|&x| f64::from(x)).sum())
         };
+        // Counts as integers: a GPU chunk can hold more than 2^24 of them.
         let count = |a: Option<&Array>| -> Result<u64, MlxError> {
-            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-            Ok(a.map(scalar).transpose()?.unwrap_or(0.0).round() as u64)
+            let Some(a) = a else { return Ok(0) };
+            evaluate(a)?;
+            let n = a
+                .try_as_slice::<i32>()
+                .map_err(|e| MlxError::op("read a count", e))?;
+            Ok(n.first().map_or(0, |&n| u64::try_from(n).unwrap_or(0)))
         };
         Ok(Self {
-            min: scalar(&sums.min)?,
-            max: scalar(&sums.max)?,
-            sum: total(&sums.sum)?,
-            sum_squares: total(&sums.sum_squares)?,
+            min: value(0),
+            max: value(1),
+            sum: total(2..2 + sums.sums),
+            sum_squares: total(2 + sums.sums..packed.len()),
             nan: count(sums.nan.as_ref())?,
             inf: count(sums.inf.as_ref())?,
         })
@@ -797,20 +819,29 @@ struct Binning {
     bins: usize,
     lo: Array,
     scale: Array,
+    /// Values may be large enough for `x - min` to overflow `f32`: clip
+    /// before the cast (otherwise `x - min` lies in `[0, max - min]` and
+    /// the scaled value in `[0, bins]` within a rounding, no clip needed).
+    clip: bool,
 }
 
 impl Binning {
-    /// `(x - min) * scale` for the flat `x` of one part, clipped to
-    /// `[0, bins]` (so that no value overflows the cast that follows), with
-    /// non-finite values at `bins + 1` unless the part is `clean`.
+    /// `(x - min) * scale` for the flat `x` of one part, in `[0, bins]`
+    /// (clipped when [`Binning::clip`] says so, so that no value overflows
+    /// the cast that follows), with non-finite values at `bins + 1` unless
+    /// the part is `clean`.
     fn scaled(&self, x: &Array, clean: bool) -> Result<Array, MlxError> {
         let scaled = op(
             "scale",
             op("subtract", x.subtract(&self.lo))?.multiply(&self.scale),
         )?;
-        #[allow(clippy::cast_precision_loss)]
-        let top = Array::from_f32(self.bins as f32);
-        let scaled = op("clip", ops::minimum(&scaled, &top))?;
+        let scaled = if self.clip {
+            #[allow(clippy::cast_precision_loss)]
+            let top = Array::from_f32(self.bins as f32);
+            op("clip", ops::minimum(&scaled, &top))?
+        } else {
+            scaled
+        };
         if clean {
             return Ok(scaled);
         }
@@ -893,72 +924,59 @@ fn second_pass(
         } else {
             0.0
         }),
+        clip: stats.min.abs().max(stats.max.abs()) >= f64::from(f32::MAX) / 4.0,
     };
+    let counting = counting && !plan.skip_bins;
     let mut local = vec![0u64; bins + 2];
-    let mut byte_counts = [0u64; 256];
     let mut heat_sums = Vec::new();
-    // Results in flight: per part, its bin numbers or counts and its cells.
-    let mut pending: std::collections::VecDeque<(Option<Array>, Option<Array>)> =
-        std::collections::VecDeque::new();
-    let mut drain = |pending: &mut std::collections::VecDeque<(Option<Array>, Option<Array>)>,
-                     keep: usize|
-     -> Result<(), MlxError> {
-        while pending.len() > keep {
-            let Some((bins_out, cells)) = pending.pop_front() else {
-                break;
-            };
-            evaluate_all(bins_out.iter().chain(cells.iter()))?;
-            if let Some(b) = &bins_out {
-                if plan.device_bins {
-                    let counts = b
-                        .try_as_slice::<u32>()
-                        .map_err(|e| MlxError::op("read bin counts", e))?;
-                    for (total, add) in local.iter_mut().zip(counts) {
-                        *total += u64::from(*add);
-                    }
-                } else {
-                    let chunk = b
-                        .try_as_slice::<u8>()
-                        .map_err(|e| MlxError::op("read bin numbers", e))?;
-                    count_bytes(chunk, &mut byte_counts);
+    if plan.device_bins || !counting {
+        // Nothing to do on the host per chunk: counts add up on the device
+        // and the cells are read once at the end.
+        let mut total: Option<Array> = None;
+        let mut cells = Vec::new();
+        for (i, part) in parts.iter().enumerate() {
+            on_stream(i, || -> Result<(), MlxError> {
+                let x = input.values(*part)?;
+                if counting {
+                    let counts = binning.device_counts(&x, part.len, clean[i])?;
+                    total = Some(match total.take() {
+                        Some(t) => op("add", t.add(&counts))?,
+                        None => counts,
+                    });
                 }
-            }
-            if let Some(c) = &cells {
-                heat_sums.extend(to_f32_vec(c)?);
+                if let Some(g) = grid {
+                    cells.push(g.band_sums(&x, *part, !clean[i])?);
+                }
+                op(
+                    "evaluate",
+                    mlx_rs::transforms::async_eval(total.iter().chain(cells.last())),
+                )
+            })?;
+        }
+        if let Some(total) = &total {
+            evaluate(total)?;
+            let counts = total
+                .try_as_slice::<u32>()
+                .map_err(|e| MlxError::op("read bin counts", e))?;
+            for (sum, add) in local.iter_mut().zip(counts) {
+                *sum += u64::from(*add);
             }
         }
-        Ok(())
-    };
-    for (i, part) in parts.iter().enumerate() {
-        let out = on_stream(i, || -> Result<_, MlxError> {
-            let x = input.values(*part)?;
-            let bins_out = if !counting {
-                None
-            } else if plan.device_bins {
-                Some(binning.device_counts(&x, part.len, clean[i])?)
-            } else {
-                Some(binning.bytes(&x, clean[i])?)
-            };
-            let cells = grid
-                .map(|g| g.band_sums(&x, *part, !clean[i]))
-                .transpose()?;
-            op(
-                "evaluate",
-                mlx_rs::transforms::async_eval(bins_out.iter().chain(cells.iter())),
-            )?;
-            Ok((bins_out, cells))
-        })?;
-        pending.push_back(out);
-        // Two chunks in flight, one per stream, while the host counts.
-        drain(&mut pending, 2)?;
-    }
-    drain(&mut pending, 0)?;
-    if !plan.device_bins {
-        for (total, add) in local.iter_mut().zip(byte_counts) {
-            *total += add;
+        if !cells.is_empty() {
+            heat_sums = to_f32_vec(&op("concatenate", ops::concatenate(&cells, 0))?)?;
         }
+    } else {
+        host_pass(
+            input,
+            parts,
+            clean,
+            &binning,
+            grid,
+            &mut local,
+            &mut heat_sums,
+        )?;
     }
-    let mut counts = vec![0u64; if counting { bins } else { 0 }];
+    let mut counts = vec![0u64; bins];
     if counting {
         counts.copy_from_slice(&local[..bins]);
         // The maximum lands exactly on `bins`: it belongs to the last bin.
@@ -974,6 +992,62 @@ fn second_pass(
         },
         heat_sums,
     ))
+}
+
+/// Pass 2 on the CPU: bin numbers come to the host a byte per value, chunk
+/// by chunk on both streams, and are counted there while the next chunks
+/// are computed (MLX's CPU scatter-add is slower); the heatmap's cells of
+/// each chunk come with them.
+fn host_pass(
+    input: &Input<'_>,
+    parts: &[Part],
+    clean: &[bool],
+    binning: &Binning,
+    grid: Option<Grid>,
+    local: &mut [u64],
+    heat_sums: &mut Vec<f32>,
+) -> Result<(), MlxError> {
+    type Pending = std::collections::VecDeque<(Array, Option<Array>)>;
+    let mut byte_counts = [0u64; 256];
+    let mut drain = |pending: &mut Pending, keep: usize| -> Result<(), MlxError> {
+        while pending.len() > keep {
+            let Some((bytes, cells)) = pending.pop_front() else {
+                break;
+            };
+            evaluate_all(std::iter::once(&bytes).chain(cells.iter()))?;
+            let chunk = bytes
+                .try_as_slice::<u8>()
+                .map_err(|e| MlxError::op("read bin numbers", e))?;
+            count_bytes(chunk, &mut byte_counts);
+            if let Some(c) = &cells {
+                heat_sums.extend(to_f32_vec(c)?);
+            }
+        }
+        Ok(())
+    };
+    let mut pending = Pending::new();
+    for (i, part) in parts.iter().enumerate() {
+        let out = on_stream(i, || -> Result<_, MlxError> {
+            let x = input.values(*part)?;
+            let bytes = binning.bytes(&x, clean[i])?;
+            let cells = grid
+                .map(|g| g.band_sums(&x, *part, !clean[i]))
+                .transpose()?;
+            op(
+                "evaluate",
+                mlx_rs::transforms::async_eval(std::iter::once(&bytes).chain(cells.iter())),
+            )?;
+            Ok((bytes, cells))
+        })?;
+        pending.push_back(out);
+        // Two chunks in flight, one per stream, while the host counts.
+        drain(&mut pending, 2)?;
+    }
+    drain(&mut pending, 0)?;
+    for (total, add) in local.iter_mut().zip(byte_counts) {
+        *total += add;
+    }
+    Ok(())
 }
 
 /// `a` with `values` added at `indices` along `axis` (MLX's
@@ -1065,8 +1139,9 @@ mod tests {
     #[test]
     fn bins_counted_on_the_device_match_those_counted_on_the_host() {
         // 3 x 2^18 + 1234 values as [rows, 1001]: parts of 2^18 values (the
-        // GPU plan's shape at a small scale: two-level partial sums, bins
-        // counted in blocks, a tail shorter than a block).
+        // GPU plan's shape at a small scale: row-block and two-level partial
+        // sums, bins counted in blocks and added up on the device, a tail
+        // shorter than a block), run here on the CPU backend.
         let cols = 1001usize;
         let rows = (3 * (1usize << 18) + 1234) / cols;
         let n = rows * cols;
@@ -1082,11 +1157,12 @@ mod tests {
         let host = Plan {
             chunk: 1 << 18,
             device_bins: false,
-            two_level: false,
+            gpu: false,
+            skip_bins: false,
         };
         let device = Plan {
             device_bins: true,
-            two_level: true,
+            gpu: true,
             ..host
         };
         let a = summarize_input(&input, 16, 64, 128, host).unwrap();
@@ -1095,6 +1171,7 @@ mod tests {
         assert_eq!(a.histogram.counts.iter().sum::<u64>(), a.stats.finite);
         assert_eq!(a.histogram.counts.len(), 64);
         assert_eq!((a.stats.nan, a.stats.inf), (1, 2));
+        assert_eq!((b.stats.nan, b.stats.inf), (1, 2));
         assert_eq!((a.stats.min, a.stats.max), (b.stats.min, b.stats.max));
         assert!((a.stats.mean - b.stats.mean).abs() <= 1e-6 * a.stats.std);
         assert!((a.stats.std - b.stats.std).abs() <= 1e-6 * a.stats.std);
@@ -1124,5 +1201,34 @@ mod tests {
         #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
         let bin = ((0.0125 - a.stats.min) / width) as usize;
         assert!(b.histogram.counts[bin] >= 2000);
+    }
+
+    #[test]
+    fn values_near_the_f32_limits_land_in_the_end_bins() {
+        let values = [f32::MAX, -f32::MAX, 0.0, 1.0, f32::NAN];
+        let flat = Array::from_slice(&values, &[5]);
+        flat.eval().unwrap();
+        let input = Input::Flat {
+            flat,
+            shape: vec![5],
+        };
+        let mut results = Vec::new();
+        for device_bins in [false, true] {
+            let plan = Plan {
+                chunk: 1 << 20,
+                device_bins,
+                gpu: device_bins,
+                skip_bins: false,
+            };
+            let s = summarize_input(&input, 5, 4, 16, plan).unwrap();
+            // No bin number overflows (the scale is subnormal here, so the
+            // middle values may round into the bin below the middle).
+            let counts = &s.histogram.counts;
+            assert_eq!(counts.iter().sum::<u64>(), 4, "device bins: {device_bins}");
+            assert_eq!((counts[0], counts[3]), (1, 1), "device bins: {device_bins}");
+            assert_eq!(s.stats.nan, 1);
+            results.push(s.histogram);
+        }
+        assert_eq!(results[0], results[1]);
     }
 }

@@ -34,6 +34,25 @@ pub use rules::{
 };
 pub use view::{Fixup, View};
 
+/// How far opening a checkpoint has come.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpenStep {
+    /// Shard headers parsed so far, of the shard files found.
+    Headers {
+        /// Parsed.
+        parsed: usize,
+        /// Found.
+        total: usize,
+    },
+    /// MLX maps opened so far (lazy: no tensor bytes read), of the shards.
+    Maps {
+        /// Opened.
+        opened: usize,
+        /// Shards.
+        total: usize,
+    },
+}
+
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
@@ -148,6 +167,21 @@ impl Weights<MlxNative> {
         Self::open_with(Checkpoint::open(path)?, MlxNative)
     }
 
+    /// [`Weights::open`], calling `report` as headers are parsed and as
+    /// shard maps are opened (the window's progress while it opens).
+    ///
+    /// # Errors
+    /// As [`Weights::open`].
+    pub fn open_reporting(
+        path: &Path,
+        report: &(dyn Fn(OpenStep) + Sync),
+    ) -> Result<Self, WeightsError> {
+        let checkpoint = Checkpoint::open_reporting(path, &|parsed, total| {
+            report(OpenStep::Headers { parsed, total });
+        })?;
+        Self::open_with_reporting(checkpoint, MlxNative, report)
+    }
+
     /// Opens `path` whole and installs the chosen view: the B side of a
     /// diff, where a shard that failed to open would silently drop tensors.
     ///
@@ -175,7 +209,20 @@ impl<N: Native> Weights<N> {
     ///
     /// # Errors
     /// The first shard MLX cannot open.
-    pub fn open_with(checkpoint: Checkpoint, mut native: N) -> Result<Self, WeightsError> {
+    pub fn open_with(checkpoint: Checkpoint, native: N) -> Result<Self, WeightsError> {
+        Self::open_with_reporting(checkpoint, native, &|_| {})
+    }
+
+    /// [`Weights::open_with`], calling `report` after each shard's map.
+    ///
+    /// # Errors
+    /// As [`Weights::open_with`].
+    pub fn open_with_reporting(
+        checkpoint: Checkpoint,
+        mut native: N,
+        report: &(dyn Fn(OpenStep) + Sync),
+    ) -> Result<Self, WeightsError> {
+        let total = checkpoint.shards().len();
         let mut maps = HashMap::with_capacity(checkpoint.shards().len());
         let fingerprints = checkpoint
             .shards()
@@ -186,6 +233,10 @@ impl<N: Native> Weights<N> {
             match native.open_shard(&shard.path) {
                 Ok(map) => {
                     maps.insert(i, map);
+                    report(OpenStep::Maps {
+                        opened: i + 1,
+                        total,
+                    });
                 }
                 Err(err) => {
                     for (_, map) in maps.drain() {
