@@ -853,3 +853,41 @@ fn the_profiler_attaches_to_a_running_process() {
     assert!(!recording.samples.is_empty());
     harness.get_by_label_contains("detached after");
 }
+
+#[test]
+fn opening_many_shards_shows_progress_while_the_open_checkpoint_stays() {
+    let _lock = common::mlx_memory_lock();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let demo = demo::ensure_demo(&dir.path().join("demo")).expect("demo");
+    let many = dir.path().join("many");
+    std::fs::create_dir_all(&many).expect("dir");
+    for shard in 0..120 {
+        common::write_safetensors(
+            &many.join(format!("model-{shard:05}-of-00120.safetensors")),
+            &[common::Tensor::f32(
+                &format!("t{shard}"),
+                &[2, 2],
+                &[1.0; 4],
+            )],
+        );
+    }
+    let mut harness = harness(open_app(&demo));
+    harness.state_mut().open(many.clone());
+    // Apply events one at a time until the first progress has arrived.
+    while !harness.state_mut().wait_for_any_event().expect("event") {}
+    assert!(harness.state().is_opening());
+    harness.run_steps(2); // the spinner keeps repainting
+    harness.get_by_label_contains(&format!("opening {}", many.display()));
+    assert!(
+        harness.query_by_label_contains("/120").is_some(),
+        "a progress bar counts the 120 shards"
+    );
+    // What was open stays open and browsable meanwhile.
+    harness.get_by_label_contains("10 of 10 tensors");
+    while harness.state().is_opening() {
+        harness.state_mut().wait_for_any_event().expect("event");
+    }
+    harness.run();
+    harness.get_by_label_contains("120 of 120 tensors");
+    assert!(harness.query_by_label_contains("opening").is_none());
+}

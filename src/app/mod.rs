@@ -302,6 +302,19 @@ impl WeightscopeApp {
         Ok(())
     }
 
+    /// Blocks until the worker's next event of any kind (open progress
+    /// included) and applies it; returns whether it was open progress. For
+    /// tests and scripted runs only.
+    ///
+    /// # Errors
+    /// When the worker has stopped.
+    pub fn wait_for_any_event(&mut self) -> Result<bool, WorkerGone> {
+        let event = self.worker.recv_any()?;
+        let progress = matches!(event.kind, EventKind::OpenProgress { .. });
+        self.apply(event);
+        Ok(progress)
+    }
+
     /// Blocks until the memory sampler's next sample and records it. For
     /// tests and scripted runs only. Returns whether a sample came.
     pub fn wait_for_sample(&mut self) -> bool {

@@ -6,7 +6,7 @@ use mlx_rs::ops::indexing::TryIndexOp;
 use mlx_rs::ops::{self, PadWidth};
 use mlx_rs::{Array, Device, Dtype, Stream};
 
-use super::{MlxError, evaluate, evaluate_all, to_f32_vec};
+use super::{MlxError, evaluate, evaluate_all, kernel, to_f32_vec};
 
 /// Statistics over the finite values (NaN and ±Inf are counted apart).
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
@@ -137,42 +137,66 @@ fn scalar(a: &Array) -> Result<f64, MlxError> {
     Ok(v.first().copied().map_or(f64::NAN, f64::from))
 }
 
+/// Where histogram bins are counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BinsOn {
+    /// Bin numbers come to the host a byte per value and are counted there
+    /// (MLX's CPU backend: its scatter-add runs one value at a time).
+    Host,
+    /// MLX's scatter-add on the device, in blocks (GPUs without our kernel).
+    Scatter,
+    /// Our shared-memory histogram kernel (CUDA).
+    Kernel,
+    /// Not counted (`WEIGHTSCOPE_SUMMARY_BINS=none`: benchmarks that break
+    /// a summary's time down).
+    Nowhere,
+}
+
+/// Set once our histogram kernel failed on this machine: summaries use
+/// MLX's scatter-add from then on.
+static KERNEL_FAILED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// How a summary runs on the default device.
 #[derive(Debug, Clone, Copy)]
 struct Plan {
     /// Elements per chunk.
     chunk: i64,
-    /// Bin numbers are counted on the device (a GPU's atomic adds) rather
-    /// than copied to the host a byte per value and counted there (faster on
-    /// MLX's CPU backend, whose scatter-add runs one value at a time).
-    device_bins: bool,
+    /// Where bins are counted.
+    bins: BinsOn,
+    /// The bins were asked for by name (a benchmark): no fallback.
+    forced: bool,
     /// GPU-shaped reductions: contiguous blocks (a row reduction, a GPU's
     /// fastest) where the CPU reduces across columns (which its backend
     /// vectorizes), whole-chunk minimum and maximum, and partial sums summed
     /// once more on the device before they are copied (a GPU chunk has 2^18
     /// of them).
     gpu: bool,
-    /// Bins are not counted at all (`WEIGHTSCOPE_SUMMARY_BINS=none`: for
-    /// benchmarks that break a summary's time down).
-    skip_bins: bool,
 }
 
 impl Plan {
     /// The plan for MLX's default device. `WEIGHTSCOPE_SUMMARY_BINS=host`,
-    /// `=device` or `=none` overrides where bins are counted (benchmarks).
+    /// `=scatter`, `=kernel` or `=none` overrides where bins are counted
+    /// (benchmarks).
     fn for_default_device() -> Self {
         let gpu = super::default_device().is_ok_and(|d| d.kind == super::DeviceKind::Gpu);
+        let kernel = gpu
+            && cfg!(not(target_os = "macos"))
+            && !KERNEL_FAILED.load(std::sync::atomic::Ordering::Relaxed);
         let knob = std::env::var("WEIGHTSCOPE_SUMMARY_BINS").ok();
-        let device_bins = match knob.as_deref() {
-            Some("host") => false,
-            Some("device") => true,
-            _ => gpu,
+        let bins = match knob.as_deref() {
+            Some("host") => BinsOn::Host,
+            Some("scatter") => BinsOn::Scatter,
+            Some("kernel") => BinsOn::Kernel,
+            Some("none") => BinsOn::Nowhere,
+            _ if kernel => BinsOn::Kernel,
+            _ if gpu => BinsOn::Scatter,
+            _ => BinsOn::Host,
         };
         Self {
             chunk: if gpu { GPU_CHUNK } else { CPU_CHUNK },
-            device_bins,
+            bins,
+            forced: knob.is_some(),
             gpu,
-            skip_bins: knob.as_deref() == Some("none"),
         }
     }
 }
@@ -767,7 +791,20 @@ fn summarize_input(
     let clean: Vec<bool> = part_stats.iter().map(|p| p.nan + p.inf == 0).collect();
 
     // Pass 2: histogram bins and heatmap cells.
-    let (histogram, heat_sums) = second_pass(input, &parts, &clean, &stats, bins, grid, plan)?;
+    let (histogram, heat_sums) = match second_pass(input, &parts, &clean, &stats, bins, grid, plan)
+    {
+        Err(_) if plan.bins == BinsOn::Kernel && !plan.forced => {
+            // Our kernel did not compile or run here: MLX's scatter-add
+            // from now on.
+            KERNEL_FAILED.store(true, std::sync::atomic::Ordering::Relaxed);
+            let plan = Plan {
+                bins: BinsOn::Scatter,
+                ..plan
+            };
+            second_pass(input, &parts, &clean, &stats, bins, grid, plan)?
+        }
+        result => result?,
+    };
     Ok(ValueSummary {
         stats,
         histogram,
@@ -819,6 +856,8 @@ struct Binning {
     bins: usize,
     lo: Array,
     scale: Array,
+    /// `[lo, scale]` for the kernel.
+    params: Array,
     /// Values may be large enough for `x - min` to overflow `f32`: clip
     /// before the cast (otherwise `x - min` lies in `[0, max - min]` and
     /// the scaled value in `[0, bins]` within a rounding, no clip needed).
@@ -907,29 +946,33 @@ fn second_pass(
     grid: Option<Grid>,
     plan: Plan,
 ) -> Result<(Histogram, Vec<f32>), MlxError> {
-    let counting = stats.finite > 0 && bins > 0;
-    // The CPU path counts bytes: 255 and 254 are taken.
-    let bins = if plan.device_bins {
-        bins.min(1 << 16)
-    } else {
-        bins.min(usize::from(u8::MAX) - 1)
+    let counting = stats.finite > 0 && bins > 0 && plan.bins != BinsOn::Nowhere;
+    let bins = match plan.bins {
+        // Bytes: 255 and 254 are taken.
+        BinsOn::Host | BinsOn::Nowhere => bins.min(usize::from(u8::MAX) - 1),
+        BinsOn::Scatter => bins.min(1 << 16),
+        BinsOn::Kernel => bins.min(kernel::MAX_SLOTS - 2),
     };
     let width = stats.max - stats.min;
     #[allow(clippy::cast_possible_truncation, clippy::cast_precision_loss)]
-    let binning = Binning {
-        bins,
-        lo: Array::from_f32(stats.min as f32),
-        scale: Array::from_f32(if width > 0.0 {
+    let (lo, scale) = (
+        stats.min as f32,
+        if width > 0.0 {
             (bins as f64 / width) as f32
         } else {
             0.0
-        }),
+        },
+    );
+    let binning = Binning {
+        bins,
+        lo: Array::from_f32(lo),
+        scale: Array::from_f32(scale),
+        params: Array::from_slice(&[lo, scale], &[2]),
         clip: stats.min.abs().max(stats.max.abs()) >= f64::from(f32::MAX) / 4.0,
     };
-    let counting = counting && !plan.skip_bins;
     let mut local = vec![0u64; bins + 2];
     let mut heat_sums = Vec::new();
-    if plan.device_bins || !counting {
+    if plan.bins != BinsOn::Host || !counting {
         // Nothing to do on the host per chunk: counts add up on the device
         // and the cells are read once at the end.
         let mut total: Option<Array> = None;
@@ -938,7 +981,11 @@ fn second_pass(
             on_stream(i, || -> Result<(), MlxError> {
                 let x = input.values(*part)?;
                 if counting {
-                    let counts = binning.device_counts(&x, part.len, clean[i])?;
+                    let counts = if plan.bins == BinsOn::Kernel {
+                        kernel::histogram_counts(&x, &binning.params, bins + 2)?
+                    } else {
+                        binning.device_counts(&x, part.len, clean[i])?
+                    };
                     total = Some(match total.take() {
                         Some(t) => op("add", t.add(&counts))?,
                         None => counts,
@@ -1116,7 +1163,7 @@ fn count_bytes(bytes: &[u8], counts: &mut [u64; 256]) {
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::cast_precision_loss)]
 mod tests {
-    use super::{Input, Plan, summarize_input};
+    use super::{BinsOn, Input, Plan, summarize_input};
     use mlx_rs::Array;
 
     /// Values with a spread, a run of equal values, NaN and ±Inf.
@@ -1156,18 +1203,33 @@ mod tests {
         };
         let host = Plan {
             chunk: 1 << 18,
-            device_bins: false,
+            bins: BinsOn::Host,
+            forced: true,
             gpu: false,
-            skip_bins: false,
         };
         let device = Plan {
-            device_bins: true,
+            bins: BinsOn::Scatter,
             gpu: true,
             ..host
         };
         let a = summarize_input(&input, 16, 64, 128, host).unwrap();
         let b = summarize_input(&input, 16, 64, 128, device).unwrap();
         assert_eq!(a.histogram, b.histogram);
+        // Our CUDA kernel is refused on this backend: the summary falls back
+        // to the scatter-add and still counts every value.
+        let kernel = Plan {
+            bins: BinsOn::Kernel,
+            forced: false,
+            ..device
+        };
+        let c = summarize_input(&input, 16, 64, 128, kernel).unwrap();
+        assert_eq!(a.histogram, c.histogram);
+        assert!(super::KERNEL_FAILED.load(std::sync::atomic::Ordering::Relaxed));
+        let forced = Plan {
+            forced: true,
+            ..kernel
+        };
+        assert!(summarize_input(&input, 16, 64, 128, forced).is_err());
         assert_eq!(a.histogram.counts.iter().sum::<u64>(), a.stats.finite);
         assert_eq!(a.histogram.counts.len(), 64);
         assert_eq!((a.stats.nan, a.stats.inf), (1, 2));
@@ -1216,9 +1278,13 @@ mod tests {
         for device_bins in [false, true] {
             let plan = Plan {
                 chunk: 1 << 20,
-                device_bins,
+                bins: if device_bins {
+                    BinsOn::Scatter
+                } else {
+                    BinsOn::Host
+                },
+                forced: true,
                 gpu: device_bins,
-                skip_bins: false,
             };
             let s = summarize_input(&input, 5, 4, 16, plan).unwrap();
             // No bin number overflows (the scale is subnormal here, so the

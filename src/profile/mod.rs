@@ -6,6 +6,7 @@
 //! after it and with what its shard holds by the Weights core's bookkeeping.
 
 mod findings;
+mod prefetch;
 pub mod record;
 mod sampler;
 mod timeline;
@@ -13,6 +14,7 @@ mod trace;
 mod walk;
 
 pub use findings::{Finding, FindingKind, FitReport, findings, fit_report};
+pub use prefetch::Prefetcher;
 pub use sampler::{
     DEFAULT_INTERVAL, MachineMemory, MemorySample, ProcessMemory, Sampler, Series,
     process_rss_bytes, reset_peak_rss,

@@ -394,7 +394,16 @@ pub fn walk<N: Native>(
     let mut kept: Vec<Array> = Vec::new();
     let mut error = None;
     let mut cancelled = false;
-    'shards: for shard in &plan.shards {
+    let prefetcher = super::Prefetcher::start(
+        plan.shards
+            .iter()
+            .map(|s| weights.checkpoint().shards()[s.index].path.clone())
+            .collect(),
+    );
+    'shards: for (position, shard) in plan.shards.iter().enumerate() {
+        if let Some(prefetcher) = &prefetcher {
+            prefetcher.entered(position);
+        }
         for name in &shard.names {
             if cancel.load(Ordering::Relaxed) {
                 cancelled = true;
@@ -456,7 +465,7 @@ pub fn walk<N: Native>(
             );
         }
     }
-    drop(kept);
+    drop((kept, prefetcher));
     let peak_mlx_active_bytes = match mlx::memory() {
         Ok(m) if mlx_reset => m.peak_bytes.max(highest_active.get()),
         _ => highest_active.get(),
