@@ -5,11 +5,15 @@
 //! them costs no disk but every byte still goes through the page cache and
 //! MLX's loader) and measures, in the same run:
 //! - `cat` of every shard to `/dev/null` (the speed the files can be read);
-//! - `weightscope walk --policy release-shard --json` (whole process).
+//! - `weightscope walk --policy release-shard --json` (whole process), with
+//!   MLX's default buffer cache and with a cache of one shard
+//!   (`--cache-limit`), which lets each shard reuse the last one's buffers;
+//! - the profiler with that walk's trace: loading it, and frames drawn.
 //!
-//! Prints GB/s of both and their ratio, the walk's peak MLX active against
-//! the largest shard, its peak RSS, and the size of its JSON trace. Run with
-//! `cargo bench --bench walk_large` (several minutes: 627 GiB read twice).
+//! Prints GB/s of each and their ratio to `cat`, the walks' peak MLX active
+//! against the largest shard, peak RSS, the size of the JSON trace, and the
+//! profiler's figures. Run with `cargo bench --bench walk_large` (about ten
+//! minutes: 627 GiB read three times).
 //! `WALK_BENCH_KEEP=DIR` keeps the layout there.
 
 mod common;
@@ -53,33 +57,84 @@ fn main() {
     assert!(cat.success());
     let cat_secs = t.elapsed().as_secs_f64();
 
-    let t = Instant::now();
-    let walk = Command::new(env!("CARGO_BIN_EXE_weightscope"))
-        .arg("walk")
-        .arg(dir)
-        .args(["--policy", "release-shard", "--json"])
-        .stderr(Stdio::inherit())
-        .output()
-        .expect("walk runs");
-    let walk_secs = t.elapsed().as_secs_f64();
-    assert!(walk.status.success(), "the walk failed");
-    let report: serde_json::Value = serde_json::from_slice(&walk.stdout).expect("walk JSON");
-    let peak = report["peak_mlx_active_bytes"].as_u64().unwrap_or(0);
-    let rss = report["peak_rss_bytes"].as_u64().unwrap_or(0);
     let gb = apparent as f64 / 1e9;
     println!("cat:  {cat_secs:7.1} s, {:6.2} GB/s", gb / cat_secs);
+    let trace = temp.path().join("walk-trace.json");
+    for cache in [None, Some(largest)] {
+        let t = Instant::now();
+        let mut command = Command::new(env!("CARGO_BIN_EXE_weightscope"));
+        command
+            .arg("walk")
+            .arg(dir)
+            .args(["--policy", "release-shard", "--json"])
+            .stderr(Stdio::inherit());
+        if let Some(bytes) = cache {
+            command.arg("--cache-limit").arg(bytes.to_string());
+            command.arg("--trace").arg(&trace);
+        }
+        let walk = command.output().expect("walk runs");
+        let walk_secs = t.elapsed().as_secs_f64();
+        assert!(walk.status.success(), "the walk failed");
+        let report: serde_json::Value = serde_json::from_slice(&walk.stdout).expect("walk JSON");
+        let peak = report["peak_mlx_active_bytes"].as_u64().unwrap_or(0);
+        let rss = report["peak_rss_bytes"].as_u64().unwrap_or(0);
+        let label = if cache.is_some() {
+            "walk, cache of one shard"
+        } else {
+            "walk, MLX's default cache"
+        };
+        println!(
+            "{label}: {walk_secs:7.1} s, {:6.2} GB/s ({:.2} x cat)",
+            gb / walk_secs,
+            cat_secs / walk_secs
+        );
+        println!(
+            "  peak MLX active {:.2} GiB = {:.2} x the largest shard; peak RSS {:.2} GiB; JSON {:.1} MB with {} events and {} samples",
+            peak as f64 / gib,
+            peak as f64 / largest as f64,
+            rss as f64 / gib,
+            walk.stdout.len() as f64 / 1e6,
+            report["events"].as_array().map_or(0, Vec::len),
+            report["samples"].as_array().map_or(0, Vec::len)
+        );
+    }
+    profiler_with(&trace, temp.path());
+}
+
+/// Loads the walk's trace into the profiler and draws frames as the window
+/// does (egui layout and tessellation, no GPU), printing the times.
+fn profiler_with(trace: &std::path::Path, scratch: &std::path::Path) {
+    let demo = weightscope::weights::demo::ensure_demo(&scratch.join("demo")).expect("demo");
+    let device = weightscope::mlx::default_device().map_err(|e| e.to_string());
+    let mut app = weightscope::app::WeightscopeApp::new(Some(demo), device, || {}).expect("app");
+    app.wait_for_worker().expect("opened");
+    let t = Instant::now();
+    app.load_trace(trace);
+    let load = t.elapsed();
+    app.show_tab(weightscope::app::Tab::Profiler);
+    let ctx = egui::Context::default();
+    let input = || egui::RawInput {
+        screen_rect: Some(egui::Rect::from_min_size(
+            egui::Pos2::ZERO,
+            egui::vec2(1400.0, 860.0),
+        )),
+        ..Default::default()
+    };
+    let mut frames: Vec<std::time::Duration> = (0..30)
+        .map(|_| {
+            let t = Instant::now();
+            let output = ctx.run_ui(input(), |ui| app.ui(ui));
+            let _ = ctx.tessellate(output.shapes, output.pixels_per_point);
+            t.elapsed()
+        })
+        .collect();
+    let first = frames[0];
+    frames.sort();
     println!(
-        "walk: {walk_secs:7.1} s, {:6.2} GB/s ({:.2} x cat)",
-        gb / walk_secs,
-        cat_secs / walk_secs
-    );
-    println!(
-        "walk peak MLX active {:.2} GiB = {:.2} x the largest shard; peak RSS {:.2} GiB; JSON {:.1} MB with {} events and {} samples",
-        peak as f64 / gib,
-        peak as f64 / largest as f64,
-        rss as f64 / gib,
-        walk.stdout.len() as f64 / 1e6,
-        report["events"].as_array().map_or(0, Vec::len),
-        report["samples"].as_array().map_or(0, Vec::len)
+        "profiler with that trace: loaded in {:.0} ms; first frame {:.1} ms, then median {:.2} ms, worst {:.2} ms",
+        load.as_secs_f64() * 1e3,
+        first.as_secs_f64() * 1e3,
+        frames[frames.len() / 2].as_secs_f64() * 1e3,
+        frames[frames.len() - 1].as_secs_f64() * 1e3
     );
 }

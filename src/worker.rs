@@ -379,6 +379,7 @@ fn run(
 ) {
     let mut weights: Option<Weights> = None;
     let options = PreviewOptions::default();
+    let mut warmed = false;
     let send = |kind: EventKind, mark: Option<Mark>, sample: MemorySample| {
         let event = Event {
             kind,
@@ -433,6 +434,12 @@ fn run(
         }
         if !listening {
             break; // nobody listens any more
+        }
+        // On a GPU the first summary compiles kernels for seconds: do it
+        // after the first command (the open), not when a tensor is clicked.
+        if !warmed {
+            warmed = true;
+            mlx::warm_up_summaries();
         }
     }
     // Arrays and maps are freed here, on the thread that made them.

@@ -773,6 +773,11 @@ impl WeightscopeApp {
         self.with_profiler(|profiler, inputs| profiler.save_trace(path, inputs));
     }
 
+    /// Shows `tab` (as clicking it does).
+    pub fn show_tab(&mut self, tab: Tab) {
+        self.tab = tab;
+    }
+
     /// Loads a saved trace and overlays it on the walk view.
     pub fn load_trace(&mut self, path: &Path) {
         self.profiler.load_trace(path);

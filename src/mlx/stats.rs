@@ -585,6 +585,17 @@ pub fn summarize(
     )
 }
 
+/// Summarizes a small array once, so that a GPU compiles the summary's
+/// kernels (MLX's and our histogram kernel: about 2.5 s on CUDA the first
+/// time in a process) before the first tensor is clicked. Nothing to do on
+/// the CPU.
+pub fn warm_up_summaries() {
+    if Plan::for_default_device().gpu {
+        let values: Vec<f32> = (0u16..512).map(|i| f32::from(i) / 512.0).collect();
+        let _ = summarize(&Array::from_slice(&values, &[2, 256]), 1, 64, 8);
+    }
+}
+
 /// Summarizes values read band by band (see [`RowBands`]), as [`summarize`]
 /// does an array: each chunk is decoded (a packed weight dequantized) once
 /// per pass and never the whole tensor at once.
