@@ -18,7 +18,8 @@ use crate::checkpoint::Checkpoint;
 use crate::checkpoint::check::{Finding, check_headers};
 use crate::mlx::{self, MemoryStats};
 use crate::profile::{
-    self, Mark, MarkKind, MemorySample, Policy, Recorded, Transform, WalkOutcome,
+    self, ExpectedPeaks, Mark, MarkKind, MemorySample, Policy, Recorded, Transform, WalkOutcome,
+    WalkPlan,
 };
 use crate::weights::{
     DiffProgress, DiffReport, OpenStep, PreviewOptions, ScanProgress, TensorPreview, ValueScan,
@@ -96,6 +97,44 @@ pub struct Event {
     pub at: Instant,
 }
 
+/// Figures about a checkpoint that just opened, computed on the worker so
+/// that applying [`EventKind::Opened`] costs the window's frame nothing
+/// (for 90k tensors these take tens of milliseconds).
+#[derive(Debug, Clone, PartialEq)]
+pub struct OpenedFacts {
+    /// The header summary: totals, parameters per dtype, quantization.
+    pub summary: crate::checkpoint::Summary,
+    /// What a walk is expected to peak at, per transform, from the headers.
+    pub expected: Vec<(Transform, ExpectedPeaks)>,
+    /// Bytes of the largest shard a walk reads.
+    pub largest_shard_bytes: u64,
+}
+
+impl OpenedFacts {
+    /// The figures for `checkpoint`.
+    #[must_use]
+    pub fn of(checkpoint: &Checkpoint) -> Self {
+        let plan = WalkPlan::from_checkpoint(checkpoint, Transform::None);
+        let largest_shard_bytes = plan.largest_shard().map_or(0, |s| s.source_bytes);
+        let expected = Transform::ALL
+            .into_iter()
+            .map(|t| {
+                let peaks = if t == Transform::None {
+                    plan.expected()
+                } else {
+                    WalkPlan::from_checkpoint(checkpoint, t).expected()
+                };
+                (t, peaks)
+            })
+            .collect();
+        Self {
+            summary: checkpoint.summary(),
+            expected,
+            largest_shard_bytes,
+        }
+    }
+}
+
 /// The kinds of [`Event`].
 #[derive(Debug, Clone)]
 pub enum EventKind {
@@ -112,6 +151,8 @@ pub enum EventKind {
         view_error: Option<String>,
         /// What `weightscope check` finds in its headers, config and folder.
         findings: Vec<Finding>,
+        /// Figures the panels show, computed here.
+        facts: Box<OpenedFacts>,
     },
     /// How far the open of `path` has come (at most about 50 of these per
     /// phase); what was open stays open meanwhile.
@@ -688,7 +729,8 @@ fn open(
         Err(err) => (None, Some(err.to_string())),
     };
     let checkpoint = opened.shared_checkpoint();
-    let findings = check_headers(&checkpoint, &checkpoint.summary());
+    let facts = Box::new(OpenedFacts::of(&checkpoint));
+    let findings = check_headers(&checkpoint, &facts.summary);
     // The old one's arrays and maps go first, then the new one takes its place.
     *weights = None;
     *weights = Some(opened);
@@ -698,6 +740,7 @@ fn open(
         view,
         view_error,
         findings,
+        facts,
     }
 }
 

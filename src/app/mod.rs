@@ -24,7 +24,7 @@ use crate::mlx::{DeviceInfo, MemoryStats};
 use crate::profile::record::{RecordControl, RecordOptions, Recording, Target, Update};
 use crate::profile::{DEFAULT_INTERVAL, Sampler, Timeline};
 use crate::weights::{BUILTIN_VIEWS, DiffReport, OpenStep, ViewChoice, ViewInfo};
-use crate::worker::{CancelToken, Command, Event, EventKind, Worker, WorkerGone};
+use crate::worker::{CancelToken, Command, Event, EventKind, OpenedFacts, Worker, WorkerGone};
 
 use check::{CheckAction, CheckPanel};
 use diff::{DiffAction, DiffPanel};
@@ -344,9 +344,10 @@ impl WeightscopeApp {
                 view,
                 view_error,
                 findings,
+                facts,
             } => {
                 self.check.opened(findings);
-                self.apply_opened(&path, checkpoint, view, view_error);
+                self.apply_opened(&path, checkpoint, view, view_error, &facts);
             }
             EventKind::OpenProgress { path, step } => {
                 if self.opening.as_ref() == Some(&path) {
@@ -396,6 +397,7 @@ impl WeightscopeApp {
         checkpoint: Arc<Checkpoint>,
         view: Option<Arc<ViewInfo>>,
         view_error: Option<String>,
+        facts: &OpenedFacts,
     ) {
         if let Some(error) = view_error {
             self.notice = Some(format!("view not installed: {error}"));
@@ -408,9 +410,10 @@ impl WeightscopeApp {
         // Panels whose state belongs to one checkpoint start afresh.
         self.shards = ShardsPanel::opened(&checkpoint);
         self.tensors = TensorsPanel::opened(&checkpoint, view);
-        self.status = StatusBar::opened(&checkpoint);
+        self.status = StatusBar::opened(&facts.summary);
         self.inspector.clear();
-        self.profiler.checkpoint_opened(&checkpoint);
+        self.profiler
+            .checkpoint_opened(facts.expected.clone(), facts.largest_shard_bytes);
         self.checkpoint = Some(checkpoint);
     }
 

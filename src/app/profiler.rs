@@ -12,7 +12,7 @@ use crate::mlx::{DeviceInfo, MemoryStats};
 use crate::profile::record::{Recording, Target, Update};
 use crate::profile::{
     self, ExpectedPeaks, Finding, MachineMemory, MarkKind, Policy, Sampler, Timeline, Trace,
-    TraceEvent, TraceSample, Transform, WalkOutcome, WalkPlan,
+    TraceEvent, TraceSample, Transform, WalkOutcome,
 };
 use crate::units::human_bytes;
 use crate::worker::{CancelToken, Command};
@@ -183,14 +183,13 @@ impl Default for ProfilerPanel {
 
 impl ProfilerPanel {
     /// Predictions for a newly opened checkpoint.
-    pub fn checkpoint_opened(&mut self, checkpoint: &crate::checkpoint::Checkpoint) {
-        self.expected = Transform::ALL
-            .into_iter()
-            .map(|t| (t, WalkPlan::from_checkpoint(checkpoint, t).expected()))
-            .collect();
-        self.largest_shard_bytes = WalkPlan::from_checkpoint(checkpoint, Transform::None)
-            .largest_shard()
-            .map_or(0, |s| s.source_bytes);
+    pub fn checkpoint_opened(
+        &mut self,
+        expected: Vec<(Transform, ExpectedPeaks)>,
+        largest_shard_bytes: u64,
+    ) {
+        self.expected = expected;
+        self.largest_shard_bytes = largest_shard_bytes;
         self.machine = MachineMemory::read();
         self.running = None;
     }

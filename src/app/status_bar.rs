@@ -37,11 +37,10 @@ pub(super) struct StatusBar {
 
 impl StatusBar {
     /// Figures for a newly opened checkpoint.
-    pub(super) fn opened(checkpoint: &Checkpoint) -> Self {
-        let summary = checkpoint.summary();
+    pub(super) fn opened(summary: &Summary) -> Self {
         Self {
             totals: Some((summary.tensor_count, summary.total_bytes)),
-            params: Some((summary.logical_params, params_note(&summary))),
+            params: Some((summary.logical_params, params_note(summary))),
         }
     }
 

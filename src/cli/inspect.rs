@@ -1,6 +1,6 @@
 //! `weightscope inspect PATH [--json]`: the header summary.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::io::{self, Write};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, mpsc};
@@ -158,7 +158,7 @@ pub fn write_json(
     head.pop(); // the closing `}`
     out.write_all(&head)?;
     out.write_all(b",\"tensors\":[")?;
-    write_tensor_list(checkpoint, &encoded_fields(checkpoint, summary), out)?;
+    write_tensor_list(checkpoint, summary, &roles(checkpoint, summary), out)?;
     out.write_all(b"]}\n")
 }
 
@@ -171,7 +171,8 @@ const TENSORS_PER_PIECE: usize = 2048;
 /// memory, where its fresh pages alone would cost more than writing it.
 fn write_tensor_list(
     checkpoint: &Checkpoint,
-    extra: &HashMap<usize, Vec<u8>>,
+    summary: &Summary,
+    roles: &[Option<Role>],
     out: &mut impl Write,
 ) -> io::Result<()> {
     let pieces: Vec<&[TensorInfo]> = checkpoint.tensors().chunks(TENSORS_PER_PIECE).collect();
@@ -191,8 +192,11 @@ fn write_tensor_list(
             if i > 0 {
                 buf.push(b',');
             }
-            let fields = extra.get(&(first + i)).map(Vec::as_slice);
-            push_tensor(buf, t, &shard_names[t.shard], fields);
+            push_tensor(buf, t, &shard_names[t.shard]);
+            if let Some(role) = roles.get(first + i).copied().flatten() {
+                push_role(buf, role, checkpoint, summary);
+            }
+            buf.push(b'}');
         }
     };
     let workers = std::thread::available_parallelism()
@@ -264,61 +268,113 @@ fn write_tensor_list(
     Ok(())
 }
 
-/// One element of the `tensors` list:
-/// `{"name":..,"dtype":..,"shape":[..],"bytes":..,"shard":..}`, written by
-/// hand (a third of serde's time on 90k entries), byte for byte as
-/// `serde_json` writes it.
-/// The JSON fields (`,"quantized":{..}` or `,"part_of":".."`) of tensors
-/// that are packed, FP8, or overhead of another, by position.
-fn encoded_fields(checkpoint: &Checkpoint, summary: &Summary) -> HashMap<usize, Vec<u8>> {
-    let tensors = checkpoint.tensors();
-    let mut fields: HashMap<usize, Vec<u8>> = HashMap::new();
-    let mut part_of = |aux: usize, owner: usize| {
-        let mut buf = b",\"part_of\":".to_vec();
-        push_json_str(&mut buf, &tensors[owner].name);
-        fields.insert(aux, buf);
+/// What a tensor's list entry says beyond its header fields.
+#[derive(Debug, Clone, Copy)]
+enum Role {
+    /// `,"part_of":"<owner>"`: scales, biases or a block scale.
+    PartOf(usize),
+    /// `,"quantized":{..}` of the MLX-quantized weight at this position of
+    /// the summary's list.
+    Quantized(usize),
+    /// `,"quantized":{..}` of the FP8 weight at this position of the
+    /// summary's list.
+    Fp8(usize),
+}
+
+/// Each tensor's role (by position), built once (one small array, not a
+/// JSON value per tensor: 45k FP8 weights made that the slowest part).
+fn roles(checkpoint: &Checkpoint, summary: &Summary) -> Vec<Option<Role>> {
+    let mut roles = vec![None; checkpoint.tensors().len()];
+    let mut set = |i: usize, role: Role| {
+        if let Some(slot) = roles.get_mut(i) {
+            *slot = Some(role);
+        }
     };
-    let mut quantized = Vec::new();
     if let Some(q) = &summary.quantization {
-        for t in &q.tensors {
+        for (k, t) in q.tensors.iter().enumerate() {
             for aux in [Some(t.scales), t.biases].into_iter().flatten() {
-                part_of(aux, t.weight);
+                set(aux, Role::PartOf(t.weight));
             }
-            let value = serde_json::json!({
-                "mode": t.params.mode.name(),
-                "bits": t.params.bits,
-                "group_size": t.params.group_size,
-                "shape": t.logical_shape,
-                "inferred": t.inferred,
-                "bits_per_weight": t.bits_per_weight(checkpoint),
-            });
-            quantized.push((t.weight, value));
+            set(t.weight, Role::Quantized(k));
         }
     }
     if let Some(f) = &summary.fp8 {
-        for t in &f.tensors {
+        for (k, t) in f.tensors.iter().enumerate() {
             if let Some(scale) = t.scale {
-                part_of(scale, t.weight);
+                set(scale, Role::PartOf(t.weight));
             }
-            let value = serde_json::json!({
-                "mode": "fp8",
-                "format": t.format.name(),
-                "block": t.block,
-                "shape": tensors[t.weight].shape,
-            });
-            quantized.push((t.weight, value));
+            set(t.weight, Role::Fp8(k));
         }
     }
-    for (position, value) in quantized {
-        let mut buf = b",\"quantized\":".to_vec();
-        // Writing into a Vec cannot fail.
-        let _ = serde_json::to_writer(&mut buf, &value);
-        fields.insert(position, buf);
-    }
-    fields
+    roles
 }
 
-fn push_tensor(buf: &mut Vec<u8>, tensor: &TensorInfo, shard_name: &[u8], extra: Option<&[u8]>) {
+/// Appends the fields `role` adds to an entry, byte for byte as
+/// `serde_json` writes them (object keys in sorted order, as its `json!`
+/// maps keep them).
+fn push_role(buf: &mut Vec<u8>, role: Role, checkpoint: &Checkpoint, summary: &Summary) {
+    let tensors = checkpoint.tensors();
+    let mut digits = itoa::Buffer::new();
+    let mut push_dims = |buf: &mut Vec<u8>, dims: &[u64]| {
+        buf.push(b'[');
+        for (i, d) in dims.iter().enumerate() {
+            if i > 0 {
+                buf.push(b',');
+            }
+            buf.extend_from_slice(digits.format(*d).as_bytes());
+        }
+        buf.push(b']');
+    };
+    match role {
+        Role::PartOf(owner) => {
+            buf.extend_from_slice(b",\"part_of\":");
+            push_json_str(buf, &tensors[owner].name);
+        }
+        Role::Quantized(k) => {
+            let Some(t) = summary.quantization.as_ref().and_then(|q| q.tensors.get(k)) else {
+                return;
+            };
+            let mut n = itoa::Buffer::new();
+            buf.extend_from_slice(b",\"quantized\":{\"bits\":");
+            buf.extend_from_slice(n.format(t.params.bits).as_bytes());
+            buf.extend_from_slice(b",\"bits_per_weight\":");
+            // Writing into a Vec cannot fail.
+            let _ = serde_json::to_writer(&mut *buf, &t.bits_per_weight(checkpoint));
+            buf.extend_from_slice(b",\"group_size\":");
+            buf.extend_from_slice(n.format(t.params.group_size).as_bytes());
+            buf.extend_from_slice(if t.inferred {
+                b",\"inferred\":true,\"mode\":"
+            } else {
+                b",\"inferred\":false,\"mode\":"
+            });
+            push_json_str(buf, t.params.mode.name());
+            buf.extend_from_slice(b",\"shape\":");
+            push_dims(buf, &t.logical_shape);
+            buf.push(b'}');
+        }
+        Role::Fp8(k) => {
+            let Some(t) = summary.fp8.as_ref().and_then(|f| f.tensors.get(k)) else {
+                return;
+            };
+            buf.extend_from_slice(b",\"quantized\":{\"block\":");
+            match t.block {
+                Some(block) => push_dims(buf, &block),
+                None => buf.extend_from_slice(b"null"),
+            }
+            buf.extend_from_slice(b",\"format\":");
+            push_json_str(buf, t.format.name());
+            buf.extend_from_slice(b",\"mode\":\"fp8\",\"shape\":");
+            push_dims(buf, &tensors[t.weight].shape);
+            buf.push(b'}');
+        }
+    }
+}
+
+/// One element of the `tensors` list without its closing brace:
+/// `{"name":..,"dtype":..,"shape":[..],"bytes":..,"shard":..`, written by
+/// hand (a third of serde's time on 90k entries), byte for byte as
+/// `serde_json` writes it.
+fn push_tensor(buf: &mut Vec<u8>, tensor: &TensorInfo, shard_name: &[u8]) {
     let mut digits = itoa::Buffer::new();
     buf.extend_from_slice(b"{\"name\":");
     push_json_str(buf, &tensor.name);
@@ -336,10 +392,6 @@ fn push_tensor(buf: &mut Vec<u8>, tensor: &TensorInfo, shard_name: &[u8], extra:
     buf.extend_from_slice(digits.format(tensor.bytes()).as_bytes());
     buf.extend_from_slice(b",\"shard\":");
     buf.extend_from_slice(shard_name);
-    if let Some(extra) = extra {
-        buf.extend_from_slice(extra);
-    }
-    buf.push(b'}');
 }
 
 /// `text` as a JSON string: copied as is when it needs no escape (names
@@ -540,7 +592,8 @@ mod tests {
             let mut shard_name = Vec::new();
             push_json_str(&mut shard_name, shard);
             let mut ours = Vec::new();
-            push_tensor(&mut ours, &tensor, &shard_name, None);
+            push_tensor(&mut ours, &tensor, &shard_name);
+            ours.push(b'}');
             let theirs = serde_json::to_vec(&Entry {
                 name,
                 dtype: "BF16",
@@ -554,5 +607,80 @@ mod tests {
                 String::from_utf8_lossy(&theirs)
             );
         }
+    }
+
+    #[test]
+    fn quantized_and_part_of_fields_are_written_as_serde_json_writes_them() {
+        use safetensors::tensor::{Dtype as St, TensorView};
+        let dir = tempfile::tempdir().expect("tempdir");
+        let zeros = vec![0u8; 256 * 256];
+        let view = |dtype, shape: Vec<usize>, bytes: usize| {
+            TensorView::new(dtype, shape, &zeros[..bytes]).expect("view")
+        };
+        let tensors = vec![
+            ("l.weight", view(St::U32, vec![64, 16], 64 * 16 * 4)),
+            ("l.scales", view(St::F16, vec![64, 2], 64 * 2 * 2)),
+            ("l.biases", view(St::F16, vec![64, 2], 64 * 2 * 2)),
+            ("f.weight", view(St::F8_E4M3, vec![256, 256], 256 * 256)),
+            ("f.weight_scale_inv", view(St::F32, vec![2, 2], 16)),
+        ];
+        safetensors::serialize_to_file(tensors, None, &dir.path().join("model.safetensors"))
+            .expect("write");
+        std::fs::write(
+            dir.path().join("config.json"),
+            r#"{"quantization":{"group_size":64,"bits":4}}"#,
+        )
+        .expect("config");
+        let checkpoint = Checkpoint::open(dir.path()).expect("open");
+        let summary = checkpoint.summary();
+        let all = roles(&checkpoint, &summary);
+        let tensors = checkpoint.tensors();
+        let mut seen = 0;
+        for (i, role) in all.iter().enumerate() {
+            let Some(role) = *role else { continue };
+            seen += 1;
+            let mut ours = Vec::new();
+            push_role(&mut ours, role, &checkpoint, &summary);
+            let theirs = match role {
+                Role::PartOf(owner) => {
+                    let mut buf = b",\"part_of\":".to_vec();
+                    serde_json::to_writer(&mut buf, &tensors[owner].name).expect("write");
+                    buf
+                }
+                Role::Quantized(k) => {
+                    let t = &summary.quantization.as_ref().expect("quantized").tensors[k];
+                    let value = serde_json::json!({
+                        "mode": t.params.mode.name(),
+                        "bits": t.params.bits,
+                        "group_size": t.params.group_size,
+                        "shape": t.logical_shape,
+                        "inferred": t.inferred,
+                        "bits_per_weight": t.bits_per_weight(&checkpoint),
+                    });
+                    let mut buf = b",\"quantized\":".to_vec();
+                    serde_json::to_writer(&mut buf, &value).expect("write");
+                    buf
+                }
+                Role::Fp8(k) => {
+                    let t = &summary.fp8.as_ref().expect("fp8").tensors[k];
+                    let value = serde_json::json!({
+                        "mode": "fp8",
+                        "format": t.format.name(),
+                        "block": t.block,
+                        "shape": tensors[t.weight].shape,
+                    });
+                    let mut buf = b",\"quantized\":".to_vec();
+                    serde_json::to_writer(&mut buf, &value).expect("write");
+                    buf
+                }
+            };
+            assert_eq!(
+                String::from_utf8_lossy(&ours),
+                String::from_utf8_lossy(&theirs),
+                "{}",
+                tensors[i].name
+            );
+        }
+        assert_eq!(seen, 5, "every tensor has a role: {all:?}");
     }
 }
