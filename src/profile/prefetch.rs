@@ -3,8 +3,7 @@
 //! N + 1 into the page cache, so the walk streams at about the speed the
 //! files can be read instead of paying for the read and the copy one after
 //! the other on one thread. Only the page cache holds what it reads: no
-//! process memory, and nothing the walk's figures count. Sparse files are
-//! not read ahead: reading a hole caches nothing.
+//! process memory, and nothing the walk's figures count.
 
 use std::io::Read as _;
 use std::path::PathBuf;
@@ -50,12 +49,6 @@ impl Prefetcher {
                     let Ok(mut file) = std::fs::File::open(path) else {
                         continue;
                     };
-                    // Reading a hole fills the caller's buffer with zeros and
-                    // leaves nothing in the page cache: for a mostly sparse
-                    // file, reading ahead would only take a core from the walk.
-                    if file.metadata().is_ok_and(|m| is_sparse(&m)) {
-                        continue;
-                    }
                     while !stop_flag.load(Ordering::Relaxed) {
                         match file.read(&mut buf) {
                             Ok(0) | Err(_) => break,
@@ -97,12 +90,6 @@ impl Prefetcher {
     }
 }
 
-/// Whether less than half of the file's length is allocated on disk.
-fn is_sparse(meta: &std::fs::Metadata) -> bool {
-    use std::os::unix::fs::MetadataExt as _;
-    meta.blocks().saturating_mul(512) < meta.len() / 2
-}
-
 impl Drop for Prefetcher {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
@@ -133,15 +120,6 @@ mod tests {
 
         let prefetcher = Prefetcher::start(paths).expect("thread");
         prefetcher.entered(2); // past the last shard: nothing to read
-        assert_eq!(prefetcher.finish(), 0);
-        // A sparse shard (a hole, as the walk_large bench writes them) is
-        // skipped: reading it would cache nothing.
-        let sparse = dir.path().join("sparse");
-        std::fs::File::create(&sparse)
-            .and_then(|f| f.set_len(64 << 20))
-            .expect("sparse file");
-        let prefetcher = Prefetcher::start(vec![sparse.clone(), sparse]).expect("thread");
-        prefetcher.entered(0);
         assert_eq!(prefetcher.finish(), 0);
         // Dropped at once: stops before its next read, never hangs.
         let prefetcher = Prefetcher::start(Vec::new()).expect("thread");
