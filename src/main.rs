@@ -185,6 +185,9 @@ fn tensor(path: &std::path::Path, name: &str, json: bool, repeat: u32) -> u8 {
             return BAD_INPUT;
         }
     };
+    // Repeated summaries (benchmarks) amortize compiling our CUDA histogram
+    // kernel; a one-shot command does not.
+    mlx::use_summary_kernel(repeat > 1);
     let mut best: Option<weightscope::weights::TensorPreview> = None;
     let mut runs = Vec::new();
     for _ in 0..repeat {

@@ -480,6 +480,9 @@ fn run(
         // after the first command (the open), not when a tensor is clicked.
         if !warmed {
             warmed = true;
+            // The window lives long: our histogram kernel pays for its
+            // compilation after a few summaries.
+            mlx::use_summary_kernel(true);
             mlx::warm_up_summaries();
         }
     }

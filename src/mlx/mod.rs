@@ -22,7 +22,7 @@ pub use quant::{ByteFloat, decode_bytes, dequantize, mlx_from_fp8, quantize_mode
 pub use shard::ShardMap;
 pub use stats::{
     Heatmap, Histogram, RowBands, Stats, ValueSummary, summarize, summarize_bands,
-    summary_scratch_bytes, warm_up_summaries,
+    summary_scratch_bytes, use_summary_kernel, warm_up_summaries,
 };
 pub use transform::{
     DiffSums, Difference, ValueCounts, add_scalar, concat_rows, count_values, difference,

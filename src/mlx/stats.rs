@@ -156,6 +156,19 @@ enum BinsOn {
 /// MLX's scatter-add from then on.
 static KERNEL_FAILED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
+/// Whether summaries on CUDA may use our histogram kernel (see
+/// [`use_summary_kernel`]).
+static KERNEL_WANTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Lets summaries on CUDA count bins with our kernel. Compiling it takes
+/// seconds once per process (MLX does not keep custom kernels between
+/// processes), and it then halves a summary's time: worth it for the
+/// window and for repeated summaries, not for a one-shot command, which
+/// uses MLX's scatter-add. Off by default.
+pub fn use_summary_kernel(on: bool) {
+    KERNEL_WANTED.store(on, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// How a summary runs on the default device.
 #[derive(Debug, Clone, Copy)]
 struct Plan {
@@ -181,6 +194,7 @@ impl Plan {
         let gpu = super::default_device().is_ok_and(|d| d.kind == super::DeviceKind::Gpu);
         let kernel = gpu
             && cfg!(not(target_os = "macos"))
+            && KERNEL_WANTED.load(std::sync::atomic::Ordering::Relaxed)
             && !KERNEL_FAILED.load(std::sync::atomic::Ordering::Relaxed);
         let knob = std::env::var("WEIGHTSCOPE_SUMMARY_BINS").ok();
         let bins = match knob.as_deref() {
@@ -586,9 +600,9 @@ pub fn summarize(
 }
 
 /// Summarizes a small array once, so that a GPU compiles the summary's
-/// kernels (MLX's and our histogram kernel: about 2.5 s on CUDA the first
-/// time in a process) before the first tensor is clicked. Nothing to do on
-/// the CPU.
+/// kernels (MLX's and, when [`use_summary_kernel`] allows it, our histogram
+/// kernel: about 2.5 s on CUDA the first time in a process) before the
+/// first tensor is clicked. Nothing to do on the CPU.
 pub fn warm_up_summaries() {
     if Plan::for_default_device().gpu {
         let values: Vec<f32> = (0u16..512).map(|i| f32::from(i) / 512.0).collect();
