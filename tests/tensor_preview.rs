@@ -384,6 +384,21 @@ fn the_tensor_command_prints_the_contract_keys() {
     assert_eq!(doc["stats"]["inf"], 0);
     assert_eq!(doc["first"], serde_json::json!([1.0, 2.0, 3.0, null]));
     assert!(doc["millis"].as_f64().is_some_and(|m| m >= 0.0));
+    assert!(doc.get("stats_millis_runs").is_none(), "one run: no list");
+
+    // --repeat: every summary's time, the fastest reported, same values.
+    let out = run(&["x", "--json", "--repeat", "3"]);
+    assert_eq!(out.status.code(), Some(0));
+    let repeated: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let runs = repeated["stats_millis_runs"].as_array().expect("runs");
+    assert_eq!(runs.len(), 3);
+    let fastest = runs
+        .iter()
+        .filter_map(serde_json::Value::as_f64)
+        .fold(f64::INFINITY, f64::min);
+    assert_eq!(repeated["stats_millis"].as_f64(), Some(fastest));
+    assert_eq!(repeated["stats"], doc["stats"]);
+    assert_eq!(run(&["x", "--repeat", "0"]).status.code(), Some(2));
 
     let missing = run(&["nope"]);
     assert_eq!(missing.status.code(), Some(2));
