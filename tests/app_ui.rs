@@ -278,6 +278,9 @@ fn the_profiler_walks_finds_the_trap_and_keeps_the_trace() {
         Some(weightscope::profile::Policy::ReleaseTensor)
     );
     harness.get_by_label("Overlay from path").click();
+    harness.step();
+    // The trace loads on its own thread; the frames go on meanwhile.
+    harness.state_mut().wait_for_trace();
     harness.run();
     harness.get_by_label_contains("x release-tensor none");
 
@@ -890,4 +893,22 @@ fn opening_many_shards_shows_progress_while_the_open_checkpoint_stays() {
     harness.run();
     harness.get_by_label_contains("120 of 120 tensors");
     assert!(harness.query_by_label_contains("opening").is_none());
+}
+
+#[test]
+fn a_trace_loads_off_the_ui_thread_and_a_bad_one_says_why() {
+    let _lock = common::mlx_memory_lock();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let demo = demo::ensure_demo(&dir.path().join("demo")).expect("demo");
+    let mut harness = harness(open_app(&demo));
+    harness.state_mut().show_tab(Tab::Profiler);
+    harness.run();
+    let bad = dir.path().join("nope.json");
+    harness.state_mut().load_trace(&bad);
+    harness.step(); // frames go on while the thread reads
+    harness.state_mut().wait_for_trace();
+    harness.run();
+    let message = format!("{}", bad.display());
+    assert!(harness.query_by_label_contains(&message).is_some());
+    assert!(harness.query_by_label_contains("loading").is_none());
 }

@@ -781,9 +781,16 @@ impl WeightscopeApp {
         self.tab = tab;
     }
 
-    /// Loads a saved trace and overlays it on the walk view.
+    /// Loads a saved trace on a `trace-load` thread and overlays it on the
+    /// walk view when it is in (the profiler polls each frame).
     pub fn load_trace(&mut self, path: &Path) {
         self.profiler.load_trace(path);
+    }
+
+    /// Blocks until a trace being loaded is in (or its error is shown). For
+    /// tests and scripted runs only.
+    pub fn wait_for_trace(&mut self) {
+        self.profiler.poll_trace_load(true);
     }
 
     /// The selected moment on the session clock.

@@ -116,6 +116,9 @@ pub(super) struct ProfilerPanel {
     recording: Option<LiveRecording>,
     /// Loaded traces drawn over the last walk.
     overlays: Vec<Trace>,
+    /// A trace being loaded on its own thread (a long recording's trace is
+    /// hundreds of MB: never parsed in a frame).
+    loading: Option<TraceLoad>,
     /// The selected moment, on the session clock.
     selected_secs: Option<f64>,
     /// Session timeline, or the last walk with overlays (both at walk time).
@@ -144,6 +147,12 @@ pub(super) struct ProfilerPanel {
     actions: Vec<ProfilerAction>,
 }
 
+/// A trace file read and parsed on a `trace-load` thread.
+struct TraceLoad {
+    path: PathBuf,
+    result: std::sync::mpsc::Receiver<Result<Trace, String>>,
+}
+
 /// What the resident list was computed from: event count, moment (bits),
 /// whether a recording's events, run number.
 type ResidentKey = (usize, u64, bool, u64);
@@ -162,6 +171,7 @@ impl Default for ProfilerPanel {
             record_form: RecordForm::default(),
             recording: None,
             overlays: Vec::new(),
+            loading: None,
             selected_secs: None,
             walk_view: false,
             memory_limit_input: String::new(),
@@ -486,7 +496,51 @@ impl ProfilerPanel {
 
     /// Loads a saved trace and overlays it on the walk view.
     pub(super) fn load_trace(&mut self, path: &std::path::Path) {
-        match Trace::load(path) {
+        let (done, result) = std::sync::mpsc::channel();
+        let file = path.to_path_buf();
+        let spawned = std::thread::Builder::new()
+            .name("trace-load".into())
+            .spawn(move || {
+                let _ = done.send(Trace::load(&file).map_err(|e| e.to_string()));
+            });
+        match spawned {
+            Ok(_) => {
+                self.message = Some(format!("loading {}…", path.display()));
+                self.loading = Some(TraceLoad {
+                    path: path.to_path_buf(),
+                    result,
+                });
+            }
+            // No thread to be had: read it here rather than not at all.
+            Err(_) => self.loaded(Trace::load(path).map_err(|e| e.to_string())),
+        }
+    }
+
+    /// Takes the loaded trace when its thread is done (`wait`: blocks until
+    /// it is, for tests and scripted runs). Returns whether one was loading.
+    pub(super) fn poll_trace_load(&mut self, wait: bool) -> bool {
+        let Some(load) = &self.loading else {
+            return false;
+        };
+        let result = if wait {
+            load.result.recv().ok()
+        } else {
+            match load.result.try_recv() {
+                Err(std::sync::mpsc::TryRecvError::Empty) => return true,
+                other => other.ok(),
+            }
+        };
+        let path = load.path.clone();
+        self.loading = None;
+        self.loaded(
+            result
+                .unwrap_or_else(|| Err(format!("{}: the loading thread stopped", path.display()))),
+        );
+        true
+    }
+
+    fn loaded(&mut self, result: Result<Trace, String>) {
+        match result {
             Ok(trace) => {
                 self.message = Some(format!(
                     "overlaid {} ({} samples, {} events)",
@@ -497,7 +551,7 @@ impl ProfilerPanel {
                 self.overlays.push(trace);
                 self.walk_view = true;
             }
-            Err(err) => self.message = Some(err.to_string()),
+            Err(err) => self.message = Some(err),
         }
     }
 
@@ -530,6 +584,9 @@ impl ProfilerPanel {
         ui: &mut egui::Ui,
         inputs: &ProfilerInputs<'_>,
     ) -> Vec<ProfilerAction> {
+        if self.poll_trace_load(false) && self.loading.is_some() {
+            ui.ctx().request_repaint_after(Duration::from_millis(50));
+        }
         if inputs.checkpoint.is_some() {
             self.walk_controls_ui(ui, inputs);
         } else {
