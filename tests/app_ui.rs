@@ -911,4 +911,21 @@ fn a_trace_loads_off_the_ui_thread_and_a_bad_one_says_why() {
     let message = format!("{}", bad.display());
     assert!(harness.query_by_label_contains(&message).is_some());
     assert!(harness.query_by_label_contains("loading").is_none());
+
+    // A good one, before any walk of this session: drawn on its own clock.
+    let good = dir.path().join("walk.json");
+    let walked = std::process::Command::new(env!("CARGO_BIN_EXE_weightscope"))
+        .arg("walk")
+        .arg(&demo)
+        .args(["--policy", "release-shard", "--trace"])
+        .arg(&good)
+        .output()
+        .expect("walk runs");
+    assert!(walked.status.success());
+    harness.state_mut().load_trace(&good);
+    harness.step();
+    harness.state_mut().wait_for_trace();
+    harness.run();
+    harness.get_by_label_contains("overlaid release-shard");
+    harness.get_by_label_contains("no walk or job has run in this session");
 }

@@ -855,6 +855,9 @@ impl ProfilerPanel {
         // hours of samples).
         let shown = self.shown();
         let walk_view = shown.is_some();
+        // Traces overlaid before any run of this session: on their own clock,
+        // not over the session's (which started when the app did).
+        let overlays_only = self.walk_view && !walk_view && !self.overlays.is_empty();
         let offset = shown.map_or(0.0, |(_, start)| start);
         let walk = shown.map(|(trace, _)| trace);
         let selected = self.selected_secs.map(|t| t - offset);
@@ -871,6 +874,8 @@ impl ProfilerPanel {
             "Memory (MiB) of the recorded job over seconds since it started (live); grey lines: events"
         } else if walk_view {
             "Memory (MiB) over seconds since the walk or job started; dashed: overlaid traces; grey lines: events; click to select a moment"
+        } else if overlays_only {
+            "Memory (MiB) of the overlaid traces (dashed) over seconds since each started; no walk or job has run in this session"
         } else {
             "Memory (MiB) over seconds since the app started; grey lines: events; click to select a moment"
         });
@@ -891,6 +896,7 @@ impl ProfilerPanel {
                 use super::series_colors as c;
                 let line = |f: fn(&TraceSample) -> u64| match walk {
                     Some(trace) => sample_line(trace.samples.iter(), f),
+                    None if overlays_only => sample_line([].iter(), f),
                     None => sample_line(inputs.timeline.samples().iter(), f),
                 };
                 plot.line(Line::new("process RSS (host)", line(|s| s.rss_bytes)).color(c::RSS));
@@ -920,6 +926,7 @@ impl ProfilerPanel {
                 }
                 let marked: Vec<f64> = match walk {
                     Some(trace) => marker_times(trace.events.iter(), 400).collect(),
+                    None if overlays_only => Vec::new(),
                     None => marker_times(inputs.timeline.events().iter(), 400).collect(),
                 };
                 for t in marked {
