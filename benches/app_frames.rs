@@ -92,17 +92,7 @@ fn main() {
     // reader asks), no GPU.
     let mut app = harness.into_state();
     let ctx = egui::Context::default();
-    let input = || egui::RawInput {
-        screen_rect: Some(egui::Rect::from_min_size(
-            egui::Pos2::ZERO,
-            egui::vec2(1400.0, 860.0),
-        )),
-        ..Default::default()
-    };
-    let frame = |app: &mut WeightscopeApp| {
-        let output = ctx.run_ui(input(), |ui| app.ui(ui));
-        let _ = ctx.tessellate(output.shapes, output.pixels_per_point);
-    };
+    let frame = |app: &mut WeightscopeApp| common::draw_frame(&ctx, app);
     for _ in 0..5 {
         frame(&mut app); // fonts and layout caches warm up
     }
@@ -129,28 +119,19 @@ fn open_while_drawing(demo: &std::path::Path, big: &std::path::Path, tensors: us
     // frame): headers and maps are read on the worker, so no frame waits.
     let mut app = app(demo);
     let ctx = egui::Context::default();
-    let input = || egui::RawInput {
-        screen_rect: Some(egui::Rect::from_min_size(
-            egui::Pos2::ZERO,
-            egui::vec2(1400.0, 860.0),
-        )),
-        ..Default::default()
-    };
     let start = Instant::now();
     app.open(big.to_path_buf());
     let mut frames = Vec::new();
     while app.is_opening() {
         let t = Instant::now();
         app.drain_events(Duration::from_millis(10));
-        let output = ctx.run_ui(input(), |ui| app.ui(ui));
-        let _ = ctx.tessellate(output.shapes, output.pixels_per_point);
+        common::draw_frame(&ctx, &mut app);
         frames.push(t.elapsed());
     }
     let opened = start.elapsed();
     // The first frame with the new table on screen.
     let t = Instant::now();
-    let output = ctx.run_ui(input(), |ui| app.ui(ui));
-    let _ = ctx.tessellate(output.shapes, output.pixels_per_point);
+    common::draw_frame(&ctx, &mut app);
     let first_table = t.elapsed();
     frames.sort();
     println!(

@@ -102,7 +102,7 @@ fn main() {
 }
 
 /// Loads the walk's trace into the profiler and draws frames as the window
-/// does (egui layout and tessellation, no GPU), printing the times.
+/// does ([`common::draw_frame`]), printing the times.
 fn profiler_with(trace: &std::path::Path, scratch: &std::path::Path) {
     let demo = weightscope::weights::demo::ensure_demo(&scratch.join("demo")).expect("demo");
     let device = weightscope::mlx::default_device().map_err(|e| e.to_string());
@@ -114,18 +114,10 @@ fn profiler_with(trace: &std::path::Path, scratch: &std::path::Path) {
     let load = t.elapsed();
     app.show_tab(weightscope::app::Tab::Profiler);
     let ctx = egui::Context::default();
-    let input = || egui::RawInput {
-        screen_rect: Some(egui::Rect::from_min_size(
-            egui::Pos2::ZERO,
-            egui::vec2(1400.0, 860.0),
-        )),
-        ..Default::default()
-    };
     let mut frames: Vec<std::time::Duration> = (0..30)
         .map(|_| {
             let t = Instant::now();
-            let output = ctx.run_ui(input(), |ui| app.ui(ui));
-            let _ = ctx.tessellate(output.shapes, output.pixels_per_point);
+            common::draw_frame(&ctx, &mut app);
             t.elapsed()
         })
         .collect();

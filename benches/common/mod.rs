@@ -22,6 +22,21 @@ pub fn best_of(runs: usize, mut f: impl FnMut()) -> Duration {
 }
 
 /// Milliseconds, for printing.
+/// Draws one frame of `app` as the window does, 1400 x 860: egui's layout
+/// and tessellation, with no accessibility tree (eframe builds one only when
+/// a screen reader asks) and no GPU.
+pub fn draw_frame(ctx: &egui::Context, app: &mut weightscope::app::WeightscopeApp) {
+    let input = egui::RawInput {
+        screen_rect: Some(egui::Rect::from_min_size(
+            egui::Pos2::ZERO,
+            egui::vec2(1400.0, 860.0),
+        )),
+        ..Default::default()
+    };
+    let output = ctx.run_ui(input, |ui| app.ui(ui));
+    let _ = ctx.tessellate(output.shapes, output.pixels_per_point);
+}
+
 pub fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
