@@ -440,6 +440,11 @@ impl Checkpoint {
             .map(|i| &self.tensors[i])
     }
 
+    /// Position of the tensor named `prefix` + `suffix` (no allocation).
+    pub(crate) fn position_joined(&self, prefix: &str, suffix: &str) -> Option<usize> {
+        self.by_name.find_joined(&self.tensors, prefix, suffix)
+    }
+
     /// The shard holding `tensor`.
     #[must_use]
     pub fn shard_of(&self, tensor: &TensorInfo) -> &Shard {
@@ -508,6 +513,24 @@ impl NameTable {
 
     fn find(&self, tensors: &[TensorInfo], name: &str) -> Option<usize> {
         self.find_hashed(tensors, name, name_hash(name))
+    }
+
+    /// [`NameTable::find`] of `prefix` followed by `suffix`, without
+    /// allocating the joined name (the summary pairs 90k tensors this way).
+    fn find_joined(&self, tensors: &[TensorInfo], prefix: &str, suffix: &str) -> Option<usize> {
+        let len = prefix.len() + suffix.len();
+        let mut stack = [0u8; 256];
+        let heap;
+        let joined: &str = if let Some(buf) = stack.get_mut(..len) {
+            buf[..prefix.len()].copy_from_slice(prefix.as_bytes());
+            buf[prefix.len()..].copy_from_slice(suffix.as_bytes());
+            // Two strings joined are a string: this never fails.
+            std::str::from_utf8(buf).ok()?
+        } else {
+            heap = format!("{prefix}{suffix}");
+            &heap
+        };
+        self.find(tensors, joined)
     }
 
     /// [`NameTable::find`] with the name's [`name_hash`] already known.

@@ -230,32 +230,93 @@ fn ratio_bits(bytes: u64, params: u64) -> f64 {
 }
 
 impl Summary {
-    /// Computes the summary of `checkpoint`.
+    /// Computes the summary of `checkpoint`. The per-tensor pass (an
+    /// encoding and two name look-ups per FP8 or packed tensor) is split
+    /// over the machine's cores in runs of tensors, merged in order.
     #[must_use]
     pub fn of(checkpoint: &Checkpoint) -> Self {
         let tensors = checkpoint.tensors();
-        // One pass, counting into a slot per dtype (90k tensors).
-        let mut per_dtype = [0u64; Dtype::ALL.len()];
-        let mut total_bytes = 0u64;
-        for t in tensors {
-            per_dtype[t.dtype as usize] += t.elements();
-            total_bytes += t.bytes();
-        }
-        let params_by_dtype: BTreeMap<Dtype, u64> = Dtype::ALL
-            .into_iter()
-            .filter(|&d| per_dtype[d as usize] > 0)
-            .map(|d| (d, per_dtype[d as usize]))
-            .collect();
         // Packed weights are U32 and FP8 weights F8: without either, every
         // tensor is plain and no name needs looking up.
-        let may_encode = params_by_dtype
-            .keys()
-            .any(|d| matches!(d, Dtype::U32) || Fp8Format::of(*d).is_some());
-        let mut packed = Vec::new();
-        let mut fp8 = Vec::new();
-        let mut layers: BTreeMap<Option<u64>, LayerFigures> = BTreeMap::new();
-        let mut logical_params = 0u64;
-        for (i, t) in tensors.iter().enumerate() {
+        let may_encode = checkpoint.may_have_encodings();
+        let workers = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+        let step = tensors.len().div_ceil(workers).max(1 << 13);
+        let ranges: Vec<std::ops::Range<usize>> = (0..tensors.len())
+            .step_by(step)
+            .map(|start| start..(start + step).min(tensors.len()))
+            .collect();
+        let count = |range: std::ops::Range<usize>| Counts::of(checkpoint, range, may_encode);
+        let parts: Vec<Counts> = if ranges.len() > 1 {
+            std::thread::scope(|scope| {
+                let handles: Vec<_> = ranges
+                    .iter()
+                    .map(|range| {
+                        let range = range.clone();
+                        std::thread::Builder::new()
+                            .name("summary".into())
+                            .spawn_scoped(scope, move || count(range))
+                    })
+                    .collect();
+                handles
+                    .into_iter()
+                    .zip(&ranges)
+                    // A part whose thread could not start (or panicked on a
+                    // bug) is counted here.
+                    .map(|(handle, range)| {
+                        handle
+                            .ok()
+                            .and_then(|h| h.join().ok())
+                            .unwrap_or_else(|| count(range.clone()))
+                    })
+                    .collect()
+            })
+        } else {
+            ranges.into_iter().map(count).collect()
+        };
+        let mut all = Counts::default();
+        for part in parts {
+            all.merge(part);
+        }
+        let total_bytes = all.total_bytes;
+        let params_by_dtype: BTreeMap<Dtype, u64> = Dtype::ALL
+            .into_iter()
+            .filter(|&d| all.per_dtype[d as usize] > 0)
+            .map(|d| (d, all.per_dtype[d as usize]))
+            .collect();
+        Self {
+            tensor_count: tensors.len(),
+            total_bytes,
+            file_bytes: checkpoint.shards().iter().map(|s| s.file_bytes).sum(),
+            params_by_dtype,
+            logical_params: all.logical_params,
+            bits_per_weight: ratio_bits(total_bytes, all.logical_params),
+            quantization: quant_summary(checkpoint, all.packed),
+            fp8: fp8_summary(checkpoint, all.fp8),
+            layers: all.layers.into_values().collect(),
+        }
+    }
+}
+
+/// What the summary counts over a run of tensors.
+#[derive(Default)]
+struct Counts {
+    /// Stored elements, a slot per dtype.
+    per_dtype: [u64; Dtype::ALL.len()],
+    total_bytes: u64,
+    logical_params: u64,
+    layers: BTreeMap<Option<u64>, LayerFigures>,
+    packed: Vec<QuantizedTensor>,
+    fp8: Vec<Fp8Tensor>,
+}
+
+impl Counts {
+    fn of(checkpoint: &Checkpoint, range: std::ops::Range<usize>, may_encode: bool) -> Self {
+        let tensors = checkpoint.tensors();
+        let mut counts = Self::default();
+        for i in range {
+            let Some(t) = tensors.get(i) else { break };
+            counts.per_dtype[t.dtype as usize] += t.elements();
+            counts.total_bytes += t.bytes();
             let encoding = if may_encode {
                 checkpoint.encoding_at(i)
             } else {
@@ -266,9 +327,9 @@ impl Summary {
                 Encoding::Packed(q) => q.logical_elements,
                 Encoding::Aux { .. } => 0,
             };
-            logical_params += params;
+            counts.logical_params += params;
             let layer = layer_of(&t.name);
-            let figures = layers.entry(layer).or_insert(LayerFigures {
+            let figures = counts.layers.entry(layer).or_insert(LayerFigures {
                 layer,
                 params: 0,
                 bytes: 0,
@@ -276,22 +337,32 @@ impl Summary {
             figures.params += params;
             figures.bytes += t.bytes();
             match encoding {
-                Encoding::Packed(q) => packed.push(q),
-                Encoding::Fp8(f) => fp8.push(f),
+                Encoding::Packed(q) => counts.packed.push(q),
+                Encoding::Fp8(f) => counts.fp8.push(f),
                 Encoding::Plain | Encoding::Aux { .. } => {}
             }
         }
-        Self {
-            tensor_count: tensors.len(),
-            total_bytes,
-            file_bytes: checkpoint.shards().iter().map(|s| s.file_bytes).sum(),
-            params_by_dtype,
-            logical_params,
-            bits_per_weight: ratio_bits(total_bytes, logical_params),
-            quantization: quant_summary(checkpoint, packed),
-            fp8: fp8_summary(checkpoint, fp8),
-            layers: layers.into_values().collect(),
+        counts
+    }
+
+    /// Adds `later` (the run after this one's).
+    fn merge(&mut self, later: Self) {
+        for (mine, theirs) in self.per_dtype.iter_mut().zip(later.per_dtype) {
+            *mine += theirs;
         }
+        self.total_bytes += later.total_bytes;
+        self.logical_params += later.logical_params;
+        for (layer, figures) in later.layers {
+            let mine = self.layers.entry(layer).or_insert(LayerFigures {
+                layer,
+                params: 0,
+                bytes: 0,
+            });
+            mine.params += figures.params;
+            mine.bytes += figures.bytes;
+        }
+        self.packed.extend(later.packed);
+        self.fp8.extend(later.fp8);
     }
 }
 
@@ -368,15 +439,16 @@ impl Checkpoint {
         let tensors = self.tensors();
         let t = &tensors[i];
         let find = |name: &str| self.by_name.find(tensors, name);
+        let joined = |prefix: &str, suffix: &str| self.position_joined(prefix, suffix);
         if let Some(module) = t.name.strip_suffix(".weight")
             && t.dtype == Dtype::U32
-            && let Some(scales) = find(&format!("{module}.scales"))
+            && let Some(scales) = joined(module, ".scales")
             && let Some(q) = detect(self, module, i, scales)
         {
             return Encoding::Packed(q);
         }
         if let Some(format) = Fp8Format::of(t.dtype) {
-            let scale = find(&format!("{}_scale_inv", t.name));
+            let scale = joined(&t.name, "_scale_inv");
             let block = scale.and_then(|s| {
                 let configured = self
                     .config()
@@ -397,8 +469,8 @@ impl Checkpoint {
             (".global_scale", AuxRole::GlobalScale),
         ] {
             if let Some(module) = t.name.strip_suffix(suffix) {
-                let weight = find(&format!("{module}.weight"));
-                let scales = find(&format!("{module}.scales"));
+                let weight = joined(module, ".weight");
+                let scales = joined(module, ".scales");
                 if let (Some(weight), Some(scales)) = (weight, scales)
                     && tensors[weight].dtype == Dtype::U32
                     && detect(self, module, weight, scales).is_some()
@@ -450,12 +522,8 @@ fn detect(
     let tensors = checkpoint.tensors();
     let w: &TensorInfo = &tensors[weight];
     let s = &tensors[scales];
-    let biases = checkpoint
-        .by_name
-        .find(tensors, &format!("{module}.biases"));
-    let global_scale = checkpoint
-        .by_name
-        .find(tensors, &format!("{module}.global_scale"));
+    let biases = checkpoint.position_joined(module, ".biases");
+    let global_scale = checkpoint.position_joined(module, ".global_scale");
     let words = w.shape.last().copied().unwrap_or(0);
     let groups = s.shape.last().copied().unwrap_or(0);
     let fp_scales = s.dtype == Dtype::U8 && biases.is_none();
