@@ -10,6 +10,8 @@ holds PyTorch and safetensors; nothing is installed).
                                              PyTorch's statistics and 64-bin histogram of one
                                              tensor on the GPU (aminmax, std_mean, histc), the
                                              first run and the best of 5 in ms
+    python3 gpu_bench.py same-summary A B    whether two `tensor --json --cells` summaries of
+                                             one tensor agree (fused against unfused)
     python3 gpu_bench.py compare CPU GPU [REF]  `weightscope tensor --json` stats, CPU vs GPU
                                              (and both against float64 REF statistics)
 """
@@ -203,12 +205,47 @@ def compare(cpu_path: str, gpu_path: str, reference_path: str = "") -> int:
     return 0 if ok else 1
 
 
+def same_summary(a_path: str, b_path: str) -> int:
+    """Whether two `tensor --json --cells` summaries of one tensor agree:
+    histograms and first values equal, extremes equal, mean and std within
+    1e-6 of the spread, heatmap cells within 1e-5."""
+    a = json.loads(Path(a_path).read_text())
+    b = json.loads(Path(b_path).read_text())
+    sa, sb = a["stats"], b["stats"]
+    spread = max(abs(sa["std"]), 1e-30)
+    cells_a = (a.get("heatmap") or {}).get("values") or []
+    cells_b = (b.get("heatmap") or {}).get("values") or []
+    worst_cell = max((abs(x - y) / (1.0 + abs(y)) for x, y in zip(cells_a, cells_b)
+                      if x is not None and y is not None), default=0.0)
+    result = {
+        "name": a["name"],
+        "histograms_equal": a["histogram"]["counts"] == b["histogram"]["counts"],
+        "bins_differing": sum(x != y for x, y in zip(a["histogram"]["counts"], b["histogram"]["counts"])),
+        "first_equal": a["first"] == b["first"],
+        "extremes_equal": (sa["min"], sa["max"]) == (sb["min"], sb["max"]),
+        "mean_off_in_std": abs(sa["mean"] - sb["mean"]) / spread,
+        "std_off_relative": abs(sa["std"] - sb["std"]) / spread,
+        "nan_inf_equal": (sa["nan"], sa["inf"]) == (sb["nan"], sb["inf"]),
+        "cells": [len(cells_a), len(cells_b)],
+        "worst_cell_difference": worst_cell,
+        "millis": [a.get("stats_millis"), b.get("stats_millis")],
+    }
+    ok = (result["histograms_equal"] and result["first_equal"] and result["extremes_equal"]
+          and result["mean_off_in_std"] <= 1e-6 and result["std_off_relative"] <= 1e-6
+          and result["nan_inf_equal"] and len(cells_a) == len(cells_b) and worst_cell <= 1e-5)
+    result["same"] = ok
+    print(json.dumps(result))
+    return 0 if ok else 1
+
+
 if __name__ == "__main__":
     command = sys.argv[1] if len(sys.argv) > 1 else ""
     if command == "generate":
         generate(Path(sys.argv[2]))
     elif command == "torch-load":
         torch_load(Path(sys.argv[2]))
+    elif command == "same-summary":
+        sys.exit(same_summary(sys.argv[2], sys.argv[3]))
     elif command == "generate-q4":
         generate_q4(Path(sys.argv[2]))
     elif command == "torch-summary":

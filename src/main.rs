@@ -76,7 +76,8 @@ fn run() -> u8 {
             name,
             json,
             repeat,
-        } => return tensor(&path, &name, json, repeat),
+            cells,
+        } => return tensor(&path, &name, json.then_some(cells), repeat),
         Command::Walk(args) => return walk(&args),
         Command::Diff(args) => return diff(&args),
         Command::Check(args) => return check(&args),
@@ -153,7 +154,8 @@ fn inspect(path: &std::path::Path, json: bool) -> u8 {
     }
 }
 
-fn tensor(path: &std::path::Path, name: &str, json: bool, repeat: u32) -> u8 {
+/// `json`: `Some(with the heatmap's cells)` for JSON, `None` for text.
+fn tensor(path: &std::path::Path, name: &str, json: Option<bool>, repeat: u32) -> u8 {
     let checkpoint = match Checkpoint::open(path) {
         Ok(checkpoint) => checkpoint,
         Err(err) => {
@@ -219,8 +221,8 @@ fn tensor(path: &std::path::Path, name: &str, json: bool, repeat: u32) -> u8 {
     };
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
-    let written = if json {
-        cli::tensor::write_json(&preview, &runs, &mut out)
+    let written = if let Some(cells) = json {
+        cli::tensor::write_json(&preview, &runs, cells, &mut out)
     } else {
         cli::tensor::write_text(&preview, &mut out)
     };

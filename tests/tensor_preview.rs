@@ -400,6 +400,18 @@ fn the_tensor_command_prints_the_contract_keys() {
     assert_eq!(repeated["stats"], doc["stats"]);
     assert_eq!(run(&["x", "--repeat", "0"]).status.code(), Some(2));
 
+    // --cells: the heatmap's cell means (one value per cell here; the NaN
+    // counts as 0), only when asked for.
+    assert!(doc["heatmap"].get("values").is_none());
+    let out = run(&["x", "--json", "--cells"]);
+    assert_eq!(out.status.code(), Some(0));
+    let cells: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(
+        cells["heatmap"]["values"],
+        serde_json::json!([1.0, 2.0, 3.0, 0.0])
+    );
+    assert_eq!(run(&["x", "--cells"]).status.code(), Some(2));
+
     let missing = run(&["nope"]);
     assert_eq!(missing.status.code(), Some(2));
     assert!(missing.stdout.is_empty());

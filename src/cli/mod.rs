@@ -41,6 +41,8 @@ pub enum Command {
         json: bool,
         /// Summaries to compute (the fastest is reported).
         repeat: u32,
+        /// With `json`: the heatmap's cell values too.
+        cells: bool,
     },
     /// Print the header summary of a checkpoint.
     Inspect {
@@ -102,6 +104,10 @@ enum Sub {
         /// benchmarks: on CUDA the first one includes compiling kernels).
         #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1000))]
         repeat: u32,
+        /// With --json: the heatmap's cell values too (`heatmap.values`,
+        /// each cell's mean, row by row).
+        #[arg(long, requires = "json")]
+        cells: bool,
     },
     /// Materialize every tensor in shard order under a release policy and record memory.
     Walk {
@@ -303,11 +309,13 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, clap::
             name,
             json,
             repeat,
+            cells,
         }) => Command::Tensor {
             path,
             name,
             json,
             repeat,
+            cells,
         },
         Some(Sub::Walk {
             path,
@@ -453,9 +461,15 @@ mod tests {
                 path: PathBuf::from("m"),
                 name: "w".into(),
                 json: true,
-                repeat: 1
+                repeat: 1,
+                cells: false,
             }
         );
+        assert!(matches!(
+            parse_strs(&["tensor", "m", "w", "--json", "--cells"]),
+            Ok(Command::Tensor { cells: true, .. })
+        ));
+        assert!(error_text(&["tensor", "m", "w", "--cells"]).contains("--json"));
         assert!(error_text(&["tensor", "m"]).contains("<NAME>"));
         assert!(error_text(&["inspect", "m", "--jsn"]).contains("--json"));
     }

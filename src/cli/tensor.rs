@@ -25,11 +25,13 @@ struct JsonHistogram<'a> {
 }
 
 #[derive(Serialize)]
-struct JsonHeatmap {
+struct JsonHeatmap<'a> {
     rows: usize,
     cols: usize,
     row_step: usize,
     col_step: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    values: Option<&'a [f32]>,
 }
 
 #[derive(Serialize)]
@@ -54,15 +56,21 @@ struct JsonTensor<'a> {
     decoded: Option<String>,
     histogram: JsonHistogram<'a>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    heatmap: Option<JsonHeatmap>,
+    heatmap: Option<JsonHeatmap<'a>>,
 }
 
 /// Writes `preview` as one JSON object; `runs`: every summary's time when
-/// `--repeat` asked for more than one.
+/// `--repeat` asked for more than one; `cells`: the heatmap's cell values
+/// too (`--cells`).
 ///
 /// # Errors
 /// When writing fails.
-pub fn write_json(preview: &TensorPreview, runs: &[f64], out: &mut impl Write) -> io::Result<()> {
+pub fn write_json(
+    preview: &TensorPreview,
+    runs: &[f64],
+    cells: bool,
+    out: &mut impl Write,
+) -> io::Result<()> {
     let s = &preview.values.stats;
     let doc = JsonTensor {
         name: &preview.name,
@@ -98,6 +106,7 @@ pub fn write_json(preview: &TensorPreview, runs: &[f64], out: &mut impl Write) -
             cols: h.cols,
             row_step: h.row_step,
             col_step: h.col_step,
+            values: cells.then_some(h.values.as_slice()),
         }),
     };
     serde_json::to_writer(&mut *out, &doc)?;

@@ -605,6 +605,25 @@ impl mlx::RowBands for Bands {
     fn band(&self, r0: i32, r1: i32) -> Result<Array, crate::mlx::MlxError> {
         Bands::band(self, r0, r1)
     }
+
+    fn affine_words(&self) -> Option<mlx::AffineWords<'_>> {
+        match &self.source {
+            Source::Packed {
+                weight,
+                scales,
+                biases: Some(biases),
+                params,
+                global: None,
+            } if params.mode == QuantMode::Affine => Some(mlx::AffineWords {
+                weight,
+                scales,
+                biases,
+                group_size: i32::try_from(params.group_size).ok()?,
+                bits: i32::try_from(params.bits).ok()?,
+            }),
+            _ => None,
+        }
+    }
 }
 
 impl<N: Native> Weights<N> {
