@@ -176,11 +176,22 @@ impl Checkpoint {
         let mut checkpoint = if let Some(index_name) = index_files.first() {
             let index_path = dir.join(index_name);
             require_regular(&index_path)?;
-            let bytes = std::fs::read(&index_path)
-                .map_err(|e| CheckpointError::unreadable(&index_path, &e))?;
-            // The index and the shard headers the folder lists are parsed at
-            // the same time (a 90k-entry index is as much JSON as many
-            // shards); the index then picks its shards, in its order.
+            // The index is read and parsed while the shard headers the
+            // folder lists are (a 90k-entry index is 8 MB of JSON, as much
+            // as many shards); it then picks its shards, in its order. Its
+            // bytes outlive the thread: the entries point into them.
+            let text: std::sync::OnceLock<Result<Vec<u8>, CheckpointError>> =
+                std::sync::OnceLock::new();
+            let read_and_parse = || {
+                let bytes = text.get_or_init(|| {
+                    std::fs::read(&index_path)
+                        .map_err(|e| CheckpointError::unreadable(&index_path, &e))
+                });
+                match bytes {
+                    Ok(bytes) => parse_index_hashed(&index_path, bytes),
+                    Err(err) => Err(err.clone()),
+                }
+            };
             let listed: Vec<(String, PathBuf)> = shard_files
                 .iter()
                 .map(|file| (file.clone(), dir.join(file)))
@@ -188,7 +199,7 @@ impl Checkpoint {
             let (parsed, listed_headers) = std::thread::scope(|scope| {
                 let job = std::thread::Builder::new()
                     .name("index-parse".into())
-                    .spawn_scoped(scope, || parse_index_hashed(&index_path, &bytes));
+                    .spawn_scoped(scope, read_and_parse);
                 let headers = parse_all(&listed, report);
                 let parsed = match job {
                     Ok(handle) => handle.join().unwrap_or_else(|_| {
@@ -197,7 +208,7 @@ impl Checkpoint {
                             reason: "the index parser failed".into(),
                         })
                     }),
-                    Err(_) => parse_index_hashed(&index_path, &bytes),
+                    Err(_) => read_and_parse(),
                 };
                 (parsed, headers)
             });
