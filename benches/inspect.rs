@@ -151,7 +151,7 @@ fn main() {
         ms(python)
     );
     println!(
-        "ratio inspect --json process / python in-process: {:.2} (median of {rounds} alternating rounds; goal <= 0.50, aim 0.25)",
+        "ratio inspect --json process / python in-process: {:.2} (median of {rounds} alternating rounds; goal <= 0.25)",
         ratios[rounds / 2]
     );
     println!(
