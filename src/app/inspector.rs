@@ -131,13 +131,18 @@ impl InspectorPanel {
                 let texture = &mut self.heatmap_texture;
                 let generation = self.preview_generation;
                 // Keyed by the tensor: a new tensor opens at the top. Wide
-                // content wraps or scrolls; it never widens the panel.
-                egui::ScrollArea::both()
-                    .id_salt(("inspector-scroll", preview.name.as_str()))
-                    .auto_shrink([false, false])
-                    .show(ui, |ui| {
-                        preview_ui(ui, preview, generation, texture);
-                    });
+                // content wraps or scrolls; it never widens the panel. No
+                // edge fade: over a heatmap cut by the panel it reads as a
+                // dark band of data (the scroll bars say there is more).
+                ui.scope(|ui| {
+                    ui.spacing_mut().scroll.fade.strength = 0.0;
+                    egui::ScrollArea::both()
+                        .id_salt(("inspector-scroll", preview.name.as_str()))
+                        .auto_shrink([false, false])
+                        .show(ui, |ui| {
+                            preview_ui(ui, preview, generation, texture);
+                        });
+                });
             }
         }
     }
