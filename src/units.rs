@@ -163,7 +163,9 @@ pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
         c.is_control()
             || matches!(c, '\u{200e}' | '\u{200f}' | '\u{061c}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
     };
-    if !text.chars().any(hostile) {
+    // Tensor and file names are printable ASCII: one byte test each, no
+    // Unicode tables (the 90k names of a large checkpoint's listing).
+    if text.bytes().all(|b| (b' '..=b'~').contains(&b)) || !text.chars().any(hostile) {
         return std::borrow::Cow::Borrowed(text);
     }
     let mut out = String::with_capacity(text.len() + 8);
