@@ -448,20 +448,26 @@ impl WeightscopeApp {
             }
         });
         // Side panels and the strip take a share of the window, so the
-        // centre keeps room for its tabs from 800x500 up.
+        // centre keeps room for its tabs from 800x500 up, also after the
+        // window shrinks (a panel widened in a large window is narrowed
+        // back: at most 25 % and 35 % of the width).
         let (width, height) = (ui.available_width(), ui.available_height());
         let gpu = self
             .device
             .as_ref()
             .is_ok_and(|d| d.kind == crate::mlx::DeviceKind::Gpu);
-        egui::Panel::bottom("memory")
-            .default_size(150.0_f32.min(height * 0.22))
-            .size_range(60.0..=(height * 0.4).max(60.0))
-            .show(ui, |ui| self.strip.ui(ui, &self.timeline, gpu));
+        // The Profiler tab plots the same series larger: no strip there,
+        // its room goes to the plot.
+        if self.tab != Tab::Profiler {
+            egui::Panel::bottom("memory")
+                .default_size(150.0_f32.min(height * 0.22))
+                .size_range(60.0..=(height * 0.4).max(60.0))
+                .show(ui, |ui| self.strip.ui(ui, &self.timeline, gpu));
+        }
         if let Some(checkpoint) = self.checkpoint.clone() {
             let action = egui::Panel::left("shards")
                 .default_size(320.0_f32.min(width * 0.2))
-                .size_range(120.0..=(width * 0.35).max(120.0))
+                .size_range(120.0..=(width * 0.25).max(120.0))
                 .show(ui, |ui| self.shards.ui(ui, &checkpoint))
                 .inner;
             if let Some(action) = action {
@@ -474,7 +480,7 @@ impl WeightscopeApp {
             if self.tab == Tab::Tensors {
                 egui::Panel::right("inspector")
                     .default_size(420.0_f32.min(width * 0.3))
-                    .size_range(180.0..=(width * 0.45).max(180.0))
+                    .size_range(180.0..=(width * 0.35).max(180.0))
                     .show(ui, |ui| self.inspector.ui(ui));
             }
         }

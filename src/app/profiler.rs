@@ -604,8 +604,11 @@ impl ProfilerPanel {
             ui.label(message);
         }
         ui.separator();
+        // Beside the plot, never more than half of the tab's width.
+        let width = ui.available_width();
         egui::Panel::right("profiler-side")
-            .default_size(430.0)
+            .default_size(430.0_f32.min(width * 0.45))
+            .size_range(200.0..=(width * 0.5).max(200.0))
             .show(ui, |ui| self.profiler_side_ui(ui, inputs));
         egui::CentralPanel::default().show(ui, |ui| self.timeline_ui(ui, inputs));
         self.take_actions()
