@@ -369,33 +369,7 @@ impl Checkpoint {
             }
             (first, count)
         };
-        let workers = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
-        let step = entries.len().div_ceil(workers).max(1 << 14);
-        let ranges: Vec<std::ops::Range<usize>> = (0..entries.len())
-            .step_by(step)
-            .map(|start| start..(start + step).min(entries.len()))
-            .collect();
-        let found: Vec<(Option<usize>, usize)> = std::thread::scope(|scope| {
-            let handles: Vec<_> = ranges
-                .iter()
-                .map(|range| {
-                    let (range, misplaced) = (range.clone(), &misplaced);
-                    std::thread::Builder::new()
-                        .name("index-check".into())
-                        .spawn_scoped(scope, move || misplaced(range))
-                })
-                .collect();
-            handles
-                .into_iter()
-                .map(|handle| match handle {
-                    // A checker only panics on a bug: check its part here.
-                    Ok(handle) => handle.join().ok(),
-                    Err(_) => None,
-                })
-                .zip(&ranges)
-                .map(|(done, range)| done.unwrap_or_else(|| misplaced(range.clone())))
-                .collect()
-        });
+        let found = on_cores(entries.len(), 1 << 14, "index-check", &misplaced);
         let count: usize = found.iter().map(|(_, n)| n).sum();
         if let Some(i) = found.iter().find_map(|(first, _)| *first) {
             let (tensor, file) = &entries[i];
@@ -499,6 +473,48 @@ impl Checkpoint {
         }
         merged
     }
+}
+
+/// `work` over `0..len` cut into one run per core (runs of at least
+/// `at_least` items), each run on a thread named `name`, the results in
+/// order. A run whose thread cannot start (or panics, on a bug) is done on
+/// the calling thread.
+fn on_cores<T: Send>(
+    len: usize,
+    at_least: usize,
+    name: &str,
+    work: &(dyn Fn(std::ops::Range<usize>) -> T + Sync),
+) -> Vec<T> {
+    let workers = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    let step = len.div_ceil(workers).max(at_least).max(1);
+    let ranges: Vec<std::ops::Range<usize>> = (0..len)
+        .step_by(step)
+        .map(|start| start..(start + step).min(len))
+        .collect();
+    if ranges.len() <= 1 {
+        return ranges.into_iter().map(work).collect();
+    }
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = ranges
+            .iter()
+            .map(|range| {
+                let range = range.clone();
+                std::thread::Builder::new()
+                    .name(name.into())
+                    .spawn_scoped(scope, move || work(range))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .zip(&ranges)
+            .map(|(handle, range)| {
+                handle
+                    .ok()
+                    .and_then(|h| h.join().ok())
+                    .unwrap_or_else(|| work(range.clone()))
+            })
+            .collect()
+    })
 }
 
 /// The hash [`NameTable`] files a tensor name under. Deterministic, so the

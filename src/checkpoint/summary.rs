@@ -239,40 +239,8 @@ impl Summary {
         // Packed weights are U32 and FP8 weights F8: without either, every
         // tensor is plain and no name needs looking up.
         let may_encode = checkpoint.may_have_encodings();
-        let workers = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
-        let step = tensors.len().div_ceil(workers).max(1 << 13);
-        let ranges: Vec<std::ops::Range<usize>> = (0..tensors.len())
-            .step_by(step)
-            .map(|start| start..(start + step).min(tensors.len()))
-            .collect();
         let count = |range: std::ops::Range<usize>| Counts::of(checkpoint, range, may_encode);
-        let parts: Vec<Counts> = if ranges.len() > 1 {
-            std::thread::scope(|scope| {
-                let handles: Vec<_> = ranges
-                    .iter()
-                    .map(|range| {
-                        let range = range.clone();
-                        std::thread::Builder::new()
-                            .name("summary".into())
-                            .spawn_scoped(scope, move || count(range))
-                    })
-                    .collect();
-                handles
-                    .into_iter()
-                    .zip(&ranges)
-                    // A part whose thread could not start (or panicked on a
-                    // bug) is counted here.
-                    .map(|(handle, range)| {
-                        handle
-                            .ok()
-                            .and_then(|h| h.join().ok())
-                            .unwrap_or_else(|| count(range.clone()))
-                    })
-                    .collect()
-            })
-        } else {
-            ranges.into_iter().map(count).collect()
-        };
+        let parts = super::on_cores(tensors.len(), 1 << 13, "summary", &count);
         let mut all = Counts::default();
         for part in parts {
             all.merge(part);

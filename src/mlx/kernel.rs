@@ -272,6 +272,42 @@ impl AffineWords<'_> {
         Ok((as_u16(self.scales)?, as_u16(self.biases)?))
     }
 
+    /// One launch of [`AFFINE_SOURCE`] with float parameters `fp` and
+    /// integer parameters `ip`: its `f32` and `u32` outputs, of the lengths
+    /// given, lazy.
+    fn launch(
+        &self,
+        fp: [f32; 3],
+        ip: &Array,
+        lengths: [i32; 2],
+        blocks: i64,
+    ) -> Result<(Array, Array), MlxError> {
+        let (scales, biases) = self.inputs()?;
+        let fp = Array::from_slice(&fp, &[3]);
+        let mut out = apply(&Launch {
+            name: c"weightscope_affine",
+            source: AFFINE_SOURCE,
+            header: AFFINE_HEADER,
+            inputs: &[
+                (c"w", self.weight),
+                (c"scales", &scales),
+                (c"biases", &biases),
+                (c"fp", &fp),
+                (c"ip", ip),
+            ],
+            outputs: &[
+                (c"fout", lengths[0], mlx_sys::mlx_dtype__MLX_FLOAT32),
+                (c"uout", lengths[1], mlx_sys::mlx_dtype__MLX_UINT32),
+            ],
+            blocks,
+            template_ints: &AFFINE_CONSTANTS,
+        })?;
+        let refused = || MlxError::op("summary kernel", "no output");
+        let uints = out.pop().ok_or_else(refused)?;
+        let floats = out.pop().ok_or_else(refused)?;
+        Ok((floats, uints))
+    }
+
     fn int_params(&self, job: i32, cells: [i32; 3], slots: i32) -> Array {
         let bf16 = i32::from(self.scales.dtype() == mlx_rs::Dtype::Bfloat16);
         let [row_step, col_step, out_cols] = cells;
@@ -310,34 +346,12 @@ pub fn affine_stats(
     if usize::try_from(out_cols).map_or(true, |c| c > MAX_CELLS) || out_rows <= 0 {
         return Err(refused("too many heatmap cells"));
     }
-    let (scales, biases) = weights.inputs()?;
-    let fp = Array::from_slice(&[centre, 0.0, 0.0], &[3]);
-    let ip = weights.int_params(0, cells, 0);
-    let mut out = apply(&Launch {
-        name: c"weightscope_affine",
-        source: AFFINE_SOURCE,
-        header: AFFINE_HEADER,
-        inputs: &[
-            (c"w", weights.weight),
-            (c"scales", &scales),
-            (c"biases", &biases),
-            (c"fp", &fp),
-            (c"ip", &ip),
-        ],
-        outputs: &[
-            (
-                c"fout",
-                out_rows * (6 + out_cols),
-                mlx_sys::mlx_dtype__MLX_FLOAT32,
-            ),
-            (c"uout", out_rows * 2, mlx_sys::mlx_dtype__MLX_UINT32),
-        ],
-        blocks: i64::from(out_rows),
-        template_ints: &AFFINE_CONSTANTS,
-    })?;
-    let counts = out.pop().ok_or_else(|| refused("no output"))?;
-    let floats = out.pop().ok_or_else(|| refused("no output"))?;
-    Ok((floats, counts))
+    weights.launch(
+        [centre, 0.0, 0.0],
+        &weights.int_params(0, cells, 0),
+        [out_rows * (6 + out_cols), out_rows * 2],
+        i64::from(out_rows),
+    )
 }
 
 /// Job 1 of [`AFFINE_SOURCE`]: the counts of `slots` histogram slots of the
@@ -354,31 +368,16 @@ pub fn affine_counts(
 ) -> Result<Array, MlxError> {
     let refused = |what: &str| MlxError::op("summary kernel", what);
     let slots = i32::try_from(slots.min(MAX_SLOTS)).map_err(|_| refused("too many bins"))?;
-    let (scales, biases) = weights.inputs()?;
-    let fp = Array::from_slice(&[0.0, lo, scale], &[3]);
-    let ip = weights.int_params(1, [1, 1, 1], slots);
     // A block per row (each strides over further rows when there are more).
     let rows = weights.weight.shape().first().copied().unwrap_or(1);
     let blocks = i64::from(rows).clamp(1, MAX_BLOCKS);
-    let mut out = apply(&Launch {
-        name: c"weightscope_affine",
-        source: AFFINE_SOURCE,
-        header: AFFINE_HEADER,
-        inputs: &[
-            (c"w", weights.weight),
-            (c"scales", &scales),
-            (c"biases", &biases),
-            (c"fp", &fp),
-            (c"ip", &ip),
-        ],
-        outputs: &[
-            (c"fout", 1, mlx_sys::mlx_dtype__MLX_FLOAT32),
-            (c"uout", slots, mlx_sys::mlx_dtype__MLX_UINT32),
-        ],
+    let (_, counts) = weights.launch(
+        [0.0, lo, scale],
+        &weights.int_params(1, [1, 1, 1], slots),
+        [1, slots],
         blocks,
-        template_ints: &AFFINE_CONSTANTS,
-    })?;
-    out.pop().ok_or_else(|| refused("no output"))
+    )?;
+    Ok(counts)
 }
 
 /// The compile-time sizes of [`AFFINE_SOURCE`] (one compiled kernel for

@@ -13,6 +13,22 @@ use super::{
     kernel, on_stream, op, to_f32_vec,
 };
 
+/// The lowest value and the scale that make `(x - lo) * scale` a bin
+/// number in `[0, bins]` over `[stats.min, stats.max]` (scale 0 when every
+/// value is the same).
+pub(super) fn bin_scale(stats: &Stats, bins: usize) -> (f32, f32) {
+    let width = stats.max - stats.min;
+    #[allow(clippy::cast_possible_truncation, clippy::cast_precision_loss)]
+    (
+        stats.min as f32,
+        if width > 0.0 {
+            (bins as f64 / width) as f32
+        } else {
+            0.0
+        },
+    )
+}
+
 /// How values become bin numbers: `(x - min) * scale` lies in `[0, bins]`
 /// for finite `x` (the maximum lands on `bins` and belongs to the last
 /// bin); non-finite values get `bins + 1` and are not counted.
@@ -117,16 +133,7 @@ pub(super) fn second_pass(
         BinsOn::Scatter => bins.min(1 << 16),
         BinsOn::Kernel => bins.min(kernel::MAX_SLOTS - 2),
     };
-    let width = stats.max - stats.min;
-    #[allow(clippy::cast_possible_truncation, clippy::cast_precision_loss)]
-    let (lo, scale) = (
-        stats.min as f32,
-        if width > 0.0 {
-            (bins as f64 / width) as f32
-        } else {
-            0.0
-        },
-    );
+    let (lo, scale) = bin_scale(stats, bins);
     let binning = Binning {
         bins,
         lo: Array::from_f32(lo),

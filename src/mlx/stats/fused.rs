@@ -96,16 +96,7 @@ fn fused_affine_summary(
     let bins = bins.min(kernel::MAX_SLOTS - 2);
     let mut counts = vec![0u64; bins];
     if stats.finite > 0 && bins > 0 {
-        let width = stats.max - stats.min;
-        #[allow(clippy::cast_possible_truncation, clippy::cast_precision_loss)]
-        let (lo, scale) = (
-            stats.min as f32,
-            if width > 0.0 {
-                (bins as f64 / width) as f32
-            } else {
-                0.0
-            },
-        );
+        let (lo, scale) = super::bins::bin_scale(&stats, bins);
         let slots = kernel::affine_counts(words, lo, scale, bins + 2)?;
         evaluate(&slots)?;
         let slots = slots
