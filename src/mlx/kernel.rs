@@ -409,7 +409,7 @@ fn apply(launch: &Launch<'_>) -> Result<Vec<Array>, MlxError> {
     let source = CString::new(launch.source).map_err(|_| refused("source"))?;
     let header = CString::new(launch.header).map_err(|_| refused("header"))?;
     let stream = Stream::thread_local_or_default();
-    let mut results = Vec::with_capacity(launch.outputs.len());
+    let mut results = Vec::new();
     #[allow(unsafe_code)]
     // SAFETY: every C string outlives the calls that read it; the input
     // arrays and `stream` are live mlx-rs handles; every vector, kernel and
@@ -468,15 +468,8 @@ fn apply(launch: &Launch<'_>) -> Result<Vec<Array>, MlxError> {
                 stream.as_ptr(),
             );
         }
-        if status == 0 && mlx_sys::mlx_vector_array_size(outputs) == launch.outputs.len() {
-            for i in 0..launch.outputs.len() {
-                let mut out = mlx_sys::mlx_array_new();
-                if mlx_sys::mlx_vector_array_get(&raw mut out, outputs, i) == 0 {
-                    results.push(Array::from_ptr(out));
-                } else {
-                    mlx_sys::mlx_array_free(out);
-                }
-            }
+        if status == 0 {
+            results = super::arrays_of(outputs);
         }
         mlx_sys::mlx_vector_array_free(outputs);
         mlx_sys::mlx_vector_array_free(inputs);

@@ -88,6 +88,32 @@ pub(crate) fn clean_message(raw: &str) -> String {
     }
 }
 
+/// The arrays held by an MLX vector, each taken out as a new reference that
+/// the returned `Array` owns (an element MLX cannot hand out is skipped);
+/// the vector itself stays the caller's to free.
+///
+/// # Safety
+/// `vector` must be a live `mlx_vector_array`.
+#[allow(unsafe_code)]
+unsafe fn arrays_of(vector: mlx_sys::mlx_vector_array) -> Vec<Array> {
+    // SAFETY: `vector` is live (the caller's promise); each element is
+    // fetched into a fresh handle that is either owned by the `Array` made
+    // from it or freed here.
+    unsafe {
+        let len = mlx_sys::mlx_vector_array_size(vector);
+        let mut arrays = Vec::with_capacity(len);
+        for i in 0..len {
+            let mut item = mlx_sys::mlx_array_new();
+            if mlx_sys::mlx_vector_array_get(&raw mut item, vector, i) == 0 {
+                arrays.push(Array::from_ptr(item));
+            } else {
+                mlx_sys::mlx_array_free(item);
+            }
+        }
+        arrays
+    }
+}
+
 /// Evaluates `array` (reads its bytes from disk if it is a lazy load).
 ///
 /// # Errors

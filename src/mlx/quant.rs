@@ -274,14 +274,7 @@ pub fn quantize_mode(
         );
         mlx_sys::mlx_array_free(none);
         if status == 0 {
-            for i in 0..mlx_sys::mlx_vector_array_size(out) {
-                let mut item = mlx_sys::mlx_array_new();
-                if mlx_sys::mlx_vector_array_get(&raw mut item, out, i) == 0 {
-                    arrays.push(Array::from_ptr(item));
-                } else {
-                    mlx_sys::mlx_array_free(item);
-                }
-            }
+            arrays = super::arrays_of(out);
         }
         mlx_sys::mlx_vector_array_free(out);
         status
