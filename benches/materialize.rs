@@ -105,14 +105,10 @@ fn materialize_all(dir: &Path) {
     let mut weights = Weights::open(dir).expect("open");
     let checkpoint = weights.shared_checkpoint();
     for shard in checkpoint.shards() {
-        let arrays: Vec<_> = shard
-            .tensors
-            .iter()
-            .map(|&t| {
-                weights
-                    .tensor(&checkpoint.tensors()[t].name)
-                    .expect("tensor")
-            })
+        let arrays: Vec<_> = checkpoint
+            .tensors()
+            .iter_range(shard.tensors.clone())
+            .map(|t| weights.tensor(t.name()).expect("tensor"))
             .collect();
         mlx::evaluate_all(&arrays).expect("eval");
         drop(arrays);

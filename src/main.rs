@@ -3,7 +3,7 @@
 use std::os::fd::AsFd;
 
 use weightscope::app::shell;
-use weightscope::checkpoint::Checkpoint;
+use weightscope::checkpoint::{Checkpoint, TensorRef};
 use weightscope::cli::{self, Command, inspect};
 use weightscope::mlx;
 use weightscope::units::printable;
@@ -169,7 +169,7 @@ fn tensor(path: &std::path::Path, name: &str, json: Option<bool>, repeat: u32) -
         if let Some(problem) = problems.first() {
             say(format_args!("{problem}"));
         } else {
-            let names = checkpoint.tensors().iter().map(|t| t.name.as_str());
+            let names = checkpoint.tensors().iter().map(TensorRef::name);
             match cli::closest(name, names) {
                 Some(close) => say(format_args!(
                     "no tensor named `{name}` (did you mean `{close}`?): {}",

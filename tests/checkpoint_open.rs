@@ -146,7 +146,7 @@ fn an_indexed_model_opens_with_totals_and_layers() {
         checkpoint.shard_of(head).file,
         "model-00003-of-00003.safetensors"
     );
-    assert_eq!(head.shape, [64, 16]);
+    assert_eq!(head.shape(), [64, 16]);
     let layers = checkpoint.layers();
     assert_eq!(layers[&Some(0)].len(), 2);
     assert_eq!(layers[&Some(1)].len(), 2);

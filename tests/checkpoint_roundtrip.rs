@@ -63,11 +63,11 @@ proptest! {
         let (_, theirs) = SafeTensors::read_metadata(&bytes).expect("the crate reads it");
         prop_assert_eq!(checkpoint.tensors().len(), tensors.len());
         for ours in checkpoint.tensors() {
-            let info = theirs.info(&ours.name).expect("same names");
-            prop_assert_eq!(ours.dtype.name(), format!("{:?}", info.dtype));
+            let info = theirs.info(ours.name()).expect("same names");
+            prop_assert_eq!(ours.dtype().name(), format!("{:?}", info.dtype));
             let shape: Vec<u64> = info.shape.iter().map(|&d| d as u64).collect();
-            prop_assert_eq!(&ours.shape, &shape);
-            prop_assert_eq!(ours.data_offsets, (info.data_offsets.0 as u64, info.data_offsets.1 as u64));
+            prop_assert_eq!(ours.shape(), &shape[..]);
+            prop_assert_eq!(ours.data_offsets(), (info.data_offsets.0 as u64, info.data_offsets.1 as u64));
         }
         prop_assert_eq!(checkpoint.metadata(), metadata.unwrap_or_default().into_iter().collect());
     }

@@ -75,7 +75,7 @@ fn check_converted(dir: &Path, written: &Written, expect: &dyn Fn(&str) -> Optio
         );
         assert!(!q.inferred, "{} read from config.json", q.module);
         // Per layer: mlx-lm's weight.size * 32 // bits.
-        let stored = &checkpoint.tensors()[q.weight];
+        let stored = &checkpoint.tensors().at(q.weight);
         assert_eq!(q.logical_elements, stored.elements() * 32 / recipe.bits);
     }
     let mut weights = Weights::open(dir).expect("weights");

@@ -126,7 +126,7 @@ fn the_qwen3_next_view_renames_drops_and_fixes() {
     let dropped: Vec<String> = info
         .dropped
         .iter()
-        .map(|(i, rule)| format!("{} {rule}", weights.checkpoint().tensors()[*i].name))
+        .map(|(i, rule)| format!("{} {rule}", weights.checkpoint().tensors().at(*i).name()))
         .collect();
     assert_eq!(dropped.len(), 2);
     assert!(

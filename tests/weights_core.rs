@@ -215,7 +215,7 @@ fn views_rename_drop_and_fix_up_lazily() {
     assert_eq!(
         weights
             .info("model.embed_tokens.weight")
-            .map(|t| t.shape.clone()),
+            .map(|t| t.shape().to_vec()),
         Some(vec![2, 2])
     );
 

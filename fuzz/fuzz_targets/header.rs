@@ -19,7 +19,7 @@ fuzz_target!(|data: &[u8]| {
         let covered: u64 = header
             .tensors
             .iter()
-            .map(|t| t.data_offsets.1 - t.data_offsets.0)
+            .map(|t| t.bytes())
             .sum();
         assert_eq!(covered, data_bytes);
     }

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use crate::checkpoint::{Checkpoint, layer_of};
+use crate::checkpoint::{Checkpoint, TensorRef, layer_of};
 use crate::units::{human_bytes, printable};
 use crate::weights::ViewInfo;
 
@@ -56,7 +56,7 @@ pub(super) fn display_name<'a>(
 ) -> Option<&'a str> {
     match view {
         Some(view) => view.canonical_of.get(i).and_then(Option::as_deref),
-        None => checkpoint.tensors().get(i).map(|t| t.name.as_str()),
+        None => checkpoint.tensors().get(i).map(TensorRef::name),
     }
 }
 
@@ -79,7 +79,7 @@ impl TensorsPanel {
         // Under a view a row matches by its canonical or its stored name.
         let names = |i: usize| {
             let canonical = display_name(view, checkpoint, i);
-            (canonical, tensors[i].name.as_str())
+            (canonical, tensors.at(i).name())
         };
         self.regex_error = None;
         if self.regex && !self.filter.is_empty() {
@@ -120,8 +120,8 @@ impl TensorsPanel {
         match self.sort {
             SortBy::Stored => {}
             SortBy::Name => self.rows.sort_by(|&a, &b| names(a).0.cmp(&names(b).0)),
-            SortBy::Dtype => self.rows.sort_by_key(|&i| tensors[i].dtype),
-            SortBy::Bytes => self.rows.sort_by_key(|&i| tensors[i].bytes()),
+            SortBy::Dtype => self.rows.sort_by_key(|&i| tensors.at(i).dtype()),
+            SortBy::Bytes => self.rows.sort_by_key(|&i| tensors.at(i).bytes()),
         }
         if self.descending {
             self.rows.reverse();
@@ -222,7 +222,7 @@ impl TensorsPanel {
         checkpoint: &Checkpoint,
         stored: &str,
     ) -> Option<TensorsAction> {
-        let position = checkpoint.tensors().iter().position(|t| t.name == stored);
+        let position = checkpoint.tensors().iter().position(|t| t.name() == stored);
         self.selected = position;
         // Under a view the worker asks by canonical name; a stored tensor
         // the view drops has none and is not materialized.
@@ -258,7 +258,7 @@ impl TensorsPanel {
                 .max_height(160.0)
                 .show(ui, |ui| {
                     for (i, rule) in view.dropped.iter().take(2000) {
-                        let name = &checkpoint.tensors()[*i].name;
+                        let name = checkpoint.tensors().at(*i).name();
                         ui.label(format!("dropped {name}: {rule}"));
                     }
                 });
@@ -269,19 +269,19 @@ impl TensorsPanel {
     /// view renamed it. Names from the file are shown escaped: no line
     /// breaks, no right-to-left overrides, no NULs in a label.
     fn row_name(&self, checkpoint: &Checkpoint, i: usize) -> String {
-        let t = &checkpoint.tensors()[i];
+        let t = checkpoint.tensors().at(i);
         let canonical = display_name(self.view.as_deref(), checkpoint, i).unwrap_or("");
-        if canonical == t.name {
-            printable(&t.name).into_owned()
+        if canonical == t.name() {
+            printable(t.name()).into_owned()
         } else {
-            format!("{}  <-  {}", printable(canonical), printable(&t.name))
+            format!("{}  <-  {}", printable(canonical), printable(t.name()))
         }
     }
 
     /// The name cell of row `i` (a selectable button, cut with an ellipsis,
     /// the full name and shard on hover); returns whether it was clicked.
     fn name_cell_ui(&self, ui: &mut egui::Ui, checkpoint: &Checkpoint, i: usize) -> bool {
-        let t = &checkpoint.tensors()[i];
+        let t = checkpoint.tensors().at(i);
         let selected = self.selected == Some(i);
         let button = egui::Button::selectable(
             selected,
@@ -289,7 +289,11 @@ impl TensorsPanel {
         )
         .truncate();
         ui.add(button)
-            .on_hover_text(format!("{}\n{}", t.name, checkpoint.shards()[t.shard].file))
+            .on_hover_text(format!(
+                "{}\n{}",
+                t.name(),
+                checkpoint.shards()[t.shard()].file
+            ))
             .clicked()
     }
 
@@ -326,7 +330,7 @@ impl TensorsPanel {
                     let Some(&i) = rows.get(row.index()) else {
                         return;
                     };
-                    let t = &tensors[i];
+                    let t = tensors.at(i);
                     row.set_selected(self.selected == Some(i));
                     row.col(|ui| {
                         if self.name_cell_ui(ui, checkpoint, i) {
@@ -335,10 +339,10 @@ impl TensorsPanel {
                     });
                     let centred = egui::Layout::left_to_right(egui::Align::Center);
                     row.col(|ui| {
-                        ui.with_layout(centred, |ui| ui.monospace(t.dtype.name()));
+                        ui.with_layout(centred, |ui| ui.monospace(t.dtype().name()));
                     });
                     row.col(|ui| {
-                        ui.with_layout(centred, |ui| ui.monospace(format!("{:?}", t.shape)));
+                        ui.with_layout(centred, |ui| ui.monospace(format!("{:?}", t.shape())));
                     });
                     row.col(|ui| {
                         ui.with_layout(egui::Layout::right_to_left(egui::Align::Center), |ui| {
@@ -351,11 +355,11 @@ impl TensorsPanel {
 
     /// One row of the layer tree, the name first; returns whether it was clicked.
     fn tensor_row_ui(&self, ui: &mut egui::Ui, checkpoint: &Checkpoint, i: usize) -> bool {
-        let t = &checkpoint.tensors()[i];
+        let t = checkpoint.tensors().at(i);
         let facts = format!(
             "{:<8} {:<18} {:>11}",
-            t.dtype.name(),
-            format!("{:?}", t.shape),
+            t.dtype().name(),
+            format!("{:?}", t.shape()),
             human_bytes(t.bytes())
         );
         let mut clicked = false;
@@ -397,7 +401,7 @@ impl TensorsPanel {
                 for (layer, members) in &groups {
                     let bytes: u64 = members
                         .iter()
-                        .map(|&i| checkpoint.tensors()[i].bytes())
+                        .map(|&i| checkpoint.tensors().at(i).bytes())
                         .sum();
                     let title = match layer {
                         Some(n) => format!(

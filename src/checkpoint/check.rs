@@ -137,7 +137,7 @@ pub fn check_headers(checkpoint: &Checkpoint, summary: &Summary) -> Vec<Finding>
 }
 
 fn shard_file(checkpoint: &Checkpoint, position: usize) -> &str {
-    &checkpoint.shard_of(&checkpoint.tensors()[position]).file
+    &checkpoint.shard_of(checkpoint.tensors().at(position)).file
 }
 
 fn quantization(checkpoint: &Checkpoint, out: &mut Vec<Finding>) {
@@ -145,10 +145,10 @@ fn quantization(checkpoint: &Checkpoint, out: &mut Vec<Finding>) {
     let config = checkpoint.config().and_then(|c| c.quantization.as_ref());
     let find = |name: &str| checkpoint.tensor(name);
     for (i, t) in tensors.iter().enumerate() {
-        let Some(module) = t.name.strip_suffix(".weight") else {
+        let Some(module) = t.name().strip_suffix(".weight") else {
             continue;
         };
-        if t.dtype != Dtype::U32 {
+        if t.dtype() != Dtype::U32 {
             continue;
         }
         let file = shard_file(checkpoint, i);
@@ -158,10 +158,10 @@ fn quantization(checkpoint: &Checkpoint, out: &mut Vec<Finding>) {
                     "quant.missing-scales",
                     format!(
                         "packed U32 weight `{}` has no `{module}.scales`: it cannot be dequantized",
-                        t.name
+                        t.name()
                     ),
                 )
-                .tensor(&t.name)
+                .tensor(t.name())
                 .file(file),
             );
             continue;
@@ -173,14 +173,14 @@ fn quantization(checkpoint: &Checkpoint, out: &mut Vec<Finding>) {
                     "quant.scale-shape",
                     format!(
                         "no MLX mode, group size and bits fit packed `{}` {:?} with scales {:?} {}{}",
-                        t.name,
-                        t.shape,
-                        scales.shape,
-                        scales.dtype,
-                        biases.map_or(String::new(), |b| format!(" and biases {:?}", b.shape))
+                        t.name(),
+                        t.shape(),
+                        scales.shape(),
+                        scales.dtype(),
+                        biases.map_or(String::new(), |b| format!(" and biases {:?}", b.shape()))
                     ),
                 )
-                .tensor(&t.name)
+                .tensor(t.name())
                 .file(file),
             );
             continue;
@@ -197,43 +197,43 @@ fn packed_layer(
     out: &mut Vec<Finding>,
 ) {
     let tensors = checkpoint.tensors();
-    let t = &tensors[q.weight];
+    let t = tensors.at(q.weight);
     let module = q.module.as_str();
     let file = shard_file(checkpoint, q.weight);
-    let scales = &tensors[q.scales];
-    let biases = q.biases.map(|b| &tensors[b]);
+    let scales = tensors.at(q.scales);
+    let biases = q.biases.map(|b| tensors.at(b));
     let mode = q.params.mode;
-    let lead = &t.shape[..t.shape.len().saturating_sub(1)];
-    let scales_lead = &scales.shape[..scales.shape.len().saturating_sub(1)];
-    if lead != scales_lead || biases.is_some_and(|b| b.shape != scales.shape) {
+    let lead = &t.shape()[..t.shape().len().saturating_sub(1)];
+    let scales_lead = &scales.shape()[..scales.shape().len().saturating_sub(1)];
+    if lead != scales_lead || biases.is_some_and(|b| b.shape() != scales.shape()) {
         out.push(
             finding(
                 "quant.scale-shape",
                 format!(
                     "`{}` {:?}: scales {:?}{} do not fit one scale per group of {} on each row",
-                    t.name,
-                    t.shape,
-                    scales.shape,
-                    biases.map_or(String::new(), |b| format!(", biases {:?}", b.shape)),
+                    t.name(),
+                    t.shape(),
+                    scales.shape(),
+                    biases.map_or(String::new(), |b| format!(", biases {:?}", b.shape())),
                     q.params.group_size
                 ),
             )
-            .tensor(&t.name)
+            .tensor(t.name())
             .file(file),
         );
     }
     let wants_u8 = mode != QuantMode::Affine;
-    if wants_u8 != (scales.dtype == Dtype::U8) {
+    if wants_u8 != (scales.dtype() == Dtype::U8) {
         out.push(
             finding(
                 "quant.scale-dtype",
                 format!(
                     "`{module}.scales` is {} but {mode} scales are {}",
-                    scales.dtype,
+                    scales.dtype(),
                     if wants_u8 { "uint8" } else { "floats" }
                 ),
             )
-            .tensor(&scales.name)
+            .tensor(scales.name())
             .file(&checkpoint.shard_of(scales).file),
         );
     }
@@ -241,9 +241,9 @@ fn packed_layer(
         (true, None) => out.push(
             finding(
                 "quant.missing-biases",
-                format!("affine weight `{}` has no `{module}.biases`", t.name),
+                format!("affine weight `{}` has no `{module}.biases`", t.name()),
             )
-            .tensor(&t.name)
+            .tensor(t.name())
             .file(file),
         ),
         (false, Some(b)) => out.push(
@@ -251,10 +251,11 @@ fn packed_layer(
                 "quant.unexpected-biases",
                 format!(
                     "`{}` is {mode}, which has no biases, but `{}` is stored",
-                    t.name, b.name
+                    t.name(),
+                    b.name()
                 ),
             )
-            .tensor(&b.name)
+            .tensor(b.name())
             .file(&checkpoint.shard_of(b).file),
         ),
         _ => {}
@@ -268,7 +269,7 @@ fn packed_layer(
                     said.mode, said.bits, said.group_size, q.params.mode, q.params.bits, q.params.group_size
                 ),
             )
-            .tensor(&t.name)
+            .tensor(t.name())
             .file(file),
         );
     } else if !configured {
@@ -277,10 +278,10 @@ fn packed_layer(
                 "quant.no-config",
                 format!(
                     "`{}` is packed ({} {}-bit group {}, read from its shapes) but config.json has no `quantization`: mlx-lm would load it as an unquantized layer and fail",
-                    t.name, q.params.mode, q.params.bits, q.params.group_size
+                    t.name(), q.params.mode, q.params.bits, q.params.group_size
                 ),
             )
-            .tensor(&t.name)
+            .tensor(t.name())
             .file(file),
         );
     }
@@ -295,7 +296,7 @@ fn fp8(checkpoint: &Checkpoint, out: &mut Vec<Finding>) {
     let mut unscaled = 0usize;
     let mut first_unscaled = None;
     for (i, t) in tensors.iter().enumerate() {
-        if Fp8Format::of(t.dtype).is_none() {
+        if Fp8Format::of(t.dtype()).is_none() {
             continue;
         }
         let Encoding::Fp8(f) = checkpoint.encoding_at(i) else {
@@ -308,10 +309,10 @@ fn fp8(checkpoint: &Checkpoint, out: &mut Vec<Finding>) {
                     "fp8.missing-scale",
                     format!(
                         "block-scaled FP8 checkpoint, but `{}` has no `{}_scale_inv`: its values cannot be recovered",
-                        t.name, t.name
+                        t.name(), t.name()
                     ),
                 )
-                .tensor(&t.name)
+                .tensor(t.name())
                 .file(file),
             ),
             (None, _) => {
@@ -323,10 +324,10 @@ fn fp8(checkpoint: &Checkpoint, out: &mut Vec<Finding>) {
                     "fp8.scale-shape",
                     format!(
                         "`{}` {:?} does not fit `{}` {:?} in any block size",
-                        tensors[s].name, tensors[s].shape, t.name, t.shape
+                        tensors.at(s).name(), tensors.at(s).shape(), t.name(), t.shape()
                     ),
                 )
-                .tensor(&t.name)
+                .tensor(t.name())
                 .file(file),
             ),
             (Some(s), Some(block)) => {
@@ -338,10 +339,10 @@ fn fp8(checkpoint: &Checkpoint, out: &mut Vec<Finding>) {
                             "fp8.scale-shape",
                             format!(
                                 "config.json says blocks of {configured:?}, but `{}` {:?} fits blocks of {block:?} for `{}` {:?}",
-                                tensors[s].name, tensors[s].shape, t.name, t.shape
+                                tensors.at(s).name(), tensors.at(s).shape(), t.name(), t.shape()
                             ),
                         )
-                        .tensor(&t.name)
+                        .tensor(t.name())
                         .file(file),
                     );
                 }
@@ -349,16 +350,16 @@ fn fp8(checkpoint: &Checkpoint, out: &mut Vec<Finding>) {
         }
     }
     if let Some(i) = first_unscaled {
-        let t = &tensors[i];
+        let t = tensors.at(i);
         out.push(
             finding(
                 "fp8.unscaled",
                 format!(
                     "{unscaled} FP8 tensor(s) without a block scale (first `{}`): shown as their FP8 values, unscaled",
-                    t.name
+                    t.name()
                 ),
             )
-            .tensor(&t.name)
+            .tensor(t.name())
             .file(shard_file(checkpoint, i)),
         );
     }
@@ -437,8 +438,8 @@ fn lm_head(checkpoint: &Checkpoint, out: &mut Vec<Finding>) {
         return;
     }
     let names = checkpoint.tensors();
-    let has_embeddings = names.iter().any(|t| t.name.contains("embed_tokens"));
-    let has_head = names.iter().any(|t| t.name.ends_with("lm_head.weight"));
+    let has_embeddings = names.iter().any(|t| t.name().contains("embed_tokens"));
+    let has_head = names.iter().any(|t| t.name().ends_with("lm_head.weight"));
     if has_embeddings && !has_head {
         out.push(finding(
             "model.missing-lm-head",
@@ -455,12 +456,12 @@ fn stray_dtypes(checkpoint: &Checkpoint, out: &mut Vec<Finding>) {
     let tensors = checkpoint.tensors();
     let may_encode = checkpoint.may_have_encodings();
     let plain: Vec<usize> = (0..tensors.len())
-        .filter(|&i| floats.contains(&tensors[i].dtype))
+        .filter(|&i| floats.contains(&tensors.at(i).dtype()))
         .filter(|&i| !may_encode || matches!(checkpoint.encoding_at(i), Encoding::Plain))
         .collect();
     let mut counts: BTreeMap<Dtype, usize> = BTreeMap::new();
     for &i in &plain {
-        *counts.entry(tensors[i].dtype).or_insert(0) += 1;
+        *counts.entry(tensors.at(i).dtype()).or_insert(0) += 1;
     }
     let Some((&main, &main_count)) = counts.iter().max_by_key(|&(_, n)| *n) else {
         return;
@@ -470,14 +471,14 @@ fn stray_dtypes(checkpoint: &Checkpoint, out: &mut Vec<Finding>) {
         if dtype == main || count * 5 > main_count || count > 8 {
             continue;
         }
-        for &i in plain.iter().filter(|&&i| tensors[i].dtype == dtype) {
-            let t = &tensors[i];
+        for &i in plain.iter().filter(|&&i| tensors.at(i).dtype() == dtype) {
+            let t = tensors.at(i);
             out.push(
                 finding(
                     "dtype.stray",
-                    format!("`{}` is {dtype} in a model whose other {main_count} float tensors are {main}", t.name),
+                    format!("`{}` is {dtype} in a model whose other {main_count} float tensors are {main}", t.name()),
                 )
-                .tensor(&t.name)
+                .tensor(t.name())
                 .file(shard_file(checkpoint, i)),
             );
         }

@@ -13,22 +13,20 @@ use serde::de::{self, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use super::dtype::Dtype;
 use super::error::CheckpointError;
 use super::scan;
+use super::table::ShardTensors;
 
 /// Largest header accepted, as the `safetensors` crate does: a bigger one is
 /// either corrupt or hostile, and would be read into memory whole.
 pub const HEADER_CAP_BYTES: u64 = 100_000_000;
 
-/// One tensor as the header describes it (validated).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HeaderTensor {
-    /// Name as stored in the file.
-    pub name: String,
-    /// Element type.
-    pub dtype: Dtype,
-    /// Dimensions.
-    pub shape: Vec<u64>,
-    /// Start and end of its bytes within the data section.
-    pub data_offsets: (u64, u64),
+/// One tensor entry while a header is checked: borrowed from the scanned
+/// text or the parsed JSON, copied into the columns once the header is valid.
+#[derive(Debug, Clone, Copy)]
+struct Entry<'a> {
+    name: &'a str,
+    dtype: Dtype,
+    shape: &'a [u64],
+    data_offsets: (u64, u64),
 }
 
 /// One shard's header, validated: every tensor is well formed and the
@@ -42,7 +40,7 @@ pub struct ShardHeader {
     /// `__metadata__`, values as strings.
     pub metadata: BTreeMap<String, String>,
     /// Tensors in data order.
-    pub tensors: Vec<HeaderTensor>,
+    pub tensors: ShardTensors,
 }
 
 impl ShardHeader {
@@ -161,44 +159,55 @@ pub fn parse_header(
     })?;
     let header_bytes = json.len() as u64;
     let data_bytes = file_bytes.saturating_sub(8 + header_bytes);
-    let (metadata, tensors) = if let Some(scanned) = scan::scan(text) {
+    if let Some(mut scanned) = scan::scan(text) {
+        let metadata = std::mem::take(&mut scanned.metadata);
         let mut tensors = Vec::with_capacity(scanned.tensors.len());
-        for t in scanned.tensors {
+        for t in &scanned.tensors {
             let dtype = match t.dtype {
                 Ok(dtype) => dtype,
                 Err(dtype) => {
                     return Err(CheckpointError::UnknownDtype {
                         path: path.to_path_buf(),
-                        tensor: t.name,
-                        dtype,
+                        tensor: t.name.to_owned(),
+                        dtype: dtype.to_owned(),
                     });
                 }
             };
-            let tensor = HeaderTensor {
+            let entry = Entry {
                 name: t.name,
                 dtype,
-                shape: t.shape,
+                shape: scanned.shape(t),
                 data_offsets: t.data_offsets,
             };
-            tensors.push(check_bytes(path, tensor, data_bytes)?);
+            check_bytes(path, entry, data_bytes)?;
+            tensors.push(entry);
         }
-        (scanned.metadata, tensors)
+        validate(
+            path,
+            metadata,
+            tensors,
+            file_bytes,
+            header_bytes,
+            data_bytes,
+        )
     } else {
-        let raw = parse_with_serde(path, text)?;
-        let mut tensors = Vec::with_capacity(raw.tensors.len());
-        for (name, entry) in raw.tensors {
+        let RawHeader {
+            metadata,
+            tensors: raw,
+        } = parse_with_serde(path, text)?;
+        let mut tensors = Vec::with_capacity(raw.len());
+        for (name, entry) in &raw {
             tensors.push(validate_tensor(path, name, entry, data_bytes)?);
         }
-        (raw.metadata, tensors)
-    };
-    validate(
-        path,
-        metadata,
-        tensors,
-        file_bytes,
-        header_bytes,
-        data_bytes,
-    )
+        validate(
+            path,
+            metadata,
+            tensors,
+            file_bytes,
+            header_bytes,
+            data_bytes,
+        )
+    }
 }
 
 /// The general path: any JSON, with `serde_json`'s precise errors.
@@ -228,23 +237,25 @@ pub fn scanner_agrees_with_serde(text: &str) -> bool {
     })
 }
 
-impl From<scan::ScannedHeader> for RawHeader {
-    fn from(scanned: scan::ScannedHeader) -> Self {
+impl From<scan::ScannedHeader<'_>> for RawHeader {
+    fn from(scanned: scan::ScannedHeader<'_>) -> Self {
         let nats = |values| Nats {
             values,
             texts: None,
         };
         let tensors = scanned
             .tensors
-            .into_iter()
+            .iter()
             .map(|t| {
                 let (start, end) = t.data_offsets;
                 let entry = RawTensor {
-                    dtype: t.dtype.map_or_else(RawDtype::Unknown, RawDtype::Known),
-                    shape: nats(t.shape),
+                    dtype: t
+                        .dtype
+                        .map_or_else(|d| RawDtype::Unknown(d.to_owned()), RawDtype::Known),
+                    shape: nats(scanned.shape(t).to_vec()),
                     data_offsets: nats(vec![start, end]),
                 };
-                (t.name, entry)
+                (t.name.to_owned(), entry)
             })
             .collect();
         Self {
@@ -259,7 +270,7 @@ impl From<scan::ScannedHeader> for RawHeader {
 fn validate(
     path: &Path,
     metadata: BTreeMap<String, String>,
-    mut tensors: Vec<HeaderTensor>,
+    mut tensors: Vec<Entry<'_>>,
     file_bytes: u64,
     header_bytes: u64,
     data_bytes: u64,
@@ -268,40 +279,52 @@ fn validate(
         tensors.len(),
         foldhash::fast::RandomState::default(),
     );
-    if let Some(twice) = tensors.iter().find(|t| !seen.insert(t.name.as_str())) {
+    if let Some(twice) = tensors.iter().find(|t| !seen.insert(t.name)) {
         return Err(CheckpointError::DuplicateTensor {
-            tensor: twice.name.clone(),
+            tensor: twice.name.to_owned(),
             first: path.to_path_buf(),
             second: path.to_path_buf(),
         });
     }
+    drop(seen);
     tensors.sort_unstable_by(|a, b| {
         a.data_offsets
             .cmp(&b.data_offsets)
-            .then_with(|| a.name.cmp(&b.name))
+            .then_with(|| a.name.cmp(b.name))
     });
     check_tiling(path, &tensors, data_bytes)?;
+    let name_bytes = tensors.iter().map(|t| t.name.len()).sum();
+    let mut columns = ShardTensors::with_capacity(tensors.len(), name_bytes);
+    for t in &tensors {
+        // A header under the cap holds far less than 4 GiB of names.
+        if !columns.push(t.name, t.dtype, t.shape, t.data_offsets) {
+            return Err(CheckpointError::HeaderShape {
+                path: path.to_path_buf(),
+                reason: "more names or dimensions than a header can hold".into(),
+            });
+        }
+    }
     Ok(ShardHeader {
         file_bytes,
         header_bytes,
         metadata,
-        tensors,
+        tensors: columns,
     })
 }
 
-fn validate_tensor(
+fn validate_tensor<'a>(
     path: &Path,
-    name: String,
-    entry: RawTensor,
+    name: &'a str,
+    entry: &'a RawTensor,
     data_bytes: u64,
-) -> Result<HeaderTensor, CheckpointError> {
-    let dtype = match entry.dtype {
-        RawDtype::Known(dtype) => dtype,
+) -> Result<Entry<'a>, CheckpointError> {
+    let dtype = match &entry.dtype {
+        RawDtype::Known(dtype) => *dtype,
         RawDtype::Unknown(dtype) => {
             return Err(CheckpointError::UnknownDtype {
                 path: path.to_path_buf(),
-                tensor: name,
-                dtype,
+                tensor: name.to_owned(),
+                dtype: dtype.clone(),
             });
         }
     };
@@ -313,7 +336,7 @@ fn validate_tensor(
             .unwrap_or_default();
         return Err(CheckpointError::BadShape {
             path: path.to_path_buf(),
-            tensor: name,
+            tensor: name.to_owned(),
             reason: format!("dimension {found} is not a non-negative integer"),
         });
     }
@@ -325,32 +348,29 @@ fn validate_tensor(
         _ => {
             return Err(CheckpointError::BadOffsets {
                 path: path.to_path_buf(),
-                tensor: name,
+                tensor: name.to_owned(),
                 found: entry.data_offsets.describe(),
             });
         }
     };
-    let tensor = HeaderTensor {
+    let tensor = Entry {
         name,
         dtype,
-        shape: entry.shape.values,
+        shape: &entry.shape.values,
         data_offsets,
     };
-    check_bytes(path, tensor, data_bytes)
+    check_bytes(path, tensor, data_bytes)?;
+    Ok(tensor)
 }
 
 /// A tensor's bytes must lie inside the data section and be exactly what
 /// its dtype and shape need (checked arithmetic: no overflow).
-fn check_bytes(
-    path: &Path,
-    tensor: HeaderTensor,
-    data_bytes: u64,
-) -> Result<HeaderTensor, CheckpointError> {
+fn check_bytes(path: &Path, tensor: Entry<'_>, data_bytes: u64) -> Result<(), CheckpointError> {
     let (start, end) = tensor.data_offsets;
     if end > data_bytes {
         return Err(CheckpointError::OffsetsPastEnd {
             path: path.to_path_buf(),
-            tensor: tensor.name,
+            tensor: tensor.name.to_owned(),
             end,
             data_bytes,
         });
@@ -365,9 +385,9 @@ fn check_bytes(
     if !matches {
         return Err(CheckpointError::SizeMismatch {
             path: path.to_path_buf(),
-            tensor: tensor.name,
+            tensor: tensor.name.to_owned(),
             dtype: tensor.dtype.name().to_owned(),
-            shape: tensor.shape,
+            shape: tensor.shape.to_vec(),
             bytes,
             expected: match expected {
                 None => "more than 2^64 bits".to_owned(),
@@ -376,25 +396,25 @@ fn check_bytes(
             },
         });
     }
-    Ok(tensor)
+    Ok(())
 }
 
 /// The tensors (sorted by offsets) must cover the data section exactly:
 /// no byte claimed twice, none unclaimed.
 fn check_tiling(
     path: &Path,
-    tensors: &[HeaderTensor],
+    tensors: &[Entry<'_>],
     data_bytes: u64,
 ) -> Result<(), CheckpointError> {
     let mut cursor = 0u64;
-    let mut last: Option<&HeaderTensor> = None;
+    let mut last: Option<&Entry<'_>> = None;
     for tensor in tensors {
         let (start, end) = tensor.data_offsets;
         if start < cursor {
             return Err(CheckpointError::Overlap {
                 path: path.to_path_buf(),
-                first: last.map(|t| t.name.clone()).unwrap_or_default(),
-                second: tensor.name.clone(),
+                first: last.map(|t| t.name.to_owned()).unwrap_or_default(),
+                second: tensor.name.to_owned(),
             });
         }
         if start > cursor {
@@ -589,6 +609,7 @@ impl<'de> Deserialize<'de> for Loose {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::checkpoint::TensorRef;
     use std::path::PathBuf;
 
     fn path() -> PathBuf {
@@ -615,9 +636,12 @@ mod tests {
             "a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},
             "z":{"dtype":"F4","shape":[4],"data_offsets":[12,14]}}"#;
         let header = parse(json, 14).expect("valid");
-        let names: Vec<&str> = header.tensors.iter().map(|t| t.name.as_str()).collect();
+        let names: Vec<&str> = header.tensors.iter().map(TensorRef::name).collect();
         assert_eq!(names, ["a", "b", "z"]);
-        assert_eq!(header.tensors[1].dtype, Dtype::BF16);
+        assert_eq!(
+            header.tensors.get(1).map(TensorRef::dtype),
+            Some(Dtype::BF16)
+        );
         assert_eq!(header.metadata["format"], "mlx");
         assert_eq!(header.metadata["n"], "3");
     }

@@ -14,6 +14,7 @@ mod header;
 mod index;
 mod scan;
 mod summary;
+mod table;
 
 pub use config::{
     Fp8Config, ModelConfig, QuantConfig, QuantMode, QuantParams, ScaleFormat, parse_config,
@@ -22,7 +23,7 @@ pub use config::{
 pub use dtype::{Dtype, UnknownDtype};
 pub use error::{CheckpointError, io_reason};
 pub use header::{
-    HEADER_CAP_BYTES, HeaderTensor, ShardHeader, parse_file_bytes, parse_header, read_header,
+    HEADER_CAP_BYTES, ShardHeader, parse_file_bytes, parse_header, read_header,
     scanner_agrees_with_serde,
 };
 pub use index::{Index, IndexEntries, index_scanner_agrees_with_serde, parse_index, read_index};
@@ -31,38 +32,13 @@ pub use summary::{
     QuantizedTensor, Summary, layer_of,
 };
 
+pub use table::{ShardTensors, TensorInfo, TensorRef, TensorTable};
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-/// One tensor of the checkpoint.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TensorInfo {
-    /// Name as stored.
-    pub name: String,
-    /// Element type.
-    pub dtype: Dtype,
-    /// Dimensions.
-    pub shape: Vec<u64>,
-    /// Start and end of its bytes in its shard's data section.
-    pub data_offsets: (u64, u64),
-    /// Position of its shard in [`Checkpoint::shards`].
-    pub shard: usize,
-}
-
-impl TensorInfo {
-    /// Bytes on disk.
-    #[must_use]
-    pub fn bytes(&self) -> u64 {
-        self.data_offsets.1 - self.data_offsets.0
-    }
-
-    /// Number of stored elements (validated not to overflow at open).
-    #[must_use]
-    pub fn elements(&self) -> u64 {
-        self.shape.iter().product()
-    }
-}
+use table::name_hash;
 
 /// One shard that opened.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -78,7 +54,7 @@ pub struct Shard {
     /// `__metadata__`.
     pub metadata: BTreeMap<String, String>,
     /// Its tensors, as positions in [`Checkpoint::tensors`], in data order.
-    pub tensors: Vec<usize>,
+    pub tensors: std::ops::Range<usize>,
     /// Sum of its tensors' bytes.
     pub data_bytes: u64,
 }
@@ -105,8 +81,7 @@ pub struct Checkpoint {
     root: PathBuf,
     layout: Layout,
     shards: Vec<Shard>,
-    tensors: Vec<TensorInfo>,
-    by_name: NameTable,
+    tensors: TensorTable,
     config: Option<ModelConfig>,
     problems: Vec<CheckpointError>,
 }
@@ -283,8 +258,7 @@ impl Checkpoint {
     ) -> Self {
         let mut shards = Vec::with_capacity(files.len());
         let total: usize = headers.iter().flatten().map(|(h, _)| h.tensors.len()).sum();
-        let mut tensors: Vec<TensorInfo> = Vec::with_capacity(total);
-        let mut by_name = NameTable::with_capacity(total);
+        let mut tensors = TensorTable::with_capacity(files.len(), total);
         for ((file, path), header) in files.into_iter().zip(headers) {
             let (header, hashes) = match header {
                 Ok(parsed) => parsed,
@@ -293,36 +267,26 @@ impl Checkpoint {
                     continue;
                 }
             };
-            let shard_pos = shards.len();
-            let mut positions = Vec::with_capacity(header.tensors.len());
-            let mut data_bytes = 0u64;
-            for (t, hash) in header.tensors.into_iter().zip(hashes) {
-                if let Err(first) = by_name.insert_new(&tensors, &t.name, hash, tensors.len()) {
-                    let first_shard: &Shard = &shards[tensors[first].shard];
-                    problems.push(CheckpointError::DuplicateTensor {
-                        tensor: t.name,
-                        first: first_shard.path.clone(),
-                        second: path.clone(),
-                    });
-                    continue;
-                }
-                data_bytes += t.data_offsets.1 - t.data_offsets.0;
-                positions.push(tensors.len());
-                tensors.push(TensorInfo {
-                    name: t.name,
-                    dtype: t.dtype,
-                    shape: t.shape,
-                    data_offsets: t.data_offsets,
-                    shard: shard_pos,
+            let start = tensors.len();
+            for (tensor, first) in tensors.push_shard(header.tensors, &hashes) {
+                let first_shard = tensors.get(first).and_then(|t| shards.get(t.shard()));
+                problems.push(CheckpointError::DuplicateTensor {
+                    tensor,
+                    first: first_shard.map_or_else(|| path.clone(), |s: &Shard| s.path.clone()),
+                    second: path.clone(),
                 });
             }
+            let data_bytes = tensors
+                .iter_range(start..tensors.len())
+                .map(TensorRef::bytes)
+                .sum();
             shards.push(Shard {
                 file,
                 path,
                 file_bytes: header.file_bytes,
                 header_bytes: header.header_bytes,
                 metadata: header.metadata,
-                tensors: positions,
+                tensors: start..tensors.len(),
                 data_bytes,
             });
         }
@@ -331,7 +295,6 @@ impl Checkpoint {
             layout,
             shards,
             tensors,
-            by_name,
             config: None,
             problems,
         }
@@ -358,9 +321,10 @@ impl Checkpoint {
                 let (tensor, file) = &entries[i];
                 // A missing or bad shard was reported already.
                 let wrong = opened[*file].is_some_and(|shard| {
-                    self.by_name
-                        .find_hashed(&self.tensors, tensor, hashes[i])
-                        .is_none_or(|t| self.tensors[t].shard != shard)
+                    self.tensors
+                        .position_hashed(tensor, hashes[i])
+                        .and_then(|t| self.tensors.get(t))
+                        .is_none_or(|t| t.shard() != shard)
                 });
                 if wrong {
                     first.get_or_insert(i);
@@ -413,27 +377,25 @@ impl Checkpoint {
 
     /// Every tensor of every shard that opened, shard by shard in data order.
     #[must_use]
-    pub fn tensors(&self) -> &[TensorInfo] {
+    pub fn tensors(&self) -> &TensorTable {
         &self.tensors
     }
 
     /// The tensor named `name`.
     #[must_use]
-    pub fn tensor(&self, name: &str) -> Option<&TensorInfo> {
-        self.by_name
-            .find(&self.tensors, name)
-            .map(|i| &self.tensors[i])
+    pub fn tensor(&self, name: &str) -> Option<TensorRef<'_>> {
+        self.tensors.find(name)
     }
 
     /// Position of the tensor named `prefix` + `suffix` (no allocation).
     pub(crate) fn position_joined(&self, prefix: &str, suffix: &str) -> Option<usize> {
-        self.by_name.find_joined(&self.tensors, prefix, suffix)
+        self.tensors.position_joined(prefix, suffix)
     }
 
     /// The shard holding `tensor`.
     #[must_use]
-    pub fn shard_of(&self, tensor: &TensorInfo) -> &Shard {
-        &self.shards[tensor.shard]
+    pub fn shard_of(&self, tensor: TensorRef<'_>) -> &Shard {
+        &self.shards[tensor.shard()]
     }
 
     /// `config.json`, when present and usable.
@@ -517,78 +479,6 @@ fn on_cores<T: Send>(
     })
 }
 
-/// The hash [`NameTable`] files a tensor name under. Deterministic, so the
-/// threads that parse headers and the index compute it while they parse,
-/// leaving the serial assembly only table work.
-fn name_hash(name: &str) -> u64 {
-    std::hash::BuildHasher::hash_one(&foldhash::fast::FixedState::default(), name)
-}
-
-/// Tensor positions by name, without a second copy of each name: the table
-/// holds positions and compares against the tensor list.
-#[derive(Debug, Clone)]
-struct NameTable {
-    table: hashbrown::HashTable<usize>,
-}
-
-impl NameTable {
-    fn with_capacity(capacity: usize) -> Self {
-        Self {
-            table: hashbrown::HashTable::with_capacity(capacity),
-        }
-    }
-
-    fn find(&self, tensors: &[TensorInfo], name: &str) -> Option<usize> {
-        self.find_hashed(tensors, name, name_hash(name))
-    }
-
-    /// [`NameTable::find`] of `prefix` followed by `suffix`, without
-    /// allocating the joined name (the summary pairs 90k tensors this way).
-    fn find_joined(&self, tensors: &[TensorInfo], prefix: &str, suffix: &str) -> Option<usize> {
-        let len = prefix.len() + suffix.len();
-        let mut stack = [0u8; 256];
-        let heap;
-        let joined: &str = if let Some(buf) = stack.get_mut(..len) {
-            buf[..prefix.len()].copy_from_slice(prefix.as_bytes());
-            buf[prefix.len()..].copy_from_slice(suffix.as_bytes());
-            // Two strings joined are a string: this never fails.
-            std::str::from_utf8(buf).ok()?
-        } else {
-            heap = format!("{prefix}{suffix}");
-            &heap
-        };
-        self.find(tensors, joined)
-    }
-
-    /// [`NameTable::find`] with the name's [`name_hash`] already known.
-    fn find_hashed(&self, tensors: &[TensorInfo], name: &str, hash: u64) -> Option<usize> {
-        self.table.find(hash, |&i| tensors[i].name == name).copied()
-    }
-
-    /// Files `name` (with hash `hash`) at `position`, which is where it will
-    /// be in `tensors`; returns the position already filed under that name
-    /// instead, if any. One probe for both.
-    fn insert_new(
-        &mut self,
-        tensors: &[TensorInfo],
-        name: &str,
-        hash: u64,
-        position: usize,
-    ) -> Result<(), usize> {
-        match self.table.entry(
-            hash,
-            |&i| tensors[i].name == name,
-            |&i| name_hash(&tensors[i].name),
-        ) {
-            hashbrown::hash_table::Entry::Occupied(first) => Err(*first.get()),
-            hashbrown::hash_table::Entry::Vacant(slot) => {
-                slot.insert(position);
-                Ok(())
-            }
-        }
-    }
-}
-
 /// [`parse_index`], with the [`name_hash`] of every entry's name.
 fn parse_index_hashed<'a>(
     path: &Path,
@@ -605,7 +495,7 @@ type Parsed = Result<(ShardHeader, Vec<u64>), CheckpointError>;
 /// Reads a shard header with `buf` and hashes its names.
 fn read_hashed(path: &Path, buf: &mut Vec<u8>) -> Parsed {
     let header = header::read_header_with(path, buf)?;
-    let hashes = header.tensors.iter().map(|t| name_hash(&t.name)).collect();
+    let hashes = header.tensors.iter().map(|t| name_hash(t.name())).collect();
     Ok((header, hashes))
 }
 

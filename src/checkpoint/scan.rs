@@ -16,25 +16,35 @@ use std::collections::BTreeMap;
 
 use super::dtype::Dtype;
 
-/// One tensor entry as scanned (not yet validated).
+/// One tensor entry as scanned (not yet validated), borrowing the text.
 #[derive(Debug, PartialEq, Eq)]
-pub(super) struct ScannedTensor {
-    pub name: String,
-    pub dtype: Result<Dtype, String>,
-    pub shape: Vec<u64>,
+pub(super) struct ScannedTensor<'a> {
+    pub name: &'a str,
+    pub dtype: Result<Dtype, &'a str>,
+    /// Where its dimensions are in [`ScannedHeader::dims`].
+    pub shape: std::ops::Range<usize>,
     /// Exactly two, ascending (anything else is left to `serde_json`).
     pub data_offsets: (u64, u64),
 }
 
-/// A header as scanned: `__metadata__` and the tensor entries in file order.
+/// A header as scanned: `__metadata__` and the tensor entries in file order,
+/// with every shape's dimensions in one list (no allocation per tensor).
 #[derive(Debug, PartialEq, Eq)]
-pub(super) struct ScannedHeader {
+pub(super) struct ScannedHeader<'a> {
     pub metadata: BTreeMap<String, String>,
-    pub tensors: Vec<ScannedTensor>,
+    pub tensors: Vec<ScannedTensor<'a>>,
+    pub dims: Vec<u64>,
+}
+
+impl ScannedHeader<'_> {
+    /// The dimensions of `tensor`.
+    pub fn shape(&self, tensor: &ScannedTensor<'_>) -> &[u64] {
+        self.dims.get(tensor.shape.clone()).unwrap_or_default()
+    }
 }
 
 /// Scans `text`; `None` when it is not in the common shape.
-pub(super) fn scan(text: &str) -> Option<ScannedHeader> {
+pub(super) fn scan(text: &str) -> Option<ScannedHeader<'_>> {
     let mut s = Scanner {
         text,
         bytes: text.as_bytes(),
@@ -44,6 +54,7 @@ pub(super) fn scan(text: &str) -> Option<ScannedHeader> {
     // A typical entry takes 80-120 bytes of JSON (the first guess is capped:
     // a header of padding alone must not reserve much).
     let mut tensors = Vec::with_capacity((text.len() / 96).min(1 << 12));
+    let mut dims = Vec::with_capacity((text.len() / 48).min(1 << 13));
     s.expect(b'{')?;
     if !s.eat(b'}') {
         loop {
@@ -52,7 +63,7 @@ pub(super) fn scan(text: &str) -> Option<ScannedHeader> {
             if key == "__metadata__" {
                 metadata = s.string_map()?;
             } else {
-                tensors.push(s.tensor(key)?);
+                tensors.push(s.tensor(key, &mut dims)?);
             }
             if s.eat(b'}') {
                 break;
@@ -61,7 +72,11 @@ pub(super) fn scan(text: &str) -> Option<ScannedHeader> {
         }
     }
     s.skip_space();
-    (s.at == s.bytes.len()).then_some(ScannedHeader { metadata, tensors })
+    (s.at == s.bytes.len()).then_some(ScannedHeader {
+        metadata,
+        tensors,
+        dims,
+    })
 }
 
 /// A value of an index's `metadata`, as scanned.
@@ -211,17 +226,17 @@ impl<'a> Scanner<'a> {
         Some(value)
     }
 
-    /// `[n, n, ...]` of naturals.
-    fn naturals(&mut self) -> Option<Vec<u64>> {
+    /// `[n, n, ...]` of naturals, appended to `values`; returns where.
+    fn naturals(&mut self, values: &mut Vec<u64>) -> Option<std::ops::Range<usize>> {
         self.expect(b'[')?;
-        let mut values = Vec::with_capacity(4);
+        let start = values.len();
         if self.eat(b']') {
-            return Some(values);
+            return Some(start..start);
         }
         loop {
             values.push(self.natural()?);
             if self.eat(b']') {
-                return Some(values);
+                return Some(start..values.len());
             }
             self.expect(b',')?;
         }
@@ -270,7 +285,7 @@ impl<'a> Scanner<'a> {
 
     /// `{"dtype": .., "shape": [..], "data_offsets": [..]}` in any order,
     /// each field exactly once and no other.
-    fn tensor(&mut self, name: &str) -> Option<ScannedTensor> {
+    fn tensor(&mut self, name: &'a str, dims: &mut Vec<u64>) -> Option<ScannedTensor<'a>> {
         self.expect(b'{')?;
         let mut dtype = None;
         let mut shape = None;
@@ -293,9 +308,9 @@ impl<'a> Scanner<'a> {
             match field {
                 "dtype" if dtype.is_none() => {
                     let text = self.string()?;
-                    dtype = Some(text.parse::<Dtype>().map_err(|_| text.to_owned()));
+                    dtype = Some(text.parse::<Dtype>().map_err(|_| text));
                 }
-                "shape" if shape.is_none() => shape = Some(self.naturals()?),
+                "shape" if shape.is_none() => shape = Some(self.naturals(dims)?),
                 "data_offsets" if data_offsets.is_none() => data_offsets = Some(self.offsets()?),
                 _ => return None,
             }
@@ -305,7 +320,7 @@ impl<'a> Scanner<'a> {
             self.expect(b',')?;
         }
         Some(ScannedTensor {
-            name: name.to_owned(),
+            name,
             dtype: dtype?,
             shape: shape?,
             data_offsets: data_offsets?,
@@ -329,10 +344,10 @@ mod tests {
         assert_eq!(header.tensors.len(), 2);
         assert_eq!(header.tensors[0].name, "a.weight");
         assert_eq!(header.tensors[0].dtype, Ok(Dtype::F16));
-        assert_eq!(header.tensors[0].shape, [2, 3]);
+        assert_eq!(header.shape(&header.tensors[0]), [2, 3]);
         assert_eq!(header.tensors[0].data_offsets, (0, 12));
         assert_eq!(header.tensors[1].dtype, Ok(Dtype::F8_E4M3));
-        assert!(header.tensors[1].shape.is_empty());
+        assert!(header.shape(&header.tensors[1]).is_empty());
         let empty = scan("{}").expect("scanned");
         assert!(empty.tensors.is_empty() && empty.metadata.is_empty());
     }
@@ -341,7 +356,7 @@ mod tests {
     fn an_unknown_dtype_is_kept_for_the_error() {
         let header =
             scan(r#"{"a":{"dtype":"Q4","shape":[1],"data_offsets":[0,1]}}"#).expect("scanned");
-        assert_eq!(header.tensors[0].dtype, Err("Q4".to_owned()));
+        assert_eq!(header.tensors[0].dtype, Err("Q4"));
     }
 
     #[test]

@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 
 use super::config::{QuantMode, QuantParams};
-use super::{Checkpoint, Dtype, TensorInfo};
+use super::{Checkpoint, Dtype, TensorRef};
 
 /// One MLX-quantized weight: the packed `weight` with its `scales` (and
 /// `biases`, for affine quantization).
@@ -59,7 +59,10 @@ impl QuantizedTensor {
     #[must_use]
     pub fn stored_bytes(&self, checkpoint: &Checkpoint) -> u64 {
         let tensors = checkpoint.tensors();
-        self.parts().into_iter().map(|i| tensors[i].bytes()).sum()
+        self.parts()
+            .into_iter()
+            .map(|i| tensors.at(i).bytes())
+            .sum()
     }
 
     /// Stored bits per logical weight, scales and biases included.
@@ -283,7 +286,7 @@ impl Counts {
         let mut counts = Self::default();
         for i in range {
             let Some(t) = tensors.get(i) else { break };
-            counts.per_dtype[t.dtype as usize] += t.elements();
+            counts.per_dtype[t.dtype() as usize] += t.elements();
             counts.total_bytes += t.bytes();
             let encoding = if may_encode {
                 checkpoint.encoding_at(i)
@@ -296,7 +299,7 @@ impl Counts {
                 Encoding::Aux { .. } => 0,
             };
             counts.logical_params += params;
-            let layer = layer_of(&t.name);
+            let layer = layer_of(t.name());
             let figures = counts.layers.entry(layer).or_insert(LayerFigures {
                 layer,
                 params: 0,
@@ -366,7 +369,7 @@ fn fp8_summary(checkpoint: &Checkpoint, found: Vec<Fp8Tensor>) -> Option<Fp8Summ
     let scale_bytes = found
         .iter()
         .filter_map(|f| f.scale)
-        .map(|i| tensors[i].bytes())
+        .map(|i| tensors.at(i).bytes())
         .sum();
     let mut blocks: BTreeMap<[u64; 2], usize> = BTreeMap::new();
     for block in found.iter().filter_map(|f| f.block) {
@@ -394,7 +397,7 @@ impl Checkpoint {
     /// How the stored tensor `name` is encoded (`None`: no such tensor).
     #[must_use]
     pub fn encoding(&self, name: &str) -> Option<Encoding> {
-        let i = self.by_name.find(self.tensors(), name)?;
+        let i = self.tensors().position(name)?;
         Some(self.encoding_at(i))
     }
 
@@ -405,24 +408,24 @@ impl Checkpoint {
     #[must_use]
     pub fn encoding_at(&self, i: usize) -> Encoding {
         let tensors = self.tensors();
-        let t = &tensors[i];
-        let find = |name: &str| self.by_name.find(tensors, name);
+        let t = tensors.at(i);
+        let find = |name: &str| tensors.position(name);
         let joined = |prefix: &str, suffix: &str| self.position_joined(prefix, suffix);
-        if let Some(module) = t.name.strip_suffix(".weight")
-            && t.dtype == Dtype::U32
+        if let Some(module) = t.name().strip_suffix(".weight")
+            && t.dtype() == Dtype::U32
             && let Some(scales) = joined(module, ".scales")
             && let Some(q) = detect(self, module, i, scales)
         {
             return Encoding::Packed(q);
         }
-        if let Some(format) = Fp8Format::of(t.dtype) {
-            let scale = joined(&t.name, "_scale_inv");
+        if let Some(format) = Fp8Format::of(t.dtype()) {
+            let scale = joined(t.name(), "_scale_inv");
             let block = scale.and_then(|s| {
                 let configured = self
                     .config()
                     .and_then(|c| c.fp8.as_ref())
                     .and_then(|f| f.block);
-                fp8_block(&t.shape, &tensors[s].shape, configured)
+                fp8_block(t.shape(), tensors.at(s).shape(), configured)
             });
             return Encoding::Fp8(Fp8Tensor {
                 weight: i,
@@ -436,11 +439,11 @@ impl Checkpoint {
             (".biases", AuxRole::Biases),
             (".global_scale", AuxRole::GlobalScale),
         ] {
-            if let Some(module) = t.name.strip_suffix(suffix) {
+            if let Some(module) = t.name().strip_suffix(suffix) {
                 let weight = joined(module, ".weight");
                 let scales = joined(module, ".scales");
                 if let (Some(weight), Some(scales)) = (weight, scales)
-                    && tensors[weight].dtype == Dtype::U32
+                    && tensors.at(weight).dtype() == Dtype::U32
                     && detect(self, module, weight, scales).is_some()
                 {
                     return Encoding::Aux {
@@ -450,9 +453,9 @@ impl Checkpoint {
                 }
             }
         }
-        if let Some(owner) = t.name.strip_suffix("_scale_inv")
+        if let Some(owner) = t.name().strip_suffix("_scale_inv")
             && let Some(weight) = find(owner)
-            && Fp8Format::of(tensors[weight].dtype).is_some()
+            && Fp8Format::of(tensors.at(weight).dtype()).is_some()
         {
             return Encoding::Aux {
                 owner: weight,
@@ -468,7 +471,7 @@ impl Checkpoint {
     pub fn may_have_encodings(&self) -> bool {
         self.tensors()
             .iter()
-            .any(|t| t.dtype == Dtype::U32 || Fp8Format::of(t.dtype).is_some())
+            .any(|t| t.dtype() == Dtype::U32 || Fp8Format::of(t.dtype()).is_some())
     }
 
     /// Whether the stored tensor `name` is overhead of another (scales,
@@ -488,13 +491,13 @@ fn detect(
     scales: usize,
 ) -> Option<QuantizedTensor> {
     let tensors = checkpoint.tensors();
-    let w: &TensorInfo = &tensors[weight];
-    let s = &tensors[scales];
+    let w: TensorRef<'_> = tensors.at(weight);
+    let s = tensors.at(scales);
     let biases = checkpoint.position_joined(module, ".biases");
     let global_scale = checkpoint.position_joined(module, ".global_scale");
-    let words = w.shape.last().copied().unwrap_or(0);
-    let groups = s.shape.last().copied().unwrap_or(0);
-    let fp_scales = s.dtype == Dtype::U8 && biases.is_none();
+    let words = w.shape().last().copied().unwrap_or(0);
+    let groups = s.shape().last().copied().unwrap_or(0);
+    let fp_scales = s.dtype() == Dtype::U8 && biases.is_none();
     let configured = checkpoint
         .config()
         .and_then(|c| c.quantization.as_ref())
@@ -505,7 +508,7 @@ fn detect(
         None => (infer(words, groups, fp_scales)?, true, None),
     };
     let logical_cols = words * 32 / params.bits;
-    let mut logical_shape = w.shape.clone();
+    let mut logical_shape = w.shape().to_vec();
     if let Some(last) = logical_shape.last_mut() {
         *last = logical_cols;
     }
@@ -613,7 +616,7 @@ impl Checkpoint {
     pub fn layers(&self) -> BTreeMap<Option<u64>, Vec<usize>> {
         let mut groups: BTreeMap<Option<u64>, Vec<usize>> = BTreeMap::new();
         for (i, t) in self.tensors().iter().enumerate() {
-            groups.entry(layer_of(&t.name)).or_default().push(i);
+            groups.entry(layer_of(t.name())).or_default().push(i);
         }
         groups
     }

@@ -7,7 +7,7 @@ use std::sync::{Mutex, mpsc};
 
 use serde::Serialize;
 
-use crate::checkpoint::{Checkpoint, Layout, Summary, TensorInfo};
+use crate::checkpoint::{Checkpoint, Layout, Summary, TensorRef};
 use crate::units::json_plain_run;
 use crate::units::{grouped, human_bytes, printable, short_count};
 
@@ -175,7 +175,11 @@ fn write_tensor_list(
     roles: &[Option<Role>],
     out: &mut impl Write,
 ) -> io::Result<()> {
-    let pieces: Vec<&[TensorInfo]> = checkpoint.tensors().chunks(TENSORS_PER_PIECE).collect();
+    let tensors = checkpoint.tensors();
+    let pieces: Vec<std::ops::Range<usize>> = (0..tensors.len())
+        .step_by(TENSORS_PER_PIECE)
+        .map(|start| start..(start + TENSORS_PER_PIECE).min(tensors.len()))
+        .collect();
     // Each shard's file name as a JSON string, once (163 names, 90k uses).
     let shard_names: Vec<Vec<u8>> = checkpoint
         .shards()
@@ -186,13 +190,14 @@ fn write_tensor_list(
             quoted
         })
         .collect();
-    let serialize = |(first, piece): (usize, &[TensorInfo]), buf: &mut Vec<u8>| {
+    let serialize = |piece: std::ops::Range<usize>, buf: &mut Vec<u8>| {
         buf.clear();
-        for (i, t) in piece.iter().enumerate() {
+        let first = piece.start;
+        for (i, t) in tensors.iter_range(piece).enumerate() {
             if i > 0 {
                 buf.push(b',');
             }
-            push_tensor(buf, t, &shard_names[t.shard]);
+            push_tensor(buf, t, &shard_names[t.shard()]);
             if let Some(role) = roles.get(first + i).copied().flatten() {
                 push_role(buf, role, checkpoint, summary);
             }
@@ -217,7 +222,7 @@ fn write_tensor_list(
                     while !stop.load(Ordering::Relaxed) {
                         let i = next.fetch_add(1, Ordering::Relaxed);
                         let Some(piece) = pieces.get(i) else { break };
-                        let piece = (i * TENSORS_PER_PIECE, *piece);
+                        let piece = piece.clone();
                         let mut buf = spare
                             .lock()
                             .ok()
@@ -259,7 +264,7 @@ fn write_tensor_list(
     // What no worker wrote (none could start): here, in order.
     let mut buf = Vec::new();
     for (i, piece) in pieces.iter().enumerate().skip(written) {
-        serialize((i * TENSORS_PER_PIECE, *piece), &mut buf);
+        serialize(piece.clone(), &mut buf);
         if i > 0 {
             out.write_all(b",")?;
         }
@@ -328,7 +333,7 @@ fn push_role(buf: &mut Vec<u8>, role: Role, checkpoint: &Checkpoint, summary: &S
     match role {
         Role::PartOf(owner) => {
             buf.extend_from_slice(b",\"part_of\":");
-            push_json_str(buf, &tensors[owner].name);
+            push_json_str(buf, tensors.at(owner).name());
         }
         Role::Quantized(k) => {
             let Some(t) = summary.quantization.as_ref().and_then(|q| q.tensors.get(k)) else {
@@ -364,7 +369,7 @@ fn push_role(buf: &mut Vec<u8>, role: Role, checkpoint: &Checkpoint, summary: &S
             buf.extend_from_slice(b",\"format\":");
             push_json_str(buf, t.format.name());
             buf.extend_from_slice(b",\"mode\":\"fp8\",\"shape\":");
-            push_dims(buf, &tensors[t.weight].shape);
+            push_dims(buf, tensors.at(t.weight).shape());
             buf.push(b'}');
         }
     }
@@ -374,15 +379,15 @@ fn push_role(buf: &mut Vec<u8>, role: Role, checkpoint: &Checkpoint, summary: &S
 /// `{"name":..,"dtype":..,"shape":[..],"bytes":..,"shard":..`, written by
 /// hand (a third of serde's time on 90k entries), byte for byte as
 /// `serde_json` writes it.
-fn push_tensor(buf: &mut Vec<u8>, tensor: &TensorInfo, shard_name: &[u8]) {
+fn push_tensor(buf: &mut Vec<u8>, tensor: TensorRef<'_>, shard_name: &[u8]) {
     let mut digits = itoa::Buffer::new();
     buf.extend_from_slice(b"{\"name\":");
-    push_json_str(buf, &tensor.name);
+    push_json_str(buf, tensor.name());
     buf.extend_from_slice(b",\"dtype\":\"");
     // Dtype names are plain ASCII identifiers: nothing to escape.
-    buf.extend_from_slice(tensor.dtype.name().as_bytes());
+    buf.extend_from_slice(tensor.dtype().name().as_bytes());
     buf.extend_from_slice(b"\",\"shape\":[");
-    for (i, dim) in tensor.shape.iter().enumerate() {
+    for (i, dim) in tensor.shape().iter().enumerate() {
         if i > 0 {
             buf.push(b',');
         }
@@ -483,11 +488,11 @@ pub fn write_text(
     let tensors = checkpoint.tensors();
     let name_width = tensors
         .iter()
-        .map(|t| printable(&t.name).chars().count())
+        .map(|t| printable(t.name()).chars().count())
         .max()
         .unwrap_or(0)
         .clamp(4, 72);
-    let shapes: Vec<String> = tensors.iter().map(|t| format!("{:?}", t.shape)).collect();
+    let shapes: Vec<String> = tensors.iter().map(|t| format!("{:?}", t.shape())).collect();
     let shape_width = shapes.iter().map(String::len).max().unwrap_or(0).max(5);
     writeln!(
         out,
@@ -498,11 +503,11 @@ pub fn write_text(
         writeln!(
             out,
             "{:<name_width$}  {:<11}  {:<shape_width$}  {:>12}  {}",
-            printable(&t.name),
-            t.dtype.name(),
+            printable(t.name()),
+            t.dtype().name(),
             shape,
             human_bytes(t.bytes()),
-            printable(&shards[t.shard].file)
+            printable(&shards[t.shard()].file)
         )?;
     }
     Ok(())
@@ -582,17 +587,14 @@ mod tests {
                 vec![u64::MAX, 0, 1],
             ),
         ] {
-            let tensor = TensorInfo {
-                name: name.to_owned(),
-                dtype: Dtype::BF16,
-                shape: shape.clone(),
-                data_offsets: (3, 3 + 2 * shape.iter().product::<u64>().min(1 << 40)),
-                shard: 0,
-            };
+            let mut columns = crate::checkpoint::ShardTensors::default();
+            let end = 3 + 2 * shape.iter().product::<u64>().min(1 << 40);
+            assert!(columns.push(name, Dtype::BF16, &shape, (3, end)));
+            let tensor = columns.get(0).expect("pushed");
             let mut shard_name = Vec::new();
             push_json_str(&mut shard_name, shard);
             let mut ours = Vec::new();
-            push_tensor(&mut ours, &tensor, &shard_name);
+            push_tensor(&mut ours, tensor, &shard_name);
             ours.push(b'}');
             let theirs = serde_json::to_vec(&Entry {
                 name,
@@ -644,7 +646,7 @@ mod tests {
             let theirs = match role {
                 Role::PartOf(owner) => {
                     let mut buf = b",\"part_of\":".to_vec();
-                    serde_json::to_writer(&mut buf, &tensors[owner].name).expect("write");
+                    serde_json::to_writer(&mut buf, tensors.at(owner).name()).expect("write");
                     buf
                 }
                 Role::Quantized(k) => {
@@ -667,7 +669,7 @@ mod tests {
                         "mode": "fp8",
                         "format": t.format.name(),
                         "block": t.block,
-                        "shape": tensors[t.weight].shape,
+                        "shape": tensors.at(t.weight).shape(),
                     });
                     let mut buf = b",\"quantized\":".to_vec();
                     serde_json::to_writer(&mut buf, &value).expect("write");
@@ -678,7 +680,7 @@ mod tests {
                 String::from_utf8_lossy(&ours),
                 String::from_utf8_lossy(&theirs),
                 "{}",
-                tensors[i].name
+                tensors.at(i).name()
             );
         }
         assert_eq!(seen, 5, "every tensor has a role: {all:?}");

@@ -12,7 +12,7 @@ use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-use crate::checkpoint::{Checkpoint, Dtype, TensorInfo};
+use crate::checkpoint::{Checkpoint, Dtype, TensorRef};
 use crate::mlx::{self, Array};
 use crate::weights::{Native, Weights};
 
@@ -107,12 +107,12 @@ impl Transform {
 
     /// Bytes this transform's output of `tensor` takes (0: it passes as is).
     #[must_use]
-    pub fn output_bytes(self, tensor: &TensorInfo) -> u64 {
-        let source_float = matches!(tensor.dtype, Dtype::F32 | Dtype::BF16 | Dtype::F16);
+    pub fn output_bytes(self, tensor: TensorRef<'_>) -> u64 {
+        let source_float = matches!(tensor.dtype(), Dtype::F32 | Dtype::BF16 | Dtype::F16);
         match self {
             Self::None => 0,
             Self::F16 => {
-                if source_float && tensor.dtype != Dtype::F16 {
+                if source_float && tensor.dtype() != Dtype::F16 {
                     tensor.elements() * 2
                 } else {
                     0
@@ -121,7 +121,7 @@ impl Transform {
             Self::Q4 => {
                 if self.quantizes(tensor) {
                     let elements = tensor.elements();
-                    let scale_bytes = tensor.dtype.bits() / 8;
+                    let scale_bytes = tensor.dtype().bits() / 8;
                     // Packed 4-bit words, plus one scale and one bias per group.
                     elements / 2 + 2 * (elements / Q4_GROUP_SIZE) * scale_bytes
                 } else {
@@ -131,18 +131,18 @@ impl Transform {
         }
     }
 
-    fn quantizes(self, tensor: &TensorInfo) -> bool {
+    fn quantizes(self, tensor: TensorRef<'_>) -> bool {
         self == Self::Q4
-            && matches!(tensor.dtype, Dtype::F32 | Dtype::BF16 | Dtype::F16)
-            && tensor.shape.len() == 2
+            && matches!(tensor.dtype(), Dtype::F32 | Dtype::BF16 | Dtype::F16)
+            && tensor.shape().len() == 2
             && tensor
-                .shape
+                .shape()
                 .last()
                 .is_some_and(|&d| d > 0 && d % Q4_GROUP_SIZE == 0)
     }
 
     /// Applies the transform to `array` (the walk evaluates the result).
-    fn apply(self, tensor: &TensorInfo, array: &Array) -> Result<Vec<Array>, mlx::MlxError> {
+    fn apply(self, tensor: TensorRef<'_>, array: &Array) -> Result<Vec<Array>, mlx::MlxError> {
         match self {
             Self::None => Ok(Vec::new()),
             Self::F16 => {
@@ -196,10 +196,10 @@ impl WalkPlan {
             let Some(info) = weights.info(&name) else {
                 continue;
             };
-            if shards.last().is_none_or(|s| s.index != info.shard) {
+            if shards.last().is_none_or(|s| s.index != info.shard()) {
                 shards.push(PlannedShard {
-                    file: weights.checkpoint().shards()[info.shard].file.clone(),
-                    index: info.shard,
+                    file: weights.checkpoint().shards()[info.shard()].file.clone(),
+                    index: info.shard(),
                     names: Vec::new(),
                     source_bytes: 0,
                     output_bytes: 0,
@@ -227,16 +227,17 @@ impl WalkPlan {
             .map(|(index, shard)| PlannedShard {
                 file: shard.file.clone(),
                 index,
-                names: shard
-                    .tensors
-                    .iter()
-                    .map(|&t| tensors[t].name.clone())
+                names: tensors
+                    .iter_range(shard.tensors.clone())
+                    .map(|t| t.name().to_owned())
                     .collect(),
-                source_bytes: shard.tensors.iter().map(|&t| tensors[t].bytes()).sum(),
-                output_bytes: shard
-                    .tensors
-                    .iter()
-                    .map(|&t| transform.output_bytes(&tensors[t]))
+                source_bytes: tensors
+                    .iter_range(shard.tensors.clone())
+                    .map(TensorRef::bytes)
+                    .sum(),
+                output_bytes: tensors
+                    .iter_range(shard.tensors.clone())
+                    .map(|t| transform.output_bytes(t))
                     .sum(),
             })
             .collect();
@@ -513,13 +514,12 @@ fn read_one<N: Native>(
     let array = weights.materialize(name).map_err(|e| e.to_string())?;
     let info = weights
         .info(name)
-        .ok_or_else(|| format!("no tensor named `{name}`"))?
-        .clone();
-    let outputs = transform.apply(&info, &array).map_err(|e| e.to_string())?;
+        .ok_or_else(|| format!("no tensor named `{name}`"))?;
+    let outputs = transform.apply(info, &array).map_err(|e| e.to_string())?;
     if !outputs.is_empty() {
         mlx::evaluate_all(&outputs).map_err(|e| e.to_string())?;
     }
-    let output_bytes = transform.output_bytes(&info);
+    let output_bytes = transform.output_bytes(info);
     kept.extend(outputs);
     Ok((info.bytes(), output_bytes))
 }

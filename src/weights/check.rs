@@ -106,8 +106,8 @@ pub fn scan_values<N: Native>(
 
 fn located<N: Native>(weights: &Weights<N>, name: &str, mut f: Finding) -> Finding {
     if let Some(info) = weights.info(name) {
-        f.tensor = Some(info.name.clone());
-        f.file = Some(weights.checkpoint().shards()[info.shard].file.clone());
+        f.tensor = Some(info.name().to_owned());
+        f.file = Some(weights.checkpoint().shards()[info.shard()].file.clone());
     }
     f
 }

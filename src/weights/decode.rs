@@ -142,7 +142,7 @@ impl<N: Native> Weights<N> {
     #[must_use]
     pub fn encoding(&self, name: &str) -> Option<Encoding> {
         let info = self.info(name)?;
-        self.checkpoint.encoding(&info.name)
+        self.checkpoint.encoding(info.name())
     }
 
     /// Whether canonical `name` is overhead of another tensor (scales,
@@ -171,10 +171,10 @@ impl<N: Native> Weights<N> {
         let info = self
             .info(name)
             .ok_or_else(|| WeightsError::NoTensor(name.to_owned()))?
-            .clone();
+            .to_info();
         let encoding = self
             .checkpoint
-            .encoding(&info.name)
+            .encoding(info.name())
             .unwrap_or(Encoding::Plain);
         Ok((info, encoding))
     }
@@ -186,17 +186,19 @@ impl<N: Native> Weights<N> {
             return Vec::new();
         };
         let tensors = self.checkpoint.tensors();
-        let mut parts = vec![info.name.clone()];
-        match self.checkpoint.encoding(&info.name) {
+        let mut parts = vec![info.name().to_owned()];
+        match self.checkpoint.encoding(info.name()) {
             Some(Encoding::Packed(q)) => {
                 parts.extend(
                     q.parts()
                         .into_iter()
                         .skip(1)
-                        .map(|i| tensors[i].name.clone()),
+                        .map(|i| tensors.at(i).name().to_owned()),
                 );
             }
-            Some(Encoding::Fp8(f)) => parts.extend(f.scale.map(|i| tensors[i].name.clone())),
+            Some(Encoding::Fp8(f)) => {
+                parts.extend(f.scale.map(|i| tensors.at(i).name().to_owned()));
+            }
             _ => {}
         }
         parts
@@ -211,7 +213,7 @@ impl<N: Native> Weights<N> {
         let (info, encoding) = self.info_and_encoding(name)?;
         let tensors = self.checkpoint.tensors();
         match encoding {
-            Encoding::Packed(q) => self.packed_values(name, &info.name, q),
+            Encoding::Packed(q) => self.packed_values(name, info.name(), q),
             Encoding::Fp8(f) => self.fp8_values(name, &info, &f),
             Encoding::Aux {
                 owner,
@@ -219,7 +221,7 @@ impl<N: Native> Weights<N> {
             } => {
                 let mode = self
                     .checkpoint
-                    .quantized_weight(&tensors[owner].name)
+                    .quantized_weight(tensors.at(owner).name())
                     .map_or(QuantMode::Affine, |q| q.params.mode);
                 let raw = self.tensor(name)?;
                 match byte_float(mode.scale_format()) {
@@ -228,13 +230,13 @@ impl<N: Native> Weights<N> {
                         decoding: Some(Decoding::Scales { mode }),
                         scales: None,
                         biases: None,
-                        stored: vec![info.name.clone()],
+                        stored: vec![info.name().to_owned()],
                     }),
-                    None => Ok(plain(raw, info.name.clone())),
+                    None => Ok(plain(raw, info.name().to_owned())),
                 }
             }
             Encoding::Plain | Encoding::Aux { .. } => {
-                match info.dtype {
+                match info.dtype() {
                     Dtype::F8_E8M0 => {
                         let raw = self.tensor(name)?;
                         return Ok(Values {
@@ -242,7 +244,7 @@ impl<N: Native> Weights<N> {
                             decoding: None,
                             scales: None,
                             biases: None,
-                            stored: vec![info.name.clone()],
+                            stored: vec![info.name().to_owned()],
                         });
                     }
                     Dtype::F8_E4M3FNUZ
@@ -254,14 +256,14 @@ impl<N: Native> Weights<N> {
                             name: name.to_owned(),
                             reason: format!(
                                 "weightscope cannot decode {} values yet, and will not show their byte codes",
-                                info.dtype
+                                info.dtype()
                             ),
                         });
                     }
                     _ => {}
                 }
                 let raw = self.tensor(name)?;
-                Ok(plain(raw, info.name.clone()))
+                Ok(plain(raw, info.name().to_owned()))
             }
         }
     }
@@ -274,9 +276,9 @@ impl<N: Native> Weights<N> {
         q: &QuantizedTensor,
     ) -> Result<PackedParts, WeightsError> {
         let tensors = self.checkpoint.tensors();
-        let scales_name = tensors[q.scales].name.clone();
-        let biases_name = q.biases.map(|b| tensors[b].name.clone());
-        let global_name = q.global_scale.map(|g| tensors[g].name.clone());
+        let scales_name = tensors.at(q.scales).name().to_owned();
+        let biases_name = q.biases.map(|b| tensors.at(b).name().to_owned());
+        let global_name = q.global_scale.map(|g| tensors.at(g).name().to_owned());
         let packed = self.tensor(name)?;
         let scales = self.stored(&scales_name)?;
         let biases = biases_name.as_deref().map(|b| self.stored(b)).transpose()?;
@@ -334,11 +336,11 @@ impl<N: Native> Weights<N> {
         f: &Fp8Tensor,
     ) -> Result<Values, WeightsError> {
         let tensors = self.checkpoint.tensors();
-        let scale_name = f.scale.map(|s| tensors[s].name.clone());
-        let scale_shape = f.scale.map(|s| tensors[s].shape.clone());
+        let scale_name = f.scale.map(|s| tensors.at(s).name().to_owned());
+        let scale_shape = f.scale.map(|s| tensors.at(s).shape().to_vec());
         let codes = self.tensor(name)?;
         let decoded = mlx::decode_bytes(&codes, fp8_codes(f.format))?;
-        let mut stored = vec![info.name.clone()];
+        let mut stored = vec![info.name().to_owned()];
         let (array, scale) = match (&scale_name, f.block) {
             (None, _) => (decoded, None),
             (Some(scale_name), Some(block)) => {
@@ -352,7 +354,7 @@ impl<N: Native> Weights<N> {
                     reason: format!(
                         "its block scale `{scale_name}` {:?} does not fit its shape {:?} in any block size",
                         scale_shape.unwrap_or_default(),
-                        info.shape
+                        info.shape()
                     ),
                 });
             }
@@ -362,7 +364,7 @@ impl<N: Native> Weights<N> {
             decoding: Some(Decoding::Fp8 {
                 format: f.format,
                 block: f.block.filter(|_| scale.is_some()),
-                shape: info.shape.clone(),
+                shape: info.shape().to_vec(),
             }),
             scales: scale,
             biases: None,
@@ -639,8 +641,11 @@ impl<N: Native> Weights<N> {
             Encoding::Packed(q) => self.packed_bands(name, &info, &q),
             Encoding::Fp8(f) if f.scale.is_some() => {
                 let tensors = self.checkpoint.tensors();
-                let scale_name = f.scale.map(|s| tensors[s].name.clone()).unwrap_or_default();
-                let Some(block) = f.block.filter(|_| info.shape.len() == 2) else {
+                let scale_name = f
+                    .scale
+                    .map(|s| tensors.at(s).name().to_owned())
+                    .unwrap_or_default();
+                let Some(block) = f.block.filter(|_| info.shape().len() == 2) else {
                     // `values` says why in one line.
                     return Err(self
                         .values(name)
@@ -661,10 +666,10 @@ impl<N: Native> Weights<N> {
                     decoding: Some(Decoding::Fp8 {
                         format: f.format,
                         block: Some(block),
-                        shape: info.shape.clone(),
+                        shape: info.shape().to_vec(),
                     }),
                     scales: Some(scale.clone()),
-                    stored: vec![info.name.clone(), scale_name],
+                    stored: vec![info.name().to_owned(), scale_name],
                     source: Source::ScaledFp8 {
                         codes,
                         format: fp8_codes(f.format),
@@ -684,7 +689,7 @@ impl<N: Native> Weights<N> {
                 let source = if raw.dtype() == crate::mlx::Dtype::Uint8
                     && values.array.dtype() != raw.dtype()
                 {
-                    let format = match (&values.decoding, info.dtype) {
+                    let format = match (&values.decoding, info.dtype()) {
                         (Some(Decoding::Fp8 { format, .. }), _) => fp8_codes(*format),
                         (Some(Decoding::Scales { mode }), _) => {
                             byte_float(mode.scale_format()).unwrap_or(ByteFloat::E8M0)
@@ -716,7 +721,7 @@ impl<N: Native> Weights<N> {
         q: &QuantizedTensor,
     ) -> Result<Bands, WeightsError> {
         let reshape = |a: &Array, rows: i32, cols: i32| mlx::reshape(a, &[rows, cols]);
-        let parts = self.packed_parts(name, &info.name, q)?;
+        let parts = self.packed_parts(name, info.name(), q)?;
         let shape: Vec<i32> = q
             .logical_shape
             .iter()

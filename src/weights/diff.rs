@@ -16,7 +16,7 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use crate::checkpoint::layer_of;
+use crate::checkpoint::{TensorRef, layer_of};
 use crate::mlx;
 
 use super::decode::band_rows;
@@ -317,7 +317,7 @@ fn compare<N: Native, M: Native>(
 
 /// The stored dtype of `name`, with how it is decoded.
 fn described_dtype<N: Native>(w: &Weights<N>, name: &str, decoding: Option<&Decoding>) -> String {
-    let dtype = w.info(name).map_or("?", |i| i.dtype.name());
+    let dtype = w.info(name).map_or("?", |i| i.dtype().name());
     match decoding {
         Some(Decoding::Quantized { params, .. }) => format!(
             "{dtype} {} {}-bit g{}",
@@ -351,7 +351,7 @@ fn part_shards<N: Native>(weights: &Weights<N>, name: &str) -> Vec<usize> {
     weights
         .stored_parts(name)
         .iter()
-        .filter_map(|stored| weights.checkpoint().tensor(stored).map(|t| t.shard))
+        .filter_map(|stored| weights.checkpoint().tensor(stored).map(TensorRef::shard))
         .collect()
 }
 

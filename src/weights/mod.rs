@@ -57,7 +57,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::checkpoint::{Checkpoint, CheckpointError, TensorInfo};
+use crate::checkpoint::{Checkpoint, CheckpointError, TensorRef};
 use crate::mlx::{Array, MlxError, ShardMap};
 
 /// Errors of the Weights core.
@@ -367,7 +367,7 @@ impl<N: Native> Weights<N> {
 
     /// The header entry of the (canonical) tensor `name`.
     #[must_use]
-    pub fn info(&self, name: &str) -> Option<&TensorInfo> {
+    pub fn info(&self, name: &str) -> Option<TensorRef<'_>> {
         self.source(name).and_then(|s| self.checkpoint.tensor(s))
     }
 
@@ -375,7 +375,7 @@ impl<N: Native> Weights<N> {
     #[must_use]
     pub fn file_of(&self, name: &str) -> Option<&str> {
         self.info(name)
-            .map(|t| self.checkpoint.shards()[t.shard].file.as_str())
+            .map(|t| self.checkpoint.shards()[t.shard()].file.as_str())
     }
 
     /// Canonical names: with a view, exactly the tensors the graph can ask
@@ -388,7 +388,7 @@ impl<N: Native> Weights<N> {
                 .checkpoint
                 .tensors()
                 .iter()
-                .map(|t| t.name.clone())
+                .map(|t| t.name().to_owned())
                 .collect(),
         }
     }
@@ -468,8 +468,8 @@ impl<N: Native> Weights<N> {
         };
         let already = self
             .resident
-            .get(&info.shard)
-            .is_some_and(|t| t.contains_key(&info.name));
+            .get(&info.shard())
+            .is_some_and(|t| t.contains_key(info.name()));
         let needed = if already { 0 } else { info.bytes() } + extra;
         let Ok(memory) = crate::mlx::memory() else {
             return Ok(());
@@ -489,7 +489,7 @@ impl<N: Native> Weights<N> {
     /// shard's map (which now holds its bytes).
     fn note_resident(&mut self, stored_name: &str) {
         if let Some(info) = self.checkpoint.tensor(stored_name) {
-            let (shard, bytes) = (info.shard, info.bytes());
+            let (shard, bytes) = (info.shard(), info.bytes());
             self.resident
                 .entry(shard)
                 .or_default()
@@ -532,7 +532,7 @@ impl<N: Native> Weights<N> {
             .into_iter()
             .filter_map(|name| {
                 let info = self.info(&name)?;
-                Some((info.shard, info.data_offsets.0, name))
+                Some((info.shard(), info.data_offsets().0, name))
             })
             .collect();
         names.sort_unstable();
@@ -547,7 +547,7 @@ impl<N: Native> Weights<N> {
             .checkpoint
             .tensor(stored_name)
             .ok_or_else(|| WeightsError::NoTensor(stored_name.to_owned()))?;
-        let shard = info.shard;
+        let shard = info.shard();
         self.check_unchanged(shard)?;
         if !self.maps.contains_key(&shard) {
             let map = self
@@ -584,7 +584,7 @@ impl<N: Native> Weights<N> {
         let doomed: Vec<String> = self
             .arrays
             .keys()
-            .filter(|name| self.info(name).is_some_and(|t| t.shard == shard))
+            .filter(|name| self.info(name).is_some_and(|t| t.shard() == shard))
             .cloned()
             .collect();
         for name in doomed {

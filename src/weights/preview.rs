@@ -92,8 +92,8 @@ impl<N: Native> Weights<N> {
         let info = self
             .info(name)
             .ok_or_else(|| WeightsError::NoTensor(name.to_owned()))?
-            .clone();
-        let shard = self.checkpoint.shards()[info.shard].file.clone();
+            .to_info();
+        let shard = self.checkpoint.shards()[info.shard()].file.clone();
         let device = mlx::default_device().map_or_else(|_| "unknown".to_owned(), |d| d.name());
 
         let Decoded {
@@ -118,9 +118,9 @@ impl<N: Native> Weights<N> {
         let summary_millis = start.elapsed().as_secs_f64() * 1e3;
         Ok(TensorPreview {
             name: name.to_owned(),
-            stored_name: info.name.clone(),
-            dtype: info.dtype,
-            shape: info.shape.clone(),
+            stored_name: info.name().to_owned(),
+            dtype: info.dtype(),
+            shape: info.shape().to_vec(),
             bytes: info.bytes(),
             shard,
             device,
@@ -163,9 +163,9 @@ impl<N: Native> Weights<N> {
         // Decoded size in f32 of a packed or block-scaled weight.
         let decoded_bytes = match self.encoding(name) {
             Some(Encoding::Packed(q)) => Some(q.logical_shape.iter().product::<u64>() * 4),
-            Some(Encoding::Fp8(Fp8Tensor { scale: Some(_), .. })) => {
-                self.info(name).map(|i| i.shape.iter().product::<u64>() * 4)
-            }
+            Some(Encoding::Fp8(Fp8Tensor { scale: Some(_), .. })) => self
+                .info(name)
+                .map(|i| i.shape().iter().product::<u64>() * 4),
             _ => None,
         };
         // On a GPU decoding per band costs nothing; MLX's CPU backend

@@ -69,11 +69,11 @@ impl ViewChoice {
                     .unwrap_or("");
                 let qwen = model_type == "qwen3_next" || model_type.starts_with("qwen3_5");
                 let needs = checkpoint.tensors().iter().any(|t| {
-                    t.name.starts_with("model.language_model.")
-                        || t.name.starts_with("mtp.")
-                        || (t.name.ends_with("conv1d.weight")
-                            && t.shape.len() == 3
-                            && t.shape.last().is_some_and(|&k| k != 1))
+                    t.name().starts_with("model.language_model.")
+                        || t.name().starts_with("mtp.")
+                        || (t.name().ends_with("conv1d.weight")
+                            && t.shape().len() == 3
+                            && t.shape().last().is_some_and(|&k| k != 1))
                 });
                 Ok((qwen && needs).then(ViewRules::qwen3_next))
             }
@@ -321,7 +321,7 @@ impl ViewRules {
         let mut dropped = Vec::new();
         let mut first_source: HashMap<String, usize> = HashMap::new();
         for (i, tensor) in tensors.iter().enumerate() {
-            match self.map_name(&tensor.name) {
+            match self.map_name(tensor.name()) {
                 Err(drop) => {
                     dropped.push((i, format!("{} ({})", drop.reason, drop.origin)));
                     canonical_of.push(None);
@@ -331,12 +331,12 @@ impl ViewRules {
                         return Err(ViewError::Collision {
                             view: self.name.clone(),
                             canonical,
-                            first: tensors[first].name.clone(),
-                            second: tensor.name.clone(),
+                            first: tensors.at(first).name().to_owned(),
+                            second: tensor.name().to_owned(),
                         });
                     }
                     first_source.insert(canonical.clone(), i);
-                    names.insert(canonical.clone(), tensor.name.clone());
+                    names.insert(canonical.clone(), tensor.name().to_owned());
                     canonical_of.push(Some(canonical));
                 }
             }
@@ -409,8 +409,8 @@ impl ViewInfo {
     pub fn renamed(&self, checkpoint: &Checkpoint) -> usize {
         self.canonical_of
             .iter()
-            .zip(checkpoint.tensors())
-            .filter(|(c, t)| c.as_ref().is_some_and(|c| *c != t.name))
+            .zip(checkpoint.tensors().iter())
+            .filter(|(c, t)| c.as_ref().is_some_and(|c| c != t.name()))
             .count()
     }
 }

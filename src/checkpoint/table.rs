@@ -1,0 +1,634 @@
+//! The tensor table: every tensor's name, dtype, shape and byte range, kept
+//! column by column, one set of columns per shard.
+//!
+//! A 671B checkpoint lists 90k tensors. Kept as one struct per tensor (a
+//! `String` and a `Vec` each) that is 180k heap allocations, and copying the
+//! per-shard lists into one list touches every byte twice. Here each shard's
+//! parsing thread writes its tensors into a few growing columns (names in one
+//! string, dimensions in one array), and the checkpoint keeps those columns
+//! as they are: nothing is built twice. Tensors are read through
+//! [`TensorRef`], a small copyable view.
+
+use super::dtype::Dtype;
+
+/// The tensors of one shard, in data order, column by column.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ShardTensors {
+    /// Every name, one after the other.
+    names: String,
+    /// End of each name in `names`.
+    name_ends: Vec<u32>,
+    /// Every dimension, one shape after the other.
+    dims: Vec<u64>,
+    /// End of each shape in `dims`.
+    dim_ends: Vec<u32>,
+    dtypes: Vec<Dtype>,
+    offsets: Vec<(u64, u64)>,
+}
+
+impl ShardTensors {
+    /// Room for about `tensors` tensors with names of `name_bytes` in all.
+    #[must_use]
+    pub fn with_capacity(tensors: usize, name_bytes: usize) -> Self {
+        Self {
+            names: String::with_capacity(name_bytes),
+            name_ends: Vec::with_capacity(tensors),
+            dims: Vec::with_capacity(tensors * 2),
+            dim_ends: Vec::with_capacity(tensors),
+            dtypes: Vec::with_capacity(tensors),
+            offsets: Vec::with_capacity(tensors),
+        }
+    }
+
+    /// Appends one tensor. Headers are capped far below 4 GiB, so the
+    /// column ends always fit in `u32`; a table that would outgrow them
+    /// refuses the tensor (`false`).
+    pub fn push(
+        &mut self,
+        name: &str,
+        dtype: Dtype,
+        shape: &[u64],
+        data_offsets: (u64, u64),
+    ) -> bool {
+        let (Ok(name_end), Ok(dim_end)) = (
+            u32::try_from(self.names.len() + name.len()),
+            u32::try_from(self.dims.len() + shape.len()),
+        ) else {
+            return false;
+        };
+        self.names.push_str(name);
+        self.name_ends.push(name_end);
+        self.dims.extend_from_slice(shape);
+        self.dim_ends.push(dim_end);
+        self.dtypes.push(dtype);
+        self.offsets.push(data_offsets);
+        true
+    }
+
+    /// Number of tensors.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.dtypes.len()
+    }
+
+    /// Whether there are none.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.dtypes.is_empty()
+    }
+
+    /// The tensor at `local` (shard 0, position `local`: a lone header's view).
+    #[must_use]
+    pub fn get(&self, local: usize) -> Option<TensorRef<'_>> {
+        (local < self.len()).then_some(TensorRef {
+            part: self,
+            local,
+            shard: 0,
+            position: local,
+        })
+    }
+
+    /// Every tensor in data order.
+    #[must_use = "an iterator does nothing unless used"]
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = TensorRef<'_>> + Clone + '_ {
+        (0..self.len()).map(move |local| TensorRef {
+            part: self,
+            local,
+            shard: 0,
+            position: local,
+        })
+    }
+
+    /// The same tensors without those at `skipped` (sorted positions): a
+    /// rare path, for names already filed by an earlier shard.
+    #[must_use]
+    pub fn without(&self, skipped: &[usize]) -> Self {
+        let mut kept = Self::with_capacity(self.len(), self.names.len());
+        for t in self.iter() {
+            if skipped.binary_search(&t.local).is_err() {
+                kept.push(t.name(), t.dtype(), t.shape(), t.data_offsets());
+            }
+        }
+        kept
+    }
+
+    fn name(&self, local: usize) -> &str {
+        let end = self.name_ends[local] as usize;
+        let start = local
+            .checked_sub(1)
+            .map_or(0, |p| self.name_ends[p] as usize);
+        // `push` appends whole strings, so these are character boundaries.
+        self.names.get(start..end).unwrap_or_default()
+    }
+
+    fn shape(&self, local: usize) -> &[u64] {
+        let end = self.dim_ends[local] as usize;
+        let start = local
+            .checked_sub(1)
+            .map_or(0, |p| self.dim_ends[p] as usize);
+        &self.dims[start..end]
+    }
+}
+
+/// One tensor: a view into its shard's columns. Copy it freely.
+#[derive(Clone, Copy)]
+pub struct TensorRef<'a> {
+    part: &'a ShardTensors,
+    local: usize,
+    shard: usize,
+    position: usize,
+}
+
+impl<'a> TensorRef<'a> {
+    /// Name as stored.
+    #[must_use]
+    pub fn name(self) -> &'a str {
+        self.part.name(self.local)
+    }
+
+    /// Element type.
+    #[must_use]
+    pub fn dtype(self) -> Dtype {
+        self.part.dtypes[self.local]
+    }
+
+    /// Dimensions.
+    #[must_use]
+    pub fn shape(self) -> &'a [u64] {
+        self.part.shape(self.local)
+    }
+
+    /// Start and end of its bytes in its shard's data section.
+    #[must_use]
+    pub fn data_offsets(self) -> (u64, u64) {
+        self.part.offsets[self.local]
+    }
+
+    /// Position of its shard in [`super::Checkpoint::shards`].
+    #[must_use]
+    pub fn shard(self) -> usize {
+        self.shard
+    }
+
+    /// Its position in [`super::Checkpoint::tensors`].
+    #[must_use]
+    pub fn position(self) -> usize {
+        self.position
+    }
+
+    /// Bytes on disk.
+    #[must_use]
+    pub fn bytes(self) -> u64 {
+        let (start, end) = self.data_offsets();
+        end - start
+    }
+
+    /// Number of stored elements (validated not to overflow at open).
+    #[must_use]
+    pub fn elements(self) -> u64 {
+        self.shape().iter().product()
+    }
+}
+
+impl TensorRef<'_> {
+    /// An owned copy, for holding while the checkpoint is used otherwise.
+    #[must_use]
+    pub fn to_info(self) -> TensorInfo {
+        TensorInfo {
+            name: self.name().to_owned(),
+            dtype: self.dtype(),
+            shape: self.shape().to_vec(),
+            data_offsets: self.data_offsets(),
+            shard: self.shard,
+        }
+    }
+}
+
+/// One tensor's entry, owned (see [`TensorRef::to_info`]); the same
+/// accessors as [`TensorRef`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TensorInfo {
+    name: String,
+    dtype: Dtype,
+    shape: Vec<u64>,
+    data_offsets: (u64, u64),
+    shard: usize,
+}
+
+impl TensorInfo {
+    /// Name as stored.
+    #[must_use]
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Element type.
+    #[must_use]
+    pub fn dtype(&self) -> Dtype {
+        self.dtype
+    }
+
+    /// Dimensions.
+    #[must_use]
+    pub fn shape(&self) -> &[u64] {
+        &self.shape
+    }
+
+    /// Position of its shard in [`super::Checkpoint::shards`].
+    #[must_use]
+    pub fn shard(&self) -> usize {
+        self.shard
+    }
+
+    /// Bytes on disk.
+    #[must_use]
+    pub fn bytes(&self) -> u64 {
+        self.data_offsets.1 - self.data_offsets.0
+    }
+}
+
+impl std::fmt::Debug for TensorRef<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TensorRef")
+            .field("name", &self.name())
+            .field("dtype", &self.dtype())
+            .field("shape", &self.shape())
+            .field("data_offsets", &self.data_offsets())
+            .field("shard", &self.shard)
+            .finish()
+    }
+}
+
+impl PartialEq for TensorRef<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.name() == other.name()
+            && self.dtype() == other.dtype()
+            && self.shape() == other.shape()
+            && self.data_offsets() == other.data_offsets()
+            && self.shard == other.shard
+    }
+}
+
+/// Every tensor of a checkpoint: the shards' columns in shard order, and
+/// positions by name.
+#[derive(Debug, Clone, Default)]
+pub struct TensorTable {
+    /// One per shard that opened, in shard order.
+    parts: Vec<ShardTensors>,
+    /// Position of each part's first tensor.
+    starts: Vec<usize>,
+    len: usize,
+    /// (part, local) packed as `part << 32 | local`, by [`name_hash`].
+    by_name: hashbrown::HashTable<u64>,
+}
+
+impl TensorTable {
+    /// An empty table with room in the name index for `tensors` names.
+    pub(super) fn with_capacity(shards: usize, tensors: usize) -> Self {
+        Self {
+            parts: Vec::with_capacity(shards),
+            starts: Vec::with_capacity(shards),
+            len: 0,
+            by_name: hashbrown::HashTable::with_capacity(tensors),
+        }
+    }
+
+    /// Adds the next shard's tensors (`hashes[i]` is the [`name_hash`] of
+    /// tensor `i`'s name). A name already filed from an earlier shard is
+    /// left out; such names come back as (name, position filed first).
+    pub(super) fn push_shard(
+        &mut self,
+        mut part: ShardTensors,
+        hashes: &[u64],
+    ) -> Vec<(String, usize)> {
+        let mut duplicates = Vec::new();
+        let mut skipped = Vec::new();
+        let index = self.parts.len();
+        if u32::try_from(index).is_err() || u32::try_from(part.len()).is_err() {
+            // Beyond any real checkpoint; refuse rather than wrap around.
+            return part.iter().map(|t| (t.name().to_owned(), 0)).collect();
+        }
+        for (local, &hash) in (0..part.len()).zip(hashes) {
+            let name = part.name(local);
+            let key = (index as u64) << 32 | local as u64;
+            let found = {
+                let parts = &self.parts;
+                let starts = &self.starts;
+                let same = |&k: &u64| {
+                    let (p, l) = unpack(k);
+                    parts.get(p).unwrap_or(&part).name(l) == name
+                };
+                match self.by_name.entry(hash, same, |&k| {
+                    let (p, l) = unpack(k);
+                    name_hash(parts.get(p).unwrap_or(&part).name(l))
+                }) {
+                    hashbrown::hash_table::Entry::Occupied(first) => {
+                        let (p, l) = unpack(*first.get());
+                        Some(starts.get(p).map_or(l, |s| s + l))
+                    }
+                    hashbrown::hash_table::Entry::Vacant(slot) => {
+                        slot.insert(key);
+                        None
+                    }
+                }
+            };
+            if let Some(first) = found {
+                duplicates.push((name.to_owned(), first));
+                skipped.push(local);
+            }
+        }
+        if !skipped.is_empty() {
+            // Positions filed for this part shift down past each left-out name.
+            for (local, &hash) in (0..part.len()).zip(hashes) {
+                if skipped.binary_search(&local).is_ok() {
+                    continue;
+                }
+                let key = (index as u64) << 32 | local as u64;
+                let shift = skipped.partition_point(|&s| s < local);
+                if let Some(k) = self.by_name.find_mut(hash, |&k| k == key) {
+                    *k -= shift as u64;
+                }
+            }
+            part = part.without(&skipped);
+        }
+        self.starts.push(self.len);
+        self.len += part.len();
+        self.parts.push(part);
+        duplicates
+    }
+
+    /// Number of tensors.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether there are none.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The tensor at `position`.
+    #[must_use]
+    pub fn get(&self, position: usize) -> Option<TensorRef<'_>> {
+        if position >= self.len {
+            return None;
+        }
+        // The last part starting at or before `position` (empty parts share
+        // their successor's start).
+        let shard = self
+            .starts
+            .partition_point(|&s| s <= position)
+            .checked_sub(1)?;
+        let part = self.parts.get(shard)?;
+        Some(TensorRef {
+            part,
+            local: position - self.starts[shard],
+            shard,
+            position,
+        })
+    }
+
+    /// The tensor at `position`, which the table handed out.
+    ///
+    /// # Panics
+    /// When `position` is out of range: positions come from this table (its
+    /// iterator, its look-ups, the summary), never from a file.
+    #[must_use]
+    pub fn at(&self, position: usize) -> TensorRef<'_> {
+        match self.get(position) {
+            Some(t) => t,
+            None => panic!(
+                "tensor position {position} out of range ({} tensors)",
+                self.len
+            ),
+        }
+    }
+
+    /// Every tensor, shard by shard in data order.
+    #[must_use]
+    pub fn iter(&self) -> TensorIter<'_> {
+        TensorIter {
+            table: self,
+            shard: 0,
+            local: 0,
+            position: 0,
+            end: self.len,
+        }
+    }
+
+    /// The tensors at `positions`, in order (a shard's tensors are
+    /// [`super::Shard::tensors`]).
+    #[must_use]
+    pub fn iter_range(&self, positions: std::ops::Range<usize>) -> TensorIter<'_> {
+        let end = positions.end.min(self.len);
+        let (shard, local) = self
+            .get(positions.start)
+            .map_or((self.parts.len(), 0), |t| (t.shard, t.local));
+        TensorIter {
+            table: self,
+            shard,
+            local,
+            position: positions.start.min(end),
+            end,
+        }
+    }
+
+    /// Position of the tensor named `name`.
+    #[must_use]
+    pub fn position(&self, name: &str) -> Option<usize> {
+        self.position_hashed(name, name_hash(name))
+    }
+
+    /// [`TensorTable::position`] of `prefix` followed by `suffix`, without
+    /// allocating the joined name (the summary pairs 90k tensors this way).
+    #[must_use]
+    pub fn position_joined(&self, prefix: &str, suffix: &str) -> Option<usize> {
+        let len = prefix.len() + suffix.len();
+        let mut stack = [0u8; 256];
+        let heap;
+        let joined: &str = if let Some(buf) = stack.get_mut(..len) {
+            buf[..prefix.len()].copy_from_slice(prefix.as_bytes());
+            buf[prefix.len()..].copy_from_slice(suffix.as_bytes());
+            // Two strings joined are a string: this never fails.
+            std::str::from_utf8(buf).ok()?
+        } else {
+            heap = format!("{prefix}{suffix}");
+            &heap
+        };
+        self.position(joined)
+    }
+
+    /// [`TensorTable::position`] with the name's [`name_hash`] known.
+    pub(super) fn position_hashed(&self, name: &str, hash: u64) -> Option<usize> {
+        let &key = self.by_name.find(hash, |&k| {
+            let (p, l) = unpack(k);
+            self.parts.get(p).is_some_and(|q| q.name(l) == name)
+        })?;
+        let (p, l) = unpack(key);
+        Some(self.starts.get(p)? + l)
+    }
+
+    /// The tensor named `name`.
+    #[must_use]
+    pub fn find(&self, name: &str) -> Option<TensorRef<'_>> {
+        self.get(self.position(name)?)
+    }
+}
+
+/// Tensors of a [`TensorTable`] in order.
+pub struct TensorIter<'a> {
+    table: &'a TensorTable,
+    shard: usize,
+    local: usize,
+    position: usize,
+    end: usize,
+}
+
+impl<'a> Iterator for TensorIter<'a> {
+    type Item = TensorRef<'a>;
+
+    fn next(&mut self) -> Option<TensorRef<'a>> {
+        if self.position >= self.end {
+            return None;
+        }
+        loop {
+            let part = self.table.parts.get(self.shard)?;
+            if self.local < part.len() {
+                let t = TensorRef {
+                    part,
+                    local: self.local,
+                    shard: self.shard,
+                    position: self.position,
+                };
+                self.local += 1;
+                self.position += 1;
+                return Some(t);
+            }
+            self.shard += 1;
+            self.local = 0;
+        }
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let left = self.end - self.position;
+        (left, Some(left))
+    }
+}
+
+impl ExactSizeIterator for TensorIter<'_> {}
+
+impl Clone for TensorIter<'_> {
+    fn clone(&self) -> Self {
+        Self { ..*self }
+    }
+}
+
+impl<'a> IntoIterator for &'a TensorTable {
+    type Item = TensorRef<'a>;
+    type IntoIter = TensorIter<'a>;
+
+    fn into_iter(self) -> TensorIter<'a> {
+        self.iter()
+    }
+}
+
+// Both halves were `u32`s (checked in `push_shard`).
+#[allow(clippy::cast_possible_truncation)]
+fn unpack(key: u64) -> (usize, usize) {
+    ((key >> 32) as usize, (key & u64::from(u32::MAX)) as usize)
+}
+
+/// The hash the table files a tensor name under. Deterministic, so the
+/// threads that parse headers and the index compute it while they parse,
+/// leaving the serial assembly only table work.
+pub(super) fn name_hash(name: &str) -> u64 {
+    std::hash::BuildHasher::hash_one(&foldhash::fast::FixedState::default(), name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn part(names: &[&str]) -> (ShardTensors, Vec<u64>) {
+        let mut columns = ShardTensors::default();
+        let mut at = 0;
+        for (i, name) in names.iter().enumerate() {
+            let shape = vec![i as u64 + 1; i % 3];
+            let bytes = shape.iter().product::<u64>();
+            assert!(columns.push(name, Dtype::U8, &shape, (at, at + bytes)));
+            at += bytes;
+        }
+        let hashes = names.iter().map(|n| name_hash(n)).collect();
+        (columns, hashes)
+    }
+
+    #[test]
+    fn columns_read_back_what_was_pushed() {
+        let (columns, _) = part(&["a", "", "ünï.weight", "d"]);
+        assert_eq!(columns.len(), 4);
+        let t = columns.get(2).expect("third");
+        assert_eq!(
+            (t.name(), t.shape(), t.data_offsets()),
+            ("ünï.weight", &[3, 3][..], (3, 12))
+        );
+        assert_eq!(columns.get(1).map(TensorRef::name), Some(""));
+        assert!(columns.get(4).is_none());
+    }
+
+    #[test]
+    fn a_name_filed_by_an_earlier_shard_is_left_out_and_positions_stay_dense() {
+        let mut table = TensorTable::with_capacity(4, 8);
+        let (a, ha) = part(&["x", "y"]);
+        assert!(table.push_shard(a, &ha).is_empty());
+        let (empty, he) = part(&[]);
+        assert!(table.push_shard(empty, &he).is_empty());
+        let (b, hb) = part(&["p", "y", "q", "x", "r"]);
+        let dups = table.push_shard(b, &hb);
+        assert_eq!(dups, vec![("y".to_owned(), 1), ("x".to_owned(), 0)]);
+        let names: Vec<&str> = table.iter().map(TensorRef::name).collect();
+        assert_eq!(names, ["x", "y", "p", "q", "r"]);
+        for (position, t) in table.iter().enumerate() {
+            assert_eq!(t.position(), position);
+            assert_eq!(table.position(t.name()), Some(position));
+            assert_eq!(table.at(position), t);
+        }
+        assert_eq!(table.at(3).shard(), 2);
+        assert_eq!(table.at(3).data_offsets(), table_entry_offsets("q"));
+        let shard_b: Vec<&str> = table.iter_range(2..5).map(TensorRef::name).collect();
+        assert_eq!(shard_b, ["p", "q", "r"]);
+        assert_eq!(table.iter_range(1..3).len(), 2);
+        assert_eq!(table.iter_range(5..5).len(), 0);
+        assert_eq!(table.position_joined("r", ""), Some(4));
+        assert!(table.position("z").is_none() && table.get(5).is_none());
+    }
+
+    #[test]
+    fn a_short_shard_after_a_long_one_files_every_name() {
+        // Probing compares against names of earlier, longer shards.
+        let long: Vec<String> = (0..3000)
+            .map(|i| format!("model.layers.{i}.weight"))
+            .collect();
+        let long: Vec<&str> = long.iter().map(String::as_str).collect();
+        let mut table = TensorTable::with_capacity(2, 16);
+        let (a, ha) = part(&long);
+        assert!(table.push_shard(a, &ha).is_empty());
+        for i in 0..50 {
+            let name = format!("lm_head.{i}");
+            let (b, hb) = part(&[&name]);
+            assert!(table.push_shard(b, &hb).is_empty());
+            assert_eq!(table.position(&name), Some(3000 + i));
+        }
+        assert_eq!(table.position("model.layers.2999.weight"), Some(2999));
+    }
+
+    /// The offsets `part` gave `name` in the third shard above.
+    fn table_entry_offsets(name: &str) -> (u64, u64) {
+        let (b, _) = part(&["p", "y", "q", "x", "r"]);
+        b.iter()
+            .find(|t| t.name() == name)
+            .map(TensorRef::data_offsets)
+            .expect("listed")
+    }
+}
