@@ -281,39 +281,63 @@ struct Counts {
 }
 
 impl Counts {
+    /// Counts the tensors at `range`. Each tensor's own encoding is looked
+    /// up here; a part of another tensor (scales, biases, a block scale) is
+    /// not: its owner, wherever it is, takes the part's elements back out of
+    /// the parameters (so a run's figures may wrap below zero until merged).
+    /// The same figures as [`Checkpoint::encoding_at`] per tensor, with half
+    /// the name look-ups.
     fn of(checkpoint: &Checkpoint, range: std::ops::Range<usize>, may_encode: bool) -> Self {
         let tensors = checkpoint.tensors();
         let mut counts = Self::default();
-        for i in range {
-            let Some(t) = tensors.get(i) else { break };
+        for t in tensors.iter_range(range) {
             counts.per_dtype[t.dtype() as usize] += t.elements();
             counts.total_bytes += t.bytes();
-            let encoding = if may_encode {
-                checkpoint.encoding_at(i)
+            let own = if may_encode {
+                checkpoint.own_encoding(t)
             } else {
-                Encoding::Plain
+                None
             };
-            let params = match &encoding {
-                Encoding::Plain | Encoding::Fp8(_) => t.elements(),
-                Encoding::Packed(q) => q.logical_elements,
-                Encoding::Aux { .. } => 0,
+            let params = match &own {
+                Some(Encoding::Packed(q)) => q.logical_elements,
+                _ => t.elements(),
             };
-            counts.logical_params += params;
-            let layer = layer_of(t.name());
-            let figures = counts.layers.entry(layer).or_insert(LayerFigures {
-                layer,
-                params: 0,
-                bytes: 0,
-            });
-            figures.params += params;
-            figures.bytes += t.bytes();
-            match encoding {
-                Encoding::Packed(q) => counts.packed.push(q),
-                Encoding::Fp8(f) => counts.fp8.push(f),
-                Encoding::Plain | Encoding::Aux { .. } => {}
+            counts.add(t.name(), params, t.bytes());
+            let parts = match own {
+                Some(Encoding::Packed(q)) => {
+                    let parts = [Some(q.scales), q.biases, q.global_scale];
+                    counts.packed.push(q);
+                    parts
+                }
+                Some(Encoding::Fp8(f)) => {
+                    let parts = [f.scale, None, None];
+                    counts.fp8.push(f);
+                    parts
+                }
+                _ => [None; 3],
+            };
+            for part in parts.into_iter().flatten().filter_map(|p| tensors.get(p)) {
+                // An FP8 tensor is never a part: its own encoding wins.
+                if Fp8Format::of(part.dtype()).is_none() {
+                    counts.add(part.name(), part.elements().wrapping_neg(), 0);
+                }
             }
         }
         counts
+    }
+
+    /// Adds `params` (wrapping) and `bytes` to the totals and to the layer
+    /// of tensor `name`.
+    fn add(&mut self, name: &str, params: u64, bytes: u64) {
+        self.logical_params = self.logical_params.wrapping_add(params);
+        let layer = layer_of(name);
+        let figures = self.layers.entry(layer).or_insert(LayerFigures {
+            layer,
+            params: 0,
+            bytes: 0,
+        });
+        figures.params = figures.params.wrapping_add(params);
+        figures.bytes += bytes;
     }
 
     /// Adds `later` (the run after this one's).
@@ -322,14 +346,14 @@ impl Counts {
             *mine += theirs;
         }
         self.total_bytes += later.total_bytes;
-        self.logical_params += later.logical_params;
+        self.logical_params = self.logical_params.wrapping_add(later.logical_params);
         for (layer, figures) in later.layers {
             let mine = self.layers.entry(layer).or_insert(LayerFigures {
                 layer,
                 params: 0,
                 bytes: 0,
             });
-            mine.params += figures.params;
+            mine.params = mine.params.wrapping_add(figures.params);
             mine.bytes += figures.bytes;
         }
         self.packed.extend(later.packed);
@@ -409,31 +433,11 @@ impl Checkpoint {
     pub fn encoding_at(&self, i: usize) -> Encoding {
         let tensors = self.tensors();
         let t = tensors.at(i);
+        if let Some(own) = self.own_encoding(t) {
+            return own;
+        }
         let find = |name: &str| tensors.position(name);
         let joined = |prefix: &str, suffix: &str| self.position_joined(prefix, suffix);
-        if let Some(module) = t.name().strip_suffix(".weight")
-            && t.dtype() == Dtype::U32
-            && let Some(scales) = joined(module, ".scales")
-            && let Some(q) = detect(self, module, i, scales)
-        {
-            return Encoding::Packed(q);
-        }
-        if let Some(format) = Fp8Format::of(t.dtype()) {
-            let scale = joined(t.name(), "_scale_inv");
-            let block = scale.and_then(|s| {
-                let configured = self
-                    .config()
-                    .and_then(|c| c.fp8.as_ref())
-                    .and_then(|f| f.block);
-                fp8_block(t.shape(), tensors.at(s).shape(), configured)
-            });
-            return Encoding::Fp8(Fp8Tensor {
-                weight: i,
-                format,
-                scale,
-                block,
-            });
-        }
         for (suffix, role) in [
             (".scales", AuxRole::Scales),
             (".biases", AuxRole::Biases),
@@ -463,6 +467,34 @@ impl Checkpoint {
             };
         }
         Encoding::Plain
+    }
+
+    /// The encoding `t` has by itself: [`Encoding::Packed`] or
+    /// [`Encoding::Fp8`], which win over being another tensor's part.
+    fn own_encoding(&self, t: TensorRef<'_>) -> Option<Encoding> {
+        let joined = |prefix: &str, suffix: &str| self.position_joined(prefix, suffix);
+        if let Some(module) = t.name().strip_suffix(".weight")
+            && t.dtype() == Dtype::U32
+            && let Some(scales) = joined(module, ".scales")
+            && let Some(q) = detect(self, module, t.position(), scales)
+        {
+            return Some(Encoding::Packed(q));
+        }
+        let format = Fp8Format::of(t.dtype())?;
+        let scale = joined(t.name(), "_scale_inv");
+        let block = scale.and_then(|s| {
+            let configured = self
+                .config()
+                .and_then(|c| c.fp8.as_ref())
+                .and_then(|f| f.block);
+            fp8_block(t.shape(), self.tensors().at(s).shape(), configured)
+        });
+        Some(Encoding::Fp8(Fp8Tensor {
+            weight: t.position(),
+            format,
+            scale,
+            block,
+        }))
     }
 
     /// Whether any tensor may be packed or FP8 (U32 or F8 dtypes present):
@@ -663,5 +695,116 @@ mod tests {
         assert_eq!(fp8_block(&[300, 256], &[3, 2], None), Some([100, 128]));
         assert_eq!(fp8_block(&[300, 256], &[0, 2], None), None);
         assert_eq!(fp8_block(&[300], &[3], None), None);
+    }
+}
+
+#[cfg(test)]
+mod runs {
+    use super::*;
+    use std::fmt::Write as _;
+
+    /// One file of `layers` layers, each with an affine-packed projection
+    /// (weight, scales, biases), an nvfp4-style packed one with a global
+    /// scale, an FP8 weight with its block scale, an FP8 weight without one,
+    /// a stray `.scales` stored as FP8 and a plain norm: more than one run
+    /// of the summary's threads.
+    fn write_mixed(dir: &std::path::Path, layers: usize) -> std::path::PathBuf {
+        let mut json = String::from("{");
+        let mut at = 0u64;
+        let mut entry = |json: &mut String, name: &str, dtype: &str, shape: &[u64], bits: u64| {
+            let bytes = shape.iter().product::<u64>() * bits / 8;
+            if json.len() > 1 {
+                json.push(',');
+            }
+            let dims: Vec<String> = shape.iter().map(u64::to_string).collect();
+            let _ = write!(
+                json,
+                r#""{name}":{{"dtype":"{dtype}","shape":[{}],"data_offsets":[{at},{}]}}"#,
+                dims.join(","),
+                at + bytes
+            );
+            at += bytes;
+        };
+        for l in 0..layers {
+            let p = format!("model.layers.{l}");
+            entry(&mut json, &format!("{p}.q.weight"), "U32", &[8, 8], 32);
+            entry(&mut json, &format!("{p}.q.scales"), "BF16", &[8, 1], 16);
+            entry(&mut json, &format!("{p}.q.biases"), "BF16", &[8, 1], 16);
+            entry(&mut json, &format!("{p}.k.weight"), "U32", &[8, 8], 32);
+            entry(&mut json, &format!("{p}.k.scales"), "U8", &[8, 4], 8);
+            entry(&mut json, &format!("{p}.k.global_scale"), "F32", &[], 32);
+            entry(
+                &mut json,
+                &format!("{p}.o.weight"),
+                "F8_E4M3",
+                &[256, 128],
+                8,
+            );
+            entry(
+                &mut json,
+                &format!("{p}.o.weight_scale_inv"),
+                "F32",
+                &[2, 1],
+                32,
+            );
+            entry(&mut json, &format!("{p}.v.weight"), "F8_E4M3", &[4, 4], 8);
+            entry(&mut json, &format!("{p}.odd.weight"), "U32", &[4, 8], 32);
+            entry(&mut json, &format!("{p}.odd.scales"), "F8_E4M3", &[4, 4], 8);
+            entry(&mut json, &format!("{p}.norm"), "F16", &[8], 16);
+        }
+        json.push('}');
+        let mut bytes = (json.len() as u64).to_le_bytes().to_vec();
+        bytes.extend_from_slice(json.as_bytes());
+        bytes.resize(bytes.len() + usize::try_from(at).expect("small"), 0);
+        let file = dir.join("model.safetensors");
+        std::fs::write(&file, bytes).expect("write");
+        file
+    }
+
+    #[test]
+    fn the_summary_over_runs_counts_what_each_tensors_encoding_says() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        // 12 tensors a layer: 24k tensors, three runs of at least 8192.
+        let file = write_mixed(dir.path(), 2000);
+        let checkpoint = Checkpoint::open(&file).expect("open");
+        assert!(
+            checkpoint.problems().is_empty(),
+            "{:?}",
+            checkpoint.problems()
+        );
+        let summary = Summary::of(&checkpoint);
+        let mut params = 0u64;
+        let mut layers: BTreeMap<Option<u64>, (u64, u64)> = BTreeMap::new();
+        let (mut packed, mut fp8) = (0, 0);
+        for t in checkpoint.tensors() {
+            let p = match checkpoint.encoding_at(t.position()) {
+                Encoding::Plain => t.elements(),
+                Encoding::Fp8(_) => {
+                    fp8 += 1;
+                    t.elements()
+                }
+                Encoding::Packed(q) => {
+                    packed += 1;
+                    q.logical_elements
+                }
+                Encoding::Aux { .. } => 0,
+            };
+            params += p;
+            let figures = layers.entry(layer_of(t.name())).or_default();
+            figures.0 += p;
+            figures.1 += t.bytes();
+        }
+        assert_eq!(summary.logical_params, params);
+        let theirs: BTreeMap<Option<u64>, (u64, u64)> = summary
+            .layers
+            .iter()
+            .map(|f| (f.layer, (f.params, f.bytes)))
+            .collect();
+        assert_eq!(theirs, layers);
+        assert_eq!(summary.quantization.map(|q| q.tensors.len()), Some(packed));
+        // Both FP8 weights and the FP8 "scales" of each layer.
+        assert_eq!(summary.fp8.map(|f| f.tensors.len()), Some(fp8));
+        assert_eq!(fp8, 3 * 2000);
+        assert_eq!(packed, 3 * 2000);
     }
 }
