@@ -233,6 +233,22 @@ fn index_problems_are_reported() {
         checkpoint.problems()
     );
 
+    // An index that leaves a tensor out places nothing wrongly: the shard's
+    // names differ from the index's, the entries are looked up, none is wrong.
+    let omitted = text.replacen(
+        r#""model.layers.1.input_layernorm.weight":"model-00002-of-00003.safetensors","#,
+        "",
+        1,
+    );
+    assert_ne!(text, omitted);
+    std::fs::write(&index_path, omitted).expect("write");
+    let checkpoint = Checkpoint::open(dir.path()).expect("open");
+    assert!(
+        checkpoint.problems().is_empty(),
+        "{:?}",
+        checkpoint.problems()
+    );
+
     std::fs::write(&index_path, "not json").expect("write");
     let err = Checkpoint::open(dir.path()).expect_err("index not JSON");
     assert!(matches!(err, CheckpointError::IndexNotJson { .. }));

@@ -153,19 +153,20 @@ impl Checkpoint {
             require_regular(&index_path)?;
             // The index is read and parsed while the shard headers the
             // folder lists are (a 90k-entry index is 8 MB of JSON, as much
-            // as many shards); it then picks its shards, in its order. Its
-            // bytes outlive the thread: the entries point into them.
-            let text: std::sync::OnceLock<Result<Vec<u8>, CheckpointError>> =
-                std::sync::OnceLock::new();
+            // as many shards); it then picks its shards, in its order. Only
+            // a digest of its entries outlives the thread, so its text and
+            // entries are freed before the tensor table is assembled.
             let read_and_parse = || {
-                let bytes = text.get_or_init(|| {
-                    std::fs::read(&index_path)
-                        .map_err(|e| CheckpointError::unreadable(&index_path, &e))
-                });
-                match bytes {
-                    Ok(bytes) => parse_index_hashed(&index_path, bytes),
-                    Err(err) => Err(err.clone()),
+                let bytes = std::fs::read(&index_path)
+                    .map_err(|e| CheckpointError::unreadable(&index_path, &e))?;
+                let (index, entries) = parse_index(&index_path, &bytes)?;
+                let mut digests = vec![NameDigest::default(); index.shard_files.len()];
+                for (name, file) in &entries {
+                    if let Some(digest) = digests.get_mut(*file) {
+                        digest.add(name_hash(name));
+                    }
                 }
+                Ok((index, digests))
             };
             let listed: Vec<(String, PathBuf)> = shard_files
                 .iter()
@@ -187,7 +188,7 @@ impl Checkpoint {
                 };
                 (parsed, headers)
             });
-            let (index, entries, hashes) = parsed?;
+            let (index, index_digests) = parsed?;
             let mut by_file: foldhash::HashMap<String, Parsed> = listed
                 .into_iter()
                 .map(|(file, _)| file)
@@ -214,9 +215,9 @@ impl Checkpoint {
                 headers.push(header);
             }
             let layout = Layout::Indexed { index_path, index };
-            let mut checkpoint =
+            let (mut checkpoint, shard_digests) =
                 Self::assemble_parsed(dir.to_path_buf(), layout, files, headers, problems);
-            checkpoint.check_index(&entries, &hashes);
+            checkpoint.check_index(&index_digests, &shard_digests);
             checkpoint
         } else if shard_files.is_empty() {
             return Err(CheckpointError::EmptyFolder {
@@ -245,17 +246,20 @@ impl Checkpoint {
         report: &(dyn Fn(usize, usize) + Sync),
     ) -> Self {
         let headers = parse_all(&files, report);
-        Self::assemble_parsed(root, layout, files, headers, problems)
+        Self::assemble_parsed(root, layout, files, headers, problems).0
     }
 
-    /// Builds the tensor table from parsed headers (one per file, in order).
+    /// Builds the tensor table from parsed headers (one per file, in order),
+    /// with each opened shard's [`NameDigest`] (`None` for a shard that had
+    /// names left out as duplicates).
     fn assemble_parsed(
         root: PathBuf,
         layout: Layout,
         files: Vec<(String, PathBuf)>,
         headers: Vec<Parsed>,
         mut problems: Vec<CheckpointError>,
-    ) -> Self {
+    ) -> (Self, Vec<Option<NameDigest>>) {
+        let mut digests = Vec::with_capacity(files.len());
         let mut shards = Vec::with_capacity(files.len());
         let total: usize = headers.iter().flatten().map(|(h, _)| h.tensors.len()).sum();
         let mut tensors = TensorTable::with_capacity(files.len(), total);
@@ -268,7 +272,13 @@ impl Checkpoint {
                 }
             };
             let start = tensors.len();
-            for (tensor, first) in tensors.push_shard(header.tensors, &hashes) {
+            let mut digest = NameDigest::default();
+            for &hash in &hashes {
+                digest.add(hash);
+            }
+            let duplicates = tensors.push_shard(header.tensors, &hashes);
+            digests.push(duplicates.is_empty().then_some(digest));
+            for (tensor, first) in duplicates {
                 let first_shard = tensors.get(first).and_then(|t| shards.get(t.shard()));
                 problems.push(CheckpointError::DuplicateTensor {
                     tensor,
@@ -290,22 +300,63 @@ impl Checkpoint {
                 data_bytes,
             });
         }
-        Self {
+        let checkpoint = Self {
             root,
             layout,
             shards,
             tensors,
             config: None,
             problems,
+        };
+        (checkpoint, digests)
+    }
+
+    /// Every tensor the index places must be in the shard it names. Each
+    /// shard's names are first compared as a digest with the index's names
+    /// for it (`index_digests` in index file order, `shard_digests` in shard
+    /// order); only when one differs is the index read again and every
+    /// entry looked up, to say which.
+    fn check_index(&mut self, index_digests: &[NameDigest], shard_digests: &[Option<NameDigest>]) {
+        let Layout::Indexed { index_path, index } = &self.layout else {
+            return;
+        };
+        let agree = index
+            .shard_files
+            .iter()
+            .zip(index_digests)
+            .all(|(file, digest)| {
+                // A missing or bad shard was reported already.
+                self.shards
+                    .iter()
+                    .position(|s| &s.file == file)
+                    .is_none_or(|k| shard_digests.get(k).copied().flatten() == Some(*digest))
+            });
+        if agree {
+            return;
+        }
+        let index_path = index_path.clone();
+        let entries = std::fs::read(&index_path)
+            .map_err(|e| CheckpointError::unreadable(&index_path, &e))
+            .and_then(|bytes| {
+                let (_, entries, hashes) = parse_index_hashed(&index_path, &bytes)?;
+                Ok(self.misplaced_entry(&entries, &hashes))
+            });
+        match entries {
+            Ok(Some(problem)) | Err(problem) => self.problems.push(problem),
+            Ok(None) => {}
         }
     }
 
-    /// Every tensor the index places must be in the shard it names.
-    /// `hashes[i]` is the [`name_hash`] of `entries[i]`'s name. The 90k
-    /// look-ups are split over the machine's cores.
-    fn check_index(&mut self, entries: &IndexEntries<'_>, hashes: &[u64]) {
+    /// The first index entry whose tensor is not in the shard it names, as
+    /// a problem counting the others. `hashes[i]` is the [`name_hash`] of
+    /// `entries[i]`'s name. The 90k look-ups are split over the cores.
+    fn misplaced_entry(
+        &self,
+        entries: &IndexEntries<'_>,
+        hashes: &[u64],
+    ) -> Option<CheckpointError> {
         let Layout::Indexed { index_path, index } = &self.layout else {
-            return;
+            return None;
         };
         // Index file position → position among the shards that opened.
         let opened: Vec<Option<usize>> = index
@@ -335,16 +386,14 @@ impl Checkpoint {
         };
         let found = on_cores(entries.len(), 1 << 14, "index-check", &misplaced);
         let count: usize = found.iter().map(|(_, n)| n).sum();
-        if let Some(i) = found.iter().find_map(|(first, _)| *first) {
-            let (tensor, file) = &entries[i];
-            let problem = CheckpointError::IndexTensorNotInShard {
-                index: index_path.clone(),
-                tensor: tensor.to_string(),
-                shard: index.shard_files[*file].clone(),
-                more: count - 1,
-            };
-            self.problems.push(problem);
-        }
+        let i = found.iter().find_map(|(first, _)| *first)?;
+        let (tensor, file) = &entries[i];
+        Some(CheckpointError::IndexTensorNotInShard {
+            index: index_path.clone(),
+            tensor: tensor.to_string(),
+            shard: index.shard_files[*file].clone(),
+            more: count - 1,
+        })
     }
 
     fn read_config(&mut self, path: &Path) {
@@ -477,6 +526,24 @@ fn on_cores<T: Send>(
             })
             .collect()
     })
+}
+
+/// An order-free digest of a set of tensor names: how many, and the sum and
+/// the exclusive or of their [`name_hash`]es. Two sets that differ give
+/// different digests except by a 64-bit coincidence in both sums at once.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct NameDigest {
+    count: u64,
+    sum: u64,
+    xor: u64,
+}
+
+impl NameDigest {
+    fn add(&mut self, hash: u64) {
+        self.count += 1;
+        self.sum = self.sum.wrapping_add(hash);
+        self.xor ^= hash;
+    }
 }
 
 /// [`parse_index`], with the [`name_hash`] of every entry's name.
