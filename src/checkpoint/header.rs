@@ -19,6 +19,14 @@ use super::table::ShardTensors;
 /// either corrupt or hostile, and would be read into memory whole.
 pub const HEADER_CAP_BYTES: u64 = 100_000_000;
 
+/// A file's size in bytes and how it splits into the header and the data.
+#[derive(Debug, Clone, Copy)]
+struct FileBytes {
+    total: u64,
+    header: u64,
+    data: u64,
+}
+
 /// One tensor entry while a header is checked: borrowed from the scanned
 /// text or the parsed JSON, copied into the columns once the header is valid.
 #[derive(Debug, Clone, Copy)]
@@ -159,6 +167,11 @@ pub fn parse_header(
     })?;
     let header_bytes = json.len() as u64;
     let data_bytes = file_bytes.saturating_sub(8 + header_bytes);
+    let sizes = FileBytes {
+        total: file_bytes,
+        header: header_bytes,
+        data: data_bytes,
+    };
     if let Some(mut scanned) = scan::scan(text) {
         let metadata = std::mem::take(&mut scanned.metadata);
         let mut tensors = Vec::with_capacity(scanned.tensors.len());
@@ -182,14 +195,7 @@ pub fn parse_header(
             check_bytes(path, entry, data_bytes)?;
             tensors.push(entry);
         }
-        validate(
-            path,
-            metadata,
-            tensors,
-            file_bytes,
-            header_bytes,
-            data_bytes,
-        )
+        validate(path, metadata, tensors, sizes)
     } else {
         let RawHeader {
             metadata,
@@ -199,14 +205,7 @@ pub fn parse_header(
         for (name, entry) in &raw {
             tensors.push(validate_tensor(path, name, entry, data_bytes)?);
         }
-        validate(
-            path,
-            metadata,
-            tensors,
-            file_bytes,
-            header_bytes,
-            data_bytes,
-        )
+        validate(path, metadata, tensors, sizes)
     }
 }
 
@@ -271,10 +270,13 @@ fn validate(
     path: &Path,
     metadata: BTreeMap<String, String>,
     mut tensors: Vec<Entry<'_>>,
-    file_bytes: u64,
-    header_bytes: u64,
-    data_bytes: u64,
+    sizes: FileBytes,
 ) -> Result<ShardHeader, CheckpointError> {
+    let FileBytes {
+        total: file_bytes,
+        header: header_bytes,
+        data: data_bytes,
+    } = sizes;
     let mut seen = foldhash::HashSet::with_capacity_and_hasher(
         tensors.len(),
         foldhash::fast::RandomState::default(),
