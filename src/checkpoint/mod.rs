@@ -172,22 +172,14 @@ impl Checkpoint {
                 .iter()
                 .map(|file| (file.clone(), dir.join(file)))
                 .collect();
-            let (parsed, listed_headers) = std::thread::scope(|scope| {
-                let job = std::thread::Builder::new()
-                    .name("index-parse".into())
-                    .spawn_scoped(scope, read_and_parse);
-                let headers = parse_all(&listed, report);
-                let parsed = match job {
-                    Ok(handle) => handle.join().unwrap_or_else(|_| {
-                        Err(CheckpointError::IndexShape {
-                            path: index_path.clone(),
-                            reason: "the index parser failed".into(),
-                        })
-                    }),
-                    Err(_) => read_and_parse(),
-                };
-                (parsed, headers)
+            // The first header thread reads the index before any header: its
+            // 8 MB of text are freed while few shards' tensors are held.
+            let index_parsed = std::sync::OnceLock::new();
+            let listed_headers = parse_all(&listed, report, &|| {
+                index_parsed.get_or_init(read_and_parse);
             });
+            // Should that thread not have started, the index is read here.
+            let parsed = index_parsed.into_inner().unwrap_or_else(read_and_parse);
             let (index, index_digests) = parsed?;
             let mut by_file: foldhash::HashMap<String, Parsed> = listed
                 .into_iter()
@@ -245,7 +237,7 @@ impl Checkpoint {
         problems: Vec<CheckpointError>,
         report: &(dyn Fn(usize, usize) + Sync),
     ) -> Self {
-        let headers = parse_all(&files, report);
+        let headers = parse_all(&files, report, &|| {});
         Self::assemble_parsed(root, layout, files, headers, problems).0
     }
 
@@ -567,13 +559,19 @@ fn read_hashed(path: &Path, buf: &mut Vec<u8>) -> Parsed {
 }
 
 /// Parses every shard header, spreading files over the machine's cores;
-/// `report(parsed, total)` after each file.
-fn parse_all(files: &[(String, PathBuf)], report: &(dyn Fn(usize, usize) + Sync)) -> Vec<Parsed> {
+/// `report(parsed, total)` after each file. One thread runs `first` before
+/// it takes a file.
+fn parse_all(
+    files: &[(String, PathBuf)],
+    report: &(dyn Fn(usize, usize) + Sync),
+    first: &(dyn Fn() + Sync),
+) -> Vec<Parsed> {
     let workers = std::thread::available_parallelism()
         .map_or(1, std::num::NonZero::get)
         .min(files.len())
         .max(1);
     if workers == 1 {
+        first();
         let mut buf = Vec::new();
         return files
             .iter()
@@ -590,10 +588,14 @@ fn parse_all(files: &[(String, PathBuf)], report: &(dyn Fn(usize, usize) + Sync)
     let mut results: Vec<Option<Parsed>> = vec![None; files.len()];
     std::thread::scope(|scope| {
         let handles: Vec<_> = (0..workers)
-            .filter_map(|_| {
+            .filter_map(|k| {
+                let (next, parsed) = (&next, &parsed);
                 let worker = std::thread::Builder::new().name("header-parse".into());
                 worker
-                    .spawn_scoped(scope, || {
+                    .spawn_scoped(scope, move || {
+                        if k == 0 {
+                            first();
+                        }
                         let mut done = Vec::new();
                         let mut buf = Vec::new();
                         loop {

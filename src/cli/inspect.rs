@@ -210,12 +210,18 @@ fn write_tensor_list(
     let next = AtomicUsize::new(0);
     let stop = AtomicBool::new(false);
     let spare: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
+    // Pieces written so far: a worker starts piece `i` only below `written +
+    // window`, so a main thread that gets little of the cores never has more
+    // than `window` pieces (about 400 KB each) waiting in memory. The piece
+    // to write next is always inside the window: no wait can block it.
+    let window = 2 * workers;
+    let written_so_far = (Mutex::new(0usize), std::sync::Condvar::new());
     let (done, arrived) = mpsc::channel::<(usize, Vec<u8>)>();
     let written = std::thread::scope(|scope| {
         for _ in 0..workers {
             let done = done.clone();
-            let (next, stop, spare, pieces, serialize) =
-                (&next, &stop, &spare, &pieces, &serialize);
+            let (next, stop, spare, pieces, serialize, written_so_far) =
+                (&next, &stop, &spare, &pieces, &serialize, &written_so_far);
             let worker = std::thread::Builder::new()
                 .name("json-out".into())
                 .spawn_scoped(scope, move || {
@@ -223,6 +229,7 @@ fn write_tensor_list(
                         let i = next.fetch_add(1, Ordering::Relaxed);
                         let Some(piece) = pieces.get(i) else { break };
                         let piece = piece.clone();
+                        wait_for_turn(written_so_far, i, window, stop);
                         let mut buf = spare
                             .lock()
                             .ok()
@@ -251,12 +258,14 @@ fn write_tensor_list(
                 .and_then(|()| out.write_all(&buf));
                 if let Err(err) = result {
                     stop.store(true, Ordering::Relaxed);
+                    written_so_far.1.notify_all();
                     return Err(err);
                 }
                 if let Ok(mut spare) = spare.lock() {
                     spare.push(buf);
                 }
                 written += 1;
+                publish(&written_so_far, written);
             }
         }
         Ok(written)
@@ -373,6 +382,32 @@ fn push_role(buf: &mut Vec<u8>, role: Role, checkpoint: &Checkpoint, summary: &S
             buf.push(b'}');
         }
     }
+}
+
+/// Blocks until piece `i` is within `window` of the pieces written (or the
+/// writing stopped).
+fn wait_for_turn(
+    (lock, turn): &(Mutex<usize>, std::sync::Condvar),
+    i: usize,
+    window: usize,
+    stop: &AtomicBool,
+) {
+    if let Ok(mut written) = lock.lock() {
+        while i >= *written + window && !stop.load(Ordering::Relaxed) {
+            match turn.wait(written) {
+                Ok(w) => written = w,
+                Err(_) => break,
+            }
+        }
+    }
+}
+
+/// Records that `written` pieces are out and wakes the waiting workers.
+fn publish((lock, turn): &(Mutex<usize>, std::sync::Condvar), written: usize) {
+    if let Ok(mut so_far) = lock.lock() {
+        *so_far = written;
+    }
+    turn.notify_all();
 }
 
 /// One element of the `tensors` list without its closing brace:
