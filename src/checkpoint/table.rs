@@ -478,6 +478,7 @@ impl TensorTable {
 }
 
 /// Tensors of a [`TensorTable`] in order.
+#[derive(Clone)]
 pub struct TensorIter<'a> {
     table: &'a TensorTable,
     shard: usize,
@@ -518,12 +519,6 @@ impl<'a> Iterator for TensorIter<'a> {
 }
 
 impl ExactSizeIterator for TensorIter<'_> {}
-
-impl Clone for TensorIter<'_> {
-    fn clone(&self) -> Self {
-        Self { ..*self }
-    }
-}
 
 impl<'a> IntoIterator for &'a TensorTable {
     type Item = TensorRef<'a>;
