@@ -32,6 +32,7 @@ fn main() {
         PathBuf::from(linked),
     ];
     println!("cargo:rustc-link-arg=-Wl,--disable-new-dtags");
+    println!("cargo:rustc-link-arg-bins=-Wl,-z,pack-relative-relocs");
     for dir in dirs {
         println!("cargo:rustc-link-arg=-Wl,-rpath,{}", dir.display());
     }
