@@ -161,10 +161,6 @@ pub fn parse_header(
     json: &[u8],
     file_bytes: u64,
 ) -> Result<ShardHeader, CheckpointError> {
-    let text = std::str::from_utf8(json).map_err(|e| CheckpointError::HeaderNotUtf8 {
-        path: path.to_path_buf(),
-        offset: e.valid_up_to(),
-    })?;
     let header_bytes = json.len() as u64;
     let data_bytes = file_bytes.saturating_sub(8 + header_bytes);
     let sizes = FileBytes {
@@ -172,7 +168,9 @@ pub fn parse_header(
         header: header_bytes,
         data: data_bytes,
     };
-    if let Some(mut scanned) = scan::scan(text) {
+    // The scanner checks each string it reads to be UTF-8 (all else it
+    // accepts is ASCII), so only what it declines is checked whole.
+    if let Some(mut scanned) = scan::scan(json) {
         let metadata = std::mem::take(&mut scanned.metadata);
         let mut tensors = Vec::with_capacity(scanned.tensors.len());
         for t in &scanned.tensors {
@@ -197,6 +195,10 @@ pub fn parse_header(
         }
         validate(path, metadata, tensors, sizes)
     } else {
+        let text = std::str::from_utf8(json).map_err(|e| CheckpointError::HeaderNotUtf8 {
+            path: path.to_path_buf(),
+            offset: e.valid_up_to(),
+        })?;
         let RawHeader {
             metadata,
             tensors: raw,
@@ -226,13 +228,15 @@ fn parse_with_serde(path: &Path, text: &str) -> Result<RawHeader, CheckpointErro
     })
 }
 
-/// Whether the fast scanner agrees with `serde_json` on `text`: it either
-/// declines it or reads exactly what `serde_json` reads. For the fuzz target.
+/// Whether the fast scanner agrees with `serde_json` on `bytes`: it either
+/// declines them or they are UTF-8 and it reads exactly what `serde_json` reads. For the fuzz target.
 #[doc(hidden)]
 #[must_use]
-pub fn scanner_agrees_with_serde(text: &str) -> bool {
-    scan::scan(text).is_none_or(|scanned| {
-        serde_json::from_str::<RawHeader>(text).is_ok_and(|raw| raw == RawHeader::from(scanned))
+pub fn scanner_agrees_with_serde(bytes: &[u8]) -> bool {
+    scan::scan(bytes).is_none_or(|scanned| {
+        std::str::from_utf8(bytes).is_ok_and(|text| {
+            serde_json::from_str::<RawHeader>(text).is_ok_and(|raw| raw == RawHeader::from(scanned))
+        })
     })
 }
 
@@ -656,13 +660,21 @@ mod tests {
             r#"{"a":{"dtype":"F16","shape":[1],"data_offsets":[0,2]},"a":{"dtype":"F16","shape":[1],"data_offsets":[2,4]}}"#,
             "{}",
         ] {
-            assert!(scan::scan(text).is_some(), "{text}");
-            assert!(scanner_agrees_with_serde(text), "{text}");
+            assert!(scan::scan(text.as_bytes()).is_some(), "{text}");
+            assert!(scanner_agrees_with_serde(text.as_bytes()), "{text}");
         }
         // Declined texts agree trivially; serde then gives the errors.
         assert!(scanner_agrees_with_serde(
-            r#"{"a":{"dtype":"F16","shape":[1.5]}}"#
+            br#"{"a":{"dtype":"F16","shape":[1.5]}}"#
         ));
+        // So do bytes that are not UTF-8, in a name or outside strings.
+        assert!(scanner_agrees_with_serde(
+            b"{\"a\xff\":{\"dtype\":\"F16\",\"shape\":[1],\"data_offsets\":[0,2]}}"
+        ));
+        assert!(
+            scan::scan(b"{\"a\":{\"dtype\":\"F16\",\"shape\":[1],\"data_offsets\":[0,2]}}\xff")
+                .is_none()
+        );
         let scanned = parse(
             r#"{"a":{"dtype":"Q9","shape":[1],"data_offsets":[0,2]}}"#,
             2,
@@ -685,6 +697,13 @@ mod tests {
         let err = parse_header(&path(), b"{\"\xff\": 1}", 20).expect_err("bad");
         assert!(
             matches!(err, CheckpointError::HeaderNotUtf8 { offset: 2, .. }),
+            "{err}"
+        );
+        // In a name of a header the scanner would otherwise read.
+        let json = b"{\"a\xff\":{\"dtype\":\"F16\",\"shape\":[1],\"data_offsets\":[0,2]}}";
+        let err = parse_header(&path(), json, 8 + json.len() as u64 + 2).expect_err("bad");
+        assert!(
+            matches!(err, CheckpointError::HeaderNotUtf8 { offset: 3, .. }),
             "{err}"
         );
     }

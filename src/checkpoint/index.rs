@@ -104,50 +104,133 @@ pub fn parse_index<'a>(
     path: &Path,
     bytes: &'a [u8],
 ) -> Result<(Index, IndexEntries<'a>), CheckpointError> {
-    parse_index_with(path, bytes, true)
+    parse_index_with(path, bytes, Some(bytes.len()))
 }
 
 /// Whether the fast index scanner changes nothing: [`parse_index`] with and
-/// without it give the same result on `bytes`. For the fuzz target.
+/// without it give the same result on `bytes`, and so does reading the
+/// bytes in pieces of any size. For the fuzz target.
 #[doc(hidden)]
 #[must_use]
 pub fn index_scanner_agrees_with_serde(bytes: &[u8]) -> bool {
     let path = Path::new("model.safetensors.index.json");
-    format!("{:?}", parse_index_with(path, bytes, true))
-        == format!("{:?}", parse_index_with(path, bytes, false))
+    let serde = format!("{:?}", parse_index_with(path, bytes, None));
+    [bytes.len(), 1, 7, 64].into_iter().all(|piece| {
+        format!("{:?}", parse_index_with(path, bytes, Some(piece))) == serde
+            && folded_agrees(path, bytes, piece)
+    })
 }
 
+/// Whether [`read_index_folded`] over `bytes` in pieces of `piece` gives
+/// [`parse_index`]'s index and entries, folded per file.
+fn folded_agrees(path: &Path, bytes: &[u8], piece: usize) -> bool {
+    let fold = |names: &mut Vec<String>, name: &str| names.push(name.to_owned());
+    let folded = fold_index(path, bytes, piece, || Ok(bytes.to_vec()), fold);
+    match (parse_index(path, bytes), folded) {
+        (Ok((index, entries)), Ok((folded_index, names))) => {
+            let mut want = vec![Vec::new(); index.shard_files.len()];
+            for (name, file) in entries {
+                want[file].push(name.into_owned());
+            }
+            index == folded_index && want == names
+        }
+        (Err(a), Err(b)) => a.to_string() == b.to_string(),
+        _ => false,
+    }
+}
+
+/// Reads the index at `path` a piece at a time (never whole: a 90k-entry
+/// index is 8 MB of text), folding each entry's tensor name into a value
+/// kept per shard file with `add`. Returns the index and those values in
+/// [`Index::shard_files`] order. An index in an unusual shape is read whole
+/// and parsed as [`parse_index`] does, with the same errors.
+///
+/// # Errors
+/// As [`read_index`].
+pub(super) fn read_index_folded<T: Default>(
+    path: &Path,
+    add: impl FnMut(&mut T, &str),
+) -> Result<(Index, Vec<T>), CheckpointError> {
+    let file = std::fs::File::open(path).map_err(|e| CheckpointError::unreadable(path, &e))?;
+    let whole = || std::fs::read(path).map_err(|e| CheckpointError::unreadable(path, &e));
+    fold_index(path, file, INDEX_PIECE_BYTES, whole, add)
+}
+
+/// How much of an index is read at a time: a few thousand entries, few
+/// enough to stay in the CPU's cache.
+const INDEX_PIECE_BYTES: usize = 256 << 10;
+
+/// [`read_index_folded`] from `reader`; `whole` reads all of it again for
+/// serde when the scanner declines it.
+fn fold_index<T: Default>(
+    path: &Path,
+    reader: impl std::io::Read,
+    piece: usize,
+    whole: impl FnOnce() -> Result<Vec<u8>, CheckpointError>,
+    mut add: impl FnMut(&mut T, &str),
+) -> Result<(Index, Vec<T>), CheckpointError> {
+    let mut files = ShardFiles::default();
+    let mut folded: Vec<T> = Vec::new();
+    let mut count = 0;
+    let scanned = scan::scan_index(reader, piece, |name, file| {
+        let k = files.position(file);
+        if k == folded.len() {
+            folded.push(T::default());
+        }
+        if let Some(value) = folded.get_mut(k) {
+            add(value, name);
+        }
+        count += 1;
+    })
+    .map_err(|e| CheckpointError::unreadable(path, &e))?;
+    let Some(scanned) = scanned else {
+        // Not in the common shape: whole, through serde (or its error).
+        let bytes = whole()?;
+        let (index, entries) = parse_index_with(path, &bytes, None)?;
+        let mut folded: Vec<T> = std::iter::repeat_with(T::default)
+            .take(index.shard_files.len())
+            .collect();
+        for (name, file) in &entries {
+            if let Some(value) = folded.get_mut(*file) {
+                add(value, name);
+            }
+        }
+        return Ok((index, folded));
+    };
+    let (index, rank) = finish(path, files, metadata_values(scanned.metadata), count)?;
+    let mut sorted: Vec<Option<T>> = std::iter::repeat_with(|| None).take(rank.len()).collect();
+    for (value, &k) in folded.into_iter().zip(&rank) {
+        if let Some(slot) = sorted.get_mut(k) {
+            *slot = Some(value);
+        }
+    }
+    Ok((
+        index,
+        sorted.into_iter().map(Option::unwrap_or_default).collect(),
+    ))
+}
+
+/// `scanner_piece`: scan in pieces of that many bytes; `None`: serde only.
 fn parse_index_with<'a>(
     path: &Path,
     bytes: &'a [u8],
-    use_scanner: bool,
+    scanner_piece: Option<usize>,
 ) -> Result<(Index, IndexEntries<'a>), CheckpointError> {
     let mut files = ShardFiles::default();
     // Indexes as programs write them are scanned directly; anything else
     // (escapes, other fields, other value types, bad JSON) goes to serde.
     let mut entries: IndexEntries<'a> = Vec::new();
-    let text = use_scanner
-        .then(|| std::str::from_utf8(bytes).ok())
-        .flatten();
-    let scanned = text.and_then(|text| {
+    let scanned = scanner_piece.and_then(|piece| {
         // About 80 bytes of JSON per entry (capped: padding reserves nothing).
-        entries.reserve((text.len() / 80).min(1 << 17));
-        scan::scan_index(text, |name, file| {
-            entries.push((Cow::Borrowed(name), files.position(file)));
+        entries.reserve((bytes.len() / 80).min(1 << 17));
+        scan::scan_index(bytes, piece, |name, file| {
+            entries.push((Cow::Owned(name.to_owned()), files.position(file)));
         })
+        .ok()
+        .flatten()
     });
     let raw_metadata = if let Some(scanned) = scanned {
-        scanned.metadata.map(|map| {
-            map.into_iter()
-                .map(|(key, value)| {
-                    let value = match value {
-                        MetaValue::Text(text) => serde_json::Value::String(text),
-                        MetaValue::Nat(n) => serde_json::Value::from(n),
-                    };
-                    (key, value)
-                })
-                .collect()
-        })
+        metadata_values(scanned.metadata)
     } else {
         let raw: RawIndex<'a> = serde_json::from_slice(bytes).map_err(|e| {
             if e.is_data() {
@@ -174,19 +257,47 @@ fn parse_index_with<'a>(
             .collect();
         raw.metadata
     };
+    let (index, rank) = finish(path, files, raw_metadata, entries.len())?;
+    for entry in &mut entries {
+        entry.1 = rank[entry.1];
+    }
+    Ok((index, entries))
+}
+
+/// Scanned metadata values as serde's.
+fn metadata_values(
+    scanned: Option<BTreeMap<String, MetaValue>>,
+) -> Option<BTreeMap<String, serde_json::Value>> {
+    scanned.map(|map| {
+        map.into_iter()
+            .map(|(key, value)| {
+                let value = match value {
+                    MetaValue::Text(text) => serde_json::Value::String(text),
+                    MetaValue::Nat(n) => serde_json::Value::from(n),
+                };
+                (key, value)
+            })
+            .collect()
+    })
+}
+
+/// The index from its files (in first-seen order), metadata and entry
+/// count, with each file's rank in the sorted [`Index::shard_files`]
+/// (`rank[first_seen]`).
+fn finish(
+    path: &Path,
+    files: ShardFiles,
+    raw_metadata: Option<BTreeMap<String, serde_json::Value>>,
+    tensor_count: usize,
+) -> Result<(Index, Vec<usize>), CheckpointError> {
     let shard_files = files.check(path)?;
-    // Sorted file order; remap each entry's position accordingly.
     let mut order: Vec<usize> = (0..shard_files.len()).collect();
     order.sort_unstable_by(|&a, &b| shard_files[a].cmp(&shard_files[b]));
     let mut rank = vec![0; order.len()];
     for (new, &old) in order.iter().enumerate() {
         rank[old] = new;
     }
-    for entry in &mut entries {
-        entry.1 = rank[entry.1];
-    }
     let sorted_files = order.iter().map(|&i| shard_files[i].clone()).collect();
-
     let mut metadata = BTreeMap::new();
     let mut total_size = None;
     for (key, value) in raw_metadata.unwrap_or_default() {
@@ -199,15 +310,13 @@ fn parse_index_with<'a>(
         };
         metadata.insert(key, text);
     }
-    Ok((
-        Index {
-            shard_files: sorted_files,
-            tensor_count: entries.len(),
-            total_size,
-            metadata,
-        },
-        entries,
-    ))
+    let index = Index {
+        shard_files: sorted_files,
+        tensor_count,
+        total_size,
+        metadata,
+    };
+    Ok((index, rank))
 }
 
 /// The distinct shard file names of an index, in first-seen order.
@@ -295,8 +404,8 @@ mod tests {
             r#"{"weight_map":{"a":"s.safetensors","a":"t.safetensors"}}"#,
             r#"{"weight_map":{"a":"../s.safetensors"}}"#,
         ] {
-            let text = json;
-            assert!(scan::scan_index(text, |_, _| ()).is_some(), "{json}");
+            let scanned = scan::scan_index(json.as_bytes(), 5, |_, _| ());
+            assert!(scanned.is_ok_and(|s| s.is_some()), "{json}");
             assert!(index_scanner_agrees_with_serde(json.as_bytes()), "{json}");
         }
         for json in [
@@ -306,8 +415,43 @@ mod tests {
             r#"{"weight_map":{},"other":1}"#,
             r#"{"metadata":{}}"#,
         ] {
-            assert!(scan::scan_index(json, |_, _| ()).is_none(), "{json}");
+            let scanned = scan::scan_index(json.as_bytes(), 5, |_, _| ());
+            assert!(scanned.is_ok_and(|s| s.is_none()), "{json}");
             assert!(index_scanner_agrees_with_serde(json.as_bytes()), "{json}");
+        }
+    }
+
+    #[test]
+    fn an_index_read_in_pieces_of_any_size_reads_the_same() {
+        // A name of several-byte characters, numbers and strings cut at
+        // every place by some piece size.
+        let json = "{ \"metadata\" : {\"total_size\": 1234567, \"format\":\"pt\"},\n \
+            \"weight_map\": {\"d\u{e9}j\u{e0}.vu.\u{1f600}\": \"m-2.safetensors\",\n \
+            \"b.weight\":\"m-1.safetensors\" , \"c\":\"m-2.safetensors\"} }\n";
+        let path = Path::new("model.safetensors.index.json");
+        let (index, entries) = parse_index(path, json.as_bytes()).expect("valid");
+        assert_eq!(index.total_size, Some(1_234_567));
+        assert_eq!(entries[0].0, "d\u{e9}j\u{e0}.vu.\u{1f600}");
+        for piece in 1..=json.len() {
+            let add = |names: &mut Vec<String>, name: &str| names.push(name.to_owned());
+            let whole =
+                || -> Result<Vec<u8>, CheckpointError> { panic!("scanned, never read whole") };
+            let (folded, names) =
+                fold_index(path, json.as_bytes(), piece, whole, add).expect("valid");
+            assert_eq!(folded, index, "piece {piece}");
+            assert_eq!(
+                names,
+                [
+                    vec!["b.weight".to_owned()],
+                    vec!["d\u{e9}j\u{e0}.vu.\u{1f600}".to_owned(), "c".to_owned()]
+                ]
+            );
+        }
+        // Cut short anywhere, it is never read as complete.
+        for end in 0..json.trim_end().len() {
+            let cut = &json.as_bytes()[..end];
+            let scanned = scan::scan_index(cut, 3, |_, _| ()).expect("read");
+            assert!(scanned.is_none(), "{}", String::from_utf8_lossy(cut));
         }
     }
 

@@ -153,20 +153,14 @@ impl Checkpoint {
             require_regular(&index_path)?;
             // The index is read and parsed while the shard headers the
             // folder lists are (a 90k-entry index is 8 MB of JSON, as much
-            // as many shards); it then picks its shards, in its order. Only
-            // a digest of its entries outlives the thread, so its text and
-            // entries are freed before the tensor table is assembled.
+            // as many shards); it then picks its shards, in its order. It is
+            // read a piece at a time and only a digest of its entries per
+            // shard file is kept: neither its text nor its entries are ever
+            // whole in memory.
             let read_and_parse = || {
-                let bytes = std::fs::read(&index_path)
-                    .map_err(|e| CheckpointError::unreadable(&index_path, &e))?;
-                let (index, entries) = parse_index(&index_path, &bytes)?;
-                let mut digests = vec![NameDigest::default(); index.shard_files.len()];
-                for (name, file) in &entries {
-                    if let Some(digest) = digests.get_mut(*file) {
-                        digest.add(name_hash(name));
-                    }
-                }
-                Ok((index, digests))
+                index::read_index_folded(&index_path, |digest: &mut NameDigest, name| {
+                    digest.add(name_hash(name));
+                })
             };
             let listed: Vec<(String, PathBuf)> = shard_files
                 .iter()

@@ -44,12 +44,8 @@ impl ScannedHeader<'_> {
 }
 
 /// Scans `text`; `None` when it is not in the common shape.
-pub(super) fn scan(text: &str) -> Option<ScannedHeader<'_>> {
-    let mut s = Scanner {
-        text,
-        bytes: text.as_bytes(),
-        at: 0,
-    };
+pub(super) fn scan(text: &[u8]) -> Option<ScannedHeader<'_>> {
+    let mut s = Scanner { bytes: text, at: 0 };
     let mut metadata = BTreeMap::new();
     // A typical entry takes 80-120 bytes of JSON (the first guess is capped:
     // a header of padding alone must not reserve much).
@@ -92,76 +88,202 @@ pub(super) struct ScannedIndex {
 }
 
 /// Scans an index `{"metadata": {..}, "weight_map": {"tensor": "file", ..}}`
-/// (either order, each at most once, `weight_map` required), handing each
-/// `weight_map` pair to `pair` in file order (90k pairs are not collected
-/// twice) and returning `metadata` (a repeated key keeps its last value).
-/// `None` when the text is not in that shape; `pair` may have been called.
-pub(super) fn scan_index<'a>(
-    text: &'a str,
-    mut pair: impl FnMut(&'a str, &'a str),
-) -> Option<ScannedIndex> {
-    let mut s = Scanner {
-        text,
-        bytes: text.as_bytes(),
-        at: 0,
-    };
+/// (either order, each at most once, `weight_map` required) from `reader`,
+/// holding at most about `piece` bytes of it at a time (more only when one
+/// entry is longer): a 90k-entry index is 8 MB of text, and reading it
+/// whole into fresh memory took longer than scanning it. Each `weight_map`
+/// pair goes to `pair` in file order once the separator after it is read;
+/// `metadata` is returned (a repeated key keeps its last value). `Ok(None)`
+/// when the text is not in that shape; `pair` may have been called.
+///
+/// # Errors
+/// When `reader` fails.
+pub(super) fn scan_index(
+    reader: impl std::io::Read,
+    piece: usize,
+    mut pair: impl FnMut(&str, &str),
+) -> std::io::Result<Option<ScannedIndex>> {
+    let mut text = Pieces::new(reader, piece);
     let mut metadata = None;
     let mut weight_map = false;
-    s.expect(b'{')?;
+    if text.unit(|s| s.expect(b'{'))?.is_none() {
+        return Ok(None);
+    }
     loop {
-        let key = s.string()?;
-        s.expect(b':')?;
+        // The key is copied out of the piece it was read from.
+        let key = text.unit(|s| {
+            let key = s.string()?;
+            s.expect(b':')?;
+            Some(match key {
+                "metadata" => IndexKey::Metadata,
+                "weight_map" => IndexKey::WeightMap,
+                _ => IndexKey::Other,
+            })
+        })?;
         match key {
-            "metadata" if metadata.is_none() => {
-                let mut map = BTreeMap::new();
-                s.expect(b'{')?;
-                if !s.eat(b'}') {
-                    loop {
-                        let key = s.string()?;
-                        s.expect(b':')?;
-                        s.skip_space();
-                        let value = if s.bytes.get(s.at) == Some(&b'"') {
-                            MetaValue::Text(s.string()?.to_owned())
-                        } else {
-                            MetaValue::Nat(s.natural()?)
-                        };
-                        map.insert(key.to_owned(), value);
-                        if s.eat(b'}') {
-                            break;
-                        }
-                        s.expect(b',')?;
-                    }
-                }
+            Some(IndexKey::Metadata) if metadata.is_none() => {
+                // A closure: the method path would fix the scanner's lifetime.
+                #[allow(clippy::redundant_closure_for_method_calls)]
+                let Some(map) = text.unit(|s| s.index_metadata())? else {
+                    return Ok(None);
+                };
                 metadata = Some(map);
             }
-            "weight_map" if !weight_map => {
-                s.expect(b'{')?;
-                if !s.eat(b'}') {
-                    loop {
-                        let name = s.string()?;
-                        s.expect(b':')?;
-                        pair(name, s.string()?);
-                        if s.eat(b'}') {
-                            break;
+            Some(IndexKey::WeightMap) if !weight_map => {
+                if text.unit(|s| s.expect(b'{'))?.is_none() {
+                    return Ok(None);
+                }
+                let mut first = true;
+                loop {
+                    let step = text.unit(|s| {
+                        let step = s.map_step(first)?;
+                        if let MapStep::Pair { name, file, .. } = step {
+                            pair(name, file);
                         }
-                        s.expect(b',')?;
+                        Some(matches!(
+                            step,
+                            MapStep::End | MapStep::Pair { last: true, .. }
+                        ))
+                    })?;
+                    match step {
+                        None => return Ok(None),
+                        Some(true) => break,
+                        Some(false) => first = false,
                     }
                 }
                 weight_map = true;
             }
-            _ => return None,
+            _ => return Ok(None),
         }
-        if s.eat(b'}') {
-            break;
+        let end = text.unit(|s| {
+            if s.eat(b'}') {
+                Some(true)
+            } else {
+                s.expect(b',').map(|()| false)
+            }
+        })?;
+        match end {
+            None => return Ok(None),
+            Some(true) => break,
+            Some(false) => {}
         }
-        s.expect(b',')?;
     }
-    s.skip_space();
-    (s.at == s.bytes.len() && weight_map).then_some(ScannedIndex { metadata })
+    let done = text.only_space_left()? && weight_map;
+    Ok(done.then_some(ScannedIndex { metadata }))
 }
 
+/// A top-level key of an index.
+enum IndexKey {
+    Metadata,
+    WeightMap,
+    Other,
+}
+
+/// One step through a `weight_map` object.
+enum MapStep<'a> {
+    /// `}` right after `{`: an empty map.
+    End,
+    /// `"name":"file"` and the `,` after it (`last: false`) or the `}`.
+    Pair {
+        name: &'a str,
+        file: &'a str,
+        last: bool,
+    },
+}
+
+/// Text read a piece at a time into one buffer. A unit of the grammar is
+/// scanned from what is buffered; when it fails, more is read and it is
+/// scanned again, until it succeeds or the text ends. Every unit ends with a
+/// delimiter it checks, so one cut short by the end of a piece (a number, a
+/// string, a character of several bytes) never scans as complete.
+struct Pieces<R> {
+    reader: R,
+    buf: Vec<u8>,
+    /// Scanned and consumed: `buf[..start]`.
+    start: usize,
+    /// Read so far: `buf[..end]`.
+    end: usize,
+    eof: bool,
+}
+
+impl<R: std::io::Read> Pieces<R> {
+    fn new(reader: R, piece: usize) -> Self {
+        Self {
+            reader,
+            buf: vec![0; piece.max(1)],
+            start: 0,
+            end: 0,
+            eof: false,
+        }
+    }
+
+    /// Runs `unit` on the text not yet consumed and consumes what it
+    /// scanned; `None` when it fails on all the rest of the text.
+    fn unit<T>(
+        &mut self,
+        mut unit: impl FnMut(&mut Scanner<'_>) -> Option<T>,
+    ) -> std::io::Result<Option<T>> {
+        loop {
+            let mut s = Scanner {
+                bytes: self.buf.get(self.start..self.end).unwrap_or_default(),
+                at: 0,
+            };
+            if let Some(value) = unit(&mut s) {
+                self.start += s.at;
+                return Ok(Some(value));
+            }
+            if self.eof {
+                return Ok(None);
+            }
+            self.read_more()?;
+        }
+    }
+
+    /// Whether nothing but white space is left (reading to the end).
+    fn only_space_left(&mut self) -> std::io::Result<bool> {
+        loop {
+            let rest = self.buf.get(self.start..self.end).unwrap_or_default();
+            if !rest
+                .iter()
+                .all(|b| matches!(b, b' ' | b'\n' | b'\r' | b'\t'))
+            {
+                return Ok(false);
+            }
+            self.start = self.end;
+            if self.eof {
+                return Ok(true);
+            }
+            self.read_more()?;
+        }
+    }
+
+    /// Moves the unconsumed text to the front (doubling the buffer when it
+    /// is full of it) and reads after it.
+    fn read_more(&mut self) -> std::io::Result<()> {
+        self.buf.copy_within(self.start..self.end, 0);
+        self.end -= self.start;
+        self.start = 0;
+        if self.end == self.buf.len() {
+            self.buf.resize(self.buf.len() * 2, 0);
+        }
+        loop {
+            match self
+                .reader
+                .read(self.buf.get_mut(self.end..).unwrap_or_default())
+            {
+                Ok(0) => self.eof = true,
+                Ok(n) => self.end += n,
+                Err(err) if err.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(err) => return Err(err),
+            }
+            return Ok(());
+        }
+    }
+}
+
+/// Scans bytes; strings are checked to be UTF-8 one by one (so text read
+/// in pieces needs no check of its own, and a cut character never scans).
 struct Scanner<'a> {
-    text: &'a str,
     bytes: &'a [u8],
     at: usize,
 }
@@ -197,8 +319,7 @@ impl<'a> Scanner<'a> {
             return None;
         }
         self.at = end + 1;
-        // Both ends sit next to ASCII bytes, so they are char boundaries.
-        self.text.get(start..end)
+        std::str::from_utf8(self.bytes.get(start..end)?).ok()
     }
 
     /// A JSON integer in `0..=u64::MAX` written without sign, fraction or
@@ -285,6 +406,47 @@ impl<'a> Scanner<'a> {
 
     /// `{"dtype": .., "shape": [..], "data_offsets": [..]}` in any order,
     /// each field exactly once and no other.
+    /// An index's `metadata` object of strings and naturals.
+    fn index_metadata(&mut self) -> Option<BTreeMap<String, MetaValue>> {
+        let mut map = BTreeMap::new();
+        self.expect(b'{')?;
+        if self.eat(b'}') {
+            return Some(map);
+        }
+        loop {
+            let key = self.string()?;
+            self.expect(b':')?;
+            self.skip_space();
+            let value = if self.bytes.get(self.at) == Some(&b'"') {
+                MetaValue::Text(self.string()?.to_owned())
+            } else {
+                MetaValue::Nat(self.natural()?)
+            };
+            map.insert(key.to_owned(), value);
+            if self.eat(b'}') {
+                return Some(map);
+            }
+            self.expect(b',')?;
+        }
+    }
+
+    /// The next step through a `weight_map` (`first`: right after its `{`).
+    fn map_step(&mut self, first: bool) -> Option<MapStep<'a>> {
+        if first && self.eat(b'}') {
+            return Some(MapStep::End);
+        }
+        let name = self.string()?;
+        self.expect(b':')?;
+        let file = self.string()?;
+        let last = if self.eat(b'}') {
+            true
+        } else {
+            self.expect(b',')?;
+            false
+        };
+        Some(MapStep::Pair { name, file, last })
+    }
+
     fn tensor(&mut self, name: &'a str, dims: &mut Vec<u64>) -> Option<ScannedTensor<'a>> {
         self.expect(b'{')?;
         let mut dtype = None;
@@ -335,7 +497,7 @@ mod tests {
     #[test]
     fn the_common_shape_is_scanned() {
         let header = scan(
-            r#" { "__metadata__" : {"format":"pt","format":"mlx"},
+            br#" { "__metadata__" : {"format":"pt","format":"mlx"},
                 "a.weight":{"shape":[2, 3],"dtype":"F16","data_offsets":[0,12]},
                 "b":{"dtype":"F8_E4M3","shape":[],"data_offsets":[12,13]} }   "#,
         )
@@ -348,14 +510,14 @@ mod tests {
         assert_eq!(header.tensors[0].data_offsets, (0, 12));
         assert_eq!(header.tensors[1].dtype, Ok(Dtype::F8_E4M3));
         assert!(header.shape(&header.tensors[1]).is_empty());
-        let empty = scan("{}").expect("scanned");
+        let empty = scan(b"{}").expect("scanned");
         assert!(empty.tensors.is_empty() && empty.metadata.is_empty());
     }
 
     #[test]
     fn an_unknown_dtype_is_kept_for_the_error() {
         let header =
-            scan(r#"{"a":{"dtype":"Q4","shape":[1],"data_offsets":[0,1]}}"#).expect("scanned");
+            scan(br#"{"a":{"dtype":"Q4","shape":[1],"data_offsets":[0,1]}}"#).expect("scanned");
         assert_eq!(header.tensors[0].dtype, Err("Q4"));
     }
 
@@ -384,7 +546,7 @@ mod tests {
             r#"{"__metadata__":{"n":1}}"#,
             "{\"a\t\":{\"dtype\":\"F16\",\"shape\":[1],\"data_offsets\":[0,2]}}",
         ] {
-            assert_eq!(scan(text), None, "{text}");
+            assert_eq!(scan(text.as_bytes()), None, "{text}");
         }
     }
 }
