@@ -32,7 +32,7 @@ pub use summary::{
     QuantizedTensor, Summary, layer_of,
 };
 
-pub use table::{ShardTensors, TensorInfo, TensorRef, TensorTable};
+pub use table::{PartnerGuess, ShardTensors, TensorInfo, TensorRef, TensorTable};
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 
 use super::config::{QuantMode, QuantParams};
-use super::{Checkpoint, Dtype, TensorRef};
+use super::{Checkpoint, Dtype, PartnerGuess, TensorRef};
 
 /// One MLX-quantized weight: the packed `weight` with its `scales` (and
 /// `biases`, for affine quantization).
@@ -276,8 +276,30 @@ struct Counts {
     total_bytes: u64,
     logical_params: u64,
     layers: BTreeMap<Option<u64>, LayerFigures>,
+    /// The figures of the layer being counted, not yet in `layers`.
+    current: Option<LayerFigures>,
     packed: Vec<QuantizedTensor>,
     fp8: Vec<Fp8Tensor>,
+}
+
+/// Pushes `value`, the first time reserving room for `at_most` values:
+/// untouched room costs no memory, and the runs' lists are then appended
+/// to the first without being moved again.
+fn push_reserving<T>(list: &mut Vec<T>, value: T, at_most: usize) {
+    if list.capacity() == 0 {
+        list.reserve(at_most);
+    }
+    list.push(value);
+}
+
+/// Where each kind of partner was last found from its owner (see
+/// [`super::TensorTable::partner`]).
+#[derive(Default)]
+struct Partners {
+    scales: PartnerGuess,
+    biases: PartnerGuess,
+    global_scale: PartnerGuess,
+    fp8_scale: PartnerGuess,
 }
 
 impl Counts {
@@ -290,11 +312,12 @@ impl Counts {
     fn of(checkpoint: &Checkpoint, range: std::ops::Range<usize>, may_encode: bool) -> Self {
         let tensors = checkpoint.tensors();
         let mut counts = Self::default();
+        let mut partners = Partners::default();
         for t in tensors.iter_range(range) {
             counts.per_dtype[t.dtype() as usize] += t.elements();
             counts.total_bytes += t.bytes();
             let own = if may_encode {
-                checkpoint.own_encoding(t)
+                checkpoint.own_encoding(t, &mut partners)
             } else {
                 None
             };
@@ -306,12 +329,12 @@ impl Counts {
             let parts = match own {
                 Some(Encoding::Packed(q)) => {
                     let parts = [Some(q.scales), q.biases, q.global_scale];
-                    counts.packed.push(q);
+                    push_reserving(&mut counts.packed, q, tensors.len() - t.position());
                     parts
                 }
                 Some(Encoding::Fp8(f)) => {
                     let parts = [f.scale, None, None];
-                    counts.fp8.push(f);
+                    push_reserving(&mut counts.fp8, f, tensors.len() - t.position());
                     parts
                 }
                 _ => [None; 3],
@@ -323,6 +346,7 @@ impl Counts {
                 }
             }
         }
+        counts.file_current();
         counts
     }
 
@@ -331,13 +355,33 @@ impl Counts {
     fn add(&mut self, name: &str, params: u64, bytes: u64) {
         self.logical_params = self.logical_params.wrapping_add(params);
         let layer = layer_of(name);
-        let figures = self.layers.entry(layer).or_insert(LayerFigures {
-            layer,
-            params: 0,
-            bytes: 0,
-        });
-        figures.params = figures.params.wrapping_add(params);
-        figures.bytes += bytes;
+        // Neighbouring tensors are mostly of one layer: its figures are
+        // kept aside and filed in the map when another layer comes.
+        if self.current.as_ref().is_none_or(|c| c.layer != layer) {
+            self.file_current();
+            self.current = Some(LayerFigures {
+                layer,
+                params: 0,
+                bytes: 0,
+            });
+        }
+        if let Some(figures) = &mut self.current {
+            figures.params = figures.params.wrapping_add(params);
+            figures.bytes += bytes;
+        }
+    }
+
+    /// Files the current layer's figures in the map.
+    fn file_current(&mut self) {
+        if let Some(figures) = self.current.take() {
+            let filed = self.layers.entry(figures.layer).or_insert(LayerFigures {
+                layer: figures.layer,
+                params: 0,
+                bytes: 0,
+            });
+            filed.params = filed.params.wrapping_add(figures.params);
+            filed.bytes += figures.bytes;
+        }
     }
 
     /// Adds `later` (the run after this one's).
@@ -433,7 +477,7 @@ impl Checkpoint {
     pub fn encoding_at(&self, i: usize) -> Encoding {
         let tensors = self.tensors();
         let t = tensors.at(i);
-        if let Some(own) = self.own_encoding(t) {
+        if let Some(own) = self.own_encoding(t, &mut Partners::default()) {
             return own;
         }
         let find = |name: &str| tensors.position(name);
@@ -448,7 +492,14 @@ impl Checkpoint {
                 let scales = joined(module, ".scales");
                 if let (Some(weight), Some(scales)) = (weight, scales)
                     && tensors.at(weight).dtype() == Dtype::U32
-                    && detect(self, module, weight, scales).is_some()
+                    && detect(
+                        self,
+                        module,
+                        tensors.at(weight),
+                        scales,
+                        &mut Partners::default(),
+                    )
+                    .is_some()
                 {
                     return Encoding::Aux {
                         owner: weight,
@@ -471,17 +522,17 @@ impl Checkpoint {
 
     /// The encoding `t` has by itself: [`Encoding::Packed`] or
     /// [`Encoding::Fp8`], which win over being another tensor's part.
-    fn own_encoding(&self, t: TensorRef<'_>) -> Option<Encoding> {
-        let joined = |prefix: &str, suffix: &str| self.position_joined(prefix, suffix);
+    fn own_encoding(&self, t: TensorRef<'_>, partners: &mut Partners) -> Option<Encoding> {
+        let tensors = self.tensors();
         if let Some(module) = t.name().strip_suffix(".weight")
             && t.dtype() == Dtype::U32
-            && let Some(scales) = joined(module, ".scales")
-            && let Some(q) = detect(self, module, t.position(), scales)
+            && let Some(scales) = tensors.partner(t, module, ".scales", &mut partners.scales)
+            && let Some(q) = detect(self, module, t, scales, partners)
         {
             return Some(Encoding::Packed(q));
         }
         let format = Fp8Format::of(t.dtype())?;
-        let scale = joined(t.name(), "_scale_inv");
+        let scale = tensors.partner(t, t.name(), "_scale_inv", &mut partners.fp8_scale);
         let block = scale.and_then(|s| {
             let configured = self
                 .config()
@@ -519,14 +570,15 @@ impl Checkpoint {
 fn detect(
     checkpoint: &Checkpoint,
     module: &str,
-    weight: usize,
+    w: TensorRef<'_>,
     scales: usize,
+    partners: &mut Partners,
 ) -> Option<QuantizedTensor> {
     let tensors = checkpoint.tensors();
-    let w: TensorRef<'_> = tensors.at(weight);
+    let weight = w.position();
     let s = tensors.at(scales);
-    let biases = checkpoint.position_joined(module, ".biases");
-    let global_scale = checkpoint.position_joined(module, ".global_scale");
+    let biases = tensors.partner(w, module, ".biases", &mut partners.biases);
+    let global_scale = tensors.partner(w, module, ".global_scale", &mut partners.global_scale);
     let words = w.shape().last().copied().unwrap_or(0);
     let groups = s.shape().last().copied().unwrap_or(0);
     let fp_scales = s.dtype() == Dtype::U8 && biases.is_none();
@@ -636,9 +688,21 @@ fn most_common(found: &[QuantizedTensor]) -> QuantParams {
 /// segment (`model.layers.12.mlp.up_proj.weight` is layer 12).
 #[must_use]
 pub fn layer_of(name: &str) -> Option<u64> {
-    name.split('.')
-        .find(|seg| !seg.is_empty() && seg.bytes().all(|b| b.is_ascii_digit()))
-        .and_then(|seg| seg.parse().ok())
+    // One pass over the bytes (the summary asks this of every tensor).
+    let mut start = 0;
+    let mut digits = true;
+    for (i, b) in name.bytes().chain([b'.']).enumerate() {
+        if b == b'.' {
+            if digits && i > start {
+                return name.get(start..i)?.parse().ok();
+            }
+            start = i + 1;
+            digits = true;
+        } else if !b.is_ascii_digit() {
+            digits = false;
+        }
+    }
+    None
 }
 
 impl Checkpoint {

@@ -130,6 +130,13 @@ impl ShardTensors {
     }
 }
 
+/// Where [`TensorTable::partner`] looks first: how far from its owner the
+/// last partner of one kind was found.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PartnerGuess {
+    delta: isize,
+}
+
 /// One tensor: a view into its shard's columns. Copy it freely.
 #[derive(Clone, Copy)]
 pub struct TensorRef<'a> {
@@ -140,6 +147,20 @@ pub struct TensorRef<'a> {
 }
 
 impl<'a> TensorRef<'a> {
+    /// The tensor `delta` places away in the same shard, if there is one.
+    fn in_shard(self, delta: isize) -> Option<TensorRef<'a>> {
+        let local = self.local.checked_add_signed(delta)?;
+        if local >= self.part.len() {
+            return None;
+        }
+        Some(TensorRef {
+            part: self.part,
+            local,
+            shard: self.shard,
+            position: self.position.checked_add_signed(delta)?,
+        })
+    }
+
     /// Name as stored.
     #[must_use]
     pub fn name(self) -> &'a str {
@@ -439,6 +460,40 @@ impl TensorTable {
     #[must_use]
     pub fn position(&self, name: &str) -> Option<usize> {
         self.position_hashed(name, name_hash(name))
+    }
+
+    /// [`TensorTable::position_joined`] for a partner of `near` (a weight's
+    /// scales, say), looked for first where `guess` says, then right after
+    /// and right before `near`, and only then in the hash table: in a header
+    /// in name order a weight's block scale follows it and its scales come
+    /// just before; in one grouped by dtype (as the `safetensors` writer
+    /// orders them) each pair lies as far apart as the previous one. Names
+    /// are unique in the table, so a name found nearby is the one the hash
+    /// table would give.
+    #[must_use]
+    pub fn partner(
+        &self,
+        near: TensorRef<'_>,
+        prefix: &str,
+        suffix: &str,
+        guess: &mut PartnerGuess,
+    ) -> Option<usize> {
+        let is_joined = |name: &str| {
+            name.len() == prefix.len() + suffix.len()
+                && name.starts_with(prefix)
+                && name.ends_with(suffix)
+        };
+        for delta in [guess.delta, 1, -1] {
+            if let Some(t) = near.in_shard(delta).filter(|t| is_joined(t.name())) {
+                guess.delta = delta;
+                return Some(t.position());
+            }
+        }
+        let found = self.position_joined(prefix, suffix)?;
+        if let (Ok(found), Ok(near)) = (isize::try_from(found), isize::try_from(near.position())) {
+            guess.delta = found - near;
+        }
+        Some(found)
     }
 
     /// [`TensorTable::position`] of `prefix` followed by `suffix`, without
