@@ -673,6 +673,53 @@ mod tests {
         assert_eq!(table.position("model.layers.2999.weight"), Some(2999));
     }
 
+    #[test]
+    fn partners_are_found_nearby_or_in_the_hash_table_alike() {
+        // Name order (scale after weight), dtype order (weights, then
+        // scales), a partner in another shard and one that does not exist.
+        let first = [
+            "a.weight",
+            "a.weight_scale_inv",
+            "b.weight",
+            "c.weight",
+            "d.weight",
+        ];
+        let second = [
+            "b.weight_scale_inv",
+            "e.weight",
+            "f.weight",
+            "e.weight_scale_inv",
+            "f.weight_scale_inv",
+            "c.weight_scale_inv",
+        ];
+        let mut table = TensorTable::with_capacity(2, 16);
+        for names in [&first[..], &second[..]] {
+            let (p, h) = part(names);
+            assert!(table.push_shard(p, &h).is_empty());
+        }
+        let mut guess = PartnerGuess::default();
+        for t in &table {
+            if t.name().ends_with("_scale_inv") {
+                continue;
+            }
+            let found = table.partner(t, t.name(), "_scale_inv", &mut guess);
+            assert_eq!(
+                found,
+                table.position_joined(t.name(), "_scale_inv"),
+                "{}",
+                t.name()
+            );
+        }
+        assert_eq!(
+            table.partner(table.at(0), "a", ".weight_scale_inv", &mut guess),
+            Some(1)
+        );
+        assert_eq!(
+            table.partner(table.at(4), "d.weight", "_scale_inv", &mut guess),
+            None
+        );
+    }
+
     /// The offsets `part` gave `name` in the third shard above.
     fn table_entry_offsets(name: &str) -> (u64, u64) {
         let (b, _) = part(&["p", "y", "q", "x", "r"]);
