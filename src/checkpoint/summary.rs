@@ -262,7 +262,7 @@ impl Summary {
             logical_params: all.logical_params,
             bits_per_weight: ratio_bits(total_bytes, all.logical_params),
             quantization: quant_summary(checkpoint, all.packed),
-            fp8: fp8_summary(checkpoint, all.fp8),
+            fp8: fp8_summary(all.fp8, all.fp8_scale_bytes, all.fp8_blocks),
             layers: all.layers.into_values().collect(),
         }
     }
@@ -280,6 +280,9 @@ struct Counts {
     current: Option<LayerFigures>,
     packed: Vec<QuantizedTensor>,
     fp8: Vec<Fp8Tensor>,
+    /// Bytes of the FP8 weights' block scales.
+    fp8_scale_bytes: u64,
+    fp8_blocks: BlockCounts,
 }
 
 /// Pushes `value`, the first time reserving room for `at_most` values:
@@ -334,12 +337,19 @@ impl Counts {
                 }
                 Some(Encoding::Fp8(f)) => {
                     let parts = [f.scale, None, None];
+                    if let Some(block) = f.block {
+                        counts.fp8_blocks.add(block);
+                    }
                     push_reserving(&mut counts.fp8, f, tensors.len() - t.position());
                     parts
                 }
                 _ => [None; 3],
             };
+            let fp8 = Fp8Format::of(t.dtype()).is_some();
             for part in parts.into_iter().flatten().filter_map(|p| tensors.get(p)) {
+                if fp8 {
+                    counts.fp8_scale_bytes += part.bytes();
+                }
                 // An FP8 tensor is never a part: its own encoding wins.
                 if Fp8Format::of(part.dtype()).is_none() {
                     counts.add(part.name(), part.elements().wrapping_neg(), 0);
@@ -402,6 +412,33 @@ impl Counts {
         }
         self.packed.extend(later.packed);
         self.fp8.extend(later.fp8);
+        self.fp8_scale_bytes += later.fp8_scale_bytes;
+        for &(block, n) in &later.fp8_blocks.0 {
+            self.fp8_blocks.add_n(block, n);
+        }
+    }
+}
+
+/// How many FP8 weights use each block size (a handful of sizes at most).
+#[derive(Default)]
+struct BlockCounts(Vec<([u64; 2], usize)>);
+
+impl BlockCounts {
+    fn add(&mut self, block: [u64; 2]) {
+        self.add_n(block, 1);
+    }
+
+    fn add_n(&mut self, block: [u64; 2], n: usize) {
+        match self.0.iter_mut().find(|(b, _)| *b == block) {
+            Some((_, count)) => *count += n,
+            None => self.0.push((block, n)),
+        }
+    }
+
+    /// The most common block size (the largest of those tied).
+    fn most_common(mut self) -> Option<[u64; 2]> {
+        self.0.sort_unstable();
+        self.0.into_iter().max_by_key(|&(_, n)| n).map(|(b, _)| b)
     }
 }
 
@@ -429,25 +466,14 @@ fn quant_summary(checkpoint: &Checkpoint, found: Vec<QuantizedTensor>) -> Option
     })
 }
 
-fn fp8_summary(checkpoint: &Checkpoint, found: Vec<Fp8Tensor>) -> Option<Fp8Summary> {
+fn fp8_summary(found: Vec<Fp8Tensor>, scale_bytes: u64, blocks: BlockCounts) -> Option<Fp8Summary> {
     if found.is_empty() {
         return None;
     }
-    let tensors = checkpoint.tensors();
-    let scale_bytes = found
-        .iter()
-        .filter_map(|f| f.scale)
-        .map(|i| tensors.at(i).bytes())
-        .sum();
-    let mut blocks: BTreeMap<[u64; 2], usize> = BTreeMap::new();
-    for block in found.iter().filter_map(|f| f.block) {
-        *blocks.entry(block).or_insert(0) += 1;
-    }
-    let block = blocks.into_iter().max_by_key(|&(_, n)| n).map(|(b, _)| b);
     Some(Fp8Summary {
         tensors: found,
         scale_bytes,
-        block,
+        block: blocks.most_common(),
     })
 }
 
@@ -746,6 +772,16 @@ mod tests {
     }
 
     #[test]
+    fn the_most_common_block_is_the_largest_of_those_tied() {
+        let mut counts = BlockCounts::default();
+        for block in [[128, 128], [64, 64], [1, 128], [64, 64], [128, 128]] {
+            counts.add(block);
+        }
+        assert_eq!(counts.most_common(), Some([128, 128]));
+        assert_eq!(BlockCounts::default().most_common(), None);
+    }
+
+    #[test]
     fn fp8_blocks_fit_or_are_inferred() {
         assert_eq!(
             fp8_block(&[300, 256], &[3, 2], Some([128, 128])),
@@ -840,11 +876,16 @@ mod runs {
         let mut params = 0u64;
         let mut layers: BTreeMap<Option<u64>, (u64, u64)> = BTreeMap::new();
         let (mut packed, mut fp8) = (0, 0);
+        let (mut scale_bytes, mut blocks) = (0, BTreeMap::new());
         for t in checkpoint.tensors() {
             let p = match checkpoint.encoding_at(t.position()) {
                 Encoding::Plain => t.elements(),
-                Encoding::Fp8(_) => {
+                Encoding::Fp8(f) => {
                     fp8 += 1;
+                    scale_bytes += f.scale.map_or(0, |s| checkpoint.tensors().at(s).bytes());
+                    if let Some(block) = f.block {
+                        *blocks.entry(block).or_insert(0) += 1;
+                    }
                     t.elements()
                 }
                 Encoding::Packed(q) => {
@@ -867,7 +908,11 @@ mod runs {
         assert_eq!(theirs, layers);
         assert_eq!(summary.quantization.map(|q| q.tensors.len()), Some(packed));
         // Both FP8 weights and the FP8 "scales" of each layer.
-        assert_eq!(summary.fp8.map(|f| f.tensors.len()), Some(fp8));
+        let found = summary.fp8.expect("fp8");
+        assert_eq!(found.tensors.len(), fp8);
+        assert_eq!(found.scale_bytes, scale_bytes);
+        assert_eq!(blocks, BTreeMap::from([([128, 128], 2000)]));
+        assert_eq!(found.block, Some([128, 128]));
         assert_eq!(fp8, 3 * 2000);
         assert_eq!(packed, 3 * 2000);
     }
