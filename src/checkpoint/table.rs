@@ -161,6 +161,14 @@ impl<'a> TensorRef<'a> {
         })
     }
 
+    /// The tensor at `position` when it is in this tensor's shard, found
+    /// without a search (its scales, its block scale, its owner).
+    #[must_use]
+    pub fn sibling(self, position: usize) -> Option<TensorRef<'a>> {
+        let delta = isize::try_from(position).ok()? - isize::try_from(self.position).ok()?;
+        self.in_shard(delta)
+    }
+
     /// Name as stored.
     #[must_use]
     pub fn name(self) -> &'a str {

@@ -199,7 +199,7 @@ fn write_tensor_list(
             }
             push_tensor(buf, t, &shard_names[t.shard()]);
             if let Some(role) = roles.get(first + i) {
-                push_role(buf, role, checkpoint, summary);
+                push_role(buf, role, t, checkpoint, summary);
             }
             buf.push(b'}');
         }
@@ -359,8 +359,20 @@ fn roles(checkpoint: &Checkpoint, summary: &Summary) -> Roles {
 /// Appends the fields `role` adds to an entry, byte for byte as
 /// `serde_json` writes them (object keys in sorted order, as its `json!`
 /// maps keep them).
-fn push_role(buf: &mut Vec<u8>, role: Role, checkpoint: &Checkpoint, summary: &Summary) {
+fn push_role(
+    buf: &mut Vec<u8>,
+    role: Role,
+    tensor: TensorRef<'_>,
+    checkpoint: &Checkpoint,
+    summary: &Summary,
+) {
     let tensors = checkpoint.tensors();
+    // Owners and weights are mostly in the tensor's own shard: no search.
+    let at = |position: usize| {
+        tensor
+            .sibling(position)
+            .unwrap_or_else(|| tensors.at(position))
+    };
     let mut digits = itoa::Buffer::new();
     let mut push_dims = |buf: &mut Vec<u8>, dims: &[u64]| {
         buf.push(b'[');
@@ -375,7 +387,7 @@ fn push_role(buf: &mut Vec<u8>, role: Role, checkpoint: &Checkpoint, summary: &S
     match role {
         Role::PartOf(owner) => {
             buf.extend_from_slice(b",\"part_of\":");
-            push_json_str(buf, tensors.at(owner).name());
+            push_json_str(buf, at(owner).name());
         }
         Role::Quantized(k) => {
             let Some(t) = summary.quantization.as_ref().and_then(|q| q.tensors.get(k)) else {
@@ -411,7 +423,7 @@ fn push_role(buf: &mut Vec<u8>, role: Role, checkpoint: &Checkpoint, summary: &S
             buf.extend_from_slice(b",\"format\":");
             push_json_str(buf, t.format.name());
             buf.extend_from_slice(b",\"mode\":\"fp8\",\"shape\":");
-            push_dims(buf, tensors.at(t.weight).shape());
+            push_dims(buf, at(t.weight).shape());
             buf.push(b'}');
         }
     }
@@ -710,7 +722,7 @@ mod tests {
             let Some(role) = all.get(i) else { continue };
             seen += 1;
             let mut ours = Vec::new();
-            push_role(&mut ours, role, &checkpoint, &summary);
+            push_role(&mut ours, role, tensors.at(i), &checkpoint, &summary);
             let theirs = match role {
                 Role::PartOf(owner) => {
                     let mut buf = b",\"part_of\":".to_vec();
