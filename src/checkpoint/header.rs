@@ -49,6 +49,9 @@ pub struct ShardHeader {
     pub metadata: BTreeMap<String, String>,
     /// Tensors in data order.
     pub tensors: ShardTensors,
+    /// Each tensor's name hashed for the tensor table, in the same order
+    /// (computed once, for the duplicate check here).
+    pub(super) name_hashes: Vec<u64>,
 }
 
 impl ShardHeader {
@@ -281,23 +284,30 @@ fn validate(
         header: header_bytes,
         data: data_bytes,
     } = sizes;
-    let mut seen = foldhash::HashSet::with_capacity_and_hasher(
-        tensors.len(),
-        foldhash::fast::RandomState::default(),
-    );
-    if let Some(twice) = tensors.iter().find(|t| !seen.insert(t.name)) {
-        return Err(CheckpointError::DuplicateTensor {
-            tensor: twice.name.to_owned(),
-            first: path.to_path_buf(),
-            second: path.to_path_buf(),
-        });
+    // Names are hashed once, for this check and for the tensor table.
+    let mut hashed: Vec<(Entry<'_>, u64)> = tensors
+        .drain(..)
+        .map(|t| (t, super::table::name_hash(t.name)))
+        .collect();
+    let mut seen: hashbrown::HashTable<usize> = hashbrown::HashTable::with_capacity(hashed.len());
+    for (i, (t, hash)) in hashed.iter().enumerate() {
+        let same = |&j: &usize| hashed.get(j).is_some_and(|(u, _)| u.name == t.name);
+        if seen.find(*hash, same).is_some() {
+            return Err(CheckpointError::DuplicateTensor {
+                tensor: t.name.to_owned(),
+                first: path.to_path_buf(),
+                second: path.to_path_buf(),
+            });
+        }
+        seen.insert_unique(*hash, i, |&j| hashed.get(j).map_or(0, |(_, h)| *h));
     }
     drop(seen);
-    tensors.sort_unstable_by(|a, b| {
+    hashed.sort_unstable_by(|(a, _), (b, _)| {
         a.data_offsets
             .cmp(&b.data_offsets)
             .then_with(|| a.name.cmp(b.name))
     });
+    let (tensors, name_hashes): (Vec<Entry<'_>>, Vec<u64>) = hashed.into_iter().unzip();
     check_tiling(path, &tensors, data_bytes)?;
     let name_bytes = tensors.iter().map(|t| t.name.len()).sum();
     let mut columns = ShardTensors::with_capacity(tensors.len(), name_bytes);
@@ -315,6 +325,7 @@ fn validate(
         header_bytes,
         metadata,
         tensors: columns,
+        name_hashes,
     })
 }
 

@@ -547,8 +547,8 @@ type Parsed = Result<(ShardHeader, Vec<u64>), CheckpointError>;
 
 /// Reads a shard header with `buf` and hashes its names.
 fn read_hashed(path: &Path, buf: &mut Vec<u8>) -> Parsed {
-    let header = header::read_header_with(path, buf)?;
-    let hashes = header.tensors.iter().map(|t| name_hash(t.name())).collect();
+    let mut header = header::read_header_with(path, buf)?;
+    let hashes = std::mem::take(&mut header.name_hashes);
     Ok((header, hashes))
 }
 

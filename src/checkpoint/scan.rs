@@ -374,11 +374,13 @@ impl<'a> Scanner<'a> {
     }
 
     /// Consumes `literal` if the input continues with exactly it.
-    fn literal(&mut self, literal: &[u8]) -> bool {
+    /// Consumes `literal` if the text goes on with it (its length known at
+    /// compile time: compared as a few words, not by a call to `memcmp`).
+    fn literal<const N: usize>(&mut self, literal: &[u8; N]) -> bool {
         let found = self
             .bytes
-            .get(self.at..)
-            .is_some_and(|rest| rest.starts_with(literal));
+            .get(self.at..self.at + N)
+            .is_some_and(|rest| rest == literal);
         if found {
             self.at += literal.len();
         }
