@@ -4,9 +4,19 @@
 /// `1536` → `"1.50 KiB"`; exact bytes below 1 KiB.
 #[must_use]
 pub fn human_bytes(bytes: u64) -> String {
+    let mut text = String::new();
+    write_human_bytes(&mut text, bytes);
+    text
+}
+
+/// [`human_bytes`] appended to `text` (for 90k table rows, no new string each).
+pub fn write_human_bytes(text: &mut String, bytes: u64) {
+    use std::fmt::Write as _;
     const UNITS: [&str; 6] = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+    // Writing into a String cannot fail.
     if bytes < 1024 {
-        return format!("{bytes} B");
+        let _ = write!(text, "{bytes} B");
+        return;
     }
     let mut value = bytes as f64 / 1024.0;
     let mut unit = 0;
@@ -14,7 +24,7 @@ pub fn human_bytes(bytes: u64) -> String {
         value /= 1024.0;
         unit += 1;
     }
-    format!("{value:.2} {}", UNITS[unit])
+    let _ = write!(text, "{value:.2} {}", UNITS[unit]);
 }
 
 /// A size like `8G`, `512MiB`, `1.5k`, `12 GB` or plain bytes (binary

@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use crate::checkpoint::{Checkpoint, Layout, Summary, TensorRef};
 use crate::units::json_plain_run;
-use crate::units::{grouped, human_bytes, printable, short_count};
+use crate::units::{grouped, human_bytes, printable, short_count, write_human_bytes};
 
 #[derive(Serialize)]
 struct JsonShard<'a> {
@@ -167,8 +167,7 @@ const TENSORS_PER_PIECE: usize = 1024;
 
 /// Writes the `tensors` array's elements to `out`, in order. The list (14 MB
 /// for 90k tensors) is serialized piece by piece on every core and written as
-/// the pieces come in order, through a few reused buffers: never whole in
-/// memory, where its fresh pages alone would cost more than writing it.
+/// the pieces come in order (see [`write_in_pieces`]).
 fn write_tensor_list(
     checkpoint: &Checkpoint,
     summary: &Summary,
@@ -176,10 +175,6 @@ fn write_tensor_list(
     out: &mut impl Write,
 ) -> io::Result<()> {
     let tensors = checkpoint.tensors();
-    let pieces: Vec<std::ops::Range<usize>> = (0..tensors.len())
-        .step_by(TENSORS_PER_PIECE)
-        .map(|start| start..(start + TENSORS_PER_PIECE).min(tensors.len()))
-        .collect();
     // Each shard's file name as a JSON string, once (163 names, 90k uses).
     let shard_names: Vec<Vec<u8>> = checkpoint
         .shards()
@@ -191,7 +186,6 @@ fn write_tensor_list(
         })
         .collect();
     let serialize = |piece: std::ops::Range<usize>, buf: &mut Vec<u8>| {
-        buf.clear();
         let first = piece.start;
         for (i, t) in tensors.iter_range(piece).enumerate() {
             if i > 0 {
@@ -204,6 +198,24 @@ fn write_tensor_list(
             buf.push(b'}');
         }
     };
+    write_in_pieces(tensors.len(), b",", &serialize, out)
+}
+
+/// Writes items `0..count` to `out` in order, `separator` between pieces of
+/// [`TENSORS_PER_PIECE`]: each piece is serialized by `serialize(range, buf)`
+/// (appending to an empty `buf`) on every core and written as the pieces
+/// come in order, through a few reused buffers: never whole in memory, where
+/// its fresh pages alone would cost more than writing it.
+fn write_in_pieces(
+    count: usize,
+    separator: &[u8],
+    serialize: &(dyn Fn(std::ops::Range<usize>, &mut Vec<u8>) + Sync),
+    out: &mut impl Write,
+) -> io::Result<()> {
+    let pieces: Vec<std::ops::Range<usize>> = (0..count)
+        .step_by(TENSORS_PER_PIECE)
+        .map(|start| start..(start + TENSORS_PER_PIECE).min(count))
+        .collect();
     let workers = std::thread::available_parallelism()
         .map_or(1, std::num::NonZero::get)
         .min(pieces.len());
@@ -223,7 +235,7 @@ fn write_tensor_list(
             let (next, stop, spare, pieces, serialize, written_so_far) =
                 (&next, &stop, &spare, &pieces, &serialize, &written_so_far);
             let worker = std::thread::Builder::new()
-                .name("json-out".into())
+                .name("list-out".into())
                 .spawn_scoped(scope, move || {
                     while !stop.load(Ordering::Relaxed) {
                         let i = next.fetch_add(1, Ordering::Relaxed);
@@ -235,6 +247,7 @@ fn write_tensor_list(
                             .ok()
                             .and_then(|mut s| s.pop())
                             .unwrap_or_else(|| Vec::with_capacity(TENSORS_PER_PIECE * 192));
+                        buf.clear();
                         serialize(piece, &mut buf);
                         if done.send((i, buf)).is_err() {
                             break;
@@ -251,7 +264,7 @@ fn write_tensor_list(
             waiting.insert(i, buf);
             while let Some(buf) = waiting.remove(&written) {
                 let result = if written > 0 {
-                    out.write_all(b",")
+                    out.write_all(separator)
                 } else {
                     Ok(())
                 }
@@ -273,9 +286,10 @@ fn write_tensor_list(
     // What no worker wrote (none could start): here, in order.
     let mut buf = Vec::new();
     for (i, piece) in pieces.iter().enumerate().skip(written) {
+        buf.clear();
         serialize(piece.clone(), &mut buf);
         if i > 0 {
-            out.write_all(b",")?;
+            out.write_all(separator)?;
         }
         out.write_all(&buf)?;
     }
@@ -565,6 +579,12 @@ pub fn write_text(
     }
 
     writeln!(out)?;
+    write_tensor_rows(checkpoint, out)
+}
+
+/// The table of every tensor: name, dtype, shape, bytes, shard.
+fn write_tensor_rows(checkpoint: &Checkpoint, out: &mut impl Write) -> io::Result<()> {
+    let shards = checkpoint.shards();
     let tensors = checkpoint.tensors();
     let name_width = tensors
         .iter()
@@ -572,25 +592,71 @@ pub fn write_text(
         .max()
         .unwrap_or(0)
         .clamp(4, 72);
-    let shapes: Vec<String> = tensors.iter().map(|t| format!("{:?}", t.shape())).collect();
-    let shape_width = shapes.iter().map(String::len).max().unwrap_or(0).max(5);
+    let shape_width = tensors
+        .iter()
+        .map(|t| shape_text_len(t.shape()))
+        .max()
+        .unwrap_or(0)
+        .max(5);
     writeln!(
         out,
         "{:<name_width$}  {:<11}  {:<shape_width$}  {:>12}  SHARD",
         "NAME", "DTYPE", "SHAPE", "BYTES"
     )?;
-    for (t, shape) in tensors.iter().zip(&shapes) {
-        writeln!(
-            out,
-            "{:<name_width$}  {:<11}  {:<shape_width$}  {:>12}  {}",
-            printable(t.name()),
-            t.dtype().name(),
-            shape,
-            human_bytes(t.bytes()),
-            printable(&shards[t.shard()].file)
-        )?;
-    }
-    Ok(())
+    let shard_names: Vec<std::borrow::Cow<'_, str>> =
+        shards.iter().map(|s| printable(&s.file)).collect();
+    // The 90k rows, as the JSON list: in pieces on every core.
+    // Padded by hand, byte for byte as `{:<w$}` and `{:>w$}` pad (by
+    // characters): the formatter took most of the time of 90k rows.
+    let rows = |piece: std::ops::Range<usize>, buf: &mut Vec<u8>| {
+        let mut shape = String::new();
+        let mut bytes = String::new();
+        let mut digits = itoa::Buffer::new();
+        for t in tensors.iter_range(piece) {
+            let name = printable(t.name());
+            buf.extend_from_slice(name.as_bytes());
+            pad(buf, name_width, name.chars().count());
+            buf.extend_from_slice(b"  ");
+            let dtype = t.dtype().name();
+            buf.extend_from_slice(dtype.as_bytes());
+            pad(buf, 11, dtype.len());
+            buf.extend_from_slice(b"  ");
+            shape.clear();
+            shape.push('[');
+            for (i, d) in t.shape().iter().enumerate() {
+                if i > 0 {
+                    shape.push_str(", ");
+                }
+                shape.push_str(digits.format(*d));
+            }
+            shape.push(']');
+            buf.extend_from_slice(shape.as_bytes());
+            pad(buf, shape_width, shape.len());
+            buf.extend_from_slice(b"  ");
+            bytes.clear();
+            write_human_bytes(&mut bytes, t.bytes());
+            pad(buf, 12, bytes.len());
+            buf.extend_from_slice(bytes.as_bytes());
+            buf.extend_from_slice(b"  ");
+            buf.extend_from_slice(shard_names[t.shard()].as_bytes());
+            buf.push(b'\n');
+        }
+    };
+    write_in_pieces(tensors.len(), b"", &rows, out)
+}
+
+/// Spaces that bring text of `len` characters to `width`.
+fn pad(buf: &mut Vec<u8>, width: usize, len: usize) {
+    buf.resize(buf.len() + width.saturating_sub(len), b' ');
+}
+
+/// The length of `shape` written as `{:?}` writes it (`[7168, 2048]`).
+fn shape_text_len(shape: &[u64]) -> usize {
+    let digits: usize = shape
+        .iter()
+        .map(|&d| d.checked_ilog10().map_or(1, |l| l as usize + 1))
+        .sum();
+    2 + digits + 2 * shape.len().saturating_sub(1)
 }
 
 /// The quantization and FP8 lines of the text summary.
@@ -688,6 +754,60 @@ mod tests {
                 String::from_utf8_lossy(&ours),
                 String::from_utf8_lossy(&theirs)
             );
+        }
+    }
+
+    #[test]
+    fn text_rows_are_padded_as_the_formatter_pads_them() {
+        use safetensors::tensor::{Dtype as St, TensorView};
+        let dir = tempfile::tempdir().expect("tempdir");
+        let zeros = vec![0u8; 1 << 12];
+        let view = |dtype, shape: Vec<usize>, bytes: usize| {
+            TensorView::new(dtype, shape, &zeros[..bytes]).expect("view")
+        };
+        let long = format!("model.{}.weight", "x".repeat(90));
+        let tensors = vec![
+            ("ünï 名前.weight", view(St::BF16, vec![32, 64], 4096)),
+            (long.as_str(), view(St::F8_E4M3, vec![1], 1)),
+            ("s", view(St::F32, vec![], 4)),
+            ("bias\u{200e}", view(St::U8, vec![3, 1, 1000], 3000)),
+        ];
+        safetensors::serialize_to_file(tensors, None, &dir.path().join("model.safetensors"))
+            .expect("write");
+        let checkpoint = Checkpoint::open(dir.path()).expect("open");
+        let summary = checkpoint.summary();
+        let mut ours = Vec::new();
+        write_text(&checkpoint, &summary, &mut ours).expect("write");
+        let ours = String::from_utf8(ours).expect("text");
+        let rows: Vec<&str> = ours
+            .lines()
+            .skip_while(|l| !l.starts_with("NAME"))
+            .skip(1)
+            .collect();
+        let tensors = checkpoint.tensors();
+        let name_width = tensors
+            .iter()
+            .map(|t| printable(t.name()).chars().count())
+            .max()
+            .unwrap_or(0)
+            .clamp(4, 72);
+        let shape_width = tensors
+            .iter()
+            .map(|t| format!("{:?}", t.shape()).len())
+            .max()
+            .unwrap_or(0)
+            .max(5);
+        assert_eq!(rows.len(), 4);
+        for (t, row) in tensors.iter().zip(rows) {
+            let want = format!(
+                "{:<name_width$}  {:<11}  {:<shape_width$}  {:>12}  {}",
+                printable(t.name()),
+                t.dtype().name(),
+                format!("{:?}", t.shape()),
+                human_bytes(t.bytes()),
+                "model.safetensors"
+            );
+            assert_eq!(row, want);
         }
     }
 
