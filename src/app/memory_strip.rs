@@ -62,23 +62,18 @@ impl MemoryStrip {
         let first_event = events.partition_point(|e| e.t_secs < from);
         // The legend is one line of coloured names above the plot: a legend
         // inside a plot this short would be taller than the plot.
-        ui.horizontal_wrapped(|ui| {
+        {
             use super::series_colors as c;
-            for (name, color) in [
-                ("process RSS", c::RSS),
-                ("MLX active", c::MLX_ACTIVE),
-                ("MLX cache", c::MLX_CACHE),
-                ("events", c::EVENTS),
-            ] {
-                let (rect, _) =
-                    ui.allocate_exact_size(egui::vec2(14.0, 10.0), egui::Sense::hover());
-                ui.painter().line_segment(
-                    [rect.left_center(), rect.right_center()],
-                    egui::Stroke::new(2.0, color),
-                );
-                ui.label(name);
-            }
-        });
+            super::legend_row(
+                ui,
+                &[
+                    ("process RSS", c::RSS),
+                    ("MLX active", c::MLX_ACTIVE),
+                    ("MLX cache", c::MLX_CACHE),
+                    ("events", c::EVENTS),
+                ],
+            );
+        }
         Plot::new("memory-strip")
             .include_y(0.0)
             .allow_scroll(false)

@@ -1055,6 +1055,27 @@ pub(crate) fn job_progress_ui(
 }
 
 /// The memory series' colours, the same in every plot and in every frame.
+/// A legend as one wrapped line of coloured names, for plots too short to
+/// hold one inside.
+pub(crate) fn legend_row(ui: &mut egui::Ui, items: &[(&str, egui::Color32)]) {
+    ui.horizontal_wrapped(|ui| {
+        let font = egui::TextStyle::Body.resolve(ui.style());
+        let text = ui.visuals().text_color();
+        for &(name, color) in items {
+            // One label per entry, never broken: a coloured dash and the
+            // name wrap together.
+            let mut job = egui::text::LayoutJob::default();
+            job.append(
+                "\u{2014} ",
+                0.0,
+                egui::TextFormat::simple(font.clone(), color),
+            );
+            job.append(name, 0.0, egui::TextFormat::simple(font.clone(), text));
+            ui.add(egui::Label::new(job).wrap_mode(egui::TextWrapMode::Extend));
+        }
+    });
+}
+
 pub(crate) mod series_colors {
     use egui::Color32;
     /// Process RSS (the host's figure).
@@ -1067,6 +1088,13 @@ pub(crate) mod series_colors {
     pub const MLX_CACHE: Color32 = Color32::from_rgb(120, 200, 120);
     /// Event markers.
     pub const EVENTS: Color32 = Color32::from_rgb(150, 150, 150);
+    /// The expected peaks of retain, release-tensor and release-shard (in
+    /// the order of `Policy::ALL`), apart from the measured series.
+    pub const EXPECTED: [Color32; 3] = [
+        Color32::from_rgb(205, 92, 155),
+        Color32::from_rgb(100, 190, 210),
+        Color32::from_rgb(215, 215, 120),
+    ];
     /// Overlaid traces, one colour each, by position.
     pub const OVERLAYS: [Color32; 6] = [
         Color32::from_rgb(200, 120, 220),

@@ -21,6 +21,35 @@ use super::Action;
 use super::record::{FormKind, LiveRecording, RecordForm};
 
 const MIB: f64 = 1024.0 * 1024.0;
+
+/// Below this height (points) the timeline's legend goes above the plot.
+const COMPACT_PLOT_HEIGHT: f32 = 400.0;
+
+/// The timeline's legend as a row above it (see `COMPACT_PLOT_HEIGHT`).
+fn timeline_legend_row(ui: &mut egui::Ui, mlx_active: &str, expected: bool) {
+    use super::series_colors as c;
+    let mut items = vec![
+        ("process RSS (host)", c::RSS),
+        ("RSS anonymous", c::RSS_ANON),
+        (mlx_active, c::MLX_ACTIVE),
+        ("MLX cache", c::MLX_CACHE),
+    ];
+    if expected {
+        for (p, color) in Policy::ALL.into_iter().zip(c::EXPECTED) {
+            items.push((expected_label(p), color));
+        }
+    }
+    super::legend_row(ui, &items);
+}
+
+/// The legend name of a policy's expected peak.
+fn expected_label(policy: Policy) -> &'static str {
+    match policy {
+        Policy::Retain => "expected retain",
+        Policy::ReleaseTensor => "expected release-tensor",
+        Policy::ReleaseShard => "expected release-shard",
+    }
+}
 /// Shards with their own band in the residency plot; the rest share one.
 const BANDS: usize = 24;
 /// Points drawn per line at most (min/max per bucket keeps the peaks).
@@ -610,7 +639,15 @@ impl ProfilerPanel {
             .default_size(430.0_f32.min(width * 0.45))
             .size_range(200.0..=(width * 0.5).max(200.0))
             .show(ui, |ui| self.profiler_side_ui(ui, inputs));
-        egui::CentralPanel::default().show(ui, |ui| self.timeline_ui(ui, inputs));
+        egui::CentralPanel::default().show(ui, |ui| {
+            // In a small window the plots keep a usable height and the
+            // column scrolls (the plots never take the wheel).
+            let room = ui.available_height();
+            egui::ScrollArea::vertical()
+                .id_salt("profiler-plots")
+                .auto_shrink(false)
+                .show(ui, |ui| self.timeline_ui(ui, inputs, room));
+        });
         self.take_actions()
     }
 
@@ -852,7 +889,9 @@ impl ProfilerPanel {
         });
     }
 
-    fn timeline_ui(&mut self, ui: &mut egui::Ui, inputs: &ProfilerInputs<'_>) {
+    /// The memory timeline and the residency plot below it, in `room`
+    /// points of height (or more, scrolled, where that is too little).
+    fn timeline_ui(&mut self, ui: &mut egui::Ui, inputs: &ProfilerInputs<'_>, room: f32) {
         // A recording as it runs, the last run on its own clock, or the
         // whole session: borrowed, never copied (the session holds up to
         // hours of samples).
@@ -872,7 +911,7 @@ impl ProfilerPanel {
             .device
             .as_ref()
             .map_or("unknown device", DeviceInfo::mlx_memory_place);
-        let height = (ui.available_height() * 0.62).max(160.0);
+        let height = (room * 0.62).max(160.0);
         ui.label(if self.recording.is_some() {
             "Memory (MiB) of the recorded job over seconds since it started (live); grey lines: events"
         } else if walk_view {
@@ -882,16 +921,28 @@ impl ProfilerPanel {
         } else {
             "Memory (MiB) over seconds since the app started; grey lines: events; click to select a moment"
         });
-        let response = Plot::new("profiler-timeline")
-            .link_axis(egui::Id::unique("profiler-time"), [true, false])
+        let mlx_active = format!("MLX active ({place})");
+        // A legend inside a short plot (a small window) would cover the
+        // curves: then it is one line of names above the plot instead.
+        let compact = height < COMPACT_PLOT_HEIGHT;
+        if compact {
+            timeline_legend_row(ui, &mlx_active, expected.is_some());
+        }
+        let plot = Plot::new("profiler-timeline")
+            .link_axis(egui::Id::unique("profiler-time"), [true, false]);
+        let plot = if compact {
+            plot
+        } else {
             // Room above the curves for the legend, which is see-through.
             // Top left: walks and jobs start low and peak later, to the right.
-            .legend(
+            plot.legend(
                 Legend::default()
                     .position(egui_plot::Corner::LeftTop)
                     .background_alpha(0.6),
             )
             .set_margin_fraction(egui::vec2(0.02, 0.35))
+        };
+        let response = plot
             .include_y(0.0)
             .height(height)
             .allow_scroll(false)
@@ -907,23 +958,18 @@ impl ProfilerPanel {
                     Line::new("RSS anonymous", line(|s| s.rss_anon_bytes)).color(c::RSS_ANON),
                 );
                 plot.line(
-                    Line::new(
-                        format!("MLX active ({place})"),
-                        line(|s| s.mlx_active_bytes),
-                    )
-                    .color(c::MLX_ACTIVE),
+                    Line::new(mlx_active.as_str(), line(|s| s.mlx_active_bytes))
+                        .color(c::MLX_ACTIVE),
                 );
                 plot.line(Line::new("MLX cache", line(|s| s.mlx_cache_bytes)).color(c::MLX_CACHE));
                 draw_overlays(plot, &self.overlays);
                 if let Some(expected) = expected {
-                    for p in Policy::ALL {
+                    for (p, color) in Policy::ALL.into_iter().zip(c::EXPECTED) {
                         let width = if p == policy { 2.0 } else { 0.8 };
                         plot.hline(
-                            HLine::new(
-                                format!("expected {}", p.as_str()),
-                                p.expected(&expected) as f64 / MIB,
-                            )
-                            .width(width),
+                            HLine::new(expected_label(p), p.expected(&expected) as f64 / MIB)
+                                .width(width)
+                                .color(color),
                         );
                     }
                 }
@@ -948,10 +994,11 @@ impl ProfilerPanel {
         if let (true, Some(point)) = (response.response.clicked(), response.inner) {
             self.selected_secs = Some(point.x + offset);
         }
-        self.residency_plot_ui(ui, inputs);
+        let used = ui.min_rect().height();
+        self.residency_plot_ui(ui, inputs, (room - used).max(120.0));
     }
 
-    fn residency_plot_ui(&mut self, ui: &mut egui::Ui, inputs: &ProfilerInputs<'_>) {
+    fn residency_plot_ui(&mut self, ui: &mut egui::Ui, inputs: &ProfilerInputs<'_>, height: f32) {
         // Keyed by what is shown (session, last run, live recording), its
         // event count, and the run it belongs to.
         let shown = shown(self.recording.as_ref(), self.last.as_ref(), self.walk_view)
@@ -1002,6 +1049,7 @@ impl ProfilerPanel {
         let bands = shards.len().min(BANDS + 1);
         Plot::new("profiler-residency")
             .link_axis(egui::Id::unique("profiler-time"), [true, false])
+            .height(height)
             .include_y(0.0)
             .allow_scroll(false)
             .show(ui, |plot| {
