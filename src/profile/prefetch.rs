@@ -3,11 +3,7 @@
 //! N + 1 into the page cache, so the walk streams at about the speed the
 //! files can be read instead of paying for the read and the copy one after
 //! the other on one thread. Only the page cache holds what it reads: no
-//! process memory, and nothing the walk's figures count. On Linux the pages
-//! are asked for with `readahead(2)`, which fills the page cache without
-//! copying anything out of it (a read into a buffer cost the thread as
-//! much again, on the cores MLX copies with); elsewhere, or where the file
-//! system refuses, the shard is read into a buffer.
+//! process memory, and nothing the walk's figures count.
 
 use std::io::Read as _;
 use std::path::PathBuf;
@@ -18,9 +14,6 @@ use std::thread::JoinHandle;
 
 /// Bytes per read (what `cat` reads at a time, roughly).
 const READ_BYTES: usize = 1 << 20;
-
-/// Bytes per `readahead(2)` request: between two, a stop is noticed.
-const AHEAD_BYTES: u64 = 16 << 20;
 
 /// A thread `shard-prefetch` that reads the shard after the one the walk
 /// is in. Dropping it stops the thread before its next read.
@@ -56,9 +49,6 @@ impl Prefetcher {
                     let Ok(mut file) = std::fs::File::open(path) else {
                         continue;
                     };
-                    if read_ahead(&file, &stop_flag, &counter) {
-                        continue;
-                    }
                     while !stop_flag.load(Ordering::Relaxed) {
                         match file.read(&mut buf) {
                             Ok(0) | Err(_) => break,
@@ -98,39 +88,6 @@ impl Prefetcher {
         }
         self.read_bytes.load(Ordering::Relaxed) as u64
     }
-}
-
-/// Brings all of `file` into the page cache with `readahead(2)`, counting
-/// the bytes in `counter`, until `stop`. `false` when the call is refused
-/// (the caller then reads the file); `true` when done or stopped.
-#[cfg(target_os = "linux")]
-fn read_ahead(file: &std::fs::File, stop: &AtomicBool, counter: &AtomicUsize) -> bool {
-    use std::os::fd::AsRawFd as _;
-    let Ok(len) = file.metadata().map(|m| m.len()) else {
-        return false;
-    };
-    let mut at = 0;
-    while at < len && !stop.load(Ordering::Relaxed) {
-        let n = (len - at).min(AHEAD_BYTES);
-        let (Ok(offset), Ok(count)) = (libc::off64_t::try_from(at), usize::try_from(n)) else {
-            return false;
-        };
-        #[allow(unsafe_code)]
-        // SAFETY: readahead on a descriptor the open `file` owns, with a
-        // range inside the file; it reads nothing into process memory.
-        let asked = unsafe { libc::readahead(file.as_raw_fd(), offset, count) };
-        if asked != 0 {
-            return at > 0;
-        }
-        counter.fetch_add(count, Ordering::Relaxed);
-        at += n;
-    }
-    true
-}
-
-#[cfg(not(target_os = "linux"))]
-fn read_ahead(_: &std::fs::File, _: &AtomicBool, _: &AtomicUsize) -> bool {
-    false
 }
 
 impl Drop for Prefetcher {
