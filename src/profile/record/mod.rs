@@ -755,10 +755,13 @@ pub fn record(
     let mut lines_open = true;
     loop {
         let now = Instant::now();
-        // A new child is found within ten samples; known ones every sample.
-        if tick.is_multiple_of(10) {
-            tree = procfs::descendants(root);
-        }
+        // The tree's own children files find a new child at the next
+        // sample; every tenth sample (or where those files are missing) all
+        // of `/proc` is scanned.
+        tree = match procfs::descendants_by_children(root) {
+            Some(found) if !tick.is_multiple_of(10) => found,
+            _ => procfs::descendants(root),
+        };
         tick += 1;
         if let Some(sample) = rec.sample_tree(&tree, now, &mut updates) {
             updates.push(Update::Sample(sample));

@@ -112,6 +112,52 @@ pub fn descendants(root: u32) -> Vec<u32> {
     tree
 }
 
+/// The children of `pid`, from `/proc/PID/task/*/children` (the children
+/// of each of its threads); `None` where that file is missing (a kernel
+/// built without it) or the process is gone.
+#[must_use]
+pub fn children(pid: u32) -> Option<Vec<u32>> {
+    let mut found = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .ok()?
+        .flatten()
+    {
+        let text = std::fs::read_to_string(task.path().join("children")).ok()?;
+        found.extend(
+            text.split_whitespace()
+                .filter_map(|c| c.parse::<u32>().ok()),
+        );
+    }
+    Some(found)
+}
+
+/// `root` and its descendants, following each known process's children
+/// files: reads only the tree, cheap enough for every sample. `None` when a
+/// children file cannot be read; [`descendants`] then scans all of `/proc`.
+#[must_use]
+pub fn descendants_by_children(root: u32) -> Option<Vec<u32>> {
+    let mut tree = vec![root];
+    let mut seen: HashSet<u32> = HashSet::from([root]);
+    let mut at = 0;
+    while let Some(&pid) = tree.get(at) {
+        match children(pid) {
+            Some(kids) => {
+                for child in kids {
+                    if seen.insert(child) {
+                        tree.push(child);
+                    }
+                }
+            }
+            // The root gone (or no such file): the full scan decides.
+            None if pid == root => return None,
+            // A child that exited meanwhile has no children to follow.
+            None => {}
+        }
+        at += 1;
+    }
+    Some(tree)
+}
+
 /// Whether `pid` still exists (a zombie counts as gone: it holds nothing).
 #[must_use]
 pub fn is_alive(pid: u32) -> bool {
@@ -148,5 +194,22 @@ mod tests {
         assert!(figures.memory.rss_bytes > 0);
         assert!(is_alive(me));
         assert_eq!(descendants(me).first(), Some(&me));
+    }
+
+    #[test]
+    fn a_child_is_found_through_the_children_files_as_by_the_full_scan() {
+        // A child that waits on its stdin until dropped: alive while looked at.
+        let mut child = std::process::Command::new("cat")
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .expect("cat starts");
+        let me = std::process::id();
+        let quick = descendants_by_children(me).expect("children files");
+        assert!(quick.contains(&child.id()), "{quick:?}");
+        assert!(descendants(me).contains(&child.id()));
+        assert_eq!(quick.first(), Some(&me));
+        drop(child.stdin.take());
+        let _ = child.wait();
+        assert!(!children(me).unwrap_or_default().contains(&child.id()));
     }
 }
