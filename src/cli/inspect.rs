@@ -586,12 +586,7 @@ pub fn write_text(
 fn write_tensor_rows(checkpoint: &Checkpoint, out: &mut impl Write) -> io::Result<()> {
     let shards = checkpoint.shards();
     let tensors = checkpoint.tensors();
-    let name_width = tensors
-        .iter()
-        .map(|t| printable(t.name()).chars().count())
-        .max()
-        .unwrap_or(0)
-        .clamp(4, 72);
+    let name_width = name_column_width(checkpoint);
     let shape_width = tensors
         .iter()
         .map(|t| shape_text_len(t.shape()))
@@ -643,6 +638,17 @@ fn write_tensor_rows(checkpoint: &Checkpoint, out: &mut impl Write) -> io::Resul
         }
     };
     write_in_pieces(tensors.len(), b"", &rows, out)
+}
+
+/// The NAME column's width: the longest printable name, 4 to 72 characters.
+fn name_column_width(checkpoint: &Checkpoint) -> usize {
+    checkpoint
+        .tensors()
+        .iter()
+        .map(|t| printable(t.name()).chars().count())
+        .max()
+        .unwrap_or(0)
+        .clamp(4, 72)
 }
 
 /// Spaces that bring text of `len` characters to `width`.
@@ -785,12 +791,11 @@ mod tests {
             .skip(1)
             .collect();
         let tensors = checkpoint.tensors();
-        let name_width = tensors
-            .iter()
-            .map(|t| printable(t.name()).chars().count())
-            .max()
-            .unwrap_or(0)
-            .clamp(4, 72);
+        let name_width = name_column_width(&checkpoint);
+        assert_eq!(
+            name_width, 72,
+            "the column stops at 72; a longer name runs over"
+        );
         let shape_width = tensors
             .iter()
             .map(|t| format!("{:?}", t.shape()).len())
