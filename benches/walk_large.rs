@@ -15,6 +15,13 @@
 //! profiler's figures. Run with `cargo bench --bench walk_large` (about ten
 //! minutes: 627 GiB read three times).
 //! `WALK_BENCH_KEEP=DIR` keeps the layout there.
+//!
+//! Then the same over real bytes on disk (sparse files only measure the
+//! page cache and the CPU): `WALK_BENCH_REAL_SHARDS` shards (3 by default;
+//! 0 skips it) copied with their holes written out, when the disk has room,
+//! the page cache dropped before every run where this process may (root),
+//! three rounds alternating `cat` and both walks; medians and ratios.
+//! `WALK_BENCH_PARTS=real` runs only that part.
 
 mod common;
 
@@ -47,6 +54,10 @@ fn main() {
         apparent as f64 / gib,
         largest as f64 / gib
     );
+    if std::env::var("WALK_BENCH_PARTS").is_ok_and(|p| p == "real") {
+        real_bytes(&shards, temp.path());
+        return;
+    }
 
     let t = Instant::now();
     let cat = Command::new("cat")
@@ -99,6 +110,131 @@ fn main() {
         );
     }
     profiler_with(&trace, temp.path());
+    real_bytes(&shards, temp.path());
+}
+
+/// The walks against `cat` over real bytes: some shards of the layout
+/// (after the first, which holds the embeddings) copied into `scratch` with
+/// their holes written out, read with an empty page cache each time.
+fn real_bytes(shards: &[PathBuf], scratch: &std::path::Path) {
+    let count: usize = std::env::var("WALK_BENCH_REAL_SHARDS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(3);
+    let picked: Vec<&PathBuf> = shards.iter().skip(9).take(count).collect();
+    if picked.is_empty() {
+        return;
+    }
+    let bytes: u64 = picked
+        .iter()
+        .map(|p| std::fs::metadata(p).expect("size").len())
+        .sum();
+    let free = free_bytes(scratch);
+    if free < bytes + (4 << 30) {
+        println!(
+            "real bytes: skipped ({:.1} GB needed, {:.1} GB free)",
+            bytes as f64 / 1e9,
+            free as f64 / 1e9
+        );
+        return;
+    }
+    let dir = scratch.join("real");
+    std::fs::create_dir_all(&dir).expect("real folder");
+    let mut largest = 0;
+    for path in &picked {
+        // Read and written, not copied by the file system: every block real.
+        let target = dir.join(path.file_name().expect("name"));
+        let mut from = std::fs::File::open(path).expect("shard");
+        let mut to = std::fs::File::create(&target).expect("copy");
+        let mut buf = vec![0u8; 8 << 20];
+        loop {
+            let n = std::io::Read::read(&mut from, &mut buf).expect("read");
+            if n == 0 {
+                break;
+            }
+            std::io::Write::write_all(&mut to, &buf[..n]).expect("write");
+        }
+        to.sync_all().expect("sync");
+        largest = largest.max(std::fs::metadata(&target).expect("size").len());
+    }
+    let files: Vec<PathBuf> = picked
+        .iter()
+        .map(|p| dir.join(p.file_name().expect("name")))
+        .collect();
+    let drop_cache = || std::fs::write("/proc/sys/vm/drop_caches", "3").is_ok();
+    let dropped = drop_cache();
+    let mut times: [Vec<f64>; 3] = Default::default();
+    for _ in 0..3 {
+        for (k, cache) in [None, Some(largest), Some(0)].into_iter().enumerate() {
+            drop_cache();
+            let t = Instant::now();
+            let ok = match cache {
+                None => Command::new("cat")
+                    .args(&files)
+                    .stdout(Stdio::null())
+                    .status()
+                    .is_ok_and(|s| s.success()),
+                Some(limit) => {
+                    let mut walk = Command::new(env!("CARGO_BIN_EXE_weightscope"));
+                    walk.arg("walk")
+                        .arg(&dir)
+                        .args(["--policy", "release-shard", "--json"])
+                        .stdout(Stdio::null());
+                    // 0 here: MLX's default cache (no flag).
+                    if limit > 0 {
+                        walk.arg("--cache-limit").arg(limit.to_string());
+                    }
+                    walk.status().is_ok_and(|s| s.success())
+                }
+            };
+            assert!(ok, "a real-bytes run failed");
+            times[k].push(t.elapsed().as_secs_f64());
+        }
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let [mut cat, mut one, mut default] = times;
+    let (cat, one, default) = (median(&mut cat), median(&mut one), median(&mut default));
+    let gb = bytes as f64 / 1e9;
+    println!(
+        "real bytes: {} shards, {gb:.1} GB on disk, page cache {} before each run; medians of 3 rounds:",
+        files.len(),
+        if dropped {
+            "dropped"
+        } else {
+            "NOT dropped (not root)"
+        }
+    );
+    println!("  cat:  {cat:6.1} s, {:5.2} GB/s", gb / cat);
+    println!(
+        "  walk, cache of one shard: {one:6.1} s, {:5.2} GB/s ({:.2} x cat)",
+        gb / one,
+        cat / one
+    );
+    println!(
+        "  walk, MLX's default cache: {default:6.1} s, {:5.2} GB/s ({:.2} x cat)",
+        gb / default,
+        cat / default
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Bytes free on the file system holding `dir` (0 when `df` cannot say).
+fn free_bytes(dir: &std::path::Path) -> u64 {
+    Command::new("df")
+        .args(["-B1", "--output=avail"])
+        .arg(dir)
+        .output()
+        .ok()
+        .and_then(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .nth(1)
+                .and_then(|l| l.trim().parse().ok())
+        })
+        .unwrap_or(0)
 }
 
 /// Loads the walk's trace into the profiler and draws frames as the window
