@@ -14,6 +14,9 @@ const BAD_INPUT: u8 = 2;
 
 fn main() {
     let code = run();
+    // A recorder thread still waiting for its job (the window closed while
+    // recording) never drops its probe: its folder goes now.
+    weightscope::profile::record::probe::remove_installed();
     // Skips C++ static destructors: MLX's CUDA backend destroys its handles
     // after the driver has shut down and aborts the process (seen on an H200
     // with MLX 0.32.2). Everything we own was dropped and flushed by now.

@@ -94,6 +94,9 @@ impl PythonProbe {
         let dir =
             std::env::temp_dir().join(format!("weightscope-probe-{}-{nanos}", std::process::id()));
         std::fs::create_dir_all(&dir)?;
+        if let Ok(mut installed) = INSTALLED.lock() {
+            installed.push(dir.clone());
+        }
         let probe = Self { dir };
         for (name, text) in PYTHON_PROBE {
             std::fs::write(probe.dir.join(name), text)?;
@@ -111,6 +114,26 @@ impl PythonProbe {
 impl Drop for PythonProbe {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.dir);
+        if let Ok(mut installed) = INSTALLED.lock() {
+            installed.retain(|d| d != &self.dir);
+        }
+    }
+}
+
+/// The folders of probes installed and not yet removed.
+static INSTALLED: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+
+/// Removes every probe folder still installed. For the end of the process:
+/// it ends with `_exit` (no destructors), and a recorder thread still
+/// waiting for its job (the window closed mid-recording) would otherwise
+/// leave its folder in the temporary directory.
+pub fn remove_installed() {
+    let folders = INSTALLED
+        .lock()
+        .map(|mut installed| std::mem::take(&mut *installed))
+        .unwrap_or_default();
+    for dir in folders {
+        let _ = std::fs::remove_dir_all(dir);
     }
 }
 
@@ -141,5 +164,11 @@ mod tests {
         assert!(dir.join("weightscope_probe.py").is_file());
         drop(probe);
         assert!(!dir.exists());
+        // One test: `remove_installed` takes every probe of the process.
+        let kept = PythonProbe::install().expect("installed");
+        let kept_dir = kept.dir().to_path_buf();
+        remove_installed();
+        assert!(!kept_dir.exists(), "removed while its probe is still held");
+        drop(kept); // its own removal finds nothing: harmless
     }
 }
