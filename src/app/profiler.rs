@@ -995,10 +995,13 @@ impl ProfilerPanel {
             self.selected_secs = Some(point.x + offset);
         }
         let used = ui.min_rect().height();
-        self.residency_plot_ui(ui, inputs, (room - used).max(120.0));
+        self.residency_plot_ui(ui, inputs, room - used);
     }
 
-    fn residency_plot_ui(&mut self, ui: &mut egui::Ui, inputs: &ProfilerInputs<'_>, height: f32) {
+    /// The residency plot with its caption, in `room` points of height (the
+    /// plot 120 at least).
+    fn residency_plot_ui(&mut self, ui: &mut egui::Ui, inputs: &ProfilerInputs<'_>, room: f32) {
+        let top = ui.cursor().top();
         // Keyed by what is shown (session, last run, live recording), its
         // event count, and the run it belongs to.
         let shown = shown(self.recording.as_ref(), self.last.as_ref(), self.walk_view)
@@ -1047,6 +1050,8 @@ impl ProfilerPanel {
         }
         // The first BANDS shards get their own band; the rest share one.
         let bands = shards.len().min(BANDS + 1);
+        // What the caption took comes out of the plot's height.
+        let height = (room - (ui.cursor().top() - top)).max(120.0);
         Plot::new("profiler-residency")
             .link_axis(egui::Id::unique("profiler-time"), [true, false])
             .height(height)
