@@ -25,6 +25,55 @@ const MIB: f64 = 1024.0 * 1024.0;
 /// Below this height (points) the timeline's legend goes above the plot.
 const COMPACT_PLOT_HEIGHT: f32 = 400.0;
 
+/// The x margin of both plots (a fraction of the span), the same so that
+/// their times line up.
+const X_MARGIN: f32 = 0.02;
+
+/// The y axes' width in both plots (room for `700000` MiB), the same so that
+/// their plot areas start at one x.
+const Y_AXIS_WIDTH: f32 = 48.0;
+
+/// The timeline's plot, before its height: linked in time with the
+/// residency plot and over `x_span`, its legend inside unless `compact`.
+fn timeline_plot(compact: bool, x_span: Option<(f64, f64)>) -> Plot<'static> {
+    let plot = Plot::new("profiler-timeline")
+        .link_axis(egui::Id::unique("profiler-time"), [true, false])
+        .y_axis_min_width(Y_AXIS_WIDTH);
+    let plot = match x_span {
+        Some((from, to)) => plot.include_x(from).include_x(to),
+        None => plot,
+    };
+    if compact {
+        plot.set_margin_fraction(egui::vec2(X_MARGIN, 0.05))
+    } else {
+        // Room above the curves for the legend, which is see-through.
+        // Top left: walks and jobs start low and peak later, to the right.
+        plot.legend(
+            Legend::default()
+                .position(egui_plot::Corner::LeftTop)
+                .background_alpha(0.6),
+        )
+        .set_margin_fraction(egui::vec2(X_MARGIN, 0.35))
+    }
+}
+
+/// The first and last time of `samples` (in time order).
+fn time_span<'a>(
+    mut samples: impl DoubleEndedIterator<Item = &'a TraceSample>,
+) -> Option<(f64, f64)> {
+    let first = samples.next()?.t_secs;
+    let last = samples.next_back().map_or(first, |s| s.t_secs);
+    Some((first, last))
+}
+
+/// The span covering both (either may be missing).
+fn span_of(a: Option<(f64, f64)>, b: Option<(f64, f64)>) -> Option<(f64, f64)> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some((a.0.min(b.0), a.1.max(b.1))),
+        (a, b) => a.or(b),
+    }
+}
+
 /// The timeline's legend as a row above it (see `COMPACT_PLOT_HEIGHT`).
 fn timeline_legend_row(ui: &mut egui::Ui, mlx_active: &str, expected: bool) {
     use super::series_colors as c;
@@ -892,6 +941,8 @@ impl ProfilerPanel {
     /// The memory timeline and the residency plot below it, in `room`
     /// points of height (or more, scrolled, where that is too little).
     fn timeline_ui(&mut self, ui: &mut egui::Ui, inputs: &ProfilerInputs<'_>, room: f32) {
+        // Before anything borrows what is shown: the plots' span needs it.
+        self.update_residency(inputs);
         // A recording as it runs, the last run on its own clock, or the
         // whole session: borrowed, never copied (the session holds up to
         // hours of samples).
@@ -928,21 +979,20 @@ impl ProfilerPanel {
         if compact {
             timeline_legend_row(ui, &mlx_active, expected.is_some());
         }
-        let plot = Plot::new("profiler-timeline")
-            .link_axis(egui::Id::unique("profiler-time"), [true, false]);
-        let plot = if compact {
-            plot
-        } else {
-            // Room above the curves for the legend, which is see-through.
-            // Top left: walks and jobs start low and peak later, to the right.
-            plot.legend(
-                Legend::default()
-                    .position(egui_plot::Corner::LeftTop)
-                    .background_alpha(0.6),
-            )
-            .set_margin_fraction(egui::vec2(0.02, 0.35))
-        };
-        let response = plot
+        // Both plots over the same times (their x axes are linked, but each
+        // would fit its own data until the user drags one): the samples'
+        // span and the residency changes'.
+        let x_span = span_of(
+            match walk {
+                Some(trace) => time_span(trace.samples.iter()),
+                None if overlays_only => None,
+                None => time_span(inputs.timeline.samples().iter()),
+            },
+            self.residency
+                .as_ref()
+                .and_then(|(_, r)| Some((r.changes.first()?.t_secs, r.changes.last()?.t_secs))),
+        );
+        let response = timeline_plot(compact, x_span)
             .include_y(0.0)
             .height(height)
             .allow_scroll(false)
@@ -995,13 +1045,12 @@ impl ProfilerPanel {
             self.selected_secs = Some(point.x + offset);
         }
         let used = ui.min_rect().height();
-        self.residency_plot_ui(ui, inputs, room - used);
+        self.residency_plot_ui(ui, inputs, room - used, x_span);
     }
 
-    /// The residency plot with its caption, in `room` points of height (the
-    /// plot 120 at least).
-    fn residency_plot_ui(&mut self, ui: &mut egui::Ui, inputs: &ProfilerInputs<'_>, room: f32) {
-        let top = ui.cursor().top();
+    /// The residency steps of what is shown, computed again only when
+    /// that changed.
+    fn update_residency(&mut self, inputs: &ProfilerInputs<'_>) {
         // Keyed by what is shown (session, last run, live recording), its
         // event count, and the run it belongs to.
         let shown = shown(self.recording.as_ref(), self.last.as_ref(), self.walk_view)
@@ -1024,6 +1073,21 @@ impl ProfilerPanel {
             };
             self.residency = Some((key, computed));
         }
+    }
+
+    /// The residency plot with its caption, in `room` points of height (the
+    /// plot 120 at least), over the times `x_span` (the timeline's).
+    fn residency_plot_ui(
+        &mut self,
+        ui: &mut egui::Ui,
+        inputs: &ProfilerInputs<'_>,
+        room: f32,
+        x_span: Option<(f64, f64)>,
+    ) {
+        let top = ui.cursor().top();
+        self.update_residency(inputs);
+        let shown = shown(self.recording.as_ref(), self.last.as_ref(), self.walk_view)
+            .map(|(trace, _)| trace);
         let Some((_, residency)) = &self.residency else {
             return;
         };
@@ -1052,9 +1116,15 @@ impl ProfilerPanel {
         let bands = shards.len().min(BANDS + 1);
         // What the caption took comes out of the plot's height.
         let height = (room - (ui.cursor().top() - top)).max(120.0);
-        Plot::new("profiler-residency")
+        let plot = Plot::new("profiler-residency")
             .link_axis(egui::Id::unique("profiler-time"), [true, false])
-            .height(height)
+            .y_axis_min_width(Y_AXIS_WIDTH)
+            .set_margin_fraction(egui::vec2(X_MARGIN, 0.05));
+        let plot = match x_span {
+            Some((from, to)) => plot.include_x(from).include_x(to),
+            None => plot,
+        };
+        plot.height(height)
             .include_y(0.0)
             .allow_scroll(false)
             .show(ui, |plot| {
