@@ -1045,7 +1045,7 @@ impl ProfilerPanel {
             self.selected_secs = Some(point.x + offset);
         }
         let used = ui.min_rect().height();
-        self.residency_plot_ui(ui, inputs, room - used, x_span);
+        self.residency_plot_ui(ui, room - used, x_span);
     }
 
     /// The residency steps of what is shown, computed again only when
@@ -1076,16 +1076,10 @@ impl ProfilerPanel {
     }
 
     /// The residency plot with its caption, in `room` points of height (the
-    /// plot 120 at least), over the times `x_span` (the timeline's).
-    fn residency_plot_ui(
-        &mut self,
-        ui: &mut egui::Ui,
-        inputs: &ProfilerInputs<'_>,
-        room: f32,
-        x_span: Option<(f64, f64)>,
-    ) {
+    /// plot 120 at least), over the times `x_span` (the timeline's). The
+    /// residency is the one [`Self::timeline_ui`] brought up to date.
+    fn residency_plot_ui(&mut self, ui: &mut egui::Ui, room: f32, x_span: Option<(f64, f64)>) {
         let top = ui.cursor().top();
-        self.update_residency(inputs);
         let shown = shown(self.recording.as_ref(), self.last.as_ref(), self.walk_view)
             .map(|(trace, _)| trace);
         let Some((_, residency)) = &self.residency else {
