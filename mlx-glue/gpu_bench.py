@@ -12,10 +12,16 @@ holds PyTorch and safetensors; nothing is installed).
                                              first run and the best of 5 in ms
     python3 gpu_bench.py same-summary A B    whether two `tensor --json --cells` summaries of
                                              one tensor agree (fused against unfused)
+    python3 gpu_bench.py generate-disk DIR SHARDS GIB
+                                             SHARDS shards of GIB GiB each, every byte written
+                                             (random, no holes), synced to disk
+    python3 gpu_bench.py evict FILE...       drops FILEs from the page cache (fadvise), for
+                                             machines where /proc/sys/vm/drop_caches is not ours
     python3 gpu_bench.py compare CPU GPU [REF]  `weightscope tensor --json` stats, CPU vs GPU
                                              (and both against float64 REF statistics)
 """
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -149,6 +155,54 @@ def torch_summary(path: str, name: str, kind: str = "") -> None:
                       "min": lo, "max": hi, "mean": mean, "std": std}))
 
 
+def generate_disk(root: Path, shards: int, shard_gib: int) -> None:
+    """Real bytes on disk for the walk-against-`cat` measure: bf16 tensors of
+    256 MiB, random, written block by block (no holes, no file-system copy),
+    so a read with an empty page cache goes to the disk."""
+    root.mkdir(parents=True, exist_ok=True)
+    block = os.urandom(64 * MIB)
+    rows, cols = 8192, 16384  # 256 MiB of bf16
+    tensor_bytes = rows * cols * 2
+    weight_map = {}
+    total = 0
+    for shard in range(shards):
+        file = f"model-{shard + 1:05d}-of-{shards:05d}.safetensors"
+        header = {"__metadata__": {"format": "pt"}}
+        names = [f"model.layers.{shard}.w{k}.weight" for k in range(shard_gib * 4)]
+        for k, name in enumerate(names):
+            header[name] = {
+                "dtype": "BF16",
+                "shape": [rows, cols],
+                "data_offsets": [k * tensor_bytes, (k + 1) * tensor_bytes],
+            }
+            weight_map[name] = file
+        text = json.dumps(header).encode()
+        text += b" " * (-len(text) % 8)
+        with open(root / file, "wb") as out:
+            out.write(len(text).to_bytes(8, "little"))
+            out.write(text)
+            for k in range(len(names) * tensor_bytes // len(block)):
+                # A different first word per block: nothing below can
+                # share or compress equal blocks.
+                out.write((shard * 1_000_003 + k).to_bytes(8, "little") + block[8:])
+            out.flush()
+            os.fsync(out.fileno())
+        total += len(names) * tensor_bytes
+    index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+    (root / "model.safetensors.index.json").write_text(json.dumps(index))
+    print(f"generated {total / (1 << 30):.0f} GiB of real bytes in {shards} shards at {root}")
+
+
+def evict(files: list) -> None:
+    for file in files:
+        fd = os.open(file, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
 def torch_load(root: Path) -> None:
     import torch
     from safetensors.torch import load_file
@@ -242,6 +296,10 @@ if __name__ == "__main__":
     command = sys.argv[1] if len(sys.argv) > 1 else ""
     if command == "generate":
         generate(Path(sys.argv[2]))
+    elif command == "generate-disk":
+        generate_disk(Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))
+    elif command == "evict":
+        evict(sys.argv[2:])
     elif command == "torch-load":
         torch_load(Path(sys.argv[2]))
     elif command == "same-summary":

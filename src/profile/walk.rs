@@ -406,6 +406,14 @@ pub fn walk<N: Native>(
             prefetcher.entered(position);
         }
         for name in &shard.names {
+            if let Some(prefetcher) = &prefetcher {
+                // MLX then copies out of the page cache (see `prefetch`).
+                let data_start = weights.checkpoint().shards()[shard.index].header_bytes + 8;
+                let end = weights
+                    .info(name)
+                    .map_or(0, |t| data_start + t.data_offsets().1);
+                prefetcher.wait_for(position, end, cancel);
+            }
             if cancel.load(Ordering::Relaxed) {
                 cancelled = true;
                 break 'shards;
