@@ -21,7 +21,9 @@
 //! 0 skips it) copied with their holes written out, when the disk has room,
 //! the page cache dropped before every run where this process may (root),
 //! three rounds alternating `cat` and both walks; medians and ratios.
-//! `WALK_BENCH_PARTS=real` runs only that part.
+//! `WALK_BENCH_PARTS=real` runs only that part; `WALK_BENCH_READ_BPS=N`
+//! throttles its reads from the disk to N bytes a second (a block-I/O
+//! cgroup, as root), for a disk whose speed holds still.
 
 mod common;
 
@@ -139,30 +141,17 @@ fn real_bytes(shards: &[PathBuf], scratch: &std::path::Path) {
         return;
     }
     let dir = scratch.join("real");
-    std::fs::create_dir_all(&dir).expect("real folder");
-    let mut largest = 0;
-    for path in &picked {
-        // Read and written, not copied by the file system: every block real.
-        let target = dir.join(path.file_name().expect("name"));
-        let mut from = std::fs::File::open(path).expect("shard");
-        let mut to = std::fs::File::create(&target).expect("copy");
-        let mut buf = vec![0u8; 8 << 20];
-        loop {
-            let n = std::io::Read::read(&mut from, &mut buf).expect("read");
-            if n == 0 {
-                break;
-            }
-            std::io::Write::write_all(&mut to, &buf[..n]).expect("write");
-        }
-        to.sync_all().expect("sync");
-        largest = largest.max(std::fs::metadata(&target).expect("size").len());
-    }
+    let largest = write_real_copies(&picked, &dir);
     let files: Vec<PathBuf> = picked
         .iter()
         .map(|p| dir.join(p.file_name().expect("name")))
         .collect();
     let drop_cache = || std::fs::write("/proc/sys/vm/drop_caches", "3").is_ok();
     let dropped = drop_cache();
+    let throttled = std::env::var("WALK_BENCH_READ_BPS")
+        .ok()
+        .and_then(|bps| bps.parse::<u64>().ok())
+        .map(|bps| (bps, throttle_reads(&dir, bps)));
     let mut times: [Vec<f64>; 3] = Default::default();
     for _ in 0..3 {
         for (k, cache) in [None, Some(largest), Some(0)].into_iter().enumerate() {
@@ -190,6 +179,10 @@ fn real_bytes(shards: &[PathBuf], scratch: &std::path::Path) {
             assert!(ok, "a real-bytes run failed");
             times[k].push(t.elapsed().as_secs_f64());
         }
+        let [cat, one, default] = times.each_ref().map(|t| t.last().copied().unwrap_or(0.0));
+        println!(
+            "  round: cat {cat:.1} s, walk (one shard) {one:.1} s, walk (default) {default:.1} s"
+        );
     }
     let median = |v: &mut Vec<f64>| {
         v.sort_by(f64::total_cmp);
@@ -207,6 +200,13 @@ fn real_bytes(shards: &[PathBuf], scratch: &std::path::Path) {
             "NOT dropped (not root)"
         }
     );
+    match throttled {
+        Some((bps, Ok(()))) => {
+            println!("  reads throttled to {:.2} GB/s (blkio)", bps as f64 / 1e9);
+        }
+        Some((_, Err(why))) => println!("  reads NOT throttled: {why}"),
+        None => {}
+    }
     println!("  cat:  {cat:6.1} s, {:5.2} GB/s", gb / cat);
     println!(
         "  walk, cache of one shard: {one:6.1} s, {:5.2} GB/s ({:.2} x cat)",
@@ -219,6 +219,75 @@ fn real_bytes(shards: &[PathBuf], scratch: &std::path::Path) {
         cat / default
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Copies `picked` into `dir` with every block written (read and written,
+/// not copied by the file system, so holes become real bytes); returns the
+/// largest copy's size.
+fn write_real_copies(picked: &[&PathBuf], dir: &std::path::Path) -> u64 {
+    std::fs::create_dir_all(dir).expect("real folder");
+    let mut largest = 0;
+    for path in picked {
+        // Read and written, not copied by the file system: every block real.
+        let target = dir.join(path.file_name().expect("name"));
+        let mut from = std::fs::File::open(path).expect("shard");
+        let mut to = std::fs::File::create(&target).expect("copy");
+        let mut buf = vec![0u8; 8 << 20];
+        loop {
+            let n = std::io::Read::read(&mut from, &mut buf).expect("read");
+            if n == 0 {
+                break;
+            }
+            std::io::Write::write_all(&mut to, &buf[..n]).expect("write");
+        }
+        to.sync_all().expect("sync");
+        largest = largest.max(std::fs::metadata(&target).expect("size").len());
+    }
+    largest
+}
+
+/// Puts this process (and so every command it starts from now on) in a
+/// block-I/O cgroup that reads from the disk holding `dir` at most `bps`
+/// bytes a second: this VM's disk changes speed by half from minute to
+/// minute, a throttled one holds still, so the ratios mean something.
+/// cgroup v1 (`blkio`) or v2 (`io`); needs root.
+fn throttle_reads(dir: &std::path::Path, bps: u64) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt as _;
+    let dev = std::fs::metadata(dir).map_err(|e| e.to_string())?.dev();
+    let (major, minor) = (libc::major(dev), libc::minor(dev));
+    // A partition's reads are throttled on its disk.
+    let disk = std::fs::canonicalize(format!("/sys/dev/block/{major}:{minor}"))
+        .map_err(|e| e.to_string())?;
+    let disk = if disk.join("partition").exists() {
+        disk.parent()
+            .map(std::path::Path::to_path_buf)
+            .unwrap_or(disk)
+    } else {
+        disk
+    };
+    let numbers = std::fs::read_to_string(disk.join("dev")).map_err(|e| e.to_string())?;
+    let numbers = numbers.trim();
+    let pid = std::process::id().to_string();
+    let v1 = std::path::Path::new("/sys/fs/cgroup/blkio");
+    let group = if v1.is_dir() {
+        let group = v1.join("weightscope-bench");
+        std::fs::create_dir_all(&group).map_err(|e| e.to_string())?;
+        std::fs::write(
+            group.join("blkio.throttle.read_bps_device"),
+            format!("{numbers} {bps}"),
+        )
+        .map_err(|e| format!("blkio: {e}"))?;
+        group
+    } else {
+        let root = std::path::Path::new("/sys/fs/cgroup");
+        let _ = std::fs::write(root.join("cgroup.subtree_control"), "+io");
+        let group = root.join("weightscope-bench");
+        std::fs::create_dir_all(&group).map_err(|e| e.to_string())?;
+        std::fs::write(group.join("io.max"), format!("{numbers} rbps={bps}"))
+            .map_err(|e| format!("io.max: {e}"))?;
+        group
+    };
+    std::fs::write(group.join("cgroup.procs"), pid).map_err(|e| e.to_string())
 }
 
 /// Bytes free on the file system holding `dir` (0 when `df` cannot say).
