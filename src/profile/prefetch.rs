@@ -1,15 +1,19 @@
 //! Streaming a walk's shards from disk as `cat` would: a named thread reads
-//! the shards in walk order, front to back, into the page cache, at most one
-//! shard ahead of the walk, and the walk waits before each tensor until that
-//! reader is past the tensor's last byte ([`Prefetcher::wait_for`]). MLX then
-//! copies out of the page cache while the disk serves one sequential stream,
-//! and the read of what comes next overlaps MLX's copy of what is here.
+//! the shards in walk order, front to back, into the page cache, never more
+//! than [`LEAD_BYTES`] past what the walk has asked for, and the walk waits
+//! before each tensor until that reader is past the tensor's last byte
+//! ([`Prefetcher::wait_for`]). MLX then copies out of the page cache while
+//! the disk serves one sequential stream, and the read of what comes next
+//! overlaps MLX's copy of what is here.
 //!
 //! Why the walk waits: without it, the walk's own reads (MLX's, a tensor at a
 //! time) caught up with the reader in the same file and the two streams read
 //! slower than one (three shards of real bytes here: the last shard at
-//! 0.75 GB/s against 2.2 GB/s for the first two). Only the page cache holds
-//! what the thread reads: no process memory, nothing the walk's figures count.
+//! 0.75 GB/s against 2.2 GB/s for the first two). Why the lead is bounded: a
+//! reader far ahead of a slow walk (a quantizing one, a checkpoint in one
+//! 30 GB file) would fill the page cache and lose the pages the walk needs
+//! next. Only the page cache holds what the thread reads: no process memory,
+//! nothing the walk's figures count.
 
 use std::io::Read as _;
 use std::path::PathBuf;
@@ -20,6 +24,9 @@ use std::time::Duration;
 
 /// Bytes per read (what `cat` reads at a time, roughly).
 const READ_BYTES: usize = 1 << 20;
+
+/// How far the reader may go past the last byte the walk asked for.
+pub const LEAD_BYTES: u64 = 1 << 30;
 
 /// How often a waiting walk looks at its cancel token.
 const CANCEL_POLL: Duration = Duration::from_millis(50);
@@ -32,15 +39,20 @@ pub struct Prefetcher {
 }
 
 struct Shared {
+    /// Each shard's size, and where it starts in the walk's stream of bytes
+    /// (the files one after the other).
+    sizes: Vec<u64>,
+    starts: Vec<u64>,
+    lead_bytes: u64,
     state: Mutex<State>,
     changed: Condvar,
 }
 
-/// Where the walk and the reader are; shards are walk positions.
+/// How far the walk and the reader are; shards are walk positions.
 #[derive(Default)]
 struct State {
-    /// The shard the walk is in.
-    walk: usize,
+    /// The furthest byte of the stream the walk has asked for.
+    wanted: u64,
     /// The shard being read, and how far into the file (`u64::MAX` once it
     /// is read, or could not be: the walk then reports the error itself).
     reading: usize,
@@ -63,15 +75,49 @@ impl Shared {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
+
+    /// Where byte `offset` of shard `position`'s file is in the stream.
+    fn stream_offset(&self, position: usize, offset: u64) -> u64 {
+        let (Some(start), Some(size)) = (self.starts.get(position), self.sizes.get(position))
+        else {
+            return self.starts.last().copied().unwrap_or(0);
+        };
+        start + offset.min(*size)
+    }
+
+    /// How far into the stream the reader is.
+    fn read_through(&self, state: &State) -> u64 {
+        self.stream_offset(state.reading, state.read_to)
+    }
 }
 
 impl Prefetcher {
     /// Starts the thread for shards `paths`, in walk order; it begins with
     /// the first at once. `None` when the thread cannot be started (the walk
-    /// then reads on its own, and [`Self::wait_for`] is never called).
+    /// then reads on its own).
     #[must_use]
     pub fn start(paths: Vec<PathBuf>) -> Option<Self> {
+        Self::with_lead(paths, LEAD_BYTES)
+    }
+
+    fn with_lead(paths: Vec<PathBuf>, lead_bytes: u64) -> Option<Self> {
+        // A file that cannot be looked at counts as empty: nothing is
+        // waited for, and the walk reports it.
+        let sizes: Vec<u64> = paths
+            .iter()
+            .map(|p| std::fs::metadata(p).map_or(0, |m| m.len()))
+            .collect();
+        let mut starts = Vec::with_capacity(sizes.len() + 1);
+        let mut at = 0u64;
+        for size in &sizes {
+            starts.push(at);
+            at = at.saturating_add(*size);
+        }
+        starts.push(at);
         let shared = Arc::new(Shared {
+            sizes,
+            starts,
+            lead_bytes,
             state: Mutex::new(State::default()),
             changed: Condvar::new(),
         });
@@ -86,20 +132,19 @@ impl Prefetcher {
         })
     }
 
-    /// The walk entered shard `position`: the reader may go on to the one
-    /// after it.
-    pub fn entered(&self, position: usize) {
-        self.shared.lock().walk = position;
-        self.shared.changed.notify_all();
-    }
-
     /// Blocks until the reader is past byte `end` of shard `position`'s file
-    /// (or done with that shard, or stopped), or until `cancel` is set.
+    /// (or done with that shard, or stopped), or until `cancel` is set; the
+    /// reader may then go on to [`LEAD_BYTES`] past it.
     pub fn wait_for(&self, position: usize, end: u64, cancel: &AtomicBool) {
+        let target = self.shared.stream_offset(position, end);
         let mut state = self.shared.lock();
+        if target > state.wanted {
+            state.wanted = target;
+            self.shared.changed.notify_all();
+        }
         while !(state.done
             || state.reading > position
-            || (state.reading == position && state.read_to >= end))
+            || self.shared.read_through(&state) >= target)
         {
             if cancel.load(Ordering::Relaxed) {
                 return;
@@ -113,7 +158,7 @@ impl Prefetcher {
         }
     }
 
-    /// Lets the thread read what the walk's position allows, stops it, and
+    /// Lets the thread read what the walk's requests allow, stops it, and
     /// returns the bytes it read in all.
     #[must_use]
     pub fn finish(mut self) -> u64 {
@@ -126,33 +171,43 @@ impl Prefetcher {
     }
 }
 
-/// The thread: each shard front to back, never more than one shard ahead
-/// of the walk.
+/// The thread: each shard front to back, never more than the lead past
+/// what the walk asked for.
 fn read_shards(paths: &[PathBuf], shared: &Shared) {
     let mut buf = vec![0u8; READ_BYTES];
     'shards: for (position, path) in paths.iter().enumerate() {
         {
             let mut state = shared.lock();
-            while position > state.walk + 1 && !state.stop && !state.finishing {
-                state = shared
-                    .changed
-                    .wait(state)
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
-            }
-            if state.stop || (state.finishing && position > state.walk + 1) {
-                break;
-            }
             state.reading = position;
             state.read_to = 0;
         }
         shared.changed.notify_all();
         // A shard that cannot be read is the walk's to report.
         if let Ok(mut file) = std::fs::File::open(path) {
-            while let Ok(n @ 1..) = file.read(&mut buf) {
-                let mut state = shared.lock();
-                if state.stop {
-                    break 'shards;
+            loop {
+                {
+                    let mut state = shared.lock();
+                    while !state.stop
+                        && !state.finishing
+                        && shared.read_through(&state)
+                            >= state.wanted.saturating_add(shared.lead_bytes)
+                    {
+                        state = shared
+                            .changed
+                            .wait(state)
+                            .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    }
+                    if state.stop
+                        || shared.read_through(&state)
+                            >= state.wanted.saturating_add(shared.lead_bytes)
+                    {
+                        break 'shards;
+                    }
                 }
+                let Ok(n @ 1..) = file.read(&mut buf) else {
+                    break;
+                };
+                let mut state = shared.lock();
                 state.read_to += n as u64;
                 state.read_bytes += n as u64;
                 drop(state);
@@ -181,6 +236,8 @@ mod tests {
     use super::Prefetcher;
     use std::sync::atomic::AtomicBool;
 
+    const MIB: u64 = 1 << 20;
+
     fn shards(dir: &std::path::Path, count: usize) -> Vec<std::path::PathBuf> {
         (0..count)
             .map(|i| {
@@ -192,24 +249,24 @@ mod tests {
     }
 
     #[test]
-    fn reads_from_the_first_shard_and_one_ahead_of_the_walk() {
+    fn reads_no_further_than_the_lead_past_what_the_walk_asked_for() {
         let dir = tempfile::tempdir().expect("tempdir");
         let paths = shards(dir.path(), 4);
-        let prefetcher = Prefetcher::start(paths.clone()).expect("thread");
-        prefetcher.entered(1);
-        assert_eq!(
-            prefetcher.finish(),
-            3 * (3 << 20) + 1 + 2,
-            "shards 0, 1 and 2 whole, not 3"
-        );
+        let cancel = AtomicBool::new(false);
+        // Asked for nothing yet: the lead alone, across a shard's end.
+        let prefetcher = Prefetcher::with_lead(paths.clone(), 4 * MIB).expect("thread");
+        assert_eq!(prefetcher.finish(), 4 * MIB);
 
-        let prefetcher = Prefetcher::start(paths).expect("thread");
-        // Past the last shard: everything is read, nothing more waited for.
-        prefetcher.entered(7);
-        assert_eq!(prefetcher.finish(), 4 * (3 << 20) + 1 + 2 + 3);
+        let prefetcher = Prefetcher::with_lead(paths.clone(), 2 * MIB).expect("thread");
+        prefetcher.wait_for(1, MIB, &cancel);
+        // Shard 0 (3 MiB), 1 MiB of shard 1, and the lead.
+        assert_eq!(prefetcher.finish(), 6 * MIB);
+
+        let prefetcher = Prefetcher::with_lead(paths, 2 * MIB).expect("thread");
+        prefetcher.wait_for(3, u64::MAX, &cancel);
+        assert_eq!(prefetcher.finish(), 12 * MIB + 1 + 2 + 3, "everything");
         // Dropped at once: stops before its next read, never hangs.
         let prefetcher = Prefetcher::start(Vec::new()).expect("thread");
-        prefetcher.entered(0);
         drop(prefetcher);
     }
 
@@ -218,26 +275,24 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut paths = shards(dir.path(), 2);
         paths.insert(1, dir.path().join("missing"));
-        let prefetcher = Prefetcher::start(paths).expect("thread");
+        let prefetcher = Prefetcher::with_lead(paths, MIB).expect("thread");
         let cancel = AtomicBool::new(false);
-        prefetcher.wait_for(0, 3 << 20, &cancel);
-        assert!(prefetcher.shared.lock().read_bytes >= 3 << 20);
-        prefetcher.entered(1);
+        prefetcher.wait_for(0, 3 * MIB, &cancel);
+        assert!(prefetcher.shared.lock().read_bytes >= 3 * MIB);
         prefetcher.wait_for(1, 10, &cancel); // cannot be opened: not waited for
-        prefetcher.entered(2);
-        prefetcher.wait_for(2, (3 << 20) + 1, &cancel);
-        assert_eq!(prefetcher.shared.lock().read_bytes, 2 * (3 << 20) + 1);
+        prefetcher.wait_for(2, 3 * MIB + 1, &cancel);
+        assert!(prefetcher.shared.lock().read_bytes > 6 * MIB);
         // Beyond the end of a file: the wait ends when the shard is read.
         prefetcher.wait_for(2, u64::MAX - 1, &cancel);
+        assert_eq!(prefetcher.finish(), 6 * MIB + 1);
     }
 
     #[test]
     fn a_cancelled_walk_stops_waiting() {
         let dir = tempfile::tempdir().expect("tempdir");
         let paths = shards(dir.path(), 3);
-        let prefetcher = Prefetcher::start(paths).expect("thread");
-        // The walk is in shard 0, so shard 2 is never read: only the cancel
-        // token can end this wait.
+        let prefetcher = Prefetcher::with_lead(paths, MIB).expect("thread");
+        // Cancelled before it asks: the wait ends whatever was read.
         let cancel = AtomicBool::new(true);
         prefetcher.wait_for(2, 1, &cancel);
     }

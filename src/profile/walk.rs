@@ -402,9 +402,6 @@ pub fn walk<N: Native>(
             .collect(),
     );
     'shards: for (position, shard) in plan.shards.iter().enumerate() {
-        if let Some(prefetcher) = &prefetcher {
-            prefetcher.entered(position);
-        }
         for name in &shard.names {
             if let Some(prefetcher) = &prefetcher {
                 // MLX then copies out of the page cache (see `prefetch`).
