@@ -1,0 +1,412 @@
+//! The profiler's two plots on one time axis: memory over time (samples,
+//! events, the expected peaks, overlaid traces) and the bytes each shard
+//! holds, from the Weights core's residency events.
+
+use egui_plot::{HLine, Legend, Line, Plot, PlotPoints, VLine};
+
+use crate::profile::{self, MarkKind, Policy, Trace, TraceEvent, TraceSample};
+
+use crate::mlx::DeviceInfo;
+
+use super::{ProfilerInputs, ProfilerPanel, shown};
+
+const MIB: f64 = 1024.0 * 1024.0;
+
+/// Below this height (points) the timeline's legend goes above the plot.
+const COMPACT_PLOT_HEIGHT: f32 = 400.0;
+
+/// The x margin of both plots (a fraction of the span), the same so that
+/// their times line up.
+const X_MARGIN: f32 = 0.02;
+
+/// The y axes' width in both plots (room for `700000` MiB), the same so that
+/// their plot areas start at one x.
+const Y_AXIS_WIDTH: f32 = 48.0;
+
+/// Shards with their own band in the residency plot; the rest share one.
+const BANDS: usize = 24;
+/// Points drawn per line at most (min/max per bucket keeps the peaks).
+const PLOT_POINTS: usize = 1500;
+
+/// The timeline's plot, before its height: linked in time with the
+/// residency plot and over `x_span`, its legend inside unless `compact`.
+fn timeline_plot(compact: bool, x_span: Option<(f64, f64)>) -> Plot<'static> {
+    let plot = Plot::new("profiler-timeline")
+        .link_axis(egui::Id::unique("profiler-time"), [true, false])
+        .y_axis_min_width(Y_AXIS_WIDTH);
+    let plot = match x_span {
+        Some((from, to)) => plot.include_x(from).include_x(to),
+        None => plot,
+    };
+    if compact {
+        plot.set_margin_fraction(egui::vec2(X_MARGIN, 0.05))
+    } else {
+        // Room above the curves for the legend, which is see-through.
+        // Top left: walks and jobs start low and peak later, to the right.
+        plot.legend(
+            Legend::default()
+                .position(egui_plot::Corner::LeftTop)
+                .background_alpha(0.6),
+        )
+        .set_margin_fraction(egui::vec2(X_MARGIN, 0.35))
+    }
+}
+
+/// The first and last time of `samples` (in time order).
+fn time_span<'a>(
+    mut samples: impl DoubleEndedIterator<Item = &'a TraceSample>,
+) -> Option<(f64, f64)> {
+    let first = samples.next()?.t_secs;
+    let last = samples.next_back().map_or(first, |s| s.t_secs);
+    Some((first, last))
+}
+
+/// The span covering both (either may be missing).
+fn span_of(a: Option<(f64, f64)>, b: Option<(f64, f64)>) -> Option<(f64, f64)> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some((a.0.min(b.0), a.1.max(b.1))),
+        (a, b) => a.or(b),
+    }
+}
+
+/// The timeline's legend as a row above it (see `COMPACT_PLOT_HEIGHT`).
+fn timeline_legend_row(ui: &mut egui::Ui, mlx_active: &str, expected: bool) {
+    use crate::app::series_colors as c;
+    let mut items = vec![
+        ("process RSS (host)", c::RSS),
+        ("RSS anonymous", c::RSS_ANON),
+        (mlx_active, c::MLX_ACTIVE),
+        ("MLX cache", c::MLX_CACHE),
+    ];
+    if expected {
+        for (p, color) in Policy::ALL.into_iter().zip(c::EXPECTED) {
+            items.push((expected_label(p), color));
+        }
+    }
+    crate::app::legend_row(ui, &items);
+}
+
+/// The legend name of a policy's expected peak.
+fn expected_label(policy: Policy) -> &'static str {
+    match policy {
+        Policy::Retain => "expected retain",
+        Policy::ReleaseTensor => "expected release-tensor",
+        Policy::ReleaseShard => "expected release-shard",
+    }
+}
+
+/// Min/max per bucket of `(t, value)` points, so that peaks survive.
+fn decimate(points: impl ExactSizeIterator<Item = [f64; 2]>) -> Vec<[f64; 2]> {
+    let n = points.len();
+    if n <= PLOT_POINTS {
+        return points.collect();
+    }
+    let per_bucket = n.div_ceil(PLOT_POINTS / 2);
+    let mut out = Vec::with_capacity(PLOT_POINTS + 2);
+    let mut bucket: Vec<[f64; 2]> = Vec::with_capacity(per_bucket);
+    let flush = |bucket: &mut Vec<[f64; 2]>, out: &mut Vec<[f64; 2]>| {
+        let lo = bucket.iter().copied().min_by(|a, b| a[1].total_cmp(&b[1]));
+        let hi = bucket.iter().copied().max_by(|a, b| a[1].total_cmp(&b[1]));
+        if let (Some(lo), Some(hi)) = (lo, hi) {
+            if lo[0] <= hi[0] {
+                out.extend([lo, hi]);
+            } else {
+                out.extend([hi, lo]);
+            }
+        }
+        bucket.clear();
+    };
+    for point in points {
+        bucket.push(point);
+        if bucket.len() == per_bucket {
+            flush(&mut bucket, &mut out);
+        }
+    }
+    flush(&mut bucket, &mut out);
+    out
+}
+
+/// A line of one sample field, in MiB, decimated.
+pub(in crate::app) fn sample_line<'a>(
+    samples: impl ExactSizeIterator<Item = &'a TraceSample>,
+    field: fn(&TraceSample) -> u64,
+) -> PlotPoints<'static> {
+    PlotPoints::from(decimate(samples.map(|s| [s.t_secs, field(s) as f64 / MIB])))
+}
+
+/// The times of the newest `limit` events worth a marker (walk steps and
+/// tensor releases are too many; the table lists them), newest first.
+pub(in crate::app) fn marker_times<'a>(
+    events: impl DoubleEndedIterator<Item = &'a TraceEvent>,
+    limit: usize,
+) -> impl Iterator<Item = f64> {
+    events
+        .rev()
+        .filter(|e| !matches!(e.kind, MarkKind::WalkStep | MarkKind::Release))
+        .map(|e| e.t_secs)
+        .take(limit)
+}
+
+/// Saved traces over the walk view: MLX active dashed, RSS dotted.
+fn draw_overlays(plot: &mut egui_plot::PlotUi<'_>, overlays: &[Trace]) {
+    // Each overlay keeps its colour, by its position in the list.
+    let palette = crate::app::series_colors::OVERLAYS;
+    for (i, trace) in overlays.iter().enumerate() {
+        let color = palette[i % palette.len()];
+        plot.line(
+            Line::new(
+                format!("{}: MLX active", trace.label),
+                sample_line(trace.samples.iter(), |s| s.mlx_active_bytes),
+            )
+            .color(color)
+            .style(egui_plot::LineStyle::dashed_loose()),
+        );
+        plot.line(
+            Line::new(
+                format!("{}: RSS", trace.label),
+                sample_line(trace.samples.iter(), |s| s.rss_bytes),
+            )
+            .color(color)
+            .style(egui_plot::LineStyle::dotted_loose()),
+        );
+    }
+}
+
+impl ProfilerPanel {
+    /// The memory timeline and the residency plot below it, in `room`
+    /// points of height (or more, scrolled, where that is too little).
+    pub(super) fn timeline_ui(
+        &mut self,
+        ui: &mut egui::Ui,
+        inputs: &ProfilerInputs<'_>,
+        room: f32,
+    ) {
+        // Before anything borrows what is shown: the plots' span needs it.
+        self.update_residency(inputs);
+        // A recording as it runs, the last run on its own clock, or the
+        // whole session: borrowed, never copied (the session holds up to
+        // hours of samples).
+        let shown = self.shown();
+        let walk_view = shown.is_some();
+        // Traces overlaid before any run of this session: on their own clock,
+        // not over the session's (which started when the app did).
+        let overlays_only = self.walk_view && !walk_view && !self.overlays.is_empty();
+        let offset = shown.map_or(0.0, |(_, start)| start);
+        let walk = shown.map(|(trace, _)| trace);
+        let selected = self.selected_secs.map(|t| t - offset);
+        let expected = walk
+            .and_then(|t| t.expected)
+            .or_else(|| self.expected_now());
+        let policy = self.policy;
+        let place = inputs
+            .device
+            .as_ref()
+            .map_or("unknown device", DeviceInfo::mlx_memory_place);
+        let height = (room * 0.62).max(160.0);
+        ui.label(if self.recording.is_some() {
+            "Memory (MiB) of the recorded job over seconds since it started (live); grey lines: events"
+        } else if walk_view {
+            "Memory (MiB) over seconds since the walk or job started; dashed: overlaid traces; grey lines: events; click to select a moment"
+        } else if overlays_only {
+            "Memory (MiB) of the overlaid traces (dashed) over seconds since each started; no walk or job has run in this session"
+        } else {
+            "Memory (MiB) over seconds since the app started; grey lines: events; click to select a moment"
+        });
+        let mlx_active = format!("MLX active ({place})");
+        // A legend inside a short plot (a small window) would cover the
+        // curves: then it is one line of names above the plot instead.
+        let compact = height < COMPACT_PLOT_HEIGHT;
+        if compact {
+            timeline_legend_row(ui, &mlx_active, expected.is_some());
+        }
+        // Both plots over the same times (their x axes are linked, but each
+        // would fit its own data until the user drags one): the samples'
+        // span and the residency changes'.
+        let x_span = span_of(
+            match walk {
+                Some(trace) => time_span(trace.samples.iter()),
+                None if overlays_only => None,
+                None => time_span(inputs.timeline.samples().iter()),
+            },
+            self.residency
+                .as_ref()
+                .and_then(|(_, r)| Some((r.changes.first()?.t_secs, r.changes.last()?.t_secs))),
+        );
+        let response = timeline_plot(compact, x_span)
+            .include_y(0.0)
+            .height(height)
+            .allow_scroll(false)
+            .show(ui, |plot| {
+                use crate::app::series_colors as c;
+                let line = |f: fn(&TraceSample) -> u64| match walk {
+                    Some(trace) => sample_line(trace.samples.iter(), f),
+                    None if overlays_only => sample_line([].iter(), f),
+                    None => sample_line(inputs.timeline.samples().iter(), f),
+                };
+                plot.line(Line::new("process RSS (host)", line(|s| s.rss_bytes)).color(c::RSS));
+                plot.line(
+                    Line::new("RSS anonymous", line(|s| s.rss_anon_bytes)).color(c::RSS_ANON),
+                );
+                plot.line(
+                    Line::new(mlx_active.as_str(), line(|s| s.mlx_active_bytes))
+                        .color(c::MLX_ACTIVE),
+                );
+                plot.line(Line::new("MLX cache", line(|s| s.mlx_cache_bytes)).color(c::MLX_CACHE));
+                draw_overlays(plot, &self.overlays);
+                if let Some(expected) = expected {
+                    for (p, color) in Policy::ALL.into_iter().zip(c::EXPECTED) {
+                        let width = if p == policy { 2.0 } else { 0.8 };
+                        plot.hline(
+                            HLine::new(expected_label(p), p.expected(&expected) as f64 / MIB)
+                                .width(width)
+                                .color(color),
+                        );
+                    }
+                }
+                let marked: Vec<f64> = match walk {
+                    Some(trace) => marker_times(trace.events.iter(), 400).collect(),
+                    None if overlays_only => Vec::new(),
+                    None => marker_times(inputs.timeline.events().iter(), 400).collect(),
+                };
+                for t in marked {
+                    plot.vline(
+                        // Unnamed: out of the legend (said in the caption).
+                        VLine::new("", t)
+                            .width(0.5)
+                            .color(crate::app::series_colors::EVENTS),
+                    );
+                }
+                if let Some(t) = selected {
+                    plot.vline(VLine::new("", t).width(2.0));
+                }
+                plot.pointer_coordinate()
+            });
+        if let (true, Some(point)) = (response.response.clicked(), response.inner) {
+            self.selected_secs = Some(point.x + offset);
+        }
+        let used = ui.min_rect().height();
+        self.residency_plot_ui(ui, room - used, x_span);
+    }
+
+    /// The residency steps of what is shown, computed again only when
+    /// that changed.
+    fn update_residency(&mut self, inputs: &ProfilerInputs<'_>) {
+        // Keyed by what is shown (session, last run, live recording), its
+        // event count, and the run it belongs to.
+        let shown = shown(self.recording.as_ref(), self.last.as_ref(), self.walk_view)
+            .map(|(trace, _)| trace);
+        let mode = match (&self.recording, shown) {
+            (Some(_), _) => 2,
+            (None, Some(_)) => 1,
+            (None, None) => 0,
+        };
+        let key = (
+            inputs.timeline.events().len(),
+            shown.map_or(0, |t| t.events.len()),
+            mode,
+            self.runs,
+        );
+        if self.residency.as_ref().is_none_or(|(k, _)| *k != key) {
+            let computed = match shown {
+                Some(trace) => trace.residency_steps(),
+                None => profile::residency_steps(inputs.timeline.events()),
+            };
+            self.residency = Some((key, computed));
+        }
+    }
+
+    /// The residency plot with its caption, in `room` points of height (the
+    /// plot 120 at least), over the times `x_span` (the timeline's). The
+    /// residency is the one [`Self::timeline_ui`] brought up to date.
+    fn residency_plot_ui(&mut self, ui: &mut egui::Ui, room: f32, x_span: Option<(f64, f64)>) {
+        let top = ui.cursor().top();
+        let shown = shown(self.recording.as_ref(), self.last.as_ref(), self.walk_view)
+            .map(|(trace, _)| trace);
+        let Some((_, residency)) = &self.residency else {
+            return;
+        };
+        let recorded = shown.is_some_and(|t| t.job.is_some());
+        ui.label(if recorded {
+            "Shard files the job held open (MiB): one band a file, its size while open"
+        } else {
+            "Resident bytes per shard (MiB), by the Weights core's bookkeeping"
+        });
+        let shards = &residency.shards;
+        let picked = residency.sampled(600);
+        // Each change drawn as a riser a hair before it, so bands are steps.
+        let span = picked.last().map_or(0.0, |l| l.0) - picked.first().map_or(0.0, |f| f.0);
+        let riser = (span * 1e-4).max(1e-9);
+        let mut xs = Vec::with_capacity(picked.len() * 2);
+        let mut rows: Vec<&[u64]> = Vec::with_capacity(picked.len() * 2);
+        for (i, (t, bytes)) in picked.iter().enumerate() {
+            if i > 0 {
+                xs.push(t - riser);
+                rows.push(&picked[i - 1].1);
+            }
+            xs.push(*t);
+            rows.push(bytes);
+        }
+        // The first BANDS shards get their own band; the rest share one.
+        let bands = shards.len().min(BANDS + 1);
+        // What the caption took comes out of the plot's height.
+        let height = (room - (ui.cursor().top() - top)).max(120.0);
+        let plot = Plot::new("profiler-residency")
+            .link_axis(egui::Id::unique("profiler-time"), [true, false])
+            .y_axis_min_width(Y_AXIS_WIDTH)
+            .set_margin_fraction(egui::vec2(X_MARGIN, 0.05));
+        let plot = match x_span {
+            Some((from, to)) => plot.include_x(from).include_x(to),
+            None => plot,
+        };
+        plot.height(height)
+            .include_y(0.0)
+            .allow_scroll(false)
+            .show(ui, |plot| {
+                let mut lower = vec![0.0; xs.len()];
+                for k in 0..bands {
+                    let (name, range) = if k < BANDS || shards.len() == BANDS + 1 {
+                        (shards[k].clone(), k..k + 1)
+                    } else {
+                        (
+                            format!("{} more shards", shards.len() - BANDS),
+                            k..shards.len(),
+                        )
+                    };
+                    let upper: Vec<f64> = rows
+                        .iter()
+                        .zip(&lower)
+                        .map(|(row, low)| {
+                            let band: u64 = row.get(range.clone()).map_or(0, |b| b.iter().sum());
+                            low + band as f64 / MIB
+                        })
+                        .collect();
+                    let hue = (k as f32 * 0.618_034).fract();
+                    let color = egui::ecolor::Hsva::new(hue, 0.65, 0.8, 0.85);
+                    plot.add(
+                        egui_plot::FilledArea::new(name, &xs, &lower, &upper)
+                            .fill_color(egui::Color32::from(color)),
+                    );
+                    lower = upper;
+                }
+            });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::decimate;
+
+    #[test]
+    fn decimation_keeps_the_peak() {
+        let points: Vec<[f64; 2]> = (0..100_000)
+            .map(|i| [f64::from(i), if i == 54_321 { 99.0 } else { 1.0 }])
+            .collect();
+        let out = decimate(points.iter().copied());
+        assert!(out.len() <= super::PLOT_POINTS + 2);
+        assert!(
+            out.iter()
+                .any(|p| (p[1] - 99.0).abs() < 1e-9 && (p[0] - 54_321.0).abs() < 1e-9)
+        );
+        assert!(out.windows(2).all(|w| w[0][0] <= w[1][0]), "in time order");
+    }
+}

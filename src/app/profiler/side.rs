@@ -1,0 +1,285 @@
+//! The profiler's side column: findings of the last run, the fit of the
+//! open checkpoint in memory, what was resident at the selected moment, and
+//! the events table.
+
+use crate::profile::record::Recording;
+use crate::profile::{self, Timeline, Trace, TraceEvent, WalkOutcome};
+use crate::units::human_bytes;
+
+use super::{ProfilerInputs, ProfilerPanel, Run, shown};
+
+impl ProfilerPanel {
+    pub(super) fn profiler_side_ui(&mut self, ui: &mut egui::Ui, inputs: &ProfilerInputs<'_>) {
+        egui::ScrollArea::vertical()
+            .id_salt("profiler-side-scroll")
+            .show(ui, |ui| {
+                self.findings_ui(ui);
+                ui.separator();
+                self.fit_ui(ui, inputs);
+                ui.separator();
+                self.resident_ui(ui, inputs);
+                ui.separator();
+                self.events_table_ui(ui, inputs);
+            });
+    }
+
+    fn findings_ui(&mut self, ui: &mut egui::Ui) {
+        ui.heading("Findings");
+        let Some(last) = &self.last else {
+            ui.label("Run a walk or record a job: findings appear when it ends.");
+            return;
+        };
+        match &last.run {
+            Run::Walk(o) => walk_summary_ui(ui, o),
+            Run::Record(r) => record_summary_ui(ui, r),
+        }
+        if last.findings.is_empty() {
+            ui.label(match last.run {
+                Run::Walk(_) => "No findings: memory behaved as the headers predict.",
+                Run::Record(_) => "No findings: nothing in this job's memory calls for a change.",
+            });
+        }
+        let mut select = None;
+        for finding in &last.findings {
+            let color = match finding.kind.severity() {
+                crate::checkpoint::check::Severity::Error => ui.visuals().error_fg_color,
+                _ => ui.visuals().warn_fg_color,
+            };
+            let text = egui::RichText::new(&finding.text).color(color);
+            let response = ui.add(egui::Label::new(text).sense(egui::Sense::click()));
+            let response = response.on_hover_text("Click to select this moment");
+            if let (true, Some(t)) = (response.clicked(), finding.t_secs) {
+                select = Some(last.start_secs + t);
+            }
+        }
+        if select.is_some() {
+            self.selected_secs = select;
+        }
+    }
+
+    fn fit_ui(&mut self, ui: &mut egui::Ui, inputs: &ProfilerInputs<'_>) {
+        ui.heading("Fit");
+        let Some(expected) = self.expected_now() else {
+            return;
+        };
+        ui.horizontal(|ui| {
+            let label = ui.label("Budget");
+            ui.add(
+                egui::TextEdit::singleline(&mut self.budget_input)
+                    .hint_text("e.g. 24G")
+                    .desired_width(80.0),
+            )
+            .labelled_by(label.id);
+        });
+        let budget = crate::units::parse_size(&self.budget_input).filter(|b| *b > 0);
+        let report =
+            profile::fit_report(&expected, &self.machine, inputs.memory.limit_bytes, budget);
+        ui.label(format!(
+            "Largest shard: {} (transform {})",
+            human_bytes(self.largest_shard_bytes),
+            self.transform.as_str()
+        ));
+        for line in &report.lines {
+            ui.label(line);
+        }
+    }
+
+    fn resident_ui(&mut self, ui: &mut egui::Ui, inputs: &ProfilerInputs<'_>) {
+        ui.heading("Resident at the selected moment");
+        let Some(t) = self.selected_secs else {
+            ui.label("Click the graph or an event to select a moment.");
+            return;
+        };
+        let recorded = shown(self.recording.as_ref(), self.last.as_ref(), self.walk_view)
+            .filter(|(trace, _)| trace.job.is_some());
+        let events = EventList::new(recorded.map(|(t, _)| t), inputs.timeline);
+        let key = (events.len(), t.to_bits(), recorded.is_some(), self.runs);
+        if self.resident.as_ref().is_none_or(|(k, _)| *k != key) {
+            let shards = match recorded {
+                Some((trace, start)) => profile::resident_at(&trace.events, t - start),
+                None => profile::resident_at(inputs.timeline.events(), t),
+            };
+            self.resident = Some((key, shards));
+        }
+        let Some((_, shards)) = &self.resident else {
+            return;
+        };
+        let total: u64 = shards.iter().map(|s| s.bytes).sum();
+        // On the clock of what is shown: the recording's own when it is one.
+        let (shown_t, what) = match recorded {
+            Some((_, start)) => (t - start, "shard files open"),
+            None => (t, "shards"),
+        };
+        ui.label(format!(
+            "at {shown_t:.2} s: {} in {} {what}",
+            human_bytes(total),
+            shards.len()
+        ));
+        for shard in shards.iter().take(50) {
+            if recorded.is_some() {
+                // A file the job holds: its path and size, nothing inside.
+                ui.label(format!(
+                    "{} {}",
+                    crate::units::printable(&shard.shard),
+                    human_bytes(shard.bytes)
+                ));
+                continue;
+            }
+            egui::CollapsingHeader::new(format!(
+                "{}: {} ({} tensors)",
+                shard.shard,
+                human_bytes(shard.bytes),
+                shard.tensors.len()
+            ))
+            .id_salt(("resident", &shard.shard))
+            .show(ui, |ui| {
+                for tensor in shard.tensors.iter().take(200) {
+                    let note = if tensor.released {
+                        " (released, still held by the shard map)"
+                    } else {
+                        ""
+                    };
+                    ui.label(format!(
+                        "{} {}{note}",
+                        tensor.name,
+                        human_bytes(tensor.bytes)
+                    ));
+                }
+            });
+        }
+    }
+
+    fn events_table_ui(&mut self, ui: &mut egui::Ui, inputs: &ProfilerInputs<'_>) {
+        ui.heading("Events");
+        // A recording's own events (its loads, marks, files) when one is
+        // shown, on its clock; else the session's.
+        let recorded = shown(self.recording.as_ref(), self.last.as_ref(), self.walk_view)
+            .filter(|(trace, _)| trace.job.is_some());
+        let offset = recorded.map_or(0.0, |(_, start)| start);
+        let events = EventList::new(recorded.map(|(t, _)| t), inputs.timeline);
+        ui.label(format!(
+            "{} events{}; click one to select its moment",
+            events.len(),
+            if recorded.is_some() {
+                " of the job"
+            } else {
+                ""
+            }
+        ));
+        let row_height = ui.text_style_height(&egui::TextStyle::Body) + 4.0;
+        let mut select = None;
+        ui.style_mut().wrap_mode = Some(egui::TextWrapMode::Truncate);
+        egui::ScrollArea::vertical()
+            .id_salt("events-scroll")
+            .max_height(320.0)
+            .stick_to_bottom(true)
+            .show_rows(ui, row_height, events.len(), |ui, rows| {
+                for i in rows {
+                    let Some(event) = events.get(i) else { continue };
+                    let text = format!(
+                        "{:>8.2} s  {}  active {}",
+                        event.t_secs,
+                        event.label(),
+                        human_bytes(event.mlx_active_bytes)
+                    );
+                    let at = event.t_secs + offset;
+                    let chosen = self.selected_secs.is_some_and(|t| (t - at).abs() < 1e-9);
+                    if ui.selectable_label(chosen, text).clicked() {
+                        select = Some(at);
+                    }
+                }
+            });
+        if select.is_some() {
+            self.selected_secs = select;
+        }
+    }
+}
+
+/// Events by position: a recording's, or the session's.
+enum EventList<'a> {
+    Trace(&'a [TraceEvent]),
+    Session(&'a std::collections::VecDeque<TraceEvent>),
+}
+
+impl<'a> EventList<'a> {
+    fn new(trace: Option<&'a Trace>, timeline: &'a Timeline) -> Self {
+        match trace {
+            Some(trace) => Self::Trace(&trace.events),
+            None => Self::Session(timeline.events()),
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Self::Trace(events) => events.len(),
+            Self::Session(events) => events.len(),
+        }
+    }
+
+    fn get(&self, i: usize) -> Option<&'a TraceEvent> {
+        match self {
+            Self::Trace(events) => events.get(i),
+            Self::Session(events) => events.get(i),
+        }
+    }
+}
+
+/// The last walk in two lines.
+fn walk_summary_ui(ui: &mut egui::Ui, o: &WalkOutcome) {
+    ui.label(format!(
+        "{} {}: {} of {} tensors in {:.2} s{}",
+        o.policy.as_str(),
+        o.transform.as_str(),
+        o.steps_done,
+        o.steps_total,
+        o.elapsed_secs,
+        if o.cancelled { " (cancelled)" } else { "" }
+    ));
+    ui.label(format!(
+        "peak MLX active {} (expected {}), peak RSS {}",
+        human_bytes(o.peak_mlx_active_bytes),
+        human_bytes(o.expected_peak_bytes()),
+        human_bytes(o.peak_rss_bytes)
+    ));
+    if let Some(error) = &o.error {
+        ui.colored_label(ui.visuals().error_fg_color, error);
+    }
+}
+
+/// The last recording in a few lines: how it ended, its peaks, the files
+/// open at the peak.
+fn record_summary_ui(ui: &mut egui::Ui, r: &Recording) {
+    let ended = r.exit.map_or_else(
+        || "detached".to_owned(),
+        crate::profile::record::JobExit::describe,
+    );
+    ui.label(format!(
+        "`{}`: {ended} after {:.1} s",
+        crate::units::printable(&r.command),
+        r.elapsed_secs
+    ));
+    let mlx = r.peak_mlx_active_bytes.map_or_else(
+        || "no MLX figures from inside (no probe reported)".to_owned(),
+        |b| format!("peak MLX active {}", human_bytes(b)),
+    );
+    ui.label(format!(
+        "peak RSS {} at {:.1} s; {mlx}",
+        human_bytes(r.peak_rss_bytes),
+        r.peak_rss_secs
+    ));
+    let open: u64 = r.files_open_at_peak.iter().map(|f| f.bytes).sum();
+    ui.label(format!(
+        "{} shard files open at the peak ({}); {} used in all",
+        r.files_open_at_peak.len(),
+        human_bytes(open),
+        r.files_used()
+    ));
+    if let Some(c) = &r.checkpoint {
+        ui.label(format!(
+            "checkpoint {}: {}; a release-shard walk would peak at {}",
+            crate::units::printable(&c.path.display().to_string()),
+            human_bytes(c.total_bytes),
+            human_bytes(c.expected.release_shard)
+        ));
+    }
+}
