@@ -503,18 +503,20 @@ fn diff_job(
         let kind = EventKind::DiffFinished(Err("no checkpoint is open".into()));
         return send(kind, None, MemorySample::now());
     };
-    let result = Weights::open_viewed(other, view).map(|mut b| {
-        let mut listening = true;
-        let report = crate::weights::diff(w, &mut b, cancel, &mut |p| {
-            if listening {
-                listening = send(EventKind::Diffed(p), None, MemorySample::now());
-            }
-            if !listening {
-                cancel.store(true, Ordering::Relaxed);
-            }
+    let result = Weights::open_viewed(other, view)
+        .map_err(|e| e.to_string())
+        .map(|mut b| {
+            let mut listening = true;
+            let report = crate::weights::diff(w, &mut b, cancel, &mut |p| {
+                if listening {
+                    listening = send(EventKind::Diffed(p), None, MemorySample::now());
+                }
+                if !listening {
+                    cancel.store(true, Ordering::Relaxed);
+                }
+            });
+            Box::new(report)
         });
-        Box::new(report)
-    });
     let mark = match &result {
         Ok(r) => Mark::new(MarkKind::DiffEnd, "diff").detail(format!(
             "diff with {}: {} compared, {} differ{}",

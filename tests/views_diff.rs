@@ -9,7 +9,7 @@ use std::sync::atomic::AtomicBool;
 
 use common::mlx_memory_lock;
 use weightscope::mlx::{self, Array};
-use weightscope::weights::{PreviewOptions, ViewChoice, ViewRules, Weights, diff};
+use weightscope::weights::{PreviewOptions, ViewChoice, ViewRules, Weights, WeightsError, diff};
 use weightscope::worker::{Command, EventKind, Worker};
 
 fn save(path: &Path, tensors: &[(&str, Array)]) {
@@ -226,6 +226,12 @@ fn a_view_file_with_an_error_names_the_line_and_the_rule() {
     assert!(message.contains("bad-view.json"), "{message}");
     assert!(message.contains("line 7"), "{message}");
     assert!(message.contains("rule fixup[1]"), "{message}");
+    // The B side of a diff: refused whole, with the same message.
+    let err = Weights::open_viewed(dir.path(), &ViewChoice::File(file.clone()))
+        .err()
+        .expect("a bad view refuses the B side");
+    assert!(matches!(err, WeightsError::View(_)), "{err:?}");
+    assert_eq!(err.to_string(), message);
 
     // Through the worker: the checkpoint opens without a view and says why.
     let worker = Worker::spawn(|| {}).expect("worker");
@@ -414,4 +420,22 @@ fn the_diff_command_prints_the_contract() {
     assert_eq!(bad.status.code(), Some(2));
     assert!(bad.stdout.is_empty());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("missing"));
+}
+
+#[test]
+fn a_b_side_without_tensors_is_refused_by_name() {
+    let _lock = mlx_memory_lock();
+    let dir = tempfile::tempdir().expect("tempdir");
+    common::write_safetensors(&dir.path().join("model.safetensors"), &[]);
+    let err = Weights::open_viewed(dir.path(), &ViewChoice::Auto)
+        .err()
+        .expect("nothing to compare");
+    assert!(
+        matches!(err, WeightsError::NothingToCompare { .. }),
+        "{err:?}"
+    );
+    assert_eq!(
+        err.to_string(),
+        format!("no tensors to compare: {}", dir.path().display())
+    );
 }

@@ -123,6 +123,15 @@ pub enum WeightsError {
         /// Why.
         reason: String,
     },
+    /// A view could not be made from its rules or file.
+    #[error(transparent)]
+    View(#[from] ViewError),
+    /// A checkpoint to compare against holds no tensors.
+    #[error("no tensors to compare: {}", path.display())]
+    NothingToCompare {
+        /// The checkpoint.
+        path: std::path::PathBuf,
+    },
 }
 
 /// A shard file's size and modification time when it was opened.
@@ -189,16 +198,18 @@ impl Weights<MlxNative> {
     /// When the checkpoint cannot be opened, any shard or the index has a
     /// problem (only an unusable `config.json` is tolerated), or the view
     /// cannot be made or installed; one line naming the file and the problem.
-    pub fn open_viewed(path: &Path, choice: &ViewChoice) -> Result<Self, String> {
-        let checkpoint = Checkpoint::open(path).map_err(|e| e.to_string())?;
+    pub fn open_viewed(path: &Path, choice: &ViewChoice) -> Result<Self, WeightsError> {
+        let checkpoint = Checkpoint::open(path)?;
         if let Some(problem) = checkpoint.fatal_problems().first() {
-            return Err(problem.to_string());
+            return Err(WeightsError::Checkpoint((*problem).clone()));
         }
         if checkpoint.tensors().is_empty() {
-            return Err(format!("no tensors to compare: {}", path.display()));
+            return Err(WeightsError::NothingToCompare {
+                path: path.to_owned(),
+            });
         }
-        let mut weights = Self::open_with(checkpoint, MlxNative).map_err(|e| e.to_string())?;
-        weights.install_choice(choice).map_err(|e| e.to_string())?;
+        let mut weights = Self::open_with(checkpoint, MlxNative)?;
+        weights.install_choice(choice)?;
         Ok(weights)
     }
 }
@@ -310,7 +321,7 @@ impl<N: Native> Weights<N> {
     pub fn install_choice(
         &mut self,
         choice: &ViewChoice,
-    ) -> Result<Option<Arc<ViewInfo>>, Box<dyn std::error::Error + Send + Sync>> {
+    ) -> Result<Option<Arc<ViewInfo>>, WeightsError> {
         let Some(rules) = choice.resolve(&self.checkpoint)? else {
             return Ok(None);
         };
