@@ -391,6 +391,10 @@ fn the_walk_command_prints_the_contract_and_writes_the_trace() {
     assert_eq!(report["expected_peak_bytes"], total);
     assert!(report["peak_mlx_active_bytes"].as_u64().expect("peak") >= total - total / 20);
     assert!(report["peak_rss_bytes"].as_u64().expect("rss") > 0);
+    // Time spent waiting for the reader thread: part of the walk's time.
+    let waited = report["read_wait_secs"].as_f64().expect("read wait");
+    let elapsed = report["elapsed_secs"].as_f64().expect("elapsed");
+    assert!((0.0..=elapsed).contains(&waited), "{waited} of {elapsed}");
     assert!(!report["samples"].as_array().expect("samples").is_empty());
     assert!(report["events"].as_array().expect("events").len() >= 72);
     assert!(

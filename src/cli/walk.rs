@@ -206,6 +206,7 @@ impl WalkReport {
             "source_bytes": o.source_bytes,
             "largest_shard_bytes": o.largest_shard_bytes,
             "elapsed_secs": o.elapsed_secs,
+            "read_wait_secs": o.read_wait_secs,
             "sampler": {
                 "interval_ms": self.interval.as_secs_f64() * 1e3,
                 "samples": self.sampler.0,
@@ -256,6 +257,11 @@ impl WalkReport {
             human_bytes(o.expected.release_shard)
         )?;
         writeln!(out, "peak RSS:    {}", human_bytes(o.peak_rss_bytes))?;
+        writeln!(
+            out,
+            "reads:       {:.2} s of the walk waiting for bytes from disk",
+            o.read_wait_secs
+        )?;
         writeln!(
             out,
             "sampler:     {} samples every {} ms, {:.1} us each ({:.3} % of one core)",

@@ -20,7 +20,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Bytes per read (what `cat` reads at a time, roughly).
 const READ_BYTES: usize = 1 << 20;
@@ -134,20 +134,22 @@ impl Prefetcher {
 
     /// Blocks until the reader is past byte `end` of shard `position`'s file
     /// (or done with that shard, or stopped), or until `cancel` is set; the
-    /// reader may then go on to [`LEAD_BYTES`] past it.
-    pub fn wait_for(&self, position: usize, end: u64, cancel: &AtomicBool) {
+    /// reader may then go on to [`LEAD_BYTES`] past it. Returns how long it
+    /// blocked.
+    pub fn wait_for(&self, position: usize, end: u64, cancel: &AtomicBool) -> Duration {
         let target = self.shared.stream_offset(position, end);
         let mut state = self.shared.lock();
         if target > state.wanted {
             state.wanted = target;
             self.shared.changed.notify_all();
         }
+        let started = Instant::now();
         while !(state.done
             || state.reading > position
             || self.shared.read_through(&state) >= target)
         {
             if cancel.load(Ordering::Relaxed) {
-                return;
+                break;
             }
             state = self
                 .shared
@@ -156,6 +158,7 @@ impl Prefetcher {
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .0;
         }
+        started.elapsed()
     }
 
     /// Lets the thread read what the walk's requests allow, stops it, and

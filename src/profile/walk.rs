@@ -333,6 +333,10 @@ pub struct WalkOutcome {
     pub largest_shard_bytes: u64,
     /// Wall time.
     pub elapsed_secs: f64,
+    /// Of that, time spent waiting for the shards' bytes to be read from
+    /// disk before asking MLX for them: near `elapsed_secs`, the walk went
+    /// as fast as the files could be read.
+    pub read_wait_secs: f64,
 }
 
 impl WalkOutcome {
@@ -395,6 +399,7 @@ pub fn walk<N: Native>(
     let mut kept: Vec<Array> = Vec::new();
     let mut error = None;
     let mut cancelled = false;
+    let mut read_wait = std::time::Duration::ZERO;
     let prefetcher = super::Prefetcher::start(
         plan.shards
             .iter()
@@ -409,7 +414,7 @@ pub fn walk<N: Native>(
                 let end = weights
                     .info(name)
                     .map_or(0, |t| data_start + t.data_offsets().1);
-                prefetcher.wait_for(position, end, cancel);
+                read_wait += prefetcher.wait_for(position, end, cancel);
             }
             if cancel.load(Ordering::Relaxed) {
                 cancelled = true;
@@ -505,6 +510,7 @@ pub fn walk<N: Native>(
         source_bytes: plan.source_bytes(),
         largest_shard_bytes: plan.largest_shard().map_or(0, |s| s.source_bytes),
         elapsed_secs: started.elapsed().as_secs_f64(),
+        read_wait_secs: read_wait.as_secs_f64(),
     }
 }
 

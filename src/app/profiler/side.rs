@@ -241,6 +241,14 @@ fn walk_summary_ui(ui: &mut egui::Ui, o: &WalkOutcome) {
         human_bytes(o.expected_peak_bytes()),
         human_bytes(o.peak_rss_bytes)
     ));
+    // Only where it says something: a walk from the page cache waits
+    // milliseconds.
+    if o.read_wait_secs >= 0.5 {
+        ui.label(format!(
+            "waited {:.1} s of {:.1} s for bytes from disk",
+            o.read_wait_secs, o.elapsed_secs
+        ));
+    }
     if let Some(error) = &o.error {
         ui.colored_label(ui.visuals().error_fg_color, error);
     }
