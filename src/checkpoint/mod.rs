@@ -59,6 +59,14 @@ pub struct Shard {
     pub data_bytes: u64,
 }
 
+impl Shard {
+    /// Byte offset in the file where the data section starts.
+    #[must_use]
+    pub fn data_start(&self) -> u64 {
+        8 + self.header_bytes
+    }
+}
+
 /// How the checkpoint was laid out on disk.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Layout {

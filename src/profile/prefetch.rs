@@ -39,9 +39,8 @@ pub struct Prefetcher {
 }
 
 struct Shared {
-    /// Each shard's size, and where it starts in the walk's stream of bytes
-    /// (the files one after the other).
-    sizes: Vec<u64>,
+    /// Where each shard starts in the walk's stream of bytes (the files one
+    /// after the other), and where the last one ends.
     starts: Vec<u64>,
     lead_bytes: u64,
     state: Mutex<State>,
@@ -78,16 +77,21 @@ impl Shared {
 
     /// Where byte `offset` of shard `position`'s file is in the stream.
     fn stream_offset(&self, position: usize, offset: u64) -> u64 {
-        let (Some(start), Some(size)) = (self.starts.get(position), self.sizes.get(position))
+        let (Some(start), Some(end)) = (self.starts.get(position), self.starts.get(position + 1))
         else {
             return self.starts.last().copied().unwrap_or(0);
         };
-        start + offset.min(*size)
+        start + offset.min(end - start)
     }
 
     /// How far into the stream the reader is.
     fn read_through(&self, state: &State) -> u64 {
         self.stream_offset(state.reading, state.read_to)
+    }
+
+    /// Whether the reader is as far as the lead lets it go.
+    fn far_enough(&self, state: &State) -> bool {
+        self.read_through(state) >= state.wanted.saturating_add(self.lead_bytes)
     }
 }
 
@@ -103,19 +107,14 @@ impl Prefetcher {
     fn with_lead(paths: Vec<PathBuf>, lead_bytes: u64) -> Option<Self> {
         // A file that cannot be looked at counts as empty: nothing is
         // waited for, and the walk reports it.
-        let sizes: Vec<u64> = paths
-            .iter()
-            .map(|p| std::fs::metadata(p).map_or(0, |m| m.len()))
-            .collect();
-        let mut starts = Vec::with_capacity(sizes.len() + 1);
+        let mut starts = Vec::with_capacity(paths.len() + 1);
         let mut at = 0u64;
-        for size in &sizes {
-            starts.push(at);
-            at = at.saturating_add(*size);
-        }
         starts.push(at);
+        for path in &paths {
+            at = at.saturating_add(std::fs::metadata(path).map_or(0, |m| m.len()));
+            starts.push(at);
+        }
         let shared = Arc::new(Shared {
-            sizes,
             starts,
             lead_bytes,
             state: Mutex::new(State::default()),
@@ -144,10 +143,8 @@ impl Prefetcher {
             self.shared.changed.notify_all();
         }
         let started = Instant::now();
-        while !(state.done
-            || state.reading > position
-            || self.shared.read_through(&state) >= target)
-        {
+        // Past shard `position` counts too: stream offsets only grow.
+        while !(state.done || self.shared.read_through(&state) >= target) {
             if cancel.load(Ordering::Relaxed) {
                 break;
             }
@@ -190,20 +187,13 @@ fn read_shards(paths: &[PathBuf], shared: &Shared) {
             loop {
                 {
                     let mut state = shared.lock();
-                    while !state.stop
-                        && !state.finishing
-                        && shared.read_through(&state)
-                            >= state.wanted.saturating_add(shared.lead_bytes)
-                    {
+                    while !state.stop && !state.finishing && shared.far_enough(&state) {
                         state = shared
                             .changed
                             .wait(state)
                             .unwrap_or_else(std::sync::PoisonError::into_inner);
                     }
-                    if state.stop
-                        || shared.read_through(&state)
-                            >= state.wanted.saturating_add(shared.lead_bytes)
-                    {
+                    if state.stop || shared.far_enough(&state) {
                         break 'shards;
                     }
                 }

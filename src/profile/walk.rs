@@ -407,10 +407,10 @@ pub fn walk<N: Native>(
             .collect(),
     );
     'shards: for (position, shard) in plan.shards.iter().enumerate() {
+        let data_start = weights.checkpoint().shards()[shard.index].data_start();
         for name in &shard.names {
             if let Some(prefetcher) = &prefetcher {
                 // MLX then copies out of the page cache (see `prefetch`).
-                let data_start = weights.checkpoint().shards()[shard.index].header_bytes + 8;
                 let end = weights
                     .info(name)
                     .map_or(0, |t| data_start + t.data_offsets().1);
