@@ -9,13 +9,16 @@
 //! - [`worker`]: the MLX worker thread, which owns every array and runs walks;
 //! - [`app`]: the egui user interface;
 //! - [`cli`]: command-line parsing and output formats;
-//! - [`units`]: human-readable numbers, shared by the app and the CLI.
+//! - [`units`]: human-readable numbers, shared by the app and the CLI;
+//! - [`files`]: bounded reads of the files a user names, and writes that never
+//!   land on a checkpoint or leave half a file (every layer uses it).
 //!
 //! `docs/ARCHITECTURE.md` describes the data flow and the threads.
 
 pub mod app;
 pub mod checkpoint;
 pub mod cli;
+pub mod files;
 pub mod mlx;
 pub mod profile;
 pub mod units;

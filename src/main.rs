@@ -256,15 +256,18 @@ fn tensor(path: &std::path::Path, name: &str, json: Option<bool>, repeat: u32) -
 
 /// Runs and records the job; exits with its status.
 fn record(args: &cli::record::RecordArgs) -> u8 {
+    if let Err(err) = cli::record::check_outputs(args) {
+        say(format_args!("{err}"));
+        return BAD_INPUT;
+    }
     let control = weightscope::profile::record::RecordControl::new();
-    // Ctrl+C while the job runs: passed on to its process group (when the
-    // job has the terminal, the terminal sends it there itself); the
-    // recording goes on until the job exits, so nothing seen is lost.
+    // Ctrl+C, SIGTERM, SIGHUP to weightscope: passed on to the job's
+    // process group (when the job has the terminal, Ctrl+C goes there by
+    // itself); the recording goes on until the job exits (a bounded time),
+    // then what was seen is written. Attached, the recording just ends.
     let forward = control.clone();
-    if let Err(err) = ctrlc::set_handler(move || {
-        forward.stop();
-    }) {
-        say(format_args!("cannot catch Ctrl+C: {err}"));
+    if let Err(err) = cli::signals::watch(move |signal| forward.forward(signal)) {
+        say(format_args!("cannot catch termination signals: {err}"));
     }
     let recording = match cli::record::run(args, &control) {
         Ok(recording) => recording,
@@ -274,8 +277,18 @@ fn record(args: &cli::record::RecordArgs) -> u8 {
         }
     };
     let _ = cli::record::write_summary(&recording, &mut std::io::stderr().lock());
-    if let Err(err) = cli::record::save(&recording, args) {
+    let saved = cli::record::save(&recording, args);
+    if let Err(err) = &saved {
         say(format_args!("{err}"));
+    }
+    if let Some(signal) = cli::signals::received() {
+        say(format_args!(
+            "the recording was cut short by {} (passed on to the job); what was seen is written",
+            cli::signals::name(signal)
+        ));
+        return cli::signals::exit_status(signal);
+    }
+    if saved.is_err() {
         return 1;
     }
     recording
@@ -284,7 +297,16 @@ fn record(args: &cli::record::RecordArgs) -> u8 {
 }
 
 fn walk(args: &cli::WalkArgs) -> u8 {
-    let report = match cli::walk::run(args) {
+    if let Err(err) = cli::walk::check_outputs(args) {
+        say(format_args!("{err}"));
+        return BAD_INPUT;
+    }
+    // SIGINT, SIGTERM, SIGHUP: the walk stops after the tensor at hand and
+    // what it recorded is written and printed.
+    if let Err(err) = cli::signals::watch(|_| {}) {
+        say(format_args!("cannot catch termination signals: {err}"));
+    }
+    let report = match cli::walk::run(args, &cli::signals::CUT_SHORT) {
         Ok(report) => report,
         Err(cli::walk::WalkError::BadInput(err)) => {
             say(format_args!("{err}"));
@@ -295,10 +317,8 @@ fn walk(args: &cli::WalkArgs) -> u8 {
             return 1;
         }
     };
-    if let Err(err) = report.save(args) {
-        say(format_args!("{err}"));
-        return 1;
-    }
+    // The report is printed even when a trace file could not be written.
+    let saved = report.save(args);
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     let written = if args.json {
@@ -308,16 +328,30 @@ fn walk(args: &cli::WalkArgs) -> u8 {
     } else {
         report.write_text(&mut out)
     };
-    // A closed pipe (`| head`) is the reader's choice, not a failure.
-    let written = written.or_else(|err| {
-        if err.kind() == std::io::ErrorKind::BrokenPipe {
-            Ok(())
-        } else {
-            Err(err)
+    drop(out);
+    if let Err(errors) = &saved {
+        for err in errors {
+            say(format_args!("{err}"));
         }
-    });
-    if let Err(err) = written {
-        say(format_args!("cannot write the output: {err}"));
+    }
+    if let Some(signal) = cli::signals::received() {
+        say(format_args!(
+            "the walk was cut short by {} after {} of {} tensors; what it recorded is above{}",
+            cli::signals::name(signal),
+            report.outcome.steps_done,
+            report.outcome.steps_total,
+            if args.csv.is_some() || args.trace.is_some() {
+                " and in the trace"
+            } else {
+                ""
+            }
+        ));
+        return cli::signals::exit_status(signal);
+    }
+    if let Err(code) = output_status(written) {
+        return code;
+    }
+    if saved.is_err() {
         return 1;
     }
     if let Some(error) = &report.outcome.error {
@@ -327,8 +361,27 @@ fn walk(args: &cli::WalkArgs) -> u8 {
     0
 }
 
+/// What a failed write of a report means for the exit status: a closed
+/// pipe (`| head`, `| true`) is the reader's choice and not a failure;
+/// anything else is said and gives 1.
+fn output_status(written: std::io::Result<()>) -> Result<(), u8> {
+    match written {
+        Ok(()) => Ok(()),
+        Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        Err(err) => {
+            say(format_args!("cannot write the output: {err}"));
+            Err(1)
+        }
+    }
+}
+
 fn diff(args: &cli::DiffArgs) -> u8 {
-    let report = match cli::diff::run(args) {
+    // SIGINT, SIGTERM, SIGHUP: the diff stops after the tensor at hand and
+    // prints what it compared, marked as cut short.
+    if let Err(err) = cli::signals::watch(|_| {}) {
+        say(format_args!("cannot catch termination signals: {err}"));
+    }
+    let report = match cli::diff::run(args, &cli::signals::CUT_SHORT) {
         Ok(report) => report,
         Err(err) => {
             say(format_args!("{err}"));
@@ -344,12 +397,17 @@ fn diff(args: &cli::DiffArgs) -> u8 {
     } else {
         cli::diff::write_text(args, &report, &mut out)
     };
-    match written {
-        Err(err) if err.kind() != std::io::ErrorKind::BrokenPipe => {
-            say(format_args!("cannot write the output: {err}"));
-            1
-        }
-        _ => 0,
+    drop(out);
+    if let Some(signal) = cli::signals::received() {
+        say(format_args!(
+            "the diff was cut short by {}; the report above covers the tensors compared before it",
+            cli::signals::name(signal)
+        ));
+        return cli::signals::exit_status(signal);
+    }
+    match output_status(written) {
+        Ok(()) => 0,
+        Err(code) => code,
     }
 }
 
@@ -390,9 +448,8 @@ fn check(args: &cli::CheckArgs) -> u8 {
     } else {
         cli::check::write_text(&report, &mut out)
     };
-    if let Err(err) = written.and_then(|()| out.flush()) {
-        say(format_args!("cannot write the report: {err}"));
-        return BAD_INPUT;
+    if let Err(code) = output_status(written.and_then(|()| out.flush())) {
+        return code;
     }
     report.exit_status()
 }

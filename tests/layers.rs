@@ -8,21 +8,41 @@ use std::path::Path;
 /// A layer and the layers it may use.
 const ALLOWED: &[(&str, &[&str])] = &[
     ("units", &[]),
-    ("checkpoint", &["units"]),
-    ("mlx", &["units"]),
-    ("weights", &["units", "checkpoint", "mlx"]),
-    ("profile", &["units", "checkpoint", "mlx", "weights"]),
+    ("files", &[]),
+    ("checkpoint", &["units", "files"]),
+    ("mlx", &["units", "files"]),
+    ("weights", &["units", "files", "checkpoint", "mlx"]),
+    (
+        "profile",
+        &["units", "files", "checkpoint", "mlx", "weights"],
+    ),
     (
         "worker",
-        &["units", "checkpoint", "mlx", "weights", "profile"],
+        &["units", "files", "checkpoint", "mlx", "weights", "profile"],
     ),
     (
         "app",
-        &["units", "checkpoint", "mlx", "weights", "profile", "worker"],
+        &[
+            "units",
+            "files",
+            "checkpoint",
+            "mlx",
+            "weights",
+            "profile",
+            "worker",
+        ],
     ),
     (
         "cli",
-        &["units", "checkpoint", "mlx", "weights", "profile", "worker"],
+        &[
+            "units",
+            "files",
+            "checkpoint",
+            "mlx",
+            "weights",
+            "profile",
+            "worker",
+        ],
     ),
 ];
 

@@ -16,36 +16,66 @@ Each report is one JSON object on one line, written to the pipe whose
 descriptor is in WEIGHTSCOPE_PROBE_FD (docs/record.md specifies the lines).
 """
 
+import functools
 import json
 import os
 import sys
 import threading
 import time
 
-_lock = threading.Lock()
 _fd = None
 _interval = 0.05
 _mlx = None
 _started = None
+# Held by the sampling thread while it reads MLX's counters (which take
+# MLX's own locks), and by a forking thread across fork(), so a child is
+# never born with MLX's allocator locked by a thread it does not have.
+# Writes take no lock: each line is one write(2) of at most PIPE_BUF bytes,
+# which a pipe never interleaves.
+_reading = threading.Lock()
+# A line's most bytes: under PIPE_BUF (4096 on Linux, 512 by POSIX's floor
+# that Linux exceeds), so every write is atomic.
+_MAX_LINE = 4000
 
 
 def _send(obj):
-    """Writes one line; a closed pipe (weightscope gone) turns the probe off."""
+    """Writes one line; a closed pipe (weightscope gone) turns the probe off.
+    Long strings (a mark's text, a file name) are shortened to fit a line."""
     if _fd is None:
         return
     obj["pid"] = os.getpid()
-    _write((json.dumps(obj, separators=(",", ":")) + "\n").encode())
+    line = json.dumps(obj, separators=(",", ":"))
+    for key in ("text", "file"):
+        while len(line) > _MAX_LINE and len(obj.get(key) or "") > 0:
+            obj[key] = obj[key][: len(obj[key]) // 2]
+            obj["truncated"] = True
+            line = json.dumps(obj, separators=(",", ":"))
+    if len(line) <= _MAX_LINE:
+        _write((line + "\n").encode())
 
 
 def _write(line):
     global _fd
-    with _lock:
-        if _fd is None:
-            return
-        try:
-            os.write(_fd, line)
-        except OSError:
-            _fd = None
+    fd = _fd
+    if fd is None:
+        return
+    try:
+        os.write(fd, line)
+    except OSError:
+        _fd = None
+
+
+def _before_fork():
+    _reading.acquire()
+
+
+def _after_fork_in_parent():
+    _reading.release()
+
+
+def _after_fork_in_child():
+    global _reading
+    _reading = threading.Lock()
 
 
 def mark(text):
@@ -65,26 +95,24 @@ def _file_name(file):
 def _wrap(mx):
     """Marks mx.load and mx.clear_cache, calling the originals unchanged."""
     load = getattr(mx, "load", None)
-    if load is not None:
+    if load is not None and not hasattr(load, "__wrapped__"):
 
+        @functools.wraps(load)
         def traced_load(file, *args, **kwargs):
             _send({"kind": "load", "file": _file_name(file)})
             return load(file, *args, **kwargs)
 
-        traced_load.__doc__ = getattr(load, "__doc__", None)
-        traced_load.__wrapped__ = load
         mx.load = traced_load
     clear_cache = getattr(mx, "clear_cache", None)
-    if clear_cache is not None:
+    if clear_cache is not None and not hasattr(clear_cache, "__wrapped__"):
 
+        @functools.wraps(clear_cache)
         def traced_clear_cache(*args, **kwargs):
             before = mx.get_cache_memory()
             result = clear_cache(*args, **kwargs)
             _send({"kind": "clear-cache", "cache_before": before})
             return result
 
-        traced_clear_cache.__doc__ = getattr(clear_cache, "__doc__", None)
-        traced_clear_cache.__wrapped__ = clear_cache
         mx.clear_cache = traced_clear_cache
 
 
@@ -119,15 +147,19 @@ def _sample():
     if mx is None or _fd is None:
         return
     try:
-        # Formatted by hand: json.dumps would be most of the probe's cost.
-        line = '{"kind":"sample","pid":%d,"active":%d,"cache":%d,"peak":%d}\n' % (
-            os.getpid(),
-            mx.get_active_memory(),
-            mx.get_cache_memory(),
-            mx.get_peak_memory(),
-        )
+        with _reading:
+            active = mx.get_active_memory()
+            cache = mx.get_cache_memory()
+            peak = mx.get_peak_memory()
     except Exception:
         return
+    # Formatted by hand: json.dumps would be most of the probe's cost.
+    line = '{"kind":"sample","pid":%d,"active":%d,"cache":%d,"peak":%d}\n' % (
+        os.getpid(),
+        active,
+        cache,
+        peak,
+    )
     _write(line.encode())
 
 
@@ -184,4 +216,9 @@ def _start_from_environment():
     import atexit
 
     atexit.register(_bye)
+    os.register_at_fork(
+        before=_before_fork,
+        after_in_parent=_after_fork_in_parent,
+        after_in_child=_after_fork_in_child,
+    )
     threading.Thread(target=_sampler, name="weightscope-probe", daemon=True).start()

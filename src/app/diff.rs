@@ -235,12 +235,8 @@ impl DiffPanel {
             report.failed.len(),
             if report.cancelled { "; cancelled" } else { "" }
         ));
-        if !report.common.is_empty() {
-            ui.label(format!(
-                "Overall: relative error {:.3e}, SNR {} (every compared tensor, both sides decoded to f32)",
-                report.overall_rel_error,
-                snr_text(report.overall_snr_db)
-            ));
+        if let Some(overall) = report.overall_text() {
+            ui.label(format!("Overall: {}", crate::units::printable(&overall)));
         }
         ui.label(format!(
             "Peak MLX active {} {} the bound {} (largest shard of A + of B {}, plus one band's decoding temporaries on each side)",
@@ -364,14 +360,6 @@ impl DiffPanel {
                     );
                 }
             });
-    }
-}
-
-fn snr_text(db: f64) -> String {
-    if db.is_infinite() && db > 0.0 {
-        "inf dB (equal)".to_owned()
-    } else {
-        format!("{db:.1} dB")
     }
 }
 

@@ -609,7 +609,8 @@ impl WeightscopeApp {
                         let _ = recorder.control.stop();
                     }
                 }
-                ProfilerAction::SaveTo(path) => self.save_trace(&path),
+                ProfilerAction::SaveTo { path, replace } => self
+                    .with_profiler(|profiler, inputs| profiler.save_trace(&path, inputs, replace)),
                 ProfilerAction::OverlayFrom(path) => self.load_trace(&path),
             }
         }
@@ -777,9 +778,11 @@ impl WeightscopeApp {
         self.profiler.trace_to_save(&self.profiler_inputs())
     }
 
-    /// Writes the trace to `path` (CSV or JSON by extension) and says so.
+    /// Writes the trace to `path` (CSV or JSON by extension) and says so,
+    /// as the file dialog's answer does: over an existing file (the dialog
+    /// asked), never inside the open checkpoint or over a checkpoint file.
     pub fn save_trace(&mut self, path: &Path) {
-        self.with_profiler(|profiler, inputs| profiler.save_trace(path, inputs));
+        self.with_profiler(|profiler, inputs| profiler.save_trace(path, inputs, true));
     }
 
     /// Shows `tab` (as clicking it does).

@@ -130,10 +130,17 @@ impl QuantParams {
     /// parameters: `words * 32 / bits` inputs in `groups` groups.
     #[must_use]
     pub fn fits(&self, words: u64, groups: u64) -> bool {
-        let inputs = words * 32;
-        inputs.is_multiple_of(self.bits)
+        // Every figure here may come from a hostile config.json or header:
+        // a product that overflows fits nothing (never wraps into a fit).
+        let (Some(inputs), Some(grouped)) =
+            (words.checked_mul(32), groups.checked_mul(self.group_size))
+        else {
+            return false;
+        };
+        self.bits > 0
             && self.group_size > 0
-            && (inputs / self.bits) == groups * self.group_size
+            && inputs.is_multiple_of(self.bits)
+            && inputs / self.bits == grouped
     }
 }
 
@@ -185,6 +192,10 @@ pub struct ModelConfig {
     pub tie_word_embeddings: Option<bool>,
 }
 
+/// The largest `config.json` read (real ones are a few KB; multimodal ones
+/// with vocabularies inline stay under 1 MB).
+pub const MAX_CONFIG_BYTES: u64 = 16 << 20;
+
 /// Reads `config.json` at `path`.
 ///
 /// # Errors
@@ -192,8 +203,12 @@ pub struct ModelConfig {
 /// entry is malformed; [`CheckpointError::Unreadable`] when it is not a
 /// regular file (a FIFO would block the read forever).
 pub fn read_config(path: &Path) -> Result<ModelConfig, CheckpointError> {
-    super::require_regular(path)?;
-    let bytes = std::fs::read(path).map_err(|e| CheckpointError::unreadable(path, &e))?;
+    let bytes = crate::files::read_bounded(path, MAX_CONFIG_BYTES, "config.json").map_err(|e| {
+        CheckpointError::Unreadable {
+            path: path.to_path_buf(),
+            reason: e.reason(),
+        }
+    })?;
     parse_config(path, &bytes)
 }
 
@@ -393,6 +408,23 @@ mod tests {
                 group_size: 32,
                 bits: 8
             })
+        );
+    }
+
+    #[test]
+    fn overflowing_sizes_fit_nothing() {
+        // 2^63 and u64::MAX overflowed `groups * group_size` (a panic in
+        // debug builds); 64 + 2^62 wrapped into a false fit in release.
+        for group_size in [1 << 63, u64::MAX, 64 + (1 << 62)] {
+            let params = QuantParams::affine(group_size, 4);
+            for (words, groups) in [(512, 64), (512, 4), (u64::MAX, 1), (1, u64::MAX)] {
+                assert!(!params.fits(words, groups), "{group_size} {words} {groups}");
+            }
+        }
+        assert!(QuantParams::affine(64, 4).fits(512, 64));
+        assert!(
+            !QuantParams::affine(64, 0).fits(512, 64),
+            "no division by zero"
         );
     }
 

@@ -85,13 +85,20 @@ impl<'de: 'a, 'a> Deserialize<'de> for Borrowed<'a> {
     }
 }
 
+/// The largest index read: a million tensors' entries take about 80 MB.
+pub const MAX_INDEX_BYTES: u64 = 128 << 20;
+
 /// Reads and checks the index at `path` (see [`parse_index`]).
 ///
 /// # Errors
 /// As [`parse_index`], or when the file cannot be read.
 pub fn read_index(path: &Path) -> Result<Index, CheckpointError> {
-    super::require_regular(path)?;
-    let bytes = std::fs::read(path).map_err(|e| CheckpointError::unreadable(path, &e))?;
+    let bytes = crate::files::read_bounded(path, MAX_INDEX_BYTES, "the index").map_err(|e| {
+        CheckpointError::Unreadable {
+            path: path.to_path_buf(),
+            reason: e.reason(),
+        }
+    })?;
     parse_index(path, &bytes).map(|(index, _)| index)
 }
 
@@ -152,7 +159,26 @@ pub(super) fn read_index_folded<T: Default>(
     add: impl FnMut(&mut T, &str),
 ) -> Result<(Index, Vec<T>), CheckpointError> {
     let file = std::fs::File::open(path).map_err(|e| CheckpointError::unreadable(path, &e))?;
-    let whole = || std::fs::read(path).map_err(|e| CheckpointError::unreadable(path, &e));
+    let size = file
+        .metadata()
+        .map_err(|e| CheckpointError::unreadable(path, &e))?
+        .len();
+    if size > MAX_INDEX_BYTES {
+        return Err(CheckpointError::Unreadable {
+            path: path.to_path_buf(),
+            reason: format!(
+                "the index of {size} bytes is larger than the {MAX_INDEX_BYTES}-byte limit"
+            ),
+        });
+    }
+    let whole = || {
+        crate::files::read_bounded(path, MAX_INDEX_BYTES, "the index").map_err(|e| {
+            CheckpointError::Unreadable {
+                path: path.to_path_buf(),
+                reason: e.reason(),
+            }
+        })
+    };
     fold_index(path, file, INDEX_PIECE_BYTES, whole, add)
 }
 

@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 
 use crate::checkpoint::Checkpoint;
 use crate::units::human_bytes;
-use crate::weights::{DiffReport, MlxNative, ViewChoice, Weights};
+use crate::units::printable;
+use crate::weights::{DiffReport, MlxNative, ViewChoice, Weights, snr_text};
 
 /// What `weightscope diff` was asked for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,17 +44,17 @@ fn open_side(path: &std::path::Path, choice: &ViewChoice) -> Result<Weights, Str
     Ok(weights)
 }
 
-/// Runs the diff, with a progress line on stderr when it is a terminal.
+/// Runs the diff, with a progress line on stderr when it is a terminal;
+/// `cancel` stops it between tensors (the report says it was cancelled).
 ///
 /// # Errors
 /// A side that cannot be opened, or whose view cannot be installed (one line).
-pub fn run(args: &DiffArgs) -> Result<DiffReport, String> {
+pub fn run(args: &DiffArgs, cancel: &AtomicBool) -> Result<DiffReport, String> {
     let mut a = open_side(&args.a, &args.view_a)?;
     let mut b = open_side(&args.b, &args.view_b)?;
-    let cancel = AtomicBool::new(false);
     let terminal = std::io::stderr().is_terminal();
     let mut last = Instant::now();
-    let report = crate::weights::diff(&mut a, &mut b, &cancel, &mut |p| {
+    let report = crate::weights::diff(&mut a, &mut b, cancel, &mut |p| {
         if terminal && last.elapsed() >= Duration::from_millis(100) {
             last = Instant::now();
             eprint!("\rdiff: {}/{} tensors   ", p.done, p.total);
@@ -89,8 +90,8 @@ pub fn write_text(
     report: &DiffReport,
     out: &mut impl Write,
 ) -> std::io::Result<()> {
-    writeln!(out, "A: {}", args.a.display())?;
-    writeln!(out, "B: {}", args.b.display())?;
+    writeln!(out, "A: {}", printable(&args.a.display().to_string()))?;
+    writeln!(out, "B: {}", printable(&args.b.display().to_string()))?;
     let differing = report.differing().count();
     writeln!(
         out,
@@ -102,13 +103,8 @@ pub fn write_text(
         report.changed.len(),
         report.failed.len()
     )?;
-    if !report.common.is_empty() {
-        writeln!(
-            out,
-            "overall: relative error {:.3e} (sqrt of Σ‖a-b‖² / Σ‖a‖² over every compared tensor), SNR {}",
-            report.overall_rel_error,
-            snr_text(report.overall_snr_db)
-        )?;
+    if let Some(overall) = report.overall_text() {
+        writeln!(out, "overall: {}", printable(&overall))?;
     }
     writeln!(
         out,
@@ -135,23 +131,32 @@ pub fn write_text(
         Ok(())
     };
     for name in report.only_in_a.iter().take(TEXT_ROWS) {
-        writeln!(out, "only in A: {name}")?;
+        writeln!(out, "only in A: {}", printable(name))?;
     }
     left_out(out, "only in A", report.only_in_a.len())?;
     for name in report.only_in_b.iter().take(TEXT_ROWS) {
-        writeln!(out, "only in B: {name}")?;
+        writeln!(out, "only in B: {}", printable(name))?;
     }
     left_out(out, "only in B", report.only_in_b.len())?;
     for c in report.changed.iter().take(TEXT_ROWS) {
         writeln!(
             out,
             "changed: {} {} {:?} -> {} {:?}",
-            c.name, c.a_dtype, c.a_shape, c.b_dtype, c.b_shape
+            printable(&c.name),
+            c.a_dtype,
+            c.a_shape,
+            c.b_dtype,
+            c.b_shape
         )?;
     }
     left_out(out, "changed", report.changed.len())?;
     for f in report.failed.iter().take(TEXT_ROWS) {
-        writeln!(out, "failed: {}: {}", f.name, f.error)?;
+        writeln!(
+            out,
+            "failed: {}: {}",
+            printable(&f.name),
+            printable(&f.error)
+        )?;
     }
     left_out(out, "failed", report.failed.len())?;
     let worst: Vec<_> = report
@@ -166,7 +171,7 @@ pub fn write_text(
         writeln!(
             out,
             "  {}  rel {:.3e}  SNR {}  cos {:.6}  max |a-b| {:.3e}  {} -> {}{}{}",
-            c.name,
+            printable(&c.name),
             c.rel_error,
             snr_text(c.snr_db),
             c.cosine,
@@ -179,14 +184,6 @@ pub fn write_text(
     }
     left_out(out, "differing tensors", worst.len())?;
     Ok(())
-}
-
-fn snr_text(db: f64) -> String {
-    if db.is_infinite() && db > 0.0 {
-        "inf dB (equal)".to_owned()
-    } else {
-        format!("{db:.1} dB")
-    }
 }
 
 #[cfg(test)]
@@ -228,6 +225,8 @@ mod tests {
             elapsed_secs: 0.5,
             overall_rel_error: 0.1,
             overall_snr_db: 20.0,
+            overall_tensors: 1,
+            non_finite: Vec::new(),
             worst: Vec::new(),
         };
         let args = DiffArgs {

@@ -4,6 +4,7 @@ pub mod check;
 pub mod diff;
 pub mod inspect;
 pub mod record;
+pub mod signals;
 pub mod tensor;
 pub mod walk;
 

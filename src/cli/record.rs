@@ -50,31 +50,59 @@ pub fn run(args: &RecordArgs, control: &RecordControl) -> Result<Recording, Reco
         checkpoint: args.checkpoint.clone(),
         python_probe: !args.no_probe,
     };
+    let attached = args.pid.is_some();
     record(&target, &options, control, |update| {
         if let Update::Started(pid) = update {
             // Said once, so a script knows the recording has begun.
-            eprintln!(
-                "weightscope: recording pid {pid} (Ctrl+C goes to the job; what was seen is kept)"
-            );
+            if attached {
+                eprintln!(
+                    "weightscope: recording pid {pid} (Ctrl+C ends the recording, not the process)"
+                );
+            } else {
+                eprintln!(
+                    "weightscope: recording pid {pid} (Ctrl+C goes to the job; what was seen is kept)"
+                );
+            }
         }
     })
 }
 
-/// Writes the files asked for (JSON summary, trace).
+/// Refuses output paths that would overwrite the checkpoint (`--checkpoint`)
+/// or any existing checkpoint file, before the job starts.
 ///
 /// # Errors
-/// A line naming the file that could not be written.
-pub fn save(recording: &Recording, args: &RecordArgs) -> Result<(), String> {
-    if let Some(path) = &args.json {
-        let text = serde_json::to_string_pretty(&summary_json(recording))
-            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-        std::fs::write(path, text + "\n")
-            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-    }
-    if let Some(path) = &args.trace {
-        recording.to_trace().save(path).map_err(|e| e.to_string())?;
+/// A line naming the path and why.
+pub fn check_outputs(args: &RecordArgs) -> Result<(), crate::files::FileError> {
+    let inputs: Vec<&std::path::Path> = args.checkpoint.iter().map(PathBuf::as_path).collect();
+    for path in args.json.iter().chain(&args.trace) {
+        crate::files::check_output(path, &inputs)?;
     }
     Ok(())
+}
+
+/// Writes the files asked for (JSON summary, trace); each is written
+/// whole or not at all, and one failing does not stop the other.
+///
+/// # Errors
+/// A line naming each file that could not be written.
+pub fn save(recording: &Recording, args: &RecordArgs) -> Result<(), String> {
+    let mut errors = Vec::new();
+    if let Some(path) = &args.json {
+        let text = serde_json::to_string_pretty(&summary_json(recording)).unwrap_or_default();
+        if let Err(err) = crate::files::write_atomic(path, (text + "\n").as_bytes()) {
+            errors.push(err.to_string());
+        }
+    }
+    if let Some(path) = &args.trace
+        && let Err(err) = recording.to_trace().save(path)
+    {
+        errors.push(err.to_string());
+    }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(errors.join("; "))
+    }
 }
 
 /// The summary as JSON (the contract in docs/record.md).

@@ -67,13 +67,26 @@ pub enum WalkError {
     Failed(String),
 }
 
+/// Refuses output paths inside the checkpoint or over a checkpoint file,
+/// before anything is read.
+///
+/// # Errors
+/// A line naming the path and why.
+pub fn check_outputs(args: &WalkArgs) -> Result<(), crate::files::FileError> {
+    for path in args.csv.iter().chain(&args.trace) {
+        crate::files::check_output(path, &[&args.path])?;
+    }
+    Ok(())
+}
+
 /// Runs the walk described by `args`, reporting progress on stderr when it is
-/// a terminal.
+/// a terminal; `cancel` cuts it short between tensors (what was recorded
+/// stays in the report).
 ///
 /// # Errors
 /// [`WalkError::BadInput`] when the checkpoint cannot be opened;
 /// [`WalkError::Failed`] when the sampler or the memory limit fails.
-pub fn run(args: &WalkArgs) -> Result<WalkReport, WalkError> {
+pub fn run(args: &WalkArgs, cancel: &AtomicBool) -> Result<WalkReport, WalkError> {
     let checkpoint =
         Checkpoint::open(&args.path).map_err(|e| WalkError::BadInput(e.to_string()))?;
     if let Some(problem) = checkpoint.fatal_problems().first() {
@@ -102,12 +115,11 @@ pub fn run(args: &WalkArgs) -> Result<WalkReport, WalkError> {
     trace.transform = Some(args.transform.as_str().into());
     let progress = std::io::stderr().is_terminal();
     let mut last_progress = Instant::now();
-    let cancel = AtomicBool::new(false);
     let outcome = profile::walk(
         &mut weights,
         args.policy,
         args.transform,
-        &cancel,
+        cancel,
         &mut |recorded: Recorded| {
             while let Some(sample) = sampler.try_recv() {
                 trace
@@ -165,18 +177,28 @@ impl WalkReport {
         100.0 * self.sampler.1.as_secs_f64() / self.interval.as_secs_f64().max(1e-6)
     }
 
-    /// Writes the trace files that were asked for.
+    /// Writes the trace files that were asked for; each is written whole
+    /// or not at all, and one failing does not stop the other.
     ///
     /// # Errors
-    /// When a file cannot be written.
-    pub fn save(&self, args: &WalkArgs) -> Result<(), profile::TraceError> {
-        if let Some(path) = &args.csv {
-            self.trace.save_as(path, true)?;
+    /// The errors of the files that could not be written.
+    pub fn save(&self, args: &WalkArgs) -> Result<(), Vec<profile::TraceError>> {
+        let mut errors = Vec::new();
+        if let Some(path) = &args.csv
+            && let Err(err) = self.trace.save_as(path, true)
+        {
+            errors.push(err);
         }
-        if let Some(path) = &args.trace {
-            self.trace.save_as(path, false)?;
+        if let Some(path) = &args.trace
+            && let Err(err) = self.trace.save_as(path, false)
+        {
+            errors.push(err);
         }
-        Ok(())
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(errors)
+        }
     }
 
     /// The JSON report (the CLI contract: `policy`, `peak_mlx_active_bytes`,

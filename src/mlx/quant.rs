@@ -182,7 +182,10 @@ fn dequantize_one(
     if weight.dtype() != Dtype::Uint32
         || w.len() != s.len()
         || w[..w.len().saturating_sub(1)] != s[..s.len().saturating_sub(1)]
-        || inputs != i64::from(groups) * i64::try_from(group_size).unwrap_or(0)
+        || i64::try_from(group_size)
+            .ok()
+            .and_then(|g| i64::from(groups).checked_mul(g))
+            != Some(inputs)
     {
         return Err(bad(format!(
             "{mode} {bits}-bit group {group_size}: packed {:?} {w:?} does not fit scales {s:?}",

@@ -348,19 +348,18 @@ pub struct Trace {
     pub events: Vec<TraceEvent>,
 }
 
+/// The largest trace file read (a day of samples at 50 ms is about 300 MB).
+pub const MAX_TRACE_BYTES: u64 = 1 << 30;
+/// The longest string kept from a trace file (label, event target, …).
+pub const MAX_TRACE_STRING: usize = 4096;
+
 /// Why a trace could not be read or written.
 #[derive(Debug, thiserror::Error)]
 pub enum TraceError {
-    /// The file could not be read or written.
-    #[error("cannot {action} {}: {source}", path.display())]
-    Io {
-        /// "read" or "write".
-        action: &'static str,
-        /// The file.
-        path: std::path::PathBuf,
-        /// The OS error.
-        source: std::io::Error,
-    },
+    /// The file could not be read or written (or is not a regular file,
+    /// or is larger than [`MAX_TRACE_BYTES`]).
+    #[error(transparent)]
+    File(#[from] crate::files::FileError),
     /// The file is not a trace.
     #[error("not a weightscope trace ({problem}): {}", path.display())]
     Format {
@@ -526,11 +525,7 @@ impl Trace {
                 path: path.to_path_buf(),
             })?
         };
-        std::fs::write(path, text).map_err(|source| TraceError::Io {
-            action: "write",
-            path: path.to_path_buf(),
-            source,
-        })
+        crate::files::write_atomic(path, text.as_bytes()).map_err(TraceError::File)
     }
 
     /// Reads a trace saved by [`Trace::save`] (CSV or JSON, by extension).
@@ -538,11 +533,7 @@ impl Trace {
     /// # Errors
     /// When the file cannot be read or is not a trace.
     pub fn load(path: &Path) -> Result<Self, TraceError> {
-        let text = std::fs::read_to_string(path).map_err(|source| TraceError::Io {
-            action: "read",
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let text = crate::files::read_bounded_text(path, MAX_TRACE_BYTES, "a trace")?;
         let parsed = if is_csv(path) {
             Self::from_csv(&text)
         } else {
@@ -561,7 +552,39 @@ impl Trace {
                 path: path.to_path_buf(),
             });
         }
+        let mut trace = trace;
+        trace.bound_strings();
         Ok(trace)
+    }
+
+    /// Shortens the strings a trace file brings (label, checkpoint, device,
+    /// job command, event targets and details) to [`MAX_TRACE_STRING`]
+    /// bytes each, marked with "…": a 20 MB label would otherwise be laid
+    /// out on every frame.
+    fn bound_strings(&mut self) {
+        let bound = |text: &mut String| {
+            if text.len() > MAX_TRACE_STRING {
+                let mut end = MAX_TRACE_STRING;
+                while !text.is_char_boundary(end) {
+                    end -= 1;
+                }
+                text.truncate(end);
+                text.push('…');
+            }
+        };
+        bound(&mut self.label);
+        bound(&mut self.checkpoint);
+        bound(&mut self.device);
+        if let Some(job) = &mut self.job {
+            bound(&mut job.command);
+        }
+        for event in &mut self.events {
+            bound(&mut event.target);
+            bound(&mut event.detail);
+            if let Some(shard) = &mut event.shard {
+                bound(shard);
+            }
+        }
     }
 
     /// Parses the CSV form (through the `csv` crate, old files included).

@@ -111,11 +111,54 @@ pub struct DiffReport {
     pub overall_rel_error: f64,
     /// Every compared tensor together, in dB (null in JSON when equal).
     pub overall_snr_db: f64,
+    /// Compared tensors in the overall figures: those without NaN or Inf
+    /// on either side.
+    pub overall_tensors: usize,
+    /// Compared tensors left out of the overall figures because a side has
+    /// NaN or Inf (their own rows say which), in walk order.
+    pub non_finite: Vec<String>,
     /// Up to ten compared tensors with the largest relative error, worst first.
     pub worst: Vec<String>,
 }
 
 impl DiffReport {
+    /// The overall figures in words, saying what they leave out; `None`
+    /// when nothing was compared. The CLI and the window print this.
+    #[must_use]
+    pub fn overall_text(&self) -> Option<String> {
+        if self.common.is_empty() {
+            return None;
+        }
+        let left_out = self.non_finite.len();
+        let named = || {
+            let mut names: Vec<&str> = self.non_finite.iter().take(3).map(String::as_str).collect();
+            if left_out > 3 {
+                names.push("…");
+            }
+            names.join(", ")
+        };
+        if self.overall_tensors == 0 {
+            return Some(format!(
+                "no overall figure: all {left_out} compared tensors have NaN or Inf on a side ({})",
+                named()
+            ));
+        }
+        let mut text = format!(
+            "relative error {:.3e}, SNR {} (sqrt of Σ‖a-b‖² / Σ‖a‖² over {} of {} compared tensors, both sides decoded to f32)",
+            self.overall_rel_error,
+            snr_text(self.overall_snr_db),
+            self.overall_tensors,
+            self.common.len()
+        );
+        if left_out > 0 {
+            text.push_str(&format!(
+                "; {left_out} with NaN or Inf on a side left out: {}",
+                named()
+            ));
+        }
+        Some(text)
+    }
+
     /// Common tensors whose values differ at all.
     pub fn differing(&self) -> impl Iterator<Item = &Common> {
         self.common
@@ -141,14 +184,29 @@ impl DiffReport {
     }
 
     fn finish(&mut self) {
+        // A tensor with NaN or Inf on a side has no finite error: it is
+        // counted apart and named, never folded in as "equal".
+        let finite = |c: &&Common| !c.nan && !c.inf && c.diff_sq.is_finite() && c.a_sq.is_finite();
         let (diff_sq, a_sq) = self
             .common
             .iter()
-            .filter(|c| c.diff_sq.is_finite() && c.a_sq.is_finite())
+            .filter(finite)
             .fold((0.0, 0.0), |(d, a), c| (d + c.diff_sq, a + c.a_sq));
-        let overall = mlx::metrics(0.0, diff_sq, a_sq, a_sq, a_sq, false, false);
-        self.overall_rel_error = overall.rel_error;
-        self.overall_snr_db = overall.snr_db;
+        self.overall_tensors = self.common.iter().filter(finite).count();
+        self.non_finite = self
+            .common
+            .iter()
+            .filter(|c| !finite(c))
+            .map(|c| c.name.clone())
+            .collect();
+        if self.overall_tensors == 0 {
+            self.overall_rel_error = f64::NAN;
+            self.overall_snr_db = f64::NAN;
+        } else {
+            let overall = mlx::metrics(0.0, diff_sq, a_sq, a_sq, a_sq, false, false);
+            self.overall_rel_error = overall.rel_error;
+            self.overall_snr_db = overall.snr_db;
+        }
         self.worst = self
             .by_error()
             .into_iter()
@@ -225,6 +283,8 @@ pub fn diff<N: Native, M: Native>(
         elapsed_secs: 0.0,
         overall_rel_error: 0.0,
         overall_snr_db: f64::INFINITY,
+        overall_tensors: 0,
+        non_finite: Vec::new(),
         worst: Vec::new(),
     };
     for name in &common {
@@ -261,6 +321,17 @@ pub fn diff<N: Native, M: Native>(
     report.elapsed_secs = started.elapsed().as_secs_f64();
     report.finish();
     report
+}
+
+/// A signal-to-noise ratio in words: "inf dB (equal)" when there is no
+/// noise at all.
+#[must_use]
+pub fn snr_text(db: f64) -> String {
+    if db.is_infinite() && db > 0.0 {
+        "inf dB (equal)".to_owned()
+    } else {
+        format!("{db:.1} dB")
+    }
 }
 
 enum Outcome {

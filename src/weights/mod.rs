@@ -25,7 +25,7 @@ pub mod viewfile;
 
 pub use check::{ScanProgress, ValueScan, scan_values};
 pub use decode::{Decoding, Values};
-pub use diff::{Changed, Common, DiffFailure, DiffProgress, DiffReport, diff};
+pub use diff::{Changed, Common, DiffFailure, DiffProgress, DiffReport, diff, snr_text};
 pub use native::{MlxNative, Native};
 pub use preview::{PreviewOptions, QuantMaps, TensorPreview};
 pub use rules::{

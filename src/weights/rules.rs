@@ -247,9 +247,14 @@ impl ViewRules {
     /// bad (a regex that does not compile, an unknown fix-up): the error
     /// names the file, the line and the rule.
     pub fn load(path: &Path) -> Result<Self, ViewError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ViewError::Io {
+        let text = crate::files::read_bounded_text(
+            path,
+            super::viewfile::MAX_VIEW_FILE_BYTES,
+            "the view file",
+        )
+        .map_err(|err| ViewError::Io {
             path: path.to_path_buf(),
-            source,
+            source: std::io::Error::other(err.reason()),
         })?;
         Self::parse(path, &text)
     }

@@ -125,6 +125,15 @@ pub enum ViewError {
 
 /// Regexes from a file are capped: a view rule is a name pattern, not a program.
 const REGEX_SIZE_LIMIT: usize = 1 << 20;
+/// The most rules a view file may have (every tensor is tried against each).
+pub const MAX_RULES: usize = 1000;
+/// The longest new name of a rename rule.
+const MAX_RENAME_BYTES: usize = 1024;
+/// The most `$` group references in a new name: with the length cap, a
+/// canonical name is at most a few times its stored name.
+const MAX_RENAME_REFERENCES: usize = 8;
+/// The largest view file read.
+pub const MAX_VIEW_FILE_BYTES: u64 = 4 << 20;
 
 impl ViewFile {
     /// Parses the text of a view file read from `path`.
@@ -138,6 +147,14 @@ impl ViewFile {
             line: e.line(),
             message: strip_position(&e.to_string()),
         })?;
+        let rules = raw.rename.len() + raw.drop.len() + raw.fixup.len();
+        if rules > MAX_RULES {
+            return Err(ViewError::Json {
+                path: path.to_path_buf(),
+                line: 1,
+                message: format!("{rules} rules; a view file may have at most {MAX_RULES}"),
+            });
+        }
         let rule_error = |rule: &str, needle: &str, message: String| ViewError::Rule {
             path: path.to_path_buf(),
             line: line_of(text, needle),
@@ -154,10 +171,14 @@ impl ViewFile {
                     rule_error(rule, pattern, format!("bad regex `{pattern}`: {message}"))
                 })
         };
-        let origin = |rule: &str, needle: &str| {
+        // Rules of one kind appear in the file in their order: each is
+        // looked for after the one before (one pass per kind, not one
+        // search of the whole file per rule).
+        let lines = Lines::new(text);
+        let origin = |cursor: &mut usize, rule: &str, needle: &str| {
             format!(
                 "{rule}, line {} of {}",
-                line_of(text, needle),
+                lines.line_after(cursor, needle),
                 path.display()
             )
         };
@@ -167,14 +188,27 @@ impl ViewFile {
             drops: Vec::new(),
             fixups: Vec::new(),
         };
+        let mut cursor = 0;
         for (i, rename) in raw.rename.iter().enumerate() {
             let rule = format!("rename[{i}]");
+            let references = rename.to.matches('$').count();
+            if rename.to.len() > MAX_RENAME_BYTES || references > MAX_RENAME_REFERENCES {
+                return Err(rule_error(
+                    &rule,
+                    &rename.from,
+                    format!(
+                        "the new name may have at most {MAX_RENAME_BYTES} bytes and {MAX_RENAME_REFERENCES} `$` references (it has {} and {references})",
+                        rename.to.len()
+                    ),
+                ));
+            }
             file.renames.push(FileRename {
                 pattern: compile(&rule, &rename.from)?,
                 to: rename.to.clone(),
-                origin: origin(&rule, &rename.from),
+                origin: origin(&mut cursor, &rule, &rename.from),
             });
         }
+        let mut cursor = 0;
         for (i, drop) in raw.drop.iter().enumerate() {
             let rule = format!("drop[{i}]");
             let (pattern, reason) = match drop {
@@ -183,10 +217,11 @@ impl ViewFile {
             };
             file.drops.push(FileDrop {
                 pattern: compile(&rule, &pattern)?,
-                origin: origin(&rule, &pattern),
+                origin: origin(&mut cursor, &rule, &pattern),
                 reason: reason.unwrap_or_else(|| "dropped by the view file".into()),
             });
         }
+        let mut cursor = 0;
         for (i, fixup) in raw.fixup.iter().enumerate() {
             let rule = format!("fixup[{i}]");
             file.fixups.push(FileFixup {
@@ -197,7 +232,7 @@ impl ViewFile {
                     .reason
                     .clone()
                     .unwrap_or_else(|| "fixed by the view file".into()),
-                origin: origin(&rule, &fixup.pattern),
+                origin: origin(&mut cursor, &rule, &fixup.pattern),
             });
         }
         Ok(file)
@@ -275,6 +310,41 @@ fn fixup_op(fixup: &RawFixup) -> Result<FixupOp, String> {
         [op] => Ok(op.clone()),
         [] => Err("names no fix-up (one of add, move_axis, swap_axes, cast)".into()),
         _ => Err("names more than one fix-up; write one rule per fix-up".into()),
+    }
+}
+
+/// Line numbers of a text: where each line starts, found once.
+struct Lines<'a> {
+    text: &'a str,
+    starts: Vec<usize>,
+}
+
+impl<'a> Lines<'a> {
+    fn new(text: &'a str) -> Self {
+        let starts = std::iter::once(0)
+            .chain(text.match_indices('\n').map(|(at, _)| at + 1))
+            .collect();
+        Self { text, starts }
+    }
+
+    /// The 1-based line of `needle` (as JSON writes it) at or after
+    /// `cursor`, which moves past it; from the start when it is not after
+    /// the cursor (the cursor stays).
+    fn line_after(&self, cursor: &mut usize, needle: &str) -> usize {
+        let quoted = serde_json::to_string(needle).unwrap_or_default();
+        let after = self
+            .text
+            .get(*cursor..)
+            .and_then(|rest| rest.find(&quoted))
+            .map(|at| at + *cursor);
+        let at = match after {
+            Some(at) => {
+                *cursor = at + quoted.len();
+                Some(at)
+            }
+            None => self.text.find(&quoted).or_else(|| self.text.find(needle)),
+        };
+        at.map_or(1, |at| self.starts.partition_point(|&s| s <= at))
     }
 }
 

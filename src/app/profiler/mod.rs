@@ -90,8 +90,14 @@ pub(super) enum ProfilerAction {
     Dialog(Action),
     /// Sample memory at this interval.
     SetSampleInterval(Duration),
-    /// Save the trace to this path.
-    SaveTo(PathBuf),
+    /// Save the trace to this path (`replace`: over a file already there;
+    /// else the panel asks first).
+    SaveTo {
+        /// Where.
+        path: PathBuf,
+        /// Whether the user agreed to replace an existing file.
+        replace: bool,
+    },
     /// Overlay the trace saved at this path.
     OverlayFrom(PathBuf),
     /// Start recording this job or process (against this checkpoint).
@@ -128,6 +134,9 @@ pub(super) struct ProfilerPanel {
     cancel: Option<CancelToken>,
     budget_input: String,
     trace_path_input: String,
+    /// A typed save path that names an existing file, until the user says
+    /// whether to replace it.
+    confirm_overwrite: Option<PathBuf>,
     interval_ms: u64,
     /// Headers' predictions for the open checkpoint, per transform.
     expected: Vec<(Transform, ExpectedPeaks)>,
@@ -177,6 +186,7 @@ impl Default for ProfilerPanel {
             cache_limit_input: String::new(),
             budget_input: String::new(),
             trace_path_input: String::new(),
+            confirm_overwrite: None,
             interval_ms: 50,
             expected: Vec::new(),
             largest_shard_bytes: 0,
@@ -409,11 +419,37 @@ impl ProfilerPanel {
     }
 
     /// Writes the trace to `path` (CSV or JSON by extension) and says so.
-    pub(super) fn save_trace(&mut self, path: &std::path::Path, inputs: &ProfilerInputs<'_>) {
-        self.message = Some(match self.trace_to_save(inputs).save(path) {
-            Ok(()) => format!("trace saved to {}", path.display()),
-            Err(err) => err.to_string(),
-        });
+    /// A path inside the open checkpoint or over a checkpoint file is
+    /// refused; an existing file is replaced only when `replace` (a file
+    /// dialog asked already), else the panel asks first.
+    pub(super) fn save_trace(
+        &mut self,
+        path: &std::path::Path,
+        inputs: &ProfilerInputs<'_>,
+        replace: bool,
+    ) {
+        self.confirm_overwrite = None;
+        let inputs_read: Vec<&std::path::Path> =
+            inputs.checkpoint.iter().map(|c| c.root()).collect();
+        if let Err(err) = crate::files::check_output(path, &inputs_read) {
+            self.message = Some(crate::units::printable(&err.to_string()).into_owned());
+            return;
+        }
+        if !replace && std::fs::symlink_metadata(path).is_ok() {
+            self.message = Some(format!(
+                "{} exists: replace it?",
+                crate::units::printable(&path.display().to_string())
+            ));
+            self.confirm_overwrite = Some(path.to_path_buf());
+            return;
+        }
+        self.message = Some(
+            crate::units::printable(&match self.trace_to_save(inputs).save(path) {
+                Ok(()) => format!("trace saved to {}", path.display()),
+                Err(err) => err.to_string(),
+            })
+            .into_owned(),
+        );
     }
 
     /// Loads a saved trace and overlays it on the walk view.
@@ -754,7 +790,26 @@ impl ProfilerPanel {
                 .add_enabled(has_path, egui::Button::new("Save to path"))
                 .clicked()
             {
-                self.actions.push(ProfilerAction::SaveTo(path.clone()));
+                self.actions.push(ProfilerAction::SaveTo {
+                    path: path.clone(),
+                    replace: false,
+                });
+            }
+            if let Some(existing) = self.confirm_overwrite.clone() {
+                if ui
+                    .button("Replace")
+                    .on_hover_text("Write the trace over the existing file")
+                    .clicked()
+                {
+                    self.actions.push(ProfilerAction::SaveTo {
+                        path: existing,
+                        replace: true,
+                    });
+                }
+                if ui.button("Keep it").clicked() {
+                    self.confirm_overwrite = None;
+                    self.message = Some("nothing saved; the existing file is kept".into());
+                }
             }
             if ui
                 .add_enabled(has_path, egui::Button::new("Overlay from path"))

@@ -175,7 +175,13 @@ struct ControlInner {
     pgid: AtomicI32,
     stops: AtomicU32,
     detach: AtomicBool,
+    /// When a signal to the recorder was passed on to the job.
+    forwarded: std::sync::Mutex<Option<std::time::Instant>>,
 }
+
+/// How long a job has to end after a signal to the recorder was passed on
+/// to it, before its group gets SIGKILL.
+pub const FORWARD_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl RecordControl {
     /// A control for one recording.
@@ -205,13 +211,44 @@ impl RecordControl {
             1 => libc::SIGTERM,
             _ => libc::SIGKILL,
         };
+        self.signal_group(signal);
+        Some(signal)
+    }
+
+    /// Passes a signal the recorder received (SIGTERM, SIGHUP, SIGINT) on
+    /// to the job's group; the recording goes on until the job ends, at
+    /// most [`FORWARD_GRACE`] (then the group gets SIGKILL). An attached
+    /// recording detaches.
+    pub fn forward(&self, signal: i32) {
+        self.inner.detach.store(true, Ordering::SeqCst);
+        if let Ok(mut at) = self.inner.forwarded.lock() {
+            at.get_or_insert_with(std::time::Instant::now);
+        }
+        self.signal_group(signal);
+    }
+
+    /// How long ago a signal was passed on, if one was.
+    #[must_use]
+    pub fn forwarded_since(&self) -> Option<std::time::Duration> {
+        self.inner
+            .forwarded
+            .lock()
+            .ok()
+            .and_then(|at| at.map(|at| at.elapsed()))
+    }
+
+    /// Sends `signal` to the job's group, when there is one.
+    pub(super) fn signal_group(&self, signal: i32) {
+        let pgid = self.inner.pgid.load(Ordering::SeqCst);
+        if pgid <= 0 {
+            return;
+        }
         #[allow(unsafe_code)]
         // SAFETY: kill on the job's own process group, which this recorder
         // created; a group already gone gives ESRCH, which is ignored.
         unsafe {
             libc::kill(-pgid, signal);
         }
-        Some(signal)
     }
 
     /// Whether a stop was asked for.

@@ -635,7 +635,6 @@ fn start(
     options: &RecordOptions,
     control: &RecordControl,
 ) -> Result<Started, RecordError> {
-    use std::io::BufRead as _;
     use std::sync::mpsc;
 
     let (lines_tx, lines_rx) = mpsc::channel::<(Instant, String)>();
@@ -692,8 +691,20 @@ fn start(
             std::thread::Builder::new()
                 .name("probe-reader".into())
                 .spawn(move || {
-                    for line in std::io::BufReader::new(reader).lines() {
-                        let Ok(line) = line else { break };
+                    // A line that is too long or not UTF-8 arrives as an
+                    // empty one, which counts as a bad line; the reading
+                    // goes on (the probe stays heard).
+                    let mut reader = std::io::BufReader::with_capacity(64 << 10, reader);
+                    let mut buf = Vec::new();
+                    while let Ok(Some(fits)) =
+                        probe::read_line_capped(&mut reader, &mut buf, probe::MAX_LINE_BYTES)
+                    {
+                        let line = if fits {
+                            String::from_utf8(std::mem::take(&mut buf)).unwrap_or_default()
+                        } else {
+                            String::new()
+                        };
+                        buf.clear();
                         if lines_tx.send((Instant::now(), line)).is_err() {
                             break;
                         }
@@ -791,6 +802,18 @@ pub fn record(
         if let Some(status) = ended {
             exit = Some(status);
             break;
+        }
+        // The recorder was told to end (SIGTERM, SIGHUP): the job had the
+        // signal; past the grace its group is killed, and a group that
+        // still has not ended a few seconds later is left (what was seen
+        // is written all the same).
+        if let Some(since) = control.forwarded_since().filter(|_| job.is_some()) {
+            if since >= job::FORWARD_GRACE + Duration::from_secs(2) {
+                break;
+            }
+            if since >= job::FORWARD_GRACE {
+                control.signal_group(libc::SIGKILL);
+            }
         }
         if job.is_none() && (!procfs::is_alive(root) || control.stop_requested()) {
             break;

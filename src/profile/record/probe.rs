@@ -26,6 +26,53 @@ pub const INO_VAR: &str = "WEIGHTSCOPE_PROBE_INO";
 /// The environment variable holding the sampling interval in milliseconds.
 pub const INTERVAL_VAR: &str = "WEIGHTSCOPE_PROBE_INTERVAL_MS";
 
+/// The longest probe line read (the Python probe sends at most 4,000
+/// bytes); a longer one is skipped to its newline and counted as bad.
+pub const MAX_LINE_BYTES: usize = 64 << 10;
+
+/// Reads one line (its newline included) into `buf`, keeping at most `cap`
+/// bytes: `Some(true)` for a line that fit, `Some(false)` for one that did
+/// not (read to its newline and dropped, `buf` left empty), `None` at the
+/// end. Memory stays within `cap` whatever the writer sends.
+///
+/// # Errors
+/// The reader's error.
+pub fn read_line_capped(
+    reader: &mut impl std::io::BufRead,
+    buf: &mut Vec<u8>,
+    cap: usize,
+) -> std::io::Result<Option<bool>> {
+    let mut fits = true;
+    let mut any = false;
+    loop {
+        let chunk = match reader.fill_buf() {
+            Ok(chunk) => chunk,
+            Err(err) if err.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(err) => return Err(err),
+        };
+        if chunk.is_empty() {
+            return Ok(any.then_some(fits));
+        }
+        any = true;
+        let (take, done) = match chunk.iter().position(|&b| b == b'\n') {
+            Some(at) => (at + 1, true),
+            None => (chunk.len(), false),
+        };
+        if fits {
+            if buf.len() + take > cap {
+                fits = false;
+                buf.clear();
+            } else {
+                buf.extend_from_slice(&chunk[..take]);
+            }
+        }
+        reader.consume(take);
+        if done {
+            return Ok(Some(fits));
+        }
+    }
+}
+
 /// One line from a client, every field optional (unknown kinds and fields
 /// are ignored, so clients may send more than this version reads).
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
@@ -83,23 +130,34 @@ pub struct PythonProbe {
 }
 
 impl PythonProbe {
-    /// Writes the probe into a new folder under the temporary directory.
+    /// Writes the probe into a new private folder: a random name, made with
+    /// mode 0700 by one `mkdir` that fails when anything is at that path,
+    /// inside a folder only this user can write ([`private_base`]). Once the
+    /// folder is removed, no other user can put anything at that path, so a
+    /// descendant of the job that outlives the recording and still has it on
+    /// `PYTHONPATH` never imports another user's code.
     ///
     /// # Errors
-    /// When the folder or a file cannot be written.
+    /// When no private folder can be had, or a file cannot be written.
     pub fn install() -> std::io::Result<Self> {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos());
-        let dir =
-            std::env::temp_dir().join(format!("weightscope-probe-{}-{nanos}", std::process::id()));
-        std::fs::create_dir_all(&dir)?;
+        use std::os::unix::fs::PermissionsExt as _;
+        let base = private_base()?;
+        let dir = tempfile::Builder::new()
+            .prefix("probe-")
+            .rand_bytes(16)
+            .permissions(std::fs::Permissions::from_mode(0o700))
+            .tempdir_in(&base)?
+            .keep();
         if let Ok(mut installed) = INSTALLED.lock() {
             installed.push(dir.clone());
         }
         let probe = Self { dir };
         for (name, text) in PYTHON_PROBE {
-            std::fs::write(probe.dir.join(name), text)?;
+            let mut file = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(probe.dir.join(name))?;
+            std::io::Write::write_all(&mut file, text.as_bytes())?;
         }
         Ok(probe)
     }
@@ -118,6 +176,83 @@ impl Drop for PythonProbe {
             installed.retain(|d| d != &self.dir);
         }
     }
+}
+
+/// The folder that holds probe folders: `weightscope/` in the user's
+/// runtime folder (`$XDG_RUNTIME_DIR`, private by the XDG rules) when it is
+/// usable, else in the user's cache folder, else `weightscope-UID` in the
+/// temporary folder. Whichever it is, it must be a real folder (not a
+/// symlink) owned by this user with no access for anyone else; it is made
+/// so (mode 0700) when missing, and refused when someone else owns it.
+///
+/// # Errors
+/// When no candidate can be made private (the last one's reason).
+pub fn private_base() -> std::io::Result<PathBuf> {
+    use std::os::unix::fs::MetadataExt as _;
+    // The effective uid, without unsafe code: /proc/self belongs to it.
+    let uid = std::fs::metadata("/proc/self")?.uid();
+    let owned_private = |path: &Path| {
+        std::fs::symlink_metadata(path)
+            .is_ok_and(|m| m.file_type().is_dir() && m.uid() == uid && m.mode() & 0o077 == 0)
+    };
+    let mut candidates = Vec::new();
+    if let Some(runtime) = std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from)
+        && runtime.is_absolute()
+        && owned_private(&runtime)
+    {
+        candidates.push(runtime.join("weightscope"));
+    }
+    let cache = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .map(PathBuf::from)
+                .filter(|p| p.is_absolute())
+                .map(|home| home.join(".cache"))
+        });
+    if let Some(cache) = cache {
+        candidates.push(cache.join("weightscope").join("probe"));
+    }
+    candidates.push(std::env::temp_dir().join(format!("weightscope-{uid}")));
+    let mut last = std::io::Error::other("no folder for the probe");
+    for base in candidates {
+        match make_private(&base, uid) {
+            Ok(()) => return Ok(base),
+            Err(err) => last = err,
+        }
+    }
+    Err(last)
+}
+
+/// Makes `base` a folder owned by `uid` with mode 0700, or says why not.
+fn make_private(base: &Path, uid: u32) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt as _, MetadataExt as _, PermissionsExt as _};
+    if let Some(parent) = base.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    match std::fs::DirBuilder::new().mode(0o700).create(base) {
+        Ok(()) => {}
+        Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(err) => return Err(err),
+    }
+    let meta = std::fs::symlink_metadata(base)?;
+    let refuse = |why: &str| {
+        Err(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            format!("{} {why}; refusing it for the probe", base.display()),
+        ))
+    };
+    if !meta.file_type().is_dir() {
+        return refuse("is not a folder (a symlink?)");
+    }
+    if meta.uid() != uid {
+        return refuse("belongs to another user");
+    }
+    if meta.mode() & 0o077 != 0 {
+        std::fs::set_permissions(base, std::fs::Permissions::from_mode(0o700))?;
+    }
+    Ok(())
 }
 
 /// The folders of probes installed and not yet removed.
@@ -157,11 +292,69 @@ mod tests {
     }
 
     #[test]
+    fn long_lines_are_dropped_and_reading_goes_on() {
+        let mut input: Vec<u8> = b"{\"kind\":\"a\"}\n".to_vec();
+        input.extend(std::iter::repeat_n(b'x', 100_000));
+        input.extend_from_slice(b"\n\xff\xfe\n{\"kind\":\"b\"}");
+        let mut reader = std::io::BufReader::with_capacity(16, input.as_slice());
+        let mut buf = Vec::new();
+        let mut lines = Vec::new();
+        while let Some(fits) = read_line_capped(&mut reader, &mut buf, 64).expect("read") {
+            assert!(buf.len() <= 64, "memory stays within the cap");
+            lines.push((fits, String::from_utf8_lossy(&buf).into_owned()));
+            buf.clear();
+        }
+        assert_eq!(
+            lines,
+            [
+                (true, "{\"kind\":\"a\"}\n".to_owned()),
+                (false, String::new()),
+                (true, "\u{fffd}\u{fffd}\n".to_owned()),
+                (true, "{\"kind\":\"b\"}".to_owned()),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_base_folder_of_another_user_is_refused() {
+        use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
+        let dir = tempfile::tempdir().expect("dir");
+        let uid = std::fs::metadata("/proc/self").expect("proc").uid();
+        // Made here: mode 0700.
+        let mine = dir.path().join("mine");
+        make_private(&mine, uid).expect("made");
+        let meta = std::fs::metadata(&mine).expect("stat");
+        assert_eq!(meta.permissions().mode() & 0o777, 0o700);
+        // A symlink to a folder is not a folder.
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&mine, &link).expect("symlink");
+        let err = make_private(&link, uid).expect_err("a symlink");
+        assert!(err.to_string().contains("not a folder"), "{err}");
+        // Another uid's folder (as when another user made it first).
+        let err = make_private(&mine, uid + 1).expect_err("another user's");
+        assert!(err.to_string().contains("another user"), "{err}");
+    }
+
+    #[test]
     fn the_probe_installs_and_cleans_up() {
         let probe = PythonProbe::install().expect("installed");
         let dir = probe.dir().to_path_buf();
         assert!(dir.join("sitecustomize.py").is_file());
         assert!(dir.join("weightscope_probe.py").is_file());
+        {
+            use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
+            let uid = std::fs::metadata("/proc/self").expect("proc").uid();
+            for folder in [&dir, &dir.parent().expect("base").to_path_buf()] {
+                let meta = std::fs::symlink_metadata(folder).expect("stat");
+                assert_eq!(
+                    meta.permissions().mode() & 0o777,
+                    0o700,
+                    "{}",
+                    folder.display()
+                );
+                assert_eq!(meta.uid(), uid);
+            }
+        }
         drop(probe);
         assert!(!dir.exists());
         // One test: `remove_installed` takes every probe of the process.

@@ -1,0 +1,361 @@
+//! Files weightscope reads that a user named (bounded, regular files only)
+//! and files it writes (never over a checkpoint, never half-written).
+//!
+//! Every layer reads its small inputs (config.json, the index, view files,
+//! traces) through [`read_bounded`] and writes its outputs (traces, CSV,
+//! JSON summaries, settings) through [`write_atomic`]; the CLI and the
+//! window check an output path with [`check_output`] before any work starts.
+
+use std::io::{Read as _, Write as _};
+use std::path::{Path, PathBuf};
+
+/// Why a file could not be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum FileError {
+    /// The path is not a regular file (a FIFO, a device, a folder).
+    #[error("not a regular file ({kind}): {}", path.display())]
+    NotRegular {
+        /// What it is instead.
+        kind: &'static str,
+        /// The path.
+        path: PathBuf,
+    },
+    /// Larger than this kind of file may be.
+    #[error("{what} of {size} bytes is larger than the {cap}-byte limit: {}", path.display())]
+    TooLarge {
+        /// What the file was read as ("config.json", "a trace").
+        what: &'static str,
+        /// Its size (at least this much).
+        size: u64,
+        /// The limit.
+        cap: u64,
+        /// The path.
+        path: PathBuf,
+    },
+    /// An output path that would overwrite a checkpoint.
+    #[error("refusing to write {}: {reason}", path.display())]
+    Protected {
+        /// The output path.
+        path: PathBuf,
+        /// Why ("it is inside the checkpoint being read").
+        reason: String,
+    },
+    /// The operating system's error.
+    #[error("cannot {action} {}: {source}", path.display())]
+    Io {
+        /// "read", "write".
+        action: &'static str,
+        /// The path.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+}
+
+impl FileError {
+    /// The problem without the path, for an error that names the file
+    /// itself ("is a FIFO, not a regular file").
+    #[must_use]
+    pub fn reason(&self) -> String {
+        match self {
+            Self::NotRegular { kind, .. } => format!("is {kind}, not a regular file"),
+            Self::TooLarge {
+                what, size, cap, ..
+            } => {
+                format!("{what} of {size} bytes is larger than the {cap}-byte limit")
+            }
+            Self::Io { source, .. } => source.to_string(),
+            Self::Protected { reason, .. } => reason.clone(),
+        }
+    }
+
+    fn io(action: &'static str, path: &Path, source: std::io::Error) -> Self {
+        Self::Io {
+            action,
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+}
+
+/// What a file type is, in words, when it is not a regular file.
+fn irregular_kind(file_type: std::fs::FileType) -> Option<&'static str> {
+    use std::os::unix::fs::FileTypeExt as _;
+    if file_type.is_file() {
+        None
+    } else if file_type.is_dir() {
+        Some("a folder")
+    } else if file_type.is_fifo() {
+        Some("a FIFO")
+    } else if file_type.is_char_device() || file_type.is_block_device() {
+        Some("a device")
+    } else if file_type.is_socket() {
+        Some("a socket")
+    } else {
+        Some("not a file")
+    }
+}
+
+/// Refuses what is not a regular file (following symlinks), before anything
+/// opens it: opening a FIFO for reading blocks until a writer comes.
+///
+/// # Errors
+/// [`FileError::NotRegular`], or the error of `stat`.
+pub fn ensure_regular(path: &Path) -> Result<std::fs::Metadata, FileError> {
+    let meta = std::fs::metadata(path).map_err(|e| FileError::io("read", path, e))?;
+    match irregular_kind(meta.file_type()) {
+        None => Ok(meta),
+        Some(kind) => Err(FileError::NotRegular {
+            kind,
+            path: path.to_path_buf(),
+        }),
+    }
+}
+
+/// Reads a whole regular file of at most `cap` bytes. A FIFO, a device or a
+/// folder is refused before it is opened; a file that grows past the cap
+/// while being read is refused too (at most `cap + 1` bytes are read).
+///
+/// # Errors
+/// [`FileError::NotRegular`], [`FileError::TooLarge`] or the read's error.
+pub fn read_bounded(path: &Path, cap: u64, what: &'static str) -> Result<Vec<u8>, FileError> {
+    let meta = ensure_regular(path)?;
+    if meta.len() > cap {
+        return Err(FileError::TooLarge {
+            what,
+            size: meta.len(),
+            cap,
+            path: path.to_path_buf(),
+        });
+    }
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true);
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        // A FIFO swapped in after the check must not block the open.
+        options.custom_flags(libc::O_NONBLOCK);
+    }
+    let file = options
+        .open(path)
+        .map_err(|e| FileError::io("read", path, e))?;
+    let opened = file
+        .metadata()
+        .map_err(|e| FileError::io("read", path, e))?;
+    if let Some(kind) = irregular_kind(opened.file_type()) {
+        return Err(FileError::NotRegular {
+            kind,
+            path: path.to_path_buf(),
+        });
+    }
+    let mut bytes = Vec::with_capacity(usize::try_from(opened.len().min(cap)).unwrap_or(0));
+    file.take(cap.saturating_add(1))
+        .read_to_end(&mut bytes)
+        .map_err(|e| FileError::io("read", path, e))?;
+    if bytes.len() as u64 > cap {
+        return Err(FileError::TooLarge {
+            what,
+            size: bytes.len() as u64,
+            cap,
+            path: path.to_path_buf(),
+        });
+    }
+    Ok(bytes)
+}
+
+/// [`read_bounded`] as UTF-8 text.
+///
+/// # Errors
+/// As [`read_bounded`], and [`FileError::Io`] (`InvalidData`) for bytes that
+/// are not UTF-8.
+pub fn read_bounded_text(path: &Path, cap: u64, what: &'static str) -> Result<String, FileError> {
+    let bytes = read_bounded(path, cap, what)?;
+    String::from_utf8(bytes).map_err(|_| {
+        FileError::io(
+            "read",
+            path,
+            std::io::Error::new(std::io::ErrorKind::InvalidData, "not UTF-8 text"),
+        )
+    })
+}
+
+/// Whether a file name is one a checkpoint is made of: shards, the index,
+/// config.json, GGUF files.
+#[must_use]
+pub fn is_checkpoint_file_name(name: &str) -> bool {
+    let lower = name.to_ascii_lowercase();
+    lower.ends_with(".safetensors")
+        || lower.ends_with(".safetensors.index.json")
+        || lower.ends_with(".gguf")
+        || lower == "config.json"
+}
+
+/// The absolute, symlink-resolved form of a path that may not exist yet:
+/// its folder resolved, its name kept.
+fn resolved(path: &Path) -> PathBuf {
+    if let Ok(full) = std::fs::canonicalize(path) {
+        return full;
+    }
+    let absolute = if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        std::env::current_dir().map_or_else(|_| path.to_path_buf(), |cwd| cwd.join(path))
+    };
+    match (absolute.parent(), absolute.file_name()) {
+        (Some(parent), Some(name)) => std::fs::canonicalize(parent)
+            .map_or_else(|_| absolute.clone(), |parent| parent.join(name)),
+        _ => absolute,
+    }
+}
+
+/// Checks an output path before any work starts: refused when it is inside
+/// (or is) one of the checkpoints being read, or names an existing
+/// checkpoint file (a shard, an index, config.json, a GGUF file) anywhere.
+///
+/// # Errors
+/// [`FileError::Protected`] with the reason.
+pub fn check_output(path: &Path, inputs: &[&Path]) -> Result<(), FileError> {
+    let protected = |reason: String| FileError::Protected {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let out = resolved(path);
+    for input in inputs {
+        let input = resolved(input);
+        if out == input || out.starts_with(&input) {
+            return Err(protected(format!(
+                "it is inside the checkpoint being read ({})",
+                input.display()
+            )));
+        }
+    }
+    if let Ok(meta) = std::fs::metadata(&out) {
+        if meta.is_dir() {
+            return Err(protected("it is a folder".into()));
+        }
+        let name = out
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        if is_checkpoint_file_name(&name) {
+            return Err(protected(format!(
+                "it is an existing checkpoint file ({name})"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Writes `bytes` to `path` through a temporary file in the same folder,
+/// renamed over `path` once complete: a failed write (a full disk) leaves
+/// the previous file whole and no partial file behind.
+///
+/// # Errors
+/// [`FileError::Io`] naming `path`.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), FileError> {
+    let folder = match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => Path::new("."),
+    };
+    let mut temp = tempfile::Builder::new()
+        .prefix(".weightscope-")
+        .suffix(".part")
+        .tempfile_in(folder)
+        .map_err(|e| FileError::io("write", path, e))?;
+    temp.write_all(bytes)
+        .and_then(|()| temp.as_file().sync_all())
+        .map_err(|e| FileError::io("write", path, e))?;
+    // Readable as a file written the usual way would be (tempfile makes
+    // its files private to the user).
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        let mode = std::fs::metadata(path).map_or(0o644, |m| m.permissions().mode() & 0o7777);
+        let _ = temp
+            .as_file()
+            .set_permissions(std::fs::Permissions::from_mode(mode));
+    }
+    temp.persist(path)
+        .map_err(|e| FileError::io("write", path, e.error))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bounded_reads_refuse_big_files_and_fifos() {
+        let dir = tempfile::tempdir().expect("dir");
+        let small = dir.path().join("config.json");
+        std::fs::write(&small, b"{}").expect("write");
+        assert_eq!(read_bounded(&small, 2, "config.json").expect("read"), b"{}");
+        let err = read_bounded(&small, 1, "config.json").expect_err("too big");
+        assert!(
+            err.to_string().contains("larger than the 1-byte limit"),
+            "{err}"
+        );
+        let err = read_bounded(dir.path(), 10, "config.json").expect_err("a folder");
+        assert!(err.to_string().contains("a folder"), "{err}");
+        let err = read_bounded(Path::new("/dev/zero"), 10, "a trace").expect_err("a device");
+        assert!(err.to_string().contains("a device"), "{err}");
+        #[cfg(target_os = "linux")]
+        {
+            let fifo = dir.path().join("fifo");
+            let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).expect("c");
+            #[allow(unsafe_code)]
+            // SAFETY: mkfifo on a NUL-terminated path in our own folder.
+            let made = unsafe { libc::mkfifo(c.as_ptr(), 0o600) };
+            assert_eq!(made, 0);
+            let err = read_bounded(&fifo, 10, "a view").expect_err("a FIFO");
+            assert!(err.to_string().contains("a FIFO"), "{err}");
+        }
+    }
+
+    #[test]
+    fn outputs_inside_a_checkpoint_or_over_its_files_are_refused() {
+        let dir = tempfile::tempdir().expect("dir");
+        let model = dir.path().join("model");
+        std::fs::create_dir(&model).expect("mkdir");
+        let shard = model.join("model-00001-of-00002.safetensors");
+        std::fs::write(&shard, b"x").expect("write");
+        let err = check_output(&shard, &[&model]).expect_err("inside");
+        assert!(err.to_string().contains("inside the checkpoint"), "{err}");
+        assert!(check_output(&model.join("new.csv"), &[&model]).is_err());
+        // Through `..` and a relative name it is still inside.
+        let sneaky = dir.path().join("model/../model/trace.json");
+        assert!(check_output(&sneaky, &[&model]).is_err());
+        // A single-file checkpoint is itself protected.
+        assert!(check_output(&shard, &[&shard]).is_err());
+        // An existing checkpoint file elsewhere is refused; a new one is fine.
+        let other = dir.path().join("other.safetensors");
+        std::fs::write(&other, b"x").expect("write");
+        let err = check_output(&other, &[&model]).expect_err("existing shard");
+        assert!(
+            err.to_string().contains("existing checkpoint file"),
+            "{err}"
+        );
+        let config = dir.path().join("config.json");
+        std::fs::write(&config, b"{}").expect("write");
+        assert!(check_output(&config, &[]).is_err());
+        assert!(check_output(&dir.path().join("trace.csv"), &[&model]).is_ok());
+        assert!(check_output(dir.path(), &[]).is_err(), "a folder");
+    }
+
+    #[test]
+    fn atomic_writes_replace_whole_files_and_leave_nothing_on_failure() {
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("trace.json");
+        write_atomic(&path, b"first").expect("write");
+        write_atomic(&path, b"second").expect("rewrite");
+        assert_eq!(std::fs::read(&path).expect("read"), b"second");
+        // A folder that does not exist: an error naming the path, no file.
+        let missing = dir.path().join("missing/trace.json");
+        let err = write_atomic(&missing, b"x").expect_err("no folder");
+        assert!(err.to_string().contains("missing/trace.json"), "{err}");
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .expect("list")
+            .map(|e| e.expect("entry").file_name())
+            .collect();
+        assert_eq!(names, ["trace.json"], "no temporary file left");
+    }
+}
