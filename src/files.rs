@@ -184,9 +184,12 @@ pub fn read_bounded_text(path: &Path, cap: u64, what: &'static str) -> Result<St
 #[must_use]
 pub fn is_checkpoint_file_name(name: &str) -> bool {
     let lower = name.to_ascii_lowercase();
-    lower.ends_with(".safetensors")
+    let extension = Path::new(&lower)
+        .extension()
+        .and_then(|e| e.to_str())
+        .unwrap_or("");
+    matches!(extension, "safetensors" | "gguf")
         || lower.ends_with(".safetensors.index.json")
-        || lower.ends_with(".gguf")
         || lower == "config.json"
 }
 

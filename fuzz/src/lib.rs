@@ -1,4 +1,4 @@
-//! weightscope's checkpoint layer (with `units`, the layer under it) and
+//! weightscope's checkpoint layer (with `units` and `files`, the layers under it) and
 //! view-file parser, compiled from the main crate's sources (all pure Rust).
 #![allow(missing_docs, dead_code)]
 
@@ -8,6 +8,10 @@ pub mod checkpoint;
 // The layer below the checkpoint layer (the JSON string runs its scanner uses).
 #[path = "../../src/units.rs"]
 pub mod units;
+
+// Bounded reads and atomic writes, which the checkpoint layer uses.
+#[path = "../../src/files.rs"]
+pub mod files;
 
 #[path = "../../src/weights/viewfile.rs"]
 pub mod viewfile;

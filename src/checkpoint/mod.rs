@@ -314,23 +314,26 @@ impl Checkpoint {
         let Layout::Indexed { index_path, index } = &self.layout else {
             return;
         };
+        let opened = self.shard_positions();
         let agree = index
             .shard_files
             .iter()
             .zip(index_digests)
             .all(|(file, digest)| {
                 // A missing or bad shard was reported already.
-                self.shards
-                    .iter()
-                    .position(|s| &s.file == file)
-                    .is_none_or(|k| shard_digests.get(k).copied().flatten() == Some(*digest))
+                opened
+                    .get(file.as_str())
+                    .is_none_or(|&k| shard_digests.get(k).copied().flatten() == Some(*digest))
             });
         if agree {
             return;
         }
         let index_path = index_path.clone();
-        let entries = std::fs::read(&index_path)
-            .map_err(|e| CheckpointError::unreadable(&index_path, &e))
+        let entries = crate::files::read_bounded(&index_path, index::MAX_INDEX_BYTES, "the index")
+            .map_err(|e| CheckpointError::Unreadable {
+                path: index_path.clone(),
+                reason: e.reason(),
+            })
             .and_then(|bytes| {
                 let (_, entries, hashes) = parse_index_hashed(&index_path, &bytes)?;
                 Ok(self.misplaced_entry(&entries, &hashes))
@@ -339,6 +342,16 @@ impl Checkpoint {
             Ok(Some(problem)) | Err(problem) => self.problems.push(problem),
             Ok(None) => {}
         }
+    }
+
+    /// Shard file name → its position among the shards that opened (one
+    /// map, not a search per index file: an index may name 100k shards).
+    fn shard_positions(&self) -> foldhash::HashMap<&str, usize> {
+        self.shards
+            .iter()
+            .enumerate()
+            .map(|(k, s)| (s.file.as_str(), k))
+            .collect()
     }
 
     /// The first index entry whose tensor is not in the shard it names, as
@@ -353,10 +366,11 @@ impl Checkpoint {
             return None;
         };
         // Index file position → position among the shards that opened.
+        let positions = self.shard_positions();
         let opened: Vec<Option<usize>> = index
             .shard_files
             .iter()
-            .map(|file| self.shards.iter().position(|s| &s.file == file))
+            .map(|file| positions.get(file.as_str()).copied())
             .collect();
         // The first misplaced entry in `range`, and how many there are.
         let misplaced = |range: std::ops::Range<usize>| -> (Option<usize>, usize) {

@@ -172,6 +172,7 @@ pub fn summary_json(r: &Recording) -> Value {
         "elapsed_secs": r.elapsed_secs,
         "peak_rss_bytes": r.peak_rss_bytes,
         "peak_rss_secs": r.peak_rss_secs,
+        "rss_figure": if r.rss_is_pss { "pss" } else { "rss" },
         "peak_mlx_active_bytes": r.peak_mlx_active_bytes,
         "peak_gpu_bytes": r.peak_gpu_bytes,
         "peak_gpu_device_used_bytes": r.peak_gpu_device_used_bytes,
@@ -212,16 +213,21 @@ pub fn write_summary(r: &Recording, out: &mut dyn Write) -> std::io::Result<()> 
     writeln!(
         out,
         "recorded `{}` (pid {}): {ended} after {:.1} s, {} samples",
-        r.command,
+        crate::units::printable(&r.command),
         r.pid,
         r.elapsed_secs,
         r.samples.len()
     )?;
     writeln!(
         out,
-        "  peak RSS {} at {:.1} s (the whole process tree; VmHWM included)",
+        "  peak RSS {} at {:.1} s (the whole process tree{}; VmHWM included)",
         human_bytes(r.peak_rss_bytes),
-        r.peak_rss_secs
+        r.peak_rss_secs,
+        if r.rss_is_pss {
+            ", as PSS: pages its processes share counted once"
+        } else {
+            ""
+        }
     )?;
     match (&r.probe, r.peak_mlx_active_bytes) {
         (Some(p), Some(active)) => {
@@ -260,6 +266,11 @@ pub fn write_summary(r: &Recording, out: &mut dyn Write) -> std::io::Result<()> 
             human_bytes(device)
         )?;
     }
+    write_files_and_findings(r, out)
+}
+
+/// The summary's lines about shard files, the checkpoint and findings.
+fn write_files_and_findings(r: &Recording, out: &mut dyn Write) -> std::io::Result<()> {
     let open_bytes: u64 = r.files_open_at_peak.iter().map(|f| f.bytes).sum();
     writeln!(
         out,
@@ -299,7 +310,7 @@ pub fn write_summary(r: &Recording, out: &mut dyn Write) -> std::io::Result<()> 
                 out,
                 "  - {}: {}",
                 finding.kind.severity().name(),
-                finding.text
+                crate::units::printable(&finding.text)
             )?;
         }
     }

@@ -409,6 +409,17 @@ pub fn walk<N: Native>(
     'shards: for (position, shard) in plan.shards.iter().enumerate() {
         let data_start = weights.checkpoint().shards()[shard.index].data_start();
         for name in &shard.names {
+            // A tensor past MLX's memory limit is refused before the
+            // reader streams its bytes from disk (100 GB of them, maybe).
+            if let Err(err) = weights.check_room(name, 0) {
+                let message = err.to_string();
+                record(
+                    Mark::new(MarkKind::Error, name.as_str()).detail(message.clone()),
+                    done,
+                );
+                error = Some(format!("{name}: {message}"));
+                break 'shards;
+            }
             if let Some(prefetcher) = &prefetcher {
                 // MLX then copies out of the page cache (see `prefetch`).
                 let end = weights

@@ -11,6 +11,7 @@
 //! side. `changed` is only for tensors whose logical shapes differ.
 
 use std::collections::{BTreeSet, HashMap};
+use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
@@ -144,17 +145,18 @@ impl DiffReport {
             ));
         }
         let mut text = format!(
-            "relative error {:.3e}, SNR {} (sqrt of Σ‖a-b‖² / Σ‖a‖² over {} of {} compared tensors, both sides decoded to f32)",
+            "relative error {:.3e}, SNR {} (sqrt(sum (a-b)^2 / sum a^2) over {} of {} compared tensors, both sides decoded to f32)",
             self.overall_rel_error,
             snr_text(self.overall_snr_db),
             self.overall_tensors,
             self.common.len()
         );
         if left_out > 0 {
-            text.push_str(&format!(
+            let _ = write!(
+                text,
                 "; {left_out} with NaN or Inf on a side left out: {}",
                 named()
-            ));
+            );
         }
         Some(text)
     }

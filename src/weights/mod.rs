@@ -155,6 +155,9 @@ pub struct Weights<N: Native = MlxNative> {
     /// their bytes: what the map keeps alive until [`Weights::release_shard`],
     /// whatever [`Weights::release`] did (the profiler's attribution).
     resident: HashMap<usize, HashMap<String, u64>>,
+    /// Shard position → the sum of its `resident` bytes, kept as they
+    /// change (a walk asks after every tensor: summing would be quadratic).
+    resident_totals: HashMap<usize, u64>,
     view: Option<View>,
     /// What the installed rule view did to the names (for people).
     view_info: Option<Arc<ViewInfo>>,
@@ -263,6 +266,7 @@ impl<N: Native> Weights<N> {
             maps,
             arrays: HashMap::new(),
             resident: HashMap::new(),
+            resident_totals: HashMap::new(),
             view: None,
             view_info: None,
             fixed: std::collections::HashSet::new(),
@@ -501,10 +505,12 @@ impl<N: Native> Weights<N> {
     fn note_resident(&mut self, stored_name: &str) {
         if let Some(info) = self.checkpoint.tensor(stored_name) {
             let (shard, bytes) = (info.shard(), info.bytes());
-            self.resident
-                .entry(shard)
-                .or_default()
-                .insert(stored_name.to_owned(), bytes);
+            let tensors = self.resident.entry(shard).or_default();
+            // Already there: the same tensor, the same bytes.
+            if !tensors.contains_key(stored_name) {
+                tensors.insert(stored_name.to_owned(), bytes);
+                *self.resident_totals.entry(shard).or_default() += bytes;
+            }
         }
     }
 
@@ -512,9 +518,7 @@ impl<N: Native> Weights<N> {
     /// shards) holds in evaluated tensors, by the core's own bookkeeping.
     #[must_use]
     pub fn resident_bytes(&self, shard: usize) -> u64 {
-        self.resident
-            .get(&shard)
-            .map_or(0, |tensors| tensors.values().sum())
+        self.resident_totals.get(&shard).copied().unwrap_or(0)
     }
 
     /// Every evaluated stored tensor still held by its shard's map: (shard
@@ -605,6 +609,7 @@ impl<N: Native> Weights<N> {
             self.native.free_shard(map);
         }
         self.resident.remove(&shard);
+        self.resident_totals.remove(&shard);
         true
     }
 
@@ -612,6 +617,7 @@ impl<N: Native> Weights<N> {
     pub fn release_all(&mut self) {
         self.arrays.clear();
         self.resident.clear();
+        self.resident_totals.clear();
         for (_, map) in self.maps.drain() {
             self.native.free_shard(map);
         }

@@ -256,6 +256,7 @@ mod tests {
             files_seen: Vec::new(),
             files_open_at_peak: Vec::new(),
             peak_rss_bytes: peak,
+            rss_is_pss: false,
             peak_rss_secs: 5.0,
             peak_mlx_active_bytes: peak_mlx,
             peak_gpu_bytes: None,

@@ -237,6 +237,10 @@ pub struct Recording {
     /// Peak RSS: the highest of the tree's sampled RSS and any process's
     /// `VmHWM` (which sees peaks between samples).
     pub peak_rss_bytes: u64,
+    /// Whether the tree's figure summed proportional set sizes (PSS: pages
+    /// shared between its processes counted once) rather than RSS, as it
+    /// does whenever the tree had more than one process.
+    pub rss_is_pss: bool,
     /// When the peak was sampled.
     pub peak_rss_secs: f64,
     /// Peak MLX active memory, when a probe reported.
@@ -414,6 +418,8 @@ struct Recorder {
     /// NVML, where the NVIDIA driver is.
     #[cfg(target_os = "linux")]
     gpu: gpu::GpuMemory,
+    /// Whether a sample summed proportional set sizes (several processes).
+    pss_used: bool,
 }
 
 impl Recorder {
@@ -430,6 +436,7 @@ impl Recorder {
             sizes: HashMap::new(),
             #[cfg(target_os = "linux")]
             gpu: gpu::GpuMemory::init(),
+            pss_used: false,
         }
     }
 
@@ -554,9 +561,21 @@ impl Recorder {
                 continue;
             };
             sample.processes += 1;
-            sample.rss_bytes += figures.memory.rss_bytes;
-            sample.rss_anon_bytes += figures.memory.anon_bytes;
-            sample.rss_file_bytes += figures.memory.file_bytes;
+            // Over a tree of processes (forked workers share their parent's
+            // pages), RSS would count each shared page once per process:
+            // the proportional set size counts it once in all.
+            if let Some((pss, anon, file)) =
+                (tree.len() > 1).then(|| procfs::read_pss(pid)).flatten()
+            {
+                sample.rss_bytes += pss;
+                sample.rss_anon_bytes += anon;
+                sample.rss_file_bytes += file;
+                self.pss_used = true;
+            } else {
+                sample.rss_bytes += figures.memory.rss_bytes;
+                sample.rss_anon_bytes += figures.memory.anon_bytes;
+                sample.rss_file_bytes += figures.memory.file_bytes;
+            }
             sample.read_bytes += figures.read_bytes;
             let hwm = self.hwm.entry(pid).or_insert(0);
             *hwm = (*hwm).max(figures.memory.peak_rss_bytes);
@@ -642,6 +661,17 @@ fn start(
     let (job, root, command) = match target {
         Target::Spawn(spec) => {
             let program = spec.argv.first().ok_or(RecordError::NoCommand)?;
+            // exec(2) says "Permission denied" for a folder: say what it is.
+            if Path::new(program).is_dir()
+                && program
+                    .to_string_lossy()
+                    .contains(std::path::MAIN_SEPARATOR)
+            {
+                return Err(RecordError::Spawn {
+                    command: program.to_string_lossy().into_owned(),
+                    source: std::io::Error::other("is a directory, not a program"),
+                });
+            }
             let command_line = spec
                 .argv
                 .iter()
@@ -732,6 +762,32 @@ fn start(
 }
 
 #[cfg(target_os = "linux")]
+/// The job's process tree at sample `tick`: the tree's own children files
+/// find a new child at the next sample; every tenth sample (or where those
+/// files are missing) all of `/proc` is scanned.
+fn tree_at(root: u32, tick: u64) -> Vec<u32> {
+    match procfs::descendants_by_children(root) {
+        Some(found) if !tick.is_multiple_of(10) => found,
+        _ => procfs::descendants(root),
+    }
+}
+
+#[cfg(target_os = "linux")]
+/// After a signal to the recorder was passed on to the job: past the grace
+/// its group gets SIGKILL, and a group that still has not ended a few
+/// seconds later is left (true: stop waiting; what was seen is written all
+/// the same).
+fn past_grace(control: &RecordControl) -> bool {
+    let Some(since) = control.forwarded_since() else {
+        return false;
+    };
+    if since >= job::FORWARD_GRACE {
+        control.signal_group(libc::SIGKILL);
+    }
+    since >= job::FORWARD_GRACE + Duration::from_secs(2)
+}
+
+#[cfg(target_os = "linux")]
 /// Records `target` until it ends (or, attached, until `control` asks to
 /// stop), calling `on_update` with each sample and event as they come.
 ///
@@ -760,19 +816,12 @@ pub fn record(
     let mut updates = Vec::new();
     rec.event(origin, MarkKind::JobStart, command.clone());
     updates.push(Update::Event(rec.events[0].clone()));
-    let mut tree = vec![root];
     let mut exit = None;
     let mut tick: u64 = 0;
     let mut lines_open = true;
     loop {
         let now = Instant::now();
-        // The tree's own children files find a new child at the next
-        // sample; every tenth sample (or where those files are missing) all
-        // of `/proc` is scanned.
-        tree = match procfs::descendants_by_children(root) {
-            Some(found) if !tick.is_multiple_of(10) => found,
-            _ => procfs::descendants(root),
-        };
+        let tree = tree_at(root, tick);
         tick += 1;
         if let Some(sample) = rec.sample_tree(&tree, now, &mut updates) {
             updates.push(Update::Sample(sample));
@@ -803,17 +852,8 @@ pub fn record(
             exit = Some(status);
             break;
         }
-        // The recorder was told to end (SIGTERM, SIGHUP): the job had the
-        // signal; past the grace its group is killed, and a group that
-        // still has not ended a few seconds later is left (what was seen
-        // is written all the same).
-        if let Some(since) = control.forwarded_since().filter(|_| job.is_some()) {
-            if since >= job::FORWARD_GRACE + Duration::from_secs(2) {
-                break;
-            }
-            if since >= job::FORWARD_GRACE {
-                control.signal_group(libc::SIGKILL);
-            }
+        if job.is_some() && past_grace(control) {
+            break;
         }
         if job.is_none() && (!procfs::is_alive(root) || control.stop_requested()) {
             break;
@@ -962,6 +1002,7 @@ fn finish(
         files_seen: rec.files_seen,
         files_open_at_peak,
         peak_rss_bytes,
+        rss_is_pss: rec.pss_used,
         peak_rss_secs,
         peak_mlx_active_bytes,
         peak_gpu_bytes,

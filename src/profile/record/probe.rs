@@ -193,7 +193,10 @@ pub fn private_base() -> std::io::Result<PathBuf> {
     let uid = std::fs::metadata("/proc/self")?.uid();
     let owned_private = |path: &Path| {
         std::fs::symlink_metadata(path)
-            .is_ok_and(|m| m.file_type().is_dir() && m.uid() == uid && m.mode() & 0o077 == 0)
+            // No permission bit for the group or others: the low six zero.
+            .is_ok_and(|m| {
+                m.file_type().is_dir() && m.uid() == uid && m.mode().trailing_zeros() >= 6
+            })
     };
     let mut candidates = Vec::new();
     if let Some(runtime) = std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from)
@@ -249,7 +252,7 @@ fn make_private(base: &Path, uid: u32) -> std::io::Result<()> {
     if meta.uid() != uid {
         return refuse("belongs to another user");
     }
-    if meta.mode() & 0o077 != 0 {
+    if meta.mode().trailing_zeros() < 6 {
         std::fs::set_permissions(base, std::fs::Permissions::from_mode(0o700))?;
     }
     Ok(())

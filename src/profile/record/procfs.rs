@@ -55,6 +55,32 @@ pub fn read_process(pid: u32) -> Option<ProcessFigures> {
     })
 }
 
+/// A process's proportional set size from `/proc/PID/smaps_rollup`: each
+/// page shared by N processes counts 1/N in each, so the sum over a tree of
+/// forked workers counts a shared page once. `(pss, anon, file + shmem)` in
+/// bytes; `None` where the file is missing or the process is gone.
+#[must_use]
+pub fn read_pss(pid: u32) -> Option<(u64, u64, u64)> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok()?;
+    parse_pss(&text)
+}
+
+/// [`read_pss`] from the text of `smaps_rollup`.
+#[must_use]
+pub fn parse_pss(text: &str) -> Option<(u64, u64, u64)> {
+    let field = |name: &str| {
+        text.lines()
+            .find_map(|line| line.strip_prefix(name))
+            .and_then(|rest| rest.trim().strip_suffix("kB"))
+            .and_then(|n| n.trim().parse::<u64>().ok())
+            .map(|kib| kib * 1024)
+    };
+    let pss = field("Pss:")?;
+    let anon = field("Pss_Anon:").unwrap_or(0);
+    let file = field("Pss_File:").unwrap_or(0) + field("Pss_Shmem:").unwrap_or(0);
+    Some((pss, anon, file))
+}
+
 fn is_safetensors(path: &Path) -> bool {
     path.extension().is_some_and(|e| e == "safetensors")
 }
