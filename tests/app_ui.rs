@@ -205,6 +205,50 @@ fn finish_walk(harness: &mut Harness<'static, WeightscopeApp>) {
     harness.run();
 }
 
+/// Saves the trace through the path field; saving again asks before
+/// replacing it, and a path inside `checkpoint` is refused.
+fn save_by_path(
+    harness: &mut Harness<'static, WeightscopeApp>,
+    path: &std::path::Path,
+    checkpoint: &std::path::Path,
+) {
+    harness.get_by_label("Trace path").focus();
+    harness.run();
+    harness
+        .get_by_label("Trace path")
+        .type_text(&path.display().to_string());
+    harness.run();
+    harness.get_by_label("Save to path").click();
+    harness.run();
+    harness.get_by_label_contains("trace saved to");
+    // The same path again: the panel asks before replacing the file.
+    std::fs::write(path, "not yet replaced").expect("write");
+    harness.get_by_label("Save to path").click();
+    harness.run();
+    harness.get_by_label_contains("exists: replace it?");
+    assert_eq!(
+        std::fs::read_to_string(path).expect("read"),
+        "not yet replaced"
+    );
+    harness.get_by_label("Replace").click();
+    harness.run();
+    harness.get_by_label_contains("trace saved to");
+    // A path inside the open checkpoint is refused, and nothing is written.
+    let inside = checkpoint.join("trace.json");
+    harness
+        .get_by_label("Trace path")
+        .set_text_value_accesskit(&inside.display().to_string());
+    harness.run();
+    harness.get_by_label("Save to path").click();
+    harness.run();
+    harness.get_by_label_contains("inside the checkpoint being read");
+    assert!(!inside.exists());
+    harness
+        .get_by_label("Trace path")
+        .set_text_value_accesskit(&path.display().to_string());
+    harness.run();
+}
+
 #[test]
 fn the_profiler_walks_finds_the_trap_and_keeps_the_trace() {
     let _lock = common::mlx_memory_lock();
@@ -263,15 +307,7 @@ fn the_profiler_walks_finds_the_trap_and_keeps_the_trace() {
     // Save the walk's trace by path, then overlay it.
     let out = tempfile::tempdir().expect("tempdir");
     let path = out.path().join("trap.csv");
-    harness.get_by_label("Trace path").focus();
-    harness.run();
-    harness
-        .get_by_label("Trace path")
-        .type_text(&path.display().to_string());
-    harness.run();
-    harness.get_by_label("Save to path").click();
-    harness.run();
-    harness.get_by_label_contains("trace saved to");
+    save_by_path(&mut harness, &path, dir.path());
     let saved = weightscope::profile::Trace::load(&path).expect("the saved trace loads");
     assert_eq!(
         saved.policy,

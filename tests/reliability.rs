@@ -716,3 +716,104 @@ fn pages_forked_children_share_are_counted_once() {
     let peak = summary["peak_rss_bytes"].as_u64().expect("peak");
     assert!(peak < 2 * 64 * MIB, "peak {} MiB", peak / MIB);
 }
+
+/// Waits (spinning on /proc, no sleep) until `pid` catches `signal`: its
+/// handlers are installed, so a signal sent now is handled, not fatal.
+fn wait_until_catching(pid: u32, signal: u32) {
+    loop {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("alive");
+        let caught = status
+            .lines()
+            .find_map(|l| l.strip_prefix("SigCgt:"))
+            .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+            .unwrap_or(0);
+        if caught & (1 << (signal - 1)) != 0 {
+            return;
+        }
+        std::thread::yield_now();
+    }
+}
+
+#[test]
+fn sigterm_cuts_a_walk_short_and_its_trace_is_written() {
+    let dir = tempfile::tempdir().expect("dir");
+    let model = model(dir.path(), 300);
+    let trace = dir.path().join("walk.csv");
+    let child = weightscope()
+        .args(["walk", "--policy", "release-tensor", "--json", "--csv"])
+        .arg(&trace)
+        .arg(&model)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("runs");
+    wait_until_catching(child.id(), 15);
+    send(&child, "TERM");
+    let output = child.wait_with_output().expect("ends");
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(128 + 15), "{stderr}");
+    assert!(stderr.contains("cut short by SIGTERM"), "{stderr}");
+    let report: Value = serde_json::from_slice(&output.stdout).expect("the report is printed");
+    let done = report["steps_done"].as_u64().expect("steps");
+    assert!(done <= 600);
+    let csv = std::fs::read_to_string(&trace).expect("the trace was written");
+    let steps = csv.lines().filter(|l| l.contains(",walk-step,")).count();
+    assert_eq!(
+        steps as u64, done,
+        "the trace holds every step the walk took"
+    );
+}
+
+#[test]
+fn sigterm_cuts_a_diff_short_and_its_report_is_printed() {
+    let dir = tempfile::tempdir().expect("dir");
+    let model = model(dir.path(), 300);
+    let child = weightscope()
+        .arg("diff")
+        .arg(&model)
+        .arg(&model)
+        .arg("--json")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("runs");
+    wait_until_catching(child.id(), 15);
+    send(&child, "TERM");
+    let output = child.wait_with_output().expect("ends");
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(128 + 15), "{stderr}");
+    assert!(stderr.contains("cut short by SIGTERM"), "{stderr}");
+    let report: Value = serde_json::from_slice(&output.stdout).expect("the report is printed");
+    assert!(report["compared"].as_u64().expect("compared") <= 600);
+}
+
+#[test]
+fn a_walk_refuses_a_tensor_over_the_memory_limit_before_reading_it() {
+    let dir = tempfile::tempdir().expect("dir");
+    // One 4 GiB tensor, sparse on disk: reading it would take a while.
+    let path = dir.path().join("big.safetensors");
+    let header = r#"{"big":{"dtype":"F32","shape":[32768,32768],"data_offsets":[0,4294967296]}}"#;
+    let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+    bytes.extend_from_slice(header.as_bytes());
+    std::fs::write(&path, &bytes).expect("write");
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .expect("open")
+        .set_len(bytes.len() as u64 + (4 << 30))
+        .expect("grow");
+    let output = weightscope()
+        .args(["walk", "--policy", "retain", "--json"])
+        .arg(&path)
+        .env("WEIGHTSCOPE_MEMORY_LIMIT", "1G")
+        .output()
+        .expect("runs");
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("memory limit"), "{stderr}");
+    let report: Value = serde_json::from_slice(&output.stdout).expect("the report");
+    assert_eq!(report["steps_done"], 0);
+    // Refused before the walk waited for a single byte of it from disk
+    // (it used to stream all 4 GiB first).
+    assert_eq!(report["read_wait_secs"], 0.0, "{report}");
+}

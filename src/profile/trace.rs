@@ -560,7 +560,7 @@ impl Trace {
     /// Shortens the strings a trace file brings (label, checkpoint, device,
     /// job command, event targets and details) to [`MAX_TRACE_STRING`]
     /// bytes each, marked with "…": a 20 MB label would otherwise be laid
-    /// out on every frame.
+    /// out on every frame. (The window escapes them where it shows them.)
     fn bound_strings(&mut self) {
         let bound = |text: &mut String| {
             if text.len() > MAX_TRACE_STRING {
@@ -982,6 +982,24 @@ mod tests {
         for kind in ALL_KINDS {
             assert_eq!(serde_json::to_value(kind).expect("json"), kind.as_str());
         }
+    }
+
+    #[test]
+    fn loaded_strings_are_bounded_and_devices_refused() {
+        let dir = tempfile::tempdir().expect("dir");
+        let mut trace = sample_trace();
+        trace.label = "é".repeat(10 << 20); // 20 MB
+        let path = dir.path().join("big-label.json");
+        trace.save(&path).expect("saved");
+        let loaded = Trace::load(&path).expect("loads");
+        assert!(loaded.label.len() <= MAX_TRACE_STRING + '…'.len_utf8());
+        assert!(loaded.label.starts_with("éé") && loaded.label.ends_with('…'));
+        assert_eq!(
+            loaded.events, trace.events,
+            "short strings are kept as they are"
+        );
+        let err = Trace::load(Path::new("/dev/zero")).expect_err("a device");
+        assert!(err.to_string().contains("not a regular file"), "{err}");
     }
 
     #[test]

@@ -363,3 +363,31 @@ fn strip_position(message: &str) -> String {
         .map_or(message, |at| &message[..at])
         .to_owned()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rules_are_located_in_order_and_bounded() {
+        let text = "{\"rename\": [\n  {\"from\": \"a\", \"to\": \"x\"},\n  {\"from\": \"a\", \"to\": \"y\"}\n],\n\"drop\": [\"c\",\n \"b\"]}";
+        let file = ViewFile::parse(Path::new("v.json"), text).expect("parses");
+        // The second rename has the same pattern: found after the first.
+        assert_eq!(file.renames[0].origin, "rename[0], line 2 of v.json");
+        assert_eq!(file.renames[1].origin, "rename[1], line 3 of v.json");
+        assert_eq!(file.drops[0].origin, "drop[0], line 5 of v.json");
+        assert_eq!(file.drops[1].origin, "drop[1], line 6 of v.json");
+
+        let many: Vec<String> = (0..=MAX_RULES).map(|i| format!("\"r{i}\"")).collect();
+        let text = format!("{{\"drop\": [{}]}}", many.join(","));
+        let err = ViewFile::parse(Path::new("v.json"), &text).expect_err("too many");
+        assert!(err.to_string().contains("at most 1000"), "{err}");
+
+        let text = format!(
+            "{{\"rename\": [{{\"from\": \"(.*)\", \"to\": \"{}\"}}]}}",
+            "$1".repeat(9)
+        );
+        let err = ViewFile::parse(Path::new("v.json"), &text).expect_err("expands too much");
+        assert!(err.to_string().contains("8 `$` references"), "{err}");
+    }
+}

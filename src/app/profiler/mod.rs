@@ -502,14 +502,14 @@ impl ProfilerPanel {
             Ok(trace) => {
                 self.message = Some(format!(
                     "overlaid {} ({} samples, {} events)",
-                    trace.label,
+                    crate::units::printable(&trace.label),
                     trace.samples.len(),
                     trace.events.len()
                 ));
                 self.overlays.push(trace);
                 self.walk_view = true;
             }
-            Err(err) => self.message = Some(err),
+            Err(err) => self.message = Some(crate::units::printable(&err).into_owned()),
         }
     }
 
@@ -824,7 +824,7 @@ impl ProfilerPanel {
             let mut remove = None;
             for (i, trace) in self.overlays.iter().enumerate() {
                 if ui
-                    .small_button(format!("x {}", trace.label))
+                    .small_button(format!("x {}", crate::units::printable(&trace.label)))
                     .on_hover_text("Remove this overlay")
                     .clicked()
                 {

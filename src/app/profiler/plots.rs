@@ -155,7 +155,7 @@ fn draw_overlays(plot: &mut egui_plot::PlotUi<'_>, overlays: &[Trace]) {
         let color = palette[i % palette.len()];
         plot.line(
             Line::new(
-                format!("{}: MLX active", trace.label),
+                format!("{}: MLX active", crate::units::printable(&trace.label)),
                 sample_line(trace.samples.iter(), |s| s.mlx_active_bytes),
             )
             .color(color)
@@ -163,7 +163,7 @@ fn draw_overlays(plot: &mut egui_plot::PlotUi<'_>, overlays: &[Trace]) {
         );
         plot.line(
             Line::new(
-                format!("{}: RSS", trace.label),
+                format!("{}: RSS", crate::units::printable(&trace.label)),
                 sample_line(trace.samples.iter(), |s| s.rss_bytes),
             )
             .color(color)

@@ -45,7 +45,7 @@ impl ProfilerPanel {
                 crate::checkpoint::check::Severity::Error => ui.visuals().error_fg_color,
                 _ => ui.visuals().warn_fg_color,
             };
-            let text = egui::RichText::new(&finding.text).color(color);
+            let text = egui::RichText::new(crate::units::printable(&finding.text)).color(color);
             let response = ui.add(egui::Label::new(text).sense(egui::Sense::click()));
             let response = response.on_hover_text("Click to select this moment");
             if let (true, Some(t)) = (response.clicked(), finding.t_secs) {
@@ -179,7 +179,7 @@ impl ProfilerPanel {
                     let text = format!(
                         "{:>8.2} s  {}  active {}",
                         event.t_secs,
-                        event.label(),
+                        crate::units::printable(&event.label()),
                         human_bytes(event.mlx_active_bytes)
                     );
                     let at = event.t_secs + offset;
