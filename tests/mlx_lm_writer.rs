@@ -12,20 +12,10 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command as Process;
 
-use common::mlx_memory_lock;
+use common::{mlx_memory_lock, venv_python};
 use serde_json::Value;
 use weightscope::checkpoint::Checkpoint;
 use weightscope::weights::{Decoding, PreviewOptions, Weights};
-
-fn venv_python() -> PathBuf {
-    let python = Path::new(env!("CARGO_MANIFEST_DIR")).join("mlx-glue/test-venv/bin/python");
-    assert!(
-        python.exists(),
-        "{} is missing: run `mlx-glue/setup test` (the README's test command does)",
-        python.display()
-    );
-    python
-}
 
 /// Runs the writer into `out`; one JSON object per case.
 fn write_models(out: &Path) -> Vec<Value> {

@@ -4,11 +4,14 @@
 //! own walk recorded from outside, and the line-protocol client in C from
 //! docs/record.md.
 
+mod common;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
 
+use common::venv_python;
 use serde_json::Value;
 
 const MIB: u64 = 1 << 20;
@@ -18,16 +21,6 @@ const SHARD_BYTES: u64 = 16 * MIB;
 
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn venv_python() -> PathBuf {
-    let python = root().join("mlx-glue/test-venv/bin/python");
-    assert!(
-        python.exists(),
-        "{} is missing: run `mlx-glue/setup test` (the README's test command does)",
-        python.display()
-    );
-    python
 }
 
 fn jobs() -> PathBuf {

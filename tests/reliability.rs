@@ -10,7 +10,7 @@ use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use common::{Tensor, write_safetensors};
+use common::{Tensor, venv_python, write_safetensors};
 use serde_json::Value;
 
 fn weightscope() -> Command {
@@ -19,16 +19,6 @@ fn weightscope() -> Command {
 
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn venv_python() -> PathBuf {
-    let python = root().join("mlx-glue/test-venv/bin/python");
-    assert!(
-        python.exists(),
-        "{} is missing: run `mlx-glue/setup test` (the README's test command does)",
-        python.display()
-    );
-    python
 }
 
 fn hostile_jobs() -> PathBuf {

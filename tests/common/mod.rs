@@ -60,6 +60,18 @@ pub fn write_safetensors(path: &Path, tensors: &[Tensor]) {
     safetensors::serialize_to_file(views, None, path).expect("write test checkpoint");
 }
 
+/// The private test venv's Python (MLX, mlx-lm, pinned; made by
+/// `mlx-glue/setup test`).
+pub fn venv_python() -> std::path::PathBuf {
+    let python = Path::new(env!("CARGO_MANIFEST_DIR")).join("mlx-glue/test-venv/bin/python");
+    assert!(
+        python.exists(),
+        "{} is missing: run `mlx-glue/setup test` (the README's test command does)",
+        python.display()
+    );
+    python
+}
+
 /// Returns MLX's cached buffers and checks that nothing is left alive.
 pub fn assert_all_freed() {
     weightscope::mlx::clear_cache().expect("clear the cache");

@@ -142,8 +142,9 @@ impl PythonProbe {
     pub fn install() -> std::io::Result<Self> {
         use std::os::unix::fs::PermissionsExt as _;
         let base = private_base()?;
+        remove_stale(&base);
         let dir = tempfile::Builder::new()
-            .prefix("probe-")
+            .prefix(&format!("probe-{}-", std::process::id()))
             .rand_bytes(16)
             .permissions(std::fs::Permissions::from_mode(0o700))
             .tempdir_in(&base)?
@@ -226,6 +227,28 @@ pub fn private_base() -> std::io::Result<PathBuf> {
         }
     }
     Err(last)
+}
+
+/// Removes probe folders in `base` left by a weightscope that was killed
+/// (SIGKILL leaves no chance to clean up): those whose process is gone.
+fn remove_stale(base: &Path) {
+    let Ok(entries) = std::fs::read_dir(base) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("probe-"))
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|pid| pid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
 }
 
 /// Makes `base` a folder owned by `uid` with mode 0700, or says why not.
@@ -316,6 +339,23 @@ mod tests {
                 (true, "{\"kind\":\"b\"}".to_owned()),
             ]
         );
+    }
+
+    #[test]
+    fn folders_of_processes_gone_are_removed() {
+        let dir = tempfile::tempdir().expect("dir");
+        // No pid is above the kernel's pid_max (at most 2^22).
+        let stale = dir.path().join("probe-4194305-abcdef");
+        let live = dir
+            .path()
+            .join(format!("probe-{}-abcdef", std::process::id()));
+        let other = dir.path().join("not-a-probe");
+        for folder in [&stale, &live, &other] {
+            std::fs::create_dir(folder).expect("mkdir");
+        }
+        remove_stale(dir.path());
+        assert!(!stale.exists());
+        assert!(live.exists() && other.exists());
     }
 
     #[test]
