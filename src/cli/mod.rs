@@ -277,6 +277,18 @@ const SUBCOMMANDS: [&str; 8] = [
     "completions",
 ];
 
+/// The usage error for a first argument that is neither a subcommand nor
+/// an existing path, with the closest subcommand as a tip.
+fn not_a_subcommand(text: &str) -> clap::Error {
+    let hint = closest(text, SUBCOMMANDS).map_or_else(String::new, |c| {
+        format!("\n\n  tip: a similar subcommand exists: '{c}'")
+    });
+    Cli::command().error(
+        ErrorKind::InvalidSubcommand,
+        format!("`{text}` is neither a subcommand nor a file or folder that exists{hint}"),
+    )
+}
+
 /// Parses the arguments after the program name.
 ///
 /// # Errors
@@ -285,25 +297,27 @@ const SUBCOMMANDS: [&str; 8] = [
 /// typos. A first argument that is neither a subcommand nor an existing path
 /// is a mistake, never a window.
 pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, clap::Error> {
+    let args: Vec<OsString> = args.into_iter().collect();
+    // `inspct ~/models/x`: a mistyped subcommand followed by its arguments
+    // would reach clap as the window's PATH and a stray subcommand.
+    if let [first, _, ..] = args.as_slice() {
+        let text = first.to_string_lossy();
+        if !text.starts_with('-')
+            && text != "help"
+            && !SUBCOMMANDS.contains(&text.as_ref())
+            && !std::path::Path::new(first).exists()
+        {
+            return Err(not_a_subcommand(&text));
+        }
+    }
     let with_program = std::iter::once(OsString::from("weightscope")).chain(args);
     let cli = Cli::try_parse_from(with_program)?;
     Ok(match cli.command {
-        None => {
-            match cli.path {
-                None => Command::Window { path: None },
-                Some(path) if path.exists() => Command::Window { path: Some(path) },
-                Some(path) => {
-                    let text = path.to_string_lossy();
-                    let hint = closest(&text, SUBCOMMANDS).map_or_else(String::new, |c| {
-                        format!("\n\n  tip: a similar subcommand exists: '{c}'")
-                    });
-                    return Err(Cli::command().error(
-                    ErrorKind::InvalidSubcommand,
-                    format!("`{text}` is neither a subcommand nor a file or folder that exists{hint}"),
-                ));
-                }
-            }
-        }
+        None => match cli.path {
+            None => Command::Window { path: None },
+            Some(path) if path.exists() => Command::Window { path: Some(path) },
+            Some(path) => return Err(not_a_subcommand(&path.to_string_lossy())),
+        },
         Some(Sub::Inspect { path, json }) => Command::Inspect { path, json },
         Some(Sub::Tensor {
             path,
@@ -427,8 +441,21 @@ mod tests {
         let err = parse_strs(&["inspct"]).expect_err("an error");
         assert_eq!(exit_code(&err), 2);
         assert!(err.to_string().contains("'inspect'"), "{err}");
-        let err = parse_strs(&["inspct", "/models/x"]).expect_err("an error");
-        assert_eq!(exit_code(&err), 2);
+        // Followed by arguments (the usual case), the tip is the same.
+        for (typo, args, tip) in [
+            ("inspct", &["/models/x"][..], "'inspect'"),
+            ("chek", &["/models/x"][..], "'check'"),
+            ("recrod", &["--", "ls"][..], "'record'"),
+        ] {
+            let mut all = vec![typo];
+            all.extend_from_slice(args);
+            let err = parse_strs(&all).expect_err("an error");
+            assert_eq!(exit_code(&err), 2);
+            assert!(err.to_string().contains(tip), "{typo}: {err}");
+        }
+        // clap's own `help SUBCOMMAND` is no typo.
+        let help = parse_strs(&["help", "inspect"]).expect_err("help");
+        assert_eq!(exit_code(&help), 0, "{help}");
     }
 
     #[test]
