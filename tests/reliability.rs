@@ -526,6 +526,16 @@ fn diff_counts_nan_tensors_apart_and_never_calls_them_equal() {
     assert_eq!(report["non_finite"], serde_json::json!(["t1"]));
     // t0 is identical: its part of the overall figure is exact.
     assert_eq!(report["overall_rel_error"], 0.0);
+    // t1's own row: no figure made up for it (a cosine of 0 would read as
+    // "orthogonal"); NaN is null in JSON.
+    let t1 = report["common"]
+        .as_array()
+        .expect("common")
+        .iter()
+        .find(|c| c["name"] == "t1")
+        .expect("t1 compared");
+    assert_eq!(t1["nan"], true);
+    assert!(t1["cosine"].is_null() && t1["rel_error"].is_null(), "{t1}");
     let text_report = weightscope()
         .arg("diff")
         .arg(&a)

@@ -290,6 +290,9 @@ pub fn metrics(
         10.0 * (a_sq / delta_sq).log10()
     };
     let cosine = match (norm_a > 0.0, norm_b > 0.0) {
+        // A NaN or an infinity on a side: no angle (0 would read as
+        // "orthogonal", a figure nobody computed).
+        _ if !(a_sq.is_finite() && b_sq.is_finite() && dot.is_finite()) => f64::NAN,
         // Equal tensors: exactly 1 (the norms' rounding would say 0.9999999).
         _ if delta_sq == 0.0 && !nan => 1.0,
         (true, true) => (dot / (norm_a * norm_b)).clamp(-1.0, 1.0),
