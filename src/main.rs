@@ -266,7 +266,7 @@ fn record(args: &cli::record::RecordArgs) -> u8 {
     // itself); the recording goes on until the job exits (a bounded time),
     // then what was seen is written. Attached, the recording just ends.
     let forward = control.clone();
-    if let Err(err) = cli::signals::watch(move |signal| forward.forward(signal)) {
+    if let Err(err) = cli::signals::watch(false, move |signal| forward.forward(signal)) {
         say(format_args!("cannot catch termination signals: {err}"));
     }
     let recording = match cli::record::run(args, &control) {
@@ -303,7 +303,7 @@ fn walk(args: &cli::WalkArgs) -> u8 {
     }
     // SIGINT, SIGTERM, SIGHUP: the walk stops after the tensor at hand and
     // what it recorded is written and printed.
-    if let Err(err) = cli::signals::watch(|_| {}) {
+    if let Err(err) = cli::signals::watch(true, |_| {}) {
         say(format_args!("cannot catch termination signals: {err}"));
     }
     let report = match cli::walk::run(args, &cli::signals::CUT_SHORT) {
@@ -378,7 +378,7 @@ fn output_status(written: std::io::Result<()>) -> Result<(), u8> {
 fn diff(args: &cli::DiffArgs) -> u8 {
     // SIGINT, SIGTERM, SIGHUP: the diff stops after the tensor at hand and
     // prints what it compared, marked as cut short.
-    if let Err(err) = cli::signals::watch(|_| {}) {
+    if let Err(err) = cli::signals::watch(true, |_| {}) {
         say(format_args!("cannot catch termination signals: {err}"));
     }
     let report = match cli::diff::run(args, &cli::signals::CUT_SHORT) {

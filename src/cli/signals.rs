@@ -22,18 +22,30 @@ const TERMINATION: [i32; 3] = [
 
 /// Calls `on_signal` with the number of each SIGINT, SIGTERM or SIGHUP this
 /// process receives, on a thread of its own (`signals`), from now on. The
-/// signals no longer end the process by themselves.
+/// signals no longer end the process by themselves; with `exit_on_second`,
+/// a second one does, at once (a walk stuck in one huge tensor still obeys
+/// an impatient Ctrl+C).
 ///
 /// # Errors
 /// When the handlers cannot be installed.
 #[cfg(unix)]
-pub fn watch(on_signal: impl Fn(i32) + Send + 'static) -> std::io::Result<()> {
+pub fn watch(
+    exit_on_second: bool,
+    on_signal: impl Fn(i32) + Send + 'static,
+) -> std::io::Result<()> {
     let mut signals = signal_hook::iterator::Signals::new(TERMINATION)?;
     std::thread::Builder::new()
         .name("signals".into())
         .spawn(move || {
             for signal in signals.forever() {
-                RECEIVED.store(signal, Ordering::SeqCst);
+                let earlier = RECEIVED.swap(signal, Ordering::SeqCst);
+                if exit_on_second && earlier != 0 {
+                    eprintln!(
+                        "weightscope: a second {}: stopping now, without writing",
+                        name(signal)
+                    );
+                    crate::mlx::exit_now(exit_status(signal));
+                }
                 CUT_SHORT.store(true, Ordering::SeqCst);
                 on_signal(signal);
             }
