@@ -26,11 +26,12 @@ impl Settings {
             .map(|base| base.join("weightscope").join("settings.json"))
     }
 
-    /// Reads `path`; a missing or unreadable file gives empty settings (a
-    /// broken settings file must never stop the app).
+    /// Reads `path`; a missing, unreadable or oversized (over 1 MiB) file,
+    /// or one that is not a regular file, gives empty settings (a broken
+    /// settings file must never stop the app).
     #[must_use]
     pub fn load(path: &Path) -> Self {
-        std::fs::read(path)
+        crate::files::read_bounded(path, 1 << 20, "the settings file")
             .ok()
             .and_then(|bytes| serde_json::from_slice(&bytes).ok())
             .unwrap_or_default()
