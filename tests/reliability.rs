@@ -447,6 +447,14 @@ fn junk_on_the_probe_pipe_is_counted_and_the_probe_stays_heard() {
             .any(|m| m["target"] == "after the junk"),
         "a mark after the junk was heard: {summary}"
     );
+    let long = summary["marks"]
+        .as_array()
+        .expect("marks")
+        .iter()
+        .filter_map(|m| m["target"].as_str())
+        .find(|t| t.starts_with("yyyy"))
+        .expect("the long mark was heard, shortened");
+    assert!(long.len() < 4000 && long.len() > 1000, "{}", long.len());
 }
 
 #[test]

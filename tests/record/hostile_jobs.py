@@ -63,6 +63,8 @@ def junk():
     import weightscope_probe
 
     weightscope_probe.mark("after the junk")
+    # A mark of a million characters is shortened to fit one atomic write.
+    weightscope_probe.mark("y" * 1_000_000)
     print("junk done", flush=True)
 
 
