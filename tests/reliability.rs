@@ -540,11 +540,9 @@ fn diff_counts_nan_tensors_apart_and_never_calls_them_equal() {
     assert_eq!(report["non_finite"], serde_json::json!(["t1"]));
     // The overall figure is t0's alone, computed here another way (f64 on
     // the values as written) against MLX's.
-    let a0: Vec<f64> = (0..64).map(|i| f64::from(i as f32 * 0.5 - 3.0)).collect();
-    let b0: Vec<f64> = moved(&a0.iter().map(|&v| v as f32).collect::<Vec<_>>())
-        .into_iter()
-        .map(f64::from)
-        .collect();
+    let written: Vec<f32> = (0..64).map(|i| i as f32 * 0.5 - 3.0).collect();
+    let a0: Vec<f64> = written.iter().copied().map(f64::from).collect();
+    let b0: Vec<f64> = moved(&written).into_iter().map(f64::from).collect();
     let diff_sq: f64 = a0.iter().zip(&b0).map(|(x, y)| (x - y).powi(2)).sum();
     let a_sq: f64 = a0.iter().map(|x| x * x).sum();
     let expected = (diff_sq / a_sq).sqrt();
