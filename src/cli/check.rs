@@ -194,3 +194,28 @@ pub fn write_text(report: &CheckReport, out: &mut impl Write) -> std::io::Result
         }
     )
 }
+
+/// `weightscope check`: runs it and returns the exit status.
+#[must_use]
+pub fn main(args: &CheckArgs) -> u8 {
+    use std::io::Write as _;
+    let report = match run(args) {
+        Ok(report) => report,
+        Err(err) => {
+            super::say(format_args!("{err}"));
+            return super::BAD_INPUT;
+        }
+    };
+    let mut out = std::io::stdout().lock();
+    let written = if args.json {
+        serde_json::to_writer(&mut out, &report)
+            .map_err(std::io::Error::from)
+            .and_then(|()| writeln!(out))
+    } else {
+        write_text(&report, &mut out)
+    };
+    if let Err(code) = super::output_status(written.and_then(|()| out.flush())) {
+        return code;
+    }
+    report.exit_status()
+}

@@ -186,6 +186,44 @@ pub fn write_text(
     Ok(())
 }
 
+/// `weightscope diff`: runs it and returns the exit status.
+#[must_use]
+pub fn main(args: &DiffArgs) -> u8 {
+    // SIGINT, SIGTERM, SIGHUP: the diff stops after the tensor at hand and
+    // prints what it compared, marked as cut short.
+    if let Err(err) = super::signals::watch(true, |_| {}) {
+        super::say(format_args!("cannot catch termination signals: {err}"));
+    }
+    let report = match run(args, &super::signals::CUT_SHORT) {
+        Ok(report) => report,
+        Err(err) => {
+            super::say(format_args!("{err}"));
+            return super::BAD_INPUT;
+        }
+    };
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    let written = if args.json {
+        serde_json::to_writer(&mut out, &to_json(args, &report))
+            .map_err(std::io::Error::from)
+            .and_then(|()| std::io::Write::write_all(&mut out, b"\n"))
+    } else {
+        write_text(args, &report, &mut out)
+    };
+    drop(out);
+    if let Some(signal) = super::signals::received() {
+        super::say(format_args!(
+            "the diff was cut short by {}; the report above covers the tensors compared before it",
+            super::signals::name(signal)
+        ));
+        return super::signals::exit_status(signal);
+    }
+    match super::output_status(written) {
+        Ok(()) => 0,
+        Err(code) => code,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

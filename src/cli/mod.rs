@@ -413,6 +413,115 @@ pub fn completions(
     out.write_all(&script)
 }
 
+/// `weightscope device`: runs it and returns the exit status.
+fn device() -> u8 {
+    let report =
+        crate::mlx::default_device().and_then(|device| Ok((device, crate::mlx::memory()?)));
+    match report {
+        Ok((device, memory)) => {
+            println!("{}", device.describe());
+            println!("device: {}", device.name());
+            println!("gpu_available: {}", device.gpu_available);
+            println!("mlx_active_bytes: {}", memory.active_bytes);
+            println!("mlx_cache_bytes: {}", memory.cache_bytes);
+            println!("mlx_peak_bytes: {}", memory.peak_bytes);
+            println!("mlx_memory_limit_bytes: {}", memory.limit_bytes);
+            0
+        }
+        Err(err) => {
+            say(format_args!("{err}"));
+            1
+        }
+    }
+}
+
+/// What a failed write of a report means for the exit status: a closed
+/// pipe (`| head`, `| true`) is the reader's choice and not a failure;
+/// anything else is said and gives 1.
+fn output_status(written: std::io::Result<()>) -> Result<(), u8> {
+    match written {
+        Ok(()) => Ok(()),
+        Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        Err(err) => {
+            say(format_args!("cannot write the output: {err}"));
+            Err(1)
+        }
+    }
+}
+
+/// Exit status for bad input or usage (the CLI contract).
+pub const BAD_INPUT: u8 = 2;
+
+/// One line on stderr, with names and messages from files made printable.
+pub fn say(message: std::fmt::Arguments<'_>) {
+    eprintln!(
+        "weightscope: {}",
+        crate::units::printable(&message.to_string())
+    );
+}
+
+/// Sets MLX's memory and cache limits from `WEIGHTSCOPE_MEMORY_LIMIT` and
+/// `WEIGHTSCOPE_CACHE_LIMIT`, before anything is materialized (on a GPU
+/// with managed memory, MLX must be capped first): for every command and
+/// the window.
+///
+/// # Errors
+/// The exit status after saying which value is not a size.
+pub fn apply_env_limits() -> Result<(), u8> {
+    if let Some(limit) = std::env::var_os("WEIGHTSCOPE_MEMORY_LIMIT") {
+        let text = limit.to_string_lossy();
+        let set = crate::units::parse_size(&text)
+            .filter(|b| *b > 0)
+            .ok_or_else(|| format!("WEIGHTSCOPE_MEMORY_LIMIT=`{text}` is not a size such as 8G"))
+            .and_then(|bytes| crate::mlx::set_memory_limit(bytes).map_err(|e| e.to_string()));
+        if let Err(err) = set {
+            say(format_args!("{err}"));
+            return Err(BAD_INPUT);
+        }
+    }
+    // MLX's buffer cache (32 MB by default on the CPU backend): freed
+    // buffers it keeps for reuse instead of returning them.
+    if let Some(limit) = std::env::var_os("WEIGHTSCOPE_CACHE_LIMIT") {
+        let text = limit.to_string_lossy();
+        let set = crate::units::parse_size(&text)
+            .ok_or_else(|| format!("WEIGHTSCOPE_CACHE_LIMIT=`{text}` is not a size such as 1G"))
+            .and_then(|bytes| crate::mlx::set_cache_limit(bytes).map_err(|e| e.to_string()));
+        if let Err(err) = set {
+            say(format_args!("{err}"));
+            return Err(BAD_INPUT);
+        }
+    }
+    Ok(())
+}
+
+/// Runs a subcommand (anything but the window) and returns its exit status.
+#[must_use]
+pub fn run(command: Command) -> u8 {
+    match command {
+        Command::Completions(shell) => output_status(completions(shell, &mut std::io::stdout()))
+            .map_or_else(|code| code, |()| 0),
+        Command::Device => device(),
+        Command::Inspect { path, json } => inspect::main(&path, json),
+        Command::Tensor {
+            path,
+            name,
+            json,
+            repeat,
+            cells,
+        } => tensor::main(&path, &name, json.then_some(cells), repeat),
+        Command::Walk(args) => walk::main(&args),
+        Command::Diff(args) => diff::main(&args),
+        Command::Check(args) => check::main(&args),
+        Command::Record(args) => record::main(&args),
+        Command::Window { .. } => {
+            say(format_args!(
+                "the window is opened by the binary, not the CLI layer"
+            ));
+            1
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -316,3 +316,46 @@ fn write_files_and_findings(r: &Recording, out: &mut dyn Write) -> std::io::Resu
     }
     Ok(())
 }
+
+/// Runs and records the job; exits with its status.
+#[must_use]
+pub fn main(args: &RecordArgs) -> u8 {
+    if let Err(err) = check_outputs(args) {
+        super::say(format_args!("{err}"));
+        return super::BAD_INPUT;
+    }
+    let control = crate::profile::record::RecordControl::new();
+    // Ctrl+C, SIGTERM, SIGHUP to weightscope: passed on to the job's
+    // process group (when the job has the terminal, Ctrl+C goes there by
+    // itself); the recording goes on until the job exits (a bounded time),
+    // then what was seen is written. Attached, the recording just ends.
+    let forward = control.clone();
+    if let Err(err) = super::signals::watch(false, move |signal| forward.forward(signal)) {
+        super::say(format_args!("cannot catch termination signals: {err}"));
+    }
+    let recording = match run(args, &control) {
+        Ok(recording) => recording,
+        Err(err) => {
+            super::say(format_args!("{err}"));
+            return super::BAD_INPUT;
+        }
+    };
+    let _ = write_summary(&recording, &mut std::io::stderr().lock());
+    let saved = save(&recording, args);
+    if let Err(err) = &saved {
+        super::say(format_args!("{err}"));
+    }
+    if let Some(signal) = super::signals::received() {
+        super::say(format_args!(
+            "the recording was cut short by {} (passed on to the job); what was seen is written",
+            super::signals::name(signal)
+        ));
+        return super::signals::exit_status(signal);
+    }
+    if saved.is_err() {
+        return 1;
+    }
+    recording
+        .exit
+        .map_or(0, |exit| u8::try_from(exit.status() & 0xff).unwrap_or(1))
+}

@@ -186,3 +186,91 @@ fn quantized_json(decoding: &Decoding) -> Option<serde_json::Value> {
         Decoding::Scales { .. } => None,
     }
 }
+
+/// `weightscope tensor`: runs it and returns the exit status. `json`:
+/// `Some(with the heatmap's cells)` for JSON, `None` for text.
+#[must_use]
+pub fn main(path: &std::path::Path, name: &str, json: Option<bool>, repeat: u32) -> u8 {
+    let checkpoint = match crate::checkpoint::Checkpoint::open(path) {
+        Ok(checkpoint) => checkpoint,
+        Err(err) => {
+            super::say(format_args!("{err}"));
+            return super::BAD_INPUT;
+        }
+    };
+    // A bad shard elsewhere does not stop reading a tensor from a good one.
+    if checkpoint.tensor(name).is_none() {
+        let problems = checkpoint.fatal_problems();
+        if let Some(problem) = problems.first() {
+            super::say(format_args!("{problem}"));
+        } else {
+            let names = checkpoint
+                .tensors()
+                .iter()
+                .map(crate::checkpoint::TensorRef::name);
+            match super::closest(name, names) {
+                Some(close) => super::say(format_args!(
+                    "no tensor named `{name}` (did you mean `{close}`?): {}",
+                    path.display()
+                )),
+                None => super::say(format_args!("no tensor named `{name}`: {}", path.display())),
+            }
+        }
+        return super::BAD_INPUT;
+    }
+    let mut weights =
+        match crate::weights::Weights::open_with(checkpoint, crate::weights::MlxNative) {
+            Ok(weights) => weights,
+            Err(err) => {
+                super::say(format_args!("{err}"));
+                return super::BAD_INPUT;
+            }
+        };
+    // Repeated summaries (benchmarks) amortize compiling our CUDA histogram
+    // kernel; a one-shot command does not.
+    crate::mlx::use_summary_kernel(repeat > 1);
+    let mut best: Option<crate::weights::TensorPreview> = None;
+    let mut runs = Vec::new();
+    for _ in 0..repeat {
+        match weights.preview(name, &crate::weights::PreviewOptions::default()) {
+            Ok(preview) => {
+                runs.push(preview.summary_millis);
+                if best
+                    .as_ref()
+                    .is_none_or(|b| preview.summary_millis < b.summary_millis)
+                {
+                    // The first run's materialization is the one that read the bytes.
+                    let materialize_millis = best
+                        .as_ref()
+                        .map_or(preview.materialize_millis, |b| b.materialize_millis);
+                    best = Some(crate::weights::TensorPreview {
+                        materialize_millis,
+                        ..preview
+                    });
+                }
+            }
+            Err(err) => {
+                super::say(format_args!("tensor `{name}`: {err}"));
+                return 1;
+            }
+        }
+    }
+    let Some(preview) = best else {
+        return 1;
+    };
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    let written = if let Some(cells) = json {
+        write_json(&preview, &runs, cells, &mut out)
+    } else {
+        write_text(&preview, &mut out)
+    };
+    match written {
+        Ok(()) => 0,
+        Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => 0,
+        Err(err) => {
+            super::say(format_args!("cannot write the output: {err}"));
+            1
+        }
+    }
+}

@@ -306,3 +306,70 @@ impl WalkReport {
         Ok(())
     }
 }
+
+/// `weightscope walk`: runs it and returns the exit status.
+#[must_use]
+pub fn main(args: &WalkArgs) -> u8 {
+    if let Err(err) = check_outputs(args) {
+        super::say(format_args!("{err}"));
+        return super::BAD_INPUT;
+    }
+    // SIGINT, SIGTERM, SIGHUP: the walk stops after the tensor at hand and
+    // what it recorded is written and printed.
+    if let Err(err) = super::signals::watch(true, |_| {}) {
+        super::say(format_args!("cannot catch termination signals: {err}"));
+    }
+    let report = match run(args, &super::signals::CUT_SHORT) {
+        Ok(report) => report,
+        Err(WalkError::BadInput(err)) => {
+            super::say(format_args!("{err}"));
+            return super::BAD_INPUT;
+        }
+        Err(WalkError::Failed(err)) => {
+            super::say(format_args!("{err}"));
+            return 1;
+        }
+    };
+    // The report is printed even when a trace file could not be written.
+    let saved = report.save(args);
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    let written = if args.json {
+        serde_json::to_writer(&mut out, &report.to_json())
+            .map_err(std::io::Error::from)
+            .and_then(|()| std::io::Write::write_all(&mut out, b"\n"))
+    } else {
+        report.write_text(&mut out)
+    };
+    drop(out);
+    if let Err(errors) = &saved {
+        for err in errors {
+            super::say(format_args!("{err}"));
+        }
+    }
+    if let Some(signal) = super::signals::received() {
+        super::say(format_args!(
+            "the walk was cut short by {} after {} of {} tensors; what it recorded is above{}",
+            super::signals::name(signal),
+            report.outcome.steps_done,
+            report.outcome.steps_total,
+            if args.csv.is_some() || args.trace.is_some() {
+                " and in the trace"
+            } else {
+                ""
+            }
+        ));
+        return super::signals::exit_status(signal);
+    }
+    if let Err(code) = super::output_status(written) {
+        return code;
+    }
+    if saved.is_err() {
+        return 1;
+    }
+    if let Some(error) = &report.outcome.error {
+        super::say(format_args!("the walk stopped: {error}"));
+        return 1;
+    }
+    0
+}
