@@ -17,8 +17,6 @@ pub enum CheckAction {
     Select(String),
     /// Start reading every tensor's values.
     ScanValues,
-    /// The running scan was asked to stop (the panel cancelled its token).
-    Cancel,
 }
 
 /// The Check tab's state.
@@ -129,11 +127,13 @@ impl CheckPanel {
                 }
             ));
             if self.running.is_some() {
-                if ui.button("Cancel").on_hover_text("Stop before the next tensor").clicked() {
-                    if let Some(token) = &self.cancel {
-                        token.cancel();
-                    }
-                    action = Some(CheckAction::Cancel);
+                if ui
+                    .button("Cancel")
+                    .on_hover_text("Stop before the next tensor")
+                    .clicked()
+                    && let Some(token) = &self.cancel
+                {
+                    token.cancel();
                 }
             } else if ui
                 .button("Read values")

@@ -637,7 +637,7 @@ impl WeightscopeApp {
                 });
                 self.check.scan_started(cancel);
             }
-            Some(CheckAction::Cancel) | None => {}
+            None => {}
             Some(CheckAction::Select(stored)) => {
                 self.tab = Tab::Tensors;
                 if let Some(TensorsAction::Materialize(name)) =
@@ -813,13 +813,6 @@ impl WeightscopeApp {
         self.profiler.select_moment(t_secs);
     }
 
-    /// Starts diffing the open checkpoint against `other` (B's view from the
-    /// diff tab's view field).
-    pub fn start_diff(&mut self, other: PathBuf) {
-        let command = self.diff.start(other);
-        self.send(command);
-    }
-
     /// Whether a diff is running.
     #[must_use]
     pub fn is_diffing(&self) -> bool {
@@ -830,12 +823,6 @@ impl WeightscopeApp {
     #[must_use]
     pub fn diff_report(&self) -> Option<&DiffReport> {
         self.diff.report()
-    }
-
-    /// The state of shard `file` as the shards panel shows it.
-    #[must_use]
-    pub fn shard_state(&self, file: &str) -> ShardState {
-        self.shards.state(file)
     }
 
     /// Cancels the worker's running job (walk, diff, value scan) and skips

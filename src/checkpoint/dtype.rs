@@ -106,23 +106,6 @@ impl Dtype {
             Dtype::U64 => "U64",
         }
     }
-
-    /// Whether the elements are floating point (statistics make sense).
-    #[must_use]
-    pub fn is_float(self) -> bool {
-        !matches!(
-            self,
-            Dtype::BOOL
-                | Dtype::U8
-                | Dtype::I8
-                | Dtype::I16
-                | Dtype::U16
-                | Dtype::I32
-                | Dtype::U32
-                | Dtype::I64
-                | Dtype::U64
-        )
-    }
 }
 
 impl fmt::Display for Dtype {

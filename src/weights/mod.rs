@@ -521,23 +521,6 @@ impl<N: Native> Weights<N> {
         self.resident_totals.get(&shard).copied().unwrap_or(0)
     }
 
-    /// Every evaluated stored tensor still held by its shard's map: (shard
-    /// position, stored name, bytes), sorted by shard and name.
-    #[must_use]
-    pub fn resident_tensors(&self) -> Vec<(usize, String, u64)> {
-        let mut list: Vec<(usize, String, u64)> = self
-            .resident
-            .iter()
-            .flat_map(|(shard, tensors)| {
-                tensors
-                    .iter()
-                    .map(move |(name, bytes)| (*shard, name.clone(), *bytes))
-            })
-            .collect();
-        list.sort_unstable();
-        list
-    }
-
     /// Canonical names in walk order: by shard, then by position in the
     /// shard's data (what a streaming transform reads sequentially).
     #[must_use]
@@ -631,11 +614,6 @@ impl<N: Native> Weights<N> {
             .iter()
             .position(|s| s.file == file)
             .is_some_and(|i| self.maps.contains_key(&i))
-    }
-
-    /// Canonical names with a cached array.
-    pub fn cached_names(&self) -> impl Iterator<Item = &str> {
-        self.arrays.keys().map(String::as_str)
     }
 }
 
