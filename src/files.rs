@@ -268,11 +268,12 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), FileError> {
     temp.write_all(bytes)
         .and_then(|()| temp.as_file().sync_all())
         .map_err(|e| FileError::io("write", path, e))?;
-    // Readable as a file written the usual way would be (tempfile makes
-    // its files private to the user).
+    // The mode a file written the usual way would have: the replaced
+    // file's, else 0666 less the umask (tempfile makes its files 0600).
     {
         use std::os::unix::fs::PermissionsExt as _;
-        let mode = std::fs::metadata(path).map_or(0o644, |m| m.permissions().mode() & 0o7777);
+        let mode =
+            std::fs::metadata(path).map_or(0o666 & !umask(), |m| m.permissions().mode() & 0o7777);
         let _ = temp
             .as_file()
             .set_permissions(std::fs::Permissions::from_mode(mode));
@@ -280,6 +281,20 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), FileError> {
     temp.persist(path)
         .map_err(|e| FileError::io("write", path, e.error))?;
     Ok(())
+}
+
+/// This process's umask, from `/proc/self/status` (asking the kernel with
+/// umask(2) would change it, if only for a moment); 022 where unknown.
+fn umask() -> u32 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix("Umask:"))
+                .and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
+        })
+        .unwrap_or(0o022)
 }
 
 #[cfg(test)]
@@ -349,6 +364,11 @@ mod tests {
         let dir = tempfile::tempdir().expect("dir");
         let path = dir.path().join("trace.json");
         write_atomic(&path, b"first").expect("write");
+        {
+            use std::os::unix::fs::PermissionsExt as _;
+            let mode = std::fs::metadata(&path).expect("stat").permissions().mode() & 0o777;
+            assert_eq!(mode, 0o666 & !umask(), "as a file written the usual way");
+        }
         write_atomic(&path, b"second").expect("rewrite");
         assert_eq!(std::fs::read(&path).expect("read"), b"second");
         // A folder that does not exist: an error naming the path, no file.
