@@ -78,8 +78,10 @@ impl FileError {
     }
 }
 
-/// What a file type is, in words, when it is not a regular file.
-fn irregular_kind(file_type: std::fs::FileType) -> Option<&'static str> {
+/// What a file type is, in words ("a FIFO", "a folder"), when it is not a
+/// regular file; `None` for a regular file.
+#[must_use]
+pub fn irregular_kind(file_type: std::fs::FileType) -> Option<&'static str> {
     use std::os::unix::fs::FileTypeExt as _;
     if file_type.is_file() {
         None

@@ -656,25 +656,16 @@ fn parse_all(
 /// # Errors
 /// [`CheckpointError::Unreadable`] naming the file and what it is.
 pub(crate) fn require_regular(path: &Path) -> Result<(), CheckpointError> {
-    use std::os::unix::fs::FileTypeExt as _;
     let kind = match std::fs::metadata(path) {
         Ok(meta) => meta.file_type(),
         // Missing or unreadable: the open that follows says why.
         Err(_) => return Ok(()),
     };
-    let what = if kind.is_file() || kind.is_dir() {
-        return Ok(());
-    } else if kind.is_fifo() {
-        "a FIFO"
-    } else if kind.is_socket() {
-        "a socket"
-    } else if kind.is_char_device() || kind.is_block_device() {
-        "a device"
-    } else {
-        "not a regular file"
-    };
-    Err(CheckpointError::Unreadable {
-        path: path.to_path_buf(),
-        reason: format!("is {what}, not a regular file"),
-    })
+    match crate::files::irregular_kind(kind) {
+        None | Some("a folder") => Ok(()),
+        Some(what) => Err(CheckpointError::Unreadable {
+            path: path.to_path_buf(),
+            reason: format!("is {what}, not a regular file"),
+        }),
+    }
 }
