@@ -4,6 +4,8 @@
 //! - [`checkpoint`]: safetensors headers and indexes, validation, byte accounting
 //!   (pure Rust; never reads tensor bytes);
 //! - [`mlx`]: the only code that touches MLX (lazy loads, evaluation, memory counters);
+//! - [`memory`]: one vocabulary for memory at a moment (samples, events,
+//!   release policies), below everything that records memory;
 //! - [`weights`]: the Weights core, model directory to lazy MLX arrays;
 //! - [`profile`]: memory sampling, walks and traces, as plain data;
 //! - [`worker`]: the MLX worker thread, which owns every array and runs walks;
@@ -19,6 +21,7 @@ pub mod app;
 pub mod checkpoint;
 pub mod cli;
 pub mod files;
+pub mod memory;
 pub mod mlx;
 pub mod profile;
 pub mod units;

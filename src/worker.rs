@@ -16,11 +16,9 @@ use std::time::Instant;
 
 use crate::checkpoint::Checkpoint;
 use crate::checkpoint::check::{Finding, check_headers};
+use crate::memory::{ExpectedPeaks, Mark, MarkKind, Policy, Sample};
 use crate::mlx::{self, MemoryStats};
-use crate::profile::{
-    self, ExpectedPeaks, Mark, MarkKind, MemorySample, Policy, Recorded, Transform, WalkOutcome,
-    WalkPlan,
-};
+use crate::profile::{self, Recorded, Transform, WalkOutcome, WalkPlan};
 use crate::weights::{
     DiffProgress, DiffReport, OpenStep, PreviewOptions, ScanProgress, TensorPreview, ValueScan,
     ViewChoice, ViewInfo, Weights,
@@ -89,7 +87,7 @@ pub struct Event {
     /// MLX's counters after it.
     pub memory: MemoryStats,
     /// Process and MLX memory after it (its `at` is when it finished).
-    pub sample: MemorySample,
+    pub sample: Sample<Instant>,
     /// The event as the profiler records it (with the shard residency it
     /// left behind); `None` for events that change no memory.
     pub mark: Option<Mark>,
@@ -421,7 +419,7 @@ fn run(
     let mut weights: Option<Weights> = None;
     let options = PreviewOptions::default();
     let mut warmed = false;
-    let send = |kind: EventKind, mark: Option<Mark>, sample: MemorySample| {
+    let send = |kind: EventKind, mark: Option<Mark>, sample: Sample<Instant>| {
         let event = Event {
             kind,
             memory: mlx::memory().unwrap_or_default(),
@@ -465,7 +463,7 @@ fn run(
             command => {
                 let kind = handle(command, &mut weights, &options);
                 let mark = mark_of(&kind, weights.as_ref());
-                send(kind, mark, MemorySample::now())
+                send(kind, mark, Sample::now())
             }
         };
         if token.is_some()
@@ -497,11 +495,11 @@ fn diff_job(
     other: &std::path::Path,
     view: &ViewChoice,
     cancel: &AtomicBool,
-    send: &dyn Fn(EventKind, Option<Mark>, MemorySample) -> bool,
+    send: &dyn Fn(EventKind, Option<Mark>, Sample<Instant>) -> bool,
 ) -> bool {
     let Some(w) = weights else {
         let kind = EventKind::DiffFinished(Err("no checkpoint is open".into()));
-        return send(kind, None, MemorySample::now());
+        return send(kind, None, Sample::now());
     };
     let result = Weights::open_viewed(other, view)
         .map_err(|e| e.to_string())
@@ -509,7 +507,7 @@ fn diff_job(
             let mut listening = true;
             let report = crate::weights::diff(w, &mut b, cancel, &mut |p| {
                 if listening {
-                    listening = send(EventKind::Diffed(p), None, MemorySample::now());
+                    listening = send(EventKind::Diffed(p), None, Sample::now());
                 }
                 if !listening {
                     cancel.store(true, Ordering::Relaxed);
@@ -527,11 +525,7 @@ fn diff_job(
         )),
         Err(e) => Mark::new(MarkKind::DiffEnd, "diff").detail(format!("failed: {e}")),
     };
-    send(
-        EventKind::DiffFinished(result),
-        Some(mark),
-        MemorySample::now(),
-    )
+    send(EventKind::DiffFinished(result), Some(mark), Sample::now())
 }
 
 /// Runs a walk on the open checkpoint, streaming its moments; returns
@@ -541,14 +535,14 @@ fn walk_job(
     policy: Policy,
     transform: Transform,
     cancel: &AtomicBool,
-    send: &dyn Fn(EventKind, Option<Mark>, MemorySample) -> bool,
+    send: &dyn Fn(EventKind, Option<Mark>, Sample<Instant>) -> bool,
 ) -> bool {
     let Some(w) = weights else {
         let kind = EventKind::Failed {
             target: "walk".into(),
             error: "no checkpoint is open".into(),
         };
-        return send(kind, None, MemorySample::now());
+        return send(kind, None, Sample::now());
     };
     let mut listening = true;
     let outcome = profile::walk(w, policy, transform, cancel, &mut |recorded| {
@@ -563,7 +557,7 @@ fn walk_job(
     send(
         EventKind::WalkFinished(Box::new(outcome)),
         None,
-        MemorySample::now(),
+        Sample::now(),
     )
 }
 
@@ -572,16 +566,16 @@ fn walk_job(
 fn scan_job(
     weights: Option<&mut Weights>,
     cancel: &AtomicBool,
-    send: &dyn Fn(EventKind, Option<Mark>, MemorySample) -> bool,
+    send: &dyn Fn(EventKind, Option<Mark>, Sample<Instant>) -> bool,
 ) -> bool {
     let Some(w) = weights else {
         let kind = EventKind::ScanFinished(Err("no checkpoint is open".into()));
-        return send(kind, None, MemorySample::now());
+        return send(kind, None, Sample::now());
     };
     let mut listening = true;
     let scan = crate::weights::scan_values(w, cancel, &mut |p| {
         if listening {
-            listening = send(EventKind::Scanned(p), None, MemorySample::now());
+            listening = send(EventKind::Scanned(p), None, Sample::now());
         }
         if !listening {
             cancel.store(true, Ordering::Relaxed);
@@ -597,7 +591,7 @@ fn scan_job(
     send(
         EventKind::ScanFinished(Ok(Box::new(scan))),
         Some(mark),
-        MemorySample::now(),
+        Sample::now(),
     )
 }
 
@@ -680,7 +674,7 @@ fn open_job(
     weights: &mut Option<Weights>,
     path: &std::path::Path,
     choice: &ViewChoice,
-    send: &(dyn Fn(EventKind, Option<Mark>, MemorySample) -> bool + Sync),
+    send: &(dyn Fn(EventKind, Option<Mark>, Sample<Instant>) -> bool + Sync),
 ) -> bool {
     // About 50 progress events per phase, whatever the shard count; the
     // header phase reports from several parsing threads at once.
@@ -702,12 +696,12 @@ fn open_job(
                 step,
             },
             None,
-            MemorySample::now(),
+            Sample::now(),
         );
     };
     let kind = open(weights, path.to_path_buf(), choice, &report);
     let mark = mark_of(&kind, weights.as_ref());
-    send(kind, mark, MemorySample::now())
+    send(kind, mark, Sample::now())
 }
 
 /// Opens `path` and installs the chosen view; a view that cannot be made

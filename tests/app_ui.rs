@@ -311,7 +311,7 @@ fn the_profiler_walks_finds_the_trap_and_keeps_the_trace() {
     let saved = weightscope::profile::Trace::load(&path).expect("the saved trace loads");
     assert_eq!(
         saved.policy,
-        Some(weightscope::profile::Policy::ReleaseTensor)
+        Some(weightscope::memory::Policy::ReleaseTensor)
     );
     harness.get_by_label("Overlay from path").click();
     harness.step();

@@ -606,7 +606,7 @@ fn the_worker_honours_a_scan_cancelled_before_it_starts_and_one_jobs_cancel_spar
             // A scan ends with its own mark kind, not a walk's.
             assert_eq!(
                 event.mark.map(|m| m.kind),
-                Some(weightscope::profile::MarkKind::CheckEnd)
+                Some(weightscope::memory::MarkKind::CheckEnd)
             );
             finished.push(result.expect("a scan"));
         }

@@ -9,8 +9,9 @@ use std::sync::atomic::AtomicBool;
 use std::time::SystemTime;
 
 use common::{Tensor, mlx_memory_lock, write_safetensors};
+use weightscope::memory::{Policy, process_rss_bytes};
 use weightscope::mlx;
-use weightscope::profile::{Policy, Transform, process_rss_bytes};
+use weightscope::profile::Transform;
 use weightscope::weights::{ViewChoice, Weights, diff};
 use weightscope::worker::{CancelToken, Command, Event, EventKind, Worker};
 

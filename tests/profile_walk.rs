@@ -9,10 +9,10 @@ use std::process::Command as Process;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use common::{Tensor, mlx_memory_lock, write_safetensors};
+use weightscope::memory::{MarkKind, Policy};
 use weightscope::mlx;
 use weightscope::profile::{
-    self, FindingKind, MarkKind, Policy, Recorded, Trace, TraceEvent, TraceSample, Transform,
-    WalkOutcome, WalkPlan,
+    self, FindingKind, Recorded, Trace, TraceEvent, Transform, WalkOutcome, WalkPlan,
 };
 use weightscope::weights::Weights;
 use weightscope::worker::{CancelToken, Command, EventKind, Worker};
@@ -77,9 +77,7 @@ fn run_walk(dir: &Path, policy: Policy, transform: Transform) -> (WalkOutcome, T
         transform,
         &cancel,
         &mut |r: Recorded| {
-            trace
-                .samples
-                .push(TraceSample::from_sample(&r.memory, origin));
+            trace.push_sample(&r.memory.on_clock(origin));
             trace
                 .events
                 .push(TraceEvent::new(&r.mark, r.memory.at, origin, &r.memory));
@@ -262,7 +260,7 @@ fn a_cancelled_walk_stops_and_the_next_starts_clean() {
         &cancel,
         &mut |r| {
             if r.mark.kind == MarkKind::WalkStart {
-                first_active = Some(r.memory.mlx_active_bytes);
+                first_active = Some(r.memory.mlx_or_zero().active_bytes);
             }
         },
     );

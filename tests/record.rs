@@ -451,7 +451,7 @@ fn the_trace_opens_like_a_walks() {
         loaded
             .events
             .iter()
-            .any(|e| e.kind == weightscope::profile::MarkKind::Load)
+            .any(|e| e.kind == weightscope::memory::MarkKind::Load)
     );
     assert_eq!(loaded.expected.map(|e| e.release_shard), Some(SHARD_BYTES));
 }

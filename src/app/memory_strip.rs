@@ -35,10 +35,10 @@ impl MemoryStrip {
         ui.horizontal(|ui| {
             ui.label(format!(
                 "Memory (MiB, seconds since start): process RSS {:.1} (anonymous {:.1}), MLX active {:.1}, MLX cache {:.1}",
-                last.rss_bytes as f64 / MIB,
-                last.rss_anon_bytes as f64 / MIB,
-                last.mlx_active_bytes as f64 / MIB,
-                last.mlx_cache_bytes as f64 / MIB
+                last.process.rss_bytes as f64 / MIB,
+                last.process.anon_bytes as f64 / MIB,
+                last.mlx_or_zero().active_bytes as f64 / MIB,
+                last.mlx_or_zero().cache_bytes as f64 / MIB
             ));
             if gpu {
                 ui.label("(MLX figures are GPU memory; RSS is host memory only)");
@@ -51,13 +51,13 @@ impl MemoryStrip {
                 event.label()
             ));
         }
-        let from = last.t_secs - self.window_secs;
+        let from = last.at - self.window_secs;
         let samples = timeline.samples();
-        let first = samples.partition_point(|s| s.t_secs < from);
+        let first = samples.partition_point(|s| s.at < from);
         let line = |f| sample_line(samples.range(first..), f);
-        let rss = line(|s| s.rss_bytes);
-        let active = line(|s| s.mlx_active_bytes);
-        let cache = line(|s| s.mlx_cache_bytes);
+        let rss = line(|s| s.process.rss_bytes);
+        let active = line(|s| s.mlx_or_zero().active_bytes);
+        let cache = line(|s| s.mlx_or_zero().cache_bytes);
         let events = timeline.events();
         let first_event = events.partition_point(|e| e.t_secs < from);
         // The legend is one line of coloured names above the plot: a legend

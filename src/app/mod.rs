@@ -875,7 +875,7 @@ impl WeightscopeApp {
             peak_bytes: 0,
             limit_bytes: 16 << 30,
         };
-        self.profiler.set_machine(crate::profile::MachineMemory {
+        self.profiler.set_machine(crate::memory::MachineMemory {
             total_bytes: 32 << 30,
             available_bytes: 24 << 30,
         });

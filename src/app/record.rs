@@ -8,7 +8,8 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use crate::profile::record::{JobSpec, RecordSample, Target, Update};
+use crate::memory::Sample;
+use crate::profile::record::{JobSpec, Target, Update};
 use crate::profile::{JobInfo, Trace};
 use crate::units::human_bytes;
 
@@ -218,7 +219,7 @@ pub(super) struct LiveRecording {
     /// What came so far, on the recording's clock (drawn live).
     pub trace: Trace,
     /// The last sample.
-    pub last: Option<RecordSample>,
+    pub last: Option<Sample>,
     /// Whether Stop was pressed.
     pub stopping: bool,
 }
@@ -254,7 +255,7 @@ impl LiveRecording {
                 {
                     job.probe = true;
                 }
-                self.trace.samples.push(sample.to_trace());
+                self.trace.push_sample(&sample);
                 self.last = Some(sample);
             }
             Update::Event(event) => self.trace.events.push(event),
@@ -273,13 +274,13 @@ impl LiveRecording {
             let _ = write!(
                 text,
                 ", RSS {} in {} process{}, {} shard file{} open",
-                human_bytes(s.rss_bytes),
-                s.processes,
-                if s.processes == 1 { "" } else { "es" },
-                s.open_files,
-                if s.open_files == 1 { "" } else { "s" }
+                human_bytes(s.process.rss_bytes),
+                s.process.processes,
+                if s.process.processes == 1 { "" } else { "es" },
+                s.process.open_files,
+                if s.process.open_files == 1 { "" } else { "s" }
             );
-            if let Some(gpu) = s.gpu_bytes {
+            if let Some(gpu) = s.gpu.map(|g| g.process_bytes) {
                 let _ = write!(text, ", GPU {}", human_bytes(gpu));
             }
             if let Some(m) = s.mlx {

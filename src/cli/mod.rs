@@ -16,7 +16,8 @@ use clap::builder::TypedValueParser as _;
 use clap::error::ErrorKind;
 use clap::{CommandFactory as _, Parser, Subcommand};
 
-use crate::profile::{DEFAULT_INTERVAL, Policy, Transform};
+use crate::memory::Policy;
+use crate::profile::{DEFAULT_INTERVAL, Transform};
 use crate::weights::{BUILTIN_VIEWS, ViewChoice};
 pub use check::CheckArgs;
 pub use diff::DiffArgs;

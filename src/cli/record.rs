@@ -113,20 +113,20 @@ pub fn summary_json(r: &Recording) -> Value {
         .iter()
         .map(|s| {
             json!({
-                "t": s.t_secs,
-                "rss": s.rss_bytes,
-                "rss_anon": s.rss_anon_bytes,
-                "rss_file": s.rss_file_bytes,
-                "hwm": s.hwm_bytes,
-                "read_bytes": s.read_bytes,
-                "processes": s.processes,
-                "open_shard_files": s.open_files,
-                "open_shard_bytes": s.open_file_bytes,
+                "t": s.at,
+                "rss": s.process.rss_bytes,
+                "rss_anon": s.process.anon_bytes,
+                "rss_file": s.process.file_bytes,
+                "hwm": s.process.peak_rss_bytes,
+                "read_bytes": s.process.read_bytes,
+                "processes": s.process.processes,
+                "open_shard_files": s.process.open_files,
+                "open_shard_bytes": s.process.open_file_bytes,
                 "mlx_active": s.mlx.map(|m| m.active_bytes),
                 "mlx_cache": s.mlx.map(|m| m.cache_bytes),
                 "mlx_peak": s.mlx.map(|m| m.peak_bytes),
-                "gpu": s.gpu_bytes,
-                "gpu_device_used": s.gpu_device_used_bytes,
+                "gpu": s.gpu.map(|g| g.process_bytes),
+                "gpu_device_used": s.gpu.map(|g| g.device_used_bytes),
             })
         })
         .collect();

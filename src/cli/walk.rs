@@ -10,11 +10,9 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use crate::checkpoint::Checkpoint;
+use crate::memory::{MachineMemory, Policy};
 use crate::mlx;
-use crate::profile::{
-    self, Finding, MachineMemory, Policy, Recorded, Sampler, Trace, TraceEvent, TraceSample,
-    Transform, WalkOutcome,
-};
+use crate::profile::{self, Finding, Recorded, Sampler, Trace, TraceEvent, Transform, WalkOutcome};
 use crate::units::human_bytes;
 use crate::weights::{MlxNative, Weights};
 
@@ -122,13 +120,9 @@ pub fn run(args: &WalkArgs, cancel: &AtomicBool) -> Result<WalkReport, WalkError
         cancel,
         &mut |recorded: Recorded| {
             while let Some(sample) = sampler.try_recv() {
-                trace
-                    .samples
-                    .push(TraceSample::from_sample(&sample, origin));
+                trace.push_sample(&sample.on_clock(origin));
             }
-            trace
-                .samples
-                .push(TraceSample::from_sample(&recorded.memory, origin));
+            trace.push_sample(&recorded.memory.on_clock(origin));
             trace.events.push(TraceEvent::new(
                 &recorded.mark,
                 recorded.memory.at,
@@ -141,7 +135,7 @@ pub fn run(args: &WalkArgs, cancel: &AtomicBool) -> Result<WalkReport, WalkError
                 eprint!(
                     "\rwalk {}: {done}/{total} tensors, MLX active {}   ",
                     args.policy.as_str(),
-                    human_bytes(recorded.memory.mlx_active_bytes)
+                    human_bytes(recorded.memory.mlx_or_zero().active_bytes)
                 );
             }
         },
@@ -150,9 +144,7 @@ pub fn run(args: &WalkArgs, cancel: &AtomicBool) -> Result<WalkReport, WalkError
         eprintln!();
     }
     while let Some(sample) = sampler.try_recv() {
-        trace
-            .samples
-            .push(TraceSample::from_sample(&sample, origin));
+        trace.push_sample(&sample.on_clock(origin));
     }
     let sampler_figures = (sampler.samples_taken(), sampler.mean_sample_time());
     drop(sampler);

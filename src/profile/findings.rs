@@ -3,8 +3,8 @@
 
 use crate::units::human_bytes;
 
-use super::sampler::MachineMemory;
-use super::trace::{ExpectedPeaks, MarkKind, Trace};
+use super::trace::Trace;
+use crate::memory::{ExpectedPeaks, MachineMemory, MarkKind};
 
 /// What a finding is about (tests and the app key on it; JSON names it in
 /// kebab case).
@@ -112,7 +112,7 @@ fn whole_model_accumulated(trace: &Trace, found: &mut Vec<Finding>) {
     let (Some(expected), Some(policy)) = (trace.expected, trace.policy) else {
         return;
     };
-    if policy == super::walk::Policy::ReleaseShard {
+    if policy == crate::memory::Policy::ReleaseShard {
         return;
     }
     let peak = trace.peak_mlx_active_bytes();

@@ -15,16 +15,10 @@ mod walk;
 
 pub use findings::{Finding, FindingKind, FitReport, findings, fit_report};
 pub use prefetch::Prefetcher;
-pub use sampler::{
-    DEFAULT_INTERVAL, MachineMemory, MemorySample, ProcessMemory, Sampler, Series,
-    process_rss_bytes, reset_peak_rss,
-};
+pub use sampler::{DEFAULT_INTERVAL, Sampler, Series};
 pub use timeline::{TIMELINE_EVENTS, TIMELINE_SAMPLES, Timeline};
 pub use trace::{
-    ExpectedPeaks, JobInfo, Mark, MarkKind, Residency, ResidencyChange, ResidentShard,
-    ResidentTensor, TRACE_VERSION, Trace, TraceError, TraceEvent, TraceSample, residency_steps,
-    resident_at, secs_since,
+    JobInfo, Residency, ResidencyChange, ResidentShard, ResidentTensor, TRACE_VERSION, Trace,
+    TraceError, TraceEvent, residency_steps, resident_at,
 };
-pub use walk::{
-    PlannedShard, Policy, Q4_GROUP_SIZE, Recorded, Transform, WalkOutcome, WalkPlan, walk,
-};
+pub use walk::{PlannedShard, Q4_GROUP_SIZE, Recorded, Transform, WalkOutcome, WalkPlan, walk};

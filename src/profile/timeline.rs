@@ -4,8 +4,8 @@
 use std::collections::VecDeque;
 use std::time::Instant;
 
-use super::sampler::MemorySample;
-use super::trace::{Mark, Trace, TraceEvent, TraceSample, secs_since};
+use super::trace::{Trace, TraceEvent};
+use crate::memory::{Mark, Sample, secs_since};
 
 /// Samples kept: 4 hours at 20 Hz (about 16 MB).
 pub const TIMELINE_SAMPLES: usize = 4 * 3600 * 20;
@@ -16,7 +16,7 @@ pub const TIMELINE_EVENTS: usize = 250_000;
 #[derive(Debug, Clone)]
 pub struct Timeline {
     origin: Instant,
-    samples: VecDeque<TraceSample>,
+    samples: VecDeque<Sample>,
     events: VecDeque<TraceEvent>,
     sample_cap: usize,
     event_cap: usize,
@@ -54,18 +54,18 @@ impl Timeline {
     }
 
     /// Adds a sample.
-    pub fn push_sample(&mut self, sample: &MemorySample) {
+    pub fn push_sample(&mut self, sample: &Sample<Instant>) {
         if self.samples.len() == self.sample_cap {
             self.samples.pop_front();
         }
-        let sample = TraceSample::from_sample(sample, self.origin);
+        let sample = sample.on_clock(self.origin);
         // Samples from the sampler thread and from events interleave; keep order.
-        let at = self.samples.partition_point(|s| s.t_secs <= sample.t_secs);
+        let at = self.samples.partition_point(|s| s.at <= sample.at);
         self.samples.insert(at, sample);
     }
 
     /// Adds an event with memory right after it (also kept as a sample).
-    pub fn push_event(&mut self, mark: &Mark, memory: &MemorySample) {
+    pub fn push_event(&mut self, mark: &Mark, memory: &Sample<Instant>) {
         if self.events.len() == self.event_cap {
             self.events.pop_front();
         }
@@ -76,7 +76,7 @@ impl Timeline {
 
     /// Samples, oldest first.
     #[must_use]
-    pub fn samples(&self) -> &VecDeque<TraceSample> {
+    pub fn samples(&self) -> &VecDeque<Sample> {
         &self.samples
     }
 
@@ -88,7 +88,7 @@ impl Timeline {
 
     /// The newest sample.
     #[must_use]
-    pub fn last_sample(&self) -> Option<&TraceSample> {
+    pub fn last_sample(&self) -> Option<&Sample> {
         self.samples.back()
     }
 
@@ -96,7 +96,7 @@ impl Timeline {
     #[must_use]
     pub fn to_trace(&self, label: impl Into<String>) -> Trace {
         let mut trace = Trace::new(label);
-        trace.samples = self.samples.iter().copied().collect();
+        trace.samples = self.samples.iter().map(Sample::as_stored).collect();
         trace.events = self.events.iter().cloned().collect();
         trace
     }
@@ -110,10 +110,10 @@ impl Timeline {
         trace.samples = self
             .samples
             .iter()
-            .filter(|s| inside(s.t_secs))
-            .map(|s| TraceSample {
-                t_secs: s.t_secs - from_secs,
-                ..*s
+            .filter(|s| inside(s.at))
+            .map(|s| Sample {
+                at: s.at - from_secs,
+                ..s.as_stored()
             })
             .collect();
         trace.events = self
@@ -132,18 +132,23 @@ impl Timeline {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::profile::MarkKind;
+    use crate::memory::{MarkKind, MlxFigures, ProcessFigures};
     use std::time::Duration;
 
-    fn sample(origin: Instant, ms: u64, active: u64) -> MemorySample {
-        MemorySample {
+    fn sample(origin: Instant, ms: u64, active: u64) -> Sample<Instant> {
+        Sample {
             at: origin + Duration::from_millis(ms),
-            rss_bytes: 1,
-            rss_anon_bytes: 1,
-            rss_file_bytes: 0,
-            mlx_active_bytes: active,
-            mlx_cache_bytes: 0,
-            mlx_peak_bytes: active,
+            process: ProcessFigures {
+                rss_bytes: 1,
+                anon_bytes: 1,
+                ..ProcessFigures::default()
+            },
+            mlx: Some(MlxFigures {
+                active_bytes: active,
+                cache_bytes: 0,
+                peak_bytes: active,
+            }),
+            gpu: None,
         }
     }
 
@@ -170,7 +175,7 @@ mod tests {
         let kept: Vec<u64> = timeline
             .samples()
             .iter()
-            .map(|s| s.mlx_active_bytes)
+            .map(|s| s.mlx_or_zero().active_bytes)
             .collect();
         assert_eq!(
             kept,

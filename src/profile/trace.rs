@@ -2,227 +2,15 @@
 //! after each event. Saved and loaded as JSON or CSV; the app overlays two.
 
 use std::collections::HashMap;
-use std::fmt::Write as _;
 use std::path::Path;
 use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
-use super::sampler::MemorySample;
-use super::walk::Policy;
+use crate::memory::{ExpectedPeaks, FlatSample, Mark, MarkKind, Policy, Sample, secs_since};
 
 /// The trace format's version, written into every file.
 pub const TRACE_VERSION: u32 = 1;
-
-/// One memory sample, seconds after the trace's origin.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct TraceSample {
-    /// Seconds since the trace's origin.
-    pub t_secs: f64,
-    /// Process RSS.
-    pub rss_bytes: u64,
-    /// Anonymous part of RSS.
-    pub rss_anon_bytes: u64,
-    /// File-backed part of RSS.
-    pub rss_file_bytes: u64,
-    /// MLX active memory.
-    pub mlx_active_bytes: u64,
-    /// MLX cache.
-    pub mlx_cache_bytes: u64,
-    /// MLX peak since its last reset.
-    pub mlx_peak_bytes: u64,
-}
-
-impl TraceSample {
-    /// `sample` placed on the clock that starts at `origin`.
-    #[must_use]
-    pub fn from_sample(sample: &MemorySample, origin: Instant) -> Self {
-        Self {
-            t_secs: secs_since(origin, sample.at),
-            rss_bytes: sample.rss_bytes,
-            rss_anon_bytes: sample.rss_anon_bytes,
-            rss_file_bytes: sample.rss_file_bytes,
-            mlx_active_bytes: sample.mlx_active_bytes,
-            mlx_cache_bytes: sample.mlx_cache_bytes,
-            mlx_peak_bytes: sample.mlx_peak_bytes,
-        }
-    }
-}
-
-/// Seconds from `origin` to `at` (0 for moments before the origin).
-#[must_use]
-pub fn secs_since(origin: Instant, at: Instant) -> f64 {
-    at.saturating_duration_since(origin).as_secs_f64()
-}
-
-/// What an event was.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum MarkKind {
-    /// A checkpoint was opened.
-    Open,
-    /// A tensor was materialized on request.
-    Materialize,
-    /// One cached tensor was released.
-    Release,
-    /// A shard's map and arrays were released.
-    ReleaseShard,
-    /// Every array and map was released.
-    ReleaseAll,
-    /// MLX's cache was cleared (and the host heap trimmed).
-    ClearCache,
-    /// MLX's memory limit changed.
-    MemoryLimit,
-    /// MLX's cache limit changed.
-    CacheLimit,
-    /// A walk began.
-    WalkStart,
-    /// A walk materialized (and transformed) one tensor.
-    WalkStep,
-    /// A walk finished or was cancelled.
-    WalkEnd,
-    /// A diff of two checkpoints finished, was cancelled, or could not start.
-    DiffEnd,
-    /// A value scan (`check --values`) finished or was cancelled.
-    CheckEnd,
-    /// Something failed.
-    Error,
-    /// The checkpoint was closed.
-    Close,
-    /// A recorded job started (target: its command line).
-    JobStart,
-    /// A recorded job ended (target: "exit N" or "signal N").
-    JobEnd,
-    /// A recorded job opened a `.safetensors` file (resident: its size).
-    FileOpen,
-    /// A recorded job closed a `.safetensors` file (resident: 0).
-    FileClose,
-    /// The job called `mx.load` (reported by its probe; target: the file).
-    Load,
-    /// The job marked a moment itself (target: its text).
-    JobMark,
-}
-
-impl MarkKind {
-    /// The kebab-case name used in files.
-    #[must_use]
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Open => "open",
-            Self::Materialize => "materialize",
-            Self::Release => "release",
-            Self::ReleaseShard => "release-shard",
-            Self::ReleaseAll => "release-all",
-            Self::ClearCache => "clear-cache",
-            Self::MemoryLimit => "memory-limit",
-            Self::CacheLimit => "cache-limit",
-            Self::WalkStart => "walk-start",
-            Self::WalkStep => "walk-step",
-            Self::WalkEnd => "walk-end",
-            Self::DiffEnd => "diff-end",
-            Self::CheckEnd => "check-end",
-            Self::Error => "error",
-            Self::Close => "close",
-            Self::JobStart => "job-start",
-            Self::JobEnd => "job-end",
-            Self::FileOpen => "file-open",
-            Self::FileClose => "file-close",
-            Self::Load => "load",
-            Self::JobMark => "job-mark",
-        }
-    }
-}
-
-/// Every kind, for the test that the file names and `as_str` agree.
-#[cfg(test)]
-const ALL_KINDS: [MarkKind; 21] = [
-    MarkKind::Open,
-    MarkKind::Materialize,
-    MarkKind::Release,
-    MarkKind::ReleaseShard,
-    MarkKind::ReleaseAll,
-    MarkKind::ClearCache,
-    MarkKind::MemoryLimit,
-    MarkKind::CacheLimit,
-    MarkKind::WalkStart,
-    MarkKind::WalkStep,
-    MarkKind::WalkEnd,
-    MarkKind::DiffEnd,
-    MarkKind::CheckEnd,
-    MarkKind::Error,
-    MarkKind::Close,
-    MarkKind::JobStart,
-    MarkKind::JobEnd,
-    MarkKind::FileOpen,
-    MarkKind::FileClose,
-    MarkKind::Load,
-    MarkKind::JobMark,
-];
-
-/// An event, before it is placed on a clock.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Mark {
-    /// What happened.
-    pub kind: MarkKind,
-    /// The tensor, shard, path or setting it was about.
-    pub target: String,
-    /// Bytes involved (materialized, freed, a limit); 0 when none.
-    pub bytes: u64,
-    /// Anything else worth a line (device, policy, error message).
-    pub detail: String,
-    /// The shard whose resident bytes this event changed, and what it holds
-    /// now, by the Weights core's bookkeeping.
-    pub resident: Option<(String, u64)>,
-}
-
-impl Mark {
-    /// A mark with no bytes, detail or residency change.
-    #[must_use]
-    pub fn new(kind: MarkKind, target: impl Into<String>) -> Self {
-        Self {
-            kind,
-            target: target.into(),
-            bytes: 0,
-            detail: String::new(),
-            resident: None,
-        }
-    }
-
-    /// With bytes.
-    #[must_use]
-    pub fn bytes(mut self, bytes: u64) -> Self {
-        self.bytes = bytes;
-        self
-    }
-
-    /// With a detail line.
-    #[must_use]
-    pub fn detail(mut self, detail: impl Into<String>) -> Self {
-        self.detail = detail.into();
-        self
-    }
-
-    /// With the shard residency after the event.
-    #[must_use]
-    pub fn resident(mut self, shard: impl Into<String>, bytes: u64) -> Self {
-        self.resident = Some((shard.into(), bytes));
-        self
-    }
-
-    /// One line for markers and tables.
-    #[must_use]
-    pub fn label(&self) -> String {
-        let mut label = self.kind.as_str().to_owned();
-        if !self.target.is_empty() {
-            label.push(' ');
-            label.push_str(&self.target);
-        }
-        if self.bytes > 0 {
-            let _ = write!(label, " ({})", crate::units::human_bytes(self.bytes));
-        }
-        label
-    }
-}
 
 /// An event on the trace's clock, with memory right after it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -255,16 +43,17 @@ pub struct TraceEvent {
 impl TraceEvent {
     /// `mark` placed on the clock of `origin`, at `at`, with `memory` after it.
     #[must_use]
-    pub fn new(mark: &Mark, at: Instant, origin: Instant, memory: &MemorySample) -> Self {
+    pub fn new(mark: &Mark, at: Instant, origin: Instant, memory: &Sample<Instant>) -> Self {
+        let mlx = memory.mlx_or_zero();
         Self {
             t_secs: secs_since(origin, at),
             kind: mark.kind,
             target: mark.target.clone(),
             bytes: mark.bytes,
             detail: mark.detail.clone(),
-            rss_bytes: memory.rss_bytes,
-            mlx_active_bytes: memory.mlx_active_bytes,
-            mlx_cache_bytes: memory.mlx_cache_bytes,
+            rss_bytes: memory.process.rss_bytes,
+            mlx_active_bytes: mlx.active_bytes,
+            mlx_cache_bytes: mlx.cache_bytes,
             shard: mark.resident.as_ref().map(|(s, _)| s.clone()),
             shard_resident_bytes: mark.resident.as_ref().map(|(_, b)| *b),
         }
@@ -282,17 +71,6 @@ impl TraceEvent {
         }
         .label()
     }
-}
-
-/// Expected peaks from the headers, one per walk policy, in bytes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-pub struct ExpectedPeaks {
-    /// Keep everything.
-    pub retain: u64,
-    /// Release each tensor after use while the maps live (the trap).
-    pub release_tensor: u64,
-    /// Release each shard as the walk leaves it.
-    pub release_shard: u64,
 }
 
 /// The trace's job, made empty on first use (CSV meta rows fill it).
@@ -343,7 +121,7 @@ pub struct Trace {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub job: Option<JobInfo>,
     /// Samples, in time order.
-    pub samples: Vec<TraceSample>,
+    pub samples: Vec<Sample>,
     /// Events, in time order.
     pub events: Vec<TraceEvent>,
 }
@@ -402,7 +180,8 @@ impl Trace {
         let samples = self
             .samples
             .iter()
-            .map(|s| s.mlx_active_bytes.max(s.mlx_peak_bytes));
+            .map(Sample::mlx_or_zero)
+            .map(|m| m.active_bytes.max(m.peak_bytes));
         let events = self.events.iter().map(|e| e.mlx_active_bytes);
         samples.chain(events).max().unwrap_or(0)
     }
@@ -410,14 +189,19 @@ impl Trace {
     /// Highest process RSS seen in samples and events.
     #[must_use]
     pub fn peak_rss_bytes(&self) -> u64 {
-        let samples = self.samples.iter().map(|s| s.rss_bytes);
+        let samples = self.samples.iter().map(|s| s.process.rss_bytes);
         let events = self.events.iter().map(|e| e.rss_bytes);
         samples.chain(events).max().unwrap_or(0)
     }
 
+    /// Adds a sample, as the trace's files keep it ([`Sample::as_stored`]).
+    pub fn push_sample(&mut self, sample: &Sample) {
+        self.samples.push(sample.as_stored());
+    }
+
     /// Puts samples and events in time order (after merging sources).
     pub fn sort(&mut self) {
-        self.samples.sort_by(|a, b| a.t_secs.total_cmp(&b.t_secs));
+        self.samples.sort_by(|a, b| a.at.total_cmp(&b.at));
         self.events.sort_by(|a, b| a.t_secs.total_cmp(&b.t_secs));
     }
 
@@ -470,17 +254,7 @@ impl Trace {
             }
             rows.push(meta("job_probe", job.probe.to_string()));
         }
-        rows.extend(self.samples.iter().map(|s| CsvRow {
-            record: "sample".into(),
-            t_secs: Some(s.t_secs),
-            rss_bytes: Some(s.rss_bytes),
-            rss_anon_bytes: Some(s.rss_anon_bytes),
-            rss_file_bytes: Some(s.rss_file_bytes),
-            mlx_active_bytes: Some(s.mlx_active_bytes),
-            mlx_cache_bytes: Some(s.mlx_cache_bytes),
-            mlx_peak_bytes: Some(s.mlx_peak_bytes),
-            ..CsvRow::default()
-        }));
+        rows.extend(self.samples.iter().map(|&s| CsvRow::sample(s.into())));
         rows.extend(self.events.iter().map(|e| CsvRow {
             record: "event".into(),
             t_secs: Some(e.t_secs),
@@ -660,15 +434,18 @@ impl Trace {
                         _ => {} // newer keys: ignored
                     }
                 }
-                "sample" => trace.samples.push(TraceSample {
-                    t_secs: time()?,
-                    rss_bytes: row.rss_bytes.unwrap_or(0),
-                    rss_anon_bytes: row.rss_anon_bytes.unwrap_or(0),
-                    rss_file_bytes: row.rss_file_bytes.unwrap_or(0),
-                    mlx_active_bytes: row.mlx_active_bytes.unwrap_or(0),
-                    mlx_cache_bytes: row.mlx_cache_bytes.unwrap_or(0),
-                    mlx_peak_bytes: row.mlx_peak_bytes.unwrap_or(0),
-                }),
+                "sample" => trace.samples.push(
+                    FlatSample {
+                        t_secs: time()?,
+                        rss_bytes: row.rss_bytes.unwrap_or(0),
+                        rss_anon_bytes: row.rss_anon_bytes.unwrap_or(0),
+                        rss_file_bytes: row.rss_file_bytes.unwrap_or(0),
+                        mlx_active_bytes: row.mlx_active_bytes.unwrap_or(0),
+                        mlx_cache_bytes: row.mlx_cache_bytes.unwrap_or(0),
+                        mlx_peak_bytes: row.mlx_peak_bytes.unwrap_or(0),
+                    }
+                    .into(),
+                ),
                 "event" => trace.events.push(TraceEvent {
                     t_secs: time()?,
                     rss_bytes: row.rss_bytes.unwrap_or(0),
@@ -901,6 +678,23 @@ struct CsvRow {
     detail: Option<String>,
 }
 
+impl CsvRow {
+    /// The row of one sample.
+    fn sample(s: FlatSample) -> Self {
+        Self {
+            record: "sample".into(),
+            t_secs: Some(s.t_secs),
+            rss_bytes: Some(s.rss_bytes),
+            rss_anon_bytes: Some(s.rss_anon_bytes),
+            rss_file_bytes: Some(s.rss_file_bytes),
+            mlx_active_bytes: Some(s.mlx_active_bytes),
+            mlx_cache_bytes: Some(s.mlx_cache_bytes),
+            mlx_peak_bytes: Some(s.mlx_peak_bytes),
+            ..Self::default()
+        }
+    }
+}
+
 /// A `csv` crate error as one line starting with its line number, naming
 /// the column when there is one.
 fn csv_error(err: &csv::Error) -> String {
@@ -941,7 +735,7 @@ mod tests {
             release_tensor: 300,
             release_shard: 100,
         });
-        trace.samples.push(TraceSample {
+        trace.samples.push(Sample::from(FlatSample {
             t_secs: 0.05,
             rss_bytes: 1000,
             rss_anon_bytes: 600,
@@ -949,7 +743,7 @@ mod tests {
             mlx_active_bytes: 100,
             mlx_cache_bytes: 0,
             mlx_peak_bytes: 100,
-        });
+        }));
         trace.events.push(TraceEvent {
             t_secs: 0.1,
             kind: MarkKind::WalkStep,
@@ -975,13 +769,6 @@ mod tests {
             shard_resident_bytes: Some(0),
         });
         trace
-    }
-
-    #[test]
-    fn file_names_of_kinds_are_their_as_str() {
-        for kind in ALL_KINDS {
-            assert_eq!(serde_json::to_value(kind).expect("json"), kind.as_str());
-        }
     }
 
     #[test]

@@ -16,59 +16,9 @@ use crate::checkpoint::{Checkpoint, Dtype, TensorRef};
 use crate::mlx::{self, Array};
 use crate::weights::{Native, Weights};
 
-use super::sampler::{MemorySample, ProcessMemory, reset_peak_rss};
-use super::trace::{ExpectedPeaks, Mark, MarkKind};
-
-/// What a walk releases, and when. In files (traces) by its command-line
-/// name, `as_str`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Policy {
-    /// Keep every tensor (and every output) until the end.
-    Retain,
-    /// Release each tensor after use while its shard's map lives: frees
-    /// nothing, the whole model accumulates (the trap).
-    ReleaseTensor,
-    /// Release each shard (its map and arrays) as the walk leaves it.
-    ReleaseShard,
-}
-
-impl std::fmt::Display for Policy {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl Policy {
-    /// Every policy, in the order they are shown.
-    pub const ALL: [Self; 3] = [Self::Retain, Self::ReleaseTensor, Self::ReleaseShard];
-
-    /// The command-line name.
-    #[must_use]
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Retain => "retain",
-            Self::ReleaseTensor => "release-tensor",
-            Self::ReleaseShard => "release-shard",
-        }
-    }
-
-    /// The policy of a command-line name (also its name in trace files).
-    #[must_use]
-    pub fn parse(name: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|p| p.as_str() == name)
-    }
-
-    /// What the headers predict for this policy.
-    #[must_use]
-    pub fn expected(self, peaks: &ExpectedPeaks) -> u64 {
-        match self {
-            Self::Retain => peaks.retain,
-            Self::ReleaseTensor => peaks.release_tensor,
-            Self::ReleaseShard => peaks.release_shard,
-        }
-    }
-}
+use crate::memory::{
+    ExpectedPeaks, Mark, MarkKind, Policy, ProcessFigures, Sample, reset_peak_rss,
+};
 
 /// What the walk does to each tensor after reading it, mimicking real jobs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -300,7 +250,7 @@ pub struct Recorded {
     /// What happened.
     pub mark: Mark,
     /// Memory right after (its `at` is the event's time).
-    pub memory: MemorySample,
+    pub memory: Sample<Instant>,
     /// Tensors done and tensors in all.
     pub progress: (usize, usize),
 }
@@ -376,9 +326,9 @@ pub fn walk<N: Native>(
     let highest_rss = std::cell::Cell::new(0);
     let highest_active = std::cell::Cell::new(0);
     let mut record = |mark: Mark, done: usize| {
-        let memory = MemorySample::now();
-        highest_rss.set(highest_rss.get().max(memory.rss_bytes));
-        highest_active.set(highest_active.get().max(memory.mlx_active_bytes));
+        let memory = Sample::now();
+        highest_rss.set(highest_rss.get().max(memory.process.rss_bytes));
+        highest_active.set(highest_active.get().max(memory.mlx_or_zero().active_bytes));
         emit(Recorded {
             mark,
             memory,
@@ -493,7 +443,7 @@ pub fn walk<N: Native>(
         _ => highest_active.get(),
     };
     let peak_rss_bytes = if rss_reset {
-        ProcessMemory::read().peak_rss_bytes.max(highest_rss.get())
+        ProcessFigures::read().peak_rss_bytes.max(highest_rss.get())
     } else {
         highest_rss.get()
     };

@@ -8,12 +8,10 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use crate::checkpoint::Checkpoint;
+use crate::memory::{ExpectedPeaks, MachineMemory, MarkKind, Policy};
 use crate::mlx::{DeviceInfo, MemoryStats};
 use crate::profile::record::{Recording, Target, Update};
-use crate::profile::{
-    self, ExpectedPeaks, Finding, MachineMemory, MarkKind, Policy, Sampler, Timeline, Trace,
-    Transform, WalkOutcome,
-};
+use crate::profile::{self, Finding, Sampler, Timeline, Trace, Transform, WalkOutcome};
 use crate::units::human_bytes;
 use crate::worker::{CancelToken, Command};
 
@@ -253,10 +251,7 @@ impl ProfilerPanel {
         inputs: &ProfilerInputs<'_>,
     ) {
         let start_secs = self.running.take().map_or(0.0, |w| w.start_secs);
-        let end_secs = inputs
-            .timeline
-            .last_sample()
-            .map_or(start_secs, |s| s.t_secs);
+        let end_secs = inputs.timeline.last_sample().map_or(start_secs, |s| s.at);
         let label = format!(
             "{} {} (walk at {start_secs:.1} s)",
             outcome.policy.as_str(),

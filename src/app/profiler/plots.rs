@@ -4,7 +4,8 @@
 
 use egui_plot::{HLine, Legend, Line, Plot, PlotPoints, VLine};
 
-use crate::profile::{self, MarkKind, Policy, Trace, TraceEvent, TraceSample};
+use crate::memory::{MarkKind, Policy, Sample};
+use crate::profile::{self, Trace, TraceEvent};
 
 use crate::mlx::DeviceInfo;
 
@@ -53,11 +54,9 @@ fn timeline_plot(compact: bool, x_span: Option<(f64, f64)>) -> Plot<'static> {
 }
 
 /// The first and last time of `samples` (in time order).
-fn time_span<'a>(
-    mut samples: impl DoubleEndedIterator<Item = &'a TraceSample>,
-) -> Option<(f64, f64)> {
-    let first = samples.next()?.t_secs;
-    let last = samples.next_back().map_or(first, |s| s.t_secs);
+fn time_span<'a>(mut samples: impl DoubleEndedIterator<Item = &'a Sample>) -> Option<(f64, f64)> {
+    let first = samples.next()?.at;
+    let last = samples.next_back().map_or(first, |s| s.at);
     Some((first, last))
 }
 
@@ -128,10 +127,10 @@ fn decimate(points: impl ExactSizeIterator<Item = [f64; 2]>) -> Vec<[f64; 2]> {
 
 /// A line of one sample field, in MiB, decimated.
 pub(in crate::app) fn sample_line<'a>(
-    samples: impl ExactSizeIterator<Item = &'a TraceSample>,
-    field: fn(&TraceSample) -> u64,
+    samples: impl ExactSizeIterator<Item = &'a Sample>,
+    field: fn(&Sample) -> u64,
 ) -> PlotPoints<'static> {
-    PlotPoints::from(decimate(samples.map(|s| [s.t_secs, field(s) as f64 / MIB])))
+    PlotPoints::from(decimate(samples.map(|s| [s.at, field(s) as f64 / MIB])))
 }
 
 /// The times of the newest `limit` events worth a marker (walk steps and
@@ -156,7 +155,7 @@ fn draw_overlays(plot: &mut egui_plot::PlotUi<'_>, overlays: &[Trace]) {
         plot.line(
             Line::new(
                 format!("{}: MLX active", crate::units::printable(&trace.label)),
-                sample_line(trace.samples.iter(), |s| s.mlx_active_bytes),
+                sample_line(trace.samples.iter(), |s| s.mlx_or_zero().active_bytes),
             )
             .color(color)
             .style(egui_plot::LineStyle::dashed_loose()),
@@ -164,7 +163,7 @@ fn draw_overlays(plot: &mut egui_plot::PlotUi<'_>, overlays: &[Trace]) {
         plot.line(
             Line::new(
                 format!("{}: RSS", crate::units::printable(&trace.label)),
-                sample_line(trace.samples.iter(), |s| s.rss_bytes),
+                sample_line(trace.samples.iter(), |s| s.process.rss_bytes),
             )
             .color(color)
             .style(egui_plot::LineStyle::dotted_loose()),
@@ -238,20 +237,25 @@ impl ProfilerPanel {
             .allow_scroll(false)
             .show(ui, |plot| {
                 use crate::app::series_colors as c;
-                let line = |f: fn(&TraceSample) -> u64| match walk {
+                let line = |f: fn(&Sample) -> u64| match walk {
                     Some(trace) => sample_line(trace.samples.iter(), f),
                     None if overlays_only => sample_line([].iter(), f),
                     None => sample_line(inputs.timeline.samples().iter(), f),
                 };
-                plot.line(Line::new("process RSS (host)", line(|s| s.rss_bytes)).color(c::RSS));
                 plot.line(
-                    Line::new("RSS anonymous", line(|s| s.rss_anon_bytes)).color(c::RSS_ANON),
+                    Line::new("process RSS (host)", line(|s| s.process.rss_bytes)).color(c::RSS),
                 );
                 plot.line(
-                    Line::new(mlx_active.as_str(), line(|s| s.mlx_active_bytes))
+                    Line::new("RSS anonymous", line(|s| s.process.anon_bytes)).color(c::RSS_ANON),
+                );
+                plot.line(
+                    Line::new(mlx_active.as_str(), line(|s| s.mlx_or_zero().active_bytes))
                         .color(c::MLX_ACTIVE),
                 );
-                plot.line(Line::new("MLX cache", line(|s| s.mlx_cache_bytes)).color(c::MLX_CACHE));
+                plot.line(
+                    Line::new("MLX cache", line(|s| s.mlx_or_zero().cache_bytes))
+                        .color(c::MLX_CACHE),
+                );
                 draw_overlays(plot, &self.overlays);
                 if let Some(expected) = expected {
                     for (p, color) in Policy::ALL.into_iter().zip(c::EXPECTED) {

@@ -1,7 +1,7 @@
 //! Findings of a recorded job: each a sentence a person can act on, backed
 //! by figures of the recording (the moment it points at is on its clock).
 
-use crate::profile::MachineMemory;
+use crate::memory::MachineMemory;
 use crate::profile::findings::{Finding, FindingKind};
 use crate::units::human_bytes;
 
@@ -26,8 +26,8 @@ pub fn record_findings(recording: &Recording) -> Vec<Finding> {
 fn job_failed(r: &Recording, found: &mut Vec<Finding>) {
     let Some(exit) = r.exit else { return };
     let end = r.samples.last();
-    let at = end.map_or(r.elapsed_secs, |s| s.t_secs);
-    let rss = end.map_or(0, |s| s.rss_bytes);
+    let at = end.map_or(r.elapsed_secs, |s| s.at);
+    let rss = end.map_or(0, |s| s.process.rss_bytes);
     let loaded = r.files_used();
     let of = r
         .checkpoint
@@ -37,7 +37,7 @@ fn job_failed(r: &Recording, found: &mut Vec<Finding>) {
         .events
         .iter()
         .rev()
-        .find(|e| e.kind == crate::profile::MarkKind::JobMark)
+        .find(|e| e.kind == crate::memory::MarkKind::JobMark)
         .map_or(String::new(), |e| {
             format!("; its last mark: \"{}\"", e.target)
         });
@@ -115,7 +115,7 @@ fn accumulated(r: &Recording, found: &mut Vec<Finding>) {
 fn peak_mlx_secs(r: &Recording) -> Option<f64> {
     r.samples
         .iter()
-        .filter_map(|s| s.mlx.map(|m| (s.t_secs, m.active_bytes)))
+        .filter_map(|s| s.mlx.map(|m| (s.at, m.active_bytes)))
         .max_by_key(|(_, active)| *active)
         .map(|(t, _)| t)
 }
@@ -143,7 +143,7 @@ fn cache_at_peak(r: &Recording, found: &mut Vec<Finding>) {
     let Some((t, m)) = r
         .samples
         .iter()
-        .filter_map(|s| s.mlx.map(|m| (s.t_secs, m)))
+        .filter_map(|s| s.mlx.map(|m| (s.at, m)))
         .max_by_key(|(_, m)| m.active_bytes + m.cache_bytes)
     else {
         return;
@@ -169,24 +169,27 @@ fn host_copies(r: &Recording, found: &mut Vec<Finding>) {
         .samples
         .iter()
         .filter(|s| s.mlx.is_some())
-        .max_by_key(|s| s.rss_bytes)
+        .max_by_key(|s| s.process.rss_bytes)
     else {
         return;
     };
     let m = s.mlx.unwrap_or_default();
-    let beyond = s.rss_bytes.saturating_sub(m.active_bytes + m.cache_bytes);
-    if beyond < (512 << 20).max(s.rss_bytes / 2) {
+    let beyond = s
+        .process
+        .rss_bytes
+        .saturating_sub(m.active_bytes + m.cache_bytes);
+    if beyond < (512 << 20).max(s.process.rss_bytes / 2) {
         return;
     }
     found.push(Finding {
         kind: FindingKind::HostCopies,
         text: format!(
             "At {:.1} s RSS was {}, {} more than MLX's active and cache memory: host copies (numpy, torch, Python lists) or mapped files held it, not MLX.",
-            s.t_secs,
-            human_bytes(s.rss_bytes),
+            s.at,
+            human_bytes(s.process.rss_bytes),
             human_bytes(beyond)
         ),
-        t_secs: Some(s.t_secs),
+        t_secs: Some(s.at),
     });
 }
 
@@ -210,36 +213,38 @@ fn near_machine_memory(r: &Recording, machine: MachineMemory, found: &mut Vec<Fi
 mod tests {
     use std::path::PathBuf;
 
-    use super::super::{CheckpointFacts, MlxFigures, OpenFile, RecordSample};
+    use super::super::{CheckpointFacts, OpenFile};
     use super::*;
-    use crate::profile::ExpectedPeaks;
+    use crate::memory::{ExpectedPeaks, MlxFigures, ProcessFigures, Sample};
 
     const MIB: u64 = 1 << 20;
 
-    fn sample(t_secs: f64, rss_bytes: u64, mlx: Option<(u64, u64)>) -> RecordSample {
-        RecordSample {
-            t_secs,
-            rss_bytes,
-            rss_anon_bytes: rss_bytes,
-            rss_file_bytes: 0,
-            hwm_bytes: rss_bytes,
-            read_bytes: 0,
-            processes: 1,
-            open_files: 0,
-            open_file_bytes: 0,
+    fn sample(t_secs: f64, rss_bytes: u64, mlx: Option<(u64, u64)>) -> Sample {
+        Sample {
+            at: t_secs,
+            process: ProcessFigures {
+                rss_bytes,
+                anon_bytes: rss_bytes,
+                peak_rss_bytes: rss_bytes,
+                processes: 1,
+                ..ProcessFigures::default()
+            },
             mlx: mlx.map(|(active, cache)| MlxFigures {
                 active_bytes: active,
                 cache_bytes: cache,
                 peak_bytes: active,
             }),
-            gpu_bytes: None,
-            gpu_device_used_bytes: None,
+            gpu: None,
         }
     }
 
     /// A finished job over a 4-shard, 1 GiB checkpoint.
-    fn recording(samples: Vec<RecordSample>) -> Recording {
-        let peak = samples.iter().map(|s| s.rss_bytes).max().unwrap_or(0);
+    fn recording(samples: Vec<Sample>) -> Recording {
+        let peak = samples
+            .iter()
+            .map(|s| s.process.rss_bytes)
+            .max()
+            .unwrap_or(0);
         let peak_mlx = samples
             .iter()
             .filter_map(|s| s.mlx.map(|m| m.active_bytes))

@@ -26,8 +26,9 @@ pub use findings::record_findings;
 pub use job::RecordControl;
 
 use super::findings::Finding;
-use super::trace::{
-    ExpectedPeaks, JobInfo, MarkKind, Trace, TraceEvent, TraceSample, resident_at, secs_since,
+use super::trace::{JobInfo, Trace, TraceEvent, resident_at};
+use crate::memory::{
+    ExpectedPeaks, GpuFigures, MarkKind, MlxFigures, ProcessFigures, Sample, secs_since,
 };
 use probe::ProbeLine;
 
@@ -71,47 +72,6 @@ impl Default for RecordOptions {
             python_probe: true,
         }
     }
-}
-
-/// MLX's figures as the probe reported them (summed over the job's
-/// processes that report).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct MlxFigures {
-    /// `mx.get_active_memory()`.
-    pub active_bytes: u64,
-    /// `mx.get_cache_memory()`.
-    pub cache_bytes: u64,
-    /// `mx.get_peak_memory()`.
-    pub peak_bytes: u64,
-}
-
-/// One sample of the job's process tree.
-#[derive(Debug, Clone, PartialEq)]
-pub struct RecordSample {
-    /// Seconds since the recording started.
-    pub t_secs: f64,
-    /// RSS of the whole tree.
-    pub rss_bytes: u64,
-    /// Its anonymous part.
-    pub rss_anon_bytes: u64,
-    /// Its file-backed part.
-    pub rss_file_bytes: u64,
-    /// The highest `VmHWM` of any one process of the tree.
-    pub hwm_bytes: u64,
-    /// Bytes read by the tree (`rchar`), cumulative.
-    pub read_bytes: u64,
-    /// Processes in the tree.
-    pub processes: usize,
-    /// `.safetensors` files open in the tree.
-    pub open_files: usize,
-    /// Their total size.
-    pub open_file_bytes: u64,
-    /// MLX's figures, when a probe has reported.
-    pub mlx: Option<MlxFigures>,
-    /// GPU memory of the tree's processes (NVML), where the driver is.
-    pub gpu_bytes: Option<u64>,
-    /// Memory used on the GPUs by every process (NVML).
-    pub gpu_device_used_bytes: Option<u64>,
 }
 
 /// How the job ended.
@@ -225,7 +185,7 @@ pub struct Recording {
     /// Seconds from start to the end of the recording.
     pub elapsed_secs: f64,
     /// Samples, in time order.
-    pub samples: Vec<RecordSample>,
+    pub samples: Vec<Sample>,
     /// Events (files, probe marks, start and end), in time order.
     pub events: Vec<TraceEvent>,
     /// What the probe said, when one reported.
@@ -265,7 +225,7 @@ pub enum Update {
     /// The job started (or was attached to) with this pid.
     Started(u32),
     /// A sample.
-    Sample(RecordSample),
+    Sample(Sample),
     /// An event.
     Event(TraceEvent),
 }
@@ -362,26 +322,9 @@ impl Recording {
             exit_code: self.exit.map(JobExit::status),
             probe: self.probe.is_some(),
         });
-        trace.samples = self.samples.iter().map(RecordSample::to_trace).collect();
+        trace.samples = self.samples.iter().map(Sample::as_stored).collect();
         trace.events.clone_from(&self.events);
         trace
-    }
-}
-
-impl RecordSample {
-    /// The sample in the trace format (MLX figures 0 when unknown).
-    #[must_use]
-    pub fn to_trace(&self) -> TraceSample {
-        let mlx = self.mlx.unwrap_or_default();
-        TraceSample {
-            t_secs: self.t_secs,
-            rss_bytes: self.rss_bytes,
-            rss_anon_bytes: self.rss_anon_bytes,
-            rss_file_bytes: self.rss_file_bytes,
-            mlx_active_bytes: mlx.active_bytes,
-            mlx_cache_bytes: mlx.cache_bytes,
-            mlx_peak_bytes: mlx.peak_bytes,
-        }
     }
 }
 
@@ -403,7 +346,7 @@ fn checkpoint_facts(path: &Path) -> Result<CheckpointFacts, String> {
 /// The running state of a recording: what was seen so far.
 struct Recorder {
     origin: Instant,
-    samples: Vec<RecordSample>,
+    samples: Vec<Sample>,
     events: Vec<TraceEvent>,
     /// Files open at the last sample, with their sizes.
     open: BTreeMap<PathBuf, u64>,
@@ -458,7 +401,7 @@ impl Recorder {
 
     /// An event at `at` with the latest memory figures.
     fn event(&mut self, at: Instant, kind: MarkKind, target: String) -> &mut TraceEvent {
-        let last_rss = self.samples.last().map_or(0, |s| s.rss_bytes);
+        let last_rss = self.samples.last().map_or(0, |s| s.process.rss_bytes);
         let mlx = self.mlx_now().unwrap_or_default();
         let event = TraceEvent {
             t_secs: self.secs(at),
@@ -534,49 +477,43 @@ impl Recorder {
         tree: &[u32],
         now: Instant,
         updates: &mut Vec<Update>,
-    ) -> Option<RecordSample> {
-        let mut sample = RecordSample {
-            t_secs: self.secs(now),
-            rss_bytes: 0,
-            rss_anon_bytes: 0,
-            rss_file_bytes: 0,
-            hwm_bytes: 0,
-            read_bytes: 0,
-            processes: 0,
-            open_files: 0,
-            open_file_bytes: 0,
+    ) -> Option<Sample> {
+        let mut sample = Sample {
+            at: self.secs(now),
+            process: ProcessFigures::default(),
             mlx: None,
-            gpu_bytes: None,
-            gpu_device_used_bytes: None,
+            gpu: None,
         };
         let mut open = BTreeMap::new();
         let gpu = self.gpu.read();
-        sample.gpu_device_used_bytes = gpu.as_ref().map(|(_, device)| *device);
+        if let Some((used, device)) = gpu.as_ref() {
+            sample.gpu = Some(GpuFigures {
+                process_bytes: tree.iter().filter_map(|pid| used.get(pid)).sum(),
+                device_used_bytes: *device,
+            });
+        }
+        let tree_figures = &mut sample.process;
         for &pid in tree {
-            if let Some((used, _)) = gpu.as_ref() {
-                let bytes = used.get(&pid).copied().unwrap_or(0);
-                sample.gpu_bytes = Some(sample.gpu_bytes.unwrap_or(0) + bytes);
-            }
             let Some(figures) = procfs::read_process(pid) else {
                 continue;
             };
-            sample.processes += 1;
+            tree_figures.processes += 1;
             // Over a tree of processes (forked workers share their parent's
             // pages), RSS would count each shared page once per process:
             // the proportional set size counts it once in all.
             if let Some((pss, anon, file)) =
                 (tree.len() > 1).then(|| procfs::read_pss(pid)).flatten()
             {
-                sample.rss_bytes += pss;
-                sample.rss_anon_bytes += anon;
-                sample.rss_file_bytes += file;
+                tree_figures.rss_bytes += pss;
+                tree_figures.anon_bytes += anon;
+                tree_figures.file_bytes += file;
                 self.pss_used = true;
             } else {
-                sample.rss_bytes += figures.memory.rss_bytes;
-                sample.rss_anon_bytes += figures.memory.anon_bytes;
-                sample.rss_file_bytes += figures.memory.file_bytes;
+                tree_figures.rss_bytes += figures.memory.rss_bytes;
+                tree_figures.anon_bytes += figures.memory.anon_bytes;
+                tree_figures.file_bytes += figures.memory.file_bytes;
             }
-            sample.read_bytes += figures.read_bytes;
+            tree_figures.read_bytes += figures.read_bytes;
             let hwm = self.hwm.entry(pid).or_insert(0);
             *hwm = (*hwm).max(figures.memory.peak_rss_bytes);
             for path in figures.open_files {
@@ -587,15 +524,15 @@ impl Recorder {
                 open.insert(path, bytes);
             }
         }
-        if sample.processes == 0 {
+        if tree_figures.processes == 0 {
             return None;
         }
-        sample.hwm_bytes = self.hwm.values().copied().max().unwrap_or(0);
-        sample.open_files = open.len();
-        sample.open_file_bytes = open.values().sum();
+        tree_figures.peak_rss_bytes = self.hwm.values().copied().max().unwrap_or(0);
+        tree_figures.open_files = open.len();
+        tree_figures.open_file_bytes = open.values().sum();
         self.files(now, open, updates);
         sample.mlx = self.mlx_now();
-        self.samples.push(sample.clone());
+        self.samples.push(sample);
         Some(sample)
     }
 
@@ -919,29 +856,31 @@ fn finish(
     // The peak: the highest sampled tree RSS, or a process's VmHWM when
     // that saw higher (a spike between samples); its moment is the first
     // sample that reached it.
-    let sampled = rec.samples.iter().map(|s| s.rss_bytes).max().unwrap_or(0);
+    let sampled = rec
+        .samples
+        .iter()
+        .map(|s| s.process.rss_bytes)
+        .max()
+        .unwrap_or(0);
     let hwm = rec.hwm.values().copied().max().unwrap_or(0);
     let peak_rss_bytes = sampled.max(hwm);
     let peak_index = rec
         .samples
         .iter()
-        .position(|s| s.rss_bytes.max(s.hwm_bytes) >= peak_rss_bytes)
+        .position(|s| s.process.rss_bytes.max(s.process.peak_rss_bytes) >= peak_rss_bytes)
         .or_else(|| {
             rec.samples
                 .iter()
                 .enumerate()
-                .max_by_key(|(_, s)| s.rss_bytes)
+                .max_by_key(|(_, s)| s.process.rss_bytes)
                 .map(|(i, _)| i)
         });
     let peak_rss_secs = peak_index
         .and_then(|i| rec.samples.get(i))
-        .map_or(0.0, |s| s.t_secs);
-    let peak_gpu_bytes = rec.samples.iter().filter_map(|s| s.gpu_bytes).max();
-    let peak_gpu_device_used_bytes = rec
-        .samples
-        .iter()
-        .filter_map(|s| s.gpu_device_used_bytes)
-        .max();
+        .map_or(0.0, |s| s.at);
+    let gpu = rec.samples.iter().filter_map(|s| s.gpu);
+    let peak_gpu_bytes = gpu.clone().map(|g| g.process_bytes).max();
+    let peak_gpu_device_used_bytes = gpu.map(|g| g.device_used_bytes).max();
     #[cfg(target_os = "linux")]
     let gpu_unavailable = rec.gpu.reason().map(str::to_owned);
     #[cfg(not(target_os = "linux"))]
@@ -949,7 +888,7 @@ fn finish(
     let files_open_at_peak = peak_index
         .map(|i| {
             // The files are "resident" from their open to their close.
-            resident_at(&rec.events, rec.samples[i].t_secs)
+            resident_at(&rec.events, rec.samples[i].at)
                 .into_iter()
                 .map(|file| OpenFile {
                     path: PathBuf::from(file.shard),

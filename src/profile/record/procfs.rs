@@ -4,13 +4,13 @@
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
-use crate::profile::ProcessMemory;
+use crate::memory::ProcessFigures;
 
 /// One process's figures at one moment.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ProcessFigures {
+pub struct ProcessReading {
     /// `VmRSS`, `RssAnon`, `RssFile`(+`RssShmem`), `VmHWM`.
-    pub memory: ProcessMemory,
+    pub memory: ProcessFigures,
     /// `rchar` of `/proc/PID/io`: bytes read through read calls (page cache
     /// hits included; pages of a mapped file are not counted).
     pub read_bytes: u64,
@@ -20,7 +20,7 @@ pub struct ProcessFigures {
 
 /// The figures of `pid`, or `None` when it is gone (or not ours to read).
 #[must_use]
-pub fn read_process(pid: u32) -> Option<ProcessFigures> {
+pub fn read_process(pid: u32) -> Option<ProcessReading> {
     let base = PathBuf::from(format!("/proc/{pid}"));
     let status = std::fs::read_to_string(base.join("status")).ok()?;
     // A zombie has exited: it holds no memory and no files.
@@ -30,7 +30,7 @@ pub fn read_process(pid: u32) -> Option<ProcessFigures> {
     {
         return None;
     }
-    let memory = ProcessMemory::parse_status(&status);
+    let memory = ProcessFigures::parse_status(&status);
     let read_bytes = std::fs::read_to_string(base.join("io"))
         .ok()
         .and_then(|io| parse_io_rchar(&io))
@@ -48,7 +48,7 @@ pub fn read_process(pid: u32) -> Option<ProcessFigures> {
     }
     open_files.sort();
     open_files.dedup();
-    Some(ProcessFigures {
+    Some(ProcessReading {
         memory,
         read_bytes,
         open_files,
