@@ -20,8 +20,8 @@ use crate::memory::{ExpectedPeaks, Mark, MarkKind, Policy, Sample};
 use crate::mlx::{self, MemoryStats};
 use crate::profile::{self, Recorded, Transform, WalkOutcome, WalkPlan};
 use crate::weights::{
-    DiffProgress, DiffReport, OpenStep, PreviewOptions, ScanProgress, TensorPreview, ValueScan,
-    ViewChoice, ViewInfo, Weights,
+    DiffReport, OpenStep, PreviewOptions, Progress, TensorPreview, ValueScan, ViewChoice, ViewInfo,
+    Weights,
 };
 
 /// What the worker is asked to do.
@@ -207,11 +207,11 @@ pub enum EventKind {
     /// A walk ended (finished, cancelled or stopped by an error).
     WalkFinished(Box<WalkOutcome>),
     /// A diff compared one more tensor.
-    Diffed(DiffProgress),
+    Diffed(Progress),
     /// A diff ended (or B could not be opened).
     DiffFinished(Result<Box<DiffReport>, String>),
     /// A value scan read one more tensor.
-    Scanned(ScanProgress),
+    Scanned(Progress),
     /// A value scan ended (finished or cancelled), or could not start.
     ScanFinished(Result<Box<ValueScan>, String>),
     /// The checkpoint was closed.

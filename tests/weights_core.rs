@@ -6,12 +6,15 @@
 mod common;
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
 use common::{Tensor, mlx_memory_lock, write_safetensors};
 use weightscope::checkpoint::Checkpoint;
 use weightscope::mlx::{self, Array, MlxError, ShardMap};
-use weightscope::weights::{MlxNative, Native, View, Weights, WeightsError};
+use weightscope::weights::{
+    MlxNative, Native, Release, Released, View, Visitor, Walker, Walking, Weights, WeightsError,
+};
 
 const MIB: u64 = 1024 * 1024;
 
@@ -233,4 +236,97 @@ fn views_rename_drop_and_fix_up_lazily() {
 
     let late = weights.set_view(View::default());
     assert!(matches!(late, Err(WeightsError::ViewTooLate)));
+}
+
+/// A new whole-model job is one visitor: this one notes, at each tensor,
+/// which shards were open and the bytes MLX held, and what was released.
+#[derive(Default)]
+struct Ledger {
+    visits: Vec<(String, Vec<bool>, u64)>,
+    released: Vec<String>,
+    left: Vec<usize>,
+}
+
+impl<N: Native> Visitor<Weights<N>> for Ledger {
+    fn visit(
+        &mut self,
+        weights: &mut Weights<N>,
+        name: &str,
+        _walking: &mut Walking,
+    ) -> Result<(), WeightsError> {
+        if name == "s2.t1" {
+            return Err(WeightsError::NoTensor("refused by the ledger".into()));
+        }
+        weights.materialize(name)?;
+        let open = (0..3)
+            .map(|s| weights.is_shard_open(&format!("shard-{s}.safetensors")))
+            .collect();
+        self.visits.push((name.to_owned(), open, active()));
+        Ok(())
+    }
+
+    fn released(&mut self, weights: &mut Weights<N>, what: Released<'_>, _walking: &mut Walking) {
+        self.released.push(match what {
+            Released::Tensor(name) => name.to_owned(),
+            Released::Shard { shard, freed, .. } => {
+                format!("{} ({freed})", weights.checkpoint().shards()[shard].file)
+            }
+        });
+    }
+
+    fn leaving(&mut self, _weights: &mut Weights<N>, shard: usize) {
+        self.left.push(shard);
+    }
+}
+
+#[test]
+fn the_walker_releases_shards_as_it_leaves_them_and_stops_on_an_error() {
+    let _lock = mlx_memory_lock();
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_model(dir.path());
+    let mut weights = Weights::open(dir.path()).expect("open");
+    // Something cached before the walk: the walker starts from nothing.
+    weights.materialize("s1.t0").expect("materialize");
+    mlx::clear_cache().expect("clear");
+    let cancel = AtomicBool::new(false);
+    let names = weights.walk_order();
+    let mut ledger = Ledger::default();
+    let mut progress = Vec::new();
+    let walked =
+        Walker::new(names, Release::Shard, &cancel).run(&mut weights, &mut ledger, &mut |p| {
+            progress.push((p.done, p.name));
+        });
+    let names: Vec<&str> = ledger.visits.iter().map(|(n, _, _)| n.as_str()).collect();
+    assert_eq!(names, ["s0.t0", "s0.t1", "s1.t0", "s1.t1", "s2.t0"]);
+    // Shard 0 is released after its second tensor, so at s1.t0 only shard 1
+    // (reopened) holds bytes: 1 MiB, not the 3 MiB of a walk that keeps them.
+    assert_eq!(ledger.visits[2].1, [false, true, false]);
+    assert_eq!(ledger.visits[2].2, MIB, "only s1.t0 is held");
+    assert_eq!(ledger.visits[1].2, 2 * MIB);
+    assert_eq!(
+        ledger.released,
+        [
+            format!("shard-0.safetensors ({})", 2 * MIB),
+            format!("shard-1.safetensors ({})", 2 * MIB),
+        ]
+    );
+    assert_eq!(ledger.left, [0, 1], "left shards 0 and 1; stopped in 2");
+    assert_eq!((walked.done, walked.total), (5, 6));
+    assert!(!walked.cancelled);
+    let (name, err) = walked.stopped.expect("stopped");
+    assert_eq!(name, "s2.t1");
+    assert!(err.to_string().contains("refused by the ledger"), "{err}");
+    assert!(walked.peak_mlx_active_bytes >= 2 * MIB);
+    assert_eq!(progress.last(), Some(&(5, "s2.t0".to_owned())));
+
+    // Cancelled before it starts: nothing visited, nothing left resident.
+    cancel.store(true, std::sync::atomic::Ordering::Relaxed);
+    let names = weights.walk_order();
+    let mut ledger = Ledger::default();
+    let walked =
+        Walker::new(names, Release::Tensor, &cancel).run(&mut weights, &mut ledger, &mut |_| {});
+    assert!(walked.cancelled);
+    assert_eq!(walked.done, 0);
+    assert!(ledger.visits.is_empty());
+    assert_eq!((0..3).map(|s| weights.resident_bytes(s)).sum::<u64>(), 0);
 }

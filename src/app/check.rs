@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use crate::checkpoint::check::{Finding, Severity};
 use crate::units::{human_bytes, printable};
-use crate::weights::{ScanProgress, ValueScan};
+use crate::weights::{Progress, ValueScan};
 use crate::worker::CancelToken;
 
 /// What the panel asks the app to do.
@@ -24,7 +24,7 @@ pub enum CheckAction {
 pub struct CheckPanel {
     header: Vec<Finding>,
     scan: Option<Box<ValueScan>>,
-    running: Option<(ScanProgress, Instant)>,
+    running: Option<(Progress, Instant)>,
     error: Option<String>,
     /// The running scan's cancel token.
     cancel: Option<CancelToken>,
@@ -44,7 +44,7 @@ impl CheckPanel {
         self.error = None;
         self.cancel = Some(cancel);
         self.running = Some((
-            ScanProgress {
+            Progress {
                 done: 0,
                 total: 0,
                 name: String::new(),
@@ -54,7 +54,7 @@ impl CheckPanel {
     }
 
     /// A scan read one more tensor.
-    pub fn progress(&mut self, progress: ScanProgress) {
+    pub fn progress(&mut self, progress: Progress) {
         if let Some((current, _)) = &mut self.running {
             *current = progress;
         }

@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use crate::weights::{DiffProgress, DiffReport, ViewChoice};
+use crate::weights::{DiffReport, Progress, ViewChoice};
 use crate::worker::{CancelToken, Command};
 
 /// Columns the result table sorts by.
@@ -26,7 +26,7 @@ pub(super) enum DiffSort {
 pub(super) struct DiffPanel {
     other_input: String,
     view_input: String,
-    running: Option<(DiffProgress, Instant)>,
+    running: Option<(Progress, Instant)>,
     report: Option<Box<DiffReport>>,
     error: Option<String>,
     sort: DiffSort,
@@ -134,7 +134,7 @@ impl DiffPanel {
         let cancel = CancelToken::new();
         self.cancel = Some(cancel.clone());
         self.running = Some((
-            DiffProgress {
+            Progress {
                 done: 0,
                 total: 0,
                 name: String::new(),
@@ -149,7 +149,7 @@ impl DiffPanel {
     }
 
     /// The worker compared one more tensor.
-    pub fn progress(&mut self, progress: DiffProgress) {
+    pub fn progress(&mut self, progress: Progress) {
         if let Some((current, _)) = &mut self.running {
             *current = progress;
         }

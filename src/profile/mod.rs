@@ -6,7 +6,6 @@
 //! after it and with what its shard holds by the Weights core's bookkeeping.
 
 mod findings;
-mod prefetch;
 pub mod record;
 mod sampler;
 mod timeline;
@@ -14,7 +13,6 @@ mod trace;
 mod walk;
 
 pub use findings::{Finding, FindingKind, FitReport, findings, fit_report};
-pub use prefetch::Prefetcher;
 pub use sampler::{DEFAULT_INTERVAL, Sampler, Series};
 pub use timeline::{TIMELINE_EVENTS, TIMELINE_SAMPLES, Timeline};
 pub use trace::{

@@ -9,16 +9,14 @@
 //! except under `retain`, which keeps everything.
 
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::time::Instant;
 
 use crate::checkpoint::{Checkpoint, Dtype, TensorRef};
 use crate::mlx::{self, Array};
-use crate::weights::{Native, Weights};
+use crate::weights::{Native, Release, Released, Visitor, Walker, Walking, Weights, WeightsError};
 
-use crate::memory::{
-    ExpectedPeaks, Mark, MarkKind, Policy, ProcessFigures, Sample, reset_peak_rss,
-};
+use crate::memory::{ExpectedPeaks, Mark, MarkKind, Policy, Sample};
 
 /// What the walk does to each tensor after reading it, mimicking real jobs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -298,12 +296,12 @@ impl WalkOutcome {
 }
 
 /// Walks every tensor of `weights` in shard order under `policy`, calling
-/// `emit` after each event. Everything cached is released and MLX's cache
-/// cleared first, so the walk starts from nothing; `cancel` is checked before
-/// each tensor. MLX failures stop the walk and are reported in the outcome.
-// One pass over the plan with its bookkeeping in one place reads better than
-// helpers that would share half a dozen locals.
-#[allow(clippy::too_many_lines)]
+/// `emit` after each event: the walker ([`crate::weights::Walker`]) with
+/// the prefetcher, releasing as the policy says, and this visitor, which
+/// transforms each tensor and records a mark after each step. Everything
+/// cached is released and MLX's cache cleared first, so the walk starts
+/// from nothing; `cancel` is checked before each tensor. MLX failures stop
+/// the walk and are reported in the outcome.
 pub fn walk<N: Native>(
     weights: &mut Weights<N>,
     policy: Policy,
@@ -311,187 +309,195 @@ pub fn walk<N: Native>(
     cancel: &AtomicBool,
     emit: &mut dyn FnMut(Recorded),
 ) -> WalkOutcome {
-    let started = Instant::now();
     let plan = WalkPlan::new(weights, transform);
     let expected = plan.expected();
-    let total = plan.tensor_count();
-    weights.release_all();
-    let _ = mlx::clear_cache();
-    let _ = mlx::trim_host_heap();
-    // Without a reset MLX's peak is the process's, not the walk's: then the
-    // walk reports the highest MLX active it sampled itself.
-    let mlx_reset = mlx::reset_peak().is_ok();
-    let rss_reset = reset_peak_rss();
-    let mut done = 0;
-    let highest_rss = std::cell::Cell::new(0);
-    let highest_active = std::cell::Cell::new(0);
-    let mut record = |mark: Mark, done: usize| {
-        let memory = Sample::now();
-        highest_rss.set(highest_rss.get().max(memory.process.rss_bytes));
-        highest_active.set(highest_active.get().max(memory.mlx_or_zero().active_bytes));
-        emit(Recorded {
-            mark,
-            memory,
-            progress: (done, total),
-        });
+    let release = match policy {
+        Policy::Retain => Release::Nothing,
+        Policy::ReleaseTensor => Release::Tensor,
+        Policy::ReleaseShard => Release::Shard,
     };
-    record(
-        Mark::new(MarkKind::WalkStart, policy.as_str())
-            .bytes(policy.expected(&expected))
-            .detail(format!(
-                "transform {}, {total} tensors in {} shards; everything released and MLX's cache cleared first",
-                transform.as_str(),
-                plan.shards.len()
-            )),
-        0,
-    );
-    let device = mlx::default_device().map_or_else(|_| "unknown".to_owned(), |d| d.name());
-    let mut kept: Vec<Array> = Vec::new();
-    let mut error = None;
-    let mut cancelled = false;
-    let mut read_wait = std::time::Duration::ZERO;
-    let prefetcher = super::Prefetcher::start(
-        plan.shards
-            .iter()
-            .map(|s| weights.checkpoint().shards()[s.index].path.clone())
-            .collect(),
-    );
-    'shards: for (position, shard) in plan.shards.iter().enumerate() {
-        let data_start = weights.checkpoint().shards()[shard.index].data_start();
-        for name in &shard.names {
-            // A tensor past MLX's memory limit is refused before the
-            // reader streams its bytes from disk (100 GB of them, maybe).
-            if let Err(err) = weights.check_room(name, 0) {
-                let message = err.to_string();
-                record(
-                    Mark::new(MarkKind::Error, name.as_str()).detail(message.clone()),
-                    done,
-                );
-                error = Some(format!("{name}: {message}"));
-                break 'shards;
-            }
-            if let Some(prefetcher) = &prefetcher {
-                // MLX then copies out of the page cache (see `prefetch`).
-                let end = weights
-                    .info(name)
-                    .map_or(0, |t| data_start + t.data_offsets().1);
-                read_wait += prefetcher.wait_for(position, end, cancel);
-            }
-            if cancel.load(Ordering::Relaxed) {
-                cancelled = true;
-                break 'shards;
-            }
-            let step = read_one(weights, name, transform, &mut kept);
-            let (bytes, output_bytes) = match step {
-                Ok(sizes) => sizes,
-                Err(message) => {
-                    record(
-                        Mark::new(MarkKind::Error, name.as_str()).detail(message.clone()),
-                        done,
-                    );
-                    error = Some(format!("{name}: {message}"));
-                    break 'shards;
-                }
-            };
-            done += 1;
-            let resident = weights.resident_bytes(shard.index);
-            let mut detail = format!("{device}, shard {}", shard.file);
-            if output_bytes > 0 {
-                let _ = write!(
-                    detail,
-                    ", {} output {}",
-                    transform.as_str(),
-                    crate::units::human_bytes(output_bytes)
-                );
-            }
-            record(
-                Mark::new(MarkKind::WalkStep, name.as_str())
-                    .bytes(bytes)
-                    .detail(detail)
-                    .resident(shard.file.as_str(), resident),
-                done,
-            );
-            if policy == Policy::ReleaseTensor {
-                weights.release(name);
-                let resident = weights.resident_bytes(shard.index);
-                record(
-                    Mark::new(MarkKind::Release, name.as_str())
-                        .bytes(bytes)
-                        .resident(shard.file.as_str(), resident),
-                    done,
-                );
-            }
-        }
-        // The shard's outputs are written; only `retain` keeps them.
-        if policy != Policy::Retain {
-            kept.clear();
-        }
-        if policy == Policy::ReleaseShard {
-            let freed = weights.resident_bytes(shard.index);
-            weights.release_shard(&shard.file);
-            record(
-                Mark::new(MarkKind::ReleaseShard, shard.file.as_str())
-                    .bytes(freed)
-                    .resident(shard.file.as_str(), 0),
-                done,
-            );
-        }
-    }
-    drop((kept, prefetcher));
-    let peak_mlx_active_bytes = match mlx::memory() {
-        Ok(m) if mlx_reset => m.peak_bytes.max(highest_active.get()),
-        _ => highest_active.get(),
+    let names: Vec<String> = plan.shards.iter().flat_map(|s| s.names.clone()).collect();
+    let mut visitor = Steps {
+        policy,
+        transform,
+        shards: plan.shards.len(),
+        expected: policy.expected(&expected),
+        device: mlx::default_device().map_or_else(|_| "unknown".to_owned(), |d| d.name()),
+        kept: Vec::new(),
+        emit,
     };
-    let peak_rss_bytes = if rss_reset {
-        ProcessFigures::read().peak_rss_bytes.max(highest_rss.get())
-    } else {
-        highest_rss.get()
-    };
-    let end_detail = match (&error, cancelled) {
+    let walked =
+        Walker::new(names, release, cancel)
+            .with_prefetch()
+            .run(weights, &mut visitor, &mut |_| {});
+    let error = walked
+        .stopped
+        .as_ref()
+        .map(|(name, err)| format!("{name}: {err}"));
+    drop(visitor.kept.drain(..));
+    let (done, total) = (walked.done, walked.total);
+    let end_detail = match (&error, walked.cancelled) {
         (Some(e), _) => format!("stopped by an error after {done} of {total}: {e}"),
         (None, true) => format!("cancelled after {done} of {total}"),
         (None, false) => format!("{done} tensors"),
     };
-    record(
-        Mark::new(MarkKind::WalkEnd, policy.as_str())
-            .bytes(peak_mlx_active_bytes)
+    (visitor.emit)(Recorded {
+        mark: Mark::new(MarkKind::WalkEnd, policy.as_str())
+            .bytes(walked.peak_mlx_active_bytes)
             .detail(end_detail),
-        done,
-    );
+        memory: Sample::now(),
+        progress: (done, total),
+    });
     WalkOutcome {
         policy,
         transform,
         steps_done: done,
         steps_total: total,
-        cancelled,
+        cancelled: walked.cancelled,
         error,
-        peak_mlx_active_bytes,
-        peak_rss_bytes,
+        peak_mlx_active_bytes: walked.peak_mlx_active_bytes,
+        peak_rss_bytes: walked.peak_rss_bytes,
         expected,
         source_bytes: plan.source_bytes(),
         largest_shard_bytes: plan.largest_shard().map_or(0, |s| s.source_bytes),
-        elapsed_secs: started.elapsed().as_secs_f64(),
-        read_wait_secs: read_wait.as_secs_f64(),
+        elapsed_secs: walked.elapsed.as_secs_f64(),
+        read_wait_secs: walked.read_wait.as_secs_f64(),
+    }
+}
+
+/// The walk's visitor: reads and transforms each tensor, keeps the outputs
+/// of the shard at hand (all of them under `retain`), records a mark after
+/// each step and release.
+struct Steps<'e> {
+    policy: Policy,
+    transform: Transform,
+    shards: usize,
+    expected: u64,
+    device: String,
+    kept: Vec<Array>,
+    emit: &'e mut dyn FnMut(Recorded),
+}
+
+impl Steps<'_> {
+    fn record(&mut self, mark: Mark, walking: &mut Walking, done: usize) {
+        let memory = walking.sample();
+        (self.emit)(Recorded {
+            mark,
+            memory,
+            progress: (done, walking.total()),
+        });
+    }
+
+    fn failed(&mut self, name: &str, err: &WeightsError, walking: &mut Walking) {
+        let mark = Mark::new(MarkKind::Error, name).detail(err.to_string());
+        self.record(mark, walking, walking.done());
+    }
+}
+
+impl<N: Native> Visitor<Weights<N>> for Steps<'_> {
+    fn begin(&mut self, _weights: &mut Weights<N>, walking: &mut Walking) {
+        let mark = Mark::new(MarkKind::WalkStart, self.policy.as_str())
+            .bytes(self.expected)
+            .detail(format!(
+                "transform {}, {} tensors in {} shards; everything released and MLX's cache cleared first",
+                self.transform.as_str(),
+                walking.total(),
+                self.shards
+            ));
+        self.record(mark, walking, 0);
+    }
+
+    fn ready(
+        &mut self,
+        weights: &mut Weights<N>,
+        name: &str,
+        walking: &mut Walking,
+    ) -> Result<(), WeightsError> {
+        // A tensor past MLX's memory limit is refused before the reader
+        // streams its bytes from disk (100 GB of them, maybe).
+        weights
+            .check_room(name, 0)
+            .inspect_err(|err| self.failed(name, err, walking))
+    }
+
+    fn visit(
+        &mut self,
+        weights: &mut Weights<N>,
+        name: &str,
+        walking: &mut Walking,
+    ) -> Result<(), WeightsError> {
+        let (bytes, output_bytes, shard) = read_one(weights, name, self.transform, &mut self.kept)
+            .inspect_err(|err| self.failed(name, err, walking))?;
+        let file = weights.checkpoint().shards()[shard].file.clone();
+        let mut detail = format!("{}, shard {file}", self.device);
+        if output_bytes > 0 {
+            let _ = write!(
+                detail,
+                ", {} output {}",
+                self.transform.as_str(),
+                crate::units::human_bytes(output_bytes)
+            );
+        }
+        let resident = weights.resident_bytes(shard);
+        let mark = Mark::new(MarkKind::WalkStep, name)
+            .bytes(bytes)
+            .detail(detail)
+            .resident(file, resident);
+        self.record(mark, walking, walking.done() + 1);
+        Ok(())
+    }
+
+    fn released(&mut self, weights: &mut Weights<N>, what: Released<'_>, walking: &mut Walking) {
+        let done = walking.done();
+        match what {
+            Released::Tensor(name) => {
+                let Some(info) = weights.info(name) else {
+                    return;
+                };
+                let (bytes, shard) = (info.bytes(), info.shard());
+                let file = weights.checkpoint().shards()[shard].file.clone();
+                let resident = weights.resident_bytes(shard);
+                let mark = Mark::new(MarkKind::Release, name)
+                    .bytes(bytes)
+                    .resident(file, resident);
+                self.record(mark, walking, done);
+            }
+            Released::Shard { shard, freed, .. } => {
+                let file = weights.checkpoint().shards()[shard].file.clone();
+                let mark = Mark::new(MarkKind::ReleaseShard, file.as_str())
+                    .bytes(freed)
+                    .resident(file, 0);
+                self.record(mark, walking, done);
+            }
+        }
+    }
+
+    fn leaving(&mut self, _weights: &mut Weights<N>, _shard: usize) {
+        // The shard's outputs are written; only `retain` keeps them.
+        if self.policy != Policy::Retain {
+            self.kept.clear();
+        }
     }
 }
 
 /// Materializes `name`, applies the transform and evaluates its outputs
-/// (kept in `kept`). Returns the source's and the outputs' bytes.
+/// (kept in `kept`). Returns the source's and the outputs' bytes, and the
+/// source's shard.
 fn read_one<N: Native>(
     weights: &mut Weights<N>,
     name: &str,
     transform: Transform,
     kept: &mut Vec<Array>,
-) -> Result<(u64, u64), String> {
-    let array = weights.materialize(name).map_err(|e| e.to_string())?;
+) -> Result<(u64, u64, usize), WeightsError> {
+    let array = weights.materialize(name)?;
     let info = weights
         .info(name)
-        .ok_or_else(|| format!("no tensor named `{name}`"))?;
-    let outputs = transform.apply(info, &array).map_err(|e| e.to_string())?;
+        .ok_or_else(|| WeightsError::NoTensor(name.to_owned()))?;
+    let outputs = transform.apply(info, &array)?;
     if !outputs.is_empty() {
-        mlx::evaluate_all(&outputs).map_err(|e| e.to_string())?;
+        mlx::evaluate_all(&outputs)?;
     }
     let output_bytes = transform.output_bytes(info);
     kept.extend(outputs);
-    Ok((info.bytes(), output_bytes))
+    Ok((info.bytes(), output_bytes, info.shard()))
 }

@@ -3,24 +3,12 @@
 //! headers cannot show: NaN and Inf, all-zero tensors, zero or non-finite
 //! quantization scales. The findings are the checkpoint layer's type.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 
 use crate::checkpoint::check::{Finding, finding};
 use crate::mlx::{self, ValueCounts};
 
-use super::diff::{release_when_done, remaining};
-use super::{Native, Weights};
-
-/// Progress of a value scan.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ScanProgress {
-    /// Tensors read.
-    pub done: usize,
-    /// Tensors to read.
-    pub total: usize,
-    /// The tensor just read.
-    pub name: String,
-}
+use super::{Native, Progress, Release, Visitor, Walker, Walking, Weights};
 
 /// What a value scan found.
 #[derive(Debug, Clone, PartialEq)]
@@ -46,10 +34,9 @@ pub struct ValueScan {
 pub fn scan_values<N: Native>(
     weights: &mut Weights<N>,
     cancel: &AtomicBool,
-    progress: &mut dyn FnMut(ScanProgress),
+    progress: &mut dyn FnMut(Progress),
 ) -> ValueScan {
     let names = weights.parameter_names();
-    let mut left = remaining(weights, &names);
     let largest_shard = weights
         .checkpoint()
         .shards()
@@ -57,27 +44,36 @@ pub fn scan_values<N: Native>(
         .map(|s| s.data_bytes)
         .max()
         .unwrap_or(0);
+    let mut findings = Findings(Vec::new());
+    let walked = Walker::new(names, Release::Shard, cancel).with_parts().run(
+        weights,
+        &mut findings,
+        progress,
+    );
     weights.release_all();
-    let _ = mlx::clear_cache();
-    // Without a reset MLX's peak is the process's, not this job's: then
-    // the highest MLX active seen after each tensor is reported instead.
-    let peak_reset = mlx::reset_peak().is_ok();
-    let mut highest_active = 0u64;
-    let mut scan = ValueScan {
-        findings: Vec::new(),
-        scanned: 0,
-        total: names.len(),
-        cancelled: false,
-        peak_mlx_active_bytes: 0,
+    ValueScan {
+        findings: findings.0,
+        scanned: walked.done,
+        total: walked.total,
+        cancelled: walked.cancelled,
+        peak_mlx_active_bytes: walked.peak_mlx_active_bytes,
         bound_bytes: largest_shard + super::decode::band_bytes_bound(),
-    };
-    for name in &names {
-        if cancel.load(Ordering::Relaxed) {
-            scan.cancelled = true;
-            break;
-        }
-        if let Err(err) = scan_one(weights, name, &mut scan.findings) {
-            scan.findings.push(located(
+    }
+}
+
+/// The scan's visitor: counts each tensor's values band by band; a tensor
+/// that cannot be read is a finding, and the scan goes on.
+struct Findings(Vec<Finding>);
+
+impl<N: Native> Visitor<Weights<N>> for Findings {
+    fn visit(
+        &mut self,
+        weights: &mut Weights<N>,
+        name: &str,
+        _walking: &mut Walking,
+    ) -> Result<(), super::WeightsError> {
+        if let Err(err) = scan_one(weights, name, &mut self.0) {
+            self.0.push(located(
                 weights,
                 name,
                 finding(
@@ -86,22 +82,8 @@ pub fn scan_values<N: Native>(
                 ),
             ));
         }
-        weights.release(name);
-        release_when_done(weights, &mut left, name);
-        scan.scanned += 1;
-        highest_active = highest_active.max(mlx::memory().map_or(0, |m| m.active_bytes));
-        progress(ScanProgress {
-            done: scan.scanned,
-            total: scan.total,
-            name: name.clone(),
-        });
+        Ok(())
     }
-    weights.release_all();
-    scan.peak_mlx_active_bytes = match mlx::memory() {
-        Ok(m) if peak_reset => m.peak_bytes,
-        _ => highest_active,
-    };
-    scan
 }
 
 fn located<N: Native>(weights: &Weights<N>, name: &str, mut f: Finding) -> Finding {

@@ -10,18 +10,20 @@
 //! their weight: they are neither compared alone nor listed as only on one
 //! side. `changed` is only for tensors whose logical shapes differ.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Instant;
+use std::sync::atomic::AtomicBool;
 
 use serde::Serialize;
 
-use crate::checkpoint::{TensorRef, layer_of};
+use crate::checkpoint::layer_of;
 use crate::mlx;
 
 use super::decode::band_rows;
-use super::{Decoding, Native, Weights};
+use super::{
+    Decoding, Native, Pair, Progress, Release, Sides as _, Visitor, Walker, Walking, Weights,
+    WeightsError,
+};
 
 /// A tensor both sides have with different logical shapes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -218,27 +220,17 @@ impl DiffReport {
     }
 }
 
-/// Progress of a running diff.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DiffProgress {
-    /// Tensors compared.
-    pub done: usize,
-    /// Tensors to compare.
-    pub total: usize,
-    /// The tensor just compared.
-    pub name: String,
-}
-
 /// Compares every tensor the two sides share, calling `progress` after each;
-/// `cancel` is checked between tensors. Everything cached on both sides is
-/// released first and MLX's cache cleared, so the peak is the diff's own.
+/// `cancel` is checked between tensors. The walker walks both sides in step
+/// ([`Pair`]): everything cached on both is released first and MLX's cache
+/// cleared, so the peak is the diff's own, and each side's shard goes once
+/// no comparison left needs it.
 pub fn diff<N: Native, M: Native>(
     a: &mut Weights<N>,
     b: &mut Weights<M>,
     cancel: &AtomicBool,
-    progress: &mut dyn FnMut(DiffProgress),
+    progress: &mut dyn FnMut(Progress),
 ) -> DiffReport {
-    let started = Instant::now();
     let names_a = a.parameter_names();
     let names_b: BTreeSet<String> = b.parameter_names().into_iter().collect();
     let set_a: BTreeSet<&str> = names_a.iter().map(String::as_str).collect();
@@ -257,19 +249,7 @@ pub fn diff<N: Native, M: Native>(
         .filter(|n| names_b.contains(*n))
         .cloned()
         .collect();
-    // How many comparisons still need each shard; at 0 the shard goes.
-    let mut left_a = remaining(a, &common);
-    let mut left_b = remaining(b, &common);
     let two_shards_bytes = largest_shard(a) + largest_shard(b);
-    let bound_bytes = two_shards_bytes + 2 * super::decode::band_bytes_bound();
-
-    a.release_all();
-    b.release_all();
-    let _ = mlx::clear_cache();
-    // Without a reset MLX's peak is the process's, not this job's: then
-    // the highest MLX active seen after each tensor is reported instead.
-    let peak_reset = mlx::reset_peak().is_ok();
-    let mut highest_active = 0u64;
     let mut report = DiffReport {
         only_in_a,
         only_in_b,
@@ -281,7 +261,7 @@ pub fn diff<N: Native, M: Native>(
         cancelled: false,
         peak_mlx_active_bytes: 0,
         two_shards_bytes,
-        bound_bytes,
+        bound_bytes: two_shards_bytes + 2 * super::decode::band_bytes_bound(),
         elapsed_secs: 0.0,
         overall_rel_error: 0.0,
         overall_snr_db: f64::INFINITY,
@@ -289,40 +269,38 @@ pub fn diff<N: Native, M: Native>(
         non_finite: Vec::new(),
         worst: Vec::new(),
     };
-    for name in &common {
-        if cancel.load(Ordering::Relaxed) {
-            report.cancelled = true;
-            break;
-        }
-        match compare(a, b, name) {
-            Ok(Outcome::Changed(changed)) => report.changed.push(changed),
-            Ok(Outcome::Common(common)) => report.common.push(common),
-            Err(error) => report.failed.push(DiffFailure {
-                name: name.clone(),
+    let mut pair = Pair { a, b };
+    let walked = Walker::new(common, Release::Shard, cancel)
+        .with_parts()
+        .run(&mut pair, &mut report, progress);
+    pair.release_all();
+    report.compared = walked.done;
+    report.cancelled = walked.cancelled;
+    report.peak_mlx_active_bytes = walked.peak_mlx_active_bytes;
+    report.elapsed_secs = walked.elapsed.as_secs_f64();
+    report.finish();
+    report
+}
+
+/// The diff's visitor is its report: each tensor compared band by band and
+/// filed as changed, common or failed.
+impl<N: Native, M: Native> Visitor<Pair<'_, N, M>> for DiffReport {
+    fn visit(
+        &mut self,
+        pair: &mut Pair<'_, N, M>,
+        name: &str,
+        _walking: &mut Walking,
+    ) -> Result<(), WeightsError> {
+        match compare(pair.a, pair.b, name) {
+            Ok(Outcome::Changed(changed)) => self.changed.push(changed),
+            Ok(Outcome::Common(common)) => self.common.push(common),
+            Err(error) => self.failed.push(DiffFailure {
+                name: name.to_owned(),
                 error,
             }),
         }
-        a.release(name);
-        b.release(name);
-        release_when_done(a, &mut left_a, name);
-        release_when_done(b, &mut left_b, name);
-        report.compared += 1;
-        highest_active = highest_active.max(mlx::memory().map_or(0, |m| m.active_bytes));
-        progress(DiffProgress {
-            done: report.compared,
-            total: report.total,
-            name: name.clone(),
-        });
+        Ok(())
     }
-    a.release_all();
-    b.release_all();
-    report.peak_mlx_active_bytes = match mlx::memory() {
-        Ok(m) if peak_reset => m.peak_bytes,
-        _ => highest_active,
-    };
-    report.elapsed_secs = started.elapsed().as_secs_f64();
-    report.finish();
-    report
 }
 
 /// A signal-to-noise ratio in words: "inf dB (equal)" when there is no
@@ -401,46 +379,6 @@ fn described_dtype<N: Native>(w: &Weights<N>, name: &str, decoding: Option<&Deco
             ..
         }) => format!("{dtype} block {r}x{c}"),
         _ => dtype.to_owned(),
-    }
-}
-
-/// Shard position → how many of `names` it holds.
-/// Shard position → how many stored tensors of `names` (with their scales,
-/// biases and block scales) it still holds.
-pub(super) fn remaining<N: Native>(
-    weights: &Weights<N>,
-    names: &[String],
-) -> HashMap<usize, usize> {
-    let mut left = HashMap::new();
-    for name in names {
-        for shard in part_shards(weights, name) {
-            *left.entry(shard).or_insert(0) += 1;
-        }
-    }
-    left
-}
-
-fn part_shards<N: Native>(weights: &Weights<N>, name: &str) -> Vec<usize> {
-    weights
-        .stored_parts(name)
-        .iter()
-        .filter_map(|stored| weights.checkpoint().tensor(stored).map(TensorRef::shard))
-        .collect()
-}
-
-pub(super) fn release_when_done<N: Native>(
-    weights: &mut Weights<N>,
-    left: &mut HashMap<usize, usize>,
-    name: &str,
-) {
-    for shard in part_shards(weights, name) {
-        if let Some(count) = left.get_mut(&shard) {
-            *count = count.saturating_sub(1);
-            if *count == 0 {
-                let file = weights.checkpoint().shards()[shard].file.clone();
-                weights.release_shard(&file);
-            }
-        }
     }
 }
 

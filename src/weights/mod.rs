@@ -18,14 +18,16 @@ mod decode;
 pub mod demo;
 mod diff;
 mod native;
+mod prefetch;
 mod preview;
 mod rules;
 mod view;
 pub mod viewfile;
+mod walker;
 
-pub use check::{ScanProgress, ValueScan, scan_values};
+pub use check::{ValueScan, scan_values};
 pub use decode::{Decoding, Values};
-pub use diff::{Changed, Common, DiffFailure, DiffProgress, DiffReport, diff, snr_text};
+pub use diff::{Changed, Common, DiffFailure, DiffReport, diff, snr_text};
 pub use native::{MlxNative, Native};
 pub use preview::{PreviewOptions, QuantMaps, TensorPreview};
 pub use rules::{
@@ -33,6 +35,7 @@ pub use rules::{
     ViewInfo, ViewRules,
 };
 pub use view::{Fixup, View};
+pub use walker::{Pair, Progress, Release, Released, Sides, Visitor, Walked, Walker, Walking};
 
 /// How far opening a checkpoint has come.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -579,6 +582,15 @@ impl<N: Native> Weights<N> {
         let Some(shard) = self.checkpoint.shards().iter().position(|s| s.file == file) else {
             return false;
         };
+        self.release_shard_at(shard)
+    }
+
+    /// [`Weights::release_shard`] by the shard's position among the
+    /// checkpoint's shards; `false` when there is no such position.
+    pub fn release_shard_at(&mut self, shard: usize) -> bool {
+        if shard >= self.checkpoint.shards().len() {
+            return false;
+        }
         let doomed: Vec<String> = self
             .arrays
             .keys()

@@ -159,7 +159,8 @@ impl Prefetcher {
     }
 
     /// Lets the thread read what the walk's requests allow, stops it, and
-    /// returns the bytes it read in all.
+    /// returns the bytes it read in all (the tests' measure).
+    #[cfg(test)]
     #[must_use]
     pub fn finish(mut self) -> u64 {
         self.shared.lock().finishing = true;
