@@ -133,6 +133,21 @@ impl OpenedFacts {
     }
 }
 
+/// Which kind of command a failure is about (the app routes on it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Job {
+    /// Materializing a tensor.
+    Materialize,
+    /// Releasing a tensor, a shard or everything.
+    Release,
+    /// Clearing MLX's cache.
+    ClearCache,
+    /// Setting MLX's memory or cache limit.
+    Limit,
+    /// A walk.
+    Walk,
+}
+
 /// The kinds of [`Event`].
 #[derive(Debug, Clone)]
 pub enum EventKind {
@@ -171,7 +186,9 @@ pub enum EventKind {
     Materialized(Box<TensorPreview>),
     /// A command about one tensor or shard failed; the worker goes on.
     Failed {
-        /// The tensor or shard.
+        /// The command that failed.
+        job: Job,
+        /// The tensor or shard (or the setting).
         target: String,
         /// Why.
         error: String,
@@ -446,26 +463,7 @@ fn run(
                 *slot = Some(token.clone());
             }
         }
-        let listening = match command {
-            Command::ScanValues { cancel } => scan_job(weights.as_mut(), cancel.flag(), &send),
-            Command::Walk {
-                policy,
-                transform,
-                cancel,
-            } => walk_job(weights.as_mut(), policy, transform, cancel.flag(), &send),
-            Command::Diff {
-                other,
-                view,
-                cancel,
-            } => diff_job(weights.as_mut(), &other, &view, cancel.flag(), &send),
-            Command::Open(path) => open_job(&mut weights, &path, &ViewChoice::Auto, &send),
-            Command::OpenWithView(path, choice) => open_job(&mut weights, &path, &choice, &send),
-            command => {
-                let kind = handle(command, &mut weights, &options);
-                let mark = mark_of(&kind, weights.as_ref());
-                send(kind, mark, Sample::now())
-            }
-        };
+        let listening = handle(command, &mut weights, &options, &send);
         if token.is_some()
             && let Ok(mut slot) = running.lock()
         {
@@ -488,6 +486,37 @@ fn run(
     drop(weights);
 }
 
+/// Sends a job's events while anybody listens; once nobody does (the app
+/// is gone), sets the job's cancel flag so that it stops at its next tensor.
+struct Listener<'a> {
+    send: &'a SendEvent<'a>,
+    cancel: &'a AtomicBool,
+    listening: bool,
+}
+
+impl<'a> Listener<'a> {
+    fn new(send: &'a SendEvent<'a>, cancel: &'a AtomicBool) -> Self {
+        Self {
+            send,
+            cancel,
+            listening: true,
+        }
+    }
+
+    fn send(&mut self, kind: EventKind, mark: Option<Mark>, sample: Sample<Instant>) {
+        if self.listening {
+            self.listening = (self.send)(kind, mark, sample);
+        }
+        if !self.listening {
+            self.cancel.store(true, Ordering::Relaxed);
+        }
+    }
+}
+
+/// How the worker's jobs send an event (with its mark and memory sample);
+/// `false` when nobody listens any more.
+type SendEvent<'s> = dyn Fn(EventKind, Option<Mark>, Sample<Instant>) -> bool + Sync + 's;
+
 /// Runs a diff of the open checkpoint against `other`, streaming its
 /// progress; returns whether anybody still listens.
 fn diff_job(
@@ -495,23 +524,18 @@ fn diff_job(
     other: &std::path::Path,
     view: &ViewChoice,
     cancel: &AtomicBool,
-    send: &dyn Fn(EventKind, Option<Mark>, Sample<Instant>) -> bool,
+    send: &SendEvent<'_>,
 ) -> bool {
     let Some(w) = weights else {
-        let kind = EventKind::DiffFinished(Err("no checkpoint is open".into()));
+        let kind = EventKind::DiffFinished(Err(NOT_OPEN.into()));
         return send(kind, None, Sample::now());
     };
     let result = Weights::open_viewed(other, view)
         .map_err(|e| e.to_string())
         .map(|mut b| {
-            let mut listening = true;
+            let mut listener = Listener::new(send, cancel);
             let report = crate::weights::diff(w, &mut b, cancel, &mut |p| {
-                if listening {
-                    listening = send(EventKind::Diffed(p), None, Sample::now());
-                }
-                if !listening {
-                    cancel.store(true, Ordering::Relaxed);
-                }
+                listener.send(EventKind::Diffed(p), None, Sample::now());
             });
             Box::new(report)
         });
@@ -535,24 +559,15 @@ fn walk_job(
     policy: Policy,
     transform: Transform,
     cancel: &AtomicBool,
-    send: &dyn Fn(EventKind, Option<Mark>, Sample<Instant>) -> bool,
+    send: &SendEvent<'_>,
 ) -> bool {
     let Some(w) = weights else {
-        let kind = EventKind::Failed {
-            target: "walk".into(),
-            error: "no checkpoint is open".into(),
-        };
-        return send(kind, None, Sample::now());
+        return send(failed(Job::Walk, "walk", NOT_OPEN), None, Sample::now());
     };
-    let mut listening = true;
+    let mut listener = Listener::new(send, cancel);
     let outcome = profile::walk(w, policy, transform, cancel, &mut |recorded| {
-        if listening {
-            let (mark, sample) = (recorded.mark.clone(), recorded.memory);
-            listening = send(EventKind::Walked(Box::new(recorded)), Some(mark), sample);
-        }
-        if !listening {
-            cancel.store(true, Ordering::Relaxed); // nobody watches: stop
-        }
+        let (mark, sample) = (recorded.mark.clone(), recorded.memory);
+        listener.send(EventKind::Walked(Box::new(recorded)), Some(mark), sample);
     });
     send(
         EventKind::WalkFinished(Box::new(outcome)),
@@ -563,23 +578,14 @@ fn walk_job(
 
 /// Runs a value scan on the open checkpoint, streaming its progress;
 /// returns whether anybody still listens.
-fn scan_job(
-    weights: Option<&mut Weights>,
-    cancel: &AtomicBool,
-    send: &dyn Fn(EventKind, Option<Mark>, Sample<Instant>) -> bool,
-) -> bool {
+fn scan_job(weights: Option<&mut Weights>, cancel: &AtomicBool, send: &SendEvent<'_>) -> bool {
     let Some(w) = weights else {
-        let kind = EventKind::ScanFinished(Err("no checkpoint is open".into()));
+        let kind = EventKind::ScanFinished(Err(NOT_OPEN.into()));
         return send(kind, None, Sample::now());
     };
-    let mut listening = true;
+    let mut listener = Listener::new(send, cancel);
     let scan = crate::weights::scan_values(w, cancel, &mut |p| {
-        if listening {
-            listening = send(EventKind::Scanned(p), None, Sample::now());
-        }
-        if !listening {
-            cancel.store(true, Ordering::Relaxed);
-        }
+        listener.send(EventKind::Scanned(p), None, Sample::now());
     });
     let mark = Mark::new(MarkKind::CheckEnd, "check values").detail(format!(
         "{} of {} tensors read, {} findings{}",
@@ -651,7 +657,7 @@ fn mark_of(kind: &EventKind, weights: Option<&Weights>) -> Option<Mark> {
             .bytes(mlx::memory().map_or(0, |m| m.limit_bytes))
             .detail(format!("was {}", crate::units::human_bytes(*previous))),
         EventKind::CacheLimitSet { limit } => Mark::new(MarkKind::CacheLimit, "").bytes(*limit),
-        EventKind::Failed { target, error } => {
+        EventKind::Failed { target, error, .. } => {
             Mark::new(MarkKind::Error, target.as_str()).detail(error.as_str())
         }
         EventKind::Closed => Mark::new(MarkKind::Close, ""),
@@ -674,7 +680,7 @@ fn open_job(
     weights: &mut Option<Weights>,
     path: &std::path::Path,
     choice: &ViewChoice,
-    send: &(dyn Fn(EventKind, Option<Mark>, Sample<Instant>) -> bool + Sync),
+    send: &SendEvent<'_>,
 ) -> bool {
     // About 50 progress events per phase, whatever the shard count; the
     // header phase reports from several parsing threads at once.
@@ -743,89 +749,106 @@ fn open(
     }
 }
 
-fn handle(command: Command, weights: &mut Option<Weights>, options: &PreviewOptions) -> EventKind {
-    let not_open = |target: String| EventKind::Failed {
-        target,
-        error: "no checkpoint is open".into(),
-    };
-    match command {
-        Command::Open(path) => open(weights, path, &ViewChoice::Auto, &|_| {}),
-        Command::OpenWithView(path, choice) => open(weights, path, &choice, &|_| {}),
-        Command::Materialize(name) => match weights.as_mut() {
-            None => not_open(name),
-            Some(w) => match w.preview(&name, options) {
-                Ok(preview) => EventKind::Materialized(Box::new(preview)),
-                Err(err) => EventKind::Failed {
-                    target: name,
-                    error: err.to_string(),
-                },
-            },
-        },
-        Command::Release(name) => match weights.as_mut() {
-            None => not_open(name),
-            Some(w) => {
-                w.release(&name);
-                EventKind::Released(name)
-            }
-        },
-        Command::ReleaseShard(file) => match weights.as_mut() {
-            None => not_open(file),
-            Some(w) => {
-                let freed_bytes = w
-                    .checkpoint()
-                    .shards()
-                    .iter()
-                    .position(|s| s.file == file)
-                    .map_or(0, |i| w.resident_bytes(i));
-                if w.release_shard(&file) {
-                    EventKind::ShardReleased { file, freed_bytes }
-                } else {
-                    EventKind::Failed {
-                        error: format!("no shard named `{file}`"),
-                        target: file,
-                    }
-                }
-            }
-        },
-        Command::ReleaseAll => match weights.as_mut() {
-            None => not_open(String::new()),
-            Some(w) => {
-                w.release_all();
-                EventKind::ReleasedAll
-            }
-        },
-        Command::ClearCache => match mlx::clear_cache() {
-            Ok(()) => EventKind::CacheCleared {
-                trimmed: mlx::trim_host_heap(),
-            },
-            Err(err) => EventKind::Failed {
-                target: "cache".into(),
-                error: err.to_string(),
-            },
-        },
+/// Runs one command: a job streams its own events; any other command makes
+/// one event, sent with its mark. Returns whether anybody still listens.
+fn handle(
+    command: Command,
+    weights: &mut Option<Weights>,
+    options: &PreviewOptions,
+    send: &SendEvent<'_>,
+) -> bool {
+    let kind = match command {
+        Command::ScanValues { cancel } => return scan_job(weights.as_mut(), cancel.flag(), send),
+        Command::Walk {
+            policy,
+            transform,
+            cancel,
+        } => return walk_job(weights.as_mut(), policy, transform, cancel.flag(), send),
+        Command::Diff {
+            other,
+            view,
+            cancel,
+        } => return diff_job(weights.as_mut(), &other, &view, cancel.flag(), send),
+        Command::Open(path) => return open_job(weights, &path, &ViewChoice::Auto, send),
+        Command::OpenWithView(path, choice) => return open_job(weights, &path, &choice, send),
+        Command::Materialize(name) => materialize(weights.as_mut(), name, options),
+        Command::Release(name) => release(weights.as_mut(), name),
+        Command::ReleaseShard(file) => release_shard(weights.as_mut(), file),
+        Command::ReleaseAll => release_all(weights.as_mut()),
+        Command::ClearCache => clear_cache(),
         Command::SetMemoryLimit(bytes) => match mlx::set_memory_limit(bytes) {
             Ok(previous) => EventKind::MemoryLimitSet { previous },
-            Err(err) => EventKind::Failed {
-                target: "memory limit".into(),
-                error: err.to_string(),
-            },
+            Err(err) => failed(Job::Limit, "memory limit", err),
         },
         Command::SetCacheLimit(bytes) => match mlx::set_cache_limit(bytes) {
             Ok(_) => EventKind::CacheLimitSet { limit: bytes },
-            Err(err) => EventKind::Failed {
-                target: "cache limit".into(),
-                error: err.to_string(),
-            },
+            Err(err) => failed(Job::Limit, "cache limit", err),
         },
-        Command::Walk { .. } | Command::Diff { .. } | Command::ScanValues { .. } => {
-            EventKind::Failed {
-                target: "walk".into(),
-                error: "walks and diffs run outside this handler".into(),
-            }
-        }
         Command::Close => {
             *weights = None;
             EventKind::Closed
         }
+    };
+    let mark = mark_of(&kind, weights.as_ref());
+    send(kind, mark, Sample::now())
+}
+
+/// The event of a command that failed, for `target`.
+fn failed(job: Job, target: impl Into<String>, error: impl std::fmt::Display) -> EventKind {
+    EventKind::Failed {
+        job,
+        target: target.into(),
+        error: error.to_string(),
     }
 }
+
+fn materialize(weights: Option<&mut Weights>, name: String, options: &PreviewOptions) -> EventKind {
+    let Some(w) = weights else {
+        return failed(Job::Materialize, name, NOT_OPEN);
+    };
+    match w.preview(&name, options) {
+        Ok(preview) => EventKind::Materialized(Box::new(preview)),
+        Err(err) => failed(Job::Materialize, name, err),
+    }
+}
+
+fn release(weights: Option<&mut Weights>, name: String) -> EventKind {
+    let Some(w) = weights else {
+        return failed(Job::Release, name, NOT_OPEN);
+    };
+    w.release(&name);
+    EventKind::Released(name)
+}
+
+fn release_shard(weights: Option<&mut Weights>, file: String) -> EventKind {
+    let Some(w) = weights else {
+        return failed(Job::Release, file, NOT_OPEN);
+    };
+    let Some(shard) = w.checkpoint().shards().iter().position(|s| s.file == file) else {
+        let error = format!("no shard named `{file}`");
+        return failed(Job::Release, file, error);
+    };
+    let freed_bytes = w.resident_bytes(shard);
+    w.release_shard_at(shard);
+    EventKind::ShardReleased { file, freed_bytes }
+}
+
+fn release_all(weights: Option<&mut Weights>) -> EventKind {
+    let Some(w) = weights else {
+        return failed(Job::Release, "", NOT_OPEN);
+    };
+    w.release_all();
+    EventKind::ReleasedAll
+}
+
+fn clear_cache() -> EventKind {
+    match mlx::clear_cache() {
+        Ok(()) => EventKind::CacheCleared {
+            trimmed: mlx::trim_host_heap(),
+        },
+        Err(err) => failed(Job::ClearCache, "cache", err),
+    }
+}
+
+/// What a command that needs a checkpoint answers without one.
+const NOT_OPEN: &str = "no checkpoint is open";

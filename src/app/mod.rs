@@ -359,8 +359,8 @@ impl WeightscopeApp {
                 self.open_error = Some(error);
             }
             EventKind::Materialized(preview) => self.inspector.materialized(preview),
-            EventKind::Failed { target, error } => {
-                if target == "walk" {
+            EventKind::Failed { job, target, error } => {
+                if job == crate::worker::Job::Walk {
                     self.profiler.walk_failed(&error);
                 }
                 self.inspector.worker_failed(&target, &error);
