@@ -203,3 +203,9 @@ mod printable_tests {
         assert_eq!(printable("日本語 ok"), "日本語 ok");
     }
 }
+
+/// One line on stderr, `weightscope: ` first, with names and messages from
+/// files made printable (the CLI's and the window's start-up messages).
+pub fn say(message: std::fmt::Arguments<'_>) {
+    eprintln!("weightscope: {}", printable(&message.to_string()));
+}

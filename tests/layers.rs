@@ -73,10 +73,16 @@ fn rust_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
 
 /// The layers `text` names through `crate::x` or `use crate::{x, …}`.
 fn referenced(text: &str) -> Vec<String> {
+    referenced_from(text, "crate::")
+}
+
+/// The modules of the library that `text` names after `root` (`crate::`
+/// inside the library, `weightscope::` in the binary).
+fn referenced_from(text: &str, root: &str) -> Vec<String> {
     let mut names = Vec::new();
     let mut rest = text;
-    while let Some(at) = rest.find("crate::") {
-        rest = &rest[at + "crate::".len()..];
+    while let Some(at) = rest.find(root) {
+        rest = &rest[at + root.len()..];
         if let Some(group) = rest.strip_prefix('{') {
             // Top-level items of the group, up to its matching brace.
             let mut depth = 0;
@@ -152,6 +158,29 @@ fn each_layer_uses_only_the_layers_below_it() {
         violations.is_empty(),
         "layering broken:\n{}",
         violations.join("\n")
+    );
+}
+
+/// The binary only dispatches: the window to `app::shell`, every
+/// subcommand to `cli` (which parses, runs and exits).
+#[test]
+fn main_only_dispatches_to_the_window_and_the_cli() {
+    let main = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/main.rs");
+    let text = std::fs::read_to_string(main).expect("read main.rs");
+    let used = referenced_from(&text, "weightscope::");
+    assert!(!used.is_empty(), "the scanner sees main's imports");
+    let others: Vec<&String> = used
+        .iter()
+        .filter(|n| !matches!(n.as_str(), "app" | "cli"))
+        .collect();
+    assert!(
+        others.is_empty(),
+        "main.rs uses {others:?}: move that work into cli or app::shell"
+    );
+    assert!(
+        text.lines().count() <= 40,
+        "main.rs is {} lines: it only dispatches",
+        text.lines().count()
     );
 }
 

@@ -128,6 +128,29 @@ impl eframe::App for Shell {
     }
 }
 
+/// The window as the binary opens it: on `path`, or on the bundled demo
+/// (written on first use) when `None`. Returns the exit status; a failure
+/// is said in one line.
+#[must_use]
+pub fn main(path: Option<PathBuf>, launched: Instant) -> u8 {
+    let path = match path {
+        Some(path) => path,
+        None => match crate::weights::demo::ensure_demo(&crate::weights::demo::demo_dir()) {
+            Ok(dir) => dir,
+            Err(err) => {
+                crate::units::say(format_args!("{err}"));
+                return 1;
+            }
+        },
+    };
+    let device = crate::mlx::default_device().map_err(|e| e.to_string());
+    if let Err(err) = run(Some(path), device, launched) {
+        crate::units::say(format_args!("{err:#}"));
+        return 1;
+    }
+    0
+}
+
 /// Opens the native window on `path` and runs until it closes.
 ///
 /// # Errors

@@ -16,13 +16,15 @@ use crate::units::{human_bytes, printable};
 use crate::weights::{MlxNative, ValueScan, Weights, scan_values};
 
 /// What `weightscope check` was asked for.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
 pub struct CheckArgs {
     /// A folder or one `.safetensors` file.
     pub path: PathBuf,
-    /// JSON instead of text.
+    /// One JSON object instead of text.
+    #[arg(long)]
     pub json: bool,
-    /// Also read every tensor's values.
+    /// Also read every tensor's values (NaN/Inf, all-zero tensors, bad scales).
+    #[arg(long)]
     pub values: bool,
 }
 

@@ -15,18 +15,21 @@ use crate::units::printable;
 use crate::weights::{DiffReport, MlxNative, ViewChoice, Weights, snr_text};
 
 /// What `weightscope diff` was asked for.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
 pub struct DiffArgs {
-    /// The first checkpoint.
+    /// The reference checkpoint.
     pub a: PathBuf,
-    /// The second checkpoint.
+    /// The checkpoint to compare with it.
     pub b: PathBuf,
-    /// A's view.
-    pub view_a: ViewChoice,
-    /// B's view.
-    pub view_b: ViewChoice,
-    /// JSON instead of text.
+    /// One JSON object instead of text.
+    #[arg(long)]
     pub json: bool,
+    /// A's view: auto, identity, a built-in name or a view file.
+    #[arg(long = "view-a", value_name = "VIEW", value_parser = super::view, default_value = "auto")]
+    pub view_a: ViewChoice,
+    /// B's view: auto, identity, a built-in name or a view file.
+    #[arg(long = "view-b", value_name = "VIEW", value_parser = super::view, default_value = "auto")]
+    pub view_b: ViewChoice,
 }
 
 /// Opens one side with its view; a bad shard anywhere is refused (as

@@ -707,9 +707,20 @@ fn write_encodings(summary: &Summary, out: &mut impl Write) -> io::Result<()> {
     Ok(())
 }
 
+/// What `weightscope inspect` was asked for.
+#[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
+pub struct InspectArgs {
+    /// A folder or one `.safetensors` file.
+    pub path: std::path::PathBuf,
+    /// One JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
 /// `weightscope inspect`: runs it and returns the exit status.
 #[must_use]
-pub fn main(path: &std::path::Path, json: bool) -> u8 {
+pub fn main(args: &InspectArgs) -> u8 {
+    let (path, json) = (args.path.as_path(), args.json);
     let checkpoint = match crate::checkpoint::Checkpoint::open(path) {
         Ok(checkpoint) => checkpoint,
         Err(err) => {
@@ -751,15 +762,7 @@ pub fn main(path: &std::path::Path, json: bool) -> u8 {
     // time the OS spends better reclaiming the pages at once.
     std::mem::forget(summary);
     std::mem::forget(checkpoint);
-    match flushed {
-        Ok(()) => 0,
-        // A closed pipe (`| head`) is the reader's choice, not a failure.
-        Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => 0,
-        Err(err) => {
-            super::say(format_args!("cannot write the output: {err}"));
-            1
-        }
-    }
+    super::output_status(flushed).map_or_else(|code| code, |()| 0)
 }
 
 /// When stdout is a pipe, asks for a 1 MiB buffer (Linux's default is 64

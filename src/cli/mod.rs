@@ -17,52 +17,22 @@ use clap::error::ErrorKind;
 use clap::{CommandFactory as _, Parser, Subcommand};
 
 use crate::memory::Policy;
-use crate::profile::{DEFAULT_INTERVAL, Transform};
+use crate::profile::Transform;
 use crate::weights::{BUILTIN_VIEWS, ViewChoice};
 pub use check::CheckArgs;
 pub use diff::DiffArgs;
+pub use inspect::InspectArgs;
+pub use record::RecordArgs;
+pub use tensor::TensorArgs;
 pub use walk::WalkArgs;
 
-/// What the command line asked for.
+/// What the command line asked for: the window, or a subcommand.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Command {
+pub enum Invocation {
     /// Open the window on a checkpoint (`None`: the bundled demo).
-    Window {
-        /// A folder or one `.safetensors` file.
-        path: Option<PathBuf>,
-    },
-    /// Print MLX's device and memory counters.
-    Device,
-    /// Materialize one tensor through MLX and print its summary.
-    Tensor {
-        /// A folder or one `.safetensors` file.
-        path: PathBuf,
-        /// The tensor's name.
-        name: String,
-        /// JSON instead of text.
-        json: bool,
-        /// Summaries to compute (the fastest is reported).
-        repeat: u32,
-        /// With `json`: the heatmap's cell values too.
-        cells: bool,
-    },
-    /// Print the header summary of a checkpoint.
-    Inspect {
-        /// A folder or one `.safetensors` file.
-        path: PathBuf,
-        /// JSON instead of text.
-        json: bool,
-    },
-    /// Walk every tensor under a release policy, recording memory.
-    Walk(WalkArgs),
-    /// Compare two checkpoints tensor by tensor.
-    Diff(DiffArgs),
-    /// Find what is wrong with a checkpoint that opens.
-    Check(CheckArgs),
-    /// Record a job's memory (or a running process's) until it ends.
-    Record(record::RecordArgs),
-    /// Print a shell completion script.
-    Completions(clap_complete::Shell),
+    Window(Option<PathBuf>),
+    /// Run a subcommand.
+    Run(Command),
 }
 
 /// weightscope: checkpoint browser, doctor and memory profiler for MLX.
@@ -78,122 +48,30 @@ pub enum Command {
 )]
 struct Cli {
     #[command(subcommand)]
-    command: Option<Sub>,
+    command: Option<Command>,
     /// A folder or one `.safetensors` file to open in the window (none: the bundled demo).
     path: Option<PathBuf>,
 }
 
-#[derive(Debug, Subcommand)]
-enum Sub {
+/// A subcommand, with its arguments as clap parses them (each subcommand's
+/// `Args` lives beside its `main` in `src/cli/<name>.rs`).
+#[derive(Debug, Clone, PartialEq, Eq, Subcommand)]
+pub enum Command {
     /// The header summary: shards, tensors, totals, parameters, quantization (reads no tensor bytes).
-    Inspect {
-        /// A folder or one `.safetensors` file.
-        path: PathBuf,
-        /// One JSON object instead of text.
-        #[arg(long)]
-        json: bool,
-    },
+    Inspect(InspectArgs),
     /// Materialize one tensor through MLX: statistics, histogram, first values (decoded and dequantized).
-    Tensor {
-        /// A folder or one `.safetensors` file.
-        path: PathBuf,
-        /// The tensor's name (as stored).
-        name: String,
-        /// One JSON object instead of text.
-        #[arg(long)]
-        json: bool,
-        /// Summarize the values N times and report the fastest summary (for
-        /// benchmarks: on CUDA the first one includes compiling kernels).
-        #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1000))]
-        repeat: u32,
-        /// With --json: the heatmap's cell values too (`heatmap.values`,
-        /// each cell's mean, row by row).
-        #[arg(long, requires = "json")]
-        cells: bool,
-    },
+    Tensor(TensorArgs),
     /// Materialize every tensor in shard order under a release policy and record memory.
-    Walk {
-        /// A folder or one `.safetensors` file.
-        path: PathBuf,
-        /// What to release as the walk goes.
-        #[arg(long, value_parser = policy_parser())]
-        policy: Policy,
-        /// What to do to each tensor.
-        #[arg(long, value_parser = transform_parser(), default_value = "none")]
-        transform: Transform,
-        /// The report and the samples as JSON.
-        #[arg(long)]
-        json: bool,
-        /// Write the trace as CSV here.
-        #[arg(long, value_name = "FILE")]
-        csv: Option<PathBuf>,
-        /// Write the trace as JSON here.
-        #[arg(long, value_name = "FILE")]
-        trace: Option<PathBuf>,
-        /// Sampling interval in milliseconds (1 to 60000).
-        #[arg(long = "interval-ms", value_name = "N", value_parser = clap::value_parser!(u64).range(1..=60_000))]
-        interval_ms: Option<u64>,
-        /// MLX's memory limit before anything is materialized (8G, 512M).
-        #[arg(long, value_name = "SIZE", value_parser = positive_size)]
-        memory_limit: Option<u64>,
-        /// MLX's buffer-cache limit (1G, 0).
-        #[arg(long, value_name = "SIZE", value_parser = size)]
-        cache_limit: Option<u64>,
-    },
+    Walk(WalkArgs),
     /// How far B moved from A: every tensor compared on MLX, decoded to f32 whatever its dtype or quantization.
-    Diff {
-        /// The reference checkpoint.
-        a: PathBuf,
-        /// The checkpoint to compare with it.
-        b: PathBuf,
-        /// One JSON object instead of text.
-        #[arg(long)]
-        json: bool,
-        /// A's view: auto, identity, a built-in name or a view file.
-        #[arg(long = "view-a", value_name = "VIEW", value_parser = view, default_value = "auto")]
-        view_a: ViewChoice,
-        /// B's view: auto, identity, a built-in name or a view file.
-        #[arg(long = "view-b", value_name = "VIEW", value_parser = view, default_value = "auto")]
-        view_b: ViewChoice,
-    },
+    Diff(DiffArgs),
     /// What is wrong with a checkpoint that opens (exit 1 when errors are found).
-    Check {
-        /// A folder or one `.safetensors` file.
-        path: PathBuf,
-        /// One JSON object instead of text.
-        #[arg(long)]
-        json: bool,
-        /// Also read every tensor's values (NaN/Inf, all-zero tensors, bad scales).
-        #[arg(long)]
-        values: bool,
-    },
+    Check(CheckArgs),
     /// Run CMD and record its memory until it exits: RSS of its process tree, the shard files it holds open, MLX's counters from inside Python jobs; findings at the end.
     #[command(
         after_help = "Examples:\n  weightscope record --json job.json -- python -m mlx_lm convert --hf-path ./model -q\n  weightscope record --pid 4242\nThe exit status is the job's (128+N when signal N ended it); 2 when it cannot start.\nDocs: docs/record.md."
     )]
-    Record {
-        /// Write the summary as JSON to FILE.
-        #[arg(long, value_name = "FILE")]
-        json: Option<PathBuf>,
-        /// Write the trace to FILE (JSON, or CSV when FILE ends in .csv), as `walk` does.
-        #[arg(long, value_name = "FILE")]
-        trace: Option<PathBuf>,
-        /// Milliseconds between samples (default 50: 20 Hz).
-        #[arg(long = "interval-ms", value_name = "N", value_parser = clap::value_parser!(u64).range(1..=60_000))]
-        interval_ms: Option<u64>,
-        /// The checkpoint the job works on (default: the folder of the first shard it opens).
-        #[arg(long, value_name = "PATH")]
-        checkpoint: Option<PathBuf>,
-        /// Attach to a running process instead of starting CMD (outside figures only).
-        #[arg(long, value_name = "PID", conflicts_with = "command")]
-        pid: Option<u32>,
-        /// Do not put the Python probe on the job's PYTHONPATH.
-        #[arg(long = "no-probe")]
-        no_probe: bool,
-        /// The command to run and its arguments, after `--`.
-        #[arg(last = true, value_name = "CMD", required_unless_present = "pid")]
-        command: Vec<OsString>,
-    },
+    Record(RecordArgs),
     /// MLX's default device, whether a GPU is available, its memory counters.
     Device,
     /// Print a completion script for SHELL (bash, zsh, fish, elvish, powershell).
@@ -297,7 +175,7 @@ fn not_a_subcommand(text: &str) -> clap::Error {
 /// [`exit_code`]), and every usage mistake (exit 2), with suggestions for
 /// typos. A first argument that is neither a subcommand nor an existing path
 /// is a mistake, never a window.
-pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, clap::Error> {
+pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Invocation, clap::Error> {
     let args: Vec<OsString> = args.into_iter().collect();
     // `inspct ~/models/x`: a mistyped subcommand followed by its arguments
     // would reach clap as the window's PATH and a stray subcommand.
@@ -313,80 +191,11 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, clap::
     }
     let with_program = std::iter::once(OsString::from("weightscope")).chain(args);
     let cli = Cli::try_parse_from(with_program)?;
-    Ok(match cli.command {
-        None => match cli.path {
-            None => Command::Window { path: None },
-            Some(path) if path.exists() => Command::Window { path: Some(path) },
-            Some(path) => return Err(not_a_subcommand(&path.to_string_lossy())),
-        },
-        Some(Sub::Inspect { path, json }) => Command::Inspect { path, json },
-        Some(Sub::Tensor {
-            path,
-            name,
-            json,
-            repeat,
-            cells,
-        }) => Command::Tensor {
-            path,
-            name,
-            json,
-            repeat,
-            cells,
-        },
-        Some(Sub::Walk {
-            path,
-            policy,
-            transform,
-            json,
-            csv,
-            trace,
-            interval_ms,
-            memory_limit,
-            cache_limit,
-        }) => Command::Walk(WalkArgs {
-            path,
-            policy,
-            transform,
-            json,
-            csv,
-            trace,
-            interval: interval_ms.map_or(DEFAULT_INTERVAL, Duration::from_millis),
-            memory_limit,
-            cache_limit,
-        }),
-        Some(Sub::Diff {
-            a,
-            b,
-            json,
-            view_a,
-            view_b,
-        }) => Command::Diff(DiffArgs {
-            a,
-            b,
-            view_a,
-            view_b,
-            json,
-        }),
-        Some(Sub::Check { path, json, values }) => Command::Check(CheckArgs { path, json, values }),
-        Some(Sub::Record {
-            json,
-            trace,
-            interval_ms,
-            checkpoint,
-            pid,
-            no_probe,
-            command,
-        }) => Command::Record(record::RecordArgs {
-            command,
-            pid,
-            json,
-            trace,
-            interval: interval_ms.map_or(DEFAULT_INTERVAL, Duration::from_millis),
-            checkpoint,
-            no_probe,
-        }),
-        Some(Sub::Device) => Command::Device,
-        Some(Sub::Completions { shell }) => Command::Completions(shell),
+    Ok(match (cli.command, cli.path) {
+        (Some(command), _) => Invocation::Run(command),
+        (None, None) => Invocation::Window(None),
+        (None, Some(path)) if path.exists() => Invocation::Window(Some(path)),
+        (None, Some(path)) => return Err(not_a_subcommand(&path.to_string_lossy())),
     })
 }
 
@@ -420,14 +229,19 @@ fn device() -> u8 {
         crate::mlx::default_device().and_then(|device| Ok((device, crate::mlx::memory()?)));
     match report {
         Ok((device, memory)) => {
-            println!("{}", device.describe());
-            println!("device: {}", device.name());
-            println!("gpu_available: {}", device.gpu_available);
-            println!("mlx_active_bytes: {}", memory.active_bytes);
-            println!("mlx_cache_bytes: {}", memory.cache_bytes);
-            println!("mlx_peak_bytes: {}", memory.peak_bytes);
-            println!("mlx_memory_limit_bytes: {}", memory.limit_bytes);
-            0
+            let text = format!(
+                "{}\ndevice: {}\ngpu_available: {}\nmlx_active_bytes: {}\nmlx_cache_bytes: {}\n\
+                 mlx_peak_bytes: {}\nmlx_memory_limit_bytes: {}\n",
+                device.describe(),
+                device.name(),
+                device.gpu_available,
+                memory.active_bytes,
+                memory.cache_bytes,
+                memory.peak_bytes,
+                memory.limit_bytes
+            );
+            let written = std::io::Write::write_all(&mut std::io::stdout(), text.as_bytes());
+            output_status(written).map_or_else(|code| code, |()| 0)
         }
         Err(err) => {
             say(format_args!("{err}"));
@@ -436,9 +250,9 @@ fn device() -> u8 {
     }
 }
 
-/// What a failed write of a report means for the exit status: a closed
-/// pipe (`| head`, `| true`) is the reader's choice and not a failure;
-/// anything else is said and gives 1.
+/// What a failed write of a report means for the exit status, the same for
+/// every subcommand: a closed pipe (`| head`, `| true`) is the reader's
+/// choice and not a failure; anything else (a full disk) is said and gives 1.
 fn output_status(written: std::io::Result<()>) -> Result<(), u8> {
     match written {
         Ok(()) => Ok(()),
@@ -453,12 +267,16 @@ fn output_status(written: std::io::Result<()>) -> Result<(), u8> {
 /// Exit status for bad input or usage (the CLI contract).
 pub const BAD_INPUT: u8 = 2;
 
-/// One line on stderr, with names and messages from files made printable.
-pub fn say(message: std::fmt::Arguments<'_>) {
-    eprintln!(
-        "weightscope: {}",
-        crate::units::printable(&message.to_string())
-    );
+pub use crate::units::say;
+
+/// Ends the process with `code`: a probe folder a recorder thread still
+/// holds (the window closed while recording) is removed first, then the
+/// process exits without C++ static destructors (MLX's CUDA backend
+/// destroys its handles after the driver has shut down and aborts; seen on
+/// an H200 with MLX 0.32.2). Everything we own was dropped and flushed.
+pub fn exit(code: u8) -> ! {
+    crate::profile::record::probe::remove_installed();
+    crate::mlx::exit_now(code)
 }
 
 /// Sets MLX's memory and cache limits from `WEIGHTSCOPE_MEMORY_LIMIT` and
@@ -495,31 +313,29 @@ pub fn apply_env_limits() -> Result<(), u8> {
     Ok(())
 }
 
-/// Runs a subcommand (anything but the window) and returns its exit status.
+/// Runs a subcommand and returns its exit status.
 #[must_use]
 pub fn run(command: Command) -> u8 {
     match command {
-        Command::Completions(shell) => output_status(completions(shell, &mut std::io::stdout()))
+        Command::Completions { shell } => output_status(completions(shell, &mut std::io::stdout()))
             .map_or_else(|code| code, |()| 0),
         Command::Device => device(),
-        Command::Inspect { path, json } => inspect::main(&path, json),
-        Command::Tensor {
-            path,
-            name,
-            json,
-            repeat,
-            cells,
-        } => tensor::main(&path, &name, json.then_some(cells), repeat),
+        Command::Inspect(args) => inspect::main(&args),
+        Command::Tensor(args) => tensor::main(&args),
         Command::Walk(args) => walk::main(&args),
         Command::Diff(args) => diff::main(&args),
         Command::Check(args) => check::main(&args),
         Command::Record(args) => record::main(&args),
-        Command::Window { .. } => {
-            say(format_args!(
-                "the window is opened by the binary, not the CLI layer"
-            ));
-            1
-        }
+    }
+}
+
+/// Parses milliseconds between samples (1 to 60000).
+fn interval(text: &str) -> Result<Duration, String> {
+    match text.parse::<u64>() {
+        Ok(ms @ 1..=60_000) => Ok(Duration::from_millis(ms)),
+        _ => Err(format!(
+            "`{text}` is not a whole number of milliseconds from 1 to 60000"
+        )),
     }
 }
 
@@ -527,7 +343,7 @@ pub fn run(command: Command) -> u8 {
 mod tests {
     use super::*;
 
-    fn parse_strs(args: &[&str]) -> Result<Command, clap::Error> {
+    fn parse_strs(args: &[&str]) -> Result<Invocation, clap::Error> {
         parse(args.iter().map(OsString::from))
     }
 
@@ -537,12 +353,12 @@ mod tests {
 
     #[test]
     fn no_argument_opens_the_demo_and_an_existing_path_opens_it() {
-        assert_eq!(parse_strs(&[]).expect("ok"), Command::Window { path: None });
+        assert_eq!(parse_strs(&[]).expect("ok"), Invocation::Window(None));
         let dir = std::env::temp_dir();
         let text = dir.display().to_string();
         assert_eq!(
             parse_strs(&[&text]).expect("ok"),
-            Command::Window { path: Some(dir) }
+            Invocation::Window(Some(dir))
         );
     }
 
@@ -586,26 +402,29 @@ mod tests {
 
     #[test]
     fn inspect_and_tensor_take_paths_json_and_opt_equals_value() {
-        let want = Command::Inspect {
+        let want = Invocation::Run(Command::Inspect(InspectArgs {
             path: PathBuf::from("m"),
             json: true,
-        };
+        }));
         assert_eq!(parse_strs(&["inspect", "m", "--json"]).expect("ok"), want);
         assert_eq!(parse_strs(&["inspect", "--json", "m"]).expect("ok"), want);
         assert!(error_text(&["inspect"]).contains("<PATH>"));
         assert_eq!(
             parse_strs(&["tensor", "m", "w", "--json"]).expect("ok"),
-            Command::Tensor {
+            Invocation::Run(Command::Tensor(TensorArgs {
                 path: PathBuf::from("m"),
                 name: "w".into(),
                 json: true,
                 repeat: 1,
                 cells: false,
-            }
+            }))
         );
         assert!(matches!(
             parse_strs(&["tensor", "m", "w", "--json", "--cells"]),
-            Ok(Command::Tensor { cells: true, .. })
+            Ok(Invocation::Run(Command::Tensor(TensorArgs {
+                cells: true,
+                ..
+            })))
         ));
         assert!(error_text(&["tensor", "m", "w", "--cells"]).contains("--json"));
         assert!(error_text(&["tensor", "m"]).contains("<NAME>"));
@@ -614,7 +433,7 @@ mod tests {
 
     #[test]
     fn walk_takes_a_policy_and_options() {
-        let Ok(Command::Walk(args)) = parse_strs(&[
+        let Ok(Invocation::Run(Command::Walk(args))) = parse_strs(&[
             "walk",
             "m",
             "--policy=release-shard",
@@ -650,6 +469,13 @@ mod tests {
                 .contains("interval")
         );
         assert!(parse_strs(&["walk", "m", "x", "--policy", "retain"]).is_err());
+        // Without --interval-ms: the sampler's default rate.
+        let Ok(Invocation::Run(Command::Walk(args))) =
+            parse_strs(&["walk", "m", "--policy", "retain"])
+        else {
+            panic!("walk parses");
+        };
+        assert_eq!(args.interval, crate::profile::DEFAULT_INTERVAL);
     }
 
     #[test]
@@ -658,7 +484,7 @@ mod tests {
         let file = dir.path().join("v.json");
         std::fs::write(&file, "{}").expect("write");
         let file_text = file.display().to_string();
-        let Ok(Command::Diff(args)) = parse_strs(&[
+        let Ok(Invocation::Run(Command::Diff(args))) = parse_strs(&[
             "diff",
             "a",
             "--view-a",
@@ -693,7 +519,9 @@ mod tests {
         );
         assert!(matches!(
             parse_strs(&["completions", "bash"]),
-            Ok(Command::Completions(clap_complete::Shell::Bash))
+            Ok(Invocation::Run(Command::Completions {
+                shell: clap_complete::Shell::Bash
+            }))
         ));
     }
 }

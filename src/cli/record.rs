@@ -14,22 +14,29 @@ use crate::profile::record::{
 use crate::units::human_bytes;
 
 /// What `weightscope record` was asked.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
 pub struct RecordArgs {
-    /// The command and its arguments (empty when attaching).
-    pub command: Vec<OsString>,
-    /// Attach to this running process instead.
-    pub pid: Option<u32>,
-    /// Write the JSON summary here.
+    /// Write the summary as JSON to FILE.
+    #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
-    /// Write the trace here (JSON, or CSV by extension).
+    /// Write the trace to FILE (JSON, or CSV when FILE ends in .csv), as `walk` does.
+    #[arg(long, value_name = "FILE")]
     pub trace: Option<PathBuf>,
-    /// Time between samples.
+    /// Milliseconds between samples (default 50: 20 Hz).
+    #[arg(long = "interval-ms", value_name = "N", value_parser = super::interval, default_value = "50", hide_default_value = true)]
     pub interval: Duration,
-    /// The checkpoint the job works on.
+    /// The checkpoint the job works on (default: the folder of the first shard it opens).
+    #[arg(long, value_name = "PATH")]
     pub checkpoint: Option<PathBuf>,
-    /// Leave the Python probe out.
+    /// Attach to a running process instead of starting CMD (outside figures only).
+    #[arg(long, value_name = "PID", conflicts_with = "command")]
+    pub pid: Option<u32>,
+    /// Do not put the Python probe on the job's PYTHONPATH.
+    #[arg(long = "no-probe")]
     pub no_probe: bool,
+    /// The command to run and its arguments, after `--`.
+    #[arg(last = true, value_name = "CMD", required_unless_present = "pid")]
+    pub command: Vec<OsString>,
 }
 
 /// Records what `args` names; `control` stops it from another thread.

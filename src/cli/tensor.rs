@@ -187,10 +187,31 @@ fn quantized_json(decoding: &Decoding) -> Option<serde_json::Value> {
     }
 }
 
-/// `weightscope tensor`: runs it and returns the exit status. `json`:
-/// `Some(with the heatmap's cells)` for JSON, `None` for text.
+/// What `weightscope tensor` was asked for.
+#[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
+pub struct TensorArgs {
+    /// A folder or one `.safetensors` file.
+    pub path: std::path::PathBuf,
+    /// The tensor's name (as stored).
+    pub name: String,
+    /// One JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Summarize the values N times and report the fastest summary (for
+    /// benchmarks: on CUDA the first one includes compiling kernels).
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub repeat: u32,
+    /// With --json: the heatmap's cell values too (`heatmap.values`,
+    /// each cell's mean, row by row).
+    #[arg(long, requires = "json")]
+    pub cells: bool,
+}
+
+/// `weightscope tensor`: runs it and returns the exit status.
 #[must_use]
-pub fn main(path: &std::path::Path, name: &str, json: Option<bool>, repeat: u32) -> u8 {
+pub fn main(args: &TensorArgs) -> u8 {
+    let (path, name, repeat) = (args.path.as_path(), args.name.as_str(), args.repeat);
+    let json = args.json.then_some(args.cells);
     let checkpoint = match crate::checkpoint::Checkpoint::open(path) {
         Ok(checkpoint) => checkpoint,
         Err(err) => {
@@ -265,12 +286,5 @@ pub fn main(path: &std::path::Path, name: &str, json: Option<bool>, repeat: u32)
     } else {
         write_text(&preview, &mut out)
     };
-    match written {
-        Ok(()) => 0,
-        Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => 0,
-        Err(err) => {
-            super::say(format_args!("cannot write the output: {err}"));
-            1
-        }
-    }
+    super::output_status(written).map_or_else(|code| code, |()| 0)
 }

@@ -17,25 +17,33 @@ use crate::units::human_bytes;
 use crate::weights::{MlxNative, Weights};
 
 /// What `weightscope walk` was asked for.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
 pub struct WalkArgs {
     /// A folder or one `.safetensors` file.
     pub path: PathBuf,
-    /// The release policy.
+    /// What to release as the walk goes.
+    #[arg(long, value_parser = super::policy_parser())]
     pub policy: Policy,
-    /// The per-tensor transform.
+    /// What to do to each tensor.
+    #[arg(long, value_parser = super::transform_parser(), default_value = "none")]
     pub transform: Transform,
-    /// JSON instead of text.
+    /// The report and the samples as JSON.
+    #[arg(long)]
     pub json: bool,
     /// Write the trace as CSV here.
+    #[arg(long, value_name = "FILE")]
     pub csv: Option<PathBuf>,
     /// Write the trace as JSON here.
+    #[arg(long, value_name = "FILE")]
     pub trace: Option<PathBuf>,
-    /// Sampling interval.
+    /// Sampling interval in milliseconds (1 to 60000).
+    #[arg(long = "interval-ms", value_name = "N", value_parser = super::interval, default_value = "50", hide_default_value = true)]
     pub interval: Duration,
-    /// MLX memory limit to set before anything is materialized.
+    /// MLX's memory limit before anything is materialized (8G, 512M).
+    #[arg(long, value_name = "SIZE", value_parser = super::positive_size)]
     pub memory_limit: Option<u64>,
-    /// MLX buffer-cache limit to set before the walk (see `docs/profiler.md`).
+    /// MLX's buffer-cache limit (1G, 0).
+    #[arg(long, value_name = "SIZE", value_parser = super::size)]
     pub cache_limit: Option<u64>,
 }
 
