@@ -1,6 +1,6 @@
 //! The `weightscope` command: the window, or a subcommand for scripts. Only
 //! dispatch lives here: the window in `app::shell`, each subcommand in
-//! `src/cli/` (`tests/layers.rs` holds this file to those two).
+//! `src/cli/` (`tests/plain/layers.rs` holds this file to those two).
 
 use weightscope::app::shell;
 use weightscope::cli::{self, Invocation};

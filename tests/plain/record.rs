@@ -4,7 +4,7 @@
 //! own walk recorded from outside, and the line-protocol client in C from
 //! docs/record.md.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};

@@ -1,7 +1,7 @@
 //! Faults during a session, nothing written to the model folder, and long
 //! sessions, on real MLX through the worker (as the window drives it).
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -5,7 +5,7 @@
 //! no error; `--values` finds planted NaN, Inf, zeros and bad scales within
 //! the release-shard memory bound; exit statuses 0, 1 and 2.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Command as Process;
@@ -234,6 +234,7 @@ fn quantization_findings() {
 
 #[test]
 fn fp8_findings() {
+    let _lock = common::mlx_memory_lock();
     let dir = tempfile::tempdir().expect("tempdir");
     write_fp8(dir.path());
     assert!(errors(&header_findings(dir.path())).is_empty());

@@ -1,7 +1,7 @@
 //! Checkpoint views (the built-in Qwen3-Next rules, user view files) and the
 //! diff of two checkpoints, on real MLX with checkpoints written by MLX.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Command as Process;

@@ -4,7 +4,7 @@
 // build small integer fixtures from values that fit.
 #![allow(clippy::float_cmp, clippy::cast_possible_truncation)]
 
-mod common;
+use crate::common;
 
 use common::{Tensor, mlx_memory_lock, write_safetensors};
 use half::{bf16, f16};

@@ -4,7 +4,7 @@
 //! jobs that fork, bring their own sitecustomize or write junk on its pipe,
 //! NaN in a diff, and hostile config.json files.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};

@@ -1,7 +1,7 @@
 //! The window's behaviour, driven headlessly by accessibility label with
 //! `egui_kittest`, on the real MLX worker and real files.
 
-mod common;
+use crate::common;
 
 use egui_kittest::Harness;
 use egui_kittest::kittest::Queryable;
@@ -591,7 +591,7 @@ fn the_check_tab_lists_findings_selects_their_tensor_and_reads_values() {
     // Cancel in the window: until the worker's answer is drained the tab
     // shows the scan running with its Cancel button, whose click cancels
     // this scan's token (the worker honours it before the next tensor, or
-    // before the scan starts; tests/check.rs covers both).
+    // before the scan starts; tests/mlx/check.rs covers both).
     harness.get_by_label("Read values").click();
     harness.step();
     harness.step();
@@ -710,7 +710,9 @@ fn a_new_checkpoint_never_shows_an_old_heatmap() {
 /// array, recorded live on the recorder thread, its findings in the tab, its
 /// recording a trace like a walk's; a bad form says why.
 #[test]
+#[allow(clippy::too_many_lines)] // one scripted session, read top to bottom
 fn the_profiler_records_a_users_job_and_shows_what_it_did() {
+    let _lock = common::mlx_memory_lock();
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let python = root.join("mlx-glue/test-venv/bin/python");
     assert!(python.exists(), "run `mlx-glue/setup test` first");
@@ -830,6 +832,7 @@ fn the_profiler_records_a_users_job_and_shows_what_it_did() {
 #[test]
 fn the_profiler_attaches_to_a_running_process() {
     use std::io::BufRead as _;
+    let _lock = common::mlx_memory_lock();
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let python = root.join("mlx-glue/test-venv/bin/python");
     let mut target = std::process::Command::new(&python)

@@ -9,7 +9,7 @@
     clippy::cast_sign_loss
 )]
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 
@@ -83,6 +83,7 @@ fn close(a: f64, b: f64, rel: f64) -> bool {
 
 #[test]
 fn statistics_histogram_and_first_values_match_the_reference() {
+    let _lock = common::mlx_memory_lock();
     let dir = tempfile::tempdir().expect("tempdir");
     let data = values(300 * 500);
     let halves: Vec<bf16> = data.iter().map(|&v| bf16::from_f32(v)).collect();
@@ -162,6 +163,7 @@ fn statistics_histogram_and_first_values_match_the_reference() {
 
 #[test]
 fn heatmaps_are_block_means_at_most_512_a_side() {
+    let _lock = common::mlx_memory_lock();
     let dir = tempfile::tempdir().expect("tempdir");
     let (rows, cols) = (1030usize, 700usize);
     let data: Vec<f32> = (0..rows * cols)
@@ -202,6 +204,7 @@ fn heatmaps_are_block_means_at_most_512_a_side() {
 
 #[test]
 fn tensors_larger_than_one_chunk_are_summarized_like_the_host() {
+    let _lock = common::mlx_memory_lock();
     // 2.31 M values: three chunks of the summary's passes and a tail shorter
     // than one 256-value block, alternating between two MLX streams; NaN
     // and Inf only in the second chunk and the tail, so one chunk is redone
@@ -292,6 +295,7 @@ fn tensors_larger_than_one_chunk_are_summarized_like_the_host() {
 
 #[test]
 fn quantized_weights_preview_as_mlx_dequantizes_them() {
+    let _lock = common::mlx_memory_lock();
     let dir = tempfile::tempdir().expect("tempdir");
     let w = Array::from_slice(
         &values(64 * 128)
@@ -425,6 +429,7 @@ fn the_tensor_command_prints_the_contract_keys() {
 
 #[test]
 fn quantized_weights_larger_than_one_chunk_are_dequantized_chunk_by_chunk() {
+    let _lock = common::mlx_memory_lock();
     // 2.1 M logical values (three of the CPU summary's chunks) in two MLX
     // modes: decoded band by band inside the summary (what a preview does on
     // a GPU, or for a weight over 1 GiB in f32), the summary must agree with

@@ -4,7 +4,7 @@
 //! problem (or opens, for the legal-but-odd ones), and the window shows the
 //! problem and stays usable. Nothing panics.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command as Process;

@@ -3,7 +3,7 @@
 // Exact float equality is intended: values are small integers and x + 1.
 #![allow(clippy::float_cmp)]
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;

@@ -1,7 +1,7 @@
 //! The checkpoint layer and `weightscope inspect` on real files written by the
 //! `safetensors` crate and by MLX's own writer.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::Path;

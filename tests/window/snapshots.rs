@@ -1,9 +1,9 @@
 //! Image snapshots of the main screens (`egui_kittest` rendering with wgpu on
-//! lavapipe or llvmpipe). `UPDATE_SNAPSHOTS=1 cargo test --test snapshots`
+//! lavapipe or llvmpipe). `UPDATE_SNAPSHOTS=1 cargo test --test window snapshots::`
 //! accepts new images into `tests/snapshots/`; a failing comparison leaves
 //! `*.new.png` and `*.diff.png` there (ignored by git).
 
-mod common;
+use crate::common;
 
 use egui_kittest::kittest::Queryable;
 use egui_kittest::{Harness, SnapshotOptions};

@@ -13,7 +13,7 @@
     clippy::cast_sign_loss
 )]
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Command as Process;
@@ -490,6 +490,7 @@ fn diff_measures_how_far_conversions_moved_the_weights() {
 
 #[test]
 fn a_fifo_named_like_a_shard_is_refused_without_opening_it() {
+    let _lock = common::mlx_memory_lock();
     let dir = tempfile::tempdir().expect("tempdir");
     let fifo = dir.path().join("model.safetensors");
     let status = Process::new("mkfifo").arg(&fifo).status().expect("mkfifo");
@@ -520,6 +521,7 @@ fn a_fifo_named_like_a_shard_is_refused_without_opening_it() {
 /// naming the file and the dtype, while its headers still inspect.
 #[test]
 fn an_e5m2_shard_is_a_clear_error_not_bytes() {
+    let _lock = common::mlx_memory_lock();
     let dir = tempfile::tempdir().expect("tempdir");
     write_safetensors(
         &dir.path().join("model.safetensors"),

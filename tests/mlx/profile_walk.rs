@@ -2,7 +2,7 @@
 //! policy against what the headers predict, the trap's finding, cancelling,
 //! trace export, the worker's walk events and the `walk` command's contract.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Command as Process;

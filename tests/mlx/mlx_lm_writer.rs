@@ -7,7 +7,7 @@
 //! `get_total_parameters`), `compute_bits_per_weight`, and the statistics of
 //! weights that MLX dequantizes from mlx-lm's modules.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command as Process;

@@ -1,7 +1,7 @@
 //! The MLX worker thread on real MLX: typed commands in, summaries out, every
 //! array owned by the worker, the listener woken after each event.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -1,0 +1,12 @@
+//! The window: `egui_kittest` on the real worker and real files (panels,
+//! image snapshots, hostile checkpoints opened in one window).
+//!
+//! One test binary per group (each links MLX and egui): `cargo test --test
+//! window <module>::` runs one file's tests.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod app_ui;
+mod hostile;
+mod snapshots;
