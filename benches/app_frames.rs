@@ -13,6 +13,7 @@
 mod common;
 
 use common::ms;
+use weightscope::app::AppCommand;
 
 use std::time::{Duration, Instant};
 
@@ -136,7 +137,7 @@ fn open_while_drawing(demo: &std::path::Path, big: &std::path::Path, tensors: us
     let mut app = app(demo);
     let ctx = egui::Context::default();
     let start = Instant::now();
-    app.open(big.to_path_buf());
+    app.execute(AppCommand::Open(big.to_path_buf()));
     let mut frames = Vec::new();
     while app.is_opening() {
         let t = Instant::now();

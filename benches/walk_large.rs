@@ -30,6 +30,7 @@ mod common;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Instant;
+use weightscope::app::AppCommand;
 
 fn main() {
     let temp = tempfile::tempdir().expect("tempdir");
@@ -314,10 +315,10 @@ fn profiler_with(trace: &std::path::Path, scratch: &std::path::Path) {
     let mut app = weightscope::app::WeightscopeApp::new(Some(demo), device, || {}).expect("app");
     app.wait_for_worker().expect("opened");
     let t = Instant::now();
-    app.load_trace(trace);
+    app.execute(AppCommand::LoadTrace(trace.to_path_buf()));
     app.wait_for_trace(); // on a `trace-load` thread: frames go on meanwhile
     let load = t.elapsed();
-    app.show_tab(weightscope::app::Tab::Profiler);
+    app.execute(AppCommand::ShowTab(weightscope::app::Tab::Profiler));
     let ctx = egui::Context::default();
     let mut frames: Vec<std::time::Duration> = (0..30)
         .map(|_| {

@@ -12,6 +12,7 @@
 //! - [`app`]: the egui user interface;
 //! - [`cli`]: command-line parsing and output formats;
 //! - [`units`]: human-readable numbers, shared by the app and the CLI;
+//! - [`par`]: the one way work runs on several cores (named scoped threads);
 //! - [`files`]: bounded reads of the files a user names, and writes that never
 //!   land on a checkpoint or leave half a file (every layer uses it).
 //!
@@ -23,6 +24,7 @@ pub mod cli;
 pub mod files;
 pub mod memory;
 pub mod mlx;
+pub mod par;
 pub mod profile;
 pub mod units;
 pub mod weights;

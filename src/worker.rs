@@ -15,6 +15,7 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 
 use crate::checkpoint::Checkpoint;
+use crate::checkpoint::ShardId;
 use crate::checkpoint::check::{Finding, check_headers};
 use crate::memory::{ExpectedPeaks, Mark, MarkKind, Policy, Sample};
 use crate::mlx::{self, MemoryStats};
@@ -38,7 +39,7 @@ pub enum Command {
     /// Drop this tensor's cached array (frees nothing while its shard is open).
     Release(String),
     /// Drop this shard's native map and every cached array from it.
-    ReleaseShard(String),
+    ReleaseShard(ShardId),
     /// Drop every cached array and every shard map (the checkpoint stays open).
     ReleaseAll,
     /// Return MLX's cached buffers to the system allocator.
@@ -606,14 +607,7 @@ fn scan_job(weights: Option<&mut Weights>, cancel: &AtomicBool, send: &SendEvent
 fn mark_of(kind: &EventKind, weights: Option<&Weights>) -> Option<Mark> {
     let resident_of = |file: &str| -> u64 {
         weights
-            .and_then(|w| {
-                let shard = w
-                    .checkpoint()
-                    .shards()
-                    .iter()
-                    .position(|s| s.file == file)?;
-                Some(w.resident_bytes(shard))
-            })
+            .and_then(|w| Some(w.resident_bytes(w.checkpoint().find_shard(file)?)))
             .unwrap_or(0)
     };
     let mark = match kind {
@@ -773,7 +767,7 @@ fn handle(
         Command::OpenWithView(path, choice) => return open_job(weights, &path, &choice, send),
         Command::Materialize(name) => materialize(weights.as_mut(), name, options),
         Command::Release(name) => release(weights.as_mut(), name),
-        Command::ReleaseShard(file) => release_shard(weights.as_mut(), file),
+        Command::ReleaseShard(shard) => release_shard(weights.as_mut(), shard),
         Command::ReleaseAll => release_all(weights.as_mut()),
         Command::ClearCache => clear_cache(),
         Command::SetMemoryLimit(bytes) => match mlx::set_memory_limit(bytes) {
@@ -820,16 +814,20 @@ fn release(weights: Option<&mut Weights>, name: String) -> EventKind {
     EventKind::Released(name)
 }
 
-fn release_shard(weights: Option<&mut Weights>, file: String) -> EventKind {
+fn release_shard(weights: Option<&mut Weights>, shard: ShardId) -> EventKind {
     let Some(w) = weights else {
-        return failed(Job::Release, file, NOT_OPEN);
+        return failed(Job::Release, format!("shard {}", shard.index()), NOT_OPEN);
     };
-    let Some(shard) = w.checkpoint().shards().iter().position(|s| s.file == file) else {
-        let error = format!("no shard named `{file}`");
-        return failed(Job::Release, file, error);
+    let Some(file) = w
+        .checkpoint()
+        .shards()
+        .get(shard.index())
+        .map(|s| s.file.clone())
+    else {
+        let error = format!("the checkpoint has no shard {}", shard.index());
+        return failed(Job::Release, format!("shard {}", shard.index()), error);
     };
-    let freed_bytes = w.resident_bytes(shard);
-    w.release_shard_at(shard);
+    let freed_bytes = w.release_shard(shard);
     EventKind::ShardReleased { file, freed_bytes }
 }
 

@@ -9,6 +9,10 @@ pub mod checkpoint;
 #[path = "../../src/units.rs"]
 pub mod units;
 
+// The one way work runs on several cores, which the checkpoint layer uses.
+#[path = "../../src/par.rs"]
+pub mod par;
+
 // Bounded reads and atomic writes, which the checkpoint layer uses.
 #[path = "../../src/files.rs"]
 pub mod files;

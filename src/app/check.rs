@@ -1,7 +1,7 @@
 //! The Check tab: what `weightscope check` finds in the open checkpoint
 //! (headers on open; values on demand, on the MLX worker, with progress and
 //! cancel), a badge for the status bar, rows that select their tensor.
-//! The panel owns its state and returns what it wants done.
+//! The panel owns its state and pushes what it wants done as commands.
 
 use std::time::Instant;
 
@@ -10,14 +10,7 @@ use crate::units::{human_bytes, printable};
 use crate::weights::{Progress, ValueScan};
 use crate::worker::CancelToken;
 
-/// What the panel asks the app to do.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CheckAction {
-    /// Select and materialize this stored tensor.
-    Select(String),
-    /// Start reading every tensor's values.
-    ScanValues,
-}
+use super::commands::{AppCommand, CommandSender};
 
 /// The Check tab's state.
 #[derive(Default)]
@@ -71,12 +64,14 @@ impl CheckPanel {
 
     /// Whether a scan runs.
     #[must_use]
+    #[cfg(any(test, feature = "test-hooks"))]
     pub fn is_scanning(&self) -> bool {
         self.running.is_some()
     }
 
     /// Whether the running (or last) scan was asked to stop.
     #[must_use]
+    #[cfg(any(test, feature = "test-hooks"))]
     pub fn cancel_requested(&self) -> bool {
         self.cancel.as_ref().is_some_and(CancelToken::is_cancelled)
     }
@@ -106,9 +101,8 @@ impl CheckPanel {
         (self.count(Severity::Error), self.count(Severity::Warning))
     }
 
-    /// Draws the tab; returns what the user asked for.
-    pub fn ui(&mut self, ui: &mut egui::Ui) -> Option<CheckAction> {
-        let mut action = None;
+    /// Draws the tab; what the user asks for goes to `commands`.
+    pub fn ui(&mut self, ui: &mut egui::Ui, commands: &CommandSender) {
         ui.horizontal_wrapped(|ui| {
             let (errors, warnings, infos) = (
                 self.count(Severity::Error),
@@ -142,11 +136,11 @@ impl CheckPanel {
                 )
                 .clicked()
             {
-                action = Some(CheckAction::ScanValues);
+                commands.send(AppCommand::ScanValues);
             }
         });
         if let Some((p, since)) = &self.running {
-            super::job_progress_ui(ui, (p.done, p.total), " read", *since, &p.name);
+            super::widgets::job_progress(ui, (p.done, p.total), " read", *since, &p.name);
         }
         if let Some(scan) = &self.scan {
             ui.label(format!(
@@ -165,15 +159,14 @@ impl CheckPanel {
         let findings = self.findings();
         if findings.is_empty() {
             ui.label("Nothing found.");
-            return action;
+            return;
         }
-        findings_ui(ui, &findings, &mut action);
-        action
+        findings_ui(ui, &findings, commands);
     }
 }
 
-/// The list of findings; a click on a tensor sets `action`.
-fn findings_ui(ui: &mut egui::Ui, findings: &[&Finding], action: &mut Option<CheckAction>) {
+/// The list of findings; a click on a tensor selects it.
+fn findings_ui(ui: &mut egui::Ui, findings: &[&Finding], commands: &CommandSender) {
     egui::ScrollArea::vertical()
         .id_salt("check-scroll")
         .auto_shrink([false, false])
@@ -198,7 +191,7 @@ fn findings_ui(ui: &mut egui::Ui, findings: &[&Finding], action: &mut Option<Che
                             .on_hover_text("Select and materialize this tensor")
                             .clicked()
                         {
-                            *action = Some(CheckAction::Select(tensor.clone()));
+                            commands.send(AppCommand::SelectStored(tensor.clone()));
                         }
                     } else if !place.is_empty() {
                         ui.label(place);

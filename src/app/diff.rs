@@ -6,7 +6,9 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use crate::weights::{DiffReport, Progress, ViewChoice};
-use crate::worker::{CancelToken, Command};
+use crate::worker::CancelToken;
+
+use super::commands::{AppCommand, CommandSender};
 
 /// Columns the result table sorts by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -22,7 +24,7 @@ pub(super) enum DiffSort {
 }
 
 /// The diff panel: it owns what the tab shows and remembers, is fed the
-/// worker's diff events by the app, and returns [`DiffAction`]s.
+/// worker's diff events by the app, and pushes its requests as commands.
 pub(super) struct DiffPanel {
     other_input: String,
     view_input: String,
@@ -90,22 +92,15 @@ impl DiffPanel {
     }
 }
 
-/// What the diff panel asks the app to do.
-#[derive(Debug)]
-pub(super) enum DiffAction {
-    /// Open the folder picker for B.
-    PickB,
-    /// Send this command to the worker (a diff with its own cancel token).
-    Send(Command),
-}
-
 impl DiffPanel {
     /// Whether a diff is running.
+    #[cfg(any(test, feature = "test-hooks"))]
     pub(super) fn is_running(&self) -> bool {
         self.running.is_some()
     }
 
     /// The last diff's report.
+    #[cfg(any(test, feature = "test-hooks"))]
     pub(super) fn report(&self) -> Option<&DiffReport> {
         self.report.as_deref()
     }
@@ -121,9 +116,9 @@ impl DiffPanel {
             Some("No folder was chosen. If no dialog appeared, type B's path in the field.".into());
     }
 
-    /// A diff of the open checkpoint against `other` (B's view from the
-    /// view field): the command to send, with this panel now running it.
-    pub fn start(&mut self, other: PathBuf) -> Command {
+    /// Asks for a diff of the open checkpoint against `other`, with B's
+    /// view from the view field; what the last diff showed goes.
+    fn request(&mut self, other: PathBuf, commands: &CommandSender) {
         let view = ViewChoice::parse(match self.view_input.trim() {
             "" => "auto",
             text => text,
@@ -131,8 +126,13 @@ impl DiffPanel {
         self.error = None;
         self.report = None;
         self.rows.clear();
-        let cancel = CancelToken::new();
-        self.cancel = Some(cancel.clone());
+        commands.send(AppCommand::Diff { other, view });
+    }
+
+    /// The app sent the diff to the worker with `cancel` (the Cancel
+    /// button's): this panel shows it running.
+    pub(super) fn started(&mut self, cancel: CancelToken) {
+        self.cancel = Some(cancel);
         self.running = Some((
             Progress {
                 done: 0,
@@ -141,11 +141,6 @@ impl DiffPanel {
             },
             Instant::now(),
         ));
-        Command::Diff {
-            other,
-            view,
-            cancel,
-        }
     }
 
     /// The worker compared one more tensor.
@@ -167,14 +162,13 @@ impl DiffPanel {
         }
     }
 
-    /// Draws the tab for an open checkpoint (`has_checkpoint`); returns what
-    /// the user asked for.
-    pub fn ui(&mut self, ui: &mut egui::Ui, has_checkpoint: bool) -> Option<DiffAction> {
+    /// Draws the tab for an open checkpoint (`has_checkpoint`); what the
+    /// user asks for goes to `commands`.
+    pub fn ui(&mut self, ui: &mut egui::Ui, has_checkpoint: bool, commands: &CommandSender) {
         if !has_checkpoint {
             ui.label("Open a checkpoint (A), then choose B to compare it with.");
-            return None;
+            return;
         }
-        let mut action = None;
         ui.horizontal_wrapped(|ui| {
             let label = ui.label("Compare with (B)");
             ui.add(
@@ -184,7 +178,7 @@ impl DiffPanel {
             )
             .labelled_by(label.id);
             if ui.button("Choose B…").clicked() {
-                action = Some(DiffAction::PickB);
+                commands.send(AppCommand::Dialog(super::Action::PickDiffFolder));
             }
             let label = ui.label("B's view");
             ui.add(
@@ -207,18 +201,17 @@ impl DiffPanel {
                     .clicked()
                 {
                     let other = PathBuf::from(self.other_input.trim());
-                    action = Some(DiffAction::Send(self.start(other)));
+                    self.request(other, commands);
                 }
             }
         });
         if let Some((p, since)) = &self.running {
-            super::job_progress_ui(ui, (p.done, p.total), "", *since, &p.name);
+            super::widgets::job_progress(ui, (p.done, p.total), "", *since, &p.name);
         }
         if let Some(error) = &self.error {
             ui.colored_label(ui.visuals().error_fg_color, format!("diff: {error}"));
         }
         self.results_ui(ui);
-        action
     }
 
     fn results_ui(&mut self, ui: &mut egui::Ui) {

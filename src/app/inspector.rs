@@ -84,6 +84,7 @@ impl InspectorPanel {
     }
 
     /// The tensor shown or waited for, if any.
+    #[cfg(any(test, feature = "test-hooks"))]
     pub(super) fn name(&self) -> Option<&str> {
         match &self.inspected {
             Inspected::Nothing => None,
@@ -93,6 +94,7 @@ impl InspectorPanel {
     }
 
     /// The keys of the cached heatmap textures, sorted.
+    #[cfg(any(test, feature = "test-hooks"))]
     pub(super) fn heatmap_keys(&self) -> Vec<String> {
         let mut keys: Vec<String> = self.heatmap_texture.keys().cloned().collect();
         keys.sort();

@@ -63,8 +63,8 @@ impl MemoryStrip {
         // The legend is one line of coloured names above the plot: a legend
         // inside a plot this short would be taller than the plot.
         {
-            use super::series_colors as c;
-            super::legend_row(
+            use super::widgets::series_colors as c;
+            super::widgets::legend_row(
                 ui,
                 &[
                     ("process RSS", c::RSS),
@@ -78,7 +78,7 @@ impl MemoryStrip {
             .include_y(0.0)
             .allow_scroll(false)
             .show(ui, |plot| {
-                use super::series_colors as c;
+                use super::widgets::series_colors as c;
                 plot.line(Line::new("process RSS", rss).color(c::RSS));
                 plot.line(Line::new("MLX active", active).color(c::MLX_ACTIVE));
                 plot.line(Line::new("MLX cache", cache).color(c::MLX_CACHE));

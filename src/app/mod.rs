@@ -4,8 +4,12 @@
 //! sends commands and draws the summaries that come back.
 
 mod check;
+pub mod commands;
 mod diff;
+#[cfg(any(test, feature = "test-hooks"))]
+mod hooks;
 mod inspector;
+mod jobs;
 mod memory_strip;
 mod profiler;
 mod record;
@@ -14,6 +18,7 @@ mod shards;
 pub mod shell;
 mod status_bar;
 mod tensors;
+mod widgets;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -21,20 +26,21 @@ use std::time::{Duration, Instant};
 
 use crate::checkpoint::Checkpoint;
 use crate::mlx::{DeviceInfo, MemoryStats};
-use crate::profile::record::{RecordControl, RecordOptions, Recording, Target, Update};
+use crate::profile::record::{RecordControl, RecordOptions, Target};
 use crate::profile::{DEFAULT_INTERVAL, Sampler, Timeline};
-use crate::weights::{BUILTIN_VIEWS, DiffReport, OpenStep, ViewChoice, ViewInfo};
-use crate::worker::{CancelToken, Command, Event, EventKind, OpenedFacts, Worker, WorkerGone};
+use crate::weights::{BUILTIN_VIEWS, OpenStep, ViewChoice, ViewInfo};
+use crate::worker::{CancelToken, Command, Event, EventKind, OpenedFacts, Worker};
 
-use check::{CheckAction, CheckPanel};
-use diff::{DiffAction, DiffPanel};
+use check::CheckPanel;
+pub use commands::{AppCommand, CommandSender};
+use diff::DiffPanel;
 use inspector::InspectorPanel;
 use memory_strip::MemoryStrip;
-use profiler::{ProfilerAction, ProfilerInputs, ProfilerPanel};
+use profiler::{ProfilerInputs, ProfilerPanel};
 pub use shards::ShardState;
-use shards::{ShardsAction, ShardsPanel};
-use status_bar::{StatusAction, StatusBar, StatusInputs};
-use tensors::{TensorsAction, TensorsPanel};
+use shards::ShardsPanel;
+use status_bar::{StatusBar, StatusInputs};
+use tensors::TensorsPanel;
 
 /// Something the UI asks its shell to do (the UI itself never opens dialogs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,13 +70,7 @@ pub enum Tab {
     Check,
 }
 
-/// What the recorder thread sends the app.
-enum RecorderEvent {
-    /// A sample, an event, the job's pid.
-    Update(Update),
-    /// The recording ended (or could not start).
-    Finished(Result<Box<Recording>, String>),
-}
+use jobs::RecorderEvent;
 
 /// The recorder thread of a recording in progress.
 struct RecorderHandle {
@@ -125,6 +125,9 @@ pub struct WeightscopeApp {
     view_file_input: String,
     /// What is open now (reopened when the view changes).
     opened_path: Option<PathBuf>,
+    /// Where panels push commands, and the app's end of that queue.
+    commands: CommandSender,
+    queue: std::sync::mpsc::Receiver<AppCommand>,
 }
 
 impl WeightscopeApp {
@@ -140,6 +143,7 @@ impl WeightscopeApp {
     ) -> std::io::Result<Self> {
         let worker = Worker::spawn(wake.clone())?;
         let sampler = Sampler::spawn(DEFAULT_INTERVAL, wake.clone()).ok();
+        let (commands, queue) = commands::channel();
         let mut app = Self {
             worker,
             device,
@@ -169,15 +173,111 @@ impl WeightscopeApp {
             view_choice: ViewChoice::Auto,
             view_file_input: String::new(),
             opened_path: None,
+            commands,
+            queue,
         };
         if let Some(path) = path {
-            app.open(path);
+            app.execute(AppCommand::Open(path));
         }
         Ok(app)
     }
 
+    /// Where to push commands from outside a frame (the shell, scripts).
+    #[must_use]
+    pub fn commands(&self) -> CommandSender {
+        self.commands.clone()
+    }
+
+    /// Runs `command` now, with whatever it queues in turn.
+    pub fn execute(&mut self, command: AppCommand) {
+        self.commands.send(command);
+        self.run_commands();
+    }
+
+    /// Runs every queued command, oldest first (after each frame).
+    fn run_commands(&mut self) {
+        while let Ok(command) = self.queue.try_recv() {
+            self.run(command);
+        }
+    }
+
+    /// The one place commands are carried out: worker commands, jobs with
+    /// the cancel token the app makes for them, dialogs, tabs.
+    fn run(&mut self, command: AppCommand) {
+        match command {
+            AppCommand::Open(path) => self.open(path),
+            AppCommand::Materialize(name) => self.materialize(&name),
+            AppCommand::ReleaseShard(shard) => self.send(Command::ReleaseShard(shard)),
+            AppCommand::ReleaseAll => self.send(Command::ReleaseAll),
+            AppCommand::ClearCache => self.send(Command::ClearCache),
+            AppCommand::SetMemoryLimit(bytes) => self.send(Command::SetMemoryLimit(bytes)),
+            AppCommand::SetCacheLimit(bytes) => self.send(Command::SetCacheLimit(bytes)),
+            AppCommand::Walk { policy, transform } => {
+                let cancel = CancelToken::new();
+                let command = Command::Walk {
+                    policy,
+                    transform,
+                    cancel: cancel.clone(),
+                };
+                match self.worker.try_send(command) {
+                    Ok(()) => self.with_profiler(|profiler, inputs| {
+                        profiler.walk_started((policy, transform), cancel, inputs);
+                    }),
+                    Err(err) => self.profiler.walk_failed(&err.to_string()),
+                }
+            }
+            AppCommand::Diff { other, view } => {
+                let cancel = CancelToken::new();
+                let command = Command::Diff {
+                    other,
+                    view,
+                    cancel: cancel.clone(),
+                };
+                match self.worker.try_send(command) {
+                    Ok(()) => self.diff.started(cancel),
+                    Err(err) => self.diff.finished(Err(err.to_string())),
+                }
+            }
+            AppCommand::ScanValues => {
+                let cancel = CancelToken::new();
+                self.send(Command::ScanValues {
+                    cancel: cancel.clone(),
+                });
+                self.check.scan_started(cancel);
+            }
+            AppCommand::Record(target, checkpoint) => self.start_recording(target, checkpoint),
+            AppCommand::StopRecording => {
+                if let Some(recorder) = &self.recorder {
+                    let _ = recorder.control.stop();
+                }
+            }
+            AppCommand::SetSampleInterval(interval) => {
+                if let Some(sampler) = &self.sampler {
+                    sampler.set_interval(interval);
+                }
+            }
+            AppCommand::SaveTrace { path, replace } => {
+                self.with_profiler(|profiler, inputs| profiler.save_trace(&path, inputs, replace));
+            }
+            AppCommand::LoadTrace(path) => {
+                let loading = jobs::load_trace(path.clone(), Arc::clone(&self.wake));
+                self.profiler.load_trace(&path, loading);
+            }
+            AppCommand::Dialog(action) => self.actions.push(action),
+            AppCommand::ShowTab(tab) => self.tab = tab,
+            AppCommand::SelectStored(stored) => {
+                self.tab = Tab::Tensors;
+                if let Some(checkpoint) = self.checkpoint.clone()
+                    && let Some(name) = self.tensors.select_stored(&checkpoint, &stored)
+                {
+                    self.materialize(&name);
+                }
+            }
+        }
+    }
+
     /// Asks the worker to open `path` (the current checkpoint closes).
-    pub fn open(&mut self, path: PathBuf) {
+    fn open(&mut self, path: PathBuf) {
         self.path_input = path.display().to_string();
         self.open_error = None;
         self.notice = None;
@@ -200,12 +300,6 @@ impl WeightscopeApp {
         }
     }
 
-    /// The installed view, if any.
-    #[must_use]
-    pub fn view(&self) -> Option<&ViewInfo> {
-        self.tensors.view.as_deref()
-    }
-
     /// Starts from saved `settings` (recent checkpoints).
     pub fn set_settings(&mut self, settings: settings::Settings) {
         self.settings = settings;
@@ -222,11 +316,17 @@ impl WeightscopeApp {
     }
 
     /// What the file dialog of `action` returned: opens, saves or loads
-    /// it, or explains an empty answer.
+    /// it, or explains an empty answer. (A dialog asked before replacing a
+    /// file: the trace is saved over one.)
     pub fn picked_for(&mut self, action: Action, path: Option<PathBuf>) {
         match (action, path) {
-            (Action::SaveTrace, Some(path)) => self.save_trace(&path),
-            (Action::OpenTrace, Some(path)) => self.load_trace(&path),
+            (Action::SaveTrace, Some(path)) => {
+                self.execute(AppCommand::SaveTrace {
+                    path,
+                    replace: true,
+                });
+            }
+            (Action::OpenTrace, Some(path)) => self.execute(AppCommand::LoadTrace(path)),
             (Action::SaveTrace | Action::OpenTrace, None) => self.profiler.nothing_chosen(),
             (Action::PickDiffFolder, Some(path)) => self.diff.set_other(&path),
             (Action::PickDiffFolder, None) => self.diff.nothing_chosen(),
@@ -237,7 +337,7 @@ impl WeightscopeApp {
     /// What a checkpoint dialog returned: opens it, or explains an empty answer.
     pub fn picked(&mut self, path: Option<PathBuf>) {
         match path {
-            Some(path) => self.open(path),
+            Some(path) => self.execute(AppCommand::Open(path)),
             None => {
                 self.notice = Some(
                     "Nothing was chosen. If no dialog appeared, this desktop has no file-dialog service \
@@ -245,13 +345,6 @@ impl WeightscopeApp {
                         .into(),
                 );
             }
-        }
-    }
-
-    /// Sets the tensors filter (as if typed) and applies it.
-    pub fn set_filter(&mut self, filter: &str) {
-        if let Some(checkpoint) = &self.checkpoint {
-            self.tensors.set_filter(checkpoint, filter);
         }
     }
 
@@ -288,42 +381,6 @@ impl WeightscopeApp {
                 break;
             };
             self.apply_recorder(event);
-        }
-    }
-
-    /// Blocks until the worker's next event and applies it. For tests and
-    /// scripted runs only: a UI never waits on the worker.
-    ///
-    /// # Errors
-    /// When the worker has stopped.
-    pub fn wait_for_worker(&mut self) -> Result<(), WorkerGone> {
-        let event = self.worker.recv()?;
-        self.apply(event);
-        Ok(())
-    }
-
-    /// Blocks until the worker's next event of any kind (open progress
-    /// included) and applies it; returns whether it was open progress. For
-    /// tests and scripted runs only.
-    ///
-    /// # Errors
-    /// When the worker has stopped.
-    pub fn wait_for_any_event(&mut self) -> Result<bool, WorkerGone> {
-        let event = self.worker.recv_any()?;
-        let progress = matches!(event.kind, EventKind::OpenProgress { .. });
-        self.apply(event);
-        Ok(progress)
-    }
-
-    /// Blocks until the memory sampler's next sample and records it. For
-    /// tests and scripted runs only. Returns whether a sample came.
-    pub fn wait_for_sample(&mut self) -> bool {
-        match self.sampler.as_ref().and_then(Sampler::recv) {
-            Some(sample) => {
-                self.timeline.push_sample(&sample);
-                true
-            }
-            None => false,
         }
     }
 
@@ -418,7 +475,7 @@ impl WeightscopeApp {
     }
 
     /// Materializes `name` on the worker; the inspector shows it when ready.
-    pub fn materialize(&mut self, name: &str) {
+    fn materialize(&mut self, name: &str) {
         match self.worker.try_send(Command::Materialize(name.to_owned())) {
             Ok(()) => self.inspector.pending(name),
             Err(err) => self.inspector.failed(name, err.to_string()),
@@ -443,9 +500,7 @@ impl WeightscopeApp {
                 checkpoint: self.checkpoint.as_deref(),
                 check_counts: self.check.counts(),
             };
-            if self.status.ui(ui, &inputs) == Some(StatusAction::ShowCheck) {
-                self.tab = Tab::Check;
-            }
+            self.status.ui(ui, &inputs, &self.commands);
         });
         // Side panels and the strip take a share of the window, so the
         // centre keeps room for its tabs from 800x500 up, also after the
@@ -465,18 +520,10 @@ impl WeightscopeApp {
                 .show(ui, |ui| self.strip.ui(ui, &self.timeline, gpu));
         }
         if let Some(checkpoint) = self.checkpoint.clone() {
-            let action = egui::Panel::left("shards")
+            egui::Panel::left("shards")
                 .default_size(320.0_f32.min(width * 0.2))
                 .size_range(120.0..=(width * 0.25).max(120.0))
-                .show(ui, |ui| self.shards.ui(ui, &checkpoint))
-                .inner;
-            if let Some(action) = action {
-                self.send(match action {
-                    ShardsAction::ReleaseAll => Command::ReleaseAll,
-                    ShardsAction::ClearCache => Command::ClearCache,
-                    ShardsAction::Release(file) => Command::ReleaseShard(file),
-                });
-            }
+                .show(ui, |ui| self.shards.ui(ui, &checkpoint, &self.commands));
             if self.tab == Tab::Tensors {
                 egui::Panel::right("inspector")
                     .default_size(420.0_f32.min(width * 0.3))
@@ -494,6 +541,7 @@ impl WeightscopeApp {
                 Tab::Check => self.check_tab_ui(ui),
             }
         });
+        self.run_commands();
     }
 
     fn tab_bar_ui(&mut self, ui: &mut egui::Ui) {
@@ -546,11 +594,10 @@ impl WeightscopeApp {
             });
             return;
         };
-        if let Some(TensorsAction::Materialize(name)) = self.tensors.ui(ui, &checkpoint) {
-            self.materialize(&name);
-        }
+        self.tensors.ui(ui, &checkpoint, &self.commands);
     }
 
+    #[cfg(any(test, feature = "test-hooks"))]
     fn profiler_inputs(&self) -> ProfilerInputs<'_> {
         ProfilerInputs {
             timeline: &self.timeline,
@@ -558,6 +605,7 @@ impl WeightscopeApp {
             memory: &self.memory,
             sampler: self.sampler.as_ref(),
             device: &self.device,
+            commands: &self.commands,
         }
     }
 
@@ -573,96 +621,31 @@ impl WeightscopeApp {
             memory: &self.memory,
             sampler: self.sampler.as_ref(),
             device: &self.device,
+            commands: &self.commands,
         };
         f(&mut self.profiler, &inputs)
     }
 
     fn profiler_tab_ui(&mut self, ui: &mut egui::Ui) {
-        let actions = self.with_profiler(|profiler, inputs| profiler.ui(ui, inputs));
-        self.run_profiler_actions(actions);
-    }
-
-    fn run_profiler_actions(&mut self, actions: Vec<ProfilerAction>) {
-        for action in actions {
-            match action {
-                ProfilerAction::Send(command) => {
-                    let is_walk = matches!(command, Command::Walk { .. });
-                    if let Err(err) = self.worker.try_send(command) {
-                        if is_walk {
-                            self.profiler.walk_failed(&err.to_string());
-                        } else {
-                            self.open_error = Some(err.to_string());
-                        }
-                    }
-                }
-                ProfilerAction::Dialog(action) => self.actions.push(action),
-                ProfilerAction::SetSampleInterval(interval) => {
-                    if let Some(sampler) = &self.sampler {
-                        sampler.set_interval(interval);
-                    }
-                }
-                ProfilerAction::Record(target, checkpoint) => {
-                    self.start_recording(target, checkpoint);
-                }
-                ProfilerAction::StopRecording => {
-                    if let Some(recorder) = &self.recorder {
-                        let _ = recorder.control.stop();
-                    }
-                }
-                ProfilerAction::SaveTo { path, replace } => self
-                    .with_profiler(|profiler, inputs| profiler.save_trace(&path, inputs, replace)),
-                ProfilerAction::OverlayFrom(path) => self.load_trace(&path),
-            }
-        }
+        self.with_profiler(|profiler, inputs| profiler.ui(ui, inputs));
     }
 
     fn diff_tab_ui(&mut self, ui: &mut egui::Ui) {
-        match self.diff.ui(ui, self.checkpoint.is_some()) {
-            Some(DiffAction::PickB) => self.actions.push(Action::PickDiffFolder),
-            Some(DiffAction::Send(command)) => self.send(command),
-            None => {}
-        }
+        self.diff.ui(ui, self.checkpoint.is_some(), &self.commands);
     }
 
     fn check_tab_ui(&mut self, ui: &mut egui::Ui) {
-        let Some(checkpoint) = self.checkpoint.clone() else {
+        if self.checkpoint.is_none() {
             ui.label("Open a checkpoint to check it.");
             return;
-        };
-        match self.check.ui(ui) {
-            Some(CheckAction::ScanValues) => {
-                let cancel = CancelToken::new();
-                self.send(Command::ScanValues {
-                    cancel: cancel.clone(),
-                });
-                self.check.scan_started(cancel);
-            }
-            None => {}
-            Some(CheckAction::Select(stored)) => {
-                self.tab = Tab::Tensors;
-                if let Some(TensorsAction::Materialize(name)) =
-                    self.tensors.select_stored(&checkpoint, &stored)
-                {
-                    self.materialize(&name);
-                }
-            }
         }
-    }
-
-    /// Starts a walk of the open checkpoint with the profiler's policy and
-    /// transform.
-    pub fn start_walk(&mut self) {
-        let actions = self.with_profiler(|profiler, inputs| {
-            profiler.start_walk(inputs);
-            profiler.take_actions()
-        });
-        self.run_profiler_actions(actions);
+        self.check.ui(ui, &self.commands);
     }
 
     /// Starts recording `target` on the `recorder` thread, measured against
     /// `checkpoint` (else the folder of the first shard the job opens); the
     /// profiler tab draws it live and shows its findings when it ends.
-    pub fn start_recording(&mut self, target: Target, checkpoint: Option<PathBuf>) {
+    fn start_recording(&mut self, target: Target, checkpoint: Option<PathBuf>) {
         if self.recorder.is_some() {
             return;
         }
@@ -675,31 +658,14 @@ impl WeightscopeApp {
                 .join(" "),
             Target::Attach(pid) => format!("pid {pid}"),
         };
-        let (tx, events) = std::sync::mpsc::channel();
         let control = RecordControl::new();
-        let thread_control = control.clone();
-        let wake = Arc::clone(&self.wake);
         let options = RecordOptions {
             checkpoint,
             ..RecordOptions::default()
         };
-        let spawned = std::thread::Builder::new()
-            .name("recorder".into())
-            .spawn(move || {
-                let updates = tx.clone();
-                let wake_each = Arc::clone(&wake);
-                let result =
-                    crate::profile::record::record(&target, &options, &thread_control, |update| {
-                        let _ = updates.send(RecorderEvent::Update(update));
-                        wake_each();
-                    });
-                let _ = tx.send(RecorderEvent::Finished(
-                    result.map(Box::new).map_err(|e| e.to_string()),
-                ));
-                wake();
-            });
+        let spawned = jobs::record(target, options, control.clone(), Arc::clone(&self.wake));
         match spawned {
-            Ok(_) => {
+            Ok(events) => {
                 let start_secs = self.timeline.secs(Instant::now());
                 self.profiler.recording_started(command, start_secs);
                 self.recorder = Some(RecorderHandle { control, events });
@@ -722,109 +688,6 @@ impl WeightscopeApp {
         }
     }
 
-    /// Blocks until the recording in progress ends, applying what it sends.
-    /// For tests and scripted runs only. Returns whether one was running.
-    pub fn wait_for_recording(&mut self) -> bool {
-        let mut waited = false;
-        while let Some(event) = self.recorder.as_ref().and_then(|r| r.events.recv().ok()) {
-            waited = true;
-            self.apply_recorder(event);
-        }
-        waited
-    }
-
-    /// Blocks until the recording in progress has taken its first sample
-    /// (its pid is known), applying what it sends. For tests and scripted
-    /// runs only. Returns whether it got there (false: it ended first).
-    pub fn wait_for_recording_started(&mut self) -> bool {
-        while let Some(event) = self.recorder.as_ref().and_then(|r| r.events.recv().ok()) {
-            let started = matches!(event, RecorderEvent::Update(Update::Started(_)));
-            self.apply_recorder(event);
-            if started {
-                return true;
-            }
-        }
-        false
-    }
-
-    /// Whether a recording runs.
-    #[must_use]
-    pub fn is_recording(&self) -> bool {
-        self.profiler.is_recording()
-    }
-
-    /// The last recording and its findings.
-    #[must_use]
-    pub fn last_recording(&self) -> Option<(&Recording, &[crate::profile::Finding])> {
-        self.profiler.last_recording()
-    }
-
-    /// Whether a walk is running.
-    #[must_use]
-    pub fn is_walking(&self) -> bool {
-        self.profiler.is_walking()
-    }
-
-    /// The last finished walk's outcome and findings.
-    #[must_use]
-    pub fn last_walk(&self) -> Option<(&crate::profile::WalkOutcome, &[crate::profile::Finding])> {
-        self.profiler.last_walk()
-    }
-
-    /// The trace "Save trace…" writes: the last walk when there is one, else
-    /// the whole session.
-    #[must_use]
-    pub fn trace_to_save(&self) -> crate::profile::Trace {
-        self.profiler.trace_to_save(&self.profiler_inputs())
-    }
-
-    /// Writes the trace to `path` (CSV or JSON by extension) and says so,
-    /// as the file dialog's answer does: over an existing file (the dialog
-    /// asked), never inside the open checkpoint or over a checkpoint file.
-    pub fn save_trace(&mut self, path: &Path) {
-        self.with_profiler(|profiler, inputs| profiler.save_trace(path, inputs, true));
-    }
-
-    /// Shows `tab` (as clicking it does).
-    pub fn show_tab(&mut self, tab: Tab) {
-        self.tab = tab;
-    }
-
-    /// Loads a saved trace on a `trace-load` thread and overlays it on the
-    /// walk view when it is in (the profiler polls each frame).
-    pub fn load_trace(&mut self, path: &Path) {
-        self.profiler.load_trace(path);
-    }
-
-    /// Blocks until a trace being loaded is in (or its error is shown). For
-    /// tests and scripted runs only.
-    pub fn wait_for_trace(&mut self) {
-        self.profiler.poll_trace_load(true);
-    }
-
-    /// The selected moment on the session clock.
-    #[must_use]
-    pub fn selected_moment(&self) -> Option<f64> {
-        self.profiler.selected_moment()
-    }
-
-    /// Selects a moment (as clicking an event row does).
-    pub fn select_moment(&mut self, t_secs: f64) {
-        self.profiler.select_moment(t_secs);
-    }
-
-    /// Whether a diff is running.
-    #[must_use]
-    pub fn is_diffing(&self) -> bool {
-        self.diff.is_running()
-    }
-
-    /// The last diff's report.
-    #[must_use]
-    pub fn diff_report(&self) -> Option<&DiffReport> {
-        self.diff.report()
-    }
-
     /// Cancels the worker's running job (walk, diff, value scan) and skips
     /// queued ones: the window is closing.
     pub fn stop_jobs(&self) {
@@ -834,58 +697,6 @@ impl WeightscopeApp {
         if let Some(recorder) = &self.recorder {
             let _ = recorder.control.stop();
         }
-    }
-
-    /// The tensor the inspector shows or waits for, if any.
-    #[must_use]
-    pub fn inspected_name(&self) -> Option<&str> {
-        self.inspector.name()
-    }
-
-    /// The keys of the inspector's cached heatmap textures.
-    #[doc(hidden)]
-    #[must_use]
-    pub fn heatmap_keys(&self) -> Vec<String> {
-        self.inspector.heatmap_keys()
-    }
-
-    /// Whether a value scan runs.
-    #[must_use]
-    pub fn is_checking_values(&self) -> bool {
-        self.check.is_scanning()
-    }
-
-    /// Whether the value scan was asked to stop (its token is cancelled).
-    #[must_use]
-    pub fn value_scan_cancel_requested(&self) -> bool {
-        self.check.cancel_requested()
-    }
-
-    /// Freezes what changes by itself or differs between machines (live
-    /// memory samples and figures, the machine's memory, the path field) so
-    /// that image snapshots compare across runs and machines. For snapshot
-    /// tests only: call it once the worker has answered everything.
-    #[doc(hidden)]
-    pub fn freeze_for_snapshots(&mut self) {
-        self.sampler = None;
-        self.timeline = Timeline::new(Instant::now());
-        self.memory = MemoryStats {
-            active_bytes: 0,
-            cache_bytes: 0,
-            peak_bytes: 0,
-            limit_bytes: 16 << 30,
-        };
-        self.profiler.set_machine(crate::memory::MachineMemory {
-            total_bytes: 32 << 30,
-            available_bytes: 24 << 30,
-        });
-        "(snapshot)".clone_into(&mut self.path_input);
-    }
-
-    /// The tab the central area shows.
-    #[must_use]
-    pub fn tab(&self) -> Tab {
-        self.tab
     }
 
     fn top_bar_ui(&mut self, ui: &mut egui::Ui) {
@@ -1021,77 +832,4 @@ impl WeightscopeApp {
             };
         });
     }
-}
-
-/// A running job's progress bar: `done` of `total` tensors `what`, the time
-/// since it started and the tensor just done (escaped: names come from files).
-pub(crate) fn job_progress_ui(
-    ui: &mut egui::Ui,
-    (done, total): (usize, usize),
-    what: &str,
-    since: Instant,
-    name: &str,
-) {
-    let fraction = if total == 0 {
-        0.0
-    } else {
-        done as f32 / total as f32
-    };
-    ui.add(egui::ProgressBar::new(fraction).text(format!(
-        "{done} of {total} tensors{what}, {:.1} s {}",
-        since.elapsed().as_secs_f64(),
-        crate::units::printable(name)
-    )));
-}
-
-/// The memory series' colours, the same in every plot and in every frame.
-/// A legend as one wrapped line of coloured names, for plots too short to
-/// hold one inside.
-pub(crate) fn legend_row(ui: &mut egui::Ui, items: &[(&str, egui::Color32)]) {
-    ui.horizontal_wrapped(|ui| {
-        let font = egui::TextStyle::Body.resolve(ui.style());
-        let text = ui.visuals().text_color();
-        for &(name, color) in items {
-            // One label per entry, never broken: a coloured dash and the
-            // name wrap together.
-            let mut job = egui::text::LayoutJob::default();
-            job.append(
-                "\u{2014} ",
-                0.0,
-                egui::TextFormat::simple(font.clone(), color),
-            );
-            job.append(name, 0.0, egui::TextFormat::simple(font.clone(), text));
-            ui.add(egui::Label::new(job).wrap_mode(egui::TextWrapMode::Extend));
-        }
-    });
-}
-
-pub(crate) mod series_colors {
-    use egui::Color32;
-    /// Process RSS (the host's figure).
-    pub const RSS: Color32 = Color32::from_rgb(230, 90, 80);
-    /// RSS anonymous.
-    pub const RSS_ANON: Color32 = Color32::from_rgb(240, 170, 90);
-    /// MLX active.
-    pub const MLX_ACTIVE: Color32 = Color32::from_rgb(90, 150, 240);
-    /// MLX cache.
-    pub const MLX_CACHE: Color32 = Color32::from_rgb(120, 200, 120);
-    /// Event markers.
-    pub const EVENTS: Color32 = Color32::from_rgb(150, 150, 150);
-    /// The expected peaks of retain, release-tensor and release-shard (in
-    /// the order of `Policy::ALL`), apart from the measured series.
-    pub const EXPECTED: [Color32; 3] = [
-        Color32::from_rgb(205, 92, 155),
-        Color32::from_rgb(100, 190, 210),
-        Color32::from_rgb(215, 215, 120),
-    ];
-    /// Overlaid traces, one colour each, by position.
-    pub const OVERLAYS: [Color32; 6] = [
-        Color32::from_rgb(200, 120, 220),
-        Color32::from_rgb(80, 200, 200),
-        Color32::from_rgb(220, 200, 80),
-        Color32::from_rgb(160, 160, 240),
-        Color32::from_rgb(240, 130, 170),
-        Color32::from_rgb(140, 220, 140),
-    ];
 }

@@ -5,6 +5,9 @@ use std::collections::HashMap;
 use crate::checkpoint::Checkpoint;
 use crate::units::{human_bytes, printable};
 
+use super::commands::{AppCommand, CommandSender};
+use crate::checkpoint::ShardId;
+
 /// What a shard holds right now, as the worker reported it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ShardState {
@@ -15,18 +18,6 @@ pub enum ShardState {
     Materialized(u64),
     /// Its map was released; it reopens on the next click.
     Released,
-}
-
-/// What the shards panel asks the app to do.
-#[must_use]
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum ShardsAction {
-    /// Release every shard's map.
-    ReleaseAll,
-    /// Free MLX's buffer cache.
-    ClearCache,
-    /// Release this shard's map.
-    Release(String),
 }
 
 /// The shards panel. Its states have one source: the worker's marks (each
@@ -74,22 +65,21 @@ impl ShardsPanel {
     }
 
     /// Draws each shard of `checkpoint` with its state and release buttons.
-    pub(super) fn ui(&self, ui: &mut egui::Ui, checkpoint: &Checkpoint) -> Option<ShardsAction> {
-        let mut action = None;
+    pub(super) fn ui(&self, ui: &mut egui::Ui, checkpoint: &Checkpoint, commands: &CommandSender) {
         ui.heading("Shards");
         ui.horizontal(|ui| {
             if ui.button("Release all").clicked() {
-                action = Some(ShardsAction::ReleaseAll);
+                commands.send(AppCommand::ReleaseAll);
             }
             if ui.button("Clear MLX cache").clicked() {
-                action = Some(ShardsAction::ClearCache);
+                commands.send(AppCommand::ClearCache);
             }
         });
         ui.separator();
         egui::ScrollArea::vertical()
             .id_salt("shards-scroll")
             .show(ui, |ui| {
-                for shard in checkpoint.shards() {
+                for (i, shard) in checkpoint.shards().iter().enumerate() {
                     let state = self.state(&shard.file);
                     ui.group(|ui| {
                         ui.label(egui::RichText::new(&shard.file).monospace());
@@ -112,7 +102,7 @@ impl ShardsPanel {
                                 egui::Button::new("Release shard"),
                             );
                             if release.clicked() {
-                                action = Some(ShardsAction::Release(shard.file.clone()));
+                                commands.send(AppCommand::ReleaseShard(ShardId(i)));
                             }
                         });
                     });
@@ -121,6 +111,5 @@ impl ShardsPanel {
                     ui.colored_label(ui.visuals().error_fg_color, printable(&problem.to_string()));
                 }
             });
-        action
     }
 }

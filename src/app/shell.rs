@@ -27,11 +27,10 @@ pub struct Shell {
 
 impl Shell {
     fn perform(&self, action: Action, ctx: &egui::Context) {
-        let tx = self.picked_tx.clone();
         let ctx = ctx.clone();
-        let started = std::thread::Builder::new()
-            .name("file-dialog".into())
-            .spawn(move || {
+        let wake: super::jobs::Wake = std::sync::Arc::new(move || ctx.request_repaint());
+        let started =
+            super::jobs::spawn_into("file-dialog", self.picked_tx.clone(), wake, move |send| {
                 let dialog = rfd::FileDialog::new();
                 let picked = match action {
                     Action::PickFolder => dialog.set_title("Open checkpoint").pick_folder(),
@@ -53,8 +52,7 @@ impl Shell {
                         .add_filter("trace", &["json", "csv"])
                         .pick_file(),
                 };
-                let _ = tx.send((action, picked));
-                ctx.request_repaint();
+                send((action, picked));
             });
         if started.is_err() {
             let _ = self.picked_tx.send((action, None));

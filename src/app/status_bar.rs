@@ -5,6 +5,8 @@ use crate::checkpoint::{Checkpoint, Summary};
 use crate::mlx::{DeviceInfo, MemoryStats};
 use crate::units::{human_bytes, short_count};
 
+use super::commands::{AppCommand, CommandSender};
+
 /// What the status bar shows that other parts own.
 pub(super) struct StatusInputs<'a> {
     /// The MLX device, or why MLX could not start.
@@ -15,14 +17,6 @@ pub(super) struct StatusInputs<'a> {
     pub checkpoint: Option<&'a Checkpoint>,
     /// Errors and warnings the check found.
     pub check_counts: (usize, usize),
-}
-
-/// What the status bar asks the app to do.
-#[must_use]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum StatusAction {
-    /// The check badge was clicked: show the Check tab.
-    ShowCheck,
 }
 
 /// The status bar. Its own state is what it computed once per checkpoint
@@ -45,8 +39,12 @@ impl StatusBar {
     }
 
     /// Draws the bar.
-    pub(super) fn ui(&self, ui: &mut egui::Ui, inputs: &StatusInputs<'_>) -> Option<StatusAction> {
-        let mut action = None;
+    pub(super) fn ui(
+        &self,
+        ui: &mut egui::Ui,
+        inputs: &StatusInputs<'_>,
+        commands: &CommandSender,
+    ) {
         ui.horizontal_wrapped(|ui| {
             match inputs.device {
                 Ok(device) => ui.label(device.describe()),
@@ -66,7 +64,7 @@ impl StatusBar {
             };
             ui.separator();
             if badge_ui(ui, inputs.check_counts) {
-                action = Some(StatusAction::ShowCheck);
+                commands.send(AppCommand::ShowTab(super::Tab::Check));
             }
             if let Some((count, bytes)) = self.totals {
                 ui.separator();
@@ -87,7 +85,6 @@ impl StatusBar {
                 );
             }
         });
-        action
     }
 }
 

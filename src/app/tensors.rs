@@ -6,6 +6,8 @@ use crate::checkpoint::{Checkpoint, TensorRef, layer_of};
 use crate::units::{human_bytes, printable};
 use crate::weights::ViewInfo;
 
+use super::commands::{AppCommand, CommandSender};
+
 /// Columns the table sorts by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(super) enum SortBy {
@@ -15,14 +17,6 @@ pub(super) enum SortBy {
     Name,
     Dtype,
     Bytes,
-}
-
-/// What the tensors panel asks the app to do.
-#[must_use]
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum TensorsAction {
-    /// Materialize this tensor (by the name the graph asks for).
-    Materialize(String),
 }
 
 /// The tensors panel: filter, sort, selection and the visible rows of the
@@ -133,13 +127,14 @@ impl TensorsPanel {
 
 impl TensorsPanel {
     /// Draws the filter, sort buttons and the table (or layer tree) of
-    /// `checkpoint`; returns the tensor to materialize when one was clicked
-    /// or chosen with Enter.
+    /// `checkpoint`; a tensor clicked or chosen with Enter is asked to be
+    /// materialized through `commands`.
     pub(super) fn ui(
         &mut self,
         ui: &mut egui::Ui,
         checkpoint: &Checkpoint,
-    ) -> Option<TensorsAction> {
+        commands: &CommandSender,
+    ) {
         let focus_filter = ui.input_mut(|i| i.consume_key(egui::Modifiers::COMMAND, egui::Key::F));
         ui.horizontal_wrapped(|ui| {
             let label = ui.label("Filter");
@@ -208,22 +203,23 @@ impl TensorsPanel {
             self.selected = Some(i);
             action = self.materialize_row(checkpoint, i);
         }
-        action
+        if let Some(name) = action {
+            commands.send(AppCommand::Materialize(name));
+        }
     }
 
     /// Row `i` by the name the graph asks for (none when the view drops it).
-    fn materialize_row(&self, checkpoint: &Checkpoint, i: usize) -> Option<TensorsAction> {
-        display_name(self.view.as_deref(), checkpoint, i)
-            .map(|name| TensorsAction::Materialize(name.to_owned()))
+    fn materialize_row(&self, checkpoint: &Checkpoint, i: usize) -> Option<String> {
+        display_name(self.view.as_deref(), checkpoint, i).map(str::to_owned)
     }
 
     /// Selects the tensor stored as `stored` (when the check panel opens
-    /// one); returns it to materialize.
+    /// one); returns the name to materialize it by.
     pub(super) fn select_stored(
         &mut self,
         checkpoint: &Checkpoint,
         stored: &str,
-    ) -> Option<TensorsAction> {
+    ) -> Option<String> {
         let position = checkpoint.tensors().iter().position(|t| t.name() == stored);
         self.selected = position;
         // Under a view the worker asks by canonical name; a stored tensor
@@ -232,6 +228,7 @@ impl TensorsPanel {
     }
 
     /// Sets the filter (as if typed) and applies it.
+    #[cfg(any(test, feature = "test-hooks"))]
     pub(super) fn set_filter(&mut self, checkpoint: &Checkpoint, filter: &str) {
         filter.clone_into(&mut self.filter);
         self.refilter(checkpoint);
@@ -294,7 +291,7 @@ impl TensorsPanel {
             .on_hover_text(format!(
                 "{}\n{}",
                 t.name(),
-                checkpoint.shards()[t.shard()].file
+                checkpoint.shard(t.shard()).file
             ))
             .clicked()
     }
@@ -431,7 +428,7 @@ impl TensorsPanel {
     }
 
     /// Arrows move the selection, Enter materializes it.
-    fn keyboard(&mut self, ui: &egui::Ui, checkpoint: &Checkpoint) -> Option<TensorsAction> {
+    fn keyboard(&mut self, ui: &egui::Ui, checkpoint: &Checkpoint) -> Option<String> {
         if ui.memory(|m| m.focused().is_some()) {
             return None; // typing in a text field
         }

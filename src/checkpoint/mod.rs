@@ -38,6 +38,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use crate::par::on_cores;
 use table::name_hash;
 
 /// One shard that opened.
@@ -57,6 +58,19 @@ pub struct Shard {
     pub tensors: std::ops::Range<usize>,
     /// Sum of its tensors' bytes.
     pub data_bytes: u64,
+}
+
+/// A shard of a checkpoint: its position in [`Checkpoint::shards`]. The
+/// weights and worker layers name shards by it, never by file name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ShardId(pub usize);
+
+impl ShardId {
+    /// The position in [`Checkpoint::shards`].
+    #[must_use]
+    pub fn index(self) -> usize {
+        self.0
+    }
 }
 
 impl Shard {
@@ -273,7 +287,9 @@ impl Checkpoint {
             let duplicates = tensors.push_shard(header.tensors, &hashes);
             digests.push(duplicates.is_empty().then_some(digest));
             for (tensor, first) in duplicates {
-                let first_shard = tensors.get(first).and_then(|t| shards.get(t.shard()));
+                let first_shard = tensors
+                    .get(first)
+                    .and_then(|t| shards.get(t.shard().index()));
                 problems.push(CheckpointError::DuplicateTensor {
                     tensor,
                     first: first_shard.map_or_else(|| path.clone(), |s: &Shard| s.path.clone()),
@@ -383,7 +399,7 @@ impl Checkpoint {
                     self.tensors
                         .position_hashed(tensor, hashes[i])
                         .and_then(|t| self.tensors.get(t))
-                        .is_none_or(|t| t.shard() != shard)
+                        .is_none_or(|t| t.shard().index() != shard)
                 });
                 if wrong {
                     first.get_or_insert(i);
@@ -452,7 +468,21 @@ impl Checkpoint {
     /// The shard holding `tensor`.
     #[must_use]
     pub fn shard_of(&self, tensor: TensorRef<'_>) -> &Shard {
-        &self.shards[tensor.shard()]
+        self.shard(tensor.shard())
+    }
+
+    /// Shard `id` (an id from this checkpoint: its tensors' or
+    /// [`Checkpoint::find_shard`]'s).
+    #[must_use]
+    pub fn shard(&self, id: ShardId) -> &Shard {
+        &self.shards[id.0]
+    }
+
+    /// The shard whose file is `file` (relative to the folder), if any:
+    /// the one place a shard is looked up by name.
+    #[must_use]
+    pub fn find_shard(&self, file: &str) -> Option<ShardId> {
+        self.shards.iter().position(|s| s.file == file).map(ShardId)
     }
 
     /// `config.json`, when present and usable.
@@ -492,48 +522,6 @@ impl Checkpoint {
         }
         merged
     }
-}
-
-/// `work` over `0..len` cut into one run per core (runs of at least
-/// `at_least` items), each run on a thread named `name`, the results in
-/// order. A run whose thread cannot start (or panics, on a bug) is done on
-/// the calling thread.
-fn on_cores<T: Send>(
-    len: usize,
-    at_least: usize,
-    name: &str,
-    work: &(dyn Fn(std::ops::Range<usize>) -> T + Sync),
-) -> Vec<T> {
-    let workers = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
-    let step = len.div_ceil(workers).max(at_least).max(1);
-    let ranges: Vec<std::ops::Range<usize>> = (0..len)
-        .step_by(step)
-        .map(|start| start..(start + step).min(len))
-        .collect();
-    if ranges.len() <= 1 {
-        return ranges.into_iter().map(work).collect();
-    }
-    std::thread::scope(|scope| {
-        let handles: Vec<_> = ranges
-            .iter()
-            .map(|range| {
-                let range = range.clone();
-                std::thread::Builder::new()
-                    .name(name.into())
-                    .spawn_scoped(scope, move || work(range))
-            })
-            .collect();
-        handles
-            .into_iter()
-            .zip(&ranges)
-            .map(|(handle, range)| {
-                handle
-                    .ok()
-                    .and_then(|h| h.join().ok())
-                    .unwrap_or_else(|| work(range.clone()))
-            })
-            .collect()
-    })
 }
 
 /// An order-free digest of a set of tensor names: how many, and the sum and
@@ -582,10 +570,7 @@ fn parse_all(
     report: &(dyn Fn(usize, usize) + Sync),
     first: &(dyn Fn() + Sync),
 ) -> Vec<Parsed> {
-    let workers = std::thread::available_parallelism()
-        .map_or(1, std::num::NonZero::get)
-        .min(files.len())
-        .max(1);
+    let workers = crate::par::cores().min(files.len()).max(1);
     if workers == 1 {
         first();
         let mut buf = Vec::new();
@@ -601,39 +586,27 @@ fn parse_all(
     }
     let next = AtomicUsize::new(0);
     let parsed = AtomicUsize::new(0);
-    let mut results: Vec<Option<Parsed>> = vec![None; files.len()];
-    std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..workers)
-            .filter_map(|k| {
-                let (next, parsed) = (&next, &parsed);
-                let worker = std::thread::Builder::new().name("header-parse".into());
-                worker
-                    .spawn_scoped(scope, move || {
-                        if k == 0 {
-                            first();
-                        }
-                        let mut done = Vec::new();
-                        let mut buf = Vec::new();
-                        loop {
-                            let i = next.fetch_add(1, Ordering::Relaxed);
-                            let Some((_, path)) = files.get(i) else { break };
-                            done.push((i, read_hashed(path, &mut buf)));
-                            report(parsed.fetch_add(1, Ordering::Relaxed) + 1, files.len());
-                        }
-                        done
-                    })
-                    .ok()
-            })
-            .collect();
-        // Should no worker start, the loop below leaves every file unparsed,
-        // reported as such; never a panic.
-        for handle in handles {
-            // A worker only panics on a bug; its files then read as unreadable.
-            for (i, result) in handle.join().unwrap_or_default() {
-                results[i] = Some(result);
-            }
+    let parse = |k: usize| {
+        if k == 0 {
+            first();
         }
-    });
+        let mut done = Vec::new();
+        let mut buf = Vec::new();
+        loop {
+            let i = next.fetch_add(1, Ordering::Relaxed);
+            let Some((_, path)) = files.get(i) else { break };
+            done.push((i, read_hashed(path, &mut buf)));
+            report(parsed.fetch_add(1, Ordering::Relaxed) + 1, files.len());
+        }
+        done
+    };
+    let (done, ()) = crate::par::on_workers(workers, "header-parse", &parse, |_| ());
+    // Should no worker start, every file is left unparsed, reported as
+    // such; a worker only panics on a bug, and its files read as unreadable.
+    let mut results: Vec<Option<Parsed>> = vec![None; files.len()];
+    for (i, result) in done.into_iter().flatten().flatten() {
+        results[i] = Some(result);
+    }
     results
         .into_iter()
         .zip(files)

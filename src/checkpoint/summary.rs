@@ -243,7 +243,7 @@ impl Summary {
         // tensor is plain and no name needs looking up.
         let may_encode = checkpoint.may_have_encodings();
         let count = |range: std::ops::Range<usize>| Counts::of(checkpoint, range, may_encode);
-        let mut parts = super::on_cores(tensors.len(), 1 << 13, "summary", &count).into_iter();
+        let mut parts = crate::par::on_cores(tensors.len(), 1 << 13, "summary", &count).into_iter();
         // The first run's lists have room for the others' (see
         // `push_reserving`): they are appended, never moved.
         let mut all = parts.next().unwrap_or_default();

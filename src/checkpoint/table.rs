@@ -193,10 +193,10 @@ impl<'a> TensorRef<'a> {
         self.part.offsets[self.local]
     }
 
-    /// Position of its shard in [`super::Checkpoint::shards`].
+    /// Its shard.
     #[must_use]
-    pub fn shard(self) -> usize {
-        self.shard
+    pub fn shard(self) -> super::ShardId {
+        super::ShardId(self.shard)
     }
 
     /// Its position in [`super::Checkpoint::tensors`].
@@ -263,10 +263,10 @@ impl TensorInfo {
         &self.shape
     }
 
-    /// Position of its shard in [`super::Checkpoint::shards`].
+    /// Its shard.
     #[must_use]
-    pub fn shard(&self) -> usize {
-        self.shard
+    pub fn shard(&self) -> super::ShardId {
+        super::ShardId(self.shard)
     }
 
     /// Bytes on disk.
@@ -652,7 +652,7 @@ mod tests {
             assert_eq!(table.position(t.name()), Some(position));
             assert_eq!(table.at(position), t);
         }
-        assert_eq!(table.at(3).shard(), 2);
+        assert_eq!(table.at(3).shard(), super::super::ShardId(2));
         assert_eq!(table.at(3).data_offsets(), table_entry_offsets("q"));
         let shard_b: Vec<&str> = table.iter_range(2..5).map(TensorRef::name).collect();
         assert_eq!(shard_b, ["p", "q", "r"]);

@@ -191,7 +191,7 @@ fn write_tensor_list(
             if i > 0 {
                 buf.push(b',');
             }
-            push_tensor(buf, t, &shard_names[t.shard()]);
+            push_tensor(buf, t, &shard_names[t.shard().index()]);
             if let Some(role) = roles.get(first + i) {
                 push_role(buf, role, t, checkpoint, summary);
             }
@@ -216,9 +216,7 @@ fn write_in_pieces(
         .step_by(TENSORS_PER_PIECE)
         .map(|start| start..(start + TENSORS_PER_PIECE).min(count))
         .collect();
-    let workers = std::thread::available_parallelism()
-        .map_or(1, std::num::NonZero::get)
-        .min(pieces.len());
+    let workers = crate::par::cores().min(pieces.len());
     let next = AtomicUsize::new(0);
     let stop = AtomicBool::new(false);
     let spare: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
@@ -228,39 +226,38 @@ fn write_in_pieces(
     // to write next is always inside the window: no wait can block it.
     let window = 2 * workers;
     let written_so_far = (Mutex::new(0usize), std::sync::Condvar::new());
-    let (done, arrived) = mpsc::channel::<(usize, Vec<u8>)>();
-    let written = std::thread::scope(|scope| {
-        for _ in 0..workers {
-            let done = done.clone();
-            let (next, stop, spare, pieces, serialize, written_so_far) =
-                (&next, &stop, &spare, &pieces, &serialize, &written_so_far);
-            let worker = std::thread::Builder::new()
-                .name("list-out".into())
-                .spawn_scoped(scope, move || {
-                    while !stop.load(Ordering::Relaxed) {
-                        let i = next.fetch_add(1, Ordering::Relaxed);
-                        let Some(piece) = pieces.get(i) else { break };
-                        let piece = piece.clone();
-                        wait_for_turn(written_so_far, i, window, stop);
-                        let mut buf = spare
-                            .lock()
-                            .ok()
-                            .and_then(|mut s| s.pop())
-                            .unwrap_or_else(|| Vec::with_capacity(TENSORS_PER_PIECE * 192));
-                        buf.clear();
-                        serialize(piece, &mut buf);
-                        if done.send((i, buf)).is_err() {
-                            break;
-                        }
-                    }
-                });
-            // Without the thread, the pieces are written below, on this one.
-            drop(worker);
+    // A piece, or `None`: a worker is done (sent as it ends, even by a
+    // panic, so that the writer below never waits for a worker gone).
+    let (done, arrived) = mpsc::channel::<Option<(usize, Vec<u8>)>>();
+    let serialize_pieces = |_k: usize| {
+        let done = done.clone();
+        let _last_word = Finished(done.clone());
+        while !stop.load(Ordering::Relaxed) {
+            let i = next.fetch_add(1, Ordering::Relaxed);
+            let Some(piece) = pieces.get(i) else { break };
+            wait_for_turn(&written_so_far, i, window, &stop);
+            let mut buf = spare
+                .lock()
+                .ok()
+                .and_then(|mut s| s.pop())
+                .unwrap_or_else(|| Vec::with_capacity(TENSORS_PER_PIECE * 192));
+            buf.clear();
+            serialize(piece.clone(), &mut buf);
+            if done.send(Some((i, buf))).is_err() {
+                break;
+            }
         }
-        drop(done);
+    };
+    let write_in_order = |started: usize| -> io::Result<usize> {
         let mut waiting = BTreeMap::new();
         let mut written = 0;
-        for (i, buf) in &arrived {
+        let mut ended = 0;
+        while ended < started {
+            let Ok(message) = arrived.recv() else { break };
+            let Some((i, buf)) = message else {
+                ended += 1;
+                continue;
+            };
             waiting.insert(i, buf);
             while let Some(buf) = waiting.remove(&written) {
                 let result = if written > 0 {
@@ -282,7 +279,10 @@ fn write_in_pieces(
             }
         }
         Ok(written)
-    })?;
+    };
+    let (_, written) =
+        crate::par::on_workers(workers, "list-out", &serialize_pieces, write_in_order);
+    let written = written?;
     // What no worker wrote (none could start): here, in order.
     let mut buf = Vec::new();
     for (i, piece) in pieces.iter().enumerate().skip(written) {
@@ -294,6 +294,15 @@ fn write_in_pieces(
         out.write_all(&buf)?;
     }
     Ok(())
+}
+
+/// Tells the writer a `list-out` worker ended, however it ends.
+struct Finished(mpsc::Sender<Option<(usize, Vec<u8>)>>);
+
+impl Drop for Finished {
+    fn drop(&mut self) {
+        let _ = self.0.send(None);
+    }
 }
 
 /// What a tensor's list entry says beyond its header fields.
@@ -633,7 +642,7 @@ fn write_tensor_rows(checkpoint: &Checkpoint, out: &mut impl Write) -> io::Resul
             pad(buf, 12, bytes.len());
             buf.extend_from_slice(bytes.as_bytes());
             buf.extend_from_slice(b"  ");
-            buf.extend_from_slice(shard_names[t.shard()].as_bytes());
+            buf.extend_from_slice(shard_names[t.shard().index()].as_bytes());
             buf.push(b'\n');
         }
     };

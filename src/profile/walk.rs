@@ -12,7 +12,7 @@ use std::fmt::Write as _;
 use std::sync::atomic::AtomicBool;
 use std::time::Instant;
 
-use crate::checkpoint::{Checkpoint, Dtype, TensorRef};
+use crate::checkpoint::{Checkpoint, Dtype, ShardId, TensorRef};
 use crate::mlx::{self, Array};
 use crate::weights::{Native, Release, Released, Visitor, Walker, Walking, Weights, WeightsError};
 
@@ -117,7 +117,7 @@ pub struct PlannedShard {
     /// Shard file.
     pub file: String,
     /// Its position among the checkpoint's shards.
-    pub index: usize,
+    pub index: ShardId,
     /// Canonical names read from it, in data order.
     pub names: Vec<String>,
     /// Bytes read from it.
@@ -146,7 +146,7 @@ impl WalkPlan {
             };
             if shards.last().is_none_or(|s| s.index != info.shard()) {
                 shards.push(PlannedShard {
-                    file: weights.checkpoint().shards()[info.shard()].file.clone(),
+                    file: weights.checkpoint().shard(info.shard()).file.clone(),
                     index: info.shard(),
                     names: Vec::new(),
                     source_bytes: 0,
@@ -174,7 +174,7 @@ impl WalkPlan {
             .filter(|(_, s)| !s.tensors.is_empty())
             .map(|(index, shard)| PlannedShard {
                 file: shard.file.clone(),
-                index,
+                index: ShardId(index),
                 names: tensors
                     .iter_range(shard.tensors.clone())
                     .map(|t| t.name().to_owned())
@@ -428,7 +428,7 @@ impl<N: Native> Visitor<Weights<N>> for Steps<'_> {
     ) -> Result<(), WeightsError> {
         let (bytes, output_bytes, shard) = read_one(weights, name, self.transform, &mut self.kept)
             .inspect_err(|err| self.failed(name, err, walking))?;
-        let file = weights.checkpoint().shards()[shard].file.clone();
+        let file = weights.checkpoint().shard(shard).file.clone();
         let mut detail = format!("{}, shard {file}", self.device);
         if output_bytes > 0 {
             let _ = write!(
@@ -455,7 +455,7 @@ impl<N: Native> Visitor<Weights<N>> for Steps<'_> {
                     return;
                 };
                 let (bytes, shard) = (info.bytes(), info.shard());
-                let file = weights.checkpoint().shards()[shard].file.clone();
+                let file = weights.checkpoint().shard(shard).file.clone();
                 let resident = weights.resident_bytes(shard);
                 let mark = Mark::new(MarkKind::Release, name)
                     .bytes(bytes)
@@ -463,7 +463,7 @@ impl<N: Native> Visitor<Weights<N>> for Steps<'_> {
                 self.record(mark, walking, done);
             }
             Released::Shard { shard, freed, .. } => {
-                let file = weights.checkpoint().shards()[shard].file.clone();
+                let file = weights.checkpoint().shard(shard).file.clone();
                 let mark = Mark::new(MarkKind::ReleaseShard, file.as_str())
                     .bytes(freed)
                     .resident(file, 0);
@@ -472,7 +472,7 @@ impl<N: Native> Visitor<Weights<N>> for Steps<'_> {
         }
     }
 
-    fn leaving(&mut self, _weights: &mut Weights<N>, _shard: usize) {
+    fn leaving(&mut self, _weights: &mut Weights<N>, _shard: ShardId) {
         // The shard's outputs are written; only `retain` keeps them.
         if self.policy != Policy::Retain {
             self.kept.clear();
@@ -488,7 +488,7 @@ fn read_one<N: Native>(
     name: &str,
     transform: Transform,
     kept: &mut Vec<Array>,
-) -> Result<(u64, u64, usize), WeightsError> {
+) -> Result<(u64, u64, ShardId), WeightsError> {
     let array = weights.materialize(name)?;
     let info = weights
         .info(name)

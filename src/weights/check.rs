@@ -89,7 +89,7 @@ impl<N: Native> Visitor<Weights<N>> for Findings {
 fn located<N: Native>(weights: &Weights<N>, name: &str, mut f: Finding) -> Finding {
     if let Some(info) = weights.info(name) {
         f.tensor = Some(info.name().to_owned());
-        f.file = Some(weights.checkpoint().shards()[info.shard()].file.clone());
+        f.file = Some(weights.checkpoint().shard(info.shard()).file.clone());
     }
     f
 }

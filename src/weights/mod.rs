@@ -60,7 +60,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::checkpoint::{Checkpoint, CheckpointError, TensorRef};
+use crate::checkpoint::{Checkpoint, CheckpointError, ShardId, TensorRef};
 use crate::mlx::{Array, MlxError, ShardMap};
 
 /// Errors of the Weights core.
@@ -151,16 +151,16 @@ pub struct Weights<N: Native = MlxNative> {
     checkpoint: Arc<Checkpoint>,
     native: N,
     /// Shard position in the checkpoint → its live native map.
-    maps: HashMap<usize, ShardMap>,
+    maps: HashMap<ShardId, ShardMap>,
     /// Cached arrays by canonical name.
     arrays: HashMap<String, Array>,
     /// Shard position → stored tensors evaluated from its live map, with
     /// their bytes: what the map keeps alive until [`Weights::release_shard`],
     /// whatever [`Weights::release`] did (the profiler's attribution).
-    resident: HashMap<usize, HashMap<String, u64>>,
+    resident: HashMap<ShardId, HashMap<String, u64>>,
     /// Shard position → the sum of its `resident` bytes, kept as they
     /// change (a walk asks after every tensor: summing would be quadratic).
-    resident_totals: HashMap<usize, u64>,
+    resident_totals: HashMap<ShardId, u64>,
     view: Option<View>,
     /// What the installed rule view did to the names (for people).
     view_info: Option<Arc<ViewInfo>>,
@@ -249,7 +249,7 @@ impl<N: Native> Weights<N> {
         for (i, shard) in checkpoint.shards().iter().enumerate() {
             match native.open_shard(&shard.path) {
                 Ok(map) => {
-                    maps.insert(i, map);
+                    maps.insert(ShardId(i), map);
                     report(OpenStep::Maps {
                         opened: i + 1,
                         total,
@@ -393,7 +393,7 @@ impl<N: Native> Weights<N> {
     #[must_use]
     pub fn file_of(&self, name: &str) -> Option<&str> {
         self.info(name)
-            .map(|t| self.checkpoint.shards()[t.shard()].file.as_str())
+            .map(|t| self.checkpoint.shard(t.shard()).file.as_str())
     }
 
     /// Canonical names: with a view, exactly the tensors the graph can ask
@@ -461,9 +461,9 @@ impl<N: Native> Weights<N> {
     }
 
     /// Whether shard `shard` is still the file that was opened.
-    fn check_unchanged(&self, shard: usize) -> Result<(), WeightsError> {
-        let path = &self.checkpoint.shards()[shard].path;
-        let Some(Some(opened)) = self.fingerprints.get(shard) else {
+    fn check_unchanged(&self, shard: ShardId) -> Result<(), WeightsError> {
+        let path = &self.checkpoint.shard(shard).path;
+        let Some(Some(opened)) = self.fingerprints.get(shard.index()) else {
             return Ok(());
         };
         match fingerprint(path) {
@@ -520,7 +520,7 @@ impl<N: Native> Weights<N> {
     /// Bytes the live map of shard `shard` (a position in the checkpoint's
     /// shards) holds in evaluated tensors, by the core's own bookkeeping.
     #[must_use]
-    pub fn resident_bytes(&self, shard: usize) -> u64 {
+    pub fn resident_bytes(&self, shard: ShardId) -> u64 {
         self.resident_totals.get(&shard).copied().unwrap_or(0)
     }
 
@@ -528,7 +528,7 @@ impl<N: Native> Weights<N> {
     /// shard's data (what a streaming transform reads sequentially).
     #[must_use]
     pub fn walk_order(&self) -> Vec<String> {
-        let mut names: Vec<(usize, u64, String)> = self
+        let mut names: Vec<(ShardId, u64, String)> = self
             .tensor_names()
             .into_iter()
             .filter_map(|name| {
@@ -551,9 +551,7 @@ impl<N: Native> Weights<N> {
         let shard = info.shard();
         self.check_unchanged(shard)?;
         if !self.maps.contains_key(&shard) {
-            let map = self
-                .native
-                .open_shard(&self.checkpoint.shards()[shard].path)?;
+            let map = self.native.open_shard(&self.checkpoint.shard(shard).path)?;
             self.maps.insert(shard, map);
         }
         let map = &self.maps[&shard];
@@ -574,23 +572,13 @@ impl<N: Native> Weights<N> {
         self.arrays.remove(name);
     }
 
-    /// Drops the native map of shard `file` and every cached array from it,
-    /// freeing all bytes materialized from it (into MLX's cache). The shard
-    /// reopens on the next [`Weights::tensor`] that needs it. Returns whether
-    /// such a shard exists.
-    pub fn release_shard(&mut self, file: &str) -> bool {
-        let Some(shard) = self.checkpoint.shards().iter().position(|s| s.file == file) else {
-            return false;
-        };
-        self.release_shard_at(shard)
-    }
-
-    /// [`Weights::release_shard`] by the shard's position among the
-    /// checkpoint's shards; `false` when there is no such position.
-    pub fn release_shard_at(&mut self, shard: usize) -> bool {
-        if shard >= self.checkpoint.shards().len() {
-            return false;
-        }
+    /// Drops the native map of `shard` and every cached array from it,
+    /// freeing all bytes materialized from it (into MLX's cache), and
+    /// returns those bytes (by the core's bookkeeping). The shard reopens on
+    /// the next [`Weights::tensor`] that needs it. An id past the
+    /// checkpoint's shards frees nothing.
+    pub fn release_shard(&mut self, shard: ShardId) -> u64 {
+        let freed = self.resident_bytes(shard);
         let doomed: Vec<String> = self
             .arrays
             .keys()
@@ -605,7 +593,7 @@ impl<N: Native> Weights<N> {
         }
         self.resident.remove(&shard);
         self.resident_totals.remove(&shard);
-        true
+        freed
     }
 
     /// Drops every cached array and every map.
@@ -618,14 +606,10 @@ impl<N: Native> Weights<N> {
         }
     }
 
-    /// Whether shard `file` has a live native map.
+    /// Whether `shard` has a live native map.
     #[must_use]
-    pub fn is_shard_open(&self, file: &str) -> bool {
-        self.checkpoint
-            .shards()
-            .iter()
-            .position(|s| s.file == file)
-            .is_some_and(|i| self.maps.contains_key(&i))
+    pub fn is_shard_open(&self, shard: ShardId) -> bool {
+        self.maps.contains_key(&shard)
     }
 }
 

@@ -93,7 +93,7 @@ impl<N: Native> Weights<N> {
             .info(name)
             .ok_or_else(|| WeightsError::NoTensor(name.to_owned()))?
             .to_info();
-        let shard = self.checkpoint.shards()[info.shard()].file.clone();
+        let shard = self.checkpoint.shard(info.shard()).file.clone();
         let device = mlx::default_device().map_or_else(|_| "unknown".to_owned(), |d| d.name());
 
         let Decoded {

@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::checkpoint::{Checkpoint, TensorRef};
+use crate::checkpoint::{Checkpoint, ShardId, TensorRef};
 use crate::memory::{ProcessFigures, Sample, reset_peak_rss};
 use crate::mlx;
 
@@ -43,8 +43,8 @@ pub enum Released<'a> {
     Shard {
         /// The side: 0 (A), 1 (B).
         side: usize,
-        /// Its position among that side's shards.
-        shard: usize,
+        /// The shard, of that side's checkpoint.
+        shard: ShardId,
         /// Bytes it held.
         freed: u64,
     },
@@ -173,7 +173,7 @@ pub trait Visitor<S: ?Sized> {
 
     /// The walk is leaving shard `shard` of the first side (the next tensor
     /// is in another, or there is none), before that shard is released.
-    fn leaving(&mut self, _sides: &mut S, _shard: usize) {}
+    fn leaving(&mut self, _sides: &mut S, _shard: ShardId) {}
 }
 
 /// What the walker walks: one checkpoint, or two in step.
@@ -184,9 +184,9 @@ pub trait Sides {
     fn release(&mut self, name: &str);
     /// `(side, shard)` of every stored tensor a visit of `name` reads: the
     /// tensor, and with `parts` its scales, biases and block scales.
-    fn needs(&self, name: &str, parts: bool, out: &mut Vec<(usize, usize)>);
+    fn needs(&self, name: &str, parts: bool, out: &mut Vec<(usize, ShardId)>);
     /// Releases shard `shard` of side `side`; returns the bytes it held.
-    fn release_shard(&mut self, side: usize, shard: usize) -> u64;
+    fn release_shard(&mut self, side: usize, shard: ShardId) -> u64;
     /// The first side's checkpoint.
     fn checkpoint(&self) -> &Checkpoint;
     /// The first side's header entry for `name`.
@@ -202,7 +202,7 @@ impl<N: Native> Sides for Weights<N> {
         Weights::release(self, name);
     }
 
-    fn needs(&self, name: &str, parts: bool, out: &mut Vec<(usize, usize)>) {
+    fn needs(&self, name: &str, parts: bool, out: &mut Vec<(usize, ShardId)>) {
         if parts {
             for stored in self.stored_parts(name) {
                 if let Some(t) = self.checkpoint().tensor(&stored) {
@@ -214,10 +214,8 @@ impl<N: Native> Sides for Weights<N> {
         }
     }
 
-    fn release_shard(&mut self, _side: usize, shard: usize) -> u64 {
-        let freed = self.resident_bytes(shard);
-        self.release_shard_at(shard);
-        freed
+    fn release_shard(&mut self, _side: usize, shard: ShardId) -> u64 {
+        Weights::release_shard(self, shard)
     }
 
     fn checkpoint(&self) -> &Checkpoint {
@@ -248,7 +246,7 @@ impl<N: Native, M: Native> Sides for Pair<'_, N, M> {
         self.b.release(name);
     }
 
-    fn needs(&self, name: &str, parts: bool, out: &mut Vec<(usize, usize)>) {
+    fn needs(&self, name: &str, parts: bool, out: &mut Vec<(usize, ShardId)>) {
         Sides::needs(&*self.a, name, parts, out);
         let from = out.len();
         Sides::needs(&*self.b, name, parts, out);
@@ -257,7 +255,7 @@ impl<N: Native, M: Native> Sides for Pair<'_, N, M> {
         }
     }
 
-    fn release_shard(&mut self, side: usize, shard: usize) -> u64 {
+    fn release_shard(&mut self, side: usize, shard: ShardId) -> u64 {
         if side == 0 {
             Sides::release_shard(&mut *self.a, 0, shard)
         } else {
@@ -419,7 +417,7 @@ impl<'c> Walker<'c> {
         visitor: &mut V,
         walking: &mut Walking,
         i: usize,
-        left: &mut HashMap<(usize, usize), usize>,
+        left: &mut HashMap<(usize, ShardId), usize>,
     ) -> End {
         let name = &self.names[i];
         if self.cancel.load(Ordering::Relaxed) {
@@ -445,7 +443,7 @@ impl<'c> Walker<'c> {
         visitor: &mut V,
         walking: &mut Walking,
         i: usize,
-        left: &mut HashMap<(usize, usize), usize>,
+        left: &mut HashMap<(usize, ShardId), usize>,
     ) {
         let name = &self.names[i];
         if self.release != Release::Nothing {
@@ -484,7 +482,7 @@ impl<'c> Walker<'c> {
     }
 
     /// How many visits still need each `(side, shard)`.
-    fn needs<S: Sides + ?Sized>(&self, sides: &S) -> HashMap<(usize, usize), usize> {
+    fn needs<S: Sides + ?Sized>(&self, sides: &S) -> HashMap<(usize, ShardId), usize> {
         let mut left = HashMap::new();
         if self.release != Release::Shard {
             return left;
@@ -509,7 +507,7 @@ impl<'c> Walker<'c> {
         if !self.prefetch {
             return (None, Vec::new());
         }
-        let shards = sides.checkpoint().shards();
+        let checkpoint = sides.checkpoint();
         let mut paths: Vec<PathBuf> = Vec::new();
         let mut last = None;
         let stream = self
@@ -519,9 +517,9 @@ impl<'c> Walker<'c> {
                 let info = sides.info(name)?;
                 if last != Some(info.shard()) {
                     last = Some(info.shard());
-                    paths.push(shards[info.shard()].path.clone());
+                    paths.push(checkpoint.shard(info.shard()).path.clone());
                 }
-                let end = shards[info.shard()].data_start() + info.data_offsets().1;
+                let end = checkpoint.shard(info.shard()).data_start() + info.data_offsets().1;
                 Some((paths.len() - 1, end))
             })
             .collect();

@@ -10,7 +10,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
 use common::{Tensor, mlx_memory_lock, write_safetensors};
-use weightscope::checkpoint::Checkpoint;
+use weightscope::checkpoint::{Checkpoint, ShardId};
 use weightscope::mlx::{self, Array, MlxError, ShardMap};
 use weightscope::weights::{
     MlxNative, Native, Release, Released, View, Visitor, Walker, Walking, Weights, WeightsError,
@@ -45,7 +45,7 @@ fn the_release_trap_and_the_shard_release_fix() {
 
     let mut weights = Weights::open(dir.path()).expect("open");
     assert_eq!(active(), base, "opening reads no tensor bytes");
-    assert!(weights.is_shard_open("shard-0.safetensors"));
+    assert!(weights.is_shard_open(ShardId(0)));
 
     let a = weights.tensor("s0.t0").expect("tensor");
     mlx::evaluate(&a).expect("eval");
@@ -68,18 +68,30 @@ fn the_release_trap_and_the_shard_release_fix() {
     assert_eq!(active() - base, 3 * MIB, "release() alone frees nothing");
 
     // The fix: releasing the shard frees everything materialized from it.
-    assert!(weights.release_shard("shard-0.safetensors"));
+    let shard0 = weights.checkpoint().find_shard("shard-0.safetensors");
+    assert_eq!(shard0, Some(ShardId(0)), "found by name");
+    // (By the core's bookkeeping nothing was materialized: `tensor` plus
+    // `evaluate` bypass it, so the freed figure it returns is 0.)
+    assert_eq!(weights.release_shard(ShardId(0)), 0);
     assert_eq!(
         active() - base,
         MIB,
         "release_shard frees the shard's 2 MiB"
     );
-    assert!(!weights.is_shard_open("shard-0.safetensors"));
-    assert!(!weights.release_shard("no-such-shard.safetensors"));
+    assert!(!weights.is_shard_open(ShardId(0)));
+    assert_eq!(
+        weights.checkpoint().find_shard("no-such-shard.safetensors"),
+        None
+    );
+    assert_eq!(
+        weights.release_shard(ShardId(99)),
+        0,
+        "no such shard: nothing"
+    );
 
     // A released shard reopens transparently, lazily.
     let again = weights.tensor("s0.t1").expect("reopen");
-    assert!(weights.is_shard_open("shard-0.safetensors"));
+    assert!(weights.is_shard_open(ShardId(0)));
     assert_eq!(active() - base, MIB, "reopening reads no bytes");
     assert_eq!(mlx::to_f32_vec(&again).expect("values")[0], 1.0);
     assert_eq!(active() - base, 2 * MIB, "s0.t1 is materialized again");
@@ -244,7 +256,7 @@ fn views_rename_drop_and_fix_up_lazily() {
 struct Ledger {
     visits: Vec<(String, Vec<bool>, u64)>,
     released: Vec<String>,
-    left: Vec<usize>,
+    left: Vec<ShardId>,
 }
 
 impl<N: Native> Visitor<Weights<N>> for Ledger {
@@ -258,9 +270,7 @@ impl<N: Native> Visitor<Weights<N>> for Ledger {
             return Err(WeightsError::NoTensor("refused by the ledger".into()));
         }
         weights.materialize(name)?;
-        let open = (0..3)
-            .map(|s| weights.is_shard_open(&format!("shard-{s}.safetensors")))
-            .collect();
+        let open = (0..3).map(|s| weights.is_shard_open(ShardId(s))).collect();
         self.visits.push((name.to_owned(), open, active()));
         Ok(())
     }
@@ -269,12 +279,12 @@ impl<N: Native> Visitor<Weights<N>> for Ledger {
         self.released.push(match what {
             Released::Tensor(name) => name.to_owned(),
             Released::Shard { shard, freed, .. } => {
-                format!("{} ({freed})", weights.checkpoint().shards()[shard].file)
+                format!("{} ({freed})", weights.checkpoint().shard(shard).file)
             }
         });
     }
 
-    fn leaving(&mut self, _weights: &mut Weights<N>, shard: usize) {
+    fn leaving(&mut self, _weights: &mut Weights<N>, shard: ShardId) {
         self.left.push(shard);
     }
 }
@@ -310,7 +320,11 @@ fn the_walker_releases_shards_as_it_leaves_them_and_stops_on_an_error() {
             format!("shard-1.safetensors ({})", 2 * MIB),
         ]
     );
-    assert_eq!(ledger.left, [0, 1], "left shards 0 and 1; stopped in 2");
+    assert_eq!(
+        ledger.left,
+        [ShardId(0), ShardId(1)],
+        "left 0 and 1; stopped in 2"
+    );
     assert_eq!((walked.done, walked.total), (5, 6));
     assert!(!walked.cancelled);
     let (name, err) = walked.stopped.expect("stopped");
@@ -328,5 +342,10 @@ fn the_walker_releases_shards_as_it_leaves_them_and_stops_on_an_error() {
     assert!(walked.cancelled);
     assert_eq!(walked.done, 0);
     assert!(ledger.visits.is_empty());
-    assert_eq!((0..3).map(|s| weights.resident_bytes(s)).sum::<u64>(), 0);
+    assert_eq!(
+        (0..3)
+            .map(|s| weights.resident_bytes(ShardId(s)))
+            .sum::<u64>(),
+        0
+    );
 }

@@ -103,7 +103,7 @@ fn commands_in_summaries_out() {
         "release alone frees nothing"
     );
     worker
-        .send(Command::ReleaseShard("shard-1.safetensors".into()))
+        .send(Command::ReleaseShard(weightscope::checkpoint::ShardId(1)))
         .expect("send");
     let freed = worker.recv().expect("event");
     assert!(

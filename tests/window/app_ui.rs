@@ -5,7 +5,7 @@ use crate::common;
 
 use egui_kittest::Harness;
 use egui_kittest::kittest::Queryable;
-use weightscope::app::{Action, Tab, WeightscopeApp};
+use weightscope::app::{Action, AppCommand, Tab, WeightscopeApp};
 use weightscope::mlx;
 use weightscope::weights::demo;
 
@@ -95,9 +95,9 @@ fn browse_the_demo_filter_materialize_and_release() {
     // The packed weight with its scales and biases: 64 + 8 + 8 KiB.
     harness.get_by_label_contains("materialized 80.00 KiB");
     // A second click is served from the cache and adds nothing.
-    harness
-        .state_mut()
-        .materialize("model.layers.0.mlp.up_proj.weight");
+    harness.state_mut().execute(AppCommand::Materialize(
+        "model.layers.0.mlp.up_proj.weight".into(),
+    ));
     harness.step();
     harness
         .state_mut()
@@ -161,7 +161,7 @@ fn a_path_that_cannot_open_says_why_and_another_can_be_typed() {
     harness.get_by_label("Checkpoint path").focus();
     harness.run();
     let field_path = dir.path().join("m.safetensors");
-    harness.state_mut().open(field_path);
+    harness.state_mut().execute(AppCommand::Open(field_path));
     harness.state_mut().wait_for_worker().expect("opened");
     harness.run();
     harness.get_by_label_contains("1 of 1 tensors");
@@ -486,7 +486,9 @@ fn views_show_both_names_the_drops_and_the_fix_up_and_the_diff_tab_compares() {
     harness.get_by_label_contains("3 of 3 tensors");
 
     // The converted checkpoint against the source through the view: equal.
-    harness.state_mut().open(converted.path().to_path_buf());
+    harness
+        .state_mut()
+        .execute(AppCommand::Open(converted.path().to_path_buf()));
     harness.state_mut().wait_for_worker().expect("opened");
     harness.run();
     harness.get_by_label("Diff").click();
@@ -685,18 +687,24 @@ fn a_new_checkpoint_never_shows_an_old_heatmap() {
         &[common::Tensor::f32("w", &[8, 8], &values(-2.0))],
     );
     let mut harness = harness(open_app(a.path()));
-    harness.state_mut().materialize("w");
+    harness
+        .state_mut()
+        .execute(AppCommand::Materialize("w".into()));
     harness.step();
     harness.state_mut().wait_for_worker().expect("materialized");
     harness.run();
     let first = harness.state().heatmap_keys();
     assert_eq!(first.len(), 1, "{first:?}");
 
-    harness.state_mut().open(b.path().to_path_buf());
+    harness
+        .state_mut()
+        .execute(AppCommand::Open(b.path().to_path_buf()));
     harness.state_mut().wait_for_worker().expect("opened");
     harness.run();
     assert!(harness.state().heatmap_keys().is_empty(), "dropped on open");
-    harness.state_mut().materialize("w");
+    harness
+        .state_mut()
+        .execute(AppCommand::Materialize("w".into()));
     harness.step();
     harness.state_mut().wait_for_worker().expect("materialized");
     harness.run();
@@ -806,7 +814,10 @@ fn the_profiler_records_a_users_job_and_shows_what_it_did() {
 
     // A recording is a trace like any other.
     let saved = dir.path().join("job.csv");
-    harness.state_mut().save_trace(&saved);
+    harness.state_mut().execute(AppCommand::SaveTrace {
+        path: saved.clone(),
+        replace: true,
+    });
     let trace = weightscope::profile::Trace::load(&saved).expect("saved trace loads");
     assert_eq!(trace.job.and_then(|j| j.exit_code), Some(0));
 
@@ -914,7 +925,7 @@ fn opening_many_shards_shows_progress_while_the_open_checkpoint_stays() {
         );
     }
     let mut harness = harness(open_app(&demo));
-    harness.state_mut().open(many.clone());
+    harness.state_mut().execute(AppCommand::Open(many.clone()));
     // Apply events one at a time until the first progress has arrived.
     while !harness.state_mut().wait_for_any_event().expect("event") {}
     assert!(harness.state().is_opening());
@@ -940,10 +951,14 @@ fn a_trace_loads_off_the_ui_thread_and_a_bad_one_says_why() {
     let dir = tempfile::tempdir().expect("tempdir");
     let demo = demo::ensure_demo(&dir.path().join("demo")).expect("demo");
     let mut harness = harness(open_app(&demo));
-    harness.state_mut().show_tab(Tab::Profiler);
+    harness
+        .state_mut()
+        .execute(AppCommand::ShowTab(Tab::Profiler));
     harness.run();
     let bad = dir.path().join("nope.json");
-    harness.state_mut().load_trace(&bad);
+    harness
+        .state_mut()
+        .execute(AppCommand::LoadTrace(bad.clone()));
     harness.step(); // frames go on while the thread reads
     harness.state_mut().wait_for_trace();
     harness.run();
@@ -961,7 +976,9 @@ fn a_trace_loads_off_the_ui_thread_and_a_bad_one_says_why() {
         .output()
         .expect("walk runs");
     assert!(walked.status.success());
-    harness.state_mut().load_trace(&good);
+    harness
+        .state_mut()
+        .execute(AppCommand::LoadTrace(good.clone()));
     harness.step();
     harness.state_mut().wait_for_trace();
     harness.run();

@@ -5,6 +5,7 @@
 //! problem and stays usable. Nothing panics.
 
 use crate::common;
+use weightscope::app::AppCommand;
 
 use std::path::{Path, PathBuf};
 use std::process::Command as Process;
@@ -441,7 +442,7 @@ fn the_window_shows_each_problem_and_stays_usable() {
         let dir = keep.path().join(format!("case-{i}"));
         std::fs::create_dir(&dir).expect("mkdir");
         let path = (case.build)(&dir);
-        harness.state_mut().open(path);
+        harness.state_mut().execute(AppCommand::Open(path));
         harness
             .state_mut()
             .wait_for_worker()
@@ -476,9 +477,11 @@ fn the_window_shows_each_problem_and_stays_usable() {
         &good.join("m.safetensors"),
         &[common::Tensor::f32("fine", &[2], &[1.0, 3.0])],
     );
-    harness.state_mut().open(good);
+    harness.state_mut().execute(AppCommand::Open(good));
     harness.state_mut().wait_for_worker().expect("opened");
-    harness.state_mut().materialize("fine");
+    harness
+        .state_mut()
+        .execute(AppCommand::Materialize("fine".into()));
     harness.state_mut().wait_for_worker().expect("materialized");
     harness.run();
     harness.get_by_label("mean");

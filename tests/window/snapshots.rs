@@ -4,6 +4,7 @@
 //! `*.new.png` and `*.diff.png` there (ignored by git).
 
 use crate::common;
+use weightscope::app::AppCommand;
 
 use egui_kittest::kittest::Queryable;
 use egui_kittest::{Harness, SnapshotOptions};
@@ -92,7 +93,9 @@ fn the_main_window_at_800x500() {
             "{label} is on screen: {rect:?}"
         );
     }
-    harness.state_mut().materialize("lm_head.weight");
+    harness
+        .state_mut()
+        .execute(AppCommand::Materialize("lm_head.weight".into()));
     harness.step();
     harness.state_mut().wait_for_worker().expect("materialized");
     harness.run();

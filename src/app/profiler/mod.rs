@@ -10,12 +10,13 @@ use std::time::{Duration, Instant};
 use crate::checkpoint::Checkpoint;
 use crate::memory::{ExpectedPeaks, MachineMemory, MarkKind, Policy};
 use crate::mlx::{DeviceInfo, MemoryStats};
-use crate::profile::record::{Recording, Target, Update};
+use crate::profile::record::{Recording, Update};
 use crate::profile::{self, Finding, Sampler, Timeline, Trace, Transform, WalkOutcome};
 use crate::units::human_bytes;
-use crate::worker::{CancelToken, Command};
+use crate::worker::CancelToken;
 
 use super::Action;
+use super::commands::{AppCommand, CommandSender};
 use super::record::{FormKind, LiveRecording, RecordForm};
 
 mod plots;
@@ -67,6 +68,8 @@ pub(super) struct ProfilerInputs<'a> {
     pub sampler: Option<&'a Sampler>,
     /// The MLX device, or why MLX could not start.
     pub device: &'a Result<DeviceInfo, String>,
+    /// Where the tab's requests go.
+    pub commands: &'a CommandSender,
 }
 
 impl ProfilerInputs<'_> {
@@ -76,32 +79,6 @@ impl ProfilerInputs<'_> {
             .map(DeviceInfo::name)
             .unwrap_or_default()
     }
-}
-
-/// What the profiler asks the app to do (run at the end of the frame).
-#[must_use]
-#[derive(Debug)]
-pub(super) enum ProfilerAction {
-    /// Queue this command on the MLX worker (walks, limits).
-    Send(Command),
-    /// Show a file dialog.
-    Dialog(Action),
-    /// Sample memory at this interval.
-    SetSampleInterval(Duration),
-    /// Save the trace to this path (`replace`: over a file already there;
-    /// else the panel asks first).
-    SaveTo {
-        /// Where.
-        path: PathBuf,
-        /// Whether the user agreed to replace an existing file.
-        replace: bool,
-    },
-    /// Overlay the trace saved at this path.
-    OverlayFrom(PathBuf),
-    /// Start recording this job or process (against this checkpoint).
-    Record(Target, Option<PathBuf>),
-    /// Stop the recorded job (SIGINT, then SIGTERM, SIGKILL) or detach.
-    StopRecording,
 }
 
 /// The profiler tab: its controls, the running and last walks, overlays
@@ -149,8 +126,6 @@ pub(super) struct ProfilerPanel {
     /// What was resident at the selected moment (key: event count, moment,
     /// whether a recording's events, run number).
     resident: Option<(ResidentKey, Vec<profile::ResidentShard>)>,
-    /// Actions asked for during this frame.
-    actions: Vec<ProfilerAction>,
 }
 
 /// A trace file read and parsed on a `trace-load` thread.
@@ -193,7 +168,6 @@ impl Default for ProfilerPanel {
             residency: None,
             runs: 0,
             resident: None,
-            actions: Vec::new(),
         }
     }
 }
@@ -334,6 +308,7 @@ impl ProfilerPanel {
     }
 
     /// Whether a recording runs.
+    #[cfg(any(test, feature = "test-hooks"))]
     pub(super) fn is_recording(&self) -> bool {
         self.recording.is_some()
     }
@@ -346,15 +321,21 @@ impl ProfilerPanel {
 
     /// Asks for a walk of the open checkpoint with the chosen policy and
     /// transform.
-    pub(super) fn start_walk(&mut self, inputs: &ProfilerInputs<'_>) {
-        let (policy, transform) = (self.policy, self.transform);
-        let cancel = CancelToken::new();
-        self.cancel = Some(cancel.clone());
-        self.actions.push(ProfilerAction::Send(Command::Walk {
-            policy,
-            transform,
-            cancel,
-        }));
+    pub(super) fn start_walk(&self, inputs: &ProfilerInputs<'_>) {
+        inputs.commands.send(AppCommand::Walk {
+            policy: self.policy,
+            transform: self.transform,
+        });
+    }
+
+    /// The app sent the walk to the worker with `cancel` (the Stop button's).
+    pub(super) fn walk_started(
+        &mut self,
+        (policy, transform): (Policy, Transform),
+        cancel: CancelToken,
+        inputs: &ProfilerInputs<'_>,
+    ) {
+        self.cancel = Some(cancel);
         self.running = Some(RunningWalk {
             policy,
             transform,
@@ -365,12 +346,8 @@ impl ProfilerPanel {
         });
     }
 
-    /// The actions asked for outside `ui` (a walk started by a shortcut).
-    pub(super) fn take_actions(&mut self) -> Vec<ProfilerAction> {
-        std::mem::take(&mut self.actions)
-    }
-
     /// Whether a walk is running.
+    #[cfg(any(test, feature = "test-hooks"))]
     pub(super) fn is_walking(&self) -> bool {
         self.running.is_some()
     }
@@ -381,6 +358,7 @@ impl ProfilerPanel {
     }
 
     /// The last finished walk's outcome and findings.
+    #[cfg(any(test, feature = "test-hooks"))]
     pub(super) fn last_walk(&self) -> Option<(&WalkOutcome, &[Finding])> {
         self.last.as_ref().and_then(|w| match &w.run {
             Run::Walk(outcome) => Some((outcome, w.findings.as_slice())),
@@ -389,6 +367,7 @@ impl ProfilerPanel {
     }
 
     /// The last recording and its findings.
+    #[cfg(any(test, feature = "test-hooks"))]
     pub(super) fn last_recording(&self) -> Option<(&Recording, &[Finding])> {
         self.last.as_ref().and_then(|w| match &w.run {
             Run::Record(recording) => Some((recording.as_ref(), w.findings.as_slice())),
@@ -447,17 +426,15 @@ impl ProfilerPanel {
         );
     }
 
-    /// Loads a saved trace and overlays it on the walk view.
-    pub(super) fn load_trace(&mut self, path: &std::path::Path) {
-        let (done, result) = std::sync::mpsc::channel();
-        let file = path.to_path_buf();
-        let spawned = std::thread::Builder::new()
-            .name("trace-load".into())
-            .spawn(move || {
-                let _ = done.send(Trace::load(&file).map_err(|e| e.to_string()));
-            });
+    /// A saved trace is loading (`spawned`: its `trace-load` thread's
+    /// answer); it is overlaid on the walk view when it is in.
+    pub(super) fn load_trace(
+        &mut self,
+        path: &std::path::Path,
+        spawned: std::io::Result<std::sync::mpsc::Receiver<Result<Trace, String>>>,
+    ) {
         match spawned {
-            Ok(_) => {
+            Ok(result) => {
                 self.message = Some(format!("loading {}…", path.display()));
                 self.loading = Some(TraceLoad {
                     path: path.to_path_buf(),
@@ -517,26 +494,25 @@ impl ProfilerPanel {
     }
 
     /// The selected moment on the session clock.
+    #[cfg(any(test, feature = "test-hooks"))]
     pub(super) fn selected_moment(&self) -> Option<f64> {
         self.selected_secs
     }
 
     /// Selects a moment (as clicking an event row does).
+    #[cfg(any(test, feature = "test-hooks"))]
     pub(super) fn select_moment(&mut self, t_secs: f64) {
         self.selected_secs = Some(t_secs);
     }
 
     /// Forgets MLX-side state tied to the machine (snapshot tests).
+    #[cfg(any(test, feature = "test-hooks"))]
     pub(super) fn set_machine(&mut self, machine: MachineMemory) {
         self.machine = machine;
     }
 
-    /// Draws the tab; returns the actions asked for.
-    pub(super) fn ui(
-        &mut self,
-        ui: &mut egui::Ui,
-        inputs: &ProfilerInputs<'_>,
-    ) -> Vec<ProfilerAction> {
+    /// Draws the tab; what it asks for goes to `inputs.commands`.
+    pub(super) fn ui(&mut self, ui: &mut egui::Ui, inputs: &ProfilerInputs<'_>) {
         if self.poll_trace_load(false) && self.loading.is_some() {
             ui.ctx().request_repaint_after(Duration::from_millis(50));
         }
@@ -548,11 +524,11 @@ impl ProfilerPanel {
                 self.record_buttons_ui(ui);
             });
         }
-        self.record_status_ui(ui);
+        self.record_status_ui(ui, inputs.commands);
         ui.separator();
         self.limits_ui(ui, inputs);
         ui.separator();
-        self.trace_controls_ui(ui);
+        self.trace_controls_ui(ui, inputs.commands);
         if let Some(message) = &self.message {
             ui.label(message);
         }
@@ -572,7 +548,6 @@ impl ProfilerPanel {
                 .auto_shrink(false)
                 .show(ui, |ui| self.timeline_ui(ui, inputs, room));
         });
-        self.take_actions()
     }
 
     /// "Record a command…" and "Attach to process…" (off while one runs).
@@ -597,7 +572,7 @@ impl ProfilerPanel {
     }
 
     /// The recording while it runs (its figures now, Stop), and the open form.
-    fn record_status_ui(&mut self, ui: &mut egui::Ui) {
+    fn record_status_ui(&mut self, ui: &mut egui::Ui, commands: &CommandSender) {
         if let Some(live) = &mut self.recording {
             ui.horizontal_wrapped(|ui| {
                 ui.spinner();
@@ -607,15 +582,14 @@ impl ProfilerPanel {
                     .on_hover_text("Send the job SIGINT (again: SIGTERM, then SIGKILL); the recording keeps what it saw. Attached: detach.");
                 if stop.clicked() {
                     live.stopping = true;
-                    self.actions.push(ProfilerAction::StopRecording);
+                    commands.send(AppCommand::StopRecording);
                 }
             });
             // Keep the elapsed time and the live graph moving.
             ui.ctx().request_repaint_after(Duration::from_millis(100));
         }
         if let Some((target, checkpoint)) = self.record_form.ui(ui.ctx()) {
-            self.actions
-                .push(ProfilerAction::Record(target, checkpoint));
+            commands.send(AppCommand::Record(target, checkpoint));
         }
     }
 
@@ -703,9 +677,9 @@ impl ProfilerPanel {
             field.labelled_by(label.id);
             if ui.button("Set limit").clicked() {
                 match crate::units::parse_size(&self.memory_limit_input) {
-                    Some(bytes) if bytes > 0 => self
-                        .actions
-                        .push(ProfilerAction::Send(Command::SetMemoryLimit(bytes))),
+                    Some(bytes) if bytes > 0 => {
+                        inputs.commands.send(AppCommand::SetMemoryLimit(bytes));
+                    }
                     _ => {
                         self.message = Some("the memory limit is a size such as 8G or 512M".into());
                     }
@@ -720,9 +694,7 @@ impl ProfilerPanel {
             field.labelled_by(label.id);
             if ui.button("Set cache limit").clicked() {
                 match crate::units::parse_size(&self.cache_limit_input) {
-                    Some(bytes) => self
-                        .actions
-                        .push(ProfilerAction::Send(Command::SetCacheLimit(bytes))),
+                    Some(bytes) => inputs.commands.send(AppCommand::SetCacheLimit(bytes)),
                     None => {
                         self.message = Some("the cache limit is a size such as 1G or 0".into());
                     }
@@ -735,10 +707,10 @@ impl ProfilerPanel {
                 .labelled_by(label.id)
                 .changed();
             if changed {
-                self.actions
-                    .push(ProfilerAction::SetSampleInterval(Duration::from_millis(
-                        self.interval_ms,
-                    )));
+                let interval = Duration::from_millis(self.interval_ms);
+                inputs
+                    .commands
+                    .send(AppCommand::SetSampleInterval(interval));
             }
             if let Some(sampler) = &inputs.sampler {
                 let interval = Duration::from_millis(self.interval_ms);
@@ -752,7 +724,7 @@ impl ProfilerPanel {
         });
     }
 
-    fn trace_controls_ui(&mut self, ui: &mut egui::Ui) {
+    fn trace_controls_ui(&mut self, ui: &mut egui::Ui, commands: &CommandSender) {
         ui.horizontal_wrapped(|ui| {
             if ui
                 .button("Save trace…")
@@ -761,7 +733,7 @@ impl ProfilerPanel {
                 )
                 .clicked()
             {
-                self.actions.push(ProfilerAction::Dialog(Action::SaveTrace));
+                commands.send(AppCommand::Dialog(Action::SaveTrace));
             }
             if ui
                 .button("Open trace…")
@@ -770,7 +742,7 @@ impl ProfilerPanel {
                 )
                 .clicked()
             {
-                self.actions.push(ProfilerAction::Dialog(Action::OpenTrace));
+                commands.send(AppCommand::Dialog(Action::OpenTrace));
             }
             let label = ui.label("Trace path");
             let field = ui.add(
@@ -785,7 +757,7 @@ impl ProfilerPanel {
                 .add_enabled(has_path, egui::Button::new("Save to path"))
                 .clicked()
             {
-                self.actions.push(ProfilerAction::SaveTo {
+                commands.send(AppCommand::SaveTrace {
                     path: path.clone(),
                     replace: false,
                 });
@@ -796,7 +768,7 @@ impl ProfilerPanel {
                     .on_hover_text("Write the trace over the existing file")
                     .clicked()
                 {
-                    self.actions.push(ProfilerAction::SaveTo {
+                    commands.send(AppCommand::SaveTrace {
                         path: existing,
                         replace: true,
                     });
@@ -810,7 +782,7 @@ impl ProfilerPanel {
                 .add_enabled(has_path, egui::Button::new("Overlay from path"))
                 .clicked()
             {
-                self.actions.push(ProfilerAction::OverlayFrom(path));
+                commands.send(AppCommand::LoadTrace(path));
             }
             ui.separator();
             ui.checkbox(&mut self.walk_view, "Last run view").on_hover_text(

@@ -70,7 +70,7 @@ fn span_of(a: Option<(f64, f64)>, b: Option<(f64, f64)>) -> Option<(f64, f64)> {
 
 /// The timeline's legend as a row above it (see `COMPACT_PLOT_HEIGHT`).
 fn timeline_legend_row(ui: &mut egui::Ui, mlx_active: &str, expected: bool) {
-    use crate::app::series_colors as c;
+    use crate::app::widgets::series_colors as c;
     let mut items = vec![
         ("process RSS (host)", c::RSS),
         ("RSS anonymous", c::RSS_ANON),
@@ -82,7 +82,7 @@ fn timeline_legend_row(ui: &mut egui::Ui, mlx_active: &str, expected: bool) {
             items.push((expected_label(p), color));
         }
     }
-    crate::app::legend_row(ui, &items);
+    crate::app::widgets::legend_row(ui, &items);
 }
 
 /// The legend name of a policy's expected peak.
@@ -149,7 +149,7 @@ pub(in crate::app) fn marker_times<'a>(
 /// Saved traces over the walk view: MLX active dashed, RSS dotted.
 fn draw_overlays(plot: &mut egui_plot::PlotUi<'_>, overlays: &[Trace]) {
     // Each overlay keeps its colour, by its position in the list.
-    let palette = crate::app::series_colors::OVERLAYS;
+    let palette = crate::app::widgets::series_colors::OVERLAYS;
     for (i, trace) in overlays.iter().enumerate() {
         let color = palette[i % palette.len()];
         plot.line(
@@ -236,7 +236,7 @@ impl ProfilerPanel {
             .height(height)
             .allow_scroll(false)
             .show(ui, |plot| {
-                use crate::app::series_colors as c;
+                use crate::app::widgets::series_colors as c;
                 let line = |f: fn(&Sample) -> u64| match walk {
                     Some(trace) => sample_line(trace.samples.iter(), f),
                     None if overlays_only => sample_line([].iter(), f),
@@ -277,7 +277,7 @@ impl ProfilerPanel {
                         // Unnamed: out of the legend (said in the caption).
                         VLine::new("", t)
                             .width(0.5)
-                            .color(crate::app::series_colors::EVENTS),
+                            .color(crate::app::widgets::series_colors::EVENTS),
                     );
                 }
                 if let Some(t) = selected {

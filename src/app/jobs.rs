@@ -1,0 +1,94 @@
+//! The threads the window starts besides the MLX worker and the memory
+//! sampler: the `recorder` of a recorded job, a `trace-load` per trace
+//! opened, a `file-dialog` per dialog (rfd blocks). Each is [`spawn`]: a
+//! named thread whose results come back on a channel, with the wake
+//! callback (a repaint request) after each, so the UI never waits on one.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::mpsc::{self, Receiver, Sender};
+
+use crate::profile::Trace;
+use crate::profile::record::{RecordControl, RecordOptions, Recording, Target, Update};
+
+/// Wakes the UI (a repaint request) from another thread.
+pub(super) type Wake = Arc<dyn Fn() + Send + Sync>;
+
+/// Runs `work` on a new thread named `name`; each value it passes to its
+/// `send` goes to `tx`, then `wake` is called.
+///
+/// # Errors
+/// When the thread cannot be started.
+pub(super) fn spawn_into<T: Send + 'static>(
+    name: &str,
+    tx: Sender<T>,
+    wake: Wake,
+    work: impl FnOnce(&dyn Fn(T)) + Send + 'static,
+) -> std::io::Result<()> {
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || {
+            let send = |value: T| {
+                let _ = tx.send(value);
+                wake();
+            };
+            work(&send);
+        })
+        .map(drop)
+}
+
+/// [`spawn_into`] a new channel, whose receiving end is returned.
+///
+/// # Errors
+/// When the thread cannot be started.
+pub(super) fn spawn<T: Send + 'static>(
+    name: &str,
+    wake: Wake,
+    work: impl FnOnce(&dyn Fn(T)) + Send + 'static,
+) -> std::io::Result<Receiver<T>> {
+    let (tx, rx) = mpsc::channel();
+    spawn_into(name, tx, wake, work)?;
+    Ok(rx)
+}
+
+/// What the recorder thread sends the app.
+pub(super) enum RecorderEvent {
+    /// A sample, an event, the job's pid.
+    Update(Update),
+    /// The recording ended (or could not start).
+    Finished(Result<Box<Recording>, String>),
+}
+
+/// Records `target` on the `recorder` thread; `control` stops it.
+///
+/// # Errors
+/// When the thread cannot be started.
+pub(super) fn record(
+    target: Target,
+    options: RecordOptions,
+    control: RecordControl,
+    wake: Wake,
+) -> std::io::Result<Receiver<RecorderEvent>> {
+    spawn("recorder", wake, move |send| {
+        let result = crate::profile::record::record(&target, &options, &control, |update| {
+            send(RecorderEvent::Update(update));
+        });
+        send(RecorderEvent::Finished(
+            result.map(Box::new).map_err(|e| e.to_string()),
+        ));
+    })
+}
+
+/// Reads and parses the trace at `path` on a `trace-load` thread (a long
+/// recording's is hundreds of MB).
+///
+/// # Errors
+/// When the thread cannot be started.
+pub(super) fn load_trace(
+    path: PathBuf,
+    wake: Wake,
+) -> std::io::Result<Receiver<Result<Trace, String>>> {
+    spawn("trace-load", wake, move |send| {
+        send(Trace::load(&path).map_err(|e| e.to_string()));
+    })
+}

@@ -1,0 +1,78 @@
+//! Widgets more than one panel draws: a job's progress bar, a legend row,
+//! the memory series' colours. Panels import them from here, never from the
+//! app.
+
+use std::time::Instant;
+
+/// A running job's progress bar: `done` of `total` tensors `what`, the time
+/// since it started and the tensor just done (escaped: names come from files).
+pub(crate) fn job_progress(
+    ui: &mut egui::Ui,
+    (done, total): (usize, usize),
+    what: &str,
+    since: Instant,
+    name: &str,
+) {
+    let fraction = if total == 0 {
+        0.0
+    } else {
+        done as f32 / total as f32
+    };
+    ui.add(egui::ProgressBar::new(fraction).text(format!(
+        "{done} of {total} tensors{what}, {:.1} s {}",
+        since.elapsed().as_secs_f64(),
+        crate::units::printable(name)
+    )));
+}
+
+/// A legend as one wrapped line of coloured names, for plots too short to
+/// hold one inside.
+pub(crate) fn legend_row(ui: &mut egui::Ui, items: &[(&str, egui::Color32)]) {
+    ui.horizontal_wrapped(|ui| {
+        let font = egui::TextStyle::Body.resolve(ui.style());
+        let text = ui.visuals().text_color();
+        for &(name, color) in items {
+            // One label per entry, never broken: a coloured dash and the
+            // name wrap together.
+            let mut job = egui::text::LayoutJob::default();
+            job.append(
+                "\u{2014} ",
+                0.0,
+                egui::TextFormat::simple(font.clone(), color),
+            );
+            job.append(name, 0.0, egui::TextFormat::simple(font.clone(), text));
+            ui.add(egui::Label::new(job).wrap_mode(egui::TextWrapMode::Extend));
+        }
+    });
+}
+
+/// The memory series' colours, the same in every plot and in every frame.
+pub(crate) mod series_colors {
+    use egui::Color32;
+    /// Process RSS (the host's figure).
+    pub const RSS: Color32 = Color32::from_rgb(230, 90, 80);
+    /// RSS anonymous.
+    pub const RSS_ANON: Color32 = Color32::from_rgb(240, 170, 90);
+    /// MLX active.
+    pub const MLX_ACTIVE: Color32 = Color32::from_rgb(90, 150, 240);
+    /// MLX cache.
+    pub const MLX_CACHE: Color32 = Color32::from_rgb(120, 200, 120);
+    /// Event markers.
+    pub const EVENTS: Color32 = Color32::from_rgb(150, 150, 150);
+    /// The expected peaks of retain, release-tensor and release-shard (in
+    /// the order of `Policy::ALL`), apart from the measured series.
+    pub const EXPECTED: [Color32; 3] = [
+        Color32::from_rgb(205, 92, 155),
+        Color32::from_rgb(100, 190, 210),
+        Color32::from_rgb(215, 215, 120),
+    ];
+    /// Overlaid traces, one colour each, by position.
+    pub const OVERLAYS: [Color32; 6] = [
+        Color32::from_rgb(200, 120, 220),
+        Color32::from_rgb(80, 200, 200),
+        Color32::from_rgb(220, 200, 80),
+        Color32::from_rgb(160, 160, 240),
+        Color32::from_rgb(240, 130, 170),
+        Color32::from_rgb(140, 220, 140),
+    ];
+}
