@@ -24,7 +24,7 @@ use weightscope::mlx;
 use weightscope::weights::demo;
 
 fn app(path: &std::path::Path) -> WeightscopeApp {
-    let device = mlx::default_device().map_err(|e| e.to_string());
+    let device = mlx::default_device();
     let mut app = WeightscopeApp::new(Some(path.to_path_buf()), device, || {}).expect("worker");
     app.wait_for_worker().expect("opened");
     app

@@ -311,7 +311,7 @@ fn free_bytes(dir: &std::path::Path) -> u64 {
 /// does ([`common::draw_frame`]), printing the times.
 fn profiler_with(trace: &std::path::Path, scratch: &std::path::Path) {
     let demo = weightscope::weights::demo::ensure_demo(&scratch.join("demo")).expect("demo");
-    let device = weightscope::mlx::default_device().map_err(|e| e.to_string());
+    let device = weightscope::mlx::default_device();
     let mut app = weightscope::app::WeightscopeApp::new(Some(demo), device, || {}).expect("app");
     app.wait_for_worker().expect("opened");
     let t = Instant::now();

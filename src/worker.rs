@@ -22,7 +22,7 @@ use crate::mlx::{self, MemoryStats};
 use crate::profile::{self, Recorded, Transform, WalkOutcome, WalkPlan};
 use crate::weights::{
     DiffReport, OpenStep, PreviewOptions, Progress, TensorPreview, ValueScan, ViewChoice, ViewInfo,
-    Weights,
+    Weights, WeightsError,
 };
 
 /// What the worker is asked to do.
@@ -134,6 +134,39 @@ impl OpenedFacts {
     }
 }
 
+/// Why a command or job failed on the worker (shared, so that events stay
+/// cheap to clone).
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum JobError {
+    /// It needs a checkpoint and none is open.
+    #[error("no checkpoint is open")]
+    NotOpen,
+    /// A shard id past the open checkpoint's shards.
+    #[error("the checkpoint has no shard {0}")]
+    NoShard(usize),
+    /// The Weights core refused or failed (opening, a view, a tensor).
+    #[error(transparent)]
+    Weights(Arc<WeightsError>),
+    /// MLX failed (a limit, the cache).
+    #[error(transparent)]
+    Mlx(Arc<mlx::MlxError>),
+    /// The command never reached the worker.
+    #[error(transparent)]
+    Send(#[from] SendError),
+}
+
+impl From<WeightsError> for JobError {
+    fn from(err: WeightsError) -> Self {
+        Self::Weights(Arc::new(err))
+    }
+}
+
+impl From<mlx::MlxError> for JobError {
+    fn from(err: mlx::MlxError) -> Self {
+        Self::Mlx(Arc::new(err))
+    }
+}
+
 /// Which kind of command a failure is about (the app routes on it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Job {
@@ -162,7 +195,7 @@ pub enum EventKind {
         view: Option<Arc<ViewInfo>>,
         /// Why the chosen view could not be installed (the checkpoint is
         /// then open without one).
-        view_error: Option<String>,
+        view_error: Option<JobError>,
         /// What `weightscope check` finds in its headers, config and folder.
         findings: Vec<Finding>,
         /// Figures the panels show, computed here.
@@ -180,8 +213,8 @@ pub enum EventKind {
     OpenFailed {
         /// What was asked for.
         path: PathBuf,
-        /// One line naming the file and the problem.
-        error: String,
+        /// What went wrong, naming the file.
+        error: JobError,
     },
     /// A tensor was materialized.
     Materialized(Box<TensorPreview>),
@@ -192,7 +225,7 @@ pub enum EventKind {
         /// The tensor or shard (or the setting).
         target: String,
         /// Why.
-        error: String,
+        error: JobError,
     },
     /// A cached tensor was dropped.
     Released(String),
@@ -227,11 +260,11 @@ pub enum EventKind {
     /// A diff compared one more tensor.
     Diffed(Progress),
     /// A diff ended (or B could not be opened).
-    DiffFinished(Result<Box<DiffReport>, String>),
+    DiffFinished(Result<Box<DiffReport>, JobError>),
     /// A value scan read one more tensor.
     Scanned(Progress),
     /// A value scan ended (finished or cancelled), or could not start.
-    ScanFinished(Result<Box<ValueScan>, String>),
+    ScanFinished(Result<Box<ValueScan>, JobError>),
     /// The checkpoint was closed.
     Closed,
 }
@@ -528,11 +561,11 @@ fn diff_job(
     send: &SendEvent<'_>,
 ) -> bool {
     let Some(w) = weights else {
-        let kind = EventKind::DiffFinished(Err(NOT_OPEN.into()));
+        let kind = EventKind::DiffFinished(Err(JobError::NotOpen));
         return send(kind, None, Sample::now());
     };
     let result = Weights::open_viewed(other, view)
-        .map_err(|e| e.to_string())
+        .map_err(JobError::from)
         .map(|mut b| {
             let mut listener = Listener::new(send, cancel);
             let report = crate::weights::diff(w, &mut b, cancel, &mut |p| {
@@ -563,7 +596,11 @@ fn walk_job(
     send: &SendEvent<'_>,
 ) -> bool {
     let Some(w) = weights else {
-        return send(failed(Job::Walk, "walk", NOT_OPEN), None, Sample::now());
+        return send(
+            failed(Job::Walk, "walk", JobError::NotOpen),
+            None,
+            Sample::now(),
+        );
     };
     let mut listener = Listener::new(send, cancel);
     let outcome = profile::walk(w, policy, transform, cancel, &mut |recorded| {
@@ -581,7 +618,7 @@ fn walk_job(
 /// returns whether anybody still listens.
 fn scan_job(weights: Option<&mut Weights>, cancel: &AtomicBool, send: &SendEvent<'_>) -> bool {
     let Some(w) = weights else {
-        let kind = EventKind::ScanFinished(Err(NOT_OPEN.into()));
+        let kind = EventKind::ScanFinished(Err(JobError::NotOpen));
         return send(kind, None, Sample::now());
     };
     let mut listener = Listener::new(send, cancel);
@@ -652,7 +689,7 @@ fn mark_of(kind: &EventKind, weights: Option<&Weights>) -> Option<Mark> {
             .detail(format!("was {}", crate::units::human_bytes(*previous))),
         EventKind::CacheLimitSet { limit } => Mark::new(MarkKind::CacheLimit, "").bytes(*limit),
         EventKind::Failed { target, error, .. } => {
-            Mark::new(MarkKind::Error, target.as_str()).detail(error.as_str())
+            Mark::new(MarkKind::Error, target.as_str()).detail(error.to_string())
         }
         EventKind::Closed => Mark::new(MarkKind::Close, ""),
         EventKind::OpenFailed { .. }
@@ -719,13 +756,13 @@ fn open(
         Err(err) => {
             return EventKind::OpenFailed {
                 path,
-                error: err.to_string(),
+                error: err.into(),
             };
         }
     };
     let (view, view_error) = match opened.install_choice(choice) {
         Ok(view) => (view, None),
-        Err(err) => (None, Some(err.to_string())),
+        Err(err) => (None, Some(err.into())),
     };
     let checkpoint = opened.shared_checkpoint();
     let facts = Box::new(OpenedFacts::of(&checkpoint));
@@ -788,17 +825,17 @@ fn handle(
 }
 
 /// The event of a command that failed, for `target`.
-fn failed(job: Job, target: impl Into<String>, error: impl std::fmt::Display) -> EventKind {
+fn failed(job: Job, target: impl Into<String>, error: impl Into<JobError>) -> EventKind {
     EventKind::Failed {
         job,
         target: target.into(),
-        error: error.to_string(),
+        error: error.into(),
     }
 }
 
 fn materialize(weights: Option<&mut Weights>, name: String, options: &PreviewOptions) -> EventKind {
     let Some(w) = weights else {
-        return failed(Job::Materialize, name, NOT_OPEN);
+        return failed(Job::Materialize, name, JobError::NotOpen);
     };
     match w.preview(&name, options) {
         Ok(preview) => EventKind::Materialized(Box::new(preview)),
@@ -808,7 +845,7 @@ fn materialize(weights: Option<&mut Weights>, name: String, options: &PreviewOpt
 
 fn release(weights: Option<&mut Weights>, name: String) -> EventKind {
     let Some(w) = weights else {
-        return failed(Job::Release, name, NOT_OPEN);
+        return failed(Job::Release, name, JobError::NotOpen);
     };
     w.release(&name);
     EventKind::Released(name)
@@ -816,7 +853,11 @@ fn release(weights: Option<&mut Weights>, name: String) -> EventKind {
 
 fn release_shard(weights: Option<&mut Weights>, shard: ShardId) -> EventKind {
     let Some(w) = weights else {
-        return failed(Job::Release, format!("shard {}", shard.index()), NOT_OPEN);
+        return failed(
+            Job::Release,
+            format!("shard {}", shard.index()),
+            JobError::NotOpen,
+        );
     };
     let Some(file) = w
         .checkpoint()
@@ -824,7 +865,7 @@ fn release_shard(weights: Option<&mut Weights>, shard: ShardId) -> EventKind {
         .get(shard.index())
         .map(|s| s.file.clone())
     else {
-        let error = format!("the checkpoint has no shard {}", shard.index());
+        let error = JobError::NoShard(shard.index());
         return failed(Job::Release, format!("shard {}", shard.index()), error);
     };
     let freed_bytes = w.release_shard(shard);
@@ -833,7 +874,7 @@ fn release_shard(weights: Option<&mut Weights>, shard: ShardId) -> EventKind {
 
 fn release_all(weights: Option<&mut Weights>) -> EventKind {
     let Some(w) = weights else {
-        return failed(Job::Release, "", NOT_OPEN);
+        return failed(Job::Release, "", JobError::NotOpen);
     };
     w.release_all();
     EventKind::ReleasedAll
@@ -847,6 +888,3 @@ fn clear_cache() -> EventKind {
         Err(err) => failed(Job::ClearCache, "cache", err),
     }
 }
-
-/// What a command that needs a checkpoint answers without one.
-const NOT_OPEN: &str = "no checkpoint is open";

@@ -8,7 +8,7 @@ use std::time::Instant;
 use crate::checkpoint::check::{Finding, Severity};
 use crate::units::{human_bytes, printable};
 use crate::weights::{Progress, ValueScan};
-use crate::worker::CancelToken;
+use crate::worker::{CancelToken, JobError};
 
 use super::commands::{AppCommand, CommandSender};
 
@@ -54,11 +54,11 @@ impl CheckPanel {
     }
 
     /// A scan ended.
-    pub fn finished(&mut self, result: Result<Box<ValueScan>, String>) {
+    pub fn finished(&mut self, result: Result<Box<ValueScan>, JobError>) {
         self.running = None;
         match result {
             Ok(scan) => self.scan = Some(scan),
-            Err(error) => self.error = Some(error),
+            Err(error) => self.error = Some(error.to_string()),
         }
     }
 

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use crate::weights::{DiffReport, Progress, ViewChoice};
-use crate::worker::CancelToken;
+use crate::worker::{CancelToken, JobError};
 
 use super::commands::{AppCommand, CommandSender};
 
@@ -151,14 +151,14 @@ impl DiffPanel {
     }
 
     /// The worker's diff ended (or B could not be opened).
-    pub fn finished(&mut self, result: Result<Box<DiffReport>, String>) {
+    pub fn finished(&mut self, result: Result<Box<DiffReport>, JobError>) {
         self.running = None;
         match result {
             Ok(report) => {
                 self.report = Some(report);
                 self.resort();
             }
-            Err(error) => self.error = Some(error),
+            Err(error) => self.error = Some(error.to_string()),
         }
     }
 

@@ -9,7 +9,10 @@ use std::sync::Arc;
 use std::sync::mpsc::{self, Receiver, Sender};
 
 use crate::profile::Trace;
-use crate::profile::record::{RecordControl, RecordOptions, Recording, Target, Update};
+use crate::profile::TraceError;
+use crate::profile::record::{
+    RecordControl, RecordError, RecordOptions, Recording, Target, Update,
+};
 
 /// Wakes the UI (a repaint request) from another thread.
 pub(super) type Wake = Arc<dyn Fn() + Send + Sync>;
@@ -56,7 +59,7 @@ pub(super) enum RecorderEvent {
     /// A sample, an event, the job's pid.
     Update(Update),
     /// The recording ended (or could not start).
-    Finished(Result<Box<Recording>, String>),
+    Finished(Result<Box<Recording>, RecordError>),
 }
 
 /// Records `target` on the `recorder` thread; `control` stops it.
@@ -73,9 +76,7 @@ pub(super) fn record(
         let result = crate::profile::record::record(&target, &options, &control, |update| {
             send(RecorderEvent::Update(update));
         });
-        send(RecorderEvent::Finished(
-            result.map(Box::new).map_err(|e| e.to_string()),
-        ));
+        send(RecorderEvent::Finished(result.map(Box::new)));
     })
 }
 
@@ -87,8 +88,8 @@ pub(super) fn record(
 pub(super) fn load_trace(
     path: PathBuf,
     wake: Wake,
-) -> std::io::Result<Receiver<Result<Trace, String>>> {
+) -> std::io::Result<Receiver<Result<Trace, TraceError>>> {
     spawn("trace-load", wake, move |send| {
-        send(Trace::load(&path).map_err(|e| e.to_string()));
+        send(Trace::load(&path));
     })
 }

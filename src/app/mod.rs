@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use crate::checkpoint::Checkpoint;
 use crate::mlx::{DeviceInfo, MemoryStats};
-use crate::profile::record::{RecordControl, RecordOptions, Target};
+use crate::profile::record::{RecordControl, RecordError, RecordOptions, Target};
 use crate::profile::{DEFAULT_INTERVAL, Sampler, Timeline};
 use crate::weights::{BUILTIN_VIEWS, OpenStep, ViewChoice, ViewInfo};
 use crate::worker::{CancelToken, Command, Event, EventKind, OpenedFacts, Worker};
@@ -83,7 +83,7 @@ struct RecorderHandle {
 /// runs the actions the panels return; no panel reads another's fields.
 pub struct WeightscopeApp {
     worker: Worker,
-    device: Result<DeviceInfo, String>,
+    device: Result<DeviceInfo, crate::mlx::MlxError>,
     /// The path being opened, until the worker answers.
     opening: Option<PathBuf>,
     /// How far that open has come.
@@ -138,7 +138,7 @@ impl WeightscopeApp {
     /// When the worker thread cannot start.
     pub fn new(
         path: Option<PathBuf>,
-        device: Result<DeviceInfo, String>,
+        device: Result<DeviceInfo, crate::mlx::MlxError>,
         wake: impl Fn() + Clone + Send + Sync + 'static,
     ) -> std::io::Result<Self> {
         let worker = Worker::spawn(wake.clone())?;
@@ -235,7 +235,7 @@ impl WeightscopeApp {
                 };
                 match self.worker.try_send(command) {
                     Ok(()) => self.diff.started(cancel),
-                    Err(err) => self.diff.finished(Err(err.to_string())),
+                    Err(err) => self.diff.finished(Err(err.into())),
                 }
             }
             AppCommand::ScanValues => {
@@ -404,6 +404,7 @@ impl WeightscopeApp {
                 facts,
             } => {
                 self.check.opened(findings);
+                let view_error = view_error.map(|e| e.to_string());
                 self.apply_opened(&path, checkpoint, view, view_error, &facts);
             }
             EventKind::OpenProgress { path, step } => {
@@ -413,14 +414,14 @@ impl WeightscopeApp {
             }
             EventKind::OpenFailed { error, .. } => {
                 self.opening = None;
-                self.open_error = Some(error);
+                self.open_error = Some(error.to_string());
             }
             EventKind::Materialized(preview) => self.inspector.materialized(preview),
             EventKind::Failed { job, target, error } => {
                 if job == crate::worker::Job::Walk {
-                    self.profiler.walk_failed(&error);
+                    self.profiler.walk_failed(&error.to_string());
                 }
-                self.inspector.worker_failed(&target, &error);
+                self.inspector.worker_failed(&target, &error.to_string());
             }
             EventKind::ShardReleased { file, .. } => self.shards.resident(&file, 0),
             EventKind::ReleasedAll => self.shards.released_all(),
@@ -673,7 +674,7 @@ impl WeightscopeApp {
             Err(err) => {
                 self.profiler.recording_started(command, 0.0);
                 self.profiler
-                    .recording_finished(Err(format!("cannot start the recorder thread: {err}")));
+                    .recording_finished(Err(RecordError::Thread(err)));
             }
         }
     }

@@ -13,6 +13,23 @@ use crate::profile::record::{JobSpec, Target, Update};
 use crate::profile::{JobInfo, Trace};
 use crate::units::human_bytes;
 
+/// Why the record form cannot start a recording yet.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum FormError {
+    /// The attach field is not a number.
+    #[error("`{0}` is not a process id")]
+    NotAPid(String),
+    /// The command line does not split into words (an open quote).
+    #[error("the command line: {0}")]
+    CommandLine(#[from] shell_words::ParseError),
+    /// The command line is empty.
+    #[error("type the command to record")]
+    NoCommand,
+    /// An environment line without `=`.
+    #[error("`{0}` is not KEY=VALUE")]
+    NotKeyValue(String),
+}
+
 /// The forms' fields, kept between openings.
 #[derive(Debug, Default)]
 pub(super) struct RecordForm {
@@ -53,26 +70,25 @@ impl RecordForm {
     }
 
     /// What the form asks to record, or why it cannot.
-    pub fn target(&self) -> Result<Target, String> {
+    pub fn target(&self) -> Result<Target, FormError> {
         if self.open == Some(FormKind::Attach) {
             return self
                 .pid
                 .trim()
                 .parse::<u32>()
                 .map(Target::Attach)
-                .map_err(|_| format!("`{}` is not a process id", self.pid.trim()));
+                .map_err(|_| FormError::NotAPid(self.pid.trim().to_owned()));
         }
-        let argv =
-            shell_words::split(&self.command).map_err(|e| format!("the command line: {e}"))?;
+        let argv = shell_words::split(&self.command)?;
         if argv.is_empty() {
-            return Err("type the command to record".into());
+            return Err(FormError::NoCommand);
         }
         let mut env = Vec::new();
         for line in self.env.lines().map(str::trim).filter(|l| !l.is_empty()) {
             let (key, value) = line
                 .split_once('=')
                 .filter(|(k, _)| !k.is_empty())
-                .ok_or_else(|| format!("`{line}` is not KEY=VALUE"))?;
+                .ok_or_else(|| FormError::NotKeyValue(line.to_owned()))?;
             env.push((OsString::from(key), OsString::from(value)));
         }
         let cwd = self.cwd.trim();
@@ -198,7 +214,7 @@ impl RecordForm {
                 Some((target, self.checkpoint()))
             }
             Err(error) => {
-                self.error = Some(error);
+                self.error = Some(error.to_string());
                 None
             }
         }

@@ -141,7 +141,7 @@ pub fn main(path: Option<PathBuf>, launched: Instant) -> u8 {
             }
         },
     };
-    let device = crate::mlx::default_device().map_err(|e| e.to_string());
+    let device = crate::mlx::default_device();
     if let Err(err) = run(Some(path), device, launched) {
         crate::units::say(format_args!("{err:#}"));
         return 1;
@@ -155,7 +155,7 @@ pub fn main(path: Option<PathBuf>, launched: Instant) -> u8 {
 /// When no window can be opened (for example, no `DISPLAY`).
 pub fn run(
     path: Option<PathBuf>,
-    device: Result<DeviceInfo, String>,
+    device: Result<DeviceInfo, crate::mlx::MlxError>,
     launched: Instant,
 ) -> anyhow::Result<()> {
     let exit_after_frames = std::env::var("WEIGHTSCOPE_EXIT_AFTER_FRAMES")

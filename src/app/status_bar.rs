@@ -10,7 +10,7 @@ use super::commands::{AppCommand, CommandSender};
 /// What the status bar shows that other parts own.
 pub(super) struct StatusInputs<'a> {
     /// The MLX device, or why MLX could not start.
-    pub device: &'a Result<DeviceInfo, String>,
+    pub device: &'a Result<DeviceInfo, crate::mlx::MlxError>,
     /// MLX's figures from the worker's last event.
     pub memory: &'a MemoryStats,
     /// The open checkpoint, if any.

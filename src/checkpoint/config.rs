@@ -243,12 +243,12 @@ pub fn parse_config(path: &Path, bytes: &[u8]) -> Result<ModelConfig, Checkpoint
     };
     let mut fp8 = None;
     let quantization = if let Some(q) = top.get("quantization") {
-        parse_quant(q, "quantization").map_err(bad)?
+        parse_quant(q, "quantization").map_err(|e| bad(e.to_string()))?
     } else if let Some(q) = legacy {
         match q.get("quant_method").and_then(Value::as_str) {
             // mlx-lm's own writer never sets `quant_method`: its
             // `quantization_config` is a copy of `quantization`.
-            None => parse_quant(q, legacy_source).map_err(bad)?,
+            None => parse_quant(q, legacy_source).map_err(|e| bad(e.to_string()))?,
             // mlx-lm loads these as MLX mxfp4 (gpt-oss style releases).
             Some("mxfp4") => Some(QuantConfig {
                 default: QuantParams {
@@ -260,7 +260,7 @@ pub fn parse_config(path: &Path, bytes: &[u8]) -> Result<ModelConfig, Checkpoint
                 source: legacy_source,
             }),
             Some("fp8") => {
-                fp8 = Some(parse_fp8(q).map_err(bad)?);
+                fp8 = Some(parse_fp8(q).map_err(|e| bad(e.to_string()))?);
                 None
             }
             // GPTQ, AWQ, bitnet, compressed-tensors…: not MLX's layout.
@@ -277,17 +277,50 @@ pub fn parse_config(path: &Path, bytes: &[u8]) -> Result<ModelConfig, Checkpoint
     })
 }
 
-fn parse_fp8(q: &Value) -> Result<Fp8Config, String> {
+/// What is wrong with a `config.json`'s quantization block (said in
+/// [`CheckpointError::BadConfig`] with the file).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum ConfigProblem {
+    /// `weight_block_size` is not two positive integers.
+    #[error("`weight_block_size` needs two positive integers")]
+    BlockSize,
+    /// `weight_block_size` is not a list.
+    #[error("`weight_block_size` is not a list")]
+    BlockSizeNotList,
+    /// The block is not a JSON object.
+    #[error("`{0}` is not an object")]
+    NotAnObject(&'static str),
+    /// A problem inside the block named first.
+    #[error("`{0}`: {1}")]
+    In(&'static str, Box<ConfigProblem>),
+    /// A problem inside one per-layer entry of the block.
+    #[error("`{0}` entry `{1}`: {2}")]
+    InEntry(&'static str, String, Box<ConfigProblem>),
+    /// A mode MLX does not have.
+    #[error("unknown mode `{0}`")]
+    UnknownMode(String),
+    /// `mode` is not a string.
+    #[error("`mode` is not a string")]
+    ModeNotString,
+    /// `group_size` or `bits` is not a positive integer.
+    #[error("`{0}` is not a positive integer")]
+    NotPositive(&'static str),
+    /// More than 32 bits.
+    #[error("`bits` {0} is more than 32")]
+    TooManyBits(u64),
+}
+
+fn parse_fp8(q: &Value) -> Result<Fp8Config, ConfigProblem> {
     let block = match q.get("weight_block_size") {
         None | Some(Value::Null) => None,
         Some(Value::Array(dims)) => match dims.as_slice() {
             [r, c] => match (r.as_u64(), c.as_u64()) {
                 (Some(r), Some(c)) if r > 0 && c > 0 => Some([r, c]),
-                _ => return Err("`weight_block_size` needs two positive integers".into()),
+                _ => return Err(ConfigProblem::BlockSize),
             },
-            _ => return Err("`weight_block_size` needs two positive integers".into()),
+            _ => return Err(ConfigProblem::BlockSize),
         },
-        Some(_) => return Err("`weight_block_size` is not a list".into()),
+        Some(_) => return Err(ConfigProblem::BlockSizeNotList),
     };
     Ok(Fp8Config {
         block,
@@ -295,13 +328,14 @@ fn parse_fp8(q: &Value) -> Result<Fp8Config, String> {
     })
 }
 
-fn parse_quant(quant: &Value, source: &'static str) -> Result<Option<QuantConfig>, String> {
+fn parse_quant(quant: &Value, source: &'static str) -> Result<Option<QuantConfig>, ConfigProblem> {
     let q = match quant {
         Value::Null | Value::Bool(false) => return Ok(None),
         Value::Object(q) => q,
-        _ => return Err(format!("`{source}` is not an object")),
+        _ => return Err(ConfigProblem::NotAnObject(source)),
     };
-    let default = params(q, QuantMode::Affine).map_err(|e| format!("`{source}`: {e}"))?;
+    let default =
+        params(q, QuantMode::Affine).map_err(|e| ConfigProblem::In(source, Box::new(e)))?;
     let mut overrides = BTreeMap::new();
     for (key, entry) in q {
         match entry {
@@ -309,7 +343,7 @@ fn parse_quant(quant: &Value, source: &'static str) -> Result<Option<QuantConfig
             // entry without `mode` is affine whatever the default mode is.
             Value::Object(layer) => {
                 let p = params(layer, QuantMode::Affine)
-                    .map_err(|e| format!("`{source}` entry `{key}`: {e}"))?;
+                    .map_err(|e| ConfigProblem::InEntry(source, key.clone(), Box::new(e)))?;
                 overrides.insert(key.clone(), Some(p));
             }
             Value::Bool(false) => {
@@ -330,26 +364,29 @@ fn parse_quant(quant: &Value, source: &'static str) -> Result<Option<QuantConfig
 
 /// `mode`, `group_size` and `bits` of one block, the mode's defaults where
 /// absent (MLX's `_defaults_for_mode`).
-fn params(q: &serde_json::Map<String, Value>, fallback: QuantMode) -> Result<QuantParams, String> {
+fn params(
+    q: &serde_json::Map<String, Value>,
+    fallback: QuantMode,
+) -> Result<QuantParams, ConfigProblem> {
     let mode = match q.get("mode") {
         None | Some(Value::Null) => fallback,
         Some(Value::String(name)) => {
-            QuantMode::from_name(name).ok_or_else(|| format!("unknown mode `{name}`"))?
+            QuantMode::from_name(name).ok_or_else(|| ConfigProblem::UnknownMode(name.clone()))?
         }
-        Some(_) => return Err("`mode` is not a string".into()),
+        Some(_) => return Err(ConfigProblem::ModeNotString),
     };
     let (default_group, default_bits) = mode.defaults();
-    let number = |key: &str, default: u64| match q.get(key) {
+    let number = |key: &'static str, default: u64| match q.get(key) {
         None | Some(Value::Null) => Ok(default),
         Some(v) => v
             .as_u64()
             .filter(|n| *n > 0)
-            .ok_or_else(|| format!("`{key}` is not a positive integer")),
+            .ok_or(ConfigProblem::NotPositive(key)),
     };
     let group_size = number("group_size", default_group)?;
     let bits = number("bits", default_bits)?;
     if bits > 32 {
-        return Err(format!("`bits` {bits} is more than 32"));
+        return Err(ConfigProblem::TooManyBits(bits));
     }
     Ok(QuantParams {
         mode,

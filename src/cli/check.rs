@@ -95,10 +95,10 @@ impl CheckReport {
 ///
 /// # Errors
 /// When the checkpoint cannot be opened at all (one line naming the file).
-pub fn run(args: &CheckArgs) -> Result<CheckReport, String> {
-    let checkpoint = Checkpoint::open(&args.path).map_err(|e| e.to_string())?;
-    if let Some(problem) = checkpoint.fatal_problems().first() {
-        return Err(problem.to_string());
+pub fn run(args: &CheckArgs) -> Result<CheckReport, super::CliError> {
+    let checkpoint = Checkpoint::open(&args.path)?;
+    if let Some(&problem) = checkpoint.fatal_problems().first() {
+        return Err(problem.clone().into());
     }
     let summary = checkpoint.summary();
     let mut findings = check_headers(&checkpoint, &summary);

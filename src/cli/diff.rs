@@ -14,6 +14,8 @@ use crate::units::human_bytes;
 use crate::units::printable;
 use crate::weights::{DiffReport, MlxNative, ViewChoice, Weights, snr_text};
 
+use super::CliError;
+
 /// What `weightscope diff` was asked for.
 #[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
 pub struct DiffArgs {
@@ -37,13 +39,13 @@ pub struct DiffArgs {
 ///
 /// # Errors
 /// One line naming the file and the problem.
-fn open_side(path: &std::path::Path, choice: &ViewChoice) -> Result<Weights, String> {
-    let checkpoint = Checkpoint::open(path).map_err(|e| e.to_string())?;
-    if let Some(problem) = checkpoint.fatal_problems().first() {
-        return Err(problem.to_string());
+fn open_side(path: &std::path::Path, choice: &ViewChoice) -> Result<Weights, CliError> {
+    let checkpoint = Checkpoint::open(path)?;
+    if let Some(&problem) = checkpoint.fatal_problems().first() {
+        return Err(problem.clone().into());
     }
-    let mut weights = Weights::open_with(checkpoint, MlxNative).map_err(|e| e.to_string())?;
-    weights.install_choice(choice).map_err(|e| e.to_string())?;
+    let mut weights = Weights::open_with(checkpoint, MlxNative)?;
+    weights.install_choice(choice)?;
     Ok(weights)
 }
 
@@ -52,7 +54,7 @@ fn open_side(path: &std::path::Path, choice: &ViewChoice) -> Result<Weights, Str
 ///
 /// # Errors
 /// A side that cannot be opened, or whose view cannot be installed (one line).
-pub fn run(args: &DiffArgs, cancel: &AtomicBool) -> Result<DiffReport, String> {
+pub fn run(args: &DiffArgs, cancel: &AtomicBool) -> Result<DiffReport, CliError> {
     let mut a = open_side(&args.a, &args.view_a)?;
     let mut b = open_side(&args.b, &args.view_b)?;
     let terminal = std::io::stderr().is_terminal();

@@ -93,24 +93,23 @@ fn transform_parser() -> impl clap::builder::TypedValueParser<Value = Transform>
         .try_map(|name| Transform::parse(&name).ok_or("not a transform"))
 }
 
-fn size(text: &str) -> Result<u64, String> {
-    crate::units::parse_size(text)
-        .ok_or_else(|| format!("`{text}` is not a size such as 8G, 512M, 64K or a number of bytes"))
+fn size(text: &str) -> Result<u64, ArgError> {
+    crate::units::parse_size(text).ok_or_else(|| ArgError::NotASize(text.to_owned()))
 }
 
-fn positive_size(text: &str) -> Result<u64, String> {
+fn positive_size(text: &str) -> Result<u64, ArgError> {
     size(text).and_then(|bytes| {
         if bytes > 0 {
             Ok(bytes)
         } else {
-            Err("the limit must be more than 0".into())
+            Err(ArgError::Zero)
         }
     })
 }
 
 /// A view: `auto`, `identity`, a built-in name, or a view file that exists.
 /// A mistyped name is an error that lists the built-ins, never a path.
-fn view(text: &str) -> Result<ViewChoice, String> {
+fn view(text: &str) -> Result<ViewChoice, ArgError> {
     let choice = ViewChoice::parse(text);
     match &choice {
         ViewChoice::File(path) if !path.is_file() => {
@@ -118,7 +117,7 @@ fn view(text: &str) -> Result<ViewChoice, String> {
                 text,
                 BUILTIN_VIEWS.iter().copied().chain(["auto", "identity"]),
             );
-            Err(format!(
+            Err(ArgError::View(format!(
                 "`{text}` is neither a view ({}) nor a view file that exists{}",
                 ["auto", "identity"]
                     .iter()
@@ -127,7 +126,7 @@ fn view(text: &str) -> Result<ViewChoice, String> {
                     .collect::<Vec<_>>()
                     .join(", "),
                 close.map_or(String::new(), |c| format!("; did you mean `{c}`?"))
-            ))
+            )))
         }
         _ => Ok(choice),
     }
@@ -264,6 +263,43 @@ fn output_status(written: std::io::Result<()>) -> Result<(), u8> {
     }
 }
 
+/// Why a subcommand could not do its work, said in one line on stderr.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// The checkpoint cannot be opened, or a shard of it is bad.
+    #[error(transparent)]
+    Checkpoint(#[from] crate::checkpoint::CheckpointError),
+    /// The Weights core refused (a view, MLX's loader).
+    #[error(transparent)]
+    Weights(#[from] crate::weights::WeightsError),
+    /// A file could not be written.
+    #[error(transparent)]
+    File(#[from] crate::files::FileError),
+    /// A trace could not be written.
+    #[error(transparent)]
+    Trace(#[from] crate::profile::TraceError),
+    /// More than one output failed (each is written or not on its own).
+    #[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+    Several(Vec<CliError>),
+}
+
+/// Why a command-line value was refused (clap prints it after the option).
+#[derive(Debug, thiserror::Error)]
+pub enum ArgError {
+    /// Not a size such as 8G or 512M.
+    #[error("`{0}` is not a size such as 8G, 512M, 64K or a number of bytes")]
+    NotASize(String),
+    /// A size that must be above zero.
+    #[error("the limit must be more than 0")]
+    Zero,
+    /// Not a number of milliseconds in range.
+    #[error("`{0}` is not a whole number of milliseconds from 1 to 60000")]
+    NotAnInterval(String),
+    /// A view name that is neither built in nor a file.
+    #[error("{0}")]
+    View(String),
+}
+
 /// Exit status for bad input or usage (the CLI contract).
 pub const BAD_INPUT: u8 = 2;
 
@@ -330,12 +366,10 @@ pub fn run(command: Command) -> u8 {
 }
 
 /// Parses milliseconds between samples (1 to 60000).
-fn interval(text: &str) -> Result<Duration, String> {
+fn interval(text: &str) -> Result<Duration, ArgError> {
     match text.parse::<u64>() {
         Ok(ms @ 1..=60_000) => Ok(Duration::from_millis(ms)),
-        _ => Err(format!(
-            "`{text}` is not a whole number of milliseconds from 1 to 60000"
-        )),
+        _ => Err(ArgError::NotAnInterval(text.to_owned())),
     }
 }
 

@@ -91,24 +91,24 @@ pub fn check_outputs(args: &RecordArgs) -> Result<(), crate::files::FileError> {
 /// whole or not at all, and one failing does not stop the other.
 ///
 /// # Errors
-/// A line naming each file that could not be written.
-pub fn save(recording: &Recording, args: &RecordArgs) -> Result<(), String> {
+/// Each file that could not be written.
+pub fn save(recording: &Recording, args: &RecordArgs) -> Result<(), super::CliError> {
     let mut errors = Vec::new();
     if let Some(path) = &args.json {
         let text = serde_json::to_string_pretty(&summary_json(recording)).unwrap_or_default();
         if let Err(err) = crate::files::write_atomic(path, (text + "\n").as_bytes()) {
-            errors.push(err.to_string());
+            errors.push(err.into());
         }
     }
     if let Some(path) = &args.trace
         && let Err(err) = recording.to_trace().save(path)
     {
-        errors.push(err.to_string());
+        errors.push(err.into());
     }
-    if errors.is_empty() {
-        Ok(())
-    } else {
-        Err(errors.join("; "))
+    match errors.len() {
+        0 => Ok(()),
+        1 => Err(errors.remove(0)),
+        _ => Err(super::CliError::Several(errors)),
     }
 }
 

@@ -220,7 +220,7 @@ impl WalkReport {
             "tensors": o.steps_total,
             "steps_done": o.steps_done,
             "cancelled": o.cancelled,
-            "error": o.error,
+            "error": o.error.as_ref().map(ToString::to_string),
             "peak_mlx_active_bytes": o.peak_mlx_active_bytes,
             "peak_rss_bytes": o.peak_rss_bytes,
             "expected_peak_bytes": o.expected_peak_bytes(),

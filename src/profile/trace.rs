@@ -309,7 +309,7 @@ impl Trace {
     pub fn load(path: &Path) -> Result<Self, TraceError> {
         let text = crate::files::read_bounded_text(path, MAX_TRACE_BYTES, "a trace")?;
         let parsed = if is_csv(path) {
-            Self::from_csv(&text)
+            Self::from_csv(&text).map_err(|e| e.to_string())
         } else {
             serde_json::from_str::<Self>(&text).map_err(|e| e.to_string())
         };
@@ -366,7 +366,7 @@ impl Trace {
     /// # Errors
     /// A line that is not a sample, event or meta row, or a field that does
     /// not parse, with its line number.
-    pub fn from_csv(text: &str) -> Result<Self, String> {
+    pub fn from_csv(text: &str) -> Result<Self, CsvError> {
         let mut reader = csv::ReaderBuilder::new()
             .has_headers(true)
             .from_reader(text.as_bytes());
@@ -374,7 +374,7 @@ impl Trace {
             .headers()
             .is_ok_and(|h| h.iter().collect::<Vec<_>>().join(",") == CSV_HEADER);
         if !header_ok {
-            return Err("line 1: not the trace CSV header".into());
+            return Err(CsvError::at(1, "not the trace CSV header"));
         }
         let headers = reader.headers().cloned().map_err(|e| csv_error(&e))?;
         let mut trace = Self::new("");
@@ -390,14 +390,14 @@ impl Trace {
             let time = || {
                 row.t_secs
                     .filter(|t| t.is_finite())
-                    .ok_or_else(|| format!("line {line}: `t_secs` is not a time"))
+                    .ok_or_else(|| CsvError::at(line, "`t_secs` is not a time"))
             };
             match row.record.as_str() {
                 "meta" => {
                     let value = row.detail.clone().unwrap_or_default();
                     let parse = |v: &str| {
                         v.parse::<u64>()
-                            .map_err(|_| format!("line {line}: `{v}` is not a number"))
+                            .map_err(|_| CsvError::at(line, format!("`{v}` is not a number")))
                     };
                     match row.target.as_deref().unwrap_or("") {
                         "version" => {
@@ -408,7 +408,7 @@ impl Trace {
                         "device" => trace.device = value,
                         "policy" => {
                             trace.policy = Some(Policy::parse(&value).ok_or_else(|| {
-                                format!("line {line}: `{value}` is not a policy")
+                                CsvError::at(line, format!("`{value}` is not a policy"))
                             })?);
                         }
                         "transform" => trace.transform = Some(value),
@@ -427,7 +427,7 @@ impl Trace {
                         "job_command" => job_info(&mut trace).command = value,
                         "job_exit_code" => {
                             job_info(&mut trace).exit_code = Some(value.parse().map_err(|_| {
-                                format!("line {line}: `{value}` is not an exit status")
+                                CsvError::at(line, format!("`{value}` is not an exit status"))
                             })?);
                         }
                         "job_probe" => job_info(&mut trace).probe = value == "true",
@@ -453,14 +453,14 @@ impl Trace {
                     mlx_cache_bytes: row.mlx_cache_bytes.unwrap_or(0),
                     kind: row
                         .event
-                        .ok_or_else(|| format!("line {line}: an event without its kind"))?,
+                        .ok_or_else(|| CsvError::at(line, "an event without its kind"))?,
                     target: row.target.clone().unwrap_or_default(),
                     bytes: row.bytes.unwrap_or(0),
                     shard: row.shard.clone().filter(|s| !s.is_empty()),
                     shard_resident_bytes: row.shard_resident_bytes,
                     detail: row.detail.clone().unwrap_or_default(),
                 }),
-                other => return Err(format!("line {line}: unknown record `{other}`")),
+                other => return Err(CsvError::at(line, format!("unknown record `{other}`"))),
             }
         }
         if has_expected {
@@ -695,9 +695,28 @@ impl CsvRow {
     }
 }
 
+/// What is wrong in a trace's CSV form, and on which line.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("line {line}: {problem}")]
+pub struct CsvError {
+    /// The 1-based line.
+    pub line: u64,
+    /// What is wrong there.
+    pub problem: String,
+}
+
+impl CsvError {
+    fn at(line: u64, problem: impl Into<String>) -> Self {
+        Self {
+            line,
+            problem: problem.into(),
+        }
+    }
+}
+
 /// A `csv` crate error as one line starting with its line number, naming
 /// the column when there is one.
-fn csv_error(err: &csv::Error) -> String {
+fn csv_error(err: &csv::Error) -> CsvError {
     let line = err.position().map_or(0, csv::Position::line);
     match err.kind() {
         csv::ErrorKind::Deserialize { err, .. } => {
@@ -709,14 +728,12 @@ fn csv_error(err: &csv::Error) -> String {
                         .nth(usize::try_from(i).unwrap_or(usize::MAX))
                 })
                 .unwrap_or("a field");
-            format!("line {line}: `{column}`: {}", err.kind())
+            CsvError::at(line, format!("`{column}`: {}", err.kind()))
         }
         csv::ErrorKind::UnequalLengths {
             len, expected_len, ..
-        } => {
-            format!("line {line}: {len} fields, expected {expected_len}")
-        }
-        _ => format!("line {line}: {err}"),
+        } => CsvError::at(line, format!("{len} fields, expected {expected_len}")),
+        _ => CsvError::at(line, err.to_string()),
     }
 }
 
@@ -802,12 +819,12 @@ mod tests {
     fn bad_csv_names_the_line() {
         let mut text = sample_trace().to_csv();
         text.push_str("event,x,1,,,1,1,,walk-step,a,1,,,\n");
-        let err = Trace::from_csv(&text).expect_err("a bad time");
+        let err = Trace::from_csv(&text).expect_err("a bad time").to_string();
         assert!(err.contains("`t_secs`"), "{err}");
         assert!(err.starts_with("line "), "{err}");
-        let err = Trace::from_csv("hello\n").expect_err("no header");
+        let err = Trace::from_csv("hello\n").expect_err("no header").to_string();
         assert!(err.contains("line 1"), "{err}");
-        let err = Trace::from_csv(&format!("{CSV_HEADER}\nevent,\"open")).expect_err("short");
+        let err = Trace::from_csv(&format!("{CSV_HEADER}\nevent,\"open")).expect_err("short").to_string();
         assert!(
             err.starts_with("line 2: ") && err.contains("fields"),
             "{err}"
@@ -815,7 +832,7 @@ mod tests {
         let err = Trace::from_csv(&format!(
             "{CSV_HEADER}\nevent,0.1,1,,,1,1,,frobnicate,a,1,,,\n"
         ))
-        .expect_err("unknown kind");
+        .expect_err("unknown kind").to_string();
         assert!(
             err.starts_with("line 2: ") && err.contains("`frobnicate`"),
             "{err}"

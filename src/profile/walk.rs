@@ -253,6 +253,22 @@ pub struct Recorded {
     pub progress: (usize, usize),
 }
 
+/// The tensor whose step stopped a walk, and why.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{tensor}: {error}")]
+pub struct WalkError {
+    /// The tensor.
+    pub tensor: String,
+    /// Why (shared: outcomes are cloned into events and traces).
+    pub error: std::sync::Arc<WeightsError>,
+}
+
+impl PartialEq for WalkError {
+    fn eq(&self, other: &Self) -> bool {
+        self.tensor == other.tensor && self.error.to_string() == other.error.to_string()
+    }
+}
+
 /// How a walk ended.
 #[derive(Debug, Clone, PartialEq)]
 pub struct WalkOutcome {
@@ -267,7 +283,7 @@ pub struct WalkOutcome {
     /// Whether it was cancelled.
     pub cancelled: bool,
     /// The error that stopped it, if one did.
-    pub error: Option<String>,
+    pub error: Option<WalkError>,
     /// MLX's own peak counter over the walk (reset when it began).
     pub peak_mlx_active_bytes: u64,
     /// The process's peak RSS over the walk (`VmHWM`, reset when it began,
@@ -330,10 +346,10 @@ pub fn walk<N: Native>(
         Walker::new(names, release, cancel)
             .with_prefetch()
             .run(weights, &mut visitor, &mut |_| {});
-    let error = walked
-        .stopped
-        .as_ref()
-        .map(|(name, err)| format!("{name}: {err}"));
+    let error = walked.stopped.map(|(tensor, error)| WalkError {
+        tensor,
+        error: std::sync::Arc::new(error),
+    });
     drop(visitor.kept.drain(..));
     let (done, total) = (walked.done, walked.total);
     let end_detail = match (&error, walked.cancelled) {

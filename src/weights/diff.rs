@@ -296,7 +296,7 @@ impl<N: Native, M: Native> Visitor<Pair<'_, N, M>> for DiffReport {
             Ok(Outcome::Common(common)) => self.common.push(common),
             Err(error) => self.failed.push(DiffFailure {
                 name: name.to_owned(),
-                error,
+                error: error.to_string(),
             }),
         }
         Ok(())
@@ -314,6 +314,18 @@ pub fn snr_text(db: f64) -> String {
     }
 }
 
+/// Why one tensor could not be compared: a side could not be read, or MLX
+/// failed on the pair.
+#[derive(Debug, thiserror::Error)]
+enum CompareError {
+    #[error("A: {0}")]
+    A(WeightsError),
+    #[error("B: {0}")]
+    B(WeightsError),
+    #[error(transparent)]
+    Mlx(#[from] mlx::MlxError),
+}
+
 enum Outcome {
     Changed(Changed),
     Common(Common),
@@ -323,9 +335,9 @@ fn compare<N: Native, M: Native>(
     a: &mut Weights<N>,
     b: &mut Weights<M>,
     name: &str,
-) -> Result<Outcome, String> {
-    let ba = a.bands(name).map_err(|e| format!("A: {e}"))?;
-    let bb = b.bands(name).map_err(|e| format!("B: {e}"))?;
+) -> Result<Outcome, CompareError> {
+    let ba = a.bands(name).map_err(CompareError::A)?;
+    let bb = b.bands(name).map_err(CompareError::B)?;
     let a_dtype = described_dtype(a, name, ba.decoding.as_ref());
     let b_dtype = described_dtype(b, name, bb.decoding.as_ref());
     if ba.shape != bb.shape {
@@ -344,9 +356,9 @@ fn compare<N: Native, M: Native>(
     let mut r0 = 0;
     while r0 < ba.rows {
         let r1 = ba.rows.min(r0.saturating_add(step));
-        let x = ba.band(r0, r1).map_err(|e| format!("A: {e}"))?;
-        let y = bb.band(r0, r1).map_err(|e| format!("B: {e}"))?;
-        sums.add(&x, &y).map_err(|e| e.to_string())?;
+        let x = ba.band(r0, r1).map_err(|e| CompareError::A(e.into()))?;
+        let y = bb.band(r0, r1).map_err(|e| CompareError::B(e.into()))?;
+        sums.add(&x, &y)?;
         r0 = r1;
     }
     let d = sums.difference();

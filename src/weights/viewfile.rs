@@ -226,7 +226,8 @@ impl ViewFile {
             let rule = format!("fixup[{i}]");
             file.fixups.push(FileFixup {
                 pattern: compile(&rule, &fixup.pattern)?,
-                op: fixup_op(fixup).map_err(|m| rule_error(&rule, &fixup.pattern, m))?,
+                op: fixup_op(fixup)
+                    .map_err(|m| rule_error(&rule, &fixup.pattern, m.to_string()))?,
                 if_ndim: fixup.if_ndim,
                 reason: fixup
                     .reason
@@ -289,8 +290,21 @@ struct RawFixup {
     reason: Option<String>,
 }
 
+/// What is wrong with a rule's fix-up (said in [`ViewError::Rule`]).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+enum FixupProblem {
+    #[error("cannot cast to `{0}` (F16, BF16, F32, I8, U8, …)")]
+    Cast(String),
+    #[error("cannot add `{0}`")]
+    Add(f32),
+    #[error("names no fix-up (one of add, move_axis, swap_axes, cast)")]
+    None,
+    #[error("names more than one fix-up; write one rule per fix-up")]
+    Several,
+}
+
 /// The one fix-up a rule names, or what is wrong with it.
-fn fixup_op(fixup: &RawFixup) -> Result<FixupOp, String> {
+fn fixup_op(fixup: &RawFixup) -> Result<FixupOp, FixupProblem> {
     let ops: Vec<FixupOp> = [
         fixup.add.map(FixupOp::Add),
         fixup.move_axis.map(|[a, b]| FixupOp::MoveAxis(a, b)),
@@ -302,14 +316,12 @@ fn fixup_op(fixup: &RawFixup) -> Result<FixupOp, String> {
     .collect();
     match ops.as_slice() {
         [FixupOp::Cast(dtype)] if !CAST_DTYPES.contains(&dtype.to_ascii_uppercase().as_str()) => {
-            Err(format!(
-                "cannot cast to `{dtype}` (F16, BF16, F32, I8, U8, …)"
-            ))
+            Err(FixupProblem::Cast(dtype.clone()))
         }
-        [FixupOp::Add(v)] if !v.is_finite() => Err(format!("cannot add `{v}`")),
+        [FixupOp::Add(v)] if !v.is_finite() => Err(FixupProblem::Add(*v)),
         [op] => Ok(op.clone()),
-        [] => Err("names no fix-up (one of add, move_axis, swap_axes, cast)".into()),
-        _ => Err("names more than one fix-up; write one rule per fix-up".into()),
+        [] => Err(FixupProblem::None),
+        _ => Err(FixupProblem::Several),
     }
 }
 

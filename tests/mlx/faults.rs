@@ -44,7 +44,7 @@ fn materialize(worker: &Worker, name: &str) -> Result<(), String> {
         .expect("send");
     match recv(worker).kind {
         EventKind::Materialized(_) => Ok(()),
-        EventKind::Failed { error, .. } => Err(error),
+        EventKind::Failed { error, .. } => Err(error.to_string()),
         other => panic!("unexpected {other:?}"),
     }
 }
@@ -152,8 +152,8 @@ fn materializing_past_the_memory_limit_is_refused_and_the_next_click_works() {
     assert!(
         outcome
             .error
-            .as_deref()
-            .is_some_and(|e| e.contains("memory limit")),
+            .as_ref()
+            .is_some_and(|e| e.to_string().contains("memory limit")),
         "{outcome:?}"
     );
     worker.send(Command::SetMemoryLimit(before)).expect("send");

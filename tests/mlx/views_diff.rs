@@ -248,7 +248,7 @@ fn a_view_file_with_an_error_names_the_line_and_the_rule() {
         panic!("the checkpoint still opens");
     };
     assert!(view.is_none());
-    assert!(view_error.is_some_and(|e| e.contains("line 7")));
+    assert!(view_error.is_some_and(|e| e.to_string().contains("line 7")));
 
     // A good file applies its rules.
     let good = views.path().join("good-view.json");

@@ -58,7 +58,7 @@ fn commands_in_summaries_out() {
         .send(Command::Materialize("s0.t0".into()))
         .expect("send");
     assert!(
-        matches!(worker.recv().expect("event").kind, EventKind::Failed { error, .. } if error.contains("no checkpoint"))
+        matches!(worker.recv().expect("event").kind, EventKind::Failed { error, .. } if error.to_string().contains("no checkpoint"))
     );
 
     worker
@@ -126,7 +126,7 @@ fn commands_in_summaries_out() {
         .send(Command::Open(dir.path().join("nope")))
         .expect("send");
     assert!(
-        matches!(worker.recv().expect("event").kind, EventKind::OpenFailed { error, .. } if error.contains("nope"))
+        matches!(worker.recv().expect("event").kind, EventKind::OpenFailed { error, .. } if error.to_string().contains("nope"))
     );
 
     worker.send(Command::Close).expect("send");

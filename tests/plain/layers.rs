@@ -218,14 +218,17 @@ fn panels_never_reach_into_the_app() {
     let not_panels = ["mod.rs", "shell.rs", "hooks.rs", "commands.rs", "jobs.rs"];
     let panels: Vec<_> = files
         .iter()
-        .filter(|f| {
-            !not_panels.iter().any(|n| f.ends_with(n)) || f.ends_with("profiler/mod.rs")
-        })
+        .filter(|f| !not_panels.iter().any(|n| f.ends_with(n)) || f.ends_with("profiler/mod.rs"))
         .collect();
     let mut offenders = Vec::new();
     for file in &panels {
         let text = std::fs::read_to_string(file).expect("read");
-        for banned in ["WeightscopeApp", "worker::Command", "Command::", "CancelToken::new"] {
+        for banned in [
+            "WeightscopeApp",
+            "worker::Command",
+            "Command::",
+            "CancelToken::new",
+        ] {
             let used = text
                 .match_indices(banned)
                 .any(|(at, _)| banned != "Command::" || !text[..at].ends_with("App"));

@@ -18,12 +18,8 @@ fn harness(app: WeightscopeApp) -> Harness<'static, WeightscopeApp> {
 }
 
 fn open_app(path: &std::path::Path) -> WeightscopeApp {
-    let mut app = WeightscopeApp::new(
-        Some(path.to_path_buf()),
-        mlx::default_device().map_err(|e| e.to_string()),
-        || {},
-    )
-    .expect("worker");
+    let mut app = WeightscopeApp::new(Some(path.to_path_buf()), mlx::default_device(), || {})
+        .expect("worker");
     app.wait_for_worker().expect("opened");
     app
 }

@@ -428,12 +428,7 @@ fn the_cli_says_one_line_per_hostile_file_and_never_panics() {
 #[test]
 fn the_window_shows_each_problem_and_stays_usable() {
     let _lock = common::mlx_memory_lock();
-    let app = WeightscopeApp::new(
-        None,
-        mlx::default_device().map_err(|e| e.to_string()),
-        || {},
-    )
-    .expect("app");
+    let app = WeightscopeApp::new(None, mlx::default_device(), || {}).expect("app");
     let mut harness = Harness::builder()
         .with_size(egui::vec2(1400.0, 860.0))
         .build_ui_state(|ui, app: &mut WeightscopeApp| app.ui(ui), app);

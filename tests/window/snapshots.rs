@@ -25,12 +25,7 @@ fn frozen_demo() -> (Harness<'static, WeightscopeApp>, tempfile::TempDir) {
 fn frozen_demo_at(size: egui::Vec2) -> (Harness<'static, WeightscopeApp>, tempfile::TempDir) {
     let dir = tempfile::tempdir().expect("tempdir");
     let demo = demo::ensure_demo(dir.path()).expect("demo");
-    let mut app = WeightscopeApp::new(
-        Some(demo),
-        mlx::default_device().map_err(|e| e.to_string()),
-        || {},
-    )
-    .expect("worker");
+    let mut app = WeightscopeApp::new(Some(demo), mlx::default_device(), || {}).expect("worker");
     app.wait_for_worker().expect("opened");
     app.freeze_for_snapshots();
     let mut harness = Harness::builder()

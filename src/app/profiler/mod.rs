@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 use crate::checkpoint::Checkpoint;
 use crate::memory::{ExpectedPeaks, MachineMemory, MarkKind, Policy};
 use crate::mlx::{DeviceInfo, MemoryStats};
-use crate::profile::record::{Recording, Update};
+use crate::profile::TraceError;
+use crate::profile::record::{RecordError, Recording, Update};
 use crate::profile::{self, Finding, Sampler, Timeline, Trace, Transform, WalkOutcome};
 use crate::units::human_bytes;
 use crate::worker::CancelToken;
@@ -67,7 +68,7 @@ pub(super) struct ProfilerInputs<'a> {
     /// The memory sampler, when it runs.
     pub sampler: Option<&'a Sampler>,
     /// The MLX device, or why MLX could not start.
-    pub device: &'a Result<DeviceInfo, String>,
+    pub device: &'a Result<DeviceInfo, crate::mlx::MlxError>,
     /// Where the tab's requests go.
     pub commands: &'a CommandSender,
 }
@@ -131,7 +132,7 @@ pub(super) struct ProfilerPanel {
 /// A trace file read and parsed on a `trace-load` thread.
 struct TraceLoad {
     path: PathBuf,
-    result: std::sync::mpsc::Receiver<Result<Trace, String>>,
+    result: std::sync::mpsc::Receiver<Result<Trace, TraceError>>,
 }
 
 /// What the resident list was computed from: event count, moment (bits),
@@ -266,7 +267,7 @@ impl ProfilerPanel {
     }
 
     /// The recording ended: it becomes the last run, with its findings.
-    pub(super) fn recording_finished(&mut self, result: Result<Box<Recording>, String>) {
+    pub(super) fn recording_finished(&mut self, result: Result<Box<Recording>, RecordError>) {
         let Some(live) = self.recording.take() else {
             return;
         };
@@ -431,7 +432,7 @@ impl ProfilerPanel {
     pub(super) fn load_trace(
         &mut self,
         path: &std::path::Path,
-        spawned: std::io::Result<std::sync::mpsc::Receiver<Result<Trace, String>>>,
+        spawned: std::io::Result<std::sync::mpsc::Receiver<Result<Trace, TraceError>>>,
     ) {
         match spawned {
             Ok(result) => {
@@ -442,7 +443,7 @@ impl ProfilerPanel {
                 });
             }
             // No thread to be had: read it here rather than not at all.
-            Err(_) => self.loaded(Trace::load(path).map_err(|e| e.to_string())),
+            Err(_) => self.loaded(Trace::load(path)),
         }
     }
 
@@ -462,14 +463,19 @@ impl ProfilerPanel {
         };
         let path = load.path.clone();
         self.loading = None;
-        self.loaded(
-            result
-                .unwrap_or_else(|| Err(format!("{}: the loading thread stopped", path.display()))),
-        );
+        match result {
+            Some(result) => self.loaded(result),
+            None => {
+                self.message = Some(format!(
+                    "{}: the loading thread stopped",
+                    crate::units::printable(&path.display().to_string())
+                ));
+            }
+        }
         true
     }
 
-    fn loaded(&mut self, result: Result<Trace, String>) {
+    fn loaded(&mut self, result: Result<Trace, TraceError>) {
         match result {
             Ok(trace) => {
                 self.message = Some(format!(
@@ -481,7 +487,7 @@ impl ProfilerPanel {
                 self.overlays.push(trace);
                 self.walk_view = true;
             }
-            Err(err) => self.message = Some(crate::units::printable(&err).into_owned()),
+            Err(err) => self.message = Some(crate::units::printable(&err.to_string()).into_owned()),
         }
     }
 

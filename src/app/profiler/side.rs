@@ -250,7 +250,7 @@ fn walk_summary_ui(ui: &mut egui::Ui, o: &WalkOutcome) {
         ));
     }
     if let Some(error) = &o.error {
-        ui.colored_label(ui.visuals().error_fg_color, error);
+        ui.colored_label(ui.visuals().error_fg_color, error.to_string());
     }
 }
 

@@ -253,6 +253,9 @@ pub enum RecordError {
     /// The probe's pipe or files could not be made.
     #[error("cannot set up the probe: {0}")]
     Probe(#[from] std::io::Error),
+    /// The thread that records could not be started (the window's recorder).
+    #[error("cannot start the recorder thread: {0}")]
+    Thread(std::io::Error),
     /// This system has no `/proc` (macOS: docs/record.md says what would do).
     #[error("recording needs Linux's /proc for now (docs/record.md)")]
     Unsupported,
@@ -330,8 +333,8 @@ impl Recording {
 
 /// Reads the checkpoint's headers for the figures a recording is measured
 /// against.
-fn checkpoint_facts(path: &Path) -> Result<CheckpointFacts, String> {
-    let checkpoint = crate::checkpoint::Checkpoint::open(path).map_err(|e| format!("{e:#}"))?;
+fn checkpoint_facts(path: &Path) -> Result<CheckpointFacts, crate::checkpoint::CheckpointError> {
+    let checkpoint = crate::checkpoint::Checkpoint::open(path)?;
     let plan = super::walk::WalkPlan::from_checkpoint(&checkpoint, super::walk::Transform::None);
     let summary = checkpoint.summary();
     Ok(CheckpointFacts {
@@ -926,7 +929,7 @@ fn finish(
     });
     let (checkpoint, checkpoint_error) = match checkpoint_path.as_deref().map(checkpoint_facts) {
         Some(Ok(facts)) => (Some(facts), None),
-        Some(Err(error)) => (None, Some(error)),
+        Some(Err(error)) => (None, Some(error.to_string())),
         None => (None, None),
     };
     let mut recording = Recording {
