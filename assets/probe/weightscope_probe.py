@@ -1,8 +1,12 @@
-"""MLX counters from inside a Python job, for `weightscope record`.
+"""MLX counters and source lines from inside a Python job, for `weightscope
+record`.
 
-Started by weightscope's sitecustomize when weightscope runs the job. Once the
-job imports `mlx.core`, a daemon thread sends MLX's active, cache and peak
-memory every interval, and calls to `mx.load` and `mx.clear_cache` are marked.
+Started by weightscope's sitecustomize when weightscope runs the job. A daemon
+thread sends, every interval, the main thread's Python stack (the line that
+asked MLX for its work: MLX lets go of the GIL while it evaluates, loads and
+saves) and, once the job imports `mlx.core`, MLX's active, cache and peak
+memory; calls to `mx.load` and `mx.clear_cache` are marked. Frames and stacks
+are sent once each (`frame`, `stack-def`) and named by number after that.
 The job's own code can mark moments:
 
     import weightscope_probe
@@ -18,12 +22,14 @@ descriptor is in WEIGHTSCOPE_PROBE_FD (docs/record.md specifies the lines).
 
 import functools
 import json
+import linecache
 import os
 import sys
 import threading
 import time
 
 _fd = None
+_main_ident = threading.main_thread().ident
 _interval = 0.05
 _mlx = None
 _started = None
@@ -74,8 +80,12 @@ def _after_fork_in_parent():
 
 
 def _after_fork_in_child():
-    global _reading
+    global _reading, _main_ident
     _reading = threading.Lock()
+    # The forking thread is the child's only thread; its ids are new.
+    _main_ident = threading.get_ident()
+    _frame_ids.clear()
+    _stack_ids.clear()
 
 
 def mark(text):
@@ -142,9 +152,69 @@ class _MlxImportHook:
         return spec
 
 
+# Frames and stacks sent so far, by what identifies them: (code object,
+# line) -> frame id; tuple of frame ids (innermost first) -> stack id.
+_frame_ids = {}
+_stack_ids = {}
+# The deepest stack sent: the innermost frames are the ones that say where.
+_MAX_FRAMES = 50
+
+
+def _frame_id(code, line):
+    key = (code, line)
+    known = _frame_ids.get(key)
+    if known is not None:
+        return known
+    ident = len(_frame_ids)
+    _frame_ids[key] = ident
+    text = ""
+    try:
+        text = linecache.getline(code.co_filename, line).strip()[:160]
+    except Exception:
+        pass
+    _send(
+        {
+            "kind": "frame",
+            "id": ident,
+            "file": code.co_filename,
+            "line": line,
+            "function": getattr(code, "co_qualname", code.co_name),
+            "text": text,
+        }
+    )
+    return ident
+
+
+def _stack_id():
+    """The id of the main thread's stack now (sent first when new), or -1."""
+    frame = sys._current_frames().get(_main_ident)
+    ids = []
+    while frame is not None and len(ids) < _MAX_FRAMES:
+        ids.append(_frame_id(frame.f_code, frame.f_lineno))
+        frame = frame.f_back
+    if not ids:
+        return -1
+    key = tuple(ids)
+    known = _stack_ids.get(key)
+    if known is not None:
+        return known
+    ident = len(_stack_ids)
+    _stack_ids[key] = ident
+    _send({"kind": "stack-def", "id": ident, "frames": ids})
+    return ident
+
+
 def _sample():
+    if _fd is None:
+        return
+    try:
+        stack = _stack_id()
+    except Exception:
+        stack = -1
     mx = _mlx
-    if mx is None or _fd is None:
+    if mx is None:
+        if stack >= 0:
+            _write(('{"kind":"stack","pid":%d,"stack":%d}\n' % (os.getpid(), stack)).encode())
         return
     try:
         with _reading:
@@ -154,11 +224,12 @@ def _sample():
     except Exception:
         return
     # Formatted by hand: json.dumps would be most of the probe's cost.
-    line = '{"kind":"sample","pid":%d,"active":%d,"cache":%d,"peak":%d}\n' % (
+    line = '{"kind":"sample","pid":%d,"active":%d,"cache":%d,"peak":%d,"stack":%d}\n' % (
         os.getpid(),
         active,
         cache,
         peak,
+        stack,
     )
     _write(line.encode())
 

@@ -205,6 +205,14 @@ pub fn summary_json(r: &Recording) -> Value {
             "release-shard": c.expected.release_shard,
         })),
         "findings": findings,
+        "killed_for_memory": r.memory_kill.as_ref().map(|k| json!({
+            "cgroup": k.cgroup,
+            "limit_bytes": k.limit_bytes,
+        })),
+        "address_space_limit_bytes": r.address_space_limit,
+        "peak_stack": r.peak_stack,
+        "last_stack": r.last_stack,
+        "lines": r.lines,
     })
 }
 
@@ -273,7 +281,40 @@ pub fn write_summary(r: &Recording, out: &mut dyn Write) -> std::io::Result<()> 
             human_bytes(device)
         )?;
     }
+    write_lines(r, out)?;
     write_files_and_findings(r, out)
+}
+
+/// The stack at the peak and the lines that grew memory most.
+fn write_lines(r: &Recording, out: &mut dyn Write) -> std::io::Result<()> {
+    if r.peak_stack.is_empty() && r.lines.is_empty() {
+        return Ok(());
+    }
+    if !r.peak_stack.is_empty() {
+        writeln!(
+            out,
+            "  at the peak the job was at {}",
+            crate::units::printable(&crate::profile::record::stacks::describe(&r.peak_stack))
+        )?;
+    }
+    writeln!(out, "  lines (held at the peak, share, all they grew):")?;
+    for line in r.lines.iter().take(8) {
+        let code = if line.frame.text.is_empty() {
+            String::new()
+        } else {
+            format!("  {}", line.frame.text)
+        };
+        writeln!(
+            out,
+            "    {:>10} {:>4.0} % {:>10}  {}{}",
+            human_bytes(line.held_at_peak_bytes),
+            line.share * 100.0,
+            human_bytes(line.grew_bytes),
+            crate::units::printable(&line.frame.label()),
+            crate::units::printable(&code)
+        )?;
+    }
+    Ok(())
 }
 
 /// The summary's lines about shard files, the checkpoint and findings.

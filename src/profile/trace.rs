@@ -122,6 +122,9 @@ pub struct Trace {
     pub job: Option<JobInfo>,
     /// Samples, in time order.
     pub samples: Vec<Sample>,
+    /// A recorded job's Python stacks (JSON only; the CSV form has none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stacks: Option<super::record::stacks::TraceStacks>,
     /// Events, in time order.
     pub events: Vec<TraceEvent>,
 }
@@ -162,6 +165,7 @@ impl Trace {
             expected: None,
             job: None,
             samples: Vec::new(),
+            stacks: None,
             events: Vec::new(),
         }
     }
@@ -351,6 +355,13 @@ impl Trace {
         bound(&mut self.device);
         if let Some(job) = &mut self.job {
             bound(&mut job.command);
+        }
+        if let Some(stacks) = &mut self.stacks {
+            for frame in &mut stacks.frames {
+                bound(&mut frame.file);
+                bound(&mut frame.function);
+                bound(&mut frame.text);
+            }
         }
         for event in &mut self.events {
             bound(&mut event.target);
@@ -822,9 +833,13 @@ mod tests {
         let err = Trace::from_csv(&text).expect_err("a bad time").to_string();
         assert!(err.contains("`t_secs`"), "{err}");
         assert!(err.starts_with("line "), "{err}");
-        let err = Trace::from_csv("hello\n").expect_err("no header").to_string();
+        let err = Trace::from_csv("hello\n")
+            .expect_err("no header")
+            .to_string();
         assert!(err.contains("line 1"), "{err}");
-        let err = Trace::from_csv(&format!("{CSV_HEADER}\nevent,\"open")).expect_err("short").to_string();
+        let err = Trace::from_csv(&format!("{CSV_HEADER}\nevent,\"open"))
+            .expect_err("short")
+            .to_string();
         assert!(
             err.starts_with("line 2: ") && err.contains("fields"),
             "{err}"
@@ -832,7 +847,8 @@ mod tests {
         let err = Trace::from_csv(&format!(
             "{CSV_HEADER}\nevent,0.1,1,,,1,1,,frobnicate,a,1,,,\n"
         ))
-        .expect_err("unknown kind").to_string();
+        .expect_err("unknown kind")
+        .to_string();
         assert!(
             err.starts_with("line 2: ") && err.contains("`frobnicate`"),
             "{err}"

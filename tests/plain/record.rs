@@ -97,9 +97,24 @@ fn stdout(output: &Output) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
+/// The lines in `jobs.py`'s function `function` and the bytes they held at
+/// the peak, from a summary's `lines`.
+fn held_in(summary: &Value, function: &str) -> u64 {
+    summary["lines"]
+        .as_array()
+        .expect("lines")
+        .iter()
+        .filter(|l| {
+            l["file"].as_str().is_some_and(|f| f.ends_with("jobs.py")) && l["function"] == function
+        })
+        .map(|l| l["held_at_peak_bytes"].as_u64().expect("bytes"))
+        .sum()
+}
+
 #[test]
 fn a_job_that_keeps_every_array_is_seen_accumulating() {
-    let (output, summary) = record(&[], &as_refs(&python_job("keep")));
+    // Sampled every 5 ms, so that the probe sees the job's lines as it goes.
+    let (output, summary) = record(&["--interval-ms", "5"], &as_refs(&python_job("keep")));
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     let s = summary.expect("summary written");
     assert_eq!(s["exit_code"], 0);
@@ -147,12 +162,31 @@ fn a_job_that_keeps_every_array_is_seen_accumulating() {
         s["gpu_unavailable"]
     );
     assert!(stdout(&output).starts_with("checksum"), "stdout untouched");
+    // The lines: the loop of `keep` held the model at the peak, and the
+    // stack at the peak is in it (the job's own frame first).
+    let held = held_in(&s, "keep");
+    assert!(
+        held >= model * 3 / 4,
+        "keep's lines held {held} of {model}: {}",
+        s["lines"]
+    );
+    let top = &s["lines"][0];
+    assert_eq!(top["function"], "keep", "{}", s["lines"]);
+    assert!(top["share"].as_f64().expect("share") > 0.5);
+    let own = s["peak_stack"]
+        .as_array()
+        .expect("the stack at the peak")
+        .iter()
+        .find(|f| f["file"].as_str().is_some_and(|f| f.ends_with("jobs.py")))
+        .expect("a frame of the job's own");
+    assert_eq!(own["function"], "keep");
+    assert!(stderr(&output).contains("in keep"), "{}", stderr(&output));
 }
 
 #[test]
 fn a_job_that_releases_each_shard_stays_near_a_shard_and_computes_the_same() {
     let job = python_job("release");
-    let (output, summary) = record(&[], &as_refs(&job));
+    let (output, summary) = record(&["--interval-ms", "5"], &as_refs(&job));
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     let s = summary.expect("summary written");
     let peak = s["peak_mlx_active_bytes"].as_u64().expect("a peak");
@@ -164,6 +198,24 @@ fn a_job_that_releases_each_shard_stays_near_a_shard_and_computes_the_same() {
     }
     let marks = kinds(&s, "marks");
     assert_eq!(marks.iter().filter(|k| *k == "clear-cache").count(), 8);
+    // No line held more than a shard's sources and outputs at the peak,
+    // though the loop's lines grew the model's worth in all.
+    for line in s["lines"].as_array().expect("lines") {
+        let held = line["held_at_peak_bytes"].as_u64().expect("bytes");
+        assert!(held <= 2 * SHARD_BYTES + MIB, "{line}");
+    }
+    let grew: u64 = s["lines"]
+        .as_array()
+        .expect("lines")
+        .iter()
+        .filter(|l| l["function"] == "release")
+        .map(|l| l["grew_bytes"].as_u64().expect("bytes"))
+        .sum();
+    assert!(
+        grew >= 2 * SHARD_BYTES,
+        "the loop grew {grew}: {}",
+        s["lines"]
+    );
     // The probe changes nothing the job computes.
     let plain = Command::new(&job[0])
         .args(&job[1..])
@@ -454,4 +506,100 @@ fn the_trace_opens_like_a_walks() {
             .any(|e| e.kind == weightscope::memory::MarkKind::Load)
     );
     assert_eq!(loaded.expected.map(|e| e.release_shard), Some(SHARD_BYTES));
+}
+
+/// The memory cgroup this test runs in, as a folder of cgroup v1's memory
+/// controller; `None` (and the test says it is skipped) where there is none
+/// to write to.
+fn writable_memory_cgroup() -> Option<PathBuf> {
+    let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let path = own
+        .lines()
+        .find_map(|l| l.split_once(":memory:").map(|(_, p)| p.to_owned()))?;
+    let dir = Path::new("/sys/fs/cgroup/memory")
+        .join(path.trim_start_matches('/'))
+        .join(format!("weightscope-oom-{}", std::process::id()));
+    std::fs::create_dir(&dir).ok()?;
+    Some(dir)
+}
+
+#[test]
+fn a_job_killed_by_the_kernel_for_memory_is_said_so_with_its_line() {
+    let Some(cgroup) = writable_memory_cgroup() else {
+        eprintln!("skipped: no writable cgroup v1 memory controller here");
+        return;
+    };
+    // 120 MiB: less than the 128 MiB model the job keeps, with Python and
+    // MLX besides; the kernel's OOM killer then kills the job in it.
+    let limit = 120 * MIB;
+    std::fs::write(cgroup.join("memory.limit_in_bytes"), limit.to_string()).expect("limit");
+    let _ = std::fs::write(
+        cgroup.join("memory.memsw.limit_in_bytes"),
+        limit.to_string(),
+    );
+    let script = format!(
+        "echo $$ > {}/cgroup.procs && exec \"$0\" \"$@\"",
+        cgroup.display()
+    );
+    let mut job: Vec<std::ffi::OsString> = vec!["sh".into(), "-c".into(), script.into()];
+    job.extend(python_job("keep"));
+    let (output, summary) = record(&["--interval-ms", "5"], &as_refs(&job));
+    let _ = std::fs::remove_dir(&cgroup);
+    let s = summary.expect("summary written");
+    assert_eq!(output.status.code(), Some(137), "{}", stderr(&output));
+    assert_eq!(s["signal"], 9);
+    let kill = &s["killed_for_memory"];
+    assert!(
+        kill["cgroup"]
+            .as_str()
+            .is_some_and(|c| c.ends_with(&format!("weightscope-oom-{}", std::process::id()))),
+        "{kill}"
+    );
+    assert_eq!(kill["limit_bytes"], limit);
+    let failed = s["findings"]
+        .as_array()
+        .expect("findings")
+        .iter()
+        .find(|f| f["kind"] == "job-failed")
+        .expect("job-failed");
+    let text = failed["message"].as_str().expect("a message");
+    assert!(
+        text.contains("The kernel killed the job for memory"),
+        "{text}"
+    );
+    assert!(text.contains("120.00 MiB, the limit of cgroup"), "{text}");
+    assert!(
+        text.contains("jobs.py:") && text.contains(" in keep"),
+        "the line: {text}"
+    );
+    assert!(
+        text.contains("model-00001-of-00008.safetensors"),
+        "the files: {text}"
+    );
+}
+
+#[test]
+fn a_job_past_its_address_space_limit_is_said_so_with_its_line() {
+    let (output, summary) = record(
+        &["--interval-ms", "5"],
+        &as_refs(&python_job("address-space")),
+    );
+    let s = summary.expect("summary written");
+    assert_ne!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert!(
+        s["address_space_limit_bytes"]
+            .as_u64()
+            .is_some_and(|b| b > 256 * MIB),
+        "{}",
+        s["address_space_limit_bytes"]
+    );
+    let failed = s["findings"]
+        .as_array()
+        .expect("findings")
+        .iter()
+        .find(|f| f["kind"] == "job-failed")
+        .expect("job-failed");
+    let text = failed["message"].as_str().expect("a message");
+    assert!(text.contains("address-space limit (ulimit -v)"), "{text}");
+    assert!(text.contains("in address_space"), "the line: {text}");
 }

@@ -5,6 +5,9 @@
     python jobs.py release FOLDER       one shard at a time, cache cleared
     python jobs.py fail FOLDER          like release, exits 3 half way
     python jobs.py wait                 print "ready", then read stdin to its end
+    python jobs.py address-space        cap its own address space (as `ulimit -v`
+                                        does) 256 MiB above what it uses, then
+                                        keep allocating 64 MiB until it fails
 
 Each shard holds two 1024x2048 float32 tensors (16 MiB). The jobs print a
 checksum of what they computed, so a test can compare runs with and without
@@ -70,6 +73,19 @@ def release(folder, fail_half_way=False):
     print("checksum", total)
 
 
+def address_space():
+    import resource
+
+    with open("/proc/self/status") as status:
+        vm = next(int(l.split()[1]) * 1024 for l in status if l.startswith("VmSize:"))
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    resource.setrlimit(resource.RLIMIT_AS, (vm + (256 << 20), hard))
+    kept = []
+    while True:
+        kept.append(mx.ones((16 << 20,), dtype=mx.float32))
+        mx.eval(kept[-1])
+
+
 if __name__ == "__main__":
     mode = sys.argv[1]
     if mode == "make":
@@ -80,6 +96,8 @@ if __name__ == "__main__":
         release(sys.argv[2])
     elif mode == "fail":
         release(sys.argv[2], fail_half_way=True)
+    elif mode == "address-space":
+        address_space()
     elif mode == "wait":
         print("ready", flush=True)
         sys.stdin.read()

@@ -41,26 +41,57 @@ fn job_failed(r: &Recording, found: &mut Vec<Finding>) {
         .map_or(String::new(), |e| {
             format!("; its last mark: \"{}\"", e.target)
         });
+    // The line executing at the last sample, when the probe sent stacks.
+    let line = if r.last_stack.is_empty() {
+        String::new()
+    } else {
+        format!(", while at {}", super::stacks::describe(&r.last_stack))
+    };
     let text = match exit {
         JobExit::Code(0) => return,
         JobExit::Code(code) => format!(
-            "The job exited with status {code} at {at:.1} s, with RSS {} and {loaded}{of} shard files used{last_mark}.",
+            "The job exited with status {code} at {at:.1} s{line}, with RSS {} and {loaded}{of} shard files used{last_mark}.",
             human_bytes(rss)
         ),
         JobExit::Signal(2) => format!(
-            "The job was stopped by SIGINT (Ctrl+C) at {at:.1} s, with RSS {} and {loaded}{of} shard files used{last_mark}.",
+            "The job was stopped by SIGINT (Ctrl+C) at {at:.1} s{line}, with RSS {} and {loaded}{of} shard files used{last_mark}.",
             human_bytes(rss)
         ),
-        JobExit::Signal(9) => format!(
-            "The job was killed by SIGKILL at {at:.1} s with RSS {} (peak {}): if nothing else sent it, the kernel's OOM killer did (`dmesg` says); {loaded}{of} shard files were used{last_mark}.",
-            human_bytes(rss),
-            human_bytes(r.peak_rss_bytes)
-        ),
+        JobExit::Signal(9) => match &r.memory_kill {
+            Some(kill) => format!(
+                "The kernel killed the job for memory at {at:.1} s: it reached {}{line}, with RSS {} (peak {}), having loaded {}{last_mark}.",
+                kill.limit_bytes.map_or_else(
+                    || format!("the memory of cgroup {}", kill.cgroup),
+                    |limit| format!(
+                        "{}, the limit of cgroup {}",
+                        human_bytes(limit),
+                        kill.cgroup
+                    )
+                ),
+                human_bytes(rss),
+                human_bytes(r.peak_rss_bytes),
+                loaded_files(r)
+            ),
+            None => format!(
+                "The job was killed by SIGKILL at {at:.1} s{line}, with RSS {} (peak {}): if nothing else sent it, the kernel's OOM killer did (`dmesg` says); {loaded}{of} shard files were used{last_mark}.",
+                human_bytes(rss),
+                human_bytes(r.peak_rss_bytes)
+            ),
+        },
         JobExit::Signal(signal) => format!(
-            "The job was ended by signal {signal} ({}) at {at:.1} s, with RSS {}{last_mark}.",
+            "The job was ended by signal {signal} ({}) at {at:.1} s{line}, with RSS {}{last_mark}.",
             super::signal_name(signal),
             human_bytes(rss)
         ),
+    };
+    // Under `ulimit -v` an allocation past the limit fails: MLX then
+    // throws or the process dies of a signal. Say the limit.
+    let text = match r.address_space_limit {
+        Some(limit) => format!(
+            "{text} It ran under an address-space limit (ulimit -v) of {}: an allocation past it fails, which MLX reports as an error or a crash.",
+            human_bytes(limit)
+        ),
+        None => text,
     };
     found.push(Finding {
         kind: FindingKind::JobFailed,
@@ -69,12 +100,49 @@ fn job_failed(r: &Recording, found: &mut Vec<Finding>) {
     });
 }
 
+/// The shard files the job used, by name: "model-00001.safetensors,
+/// model-00002.safetensors (2 files)", the middle left out past six.
+fn loaded_files(r: &Recording) -> String {
+    let names: Vec<&str> = r
+        .files_loaded()
+        .into_iter()
+        .map(|f| f.rsplit('/').next().unwrap_or(f))
+        .collect();
+    match names.len() {
+        0 => "no shard file".to_owned(),
+        1 => names[0].to_owned(),
+        n if n <= 6 => format!("{} ({n} files)", names.join(", ")),
+        n => format!(
+            "{}, ..., {} ({n} files)",
+            names[..3].join(", "),
+            names[n - 2..].join(", ")
+        ),
+    }
+}
+
 /// The job's own footprint at its peak: MLX active when the probe said, else RSS.
 fn footprint(r: &Recording) -> (u64, &'static str) {
     match r.peak_mlx_active_bytes {
         Some(active) => (active, "MLX active"),
         None => (r.peak_rss_bytes, "RSS"),
     }
+}
+
+/// The line that grew the job's memory most, as a sentence to append.
+fn top_line(r: &Recording) -> String {
+    r.lines.first().map_or(String::new(), |l| {
+        let code = if l.frame.text.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", l.frame.text)
+        };
+        format!(
+            " At the peak, {} ({:.0} %) had grown while {}{code} executed.",
+            human_bytes(l.held_at_peak_bytes),
+            l.share * 100.0,
+            l.frame.label()
+        )
+    })
 }
 
 fn accumulated(r: &Recording, found: &mut Vec<Finding>) {
@@ -89,10 +157,11 @@ fn accumulated(r: &Recording, found: &mut Vec<Finding>) {
         found.push(Finding {
             kind: FindingKind::SourcesAndOutputsKept,
             text: format!(
-                "The job held {} ({what}) at its peak, {ratio:.1} times the {} checkpoint: sources and outputs were both kept. Write each output and drop its sources as you go; a shard at a time would peak near {}.",
+                "The job held {} ({what}) at its peak, {ratio:.1} times the {} checkpoint: sources and outputs were both kept. Write each output and drop its sources as you go; a shard at a time would peak near {}.{}",
                 human_bytes(peak),
                 human_bytes(c.total_bytes),
-                human_bytes(c.expected.release_shard)
+                human_bytes(c.expected.release_shard),
+                top_line(r)
             ),
             t_secs: at,
         });
@@ -100,11 +169,12 @@ fn accumulated(r: &Recording, found: &mut Vec<Finding>) {
         found.push(Finding {
             kind: FindingKind::JobAccumulated,
             text: format!(
-                "The job held {} ({what}) at its peak, {:.0} % of the {} checkpoint: the tensors of every shard were kept. Releasing each shard's arrays when done with it (and mx.clear_cache()) would peak near {}, the largest shard's share.",
+                "The job held {} ({what}) at its peak, {:.0} % of the {} checkpoint: the tensors of every shard were kept. Releasing each shard's arrays when done with it (and mx.clear_cache()) would peak near {}, the largest shard's share.{}",
                 human_bytes(peak),
                 ratio * 100.0,
                 human_bytes(c.total_bytes),
-                human_bytes(c.expected.release_shard)
+                human_bytes(c.expected.release_shard),
+                top_line(r)
             ),
             t_secs: at,
         });
@@ -280,6 +350,12 @@ mod tests {
             }),
             checkpoint_error: None,
             findings: Vec::new(),
+            peak_stack: Vec::new(),
+            last_stack: Vec::new(),
+            lines: Vec::new(),
+            stacks: None,
+            memory_kill: None,
+            address_space_limit: None,
         }
     }
 

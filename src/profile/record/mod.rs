@@ -15,6 +15,7 @@ mod job;
 pub mod probe;
 #[cfg(target_os = "linux")]
 pub mod procfs;
+pub mod stacks;
 
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsString;
@@ -217,6 +218,29 @@ pub struct Recording {
     pub checkpoint_error: Option<String>,
     /// Findings, most important first.
     pub findings: Vec<Finding>,
+    /// The job's Python stack at its peak (MLX active with MLX, else RSS),
+    /// innermost frame first; empty without a probe that sends stacks.
+    pub peak_stack: Vec<stacks::Frame>,
+    /// The stack at the last sample (what was executing when it ended).
+    pub last_stack: Vec<stacks::Frame>,
+    /// The job's lines by the memory that grew while they executed.
+    pub lines: Vec<stacks::LineGrowth>,
+    /// Every stack sample, for the trace.
+    pub stacks: Option<stacks::TraceStacks>,
+    /// When the kernel's OOM killer killed in a memory cgroup of the job
+    /// during the recording (its count of kills went up): that cgroup.
+    pub memory_kill: Option<MemoryKill>,
+    /// The job's address-space limit (`ulimit -v`), when it had one.
+    pub address_space_limit: Option<u64>,
+}
+
+/// A kill by the kernel for memory: the cgroup whose limit was reached.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemoryKill {
+    /// The cgroup's name (`/x`).
+    pub cgroup: String,
+    /// Its limit (none: the machine's memory ran out).
+    pub limit_bytes: Option<u64>,
 }
 
 /// Something that happened during a recording, for a live display.
@@ -299,15 +323,20 @@ impl Recording {
     /// it loaded.
     #[must_use]
     pub fn files_used(&self) -> usize {
-        let mut files: Vec<&str> = self
-            .events
+        self.files_loaded().len()
+    }
+
+    /// The shard files the job used (held open, or loaded through the
+    /// probe), each once, in the order first used.
+    #[must_use]
+    pub fn files_loaded(&self) -> Vec<&str> {
+        let mut seen = std::collections::HashSet::new();
+        self.events
             .iter()
             .filter(|e| matches!(e.kind, MarkKind::FileOpen | MarkKind::Load))
             .map(|e| e.target.as_str())
-            .collect();
-        files.sort_unstable();
-        files.dedup();
-        files.len()
+            .filter(|f| seen.insert(*f))
+            .collect()
     }
 
     /// The recording as a trace in the format walks save (the app opens
@@ -326,9 +355,54 @@ impl Recording {
             probe: self.probe.is_some(),
         });
         trace.samples = self.samples.iter().map(Sample::as_stored).collect();
+        trace.stacks.clone_from(&self.stacks);
         trace.events.clone_from(&self.events);
         trace
     }
+}
+
+/// The peak: the highest sampled tree RSS, or a process's `VmHWM` when that
+/// saw higher (a spike between samples); and the first sample that reached
+/// it (else the highest sampled).
+fn peak_rss(rec: &Recorder) -> (u64, Option<usize>) {
+    let sampled = rec
+        .samples
+        .iter()
+        .map(|s| s.process.rss_bytes)
+        .max()
+        .unwrap_or(0);
+    let hwm = rec.hwm.values().copied().max().unwrap_or(0);
+    let peak = sampled.max(hwm);
+    let index = rec
+        .samples
+        .iter()
+        .position(|s| s.process.rss_bytes.max(s.process.peak_rss_bytes) >= peak)
+        .or_else(|| {
+            rec.samples
+                .iter()
+                .enumerate()
+                .max_by_key(|(_, s)| s.process.rss_bytes)
+                .map(|(i, _)| i)
+        });
+    (peak, index)
+}
+
+/// The cgroup whose OOM kill count went up while the job was recorded, read
+/// again now (the job is gone; its cgroup usually stays).
+#[cfg(target_os = "linux")]
+fn memory_kill(rec: &Recorder) -> Option<MemoryKill> {
+    rec.cgroups.values().find_map(|(first, last)| {
+        let now = procfs::oom_kills_in(&last.dir).or(last.oom_kills)?;
+        (now > first.unwrap_or(0)).then(|| MemoryKill {
+            cgroup: last.name.clone(),
+            limit_bytes: last.limit_bytes,
+        })
+    })
+}
+
+#[cfg(not(target_os = "linux"))]
+fn memory_kill(_rec: &Recorder) -> Option<MemoryKill> {
+    None
 }
 
 /// Reads the checkpoint's headers for the figures a recording is measured
@@ -366,6 +440,14 @@ struct Recorder {
     gpu: gpu::GpuMemory,
     /// Whether a sample summed proportional set sizes (several processes).
     pss_used: bool,
+    /// The probes' frames and stacks, and the growth of each line.
+    stacks: stacks::Stacks,
+    /// Memory cgroups of the tree's processes: folder -> OOM kills when
+    /// first seen, and the cgroup as last read.
+    #[cfg(target_os = "linux")]
+    cgroups: HashMap<PathBuf, (Option<u64>, procfs::MemoryCgroup)>,
+    /// The lowest address-space limit of a process of the tree.
+    address_space_limit: Option<u64>,
 }
 
 impl Recorder {
@@ -383,6 +465,10 @@ impl Recorder {
             #[cfg(target_os = "linux")]
             gpu: gpu::GpuMemory::init(),
             pss_used: false,
+            stacks: stacks::Stacks::default(),
+            #[cfg(target_os = "linux")]
+            cgroups: HashMap::new(),
+            address_space_limit: None,
         }
     }
 
@@ -448,14 +534,40 @@ impl Recorder {
                 return;
             }
             "sample" => {
+                let active = line.active.unwrap_or(0);
                 self.mlx.insert(
                     pid,
                     MlxFigures {
-                        active_bytes: line.active.unwrap_or(0),
+                        active_bytes: active,
                         cache_bytes: line.cache.unwrap_or(0),
                         peak_bytes: line.peak.unwrap_or(0),
                     },
                 );
+                let t = self.secs(at);
+                self.stacks.sample(t, pid, line.stack, Some(active));
+                return;
+            }
+            "stack" => {
+                let t = self.secs(at);
+                self.stacks.sample(t, pid, line.stack, None);
+                return;
+            }
+            "frame" => {
+                if let (Some(id), Some(file)) = (line.id, line.file) {
+                    let frame = stacks::Frame {
+                        file,
+                        line: line.line.unwrap_or(0),
+                        function: line.function.unwrap_or_default(),
+                        text: line.text.unwrap_or_default(),
+                    };
+                    self.stacks.define_frame(pid, id, frame);
+                }
+                return;
+            }
+            "stack-def" => {
+                if let (Some(id), Some(frames)) = (line.id, line.frames) {
+                    self.stacks.define_stack(pid, id, &frames);
+                }
                 return;
             }
             "load" => (MarkKind::Load, line.file.unwrap_or_default(), 0),
@@ -517,6 +629,17 @@ impl Recorder {
                 tree_figures.file_bytes += figures.memory.file_bytes;
             }
             tree_figures.read_bytes += figures.read_bytes;
+            if let Some(cgroup) = procfs::memory_cgroup(pid) {
+                let first = cgroup.oom_kills;
+                self.cgroups
+                    .entry(cgroup.dir.clone())
+                    .and_modify(|(_, last)| *last = cgroup.clone())
+                    .or_insert((first, cgroup));
+            }
+            if let Some(limit) = procfs::address_space_limit(pid) {
+                self.address_space_limit =
+                    Some(self.address_space_limit.map_or(limit, |l| l.min(limit)));
+            }
             let hwm = self.hwm.entry(pid).or_insert(0);
             *hwm = (*hwm).max(figures.memory.peak_rss_bytes);
             for path in figures.open_files {
@@ -535,6 +658,7 @@ impl Recorder {
         tree_figures.open_file_bytes = open.values().sum();
         self.files(now, open, updates);
         sample.mlx = self.mlx_now();
+        self.stacks.tree_sample(sample.process.rss_bytes);
         self.samples.push(sample);
         Some(sample)
     }
@@ -856,28 +980,7 @@ fn finish(
     options: &RecordOptions,
 ) -> Recording {
     rec.events.sort_by(|a, b| a.t_secs.total_cmp(&b.t_secs));
-    // The peak: the highest sampled tree RSS, or a process's VmHWM when
-    // that saw higher (a spike between samples); its moment is the first
-    // sample that reached it.
-    let sampled = rec
-        .samples
-        .iter()
-        .map(|s| s.process.rss_bytes)
-        .max()
-        .unwrap_or(0);
-    let hwm = rec.hwm.values().copied().max().unwrap_or(0);
-    let peak_rss_bytes = sampled.max(hwm);
-    let peak_index = rec
-        .samples
-        .iter()
-        .position(|s| s.process.rss_bytes.max(s.process.peak_rss_bytes) >= peak_rss_bytes)
-        .or_else(|| {
-            rec.samples
-                .iter()
-                .enumerate()
-                .max_by_key(|(_, s)| s.process.rss_bytes)
-                .map(|(i, _)| i)
-        });
+    let (peak_rss_bytes, peak_index) = peak_rss(&rec);
     let peak_rss_secs = peak_index
         .and_then(|i| rec.samples.get(i))
         .map_or(0.0, |s| s.at);
@@ -932,6 +1035,8 @@ fn finish(
         Some(Err(error)) => (None, Some(error.to_string())),
         None => (None, None),
     };
+    let memory_kill = memory_kill(&rec);
+    let (peak_stack, last_stack, lines, stacks) = rec.stacks.summary();
     let mut recording = Recording {
         command,
         pid,
@@ -953,6 +1058,12 @@ fn finish(
         checkpoint,
         checkpoint_error,
         findings: Vec::new(),
+        peak_stack,
+        last_stack,
+        lines,
+        stacks,
+        memory_kill,
+        address_space_limit: rec.address_space_limit,
     };
     recording.findings = record_findings(&recording);
     recording

@@ -77,7 +77,8 @@ pub fn read_line_capped(
 /// are ignored, so clients may send more than this version reads).
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 pub struct ProbeLine {
-    /// `hello`, `mlx`, `sample`, `load`, `clear-cache`, `mark` or `bye`.
+    /// `hello`, `mlx`, `sample`, `stack`, `frame`, `stack-def`, `load`,
+    /// `clear-cache`, `mark` or `bye`.
     pub kind: String,
     /// The sending process.
     #[serde(default)]
@@ -97,13 +98,13 @@ pub struct ProbeLine {
     /// `sample`: MLX peak memory in bytes.
     #[serde(default)]
     pub peak: Option<u64>,
-    /// `load`: the file loaded.
+    /// `load`: the file loaded; `frame`: the source file.
     #[serde(default)]
     pub file: Option<String>,
     /// `clear-cache`: the cache before clearing, in bytes.
     #[serde(default)]
     pub cache_before: Option<u64>,
-    /// `mark`: the text.
+    /// `mark`: the text; `frame`: the line's code.
     #[serde(default)]
     pub text: Option<String>,
     /// `bye`: CPU seconds the probe's sampling thread used.
@@ -112,6 +113,22 @@ pub struct ProbeLine {
     /// `bye`: seconds from the probe's start to the job's exit.
     #[serde(default)]
     pub wall_secs: Option<f64>,
+    /// `frame`, `stack-def`: the frame's or stack's number.
+    #[serde(default)]
+    pub id: Option<u64>,
+    /// `frame`: the line number.
+    #[serde(default)]
+    pub line: Option<u32>,
+    /// `frame`: the function.
+    #[serde(default)]
+    pub function: Option<String>,
+    /// `stack-def`: its frames' numbers, innermost first.
+    #[serde(default)]
+    pub frames: Option<Vec<u64>>,
+    /// `sample`, `stack`: the number of the main thread's stack now
+    /// (negative: none).
+    #[serde(default)]
+    pub stack: Option<i64>,
 }
 
 impl ProbeLine {

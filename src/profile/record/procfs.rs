@@ -195,9 +195,144 @@ pub fn is_alive(pid: u32) -> bool {
     })
 }
 
+/// A memory cgroup a process is in: its name and folder, its limit, and
+/// how many processes the kernel's OOM killer has killed in it so far.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemoryCgroup {
+    /// Its name (`/x/y`), as `/proc/PID/cgroup` gives it.
+    pub name: String,
+    /// Its folder under `/sys/fs/cgroup`.
+    pub dir: PathBuf,
+    /// Its memory limit (none: unlimited).
+    pub limit_bytes: Option<u64>,
+    /// `oom_kill` of `memory.oom_control` (v1) or `memory.events` (v2).
+    pub oom_kills: Option<u64>,
+}
+
+/// The memory cgroup of `pid` (cgroup v1's memory controller, else the v2
+/// hierarchy), with its limit and OOM kill count; `None` when it cannot be
+/// read (gone, not Linux, no cgroup file system).
+#[must_use]
+pub fn memory_cgroup(pid: u32) -> Option<MemoryCgroup> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+    let (name, v1) = parse_memory_cgroup(&text)?;
+    let root = Path::new("/sys/fs/cgroup");
+    let relative = name.trim_start_matches('/');
+    let dir = if v1 {
+        root.join("memory").join(relative)
+    } else {
+        root.join(relative)
+    };
+    let read = |file: &str| std::fs::read_to_string(dir.join(file)).ok();
+    let (limit, events) = if v1 {
+        (read("memory.limit_in_bytes"), read("memory.oom_control"))
+    } else {
+        (read("memory.max"), read("memory.events"))
+    };
+    Some(MemoryCgroup {
+        limit_bytes: limit.as_deref().and_then(parse_limit),
+        oom_kills: events.as_deref().and_then(parse_oom_kills),
+        name,
+        dir,
+    })
+}
+
+/// The memory cgroup's name in a `/proc/PID/cgroup` text, and whether it
+/// is cgroup v1's memory controller (else the v2 unified hierarchy).
+#[must_use]
+pub fn parse_memory_cgroup(text: &str) -> Option<(String, bool)> {
+    let mut unified = None;
+    for line in text.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+        if controllers.split(',').any(|c| c == "memory") {
+            return Some((path.to_owned(), true));
+        }
+        if controllers.is_empty() {
+            unified = Some(path.to_owned());
+        }
+    }
+    unified.map(|path| (path, false))
+}
+
+/// A memory limit file's value: bytes, or `None` for "max" or v1's
+/// "unlimited" (a number near 2^63).
+#[must_use]
+pub fn parse_limit(text: &str) -> Option<u64> {
+    text.trim().parse::<u64>().ok().filter(|&b| b < 1 << 60)
+}
+
+/// The `oom_kill` count in `memory.oom_control` or `memory.events`.
+#[must_use]
+pub fn parse_oom_kills(text: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix("oom_kill "))
+        .and_then(|n| n.trim().parse().ok())
+}
+
+/// The OOM kill count of the memory cgroup in folder `dir` (v1 or v2).
+#[must_use]
+pub fn oom_kills_in(dir: &Path) -> Option<u64> {
+    ["memory.oom_control", "memory.events"]
+        .iter()
+        .find_map(|f| std::fs::read_to_string(dir.join(f)).ok())
+        .as_deref()
+        .and_then(parse_oom_kills)
+}
+
+/// The address-space limit of `pid` (`ulimit -v`), when it has one.
+#[must_use]
+pub fn address_space_limit(pid: u32) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/limits")).ok()?;
+    parse_address_space_limit(&text)
+}
+
+/// The soft "Max address space" of a `/proc/PID/limits` text, in bytes.
+#[must_use]
+pub fn parse_address_space_limit(text: &str) -> Option<u64> {
+    let line = text.lines().find(|l| l.starts_with("Max address space"))?;
+    let soft = line["Max address space".len()..]
+        .split_whitespace()
+        .next()?;
+    soft.parse().ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cgroups_limits_and_oom_kills_parse() {
+        let v1 = "9:name=systemd:/\n4:memory:/jobs/fold\n0::/\n";
+        assert_eq!(parse_memory_cgroup(v1), Some(("/jobs/fold".into(), true)));
+        assert_eq!(
+            parse_memory_cgroup("0::/user.slice/x\n"),
+            Some(("/user.slice/x".into(), false))
+        );
+        assert_eq!(parse_memory_cgroup("junk"), None);
+        assert_eq!(parse_limit("734003200\n"), Some(734_003_200));
+        assert_eq!(parse_limit("9223372036854771712\n"), None, "v1's unlimited");
+        assert_eq!(parse_limit("max\n"), None);
+        assert_eq!(
+            parse_oom_kills("oom_kill_disable 0\nunder_oom 0\noom_kill 2\n"),
+            Some(2)
+        );
+        assert_eq!(
+            parse_oom_kills("low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\n"),
+            Some(1)
+        );
+        let limits = "Limit                     Soft Limit           Hard Limit           Units\n\
+                      Max address space         1073741824           unlimited            bytes\n";
+        assert_eq!(parse_address_space_limit(limits), Some(1 << 30));
+        assert_eq!(
+            parse_address_space_limit(
+                "Max address space         unlimited            unlimited            bytes\n"
+            ),
+            None
+        );
+        // This process: some cgroup or none, never a panic.
+        let _ = memory_cgroup(std::process::id());
+    }
 
     #[test]
     fn stat_and_io_parse() {
