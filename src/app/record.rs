@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use crate::memory::Sample;
-use crate::profile::record::{JobSpec, Target, Update};
+use crate::profile::record::{JobSpec, OUTPUT_LINES, OutputLine, Target, Update};
 use crate::profile::{JobInfo, Trace};
 use crate::units::human_bytes;
 
@@ -19,9 +19,6 @@ pub(super) enum FormError {
     /// The attach field is not a number.
     #[error("`{0}` is not a process id")]
     NotAPid(String),
-    /// The command line does not split into words (an open quote).
-    #[error("the command line: {0}")]
-    CommandLine(#[from] shell_words::ParseError),
     /// The command line is empty.
     #[error("type the command to record")]
     NoCommand,
@@ -79,10 +76,13 @@ impl RecordForm {
                 .map(Target::Attach)
                 .map_err(|_| FormError::NotAPid(self.pid.trim().to_owned()));
         }
-        let argv = shell_words::split(&self.command)?;
-        if argv.is_empty() {
+        // Run by `sh -c`, as a terminal would run the line: `&&`, pipes,
+        // variables and redirections work.
+        let line = self.command.trim();
+        if line.is_empty() {
             return Err(FormError::NoCommand);
         }
+        let argv = ["sh", "-c", line];
         let mut env = Vec::new();
         for line in self.env.lines().map(str::trim).filter(|l| !l.is_empty()) {
             let (key, value) = line
@@ -96,6 +96,7 @@ impl RecordForm {
             argv: argv.into_iter().map(OsString::from).collect(),
             cwd: (!cwd.is_empty()).then(|| PathBuf::from(cwd)),
             env,
+            capture_output: true,
         }))
     }
 
@@ -108,8 +109,8 @@ impl RecordForm {
     /// The command, working folder and environment fields; `true` when
     /// Enter was pressed in the command line.
     fn command_fields_ui(&mut self, ui: &mut egui::Ui, focus: bool) -> bool {
-        ui.label("Runs the command and records its memory until it exits: RSS of its processes, the shard files they hold open, and MLX's counters from inside Python jobs.");
-        let label = ui.label("Command line");
+        ui.label("Runs the command and records its memory until it exits: RSS of its processes, the shard files they hold open, and MLX's counters and source lines from inside Python jobs.");
+        let label = ui.label("Command line (run by sh -c)");
         let field = ui.add(
             egui::TextEdit::singleline(&mut self.command)
                 .hint_text("python -m mlx_lm convert --hf-path ./model -q")
@@ -238,6 +239,8 @@ pub(super) struct LiveRecording {
     pub last: Option<Sample>,
     /// Whether Stop was pressed.
     pub stopping: bool,
+    /// The job's output so far (the last lines).
+    pub output: std::collections::VecDeque<OutputLine>,
 }
 
 impl LiveRecording {
@@ -258,6 +261,7 @@ impl LiveRecording {
             trace,
             last: None,
             stopping: false,
+            output: std::collections::VecDeque::new(),
         }
     }
 
@@ -275,6 +279,12 @@ impl LiveRecording {
                 self.last = Some(sample);
             }
             Update::Event(event) => self.trace.events.push(event),
+            Update::Output(line) => {
+                if self.output.len() == OUTPUT_LINES {
+                    self.output.pop_front();
+                }
+                self.output.push_back(line);
+            }
         }
     }
 

@@ -47,6 +47,7 @@ pub fn run(args: &RecordArgs, control: &RecordControl) -> Result<Recording, Reco
     let target = match args.pid {
         Some(pid) => Target::Attach(pid),
         None => Target::Spawn(JobSpec {
+            capture_output: false,
             argv: args.command.clone(),
             cwd: None,
             env: Vec::new(),

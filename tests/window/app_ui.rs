@@ -746,7 +746,11 @@ fn the_profiler_records_a_users_job_and_shows_what_it_did() {
     // Esc closes the form; the button opens it again.
     harness.key_press(egui::Key::Escape);
     harness.run();
-    assert!(harness.query_by_label("Command line").is_none());
+    assert!(
+        harness
+            .query_by_label("Command line (run by sh -c)")
+            .is_none()
+    );
     harness.get_by_label("Record a command…").click();
     harness.run();
 
@@ -759,9 +763,11 @@ fn the_profiler_records_a_users_job_and_shows_what_it_did() {
         ])
         .collect::<Vec<_>>()
         .join(" ");
-    harness.get_by_label("Command line").focus();
+    harness.get_by_label("Command line (run by sh -c)").focus();
     harness.run();
-    harness.get_by_label("Command line").type_text(&command);
+    harness
+        .get_by_label("Command line (run by sh -c)")
+        .type_text(&command);
     harness.run();
     harness.get_by_label("Start").click();
     harness.step();
@@ -820,18 +826,38 @@ fn the_profiler_records_a_users_job_and_shows_what_it_did() {
     // A command that cannot start: said in the tab, the window goes on.
     harness.get_by_label("Record a command…").click();
     harness.run();
-    harness.get_by_label("Command line").focus();
+    harness.get_by_label("Command line (run by sh -c)").focus();
     harness.run();
     harness.key_press_modifiers(egui::Modifiers::COMMAND, egui::Key::A);
     harness
-        .get_by_label("Command line")
+        .get_by_label("Command line (run by sh -c)")
         .type_text("/nonexistent/convert --now");
     harness.run();
     harness.get_by_label("Start").click();
     harness.step();
     harness.state_mut().wait_for_recording();
     harness.run();
-    harness.get_by_label_contains("cannot start `/nonexistent/convert`");
+    // The shell says why, in the job's output pane; the job exited 127.
+    harness.get_by_label_contains("exited with status 127");
+    harness.get_by_label_contains("/nonexistent/convert: not found");
+
+    // A line as a terminal runs it: `&&` and the job's own output.
+    harness.get_by_label("Record a command…").click();
+    harness.run();
+    harness.get_by_label("Command line (run by sh -c)").focus();
+    harness.run();
+    harness.key_press_modifiers(egui::Modifiers::COMMAND, egui::Key::A);
+    harness
+        .get_by_label("Command line (run by sh -c)")
+        .type_text("true && echo from-the-job && echo to-stderr >&2");
+    harness.run();
+    harness.get_by_label("Start").click();
+    harness.step();
+    harness.state_mut().wait_for_recording();
+    harness.run();
+    harness.get_by_label("from-the-job");
+    harness.get_by_label("to-stderr");
+    harness.get_by_label_contains("Output of the job (last 2 lines)");
 }
 
 /// "Attach to process…": a running process followed from outside until it
@@ -980,4 +1006,34 @@ fn a_trace_loads_off_the_ui_thread_and_a_bad_one_says_why() {
     harness.run();
     harness.get_by_label_contains("overlaid release-shard");
     harness.get_by_label_contains("no walk or job has run in this session");
+}
+
+/// The window forks its jobs: the kernel's max-RSS figure for the child
+/// counts the window's own pages until the exec, so a large window recording
+/// `sleep` must still report the job's own memory, as the CLI does.
+#[test]
+fn a_job_recorded_from_a_large_window_reports_its_own_memory() {
+    use weightscope::profile::record::{JobSpec, Target};
+    let _lock = common::mlx_memory_lock();
+    // 256 MiB of this process touched: the window is large.
+    let ballast = vec![1u8; 256 << 20];
+    let dir = tempfile::tempdir().expect("tempdir");
+    let demo = demo::ensure_demo(dir.path()).expect("demo");
+    let mut app = open_app(&demo);
+    app.execute(AppCommand::Record(
+        Target::Spawn(JobSpec {
+            argv: vec!["sleep".into(), "0.3".into()],
+            ..JobSpec::default()
+        }),
+        None,
+    ));
+    assert!(app.wait_for_recording(), "the recording ran");
+    let (recording, _) = app.last_recording().expect("a recording");
+    assert!(
+        recording.peak_rss_bytes < 64 << 20,
+        "sleep's peak RSS is its own, not the window's {} MiB: {}",
+        ballast.iter().map(|&b| u64::from(b)).sum::<u64>() >> 20,
+        recording.peak_rss_bytes
+    );
+    assert!(recording.peak_rss_bytes > 0);
 }

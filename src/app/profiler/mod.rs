@@ -257,6 +257,12 @@ impl ProfilerPanel {
     pub(super) fn recording_started(&mut self, command: String, start_secs: f64) {
         self.recording = Some(LiveRecording::new(command, start_secs));
         self.message = None;
+        // The last run's findings belong to it: it stays on screen as a
+        // dashed overlay to compare the new one with, its findings go.
+        if let Some(last) = self.last.take() {
+            self.overlays.push(last.trace);
+        }
+        self.resident = None;
     }
 
     /// What the recorder sent.
@@ -531,6 +537,7 @@ impl ProfilerPanel {
             });
         }
         self.record_status_ui(ui, inputs.commands);
+        self.output_ui(ui);
         ui.separator();
         self.limits_ui(ui, inputs);
         ui.separator();
@@ -553,6 +560,47 @@ impl ProfilerPanel {
                 .id_salt("profiler-plots")
                 .auto_shrink(false)
                 .show(ui, |ui| self.timeline_ui(ui, inputs, room));
+        });
+    }
+
+    /// The recorded job's output (stdout and stderr, the last lines), while
+    /// it runs and after.
+    fn output_ui(&self, ui: &mut egui::Ui) {
+        let lines: Vec<&crate::profile::record::OutputLine> = match (&self.recording, &self.last) {
+            (Some(live), _) => live.output.iter().collect(),
+            (
+                None,
+                Some(FinishedRun {
+                    run: Run::Record(recording),
+                    ..
+                }),
+            ) => recording.output.iter().collect(),
+            _ => return,
+        };
+        if lines.is_empty() {
+            return;
+        }
+        egui::CollapsingHeader::new(format!(
+            "Output of the job (last {} line{})",
+            lines.len(),
+            if lines.len() == 1 { "" } else { "s" }
+        ))
+        .id_salt("job-output")
+        .default_open(true)
+        .show(ui, |ui| {
+            egui::ScrollArea::vertical()
+                .id_salt("job-output-lines")
+                .max_height(140.0)
+                .stick_to_bottom(true)
+                .auto_shrink([false, true])
+                .show(ui, |ui| {
+                    let warn = ui.visuals().warn_fg_color;
+                    for line in lines {
+                        let text =
+                            egui::RichText::new(crate::units::printable(&line.text)).monospace();
+                        ui.label(if line.stderr { text.color(warn) } else { text });
+                    }
+                });
         });
     }
 

@@ -4,7 +4,7 @@
 
 use egui_plot::{HLine, Legend, Line, Plot, PlotPoints, VLine};
 
-use crate::memory::{MarkKind, Policy, Sample};
+use crate::memory::{ExpectedPeaks, MarkKind, Policy, Sample};
 use crate::profile::{self, Trace, TraceEvent};
 
 use crate::mlx::DeviceInfo;
@@ -83,6 +83,24 @@ fn timeline_legend_row(ui: &mut egui::Ui, mlx_active: &str, expected: bool) {
         }
     }
     crate::app::widgets::legend_row(ui, &items);
+}
+
+impl ProfilerPanel {
+    /// The expected peaks to draw over `shown` (a run's trace, else the
+    /// session), and the highest worth drawing. A recorded job is drawn to
+    /// its own scale: the open checkpoint's predictions are not its, and
+    /// its own checkpoint's are drawn only within twice what it reached.
+    fn expected_lines(&self, shown: Option<&Trace>) -> (Option<ExpectedPeaks>, Option<u64>) {
+        let job = self.recording.is_some() || shown.is_some_and(|t| t.job.is_some());
+        let expected = shown
+            .and_then(|t| t.expected)
+            .or_else(|| if job { None } else { self.expected_now() });
+        let ceiling = match shown {
+            Some(t) if job => Some(2 * t.peak_rss_bytes().max(t.peak_mlx_active_bytes())),
+            _ => None,
+        };
+        (expected, ceiling)
+    }
 }
 
 /// The legend name of a policy's expected peak.
@@ -193,9 +211,7 @@ impl ProfilerPanel {
         let offset = shown.map_or(0.0, |(_, start)| start);
         let walk = shown.map(|(trace, _)| trace);
         let selected = self.selected_secs.map(|t| t - offset);
-        let expected = walk
-            .and_then(|t| t.expected)
-            .or_else(|| self.expected_now());
+        let (expected, ceiling) = self.expected_lines(walk);
         let policy = self.policy;
         let place = inputs
             .device
@@ -259,6 +275,9 @@ impl ProfilerPanel {
                 draw_overlays(plot, &self.overlays);
                 if let Some(expected) = expected {
                     for (p, color) in Policy::ALL.into_iter().zip(c::EXPECTED) {
+                        if ceiling.is_some_and(|top| p.expected(&expected) > top) {
+                            continue;
+                        }
                         let width = if p == policy { 2.0 } else { 0.8 };
                         plot.hline(
                             HLine::new(expected_label(p), p.expected(&expected) as f64 / MIB)

@@ -356,6 +356,7 @@ mod tests {
             stacks: None,
             memory_kill: None,
             address_space_limit: None,
+            output: Vec::new(),
         }
     }
 

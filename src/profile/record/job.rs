@@ -13,6 +13,10 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
 pub struct Job {
     child: Child,
     took_terminal: bool,
+    /// This process's RSS when it forked the job: the kernel's max-RSS
+    /// figure for the child counts the pages it shared with us between
+    /// fork and exec, so a figure at or below this says nothing of the job.
+    rss_at_fork: u64,
 }
 
 impl Job {
@@ -23,6 +27,7 @@ impl Job {
     pub fn spawn(mut command: Command, pipe: Option<&PipeWriter>) -> std::io::Result<Self> {
         let fd = pipe.map(AsRawFd::as_raw_fd);
         let take_terminal = owns_terminal();
+        let rss_at_fork = crate::memory::ProcessFigures::read().rss_bytes;
         command.process_group(0);
         #[allow(unsafe_code)]
         // SAFETY: the closure runs in the forked child before exec and calls
@@ -58,7 +63,18 @@ impl Job {
         Ok(Self {
             child,
             took_terminal: take_terminal,
+            rss_at_fork,
         })
+    }
+
+    /// The job's stdout and stderr, when they were piped.
+    pub fn take_output(
+        &mut self,
+    ) -> (
+        Option<std::process::ChildStdout>,
+        Option<std::process::ChildStderr>,
+    ) {
+        (self.child.stdout.take(), self.child.stderr.take())
     }
 
     /// The job's pid (also its process group).
@@ -69,7 +85,9 @@ impl Job {
 
     /// When the job has ended (reaping it): its wait status and the peak
     /// RSS the kernel kept for it (`ru_maxrss`, which sees what no sample
-    /// can: the last moments before exit).
+    /// can: the last moments before exit), or 0 when that figure is no more
+    /// than this process's RSS at the fork (then it may be ours: a window
+    /// of 1.5 GiB recording `sleep 1` would report 1.5 GiB).
     pub fn try_wait(&mut self) -> Option<(std::process::ExitStatus, u64)> {
         use std::os::unix::process::ExitStatusExt as _;
         let pid = libc::pid_t::try_from(self.child.id()).ok()?;
@@ -85,6 +103,11 @@ impl Job {
         };
         (reaped == pid).then(|| {
             let max_rss_bytes = u64::try_from(usage.ru_maxrss).unwrap_or(0) * 1024;
+            let max_rss_bytes = if max_rss_bytes > self.rss_at_fork {
+                max_rss_bytes
+            } else {
+                0
+            };
             (std::process::ExitStatus::from_raw(status), max_rss_bytes)
         })
     }

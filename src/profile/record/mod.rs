@@ -51,6 +51,24 @@ pub struct JobSpec {
     pub cwd: Option<PathBuf>,
     /// Environment additions.
     pub env: Vec<(OsString, OsString)>,
+    /// Take the job's stdout and stderr and pass them on as updates (the
+    /// window's pane; the last lines are kept in the recording), instead of
+    /// leaving them on this process's. Python's output is then unbuffered.
+    pub capture_output: bool,
+}
+
+/// The most output lines a recording keeps (the last ones).
+pub const OUTPUT_LINES: usize = 500;
+/// The longest output line kept, in bytes (longer ones are cut).
+pub const OUTPUT_LINE_BYTES: usize = 4096;
+
+/// One line the job wrote.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutputLine {
+    /// Whether it was written to stderr (else stdout).
+    pub stderr: bool,
+    /// The line, without its newline, made valid UTF-8.
+    pub text: String,
 }
 
 /// How to record.
@@ -232,6 +250,8 @@ pub struct Recording {
     pub memory_kill: Option<MemoryKill>,
     /// The job's address-space limit (`ulimit -v`), when it had one.
     pub address_space_limit: Option<u64>,
+    /// The job's last output lines, when they were captured.
+    pub output: Vec<OutputLine>,
 }
 
 /// A kill by the kernel for memory: the cgroup whose limit was reached.
@@ -252,6 +272,8 @@ pub enum Update {
     Sample(Sample),
     /// An event.
     Event(TraceEvent),
+    /// A line of the job's output (when captured).
+    Output(OutputLine),
 }
 
 /// Why a recording could not start.
@@ -448,6 +470,8 @@ struct Recorder {
     cgroups: HashMap<PathBuf, (Option<u64>, procfs::MemoryCgroup)>,
     /// The lowest address-space limit of a process of the tree.
     address_space_limit: Option<u64>,
+    /// The job's last output lines, when captured.
+    output: std::collections::VecDeque<OutputLine>,
 }
 
 impl Recorder {
@@ -469,7 +493,66 @@ impl Recorder {
             #[cfg(target_os = "linux")]
             cgroups: HashMap::new(),
             address_space_limit: None,
+            output: std::collections::VecDeque::new(),
         }
+    }
+
+    /// Takes the probe's lines as they come until `deadline`; `false` when
+    /// the pipe has closed.
+    #[cfg(target_os = "linux")]
+    fn probe_lines_until(
+        &mut self,
+        deadline: Instant,
+        lines: &std::sync::mpsc::Receiver<(Instant, String)>,
+        updates: &mut Vec<Update>,
+    ) -> bool {
+        use std::sync::mpsc::RecvTimeoutError;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return true;
+            }
+            match lines.recv_timeout(left) {
+                Ok((at, line)) => self.probe_line(at, &line, updates),
+                Err(RecvTimeoutError::Timeout) => return true,
+                Err(RecvTimeoutError::Disconnected) => return false,
+            }
+        }
+    }
+
+    /// The job is gone: takes the probe lines it sent last (its `bye`) and
+    /// its last output. Processes it left running may hold the pipes: they
+    /// are waited for a second at most.
+    #[cfg(target_os = "linux")]
+    fn last_words(
+        &mut self,
+        end: Instant,
+        lines: Option<&std::sync::mpsc::Receiver<(Instant, String)>>,
+        output: Option<&std::sync::mpsc::Receiver<OutputLine>>,
+        updates: &mut Vec<Update>,
+    ) {
+        let until = end + Duration::from_secs(1);
+        let left = || until.saturating_duration_since(Instant::now());
+        if let Some(lines) = lines {
+            while let Ok((at, line)) = lines.recv_timeout(left()) {
+                self.probe_line(at, &line, updates);
+            }
+        }
+        if let Some(output) = output {
+            while let Ok(line) = output.recv_timeout(left()) {
+                self.output_line(line, updates);
+            }
+        }
+    }
+
+    /// A line of the job's output: kept (the last [`OUTPUT_LINES`]) and
+    /// passed on.
+    fn output_line(&mut self, line: OutputLine, updates: &mut Vec<Update>) {
+        if self.output.len() == OUTPUT_LINES {
+            self.output.pop_front();
+        }
+        self.output.push_back(line.clone());
+        updates.push(Update::Output(line));
     }
 
     fn secs(&self, at: Instant) -> f64 {
@@ -708,6 +791,84 @@ struct Started {
     command: String,
     lines: std::sync::mpsc::Receiver<(Instant, String)>,
     python_probe: Option<probe::PythonProbe>,
+    /// The job's output lines, when captured.
+    output: Option<std::sync::mpsc::Receiver<OutputLine>>,
+}
+
+#[cfg(target_os = "linux")]
+/// Reads the probe's pipe on the `probe-reader` thread, each line with the
+/// moment it arrived. A line that is too long or not UTF-8 arrives as an
+/// empty one, which counts as a bad line; the reading goes on (the probe
+/// stays heard).
+fn read_probe(
+    reader: std::io::PipeReader,
+    lines: std::sync::mpsc::Sender<(Instant, String)>,
+) -> std::io::Result<()> {
+    std::thread::Builder::new()
+        .name("probe-reader".into())
+        .spawn(move || {
+            let mut reader = std::io::BufReader::with_capacity(64 << 10, reader);
+            let mut buf = Vec::new();
+            while let Ok(Some(fits)) =
+                probe::read_line_capped(&mut reader, &mut buf, probe::MAX_LINE_BYTES)
+            {
+                let line = if fits {
+                    String::from_utf8(std::mem::take(&mut buf)).unwrap_or_default()
+                } else {
+                    String::new()
+                };
+                buf.clear();
+                if lines.send((Instant::now(), line)).is_err() {
+                    break;
+                }
+            }
+        })
+        .map(drop)
+}
+
+#[cfg(target_os = "linux")]
+/// Reads the job's stdout and stderr on `job-output` threads, one line at a
+/// time (at most [`OUTPUT_LINE_BYTES`] each, the rest of a longer one
+/// dropped), into one channel.
+fn read_output(job: &mut job::Job) -> std::io::Result<std::sync::mpsc::Receiver<OutputLine>> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (stdout, stderr) = job.take_output();
+    let streams: [(Option<Box<dyn std::io::Read + Send>>, bool); 2] = [
+        (
+            stdout.map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
+            false,
+        ),
+        (
+            stderr.map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
+            true,
+        ),
+    ];
+    for (stream, is_stderr) in streams {
+        let Some(stream) = stream else { continue };
+        let tx = tx.clone();
+        std::thread::Builder::new()
+            .name("job-output".into())
+            .spawn(move || {
+                let mut reader = std::io::BufReader::new(stream);
+                let mut buf = Vec::new();
+                while let Ok(Some(_)) =
+                    probe::read_line_capped(&mut reader, &mut buf, OUTPUT_LINE_BYTES)
+                {
+                    let text = String::from_utf8_lossy(&buf)
+                        .trim_end_matches(['\n', '\r'])
+                        .to_owned();
+                    buf.clear();
+                    let line = OutputLine {
+                        stderr: is_stderr,
+                        text,
+                    };
+                    if tx.send(line).is_err() {
+                        break;
+                    }
+                }
+            })?;
+    }
+    Ok(rx)
 }
 
 #[cfg(target_os = "linux")]
@@ -722,6 +883,7 @@ fn start(
 
     let (lines_tx, lines_rx) = mpsc::channel::<(Instant, String)>();
     let mut python_probe = None;
+    let mut output = None;
     let (job, root, command) = match target {
         Target::Spawn(spec) => {
             let program = spec.argv.first().ok_or(RecordError::NoCommand)?;
@@ -774,7 +936,14 @@ fn start(
             for (key, value) in &spec.env {
                 command.env(key, value);
             }
-            let job =
+            if spec.capture_output {
+                command
+                    .stdin(std::process::Stdio::null())
+                    .stdout(std::process::Stdio::piped())
+                    .stderr(std::process::Stdio::piped())
+                    .env("PYTHONUNBUFFERED", "1");
+            }
+            let mut job =
                 job::Job::spawn(command, Some(&writer)).map_err(|source| RecordError::Spawn {
                     command: program.to_string_lossy().into_owned(),
                     source,
@@ -782,30 +951,12 @@ fn start(
             // Only the job's copies of the write end remain: the reader
             // sees the end of the pipe when the last of them closes.
             drop(writer);
-            std::thread::Builder::new()
-                .name("probe-reader".into())
-                .spawn(move || {
-                    // A line that is too long or not UTF-8 arrives as an
-                    // empty one, which counts as a bad line; the reading
-                    // goes on (the probe stays heard).
-                    let mut reader = std::io::BufReader::with_capacity(64 << 10, reader);
-                    let mut buf = Vec::new();
-                    while let Ok(Some(fits)) =
-                        probe::read_line_capped(&mut reader, &mut buf, probe::MAX_LINE_BYTES)
-                    {
-                        let line = if fits {
-                            String::from_utf8(std::mem::take(&mut buf)).unwrap_or_default()
-                        } else {
-                            String::new()
-                        };
-                        buf.clear();
-                        if lines_tx.send((Instant::now(), line)).is_err() {
-                            break;
-                        }
-                    }
-                })?;
+            read_probe(reader, lines_tx)?;
             let pid = job.pid();
             control.started(pid);
+            if spec.capture_output {
+                output = Some(read_output(&mut job)?);
+            }
             (Some(job), pid, command_line)
         }
         Target::Attach(pid) => {
@@ -822,6 +973,7 @@ fn start(
         command,
         lines: lines_rx,
         python_probe,
+        output,
     })
 }
 
@@ -864,8 +1016,6 @@ pub fn record(
     control: &RecordControl,
     mut on_update: impl FnMut(Update),
 ) -> Result<Recording, RecordError> {
-    use std::sync::mpsc;
-
     let origin = Instant::now();
     let Started {
         mut job,
@@ -873,6 +1023,7 @@ pub fn record(
         command,
         lines,
         python_probe,
+        output,
     } = start(target, options, control)?;
     let lines_rx = lines;
     let mut announced = false;
@@ -895,6 +1046,11 @@ pub fn record(
         if !announced {
             on_update(Update::Started(root));
             announced = true;
+        }
+        if let Some(output) = &output {
+            for line in output.try_iter() {
+                rec.output_line(line, &mut updates);
+            }
         }
         for update in updates.drain(..) {
             on_update(update);
@@ -924,31 +1080,20 @@ pub fn record(
         }
         // Wait for the next sample, taking the probe's lines as they come.
         let deadline = now + options.interval;
-        while lines_open {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                break;
-            }
-            match lines_rx.recv_timeout(left) {
-                Ok((at, line)) => rec.probe_line(at, &line, &mut updates),
-                Err(mpsc::RecvTimeoutError::Timeout) => break,
-                Err(mpsc::RecvTimeoutError::Disconnected) => lines_open = false,
-            }
+        if lines_open {
+            lines_open = rec.probe_lines_until(deadline, &lines_rx, &mut updates);
         }
         if !lines_open {
             std::thread::sleep(deadline.saturating_duration_since(Instant::now()));
         }
     }
     let end = Instant::now();
-    // The job is gone: take the lines it sent last (its `bye`). Processes
-    // it left running may hold the pipe: wait for them a second at most.
-    let drain_until = end + Duration::from_secs(1);
-    while lines_open {
-        match lines_rx.recv_timeout(drain_until.saturating_duration_since(Instant::now())) {
-            Ok((at, line)) => rec.probe_line(at, &line, &mut updates),
-            Err(_) => lines_open = false,
-        }
-    }
+    rec.last_words(
+        end,
+        lines_open.then_some(&lines_rx),
+        output.as_ref(),
+        &mut updates,
+    );
     rec.files(end, BTreeMap::new(), &mut updates);
     let end_text = exit.map_or_else(|| "detached".to_owned(), JobExit::describe);
     rec.event(end, MarkKind::JobEnd, end_text);
@@ -1064,6 +1209,7 @@ fn finish(
         stacks,
         memory_kill,
         address_space_limit: rec.address_space_limit,
+        output: rec.output.into(),
     };
     recording.findings = record_findings(&recording);
     recording
