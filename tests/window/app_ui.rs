@@ -785,6 +785,22 @@ fn the_profiler_records_a_users_job_and_shows_what_it_did() {
     harness.get_by_label_contains("the tensors of every shard were kept");
     harness.get_by_label_contains("Shard files the job held open");
     harness.get_by_label_contains("events of the job");
+    // The lines: the stack at the peak and the table, from the job's probe.
+    harness.get_by_label_contains("At the peak: jobs.py:");
+    assert!(
+        !harness
+            .query_all_by_label_contains(" in keep")
+            .collect::<Vec<_>>()
+            .is_empty(),
+        "keep's lines in the table"
+    );
+    // A finding selects its moment (the peak): the job's stack then.
+    harness
+        .get_by_label_contains("the tensors of every shard were kept")
+        .click();
+    harness.run();
+    harness.get_by_label_contains("The job's stack then");
+    harness.get_by_label_contains("files loaded by then (mx.load)");
     let (recording, findings) = harness.state().last_recording().expect("a recording");
     assert_eq!(
         recording.exit,

@@ -2,7 +2,7 @@
 //! open checkpoint in memory, what was resident at the selected moment, and
 //! the events table.
 
-use crate::profile::record::Recording;
+use crate::profile::record::{Recording, stacks};
 use crate::profile::{self, Timeline, Trace, TraceEvent, WalkOutcome};
 use crate::units::human_bytes;
 
@@ -15,6 +15,7 @@ impl ProfilerPanel {
             .show(ui, |ui| {
                 self.findings_ui(ui);
                 ui.separator();
+                self.lines_ui(ui);
                 self.fit_ui(ui, inputs);
                 ui.separator();
                 self.resident_ui(ui, inputs);
@@ -55,6 +56,49 @@ impl ProfilerPanel {
         if select.is_some() {
             self.selected_secs = select;
         }
+    }
+
+    /// A recorded job's lines: the stack at its peak, and its lines by what
+    /// they held at the peak (from inside the job: its probe's stacks).
+    fn lines_ui(&self, ui: &mut egui::Ui) {
+        let Some(super::FinishedRun {
+            run: Run::Record(r),
+            ..
+        }) = &self.last
+        else {
+            return;
+        };
+        if r.lines.is_empty() && r.peak_stack.is_empty() {
+            return;
+        }
+        ui.heading("Lines");
+        if !r.peak_stack.is_empty() {
+            ui.label(format!(
+                "At the peak: {}",
+                crate::units::printable(&stacks::describe(&r.peak_stack))
+            ));
+        }
+        egui::Grid::new("record-lines")
+            .num_columns(4)
+            .striped(true)
+            .show(ui, |ui| {
+                ui.strong("held at peak");
+                ui.strong("share");
+                ui.strong("grew");
+                ui.strong("line");
+                ui.end_row();
+                for line in r.lines.iter().take(12) {
+                    ui.label(human_bytes(line.held_at_peak_bytes));
+                    ui.label(format!("{:.0} %", line.share * 100.0));
+                    ui.label(human_bytes(line.grew_bytes));
+                    let label = ui.label(crate::units::printable(&line.frame.label()));
+                    if !line.frame.text.is_empty() {
+                        label.on_hover_text(crate::units::printable(&line.frame.text));
+                    }
+                    ui.end_row();
+                }
+            });
+        ui.separator();
     }
 
     fn fit_ui(&mut self, ui: &mut egui::Ui, inputs: &ProfilerInputs<'_>) {
@@ -115,6 +159,9 @@ impl ProfilerPanel {
             human_bytes(total),
             shards.len()
         ));
+        if let Some((trace, _)) = recorded {
+            recorded_moment_ui(ui, trace, shown_t);
+        }
         for shard in shards.iter().take(50) {
             if recorded.is_some() {
                 // A file the job holds: its path and size, nothing inside.
@@ -225,6 +272,42 @@ impl<'a> EventList<'a> {
 }
 
 /// The last walk in two lines.
+/// What a recording says of one moment beyond the files held open: the
+/// files the job had loaded by then (MLX closes each after reading its
+/// header, so they are not "open"), and the job's stack then.
+fn recorded_moment_ui(ui: &mut egui::Ui, trace: &Trace, t: f64) {
+    let loaded: Vec<&str> = trace
+        .events
+        .iter()
+        .take_while(|e| e.t_secs <= t)
+        .filter(|e| e.kind == crate::memory::MarkKind::Load)
+        .map(|e| e.target.as_str())
+        .collect();
+    if !loaded.is_empty() {
+        ui.label(format!(
+            "{} file{} loaded by then (mx.load), the last: {}",
+            loaded.len(),
+            if loaded.len() == 1 { "" } else { "s" },
+            crate::units::printable(loaded[loaded.len() - 1])
+        ));
+    }
+    let Some(stack) = trace.stacks.as_ref().and_then(|s| s.at(t)) else {
+        return;
+    };
+    ui.label("The job's stack then (innermost first):");
+    for frame in stack.iter().take(12) {
+        let text = egui::RichText::new(crate::units::printable(&frame.label())).monospace();
+        let label = ui.label(if frame.is_library() {
+            text.weak()
+        } else {
+            text.strong()
+        });
+        if !frame.text.is_empty() {
+            label.on_hover_text(crate::units::printable(&frame.text));
+        }
+    }
+}
+
 fn walk_summary_ui(ui: &mut egui::Ui, o: &WalkOutcome) {
     ui.label(format!(
         "{} {}: {} of {} tensors in {:.2} s{}",
