@@ -211,9 +211,30 @@ pub fn summary_json(r: &Recording) -> Value {
             "limit_bytes": k.limit_bytes,
         })),
         "address_space_limit_bytes": r.address_space_limit,
+        "ledger": r.ledger.as_ref().map(ledger_json),
         "peak_stack": r.peak_stack,
         "last_stack": r.last_stack,
         "lines": r.lines,
+    })
+}
+
+/// What every byte was at the highest RSS sampled, as JSON.
+fn ledger_json(l: &crate::profile::record::Ledger) -> Value {
+    let files: Vec<Value> = l
+        .files
+        .iter()
+        .map(|(path, bytes)| json!({"path": path, "bytes": bytes}))
+        .collect();
+    json!({
+        "at_secs": l.at_secs,
+        "rss": l.rss,
+        "anon": l.anon,
+        "file": l.file,
+        "mlx_active": l.mlx_active,
+        "mlx_cache": l.mlx_cache,
+        "host_not_mlx": l.host_not_mlx,
+        "gpu": l.gpu,
+        "files": files,
     })
 }
 
@@ -282,8 +303,50 @@ pub fn write_summary(r: &Recording, out: &mut dyn Write) -> std::io::Result<()> 
             human_bytes(device)
         )?;
     }
+    write_ledger(r, out)?;
     write_lines(r, out)?;
     write_files_and_findings(r, out)
+}
+
+/// What every byte was at the RSS peak.
+fn write_ledger(r: &Recording, out: &mut dyn Write) -> std::io::Result<()> {
+    let Some(l) = &r.ledger else { return Ok(()) };
+    let anon = match (l.mlx_active, l.mlx_cache, l.host_not_mlx) {
+        (Some(active), Some(cache), Some(host)) => format!(
+            "anonymous {} (MLX active {}, MLX cache {}, host memory that is not MLX's: Python objects, numpy, torch {})",
+            human_bytes(l.anon),
+            human_bytes(active),
+            human_bytes(cache),
+            human_bytes(host)
+        ),
+        _ => format!(
+            "anonymous {} (heap: MLX's buffers, numpy, Python)",
+            human_bytes(l.anon)
+        ),
+    };
+    writeln!(
+        out,
+        "  at the highest RSS sampled ({:.1} s): RSS {} = {anon} + file-backed and shared {}",
+        l.at_secs,
+        human_bytes(l.rss),
+        human_bytes(l.file)
+    )?;
+    if !l.files.is_empty() {
+        let files: Vec<String> = l
+            .files
+            .iter()
+            .take(4)
+            .map(|(path, bytes)| {
+                let name = path.rsplit('/').next().unwrap_or(path);
+                format!("{} {}", crate::units::printable(name), human_bytes(*bytes))
+            })
+            .collect();
+        writeln!(out, "    mapped files: {}", files.join(", "))?;
+    }
+    if let Some(gpu) = l.gpu {
+        writeln!(out, "    beside RSS, GPU memory {}", human_bytes(gpu))?;
+    }
+    Ok(())
 }
 
 /// The stack at the peak and the lines that grew memory most.

@@ -603,3 +603,38 @@ fn a_job_past_its_address_space_limit_is_said_so_with_its_line() {
     assert!(text.contains("address-space limit (ulimit -v)"), "{text}");
     assert!(text.contains("in address_space"), "the line: {text}");
 }
+
+/// The ledger names memory that is not MLX's: a numpy array of 256 MiB
+/// shows as that much more host memory than the same job without it.
+#[test]
+fn the_ledger_counts_a_numpy_array_as_host_memory_not_mlx() {
+    let host = |mib: &str| {
+        let job: Vec<std::ffi::OsString> = vec![
+            venv_python().into(),
+            jobs().into(),
+            "numpy".into(),
+            mib.into(),
+        ];
+        let (output, summary) = record(&["--interval-ms", "10"], &as_refs(&job));
+        assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+        let s = summary.expect("summary written");
+        let ledger = &s["ledger"];
+        assert!(
+            ledger["mlx_active"].is_u64(),
+            "MLX's figures from the probe: {ledger}"
+        );
+        assert!(
+            ledger["files"].as_array().is_some_and(|f| !f.is_empty()),
+            "{ledger}"
+        );
+        ledger["host_not_mlx"].as_u64().expect("host memory")
+    };
+    let without = host("0");
+    let with = host("256");
+    let grew = with.saturating_sub(without);
+    let want = 256 * MIB;
+    assert!(
+        grew.abs_diff(want) <= want / 20,
+        "host memory grew by {grew}, not {want} (without {without}, with {with})"
+    );
+}

@@ -5,6 +5,8 @@
     python jobs.py release FOLDER       one shard at a time, cache cleared
     python jobs.py fail FOLDER          like release, exits 3 half way
     python jobs.py wait                 print "ready", then read stdin to its end
+    python jobs.py numpy MIB            hold MIB MiB in a numpy array (touched)
+                                        and one MLX array of 16 MiB, a moment
     python jobs.py address-space        cap its own address space (as `ulimit -v`
                                         does) 256 MiB above what it uses, then
                                         keep allocating 64 MiB until it fails
@@ -73,6 +75,18 @@ def release(folder, fail_half_way=False):
     print("checksum", total)
 
 
+def numpy_job(mib):
+    import time
+
+    import numpy as np
+
+    held = np.ones(mib << 20, dtype=np.uint8) if mib else None
+    w = mx.ones((4 << 20,), dtype=mx.float32)
+    mx.eval(w)
+    time.sleep(0.3)
+    print("held", 0 if held is None else held.nbytes, float(mx.sum(w).item()))
+
+
 def address_space():
     import resource
 
@@ -96,6 +110,8 @@ if __name__ == "__main__":
         release(sys.argv[2])
     elif mode == "fail":
         release(sys.argv[2], fail_half_way=True)
+    elif mode == "numpy":
+        numpy_job(int(sys.argv[2]))
     elif mode == "address-space":
         address_space()
     elif mode == "wait":

@@ -357,6 +357,7 @@ mod tests {
             memory_kill: None,
             address_space_limit: None,
             output: Vec::new(),
+            ledger: None,
         }
     }
 

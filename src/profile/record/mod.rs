@@ -252,6 +252,34 @@ pub struct Recording {
     pub address_space_limit: Option<u64>,
     /// The job's last output lines, when they were captured.
     pub output: Vec<OutputLine>,
+    /// What every byte was at the RSS peak, when there was a sample.
+    pub ledger: Option<Ledger>,
+}
+
+/// What every byte was at the job's highest sampled RSS.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Ledger {
+    /// Seconds since the start (the peak's sample).
+    pub at_secs: f64,
+    /// RSS of the tree (PSS for several processes).
+    pub rss: u64,
+    /// Its anonymous part: heap, MLX's buffers on the CPU backend, numpy.
+    pub anon: u64,
+    /// Its file-backed and shared part.
+    pub file: u64,
+    /// MLX's live arrays, when a probe reported.
+    pub mlx_active: Option<u64>,
+    /// MLX's buffer cache, when a probe reported.
+    pub mlx_cache: Option<u64>,
+    /// The anonymous memory that is not MLX's (active and cache taken out):
+    /// Python objects, numpy, torch. Only with MLX figures on the CPU
+    /// backend, where MLX's buffers are anonymous memory.
+    pub host_not_mlx: Option<u64>,
+    /// GPU memory of the tree (NVML), beside RSS.
+    pub gpu: Option<u64>,
+    /// File-backed memory by file near the peak (from `/proc/PID/smaps`),
+    /// largest first: `(path, bytes)`.
+    pub files: Vec<(String, u64)>,
 }
 
 /// A kill by the kernel for memory: the cgroup whose limit was reached.
@@ -383,6 +411,26 @@ impl Recording {
     }
 }
 
+/// What every byte of sample `s` was, with the files mapped near it.
+fn ledger_of(s: &Sample, files: Vec<(String, u64)>) -> Ledger {
+    let mlx = s.mlx;
+    Ledger {
+        at_secs: s.at,
+        rss: s.process.rss_bytes,
+        anon: s.process.anon_bytes,
+        file: s.process.file_bytes,
+        mlx_active: mlx.map(|m| m.active_bytes),
+        mlx_cache: mlx.map(|m| m.cache_bytes),
+        host_not_mlx: mlx.map(|m| {
+            s.process
+                .anon_bytes
+                .saturating_sub(m.active_bytes + m.cache_bytes)
+        }),
+        gpu: s.gpu.map(|g| g.process_bytes),
+        files,
+    }
+}
+
 /// The peak: the highest sampled tree RSS, or a process's `VmHWM` when that
 /// saw higher (a spike between samples); and the first sample that reached
 /// it (else the highest sampled).
@@ -472,6 +520,9 @@ struct Recorder {
     address_space_limit: Option<u64>,
     /// The job's last output lines, when captured.
     output: std::collections::VecDeque<OutputLine>,
+    /// Resident bytes by mapped file near the RSS peak, the RSS they were
+    /// read at, and when.
+    peak_files: (Vec<(String, u64)>, u64, Option<Instant>),
 }
 
 impl Recorder {
@@ -494,7 +545,30 @@ impl Recorder {
             cgroups: HashMap::new(),
             address_space_limit: None,
             output: std::collections::VecDeque::new(),
+            peak_files: (Vec::new(), 0, None),
         }
+    }
+
+    /// At a new high of the tree's RSS, what its processes map, by file;
+    /// read again at most once a second unless RSS grew a tenth since.
+    #[cfg(target_os = "linux")]
+    fn read_mapped_files(&mut self, tree: &[u32], rss: u64, now: Instant) {
+        let (_, read_at_rss, read_at) = &self.peak_files;
+        let due = read_at.is_none_or(|t| now.duration_since(t) >= Duration::from_secs(1))
+            || rss > read_at_rss + read_at_rss / 10;
+        if rss <= *read_at_rss || !due {
+            return;
+        }
+        let mut by_file: HashMap<String, u64> = HashMap::new();
+        for &pid in tree {
+            for (path, bytes) in procfs::mapped_files(pid) {
+                *by_file.entry(path).or_insert(0) += bytes;
+            }
+        }
+        let mut files: Vec<(String, u64)> = by_file.into_iter().collect();
+        files.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        files.truncate(20);
+        self.peak_files = (files, rss, Some(now));
     }
 
     /// Takes the probe's lines as they come until `deadline`; `false` when
@@ -742,6 +816,7 @@ impl Recorder {
         self.files(now, open, updates);
         sample.mlx = self.mlx_now();
         self.stacks.tree_sample(sample.process.rss_bytes);
+        self.read_mapped_files(tree, sample.process.rss_bytes, now);
         self.samples.push(sample);
         Some(sample)
     }
@@ -1181,6 +1256,15 @@ fn finish(
         None => (None, None),
     };
     let memory_kill = memory_kill(&rec);
+    // The ledger is of the highest sample measured (a peak seen only by
+    // VmHWM, between samples, has no composition to show).
+    let highest = rec
+        .samples
+        .iter()
+        .enumerate()
+        .max_by_key(|(i, s)| (s.process.rss_bytes, std::cmp::Reverse(*i)))
+        .map(|(_, s)| *s);
+    let ledger = highest.map(|s| ledger_of(&s, std::mem::take(&mut rec.peak_files.0)));
     let (peak_stack, last_stack, lines, stacks) = rec.stacks.summary();
     let mut recording = Recording {
         command,
@@ -1210,6 +1294,7 @@ fn finish(
         memory_kill,
         address_space_limit: rec.address_space_limit,
         output: rec.output.into(),
+        ledger,
     };
     recording.findings = record_findings(&recording);
     recording

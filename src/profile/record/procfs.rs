@@ -270,6 +270,57 @@ pub fn parse_oom_kills(text: &str) -> Option<u64> {
         .and_then(|n| n.trim().parse().ok())
 }
 
+/// Resident bytes of each file `pid` maps, from `/proc/PID/smaps` (the
+/// binary, its libraries, mapped safetensors, fonts): `(path, bytes)`.
+#[must_use]
+pub fn mapped_files(pid: u32) -> Vec<(String, u64)> {
+    std::fs::read_to_string(format!("/proc/{pid}/smaps"))
+        .map(|text| parse_smaps_files(&text))
+        .unwrap_or_default()
+}
+
+/// The resident bytes by mapped file in a `/proc/PID/smaps` text, largest
+/// first (anonymous and special mappings, `[heap]` and the like, left out).
+#[must_use]
+pub fn parse_smaps_files(text: &str) -> Vec<(String, u64)> {
+    let mut by_file: HashMap<String, u64> = HashMap::new();
+    let mut current: Option<String> = None;
+    for line in text.lines() {
+        let first = line.split_whitespace().next().unwrap_or("");
+        // A mapping's header starts with its address range "a-b".
+        if first.contains('-') && !first.ends_with(':') {
+            current = line
+                .split_whitespace()
+                .nth(5)
+                .filter(|p| p.starts_with('/'))
+                .map(|_| {
+                    // The path is everything after the fifth field (it may hold spaces).
+                    let mut rest = line;
+                    for _ in 0..5 {
+                        rest = rest.trim_start();
+                        rest = rest.find(char::is_whitespace).map_or("", |i| &rest[i..]);
+                    }
+                    rest.trim().to_owned()
+                });
+            continue;
+        }
+        if let (Some(path), Some(kib)) = (&current, line.strip_prefix("Rss:")) {
+            let bytes = kib
+                .split_whitespace()
+                .next()
+                .and_then(|n| n.parse::<u64>().ok())
+                .unwrap_or(0)
+                * 1024;
+            if bytes > 0 {
+                *by_file.entry(path.clone()).or_insert(0) += bytes;
+            }
+        }
+    }
+    let mut files: Vec<(String, u64)> = by_file.into_iter().collect();
+    files.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    files
+}
+
 /// The OOM kill count of the memory cgroup in folder `dir` (v1 or v2).
 #[must_use]
 pub fn oom_kills_in(dir: &Path) -> Option<u64> {
@@ -300,6 +351,30 @@ pub fn parse_address_space_limit(text: &str) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn smaps_gives_resident_bytes_by_file() {
+        let text = "7f00-7f10 r--p 00000000 08:01 123 /usr/lib/libmlx.so\n\
+                    Size: 64 kB\nRss: 40 kB\n\
+                    7f10-7f20 r-xp 00010000 08:01 123 /usr/lib/libmlx.so\n\
+                    Rss: 24 kB\n\
+                    7f20-7f30 rw-p 00000000 00:00 0 \n\
+                    Rss: 1000 kB\n\
+                    7f30-7f40 r--s 00000000 08:01 9 /m/model 00001.safetensors\n\
+                    Rss: 8 kB\n\
+                    7f40-7f50 rw-p 00000000 00:00 0 [heap]\nRss: 500 kB\n";
+        assert_eq!(
+            parse_smaps_files(text),
+            [
+                ("/usr/lib/libmlx.so".to_owned(), 64 * 1024),
+                ("/m/model 00001.safetensors".to_owned(), 8 * 1024),
+            ]
+        );
+        assert!(
+            !mapped_files(std::process::id()).is_empty(),
+            "this test's binary"
+        );
+    }
 
     #[test]
     fn cgroups_limits_and_oom_kills_parse() {
