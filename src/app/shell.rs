@@ -49,7 +49,7 @@ impl Shell {
                         .save_file(),
                     Action::OpenTrace => dialog
                         .set_title("Open trace")
-                        .add_filter("trace", &["json", "csv"])
+                        .add_filter("trace", &["json", "csv", "jsonl"])
                         .pick_file(),
                 };
                 send((action, picked));

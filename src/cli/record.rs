@@ -59,7 +59,39 @@ pub fn run(args: &RecordArgs, control: &RecordControl) -> Result<Recording, Reco
         python_probe: !args.no_probe,
     };
     let attached = args.pid.is_some();
-    record(&target, &options, control, |update| {
+    let mut journal = args.trace.as_deref().and_then(|trace| {
+        let command = match args.pid {
+            Some(pid) => format!("pid {pid}"),
+            None => args
+                .command
+                .iter()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect::<Vec<_>>()
+                .join(" "),
+        };
+        let mut meta = crate::profile::Trace::new(format!("record: {command}"));
+        meta.device = "job".into();
+        meta.job = Some(crate::profile::JobInfo {
+            command,
+            exit_code: None,
+            probe: false,
+        });
+        match crate::profile::Journal::create(&journal_path(trace), &meta) {
+            Ok(journal) => Some(journal),
+            Err(err) => {
+                super::say(format_args!("{err}; the trace is written at the end only"));
+                None
+            }
+        }
+    });
+    let recording = record(&target, &options, control, |update| {
+        if let Some(journal) = &mut journal {
+            match &update {
+                Update::Sample(sample) => journal.sample(sample),
+                Update::Event(event) => journal.event(event),
+                _ => {}
+            }
+        }
         if let Update::Started(pid) = update {
             // Said once, so a script knows the recording has begun.
             if attached {
@@ -72,7 +104,28 @@ pub fn run(args: &RecordArgs, control: &RecordControl) -> Result<Recording, Reco
                 );
             }
         }
-    })
+    })?;
+    if let Some(journal) = journal {
+        journal.end(recording.exit.map(crate::profile::record::JobExit::status));
+    }
+    Ok(recording)
+}
+
+/// Where a recording with `--trace FILE` is written as it happens: FILE
+/// itself when it is a journal (`.jsonl`), else `FILE.partial.jsonl`, which
+/// is removed once FILE is written at the end (and kept, whole up to its
+/// last line, when the recording is cut short: `weightscope` killed).
+#[must_use]
+pub fn journal_path(trace: &std::path::Path) -> PathBuf {
+    if trace
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("jsonl"))
+    {
+        return trace.to_path_buf();
+    }
+    let mut name = trace.as_os_str().to_owned();
+    name.push(".partial.jsonl");
+    PathBuf::from(name)
 }
 
 /// Refuses output paths that would overwrite the checkpoint (`--checkpoint`)
@@ -101,10 +154,17 @@ pub fn save(recording: &Recording, args: &RecordArgs) -> Result<(), super::CliEr
             errors.push(err.into());
         }
     }
-    if let Some(path) = &args.trace
-        && let Err(err) = recording.to_trace().save(path)
-    {
-        errors.push(err.into());
+    if let Some(path) = &args.trace {
+        let journal = journal_path(path);
+        // A journal trace is already written, line by line.
+        if journal != *path {
+            match recording.to_trace().save(path) {
+                Ok(()) => {
+                    let _ = std::fs::remove_file(&journal);
+                }
+                Err(err) => errors.push(err.into()),
+            }
+        }
     }
     match errors.len() {
         0 => Ok(()),

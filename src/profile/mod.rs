@@ -16,8 +16,8 @@ pub use findings::{Finding, FindingKind, FitReport, findings, fit_report};
 pub use sampler::{DEFAULT_INTERVAL, Sampler, Series};
 pub use timeline::{TIMELINE_EVENTS, TIMELINE_SAMPLES, Timeline};
 pub use trace::{
-    CsvError, JobInfo, Residency, ResidencyChange, ResidentShard, ResidentTensor, TRACE_VERSION,
-    Trace, TraceError, TraceEvent, residency_steps, resident_at,
+    CsvError, JobInfo, Journal, Residency, ResidencyChange, ResidentShard, ResidentTensor,
+    TRACE_VERSION, Trace, TraceError, TraceEvent, residency_steps, resident_at,
 };
 pub use walk::{
     PlannedShard, Q4_GROUP_SIZE, Recorded, Transform, WalkError, WalkOutcome, WalkPlan, walk,

@@ -125,6 +125,10 @@ pub struct Trace {
     /// A recorded job's Python stacks (JSON only; the CSV form has none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stacks: Option<super::record::stacks::TraceStacks>,
+    /// A journal (`.jsonl`) that ended without its last line: the recorder
+    /// was killed (or the machine stopped) before the job ended.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cut_short: bool,
     /// Events, in time order.
     pub events: Vec<TraceEvent>,
 }
@@ -166,6 +170,7 @@ impl Trace {
             job: None,
             samples: Vec::new(),
             stacks: None,
+            cut_short: false,
             events: Vec::new(),
         }
     }
@@ -314,6 +319,8 @@ impl Trace {
         let text = crate::files::read_bounded_text(path, MAX_TRACE_BYTES, "a trace")?;
         let parsed = if is_csv(path) {
             Self::from_csv(&text).map_err(|e| e.to_string())
+        } else if is_journal(path) {
+            Self::from_journal(&text).map_err(|e| e.to_string())
         } else {
             serde_json::from_str::<Self>(&text).map_err(|e| e.to_string())
         };
@@ -704,6 +711,154 @@ impl CsvRow {
             ..Self::default()
         }
     }
+}
+
+/// One line of a journal: a trace written as it happens (JSON Lines).
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "record", rename_all = "kebab-case")]
+enum JournalRow {
+    /// The first line: what the trace is.
+    Meta {
+        version: u32,
+        label: String,
+        #[serde(default)]
+        checkpoint: String,
+        #[serde(default)]
+        device: String,
+        #[serde(default)]
+        job: Option<JobInfo>,
+    },
+    Sample(FlatSample),
+    Event(TraceEvent),
+    /// The last line: the run ended (the job's status, when it had one).
+    End {
+        #[serde(default)]
+        exit_code: Option<i32>,
+    },
+}
+
+/// A trace written as it happens, one JSON object a line, each written
+/// whole with one `write` and never rewritten: a recording whose recorder
+/// is killed (by the OOM killer, a power cut) still opens, and says it was
+/// cut short (no `end` line). A failed write turns it off; the recording
+/// goes on.
+#[derive(Debug)]
+pub struct Journal {
+    file: Option<std::fs::File>,
+}
+
+impl Journal {
+    /// Creates `path` (replacing what is there) and writes `trace`'s
+    /// description (label, checkpoint, device, job) as its first line.
+    ///
+    /// # Errors
+    /// When the file cannot be created or written.
+    pub fn create(path: &Path, trace: &Trace) -> Result<Self, TraceError> {
+        let file = std::fs::File::create(path).map_err(|source| {
+            TraceError::File(crate::files::FileError::Io {
+                action: "write",
+                path: path.to_path_buf(),
+                source,
+            })
+        })?;
+        let mut journal = Self { file: Some(file) };
+        journal.write(&JournalRow::Meta {
+            version: TRACE_VERSION,
+            label: trace.label.clone(),
+            checkpoint: trace.checkpoint.clone(),
+            device: trace.device.clone(),
+            job: trace.job.clone(),
+        });
+        if journal.file.is_none() {
+            return Err(TraceError::Format {
+                problem: "cannot write the journal".into(),
+                path: path.to_path_buf(),
+            });
+        }
+        Ok(journal)
+    }
+
+    fn write(&mut self, row: &JournalRow) {
+        let Some(file) = &mut self.file else { return };
+        let Ok(mut line) = serde_json::to_vec(row) else {
+            return;
+        };
+        line.push(b'\n');
+        if std::io::Write::write_all(file, &line).is_err() {
+            self.file = None;
+        }
+    }
+
+    /// A sample, as trace files keep it.
+    pub fn sample(&mut self, sample: &Sample) {
+        self.write(&JournalRow::Sample(FlatSample::from(*sample)));
+    }
+
+    /// An event.
+    pub fn event(&mut self, event: &TraceEvent) {
+        self.write(&JournalRow::Event(event.clone()));
+    }
+
+    /// The last line: the run ended with `exit_code`.
+    pub fn end(mut self, exit_code: Option<i32>) {
+        self.write(&JournalRow::End { exit_code });
+    }
+}
+
+impl Trace {
+    /// Reads a journal: its lines as they were written; a last line that
+    /// is not whole (the writer was killed mid-line) is dropped, and a
+    /// journal without its `end` line is `cut_short`.
+    ///
+    /// # Errors
+    /// A line (other than a partial last one) that is not a journal row.
+    pub fn from_journal(text: &str) -> Result<Self, CsvError> {
+        let mut trace = Self::new("");
+        trace.version = 0;
+        trace.cut_short = true;
+        let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+        for (i, line) in lines.iter().enumerate() {
+            let number = u64::try_from(i + 1).unwrap_or(u64::MAX);
+            let row = match serde_json::from_str::<JournalRow>(line) {
+                Ok(row) => row,
+                Err(_) if i + 1 == lines.len() && !text.ends_with('\n') => break,
+                Err(err) => return Err(CsvError::at(number, err.to_string())),
+            };
+            match row {
+                JournalRow::Meta {
+                    version,
+                    label,
+                    checkpoint,
+                    device,
+                    job,
+                } => {
+                    trace.version = version;
+                    trace.label = label;
+                    trace.checkpoint = checkpoint;
+                    trace.device = device;
+                    trace.job = job;
+                }
+                JournalRow::Sample(s) => trace.samples.push(s.into()),
+                JournalRow::Event(e) => trace.events.push(e),
+                JournalRow::End { exit_code } => {
+                    trace.cut_short = false;
+                    if let Some(job) = &mut trace.job {
+                        job.exit_code = exit_code;
+                    }
+                }
+            }
+        }
+        if trace.cut_short {
+            trace.label.push_str(" (cut short)");
+        }
+        Ok(trace)
+    }
+}
+
+/// Whether `path` names a journal (`.jsonl`).
+fn is_journal(path: &Path) -> bool {
+    path.extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("jsonl"))
 }
 
 /// What is wrong in a trace's CSV form, and on which line.

@@ -638,3 +638,79 @@ fn the_ledger_counts_a_numpy_array_as_host_memory_not_mlx() {
         "host memory grew by {grew}, not {want} (without {without}, with {with})"
     );
 }
+
+/// weightscope itself killed mid-recording (the OOM killer may choose it):
+/// what it recorded so far is in the journal beside the trace asked for,
+/// which opens and says it was cut short.
+#[test]
+fn a_recording_whose_recorder_is_killed_still_opens_and_says_cut_short() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let trace = dir.path().join("job.json");
+    let journal = dir.path().join("job.json.partial.jsonl");
+    // The job says "ready" once the journal holds a sample of it.
+    let script = format!(
+        "until grep -q '\"record\":\"sample\"' {j}; do sleep 0.01; done; echo ready; exec sleep 60",
+        j = journal.display()
+    );
+    let mut recorder = weightscope()
+        .args(["record", "--interval-ms", "10", "--trace"])
+        .arg(&trace)
+        .args(["--", "sh", "-c", &script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("weightscope starts");
+    let mut started = String::new();
+    std::io::BufReader::new(recorder.stderr.take().expect("stderr"))
+        .read_line(&mut started)
+        .expect("the recording begins");
+    let pid: i32 = started
+        .split("recording pid ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|p| p.parse().ok())
+        .expect("the job's pid");
+    let mut ready = String::new();
+    std::io::BufReader::new(recorder.stdout.take().expect("stdout"))
+        .read_line(&mut ready)
+        .expect("the job is ready");
+    assert_eq!(ready.trim(), "ready");
+    recorder.kill().expect("SIGKILL to weightscope");
+    let _ = recorder.wait();
+    // The job outlives the recorder: end it (`sh` exec'd `sleep`: one pid).
+    assert!(pid > 1, "a job's pid: {pid}");
+    let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+    assert!(
+        !trace.exists(),
+        "the trace asked for is written at the end only"
+    );
+    let loaded = weightscope::profile::Trace::load(&journal).expect("the journal opens");
+    assert!(loaded.cut_short, "said cut short");
+    assert!(loaded.label.ends_with("(cut short)"), "{}", loaded.label);
+    assert!(!loaded.samples.is_empty(), "the samples it had");
+    let job = loaded.job.expect("the job");
+    assert!(job.command.contains("sleep 60"), "{}", job.command);
+    assert_eq!(job.exit_code, None);
+}
+
+#[test]
+fn a_finished_recording_leaves_its_trace_and_no_journal() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let trace = dir.path().join("job.json");
+    let journal_trace = dir.path().join("job.jsonl");
+    for path in [&trace, &journal_trace] {
+        let output = weightscope()
+            .args(["record", "--trace"])
+            .arg(path)
+            .args(["--", "sh", "-c", "exit 3"])
+            .stdin(Stdio::null())
+            .output()
+            .expect("weightscope runs");
+        assert_eq!(output.status.code(), Some(3));
+        let loaded = weightscope::profile::Trace::load(path).expect("the trace opens");
+        assert!(!loaded.cut_short);
+        assert_eq!(loaded.job.and_then(|j| j.exit_code), Some(3));
+    }
+    assert!(!dir.path().join("job.json.partial.jsonl").exists());
+}
