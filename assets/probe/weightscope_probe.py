@@ -29,6 +29,9 @@ import threading
 import time
 
 _fd = None
+# Whether stacks are sampled (WEIGHTSCOPE_PROBE_STACKS=0: not, for a
+# measure of what they cost).
+_stacks = os.environ.get("WEIGHTSCOPE_PROBE_STACKS", "1") != "0"
 _main_ident = threading.main_thread().ident
 _interval = 0.05
 _mlx = None
@@ -207,10 +210,12 @@ def _stack_id():
 def _sample():
     if _fd is None:
         return
-    try:
-        stack = _stack_id()
-    except Exception:
-        stack = -1
+    stack = -1
+    if _stacks:
+        try:
+            stack = _stack_id()
+        except Exception:
+            pass
     mx = _mlx
     if mx is None:
         if stack >= 0:

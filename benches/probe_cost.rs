@@ -1,0 +1,87 @@
+//! Benchmark: what the Python probe's stacks cost the job.
+//!
+//! Records the same Python job twice in this run, at 20 Hz: with the probe
+//! sampling the main thread's stack (the default) and with stacks turned
+//! off (`WEIGHTSCOPE_PROBE_STACKS=0`). The job holds a 50-frame Python stack
+//! and keeps MLX busy for a few seconds, so every sample walks 50 frames.
+//! Prints the probe's own CPU time as a share of one core for each (its
+//! sampling thread measures itself with `time.thread_time`), and their
+//! difference: what stacks add. The target is at most 1 % of a core in all.
+//! Run with `cargo bench --bench probe_cost` after `mlx-glue/setup test`.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+const JOB: &str = r"
+import sys, time
+import mlx.core as mx
+
+def deep(n):
+    if n:
+        return deep(n - 1)
+    end = time.monotonic() + float(sys.argv[1])
+    x = mx.ones((256, 256))
+    while time.monotonic() < end:
+        x = (x @ x) / 256.0
+        mx.eval(x)
+    return float(x[0, 0].item())
+
+print(deep(46))
+";
+
+fn cost(python: &Path, stacks: bool, seconds: &str) -> (f64, usize) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let json = dir.path().join("summary.json");
+    let job = dir.path().join("job.py");
+    std::fs::write(&job, JOB).expect("job written");
+    let status = Command::new(env!("CARGO_BIN_EXE_weightscope"))
+        .args(["record", "--interval-ms", "50", "--json"])
+        .arg(&json)
+        .arg("--")
+        .arg(python)
+        .arg(&job)
+        .arg(seconds)
+        .env("WEIGHTSCOPE_PROBE_STACKS", if stacks { "1" } else { "0" })
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .expect("weightscope runs");
+    assert!(status.success(), "the job ran");
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("summary")).expect("JSON");
+    let percent = summary["probe_info"]["cpu_percent_of_a_core"]
+        .as_f64()
+        .expect("the probe's cost");
+    let depth = summary["peak_stack"].as_array().map_or(0, Vec::len);
+    (percent, depth)
+}
+
+fn main() {
+    let python = Path::new(env!("CARGO_MANIFEST_DIR")).join("mlx-glue/test-venv/bin/python");
+    assert!(python.exists(), "run `mlx-glue/setup test` first");
+    let seconds = std::env::var("PROBE_BENCH_SECS").unwrap_or_else(|_| "5".into());
+    let mut with = Vec::new();
+    let mut without = Vec::new();
+    let mut depth = 0;
+    // Alternated, three rounds: medians.
+    for _ in 0..3 {
+        let (w, d) = cost(&python, true, &seconds);
+        with.push(w);
+        depth = depth.max(d);
+        without.push(cost(&python, false, &seconds).0);
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let (w, wo) = (median(&mut with), median(&mut without));
+    println!("probe cost, {seconds} s job at 20 Hz, stacks {depth} frames deep (median of 3)");
+    println!("  with stacks:    {w:.3} % of a core");
+    println!("  without stacks: {wo:.3} % of a core");
+    println!(
+        "  stacks add:     {:.3} % of a core ({:.2}x the probe without them)",
+        w - wo,
+        w / wo.max(1e-9)
+    );
+}
