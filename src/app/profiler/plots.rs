@@ -103,6 +103,52 @@ impl ProfilerPanel {
     }
 }
 
+/// The events' markers (at most 400), a killed job's end, the selected
+/// moment.
+fn draw_markers(
+    plot: &mut egui_plot::PlotUi<'_>,
+    walk: Option<&Trace>,
+    overlays_only: bool,
+    inputs: &ProfilerInputs<'_>,
+    selected: Option<f64>,
+) {
+    let marked: Vec<f64> = match walk {
+        Some(trace) => marker_times(trace.events.iter(), 400).collect(),
+        None if overlays_only => Vec::new(),
+        None => marker_times(inputs.timeline.events().iter(), 400).collect(),
+    };
+    for t in marked {
+        plot.vline(
+            // Unnamed: out of the legend (said in the caption).
+            VLine::new("", t)
+                .width(0.5)
+                .color(crate::app::widgets::series_colors::EVENTS),
+        );
+    }
+    // A recorded job ended by a signal: the moment, in the
+    // error colour, named in the legend ("killed: signal 9").
+    if let Some(end) = walk.and_then(killed_at) {
+        plot.vline(
+            VLine::new(format!("ended by {}", end.target), end.t_secs)
+                .width(2.0)
+                .color(egui::Color32::from_rgb(235, 60, 60)),
+        );
+    }
+    if let Some(t) = selected {
+        plot.vline(VLine::new("", t).width(2.0));
+    }
+}
+
+/// The end of a recorded job that a signal ended (its `job-end` event).
+fn killed_at(trace: &Trace) -> Option<&TraceEvent> {
+    trace
+        .events
+        .iter()
+        .rev()
+        .find(|e| e.kind == MarkKind::JobEnd)
+        .filter(|e| e.target.starts_with("signal"))
+}
+
 /// The legend name of a policy's expected peak.
 fn expected_label(policy: Policy) -> &'static str {
     match policy {
@@ -286,22 +332,7 @@ impl ProfilerPanel {
                         );
                     }
                 }
-                let marked: Vec<f64> = match walk {
-                    Some(trace) => marker_times(trace.events.iter(), 400).collect(),
-                    None if overlays_only => Vec::new(),
-                    None => marker_times(inputs.timeline.events().iter(), 400).collect(),
-                };
-                for t in marked {
-                    plot.vline(
-                        // Unnamed: out of the legend (said in the caption).
-                        VLine::new("", t)
-                            .width(0.5)
-                            .color(crate::app::widgets::series_colors::EVENTS),
-                    );
-                }
-                if let Some(t) = selected {
-                    plot.vline(VLine::new("", t).width(2.0));
-                }
+                draw_markers(plot, walk, overlays_only, inputs, selected);
                 plot.pointer_coordinate()
             });
         if let (true, Some(point)) = (response.response.clicked(), response.inner) {
@@ -431,5 +462,32 @@ mod tests {
                 .any(|p| (p[1] - 99.0).abs() < 1e-9 && (p[0] - 54_321.0).abs() < 1e-9)
         );
         assert!(out.windows(2).all(|w| w[0][0] <= w[1][0]), "in time order");
+    }
+
+    use super::{MarkKind, Trace, TraceEvent, killed_at};
+
+    fn ended(target: &str) -> Trace {
+        let mut trace = Trace::new("job");
+        trace.events.push(TraceEvent {
+            t_secs: 1.5,
+            kind: MarkKind::JobEnd,
+            target: target.into(),
+            bytes: 0,
+            detail: String::new(),
+            rss_bytes: 0,
+            mlx_active_bytes: 0,
+            mlx_cache_bytes: 0,
+            shard: None,
+            shard_resident_bytes: None,
+        });
+        trace
+    }
+
+    #[test]
+    fn a_job_ended_by_a_signal_is_marked_and_one_that_exited_is_not() {
+        let killed = ended("signal 9 (SIGKILL)");
+        assert_eq!(killed_at(&killed).map(|e| e.t_secs), Some(1.5));
+        assert!(killed_at(&ended("exit 0")).is_none());
+        assert!(killed_at(&Trace::new("walk")).is_none());
     }
 }
