@@ -70,6 +70,8 @@ def _write(line):
         return
     try:
         os.write(fd, line)
+    except BlockingIOError:
+        pass  # the named pipe is full: this line is dropped, never a wait
     except OSError:
         _fd = None
 
@@ -264,25 +266,59 @@ def _sampler():
         time.sleep(_interval)
 
 
-def _start_from_environment():
-    """Starts when the descriptor in WEIGHTSCOPE_PROBE_FD is weightscope's
-    pipe (a process started with its descriptors closed may hold another
-    file under that number: then the probe stays off)."""
-    global _fd, _interval, _started
+def _inherited_pipe():
+    """The descriptor in WEIGHTSCOPE_PROBE_FD when it is weightscope's pipe
+    (a process started with its descriptors closed may hold another file
+    under that number), else None."""
+    import stat
+
     try:
         fd = int(os.environ["WEIGHTSCOPE_PROBE_FD"])
         st = os.fstat(fd)
-    except (ValueError, OSError):
-        return
+    except (KeyError, ValueError, OSError):
+        return None
     expected = os.environ.get("WEIGHTSCOPE_PROBE_INO")
+    if not stat.S_ISFIFO(st.st_mode) or (expected and str(st.st_ino) != expected):
+        return None
+    return fd
+
+
+def _named_pipe():
+    """weightscope's FIFO named in WEIGHTSCOPE_PROBE_PATH (in its private
+    folder), for a process that did not inherit the pipe (the ranks
+    `mlx.launch` starts), opened without blocking; else None."""
     import stat
 
-    if not stat.S_ISFIFO(st.st_mode) or (expected and str(st.st_ino) != expected):
+    path = os.environ.get("WEIGHTSCOPE_PROBE_PATH")
+    if not path:
+        return None
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    st = os.fstat(fd)
+    if not stat.S_ISFIFO(st.st_mode) or st.st_uid != os.getuid():
+        os.close(fd)
+        return None
+    return fd
+
+
+def _start_from_environment():
+    """Starts when weightscope's pipe is there: inherited, or by path."""
+    global _fd, _interval, _started
+    fd = _inherited_pipe()
+    if fd is None:
+        fd = _named_pipe()
+    if fd is None:
         return
     _fd = fd
     _interval = max(0.005, int(os.environ.get("WEIGHTSCOPE_PROBE_INTERVAL_MS", "50")) / 1000)
     _started = time.monotonic()
-    _send({"v": 1, "kind": "hello", "client": "python"})
+    hello = {"v": 1, "kind": "hello", "client": "python"}
+    rank = os.environ.get("MLX_RANK", "")
+    if rank.isdigit():
+        hello["rank"] = int(rank)
+    _send(hello)
     if "mlx.core" in sys.modules:
         mx = sys.modules["mlx.core"]
         _wrap(mx)

@@ -176,28 +176,7 @@ pub fn save(recording: &Recording, args: &RecordArgs) -> Result<(), super::CliEr
 /// The summary as JSON (the contract in docs/record.md).
 #[must_use]
 pub fn summary_json(r: &Recording) -> Value {
-    let samples: Vec<Value> = r
-        .samples
-        .iter()
-        .map(|s| {
-            json!({
-                "t": s.at,
-                "rss": s.process.rss_bytes,
-                "rss_anon": s.process.anon_bytes,
-                "rss_file": s.process.file_bytes,
-                "hwm": s.process.peak_rss_bytes,
-                "read_bytes": s.process.read_bytes,
-                "processes": s.process.processes,
-                "open_shard_files": s.process.open_files,
-                "open_shard_bytes": s.process.open_file_bytes,
-                "mlx_active": s.mlx.map(|m| m.active_bytes),
-                "mlx_cache": s.mlx.map(|m| m.cache_bytes),
-                "mlx_peak": s.mlx.map(|m| m.peak_bytes),
-                "gpu": s.gpu.map(|g| g.process_bytes),
-                "gpu_device_used": s.gpu.map(|g| g.device_used_bytes),
-            })
-        })
-        .collect();
+    let samples: Vec<Value> = r.samples.iter().map(sample_json).collect();
     let marks: Vec<Value> = r
         .events
         .iter()
@@ -272,9 +251,30 @@ pub fn summary_json(r: &Recording) -> Value {
         })),
         "address_space_limit_bytes": r.address_space_limit,
         "ledger": r.ledger.as_ref().map(ledger_json),
+        "ranks": r.ranks,
         "peak_stack": r.peak_stack,
         "last_stack": r.last_stack,
         "lines": r.lines,
+    })
+}
+
+/// One sample of the summary's `samples`.
+fn sample_json(s: &crate::memory::Sample) -> Value {
+    json!({
+        "t": s.at,
+        "rss": s.process.rss_bytes,
+        "rss_anon": s.process.anon_bytes,
+        "rss_file": s.process.file_bytes,
+        "hwm": s.process.peak_rss_bytes,
+        "read_bytes": s.process.read_bytes,
+        "processes": s.process.processes,
+        "open_shard_files": s.process.open_files,
+        "open_shard_bytes": s.process.open_file_bytes,
+        "mlx_active": s.mlx.map(|m| m.active_bytes),
+        "mlx_cache": s.mlx.map(|m| m.cache_bytes),
+        "mlx_peak": s.mlx.map(|m| m.peak_bytes),
+        "gpu": s.gpu.map(|g| g.process_bytes),
+        "gpu_device_used": s.gpu.map(|g| g.device_used_bytes),
     })
 }
 
@@ -364,6 +364,25 @@ pub fn write_summary(r: &Recording, out: &mut dyn Write) -> std::io::Result<()> 
         )?;
     }
     write_ledger(r, out)?;
+    for rank in &r.ranks {
+        writeln!(
+            out,
+            "  rank {} (pid {}): peak MLX active {}{}",
+            rank.rank,
+            rank.pid,
+            human_bytes(rank.peak_mlx_active_bytes),
+            if rank.peak_stack.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    " at {}",
+                    crate::units::printable(&crate::profile::record::stacks::describe(
+                        &rank.peak_stack
+                    ))
+                )
+            }
+        )?;
+    }
     write_lines(r, out)?;
     write_files_and_findings(r, out)
 }

@@ -714,3 +714,37 @@ fn a_finished_recording_leaves_its_trace_and_no_journal() {
     }
     assert!(!dir.path().join("job.json.partial.jsonl").exists());
 }
+
+/// `mlx.launch -n 2` (MLX's launcher, its ring backend over loopback): its
+/// ranks close inherited descriptors, so their probes report through the
+/// named pipe; each rank's peak and stack are kept apart.
+#[test]
+fn each_rank_of_mlx_launch_is_recorded_apart() {
+    let launch = venv_python().with_file_name("mlx.launch");
+    let job: Vec<std::ffi::OsString> = vec![
+        launch.into(),
+        "-n".into(),
+        "2".into(),
+        "--python".into(),
+        venv_python().into(),
+        jobs().into(),
+        "dist".into(),
+    ];
+    let (output, summary) = record(&["--interval-ms", "10"], &as_refs(&job));
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let s = summary.expect("summary written");
+    let ranks = s["ranks"].as_array().expect("ranks");
+    assert_eq!(ranks.len(), 2, "{}", s["ranks"]);
+    for (r, rank) in ranks.iter().enumerate() {
+        assert_eq!(rank["rank"], r);
+        let peak = rank["peak_mlx_active_bytes"].as_u64().expect("a peak");
+        let held = (r as u64 + 1) * 16 * MIB;
+        assert!(peak >= held && peak < held + 16 * MIB, "rank {r}: {peak}");
+        let own = rank["peak_stack"]
+            .as_array()
+            .expect("a stack")
+            .iter()
+            .any(|f| f["function"] == "dist");
+        assert!(own, "rank {r}'s stack at its peak: {}", rank["peak_stack"]);
+    }
+}

@@ -7,6 +7,8 @@
     python jobs.py wait                 print "ready", then read stdin to its end
     python jobs.py numpy MIB            hold one MLX array of 16 MiB, then also
                                         MIB MiB in a numpy array (touched)
+    python jobs.py dist                 a rank of `mlx.launch -n 2`: rank r holds
+                                        (r + 1) x 16 MiB, then an all_sum
     python jobs.py address-space        cap its own address space (as `ulimit -v`
                                         does) 256 MiB above what it uses, then
                                         keep allocating 64 MiB until it fails
@@ -90,6 +92,18 @@ def numpy_job(mib):
     print("held", 0 if held is None else held.nbytes, float(mx.sum(w).item()))
 
 
+def dist():
+    import time
+
+    group = mx.distributed.init()
+    held = mx.ones(((group.rank() + 1) * (4 << 20),), dtype=mx.float32)
+    mx.eval(held)
+    time.sleep(0.3)
+    total = mx.distributed.all_sum(mx.sum(held))
+    mx.eval(total)
+    print("rank", group.rank(), float(total.item()), flush=True)
+
+
 def address_space():
     import resource
 
@@ -115,6 +129,8 @@ if __name__ == "__main__":
         release(sys.argv[2], fail_half_way=True)
     elif mode == "numpy":
         numpy_job(int(sys.argv[2]))
+    elif mode == "dist":
+        dist()
     elif mode == "address-space":
         address_space()
     elif mode == "wait":

@@ -358,6 +358,7 @@ mod tests {
             address_space_limit: None,
             output: Vec::new(),
             ledger: None,
+            ranks: Vec::new(),
         }
     }
 

@@ -254,6 +254,22 @@ pub struct Recording {
     pub output: Vec<OutputLine>,
     /// What every byte was at the RSS peak, when there was a sample.
     pub ledger: Option<Ledger>,
+    /// A distributed job's ranks (`MLX_RANK` from their probes): each
+    /// one's peak MLX active and its stack then, by rank.
+    pub ranks: Vec<RankPeak>,
+}
+
+/// One rank of a distributed MLX job at its peak.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct RankPeak {
+    /// `MLX_RANK`.
+    pub rank: u32,
+    /// Its process.
+    pub pid: u32,
+    /// Its highest MLX active memory.
+    pub peak_mlx_active_bytes: u64,
+    /// Its stack then, innermost frame first.
+    pub peak_stack: Vec<stacks::Frame>,
 }
 
 /// What every byte was at the job's highest sampled RSS.
@@ -411,6 +427,25 @@ impl Recording {
     }
 }
 
+/// Each rank's peak MLX active and its stack then, by rank.
+fn rank_peaks(rec: &Recorder) -> Vec<RankPeak> {
+    let mut ranks: Vec<RankPeak> = rec
+        .ranks
+        .iter()
+        .map(|(&pid, &rank)| {
+            let (peak, stack) = rec.stacks.peak_of(pid).unwrap_or_default();
+            RankPeak {
+                rank,
+                pid,
+                peak_mlx_active_bytes: peak,
+                peak_stack: stack,
+            }
+        })
+        .collect();
+    ranks.sort_by_key(|r| r.rank);
+    ranks
+}
+
 /// What every byte of sample `s` was, with the files mapped near it.
 fn ledger_of(s: &Sample, files: Vec<(String, u64)>) -> Ledger {
     let mlx = s.mlx;
@@ -512,6 +547,8 @@ struct Recorder {
     pss_used: bool,
     /// The probes' frames and stacks, and the growth of each line.
     stacks: stacks::Stacks,
+    /// The rank of each process of a distributed job (`MLX_RANK`).
+    ranks: HashMap<u32, u32>,
     /// Memory cgroups of the tree's processes: folder -> OOM kills when
     /// first seen, and the cgroup as last read.
     #[cfg(target_os = "linux")]
@@ -541,6 +578,7 @@ impl Recorder {
             gpu: gpu::GpuMemory::init(),
             pss_used: false,
             stacks: stacks::Stacks::default(),
+            ranks: HashMap::new(),
             #[cfg(target_os = "linux")]
             cgroups: HashMap::new(),
             address_space_limit: None,
@@ -619,6 +657,39 @@ impl Recorder {
         }
     }
 
+    /// The job's output lines and the named pipe's probe lines waiting now.
+    #[cfg(target_os = "linux")]
+    fn take_waiting(
+        &mut self,
+        output: Option<&std::sync::mpsc::Receiver<OutputLine>>,
+        fifo: Option<&NamedPipe>,
+        updates: &mut Vec<Update>,
+    ) {
+        if let Some(output) = output {
+            for line in output.try_iter() {
+                self.output_line(line, updates);
+            }
+        }
+        if let Some(fifo) = fifo {
+            for (at, line) in fifo.lines.try_iter() {
+                self.probe_line(at, &line, updates);
+            }
+        }
+    }
+
+    /// The lines the job's processes wrote to the named pipe before it
+    /// ended (a second at most).
+    #[cfg(target_os = "linux")]
+    fn last_named_lines(&mut self, fifo: NamedPipe, updates: &mut Vec<Update>) {
+        let lines = fifo.stop();
+        let until = Instant::now() + Duration::from_secs(1);
+        while let Ok((at, line)) =
+            lines.recv_timeout(until.saturating_duration_since(Instant::now()))
+        {
+            self.probe_line(at, &line, updates);
+        }
+    }
+
     /// A line of the job's output: kept (the last [`OUTPUT_LINES`]) and
     /// passed on.
     fn output_line(&mut self, line: OutputLine, updates: &mut Vec<Update>) {
@@ -678,6 +749,9 @@ impl Recorder {
         let (kind, target, bytes) = match line.kind.as_str() {
             "hello" => {
                 report.client = line.client.unwrap_or_default();
+                if let Some(rank) = line.rank {
+                    self.ranks.insert(pid, rank);
+                }
                 return;
             }
             "mlx" => {
@@ -868,6 +942,85 @@ struct Started {
     python_probe: Option<probe::PythonProbe>,
     /// The job's output lines, when captured.
     output: Option<std::sync::mpsc::Receiver<OutputLine>>,
+    /// The probe's named pipe, for processes that did not inherit the
+    /// pipe: our end (to wake its reader at the end) and its lines.
+    fifo: Option<NamedPipe>,
+}
+
+/// The probe's named pipe and the `probe-fifo` thread that reads it.
+#[cfg(target_os = "linux")]
+struct NamedPipe {
+    /// Opened for reading and writing: the reader never sees an end of
+    /// file while ranks come and go; at the end a line of ours stops it.
+    ours: std::fs::File,
+    lines: std::sync::mpsc::Receiver<(Instant, String)>,
+}
+
+/// The line that tells the `probe-fifo` thread to stop (no client sends it).
+#[cfg(target_os = "linux")]
+const FIFO_END: &str = "{\"kind\":\"weightscope-end\"}";
+
+#[cfg(target_os = "linux")]
+impl NamedPipe {
+    /// Makes the FIFO at `path` and starts its reader.
+    fn start(path: &Path) -> std::io::Result<Self> {
+        job::make_fifo(path)?;
+        let ours = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)?;
+        let reader = ours.try_clone()?;
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::Builder::new()
+            .name("probe-fifo".into())
+            .spawn(move || {
+                let mut reader = std::io::BufReader::with_capacity(64 << 10, reader);
+                let mut buf = Vec::new();
+                while let Ok(Some(fits)) =
+                    probe::read_line_capped(&mut reader, &mut buf, probe::MAX_LINE_BYTES)
+                {
+                    let line = if fits {
+                        String::from_utf8(std::mem::take(&mut buf)).unwrap_or_default()
+                    } else {
+                        String::new()
+                    };
+                    buf.clear();
+                    if line.trim() == FIFO_END || tx.send((Instant::now(), line)).is_err() {
+                        break;
+                    }
+                }
+            })?;
+        Ok(Self { ours, lines })
+    }
+
+    /// Stops the reader after every line written before now, and returns
+    /// those lines' receiver to drain.
+    fn stop(mut self) -> std::sync::mpsc::Receiver<(Instant, String)> {
+        let _ = std::io::Write::write_all(&mut self.ours, format!("{FIFO_END}\n").as_bytes());
+        self.lines
+    }
+}
+
+#[cfg(target_os = "linux")]
+/// Puts the Python probe first on `command`'s `PYTHONPATH`, with its named
+/// pipe (for processes that do not inherit the pipe) in the environment.
+fn install_probe(
+    command: &mut std::process::Command,
+) -> std::io::Result<(probe::PythonProbe, Option<NamedPipe>)> {
+    let installed = probe::PythonProbe::install()?;
+    let mut path = OsString::from(installed.dir());
+    if let Some(old) = std::env::var_os("PYTHONPATH").filter(|p| !p.is_empty()) {
+        path.push(":");
+        path.push(old);
+    }
+    command.env("PYTHONPATH", path);
+    let named = installed.dir().join("lines");
+    // Without it, the inherited pipe still serves most jobs.
+    let fifo = NamedPipe::start(&named).ok();
+    if fifo.is_some() {
+        command.env(probe::PATH_VAR, &named);
+    }
+    Ok((installed, fifo))
 }
 
 #[cfg(target_os = "linux")]
@@ -959,6 +1112,7 @@ fn start(
     let (lines_tx, lines_rx) = mpsc::channel::<(Instant, String)>();
     let mut python_probe = None;
     let mut output = None;
+    let mut fifo = None;
     let (job, root, command) = match target {
         Target::Spawn(spec) => {
             let program = spec.argv.first().ok_or(RecordError::NoCommand)?;
@@ -999,13 +1153,8 @@ fn start(
                 options.interval.as_millis().max(1).to_string(),
             );
             if options.python_probe {
-                let installed = probe::PythonProbe::install()?;
-                let mut path = OsString::from(installed.dir());
-                if let Some(old) = std::env::var_os("PYTHONPATH").filter(|p| !p.is_empty()) {
-                    path.push(":");
-                    path.push(old);
-                }
-                command.env("PYTHONPATH", path);
+                let (installed, named) = install_probe(&mut command)?;
+                fifo = named;
                 python_probe = Some(installed);
             }
             for (key, value) in &spec.env {
@@ -1049,6 +1198,7 @@ fn start(
         lines: lines_rx,
         python_probe,
         output,
+        fifo,
     })
 }
 
@@ -1099,6 +1249,7 @@ pub fn record(
         lines,
         python_probe,
         output,
+        fifo,
     } = start(target, options, control)?;
     let lines_rx = lines;
     let mut announced = false;
@@ -1122,11 +1273,7 @@ pub fn record(
             on_update(Update::Started(root));
             announced = true;
         }
-        if let Some(output) = &output {
-            for line in output.try_iter() {
-                rec.output_line(line, &mut updates);
-            }
-        }
+        rec.take_waiting(output.as_ref(), fifo.as_ref(), &mut updates);
         for update in updates.drain(..) {
             on_update(update);
         }
@@ -1169,6 +1316,9 @@ pub fn record(
         output.as_ref(),
         &mut updates,
     );
+    if let Some(fifo) = fifo {
+        rec.last_named_lines(fifo, &mut updates);
+    }
     rec.files(end, BTreeMap::new(), &mut updates);
     let end_text = exit.map_or_else(|| "detached".to_owned(), JobExit::describe);
     rec.event(end, MarkKind::JobEnd, end_text);
@@ -1266,6 +1416,7 @@ fn finish(
         .map(|(_, s)| *s);
     let ledger = highest.map(|s| ledger_of(&s, std::mem::take(&mut rec.peak_files.0)));
     let (peak_stack, last_stack, lines, stacks) = rec.stacks.summary();
+    let ranks = rank_peaks(&rec);
     let mut recording = Recording {
         command,
         pid,
@@ -1295,6 +1446,7 @@ fn finish(
         address_space_limit: rec.address_space_limit,
         output: rec.output.into(),
         ledger,
+        ranks,
     };
     recording.findings = record_findings(&recording);
     recording

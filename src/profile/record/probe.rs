@@ -23,6 +23,10 @@ pub const FD_VAR: &str = "WEIGHTSCOPE_PROBE_FD";
 /// The environment variable holding the pipe's inode, so a client can tell
 /// the pipe from another file that reuses the descriptor number.
 pub const INO_VAR: &str = "WEIGHTSCOPE_PROBE_INO";
+/// The environment variable naming a FIFO in the probe's private folder,
+/// which a process that did not inherit the pipe's descriptor (the ranks
+/// `mlx.launch` starts) opens by path.
+pub const PATH_VAR: &str = "WEIGHTSCOPE_PROBE_PATH";
 /// The environment variable holding the sampling interval in milliseconds.
 pub const INTERVAL_VAR: &str = "WEIGHTSCOPE_PROBE_INTERVAL_MS";
 
@@ -86,6 +90,9 @@ pub struct ProbeLine {
     /// `hello`: the client's name ("python", "c", "bun").
     #[serde(default)]
     pub client: Option<String>,
+    /// `hello`: the process's rank in a distributed MLX job (`MLX_RANK`).
+    #[serde(default)]
+    pub rank: Option<u32>,
     /// `mlx`: MLX's version.
     #[serde(default)]
     pub version: Option<String>,

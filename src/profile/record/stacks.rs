@@ -307,6 +307,13 @@ impl Stacks {
         Some(self.frames_of(stack))
     }
 
+    /// Process `pid`'s highest MLX active and its stack then.
+    #[must_use]
+    pub fn peak_of(&self, pid: u32) -> Option<(u64, Vec<Frame>)> {
+        let ledger = self.mlx.get(&pid)?;
+        Some((ledger.peak, self.frames_of(ledger.peak_stack?)))
+    }
+
     /// The ledger of the process whose MLX active went highest.
     fn mlx_ledger(&self) -> Option<&Ledger> {
         self.mlx
