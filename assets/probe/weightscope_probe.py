@@ -70,8 +70,6 @@ def _write(line):
         return
     try:
         os.write(fd, line)
-    except BlockingIOError:
-        pass  # the named pipe is full: this line is dropped, never a wait
     except OSError:
         _fd = None
 
@@ -300,6 +298,11 @@ def _named_pipe():
     if not stat.S_ISFIFO(st.st_mode) or st.st_uid != os.getuid():
         os.close(fd)
         return None
+    # Opened without blocking (no reader: an error, not a wait), written as
+    # the inherited pipe is: a full pipe waits for weightscope's reader
+    # rather than drop a frame a later stack names; with weightscope gone
+    # a write fails and the probe goes quiet.
+    os.set_blocking(fd, True)
     return fd
 
 
