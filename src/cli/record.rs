@@ -286,14 +286,14 @@ fn ledger_json(l: &crate::profile::record::Ledger) -> Value {
         .map(|(path, bytes)| json!({"path": path, "bytes": bytes}))
         .collect();
     json!({
-        "at_secs": l.at_secs,
-        "rss": l.rss,
-        "anon": l.anon,
-        "file": l.file,
-        "mlx_active": l.mlx_active,
-        "mlx_cache": l.mlx_cache,
-        "host_not_mlx": l.host_not_mlx,
-        "gpu": l.gpu,
+        "at_secs": l.sample.at,
+        "rss": l.sample.process.rss_bytes,
+        "anon": l.sample.process.anon_bytes,
+        "file": l.sample.process.file_bytes,
+        "mlx_active": l.sample.mlx.map(|m| m.active_bytes),
+        "mlx_cache": l.sample.mlx.map(|m| m.cache_bytes),
+        "host_not_mlx": l.host_not_mlx(),
+        "gpu": l.sample.gpu.map(|g| g.process_bytes),
         "files": files,
     })
 }
@@ -390,25 +390,26 @@ pub fn write_summary(r: &Recording, out: &mut dyn Write) -> std::io::Result<()> 
 /// What every byte was at the RSS peak.
 fn write_ledger(r: &Recording, out: &mut dyn Write) -> std::io::Result<()> {
     let Some(l) = &r.ledger else { return Ok(()) };
-    let anon = match (l.mlx_active, l.mlx_cache, l.host_not_mlx) {
-        (Some(active), Some(cache), Some(host)) => format!(
+    let process = &l.sample.process;
+    let anon = match (l.sample.mlx, l.host_not_mlx()) {
+        (Some(m), Some(host)) => format!(
             "anonymous {} (MLX active {}, MLX cache {}, host memory that is not MLX's: Python objects, numpy, torch {})",
-            human_bytes(l.anon),
-            human_bytes(active),
-            human_bytes(cache),
+            human_bytes(process.anon_bytes),
+            human_bytes(m.active_bytes),
+            human_bytes(m.cache_bytes),
             human_bytes(host)
         ),
         _ => format!(
             "anonymous {} (heap: MLX's buffers, numpy, Python)",
-            human_bytes(l.anon)
+            human_bytes(process.anon_bytes)
         ),
     };
     writeln!(
         out,
         "  at the highest RSS sampled ({:.1} s): RSS {} = {anon} + file-backed and shared {}",
-        l.at_secs,
-        human_bytes(l.rss),
-        human_bytes(l.file)
+        l.sample.at,
+        human_bytes(process.rss_bytes),
+        human_bytes(process.file_bytes)
     )?;
     if !l.files.is_empty() {
         let files: Vec<String> = l
@@ -422,8 +423,12 @@ fn write_ledger(r: &Recording, out: &mut dyn Write) -> std::io::Result<()> {
             .collect();
         writeln!(out, "    mapped files: {}", files.join(", "))?;
     }
-    if let Some(gpu) = l.gpu {
-        writeln!(out, "    beside RSS, GPU memory {}", human_bytes(gpu))?;
+    if let Some(gpu) = l.sample.gpu {
+        writeln!(
+            out,
+            "    beside RSS, GPU memory {}",
+            human_bytes(gpu.process_bytes)
+        )?;
     }
     Ok(())
 }

@@ -272,30 +272,31 @@ pub struct RankPeak {
     pub peak_stack: Vec<stacks::Frame>,
 }
 
-/// What every byte was at the job's highest sampled RSS.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+/// What every byte was at the job's highest sampled RSS: that sample (RSS
+/// and its split, MLX's figures, GPU memory) and the files mapped near it.
+#[derive(Debug, Clone, PartialEq)]
 pub struct Ledger {
-    /// Seconds since the start (the peak's sample).
-    pub at_secs: f64,
-    /// RSS of the tree (PSS for several processes).
-    pub rss: u64,
-    /// Its anonymous part: heap, MLX's buffers on the CPU backend, numpy.
-    pub anon: u64,
-    /// Its file-backed and shared part.
-    pub file: u64,
-    /// MLX's live arrays, when a probe reported.
-    pub mlx_active: Option<u64>,
-    /// MLX's buffer cache, when a probe reported.
-    pub mlx_cache: Option<u64>,
-    /// The anonymous memory that is not MLX's (active and cache taken out):
-    /// Python objects, numpy, torch. Only with MLX figures on the CPU
-    /// backend, where MLX's buffers are anonymous memory.
-    pub host_not_mlx: Option<u64>,
-    /// GPU memory of the tree (NVML), beside RSS.
-    pub gpu: Option<u64>,
+    /// The sample of the highest RSS.
+    pub sample: Sample,
     /// File-backed memory by file near the peak (from `/proc/PID/smaps`),
     /// largest first: `(path, bytes)`.
     pub files: Vec<(String, u64)>,
+}
+
+impl Ledger {
+    /// The anonymous memory that is not MLX's (active and cache taken out):
+    /// Python objects, numpy, torch. Only with MLX's figures; meaningful on
+    /// the CPU backend, where MLX's buffers are anonymous memory.
+    #[must_use]
+    pub fn host_not_mlx(&self) -> Option<u64> {
+        let m = self.sample.mlx?;
+        Some(
+            self.sample
+                .process
+                .anon_bytes
+                .saturating_sub(m.active_bytes + m.cache_bytes),
+        )
+    }
 }
 
 /// A kill by the kernel for memory: the cgroup whose limit was reached.
@@ -444,26 +445,6 @@ fn rank_peaks(rec: &Recorder) -> Vec<RankPeak> {
         .collect();
     ranks.sort_by_key(|r| r.rank);
     ranks
-}
-
-/// What every byte of sample `s` was, with the files mapped near it.
-fn ledger_of(s: &Sample, files: Vec<(String, u64)>) -> Ledger {
-    let mlx = s.mlx;
-    Ledger {
-        at_secs: s.at,
-        rss: s.process.rss_bytes,
-        anon: s.process.anon_bytes,
-        file: s.process.file_bytes,
-        mlx_active: mlx.map(|m| m.active_bytes),
-        mlx_cache: mlx.map(|m| m.cache_bytes),
-        host_not_mlx: mlx.map(|m| {
-            s.process
-                .anon_bytes
-                .saturating_sub(m.active_bytes + m.cache_bytes)
-        }),
-        gpu: s.gpu.map(|g| g.process_bytes),
-        files,
-    }
 }
 
 /// The peak: the highest sampled tree RSS, or a process's `VmHWM` when that
@@ -1414,7 +1395,10 @@ fn finish(
         .enumerate()
         .max_by_key(|(i, s)| (s.process.rss_bytes, std::cmp::Reverse(*i)))
         .map(|(_, s)| *s);
-    let ledger = highest.map(|s| ledger_of(&s, std::mem::take(&mut rec.peak_files.0)));
+    let ledger = highest.map(|sample| Ledger {
+        sample,
+        files: std::mem::take(&mut rec.peak_files.0),
+    });
     let (peak_stack, last_stack, lines, stacks) = rec.stacks.summary();
     let ranks = rank_peaks(&rec);
     let mut recording = Recording {
