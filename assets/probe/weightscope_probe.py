@@ -161,6 +161,7 @@ _frame_ids = {}
 _stack_ids = {}
 # The deepest stack sent: the innermost frames are the ones that say where.
 _MAX_FRAMES = 50
+_own_file = __file__
 
 
 def _frame_id(code, line):
@@ -188,38 +189,68 @@ def _frame_id(code, line):
     return ident
 
 
-def _stack_id():
-    """The id of the main thread's stack now (sent first when new), or -1."""
-    frame = sys._current_frames().get(_main_ident)
-    ids = []
-    while frame is not None and len(ids) < _MAX_FRAMES:
-        ids.append(_frame_id(frame.f_code, frame.f_lineno))
-        frame = frame.f_back
-    if not ids:
+def _stack_of(pairs):
+    """The id of the stack of (code, line) pairs, innermost first (sent
+    first when new), or -1."""
+    if not pairs:
         return -1
-    key = tuple(ids)
-    known = _stack_ids.get(key)
+    ids = tuple(_frame_id(code, line) for code, line in pairs)
+    known = _stack_ids.get(ids)
     if known is not None:
         return known
     ident = len(_stack_ids)
-    _stack_ids[key] = ident
-    _send({"kind": "stack-def", "id": ident, "frames": ids})
+    _stack_ids[ids] = ident
+    _send({"kind": "stack-def", "id": ident, "frames": list(ids)})
     return ident
+
+
+def _stack_ids_now():
+    """The main thread's stack id (-1: none) and the other threads' (the
+    sampling thread left out), as a JSON field or "".
+
+    The frames are read first and let go of before anything is sent: a
+    frame held while its function returns keeps that function's locals
+    (the job's arrays) alive, and sending lets the job run. The probe's own
+    frames (its last sample at exit, a mark) are left out."""
+    own = threading.get_ident()
+    walked = []
+    frames = sys._current_frames()
+    for ident, frame in frames.items():
+        if ident == own:
+            continue
+        while frame is not None and frame.f_code.co_filename == _own_file:
+            frame = frame.f_back
+        pairs = []
+        while frame is not None and len(pairs) < _MAX_FRAMES:
+            pairs.append((frame.f_code, frame.f_lineno))
+            frame = frame.f_back
+        walked.append((ident == _main_ident, pairs))
+    frames = frame = None
+    main, others = -1, []
+    for is_main, pairs in walked:
+        stack = _stack_of(pairs)
+        if is_main:
+            main = stack
+        elif stack >= 0:
+            others.append(str(stack))
+    return main, (',"threads":[%s]' % ",".join(others)) if others else ""
 
 
 def _sample():
     if _fd is None:
         return
-    stack = -1
+    stack, threads = -1, ""
     if _stacks:
         try:
-            stack = _stack_id()
+            stack, threads = _stack_ids_now()
         except Exception:
             pass
     mx = _mlx
     if mx is None:
-        if stack >= 0:
-            _write(('{"kind":"stack","pid":%d,"stack":%d}\n' % (os.getpid(), stack)).encode())
+        if stack >= 0 or threads:
+            _write(
+                ('{"kind":"stack","pid":%d,"stack":%d%s}\n' % (os.getpid(), stack, threads)).encode()
+            )
         return
     try:
         with _reading:
@@ -229,12 +260,13 @@ def _sample():
     except Exception:
         return
     # Formatted by hand: json.dumps would be most of the probe's cost.
-    line = '{"kind":"sample","pid":%d,"active":%d,"cache":%d,"peak":%d,"stack":%d}\n' % (
+    line = '{"kind":"sample","pid":%d,"active":%d,"cache":%d,"peak":%d,"stack":%d%s}\n' % (
         os.getpid(),
         active,
         cache,
         peak,
         stack,
+        threads,
     )
     _write(line.encode())
 

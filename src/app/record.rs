@@ -250,8 +250,7 @@ impl LiveRecording {
         trace.device = "job".into();
         trace.job = Some(JobInfo {
             command: command.clone(),
-            exit_code: None,
-            probe: false,
+            ..JobInfo::default()
         });
         Self {
             command,
@@ -279,6 +278,11 @@ impl LiveRecording {
                 self.last = Some(sample);
             }
             Update::Event(event) => self.trace.events.push(event),
+            Update::Stacks(update) => self
+                .trace
+                .stacks
+                .get_or_insert_with(Default::default)
+                .apply(update),
             Update::Output(line) => {
                 if self.output.len() == OUTPUT_LINES {
                     self.output.pop_front();

@@ -4,6 +4,7 @@ pub mod check;
 pub mod diff;
 pub mod inspect;
 pub mod record;
+pub mod report;
 pub mod signals;
 pub mod tensor;
 pub mod walk;
@@ -23,6 +24,7 @@ pub use check::CheckArgs;
 pub use diff::DiffArgs;
 pub use inspect::InspectArgs;
 pub use record::RecordArgs;
+pub use report::ReportArgs;
 pub use tensor::TensorArgs;
 pub use walk::WalkArgs;
 
@@ -72,6 +74,8 @@ pub enum Command {
         after_help = "Examples:\n  weightscope record --json job.json -- python -m mlx_lm convert --hf-path ./model -q\n  weightscope record --pid 4242\nThe exit status is the job's (128+N when signal N ended it); 2 when it cannot start.\nDocs: docs/record.md."
     )]
     Record(RecordArgs),
+    /// The summary of a saved recording (`record --trace`; a journal cut short included): the figures `record` printed.
+    Report(ReportArgs),
     /// MLX's default device, whether a GPU is available, its memory counters.
     Device,
     /// Print a completion script for SHELL (bash, zsh, fish, elvish, powershell).
@@ -144,13 +148,14 @@ pub fn closest<'a>(text: &str, candidates: impl IntoIterator<Item = &'a str>) ->
 }
 
 /// Names of the subcommands (for "did you mean" on a mistyped one).
-const SUBCOMMANDS: [&str; 8] = [
+const SUBCOMMANDS: [&str; 9] = [
     "inspect",
     "tensor",
     "walk",
     "diff",
     "check",
     "record",
+    "report",
     "device",
     "completions",
 ];
@@ -362,6 +367,7 @@ pub fn run(command: Command) -> u8 {
         Command::Diff(args) => diff::main(&args),
         Command::Check(args) => check::main(&args),
         Command::Record(args) => record::main(&args),
+        Command::Report(args) => report::main(&args),
     }
 }
 

@@ -73,8 +73,7 @@ pub fn run(args: &RecordArgs, control: &RecordControl) -> Result<Recording, Reco
         meta.device = "job".into();
         meta.job = Some(crate::profile::JobInfo {
             command,
-            exit_code: None,
-            probe: false,
+            ..crate::profile::JobInfo::default()
         });
         match crate::profile::Journal::create(&journal_path(trace), &meta) {
             Ok(journal) => Some(journal),
@@ -89,6 +88,7 @@ pub fn run(args: &RecordArgs, control: &RecordControl) -> Result<Recording, Reco
             match &update {
                 Update::Sample(sample) => journal.sample(sample),
                 Update::Event(event) => journal.event(event),
+                Update::Stacks(update) => journal.stacks(update),
                 _ => {}
             }
         }
@@ -106,7 +106,7 @@ pub fn run(args: &RecordArgs, control: &RecordControl) -> Result<Recording, Reco
         }
     })?;
     if let Some(journal) = journal {
-        journal.end(recording.exit.map(crate::profile::record::JobExit::status));
+        journal.end(recording.to_trace().job.as_ref());
     }
     Ok(recording)
 }
@@ -252,9 +252,41 @@ pub fn summary_json(r: &Recording) -> Value {
         "address_space_limit_bytes": r.address_space_limit,
         "ledger": r.ledger.as_ref().map(ledger_json),
         "ranks": r.ranks,
+        "killed": killed_json(r),
+        "cut_short": r.cut_short,
         "peak_stack": r.peak_stack,
         "last_stack": r.last_stack,
         "lines": r.lines,
+        "phases": r.phases,
+        "files_loaded": r.files_loaded,
+    })
+}
+
+/// How a signal ended the job, in one object (`null` otherwise): the
+/// signal, whether the kernel killed it for memory and at which limit, the
+/// age of the last sample, the line executing then, and the files loaded
+/// and not released.
+fn killed_json(r: &Recording) -> Value {
+    let Some(crate::profile::record::JobExit::Signal(signal)) = r.exit else {
+        return Value::Null;
+    };
+    let last = r.samples.last().map_or(0.0, |s| s.at);
+    let own_line = r
+        .last_stack
+        .iter()
+        .find(|f| !f.is_library())
+        .or_else(|| r.last_stack.first());
+    json!({
+        "signal": signal,
+        "signal_name": crate::profile::record::signal_name(signal),
+        "for_memory": r.memory_kill.is_some(),
+        "cgroup": r.memory_kill.as_ref().map(|k| &k.cgroup),
+        "limit_bytes": r.memory_kill.as_ref().and_then(|k| k.limit_bytes),
+        "address_space_limit_bytes": r.address_space_limit,
+        "last_sample_secs": last,
+        "last_sample_age_secs": (r.elapsed_secs - last).max(0.0),
+        "line": own_line,
+        "files_not_released": r.files_not_released(),
     })
 }
 
@@ -305,6 +337,7 @@ fn ledger_json(l: &crate::profile::record::Ledger) -> Value {
 pub fn write_summary(r: &Recording, out: &mut dyn Write) -> std::io::Result<()> {
     let ended = match r.exit {
         Some(exit) => exit.describe(),
+        None if r.cut_short => "cut short (the recorder stopped before the job ended)".to_owned(),
         None => "detached".to_owned(),
     };
     writeln!(
@@ -384,7 +417,38 @@ pub fn write_summary(r: &Recording, out: &mut dyn Write) -> std::io::Result<()> 
         )?;
     }
     write_lines(r, out)?;
+    write_phases(r, out)?;
     write_files_and_findings(r, out)
+}
+
+/// The lines that grew most between the job's marks.
+fn write_phases(r: &Recording, out: &mut dyn Write) -> std::io::Result<()> {
+    if r.phases.is_empty() {
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "  by phase (from each of the job's marks to the next):"
+    )?;
+    for phase in &r.phases {
+        let top = phase.lines.first().map_or(String::new(), |l| {
+            format!(
+                "; most at {} ({:.0} %)",
+                crate::units::printable(&l.frame.label()),
+                l.share * 100.0
+            )
+        });
+        writeln!(
+            out,
+            "    {:>6.1}-{:<6.1} s \"{}\": peak {}, grew {}{top}",
+            phase.start_secs,
+            phase.end_secs,
+            crate::units::printable(&phase.mark),
+            human_bytes(phase.peak_bytes),
+            human_bytes(phase.grew_bytes)
+        )?;
+    }
+    Ok(())
 }
 
 /// What every byte was at the RSS peak.
@@ -481,6 +545,26 @@ fn write_files_and_findings(r: &Recording, out: &mut dyn Write) -> std::io::Resu
             "    {} {}",
             crate::units::printable(&file.path.display().to_string()),
             human_bytes(file.bytes)
+        )?;
+    }
+    if !r.files_loaded.is_empty() {
+        let held: Vec<String> = r
+            .files_loaded
+            .iter()
+            .filter(|f| f.held)
+            .map(|f| crate::units::printable(f.path.rsplit('/').next().unwrap_or(&f.path)))
+            .map(std::borrow::Cow::into_owned)
+            .collect();
+        writeln!(
+            out,
+            "  loaded through mx.load: {} file{}; not released (memory never fell back to where it was at the load): {}",
+            r.files_loaded.len(),
+            if r.files_loaded.len() == 1 { "" } else { "s" },
+            if held.is_empty() {
+                "none".to_owned()
+            } else {
+                held.join(", ")
+            }
         )?;
     }
     if let Some(c) = &r.checkpoint {

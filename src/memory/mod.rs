@@ -145,6 +145,15 @@ pub struct FlatSample {
     pub mlx_cache_bytes: u64,
     /// MLX peak since its last reset.
     pub mlx_peak_bytes: u64,
+    /// The highest RSS the kernel saw so far (`VmHWM`; JSON only, 0 and
+    /// left out where unknown).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub peak_rss_bytes: u64,
+}
+
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde's signature
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl From<Sample> for FlatSample {
@@ -158,6 +167,7 @@ impl From<Sample> for FlatSample {
             mlx_active_bytes: mlx.active_bytes,
             mlx_cache_bytes: mlx.cache_bytes,
             mlx_peak_bytes: mlx.peak_bytes,
+            peak_rss_bytes: sample.process.peak_rss_bytes,
         }
     }
 }
@@ -170,6 +180,7 @@ impl From<FlatSample> for Sample {
                 rss_bytes: flat.rss_bytes,
                 anon_bytes: flat.rss_anon_bytes,
                 file_bytes: flat.rss_file_bytes,
+                peak_rss_bytes: flat.peak_rss_bytes,
                 ..ProcessFigures::default()
             },
             mlx: Some(MlxFigures {

@@ -75,15 +75,11 @@ impl TraceEvent {
 
 /// The trace's job, made empty on first use (CSV meta rows fill it).
 fn job_info(trace: &mut Trace) -> &mut JobInfo {
-    trace.job.get_or_insert_with(|| JobInfo {
-        command: String::new(),
-        exit_code: None,
-        probe: false,
-    })
+    trace.job.get_or_insert_with(JobInfo::default)
 }
 
 /// The job a recorded trace followed.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct JobInfo {
     /// The command line (or `pid N` when attached).
     pub command: String,
@@ -93,6 +89,10 @@ pub struct JobInfo {
     /// Whether MLX's figures came from inside the job (a probe).
     #[serde(default)]
     pub probe: bool,
+    /// What the recorder knew when the job ended (none in a journal cut
+    /// short, or a trace of an older version).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended: Option<super::record::JobEnd>,
 }
 
 /// Samples and events of one run, with what it was.
@@ -452,18 +452,7 @@ impl Trace {
                         _ => {} // newer keys: ignored
                     }
                 }
-                "sample" => trace.samples.push(
-                    FlatSample {
-                        t_secs: time()?,
-                        rss_bytes: row.rss_bytes.unwrap_or(0),
-                        rss_anon_bytes: row.rss_anon_bytes.unwrap_or(0),
-                        rss_file_bytes: row.rss_file_bytes.unwrap_or(0),
-                        mlx_active_bytes: row.mlx_active_bytes.unwrap_or(0),
-                        mlx_cache_bytes: row.mlx_cache_bytes.unwrap_or(0),
-                        mlx_peak_bytes: row.mlx_peak_bytes.unwrap_or(0),
-                    }
-                    .into(),
-                ),
+                "sample" => trace.samples.push(row.to_sample(time()?)),
                 "event" => trace.events.push(TraceEvent {
                     t_secs: time()?,
                     rss_bytes: row.rss_bytes.unwrap_or(0),
@@ -697,6 +686,21 @@ struct CsvRow {
 }
 
 impl CsvRow {
+    /// The sample a `sample` row holds, at `t_secs`.
+    fn to_sample(&self, t_secs: f64) -> Sample {
+        FlatSample {
+            t_secs,
+            rss_bytes: self.rss_bytes.unwrap_or(0),
+            rss_anon_bytes: self.rss_anon_bytes.unwrap_or(0),
+            rss_file_bytes: self.rss_file_bytes.unwrap_or(0),
+            mlx_active_bytes: self.mlx_active_bytes.unwrap_or(0),
+            mlx_cache_bytes: self.mlx_cache_bytes.unwrap_or(0),
+            mlx_peak_bytes: self.mlx_peak_bytes.unwrap_or(0),
+            peak_rss_bytes: 0,
+        }
+        .into()
+    }
+
     /// The row of one sample.
     fn sample(s: FlatSample) -> Self {
         Self {
@@ -730,10 +734,31 @@ enum JournalRow {
     },
     Sample(FlatSample),
     Event(TraceEvent),
-    /// The last line: the run ended (the job's status, when it had one).
+    /// A frame, a stack, a probe sample or a rank (in the order the
+    /// trace's `stacks` keeps them).
+    Frame {
+        id: u32,
+        #[serde(flatten)]
+        frame: super::record::stacks::Frame,
+    },
+    Stack {
+        id: u32,
+        frames: Vec<u32>,
+    },
+    Probe {
+        sample: super::record::stacks::StackSample,
+    },
+    Rank {
+        pid: u32,
+        rank: u32,
+    },
+    /// The last line: the run ended (the job's status, when it had one, and
+    /// what the recorder knew then).
     End {
         #[serde(default)]
         exit_code: Option<i32>,
+        #[serde(default)]
+        ended: Option<super::record::JobEnd>,
     },
 }
 
@@ -799,9 +824,25 @@ impl Journal {
         self.write(&JournalRow::Event(event.clone()));
     }
 
-    /// The last line: the run ended with `exit_code`.
-    pub fn end(mut self, exit_code: Option<i32>) {
-        self.write(&JournalRow::End { exit_code });
+    /// A frame, stack, probe sample or rank from the job's probes.
+    pub fn stacks(&mut self, update: &super::record::stacks::StackUpdate) {
+        use super::record::stacks::StackUpdate;
+        let row = match update.clone() {
+            StackUpdate::Frame(id, frame) => JournalRow::Frame { id, frame },
+            StackUpdate::Stack(id, frames) => JournalRow::Stack { id, frames },
+            StackUpdate::Sample(sample) => JournalRow::Probe { sample },
+            StackUpdate::Rank { pid, rank } => JournalRow::Rank { pid, rank },
+        };
+        self.write(&row);
+    }
+
+    /// The last line: the run ended; `job` says how (its status and what
+    /// the recorder knew then).
+    pub fn end(mut self, job: Option<&JobInfo>) {
+        self.write(&JournalRow::End {
+            exit_code: job.and_then(|j| j.exit_code),
+            ended: job.and_then(|j| j.ended.clone()),
+        });
     }
 }
 
@@ -813,6 +854,13 @@ impl Trace {
     /// # Errors
     /// A line (other than a partial last one) that is not a journal row.
     pub fn from_journal(text: &str) -> Result<Self, CsvError> {
+        use super::record::stacks::{StackUpdate, TraceStacks};
+        fn stacks(trace: &mut Trace, update: StackUpdate) {
+            trace
+                .stacks
+                .get_or_insert_with(TraceStacks::default)
+                .apply(update);
+        }
         let mut trace = Self::new("");
         trace.version = 0;
         trace.cut_short = true;
@@ -840,10 +888,23 @@ impl Trace {
                 }
                 JournalRow::Sample(s) => trace.samples.push(s.into()),
                 JournalRow::Event(e) => trace.events.push(e),
-                JournalRow::End { exit_code } => {
+                JournalRow::Frame { id, frame } => {
+                    stacks(&mut trace, StackUpdate::Frame(id, frame));
+                }
+                JournalRow::Stack { id, frames } => {
+                    stacks(&mut trace, StackUpdate::Stack(id, frames));
+                }
+                JournalRow::Probe { sample } => {
+                    stacks(&mut trace, StackUpdate::Sample(sample));
+                }
+                JournalRow::Rank { pid, rank } => {
+                    stacks(&mut trace, StackUpdate::Rank { pid, rank });
+                }
+                JournalRow::End { exit_code, ended } => {
                     trace.cut_short = false;
                     if let Some(job) = &mut trace.job {
                         job.exit_code = exit_code;
+                        job.ended = ended;
                     }
                 }
             }
@@ -926,6 +987,7 @@ mod tests {
             mlx_active_bytes: 100,
             mlx_cache_bytes: 0,
             mlx_peak_bytes: 100,
+            peak_rss_bytes: 0,
         }));
         trace.events.push(TraceEvent {
             t_secs: 0.1,

@@ -576,6 +576,27 @@ fn a_job_killed_by_the_kernel_for_memory_is_said_so_with_its_line() {
         text.contains("model-00001-of-00008.safetensors"),
         "the files: {text}"
     );
+    // The same in one object: the signal, for memory, the limit, the line,
+    // the files loaded and never released (the job kept them all).
+    let killed = &s["killed"];
+    assert_eq!(killed["signal"], 9);
+    assert_eq!(killed["for_memory"], true);
+    assert_eq!(killed["limit_bytes"], limit);
+    assert_eq!(killed["line"]["function"], "keep", "{killed}");
+    assert!(
+        killed["last_sample_age_secs"]
+            .as_f64()
+            .is_some_and(|a| a >= 0.0)
+    );
+    let kept = killed["files_not_released"].as_array().expect("files");
+    assert!(
+        kept.len() >= 2
+            && kept
+                .iter()
+                .all(|f| f.as_str().is_some_and(|f| f.contains("model-0000"))),
+        "{killed}"
+    );
+    assert!(text.contains("released none"), "{text}");
 }
 
 #[test]
@@ -747,4 +768,149 @@ fn each_rank_of_mlx_launch_is_recorded_apart() {
             .any(|f| f["function"] == "dist");
         assert!(own, "rank {r}'s stack at its peak: {}", rank["peak_stack"]);
     }
+}
+
+/// `weightscope report` on a saved trace gives every figure `record` gave
+/// (the lines are a replay of what the trace keeps); the lines between the
+/// job's marks are each phase's own.
+#[test]
+fn a_saved_recording_reports_the_figures_record_gave_with_its_phases() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let trace = dir.path().join("job.json");
+    let job: Vec<std::ffi::OsString> = vec![venv_python().into(), jobs().into(), "phases".into()];
+    let trace_arg = trace.to_str().expect("utf-8");
+    let (output, summary) = record(
+        &["--interval-ms", "10", "--trace", trace_arg],
+        &as_refs(&job),
+    );
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let s = summary.expect("summary written");
+    let phases = s["phases"].as_array().expect("phases");
+    let marks: Vec<&str> = phases.iter().filter_map(|p| p["mark"].as_str()).collect();
+    assert_eq!(marks, ["start", "embed", "layers"], "{}", s["phases"]);
+    assert_eq!(
+        phases[1]["lines"][0]["function"], "embed",
+        "{}",
+        s["phases"]
+    );
+    assert_eq!(
+        phases[2]["lines"][0]["function"], "layers",
+        "{}",
+        s["phases"]
+    );
+    // MLX's own small arrays besides: within a MiB.
+    let grew = |p: &Value| p["grew_bytes"].as_u64().expect("bytes");
+    assert!(grew(&phases[1]).abs_diff(32 * MIB) < MIB, "{}", s["phases"]);
+    assert!(grew(&phases[2]).abs_diff(64 * MIB) < MIB, "{}", s["phases"]);
+    assert!(stderr(&output).contains("by phase"), "{}", stderr(&output));
+    let report = weightscope()
+        .args(["report", "--json"])
+        .arg(&trace)
+        .output()
+        .expect("weightscope runs");
+    assert_eq!(report.status.code(), Some(0), "{}", stderr(&report));
+    let r: Value = serde_json::from_slice(&report.stdout).expect("JSON");
+    for (key, value) in s.as_object().expect("an object") {
+        if key == "samples" {
+            // The trace keeps time, RSS and its split, VmHWM and MLX's
+            // figures, not each sample's process and file counts.
+            continue;
+        }
+        assert_eq!(&r[key], value, "`{key}` differs between record and report");
+    }
+    let text = weightscope()
+        .arg("report")
+        .arg(&trace)
+        .output()
+        .expect("weightscope runs");
+    assert!(stdout(&text).contains("in layers"), "{}", stdout(&text));
+}
+
+/// A worker thread that allocates while the main thread joins it: the
+/// growth is the worker's line, not the join.
+#[test]
+fn growth_in_a_worker_thread_is_charged_to_the_workers_line() {
+    let job: Vec<std::ffi::OsString> = vec![venv_python().into(), jobs().into(), "thread".into()];
+    let (output, summary) = record(&["--interval-ms", "10"], &as_refs(&job));
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let s = summary.expect("summary written");
+    assert_eq!(s["lines"][0]["function"], "work", "{}", s["lines"]);
+    assert!(
+        held_in(&s, "work").abs_diff(64 * MIB) < MIB,
+        "{}",
+        s["lines"]
+    );
+}
+
+/// weightscope killed mid-recording of a Python job: the journal keeps the
+/// probe's stacks too, and `weightscope report` on it names the line that
+/// held the memory and says the recording was cut short.
+#[test]
+fn a_journal_cut_short_still_names_the_line_that_held_the_memory() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let journal = dir.path().join("job.jsonl");
+    let mut recorder = weightscope()
+        .args(["record", "--interval-ms", "10", "--trace"])
+        .arg(&journal)
+        .arg("--")
+        .arg(venv_python())
+        .arg(jobs())
+        .arg("hold")
+        .arg(&journal)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("weightscope starts");
+    let mut started = String::new();
+    BufReader::new(recorder.stderr.take().expect("stderr"))
+        .read_line(&mut started)
+        .expect("the recording begins");
+    let pid: i32 = started
+        .split("recording pid ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|p| p.parse().ok())
+        .expect("the job's pid");
+    let mut ready = String::new();
+    BufReader::new(recorder.stdout.take().expect("stdout"))
+        .read_line(&mut ready)
+        .expect("the job is ready");
+    assert_eq!(ready.trim(), "ready");
+    recorder.kill().expect("SIGKILL to weightscope");
+    let _ = recorder.wait();
+    assert!(pid > 1, "a job's pid: {pid}");
+    let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+    let report = weightscope()
+        .args(["report", "--json"])
+        .arg(&journal)
+        .output()
+        .expect("weightscope runs");
+    assert_eq!(report.status.code(), Some(0), "{}", stderr(&report));
+    let r: Value = serde_json::from_slice(&report.stdout).expect("JSON");
+    assert_eq!(r["cut_short"], true);
+    assert_eq!(r["exit_code"], Value::Null);
+    assert_eq!(r["lines"][0]["function"], "hold", "{}", r["lines"]);
+    assert!(
+        r["lines"][0]["held_at_peak_bytes"].as_u64() >= Some(64 * MIB),
+        "{}",
+        r["lines"]
+    );
+    let text = weightscope()
+        .arg("report")
+        .arg(&journal)
+        .output()
+        .expect("weightscope runs");
+    assert!(stdout(&text).contains("cut short"), "{}", stdout(&text));
+    assert!(stdout(&text).contains("in hold"), "{}", stdout(&text));
+    // A walk's trace or a file that is not a trace: one line, exit 2.
+    let bad = dir.path().join("not-a-trace.json");
+    std::fs::write(&bad, "{").expect("write");
+    let refused = weightscope()
+        .arg("report")
+        .arg(&bad)
+        .output()
+        .expect("weightscope runs");
+    assert_eq!(refused.status.code(), Some(2));
+    assert_eq!(stderr(&refused).lines().count(), 1, "{}", stderr(&refused));
 }

@@ -12,6 +12,13 @@
     python jobs.py address-space        cap its own address space (as `ulimit -v`
                                         does) 256 MiB above what it uses, then
                                         keep allocating 64 MiB until it fails
+    python jobs.py phases               mark "embed", hold 32 MiB in embed(); mark
+                                        "layers", hold 64 MiB more in layers()
+    python jobs.py thread               a worker thread holds 64 MiB in work()
+                                        while the main thread joins it
+    python jobs.py hold JOURNAL         hold 64 MiB in hold(), print "ready" once
+                                        JOURNAL (a `record --trace x.jsonl`)
+                                        has a probe sample of it, then sleep
 
 Each shard holds two 1024x2048 float32 tensors (16 MiB). The jobs print a
 checksum of what they computed, so a test can compare runs with and without
@@ -117,6 +124,62 @@ def address_space():
         mx.eval(kept[-1])
 
 
+def _settle():
+    import time
+
+    time.sleep(0.3)  # the job's own pace: sampled where it holds memory
+
+
+def embed():
+    held = mx.ones((32 << 18,), dtype=mx.float32); mx.eval(held); _settle()
+    return held
+
+
+def layers():
+    held = mx.ones((64 << 18,), dtype=mx.float32); mx.eval(held); _settle()
+    return held
+
+
+def phases():
+    import weightscope_probe
+
+    weightscope_probe.mark("embed")
+    a = embed()
+    weightscope_probe.mark("layers")
+    b = layers()
+    print("held", a.nbytes + b.nbytes)
+
+
+def work(out):
+    held = mx.ones((64 << 18,), dtype=mx.float32); mx.eval(held); _settle()
+    out.append(held)
+
+
+def thread():
+    import threading
+
+    out = []
+    worker = threading.Thread(target=work, args=(out,))
+    worker.start()
+    worker.join()
+    print("held", out[0].nbytes)
+
+
+def hold(journal):
+    import time
+
+    held = mx.ones((16 << 20,), dtype=mx.float32)
+    mx.eval(held)
+    while True:
+        with open(journal) as f:
+            rows = [json.loads(l) for l in f if l.endswith("\n")]
+        if any(r["record"] == "probe" and (r["sample"][3] or 0) >= held.nbytes for r in rows):
+            break
+        time.sleep(0.01)
+    print("ready", flush=True)
+    time.sleep(60)
+
+
 if __name__ == "__main__":
     mode = sys.argv[1]
     if mode == "make":
@@ -133,6 +196,12 @@ if __name__ == "__main__":
         dist()
     elif mode == "address-space":
         address_space()
+    elif mode == "phases":
+        phases()
+    elif mode == "thread":
+        thread()
+    elif mode == "hold":
+        hold(sys.argv[2])
     elif mode == "wait":
         print("ready", flush=True)
         sys.stdin.read()

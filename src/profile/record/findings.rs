@@ -27,6 +27,8 @@ fn job_failed(r: &Recording, found: &mut Vec<Finding>) {
     let Some(exit) = r.exit else { return };
     let end = r.samples.last();
     let at = end.map_or(r.elapsed_secs, |s| s.at);
+    // How old the last sample was when the job ended: what was seen last.
+    let age = (r.elapsed_secs - at).max(0.0);
     let rss = end.map_or(0, |s| s.process.rss_bytes);
     let loaded = r.files_used();
     let of = r
@@ -59,7 +61,7 @@ fn job_failed(r: &Recording, found: &mut Vec<Finding>) {
         ),
         JobExit::Signal(9) => match &r.memory_kill {
             Some(kill) => format!(
-                "The kernel killed the job for memory at {at:.1} s: it reached {}{line}, with RSS {} (peak {}), having loaded {}{last_mark}.",
+                "The kernel killed the job for memory at {at:.1} s (the last sample, {age:.2} s before it ended): it reached {}{line}, with RSS {} (peak {}), having loaded {}{last_mark}.",
                 kill.limit_bytes.map_or_else(
                     || format!("the memory of cgroup {}", kill.cgroup),
                     |limit| format!(
@@ -73,15 +75,17 @@ fn job_failed(r: &Recording, found: &mut Vec<Finding>) {
                 loaded_files(r)
             ),
             None => format!(
-                "The job was killed by SIGKILL at {at:.1} s{line}, with RSS {} (peak {}): if nothing else sent it, the kernel's OOM killer did (`dmesg` says); {loaded}{of} shard files were used{last_mark}.",
+                "The job was killed by SIGKILL at {at:.1} s (the last sample, {age:.2} s before it ended){line}, with RSS {} (peak {}): if nothing else sent it, the kernel's OOM killer did (`dmesg` says); it had loaded {}{last_mark}.",
                 human_bytes(rss),
-                human_bytes(r.peak_rss_bytes)
+                human_bytes(r.peak_rss_bytes),
+                loaded_files(r)
             ),
         },
         JobExit::Signal(signal) => format!(
-            "The job was ended by signal {signal} ({}) at {at:.1} s{line}, with RSS {}{last_mark}.",
+            "The job was ended by signal {signal} ({}) at {at:.1} s (the last sample, {age:.2} s before it ended){line}, with RSS {}, having loaded {}{last_mark}.",
             super::signal_name(signal),
-            human_bytes(rss)
+            human_bytes(rss),
+            loaded_files(r)
         ),
     };
     // Under `ulimit -v` an allocation past the limit fails: MLX then
@@ -108,7 +112,18 @@ fn loaded_files(r: &Recording) -> String {
         .into_iter()
         .map(|f| f.rsplit('/').next().unwrap_or(f))
         .collect();
-    match names.len() {
+    // With the probe's loads, whether each load's memory was still held.
+    let released = if r.files_loaded.is_empty() {
+        String::new()
+    } else {
+        let held = r.files_loaded.iter().filter(|f| f.held).count();
+        match r.files_loaded.len() - held {
+            0 => " and released none".to_owned(),
+            n if held == 0 => format!(" and released all {n}"),
+            n => format!(" and released {n} (still holding {held})"),
+        }
+    };
+    let list = match names.len() {
         0 => "no shard file".to_owned(),
         1 => names[0].to_owned(),
         n if n <= 6 => format!("{} ({n} files)", names.join(", ")),
@@ -117,7 +132,8 @@ fn loaded_files(r: &Recording) -> String {
             names[..3].join(", "),
             names[n - 2..].join(", ")
         ),
-    }
+    };
+    list + &released
 }
 
 /// The job's own footprint at its peak: MLX active when the probe said, else RSS.
@@ -353,7 +369,10 @@ mod tests {
             peak_stack: Vec::new(),
             last_stack: Vec::new(),
             lines: Vec::new(),
+            phases: Vec::new(),
+            files_loaded: Vec::new(),
             stacks: None,
+            cut_short: false,
             memory_kill: None,
             address_space_limit: None,
             output: Vec::new(),

@@ -16,6 +16,7 @@ pub mod probe;
 #[cfg(target_os = "linux")]
 pub mod procfs;
 pub mod stacks;
+mod summary;
 
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsString;
@@ -27,7 +28,7 @@ pub use findings::record_findings;
 pub use job::RecordControl;
 
 use super::findings::Finding;
-use super::trace::{JobInfo, Trace, TraceEvent, resident_at};
+use super::trace::{JobInfo, Trace, TraceEvent};
 use crate::memory::{
     ExpectedPeaks, GpuFigures, MarkKind, MlxFigures, ProcessFigures, Sample, secs_since,
 };
@@ -63,7 +64,7 @@ pub const OUTPUT_LINES: usize = 500;
 pub const OUTPUT_LINE_BYTES: usize = 4096;
 
 /// One line the job wrote.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct OutputLine {
     /// Whether it was written to stderr (else stdout).
     pub stderr: bool,
@@ -142,7 +143,7 @@ pub fn signal_name(n: i32) -> &'static str {
 }
 
 /// What the probe said about itself.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ProbeReport {
     /// The client's name from its `hello` ("python", "c").
     pub client: String,
@@ -243,8 +244,15 @@ pub struct Recording {
     pub last_stack: Vec<stacks::Frame>,
     /// The job's lines by the memory that grew while they executed.
     pub lines: Vec<stacks::LineGrowth>,
-    /// Every stack sample, for the trace.
+    /// The lines between the job's marks.
+    pub phases: Vec<stacks::Phase>,
+    /// The files the job loaded (`mx.load`) and what each still held at
+    /// the end.
+    pub files_loaded: Vec<stacks::FileHeld>,
+    /// Every probe sample, for the trace.
     pub stacks: Option<stacks::TraceStacks>,
+    /// Read from a journal whose recorder was killed before the job ended.
+    pub cut_short: bool,
     /// When the kernel's OOM killer killed in a memory cgroup of the job
     /// during the recording (its count of kills went up): that cgroup.
     pub memory_kill: Option<MemoryKill>,
@@ -300,7 +308,7 @@ impl Ledger {
 }
 
 /// A kill by the kernel for memory: the cgroup whose limit was reached.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct MemoryKill {
     /// The cgroup's name (`/x`).
     pub cgroup: String,
@@ -319,6 +327,57 @@ pub enum Update {
     Event(TraceEvent),
     /// A line of the job's output (when captured).
     Output(OutputLine),
+    /// A frame, stack, probe sample or rank from the job's probes.
+    Stacks(stacks::StackUpdate),
+}
+
+/// What the recorder knew when the job ended, beyond the samples and
+/// events: kept in the trace (its `job`), so that a saved recording gives
+/// the figures `record` gave.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct JobEnd {
+    /// The job's pid.
+    pub pid: u32,
+    /// Whether it was attached to rather than started.
+    pub attached: bool,
+    /// The signal that ended it.
+    #[serde(default)]
+    pub signal: Option<i32>,
+    /// Seconds from start to the end of the recording.
+    pub elapsed_secs: f64,
+    /// The highest `VmHWM` (and `ru_maxrss`) of its processes.
+    #[serde(default)]
+    pub peak_rss_bytes: u64,
+    /// Whether the tree's figure was PSS.
+    #[serde(default)]
+    pub rss_is_pss: bool,
+    /// MLX's peak from its counters, the last reports included.
+    #[serde(default)]
+    pub peak_mlx_active_bytes: Option<u64>,
+    /// GPU figures (NVML).
+    #[serde(default)]
+    pub peak_gpu_bytes: Option<u64>,
+    /// Memory used on the GPUs by everyone (NVML).
+    #[serde(default)]
+    pub peak_gpu_device_used_bytes: Option<u64>,
+    /// Why there is no GPU series.
+    #[serde(default)]
+    pub gpu_unavailable: Option<String>,
+    /// What the probe said about itself.
+    #[serde(default)]
+    pub probe: Option<ProbeReport>,
+    /// The kernel's kill for memory.
+    #[serde(default)]
+    pub killed_for_memory: Option<MemoryKill>,
+    /// `ulimit -v`.
+    #[serde(default)]
+    pub address_space_limit: Option<u64>,
+    /// Files mapped near the RSS peak: `(path, resident bytes)`.
+    #[serde(default)]
+    pub mapped_files: Vec<(String, u64)>,
+    /// The job's last output lines, when captured.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub output: Vec<OutputLine>,
 }
 
 /// Why a recording could not start.
@@ -385,94 +444,6 @@ pub fn record(
     Err(RecordError::Unsupported)
 }
 
-impl Recording {
-    /// The distinct shard files the job was seen to open or told its probe
-    /// it loaded.
-    #[must_use]
-    pub fn files_used(&self) -> usize {
-        self.files_loaded().len()
-    }
-
-    /// The shard files the job used (held open, or loaded through the
-    /// probe), each once, in the order first used.
-    #[must_use]
-    pub fn files_loaded(&self) -> Vec<&str> {
-        let mut seen = std::collections::HashSet::new();
-        self.events
-            .iter()
-            .filter(|e| matches!(e.kind, MarkKind::FileOpen | MarkKind::Load))
-            .map(|e| e.target.as_str())
-            .filter(|f| seen.insert(*f))
-            .collect()
-    }
-
-    /// The recording as a trace in the format walks save (the app opens
-    /// it, overlays it and saves it as CSV).
-    #[must_use]
-    pub fn to_trace(&self) -> Trace {
-        let mut trace = Trace::new(format!("record: {}", self.command));
-        trace.device = "job".into();
-        if let Some(facts) = &self.checkpoint {
-            trace.checkpoint = facts.path.display().to_string();
-            trace.expected = Some(facts.expected);
-        }
-        trace.job = Some(JobInfo {
-            command: self.command.clone(),
-            exit_code: self.exit.map(JobExit::status),
-            probe: self.probe.is_some(),
-        });
-        trace.samples = self.samples.iter().map(Sample::as_stored).collect();
-        trace.stacks.clone_from(&self.stacks);
-        trace.events.clone_from(&self.events);
-        trace
-    }
-}
-
-/// Each rank's peak MLX active and its stack then, by rank.
-fn rank_peaks(rec: &Recorder) -> Vec<RankPeak> {
-    let mut ranks: Vec<RankPeak> = rec
-        .ranks
-        .iter()
-        .map(|(&pid, &rank)| {
-            let (peak, stack) = rec.stacks.peak_of(pid).unwrap_or_default();
-            RankPeak {
-                rank,
-                pid,
-                peak_mlx_active_bytes: peak,
-                peak_stack: stack,
-            }
-        })
-        .collect();
-    ranks.sort_by_key(|r| r.rank);
-    ranks
-}
-
-/// The peak: the highest sampled tree RSS, or a process's `VmHWM` when that
-/// saw higher (a spike between samples); and the first sample that reached
-/// it (else the highest sampled).
-fn peak_rss(rec: &Recorder) -> (u64, Option<usize>) {
-    let sampled = rec
-        .samples
-        .iter()
-        .map(|s| s.process.rss_bytes)
-        .max()
-        .unwrap_or(0);
-    let hwm = rec.hwm.values().copied().max().unwrap_or(0);
-    let peak = sampled.max(hwm);
-    let index = rec
-        .samples
-        .iter()
-        .position(|s| s.process.rss_bytes.max(s.process.peak_rss_bytes) >= peak)
-        .or_else(|| {
-            rec.samples
-                .iter()
-                .enumerate()
-                .max_by_key(|(_, s)| s.process.rss_bytes)
-                .map(|(i, _)| i)
-        });
-    (peak, index)
-}
-
 /// The cgroup whose OOM kill count went up while the job was recorded, read
 /// again now (the job is gone; its cgroup usually stays).
 #[cfg(target_os = "linux")]
@@ -489,21 +460,6 @@ fn memory_kill(rec: &Recorder) -> Option<MemoryKill> {
 #[cfg(not(target_os = "linux"))]
 fn memory_kill(_rec: &Recorder) -> Option<MemoryKill> {
     None
-}
-
-/// Reads the checkpoint's headers for the figures a recording is measured
-/// against.
-fn checkpoint_facts(path: &Path) -> Result<CheckpointFacts, crate::checkpoint::CheckpointError> {
-    let checkpoint = crate::checkpoint::Checkpoint::open(path)?;
-    let plan = super::walk::WalkPlan::from_checkpoint(&checkpoint, super::walk::Transform::None);
-    let summary = checkpoint.summary();
-    Ok(CheckpointFacts {
-        path: path.to_path_buf(),
-        total_bytes: summary.total_bytes,
-        largest_shard_bytes: plan.largest_shard().map_or(0, |s| s.source_bytes),
-        shards: checkpoint.shards().len(),
-        expected: plan.expected(),
-    })
 }
 
 /// The running state of a recording: what was seen so far.
@@ -526,10 +482,8 @@ struct Recorder {
     gpu: gpu::GpuMemory,
     /// Whether a sample summed proportional set sizes (several processes).
     pss_used: bool,
-    /// The probes' frames and stacks, and the growth of each line.
+    /// The probes' frames, stacks and samples.
     stacks: stacks::Stacks,
-    /// The rank of each process of a distributed job (`MLX_RANK`).
-    ranks: HashMap<u32, u32>,
     /// Memory cgroups of the tree's processes: folder -> OOM kills when
     /// first seen, and the cgroup as last read.
     #[cfg(target_os = "linux")]
@@ -559,7 +513,6 @@ impl Recorder {
             gpu: gpu::GpuMemory::init(),
             pss_used: false,
             stacks: stacks::Stacks::default(),
-            ranks: HashMap::new(),
             #[cfg(target_os = "linux")]
             cgroups: HashMap::new(),
             address_space_limit: None,
@@ -731,7 +684,7 @@ impl Recorder {
             "hello" => {
                 report.client = line.client.unwrap_or_default();
                 if let Some(rank) = line.rank {
-                    self.ranks.insert(pid, rank);
+                    updates.push(Update::Stacks(self.stacks.rank(pid, rank)));
                 }
                 return;
             }
@@ -745,23 +698,23 @@ impl Recorder {
                 }
                 return;
             }
-            "sample" => {
-                let active = line.active.unwrap_or(0);
-                self.mlx.insert(
-                    pid,
-                    MlxFigures {
-                        active_bytes: active,
-                        cache_bytes: line.cache.unwrap_or(0),
-                        peak_bytes: line.peak.unwrap_or(0),
-                    },
-                );
+            "sample" | "stack" => {
+                let active = (line.kind == "sample").then(|| line.active.unwrap_or(0));
+                if let Some(active) = active {
+                    self.mlx.insert(
+                        pid,
+                        MlxFigures {
+                            active_bytes: active,
+                            cache_bytes: line.cache.unwrap_or(0),
+                            peak_bytes: line.peak.unwrap_or(0),
+                        },
+                    );
+                }
                 let t = self.secs(at);
-                self.stacks.sample(t, pid, line.stack, Some(active));
-                return;
-            }
-            "stack" => {
-                let t = self.secs(at);
-                self.stacks.sample(t, pid, line.stack, None);
+                let threads = line.threads.unwrap_or_default();
+                updates.push(Update::Stacks(
+                    self.stacks.sample(t, pid, line.stack, &threads, active),
+                ));
                 return;
             }
             "frame" => {
@@ -772,13 +725,17 @@ impl Recorder {
                         function: line.function.unwrap_or_default(),
                         text: line.text.unwrap_or_default(),
                     };
-                    self.stacks.define_frame(pid, id, frame);
+                    updates.extend(self.stacks.define_frame(pid, id, frame).map(Update::Stacks));
                 }
                 return;
             }
             "stack-def" => {
                 if let (Some(id), Some(frames)) = (line.id, line.frames) {
-                    self.stacks.define_stack(pid, id, &frames);
+                    updates.extend(
+                        self.stacks
+                            .define_stack(pid, id, &frames)
+                            .map(Update::Stacks),
+                    );
                 }
                 return;
             }
@@ -870,7 +827,6 @@ impl Recorder {
         tree_figures.open_file_bytes = open.values().sum();
         self.files(now, open, updates);
         sample.mlx = self.mlx_now();
-        self.stacks.tree_sample(sample.process.rss_bytes);
         self.read_mapped_files(tree, sample.process.rss_bytes, now);
         self.samples.push(sample);
         Some(sample)
@@ -1320,118 +1276,62 @@ pub fn record(
     ))
 }
 
-/// The recording from what was seen: peaks, the files at the peak, the
-/// checkpoint's facts, findings.
+/// The recording from what was seen: its trace (full samples) and what
+/// the recorder knew at the end, summarized as a saved trace would be.
 fn finish(
-    mut rec: Recorder,
+    rec: Recorder,
     command: String,
     pid: u32,
     exit: Option<JobExit>,
     elapsed_secs: f64,
     options: &RecordOptions,
 ) -> Recording {
-    rec.events.sort_by(|a, b| a.t_secs.total_cmp(&b.t_secs));
-    let (peak_rss_bytes, peak_index) = peak_rss(&rec);
-    let peak_rss_secs = peak_index
-        .and_then(|i| rec.samples.get(i))
-        .map_or(0.0, |s| s.at);
-    let gpu = rec.samples.iter().filter_map(|s| s.gpu);
-    let peak_gpu_bytes = gpu.clone().map(|g| g.process_bytes).max();
-    let peak_gpu_device_used_bytes = gpu.map(|g| g.device_used_bytes).max();
-    #[cfg(target_os = "linux")]
-    let gpu_unavailable = rec.gpu.reason().map(str::to_owned);
-    #[cfg(not(target_os = "linux"))]
-    let gpu_unavailable = Some("NVML is read on Linux only".to_owned());
-    let files_open_at_peak = peak_index
-        .map(|i| {
-            // The files are "resident" from their open to their close.
-            resident_at(&rec.events, rec.samples[i].at)
-                .into_iter()
-                .map(|file| OpenFile {
-                    path: PathBuf::from(file.shard),
-                    bytes: file.bytes,
-                })
-                .collect()
-        })
-        .unwrap_or_default();
     // MLX's own peak counter sees between samples; the last report of each
     // process (its `bye` sends one) counts too.
-    let last_reports = rec.mlx_now();
     let peak_mlx_active_bytes = rec
         .samples
         .iter()
         .filter_map(|s| s.mlx)
-        .chain(last_reports)
+        .chain(rec.mlx_now())
         .map(|m| m.active_bytes.max(m.peak_bytes))
         .max();
-    // The job's checkpoint: as given, else the folder of the first shard
-    // it was seen to hold open or told its probe it loaded.
-    let first_file = rec
-        .events
-        .iter()
-        .find(|e| matches!(e.kind, MarkKind::FileOpen | MarkKind::Load))
-        .map(|e| PathBuf::from(&e.target));
-    let checkpoint_path = options.checkpoint.clone().or_else(|| {
-        first_file.and_then(|f| {
-            let folder = f.parent()?;
-            Some(if folder.as_os_str().is_empty() {
-                PathBuf::from(".")
-            } else {
-                folder.to_path_buf()
-            })
-        })
-    });
-    let (checkpoint, checkpoint_error) = match checkpoint_path.as_deref().map(checkpoint_facts) {
-        Some(Ok(facts)) => (Some(facts), None),
-        Some(Err(error)) => (None, Some(error.to_string())),
-        None => (None, None),
-    };
-    let memory_kill = memory_kill(&rec);
-    // The ledger is of the highest sample measured (a peak seen only by
-    // VmHWM, between samples, has no composition to show).
-    let highest = rec
-        .samples
-        .iter()
-        .enumerate()
-        .max_by_key(|(i, s)| (s.process.rss_bytes, std::cmp::Reverse(*i)))
-        .map(|(_, s)| *s);
-    let ledger = highest.map(|sample| Ledger {
-        sample,
-        files: std::mem::take(&mut rec.peak_files.0),
-    });
-    let (peak_stack, last_stack, lines, stacks) = rec.stacks.summary();
-    let ranks = rank_peaks(&rec);
-    let mut recording = Recording {
-        command,
+    let gpu = rec.samples.iter().filter_map(|s| s.gpu);
+    let end = JobEnd {
         pid,
         attached: exit.is_none(),
-        exit,
+        signal: match exit {
+            Some(JobExit::Signal(n)) => Some(n),
+            _ => None,
+        },
         elapsed_secs,
-        samples: rec.samples,
-        events: rec.events,
-        probe: rec.probe,
-        files_seen: rec.files_seen,
-        files_open_at_peak,
-        peak_rss_bytes,
+        peak_rss_bytes: rec.hwm.values().copied().max().unwrap_or(0),
         rss_is_pss: rec.pss_used,
-        peak_rss_secs,
         peak_mlx_active_bytes,
-        peak_gpu_bytes,
-        peak_gpu_device_used_bytes,
-        gpu_unavailable,
-        checkpoint,
-        checkpoint_error,
-        findings: Vec::new(),
-        peak_stack,
-        last_stack,
-        lines,
-        stacks,
-        memory_kill,
+        peak_gpu_bytes: gpu.clone().map(|g| g.process_bytes).max(),
+        peak_gpu_device_used_bytes: gpu.map(|g| g.device_used_bytes).max(),
+        #[cfg(target_os = "linux")]
+        gpu_unavailable: rec.gpu.reason().map(str::to_owned),
+        #[cfg(not(target_os = "linux"))]
+        gpu_unavailable: Some("NVML is read on Linux only".to_owned()),
+        killed_for_memory: memory_kill(&rec),
         address_space_limit: rec.address_space_limit,
+        mapped_files: rec.peak_files.0,
         output: rec.output.into(),
-        ledger,
-        ranks,
+        probe: rec.probe,
     };
-    recording.findings = record_findings(&recording);
-    recording
+    let mut trace = Trace::new(format!("record: {command}"));
+    trace.device = "job".into();
+    if let Some(path) = &options.checkpoint {
+        trace.checkpoint = path.display().to_string();
+    }
+    trace.job = Some(JobInfo {
+        command,
+        exit_code: exit.map(JobExit::status),
+        probe: end.probe.is_some(),
+        ended: Some(end),
+    });
+    trace.samples = rec.samples;
+    trace.events = rec.events;
+    trace.stacks = rec.stacks.to_trace();
+    Recording::from_trace(trace)
 }

@@ -136,6 +136,9 @@ pub struct ProbeLine {
     /// (negative: none).
     #[serde(default)]
     pub stack: Option<i64>,
+    /// `sample`, `stack`: the numbers of the other threads' stacks.
+    #[serde(default)]
+    pub threads: Option<Vec<i64>>,
 }
 
 impl ProbeLine {

@@ -3,12 +3,19 @@
 //! line was executing.
 //!
 //! Attribution: every probe sample names the stack of the job's main thread
-//! at that moment. The growth of MLX active memory since that process's last
-//! sample goes to that stack, and so does the growth of the tree's RSS since
-//! the recorder's last sample (to the stack the job's process last
-//! reported). A stack's line is its innermost frame in the job's own code;
-//! frames inside MLX, mlx-lm, the standard library and installed packages
-//! are kept in the stack but folded when a line is named.
+//! at that moment, and those of its other threads. The working stack is the
+//! main thread's, unless the main thread is waiting (in `threading`,
+//! `queue`, `concurrent.futures`, `multiprocessing.pool`) and another thread
+//! is not: then that thread's. The growth of MLX active memory since that
+//! process's last sample goes to its working stack, and so does the growth
+//! of the tree's RSS since the recorder's last sample (to the stack the job
+//! last reported). A stack's line is its innermost frame in the job's own
+//! code; frames inside MLX, mlx-lm, the standard library and installed
+//! packages are kept in the stack but folded when a line is named.
+//!
+//! The analysis is a replay of what a trace keeps (the probe's samples, the
+//! recorder's samples, the events, in time order): `record` and
+//! `weightscope report` on its saved trace give the same lines.
 //!
 //! Two figures per line: what grew while it executed (every allocation it
 //! caused, freed or not), and what of that was still held at the peak. The
@@ -20,6 +27,9 @@
 use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
+
+use crate::memory::{MarkKind, Sample};
+use crate::profile::TraceEvent;
 
 /// One frame of a Python stack.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -59,33 +69,279 @@ impl Frame {
     }
 }
 
+/// One probe sample: when, which process, the stacks of its threads (as
+/// positions in [`TraceStacks::stacks`]) and its MLX active memory.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StackSample {
+    /// Seconds on the trace's clock.
+    pub t: f64,
+    /// The process that sent it.
+    pub pid: u32,
+    /// The main thread's stack (none: no Python frame, or stacks off).
+    pub stack: Option<u32>,
+    /// The other threads' stacks (the probe's own thread left out).
+    pub threads: Vec<u32>,
+    /// MLX active memory then (none: the job has not imported MLX).
+    pub active: Option<u64>,
+}
+
+/// The file form of a [`StackSample`]: `[t, stack (-1: none), pid, active
+/// (null: none), [threads]]`, the last left out when empty; `[t, stack]`
+/// in traces written before pids and figures were kept.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum StackSampleWire {
+    Threads(f64, i64, u32, Option<u64>, Vec<u32>),
+    Full(f64, i64, u32, Option<u64>),
+    Old(f64, u32),
+}
+
+impl Serialize for StackSample {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeSeq;
+        let mut seq = serializer.serialize_seq(Some(4 + usize::from(!self.threads.is_empty())))?;
+        seq.serialize_element(&self.t)?;
+        seq.serialize_element(&self.stack.map_or(-1, i64::from))?;
+        seq.serialize_element(&self.pid)?;
+        seq.serialize_element(&self.active)?;
+        if !self.threads.is_empty() {
+            seq.serialize_element(&self.threads)?;
+        }
+        seq.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for StackSample {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let (t, stack, pid, active, threads) = match StackSampleWire::deserialize(deserializer)? {
+            StackSampleWire::Threads(t, s, pid, a, threads) => (t, s, pid, a, threads),
+            StackSampleWire::Full(t, s, pid, a) => (t, s, pid, a, Vec::new()),
+            StackSampleWire::Old(t, s) => (t, i64::from(s), 0, None, Vec::new()),
+        };
+        Ok(Self {
+            t,
+            pid,
+            stack: u32::try_from(stack).ok(),
+            threads,
+            active,
+        })
+    }
+}
+
 /// The Python stacks of a recorded job as a trace keeps them: each frame
-/// once, each stack once (frame positions, innermost first), and the stack
-/// each probe sample saw.
+/// once, each stack once (frame positions, innermost first), every probe
+/// sample, and the rank of each process of a distributed job.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct TraceStacks {
     /// Every distinct frame.
     pub frames: Vec<Frame>,
     /// Every distinct stack: positions in `frames`, innermost first.
     pub stacks: Vec<Vec<u32>>,
-    /// Each sample: seconds on the trace's clock, position in `stacks`.
-    pub samples: Vec<(f64, u32)>,
+    /// Every probe sample, in time order.
+    pub samples: Vec<StackSample>,
+    /// `(pid, MLX_RANK)` of each rank of a distributed job.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ranks: Vec<(u32, u32)>,
+}
+
+/// Something the probes sent, in the order a trace keeps it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StackUpdate {
+    /// Frame number `.0` (the next position in `frames`).
+    Frame(u32, Frame),
+    /// Stack number `.0` (the next position in `stacks`).
+    Stack(u32, Vec<u32>),
+    /// A probe sample.
+    Sample(StackSample),
+    /// A process of a distributed job said its rank.
+    Rank {
+        /// The process.
+        pid: u32,
+        /// Its `MLX_RANK`.
+        rank: u32,
+    },
 }
 
 impl TraceStacks {
-    /// The stack the last sample at or before `t_secs` saw, innermost
-    /// frame first.
+    /// Takes one update; a frame or stack out of sequence is dropped.
+    pub fn apply(&mut self, update: StackUpdate) {
+        match update {
+            StackUpdate::Frame(id, frame) => {
+                if id as usize == self.frames.len() {
+                    self.frames.push(frame);
+                }
+            }
+            StackUpdate::Stack(id, frames) => {
+                if id as usize == self.stacks.len() {
+                    self.stacks.push(frames);
+                }
+            }
+            StackUpdate::Sample(sample) => self.samples.push(sample),
+            StackUpdate::Rank { pid, rank } => self.ranks.push((pid, rank)),
+        }
+    }
+
+    /// The frames of stack `stack`, innermost first.
+    #[must_use]
+    pub fn frames_of(&self, stack: u32) -> Vec<&Frame> {
+        self.stacks
+            .get(stack as usize)
+            .map(|s| {
+                s.iter()
+                    .filter_map(|&f| self.frames.get(f as usize))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Whether stack `stack` is waiting: its innermost frame is in the
+    /// standard library's waiting places (a join, a future's result, a
+    /// queue, a pool).
+    fn is_waiting(&self, stack: u32) -> bool {
+        self.frames_of(stack).first().is_some_and(|f| {
+            let file = f.file.replace('\\', "/");
+            [
+                "/threading.py",
+                "/queue.py",
+                "/concurrent/futures/_base.py",
+                "/concurrent/futures/thread.py",
+                "/multiprocessing/pool.py",
+                "/selectors.py",
+            ]
+            .iter()
+            .any(|w| file.ends_with(w))
+        })
+    }
+
+    /// The stack doing the work in `sample`: the main thread's, unless it
+    /// waits and another thread does not.
+    #[must_use]
+    pub fn working(&self, sample: &StackSample) -> Option<u32> {
+        match sample.stack {
+            Some(main) if !self.is_waiting(main) => Some(main),
+            main => sample
+                .threads
+                .iter()
+                .copied()
+                .find(|&s| !self.is_waiting(s))
+                .or(main),
+        }
+    }
+
+    /// The last probe sample with a stack at or before `t_secs`.
+    fn sample_at(&self, t_secs: f64) -> Option<&StackSample> {
+        let i = self.samples.partition_point(|s| s.t <= t_secs);
+        self.samples[..i]
+            .iter()
+            .rev()
+            .find(|s| s.stack.is_some() || !s.threads.is_empty())
+    }
+
+    /// The working stack at `t_secs` (the last probe sample then),
+    /// innermost frame first.
     #[must_use]
     pub fn at(&self, t_secs: f64) -> Option<Vec<&Frame>> {
-        let i = self.samples.partition_point(|(t, _)| *t <= t_secs);
-        let (_, stack) = self.samples.get(i.checked_sub(1)?)?;
-        let frames = self.stacks.get(usize::try_from(*stack).ok()?)?;
-        Some(
-            frames
-                .iter()
-                .filter_map(|&f| self.frames.get(usize::try_from(f).ok()?))
-                .collect(),
-        )
+        let sample = self.sample_at(t_secs)?;
+        Some(self.frames_of(self.working(sample)?))
+    }
+
+    /// Every thread's stack at `t_secs`: the main thread's first.
+    #[must_use]
+    pub fn threads_at(&self, t_secs: f64) -> Vec<Vec<&Frame>> {
+        self.sample_at(t_secs)
+            .map(|s| {
+                s.stack
+                    .iter()
+                    .chain(&s.threads)
+                    .map(|&stack| self.frames_of(stack))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+/// Collects what the probes send: frames and stacks by each process's own
+/// numbers, kept once each, numbered in one table for the whole recording.
+#[derive(Debug, Default, Clone)]
+pub struct Stacks {
+    trace: TraceStacks,
+    frame_at: HashMap<Frame, u32>,
+    /// (pid, the probe's frame id) -> position in `frames`.
+    frame_ids: HashMap<(u32, u64), u32>,
+    table_at: HashMap<Vec<u32>, u32>,
+    /// (pid, the probe's stack id) -> position in `stacks`.
+    stack_ids: HashMap<(u32, u64), u32>,
+}
+
+fn position(len: usize) -> u32 {
+    u32::try_from(len).unwrap_or(u32::MAX)
+}
+
+impl Stacks {
+    /// A `frame` line: frame `id` of process `pid`; the update when the
+    /// frame is new to the recording.
+    pub fn define_frame(&mut self, pid: u32, id: u64, frame: Frame) -> Option<StackUpdate> {
+        let next = position(self.trace.frames.len());
+        let at = *self.frame_at.entry(frame.clone()).or_insert(next);
+        self.frame_ids.insert((pid, id), at);
+        (at == next).then(|| self.applied(StackUpdate::Frame(at, frame)))
+    }
+
+    /// A `stack-def` line: stack `id` of `pid` is `frames` (the probe's
+    /// frame ids, innermost first; frames never defined are left out); the
+    /// update when the stack is new to the recording.
+    pub fn define_stack(&mut self, pid: u32, id: u64, frames: &[u64]) -> Option<StackUpdate> {
+        let stack: Vec<u32> = frames
+            .iter()
+            .filter_map(|f| self.frame_ids.get(&(pid, *f)).copied())
+            .collect();
+        let next = position(self.trace.stacks.len());
+        let at = *self.table_at.entry(stack.clone()).or_insert(next);
+        self.stack_ids.insert((pid, id), at);
+        (at == next).then(|| self.applied(StackUpdate::Stack(at, stack)))
+    }
+
+    /// A sample of process `pid`: its main thread's stack (the probe's id;
+    /// negative or unknown: none), its other threads', and its MLX active
+    /// bytes when it uses MLX.
+    pub fn sample(
+        &mut self,
+        t: f64,
+        pid: u32,
+        stack: Option<i64>,
+        threads: &[i64],
+        active: Option<u64>,
+    ) -> StackUpdate {
+        let known = |id: i64| {
+            u64::try_from(id)
+                .ok()
+                .and_then(|id| self.stack_ids.get(&(pid, id)).copied())
+        };
+        let sample = StackSample {
+            t,
+            pid,
+            stack: stack.and_then(known),
+            threads: threads.iter().filter_map(|&id| known(id)).collect(),
+            active,
+        };
+        self.applied(StackUpdate::Sample(sample))
+    }
+
+    /// A process said its rank.
+    pub fn rank(&mut self, pid: u32, rank: u32) -> StackUpdate {
+        self.applied(StackUpdate::Rank { pid, rank })
+    }
+
+    fn applied(&mut self, update: StackUpdate) -> StackUpdate {
+        self.trace.apply(update.clone());
+        update
+    }
+
+    /// Everything the probes sent, as a trace keeps it (none when no
+    /// probe sampled).
+    #[must_use]
+    pub fn to_trace(&self) -> Option<TraceStacks> {
+        (!self.trace.samples.is_empty()).then(|| self.trace.clone())
     }
 }
 
@@ -106,27 +362,102 @@ pub struct LineGrowth {
     pub rss_grew_bytes: u64,
 }
 
-/// Growth by stack, latest last; a drop takes back the latest first. At
-/// each new high, what it holds per stack is kept.
+/// A line's growth within a phase.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PhaseLine {
+    /// The line.
+    #[serde(flatten)]
+    pub frame: Frame,
+    /// What grew while it executed in the phase.
+    pub grew_bytes: u64,
+    /// Its share of the phase's growth (0 to 1).
+    pub share: f64,
+}
+
+/// The time from one of the job's marks to the next.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Phase {
+    /// The mark that starts it ("start" for the time before the first).
+    pub mark: String,
+    /// When it starts and ends, on the recording's clock.
+    pub start_secs: f64,
+    /// When it ends.
+    pub end_secs: f64,
+    /// The highest figure in it (MLX active with MLX, else RSS).
+    pub peak_bytes: u64,
+    /// All that grew in it.
+    pub grew_bytes: u64,
+    /// The lines that grew most in it, most first (at most 5).
+    pub lines: Vec<PhaseLine>,
+}
+
+/// A file the job loaded (its `mx.load`) and whether it was released: the
+/// job's memory (MLX active with MLX, else RSS) rose past where it was at
+/// the load and later fell back to it (every array made since freed).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FileHeld {
+    /// The file.
+    pub path: String,
+    /// When it was loaded.
+    pub loaded_secs: f64,
+    /// The job's memory when it was loaded.
+    pub level_bytes: u64,
+    /// When memory fell back to that level (none: held to the end, or
+    /// never materialized).
+    pub released_secs: Option<f64>,
+    /// Whether memory rose past the level after the load and had not
+    /// fallen back to it at the last sample.
+    pub held: bool,
+}
+
+/// What the stacks say about a recording: the replay's results.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Analysis {
+    /// The working stack at the peak (MLX active with MLX, else RSS).
+    pub peak_stack: Vec<Frame>,
+    /// The working stack at the last probe sample.
+    pub last_stack: Vec<Frame>,
+    /// The job's lines by what they held at the peak, then by growth.
+    pub lines: Vec<LineGrowth>,
+    /// Between the job's marks (none without marks).
+    pub phases: Vec<Phase>,
+    /// Per process with MLX: its highest MLX active and its stack then.
+    pub peaks_by_pid: Vec<(u32, u64, Vec<Frame>)>,
+    /// Files the job loaded, in load order, and whether each was released.
+    pub files_loaded: Vec<FileHeld>,
+}
+
+/// Growth by key, latest last; a drop takes back the latest first. At each
+/// new high, what it holds per key is kept.
 #[derive(Debug, Default, Clone)]
 struct Ledger {
-    entries: Vec<(usize, u64)>,
+    entries: Vec<(Option<usize>, u64)>,
     last: u64,
     peak: u64,
     at_peak: HashMap<usize, u64>,
-    peak_stack: Option<usize>,
+    peak_key: Option<usize>,
+    /// The last key recorded (the line last seen).
+    last_key: Option<usize>,
+    seen: bool,
     grew: HashMap<usize, u64>,
+    /// (phase, key) -> growth in that phase.
+    grew_in_phase: HashMap<(usize, usize), u64>,
 }
 
 impl Ledger {
-    /// The figure is `now`, with `stack` executing.
-    fn record(&mut self, stack: usize, now: u64) {
+    /// The figure is `now`, with `key` executing (none: no key is charged,
+    /// but the growth is held in order).
+    fn record(&mut self, key: Option<usize>, now: u64, phase: usize) {
+        self.last_key = key.or(self.last_key);
         if now > self.last {
             let grew = now - self.last;
-            *self.grew.entry(stack).or_insert(0) += grew;
+            if let Some(k) = key {
+                *self.grew.entry(k).or_insert(0) += grew;
+                *self.grew_in_phase.entry((phase, k)).or_insert(0) += grew;
+            }
             match self.entries.last_mut() {
-                Some((s, bytes)) if *s == stack => *bytes += grew,
-                _ => self.entries.push((stack, grew)),
+                Some((k, bytes)) if *k == key => *bytes += grew,
+                _ => self.entries.push((key, grew)),
             }
         } else {
             let mut drop = self.last - now;
@@ -144,235 +475,224 @@ impl Ledger {
         }
         self.last = now;
         // The first moment of the highest figure (a plateau keeps it).
-        if now > self.peak || self.peak_stack.is_none() {
+        if now > self.peak || !self.seen {
+            self.seen = true;
             self.peak = now;
-            self.peak_stack = Some(stack);
-            self.at_peak.clear();
-            for &(s, bytes) in &self.entries {
-                *self.at_peak.entry(s).or_insert(0) += bytes;
-            }
+            // A sample without a stack (the probe's last, at exit): the
+            // line last seen.
+            self.peak_key = key.or(self.last_key);
+            self.at_peak = self.held();
         }
     }
 
-    /// The figure is `now`, with no stack known: no line is charged.
-    fn untracked(&mut self, now: u64) {
-        self.last = now;
+    /// What each key holds now.
+    fn held(&self) -> HashMap<usize, u64> {
+        let mut held = HashMap::new();
+        for &(k, bytes) in &self.entries {
+            if let Some(k) = k {
+                *held.entry(k).or_insert(0) += bytes;
+            }
+        }
+        held
     }
 }
 
-/// The frames and stacks a recording's probes sent, and the growth
-/// attributed to each stack.
-#[derive(Debug, Default, Clone)]
-pub struct Stacks {
-    /// Every distinct frame, and where each is.
-    frames: Vec<Frame>,
-    frame_at: HashMap<Frame, usize>,
-    /// (pid, the probe's frame id) -> position in `frames`.
-    frame_ids: HashMap<(u32, u64), usize>,
-    /// Every distinct stack, innermost frame first (positions in `frames`),
-    /// and where each is.
-    table: Vec<Vec<usize>>,
-    table_at: HashMap<Vec<usize>, usize>,
-    /// (pid, the probe's stack id) -> position in `table`.
-    stack_ids: HashMap<(u32, u64), usize>,
-    /// Each process's last stack.
-    current: HashMap<u32, Option<usize>>,
-    /// MLX active memory per process, by stack.
+/// One moment of the replay, in time order (ties: events, then the
+/// probe's samples, then the recorder's).
+enum Step<'a> {
+    Event(&'a TraceEvent),
+    Probe(&'a StackSample),
+    Tree(&'a Sample),
+}
+
+impl Step<'_> {
+    fn order(&self) -> (f64, u8) {
+        match self {
+            Self::Event(e) => (e.t_secs, 0),
+            Self::Probe(s) => (s.t, 1),
+            Self::Tree(s) => (s.at, 2),
+        }
+    }
+}
+
+/// The replay's state.
+#[derive(Default)]
+struct Replay {
     mlx: HashMap<u32, Ledger>,
-    /// The tree's RSS, by stack.
+    active: HashMap<u32, u64>,
     rss: Ledger,
-    /// The process that sent the latest stack.
+    current: HashMap<u32, Option<u32>>,
     last_pid: Option<u32>,
-    /// Each stack sample: seconds on the recording's clock, stack.
-    timeline: Vec<(f64, usize)>,
+    /// The job's memory now (MLX active with MLX, else RSS).
+    level: u64,
+    /// Each load: the file, when, the level then, whether memory rose
+    /// past it since, and when it fell back.
+    loads: Vec<(String, f64, u64, bool, Option<f64>)>,
+    phase: usize,
+    /// Each phase's highest level.
+    phase_peaks: Vec<u64>,
+    marks: Vec<(String, f64)>,
 }
 
-impl Stacks {
-    /// A `frame` line: frame `id` of process `pid`.
-    pub fn define_frame(&mut self, pid: u32, id: u64, frame: Frame) {
-        let next = self.frames.len();
-        let at = *self.frame_at.entry(frame.clone()).or_insert(next);
-        if at == next {
-            self.frames.push(frame);
+/// Replays a recording: its probe samples (`stacks`), the recorder's
+/// `samples` and its `events`, in time order.
+#[must_use]
+pub fn analyse(
+    stacks: Option<&TraceStacks>,
+    samples: &[Sample],
+    events: &[TraceEvent],
+) -> Analysis {
+    let empty = TraceStacks::default();
+    let st = stacks.unwrap_or(&empty);
+    let uses_mlx = st.samples.iter().any(|s| s.active.is_some());
+    let mut steps: Vec<Step> = events
+        .iter()
+        .map(Step::Event)
+        .chain(st.samples.iter().map(Step::Probe))
+        .chain(samples.iter().map(Step::Tree))
+        .collect();
+    steps.sort_by(|a, b| {
+        let (ta, oa) = a.order();
+        let (tb, ob) = b.order();
+        ta.total_cmp(&tb).then(oa.cmp(&ob))
+    });
+    let mut r = Replay {
+        phase_peaks: vec![0],
+        ..Replay::default()
+    };
+    for step in steps {
+        match step {
+            Step::Event(e) => r.event(e),
+            Step::Probe(s) => r.probe(st, s, uses_mlx),
+            Step::Tree(s) => r.tree(s, uses_mlx),
         }
-        self.frame_ids.insert((pid, id), at);
     }
+    r.finish(st, samples)
+}
 
-    /// A `stack-def` line: stack `id` of `pid` is `frames` (the probe's frame
-    /// ids, innermost first); frames never defined are left out.
-    pub fn define_stack(&mut self, pid: u32, id: u64, frames: &[u64]) {
-        let stack: Vec<usize> = frames
-            .iter()
-            .filter_map(|f| self.frame_ids.get(&(pid, *f)).copied())
-            .collect();
-        let next = self.table.len();
-        let at = *self.table_at.entry(stack.clone()).or_insert(next);
-        if at == next {
-            self.table.push(stack);
-        }
-        self.stack_ids.insert((pid, id), at);
-    }
-
-    /// A sample of process `pid`: its stack now (the probe's id; negative
-    /// or unknown: none) and, when the job uses MLX, its active bytes.
-    pub fn sample(&mut self, t_secs: f64, pid: u32, stack: Option<i64>, active: Option<u64>) {
-        let stack = stack
-            .and_then(|id| u64::try_from(id).ok())
-            .and_then(|id| self.stack_ids.get(&(pid, id)).copied());
-        if let Some(stack) = stack {
-            self.timeline.push((t_secs, stack));
-        }
-        if let Some(now) = active {
-            let ledger = self.mlx.entry(pid).or_default();
-            match stack {
-                Some(stack) => ledger.record(stack, now),
-                None => ledger.untracked(now),
+impl Replay {
+    fn event(&mut self, e: &TraceEvent) {
+        match e.kind {
+            MarkKind::Load => {
+                self.loads
+                    .push((e.target.clone(), e.t_secs, self.level, false, None));
             }
-        }
-        self.current.insert(pid, stack);
-        if stack.is_some() {
-            self.last_pid = Some(pid);
+            MarkKind::JobMark => {
+                self.phase += 1;
+                self.phase_peaks.push(self.level);
+                self.marks.push((e.target.clone(), e.t_secs));
+            }
+            _ => {}
         }
     }
 
-    /// The recorder sampled the tree's RSS: charged to the stack last
-    /// reported (none yet: no line is charged).
-    pub fn tree_sample(&mut self, rss: u64) {
-        match self
+    fn probe(&mut self, st: &TraceStacks, s: &StackSample, uses_mlx: bool) {
+        let working = st.working(s);
+        let key = working.map(|w| w as usize);
+        if let Some(now) = s.active {
+            self.mlx
+                .entry(s.pid)
+                .or_default()
+                .record(key, now, self.phase);
+            self.active.insert(s.pid, now);
+        }
+        if uses_mlx {
+            self.level(s.t, self.active.values().sum());
+        }
+        self.current.insert(s.pid, working);
+        if working.is_some() {
+            self.last_pid = Some(s.pid);
+        }
+    }
+
+    fn tree(&mut self, s: &Sample, uses_mlx: bool) {
+        let key = self
             .last_pid
             .and_then(|pid| self.current.get(&pid).copied().flatten())
-        {
-            Some(stack) => self.rss.record(stack, rss),
-            None => self.rss.untracked(rss),
+            .map(|k| k as usize);
+        self.rss.record(key, s.process.rss_bytes, self.phase);
+        if !uses_mlx {
+            self.level(s.at, s.process.rss_bytes);
         }
     }
 
-    /// The stack last reported by any process, innermost frame first.
-    #[must_use]
-    pub fn last(&self) -> Option<Vec<Frame>> {
-        self.current(self.last_pid?)
-    }
-
-    /// The stack at the tree's highest sampled RSS, innermost first.
-    #[must_use]
-    pub fn at_rss_peak(&self) -> Option<Vec<Frame>> {
-        self.rss.peak_stack.map(|stack| self.frames_of(stack))
-    }
-
-    /// The stack `pid` last reported, innermost frame first.
-    #[must_use]
-    pub fn current(&self, pid: u32) -> Option<Vec<Frame>> {
-        let stack = self.current.get(&pid).copied().flatten()?;
-        Some(self.frames_of(stack))
-    }
-
-    /// What a finished recording keeps: the stack at the peak (MLX active
-    /// with MLX, else RSS), the last stack, the lines, and every sample.
-    #[must_use]
-    pub fn summary(&self) -> (Vec<Frame>, Vec<Frame>, Vec<LineGrowth>, Option<TraceStacks>) {
-        let peak = self.at_mlx_peak().or_else(|| self.at_rss_peak());
-        (
-            peak.unwrap_or_default(),
-            self.last().unwrap_or_default(),
-            self.lines(),
-            self.to_trace(),
-        )
-    }
-
-    /// Everything the probes sent, as a trace keeps it.
-    #[must_use]
-    pub fn to_trace(&self) -> Option<TraceStacks> {
-        let to_u32 = |i: usize| u32::try_from(i).unwrap_or(u32::MAX);
-        (!self.timeline.is_empty()).then(|| TraceStacks {
-            frames: self.frames.clone(),
-            stacks: self
-                .table
-                .iter()
-                .map(|s| s.iter().copied().map(to_u32).collect())
-                .collect(),
-            samples: self.timeline.iter().map(|&(t, s)| (t, to_u32(s))).collect(),
-        })
-    }
-
-    /// Whether any probe sent a stack.
-    #[must_use]
-    pub fn is_empty(&self) -> bool {
-        self.table.is_empty()
-    }
-
-    /// The stack at the highest MLX active of any process, innermost first.
-    #[must_use]
-    pub fn at_mlx_peak(&self) -> Option<Vec<Frame>> {
-        let stack = self.mlx_ledger()?.peak_stack?;
-        Some(self.frames_of(stack))
-    }
-
-    /// Process `pid`'s highest MLX active and its stack then.
-    #[must_use]
-    pub fn peak_of(&self, pid: u32) -> Option<(u64, Vec<Frame>)> {
-        let ledger = self.mlx.get(&pid)?;
-        Some((ledger.peak, self.frames_of(ledger.peak_stack?)))
-    }
-
-    /// The ledger of the process whose MLX active went highest.
-    fn mlx_ledger(&self) -> Option<&Ledger> {
-        self.mlx
-            .values()
-            .filter(|l| l.peak_stack.is_some())
-            .max_by_key(|l| l.peak)
-    }
-
-    fn frames_of(&self, stack: usize) -> Vec<Frame> {
-        self.table
-            .get(stack)
-            .map(|s| s.iter().map(|&f| self.frames[f].clone()).collect())
-            .unwrap_or_default()
+    /// The job's memory is `now` at `t`: phases' peaks, loads risen past
+    /// their level or fallen back to it.
+    fn level(&mut self, t: f64, now: u64) {
+        self.level = now;
+        if let Some(peak) = self.phase_peaks.last_mut() {
+            *peak = (*peak).max(now);
+        }
+        for (_, loaded, level, risen, released) in &mut self.loads {
+            if *loaded >= t || released.is_some() {
+                continue;
+            }
+            if now > *level {
+                *risen = true;
+            } else if *risen {
+                *released = Some(t);
+            }
+        }
     }
 
     /// The innermost frame of `stack` in the job's own code (the innermost
     /// of all when every frame is a library's).
-    fn line_of(&self, stack: usize) -> Option<usize> {
-        let frames = self.table.get(stack)?;
+    fn line_of(st: &TraceStacks, stack: usize) -> Option<u32> {
+        let frames = st.stacks.get(stack)?;
         frames
             .iter()
             .copied()
-            .find(|&f| !self.frames[f].is_library())
+            .find(|&f| st.frames.get(f as usize).is_some_and(|f| !f.is_library()))
             .or_else(|| frames.first().copied())
     }
 
-    /// The job's lines by what they held at the peak, most first (MLX
-    /// active when the job uses MLX, else RSS), then by all they grew.
-    #[must_use]
-    pub fn lines(&self) -> Vec<LineGrowth> {
+    fn finish(self, st: &TraceStacks, samples: &[Sample]) -> Analysis {
+        let owned = |stack: usize| -> Vec<Frame> {
+            st.frames_of(position(stack)).into_iter().cloned().collect()
+        };
+        // The process whose MLX active went highest, else the tree's RSS.
+        let main = self
+            .mlx
+            .values()
+            .filter(|l| l.seen)
+            .max_by_key(|l| l.peak)
+            .filter(|l| l.peak_key.is_some())
+            .unwrap_or(&self.rss);
+        let peak_stack = main
+            .peak_key
+            .or(self.rss.peak_key)
+            .map(owned)
+            .unwrap_or_default();
+        let last_stack = self
+            .last_pid
+            .and_then(|pid| self.current.get(&pid).copied().flatten())
+            .map(|s| owned(s as usize))
+            .unwrap_or_default();
         let by_line = |growth: &HashMap<usize, u64>| {
-            let mut lines: HashMap<usize, u64> = HashMap::new();
+            let mut lines: HashMap<u32, u64> = HashMap::new();
             for (&stack, &bytes) in growth {
-                if let Some(line) = self.line_of(stack) {
+                if let Some(line) = Self::line_of(st, stack) {
                     *lines.entry(line).or_insert(0) += bytes;
                 }
             }
             lines
         };
-        let main = self.mlx_ledger().unwrap_or(&self.rss);
+        let frame = |line: u32| st.frames.get(line as usize).cloned();
         let held = by_line(&main.at_peak);
         let grew = by_line(&main.grew);
         let rss = by_line(&self.rss.grew);
         let total: u64 = held.values().sum();
         let mut lines: Vec<LineGrowth> = grew
             .iter()
-            .map(|(&line, &grew_bytes)| {
+            .filter_map(|(&line, &grew_bytes)| {
                 let held_at_peak_bytes = held.get(&line).copied().unwrap_or(0);
-                LineGrowth {
-                    frame: self.frames[line].clone(),
+                Some(LineGrowth {
+                    frame: frame(line)?,
                     held_at_peak_bytes,
-                    share: if total == 0 {
-                        0.0
-                    } else {
-                        held_at_peak_bytes as f64 / total as f64
-                    },
+                    share: fraction(held_at_peak_bytes, total),
                     grew_bytes,
                     rss_grew_bytes: rss.get(&line).copied().unwrap_or(0),
-                }
+                })
             })
             .collect();
         lines.sort_by(|a, b| {
@@ -380,7 +700,96 @@ impl Stacks {
                 .cmp(&(a.held_at_peak_bytes, a.grew_bytes))
                 .then_with(|| a.frame.label().cmp(&b.frame.label()))
         });
-        lines
+        let phases = self.phases(st, main, samples);
+        let mut peaks_by_pid: Vec<(u32, u64, Vec<Frame>)> = self
+            .mlx
+            .iter()
+            .map(|(&pid, l)| (pid, l.peak, l.peak_key.map(owned).unwrap_or_default()))
+            .collect();
+        peaks_by_pid.sort_by_key(|p| p.0);
+        let files_loaded = self
+            .loads
+            .iter()
+            .map(|(path, t, level, risen, released)| FileHeld {
+                path: path.clone(),
+                loaded_secs: *t,
+                level_bytes: *level,
+                released_secs: *released,
+                held: *risen && released.is_none(),
+            })
+            .collect();
+        Analysis {
+            peak_stack,
+            last_stack,
+            lines,
+            phases,
+            peaks_by_pid,
+            files_loaded,
+        }
+    }
+
+    /// The phases between the job's marks: each one's peak (from the
+    /// recorder's samples) and its lines by growth.
+    fn phases(&self, st: &TraceStacks, main: &Ledger, samples: &[Sample]) -> Vec<Phase> {
+        if self.marks.is_empty() {
+            return Vec::new();
+        }
+        let end = samples
+            .last()
+            .map_or(0.0, |s| s.at)
+            .max(st.samples.last().map_or(0.0, |s| s.t));
+        let mut starts = vec![("start".to_owned(), 0.0)];
+        starts.extend(self.marks.iter().cloned());
+        starts
+            .iter()
+            .enumerate()
+            .map(|(i, (mark, start))| {
+                let stop = starts.get(i + 1).map_or(end, |(_, t)| *t);
+                let peak_bytes = self.phase_peaks.get(i).copied().unwrap_or(0);
+                let mut by_line: HashMap<u32, u64> = HashMap::new();
+                for (&(phase, stack), &bytes) in &main.grew_in_phase {
+                    if phase == i
+                        && let Some(line) = Self::line_of(st, stack)
+                    {
+                        *by_line.entry(line).or_insert(0) += bytes;
+                    }
+                }
+                let grew_bytes: u64 = by_line.values().sum();
+                let mut lines: Vec<PhaseLine> = by_line
+                    .into_iter()
+                    .filter_map(|(line, bytes)| {
+                        Some(PhaseLine {
+                            frame: st.frames.get(line as usize)?.clone(),
+                            grew_bytes: bytes,
+                            share: fraction(bytes, grew_bytes),
+                        })
+                    })
+                    .collect();
+                lines.sort_by(|a, b| {
+                    b.grew_bytes
+                        .cmp(&a.grew_bytes)
+                        .then_with(|| a.frame.label().cmp(&b.frame.label()))
+                });
+                lines.truncate(5);
+                Phase {
+                    mark: mark.clone(),
+                    start_secs: *start,
+                    end_secs: stop,
+                    peak_bytes,
+                    grew_bytes,
+                    lines,
+                }
+            })
+            .collect()
+    }
+}
+
+#[allow(clippy::cast_precision_loss)] // a share: 52 bits are plenty
+fn fraction(part: u64, whole: u64) -> f64 {
+    if whole == 0 {
+        0.0
+    } else {
+        part as f64 / whole as f64
     }
 }
 
@@ -408,6 +817,7 @@ pub fn describe(stack: &[Frame]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::memory::ProcessFigures;
 
     fn frame(file: &str, line: u32, function: &str) -> Frame {
         Frame {
@@ -415,6 +825,33 @@ mod tests {
             line,
             function: function.into(),
             text: String::new(),
+        }
+    }
+
+    fn tree(at: f64, rss: u64) -> Sample {
+        Sample {
+            at,
+            process: ProcessFigures {
+                rss_bytes: rss,
+                ..ProcessFigures::default()
+            },
+            mlx: None,
+            gpu: None,
+        }
+    }
+
+    fn event(t_secs: f64, kind: MarkKind, target: &str) -> TraceEvent {
+        TraceEvent {
+            t_secs,
+            kind,
+            target: target.into(),
+            bytes: 0,
+            detail: String::new(),
+            rss_bytes: 0,
+            mlx_active_bytes: 0,
+            mlx_cache_bytes: 0,
+            shard: None,
+            shard_resident_bytes: None,
         }
     }
 
@@ -430,11 +867,13 @@ mod tests {
         s.define_frame(7, 2, frame("/work/fold.py", 30, "main"));
         s.define_stack(7, 0, &[0, 1]);
         s.define_stack(7, 1, &[2]);
-        s.sample(0.0, 7, Some(0), Some(100));
-        s.sample(0.0, 7, Some(0), Some(300));
-        s.sample(0.0, 7, Some(1), Some(250)); // 50 freed: taken from line 26's
-        s.sample(0.0, 7, Some(1), Some(260));
-        let lines = s.lines();
+        s.sample(0.0, 7, Some(0), &[], Some(100));
+        s.sample(0.1, 7, Some(0), &[], Some(300));
+        s.sample(0.2, 7, Some(1), &[], Some(250)); // 50 freed: taken from line 26's
+        s.sample(0.3, 7, Some(1), &[], Some(260));
+        let trace = s.to_trace().expect("samples");
+        let a = analyse(Some(&trace), &[tree(0.35, 4096)], &[]);
+        let lines = &a.lines;
         assert_eq!(lines.len(), 2);
         assert_eq!(lines[0].frame.line, 26, "{lines:?}");
         assert_eq!(lines[0].grew_bytes, 300);
@@ -442,39 +881,42 @@ mod tests {
         assert_eq!(lines[1].held_at_peak_bytes, 0);
         assert_eq!(lines[1].grew_bytes, 10);
         assert!((lines[0].share - 1.0).abs() < 1e-12);
-        let peak = s.at_mlx_peak().expect("a peak");
-        assert_eq!(peak[1].line, 26);
+        assert_eq!(a.peak_stack[1].line, 26);
         assert_eq!(
-            describe(&peak),
+            describe(&a.peak_stack),
             "fold.py:26 in main, inside 1 library frame"
         );
-        s.tree_sample(4096);
-        assert_eq!(
-            s.lines()[1].rss_grew_bytes,
-            4096,
-            "the current stack's line"
-        );
-        assert_eq!(s.at_rss_peak().expect("rss peak")[0].line, 30);
-        assert_eq!(s.last().expect("last")[0].line, 30);
+        assert_eq!(lines[1].rss_grew_bytes, 4096, "the current stack's line");
+        assert_eq!(a.last_stack[0].line, 30);
+        assert_eq!(a.peaks_by_pid, vec![(7, 300, a.peak_stack.clone())]);
     }
 
     #[test]
-    fn a_trace_keeps_the_stack_of_every_sample() {
+    fn a_trace_keeps_every_probe_sample_and_reads_old_ones() {
         let mut s = Stacks::default();
         s.define_frame(1, 0, frame("/work/a.py", 1, "f"));
         s.define_frame(1, 1, frame("/work/a.py", 2, "g"));
         s.define_stack(1, 0, &[0]);
         s.define_stack(1, 1, &[1, 0]);
-        s.sample(0.5, 1, Some(0), None);
-        s.sample(1.0, 1, Some(1), None);
+        s.sample(0.5, 1, Some(0), &[], None);
+        s.sample(1.0, 1, Some(1), &[0], Some(12));
+        s.rank(1, 3);
         let trace = s.to_trace().expect("stacks");
         let json = serde_json::to_string(&trace).expect("json");
+        assert!(json.contains("[1.0,1,1,12,[0]]"), "{json}");
         let back: TraceStacks = serde_json::from_str(&json).expect("parses");
         assert_eq!(back, trace);
         assert!(trace.at(0.1).is_none(), "before the first sample");
         assert_eq!(trace.at(0.7).expect("a stack")[0].line, 1);
         let later = trace.at(5.0).expect("a stack");
         assert_eq!((later[0].line, later[1].line), (2, 1));
+        assert_eq!(trace.threads_at(5.0).len(), 2, "main and one more");
+        let old: TraceStacks = serde_json::from_str(
+            r#"{"frames":[{"file":"a.py","line":1,"function":"f"}],"stacks":[[0]],"samples":[[0.5,0]]}"#,
+        )
+        .expect("an older trace");
+        assert_eq!(old.samples[0].stack, Some(0));
+        assert_eq!(old.samples[0].active, None);
     }
 
     #[test]
@@ -484,14 +926,67 @@ mod tests {
         s.define_frame(1, 1, frame("/work/fold.py", 20, "free"));
         s.define_stack(1, 0, &[0]);
         s.define_stack(1, 1, &[1]);
-        for _ in 0..4 {
-            s.sample(0.0, 1, Some(0), Some(8));
-            s.sample(0.0, 1, Some(1), Some(0));
+        let mut t = 0.0;
+        let mut events = Vec::new();
+        for shard in 0..4 {
+            events.push(event(t, MarkKind::Load, &format!("/m/{shard}.safetensors")));
+            t += 0.1;
+            s.sample(t, 1, Some(0), &[], Some(8));
+            t += 0.1;
+            if shard < 3 {
+                s.sample(t, 1, Some(1), &[], Some(0));
+            }
+            t += 0.1;
         }
-        let lines = s.lines();
-        assert_eq!(lines[0].frame.line, 10);
-        assert_eq!(lines[0].grew_bytes, 32, "every shard loaded");
-        assert_eq!(lines[0].held_at_peak_bytes, 8, "one shard held at a time");
+        let a = analyse(s.to_trace().as_ref(), &[], &events);
+        assert_eq!(a.lines[0].frame.line, 10);
+        assert_eq!(a.lines[0].grew_bytes, 32, "every shard loaded");
+        assert_eq!(a.lines[0].held_at_peak_bytes, 8, "one shard held at a time");
+        let held: Vec<bool> = a.files_loaded.iter().map(|f| f.held).collect();
+        assert_eq!(
+            held,
+            vec![false, false, false, true],
+            "only the last shard is still held"
+        );
+        assert!(a.files_loaded[0].released_secs.is_some());
+    }
+
+    #[test]
+    fn phases_between_marks_name_their_own_lines() {
+        let mut s = Stacks::default();
+        s.define_frame(1, 0, frame("/work/job.py", 5, "embed"));
+        s.define_frame(1, 1, frame("/work/job.py", 9, "layers"));
+        s.define_stack(1, 0, &[0]);
+        s.define_stack(1, 1, &[1]);
+        s.sample(0.1, 1, Some(0), &[], Some(10));
+        s.sample(0.2, 1, Some(0), &[], Some(30));
+        s.sample(1.1, 1, Some(1), &[], Some(20));
+        s.sample(1.2, 1, Some(1), &[], Some(90));
+        let events = vec![event(1.0, MarkKind::JobMark, "layers")];
+        let a = analyse(s.to_trace().as_ref(), &[], &events);
+        assert_eq!(a.phases.len(), 2);
+        assert_eq!(a.phases[0].mark, "start");
+        assert_eq!(a.phases[0].lines[0].frame.line, 5);
+        assert_eq!(a.phases[0].grew_bytes, 30);
+        assert_eq!(a.phases[1].mark, "layers");
+        assert_eq!(a.phases[1].lines.len(), 1);
+        assert_eq!(a.phases[1].lines[0].frame.line, 9);
+        assert_eq!(a.phases[1].grew_bytes, 70);
+    }
+
+    #[test]
+    fn a_waiting_main_thread_gives_the_growth_to_the_thread_that_works() {
+        let mut s = Stacks::default();
+        s.define_frame(1, 0, frame("/usr/lib/python3.11/threading.py", 320, "wait"));
+        s.define_frame(1, 1, frame("/work/job.py", 40, "main"));
+        s.define_frame(1, 2, frame("/work/job.py", 12, "worker"));
+        s.define_stack(1, 0, &[0, 1]);
+        s.define_stack(1, 1, &[2]);
+        s.sample(0.1, 1, Some(0), &[1], Some(0));
+        s.sample(0.2, 1, Some(0), &[1], Some(64));
+        let a = analyse(s.to_trace().as_ref(), &[], &[]);
+        assert_eq!(a.lines[0].frame.line, 12, "{:?}", a.lines);
+        assert_eq!(a.lines[0].held_at_peak_bytes, 64);
     }
 
     #[test]
@@ -499,11 +994,13 @@ mod tests {
         let mut s = Stacks::default();
         s.define_frame(1, 0, frame("/a.py", 1, "f"));
         s.define_stack(1, 0, &[0, 99]);
-        s.sample(0.0, 2, Some(0), Some(50)); // pid 2 never defined stack 0
-        s.sample(0.0, 1, Some(-1), Some(50));
-        assert!(s.lines().is_empty());
-        s.sample(0.0, 1, Some(0), Some(80));
-        assert_eq!(s.lines()[0].grew_bytes, 30, "from the last figure, 50");
-        assert_eq!(s.lines()[0].held_at_peak_bytes, 30);
+        s.sample(0.0, 2, Some(0), &[], Some(50)); // pid 2 never defined stack 0
+        s.sample(0.1, 1, Some(-1), &[], Some(50));
+        let a = analyse(s.to_trace().as_ref(), &[], &[]);
+        assert!(a.lines.is_empty());
+        s.sample(0.2, 1, Some(0), &[], Some(80));
+        let a = analyse(s.to_trace().as_ref(), &[], &[]);
+        assert_eq!(a.lines[0].grew_bytes, 30, "from the last figure, 50");
+        assert_eq!(a.lines[0].held_at_peak_bytes, 30);
     }
 }

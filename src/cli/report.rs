@@ -1,0 +1,54 @@
+//! `weightscope report TRACE [--json]`: the summary of a saved recording
+//! (`record --trace`, a journal included, cut short or not), with the same
+//! figures `record` printed: the replay of its samples, stacks and events.
+
+use std::path::PathBuf;
+
+use crate::profile::Trace;
+use crate::profile::record::Recording;
+
+/// What `weightscope report` was asked for.
+#[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
+pub struct ReportArgs {
+    /// A trace written by `record --trace` (JSON, CSV, or a `.jsonl` journal).
+    pub trace: PathBuf,
+    /// The summary as JSON (the keys of `record --json`) on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Reads the recording in `args.trace`.
+///
+/// # Errors
+/// A line naming the file: unreadable, not a trace, or a walk's trace.
+pub fn load(args: &ReportArgs) -> Result<Recording, String> {
+    let trace = Trace::load(&args.trace).map_err(|e| e.to_string())?;
+    if trace.job.is_none() {
+        return Err(format!(
+            "{}: a walk's trace, not a recording (open it in the window to see it)",
+            args.trace.display()
+        ));
+    }
+    Ok(Recording::from_trace(trace))
+}
+
+/// Prints the summary; exit 0, or 2 when the file is not a recording.
+#[must_use]
+pub fn main(args: &ReportArgs) -> u8 {
+    let recording = match load(args) {
+        Ok(r) => r,
+        Err(err) => {
+            super::say(format_args!("{err}"));
+            return super::BAD_INPUT;
+        }
+    };
+    let mut out = std::io::stdout().lock();
+    let written = if args.json {
+        let text = serde_json::to_string_pretty(&super::record::summary_json(&recording))
+            .unwrap_or_default();
+        std::io::Write::write_all(&mut out, (text + "\n").as_bytes())
+    } else {
+        super::record::write_summary(&recording, &mut out)
+    };
+    super::output_status(written).map_or_else(|code| code, |()| 0)
+}
