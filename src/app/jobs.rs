@@ -8,8 +8,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::mpsc::{self, Receiver, Sender};
 
-use crate::profile::Trace;
-use crate::profile::TraceError;
 use crate::profile::record::{
     RecordControl, RecordError, RecordOptions, Recording, Target, Update,
 };
@@ -88,8 +86,8 @@ pub(super) fn record(
 pub(super) fn load_trace(
     path: PathBuf,
     wake: Wake,
-) -> std::io::Result<Receiver<Result<Trace, TraceError>>> {
+) -> std::io::Result<Receiver<super::profiler::LoadedTrace>> {
     spawn("trace-load", wake, move |send| {
-        send(Trace::load(&path));
+        send(super::profiler::read_trace(&path));
     })
 }

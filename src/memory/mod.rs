@@ -110,6 +110,24 @@ impl<T> Sample<T> {
     pub fn mlx_or_zero(&self) -> MlxFigures {
         self.mlx.unwrap_or_default()
     }
+
+    /// What the resident memory was, by kind, where MLX's figures are
+    /// known. On MLX's CPU backend its buffers are anonymous memory, so
+    /// what is left of the anonymous part is host memory that is not
+    /// MLX's (Python objects, numpy, torch).
+    #[must_use]
+    pub fn kinds(&self) -> Option<MemoryKinds> {
+        let m = self.mlx?;
+        Some(MemoryKinds {
+            mlx_active: m.active_bytes,
+            mlx_cache: m.cache_bytes,
+            host_not_mlx: self
+                .process
+                .anon_bytes
+                .saturating_sub(m.active_bytes + m.cache_bytes),
+            file_backed: self.process.file_bytes,
+        })
+    }
 }
 
 impl Sample {
@@ -125,6 +143,19 @@ impl Sample {
 #[must_use]
 pub fn secs_since(origin: Instant, at: Instant) -> f64 {
     at.saturating_duration_since(origin).as_secs_f64()
+}
+
+/// Resident memory by kind (see [`Sample::kinds`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct MemoryKinds {
+    /// MLX's arrays.
+    pub mlx_active: u64,
+    /// MLX's cache of freed buffers.
+    pub mlx_cache: u64,
+    /// Anonymous memory that is not MLX's.
+    pub host_not_mlx: u64,
+    /// File-backed and shared memory (mapped libraries and files).
+    pub file_backed: u64,
 }
 
 /// A sample as trace files store it: one flat record, MLX figures 0 where

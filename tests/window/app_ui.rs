@@ -309,7 +309,7 @@ fn the_profiler_walks_finds_the_trap_and_keeps_the_trace() {
         saved.policy,
         Some(weightscope::memory::Policy::ReleaseTensor)
     );
-    harness.get_by_label("Overlay from path").click();
+    harness.get_by_label("Open from path").click();
     harness.step();
     // The trace loads on its own thread; the frames go on meanwhile.
     harness.state_mut().wait_for_trace();
@@ -799,7 +799,7 @@ fn the_profiler_records_a_users_job_and_shows_what_it_did() {
         .get_by_label_contains("the tensors of every shard were kept")
         .click();
     harness.run();
-    harness.get_by_label_contains("The job's stack then");
+    harness.get_by_label_contains("The job's working stack then");
     harness.get_by_label_contains("files loaded by then (mx.load)");
     let (recording, findings) = harness.state().last_recording().expect("a recording");
     assert_eq!(
@@ -1052,4 +1052,99 @@ fn a_job_recorded_from_a_large_window_reports_its_own_memory() {
         recording.peak_rss_bytes
     );
     assert!(recording.peak_rss_bytes > 0);
+}
+
+/// Saved recordings open as runs (a journal cut short too): their lines,
+/// phases, icicle and memory by kind; the list of recordings compares one
+/// with the shown one, the difference of their peaks by line.
+#[test]
+fn saved_recordings_open_as_runs_and_two_compare_by_line() {
+    let _lock = common::mlx_memory_lock();
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let python = root.join("mlx-glue/test-venv/bin/python");
+    let jobs = root.join("tests/record/jobs.py");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let record = |mode: &str, trace: &std::path::Path| {
+        let status = std::process::Command::new(env!("CARGO_BIN_EXE_weightscope"))
+            .args(["record", "--interval-ms", "10", "--trace"])
+            .arg(trace)
+            .arg("--")
+            .arg(&python)
+            .arg(&jobs)
+            .arg(mode)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .expect("weightscope runs");
+        assert!(status.success(), "{mode} recorded");
+    };
+    let thread = dir.path().join("thread.jsonl");
+    let phases = dir.path().join("phases.json");
+    record("thread", &thread);
+    record("phases", &phases);
+    // What a recorder killed mid-job leaves: the journal without its end.
+    let text = std::fs::read_to_string(&thread).expect("journal");
+    let cut = dir.path().join("cut.jsonl");
+    let kept: Vec<&str> = text
+        .lines()
+        .filter(|l| !l.contains("\"record\":\"end\""))
+        .collect();
+    std::fs::write(&cut, kept.join("\n") + "\n").expect("write");
+
+    let demo = demo::ensure_demo(&dir.path().join("demo")).expect("demo");
+    let mut harness = harness(open_app(&demo));
+    harness.key_press_modifiers(egui::Modifiers::COMMAND, egui::Key::Num2);
+    harness.run();
+    for path in [&cut, &phases] {
+        harness
+            .state_mut()
+            .execute(AppCommand::LoadTrace(path.clone()));
+        harness.state_mut().wait_for_trace();
+        harness.run();
+    }
+    // The last opened is shown: its lines, phases, icicle.
+    let (shown, _) = harness.state().last_recording().expect("a recording");
+    assert_eq!(shown.lines[0].frame.function, "layers", "{:?}", shown.lines);
+    harness.get_by_label_contains("By phase (between the job's marks)");
+    harness.get_by_label_contains("Growth by stack (icicle)");
+    harness.get_by_label("Recordings");
+    assert!(
+        harness
+            .query_all_by_label_contains("cut short")
+            .next()
+            .is_some()
+    );
+    // Compare the first (the thread job, cut short) with the shown one.
+    harness
+        .get_all_by_label("compare")
+        .next()
+        .expect("a recording to compare")
+        .click();
+    harness.run();
+    harness.get_by_label_contains("Peak of the compared");
+    assert!(
+        harness
+            .query_all_by_label_contains(" in layers")
+            .next()
+            .is_some()
+    );
+    assert!(
+        harness
+            .query_all_by_label_contains(" in work")
+            .next()
+            .is_some(),
+        "the worker thread's line, in the difference"
+    );
+    // Below the timeline: the memory by kind.
+    harness.get_by_label("memory by kind").click();
+    harness.run();
+    harness.get_by_label_contains("Resident memory by kind");
+    // Show the cut-short one: it is the run now, said cut short.
+    harness.get_by_label("show").click();
+    harness.run();
+    let (shown, _) = harness.state().last_recording().expect("a recording");
+    assert!(shown.cut_short);
+    assert_eq!(shown.lines[0].frame.function, "work", "{:?}", shown.lines);
+    harness.get_by_label_contains("cut short (the recorder stopped");
 }

@@ -5,6 +5,7 @@
 //! `plots`, the side column (findings, fit, resident, events) in `side`.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::checkpoint::Checkpoint;
@@ -21,6 +22,7 @@ use super::commands::{AppCommand, CommandSender};
 use super::record::{FormKind, LiveRecording, RecordForm};
 
 mod plots;
+mod recordings;
 mod side;
 
 pub(super) use plots::{marker_times, sample_line};
@@ -42,8 +44,8 @@ pub(super) struct RunningWalk {
 pub(super) enum Run {
     /// A walk of the open checkpoint.
     Walk(WalkOutcome),
-    /// A recorded job.
-    Record(Box<Recording>),
+    /// A recorded job (also in the list of recordings).
+    Record(Arc<Recording>),
 }
 
 /// The last finished walk or recording, kept for study.
@@ -97,6 +99,15 @@ pub(super) struct ProfilerPanel {
     recording: Option<LiveRecording>,
     /// Loaded traces drawn over the last walk.
     overlays: Vec<Trace>,
+    /// Recordings made or opened since the window opened, newest last.
+    recordings: Vec<Arc<Recording>>,
+    /// The recording compared with the shown one: its position in
+    /// `recordings` and its trace (drawn over the shown one).
+    compared: Option<(usize, Trace)>,
+    /// What the plot below the timeline shows.
+    below: Below,
+    /// The icicle chart's figure: held at the peak (else all growth).
+    icicle_held: bool,
     /// A trace being loaded on its own thread (a long recording's trace is
     /// hundreds of MB: never parsed in a frame).
     loading: Option<TraceLoad>,
@@ -132,7 +143,35 @@ pub(super) struct ProfilerPanel {
 /// A trace file read and parsed on a `trace-load` thread.
 struct TraceLoad {
     path: PathBuf,
-    result: std::sync::mpsc::Receiver<Result<Trace, TraceError>>,
+    result: std::sync::mpsc::Receiver<LoadedTrace>,
+}
+
+/// A trace as read: with its recording when it is one (the summary's
+/// figures, computed on the reading thread: a long recording's replay is
+/// not a frame's work).
+pub(in crate::app) type LoadedTrace = Result<(Trace, Option<Recording>), TraceError>;
+
+/// Reads the trace at `path`, and its recording when it is one.
+pub(in crate::app) fn read_trace(path: &std::path::Path) -> LoadedTrace {
+    let trace = Trace::load(path)?;
+    let recording = trace
+        .job
+        .is_some()
+        .then(|| Recording::from_trace(trace.clone()));
+    Ok((trace, recording))
+}
+
+/// The most recordings the list keeps (the oldest go).
+const RECORDINGS_KEPT: usize = 16;
+
+/// What the plot below the timeline shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Below {
+    /// The shard files, one band each.
+    Files,
+    /// The memory by kind: MLX active, MLX cache, host memory that is not
+    /// MLX's, file-backed.
+    Kinds,
 }
 
 /// What the resident list was computed from: event count, moment (bits),
@@ -153,6 +192,10 @@ impl Default for ProfilerPanel {
             record_form: RecordForm::default(),
             recording: None,
             overlays: Vec::new(),
+            recordings: Vec::new(),
+            compared: None,
+            below: Below::Files,
+            icicle_held: true,
             loading: None,
             selected_secs: None,
             walk_view: false,
@@ -289,17 +332,29 @@ impl ProfilerPanel {
                         crate::profile::record::JobExit::describe
                     )
                 ));
-                self.runs += 1;
-                self.last = Some(FinishedRun {
-                    findings: recording.findings.clone(),
-                    run: Run::Record(recording),
-                    trace,
-                    start_secs: live.start_secs,
-                });
-                self.walk_view = true;
+                self.show_recording(Arc::from(recording), trace, live.start_secs);
             }
             Err(error) => self.message = Some(format!("record: {error}")),
         }
+    }
+
+    /// `recording` (with its trace, which starts at `start_secs` on the
+    /// session clock) becomes the last run and joins the list.
+    fn show_recording(&mut self, recording: Arc<Recording>, trace: Trace, start_secs: f64) {
+        if self.recordings.len() == RECORDINGS_KEPT {
+            self.recordings.remove(0);
+            self.compared = None;
+        }
+        self.recordings.push(Arc::clone(&recording));
+        self.runs += 1;
+        self.last = Some(FinishedRun {
+            findings: recording.findings.clone(),
+            run: Run::Record(recording),
+            trace,
+            start_secs,
+        });
+        self.resident = None;
+        self.walk_view = true;
     }
 
     /// The recording in progress, in a few words (the tab bar shows it on
@@ -438,7 +493,7 @@ impl ProfilerPanel {
     pub(super) fn load_trace(
         &mut self,
         path: &std::path::Path,
-        spawned: std::io::Result<std::sync::mpsc::Receiver<Result<Trace, TraceError>>>,
+        spawned: std::io::Result<std::sync::mpsc::Receiver<LoadedTrace>>,
     ) {
         match spawned {
             Ok(result) => {
@@ -449,7 +504,7 @@ impl ProfilerPanel {
                 });
             }
             // No thread to be had: read it here rather than not at all.
-            Err(_) => self.loaded(Trace::load(path)),
+            Err(_) => self.loaded(read_trace(path)),
         }
     }
 
@@ -481,9 +536,27 @@ impl ProfilerPanel {
         true
     }
 
-    fn loaded(&mut self, result: Result<Trace, TraceError>) {
+    fn loaded(&mut self, result: LoadedTrace) {
         match result {
-            Ok(trace) => {
+            Ok((trace, Some(recording))) => {
+                self.message = Some(format!(
+                    "opened {} ({} samples, {} events){}",
+                    crate::units::printable(&trace.label),
+                    trace.samples.len(),
+                    trace.events.len(),
+                    if recording.cut_short {
+                        ": the recorder was killed before the job ended"
+                    } else {
+                        ""
+                    }
+                ));
+                // The last run stays, dashed, to compare with.
+                if let Some(last) = self.last.take() {
+                    self.overlays.push(last.trace);
+                }
+                self.show_recording(Arc::new(recording), trace, 0.0);
+            }
+            Ok((trace, None)) => {
                 self.message = Some(format!(
                     "overlaid {} ({} samples, {} events)",
                     crate::units::printable(&trace.label),
@@ -792,7 +865,7 @@ impl ProfilerPanel {
             if ui
                 .button("Open trace…")
                 .on_hover_text(
-                    "Overlay a saved trace (from the app or `weightscope walk --csv/--trace`)",
+                    "A walk's trace (from the app or `weightscope walk --csv/--trace`) is overlaid; a recording (`weightscope record --trace`, a journal cut short included) opens as a run: its lines, stacks, findings",
                 )
                 .clicked()
             {
@@ -833,7 +906,8 @@ impl ProfilerPanel {
                 }
             }
             if ui
-                .add_enabled(has_path, egui::Button::new("Overlay from path"))
+                .add_enabled(has_path, egui::Button::new("Open from path"))
+                .on_hover_text("A walk's trace is overlaid; a recording opens as a run")
                 .clicked()
             {
                 commands.send(AppCommand::LoadTrace(path));

@@ -9,7 +9,7 @@ use crate::profile::{self, Trace, TraceEvent};
 
 use crate::mlx::DeviceInfo;
 
-use super::{ProfilerInputs, ProfilerPanel, shown};
+use super::{Below, ProfilerInputs, ProfilerPanel, shown};
 
 const MIB: f64 = 1024.0 * 1024.0;
 
@@ -211,10 +211,10 @@ pub(in crate::app) fn marker_times<'a>(
 }
 
 /// Saved traces over the walk view: MLX active dashed, RSS dotted.
-fn draw_overlays(plot: &mut egui_plot::PlotUi<'_>, overlays: &[Trace]) {
+fn draw_overlays<'a>(plot: &mut egui_plot::PlotUi<'_>, overlays: impl Iterator<Item = &'a Trace>) {
     // Each overlay keeps its colour, by its position in the list.
     let palette = crate::app::widgets::series_colors::OVERLAYS;
-    for (i, trace) in overlays.iter().enumerate() {
+    for (i, trace) in overlays.enumerate() {
         let color = palette[i % palette.len()];
         plot.line(
             Line::new(
@@ -318,7 +318,12 @@ impl ProfilerPanel {
                     Line::new("MLX cache", line(|s| s.mlx_or_zero().cache_bytes))
                         .color(c::MLX_CACHE),
                 );
-                draw_overlays(plot, &self.overlays);
+                draw_overlays(
+                    plot,
+                    self.overlays
+                        .iter()
+                        .chain(self.compared.as_ref().map(|(_, t)| t)),
+                );
                 if let Some(expected) = expected {
                     for (p, color) in Policy::ALL.into_iter().zip(c::EXPECTED) {
                         if ceiling.is_some_and(|top| p.expected(&expected) > top) {
@@ -339,7 +344,33 @@ impl ProfilerPanel {
             self.selected_secs = Some(point.x + offset);
         }
         let used = ui.min_rect().height();
-        self.residency_plot_ui(ui, room - used, x_span);
+        self.below_ui(ui, inputs, room - used, x_span);
+    }
+
+    /// Below the timeline: the shard files' bands, or the memory by kind.
+    fn below_ui(
+        &mut self,
+        ui: &mut egui::Ui,
+        inputs: &ProfilerInputs<'_>,
+        room: f32,
+        x_span: Option<(f64, f64)>,
+    ) {
+        let top = ui.cursor().top();
+        ui.horizontal(|ui| {
+            ui.label("Below:");
+            ui.selectable_value(&mut self.below, Below::Files, "shard files")
+                .on_hover_text("Each shard file as a band: its bytes while held");
+            ui.selectable_value(&mut self.below, Below::Kinds, "memory by kind")
+                .on_hover_text("Resident memory stacked by kind: MLX active, MLX cache, host memory that is not MLX's (anonymous less MLX's), file-backed and shared");
+        });
+        let room = room - (ui.cursor().top() - top);
+        match self.below {
+            Below::Files => self.residency_plot_ui(ui, room, x_span),
+            Below::Kinds => match self.shown() {
+                Some((trace, _)) => kinds_plot_ui(ui, trace.samples.iter(), room, x_span),
+                None => kinds_plot_ui(ui, inputs.timeline.samples().iter(), room, x_span),
+            },
+        }
     }
 
     /// The residency steps of what is shown, computed again only when
@@ -444,6 +475,73 @@ impl ProfilerPanel {
                 }
             });
     }
+}
+
+/// A band of the memory-by-kind plot: its name, its figure, its colour.
+type Band = (
+    &'static str,
+    fn(&crate::memory::MemoryKinds) -> u64,
+    egui::Color32,
+);
+
+/// Resident memory stacked by kind over time (each sample's
+/// [`Sample::kinds`]): MLX active at the bottom, then MLX's cache, host
+/// memory that is not MLX's, and file-backed memory; its top is RSS.
+fn kinds_plot_ui<'a>(
+    ui: &mut egui::Ui,
+    samples: impl ExactSizeIterator<Item = &'a Sample>,
+    room: f32,
+    x_span: Option<(f64, f64)>,
+) {
+    use crate::app::widgets::series_colors as c;
+    ui.label("Resident memory by kind (MiB), stacked; its top is RSS. The host band is the anonymous memory less MLX's, as on MLX's CPU backend, where MLX's arrays are anonymous memory.");
+    // At most 2,000 points a band: every n-th sample.
+    let step = samples.len().div_ceil(2000).max(1);
+    let picked: Vec<&Sample> = samples.step_by(step).collect();
+    let xs: Vec<f64> = picked.iter().map(|s| s.at).collect();
+    let kinds: Vec<crate::memory::MemoryKinds> = picked
+        .iter()
+        .map(|s| {
+            s.kinds().unwrap_or(crate::memory::MemoryKinds {
+                host_not_mlx: s.process.anon_bytes,
+                file_backed: s.process.file_bytes,
+                ..crate::memory::MemoryKinds::default()
+            })
+        })
+        .collect();
+    let bands: [Band; 4] = [
+        ("MLX active", |k| k.mlx_active, c::MLX_ACTIVE),
+        ("MLX cache", |k| k.mlx_cache, c::MLX_CACHE),
+        ("host memory not MLX's", |k| k.host_not_mlx, c::RSS_ANON),
+        ("file-backed and shared", |k| k.file_backed, c::EVENTS),
+    ];
+    let plot = Plot::new("profiler-kinds")
+        .link_axis(egui::Id::unique("profiler-time"), [true, false])
+        .y_axis_min_width(Y_AXIS_WIDTH)
+        .set_margin_fraction(egui::vec2(X_MARGIN, 0.05))
+        .legend(Legend::default().position(egui_plot::Corner::LeftTop));
+    let plot = match x_span {
+        Some((from, to)) => plot.include_x(from).include_x(to),
+        None => plot,
+    };
+    plot.height(room.max(120.0))
+        .include_y(0.0)
+        .allow_scroll(false)
+        .show(ui, |plot| {
+            let mut lower = vec![0.0; xs.len()];
+            for (name, figure, color) in bands {
+                let upper: Vec<f64> = kinds
+                    .iter()
+                    .zip(&lower)
+                    .map(|(k, low)| low + figure(k) as f64 / MIB)
+                    .collect();
+                plot.add(
+                    egui_plot::FilledArea::new(name, &xs, &lower, &upper)
+                        .fill_color(color.gamma_multiply(0.85)),
+                );
+                lower = upper;
+            }
+        });
 }
 
 #[cfg(test)]

@@ -16,6 +16,8 @@ impl ProfilerPanel {
                 self.findings_ui(ui);
                 ui.separator();
                 self.lines_ui(ui);
+                self.recordings_ui(ui);
+                ui.separator();
                 self.fit_ui(ui, inputs);
                 ui.separator();
                 self.resident_ui(ui, inputs);
@@ -91,7 +93,9 @@ impl ProfilerPanel {
                     ui.label(human_bytes(line.held_at_peak_bytes));
                     ui.label(format!("{:.0} %", line.share * 100.0));
                     ui.label(human_bytes(line.grew_bytes));
-                    let label = ui.label(crate::units::printable(&line.frame.label()));
+                    let label = ui.add(
+                        egui::Label::new(crate::units::printable(&line.frame.label())).truncate(),
+                    );
                     if !line.frame.text.is_empty() {
                         label.on_hover_text(crate::units::printable(&line.frame.text));
                     }
@@ -291,10 +295,30 @@ fn recorded_moment_ui(ui: &mut egui::Ui, trace: &Trace, t: f64) {
             crate::units::printable(loaded[loaded.len() - 1])
         ));
     }
-    let Some(stack) = trace.stacks.as_ref().and_then(|s| s.at(t)) else {
+    let Some(stacks) = trace.stacks.as_ref() else {
         return;
     };
-    ui.label("The job's stack then (innermost first):");
+    let Some(stack) = stacks.at(t) else {
+        return;
+    };
+    ui.label("The job's working stack then (innermost first):");
+    frames_ui(ui, &stack);
+    // The other threads, when the job had more than one.
+    let threads = stacks.threads_at(t);
+    if threads.len() > 1 {
+        egui::CollapsingHeader::new(format!("All {} threads then", threads.len()))
+            .id_salt("record-threads")
+            .show(ui, |ui| {
+                for (i, stack) in threads.iter().enumerate() {
+                    ui.label(if i == 0 { "main thread:" } else { "thread:" });
+                    frames_ui(ui, stack);
+                }
+            });
+    }
+}
+
+/// A stack's frames, the job's own in bold, libraries' weak.
+fn frames_ui(ui: &mut egui::Ui, stack: &[&stacks::Frame]) {
     for frame in stack.iter().take(12) {
         let text = egui::RichText::new(crate::units::printable(&frame.label())).monospace();
         let label = ui.label(if frame.is_library() {
@@ -340,10 +364,14 @@ fn walk_summary_ui(ui: &mut egui::Ui, o: &WalkOutcome) {
 /// The last recording in a few lines: how it ended, its peaks, the files
 /// open at the peak.
 fn record_summary_ui(ui: &mut egui::Ui, r: &Recording) {
-    let ended = r.exit.map_or_else(
-        || "detached".to_owned(),
-        crate::profile::record::JobExit::describe,
-    );
+    let ended = if r.cut_short {
+        "cut short (the recorder stopped before the job ended)".to_owned()
+    } else {
+        r.exit.map_or_else(
+            || "detached".to_owned(),
+            crate::profile::record::JobExit::describe,
+        )
+    };
     ui.label(format!(
         "`{}`: {ended} after {:.1} s",
         crate::units::printable(&r.command),

@@ -371,6 +371,7 @@ mod tests {
             lines: Vec::new(),
             phases: Vec::new(),
             files_loaded: Vec::new(),
+            by_stack: Vec::new(),
             stacks: None,
             cut_short: false,
             memory_kill: None,

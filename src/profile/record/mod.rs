@@ -249,6 +249,8 @@ pub struct Recording {
     /// The files the job loaded (`mx.load`) and what each still held at
     /// the end.
     pub files_loaded: Vec<stacks::FileHeld>,
+    /// Growth by whole stack (for an icicle chart).
+    pub by_stack: Vec<stacks::StackGrowth>,
     /// Every probe sample, for the trace.
     pub stacks: Option<stacks::TraceStacks>,
     /// Read from a journal whose recorder was killed before the job ended.
@@ -297,13 +299,7 @@ impl Ledger {
     /// the CPU backend, where MLX's buffers are anonymous memory.
     #[must_use]
     pub fn host_not_mlx(&self) -> Option<u64> {
-        let m = self.sample.mlx?;
-        Some(
-            self.sample
-                .process
-                .anon_bytes
-                .saturating_sub(m.active_bytes + m.cache_bytes),
-        )
+        self.sample.kinds().map(|k| k.host_not_mlx)
     }
 }
 

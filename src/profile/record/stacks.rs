@@ -425,6 +425,77 @@ pub struct Analysis {
     pub peaks_by_pid: Vec<(u32, u64, Vec<Frame>)>,
     /// Files the job loaded, in load order, and whether each was released.
     pub files_loaded: Vec<FileHeld>,
+    /// Growth by whole stack (the figure of `lines`): each stack's
+    /// position in the trace's `stacks`, what grew while it worked and what
+    /// of that was held at the peak.
+    pub by_stack: Vec<StackGrowth>,
+}
+
+/// What grew while one stack worked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StackGrowth {
+    /// Its position in the trace's `stacks`.
+    pub stack: u32,
+    /// All that grew.
+    pub grew_bytes: u64,
+    /// What of it was held at the peak.
+    pub held_at_peak_bytes: u64,
+}
+
+/// A line's bytes held at the peak in two recordings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LineDifference {
+    /// The line.
+    pub frame: Frame,
+    /// Held at the peak in the first.
+    pub a_bytes: u64,
+    /// Held at the peak in the second.
+    pub b_bytes: u64,
+}
+
+impl LineDifference {
+    /// The second's bytes less the first's.
+    #[must_use]
+    pub fn change(&self) -> i128 {
+        i128::from(self.b_bytes) - i128::from(self.a_bytes)
+    }
+}
+
+/// Where two recordings' peaks differ, by line (the same file, line and
+/// function in both; its code may have changed): most changed first, lines
+/// that held nothing in either left out.
+#[must_use]
+pub fn line_differences(a: &[LineGrowth], b: &[LineGrowth]) -> Vec<LineDifference> {
+    let key = |f: &Frame| (f.file.clone(), f.line, f.function.clone());
+    let mut by: Vec<LineDifference> = Vec::new();
+    let mut at: HashMap<(String, u32, String), usize> = HashMap::new();
+    for (line, first) in a
+        .iter()
+        .map(|l| (l, true))
+        .chain(b.iter().map(|l| (l, false)))
+    {
+        let i = *at.entry(key(&line.frame)).or_insert_with(|| {
+            by.push(LineDifference {
+                frame: line.frame.clone(),
+                a_bytes: 0,
+                b_bytes: 0,
+            });
+            by.len() - 1
+        });
+        if first {
+            by[i].a_bytes += line.held_at_peak_bytes;
+        } else {
+            by[i].b_bytes += line.held_at_peak_bytes;
+        }
+    }
+    by.retain(|d| d.a_bytes > 0 || d.b_bytes > 0);
+    by.sort_by(|x, y| {
+        y.change()
+            .unsigned_abs()
+            .cmp(&x.change().unsigned_abs())
+            .then_with(|| x.frame.label().cmp(&y.frame.label()))
+    });
+    by
 }
 
 /// Growth by key, latest last; a drop takes back the latest first. At each
@@ -718,6 +789,16 @@ impl Replay {
                 held: *risen && released.is_none(),
             })
             .collect();
+        let mut by_stack: Vec<StackGrowth> = main
+            .grew
+            .iter()
+            .map(|(&stack, &grew_bytes)| StackGrowth {
+                stack: position(stack),
+                grew_bytes,
+                held_at_peak_bytes: main.at_peak.get(&stack).copied().unwrap_or(0),
+            })
+            .collect();
+        by_stack.sort_by_key(|g| g.stack);
         Analysis {
             peak_stack,
             last_stack,
@@ -725,6 +806,7 @@ impl Replay {
             phases,
             peaks_by_pid,
             files_loaded,
+            by_stack,
         }
     }
 
@@ -987,6 +1069,22 @@ mod tests {
         let a = analyse(s.to_trace().as_ref(), &[], &[]);
         assert_eq!(a.lines[0].frame.line, 12, "{:?}", a.lines);
         assert_eq!(a.lines[0].held_at_peak_bytes, 64);
+    }
+
+    #[test]
+    fn two_recordings_differ_by_line() {
+        let line = |l: u32, held: u64| LineGrowth {
+            frame: frame("/work/fold.py", l, "main"),
+            held_at_peak_bytes: held,
+            share: 0.0,
+            grew_bytes: held,
+            rss_grew_bytes: 0,
+        };
+        let a = [line(26, 100), line(30, 10)];
+        let b = [line(26, 20), line(40, 50), line(50, 0)];
+        let d = line_differences(&a, &b);
+        let got: Vec<(u32, i128)> = d.iter().map(|d| (d.frame.line, d.change())).collect();
+        assert_eq!(got, vec![(26, -80), (40, 50), (30, -10)]);
     }
 
     #[test]

@@ -193,6 +193,7 @@ impl Recording {
             lines: analysis.lines,
             phases: analysis.phases,
             files_loaded: analysis.files_loaded,
+            by_stack: analysis.by_stack,
             stacks: trace.stacks,
             cut_short: trace.cut_short,
             memory_kill: end.killed_for_memory,

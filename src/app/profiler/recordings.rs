@@ -1,0 +1,404 @@
+//! The profiler's recordings: the phases of the last one, its growth by
+//! stack as an icicle chart, and the list of recordings made or opened
+//! since the window opened, any one compared with the shown one (drawn over
+//! it, the difference of their peaks by line).
+
+use std::sync::Arc;
+
+use crate::profile::record::Recording;
+use crate::profile::record::stacks::{self, Frame};
+use crate::units::human_bytes;
+
+use super::{FinishedRun, ProfilerPanel, Run};
+
+/// The icicle's rows at most (deeper frames are left out).
+const ICICLE_DEPTH: usize = 14;
+/// One row's height, in points.
+const ICICLE_ROW: f32 = 18.0;
+
+/// A node of the icicle: a frame under its callers, with the bytes of the
+/// stacks through it.
+struct Node {
+    frame: u32,
+    bytes: u64,
+    children: Vec<Node>,
+}
+
+impl Node {
+    fn add(nodes: &mut Vec<Self>, path: &[u32], bytes: u64) {
+        let Some((&first, rest)) = path.split_first() else {
+            return;
+        };
+        let at = if let Some(at) = nodes.iter().position(|n| n.frame == first) {
+            at
+        } else {
+            nodes.push(Self {
+                frame: first,
+                bytes: 0,
+                children: Vec::new(),
+            });
+            nodes.len() - 1
+        };
+        nodes[at].bytes += bytes;
+        Self::add(&mut nodes[at].children, rest, bytes);
+    }
+
+    fn sort(nodes: &mut [Self]) {
+        nodes.sort_by_key(|n| std::cmp::Reverse(n.bytes));
+        for n in nodes {
+            Self::sort(&mut n.children);
+        }
+    }
+}
+
+/// The icicle's trees: every stack's bytes (held at the peak, or all that
+/// grew) down its frames, outermost at the top.
+fn icicle_roots(r: &Recording, held: bool) -> Vec<Node> {
+    let Some(trace) = &r.stacks else {
+        return Vec::new();
+    };
+    let mut roots = Vec::new();
+    for g in &r.by_stack {
+        let bytes = if held {
+            g.held_at_peak_bytes
+        } else {
+            g.grew_bytes
+        };
+        let Some(frames) = trace.stacks.get(g.stack as usize) else {
+            continue;
+        };
+        if bytes == 0 {
+            continue;
+        }
+        let outermost_first: Vec<u32> = frames.iter().rev().copied().collect();
+        Node::add(&mut roots, &outermost_first, bytes);
+    }
+    Node::sort(&mut roots);
+    roots
+}
+
+/// A frame's colour: the job's own code warm (by function), libraries grey.
+fn frame_color(frame: &Frame) -> egui::Color32 {
+    if frame.is_library() {
+        return egui::Color32::from_rgb(120, 128, 140);
+    }
+    let hash = frame
+        .function
+        .bytes()
+        .fold(7u32, |h, b| h.wrapping_mul(31).wrapping_add(u32::from(b)));
+    #[allow(clippy::cast_precision_loss)] // a hue from a hash
+    let hue = 0.02 + (hash % 1000) as f32 / 1000.0 * 0.12;
+    egui::Color32::from(egui::ecolor::Hsva::new(hue, 0.6, 0.85, 1.0))
+}
+
+impl ProfilerPanel {
+    /// The last recording's phases, its icicle and the list of recordings.
+    pub(super) fn recordings_ui(&mut self, ui: &mut egui::Ui) {
+        let last = match &self.last {
+            Some(FinishedRun {
+                run: Run::Record(r),
+                ..
+            }) => Some(Arc::clone(r)),
+            _ => None,
+        };
+        if let Some(r) = &last {
+            phases_ui(ui, r);
+            self.icicle_ui(ui, r);
+        }
+        self.list_ui(ui, last.as_ref());
+    }
+
+    /// Growth by stack: each stack's bytes down its frames (outermost at
+    /// the top, a frame as wide as what grew under it).
+    fn icicle_ui(&mut self, ui: &mut egui::Ui, r: &Recording) {
+        if r.by_stack.is_empty() {
+            return;
+        }
+        egui::CollapsingHeader::new("Growth by stack (icicle)")
+            .id_salt("record-icicle")
+            .default_open(true)
+            .show(ui, |ui| {
+                ui.horizontal(|ui| {
+                    ui.selectable_value(&mut self.icicle_held, true, "held at the peak");
+                    ui.selectable_value(&mut self.icicle_held, false, "all that grew");
+                });
+                let roots = icicle_roots(r, self.icicle_held);
+                let total: u64 = roots.iter().map(|n| n.bytes).sum();
+                if total == 0 {
+                    ui.label("Nothing held at the peak by a line the probe saw.");
+                    return;
+                }
+                let depth = depth_of(&roots).min(ICICLE_DEPTH);
+                #[allow(clippy::cast_precision_loss)] // a count of rows
+                let height = depth as f32 * ICICLE_ROW;
+                let (rect, response) = ui.allocate_exact_size(
+                    egui::vec2(ui.available_width(), height),
+                    egui::Sense::hover(),
+                );
+                let painter = ui.painter_at(rect);
+                let mut boxes = Vec::new();
+                let frames = r.stacks.as_ref().map_or(&[][..], |s| s.frames.as_slice());
+                draw_nodes(
+                    &painter,
+                    &roots,
+                    (rect.left(), rect.width()),
+                    rect.top(),
+                    0,
+                    (total, frames),
+                    &mut boxes,
+                );
+                if let Some(pointer) = response.hover_pos()
+                    && let Some((_, frame, bytes)) =
+                        boxes.iter().find(|(b, ..)| b.contains(pointer))
+                {
+                    let text = format!(
+                        "{}\n{} ({:.0} %){}",
+                        crate::units::printable(&frame.label()),
+                        human_bytes(*bytes),
+                        fraction(*bytes, total) * 100.0,
+                        if frame.text.is_empty() {
+                            String::new()
+                        } else {
+                            format!("\n{}", crate::units::printable(&frame.text))
+                        }
+                    );
+                    response.on_hover_text_at_pointer(text);
+                }
+            });
+    }
+
+    /// The recordings made or opened since the window opened: show one,
+    /// compare one with the shown.
+    fn list_ui(&mut self, ui: &mut egui::Ui, shown: Option<&Arc<Recording>>) {
+        if self.recordings.is_empty() {
+            return;
+        }
+        ui.separator();
+        ui.heading("Recordings");
+        ui.label("Since the window opened (newest last). Show one, or compare one with the shown one: drawn over it, its peak's difference by line.");
+        let mut show = None;
+        let mut compare = None;
+        egui::Grid::new("record-list")
+            .num_columns(4)
+            .striped(true)
+            .show(ui, |ui| {
+                ui.strong("");
+                ui.strong("");
+                ui.strong("peak");
+                ui.strong("job");
+                ui.end_row();
+                for (i, r) in self.recordings.iter().enumerate() {
+                    let is_shown = shown.is_some_and(|s| Arc::ptr_eq(s, r));
+                    if ui
+                        .add_enabled(!is_shown, egui::Button::new(if is_shown { "shown" } else { "show" }))
+                        .clicked()
+                    {
+                        show = Some(i);
+                    }
+                    let compared = self.compared.as_ref().is_some_and(|(c, _)| *c == i);
+                    let mut on = compared;
+                    ui.add_enabled(!is_shown, egui::Checkbox::new(&mut on, "compare"))
+                        .on_hover_text("Draw it over the shown recording; the difference of their peaks by line below");
+                    if on != compared {
+                        compare = Some(on.then_some(i));
+                    }
+                    let (bytes, what) = peak_of(r);
+                    ui.label(format!("{} {what}", human_bytes(bytes)));
+                    let ended = if r.cut_short {
+                        "cut short".to_owned()
+                    } else {
+                        r.exit.map_or_else(
+                            || "detached".to_owned(),
+                            crate::profile::record::JobExit::describe,
+                        )
+                    };
+                    let text = format!("{}: {ended}", crate::units::printable(&r.command));
+                    ui.add(egui::Label::new(text.as_str()).truncate())
+                        .on_hover_text(text);
+                    ui.end_row();
+                }
+            });
+        if let Some(i) = show {
+            let r = Arc::clone(&self.recordings[i]);
+            self.recordings.remove(i);
+            self.compared = None;
+            let trace = r.to_trace();
+            if let Some(last) = self.last.take() {
+                self.overlays.push(last.trace);
+            }
+            self.show_recording(r, trace, 0.0);
+        }
+        match compare {
+            Some(Some(i)) => {
+                let mut trace = self.recordings[i].to_trace();
+                trace.label = format!("compared: {}", self.recordings[i].command);
+                self.compared = Some((i, trace));
+            }
+            Some(None) => self.compared = None,
+            None => {}
+        }
+        if let (Some(a), Some((j, _))) = (shown, &self.compared) {
+            difference_ui(ui, a, &self.recordings[*j]);
+        }
+    }
+}
+
+/// The peak a recording is compared by: MLX active when it has MLX's
+/// figures, else RSS.
+fn peak_of(r: &Recording) -> (u64, &'static str) {
+    match r.peak_mlx_active_bytes {
+        Some(b) => (b, "MLX active"),
+        None => (r.peak_rss_bytes, "RSS"),
+    }
+}
+
+/// The difference of two recordings' peaks, by line.
+fn difference_ui(ui: &mut egui::Ui, a: &Recording, b: &Recording) {
+    let (pa, what_a) = peak_of(a);
+    let (pb, what_b) = peak_of(b);
+    let change = i128::from(pb) - i128::from(pa);
+    let sign = if change < 0 { "−" } else { "+" };
+    ui.label(format!(
+        "Peak of the compared {} {what_b} against the shown {} {what_a}: {sign}{}",
+        human_bytes(pb),
+        human_bytes(pa),
+        human_bytes(u64::try_from(change.unsigned_abs()).unwrap_or(u64::MAX))
+    ));
+    let lines = stacks::line_differences(&a.lines, &b.lines);
+    if lines.is_empty() {
+        return;
+    }
+    egui::Grid::new("record-difference")
+        .num_columns(4)
+        .striped(true)
+        .show(ui, |ui| {
+            ui.strong("shown");
+            ui.strong("compared");
+            ui.strong("change");
+            ui.strong("line (held at the peak)");
+            ui.end_row();
+            for d in lines.iter().take(10) {
+                ui.label(human_bytes(d.a_bytes));
+                ui.label(human_bytes(d.b_bytes));
+                let c = d.change();
+                ui.label(format!(
+                    "{}{}",
+                    if c < 0 { "−" } else { "+" },
+                    human_bytes(u64::try_from(c.unsigned_abs()).unwrap_or(u64::MAX))
+                ));
+                ui.add(egui::Label::new(crate::units::printable(&d.frame.label())).truncate());
+                ui.end_row();
+            }
+        });
+}
+
+/// The lines between the job's marks.
+fn phases_ui(ui: &mut egui::Ui, r: &Recording) {
+    if r.phases.is_empty() {
+        return;
+    }
+    egui::CollapsingHeader::new("By phase (between the job's marks)")
+        .id_salt("record-phases")
+        .default_open(true)
+        .show(ui, |ui| {
+            egui::Grid::new("record-phases-grid")
+                .num_columns(4)
+                .striped(true)
+                .show(ui, |ui| {
+                    ui.strong("from mark");
+                    ui.strong("seconds");
+                    ui.strong("peak / grew");
+                    ui.strong("grew most at");
+                    ui.end_row();
+                    for p in &r.phases {
+                        ui.label(crate::units::printable(&p.mark));
+                        ui.label(format!("{:.1}–{:.1}", p.start_secs, p.end_secs));
+                        ui.label(format!(
+                            "{} / {}",
+                            human_bytes(p.peak_bytes),
+                            human_bytes(p.grew_bytes)
+                        ));
+                        ui.add(
+                            egui::Label::new(p.lines.first().map_or(String::new(), |l| {
+                                format!(
+                                    "{} ({:.0} %)",
+                                    crate::units::printable(&l.frame.label()),
+                                    l.share * 100.0
+                                )
+                            }))
+                            .truncate(),
+                        );
+                        ui.end_row();
+                    }
+                });
+        });
+}
+
+fn depth_of(nodes: &[Node]) -> usize {
+    nodes
+        .iter()
+        .map(|n| 1 + depth_of(&n.children))
+        .max()
+        .unwrap_or(0)
+}
+
+#[allow(clippy::cast_precision_loss)] // a share
+fn fraction(part: u64, whole: u64) -> f64 {
+    if whole == 0 {
+        0.0
+    } else {
+        part as f64 / whole as f64
+    }
+}
+
+/// Draws `nodes` side by side in `(left, width)` at row `depth`, each as
+/// wide as its share of `total`; records each box with its frame and bytes.
+fn draw_nodes<'a>(
+    painter: &egui::Painter,
+    nodes: &[Node],
+    (left, width): (f32, f32),
+    top: f32,
+    depth: usize,
+    (total, frames): (u64, &'a [Frame]),
+    boxes: &mut Vec<(egui::Rect, &'a Frame, u64)>,
+) {
+    if depth >= ICICLE_DEPTH {
+        return;
+    }
+    let mut x = left;
+    #[allow(clippy::cast_precision_loss)] // a row
+    let y = top + depth as f32 * ICICLE_ROW;
+    for node in nodes {
+        #[allow(clippy::cast_possible_truncation)] // points on a screen
+        let w = (fraction(node.bytes, total) * f64::from(width)) as f32;
+        let Some(frame) = frames.get(node.frame as usize) else {
+            continue;
+        };
+        if w >= 1.0 {
+            let rect =
+                egui::Rect::from_min_size(egui::pos2(x, y), egui::vec2(w - 1.0, ICICLE_ROW - 1.0));
+            painter.rect_filled(rect, 2.0, frame_color(frame));
+            if w > 40.0 {
+                let name = frame.label();
+                painter.with_clip_rect(rect).text(
+                    rect.left_center() + egui::vec2(3.0, 0.0),
+                    egui::Align2::LEFT_CENTER,
+                    crate::units::printable(&name),
+                    egui::FontId::proportional(11.0),
+                    egui::Color32::BLACK,
+                );
+            }
+            boxes.push((rect, frame, node.bytes));
+            draw_nodes(
+                painter,
+                &node.children,
+                (x, width),
+                top,
+                depth + 1,
+                (total, frames),
+                boxes,
+            );
+        }
+        x += w;
+    }
+}
