@@ -457,7 +457,7 @@ fn write_ledger(r: &Recording, out: &mut dyn Write) -> std::io::Result<()> {
     let process = &l.sample.process;
     let anon = match (l.sample.mlx, l.host_not_mlx()) {
         (Some(m), Some(host)) => format!(
-            "anonymous {} (MLX active {}, MLX cache {}, host memory that is not MLX's: Python objects, numpy, torch {})",
+            "anonymous {} (MLX active {}, MLX cache {}, host memory that is not MLX's: Python objects, numpy, torch, and memory freed but kept by the C allocator {})",
             human_bytes(process.anon_bytes),
             human_bytes(m.active_bytes),
             human_bytes(m.cache_bytes),

@@ -914,3 +914,57 @@ fn a_journal_cut_short_still_names_the_line_that_held_the_memory() {
     assert_eq!(refused.status.code(), Some(2));
     assert_eq!(stderr(&refused).lines().count(), 1, "{}", stderr(&refused));
 }
+
+/// `python -m mlx_lm convert` (mlx-lm's own converter) on a small Hugging
+/// Face-format model the test writes: recorded to the end, its load marked,
+/// and the stack at its peak inside mlx-lm's own code.
+#[test]
+fn mlx_lm_convert_is_recorded_with_its_own_frames_at_the_peak() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let source = dir.path().join("hf");
+    let made = Command::new(venv_python())
+        .arg(root().join("tests/record/hf_model.py"))
+        .arg(&source)
+        .status()
+        .expect("python runs");
+    assert!(made.success(), "the model was written");
+    let job: Vec<std::ffi::OsString> = vec![
+        venv_python().into(),
+        "-m".into(),
+        "mlx_lm".into(),
+        "convert".into(),
+        "--hf-path".into(),
+        source.clone().into(),
+        "--mlx-path".into(),
+        dir.path().join("mlx").into(),
+        "-q".into(),
+    ];
+    let (output, summary) = record(&["--interval-ms", "5"], &as_refs(&job));
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert!(dir.path().join("mlx/config.json").exists(), "converted");
+    let s = summary.expect("summary written");
+    let loads: Vec<&str> = s["marks"]
+        .as_array()
+        .expect("marks")
+        .iter()
+        .filter(|m| m["kind"] == "load")
+        .filter_map(|m| m["target"].as_str())
+        .collect();
+    assert!(
+        loads.iter().any(|f| f.ends_with("hf/model.safetensors")),
+        "{loads:?}"
+    );
+    let peak = s["peak_stack"].as_array().expect("the stack at the peak");
+    assert!(
+        peak.iter()
+            .any(|f| f["file"].as_str().is_some_and(|f| f.contains("/mlx_lm/"))),
+        "mlx-lm's own frames at the peak: {}",
+        s["peak_stack"]
+    );
+    assert!(
+        s["peak_mlx_active_bytes"].as_u64() > Some(30 * MIB),
+        "the model's weights in MLX: {}",
+        s["peak_mlx_active_bytes"]
+    );
+    assert!(s["lines"].as_array().is_some_and(|l| !l.is_empty()));
+}
