@@ -338,6 +338,39 @@ def _named_pipe():
     return fd
 
 
+def _report_exceptions():
+    """An exception that ends the job (uncaught in its main thread) is sent
+    with the line that raised it, then handled as before: the hook that was
+    there is called with the same arguments."""
+    previous = sys.excepthook
+
+    def hook(kind, value, tb):
+        try:
+            entries = []
+            entry = tb
+            while entry is not None:
+                code = entry.tb_frame.f_code
+                line = entry.tb_lineno
+                text = linecache.getline(code.co_filename, line).strip()[:160]
+                name = getattr(code, "co_qualname", code.co_name)
+                entries.append([code.co_filename, line, name, text])
+                entry = entry.tb_next
+            entry = code = None
+            _send(
+                {
+                    "kind": "exception",
+                    "pid": os.getpid(),
+                    "text": (kind.__name__ + ": " + str(value))[:1000],
+                    "traceback": entries[::-1][:_MAX_FRAMES],
+                }
+            )
+        except Exception:
+            pass
+        previous(kind, value, tb)
+
+    sys.excepthook = hook
+
+
 def _start_from_environment():
     """Starts when weightscope's pipe is there: inherited, or by path."""
     global _fd, _interval, _started
@@ -363,6 +396,7 @@ def _start_from_environment():
     import atexit
 
     atexit.register(_bye)
+    _report_exceptions()
     os.register_at_fork(
         before=_before_fork,
         after_in_parent=_after_fork_in_parent,

@@ -51,6 +51,9 @@ pub enum MarkKind {
     Load,
     /// The job marked a moment itself (target: its text).
     JobMark,
+    /// An exception ended the job (reported by its probe; target: its type
+    /// and message; detail: the line that raised it).
+    JobException,
 }
 
 impl MarkKind {
@@ -79,13 +82,14 @@ impl MarkKind {
             Self::FileClose => "file-close",
             Self::Load => "load",
             Self::JobMark => "job-mark",
+            Self::JobException => "job-exception",
         }
     }
 }
 
 /// Every kind, for the test that the file names and `as_str` agree.
 #[cfg(test)]
-const ALL_KINDS: [MarkKind; 21] = [
+const ALL_KINDS: [MarkKind; 22] = [
     MarkKind::Open,
     MarkKind::Materialize,
     MarkKind::Release,
@@ -107,6 +111,7 @@ const ALL_KINDS: [MarkKind; 21] = [
     MarkKind::FileClose,
     MarkKind::Load,
     MarkKind::JobMark,
+    MarkKind::JobException,
 ];
 
 /// An event, before it is placed on a clock.

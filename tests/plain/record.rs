@@ -625,6 +625,33 @@ fn a_job_past_its_address_space_limit_is_said_so_with_its_line() {
     assert!(text.contains("in address_space"), "the line: {text}");
 }
 
+/// An exception that ends the job is said with the line that raised it; a
+/// `MemoryError` (numpy past `ulimit -v`) is said to be memory.
+#[test]
+fn an_exception_that_ends_the_job_is_said_with_its_line() {
+    let job: Vec<std::ffi::OsString> =
+        vec![venv_python().into(), jobs().into(), "numpy-oom".into()];
+    let (output, summary) = record(&["--interval-ms", "10"], &as_refs(&job));
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    let s = summary.expect("summary written");
+    assert!(kinds(&s, "marks").contains(&"job-exception".to_owned()));
+    let failed = s["findings"]
+        .as_array()
+        .expect("findings")
+        .iter()
+        .find(|f| f["kind"] == "job-failed")
+        .expect("job-failed");
+    let text = failed["message"].as_str().expect("a message");
+    assert!(text.contains("It raised MemoryError"), "{text}");
+    assert!(
+        text.contains("an allocation failed: out of memory"),
+        "{text}"
+    );
+    assert!(text.contains(" in too_big"), "{text}");
+    // The job's own traceback is still printed (the hook before ours ran).
+    assert!(stderr(&output).contains("Traceback"), "{}", stderr(&output));
+}
+
 /// The ledger names memory that is not MLX's: a numpy array of 256 MiB
 /// shows as that much more host memory than the same job without it.
 #[test]

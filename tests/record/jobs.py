@@ -12,6 +12,8 @@
     python jobs.py address-space        cap its own address space (as `ulimit -v`
                                         does) 256 MiB above what it uses, then
                                         keep allocating 64 MiB until it fails
+    python jobs.py numpy-oom            cap its own address space 256 MiB above what
+                                        it uses, then ask numpy for 1 GiB: MemoryError
     python jobs.py phases               mark "embed", hold 32 MiB in embed(); mark
                                         "layers", hold 64 MiB more in layers()
     python jobs.py thread               a worker thread holds 64 MiB in work()
@@ -124,6 +126,18 @@ def address_space():
         mx.eval(kept[-1])
 
 
+def too_big():
+    import resource
+
+    import numpy as np
+
+    with open("/proc/self/status") as status:
+        vm = next(int(l.split()[1]) * 1024 for l in status if l.startswith("VmSize:"))
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    resource.setrlimit(resource.RLIMIT_AS, (vm + (256 << 20), hard))
+    return np.ones(1 << 30, dtype=np.uint8)
+
+
 def _settle():
     import time
 
@@ -196,6 +210,8 @@ if __name__ == "__main__":
         dist()
     elif mode == "address-space":
         address_space()
+    elif mode == "numpy-oom":
+        too_big()
     elif mode == "phases":
         phases()
     elif mode == "thread":

@@ -49,6 +49,20 @@ fn job_failed(r: &Recording, found: &mut Vec<Finding>) {
     } else {
         format!(", while at {}", super::stacks::describe(&r.last_stack))
     };
+    // An exception that ended the job, as its probe saw it.
+    let raised = r
+        .events
+        .iter()
+        .rev()
+        .find(|e| e.kind == crate::memory::MarkKind::JobException)
+        .map_or(String::new(), |e| {
+            let memory = if is_memory_error(&e.target) {
+                " (an allocation failed: out of memory)"
+            } else {
+                ""
+            };
+            format!(" It raised {}{memory} at {}.", e.target, e.detail)
+        });
     let text = match exit {
         JobExit::Code(0) => return,
         JobExit::Code(code) => format!(
@@ -88,6 +102,7 @@ fn job_failed(r: &Recording, found: &mut Vec<Finding>) {
             loaded_files(r)
         ),
     };
+    let text = text + &raised;
     // Under `ulimit -v` an allocation past the limit fails: MLX then
     // throws or the process dies of a signal. Say the limit.
     let text = match r.address_space_limit {
@@ -102,6 +117,17 @@ fn job_failed(r: &Recording, found: &mut Vec<Finding>) {
         text,
         t_secs: Some(at),
     });
+}
+
+/// Whether an exception's "Type: message" says memory ran out: Python's
+/// `MemoryError` (numpy's "Unable to allocate"), MLX's "[malloc] Unable to
+/// allocate" and "`[metal::malloc]`", CUDA's "out of memory".
+fn is_memory_error(text: &str) -> bool {
+    let t = text.to_ascii_lowercase();
+    t.starts_with("memoryerror")
+        || t.contains("unable to allocate")
+        || t.contains("out of memory")
+        || t.contains("malloc]")
 }
 
 /// The shard files the job used, by name: "model-00001.safetensors,

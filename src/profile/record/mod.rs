@@ -742,6 +742,25 @@ impl Recorder {
                 line.cache_before.unwrap_or(0),
             ),
             "mark" => (MarkKind::JobMark, line.text.unwrap_or_default(), 0),
+            "exception" => {
+                let t = at;
+                let frames: Vec<stacks::Frame> = line
+                    .traceback
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|(file, line, function, text)| stacks::Frame {
+                        file,
+                        line,
+                        function,
+                        text,
+                    })
+                    .collect();
+                let where_ = stacks::describe(&frames);
+                let event = self.event(t, MarkKind::JobException, line.text.unwrap_or_default());
+                event.detail = where_;
+                updates.push(Update::Event(event.clone()));
+                return;
+            }
             _ => return, // a kind from a newer client
         };
         let event = self.event(at, kind, target);

@@ -139,6 +139,10 @@ pub struct ProbeLine {
     /// `sample`, `stack`: the numbers of the other threads' stacks.
     #[serde(default)]
     pub threads: Option<Vec<i64>>,
+    /// `exception`: where it was raised, innermost first: file, line,
+    /// function, the line's code.
+    #[serde(default)]
+    pub traceback: Option<Vec<(String, u32, String, String)>>,
 }
 
 impl ProbeLine {
