@@ -206,7 +206,7 @@ def _stack_of(pairs):
 
 def _stack_ids_now():
     """The main thread's stack id (-1: none) and the other threads' (the
-    sampling thread left out), as a JSON field or "".
+    sampling thread and the calling one left out), as a JSON field or "".
 
     The frames are read first and let go of before anything is sent: a
     frame held while its function returns keeps that function's locals
@@ -216,7 +216,7 @@ def _stack_ids_now():
     walked = []
     frames = sys._current_frames()
     for ident, frame in frames.items():
-        if ident == own:
+        if ident == _sampler_ident or (ident == own and ident != _main_ident):
             continue
         while frame is not None and frame.f_code.co_filename == _own_file:
             frame = frame.f_back
@@ -288,7 +288,13 @@ def _bye():
 _probe_cpu = [0.0]
 
 
+# The sampling thread, never one of the job's threads.
+_sampler_ident = None
+
+
 def _sampler():
+    global _sampler_ident
+    _sampler_ident = threading.get_ident()
     start = time.thread_time()
     while _fd is not None:
         _sample()

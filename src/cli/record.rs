@@ -267,7 +267,7 @@ pub fn summary_json(r: &Recording) -> Value {
 /// age of the last sample, the line executing then, and the files loaded
 /// and not released.
 fn killed_json(r: &Recording) -> Value {
-    let Some(crate::profile::record::JobExit::Signal(signal)) = r.exit else {
+    let Some((signal, via_shell)) = r.ending_signal() else {
         return Value::Null;
     };
     let last = r.samples.last().map_or(0.0, |s| s.at);
@@ -279,6 +279,7 @@ fn killed_json(r: &Recording) -> Value {
     json!({
         "signal": signal,
         "signal_name": crate::profile::record::signal_name(signal),
+        "from_shell_status": via_shell,
         "for_memory": r.memory_kill.is_some(),
         "cgroup": r.memory_kill.as_ref().map(|k| &k.cgroup),
         "limit_bytes": r.memory_kill.as_ref().and_then(|k| k.limit_bytes),

@@ -599,6 +599,61 @@ fn a_job_killed_by_the_kernel_for_memory_is_said_so_with_its_line() {
     assert!(text.contains("released none"), "{text}");
 }
 
+/// The same job run the way the window's Record form runs a line (`sh -c`,
+/// the shell waiting for its command): the shell exits 137, which is read
+/// as its command's SIGKILL, and the kernel's kill for memory is still told.
+#[test]
+fn a_kill_for_memory_behind_a_shell_is_still_told() {
+    let Some(cgroup) = writable_memory_cgroup() else {
+        eprintln!("skipped: no writable cgroup v1 memory controller here");
+        return;
+    };
+    let limit = 120 * MIB;
+    std::fs::write(cgroup.join("memory.limit_in_bytes"), limit.to_string()).expect("limit");
+    let _ = std::fs::write(
+        cgroup.join("memory.memsw.limit_in_bytes"),
+        limit.to_string(),
+    );
+    // No `exec`: the shell stays, waits and reports its command's status.
+    let script = format!(
+        "echo $$ > {}/cgroup.procs && \"$0\" \"$@\"; status=$?; exit $status",
+        cgroup.display()
+    );
+    let mut job: Vec<std::ffi::OsString> = vec!["sh".into(), "-c".into(), script.into()];
+    job.extend(python_job("keep"));
+    let (output, summary) = record(&["--interval-ms", "5"], &as_refs(&job));
+    let _ = std::fs::remove_dir(&cgroup);
+    let s = summary.expect("summary written");
+    assert_eq!(output.status.code(), Some(137), "{}", stderr(&output));
+    assert_eq!(s["signal"], Value::Null, "the shell itself exited");
+    assert_eq!(s["killed"]["signal"], 9, "{}", s["killed"]);
+    assert_eq!(s["killed"]["from_shell_status"], true);
+    assert_eq!(s["killed"]["for_memory"], true);
+    let text = s["findings"]
+        .as_array()
+        .expect("findings")
+        .iter()
+        .find(|f| f["kind"] == "job-failed")
+        .and_then(|f| f["message"].as_str())
+        .expect("job-failed")
+        .to_owned();
+    assert!(
+        text.contains("The kernel killed the job for memory"),
+        "{text}"
+    );
+    assert!(text.contains("shell exited with status 137"), "{text}");
+    assert!(text.contains(" in keep"), "{text}");
+    // The job's MLX figures leave the series once its process is gone.
+    let last = s["samples"]
+        .as_array()
+        .and_then(|v| v.last())
+        .expect("samples");
+    assert!(
+        last["mlx_active"].as_u64().unwrap_or(0) < MIB,
+        "the dead process's MLX figures are not carried on: {last}"
+    );
+}
+
 #[test]
 fn a_job_past_its_address_space_limit_is_said_so_with_its_line() {
     let (output, summary) = record(

@@ -63,6 +63,17 @@ fn job_failed(r: &Recording, found: &mut Vec<Finding>) {
             };
             format!(" It raised {}{memory} at {}.", e.target, e.detail)
         });
+    // A shell's 128+N is its command's signal N.
+    let (exit, shell) = match r.ending_signal() {
+        Some((n, true)) => (
+            JobExit::Signal(n),
+            format!(
+                " (Its shell exited with status {}, which a shell reports for a command ended by signal {n}.)",
+                n + 128
+            ),
+        ),
+        _ => (exit, String::new()),
+    };
     let text = match exit {
         JobExit::Code(0) => return,
         JobExit::Code(code) => format!(
@@ -102,7 +113,7 @@ fn job_failed(r: &Recording, found: &mut Vec<Finding>) {
             loaded_files(r)
         ),
     };
-    let text = text + &raised;
+    let text = text + &shell + &raised;
     // Under `ulimit -v` an allocation past the limit fails: MLX then
     // throws or the process dies of a signal. Say the limit.
     let text = match r.address_space_limit {

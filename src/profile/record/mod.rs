@@ -466,8 +466,16 @@ struct Recorder {
     /// Files open at the last sample, with their sizes.
     open: BTreeMap<PathBuf, u64>,
     files_seen: Vec<OpenFile>,
-    /// The latest MLX figures per reporting process.
+    /// The latest MLX figures per reporting process (while it lives).
     mlx: HashMap<u32, MlxFigures>,
+    /// Processes of the tree read at least once, and those since gone:
+    /// a gone process's MLX figures leave the series (its last report,
+    /// and any that comes after it is gone, count for the peak only).
+    alive: std::collections::HashSet<u32>,
+    gone: std::collections::HashSet<u32>,
+    /// The highest MLX figure (active, or MLX's own peak counter) of the
+    /// reports of processes now gone.
+    gone_mlx_peak: Option<u64>,
     probe: Option<ProbeReport>,
     /// Highest `VmHWM` per process.
     hwm: HashMap<u32, u64>,
@@ -502,6 +510,9 @@ impl Recorder {
             open: BTreeMap::new(),
             files_seen: Vec::new(),
             mlx: HashMap::new(),
+            alive: std::collections::HashSet::new(),
+            gone: std::collections::HashSet::new(),
+            gone_mlx_peak: None,
             probe: None,
             hwm: HashMap::new(),
             sizes: HashMap::new(),
@@ -697,14 +708,17 @@ impl Recorder {
             "sample" | "stack" => {
                 let active = (line.kind == "sample").then(|| line.active.unwrap_or(0));
                 if let Some(active) = active {
-                    self.mlx.insert(
-                        pid,
-                        MlxFigures {
-                            active_bytes: active,
-                            cache_bytes: line.cache.unwrap_or(0),
-                            peak_bytes: line.peak.unwrap_or(0),
-                        },
-                    );
+                    let figures = MlxFigures {
+                        active_bytes: active,
+                        cache_bytes: line.cache.unwrap_or(0),
+                        peak_bytes: line.peak.unwrap_or(0),
+                    };
+                    if self.gone.contains(&pid) {
+                        self.gone_mlx_peak =
+                            self.gone_mlx_peak.max(Some(active.max(figures.peak_bytes)));
+                    } else {
+                        self.mlx.insert(pid, figures);
+                    }
                 }
                 let t = self.secs(at);
                 let threads = line.threads.unwrap_or_default();
@@ -791,11 +805,13 @@ impl Recorder {
                 device_used_bytes: *device,
             });
         }
+        let mut alive = std::collections::HashSet::new();
         let tree_figures = &mut sample.process;
         for &pid in tree {
             let Some(figures) = procfs::read_process(pid) else {
                 continue;
             };
+            alive.insert(pid);
             tree_figures.processes += 1;
             // Over a tree of processes (forked workers share their parent's
             // pages), RSS would count each shared page once per process:
@@ -838,6 +854,7 @@ impl Recorder {
             return None;
         }
         tree_figures.peak_rss_bytes = self.hwm.values().copied().max().unwrap_or(0);
+        self.forget_gone(alive);
         tree_figures.open_files = open.len();
         tree_figures.open_file_bytes = open.values().sum();
         self.files(now, open, updates);
@@ -845,6 +862,21 @@ impl Recorder {
         self.read_mapped_files(tree, sample.process.rss_bytes, now);
         self.samples.push(sample);
         Some(sample)
+    }
+
+    /// Processes read before and not now are gone: their MLX figures leave
+    /// the series (kept for the peak).
+    fn forget_gone(&mut self, alive: std::collections::HashSet<u32>) {
+        let gone: Vec<u32> = self.alive.difference(&alive).copied().collect();
+        for pid in gone {
+            if let Some(m) = self.mlx.remove(&pid) {
+                self.gone_mlx_peak = self
+                    .gone_mlx_peak
+                    .max(Some(m.active_bytes.max(m.peak_bytes)));
+            }
+            self.gone.insert(pid);
+        }
+        self.alive = alive;
     }
 
     /// Files opened and closed since the last sample, as events whose
@@ -1309,7 +1341,8 @@ fn finish(
         .filter_map(|s| s.mlx)
         .chain(rec.mlx_now())
         .map(|m| m.active_bytes.max(m.peak_bytes))
-        .max();
+        .max()
+        .max(rec.gone_mlx_peak);
     let gpu = rec.samples.iter().filter_map(|s| s.gpu);
     let end = JobEnd {
         pid,

@@ -34,6 +34,20 @@ impl Recording {
             .collect()
     }
 
+    /// The signal that ended the job: the one `wait` reported, or the one
+    /// a shell's status 128+N says ended its command (`sh -c LINE`, as the
+    /// window's Record form runs it: the shell outlives the command it
+    /// runs, then exits 137 for a command killed by signal 9); with whether
+    /// it was read from a shell's status.
+    #[must_use]
+    pub fn ending_signal(&self) -> Option<(i32, bool)> {
+        match self.exit? {
+            JobExit::Signal(n) => Some((n, false)),
+            JobExit::Code(c) if (129..=159).contains(&c) => Some((c - 128, true)),
+            JobExit::Code(_) => None,
+        }
+    }
+
     /// The files loaded whose memory was still held at the end, and the
     /// files still open then.
     #[must_use]
