@@ -558,7 +558,7 @@ fn write_files_and_findings(r: &Recording, out: &mut dyn Write) -> std::io::Resu
             .collect();
         writeln!(
             out,
-            "  loaded through mx.load: {} file{}; not released (memory never fell back to where it was at the load): {}",
+            "  loaded through mx.load: {} file{}; estimated not released (MLX's total never fell back to where it was at the load): {}",
             r.files_loaded.len(),
             if r.files_loaded.len() == 1 { "" } else { "s" },
             if held.is_empty() {

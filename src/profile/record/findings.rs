@@ -149,16 +149,15 @@ fn loaded_files(r: &Recording) -> String {
         .into_iter()
         .map(|f| f.rsplit('/').next().unwrap_or(f))
         .collect();
-    // With the probe's loads, whether each load's memory was still held.
-    let released = if r.files_loaded.is_empty() {
-        String::new()
+    // With the probe's loads: "released none" when memory never fell back
+    // to where it was at any load (the clear case of a job that kept them
+    // all). Which of several was released cannot be told from MLX's total
+    // when a job frees one file's arrays after loading the next, so a
+    // partial claim is not made here (the JSON has the estimate per file).
+    let released = if !r.files_loaded.is_empty() && r.files_loaded.iter().all(|f| f.held) {
+        " and released none".to_owned()
     } else {
-        let held = r.files_loaded.iter().filter(|f| f.held).count();
-        match r.files_loaded.len() - held {
-            0 => " and released none".to_owned(),
-            n if held == 0 => format!(" and released all {n}"),
-            n => format!(" and released {n} (still holding {held})"),
-        }
+        String::new()
     };
     let list = match names.len() {
         0 => "no shard file".to_owned(),

@@ -393,7 +393,10 @@ pub struct Phase {
 
 /// A file the job loaded (its `mx.load`) and whether it was released: the
 /// job's memory (MLX active with MLX, else RSS) rose past where it was at
-/// the load and later fell back to it (every array made since freed).
+/// the load (by more than a MiB) and later fell back to it (every array
+/// made since freed; before it rises, what is freed lowers that level), and
+/// nothing of what grew after it, before the next load, is held by a ledger
+/// in which a fall takes back the latest growth first.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct FileHeld {
     /// The file.
@@ -586,6 +589,10 @@ impl Step<'_> {
     }
 }
 
+/// Growth after a load smaller than this is not the file's arrays (Python
+/// objects, MLX's small arrays).
+const LOAD_NOISE: u64 = 1 << 20;
+
 /// The replay's state.
 #[derive(Default)]
 struct Replay {
@@ -599,6 +606,9 @@ struct Replay {
     /// Each load: the file, when, the level then, whether memory rose
     /// past it since, and when it fell back.
     loads: Vec<(String, f64, u64, bool, Option<f64>)>,
+    /// The growth since each load, by the load last made (a fall takes
+    /// back the latest growth first).
+    by_load: Ledger,
     phase: usize,
     /// Each phase's highest level.
     phase_peaks: Vec<u64>,
@@ -691,6 +701,8 @@ impl Replay {
     /// their level or fallen back to it.
     fn level(&mut self, t: f64, now: u64) {
         self.level = now;
+        let last_load = self.loads.len().checked_sub(1);
+        self.by_load.record(last_load, now, 0);
         if let Some(peak) = self.phase_peaks.last_mut() {
             *peak = (*peak).max(now);
         }
@@ -698,9 +710,16 @@ impl Replay {
             if *loaded >= t || released.is_some() {
                 continue;
             }
-            if now > *level {
-                *risen = true;
-            } else if *risen {
+            if !*risen {
+                // Until the file's arrays grow, what is freed lowers its
+                // level (the previous file's sources, freed after this
+                // load, were never this file's).
+                if now < *level {
+                    *level = now;
+                } else if now > *level + LOAD_NOISE {
+                    *risen = true;
+                }
+            } else if now <= *level {
                 *released = Some(t);
             }
         }
@@ -778,15 +797,22 @@ impl Replay {
             .map(|(&pid, l)| (pid, l.peak, l.peak_key.map(owned).unwrap_or_default()))
             .collect();
         peaks_by_pid.sort_by_key(|p| p.0);
+        // Held: memory never fell back to the file's level, or what grew
+        // after it (by the ledger) is still there.
+        let by_load = self.by_load.held();
         let files_loaded = self
             .loads
             .iter()
-            .map(|(path, t, level, risen, released)| FileHeld {
-                path: path.clone(),
-                loaded_secs: *t,
-                level_bytes: *level,
-                released_secs: *released,
-                held: *risen && released.is_none(),
+            .enumerate()
+            .map(|(i, (path, t, level, risen, released))| {
+                let still = by_load.get(&i).is_some_and(|&b| b > LOAD_NOISE);
+                FileHeld {
+                    path: path.clone(),
+                    loaded_secs: *t,
+                    level_bytes: *level,
+                    released_secs: if still { None } else { *released },
+                    held: still || (*risen && released.is_none()),
+                }
             })
             .collect();
         let mut by_stack: Vec<StackGrowth> = main
@@ -1010,10 +1036,11 @@ mod tests {
         s.define_stack(1, 1, &[1]);
         let mut t = 0.0;
         let mut events = Vec::new();
+        const MIB: u64 = 1 << 20;
         for shard in 0..4 {
             events.push(event(t, MarkKind::Load, &format!("/m/{shard}.safetensors")));
             t += 0.1;
-            s.sample(t, 1, Some(0), &[], Some(8));
+            s.sample(t, 1, Some(0), &[], Some(8 * MIB));
             t += 0.1;
             if shard < 3 {
                 s.sample(t, 1, Some(1), &[], Some(0));
@@ -1022,8 +1049,12 @@ mod tests {
         }
         let a = analyse(s.to_trace().as_ref(), &[], &events);
         assert_eq!(a.lines[0].frame.line, 10);
-        assert_eq!(a.lines[0].grew_bytes, 32, "every shard loaded");
-        assert_eq!(a.lines[0].held_at_peak_bytes, 8, "one shard held at a time");
+        assert_eq!(a.lines[0].grew_bytes, 32 * MIB, "every shard loaded");
+        assert_eq!(
+            a.lines[0].held_at_peak_bytes,
+            8 * MIB,
+            "one shard held at a time"
+        );
         let held: Vec<bool> = a.files_loaded.iter().map(|f| f.held).collect();
         assert_eq!(
             held,
@@ -1031,6 +1062,32 @@ mod tests {
             "only the last shard is still held"
         );
         assert!(a.files_loaded[0].released_secs.is_some());
+    }
+
+    #[test]
+    fn a_fold_holds_every_file_though_each_source_is_freed_after_the_next_load() {
+        const MIB: u64 = 1 << 20;
+        let mut s = Stacks::default();
+        s.define_frame(1, 0, frame("/work/fold.py", 9, "<module>"));
+        s.define_stack(1, 0, &[0]);
+        let mut events = Vec::new();
+        let mut t = 0.0;
+        let mut kept = 0;
+        for shard in 0..3 {
+            // Load the next file while the last one's source is alive,
+            events.push(event(t, MarkKind::Load, &format!("/m/{shard}.safetensors")));
+            t += 0.1;
+            // this file's source and its folded output,
+            s.sample(t, 1, Some(0), &[], Some(kept + 16 * MIB + 16 * MIB));
+            t += 0.1;
+            // then the last one's source freed (its output kept).
+            kept += 16 * MIB;
+            s.sample(t, 1, Some(0), &[], Some(kept + 16 * MIB));
+            t += 0.1;
+        }
+        let a = analyse(s.to_trace().as_ref(), &[], &events);
+        let held: Vec<bool> = a.files_loaded.iter().map(|f| f.held).collect();
+        assert_eq!(held, vec![true, true, true], "{:?}", a.files_loaded);
     }
 
     #[test]
