@@ -927,6 +927,8 @@ mod tests {
     use super::*;
     use crate::memory::ProcessFigures;
 
+    const MIB: u64 = 1 << 20;
+
     fn frame(file: &str, line: u32, function: &str) -> Frame {
         Frame {
             file: file.into(),
@@ -1036,7 +1038,6 @@ mod tests {
         s.define_stack(1, 1, &[1]);
         let mut t = 0.0;
         let mut events = Vec::new();
-        const MIB: u64 = 1 << 20;
         for shard in 0..4 {
             events.push(event(t, MarkKind::Load, &format!("/m/{shard}.safetensors")));
             t += 0.1;
@@ -1066,7 +1067,6 @@ mod tests {
 
     #[test]
     fn a_fold_holds_every_file_though_each_source_is_freed_after_the_next_load() {
-        const MIB: u64 = 1 << 20;
         let mut s = Stacks::default();
         s.define_frame(1, 0, frame("/work/fold.py", 9, "<module>"));
         s.define_stack(1, 0, &[0]);
