@@ -270,7 +270,7 @@ fn killed_json(r: &Recording) -> Value {
     let Some((signal, via_shell)) = r.ending_signal() else {
         return Value::Null;
     };
-    let last = r.samples.last().map_or(0.0, |s| s.at);
+    let last = r.last_job_sample().map_or(0.0, |s| s.at);
     let own_line = r
         .last_stack
         .iter()

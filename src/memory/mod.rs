@@ -180,6 +180,11 @@ pub struct FlatSample {
     /// left out where unknown).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub peak_rss_bytes: u64,
+    /// MLX's figures were unknown (a recorded job before its probe
+    /// reported, or after its process was gone; JSON only, left out when
+    /// false).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub no_mlx: bool,
 }
 
 #[allow(clippy::trivially_copy_pass_by_ref)] // serde's signature
@@ -199,6 +204,7 @@ impl From<Sample> for FlatSample {
             mlx_cache_bytes: mlx.cache_bytes,
             mlx_peak_bytes: mlx.peak_bytes,
             peak_rss_bytes: sample.process.peak_rss_bytes,
+            no_mlx: sample.mlx.is_none(),
         }
     }
 }
@@ -214,7 +220,7 @@ impl From<FlatSample> for Sample {
                 peak_rss_bytes: flat.peak_rss_bytes,
                 ..ProcessFigures::default()
             },
-            mlx: Some(MlxFigures {
+            mlx: (!flat.no_mlx).then_some(MlxFigures {
                 active_bytes: flat.mlx_active_bytes,
                 cache_bytes: flat.mlx_cache_bytes,
                 peak_bytes: flat.mlx_peak_bytes,

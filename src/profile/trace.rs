@@ -697,6 +697,7 @@ impl CsvRow {
             mlx_cache_bytes: self.mlx_cache_bytes.unwrap_or(0),
             mlx_peak_bytes: self.mlx_peak_bytes.unwrap_or(0),
             peak_rss_bytes: 0,
+            no_mlx: false,
         }
         .into()
     }
@@ -988,6 +989,7 @@ mod tests {
             mlx_cache_bytes: 0,
             mlx_peak_bytes: 100,
             peak_rss_bytes: 0,
+            no_mlx: false,
         }));
         trace.events.push(TraceEvent {
             t_secs: 0.1,

@@ -25,7 +25,7 @@ pub fn record_findings(recording: &Recording) -> Vec<Finding> {
 
 fn job_failed(r: &Recording, found: &mut Vec<Finding>) {
     let Some(exit) = r.exit else { return };
-    let end = r.samples.last();
+    let end = r.last_job_sample();
     let at = end.map_or(r.elapsed_secs, |s| s.at);
     // How old the last sample was when the job ended: what was seen last.
     let age = (r.elapsed_secs - at).max(0.0);

@@ -34,6 +34,19 @@ impl Recording {
             .collect()
     }
 
+    /// The last sample of the job at work: with a probe, the last with
+    /// MLX's figures (its process alive; a shell that outlives a killed
+    /// command has none), else the last.
+    #[must_use]
+    pub fn last_job_sample(&self) -> Option<&Sample> {
+        let probed = self.probe.is_some() && self.samples.iter().any(|s| s.mlx.is_some());
+        if probed {
+            self.samples.iter().rev().find(|s| s.mlx.is_some())
+        } else {
+            self.samples.last()
+        }
+    }
+
     /// The signal that ended the job: the one `wait` reported, or the one
     /// a shell's status 128+N says ended its command (`sh -c LINE`, as the
     /// window's Record form runs it: the shell outlives the command it
