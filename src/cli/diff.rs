@@ -246,6 +246,7 @@ mod tests {
             cosine: 0.99,
             nan: false,
             inf: false,
+            params: 4096,
             diff_sq: 1.0,
             a_sq: 100.0,
         }
@@ -269,6 +270,10 @@ mod tests {
             overall_rel_error: 0.1,
             overall_snr_db: 20.0,
             overall_tensors: 1,
+            overall_params: 0,
+            unchanged_tensors: 0,
+            unchanged_params: 0,
+            energy_rel_error: 0.0,
             non_finite: Vec::new(),
             worst: Vec::new(),
         };

@@ -64,6 +64,9 @@ pub struct Common {
     pub nan: bool,
     /// Whether either side has an infinity.
     pub inf: bool,
+    /// Its logical element count (parameters), which weights the overall
+    /// figure.
+    pub params: u64,
     /// `‖a - b‖²`, for the overall figure.
     #[serde(skip)]
     pub diff_sq: f64,
@@ -110,13 +113,25 @@ pub struct DiffReport {
     pub bound_bytes: u64,
     /// Wall time.
     pub elapsed_secs: f64,
-    /// Every compared tensor together: `sqrt(Σ‖a - b‖² / Σ‖a‖²)`.
+    /// The tensors that changed, together: the mean of their relative
+    /// errors `‖a - b‖ / ‖a‖` weighted by their parameters (a 4-bit
+    /// conversion's weights, not its unchanged norm vectors, make it).
     pub overall_rel_error: f64,
-    /// Every compared tensor together, in dB (null in JSON when equal).
+    /// That error in dB: `-20 log10(overall_rel_error)` (null in JSON when
+    /// nothing changed).
     pub overall_snr_db: f64,
-    /// Compared tensors in the overall figures: those without NaN or Inf
-    /// on either side.
+    /// Tensors in the overall figures: those that changed, without NaN or
+    /// Inf on either side.
     pub overall_tensors: usize,
+    /// Their parameters.
+    pub overall_params: u64,
+    /// Compared tensors whose values are equal on both sides, counted apart.
+    pub unchanged_tensors: usize,
+    /// Their parameters.
+    pub unchanged_params: u64,
+    /// Every finite compared tensor as one vector, changed or not:
+    /// `sqrt(Σ‖a - b‖² / Σ‖a‖²)` (tensors with large values weigh most).
+    pub energy_rel_error: f64,
     /// Compared tensors left out of the overall figures because a side has
     /// NaN or Inf (their own rows say which), in walk order.
     pub non_finite: Vec<String>,
@@ -140,19 +155,32 @@ impl DiffReport {
             }
             names.join(", ")
         };
-        if self.overall_tensors == 0 {
+        if self.overall_tensors == 0 && left_out > 0 && self.unchanged_tensors == 0 {
             return Some(format!(
                 "no overall figure: all {left_out} compared tensors have NaN or Inf on a side ({})",
                 named()
             ));
         }
-        let mut text = format!(
-            "relative error {:.3e}, SNR {} (sqrt(sum (a-b)^2 / sum a^2) over {} of {} compared tensors, both sides decoded to f32)",
-            self.overall_rel_error,
-            snr_text(self.overall_snr_db),
-            self.overall_tensors,
-            self.common.len()
-        );
+        let unchanged = match self.unchanged_tensors {
+            0 => String::new(),
+            n => format!(
+                "; {n} unchanged tensor{} ({} parameters) counted apart",
+                if n == 1 { "" } else { "s" },
+                crate::units::short_count(self.unchanged_params)
+            ),
+        };
+        let mut text = if self.overall_tensors == 0 {
+            format!("no tensor changed{unchanged}")
+        } else {
+            format!(
+                "relative error {:.3e}, SNR {} over {} changed tensor{} ({} parameters): each one's ||a-b||/||a|| weighted by its parameters, both sides decoded to f32{unchanged}",
+                self.overall_rel_error,
+                snr_text(self.overall_snr_db),
+                self.overall_tensors,
+                if self.overall_tensors == 1 { "" } else { "s" },
+                crate::units::short_count(self.overall_params)
+            )
+        };
         if left_out > 0 {
             let _ = write!(
                 text,
@@ -196,20 +224,41 @@ impl DiffReport {
             .iter()
             .filter(finite)
             .fold((0.0, 0.0), |(d, a), c| (d + c.diff_sq, a + c.a_sq));
-        self.overall_tensors = self.common.iter().filter(finite).count();
+        self.energy_rel_error = if a_sq > 0.0 {
+            (diff_sq / a_sq).sqrt()
+        } else {
+            f64::NAN
+        };
+        let changed = |c: &&Common| finite(c) && c.max_abs_diff != 0.0;
+        let unchanged = |c: &&Common| finite(c) && c.max_abs_diff == 0.0;
+        self.overall_tensors = self.common.iter().filter(changed).count();
+        self.overall_params = self.common.iter().filter(changed).map(|c| c.params).sum();
+        self.unchanged_tensors = self.common.iter().filter(unchanged).count();
+        self.unchanged_params = self.common.iter().filter(unchanged).map(|c| c.params).sum();
         self.non_finite = self
             .common
             .iter()
             .filter(|c| !finite(c))
             .map(|c| c.name.clone())
             .collect();
-        if self.overall_tensors == 0 {
-            self.overall_rel_error = f64::NAN;
-            self.overall_snr_db = f64::NAN;
+        if self.overall_params == 0 {
+            self.overall_rel_error = if self.overall_tensors == 0 {
+                0.0
+            } else {
+                f64::NAN
+            };
+            self.overall_snr_db = f64::INFINITY;
         } else {
-            let overall = mlx::metrics(0.0, diff_sq, a_sq, a_sq, a_sq, false, false);
-            self.overall_rel_error = overall.rel_error;
-            self.overall_snr_db = overall.snr_db;
+            #[allow(clippy::cast_precision_loss)] // parameter counts as weights
+            let weighted: f64 = self
+                .common
+                .iter()
+                .filter(changed)
+                .map(|c| c.params as f64 * c.rel_error)
+                .sum::<f64>()
+                / self.overall_params as f64;
+            self.overall_rel_error = weighted;
+            self.overall_snr_db = -20.0 * weighted.log10();
         }
         self.worst = self
             .by_error()
@@ -266,6 +315,10 @@ pub fn diff<N: Native, M: Native>(
         overall_rel_error: 0.0,
         overall_snr_db: f64::INFINITY,
         overall_tensors: 0,
+        overall_params: 0,
+        unchanged_tensors: 0,
+        unchanged_params: 0,
+        energy_rel_error: 0.0,
         non_finite: Vec::new(),
         worst: Vec::new(),
     };
@@ -373,6 +426,7 @@ fn compare<N: Native, M: Native>(
         cosine: d.cosine,
         nan: d.nan,
         inf: d.inf,
+        params: u64::try_from(i64::from(ba.rows) * i64::from(ba.cols)).unwrap_or(0),
         diff_sq: d.diff_sq,
         a_sq: d.a_sq,
     }))

@@ -122,3 +122,62 @@ fn figures_and_values_are_mlx_lms_own() {
         }
     }
 }
+
+/// `weightscope diff` of mlx-lm's bf16 Llama against its own 4-bit
+/// conversion: the overall figure is the changed tensors' errors weighted
+/// by their parameters (computed here from the rows), not diluted by the
+/// norm vectors the conversion left as they were (counted apart).
+#[test]
+fn the_overall_diff_of_mlx_lms_4bit_conversion_is_its_weights_error() {
+    let _lock = mlx_memory_lock();
+    let out = tempfile::tempdir().expect("tempdir");
+    write_models(out.path());
+    let output = Process::new(env!("CARGO_BIN_EXE_weightscope"))
+        .arg("diff")
+        .arg(out.path().join("llama-bf16"))
+        .arg(out.path().join("affine4"))
+        .arg("--json")
+        .output()
+        .expect("weightscope runs");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    let rows = report["common"].as_array().expect("rows");
+    let changed: Vec<&Value> = rows.iter().filter(|r| r["max_abs_diff"] != 0.0).collect();
+    let params = |r: &&Value| r["params"].as_u64().expect("params");
+    let total: u64 = changed.iter().map(params).sum();
+    #[allow(clippy::cast_precision_loss)] // test arithmetic
+    let weighted: f64 = changed
+        .iter()
+        .map(|r| params(r) as f64 * r["rel_error"].as_f64().expect("error"))
+        .sum::<f64>()
+        / total as f64;
+    let overall = report["overall_rel_error"].as_f64().expect("overall");
+    assert!(
+        (overall - weighted).abs() <= 1e-9 * weighted,
+        "{overall} vs {weighted}"
+    );
+    assert_eq!(report["overall_params"], total);
+    let norms = rows
+        .iter()
+        .filter(|r| r["name"].as_str().is_some_and(|n| n.contains("norm")))
+        .count();
+    assert!(norms > 0);
+    assert_eq!(
+        report["unchanged_tensors"].as_u64(),
+        Some(norms as u64),
+        "the norms, apart"
+    );
+    // Every quantized weight's error is near the overall figure; the old
+    // energy figure, which the norms dilute, is lower than all of them.
+    let lowest = changed
+        .iter()
+        .filter_map(|r| r["rel_error"].as_f64())
+        .fold(f64::INFINITY, f64::min);
+    assert!(overall >= lowest, "{overall} < {lowest}");
+    let energy = report["energy_rel_error"].as_f64().expect("energy");
+    assert!(energy < overall, "{energy} vs {overall}");
+}

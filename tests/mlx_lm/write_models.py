@@ -7,6 +7,9 @@ prints one JSON line per case with what mlx-lm itself says of it: the index's
 `total_parameters` (its `get_total_parameters`), `compute_bits_per_weight`,
 and the statistics of a few weights dequantized by MLX from the modules.
 
+Also writes the unquantized bf16 source of the Llama cases to
+OUT_DIR/llama-bf16 (the same seed), for diffs against its conversions.
+
 Usage: python write_models.py OUT_DIR
 """
 
@@ -90,6 +93,13 @@ def dequantized(module):
 
 def main():
     out = Path(sys.argv[1])
+    # The unquantized source of the Llama cases (bf16, the same seed), for
+    # diffs against its conversions; no case line.
+    mx.random.seed(7)
+    source = llama.Model(llama.ModelArgs.from_dict(dict(LLAMA)))
+    source.update(tree_map(lambda p: p.astype(mx.bfloat16), source.parameters()))
+    save_model(out / "llama-bf16", source)
+    save_config(dict(LLAMA), out / "llama-bf16" / "config.json")
     for name, arch, mode, group_size, bits, recipe, global_scale in CASES:
         mx.random.seed(7)
         module = llama if arch is LLAMA else qwen3_moe
