@@ -113,18 +113,26 @@ fn badge_ui(ui: &mut egui::Ui, (errors, warnings): (usize, usize)) -> bool {
 fn params_note(summary: &Summary) -> Option<String> {
     let mut parts = Vec::new();
     if let Some(q) = &summary.quantization {
-        let d = q.default;
-        let others: Vec<&str> = q
-            .modes
-            .keys()
-            .filter(|m| **m != d.mode)
-            .map(|m| m.name())
-            .collect();
-        parts.push(if others.is_empty() {
-            format!("{} {}-bit", d.mode, d.bits)
-        } else {
-            format!("{} {}-bit + {}", d.mode, d.bits, others.join(", "))
-        });
+        // What the weights use, not config.json's default (which a mixed
+        // recipe may use for none of them).
+        let recipe = q.recipe();
+        let mut modes: Vec<String> = Vec::new();
+        for (p, _) in &recipe {
+            let name = p.mode.name().to_owned();
+            if !modes.contains(&name) {
+                modes.push(name);
+            }
+        }
+        let mut bits: Vec<u64> = recipe.iter().map(|(p, _)| p.bits).collect();
+        bits.sort_unstable();
+        bits.dedup();
+        let bits: Vec<String> = bits.iter().map(u64::to_string).collect();
+        parts.push(format!(
+            "{}{} {}-bit",
+            if recipe.len() > 1 { "mixed " } else { "" },
+            modes.join(" + "),
+            bits.join("/")
+        ));
     }
     if let Some(f) = &summary.fp8 {
         parts.push(match f.block {

@@ -168,6 +168,65 @@ pub struct QuantSummary {
     pub bits_per_weight: f64,
 }
 
+impl QuantSummary {
+    /// The recipe as written: each (mode, bits, group size) with how many
+    /// weights use it, most used first.
+    #[must_use]
+    pub fn recipe(&self) -> Vec<(QuantParams, usize)> {
+        let mut recipe: Vec<(QuantParams, usize)> = Vec::new();
+        for t in &self.tensors {
+            match recipe.iter_mut().find(|(p, _)| *p == t.params) {
+                Some((_, n)) => *n += 1,
+                None => recipe.push((t.params, 1)),
+            }
+        }
+        recipe.sort_by(|a, b| {
+            b.1.cmp(&a.1)
+                .then(a.0.bits.cmp(&b.0.bits))
+                .then(a.0.group_size.cmp(&b.0.group_size))
+        });
+        recipe
+    }
+
+    /// The recipe in words: "affine 4-bit g64" when every weight uses one
+    /// setting, else each with its count, "affine 3-bit g64 x25, affine
+    /// 6-bit g64 x5" (a mixed recipe).
+    #[must_use]
+    pub fn recipe_text(&self) -> String {
+        let recipe = self.recipe();
+        let name = |p: &QuantParams| format!("{} {}-bit g{}", p.mode, p.bits, p.group_size);
+        match recipe.as_slice() {
+            [(p, _)] => name(p),
+            many => many
+                .iter()
+                .map(|(p, n)| format!("{} x{n}", name(p)))
+                .collect::<Vec<_>>()
+                .join(", "),
+        }
+    }
+
+    /// The recipe of the weights in numbered layer `layer` (`None`: outside
+    /// numbered layers), as [`Self::recipe`] gives it.
+    #[must_use]
+    pub fn recipe_of_layer(&self, layer: Option<u64>) -> Vec<(QuantParams, usize)> {
+        let mut recipe: Vec<(QuantParams, usize)> = Vec::new();
+        for t in self.tensors.iter().filter(|t| layer_of(&t.module) == layer) {
+            match recipe.iter_mut().find(|(p, _)| *p == t.params) {
+                Some((_, n)) => *n += 1,
+                None => recipe.push((t.params, 1)),
+            }
+        }
+        recipe.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.bits.cmp(&b.0.bits)));
+        recipe
+    }
+
+    /// Whether the default (from `config.json`) is the setting of no weight.
+    #[must_use]
+    pub fn default_unused(&self) -> bool {
+        !self.tensors.iter().any(|t| t.params == self.default)
+    }
+}
+
 /// Block-scaled (or plain) FP8 tensors of the checkpoint.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Fp8Summary {

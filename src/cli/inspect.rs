@@ -21,7 +21,29 @@ struct JsonShard<'a> {
 }
 
 #[derive(Serialize)]
+struct JsonRecipe {
+    mode: &'static str,
+    bits: u64,
+    group_size: u64,
+    tensors: usize,
+}
+
+fn json_recipe(recipe: Vec<(crate::checkpoint::QuantParams, usize)>) -> Vec<JsonRecipe> {
+    recipe
+        .into_iter()
+        .map(|(p, n)| JsonRecipe {
+            mode: p.mode.name(),
+            bits: p.bits,
+            group_size: p.group_size,
+            tensors: n,
+        })
+        .collect()
+}
+
+#[derive(Serialize)]
 struct JsonQuantization {
+    /// Every (mode, bits, group size) with its weights, most used first.
+    recipe: Vec<JsonRecipe>,
     bits: u64,
     group_size: u64,
     mode: &'static str,
@@ -48,6 +70,8 @@ struct JsonLayer {
     params: u64,
     bytes: u64,
     bits_per_weight: f64,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    quantized: Vec<JsonRecipe>,
 }
 
 #[derive(Serialize)]
@@ -91,6 +115,7 @@ pub fn write_json(
 ) -> io::Result<()> {
     let shards = checkpoint.shards();
     let quantization = summary.quantization.as_ref().map(|q| JsonQuantization {
+        recipe: json_recipe(q.recipe()),
         bits: q.default.bits,
         group_size: q.default.group_size,
         mode: q.default.mode.name(),
@@ -144,6 +169,11 @@ pub fn write_json(
                 params: l.params,
                 bytes: l.bytes,
                 bits_per_weight: l.bits_per_weight(),
+                quantized: summary
+                    .quantization
+                    .as_ref()
+                    .map(|q| json_recipe(q.recipe_of_layer(l.layer)))
+                    .unwrap_or_default(),
             })
             .collect(),
         metadata: checkpoint.metadata(),
@@ -587,8 +617,47 @@ pub fn write_text(
         )?;
     }
 
+    write_layers(summary, out)?;
     writeln!(out)?;
     write_tensor_rows(checkpoint, out)
+}
+
+/// The per-layer table: parameters, bytes, bits per weight, and how the
+/// layer's weights are quantized (every numbered layer, then the rest).
+fn write_layers(summary: &Summary, out: &mut impl Write) -> io::Result<()> {
+    if summary.layers.len() < 2 {
+        return Ok(());
+    }
+    writeln!(out)?;
+    writeln!(
+        out,
+        "{:<8}  {:>10}  {:>12}  {:>6}  QUANTIZED",
+        "LAYER", "PARAMS", "BYTES", "BITS/W"
+    )?;
+    for l in &summary.layers {
+        let quantized = summary.quantization.as_ref().map_or(String::new(), |q| {
+            q.recipe_of_layer(l.layer)
+                .iter()
+                .map(|(p, n)| format!("{} {}-bit g{} x{n}", p.mode, p.bits, p.group_size))
+                .collect::<Vec<_>>()
+                .join(", ")
+        });
+        writeln!(
+            out,
+            "{:<8}  {:>10}  {:>12}  {:>6.2}  {}",
+            l.layer
+                .map_or_else(|| "other".to_owned(), |n| n.to_string()),
+            short_count(l.params),
+            human_bytes(l.bytes),
+            l.bits_per_weight(),
+            if quantized.is_empty() {
+                "-"
+            } else {
+                &quantized
+            }
+        )?;
+    }
+    Ok(())
 }
 
 /// The table of every tensor: name, dtype, shape, bytes, shard.
@@ -677,15 +746,26 @@ fn shape_text_len(shape: &[u64]) -> usize {
 /// The quantization and FP8 lines of the text summary.
 fn write_encodings(summary: &Summary, out: &mut impl Write) -> io::Result<()> {
     if let Some(q) = &summary.quantization {
-        let modes: Vec<String> = q.modes.iter().map(|(m, n)| format!("{n} {m}")).collect();
+        let default = if q.recipe().len() > 1 || q.default_unused() {
+            format!(
+                " (config.json's default, {} {}-bit g{}, {})",
+                q.default.mode,
+                q.default.bits,
+                q.default.group_size,
+                if q.default_unused() {
+                    "is used by none"
+                } else {
+                    "is one of them"
+                }
+            )
+        } else {
+            String::new()
+        };
         writeln!(
             out,
-            "quantized    {} tensors ({}), default {} {}-bit group {}{}: {:.2} bits per weight with {}",
+            "quantized    {} tensors: {}{default}{}: {:.2} bits per weight with {}",
             q.tensors.len(),
-            modes.join(", "),
-            q.default.mode,
-            q.default.bits,
-            q.default.group_size,
+            q.recipe_text(),
             if q.tensors.iter().any(|t| t.inferred) {
                 " (some inferred from shapes)"
             } else {

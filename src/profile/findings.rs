@@ -137,25 +137,67 @@ fn whole_model_accumulated(trace: &Trace, found: &mut Vec<Finding>) {
     }
 }
 
+/// RSS that neither fell nor was reused after a release: MLX active fell
+/// by a shard, yet RSS did not fall by half of it before the next release
+/// (events and samples in between, so a fall a moment later counts) and
+/// grew, with the next shard, by half of it more than the next shard needs
+/// beyond the freed pages (they were not reused either: they sit in MLX's
+/// cache or in malloc). A release
+/// whose pages MLX's cache reuses for the next shard keeps RSS flat, which
+/// is healthy and not said.
 fn rss_did_not_follow(trace: &Trace, found: &mut Vec<Finding>) {
+    let releases: Vec<usize> = trace
+        .events
+        .iter()
+        .enumerate()
+        .filter(|(i, e)| *i > 0 && matches!(e.kind, MarkKind::ReleaseShard | MarkKind::ReleaseAll))
+        .map(|(i, _)| i)
+        .collect();
     let mut stuck = Vec::new();
-    for pair in trace.events.windows(2) {
-        let (before, event) = (&pair[0], &pair[1]);
-        if !matches!(event.kind, MarkKind::ReleaseShard | MarkKind::ReleaseAll) {
-            continue;
-        }
+    for (j, &i) in releases.iter().enumerate() {
+        let (before, event) = (&trace.events[i - 1], &trace.events[i]);
         let active_fell = before
             .mlx_active_bytes
             .saturating_sub(event.mlx_active_bytes);
-        let rss_fell = before.rss_bytes.saturating_sub(event.rss_bytes);
-        if active_fell >= NOISE_BYTES && rss_fell < active_fell / 2 {
-            stuck.push((event, active_fell));
+        if active_fell < NOISE_BYTES {
+            continue;
+        }
+        // Up to the moment before the next release (or the end).
+        let next = releases.get(j + 1).copied().unwrap_or(trace.events.len());
+        let end_t = trace.events[next - 1].t_secs;
+        let rss_after = trace.events[i..next]
+            .iter()
+            .map(|e| (e.t_secs, e.rss_bytes))
+            .chain(
+                trace
+                    .samples
+                    .iter()
+                    .filter(|s| s.at >= event.t_secs && s.at <= end_t)
+                    .map(|s| (s.at, s.process.rss_bytes)),
+            );
+        let (low, high) = rss_after.fold((u64::MAX, 0), |(lo, hi), (_, rss)| {
+            (lo.min(rss), hi.max(rss))
+        });
+        // What the next shard added to MLX active: with the freed pages
+        // reused, RSS grows by no more than that less what was freed.
+        let next_grew = trace.events[i..next]
+            .iter()
+            .map(|e| e.mlx_active_bytes)
+            .max()
+            .unwrap_or(0)
+            .saturating_sub(event.mlx_active_bytes);
+        let if_reused = next_grew.saturating_sub(active_fell);
+        let fell = before.rss_bytes.saturating_sub(low);
+        let grew_on_top = high.saturating_sub(before.rss_bytes);
+        if fell < active_fell / 2 && grew_on_top >= if_reused + active_fell / 2 {
+            stuck.push((event, active_fell, grew_on_top));
         }
     }
-    let Some((first, _)) = stuck.first() else {
+    let Some((first, _, _)) = stuck.first() else {
         return;
     };
-    let fell: u64 = stuck.iter().map(|(_, b)| b).sum();
+    let fell: u64 = stuck.iter().map(|(_, b, _)| b).sum();
+    let grew: u64 = stuck.iter().map(|(_, _, g)| g).sum();
     let trimmed = trace
         .events
         .iter()
@@ -163,10 +205,12 @@ fn rss_did_not_follow(trace: &Trace, found: &mut Vec<Finding>) {
     found.push(Finding {
         kind: FindingKind::RssDidNotFollow,
         text: format!(
-            "MLX active fell by {} at {} release(s) but RSS did not: the freed buffers sit in \
-             MLX's cache ({} at the first; clear it) or in malloc (trimmed: {})",
+            "MLX active fell by {} at {} release(s), but RSS neither fell nor was reused: it grew by \
+             {} more before the next release. The freed buffers sit in MLX's cache ({} at the \
+             first; clear it) or in malloc (trimmed: {})",
             human_bytes(fell),
             stuck.len(),
+            human_bytes(grew),
             human_bytes(first.mlx_cache_bytes),
             if trimmed { "yes" } else { "no" }
         ),
@@ -341,20 +385,37 @@ mod tests {
     }
 
     #[test]
-    fn rss_that_stays_up_is_explained() {
+    fn rss_that_neither_falls_nor_is_reused_is_explained() {
         let mut trace = Trace::new("t");
         trace.events = vec![
             event(0.0, MarkKind::WalkStep, "a", 8 * MIB, 8 * MIB, 100 * MIB),
             event(0.1, MarkKind::ReleaseShard, "s1", 8 * MIB, 0, 100 * MIB),
+            // The next shard: RSS grows on top of what was freed.
+            event(0.2, MarkKind::WalkStep, "b", 8 * MIB, 8 * MIB, 108 * MIB),
+            event(0.3, MarkKind::ReleaseShard, "s2", 8 * MIB, 0, 108 * MIB),
         ];
         let found = findings(&trace);
         let finding = found
             .iter()
             .find(|f| f.kind == FindingKind::RssDidNotFollow)
             .expect("found");
+        assert!(finding.text.contains("at 1 release(s)"), "{}", finding.text);
         assert!(finding.text.contains("trimmed: no"), "{}", finding.text);
-        // When RSS falls too, nothing is said.
-        trace.events[1].rss_bytes = 92 * MIB;
+        // The freed pages reused for the next shard (RSS flat): healthy.
+        trace.events[2].rss_bytes = 100 * MIB;
+        trace.events[3].rss_bytes = 100 * MIB;
+        assert!(findings(&trace).is_empty());
+        // RSS falling a moment after the release (a later sample): healthy.
+        trace.events[2].rss_bytes = 108 * MIB;
+        trace.samples.push(crate::memory::Sample {
+            at: 0.15,
+            process: crate::memory::ProcessFigures {
+                rss_bytes: 92 * MIB,
+                ..crate::memory::ProcessFigures::default()
+            },
+            mlx: None,
+            gpu: None,
+        });
         assert!(findings(&trace).is_empty());
     }
 

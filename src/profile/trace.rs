@@ -388,9 +388,10 @@ impl Trace {
         let mut reader = csv::ReaderBuilder::new()
             .has_headers(true)
             .from_reader(text.as_bytes());
-        let header_ok = reader
-            .headers()
-            .is_ok_and(|h| h.iter().collect::<Vec<_>>().join(",") == CSV_HEADER);
+        let header_ok = reader.headers().is_ok_and(|h| {
+            let header = h.iter().collect::<Vec<_>>().join(",");
+            header == CSV_HEADER || header == CSV_HEADER_V1
+        });
         if !header_ok {
             return Err(CsvError::at(1, "not the trace CSV header"));
         }
@@ -657,6 +658,11 @@ pub struct ResidentTensor {
 }
 
 const CSV_HEADER: &str = "record,t_secs,rss_bytes,rss_anon_bytes,rss_file_bytes,mlx_active_bytes,\
+mlx_cache_bytes,mlx_peak_bytes,event,target,bytes,shard,shard_resident_bytes,detail,\
+peak_rss_bytes,no_mlx";
+/// The header of trace CSVs written before `peak_rss_bytes` and `no_mlx`
+/// (still read).
+const CSV_HEADER_V1: &str = "record,t_secs,rss_bytes,rss_anon_bytes,rss_file_bytes,mlx_active_bytes,\
 mlx_cache_bytes,mlx_peak_bytes,event,target,bytes,shard,shard_resident_bytes,detail";
 
 fn is_csv(path: &Path) -> bool {
@@ -683,6 +689,10 @@ struct CsvRow {
     shard: Option<String>,
     shard_resident_bytes: Option<u64>,
     detail: Option<String>,
+    #[serde(default)]
+    peak_rss_bytes: Option<u64>,
+    #[serde(default)]
+    no_mlx: Option<bool>,
 }
 
 impl CsvRow {
@@ -696,8 +706,8 @@ impl CsvRow {
             mlx_active_bytes: self.mlx_active_bytes.unwrap_or(0),
             mlx_cache_bytes: self.mlx_cache_bytes.unwrap_or(0),
             mlx_peak_bytes: self.mlx_peak_bytes.unwrap_or(0),
-            peak_rss_bytes: 0,
-            no_mlx: false,
+            peak_rss_bytes: self.peak_rss_bytes.unwrap_or(0),
+            no_mlx: self.no_mlx.unwrap_or(false),
         }
         .into()
     }
@@ -713,6 +723,8 @@ impl CsvRow {
             mlx_active_bytes: Some(s.mlx_active_bytes),
             mlx_cache_bytes: Some(s.mlx_cache_bytes),
             mlx_peak_bytes: Some(s.mlx_peak_bytes),
+            peak_rss_bytes: Some(s.peak_rss_bytes),
+            no_mlx: s.no_mlx.then_some(true),
             ..Self::default()
         }
     }
@@ -1048,7 +1060,7 @@ mod tests {
     #[test]
     fn bad_csv_names_the_line() {
         let mut text = sample_trace().to_csv();
-        text.push_str("event,x,1,,,1,1,,walk-step,a,1,,,\n");
+        text.push_str("event,x,1,,,1,1,,walk-step,a,1,,,,,\n");
         let err = Trace::from_csv(&text).expect_err("a bad time").to_string();
         assert!(err.contains("`t_secs`"), "{err}");
         assert!(err.starts_with("line "), "{err}");
@@ -1064,7 +1076,7 @@ mod tests {
             "{err}"
         );
         let err = Trace::from_csv(&format!(
-            "{CSV_HEADER}\nevent,0.1,1,,,1,1,,frobnicate,a,1,,,\n"
+            "{CSV_HEADER}\nevent,0.1,1,,,1,1,,frobnicate,a,1,,,,,\n"
         ))
         .expect_err("unknown kind")
         .to_string();

@@ -181,3 +181,72 @@ fn the_overall_diff_of_mlx_lms_4bit_conversion_is_its_weights_error() {
     let energy = report["energy_rel_error"].as_f64().expect("energy");
     assert!(energy < overall, "{energy} vs {overall}");
 }
+
+/// `inspect` of mlx-lm's own `mixed_3_6` conversion names the recipe the
+/// weights use (counted here from the per-layer entries mlx-lm wrote in
+/// config.json), not config.json's default, and prints the per-layer table.
+#[test]
+fn inspect_names_the_mixed_recipe_mlx_lm_wrote() {
+    let _lock = mlx_memory_lock();
+    let out = tempfile::tempdir().expect("tempdir");
+    write_models(out.path());
+    let path = out.path().join("mixed_3_6");
+    let config: Value = serde_json::from_str(
+        &std::fs::read_to_string(path.join("config.json")).expect("config.json"),
+    )
+    .expect("JSON");
+    let q = config["quantization"].as_object().expect("quantization");
+    let default_bits = q["bits"].as_u64().expect("default bits");
+    let mut by_bits = std::collections::BTreeMap::<u64, usize>::new();
+    for value in q.values().filter(|v| v.is_object()) {
+        *by_bits
+            .entry(value["bits"].as_u64().expect("bits"))
+            .or_insert(0) += 1;
+    }
+    assert!(
+        by_bits.len() >= 2,
+        "mlx-lm wrote a mixed recipe: {by_bits:?}"
+    );
+    let inspect = |json: bool| {
+        let mut cmd = Process::new(env!("CARGO_BIN_EXE_weightscope"));
+        cmd.arg("inspect").arg(&path);
+        if json {
+            cmd.arg("--json");
+        }
+        let output = cmd.output().expect("weightscope runs");
+        assert!(output.status.success());
+        String::from_utf8(output.stdout).expect("utf-8")
+    };
+    let report: Value = serde_json::from_str(&inspect(true)).expect("JSON");
+    let recipe: std::collections::BTreeMap<u64, usize> = report["quantization"]["recipe"]
+        .as_array()
+        .expect("recipe")
+        .iter()
+        .map(|r| {
+            (
+                r["bits"].as_u64().expect("bits"),
+                usize::try_from(r["tensors"].as_u64().expect("tensors")).expect("count"),
+            )
+        })
+        .collect();
+    assert_eq!(recipe, by_bits, "the weights' recipe is mlx-lm's");
+    let text = inspect(false);
+    for (bits, n) in &by_bits {
+        assert!(
+            text.contains(&format!("affine {bits}-bit g64 x{n}")),
+            "{text}"
+        );
+    }
+    if !by_bits.contains_key(&default_bits) {
+        assert!(text.contains("is used by none"), "{text}");
+    }
+    assert!(
+        text.contains("LAYER") && text.contains("QUANTIZED"),
+        "the per-layer table: {text}"
+    );
+    let layers = report["layers"].as_array().expect("layers");
+    assert!(
+        layers.iter().all(|l| l["quantized"].is_array()),
+        "{layers:?}"
+    );
+}

@@ -158,6 +158,13 @@ fn each_policy_peaks_where_the_headers_say() {
         "release-shard peaks at no more than 1.1 x the largest shard: {} vs {largest}",
         fix.peak_mlx_active_bytes
     );
+    // MLX's cache reuses each released shard's pages for the next: RSS
+    // stays flat, which is not "RSS did not follow".
+    assert!(
+        !kinds(&fix_trace).contains(&FindingKind::RssDidNotFollow),
+        "{:?}",
+        kinds(&fix_trace)
+    );
     assert!(
         fix.peak_mlx_active_bytes >= largest,
         "the largest shard was read whole"
@@ -444,6 +451,17 @@ fn the_cache_limit_decides_whether_released_shards_stay_in_mlx_cache() {
             String::from_utf8_lossy(&output.stderr)
         );
         let report: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
+        // The same finding rule as the window's: a healthy release-shard
+        // walk has no "RSS did not follow", with the cache or without.
+        assert!(
+            report["findings"]
+                .as_array()
+                .expect("findings")
+                .iter()
+                .all(|f| f["kind"] != "RssDidNotFollow"),
+            "{}",
+            report["findings"]
+        );
         report["events"]
             .as_array()
             .expect("events")
