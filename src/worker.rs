@@ -765,6 +765,18 @@ fn open(
         Err(err) => (None, Some(err.into())),
     };
     let checkpoint = opened.shared_checkpoint();
+    // Nothing of it opened (a file that is not safetensors, a folder whose
+    // every shard is broken): a failed open, as the CLI says it, and what
+    // was open stays. A checkpoint with some shards broken opens, the
+    // broken ones shown and counted by the check.
+    if checkpoint.shards().is_empty()
+        && let Some(&problem) = checkpoint.fatal_problems().first()
+    {
+        return EventKind::OpenFailed {
+            path,
+            error: WeightsError::from(problem.clone()).into(),
+        };
+    }
     let facts = Box::new(OpenedFacts::of(&checkpoint));
     let findings = check_headers(&checkpoint, &facts.summary);
     // The old one's arrays and maps go first, then the new one takes its place.

@@ -500,6 +500,8 @@ impl WeightscopeApp {
                 memory: &self.memory,
                 checkpoint: self.checkpoint.as_deref(),
                 check_counts: self.check.counts(),
+                opening: self.opening.as_deref(),
+                open_error: self.open_error.as_deref(),
             };
             self.status.ui(ui, &inputs, &self.commands);
         });
@@ -588,10 +590,22 @@ impl WeightscopeApp {
 
     fn tensors_tab_ui(&mut self, ui: &mut egui::Ui) {
         let Some(checkpoint) = self.checkpoint.clone() else {
+            let text = match (&self.opening, &self.open_error) {
+                (Some(path), _) => format!(
+                    "Opening {}… (progress beside the path field)",
+                    crate::units::printable(&path.display().to_string())
+                ),
+                (None, Some(error)) => format!(
+                    "Nothing is open: {}\nType another folder or .safetensors path above and press Enter.",
+                    crate::units::printable(error)
+                ),
+                (None, None) => {
+                    "Open a checkpoint: type a folder or .safetensors path above and press Enter."
+                        .to_owned()
+                }
+            };
             ui.centered_and_justified(|ui| {
-                ui.label(
-                    "Open a checkpoint: type a folder or .safetensors path above and press Enter.",
-                );
+                ui.label(text);
             });
             return;
         };

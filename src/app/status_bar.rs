@@ -15,8 +15,12 @@ pub(super) struct StatusInputs<'a> {
     pub memory: &'a MemoryStats,
     /// The open checkpoint, if any.
     pub checkpoint: Option<&'a Checkpoint>,
-    /// Errors and warnings the check found.
+    /// Errors and warnings the check found (of the open checkpoint).
     pub check_counts: (usize, usize),
+    /// A checkpoint being opened.
+    pub opening: Option<&'a std::path::Path>,
+    /// Why the last open failed (what is shown stays open).
+    pub open_error: Option<&'a str>,
 }
 
 /// The status bar. Its own state is what it computed once per checkpoint
@@ -59,6 +63,28 @@ impl StatusBar {
                 human_bytes(memory.peak_bytes),
                 human_bytes(memory.limit_bytes)
             ));
+            // The truth about opening, beside what is open: a failed open
+            // leaves the previous checkpoint (and its badge) in place.
+            if let Some(path) = inputs.opening {
+                ui.separator();
+                ui.spinner();
+                ui.label(format!(
+                    "opening {}",
+                    crate::units::printable(&path.display().to_string())
+                ));
+            }
+            if let Some(error) = inputs.open_error {
+                ui.separator();
+                ui.colored_label(
+                    ui.visuals().error_fg_color,
+                    format!("open failed: {}", crate::units::printable(error)),
+                )
+                .on_hover_text(if inputs.checkpoint.is_some() {
+                    "The checkpoint shown stays open; its figures and check are its own"
+                } else {
+                    "No checkpoint is open: type another path above"
+                });
+            }
             let Some(checkpoint) = inputs.checkpoint else {
                 return;
             };

@@ -92,6 +92,7 @@ pub const CODES: &[(&str, Severity)] = &[
     ("files.stray-shard", Severity::Warning),
     ("model.missing-lm-head", Severity::Error),
     ("config.unusable", Severity::Warning),
+    ("files.unreadable", Severity::Error),
     ("dtype.stray", Severity::Info),
     ("values.nan", Severity::Error),
     ("values.inf", Severity::Error),
@@ -130,6 +131,10 @@ pub fn check_headers(checkpoint: &Checkpoint, summary: &Summary) -> Vec<Finding>
     for problem in checkpoint.problems() {
         if let CheckpointError::BadConfig { .. } = problem {
             findings.push(finding("config.unusable", problem.to_string()).file("config.json"));
+        } else {
+            // A shard that did not open (the window shows the rest; the CLI
+            // refuses such a checkpoint before checking it).
+            findings.push(finding("files.unreadable", problem.to_string()));
         }
     }
     findings.sort_by_key(|f| f.severity);

@@ -149,7 +149,14 @@ fn a_path_that_cannot_open_says_why_and_another_can_be_typed() {
     let _lock = common::mlx_memory_lock();
     let dir = tempfile::tempdir().expect("tempdir");
     let mut harness = harness(open_app(&dir.path().join("missing")));
-    harness.get_by_label_contains("cannot read");
+    // The error line, the centre and the status bar.
+    assert_eq!(
+        harness.query_all_by_label_contains("cannot read").count(),
+        3
+    );
+    // The centre and the status bar say the same: nothing is open, and why.
+    harness.get_by_label_contains("Nothing is open: ");
+    harness.get_by_label_contains("open failed: ");
     common::write_safetensors(
         &dir.path().join("m.safetensors"),
         &[common::Tensor::f32("x", &[1], &[3.0])],
@@ -162,6 +169,20 @@ fn a_path_that_cannot_open_says_why_and_another_can_be_typed() {
     harness.run();
     harness.get_by_label_contains("1 of 1 tensors");
     assert!(harness.query_by_label_contains("cannot read").is_none());
+    // A file that is not a checkpoint: the open checkpoint stays, and the
+    // status bar says the open failed beside its badge.
+    let passwd = dir.path().join("passwd");
+    std::fs::write(&passwd, "root:x:0:0:root:/root:/bin/sh\n").expect("write");
+    harness.state_mut().execute(AppCommand::Open(passwd));
+    while harness.state().is_opening() {
+        harness
+            .state_mut()
+            .wait_for_any_event()
+            .expect("the worker answers");
+    }
+    harness.run();
+    harness.get_by_label_contains("open failed: ");
+    harness.get_by_label_contains("1 of 1 tensors");
 
     // The dialogs are the shell's job: the UI asks, and explains an empty answer.
     harness.get_by_label("Open checkpoint…").click();
@@ -646,7 +667,12 @@ fn enter_in_the_path_field_only_opens_and_a_failed_open_keeps_the_open_checkpoin
     harness.step();
     harness.state_mut().wait_for_worker().expect("answered");
     harness.run();
-    harness.get_by_label_contains("/nonexistent/model");
+    assert!(
+        harness
+            .query_all_by_label_contains("/nonexistent/model")
+            .next()
+            .is_some()
+    );
     assert_eq!(
         harness.state().checkpoint().map(|c| c.tensors().len()),
         Some(10),
@@ -970,7 +996,12 @@ fn opening_many_shards_shows_progress_while_the_open_checkpoint_stays() {
     while !harness.state_mut().wait_for_any_event().expect("event") {}
     assert!(harness.state().is_opening());
     harness.run_steps(2); // the spinner keeps repainting
-    harness.get_by_label_contains(&format!("opening {}", many.display()));
+    assert!(
+        harness
+            .query_all_by_label_contains(&format!("opening {}", many.display()))
+            .next()
+            .is_some()
+    );
     assert!(
         harness.query_by_label_contains("/120").is_some(),
         "a progress bar counts the 120 shards"
