@@ -77,7 +77,11 @@ pub enum Command {
     /// The summary of a saved recording (`record --trace`; a journal cut short included): the figures `record` printed.
     Report(ReportArgs),
     /// MLX's default device, whether a GPU is available, its memory counters.
-    Device,
+    Device {
+        /// One JSON object (byte counts) instead of text (human units).
+        #[arg(long)]
+        json: bool,
+    },
     /// Print a completion script for SHELL (bash, zsh, fish, elvish, powershell).
     Completions {
         /// The shell.
@@ -228,22 +232,38 @@ pub fn completions(
 }
 
 /// `weightscope device`: runs it and returns the exit status.
-fn device() -> u8 {
+fn device(json: bool) -> u8 {
     let report =
         crate::mlx::default_device().and_then(|device| Ok((device, crate::mlx::memory()?)));
     match report {
         Ok((device, memory)) => {
-            let text = format!(
-                "{}\ndevice: {}\ngpu_available: {}\nmlx_active_bytes: {}\nmlx_cache_bytes: {}\n\
-                 mlx_peak_bytes: {}\nmlx_memory_limit_bytes: {}\n",
-                device.describe(),
-                device.name(),
-                device.gpu_available,
-                memory.active_bytes,
-                memory.cache_bytes,
-                memory.peak_bytes,
-                memory.limit_bytes
-            );
+            let text = if json {
+                let doc = serde_json::json!({
+                    "description": device.describe(),
+                    "device": device.name(),
+                    "gpu_available": device.gpu_available,
+                    "mlx_active_bytes": memory.active_bytes,
+                    "mlx_cache_bytes": memory.cache_bytes,
+                    "mlx_peak_bytes": memory.peak_bytes,
+                    "mlx_memory_limit_bytes": memory.limit_bytes,
+                });
+                format!(
+                    "{}\n",
+                    serde_json::to_string_pretty(&doc).unwrap_or_default()
+                )
+            } else {
+                format!(
+                    "{}\ndevice          {}\ngpu available   {}\nMLX active      {}\nMLX cache       {}\n\
+                     MLX peak        {}\nMLX limit       {}\n",
+                    device.describe(),
+                    device.name(),
+                    if device.gpu_available { "yes" } else { "no" },
+                    crate::units::human_bytes(memory.active_bytes),
+                    crate::units::human_bytes(memory.cache_bytes),
+                    crate::units::human_bytes(memory.peak_bytes),
+                    crate::units::human_bytes(memory.limit_bytes)
+                )
+            };
             let written = std::io::Write::write_all(&mut std::io::stdout(), text.as_bytes());
             output_status(written).map_or_else(|code| code, |()| 0)
         }
@@ -360,7 +380,7 @@ pub fn run(command: Command) -> u8 {
     match command {
         Command::Completions { shell } => output_status(completions(shell, &mut std::io::stdout()))
             .map_or_else(|code| code, |()| 0),
-        Command::Device => device(),
+        Command::Device { json } => device(json),
         Command::Inspect(args) => inspect::main(&args),
         Command::Tensor(args) => tensor::main(&args),
         Command::Walk(args) => walk::main(&args),

@@ -159,6 +159,63 @@ pub fn write_text(preview: &TensorPreview, out: &mut impl Write) -> io::Result<(
         .map(|v| format!("{v:.6}"))
         .collect();
     writeln!(out, "first       {}", first.join(" "))?;
+    write_histogram(&preview.values.histogram, s.finite, out)
+}
+
+/// The most rows the text histogram has, and its longest bar.
+const HISTOGRAM_ROWS: usize = 16;
+const HISTOGRAM_BAR: u64 = 40;
+
+/// The histogram as text: at most 16 rows (adjacent bins merged), each its
+/// range, its count and a bar scaled to the largest row.
+fn write_histogram(h: &crate::mlx::Histogram, finite: u64, out: &mut impl Write) -> io::Result<()> {
+    if finite == 0 || h.counts.is_empty() {
+        return writeln!(out, "histogram   no finite values");
+    }
+    #[allow(clippy::float_cmp)] // one value: the range is exactly empty
+    if h.min == h.max {
+        return writeln!(
+            out,
+            "histogram   every finite value is {:.6e}{}",
+            h.min,
+            if h.min.abs() < f64::MIN_POSITIVE {
+                " (all zeros)"
+            } else {
+                ""
+            }
+        );
+    }
+    let per_row = h.counts.len().div_ceil(HISTOGRAM_ROWS);
+    let rows: Vec<u64> = h.counts.chunks(per_row).map(|c| c.iter().sum()).collect();
+    let most = rows.iter().copied().max().unwrap_or(1).max(1);
+    #[allow(clippy::cast_precision_loss)] // bin edges for reading
+    let width = (h.max - h.min) / h.counts.len() as f64;
+    writeln!(
+        out,
+        "histogram   {} bins over [{:.4e}, {:.4e}], {} a row",
+        h.counts.len(),
+        h.min,
+        h.max,
+        per_row
+    )?;
+    for (i, count) in rows.iter().enumerate() {
+        #[allow(clippy::cast_precision_loss)] // bin edges for reading
+        let lo = h.min + width * (i * per_row) as f64;
+        #[allow(clippy::cast_precision_loss)]
+        let hi = (h.min + width * ((i + 1) * per_row) as f64).min(h.max);
+        // A row with values has at least one mark.
+        let marks = if *count == 0 {
+            0
+        } else {
+            (count * HISTOGRAM_BAR).div_ceil(most)
+        };
+        writeln!(
+            out,
+            "  {lo:>12.4e} .. {hi:<12.4e} {:>12}  {}",
+            grouped(*count),
+            "#".repeat(usize::try_from(marks).unwrap_or(0))
+        )?;
+    }
     Ok(())
 }
 

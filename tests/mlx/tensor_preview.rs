@@ -390,6 +390,18 @@ fn the_tensor_command_prints_the_contract_keys() {
     assert!(doc["millis"].as_f64().is_some_and(|m| m >= 0.0));
     assert!(doc.get("stats_millis_runs").is_none(), "one run: no list");
 
+    // The text has the histogram its help promises: its rows count every
+    // finite value (3 here; the NaN is not binned).
+    let text = String::from_utf8(run(&["x"]).stdout).expect("utf-8");
+    let rows: u64 = text
+        .lines()
+        .skip_while(|l| !l.starts_with("histogram"))
+        .skip(1)
+        .filter_map(|l| l.split_whitespace().nth(3))
+        .map(|n| n.replace(',', "").parse::<u64>().expect("a count"))
+        .sum();
+    assert_eq!(rows, 3, "{text}");
+
     // --repeat: every summary's time, the fastest reported, same values.
     let out = run(&["x", "--json", "--repeat", "3"]);
     assert_eq!(out.status.code(), Some(0));
@@ -493,4 +505,32 @@ fn quantized_weights_larger_than_one_chunk_are_dequantized_chunk_by_chunk() {
         assert_eq!(preview.values.histogram, want.histogram, "{mode} preview");
         assert!(preview.quant_maps.is_some(), "{mode} maps its scales");
     }
+}
+
+/// `device`: human units in text, byte counts in `--json`, the same limit
+/// as MLX's own.
+#[test]
+fn the_device_command_says_units_and_json_says_bytes() {
+    let run = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_weightscope"))
+            .arg("device")
+            .args(args)
+            .output()
+            .expect("run");
+        assert_eq!(out.status.code(), Some(0));
+        String::from_utf8(out.stdout).expect("utf-8")
+    };
+    let doc: serde_json::Value = serde_json::from_str(&run(&["--json"])).expect("JSON");
+    let limit = doc["mlx_memory_limit_bytes"].as_u64().expect("bytes");
+    assert!(limit > 0);
+    assert!(doc["gpu_available"].is_boolean());
+    let text = run(&[]);
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("MLX limit"))
+        .expect("the limit line");
+    assert!(
+        line.ends_with(&weightscope::units::human_bytes(limit)),
+        "{line} vs {limit}"
+    );
 }
