@@ -467,7 +467,7 @@ impl WeightscopeApp {
         self.path_input = path.display().to_string();
         // Panels whose state belongs to one checkpoint start afresh.
         self.shards = ShardsPanel::opened(&checkpoint);
-        self.tensors = TensorsPanel::opened(&checkpoint, view);
+        self.tensors = TensorsPanel::opened(&checkpoint, &facts.summary, view);
         self.status = StatusBar::opened(&facts.summary);
         self.inspector.clear();
         self.profiler

@@ -24,6 +24,7 @@ pub(super) enum SortBy {
 /// the rows (a cache of filter and sort) never outlive the checkpoint they
 /// index.
 #[derive(Debug, Default)]
+#[allow(clippy::struct_excessive_bools)] // four independent toggles of the panel
 pub(super) struct TensorsPanel {
     pub(super) filter: String,
     /// Treat the filter as a regular expression instead of a substring.
@@ -40,6 +41,85 @@ pub(super) struct TensorsPanel {
     /// The installed view: rows show canonical names beside stored ones,
     /// and dropped tensors are not rows.
     pub(super) view: Option<Arc<ViewInfo>>,
+    /// How packed and scaled weights are stored (from the headers).
+    encodings: Encodings,
+    /// Scales, biases and FP8 block scales folded into their weight's row
+    /// (not rows of their own).
+    pub(super) fold: bool,
+}
+
+/// A packed or scaled weight as its model sees it: how it is encoded, its
+/// logical shape, and its bytes with its scales (and biases).
+#[derive(Debug, Clone)]
+struct Encoded {
+    /// "affine 4-bit g64", "mxfp4 4-bit g32", "`F8_E4M3` block 128x128".
+    encoding: String,
+    /// The dequantized shape.
+    logical_shape: Vec<u64>,
+    /// The weight's bytes with its scales, biases and global scale.
+    bytes_with_parts: u64,
+}
+
+/// How each tensor is stored, computed once per checkpoint from the header
+/// summary: packed and scaled weights by position, and their parts (scales,
+/// biases, FP8 `weight_scale_inv`) with the weight each belongs to.
+#[derive(Debug, Default)]
+struct Encodings {
+    weights: std::collections::HashMap<usize, Encoded>,
+    parts: std::collections::HashMap<usize, usize>,
+}
+
+impl Encodings {
+    fn of(checkpoint: &Checkpoint, summary: &crate::checkpoint::Summary) -> Self {
+        let tensors = checkpoint.tensors();
+        let bytes = |i: usize| tensors.get(i).map_or(0, TensorRef::bytes);
+        let mut out = Self::default();
+        if let Some(q) = &summary.quantization {
+            for t in &q.tensors {
+                let parts: Vec<usize> = std::iter::once(t.scales)
+                    .chain(t.biases)
+                    .chain(t.global_scale)
+                    .collect();
+                for &p in &parts {
+                    out.parts.insert(p, t.weight);
+                }
+                out.weights.insert(
+                    t.weight,
+                    Encoded {
+                        encoding: format!(
+                            "{} {}-bit g{}",
+                            t.params.mode, t.params.bits, t.params.group_size
+                        ),
+                        logical_shape: t.logical_shape.clone(),
+                        bytes_with_parts: bytes(t.weight)
+                            + parts.iter().map(|&p| bytes(p)).sum::<u64>(),
+                    },
+                );
+            }
+        }
+        if let Some(f) = &summary.fp8 {
+            for t in &f.tensors {
+                let Some(scale) = t.scale else { continue };
+                out.parts.insert(scale, t.weight);
+                let shape = tensors
+                    .get(t.weight)
+                    .map(|w| w.shape().to_vec())
+                    .unwrap_or_default();
+                out.weights.insert(
+                    t.weight,
+                    Encoded {
+                        encoding: match t.block {
+                            Some([r, c]) => format!("{} block {r}x{c}", t.format.name()),
+                            None => t.format.name().to_owned(),
+                        },
+                        logical_shape: shape,
+                        bytes_with_parts: bytes(t.weight) + bytes(scale),
+                    },
+                );
+            }
+        }
+        out
+    }
 }
 
 /// The name the graph asks for: canonical under a view, else stored.
@@ -56,9 +136,15 @@ pub(super) fn display_name<'a>(
 
 impl TensorsPanel {
     /// A panel for a newly opened checkpoint under `view`.
-    pub(super) fn opened(checkpoint: &Checkpoint, view: Option<Arc<ViewInfo>>) -> Self {
+    pub(super) fn opened(
+        checkpoint: &Checkpoint,
+        summary: &crate::checkpoint::Summary,
+        view: Option<Arc<ViewInfo>>,
+    ) -> Self {
         let mut panel = Self {
             view,
+            encodings: Encodings::of(checkpoint, summary),
+            fold: true,
             ..Self::default()
         };
         panel.refilter(checkpoint);
@@ -71,7 +157,16 @@ impl TensorsPanel {
         let view = self.view.clone();
         let view = view.as_deref();
         // Under a view a row matches by its canonical or its stored name.
+        // A folded part is no row: its weight's row stands for it.
+        let parts = if self.fold {
+            Some(&self.encodings.parts)
+        } else {
+            None
+        };
         let names = |i: usize| {
+            if parts.is_some_and(|p| p.contains_key(&i)) {
+                return (None, tensors.at(i).name());
+            }
             let canonical = display_name(view, checkpoint, i);
             (canonical, tensors.at(i).name())
         };
@@ -117,7 +212,11 @@ impl TensorsPanel {
             SortBy::Stored => {}
             SortBy::Name => self.rows.sort_by_cached_key(|&i| names(i).0),
             SortBy::Dtype => self.rows.sort_by_cached_key(|&i| tensors.at(i).dtype()),
-            SortBy::Bytes => self.rows.sort_by_cached_key(|&i| tensors.at(i).bytes()),
+            SortBy::Bytes => {
+                let mut rows = std::mem::take(&mut self.rows);
+                rows.sort_by_cached_key(|&i| self.bytes_of(checkpoint, i));
+                self.rows = rows;
+            }
         }
         if self.descending {
             self.rows.reverse();
@@ -126,6 +225,51 @@ impl TensorsPanel {
 }
 
 impl TensorsPanel {
+    /// Row `i`'s bytes: with its folded parts when they are folded.
+    fn bytes_of(&self, checkpoint: &Checkpoint, i: usize) -> u64 {
+        match self.encodings.weights.get(&i) {
+            Some(e) if self.fold => e.bytes_with_parts,
+            _ => checkpoint.tensors().at(i).bytes(),
+        }
+    }
+
+    /// Row `i`'s encoding: "affine 4-bit g64" for a packed weight (its
+    /// stored dtype and shape on hover of its shape), its
+    /// dtype and its weight for a part shown on its own, else the dtype.
+    fn encoding_of(&self, checkpoint: &Checkpoint, i: usize) -> String {
+        let t = checkpoint.tensors().at(i);
+        if let Some(e) = self.encodings.weights.get(&i) {
+            return e.encoding.clone();
+        }
+        if let Some(&w) = self.encodings.parts.get(&i) {
+            let weight = checkpoint.tensors().at(w).name();
+            let suffix = t.name().rsplit('.').next().unwrap_or("part");
+            return format!(
+                "{} {suffix} of {}",
+                t.dtype().name(),
+                weight.rsplit('.').nth(1).unwrap_or(weight)
+            );
+        }
+        t.dtype().name().to_owned()
+    }
+
+    /// Row `i`'s shape as its model sees it (logical for a packed weight),
+    /// and the stored one when they differ.
+    fn shape_of(&self, checkpoint: &Checkpoint, i: usize) -> (String, Option<String>) {
+        let stored = format!("{:?}", checkpoint.tensors().at(i).shape());
+        match self.encodings.weights.get(&i) {
+            Some(e) => {
+                let logical = format!("{:?}", e.logical_shape);
+                if logical == stored {
+                    (stored, None)
+                } else {
+                    (logical, Some(stored))
+                }
+            }
+            None => (stored, None),
+        }
+    }
+
     /// Draws the filter, sort buttons and the table (or layer tree) of
     /// `checkpoint`; a tensor clicked or chosen with Enter is asked to be
     /// materialized through `commands`.
@@ -153,14 +297,28 @@ impl TensorsPanel {
                 .checkbox(&mut self.regex, "Regex")
                 .on_hover_text("Match names with a regular expression (case-insensitive)")
                 .changed();
-            if edit.changed() || toggled {
+            let folded = !self.encodings.parts.is_empty()
+                && ui
+                    .checkbox(&mut self.fold, "Fold scales")
+                    .on_hover_text("Scales, biases and FP8 block scales in their weight's row (its size includes them), not rows of their own")
+                    .changed();
+            if edit.changed() || toggled || folded {
                 self.refilter(checkpoint);
             }
-            ui.label(format!(
-                "{} of {} tensors",
-                self.rows.len(),
-                checkpoint.tensors().len()
-            ));
+            let hidden = if self.fold { self.encodings.parts.len() } else { 0 };
+            ui.label(if hidden > 0 {
+                format!(
+                    "{} of {} tensors ({hidden} scales and biases folded)",
+                    self.rows.len(),
+                    checkpoint.tensors().len()
+                )
+            } else {
+                format!(
+                    "{} of {} tensors",
+                    self.rows.len(),
+                    checkpoint.tensors().len()
+                )
+            });
         });
         self.view_summary_ui(ui, checkpoint);
         if let Some(error) = &self.regex_error {
@@ -296,7 +454,8 @@ impl TensorsPanel {
             .clicked()
     }
 
-    /// The flat table: the name first, then dtype, shape and size; every
+    /// The flat table: the name first, then how it is stored, its shape
+    /// (logical for a packed weight) and size; every
     /// column resizable; only the visible rows laid out (90k rows stay cheap).
     fn tensor_table_ui(
         &self,
@@ -307,18 +466,17 @@ impl TensorsPanel {
     ) {
         use egui_extras::{Column, TableBuilder};
         let row_height = ui.text_style_height(&egui::TextStyle::Monospace) + 6.0;
-        let tensors = checkpoint.tensors();
         TableBuilder::new(ui)
             .id_salt("tensors-table")
             .striped(true)
             .resizable(true)
             .auto_shrink([false, false])
             .column(Column::remainder().at_least(160.0).clip(true))
-            .column(Column::initial(64.0).at_least(40.0).clip(true))
-            .column(Column::initial(140.0).at_least(60.0).clip(true))
+            .column(Column::initial(150.0).at_least(40.0).clip(true))
+            .column(Column::initial(130.0).at_least(60.0).clip(true))
             .column(Column::initial(88.0).at_least(60.0).clip(true))
             .header(row_height, |mut header| {
-                for title in ["Name", "Dtype", "Shape", "Size"] {
+                for title in ["Name", "Stored as", "Shape (logical)", "Size"] {
                     header.col(|ui| {
                         ui.strong(title);
                     });
@@ -329,7 +487,6 @@ impl TensorsPanel {
                     let Some(&i) = rows.get(row.index()) else {
                         return;
                     };
-                    let t = tensors.at(i);
                     row.set_selected(self.selected == Some(i));
                     row.col(|ui| {
                         if self.name_cell_ui(ui, checkpoint, i) {
@@ -338,14 +495,21 @@ impl TensorsPanel {
                     });
                     let centred = egui::Layout::left_to_right(egui::Align::Center);
                     row.col(|ui| {
-                        ui.with_layout(centred, |ui| ui.monospace(t.dtype().name()));
+                        ui.with_layout(centred, |ui| ui.monospace(self.encoding_of(checkpoint, i)));
                     });
                     row.col(|ui| {
-                        ui.with_layout(centred, |ui| ui.monospace(format!("{:?}", t.shape())));
+                        let (shape, stored) = self.shape_of(checkpoint, i);
+                        let label = ui.with_layout(centred, |ui| ui.monospace(shape)).inner;
+                        if let Some(stored) = stored {
+                            label.on_hover_text(format!(
+                                "stored (packed) as {} {stored}",
+                                checkpoint.tensors().at(i).dtype().name()
+                            ));
+                        }
                     });
                     row.col(|ui| {
                         ui.with_layout(egui::Layout::right_to_left(egui::Align::Center), |ui| {
-                            ui.monospace(human_bytes(t.bytes()));
+                            ui.monospace(human_bytes(self.bytes_of(checkpoint, i)));
                         });
                     });
                 });
@@ -354,12 +518,11 @@ impl TensorsPanel {
 
     /// One row of the layer tree, the name first; returns whether it was clicked.
     fn tensor_row_ui(&self, ui: &mut egui::Ui, checkpoint: &Checkpoint, i: usize) -> bool {
-        let t = checkpoint.tensors().at(i);
         let facts = format!(
             "{:<8} {:<18} {:>11}",
-            t.dtype().name(),
-            format!("{:?}", t.shape()),
-            human_bytes(t.bytes())
+            self.encoding_of(checkpoint, i),
+            self.shape_of(checkpoint, i).0,
+            human_bytes(self.bytes_of(checkpoint, i))
         );
         let mut clicked = false;
         ui.horizontal(|ui| {
@@ -398,10 +561,7 @@ impl TensorsPanel {
             .auto_shrink([false, false])
             .show(ui, |ui| {
                 for (layer, members) in &groups {
-                    let bytes: u64 = members
-                        .iter()
-                        .map(|&i| checkpoint.tensors().at(i).bytes())
-                        .sum();
+                    let bytes: u64 = members.iter().map(|&i| self.bytes_of(checkpoint, i)).sum();
                     let title = match layer {
                         Some(n) => format!(
                             "layer {n}: {} tensors, {}",
