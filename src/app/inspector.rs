@@ -139,7 +139,9 @@ impl InspectorPanel {
                 ui.scope(|ui| {
                     ui.spacing_mut().scroll.fade.strength = 0.0;
                     egui::ScrollArea::both()
-                        .id_salt(("inspector-scroll", preview.name.as_str()))
+                        // The generation too: the same name in the next
+                        // checkpoint opens at the top as well.
+                        .id_salt(("inspector-scroll", generation, preview.name.as_str()))
                         .auto_shrink([false, false])
                         .show(ui, |ui| {
                             preview_ui(ui, preview, generation, texture);
@@ -234,7 +236,7 @@ fn preview_ui(
         stats_ui(ui, "stats-before", &before.stats);
     }
     ui.separator();
-    histogram_ui(ui, &p.values.histogram);
+    histogram_ui(ui, &p.values.histogram, &p.values.stats);
 
     if let Some(heatmap) = &p.values.heatmap {
         ui.separator();
@@ -253,16 +255,22 @@ fn preview_ui(
 
     ui.separator();
     ui.label(format!("First {} values", p.values.first.len()));
-    egui::Grid::new("first")
-        .num_columns(8)
-        .striped(true)
+    // Aligned: one width for every value (sign, digits and exponent), in
+    // their own scroll area so a narrow panel scrolls them, never cuts.
+    egui::ScrollArea::horizontal()
+        .id_salt("first-values")
         .show(ui, |ui| {
-            for (i, v) in p.values.first.iter().enumerate() {
-                ui.monospace(format!("{v:.4}"));
-                if i % 8 == 7 {
-                    ui.end_row();
-                }
-            }
+            egui::Grid::new("first")
+                .num_columns(8)
+                .striped(true)
+                .show(ui, |ui| {
+                    for (i, v) in p.values.first.iter().enumerate() {
+                        ui.monospace(format!("{v:>11.4e}"));
+                        if i % 8 == 7 {
+                            ui.end_row();
+                        }
+                    }
+                });
         });
 }
 
@@ -295,8 +303,27 @@ fn stats_ui(ui: &mut egui::Ui, id: &str, s: &Stats) {
     });
 }
 
-fn histogram_ui(ui: &mut egui::Ui, h: &Histogram) {
+fn histogram_ui(ui: &mut egui::Ui, h: &Histogram, s: &Stats) {
     ui.label("Histogram (finite values)");
+    // An empty or one-bar histogram says why in words.
+    if s.finite == 0 {
+        ui.colored_label(
+            ui.visuals().warn_fg_color,
+            "No finite values: every value is NaN or Inf.",
+        );
+        return;
+    }
+    #[allow(clippy::float_cmp)] // one value: the range is exactly empty
+    if h.min == h.max {
+        ui.colored_label(
+            ui.visuals().warn_fg_color,
+            if h.min.abs() < f64::MIN_POSITIVE {
+                "All finite values are 0.".to_owned()
+            } else {
+                format!("All finite values are {:.6e}.", h.min)
+            },
+        );
+    }
     let bins = h.counts.len().max(1);
     let width = (h.max - h.min) / bins as f64;
     let bars: Vec<egui_plot::Bar> = h

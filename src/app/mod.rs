@@ -90,6 +90,8 @@ pub struct WeightscopeApp {
     open_step: Option<OpenStep>,
     /// Why the last open failed.
     open_error: Option<String>,
+    /// The F1 window of keyboard shortcuts is open.
+    show_shortcuts: bool,
     checkpoint: Option<Arc<Checkpoint>>,
     /// The path field (also the fallback when no file dialog can open).
     path_input: String,
@@ -150,6 +152,7 @@ impl WeightscopeApp {
             opening: None,
             open_step: None,
             open_error: None,
+            show_shortcuts: false,
             checkpoint: None,
             path_input: String::new(),
             memory: MemoryStats::default(),
@@ -493,6 +496,8 @@ impl WeightscopeApp {
 
     /// Draws the whole window into `ui`.
     pub fn ui(&mut self, ui: &mut egui::Ui) {
+        let ctx = ui.ctx().clone();
+        self.shortcuts_ui(&ctx);
         egui::Panel::top("top").show(ui, |ui| self.top_bar_ui(ui));
         egui::Panel::bottom("status").show(ui, |ui| {
             let inputs = StatusInputs {
@@ -547,6 +552,33 @@ impl WeightscopeApp {
         self.run_commands();
     }
 
+    /// F1: the keyboard shortcuts, in a window that F1 or Esc closes.
+    fn shortcuts_ui(&mut self, ctx: &egui::Context) {
+        if ctx.input_mut(|i| i.consume_key(egui::Modifiers::NONE, egui::Key::F1)) {
+            self.show_shortcuts = !self.show_shortcuts;
+        }
+        if !self.show_shortcuts {
+            return;
+        }
+        if ctx.input_mut(|i| i.consume_key(egui::Modifiers::NONE, egui::Key::Escape)) {
+            self.show_shortcuts = false;
+            return;
+        }
+        egui::Window::new("Keyboard shortcuts")
+            .open(&mut self.show_shortcuts)
+            .collapsible(false)
+            .resizable(false)
+            .show(ctx, |ui| {
+                egui::Grid::new("shortcuts").striped(true).show(ui, |ui| {
+                    for (keys, what) in widgets::SHORTCUTS {
+                        ui.monospace(*keys);
+                        ui.label(*what);
+                        ui.end_row();
+                    }
+                });
+            });
+    }
+
     fn tab_bar_ui(&mut self, ui: &mut egui::Ui) {
         for (key, tab) in [
             (egui::Key::Num1, Tab::Tensors),
@@ -567,6 +599,13 @@ impl WeightscopeApp {
                 .on_hover_text("Ctrl+3: compare with another checkpoint");
             ui.selectable_value(&mut self.tab, Tab::Check, "Check")
                 .on_hover_text("Ctrl+4: what is wrong with this checkpoint");
+            if ui
+                .small_button("?")
+                .on_hover_text("Keyboard shortcuts (F1)")
+                .clicked()
+            {
+                self.show_shortcuts = true;
+            }
             if self.tab != Tab::Profiler
                 && let Some(brief) = self.profiler.recording_brief()
             {
@@ -758,6 +797,9 @@ impl WeightscopeApp {
                     .desired_width(480.0_f32.min(ui.available_width() - 120.0).max(120.0)),
             );
             let field = field.labelled_by(ui.label("Checkpoint path").id);
+            if ui.input_mut(|i| i.consume_key(egui::Modifiers::COMMAND, egui::Key::O)) {
+                widgets::focus_selecting_all(ui, &field, &self.path_input);
+            }
             // The Enter that opens is consumed here: the tensors table must not
             // also take it as "materialize the selected row".
             let entered = field.lost_focus()

@@ -289,7 +289,7 @@ impl TensorsPanel {
             );
             let edit = edit.labelled_by(label.id);
             if focus_filter {
-                edit.request_focus();
+                super::widgets::focus_selecting_all(ui, &edit, &self.filter);
             }
             ui.checkbox(&mut self.tree, "Group by layer")
                 .on_hover_text("A collapsible group per layer number");

@@ -47,6 +47,36 @@ pub(crate) fn legend_row(ui: &mut egui::Ui, items: &[(&str, egui::Color32)]) {
 }
 
 /// The memory series' colours, the same in every plot and in every frame.
+/// Focuses the text field `field` (holding `text`) with all of its text
+/// selected, so what is typed next replaces it (Ctrl+F, Ctrl+O).
+pub(crate) fn focus_selecting_all(ui: &egui::Ui, field: &egui::Response, text: &str) {
+    field.request_focus();
+    let mut state = egui::text_edit::TextEditState::load(ui.ctx(), field.id).unwrap_or_default();
+    state
+        .cursor
+        .set_char_range(Some(egui::text_selection::CCursorRange::select_all_str(
+            text,
+        )));
+    state.store(ui.ctx(), field.id);
+}
+
+/// The keyboard shortcuts, for the F1 window (each one that exists).
+pub(crate) const SHORTCUTS: &[(&str, &str)] = &[
+    ("Ctrl+1 … Ctrl+4", "Tensors, Profiler, Diff, Check"),
+    ("Ctrl+O", "the checkpoint path field, its text selected"),
+    ("Ctrl+F", "the tensor filter, its text selected"),
+    (
+        "Up / Down",
+        "move the selected tensor (outside a text field)",
+    ),
+    (
+        "Enter",
+        "materialize the selected tensor; in the path field: open",
+    ),
+    ("Esc", "close the Record form"),
+    ("F1", "this list"),
+];
+
 pub(crate) mod series_colors {
     use egui::Color32;
     /// Process RSS (the host's figure).

@@ -1186,3 +1186,63 @@ fn saved_recordings_open_as_runs_and_two_compare_by_line() {
     assert_eq!(shown.lines[0].frame.function, "work", "{:?}", shown.lines);
     harness.get_by_label_contains("cut short (the recorder stopped");
 }
+
+/// The keyboard: Ctrl+F and Ctrl+O select their field's text so that what
+/// is typed replaces it; F1 lists the shortcuts and Esc closes the list; an
+/// all-zero tensor says so under its histogram.
+#[test]
+fn keys_replace_field_text_f1_lists_shortcuts_and_zeros_are_said() {
+    let _lock = common::mlx_memory_lock();
+    let dir = tempfile::tempdir().expect("tempdir");
+    common::write_safetensors(
+        &dir.path().join("m.safetensors"),
+        &[
+            common::Tensor::f32("zeros", &[2, 2], &[0.0; 4]),
+            common::Tensor::f32("ones", &[2], &[1.0, 1.0]),
+        ],
+    );
+    let mut harness = harness(open_app(&dir.path().join("m.safetensors")));
+    harness.key_press_modifiers(egui::Modifiers::COMMAND, egui::Key::F);
+    harness.run();
+    harness.get_by_label("Filter").type_text("ones");
+    harness.run();
+    harness.get_by_label_contains("1 of 2 tensors");
+    // Ctrl+F again: the old text is selected, typing replaces it.
+    harness.key_press_modifiers(egui::Modifiers::COMMAND, egui::Key::F);
+    harness.run();
+    harness.get_by_label("Filter").type_text("zer");
+    harness.run();
+    assert_eq!(
+        harness.get_by_label("Filter").value().as_deref(),
+        Some("zer")
+    );
+    harness.get_by_label_contains("1 of 2 tensors");
+    // Ctrl+O: the path field, its text selected.
+    harness.key_press_modifiers(egui::Modifiers::COMMAND, egui::Key::O);
+    harness.run();
+    harness
+        .get_by_label("Checkpoint path")
+        .type_text("/elsewhere");
+    harness.run();
+    assert_eq!(
+        harness.get_by_label("Checkpoint path").value().as_deref(),
+        Some("/elsewhere")
+    );
+    // F1 lists the shortcuts; Esc closes the list.
+    harness.get_by_label("Filter").focus();
+    harness.run();
+    harness.key_press(egui::Key::F1);
+    harness.run();
+    harness.get_by_label("Keyboard shortcuts");
+    harness.get_by_label_contains("the tensor filter, its text selected");
+    harness.key_press(egui::Key::Escape);
+    harness.run();
+    assert!(harness.query_by_label("Keyboard shortcuts").is_none());
+    // An all-zero tensor: its histogram says so in words.
+    harness
+        .state_mut()
+        .execute(AppCommand::Materialize("zeros".into()));
+    harness.state_mut().wait_for_worker().expect("materialized");
+    harness.run();
+    harness.get_by_label_contains("All finite values are 0.");
+}
