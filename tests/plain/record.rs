@@ -512,47 +512,62 @@ fn the_trace_opens_like_a_walks() {
 /// controller; `None` (and the test says it is skipped) where there is none
 /// to write to.
 fn writable_memory_cgroup() -> Option<PathBuf> {
+    // One each: tests of this binary run at once.
+    static MADE: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let next = || MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
     let path = own
         .lines()
         .find_map(|l| l.split_once(":memory:").map(|(_, p)| p.to_owned()))?;
     let dir = Path::new("/sys/fs/cgroup/memory")
         .join(path.trim_start_matches('/'))
-        .join(format!("weightscope-oom-{}", std::process::id()));
+        .join(format!("weightscope-oom-{}-{}", std::process::id(), next()));
     std::fs::create_dir(&dir).ok()?;
     Some(dir)
 }
 
-#[test]
-fn a_job_killed_by_the_kernel_for_memory_is_said_so_with_its_line() {
+/// The `keep` job (it keeps 128 MiB) recorded in a memory cgroup of
+/// `limit` bytes, joined by a `sh -c` line that ends with `then` (`exec` the
+/// job, or run it and exit with its status): the output, the summary, and
+/// the cgroup's name. `None` (and the test says it is skipped) where no
+/// cgroup can be made.
+fn record_keep_in_cgroup(limit: u64, then: &str) -> Option<(Output, Value, String)> {
     let Some(cgroup) = writable_memory_cgroup() else {
         eprintln!("skipped: no writable cgroup v1 memory controller here");
-        return;
+        return None;
     };
-    // 120 MiB: less than the 128 MiB model the job keeps, with Python and
-    // MLX besides; the kernel's OOM killer then kills the job in it.
-    let limit = 120 * MIB;
     std::fs::write(cgroup.join("memory.limit_in_bytes"), limit.to_string()).expect("limit");
     let _ = std::fs::write(
         cgroup.join("memory.memsw.limit_in_bytes"),
         limit.to_string(),
     );
-    let script = format!(
-        "echo $$ > {}/cgroup.procs && exec \"$0\" \"$@\"",
-        cgroup.display()
-    );
+    let script = format!("echo $$ > {}/cgroup.procs && {then}", cgroup.display());
     let mut job: Vec<std::ffi::OsString> = vec!["sh".into(), "-c".into(), script.into()];
     job.extend(python_job("keep"));
     let (output, summary) = record(&["--interval-ms", "5"], &as_refs(&job));
     let _ = std::fs::remove_dir(&cgroup);
-    let s = summary.expect("summary written");
+    let name = cgroup
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    Some((output, summary.expect("summary written"), name))
+}
+
+#[test]
+fn a_job_killed_by_the_kernel_for_memory_is_said_so_with_its_line() {
+    // 120 MiB: less than the 128 MiB model the job keeps, with Python and
+    // MLX besides; the kernel's OOM killer then kills the job in it.
+    let limit = 120 * MIB;
+    let Some((output, s, cgroup)) = record_keep_in_cgroup(limit, "exec \"$0\" \"$@\"") else {
+        return;
+    };
     assert_eq!(output.status.code(), Some(137), "{}", stderr(&output));
     assert_eq!(s["signal"], 9);
     let kill = &s["killed_for_memory"];
     assert!(
         kill["cgroup"]
             .as_str()
-            .is_some_and(|c| c.ends_with(&format!("weightscope-oom-{}", std::process::id()))),
+            .is_some_and(|c| c.ends_with(&cgroup)),
         "{kill}"
     );
     assert_eq!(kill["limit_bytes"], limit);
@@ -603,26 +618,12 @@ fn a_job_killed_by_the_kernel_for_memory_is_said_so_with_its_line() {
 /// as its command's SIGKILL, and the kernel's kill for memory is still told.
 #[test]
 fn a_kill_for_memory_behind_a_shell_is_still_told() {
-    let Some(cgroup) = writable_memory_cgroup() else {
-        eprintln!("skipped: no writable cgroup v1 memory controller here");
+    // No `exec`: the shell stays, waits and reports its command's status.
+    let Some((output, s, _)) =
+        record_keep_in_cgroup(120 * MIB, "\"$0\" \"$@\"; status=$?; exit $status")
+    else {
         return;
     };
-    let limit = 120 * MIB;
-    std::fs::write(cgroup.join("memory.limit_in_bytes"), limit.to_string()).expect("limit");
-    let _ = std::fs::write(
-        cgroup.join("memory.memsw.limit_in_bytes"),
-        limit.to_string(),
-    );
-    // No `exec`: the shell stays, waits and reports its command's status.
-    let script = format!(
-        "echo $$ > {}/cgroup.procs && \"$0\" \"$@\"; status=$?; exit $status",
-        cgroup.display()
-    );
-    let mut job: Vec<std::ffi::OsString> = vec!["sh".into(), "-c".into(), script.into()];
-    job.extend(python_job("keep"));
-    let (output, summary) = record(&["--interval-ms", "5"], &as_refs(&job));
-    let _ = std::fs::remove_dir(&cgroup);
-    let s = summary.expect("summary written");
     assert_eq!(output.status.code(), Some(137), "{}", stderr(&output));
     assert_eq!(s["signal"], Value::Null, "the shell itself exited");
     assert_eq!(s["killed"]["signal"], 9, "{}", s["killed"]);

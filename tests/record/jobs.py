@@ -31,6 +31,7 @@ import glob
 import json
 import os
 import sys
+import time
 
 import mlx.core as mx
 
@@ -138,19 +139,17 @@ def too_big():
     return np.ones(1 << 30, dtype=np.uint8)
 
 
-def _settle():
-    import time
-
-    time.sleep(0.3)  # the job's own pace: sampled where it holds memory
+# Each holder allocates and then waits on the same line (the job's own
+# pace), so a sample taken during the wait names that holder too.
 
 
 def embed():
-    held = mx.ones((32 << 18,), dtype=mx.float32); mx.eval(held); _settle()
+    held = mx.ones((32 << 18,), dtype=mx.float32); mx.eval(held); time.sleep(0.3)
     return held
 
 
 def layers():
-    held = mx.ones((64 << 18,), dtype=mx.float32); mx.eval(held); _settle()
+    held = mx.ones((64 << 18,), dtype=mx.float32); mx.eval(held); time.sleep(0.3)
     return held
 
 
@@ -165,7 +164,7 @@ def phases():
 
 
 def work(out):
-    held = mx.ones((64 << 18,), dtype=mx.float32); mx.eval(held); _settle()
+    held = mx.ones((64 << 18,), dtype=mx.float32); mx.eval(held); time.sleep(0.3)
     out.append(held)
 
 

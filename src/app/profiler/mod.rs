@@ -108,6 +108,8 @@ pub(super) struct ProfilerPanel {
     below: Below,
     /// The icicle chart's figure: held at the peak (else all growth).
     icicle_held: bool,
+    /// The icicle chart's trees, for the shown recording and figure.
+    icicle: recordings::Icicle,
     /// A trace being loaded on its own thread (a long recording's trace is
     /// hundreds of MB: never parsed in a frame).
     loading: Option<TraceLoad>,
@@ -196,6 +198,7 @@ impl Default for ProfilerPanel {
             compared: None,
             below: Below::Files,
             icicle_held: true,
+            icicle: recordings::Icicle::default(),
             loading: None,
             selected_secs: None,
             walk_view: false,

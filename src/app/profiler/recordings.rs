@@ -16,6 +16,15 @@ const ICICLE_DEPTH: usize = 14;
 /// One row's height, in points.
 const ICICLE_ROW: f32 = 18.0;
 
+/// The icicle's trees, kept while the recording and the figure shown stay
+/// the same (a long job has thousands of stacks: not a frame's work).
+#[derive(Default)]
+pub(super) struct Icicle {
+    /// The run shown (the panel's run number) and whether "held at the peak".
+    key: Option<(u64, bool)>,
+    roots: Vec<Node>,
+}
+
 /// A node of the icicle: a frame under its callers, with the bytes of the
 /// stacks through it.
 struct Node {
@@ -122,13 +131,21 @@ impl ProfilerPanel {
                     ui.selectable_value(&mut self.icicle_held, true, "held at the peak");
                     ui.selectable_value(&mut self.icicle_held, false, "all that grew");
                 });
-                let roots = icicle_roots(r, self.icicle_held);
+                // Each recording shown is a new run.
+                let key = (self.runs, self.icicle_held);
+                if self.icicle.key != Some(key) {
+                    self.icicle = Icicle {
+                        key: Some(key),
+                        roots: icicle_roots(r, self.icicle_held),
+                    };
+                }
+                let roots = &self.icicle.roots;
                 let total: u64 = roots.iter().map(|n| n.bytes).sum();
                 if total == 0 {
                     ui.label("Nothing held at the peak by a line the probe saw.");
                     return;
                 }
-                let depth = depth_of(&roots).min(ICICLE_DEPTH);
+                let depth = depth_of(roots).min(ICICLE_DEPTH);
                 #[allow(clippy::cast_precision_loss)] // a count of rows
                 let height = depth as f32 * ICICLE_ROW;
                 let (rect, response) = ui.allocate_exact_size(
@@ -140,7 +157,7 @@ impl ProfilerPanel {
                 let frames = r.stacks.as_ref().map_or(&[][..], |s| s.frames.as_slice());
                 draw_nodes(
                     &painter,
-                    &roots,
+                    roots,
                     (rect.left(), rect.width()),
                     rect.top(),
                     0,

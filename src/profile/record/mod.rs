@@ -955,25 +955,7 @@ impl NamedPipe {
             .open(path)?;
         let reader = ours.try_clone()?;
         let (tx, lines) = std::sync::mpsc::channel();
-        std::thread::Builder::new()
-            .name("probe-fifo".into())
-            .spawn(move || {
-                let mut reader = std::io::BufReader::with_capacity(64 << 10, reader);
-                let mut buf = Vec::new();
-                while let Ok(Some(fits)) =
-                    probe::read_line_capped(&mut reader, &mut buf, probe::MAX_LINE_BYTES)
-                {
-                    let line = if fits {
-                        String::from_utf8(std::mem::take(&mut buf)).unwrap_or_default()
-                    } else {
-                        String::new()
-                    };
-                    buf.clear();
-                    if line.trim() == FIFO_END || tx.send((Instant::now(), line)).is_err() {
-                        break;
-                    }
-                }
-            })?;
+        pump_probe_lines("probe-fifo", reader, tx, Some(FIFO_END))?;
         Ok(Self { ours, lines })
     }
 
@@ -1016,8 +998,22 @@ fn read_probe(
     reader: std::io::PipeReader,
     lines: std::sync::mpsc::Sender<(Instant, String)>,
 ) -> std::io::Result<()> {
+    pump_probe_lines("probe-reader", reader, lines, None)
+}
+
+/// Reads probe lines from `reader` on a thread named `name`, each sent with
+/// the moment it arrived (a line too long or not UTF-8 arrives empty: a
+/// bad line), until the end of the input, nobody listening, or the line
+/// `end`.
+#[cfg(target_os = "linux")]
+fn pump_probe_lines(
+    name: &str,
+    reader: impl std::io::Read + Send + 'static,
+    lines: std::sync::mpsc::Sender<(Instant, String)>,
+    end: Option<&'static str>,
+) -> std::io::Result<()> {
     std::thread::Builder::new()
-        .name("probe-reader".into())
+        .name(name.into())
         .spawn(move || {
             let mut reader = std::io::BufReader::with_capacity(64 << 10, reader);
             let mut buf = Vec::new();
@@ -1030,7 +1026,9 @@ fn read_probe(
                     String::new()
                 };
                 buf.clear();
-                if lines.send((Instant::now(), line)).is_err() {
+                if end.is_some_and(|e| line.trim() == e)
+                    || lines.send((Instant::now(), line)).is_err()
+                {
                     break;
                 }
             }
