@@ -189,6 +189,115 @@ pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
     std::borrow::Cow::Owned(out)
 }
 
+/// `text` in at most `max` characters, cut in the middle with an ellipsis:
+/// the end of a tensor name (what tells `q_proj.weight` from
+/// `q_proj.scales`) stays, and so does its start (which layer). A third of
+/// the room goes to the start, the rest to the end.
+#[must_use]
+pub fn middle_ellipsis(text: &str, max: usize) -> std::borrow::Cow<'_, str> {
+    let count = text.chars().count();
+    if count <= max {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    if max < 2 {
+        return std::borrow::Cow::Borrowed("\u{2026}");
+    }
+    let head = (max - 1) / 3;
+    let tail = max - 1 - head;
+    let mut out: String = text.chars().take(head).collect();
+    out.push('\u{2026}');
+    out.extend(text.chars().skip(count - tail));
+    std::borrow::Cow::Owned(out)
+}
+
+/// A tensor name in at most `max` characters, keeping what tells it from
+/// its neighbours: its end, and its layer number (the first all-digit
+/// segment). `model.layers.3.self_attn.o_proj.weight` drops `model.` first
+/// (`…layers.3.self_attn.o_proj.weight`), then keeps the number and the end
+/// (`…12.…proj_with_mqa.weight_scale_inv`); a name without a number is cut
+/// in the middle ([`middle_ellipsis`]).
+#[must_use]
+pub fn fit_name(name: &str, max: usize) -> std::borrow::Cow<'_, str> {
+    let count = |s: &str| s.chars().count();
+    if count(name) <= max {
+        return std::borrow::Cow::Borrowed(name);
+    }
+    let mut offset = 0;
+    let mut previous = None;
+    for segment in name.split('.') {
+        let start = offset;
+        offset += segment.len() + 1;
+        if segment.is_empty() || !segment.bytes().all(|b| b.is_ascii_digit()) {
+            previous = Some(start);
+            continue;
+        }
+        if let Some(from) = previous {
+            let shorter = format!("\u{2026}{}", &name[from..]);
+            if count(&shorter) <= max {
+                return std::borrow::Cow::Owned(shorter);
+            }
+        }
+        let rest = name.get(offset..).unwrap_or("");
+        let prefix = format!("\u{2026}{segment}.");
+        let room = max.saturating_sub(count(&prefix));
+        if room < 8 {
+            break;
+        }
+        let rest_count = count(rest);
+        let mut out = prefix;
+        if rest_count > room {
+            out.push('\u{2026}');
+            out.extend(rest.chars().skip(rest_count - (room - 1)));
+        } else {
+            out.push_str(rest);
+        }
+        return std::borrow::Cow::Owned(out);
+    }
+    middle_ellipsis(name, max)
+}
+
+#[cfg(test)]
+mod middle_ellipsis_tests {
+    use super::middle_ellipsis;
+
+    #[test]
+    fn the_end_of_a_long_name_stays_and_the_length_is_kept() {
+        let name = "model.layers.12.self_attn.kv_a_proj_with_mqa.weight_scale_inv";
+        assert_eq!(middle_ellipsis(name, 100), name, "fits: unchanged");
+        let cut = middle_ellipsis(name, 31);
+        assert_eq!(cut.chars().count(), 31);
+        assert_eq!(cut, "model.laye\u{2026}mqa.weight_scale_inv");
+        assert!(cut.ends_with("weight_scale_inv"));
+        assert_eq!(middle_ellipsis("abc", 1), "\u{2026}");
+        assert_eq!(
+            middle_ellipsis("\u{e9}t\u{e9}-\u{e9}t\u{e9}", 4),
+            "\u{e9}\u{2026}t\u{e9}"
+        );
+    }
+
+    #[test]
+    fn a_fitted_name_keeps_its_layer_number_and_its_end() {
+        let name = "model.layers.3.self_attn.o_proj.weight";
+        assert_eq!(super::fit_name(name, 40), name);
+        assert_eq!(
+            super::fit_name(name, 35),
+            "\u{2026}layers.3.self_attn.o_proj.weight"
+        );
+        let long = "model.layers.12.self_attn.kv_a_proj_with_mqa.weight_scale_inv";
+        let fitted = super::fit_name(long, 30);
+        assert_eq!(fitted, "\u{2026}12.\u{2026}with_mqa.weight_scale_inv");
+        assert_eq!(fitted.chars().count(), 30);
+        assert!(
+            fitted.starts_with("\u{2026}12.\u{2026}") && fitted.ends_with("mqa.weight_scale_inv")
+        );
+        // No number: cut in the middle.
+        assert_eq!(
+            super::fit_name("lm_head.weight_scale_inv", 12),
+            middle_ellipsis("lm_head.weight_scale_inv", 12)
+        );
+    }
+}
+
 #[cfg(test)]
 mod printable_tests {
     use super::printable;

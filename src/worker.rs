@@ -69,6 +69,17 @@ pub enum Command {
         /// Cancels this diff (also before it starts).
         cancel: CancelToken,
     },
+    /// Open one tensor of a diff: A's, B's and the error's values, and the
+    /// error per quantization group ([`EventKind::DiffDetail`]). B is opened
+    /// for it and closed after.
+    DiffTensor {
+        /// B.
+        other: PathBuf,
+        /// B's view.
+        view: ViewChoice,
+        /// The tensor (its canonical name on both sides).
+        name: String,
+    },
     /// Read every tensor's values of the open checkpoint in a release-shard
     /// walk, looking for NaN/Inf, all-zero tensors and bad scales (progress
     /// as [`EventKind::Scanned`]; its token stops it between tensors).
@@ -261,6 +272,8 @@ pub enum EventKind {
     Diffed(Progress),
     /// A diff ended (or B could not be opened).
     DiffFinished(Result<Box<DiffReport>, JobError>),
+    /// One tensor of a diff, opened (or why it could not be).
+    DiffDetail(String, Result<Box<crate::weights::PairDetail>, JobError>),
     /// A value scan read one more tensor.
     Scanned(Progress),
     /// A value scan ended (finished or cancelled), or could not start.
@@ -586,6 +599,24 @@ fn diff_job(
     send(EventKind::DiffFinished(result), Some(mark), Sample::now())
 }
 
+/// Opens one tensor of a diff of the open checkpoint against `other`.
+fn diff_detail(
+    weights: Option<&mut Weights>,
+    other: &std::path::Path,
+    view: &ViewChoice,
+    name: String,
+    options: &PreviewOptions,
+) -> EventKind {
+    let Some(a) = weights else {
+        return EventKind::DiffDetail(name, Err(JobError::NotOpen));
+    };
+    let result = Weights::open_viewed(other, view)
+        .and_then(|mut b| crate::weights::diff_detail(a, &mut b, &name, options.heatmap / 2))
+        .map(Box::new)
+        .map_err(JobError::from);
+    EventKind::DiffDetail(name, result)
+}
+
 /// Runs a walk on the open checkpoint, streaming its moments; returns
 /// whether anybody still listens.
 fn walk_job(
@@ -697,6 +728,7 @@ fn mark_of(kind: &EventKind, weights: Option<&Weights>) -> Option<Mark> {
         | EventKind::Walked(_)
         | EventKind::WalkFinished(_)
         | EventKind::Diffed(_)
+        | EventKind::DiffDetail(..)
         | EventKind::DiffFinished(_)
         | EventKind::Scanned(_)
         | EventKind::ScanFinished(_) => {
@@ -812,6 +844,9 @@ fn handle(
             view,
             cancel,
         } => return diff_job(weights.as_mut(), &other, &view, cancel.flag(), send),
+        Command::DiffTensor { other, view, name } => {
+            diff_detail(weights.as_mut(), &other, &view, name, options)
+        }
         Command::Open(path) => return open_job(weights, &path, &ViewChoice::Auto, send),
         Command::OpenWithView(path, choice) => return open_job(weights, &path, &choice, send),
         Command::Materialize(name) => materialize(weights.as_mut(), name, options),

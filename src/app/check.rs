@@ -64,7 +64,6 @@ impl CheckPanel {
 
     /// Whether a scan runs.
     #[must_use]
-    #[cfg(any(test, feature = "test-hooks"))]
     pub fn is_scanning(&self) -> bool {
         self.running.is_some()
     }

@@ -48,6 +48,16 @@ pub enum AppCommand {
         /// B's view.
         view: ViewChoice,
     },
+    /// Open one tensor of the diff: A beside B, the error's heatmap and
+    /// per-group error.
+    DiffTensor {
+        /// Checkpoint B.
+        other: PathBuf,
+        /// B's view.
+        view: ViewChoice,
+        /// The tensor.
+        name: String,
+    },
     /// Read every tensor's values (the Check tab).
     ScanValues,
     /// Record a job or a running process, against a checkpoint.

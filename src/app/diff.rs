@@ -2,10 +2,12 @@
 //! another (B, through its own), one tensor at a time on the MLX worker, with
 //! progress, cancel and a sortable result table.
 
-use std::path::PathBuf;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use crate::weights::{DiffReport, Progress, ViewChoice};
+use crate::units::printable;
+use crate::weights::{Common, DiffReport, PairDetail, Progress, ViewChoice};
 use crate::worker::{CancelToken, JobError};
 
 use super::commands::{AppCommand, CommandSender};
@@ -39,6 +41,37 @@ pub(super) struct DiffPanel {
     only_differing: bool,
     /// The running diff's cancel token.
     cancel: Option<CancelToken>,
+    /// Focus B's path field in the next frame (Ctrl+Shift+D).
+    focus_other: bool,
+    /// B and its view as the shown report compared them (a row opens
+    /// against these, whatever the fields say now).
+    compared: Option<(PathBuf, ViewChoice)>,
+    /// Each way B stores tensors, with its typical (median) error.
+    typical: HashMap<String, f64>,
+    /// The opened row.
+    detail: Detail,
+    /// Heatmap textures of opened rows.
+    textures: HashMap<String, egui::TextureHandle>,
+    /// Counts rows opened: part of the textures' keys.
+    opened: u64,
+    /// The error heatmap's cells: mean or largest |a - b|.
+    pooling: super::inspector::Pooling,
+}
+
+/// The row opened beside the table.
+#[derive(Default)]
+enum Detail {
+    #[default]
+    Nothing,
+    Pending {
+        name: String,
+        since: Instant,
+    },
+    Ready(Box<PairDetail>),
+    Failed {
+        name: String,
+        error: String,
+    },
 }
 
 impl Default for DiffPanel {
@@ -54,6 +87,13 @@ impl Default for DiffPanel {
             rows: Vec::new(),
             only_differing: false,
             cancel: None,
+            focus_other: false,
+            compared: None,
+            typical: HashMap::new(),
+            detail: Detail::Nothing,
+            textures: HashMap::new(),
+            opened: 0,
+            pooling: super::inspector::Pooling::Mean,
         }
     }
 }
@@ -110,6 +150,11 @@ impl DiffPanel {
         self.other_input = path.display().to_string();
     }
 
+    /// Focuses B's path field, its text selected (Ctrl+Shift+D).
+    pub(super) fn focus_other(&mut self) {
+        self.focus_other = true;
+    }
+
     /// Says why no B was chosen.
     pub(super) fn nothing_chosen(&mut self) {
         self.error =
@@ -126,6 +171,8 @@ impl DiffPanel {
         self.error = None;
         self.report = None;
         self.rows.clear();
+        self.detail = Detail::Nothing;
+        self.compared = Some((other.clone(), view.clone()));
         commands.send(AppCommand::Diff { other, view });
     }
 
@@ -155,6 +202,11 @@ impl DiffPanel {
         self.running = None;
         match result {
             Ok(report) => {
+                self.typical = report
+                    .typical_by_mode()
+                    .into_iter()
+                    .map(|(mode, _, median)| (mode, median))
+                    .collect();
                 self.report = Some(report);
                 self.resort();
             }
@@ -162,21 +214,71 @@ impl DiffPanel {
         }
     }
 
-    /// Draws the tab for an open checkpoint (`has_checkpoint`); what the
-    /// user asks for goes to `commands`.
-    pub fn ui(&mut self, ui: &mut egui::Ui, has_checkpoint: bool, commands: &CommandSender) {
-        if !has_checkpoint {
-            ui.label("Open a checkpoint (A), then choose B to compare it with.");
+    /// The app asked the worker to open `name` of the diff.
+    pub(super) fn detail_pending(&mut self, name: &str) {
+        self.detail = Detail::Pending {
+            name: name.to_owned(),
+            since: Instant::now(),
+        };
+    }
+
+    /// The worker opened `name` (or could not).
+    pub(super) fn detail_arrived(&mut self, name: &str, result: Result<Box<PairDetail>, JobError>) {
+        // Only the row asked for last: an older answer is dropped.
+        if !matches!(&self.detail, Detail::Pending { name: asked, .. } if asked == name) {
             return;
         }
+        self.opened += 1;
+        self.textures.clear();
+        self.detail = match result {
+            Ok(detail) => Detail::Ready(detail),
+            Err(error) => Detail::Failed {
+                name: name.to_owned(),
+                error: error.to_string(),
+            },
+        };
+    }
+
+    /// The opened row, when it has arrived.
+    #[cfg(any(test, feature = "test-hooks"))]
+    pub(super) fn detail(&self) -> Option<&PairDetail> {
+        match &self.detail {
+            Detail::Ready(d) => Some(d),
+            _ => None,
+        }
+    }
+
+    /// Whether an opened row is being computed.
+    #[cfg(any(test, feature = "test-hooks"))]
+    pub(super) fn detail_is_pending(&self) -> bool {
+        matches!(self.detail, Detail::Pending { .. })
+    }
+
+    /// Draws the tab; `a`: the open checkpoint's folder (A), if any; what
+    /// the user asks for goes to `commands`.
+    pub fn ui(&mut self, ui: &mut egui::Ui, a: Option<&Path>, commands: &CommandSender) {
+        let Some(a) = a else {
+            ui.label("Open a checkpoint (A), then choose B to compare it with.");
+            return;
+        };
+        ui.label(format!(
+            "A: {} (the open checkpoint, through the view above)",
+            printable(&a.display().to_string())
+        ));
         ui.horizontal_wrapped(|ui| {
             let label = ui.label("Compare with (B)");
-            ui.add(
-                egui::TextEdit::singleline(&mut self.other_input)
-                    .hint_text("folder or .safetensors file")
-                    .desired_width(360.0_f32.min(ui.available_width() - 80.0).max(120.0)),
-            )
-            .labelled_by(label.id);
+            let field = ui
+                .add(
+                    egui::TextEdit::singleline(&mut self.other_input)
+                        .hint_text("folder or .safetensors file; Enter runs the diff")
+                        .desired_width(360.0_f32.min(ui.available_width() - 80.0).max(120.0)),
+                )
+                .labelled_by(label.id);
+            if std::mem::take(&mut self.focus_other) {
+                super::widgets::focus_selecting_all(ui, &field, &self.other_input);
+            }
+            let entered = field.lost_focus()
+                && ui.input_mut(|i| i.consume_key(egui::Modifiers::NONE, egui::Key::Enter));
             if ui.button("Choose B…").clicked() {
                 commands.send(AppCommand::Dialog(super::Action::PickDiffFolder));
             }
@@ -199,6 +301,7 @@ impl DiffPanel {
                     .add_enabled(has_b, egui::Button::new("Run diff"))
                     .on_hover_text("A is the open checkpoint, through the view above")
                     .clicked()
+                    || (entered && has_b)
                 {
                     let other = PathBuf::from(self.other_input.trim());
                     self.request(other, commands);
@@ -211,74 +314,100 @@ impl DiffPanel {
         if let Some(error) = &self.error {
             ui.colored_label(ui.visuals().error_fg_color, format!("diff: {error}"));
         }
-        self.results_ui(ui);
+        if self.report.is_none() {
+            return;
+        }
+        // The opened row beside the results (above them on a narrow window).
+        if !matches!(self.detail, Detail::Nothing) {
+            let width = ui.available_width();
+            if width >= 900.0 {
+                egui::Panel::right("diff-detail")
+                    .default_size(width * 0.42)
+                    .size_range(320.0..=width * 0.6)
+                    .show(ui, |ui| self.detail_ui(ui));
+            } else {
+                egui::Panel::bottom("diff-detail")
+                    .default_size(ui.available_height() * 0.5)
+                    .show(ui, |ui| self.detail_ui(ui));
+            }
+        }
+        self.results_ui(ui, commands);
+    }
+}
+
+/// What a row's colour says about its error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RowKind {
+    /// A side has NaN or Inf.
+    NonFinite,
+    /// More than twice its storage mode's typical error.
+    Outlier,
+    /// Changed, within twice its mode's typical error.
+    Typical,
+    /// The values are equal.
+    Equal,
+}
+
+/// How far above its mode's typical (median) error a row must be to be
+/// coloured as an outlier.
+const OUTLIER_FACTOR: f64 = 2.0;
+
+impl RowKind {
+    fn colour(self, ui: &egui::Ui) -> egui::Color32 {
+        match self {
+            Self::NonFinite => ui.visuals().error_fg_color,
+            Self::Outlier => ui.visuals().warn_fg_color,
+            Self::Typical => ui.visuals().text_color(),
+            Self::Equal => ui.visuals().weak_text_color(),
+        }
     }
 
-    fn results_ui(&mut self, ui: &mut egui::Ui) {
+    const LEGEND: [(Self, &'static str); 4] = [
+        (Self::NonFinite, "NaN or Inf on a side"),
+        (Self::Outlier, "over twice its mode's typical error"),
+        (Self::Typical, "changed, typical for its mode"),
+        (Self::Equal, "equal"),
+    ];
+}
+
+impl DiffPanel {
+    fn row_kind(&self, c: &Common) -> RowKind {
+        if c.nan || c.inf {
+            RowKind::NonFinite
+        } else if c.max_abs_diff == 0.0 {
+            RowKind::Equal
+        } else if self
+            .typical
+            .get(&c.b_dtype)
+            .is_some_and(|&t| c.rel_error > OUTLIER_FACTOR * t)
+        {
+            RowKind::Outlier
+        } else {
+            RowKind::Typical
+        }
+    }
+
+    fn results_ui(&mut self, ui: &mut egui::Ui, commands: &CommandSender) {
         let Some(report) = self.report.as_deref() else {
             return;
         };
-        let differing = report.differing().count();
-        ui.label(format!(
-            "{} compared, {differing} differ; {} only in A, {} only in B, {} changed shape, {} failed{}",
-            report.common.len(),
-            report.only_in_a.len(),
-            report.only_in_b.len(),
-            report.changed.len(),
-            report.failed.len(),
-            if report.cancelled { "; cancelled" } else { "" }
-        ));
-        if let Some(overall) = report.overall_text() {
-            ui.label(format!("Overall: {}", crate::units::printable(&overall)));
-        }
-        ui.label(format!(
-            "Peak MLX active {} {} the bound {} (largest shard of A + of B {}, plus one band's decoding temporaries on each side)",
-            crate::units::human_bytes(report.peak_mlx_active_bytes),
-            if report.peak_mlx_active_bytes <= report.bound_bytes { "within" } else { "over" },
-            crate::units::human_bytes(report.bound_bytes),
-            crate::units::human_bytes(report.two_shards_bytes),
-        ));
-        for (title, names) in [
-            ("Only in A", &report.only_in_a),
-            ("Only in B", &report.only_in_b),
-        ] {
-            if !names.is_empty() {
-                egui::CollapsingHeader::new(format!("{title} ({})", names.len()))
-                    .id_salt(title)
-                    .show(ui, |ui| {
-                        for name in names.iter().take(1000) {
-                            ui.monospace(name);
-                        }
-                    });
-            }
-        }
-        if !report.changed.is_empty() {
-            egui::CollapsingHeader::new(format!("Changed shape ({})", report.changed.len()))
-                .id_salt("changed")
-                .show(ui, |ui| {
-                    for c in report.changed.iter().take(1000) {
-                        ui.monospace(format!(
-                            "{}: {} {:?} -> {} {:?}",
-                            c.name, c.a_dtype, c.a_shape, c.b_dtype, c.b_shape
-                        ));
-                    }
-                });
-        }
-        for f in &report.failed {
-            ui.colored_label(
-                ui.visuals().error_fg_color,
-                format!("{}: {}", f.name, f.error),
-            );
-        }
+        // The summary scrolls within at most 45 % of the tab: the table
+        // under it keeps the rest, also beside an opened row.
+        let summary_height = (ui.available_height() * 0.45).max(120.0);
+        egui::ScrollArea::vertical()
+            .id_salt("diff-summary")
+            .max_height(summary_height)
+            .auto_shrink([false, true])
+            .show(ui, |ui| {
+                summary_ui(ui, report, self.compared.as_ref().map(|(b, _)| b.as_path()));
+            });
         ui.separator();
-        error_per_layer_ui(ui, report);
-        ui.separator();
-        self.table_ui(ui);
+        self.table_ui(ui, commands);
     }
 
-    fn table_ui(&mut self, ui: &mut egui::Ui) {
+    fn table_ui(&mut self, ui: &mut egui::Ui, commands: &CommandSender) {
         let mut sort_changed = false;
-        ui.horizontal(|ui| {
+        ui.horizontal_wrapped(|ui| {
             for (label, column) in [
                 ("Order", DiffSort::Order),
                 ("Name", DiffSort::Name),
@@ -308,6 +437,11 @@ impl DiffPanel {
         if sort_changed {
             self.resort();
         }
+        let legend: Vec<(&str, egui::Color32)> = RowKind::LEGEND
+            .iter()
+            .map(|(kind, text)| (*text, kind.colour(ui)))
+            .collect();
+        super::widgets::legend_row(ui, &legend);
         let Some(report) = self.report.as_deref() else {
             return;
         };
@@ -315,50 +449,379 @@ impl DiffPanel {
         ui.label(
             egui::RichText::new(format!(
                 "{:>10} {:>9} {:>9} {:>10}{:8}  {}",
-                "rel error", "SNR dB", "cosine", "max |a-b|", "", "tensor (A dtype -> B dtype)"
+                "rel error",
+                "SNR dB",
+                "cosine",
+                "max |a-b|",
+                "",
+                "tensor (A dtype -> B dtype); a click opens it"
             ))
             .monospace()
             .strong(),
         );
-        let row_height = ui.text_style_height(&egui::TextStyle::Monospace) + 4.0;
+        let opened = match &self.detail {
+            Detail::Pending { name, .. } | Detail::Failed { name, .. } => Some(name.as_str()),
+            Detail::Ready(d) => Some(d.name.as_str()),
+            Detail::Nothing => None,
+        };
+        let mut clicked = None;
+        let row_height = ui.text_style_height(&egui::TextStyle::Monospace) + 6.0;
         egui::ScrollArea::vertical()
             .id_salt("diff-scroll")
             .auto_shrink([false, false])
             .show_rows(ui, row_height, rows.len(), |ui, range| {
                 for &i in &rows[range] {
                     let c = &report.common[i];
-                    let flags = match (c.nan, c.inf) {
-                        (true, true) => " NaN Inf",
-                        (true, false) => " NaN",
-                        (false, true) => " Inf",
-                        (false, false) => "",
+                    let text = row_text(c);
+                    let colour = self.row_kind(c).colour(ui);
+                    let button = egui::Button::selectable(
+                        opened == Some(c.name.as_str()),
+                        egui::RichText::new(text).monospace().color(colour),
+                    )
+                    .truncate();
+                    let typical = self.typical.get(&c.b_dtype).copied();
+                    let response = ui.add(button);
+                    let response = match typical {
+                        Some(t) => response.on_hover_text(format!(
+                            "{}\ntypical for {}: {t:.3e} (the median of its changed tensors)",
+                            printable(&c.name),
+                            c.b_dtype
+                        )),
+                        None => response.on_hover_text(printable(&c.name).into_owned()),
                     };
-                    let snr = if c.snr_db.is_infinite() {
-                        "equal".to_owned()
-                    } else {
-                        format!("{:.1}", c.snr_db)
-                    };
-                    let text = format!(
-                        "{:>10.3e} {snr:>9} {:>9.6} {:>10.3e}{flags:8}  {}  ({} -> {})",
-                        c.rel_error, c.cosine, c.max_abs_diff, c.name, c.a_dtype, c.b_dtype
+                    if response.clicked() {
+                        clicked = Some(c.name.clone());
+                    }
+                }
+            });
+        if let (Some(name), Some((other, view))) = (clicked, &self.compared) {
+            commands.send(AppCommand::DiffTensor {
+                other: other.clone(),
+                view: view.clone(),
+                name,
+            });
+        }
+    }
+
+    /// The opened row: A beside B, the error's heatmap, its worst groups.
+    fn detail_ui(&mut self, ui: &mut egui::Ui) {
+        let mut close = false;
+        egui::ScrollArea::vertical()
+            .id_salt(("diff-detail-scroll", self.opened))
+            .auto_shrink([false, false])
+            .show(ui, |ui| match &self.detail {
+                Detail::Nothing => {}
+                Detail::Pending { name, since } => {
+                    ui.horizontal(|ui| {
+                        ui.spinner();
+                        ui.label(format!(
+                            "comparing {} … {:.1} s",
+                            printable(name),
+                            since.elapsed().as_secs_f32()
+                        ));
+                    });
+                    ui.ctx()
+                        .request_repaint_after(std::time::Duration::from_millis(100));
+                }
+                Detail::Failed { name, error } => {
+                    close = ui.button("Close").clicked();
+                    ui.label(egui::RichText::new(printable(name)).monospace());
+                    ui.colored_label(ui.visuals().error_fg_color, printable(error));
+                }
+                Detail::Ready(detail) => {
+                    close = ui.button("Close").clicked();
+                    pair_ui(
+                        ui,
+                        detail,
+                        (self.opened, &mut self.pooling),
+                        &mut self.textures,
                     );
-                    let color = if c.max_abs_diff != 0.0 || c.nan || c.inf {
-                        ui.visuals().warn_fg_color
-                    } else {
-                        ui.visuals().text_color()
-                    };
-                    ui.add(
-                        egui::Label::new(egui::RichText::new(text).monospace().color(color))
-                            .truncate(),
-                    );
+                }
+            });
+        if close {
+            self.detail = Detail::Nothing;
+        }
+    }
+}
+
+/// A row of the table: its figures, name and dtypes, aligned.
+fn row_text(c: &Common) -> String {
+    let flags = match (c.nan, c.inf) {
+        (true, true) => " NaN Inf",
+        (true, false) => " NaN",
+        (false, true) => " Inf",
+        (false, false) => "",
+    };
+    let snr = if c.snr_db.is_infinite() {
+        "equal".to_owned()
+    } else {
+        format!("{:.1}", c.snr_db)
+    };
+    format!(
+        "{:>10.3e} {snr:>9} {:>9.6} {:>10.3e}{flags:8}  {}  ({} -> {})",
+        c.rel_error,
+        c.cosine,
+        c.max_abs_diff,
+        printable(&c.name),
+        c.a_dtype,
+        c.b_dtype
+    )
+}
+
+/// The report's counts, overall figure, memory, lists, the summary by
+/// module kind and the per-layer plot (side by side where there is room).
+fn summary_ui(ui: &mut egui::Ui, report: &DiffReport, b: Option<&Path>) {
+    if let Some(b) = b {
+        ui.label(format!("B: {}", printable(&b.display().to_string())));
+    }
+    let differing = report.differing().count();
+    ui.label(format!(
+        "{} compared, {differing} differ; {} only in A, {} only in B, {} changed shape, {} failed{}",
+        report.common.len(),
+        report.only_in_a.len(),
+        report.only_in_b.len(),
+        report.changed.len(),
+        report.failed.len(),
+        if report.cancelled { "; cancelled" } else { "" }
+    ));
+    if let Some(overall) = report.overall_text() {
+        ui.add(egui::Label::new(format!("Overall: {}", printable(&overall))).wrap());
+    }
+    ui.label(format!(
+        "Peak MLX active {} {} the bound {} (largest shard of A + of B {}, plus one band's decoding temporaries on each side)",
+        crate::units::human_bytes(report.peak_mlx_active_bytes),
+        if report.peak_mlx_active_bytes <= report.bound_bytes { "within" } else { "over" },
+        crate::units::human_bytes(report.bound_bytes),
+        crate::units::human_bytes(report.two_shards_bytes),
+    ));
+    lists_ui(ui, report);
+    if ui.available_width() >= 1000.0 {
+        ui.columns(2, |columns| {
+            by_kind_ui(&mut columns[0], report);
+            error_per_layer_ui(&mut columns[1], report);
+        });
+    } else {
+        by_kind_ui(ui, report);
+        ui.separator();
+        error_per_layer_ui(ui, report);
+    }
+}
+
+/// Only in A, only in B, changed shape and failed, collapsed.
+fn lists_ui(ui: &mut egui::Ui, report: &DiffReport) {
+    for (title, names) in [
+        ("Only in A", &report.only_in_a),
+        ("Only in B", &report.only_in_b),
+    ] {
+        if !names.is_empty() {
+            egui::CollapsingHeader::new(format!("{title} ({})", names.len()))
+                .id_salt(title)
+                .show(ui, |ui| {
+                    for name in names.iter().take(1000) {
+                        ui.monospace(printable(name));
+                    }
+                });
+        }
+    }
+    if !report.changed.is_empty() {
+        egui::CollapsingHeader::new(format!("Changed shape ({})", report.changed.len()))
+            .id_salt("changed")
+            .show(ui, |ui| {
+                for c in report.changed.iter().take(1000) {
+                    ui.monospace(format!(
+                        "{}: {} {:?} -> {} {:?}",
+                        printable(&c.name),
+                        c.a_dtype,
+                        c.a_shape,
+                        c.b_dtype,
+                        c.b_shape
+                    ));
+                }
+            });
+    }
+    for f in &report.failed {
+        ui.colored_label(
+            ui.visuals().error_fg_color,
+            format!("{}: {}", printable(&f.name), printable(&f.error)),
+        );
+    }
+}
+
+/// The changed tensors by module kind and by how B stores them, with each
+/// storage mode's typical error.
+fn by_kind_ui(ui: &mut egui::Ui, report: &DiffReport) {
+    let kinds = report.by_kind();
+    if kinds.is_empty() {
+        return;
+    }
+    egui::CollapsingHeader::new(format!("By module kind ({})", kinds.len()))
+        .id_salt("diff-by-kind")
+        .default_open(true)
+        .show(ui, |ui| {
+            let modes = report.typical_by_mode();
+            ui.label(
+                modes
+                    .iter()
+                    .map(|(mode, n, median)| format!("{mode}: typical {median:.3e} over {n}"))
+                    .collect::<Vec<_>>()
+                    .join("; "),
+            )
+            .on_hover_text(
+                "Each way B stores tensors, with the median relative error of its changed tensors",
+            );
+            egui::ScrollArea::vertical()
+                .id_salt("diff-by-kind-scroll")
+                .max_height(120.0)
+                .show(ui, |ui| {
+                    egui::Grid::new("diff-by-kind-grid")
+                        .striped(true)
+                        .num_columns(5)
+                        .show(ui, |ui| {
+                            for title in ["kind", "B stored as", "tensors", "median", "worst"] {
+                                ui.strong(title);
+                            }
+                            ui.end_row();
+                            for k in &kinds {
+                                ui.monospace(printable(&k.kind));
+                                ui.monospace(&k.b_dtype);
+                                ui.monospace(k.tensors.to_string());
+                                ui.monospace(format!("{:.3e}", k.median_rel_error));
+                                ui.monospace(format!("{:.3e}", k.worst_rel_error))
+                                    .on_hover_text(printable(&k.worst).into_owned());
+                                ui.end_row();
+                            }
+                        });
+                });
+        });
+}
+
+/// One opened tensor: A's, B's and the error's figures side by side, the
+/// two histograms overlaid, the error's heatmap and its worst groups.
+fn pair_ui(
+    ui: &mut egui::Ui,
+    d: &PairDetail,
+    (opened, pooling): (u64, &mut super::inspector::Pooling),
+    textures: &mut HashMap<String, egui::TextureHandle>,
+) {
+    ui.label(egui::RichText::new(printable(&d.name)).monospace().strong());
+    ui.label(format!("A: {}    B: {}", d.a_dtype, d.b_dtype));
+    egui::Grid::new("diff-pair-stats")
+        .striped(true)
+        .num_columns(4)
+        .show(ui, |ui| {
+            type Figure = fn(&crate::mlx::Stats) -> String;
+            for title in ["", "A", "B", "|a - b|"] {
+                ui.strong(title);
+            }
+            ui.end_row();
+            let sides = [&d.a.stats, &d.b.stats, &d.error.stats];
+            let rows: [(&str, Figure); 6] = [
+                ("min", |s| format!("{:.4e}", s.min)),
+                ("max", |s| format!("{:.4e}", s.max)),
+                ("mean", |s| format!("{:.4e}", s.mean)),
+                ("std", |s| format!("{:.4e}", s.std)),
+                ("NaN", |s| s.nan.to_string()),
+                ("Inf", |s| s.inf.to_string()),
+            ];
+            for (label, value) in rows {
+                ui.label(label);
+                for s in sides {
+                    ui.monospace(value(s));
+                }
+                ui.end_row();
+            }
+        });
+    ui.separator();
+    ui.label("Histograms overlaid (finite values)");
+    let colours = [
+        egui::Color32::from_rgba_unmultiplied(90, 150, 240, 150),
+        egui::Color32::from_rgba_unmultiplied(240, 150, 60, 150),
+    ];
+    egui_plot::Plot::new(("diff-histograms", opened))
+        .height(140.0)
+        .allow_zoom(false)
+        .allow_drag(false)
+        .allow_scroll(false)
+        .legend(egui_plot::Legend::default().position(egui_plot::Corner::RightTop))
+        .show(ui, |plot| {
+            for ((name, h), colour) in [("A", &d.a.histogram), ("B", &d.b.histogram)]
+                .into_iter()
+                .zip(colours)
+            {
+                plot.bar_chart(egui_plot::BarChart::new(name, histogram_bars(h)).color(colour));
+            }
+        });
+    if let (Some(mean), largest) = (&d.error.heatmap, d.error.heatmap_max_abs.as_ref()) {
+        ui.separator();
+        ui.horizontal_wrapped(|ui| {
+            ui.label("|a - b| cells:");
+            ui.selectable_value(pooling, super::inspector::Pooling::Mean, "mean");
+            ui.add_enabled_ui(largest.is_some(), |ui| {
+                ui.selectable_value(pooling, super::inspector::Pooling::MaxAbs, "max");
+            });
+        });
+        let (map, what, key) = match (*pooling, largest) {
+            (super::inspector::Pooling::MaxAbs, Some(m)) => (m, "the largest", "max"),
+            _ => (mean, "the mean", "mean"),
+        };
+        ui.label(format!(
+            "Error |a - b| ({} x {} cells, each {what} of {} x {} values)",
+            map.rows, map.cols, map.row_step, map.col_step
+        ));
+        super::inspector::heatmap_ui(
+            ui,
+            map,
+            &format!("{opened}:{}#error-{key}", d.name),
+            textures,
+        );
+    }
+    if let Some(g) = &d.groups {
+        ui.separator();
+        ui.label(format!(
+            "Per group ({}'s groups of {} along each row): {} groups; relative error median {:.3e}, p99 {:.3e}, worst {:.3e}",
+            g.side, g.group_size, g.groups, g.median, g.p99, g.max
+        ));
+        egui::Grid::new("diff-worst-groups")
+            .striped(true)
+            .num_columns(4)
+            .show(ui, |ui| {
+                for title in ["row", "columns", "rel error", "max |a-b|"] {
+                    ui.strong(title);
+                }
+                ui.end_row();
+                let size = i64::from(g.group_size);
+                for w in &g.worst {
+                    ui.monospace(w.row.to_string());
+                    ui.monospace(format!("{}..{}", w.group * size, (w.group + 1) * size));
+                    ui.monospace(format!("{:.3e}", w.rel_error));
+                    ui.monospace(format!("{:.3e}", w.max_abs));
+                    ui.end_row();
                 }
             });
     }
 }
 
+/// A histogram's bars at their own bin centres (two sides' bins differ).
+fn histogram_bars(h: &crate::mlx::Histogram) -> Vec<egui_plot::Bar> {
+    let bins = h.counts.len().max(1);
+    #[allow(clippy::cast_precision_loss)]
+    let width = (h.max - h.min) / bins as f64;
+    h.counts
+        .iter()
+        .enumerate()
+        .map(|(i, &count)| {
+            #[allow(clippy::cast_precision_loss)]
+            let centre = h.min + (i as f64 + 0.5) * width;
+            #[allow(clippy::cast_precision_loss)]
+            egui_plot::Bar::new(centre, count as f64).width(width.max(f64::MIN_POSITIVE))
+        })
+        .collect()
+}
+
 /// Largest and mean relative error per numbered layer (tensors outside
-/// numbered layers, such as embeddings, are not drawn), on a log10 axis:
-/// where in the depth of the model a conversion went wrong.
+/// numbered layers, such as embeddings, are not drawn), on a log10 axis
+/// with a tick at every power of ten and at least one decade shown: where
+/// in the depth of the model a conversion went wrong.
 fn error_per_layer_ui(ui: &mut egui::Ui, report: &DiffReport) {
     let mut layers: std::collections::BTreeMap<u64, (f64, f64, usize)> =
         std::collections::BTreeMap::new();
@@ -373,11 +836,13 @@ fn error_per_layer_ui(ui: &mut egui::Ui, report: &DiffReport) {
         }
     }
     let log = |x: f64| x.max(1e-12).log10();
+    #[allow(clippy::cast_precision_loss)]
     let max_points: Vec<[f64; 2]> = layers
         .iter()
         .filter(|(_, (_, _, n))| *n > 0)
         .map(|(l, (max, _, _))| [*l as f64, log(*max)])
         .collect();
+    #[allow(clippy::cast_precision_loss)]
     let mean_points: Vec<[f64; 2]> = layers
         .iter()
         .filter(|(_, (_, _, n))| *n > 0)
@@ -386,12 +851,22 @@ fn error_per_layer_ui(ui: &mut egui::Ui, report: &DiffReport) {
     if max_points.is_empty() {
         return;
     }
-    ui.label("Relative error per layer (log10; max and mean of the layer's tensors)");
+    let (lo, hi) = max_points
+        .iter()
+        .chain(&mean_points)
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), p| {
+            (lo.min(p[1]), hi.max(p[1]))
+        });
+    ui.label("Relative error per layer (log scale; the max and the mean of each layer's tensors)");
     egui_plot::Plot::new("diff-error-per-layer")
         .height(140.0)
         .allow_scroll(false)
         .allow_drag(false)
+        .allow_zoom(false)
         .x_axis_label("layer")
+        .y_axis_label("rel error")
+        .include_y(lo.floor())
+        .include_y(hi.ceil().max(lo.floor() + 1.0))
         .x_axis_formatter(|mark, _| {
             if mark.value.fract() == 0.0 && mark.value >= 0.0 {
                 format!("{}", mark.value)
@@ -399,7 +874,26 @@ fn error_per_layer_ui(ui: &mut egui::Ui, report: &DiffReport) {
                 String::new()
             }
         })
-        .y_axis_formatter(|mark, _| format!("{:.0e}", 10f64.powf(mark.value)))
+        .y_grid_spacer(|input| {
+            // One mark per power of ten (a whole number on this log axis).
+            let (lo, hi) = input.bounds;
+            #[allow(clippy::cast_possible_truncation)]
+            let (first, last) = (lo.ceil() as i64, hi.floor() as i64);
+            #[allow(clippy::cast_precision_loss)]
+            (first..=last)
+                .map(|k| egui_plot::GridMark {
+                    value: k as f64,
+                    step_size: 1.0,
+                })
+                .collect()
+        })
+        .y_axis_formatter(|mark, _| {
+            if mark.value.fract() == 0.0 {
+                format!("1e{}", mark.value)
+            } else {
+                String::new()
+            }
+        })
         .label_formatter(|hover| match hover {
             egui_plot::HoverPosition::NearDataPoint {
                 plot_name,

@@ -136,7 +136,13 @@ impl WeightscopeApp {
         self.diff.report()
     }
 
-    /// The tensor the inspector shows or waits for, if any.
+    /// Whether the inspector waits for a tensor.
+    #[must_use]
+    pub fn is_materializing(&self) -> bool {
+        self.inspector.is_pending()
+    }
+
+    /// The inspector's tensor (shown, pending or failed).
     #[must_use]
     pub fn inspected_name(&self) -> Option<&str> {
         self.inspector.name()
@@ -204,5 +210,30 @@ impl WeightscopeApp {
     pub fn start_walk(&mut self) {
         self.with_profiler(|profiler, inputs| profiler.start_walk(inputs));
         self.run_commands();
+    }
+
+    /// Whether the command palette is open.
+    #[must_use]
+    pub fn palette_is_open(&self) -> bool {
+        self.palette.is_open()
+    }
+
+    /// The selected tensor's stored name in the Tensors tab.
+    #[must_use]
+    pub fn selected_tensor(&self) -> Option<&str> {
+        let checkpoint = self.checkpoint.as_deref()?;
+        self.tensors.selected_name(checkpoint)
+    }
+
+    /// The diff's opened row, when it has arrived.
+    #[must_use]
+    pub fn diff_detail(&self) -> Option<&crate::weights::PairDetail> {
+        self.diff.detail()
+    }
+
+    /// Whether the diff's opened row is being computed.
+    #[must_use]
+    pub fn diff_detail_is_pending(&self) -> bool {
+        self.diff.detail_is_pending()
     }
 }

@@ -27,6 +27,17 @@ pub(super) struct InspectorPanel {
     heatmap_texture: HashMap<String, egui::TextureHandle>,
     /// Counts previews shown: part of the heatmap textures' keys.
     preview_generation: u64,
+    /// The values heatmap's cells: each block's mean, or its largest
+    /// |value| (where a mean hides an outlier).
+    pooling: Pooling,
+}
+
+/// What a heatmap cell shows of its block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(super) enum Pooling {
+    #[default]
+    Mean,
+    MaxAbs,
 }
 
 impl Default for InspectorPanel {
@@ -35,6 +46,7 @@ impl Default for InspectorPanel {
             inspected: Inspected::Nothing,
             heatmap_texture: HashMap::new(),
             preview_generation: 0,
+            pooling: Pooling::Mean,
         }
     }
 }
@@ -81,6 +93,12 @@ impl InspectorPanel {
 
     fn is_waiting_for(&self, target: &str) -> bool {
         matches!(&self.inspected, Inspected::Pending { name, .. } if name == target)
+    }
+
+    /// Whether a tensor is being materialized.
+    #[cfg(any(test, feature = "test-hooks"))]
+    pub(super) fn is_pending(&self) -> bool {
+        matches!(self.inspected, Inspected::Pending { .. })
     }
 
     /// The tensor shown or waited for, if any.
@@ -132,6 +150,7 @@ impl InspectorPanel {
                 // Disjoint fields: the preview is borrowed, not copied each frame.
                 let texture = &mut self.heatmap_texture;
                 let generation = self.preview_generation;
+                let pooling = &mut self.pooling;
                 // Keyed by the tensor: a new tensor opens at the top. Wide
                 // content wraps or scrolls; it never widens the panel. No
                 // edge fade: over a heatmap cut by the panel it reads as a
@@ -144,7 +163,7 @@ impl InspectorPanel {
                         .id_salt(("inspector-scroll", generation, preview.name.as_str()))
                         .auto_shrink([false, false])
                         .show(ui, |ui| {
-                            preview_ui(ui, preview, generation, texture);
+                            preview_ui(ui, preview, (generation, pooling), texture);
                         });
                 });
             }
@@ -180,7 +199,7 @@ fn summary_text(p: &TensorPreview) -> String {
 fn preview_ui(
     ui: &mut egui::Ui,
     p: &TensorPreview,
-    generation: u64,
+    (generation, pooling): (u64, &mut Pooling),
     texture: &mut HashMap<String, egui::TextureHandle>,
 ) {
     ui.label(egui::RichText::new(printable(&p.name)).monospace().strong());
@@ -238,16 +257,30 @@ fn preview_ui(
     ui.separator();
     histogram_ui(ui, &p.values.histogram, &p.values.stats);
 
-    if let Some(heatmap) = &p.values.heatmap {
+    if let Some(mean) = &p.values.heatmap {
         ui.separator();
+        let largest = p.values.heatmap_max_abs.as_ref();
+        ui.horizontal_wrapped(|ui| {
+            ui.label("Cells:");
+            ui.selectable_value(pooling, Pooling::Mean, "mean")
+                .on_hover_text("Each cell the mean of its block (signed)");
+            ui.add_enabled_ui(largest.is_some(), |ui| {
+                ui.selectable_value(pooling, Pooling::MaxAbs, "max |x|")
+                    .on_hover_text("Each cell the largest |value| of its block: outliers show");
+            });
+        });
+        let (heatmap, what, key) = match (*pooling, largest) {
+            (Pooling::MaxAbs, Some(m)) => (m, "the largest |value|", "max-abs"),
+            _ => (mean, "the mean", "mean"),
+        };
         ui.label(format!(
-            "Heatmap ({} x {} cells, each the mean of {} x {} values)",
+            "Heatmap ({} x {} cells, each {what} of {} x {} values)",
             heatmap.rows, heatmap.cols, heatmap.row_step, heatmap.col_step
         ));
         heatmap_ui(
             ui,
             heatmap,
-            &format!("{generation}:{}#values", p.name),
+            &format!("{generation}:{}#values-{key}", p.name),
             texture,
         );
     }
@@ -342,19 +375,108 @@ fn histogram_ui(ui: &mut egui::Ui, h: &Histogram, s: &Stats) {
         });
 }
 
-/// A diverging blue-white-red scale around 0, symmetric in the largest |value|.
-fn color(v: f32, extent: f32) -> egui::Color32 {
-    if !v.is_finite() || extent <= 0.0 {
-        return egui::Color32::GRAY;
+/// How a heatmap's values map to colours, chosen by the values: signed
+/// values on a diverging scale around 0 (blue, white, red; symmetric in the
+/// largest |value|), values of one sign (scales, |x|) on a sequential one
+/// from their smallest to their largest.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) enum ColourScale {
+    /// Blue below 0, red above, white at 0.
+    Diverging { extent: f32 },
+    /// Dark at `lo`, bright at `hi`.
+    Sequential { lo: f32, hi: f32 },
+    /// Every cell holds this one value (or none is finite).
+    Constant(f32),
+}
+
+impl ColourScale {
+    /// The scale for `values` (non-finite ones ignored).
+    pub(super) fn for_values(values: &[f32]) -> Self {
+        let (lo, hi) = values
+            .iter()
+            .filter(|v| v.is_finite())
+            .fold((f32::INFINITY, f32::NEG_INFINITY), |(lo, hi), &v| {
+                (lo.min(v), hi.max(v))
+            });
+        if lo > hi {
+            return Self::Constant(f32::NAN);
+        }
+        if hi - lo <= 0.0 {
+            return Self::Constant(lo);
+        }
+        if lo >= 0.0 || hi <= 0.0 {
+            Self::Sequential { lo, hi }
+        } else {
+            Self::Diverging {
+                extent: lo.abs().max(hi.abs()),
+            }
+        }
     }
-    let t = (v / extent).clamp(-1.0, 1.0);
+
+    /// The colour of `v`.
+    pub(super) fn colour(self, v: f32) -> egui::Color32 {
+        if !v.is_finite() {
+            return egui::Color32::GRAY;
+        }
+        match self {
+            Self::Constant(_) => egui::Color32::from_gray(190),
+            Self::Diverging { extent } => {
+                let t = (v / extent).clamp(-1.0, 1.0);
+                #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+                let fade = |x: f32| (255.0 * (1.0 - x)) as u8;
+                if t >= 0.0 {
+                    egui::Color32::from_rgb(255, fade(t), fade(t))
+                } else {
+                    egui::Color32::from_rgb(fade(-t), fade(-t), 255)
+                }
+            }
+            Self::Sequential { lo, hi } => sequential(((v - lo) / (hi - lo)).clamp(0.0, 1.0)),
+        }
+    }
+
+    /// The values at the left, middle and right of the colour bar.
+    fn ends(self) -> [f32; 3] {
+        match self {
+            Self::Diverging { extent } => [-extent, 0.0, extent],
+            Self::Sequential { lo, hi } => [lo, lo + (hi - lo) / 2.0, hi],
+            Self::Constant(v) => [v, v, v],
+        }
+    }
+
+    /// What the colours mean, in words.
+    fn describe(self) -> &'static str {
+        match self {
+            Self::Diverging { .. } => "diverging around 0: blue below, white at 0, red above",
+            Self::Constant(_) => "every cell holds the same value: one colour",
+            Self::Sequential { lo, .. } if lo >= 0.0 => {
+                "sequential (every value >= 0): dark at the smallest, bright at the largest"
+            }
+            Self::Sequential { .. } => {
+                "sequential (every value <= 0): dark at the most negative, bright at the largest"
+            }
+        }
+    }
+}
+
+/// A dark-to-bright ramp (deep blue, purple, orange, pale yellow) at
+/// `t` in `[0, 1]`: brightness rises steadily, so order reads without a key.
+#[allow(clippy::many_single_char_names)] // a ramp's usual names
+fn sequential(t: f32) -> egui::Color32 {
+    const STOPS: [(f32, [f32; 3]); 4] = [
+        (0.0, [20.0, 12.0, 60.0]),
+        (0.35, [120.0, 40.0, 130.0]),
+        (0.7, [235.0, 110.0, 60.0]),
+        (1.0, [252.0, 245.0, 170.0]),
+    ];
+    let mut k = 1;
+    while k < STOPS.len() - 1 && t > STOPS[k].0 {
+        k += 1;
+    }
+    let ((t0, a), (t1, b)) = (STOPS[k - 1], STOPS[k]);
+    let f = ((t - t0) / (t1 - t0)).clamp(0.0, 1.0);
     #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-    let fade = |x: f32| (255.0 * (1.0 - x)) as u8;
-    if t >= 0.0 {
-        egui::Color32::from_rgb(255, fade(t), fade(t))
-    } else {
-        egui::Color32::from_rgb(fade(-t), fade(-t), 255)
-    }
+    let mix = |i: usize| (a[i] + (b[i] - a[i]) * f).round() as u8;
+    egui::Color32::from_rgb(mix(0), mix(1), mix(2))
 }
 
 /// Heatmaps of a quantized weight's per-group scales (decoded) and biases,
@@ -392,17 +514,13 @@ fn quant_maps_ui(
     }
 }
 
-fn heatmap_ui(
+pub(super) fn heatmap_ui(
     ui: &mut egui::Ui,
     heatmap: &Heatmap,
     name: &str,
     cache: &mut HashMap<String, egui::TextureHandle>,
 ) {
-    let extent = heatmap
-        .values
-        .iter()
-        .filter(|v| v.is_finite())
-        .fold(0.0f32, |m, v| m.max(v.abs()));
+    let scale = ColourScale::for_values(&heatmap.values);
     // Built once per preview and kept: uploading 512 x 512 texels every frame
     // would cost more than the rest of the window.
     if !cache.contains_key(name) {
@@ -410,7 +528,7 @@ fn heatmap_ui(
         if cache.len() >= 6 {
             cache.clear();
         }
-        let pixels: Vec<egui::Color32> = heatmap.values.iter().map(|&v| color(v, extent)).collect();
+        let pixels: Vec<egui::Color32> = heatmap.values.iter().map(|&v| scale.colour(v)).collect();
         let image = egui::ColorImage::new([heatmap.cols, heatmap.rows], pixels);
         let handle = ui.ctx().load_texture(
             format!("heatmap:{name}"),
@@ -435,40 +553,88 @@ fn heatmap_ui(
         );
         let value = heatmap.values[r * heatmap.cols + c];
         response.on_hover_text(format!(
-            "rows {}..{}, cols {}..{}: mean {value:.6}",
+            "rows {}..{}, cols {}..{}: {value:.6}",
             r * heatmap.row_step,
             (r + 1) * heatmap.row_step,
             c * heatmap.col_step,
             (c + 1) * heatmap.col_step
         ));
     }
-    colour_scale_ui(ui, extent, side);
+    colour_scale_ui(ui, scale, side);
 }
 
-/// A colour bar from -extent (blue) through 0 (white) to +extent (red),
-/// with its three values under it.
-fn colour_scale_ui(ui: &mut egui::Ui, extent: f32, width: f32) {
+/// The heatmap's key: a colour bar over its range, the values at its ends
+/// and middle under it, and what the colours mean.
+fn colour_scale_ui(ui: &mut egui::Ui, scale: ColourScale, width: f32) {
     let (rect, _) = ui.allocate_exact_size(egui::vec2(width, 12.0), egui::Sense::hover());
     let steps = 64;
     let painter = ui.painter_at(rect);
+    let [left, _, right] = scale.ends();
     for k in 0..steps {
         #[allow(clippy::cast_precision_loss)]
         let (a, b) = (k as f32 / steps as f32, (k + 1) as f32 / steps as f32);
-        let v = (a + b - 1.0) * extent;
+        let v = left + f32::midpoint(a, b) * (right - left);
         let cell = egui::Rect::from_min_max(
             egui::pos2(rect.left() + a * rect.width(), rect.top()),
             egui::pos2(rect.left() + b * rect.width(), rect.bottom()),
         );
-        painter.rect_filled(cell, 0.0, color(v, extent));
+        painter.rect_filled(cell, 0.0, scale.colour(v));
     }
+    let [lo, mid, hi] = scale.ends();
     ui.allocate_ui(egui::vec2(width, ui.spacing().interact_size.y), |ui| {
         ui.horizontal(|ui| {
-            ui.label(format!("{:.3e}", -extent));
+            ui.label(format!("{lo:.3e}"));
             ui.with_layout(egui::Layout::right_to_left(egui::Align::Center), |ui| {
-                ui.label(format!("{extent:.3e}"));
-                ui.add_space((ui.available_width() / 2.0 - 4.0).max(0.0));
-                ui.label("0");
+                ui.label(format!("{hi:.3e}"));
+                ui.add_space((ui.available_width() / 2.0 - 30.0).max(0.0));
+                ui.label(if mid == 0.0 {
+                    "0".to_owned()
+                } else {
+                    format!("{mid:.3e}")
+                });
             });
         });
     });
+    ui.add(egui::Label::new(egui::RichText::new(scale.describe()).small()).wrap());
+}
+
+#[cfg(test)]
+mod colour_tests {
+    use super::ColourScale;
+
+    fn brightness(c: egui::Color32) -> u32 {
+        u32::from(c.r()) + u32::from(c.g()) + u32::from(c.b())
+    }
+
+    #[test]
+    fn the_scale_follows_the_values_sign() {
+        // Scales (positive only): sequential over their own range, the
+        // smallest darkest; never the solid red of a scale centred on 0.
+        let scale = ColourScale::for_values(&[0.5, 1.0, 2.0, f32::NAN]);
+        assert_eq!(scale, ColourScale::Sequential { lo: 0.5, hi: 2.0 });
+        let (dark, mid, bright) = (scale.colour(0.5), scale.colour(1.25), scale.colour(2.0));
+        assert!(brightness(dark) < brightness(mid) && brightness(mid) < brightness(bright));
+        // Signed weights: diverging, symmetric in the largest |value|.
+        let scale = ColourScale::for_values(&[-1.0, 0.25, 3.0]);
+        assert_eq!(scale, ColourScale::Diverging { extent: 3.0 });
+        assert_eq!(scale.colour(0.0), egui::Color32::WHITE);
+        assert_eq!(scale.colour(3.0), egui::Color32::from_rgb(255, 0, 0));
+        assert_eq!(scale.colour(-3.0), egui::Color32::from_rgb(0, 0, 255));
+        // Negative only: sequential too; nothing finite: one colour.
+        assert!(matches!(
+            ColourScale::for_values(&[-2.0, -1.0]),
+            ColourScale::Sequential { .. }
+        ));
+        assert_eq!(
+            ColourScale::for_values(&[0.0, 0.0]),
+            ColourScale::Constant(0.0)
+        );
+        assert!(
+            matches!(ColourScale::for_values(&[f32::NAN]), ColourScale::Constant(v) if v.is_nan())
+        );
+        assert_eq!(
+            ColourScale::for_values(&[1.0]).colour(f32::INFINITY),
+            egui::Color32::GRAY
+        );
+    }
 }

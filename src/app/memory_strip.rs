@@ -74,7 +74,11 @@ impl MemoryStrip {
                 ],
             );
         }
+        // The plot takes what the panel leaves it (never less than 30
+        // points): on a short window the strip stays short.
         Plot::new("memory-strip")
+            .min_size(egui::vec2(64.0, 30.0))
+            .height(ui.available_height().max(30.0))
             .include_y(0.0)
             .allow_scroll(false)
             .show(ui, |plot| {

@@ -11,6 +11,7 @@ mod hooks;
 mod inspector;
 mod jobs;
 mod memory_strip;
+mod palette;
 mod profiler;
 mod record;
 pub mod settings;
@@ -92,6 +93,10 @@ pub struct WeightscopeApp {
     open_error: Option<String>,
     /// The F1 window of keyboard shortcuts is open.
     show_shortcuts: bool,
+    /// The command palette (Ctrl+K).
+    palette: palette::Palette,
+    /// Focus the path field in the next frame (the palette's Open).
+    focus_path: bool,
     checkpoint: Option<Arc<Checkpoint>>,
     /// The path field (also the fallback when no file dialog can open).
     path_input: String,
@@ -153,6 +158,8 @@ impl WeightscopeApp {
             open_step: None,
             open_error: None,
             show_shortcuts: false,
+            palette: palette::Palette::default(),
+            focus_path: false,
             checkpoint: None,
             path_input: String::new(),
             memory: MemoryStats::default(),
@@ -239,6 +246,17 @@ impl WeightscopeApp {
                 match self.worker.try_send(command) {
                     Ok(()) => self.diff.started(cancel),
                     Err(err) => self.diff.finished(Err(err.into())),
+                }
+            }
+            AppCommand::DiffTensor { other, view, name } => {
+                let command = Command::DiffTensor {
+                    other,
+                    view,
+                    name: name.clone(),
+                };
+                match self.worker.try_send(command) {
+                    Ok(()) => self.diff.detail_pending(&name),
+                    Err(err) => self.diff.detail_arrived(&name, Err(err.into())),
                 }
             }
             AppCommand::ScanValues => {
@@ -443,6 +461,7 @@ impl WeightscopeApp {
             }
             EventKind::Diffed(progress) => self.diff.progress(progress),
             EventKind::DiffFinished(result) => self.diff.finished(result),
+            EventKind::DiffDetail(name, result) => self.diff.detail_arrived(&name, result),
             EventKind::Scanned(progress) => self.check.progress(progress),
             EventKind::ScanFinished(result) => self.check.finished(result),
             EventKind::Released(_)
@@ -498,6 +517,13 @@ impl WeightscopeApp {
     pub fn ui(&mut self, ui: &mut egui::Ui) {
         let ctx = ui.ctx().clone();
         self.shortcuts_ui(&ctx);
+        self.global_keys(&ctx);
+        let chosen = self
+            .palette
+            .ui(&ctx, self.checkpoint.as_deref(), &self.settings.recent);
+        if let Some(entry) = chosen {
+            self.run_palette(entry);
+        }
         egui::Panel::top("top").show(ui, |ui| self.top_bar_ui(ui));
         egui::Panel::bottom("status").show(ui, |ui| {
             let inputs = StatusInputs {
@@ -523,8 +549,9 @@ impl WeightscopeApp {
         // its room goes to the plot.
         if self.tab != Tab::Profiler {
             egui::Panel::bottom("memory")
-                .default_size(150.0_f32.min(height * 0.22))
-                .size_range(60.0..=(height * 0.4).max(60.0))
+                .resizable(true)
+                .default_size(150.0_f32.min(height * 0.16))
+                .size_range(60.0..=(height * 0.25).max(60.0))
                 .show(ui, |ui| self.strip.ui(ui, &self.timeline, gpu));
         }
         if let Some(checkpoint) = self.checkpoint.clone() {
@@ -554,7 +581,14 @@ impl WeightscopeApp {
 
     /// F1: the keyboard shortcuts, in a window that F1 or Esc closes.
     fn shortcuts_ui(&mut self, ctx: &egui::Context) {
-        if ctx.input_mut(|i| i.consume_key(egui::Modifiers::NONE, egui::Key::F1)) {
+        // '?' typed outside a text field opens the list too.
+        let question = ctx.memory(|m| m.focused().is_none())
+            && ctx.input(|i| {
+                i.events
+                    .iter()
+                    .any(|e| matches!(e, egui::Event::Text(t) if t == "?"))
+            });
+        if ctx.input_mut(|i| i.consume_key(egui::Modifiers::NONE, egui::Key::F1)) || question {
             self.show_shortcuts = !self.show_shortcuts;
         }
         if !self.show_shortcuts {
@@ -577,6 +611,85 @@ impl WeightscopeApp {
                     }
                 });
             });
+    }
+
+    /// Keys that work on every tab: Ctrl+K (or Ctrl+Shift+P) opens the
+    /// palette; Ctrl+Shift+W walks, Ctrl+Shift+D diffs, Ctrl+Shift+R checks.
+    fn global_keys(&mut self, ctx: &egui::Context) {
+        use egui::{Key, Modifiers};
+        let shift = Modifiers::COMMAND | Modifiers::SHIFT;
+        let (palette, walk, diff, check) = ctx.input_mut(|i| {
+            (
+                i.consume_key(Modifiers::COMMAND, Key::K) || i.consume_key(shift, Key::P),
+                i.consume_key(shift, Key::W),
+                i.consume_key(shift, Key::D),
+                i.consume_key(shift, Key::R),
+            )
+        });
+        if palette {
+            self.palette.toggle();
+        }
+        for (pressed, action) in [
+            (walk, palette::Action::Walk),
+            (diff, palette::Action::Diff),
+            (check, palette::Action::Check),
+        ] {
+            if pressed {
+                self.run_action(action);
+            }
+        }
+    }
+
+    /// Does what the palette's `entry` names.
+    fn run_palette(&mut self, entry: palette::Entry) {
+        match entry {
+            palette::Entry::Action(action, _, _) => self.run_action(action),
+            palette::Entry::Recent(path) => self.open(path),
+            palette::Entry::Tensor(i) => {
+                self.tab = Tab::Tensors;
+                if let Some(checkpoint) = self.checkpoint.clone()
+                    && let Some(name) = self.tensors.select(&checkpoint, i)
+                {
+                    self.materialize(&name);
+                }
+            }
+        }
+    }
+
+    /// An action of the palette or of its key; one that needs an open
+    /// checkpoint, or a job already running, says so in the notice line.
+    fn run_action(&mut self, action: palette::Action) {
+        use palette::Action;
+        let needs_checkpoint = matches!(action, Action::Walk | Action::Diff | Action::Check);
+        if needs_checkpoint && self.checkpoint.is_none() {
+            self.notice = Some("Open a checkpoint first (Ctrl+O).".to_owned());
+            return;
+        }
+        match action {
+            Action::Open => self.focus_path = true,
+            Action::Walk => {
+                self.tab = Tab::Profiler;
+                if self.profiler.running().is_some() {
+                    self.notice = Some("A walk is already running (Profiler tab).".to_owned());
+                } else {
+                    self.with_profiler(|profiler, inputs| profiler.start_walk(inputs));
+                }
+            }
+            Action::Diff => {
+                self.tab = Tab::Diff;
+                self.diff.focus_other();
+            }
+            Action::Check => {
+                self.tab = Tab::Check;
+                if self.check.is_scanning() {
+                    self.notice = Some("The values are already being read (Check tab).".to_owned());
+                } else {
+                    self.commands.send(AppCommand::ScanValues);
+                }
+            }
+            Action::Show(tab) => self.tab = tab,
+            Action::Shortcuts => self.show_shortcuts = true,
+        }
     }
 
     fn tab_bar_ui(&mut self, ui: &mut egui::Ui) {
@@ -685,7 +798,8 @@ impl WeightscopeApp {
     }
 
     fn diff_tab_ui(&mut self, ui: &mut egui::Ui) {
-        self.diff.ui(ui, self.checkpoint.is_some(), &self.commands);
+        let a = self.checkpoint.as_ref().map(|c| c.root().to_path_buf());
+        self.diff.ui(ui, a.as_deref(), &self.commands);
     }
 
     fn check_tab_ui(&mut self, ui: &mut egui::Ui) {
@@ -797,7 +911,9 @@ impl WeightscopeApp {
                     .desired_width(480.0_f32.min(ui.available_width() - 120.0).max(120.0)),
             );
             let field = field.labelled_by(ui.label("Checkpoint path").id);
-            if ui.input_mut(|i| i.consume_key(egui::Modifiers::COMMAND, egui::Key::O)) {
+            if ui.input_mut(|i| i.consume_key(egui::Modifiers::COMMAND, egui::Key::O))
+                || std::mem::take(&mut self.focus_path)
+            {
                 widgets::focus_selecting_all(ui, &field, &self.path_input);
             }
             // The Enter that opens is consumed here: the tensors table must not

@@ -1,5 +1,8 @@
-//! The tensors panel: a virtualized, sortable, filterable table.
+//! The tensors panel: a virtualized table of the open checkpoint's tensors
+//! (filtered, sorted by a click on a column header, grouped by layer, packed
+//! weights folded with their scales), driven by the mouse or the keyboard.
 
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use crate::checkpoint::{Checkpoint, TensorRef, layer_of};
@@ -8,6 +11,13 @@ use crate::weights::ViewInfo;
 
 use super::commands::{AppCommand, CommandSender};
 
+/// How long the selection must rest before the keyboard's preview
+/// materializes it (holding Down does not queue every tensor passed).
+const PREVIEW_AFTER_SECS: f64 = 0.15;
+
+/// Below this width (points) the table shows the name and the size only.
+const COMPACT_BELOW: f32 = 480.0;
+
 /// Columns the table sorts by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(super) enum SortBy {
@@ -15,16 +25,41 @@ pub(super) enum SortBy {
     #[default]
     Stored,
     Name,
-    Dtype,
+    /// How it is stored ("affine 4-bit g64", "BF16").
+    Encoding,
+    /// Elements of its logical shape.
+    Elements,
     Bytes,
 }
 
-/// The tensors panel: filter, sort, selection and the visible rows of the
+/// One line of the table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Line {
+    /// A layer's group (grouped by layer only): its number, none for
+    /// tensors outside numbered layers.
+    Layer(Option<u64>),
+    /// A tensor's row.
+    Tensor(usize),
+    /// A scale or bias shown under its expanded weight.
+    Part(usize),
+}
+
+impl Line {
+    /// The tensor on this line, if it is one.
+    fn tensor(self) -> Option<usize> {
+        match self {
+            Self::Tensor(i) | Self::Part(i) => Some(i),
+            Self::Layer(_) => None,
+        }
+    }
+}
+
+/// The tensors panel: filter, sort, selection and the visible lines of the
 /// open checkpoint. The app makes a new one for each opened checkpoint, so
 /// the rows (a cache of filter and sort) never outlive the checkpoint they
 /// index.
 #[derive(Debug, Default)]
-#[allow(clippy::struct_excessive_bools)] // four independent toggles of the panel
+#[allow(clippy::struct_excessive_bools)] // independent toggles of the panel
 pub(super) struct TensorsPanel {
     pub(super) filter: String,
     /// Treat the filter as a regular expression instead of a substring.
@@ -37,7 +72,22 @@ pub(super) struct TensorsPanel {
     descending: bool,
     /// Positions in `Checkpoint::tensors`, filtered and sorted.
     rows: Vec<usize>,
-    pub(super) selected: Option<usize>,
+    /// What the table draws: `rows` with group lines and expanded parts.
+    lines: Vec<Line>,
+    /// Each layer group's tensor count and bytes.
+    layers: HashMap<Option<u64>, (usize, u64)>,
+    /// Layer groups shown open.
+    open_layers: HashSet<Option<u64>>,
+    /// Folded weights whose parts are shown under them.
+    expanded: HashSet<usize>,
+    /// The highlighted line (mouse or keyboard).
+    cursor: Option<Line>,
+    /// Scroll the table to the cursor in the next frame.
+    scroll_to_cursor: bool,
+    /// A keyboard move's preview: the tensor and when to materialize it.
+    preview_at: Option<(usize, f64)>,
+    /// Lines that fit in the table (for Page Up and Page Down).
+    page_lines: usize,
     /// The installed view: rows show canonical names beside stored ones,
     /// and dropped tensors are not rows.
     pub(super) view: Option<Arc<ViewInfo>>,
@@ -52,12 +102,15 @@ pub(super) struct TensorsPanel {
 /// logical shape, and its bytes with its scales (and biases).
 #[derive(Debug, Clone)]
 struct Encoded {
-    /// "affine 4-bit g64", "mxfp4 4-bit g32", "`F8_E4M3` block 128x128".
+    /// "affine 4-bit g64", "mxfp4 4-bit g32", "e4m3 128x128" (FP8 with
+    /// 128x128 block scales).
     encoding: String,
     /// The dequantized shape.
     logical_shape: Vec<u64>,
     /// The weight's bytes with its scales, biases and global scale.
     bytes_with_parts: u64,
+    /// Its scales, biases, global scale or block scale (positions).
+    parts: Vec<usize>,
 }
 
 /// How each tensor is stored, computed once per checkpoint from the header
@@ -93,6 +146,7 @@ impl Encodings {
                         logical_shape: t.logical_shape.clone(),
                         bytes_with_parts: bytes(t.weight)
                             + parts.iter().map(|&p| bytes(p)).sum::<u64>(),
+                        parts,
                     },
                 );
             }
@@ -109,11 +163,12 @@ impl Encodings {
                     t.weight,
                     Encoded {
                         encoding: match t.block {
-                            Some([r, c]) => format!("{} block {r}x{c}", t.format.name()),
+                            Some([r, c]) => format!("{} {r}x{c}", t.format.name()),
                             None => t.format.name().to_owned(),
                         },
                         logical_shape: shape,
                         bytes_with_parts: bytes(t.weight) + bytes(scale),
+                        parts: vec![scale],
                     },
                 );
             }
@@ -145,6 +200,7 @@ impl TensorsPanel {
             view,
             encodings: Encodings::of(checkpoint, summary),
             fold: true,
+            page_lines: 20,
             ..Self::default()
         };
         panel.refilter(checkpoint);
@@ -208,23 +264,65 @@ impl TensorsPanel {
         }
         // Each row's key is read once (a name or a size per tensor), not at
         // every comparison: 90k rows make 1.5M of those.
+        let mut rows = std::mem::take(&mut self.rows);
         match self.sort {
             SortBy::Stored => {}
-            SortBy::Name => self.rows.sort_by_cached_key(|&i| names(i).0),
-            SortBy::Dtype => self.rows.sort_by_cached_key(|&i| tensors.at(i).dtype()),
-            SortBy::Bytes => {
-                let mut rows = std::mem::take(&mut self.rows);
-                rows.sort_by_cached_key(|&i| self.bytes_of(checkpoint, i));
-                self.rows = rows;
-            }
+            SortBy::Name => rows.sort_by_cached_key(|&i| names(i).0),
+            SortBy::Encoding => rows.sort_by_cached_key(|&i| self.encoding_of(checkpoint, i)),
+            SortBy::Elements => rows.sort_by_cached_key(|&i| self.elements_of(checkpoint, i)),
+            SortBy::Bytes => rows.sort_by_cached_key(|&i| self.bytes_of(checkpoint, i)),
         }
         if self.descending {
-            self.rows.reverse();
+            rows.reverse();
+        }
+        self.rows = rows;
+        self.relayout(checkpoint);
+    }
+
+    /// Rebuilds the lines from the rows: a group line per layer (grouped),
+    /// the open groups' rows, and the parts of expanded weights. A cursor
+    /// on a line no longer shown goes.
+    fn relayout(&mut self, checkpoint: &Checkpoint) {
+        let expanded = |i: usize| {
+            self.fold && self.expanded.contains(&i) && self.encodings.weights.contains_key(&i)
+        };
+        let mut lines = Vec::with_capacity(self.rows.len());
+        let push_row = |lines: &mut Vec<Line>, i: usize| {
+            lines.push(Line::Tensor(i));
+            if expanded(i) {
+                let parts = &self.encodings.weights[&i].parts;
+                lines.extend(parts.iter().map(|&p| Line::Part(p)));
+            }
+        };
+        self.layers.clear();
+        if self.tree {
+            let mut groups: BTreeMap<Option<u64>, Vec<usize>> = BTreeMap::new();
+            for &i in &self.rows {
+                let name = display_name(self.view.as_deref(), checkpoint, i).unwrap_or("");
+                groups.entry(layer_of(name)).or_default().push(i);
+            }
+            for (layer, members) in groups {
+                let bytes = members.iter().map(|&i| self.bytes_of(checkpoint, i)).sum();
+                self.layers.insert(layer, (members.len(), bytes));
+                lines.push(Line::Layer(layer));
+                if self.open_layers.contains(&layer) {
+                    for i in members {
+                        push_row(&mut lines, i);
+                    }
+                }
+            }
+        } else {
+            for &i in &self.rows {
+                push_row(&mut lines, i);
+            }
+        }
+        self.lines = lines;
+        if self.cursor.is_some_and(|c| !self.lines.contains(&c)) {
+            self.cursor = None;
+            self.preview_at = None;
         }
     }
-}
 
-impl TensorsPanel {
     /// Row `i`'s bytes: with its folded parts when they are folded.
     fn bytes_of(&self, checkpoint: &Checkpoint, i: usize) -> u64 {
         match self.encodings.weights.get(&i) {
@@ -233,9 +331,16 @@ impl TensorsPanel {
         }
     }
 
-    /// Row `i`'s encoding: "affine 4-bit g64" for a packed weight (its
-    /// stored dtype and shape on hover of its shape), its
-    /// dtype and its weight for a part shown on its own, else the dtype.
+    /// Row `i`'s elements as its model sees them (its logical shape's).
+    fn elements_of(&self, checkpoint: &Checkpoint, i: usize) -> u64 {
+        match self.encodings.weights.get(&i) {
+            Some(e) => e.logical_shape.iter().product(),
+            None => checkpoint.tensors().at(i).shape().iter().product(),
+        }
+    }
+
+    /// Row `i`'s encoding: "affine 4-bit g64" for a packed weight, its
+    /// dtype and its weight for a part, else the dtype.
     fn encoding_of(&self, checkpoint: &Checkpoint, i: usize) -> String {
         let t = checkpoint.tensors().at(i);
         if let Some(e) = self.encodings.weights.get(&i) {
@@ -270,45 +375,116 @@ impl TensorsPanel {
         }
     }
 
-    /// Draws the filter, sort buttons and the table (or layer tree) of
-    /// `checkpoint`; a tensor clicked or chosen with Enter is asked to be
-    /// materialized through `commands`.
+    /// The tensor the cursor is on.
+    fn selected(&self) -> Option<usize> {
+        self.cursor.and_then(Line::tensor)
+    }
+
+    /// Draws the filter and the table (or layer groups) of `checkpoint`; a
+    /// tensor clicked, chosen with Enter or rested on with the arrows is
+    /// asked to be materialized through `commands`.
     pub(super) fn ui(
         &mut self,
         ui: &mut egui::Ui,
         checkpoint: &Checkpoint,
         commands: &CommandSender,
     ) {
+        let mut action = self.toolbar_ui(ui, checkpoint);
+        self.view_summary_ui(ui, checkpoint);
+        if let Some(error) = &self.regex_error {
+            ui.colored_label(ui.visuals().error_fg_color, format!("regex: {error}"));
+        }
+        ui.separator();
+        action = action.or(self.keyboard(ui, checkpoint));
+        let clicked = self.table_ui(ui, checkpoint);
+        match clicked {
+            Some(Clicked::Tensor(line)) => {
+                self.cursor = Some(line);
+                self.preview_at = None;
+                action = line
+                    .tensor()
+                    .and_then(|i| self.materialize_row(checkpoint, i));
+            }
+            Some(Clicked::Toggle(line)) => {
+                self.cursor = Some(line);
+                self.toggle(checkpoint, line, None);
+            }
+            None => {}
+        }
+        // The keyboard's preview, once the selection has rested.
+        if let Some((i, at)) = self.preview_at {
+            let now = ui.input(|input| input.time);
+            if now >= at {
+                self.preview_at = None;
+                if self.selected() == Some(i) {
+                    action = action.or(self.materialize_row(checkpoint, i));
+                }
+            } else {
+                ui.ctx()
+                    .request_repaint_after(std::time::Duration::from_secs_f64(at - now));
+            }
+        }
+        if let Some(name) = action {
+            commands.send(AppCommand::Materialize(name));
+        }
+    }
+
+    /// The filter, the toggles, the count and the file-order button;
+    /// returns the tensor Enter in the filter opened.
+    fn toolbar_ui(&mut self, ui: &mut egui::Ui, checkpoint: &Checkpoint) -> Option<String> {
         let focus_filter = ui.input_mut(|i| i.consume_key(egui::Modifiers::COMMAND, egui::Key::F));
+        let mut action = None;
         ui.horizontal_wrapped(|ui| {
             let label = ui.label("Filter");
             let edit = ui.add(
                 egui::TextEdit::singleline(&mut self.filter)
-                    .hint_text("substring of the name")
+                    .hint_text("part of the name")
                     .desired_width(200.0_f32.min(ui.available_width() - 60.0).max(80.0)),
             );
             let edit = edit.labelled_by(label.id);
             if focus_filter {
                 super::widgets::focus_selecting_all(ui, &edit, &self.filter);
             }
-            ui.checkbox(&mut self.tree, "Group by layer")
-                .on_hover_text("A collapsible group per layer number");
-            let toggled = ui
+            let mut changed = edit.changed();
+            // Down leaves the filter for the table; Enter opens the
+            // selected match (the first when none is).
+            let down = edit.has_focus()
+                && ui.input_mut(|i| i.consume_key(egui::Modifiers::NONE, egui::Key::ArrowDown));
+            let entered = edit.lost_focus()
+                && ui.input_mut(|i| i.consume_key(egui::Modifiers::NONE, egui::Key::Enter));
+            if down {
+                edit.surrender_focus();
+            }
+            changed |= ui
+                .checkbox(&mut self.tree, "Group by layer")
+                .on_hover_text("A group per layer number (Right opens, Left closes)")
+                .changed();
+            changed |= ui
                 .checkbox(&mut self.regex, "Regex")
                 .on_hover_text("Match names with a regular expression (case-insensitive)")
                 .changed();
-            let folded = !self.encodings.parts.is_empty()
+            changed |= !self.encodings.parts.is_empty()
                 && ui
                     .checkbox(&mut self.fold, "Fold scales")
-                    .on_hover_text("Scales, biases and FP8 block scales in their weight's row (its size includes them), not rows of their own")
+                    .on_hover_text("Scales, biases and FP8 block scales under their weight (its size includes them; Right shows them), not rows of their own")
                     .changed();
-            if edit.changed() || toggled || folded {
+            if changed {
                 self.refilter(checkpoint);
+            }
+            if (down || entered) && self.cursor.is_none() {
+                self.cursor = self.lines.iter().copied().find(|l| l.tensor().is_some());
+                self.scroll_to_cursor = true;
+            }
+            if down {
+                self.schedule_preview(ui);
+            }
+            if entered {
+                action = self.selected().and_then(|i| self.materialize_row(checkpoint, i));
             }
             let hidden = if self.fold { self.encodings.parts.len() } else { 0 };
             ui.label(if hidden > 0 {
                 format!(
-                    "{} of {} tensors ({hidden} scales and biases folded)",
+                    "{} of {} tensors ({hidden} scales folded)",
                     self.rows.len(),
                     checkpoint.tensors().len()
                 )
@@ -319,51 +495,18 @@ impl TensorsPanel {
                     checkpoint.tensors().len()
                 )
             });
-        });
-        self.view_summary_ui(ui, checkpoint);
-        if let Some(error) = &self.regex_error {
-            ui.colored_label(ui.visuals().error_fg_color, format!("regex: {error}"));
-        }
-        ui.separator();
-        let mut action = self.keyboard(ui, checkpoint);
-        ui.horizontal_wrapped(|ui| {
-            for (label, column) in [
-                ("Stored order", SortBy::Stored),
-                ("Name", SortBy::Name),
-                ("Dtype", SortBy::Dtype),
-                ("Size", SortBy::Bytes),
-            ] {
-                let mark = match (self.sort == column, self.descending) {
-                    (true, false) => " (asc)",
-                    (true, true) => " (desc)",
-                    (false, _) => "",
-                };
-                if ui.button(format!("{label}{mark}")).clicked() {
-                    if self.sort == column {
-                        self.descending = !self.descending;
-                    } else {
-                        self.sort = column;
-                        self.descending = false;
-                    }
-                    self.refilter(checkpoint);
-                }
+            if self.sort != SortBy::Stored
+                && ui
+                    .small_button("File order")
+                    .on_hover_text("Sort as stored: shard by shard, in data order")
+                    .clicked()
+            {
+                self.sort = SortBy::Stored;
+                self.descending = false;
+                self.refilter(checkpoint);
             }
         });
-        // Borrowed, not copied: this runs every frame with up to 90k rows.
-        let rows = &self.rows;
-        let mut clicked = None;
-        if self.tree {
-            self.layer_tree_ui(ui, checkpoint, rows, &mut clicked);
-        } else {
-            self.tensor_table_ui(ui, checkpoint, rows, &mut clicked);
-        }
-        if let Some(i) = clicked {
-            self.selected = Some(i);
-            action = self.materialize_row(checkpoint, i);
-        }
-        if let Some(name) = action {
-            commands.send(AppCommand::Materialize(name));
-        }
+        action
     }
 
     /// Row `i` by the name the graph asks for (none when the view drops it).
@@ -371,18 +514,48 @@ impl TensorsPanel {
         display_name(self.view.as_deref(), checkpoint, i).map(str::to_owned)
     }
 
-    /// Selects the tensor stored as `stored` (when the check panel opens
-    /// one); returns the name to materialize it by.
+    /// Selects the tensor stored as `stored` (the check panel, the palette):
+    /// its layer opens, a folded part shows under its weight, the table
+    /// scrolls to it. Returns the name to materialize it by.
     pub(super) fn select_stored(
         &mut self,
         checkpoint: &Checkpoint,
         stored: &str,
     ) -> Option<String> {
-        let position = checkpoint.tensors().iter().position(|t| t.name() == stored);
-        self.selected = position;
+        let position = checkpoint
+            .tensors()
+            .iter()
+            .position(|t| t.name() == stored)?;
+        Some(self.select(checkpoint, position)).flatten()
+    }
+
+    /// Selects tensor `i` as [`Self::select_stored`] does.
+    pub(super) fn select(&mut self, checkpoint: &Checkpoint, i: usize) -> Option<String> {
+        let weight = self.encodings.parts.get(&i).copied().filter(|_| self.fold);
+        let row = weight.unwrap_or(i);
+        if !self.rows.contains(&row) {
+            // Hidden by the filter: the filter goes, not the user's choice.
+            self.filter.clear();
+            self.refilter(checkpoint);
+        }
+        if let Some(w) = weight {
+            self.expanded.insert(w);
+        }
+        if self.tree {
+            let name = display_name(self.view.as_deref(), checkpoint, row).unwrap_or("");
+            self.open_layers.insert(layer_of(name));
+        }
+        self.relayout(checkpoint);
+        self.cursor = Some(if weight.is_some() {
+            Line::Part(i)
+        } else {
+            Line::Tensor(i)
+        });
+        self.scroll_to_cursor = true;
+        self.preview_at = None;
         // Under a view the worker asks by canonical name; a stored tensor
         // the view drops has none and is not materialized.
-        position.and_then(|i| self.materialize_row(checkpoint, i))
+        self.materialize_row(checkpoint, i)
     }
 
     /// Sets the filter (as if typed) and applies it.
@@ -390,6 +563,13 @@ impl TensorsPanel {
     pub(super) fn set_filter(&mut self, checkpoint: &Checkpoint, filter: &str) {
         filter.clone_into(&mut self.filter);
         self.refilter(checkpoint);
+    }
+
+    /// The stored name of the selected tensor.
+    pub(super) fn selected_name<'a>(&self, checkpoint: &'a Checkpoint) -> Option<&'a str> {
+        self.selected()
+            .and_then(|i| checkpoint.tensors().get(i))
+            .map(TensorRef::name)
     }
 
     /// Under a view: its name, what it renamed, and the tensors it dropped
@@ -434,186 +614,380 @@ impl TensorsPanel {
             format!("{}  <-  {}", printable(canonical), printable(t.name()))
         }
     }
+}
 
-    /// The name cell of row `i` (a selectable button, cut with an ellipsis,
-    /// the full name and shard on hover); returns whether it was clicked.
-    fn name_cell_ui(&self, ui: &mut egui::Ui, checkpoint: &Checkpoint, i: usize) -> bool {
-        let t = checkpoint.tensors().at(i);
-        let selected = self.selected == Some(i);
-        let button = egui::Button::selectable(
-            selected,
-            egui::RichText::new(self.row_name(checkpoint, i)).monospace(),
-        )
-        .truncate();
-        ui.add(button)
-            .on_hover_text(format!(
-                "{}\n{}",
-                t.name(),
-                checkpoint.shard(t.shard()).file
-            ))
-            .clicked()
+/// Room at the right of the last column for the scroll bar drawn over it.
+fn scroll_bar_room(ui: &egui::Ui) -> f32 {
+    ui.spacing().scroll.bar_width + ui.spacing().scroll.bar_outer_margin
+}
+
+/// What a click in the table asked for.
+#[derive(Debug, Clone, Copy)]
+enum Clicked {
+    /// Show this line's tensor.
+    Tensor(Line),
+    /// Open or close this group, or show or hide this weight's parts.
+    Toggle(Line),
+}
+
+impl TensorsPanel {
+    /// Opens or closes a group line, or shows or hides a weight's parts
+    /// (`open`: which; `None` flips it).
+    fn toggle(&mut self, checkpoint: &Checkpoint, line: Line, open: Option<bool>) {
+        match line {
+            Line::Layer(layer) => {
+                let now = open.unwrap_or(!self.open_layers.contains(&layer));
+                if now {
+                    self.open_layers.insert(layer);
+                } else {
+                    self.open_layers.remove(&layer);
+                }
+            }
+            Line::Tensor(i) if self.has_parts(i) => {
+                let now = open.unwrap_or(!self.expanded.contains(&i));
+                if now {
+                    self.expanded.insert(i);
+                } else {
+                    self.expanded.remove(&i);
+                }
+            }
+            Line::Tensor(_) | Line::Part(_) => return,
+        }
+        self.relayout(checkpoint);
     }
 
-    /// The flat table: the name first, then how it is stored, its shape
-    /// (logical for a packed weight) and size; every
-    /// column resizable; only the visible rows laid out (90k rows stay cheap).
-    fn tensor_table_ui(
-        &self,
-        ui: &mut egui::Ui,
-        checkpoint: &Checkpoint,
-        rows: &[usize],
-        clicked: &mut Option<usize>,
-    ) {
+    /// Whether row `i` is a folded weight with parts to show.
+    fn has_parts(&self, i: usize) -> bool {
+        self.fold
+            && self
+                .encodings
+                .weights
+                .get(&i)
+                .is_some_and(|e| !e.parts.is_empty())
+    }
+
+    /// Column widths for a table `width` wide: the name takes what the
+    /// others leave, and the others shrink on a narrow window so that the
+    /// size stays on screen.
+    fn column_widths(width: f32) -> [f32; 3] {
+        [
+            (width * 0.2).clamp(70.0, 190.0),
+            (width * 0.18).clamp(64.0, 170.0),
+            (width * 0.12).clamp(100.0, 110.0),
+        ]
+    }
+
+    /// The table: name (cut in the middle so its end shows), how it is
+    /// stored, its shape (logical for a packed weight) and its size; a
+    /// click on a header sorts by it. Only the visible lines are laid out.
+    fn table_ui(&mut self, ui: &mut egui::Ui, checkpoint: &Checkpoint) -> Option<Clicked> {
         use egui_extras::{Column, TableBuilder};
         let row_height = ui.text_style_height(&egui::TextStyle::Monospace) + 6.0;
-        TableBuilder::new(ui)
-            .id_salt("tensors-table")
+        let width = ui.available_width();
+        let [stored_w, shape_w, size_w] = Self::column_widths(width);
+        // Widths are remembered per width band: after the window is
+        // resized a lot, the columns start again from widths that fit.
+        #[allow(clippy::cast_possible_truncation)]
+        let band = (width / 240.0) as i32;
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        let fitting = (ui.available_height() / row_height).max(0.0) as usize;
+        self.page_lines = fitting.saturating_sub(2).max(1);
+        // A narrow table keeps the name and the size; how it is stored and
+        // its shape show on hover of the name.
+        let compact = width < COMPACT_BELOW;
+        let mut builder = TableBuilder::new(ui)
+            .id_salt(("tensors-table", band))
             .striped(true)
             .resizable(true)
             .auto_shrink([false, false])
-            .column(Column::remainder().at_least(160.0).clip(true))
-            .column(Column::initial(150.0).at_least(40.0).clip(true))
-            .column(Column::initial(130.0).at_least(60.0).clip(true))
-            .column(Column::initial(88.0).at_least(60.0).clip(true))
+            .column(
+                Column::remainder()
+                    .at_least(100.0)
+                    .clip(true)
+                    .resizable(false),
+            );
+        if !compact {
+            builder = builder
+                .column(Column::initial(stored_w).at_least(40.0).clip(true))
+                .column(Column::initial(shape_w).at_least(40.0).clip(true));
+        }
+        let mut builder = builder.column(Column::initial(size_w).at_least(40.0).clip(true));
+        if std::mem::take(&mut self.scroll_to_cursor)
+            && let Some(position) = self
+                .cursor
+                .and_then(|c| self.lines.iter().position(|&l| l == c))
+        {
+            builder = builder.scroll_to_row(position, None);
+        }
+        let mut sort_clicked = None;
+        let mut clicked = None;
+        builder
             .header(row_height, |mut header| {
-                for title in ["Name", "Stored as", "Shape (logical)", "Size"] {
+                for (title, column, hover) in [
+                    ("Name", SortBy::Name, "Sort by name"),
+                    ("Stored as", SortBy::Encoding, "Sort by how it is stored"),
+                    ("Shape (logical)", SortBy::Elements, "Sort by element count"),
+                    ("Size", SortBy::Bytes, "Sort by bytes (with folded scales)"),
+                ] {
+                    if compact && matches!(column, SortBy::Encoding | SortBy::Elements) {
+                        continue;
+                    }
                     header.col(|ui| {
-                        ui.strong(title);
+                        let mark = match (self.sort == column, self.descending) {
+                            (true, false) => "\u{2191}",
+                            (true, true) => "\u{2193}",
+                            (false, _) => "",
+                        };
+                        let text = super::widgets::marked_text(ui, mark, title, false);
+                        let button = egui::Button::new(text).frame(false);
+                        if ui.add(button).on_hover_text(hover).clicked() {
+                            sort_clicked = Some(column);
+                        }
                     });
                 }
             })
             .body(|body| {
-                body.rows(row_height, rows.len(), |mut row| {
-                    let Some(&i) = rows.get(row.index()) else {
+                body.rows(row_height, self.lines.len(), |mut row| {
+                    let Some(&line) = self.lines.get(row.index()) else {
                         return;
                     };
-                    row.set_selected(self.selected == Some(i));
-                    row.col(|ui| {
-                        if self.name_cell_ui(ui, checkpoint, i) {
-                            *clicked = Some(i);
-                        }
-                    });
-                    let centred = egui::Layout::left_to_right(egui::Align::Center);
-                    row.col(|ui| {
-                        ui.with_layout(centred, |ui| ui.monospace(self.encoding_of(checkpoint, i)));
-                    });
-                    row.col(|ui| {
-                        let (shape, stored) = self.shape_of(checkpoint, i);
-                        let label = ui.with_layout(centred, |ui| ui.monospace(shape)).inner;
-                        if let Some(stored) = stored {
-                            label.on_hover_text(format!(
-                                "stored (packed) as {} {stored}",
-                                checkpoint.tensors().at(i).dtype().name()
-                            ));
-                        }
-                    });
-                    row.col(|ui| {
-                        ui.with_layout(egui::Layout::right_to_left(egui::Align::Center), |ui| {
-                            ui.monospace(human_bytes(self.bytes_of(checkpoint, i)));
-                        });
-                    });
+                    row.set_selected(self.cursor == Some(line));
+                    if let Some(c) = self.line_ui(&mut row, checkpoint, line, compact) {
+                        clicked = Some(c);
+                    }
                 });
             });
+        if let Some(column) = sort_clicked {
+            if self.sort == column {
+                self.descending = !self.descending;
+            } else {
+                self.sort = column;
+                // Largest first for sizes, A to Z for words.
+                self.descending = matches!(column, SortBy::Bytes | SortBy::Elements);
+            }
+            self.refilter(checkpoint);
+            self.scroll_to_cursor = true;
+        }
+        clicked
     }
 
-    /// One row of the layer tree, the name first; returns whether it was clicked.
-    fn tensor_row_ui(&self, ui: &mut egui::Ui, checkpoint: &Checkpoint, i: usize) -> bool {
-        let facts = format!(
-            "{:<8} {:<18} {:>11}",
-            self.encoding_of(checkpoint, i),
-            self.shape_of(checkpoint, i).0,
-            human_bytes(self.bytes_of(checkpoint, i))
-        );
-        let mut clicked = false;
-        ui.horizontal(|ui| {
-            // The facts keep their width; the name takes the rest, cut.
-            let facts_width = 300.0_f32.min(ui.available_width() * 0.5);
-            let name_width = (ui.available_width() - facts_width).max(40.0);
-            ui.allocate_ui(egui::vec2(name_width, ui.spacing().interact_size.y), |ui| {
-                clicked = self.name_cell_ui(ui, checkpoint, i);
+    /// One line's cells; returns what a click on it asked for.
+    fn line_ui(
+        &self,
+        row: &mut egui_extras::TableRow<'_, '_>,
+        checkpoint: &Checkpoint,
+        line: Line,
+        compact: bool,
+    ) -> Option<Clicked> {
+        let centred = egui::Layout::left_to_right(egui::Align::Center);
+        let right = egui::Layout::right_to_left(egui::Align::Center);
+        let mut clicked = None;
+        let i = match line {
+            Line::Layer(layer) => {
+                let (count, bytes) = self.layers.get(&layer).copied().unwrap_or_default();
+                let open = self.open_layers.contains(&layer);
+                row.col(|ui| {
+                    let arrow = if open { "\u{25be}" } else { "\u{25b8}" };
+                    let title = match layer {
+                        Some(n) => format!("layer {n}: {count} tensors"),
+                        None => format!("not in a layer: {count} tensors"),
+                    };
+                    let text = super::widgets::marked_text(ui, arrow, &title, true);
+                    let button = egui::Button::selectable(self.cursor == Some(line), text);
+                    if ui.add(button).clicked() {
+                        clicked = Some(Clicked::Toggle(line));
+                    }
+                });
+                if !compact {
+                    row.col(|_| {});
+                    row.col(|_| {});
+                }
+                row.col(|ui| {
+                    ui.with_layout(right, |ui| {
+                        ui.add_space(scroll_bar_room(ui));
+                        ui.monospace(human_bytes(bytes));
+                    });
+                });
+                return clicked;
+            }
+            Line::Tensor(i) | Line::Part(i) => i,
+        };
+        row.col(|ui| {
+            ui.with_layout(centred, |ui| {
+                ui.spacing_mut().item_spacing.x = 2.0;
+                let depth = usize::from(self.tree) + usize::from(matches!(line, Line::Part(_)));
+                ui.add_space(14.0 * depth as f32);
+                if self.has_parts(i) && matches!(line, Line::Tensor(_)) {
+                    let arrow = if self.expanded.contains(&i) {
+                        "\u{25be}"
+                    } else {
+                        "\u{25b8}"
+                    };
+                    if ui
+                        .add(egui::Button::new(egui::RichText::new(arrow).monospace()).frame(false))
+                        .on_hover_text("Show or hide its scales and biases (Right / Left)")
+                        .clicked()
+                    {
+                        clicked = Some(Clicked::Toggle(line));
+                    }
+                } else if self.fold && !self.encodings.parts.is_empty() {
+                    ui.add_space(14.0);
+                }
+                if self.name_cell_ui(ui, checkpoint, i, self.cursor == Some(line)) {
+                    clicked = Some(Clicked::Tensor(line));
+                }
             });
-            ui.add(egui::Label::new(egui::RichText::new(facts).monospace()).truncate());
+        });
+        if !compact {
+            row.col(|ui| {
+                ui.with_layout(centred, |ui| ui.monospace(self.encoding_of(checkpoint, i)));
+            });
+            row.col(|ui| {
+                let (shape, stored) = self.shape_of(checkpoint, i);
+                let label = ui.with_layout(centred, |ui| ui.monospace(shape)).inner;
+                if let Some(stored) = stored {
+                    label.on_hover_text(format!(
+                        "stored (packed) as {} {stored}",
+                        checkpoint.tensors().at(i).dtype().name()
+                    ));
+                }
+            });
+        }
+        row.col(|ui| {
+            ui.with_layout(right, |ui| {
+                ui.add_space(scroll_bar_room(ui));
+                ui.monospace(human_bytes(self.bytes_of(checkpoint, i)));
+            });
         });
         clicked
     }
 
-    /// The visible rows grouped by layer number, one collapsible group each
-    /// (closed groups lay out nothing, so 90k tensors stay cheap).
-    fn layer_tree_ui(
+    /// The name cell of row `i`: a selectable button, the name cut in the
+    /// middle so that its end (what differs between siblings) shows; the
+    /// full name and shard on hover, Copy name on a right click. Returns
+    /// whether it was clicked.
+    fn name_cell_ui(
         &self,
         ui: &mut egui::Ui,
         checkpoint: &Checkpoint,
-        rows: &[usize],
-        clicked: &mut Option<usize>,
-    ) {
-        let mut groups: std::collections::BTreeMap<Option<u64>, Vec<usize>> =
-            std::collections::BTreeMap::new();
-        for &i in rows {
-            groups
-                .entry(layer_of(
-                    display_name(self.view.as_deref(), checkpoint, i).unwrap_or(""),
-                ))
-                .or_default()
-                .push(i);
-        }
-        egui::ScrollArea::vertical()
-            .id_salt("tensors-tree")
-            .auto_shrink([false, false])
-            .show(ui, |ui| {
-                for (layer, members) in &groups {
-                    let bytes: u64 = members.iter().map(|&i| self.bytes_of(checkpoint, i)).sum();
-                    let title = match layer {
-                        Some(n) => format!(
-                            "layer {n}: {} tensors, {}",
-                            members.len(),
-                            human_bytes(bytes)
-                        ),
-                        None => format!(
-                            "not in a layer: {} tensors, {}",
-                            members.len(),
-                            human_bytes(bytes)
-                        ),
-                    };
-                    egui::CollapsingHeader::new(title)
-                        .id_salt(("layer", *layer))
-                        .show(ui, |ui| {
-                            for &i in members {
-                                if self.tensor_row_ui(ui, checkpoint, i) {
-                                    *clicked = Some(i);
-                                }
-                            }
-                        });
-                }
-            });
+        i: usize,
+        selected: bool,
+    ) -> bool {
+        let t = checkpoint.tensors().at(i);
+        let font = egui::TextStyle::Monospace.resolve(ui.style());
+        let char_width = ui.fonts_mut(|f| f.glyph_width(&font, 'm')).max(1.0);
+        let room = ui.available_width() - 2.0 * ui.spacing().button_padding.x;
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        let fits = (room / char_width).floor().max(8.0) as usize;
+        let name = self.row_name(checkpoint, i);
+        let shown = crate::units::fit_name(&name, fits);
+        let button =
+            egui::Button::selectable(selected, egui::RichText::new(shown.as_ref()).monospace());
+        let (shape, _) = self.shape_of(checkpoint, i);
+        // Screen readers (and tests) read the whole name, not the cut one.
+        let full = name.clone();
+        let response = ui.add(button);
+        response.widget_info(|| {
+            egui::WidgetInfo::selected(egui::Role::Button, true, selected, full.clone())
+        });
+        let response = response.on_hover_text(format!(
+            "{}\n{} {shape}, {}\n{}",
+            printable(t.name()),
+            self.encoding_of(checkpoint, i),
+            human_bytes(self.bytes_of(checkpoint, i)),
+            checkpoint.shard(t.shard()).file
+        ));
+        response.context_menu(|ui| {
+            if ui.button("Copy name").clicked() {
+                ui.ctx().copy_text(t.name().to_owned());
+                ui.close();
+            }
+        });
+        response.clicked()
     }
 
-    /// Arrows move the selection, Enter materializes it.
+    /// Materializes the cursor's tensor once it has rested (the arrows,
+    /// Page Up and Down, Home and End move it).
+    fn schedule_preview(&mut self, ui: &egui::Ui) {
+        self.preview_at = self
+            .selected()
+            .map(|i| (i, ui.input(|input| input.time) + PREVIEW_AFTER_SECS));
+        ui.ctx()
+            .request_repaint_after(std::time::Duration::from_secs_f64(PREVIEW_AFTER_SECS));
+    }
+
+    /// The table's keys (outside a text field): Up, Down, Page Up, Page
+    /// Down, Home and End move the cursor and preview the tensor there;
+    /// Enter or Space shows it at once (or opens a group); Right and Left
+    /// open and close a group or a weight's parts; Ctrl+C copies its name.
+    /// Returns the tensor to materialize now.
     fn keyboard(&mut self, ui: &egui::Ui, checkpoint: &Checkpoint) -> Option<String> {
-        if ui.memory(|m| m.focused().is_some()) {
+        use egui::Key;
+        if ui.memory(|m| m.focused().is_some()) || self.lines.is_empty() {
             return None; // typing in a text field
         }
-        let (down, up, enter) = ui.input(|i| {
-            (
-                i.key_pressed(egui::Key::ArrowDown),
-                i.key_pressed(egui::Key::ArrowUp),
-                i.key_pressed(egui::Key::Enter),
-            )
-        });
+        let last = self.lines.len() - 1;
         let position = self
-            .selected
-            .and_then(|s| self.rows.iter().position(|&r| r == s));
-        let next = match (position, down, up) {
-            (None, true, _) | (None, _, true) => Some(0),
-            (Some(p), true, _) => Some((p + 1).min(self.rows.len().saturating_sub(1))),
-            (Some(p), _, true) => Some(p.saturating_sub(1)),
-            _ => None,
-        };
-        if let Some(p) = next {
-            self.selected = self.rows.get(p).copied();
+            .cursor
+            .and_then(|c| self.lines.iter().position(|&l| l == c));
+        let page = isize::try_from(self.page_lines).unwrap_or(1);
+        let (moved, act, right, left, copy) = ui.input_mut(|i| {
+            let mut moved = None;
+            for (key, step) in [
+                (Key::ArrowDown, 1_isize),
+                (Key::ArrowUp, -1),
+                (Key::PageDown, page),
+                (Key::PageUp, -page),
+            ] {
+                while i.consume_key(egui::Modifiers::NONE, key) {
+                    let from = moved.or(position);
+                    moved = Some(match from {
+                        None => 0,
+                        Some(p) => p.saturating_add_signed(step).min(last),
+                    });
+                }
+            }
+            if i.consume_key(egui::Modifiers::NONE, Key::Home) {
+                moved = Some(0);
+            }
+            if i.consume_key(egui::Modifiers::NONE, Key::End) {
+                moved = Some(last);
+            }
+            let act = i.consume_key(egui::Modifiers::NONE, Key::Enter)
+                || i.consume_key(egui::Modifiers::NONE, Key::Space);
+            let right = i.consume_key(egui::Modifiers::NONE, Key::ArrowRight);
+            let left = i.consume_key(egui::Modifiers::NONE, Key::ArrowLeft);
+            let copy = i.events.iter().any(|e| matches!(e, egui::Event::Copy));
+            (moved, act, right, left, copy)
+        });
+        if let Some(p) = moved {
+            self.cursor = self.lines.get(p).copied();
+            self.scroll_to_cursor = true;
+            self.schedule_preview(ui);
         }
-        match (enter, self.selected) {
-            (true, Some(i)) => self.materialize_row(checkpoint, i),
-            _ => None,
+        let line = self.cursor?;
+        if copy && let Some(name) = self.selected_name(checkpoint) {
+            ui.ctx().copy_text(name.to_owned());
+        }
+        if right || left {
+            // Left on a part goes to its weight.
+            if let (true, Line::Part(p)) = (left, line) {
+                self.cursor = self.encodings.parts.get(&p).map(|&w| Line::Tensor(w));
+                self.scroll_to_cursor = true;
+            }
+            self.toggle(checkpoint, line, Some(right));
+            return None;
+        }
+        if !act {
+            return None;
+        }
+        self.preview_at = None;
+        match line {
+            Line::Layer(_) => {
+                self.toggle(checkpoint, line, None);
+                None
+            }
+            Line::Tensor(i) | Line::Part(i) => self.materialize_row(checkpoint, i),
         }
     }
 }

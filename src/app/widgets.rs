@@ -46,7 +46,37 @@ pub(crate) fn legend_row(ui: &mut egui::Ui, items: &[(&str, egui::Color32)]) {
     });
 }
 
-/// The memory series' colours, the same in every plot and in every frame.
+/// `text` (strong) with `mark` (an arrow or a triangle) before or after
+/// it: the mark in the monospace font, which has those glyphs (the
+/// proportional one does not).
+pub(crate) fn marked_text(
+    ui: &egui::Ui,
+    mark: &str,
+    text: &str,
+    mark_first: bool,
+) -> egui::text::LayoutJob {
+    let body = egui::TextStyle::Body.resolve(ui.style());
+    let mono = egui::FontId::monospace(body.size);
+    let color = ui.visuals().strong_text_color();
+    let mut job = egui::text::LayoutJob::default();
+    let mark_part = |job: &mut egui::text::LayoutJob| {
+        if !mark.is_empty() {
+            job.append(mark, 0.0, egui::TextFormat::simple(mono.clone(), color));
+        }
+    };
+    if mark_first {
+        mark_part(&mut job);
+        job.append(text, 4.0, egui::TextFormat::simple(body.clone(), color));
+    } else {
+        job.append(text, 0.0, egui::TextFormat::simple(body.clone(), color));
+        if !mark.is_empty() {
+            job.append(" ", 0.0, egui::TextFormat::simple(body.clone(), color));
+        }
+        mark_part(&mut job);
+    }
+    job
+}
+
 /// Focuses the text field `field` (holding `text`) with all of its text
 /// selected, so what is typed next replaces it (Ctrl+F, Ctrl+O).
 pub(crate) fn focus_selecting_all(ui: &egui::Ui, field: &egui::Response, text: &str) {
@@ -62,19 +92,50 @@ pub(crate) fn focus_selecting_all(ui: &egui::Ui, field: &egui::Response, text: &
 
 /// The keyboard shortcuts, for the F1 window (each one that exists).
 pub(crate) const SHORTCUTS: &[(&str, &str)] = &[
+    (
+        "Ctrl+K, Ctrl+Shift+P",
+        "command palette: actions, recent checkpoints, tensors by name",
+    ),
     ("Ctrl+1 … Ctrl+4", "Tensors, Profiler, Diff, Check"),
     ("Ctrl+O", "the checkpoint path field, its text selected"),
     ("Ctrl+F", "the tensor filter, its text selected"),
+    ("Down (in the filter)", "into the table"),
     (
-        "Up / Down",
-        "move the selected tensor (outside a text field)",
+        "Enter (in the filter)",
+        "show the selected match (the first when none is)",
     ),
     (
-        "Enter",
-        "materialize the selected tensor; in the path field: open",
+        "Up, Down",
+        "move in the table; the tensor there shows once you stop",
     ),
-    ("Esc", "close the Record form"),
-    ("F1", "this list"),
+    (
+        "Page Up, Page Down, Home, End",
+        "move a page, to the first or last row",
+    ),
+    (
+        "Enter, Space",
+        "show the selected tensor now; open or close a layer group",
+    ),
+    (
+        "Right, Left",
+        "open or close a layer group; show or hide a weight's scales",
+    ),
+    (
+        "Ctrl+C",
+        "copy the selected tensor's name (right click: Copy name)",
+    ),
+    (
+        "Ctrl+Shift+W",
+        "walk the checkpoint with the Profiler's policy",
+    ),
+    (
+        "Ctrl+Shift+D",
+        "diff: B's path field (Enter there runs the diff)",
+    ),
+    ("Ctrl+Shift+R", "check: read every value"),
+    ("Enter (in the path field)", "open the checkpoint"),
+    ("Esc", "close the palette, this list, or the Record form"),
+    ("F1, ?", "this list"),
 ];
 
 pub(crate) mod series_colors {

@@ -32,6 +32,11 @@ pub struct DiffArgs {
     /// B's view: auto, identity, a built-in name or a view file.
     #[arg(long = "view-b", value_name = "VIEW", value_parser = super::view, default_value = "auto")]
     pub view_b: ViewChoice,
+    /// Open one tensor instead of diffing them all: A's, B's and the
+    /// error's statistics, and for a quantized side its error group by
+    /// group (the median, p99 and worst groups).
+    #[arg(long, value_name = "NAME")]
+    pub tensor: Option<String>,
 }
 
 /// Opens one side with its view; a bad shard anywhere is refused (as
@@ -71,15 +76,132 @@ pub fn run(args: &DiffArgs, cancel: &AtomicBool) -> Result<DiffReport, CliError>
     Ok(report)
 }
 
-/// The JSON report (`only_in_a`, `only_in_b`, `changed`, `common`, …).
+/// The JSON report (`only_in_a`, `only_in_b`, `changed`, `common`,
+/// `by_kind`, `typical_by_mode`, …).
 #[must_use]
 pub fn to_json(args: &DiffArgs, report: &DiffReport) -> serde_json::Value {
     let mut value = serde_json::to_value(report).unwrap_or_default();
     if let Some(map) = value.as_object_mut() {
         map.insert("a".into(), args.a.display().to_string().into());
         map.insert("b".into(), args.b.display().to_string().into());
+        map.insert(
+            "by_kind".into(),
+            serde_json::to_value(report.by_kind()).unwrap_or_default(),
+        );
+        let modes: Vec<serde_json::Value> = report
+            .typical_by_mode()
+            .into_iter()
+            .map(|(mode, tensors, median)| {
+                serde_json::json!({"b_dtype": mode, "tensors": tensors, "median_rel_error": median})
+            })
+            .collect();
+        map.insert("typical_by_mode".into(), modes.into());
     }
     value
+}
+
+/// One tensor opened (`--tensor`): its figures on both sides, the error's,
+/// and the error per quantization group.
+///
+/// # Errors
+/// A side that cannot be opened or read, or shapes that differ (one line).
+pub fn run_tensor(args: &DiffArgs, name: &str) -> Result<crate::weights::PairDetail, CliError> {
+    let mut a = open_side(&args.a, &args.view_a)?;
+    let mut b = open_side(&args.b, &args.view_b)?;
+    Ok(crate::weights::diff_detail(&mut a, &mut b, name, 64)?)
+}
+
+/// The opened tensor as JSON: `a`, `b` and `error` statistics, and
+/// `groups` (with `worst`) when a side is quantized.
+#[must_use]
+pub fn tensor_json(d: &crate::weights::PairDetail) -> serde_json::Value {
+    let stats = |s: &crate::mlx::Stats| {
+        serde_json::json!({
+            "min": s.min, "max": s.max, "mean": s.mean, "std": s.std, "nan": s.nan, "inf": s.inf,
+        })
+    };
+    serde_json::json!({
+        "name": d.name,
+        "a_dtype": d.a_dtype,
+        "b_dtype": d.b_dtype,
+        "a": stats(&d.a.stats),
+        "b": stats(&d.b.stats),
+        "error": stats(&d.error.stats),
+        "groups": d.groups.as_ref().map(|g| serde_json::json!({
+            "side": g.side,
+            "group_size": g.group_size,
+            "groups": g.groups,
+            "median_rel_error": g.median,
+            "p99_rel_error": g.p99,
+            "max_rel_error": g.max,
+            "worst": g.worst.iter().map(|w| serde_json::json!({
+                "row": w.row, "group": w.group, "rel_error": w.rel_error, "max_abs": w.max_abs,
+            })).collect::<Vec<_>>(),
+        })),
+    })
+}
+
+/// The opened tensor as text.
+///
+/// # Errors
+/// When `out` fails.
+pub fn write_tensor_text(
+    d: &crate::weights::PairDetail,
+    out: &mut impl Write,
+) -> std::io::Result<()> {
+    writeln!(out, "{}", printable(&d.name))?;
+    writeln!(out, "A: {}    B: {}", d.a_dtype, d.b_dtype)?;
+    writeln!(out, "{:>6} {:>13} {:>13} {:>13}", "", "A", "B", "|a - b|")?;
+    let sides = [&d.a.stats, &d.b.stats, &d.error.stats];
+    for (label, value) in [
+        ("min", sides.map(|s| s.min)),
+        ("max", sides.map(|s| s.max)),
+        ("mean", sides.map(|s| s.mean)),
+        ("std", sides.map(|s| s.std)),
+    ] {
+        writeln!(
+            out,
+            "{label:>6} {:>13.5e} {:>13.5e} {:>13.5e}",
+            value[0], value[1], value[2]
+        )?;
+    }
+    writeln!(
+        out,
+        "{:>6} {:>13} {:>13} {:>13}",
+        "NaN", sides[0].nan, sides[1].nan, sides[2].nan
+    )?;
+    writeln!(
+        out,
+        "{:>6} {:>13} {:>13} {:>13}",
+        "Inf", sides[0].inf, sides[1].inf, sides[2].inf
+    )?;
+    match &d.groups {
+        None => writeln!(
+            out,
+            "no side is quantized along its rows: no per-group error"
+        )?,
+        Some(g) => {
+            writeln!(
+                out,
+                "per group ({}'s groups of {} along each row): {} groups; relative error median {:.3e}, p99 {:.3e}, worst {:.3e}",
+                g.side, g.group_size, g.groups, g.median, g.p99, g.max
+            )?;
+            writeln!(out, "worst groups: row, columns, relative error, max |a-b|")?;
+            let size = i64::from(g.group_size);
+            for w in &g.worst {
+                writeln!(
+                    out,
+                    "  {:>8}  {:>7}..{:<7}  {:.3e}  {:.3e}",
+                    w.row,
+                    w.group * size,
+                    (w.group + 1) * size,
+                    w.rel_error,
+                    w.max_abs
+                )?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Rows of each list the text report prints.
@@ -164,6 +286,7 @@ pub fn write_text(
         )?;
     }
     left_out(out, "failed", report.failed.len())?;
+    write_kinds(report, out)?;
     let worst: Vec<_> = report
         .by_error()
         .into_iter()
@@ -191,6 +314,43 @@ pub fn write_text(
     Ok(())
 }
 
+/// The changed tensors by how B stores them and by module kind.
+fn write_kinds(report: &DiffReport, out: &mut impl Write) -> std::io::Result<()> {
+    let kinds = report.by_kind();
+    if !kinds.is_empty() {
+        let modes: Vec<String> = report
+            .typical_by_mode()
+            .iter()
+            .map(|(mode, n, median)| format!("{mode}: {median:.3e} over {n}"))
+            .collect();
+        writeln!(
+            out,
+            "typical error by how B stores them (median): {}",
+            modes.join("; ")
+        )?;
+        writeln!(out, "by module kind (median, worst; worst median first):")?;
+        for k in kinds.iter().take(TEXT_ROWS) {
+            writeln!(
+                out,
+                "  {:<24} {:<28} {:>5} tensors  median {:.3e}  worst {:.3e}",
+                printable(&k.kind),
+                k.b_dtype,
+                k.tensors,
+                k.median_rel_error,
+                k.worst_rel_error
+            )?;
+        }
+        if kinds.len() > TEXT_ROWS {
+            writeln!(
+                out,
+                "  … {} more module kinds not shown (--json lists all)",
+                kinds.len() - TEXT_ROWS
+            )?;
+        }
+    }
+    Ok(())
+}
+
 /// `weightscope diff`: runs it and returns the exit status.
 #[must_use]
 pub fn main(args: &DiffArgs) -> u8 {
@@ -198,6 +358,9 @@ pub fn main(args: &DiffArgs) -> u8 {
     // prints what it compared, marked as cut short.
     if let Err(err) = super::signals::watch(true, |_| {}) {
         super::say(format_args!("cannot catch termination signals: {err}"));
+    }
+    if let Some(name) = &args.tensor {
+        return tensor_main(args, name);
     }
     let report = match run(args, &super::signals::CUT_SHORT) {
         Ok(report) => report,
@@ -223,6 +386,30 @@ pub fn main(args: &DiffArgs) -> u8 {
         ));
         return super::signals::exit_status(signal);
     }
+    match super::output_status(written) {
+        Ok(()) => 0,
+        Err(code) => code,
+    }
+}
+
+/// `weightscope diff A B --tensor NAME`.
+fn tensor_main(args: &DiffArgs, name: &str) -> u8 {
+    let detail = match run_tensor(args, name) {
+        Ok(d) => d,
+        Err(err) => {
+            super::say(format_args!("{err}"));
+            return super::BAD_INPUT;
+        }
+    };
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    let written = if args.json {
+        serde_json::to_writer(&mut out, &tensor_json(&detail))
+            .map_err(std::io::Error::from)
+            .and_then(|()| std::io::Write::write_all(&mut out, b"\n"))
+    } else {
+        write_tensor_text(&detail, &mut out)
+    };
     match super::output_status(written) {
         Ok(()) => 0,
         Err(code) => code,
@@ -283,6 +470,7 @@ mod tests {
             view_a: ViewChoice::Auto,
             view_b: ViewChoice::Auto,
             json: false,
+            tensor: None,
         };
         let mut out = Vec::new();
         write_text(&args, &report, &mut out).expect("write");

@@ -32,6 +32,9 @@ struct JsonHeatmap<'a> {
     col_step: usize,
     #[serde(skip_serializing_if = "Option::is_none")]
     values: Option<&'a [f32]>,
+    /// Each cell's largest |value| (with `values`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_abs: Option<&'a [f32]>,
 }
 
 #[derive(Serialize)]
@@ -107,6 +110,12 @@ pub fn write_json(
             row_step: h.row_step,
             col_step: h.col_step,
             values: cells.then_some(h.values.as_slice()),
+            max_abs: preview
+                .values
+                .heatmap_max_abs
+                .as_ref()
+                .filter(|_| cells)
+                .map(|m| m.values.as_slice()),
         }),
     };
     serde_json::to_writer(&mut *out, &doc)?;
@@ -258,8 +267,9 @@ pub struct TensorArgs {
     /// benchmarks: on CUDA the first one includes compiling kernels).
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub repeat: u32,
-    /// With --json: the heatmap's cell values too (`heatmap.values`,
-    /// each cell's mean, row by row).
+    /// With --json: the heatmap's cell values too (`heatmap.values`, each
+    /// cell's mean, and `heatmap.max_abs`, each cell's largest |value|, row
+    /// by row).
     #[arg(long, requires = "json")]
     pub cells: bool,
 }

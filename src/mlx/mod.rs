@@ -26,8 +26,9 @@ pub use stats::{
     summary_scratch_bytes, use_summary_kernel, warm_up_summaries,
 };
 pub use transform::{
-    DiffSums, Difference, ValueCounts, add_scalar, concat_rows, count_values, difference,
-    dtype_named, metrics, move_axis, reshape, slice_rows, swap_axes, take_row,
+    DiffSums, Difference, GroupSums, ValueCounts, abs_difference, add_scalar, concat_rows,
+    count_values, difference, dtype_named, group_sums, metrics, move_axis, reshape, slice_rows,
+    swap_axes, take_row,
 };
 
 use std::path::PathBuf;
@@ -54,7 +55,7 @@ pub enum MlxError {
 }
 
 impl MlxError {
-    fn op(operation: &'static str, err: impl std::fmt::Display) -> Self {
+    pub(crate) fn op(operation: &'static str, err: impl std::fmt::Display) -> Self {
         Self::Op {
             operation,
             message: clean_message(&err.to_string()),

@@ -387,3 +387,78 @@ pub fn count_values(array: &Array) -> Result<ValueCounts, MlxError> {
     }
     Ok(counts)
 }
+
+/// `|a - b|` in `f32`, lazily (both sides cast first).
+///
+/// # Errors
+/// When the shapes differ or MLX fails.
+pub fn abs_difference(a: &Array, b: &Array) -> Result<Array, MlxError> {
+    let op = |what: &'static str| move |e: mlx_rs::error::Exception| MlxError::op(what, e);
+    let ca = a.as_dtype(Dtype::Float32).map_err(op("cast to f32"))?;
+    let cb = b.as_dtype(Dtype::Float32).map_err(op("cast to f32"))?;
+    ca.subtract(&cb)
+        .and_then(|d| d.abs())
+        .map_err(op("subtract"))
+}
+
+/// One band's groups compared: `a` and `b` are `[rows, cols]` with `cols` a
+/// multiple of `group`, read as runs of `group` values along each row (a
+/// quantized weight's groups). Row-major per group: `Σ (a - b)²`, `Σ a²`
+/// and the largest `|a - b|` (each in `f32`).
+///
+/// # Errors
+/// When the shapes differ, a row is not whole groups, or MLX fails.
+pub fn group_sums(a: &Array, b: &Array, group: i32) -> Result<GroupSums, MlxError> {
+    let op = |what: &'static str| move |e: mlx_rs::error::Exception| MlxError::op(what, e);
+    let shape = a.shape().to_vec();
+    let [rows, cols] = shape[..] else {
+        return Err(MlxError::op("compare groups", "a band is not 2-D"));
+    };
+    if b.shape() != a.shape() || group <= 0 || cols % group != 0 {
+        return Err(MlxError::op(
+            "compare groups",
+            format!("shapes {:?} and {:?}, group {group}", a.shape(), b.shape()),
+        ));
+    }
+    let grouped = |x: &Array| {
+        x.as_dtype(Dtype::Float32)
+            .and_then(|x| x.reshape(&[rows, cols / group, group]))
+            .map_err(op("reshape"))
+    };
+    let (ga, gb) = (grouped(a)?, grouped(b)?);
+    let delta = ga.subtract(&gb).map_err(op("subtract"))?;
+    let delta_sq = delta
+        .square()
+        .and_then(|x| x.sum_axis(2, None))
+        .map_err(op("sum"))?;
+    let a_sq = ga
+        .square()
+        .and_then(|x| x.sum_axis(2, None))
+        .map_err(op("sum"))?;
+    let largest = delta
+        .abs()
+        .and_then(|x| x.max_axis(2, None))
+        .map_err(op("max"))?;
+    evaluate_all([&delta_sq, &a_sq, &largest])?;
+    let read = |x: &Array| {
+        x.try_as_slice::<f32>()
+            .map(<[f32]>::to_vec)
+            .map_err(|e| MlxError::op("read group sums", e))
+    };
+    Ok(GroupSums {
+        delta_sq: read(&delta_sq)?,
+        a_sq: read(&a_sq)?,
+        max_abs: read(&largest)?,
+    })
+}
+
+/// One band's groups compared ([`group_sums`]), row-major per group.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct GroupSums {
+    /// `Σ (a - b)²`.
+    pub delta_sq: Vec<f32>,
+    /// `Σ a²`.
+    pub a_sq: Vec<f32>,
+    /// The largest `|a - b|`.
+    pub max_abs: Vec<f32>,
+}

@@ -25,6 +25,59 @@ use super::{
     WeightsError,
 };
 
+/// The changed tensors of one module kind stored one way in B.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct KindSummary {
+    /// `q_proj`, `down_proj`, `embed_tokens`, …
+    pub kind: String,
+    /// How B stores them.
+    pub b_dtype: String,
+    /// How many.
+    pub tensors: usize,
+    /// Their parameters.
+    pub params: u64,
+    /// Their median relative error.
+    pub median_rel_error: f64,
+    /// The worst one's relative error.
+    pub worst_rel_error: f64,
+    /// The worst one.
+    pub worst: String,
+}
+
+/// The module kind of a tensor name: its last word that is not a number,
+/// before a final `weight`, `bias`, `scales` or `biases`
+/// (`model.layers.3.mlp.experts.7.down_proj.weight` is `down_proj`).
+#[must_use]
+pub fn module_kind(name: &str) -> &str {
+    let mut words = name.rsplit('.');
+    let mut word = words.next().unwrap_or(name);
+    if matches!(word, "weight" | "bias" | "scales" | "biases") {
+        word = words.next().unwrap_or(word);
+    }
+    while !word.is_empty() && word.bytes().all(|b| b.is_ascii_digit()) {
+        match words.next() {
+            Some(next) => word = next,
+            None => break,
+        }
+    }
+    word
+}
+
+/// The median of `values` (the mean of the middle two for an even count;
+/// NaN for none).
+fn median(mut values: Vec<f64>) -> f64 {
+    if values.is_empty() {
+        return f64::NAN;
+    }
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    if n % 2 == 1 {
+        values[n / 2]
+    } else {
+        f64::midpoint(values[n / 2 - 1], values[n / 2])
+    }
+}
+
 /// A tensor both sides have with different logical shapes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Changed {
@@ -189,6 +242,71 @@ impl DiffReport {
             );
         }
         Some(text)
+    }
+
+    /// The changed tensors (finite, values differ) grouped by module kind
+    /// (`q_proj`, `down_proj`, `embed_tokens`: the name's last word before
+    /// `.weight`, layer and expert numbers dropped) and by how B stores
+    /// them; the worst median first. With [`Self::typical_by_mode`] it says
+    /// which kind of module a conversion hurt most.
+    #[must_use]
+    pub fn by_kind(&self) -> Vec<KindSummary> {
+        let mut groups: std::collections::BTreeMap<(String, String), Vec<&Common>> =
+            std::collections::BTreeMap::new();
+        for c in self.changed_rows() {
+            groups
+                .entry((module_kind(&c.name).to_owned(), c.b_dtype.clone()))
+                .or_default()
+                .push(c);
+        }
+        let mut out: Vec<KindSummary> = groups
+            .into_iter()
+            .map(|((kind, b_dtype), rows)| {
+                let worst = rows
+                    .iter()
+                    .max_by(|x, y| x.rel_error.total_cmp(&y.rel_error))
+                    .map(|c| (c.name.clone(), c.rel_error))
+                    .unwrap_or_default();
+                KindSummary {
+                    kind,
+                    b_dtype,
+                    tensors: rows.len(),
+                    params: rows.iter().map(|c| c.params).sum(),
+                    median_rel_error: median(rows.iter().map(|c| c.rel_error).collect()),
+                    worst_rel_error: worst.1,
+                    worst: worst.0,
+                }
+            })
+            .collect();
+        out.sort_by(|x, y| y.median_rel_error.total_cmp(&x.median_rel_error));
+        out
+    }
+
+    /// The typical relative error of each way B stores tensors (its
+    /// dtype and quantization mode): the median over the changed tensors
+    /// stored that way. A tensor far above its mode's typical error is an
+    /// outlier of the conversion, whatever the mode's usual error is.
+    #[must_use]
+    pub fn typical_by_mode(&self) -> Vec<(String, usize, f64)> {
+        let mut modes: std::collections::BTreeMap<&str, Vec<f64>> =
+            std::collections::BTreeMap::new();
+        for c in self.changed_rows() {
+            modes
+                .entry(c.b_dtype.as_str())
+                .or_default()
+                .push(c.rel_error);
+        }
+        modes
+            .into_iter()
+            .map(|(mode, errors)| (mode.to_owned(), errors.len(), median(errors)))
+            .collect()
+    }
+
+    /// Rows whose values differ, both sides finite.
+    fn changed_rows(&self) -> impl Iterator<Item = &Common> {
+        self.common
+            .iter()
+            .filter(|c| !c.nan && !c.inf && c.max_abs_diff != 0.0 && c.rel_error.is_finite())
     }
 
     /// Common tensors whose values differ at all.
@@ -456,4 +574,224 @@ fn largest_shard<N: Native>(weights: &Weights<N>) -> u64 {
         .map(|s| s.data_bytes)
         .max()
         .unwrap_or(0)
+}
+
+/// One tensor of a diff opened: each side's values and the error's (|a - b|:
+/// its statistics, histogram and heatmap, mean and largest per cell), and
+/// for a quantized side, the error group by group.
+#[derive(Debug, Clone)]
+pub struct PairDetail {
+    /// The name both sides share.
+    pub name: String,
+    /// A's stored dtype with how it is decoded.
+    pub a_dtype: String,
+    /// B's.
+    pub b_dtype: String,
+    /// A's values.
+    pub a: mlx::ValueSummary,
+    /// B's values.
+    pub b: mlx::ValueSummary,
+    /// `|a - b|`.
+    pub error: mlx::ValueSummary,
+    /// The error of each quantization group (B's groups, else A's), when a
+    /// side is quantized along its rows.
+    pub groups: Option<GroupErrors>,
+}
+
+/// The error of a quantized weight's groups: which lost most.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GroupErrors {
+    /// Values per group (along each row).
+    pub group_size: i32,
+    /// Which side's quantization the groups are ("A" or "B").
+    pub side: &'static str,
+    /// Groups compared.
+    pub groups: u64,
+    /// Relative error `sqrt(Σ (a - b)² / Σ a²)` of the median group.
+    pub median: f64,
+    /// Of the 99th-percentile group.
+    pub p99: f64,
+    /// Of the worst group.
+    pub max: f64,
+    /// The worst groups, worst first (at most [`WORST_GROUPS`]).
+    pub worst: Vec<GroupError>,
+}
+
+/// How many of the worst groups a detail lists.
+pub const WORST_GROUPS: usize = 12;
+
+/// One group's error.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GroupError {
+    /// Its row (leading axes folded in).
+    pub row: i64,
+    /// Its group along the row (columns `group * size ..`).
+    pub group: i64,
+    /// `sqrt(Σ (a - b)² / Σ a²)` (infinite when A is all zeros there and B
+    /// is not).
+    pub rel_error: f64,
+    /// Its largest `|a - b|`.
+    pub max_abs: f64,
+}
+
+/// Most groups a detail compares (128M: a 671B model's largest weight has
+/// about 15M groups of 64).
+const GROUPS_LIMIT: i64 = 1 << 27;
+
+/// `|a - b|` of two sides' bands, band by band, for a summary.
+struct AbsDiffBands<'a> {
+    a: &'a super::decode::Bands,
+    b: &'a super::decode::Bands,
+}
+
+impl mlx::RowBands for AbsDiffBands<'_> {
+    fn shape(&self) -> &[i32] {
+        &self.a.shape
+    }
+    fn rows(&self) -> i32 {
+        self.a.rows
+    }
+    fn cols(&self) -> i32 {
+        self.a.cols
+    }
+    fn align(&self) -> i32 {
+        lcm_rows(self.a.align, self.b.align)
+    }
+    fn band(&self, r0: i32, r1: i32) -> Result<mlx::Array, mlx::MlxError> {
+        mlx::abs_difference(&self.a.band(r0, r1)?, &self.b.band(r0, r1)?)
+    }
+}
+
+fn lcm_rows(a: i32, b: i32) -> i32 {
+    let (a, b) = (a.max(1), b.max(1));
+    let (mut x, mut y) = (a, b);
+    while y != 0 {
+        (x, y) = (y, x % y);
+    }
+    a / x * b
+}
+
+/// Opens `name` on both sides: summaries of A, B and `|a - b|` (the
+/// heatmaps at most `cells` a side), and the per-group error when a side is
+/// quantized. Only band-sized temporaries beside the two tensors' shards.
+///
+/// # Errors
+/// When a side cannot read the tensor, the shapes differ, or MLX fails.
+pub fn detail<N: Native, M: Native>(
+    a: &mut Weights<N>,
+    b: &mut Weights<M>,
+    name: &str,
+    cells: usize,
+) -> Result<PairDetail, WeightsError> {
+    let ba = a.bands(name)?;
+    let bb = b.bands(name)?;
+    if ba.shape != bb.shape {
+        return Err(WeightsError::ShapesDiffer {
+            name: name.to_owned(),
+            a: ba.shape.clone(),
+            b: bb.shape.clone(),
+        });
+    }
+    let bins = 64;
+    let a_summary = mlx::summarize_bands(&ba, 8, bins, cells)?;
+    let b_summary = mlx::summarize_bands(&bb, 8, bins, cells)?;
+    let error = mlx::summarize_bands(&AbsDiffBands { a: &ba, b: &bb }, 8, bins, cells)?;
+    let group_of = |bands: &super::decode::Bands| match &bands.decoding {
+        Some(Decoding::Quantized { params, .. }) => i32::try_from(params.group_size).ok(),
+        _ => None,
+    };
+    let groups = match (group_of(&bb), group_of(&ba)) {
+        (Some(size), _) => Some((size, "B")),
+        (None, Some(size)) => Some((size, "A")),
+        (None, None) => None,
+    }
+    .filter(|(size, _)| {
+        *size > 0
+            && ba.cols % size == 0
+            && i64::from(ba.rows) * i64::from(ba.cols / size) <= GROUPS_LIMIT
+    })
+    .map(|(size, side)| group_errors(&ba, &bb, size, side))
+    .transpose()?;
+    Ok(PairDetail {
+        name: name.to_owned(),
+        a_dtype: described_dtype(a, name, ba.decoding.as_ref()),
+        b_dtype: described_dtype(b, name, bb.decoding.as_ref()),
+        a: a_summary,
+        b: b_summary,
+        error,
+        groups,
+    })
+}
+
+/// Every group's relative error, band by band; the quantiles and the worst.
+fn group_errors(
+    ba: &super::decode::Bands,
+    bb: &super::decode::Bands,
+    size: i32,
+    quantized: &'static str,
+) -> Result<GroupErrors, WeightsError> {
+    let per_row = i64::from(ba.cols / size);
+    let step = band_rows(ba.cols, ba.align, bb.align);
+    let mut rel: Vec<f32> = Vec::new();
+    let mut largest: Vec<f32> = Vec::new();
+    let mut r0 = 0;
+    while r0 < ba.rows {
+        let r1 = ba.rows.min(r0.saturating_add(step));
+        let sums = mlx::group_sums(&ba.band(r0, r1)?, &bb.band(r0, r1)?, size)?;
+        rel.extend(
+            sums.delta_sq
+                .iter()
+                .zip(&sums.a_sq)
+                .map(|(&delta, &energy)| {
+                    if delta == 0.0 {
+                        0.0
+                    } else if energy == 0.0 {
+                        f32::INFINITY.copysign(delta)
+                    } else {
+                        (delta / energy).sqrt()
+                    }
+                }),
+        );
+        largest.extend(sums.max_abs);
+        r0 = r1;
+    }
+    let groups = rel.len();
+    let mut order: Vec<usize> = (0..groups).collect();
+    // NaN (a side had one) sorts as the worst.
+    let key = |i: usize| {
+        let r = rel[i];
+        if r.is_nan() { f32::INFINITY } else { r }
+    };
+    order.sort_unstable_by(|&x, &y| key(y).total_cmp(&key(x)));
+    let at = |q: f64| {
+        if groups == 0 {
+            return 0.0;
+        }
+        #[allow(
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss,
+            clippy::cast_precision_loss
+        )]
+        let rank = ((1.0 - q) * (groups - 1) as f64).round() as usize;
+        f64::from(rel[order[rank.min(groups - 1)]])
+    };
+    let worst = order
+        .iter()
+        .take(WORST_GROUPS)
+        .map(|&i| GroupError {
+            row: i64::try_from(i).unwrap_or(0) / per_row,
+            group: i64::try_from(i).unwrap_or(0) % per_row,
+            rel_error: f64::from(rel[i]),
+            max_abs: f64::from(largest[i]),
+        })
+        .collect();
+    Ok(GroupErrors {
+        group_size: size,
+        side: quantized,
+        groups: u64::try_from(groups).unwrap_or(0),
+        median: at(0.5),
+        p99: at(0.99),
+        max: at(1.0),
+        worst,
+    })
 }

@@ -27,7 +27,10 @@ mod walker;
 
 pub use check::{ValueScan, scan_values};
 pub use decode::{Decoding, Values};
-pub use diff::{Changed, Common, DiffFailure, DiffReport, diff, snr_text};
+pub use diff::{
+    Changed, Common, DiffFailure, DiffReport, GroupError, GroupErrors, KindSummary, PairDetail,
+    WORST_GROUPS, detail as diff_detail, diff, module_kind, snr_text,
+};
 pub use native::{MlxNative, Native};
 pub use preview::{PreviewOptions, QuantMaps, TensorPreview};
 pub use rules::{
@@ -72,6 +75,16 @@ pub enum WeightsError {
     /// MLX failed (opening a shard, applying a fix-up).
     #[error(transparent)]
     Mlx(#[from] MlxError),
+    /// A diff's two sides hold one name with different shapes.
+    #[error("`{name}` has the shape {a:?} in A and {b:?} in B: its values cannot be compared")]
+    ShapesDiffer {
+        /// The tensor.
+        name: String,
+        /// A's logical shape.
+        a: Vec<i32>,
+        /// B's.
+        b: Vec<i32>,
+    },
     /// No tensor of that (canonical) name.
     #[error("no tensor named `{0}`")]
     NoTensor(String),

@@ -250,3 +250,144 @@ fn inspect_names_the_mixed_recipe_mlx_lm_wrote() {
         "{layers:?}"
     );
 }
+
+/// `weightscope diff --tensor` on mlx-lm's bf16 Llama and its 4-bit
+/// conversion: each group's error matches MLX's own dequantization compared
+/// in numpy (`tests/mlx_lm/group_errors.py`): the same count, median, p99
+/// and worst figures and the same worst groups.
+#[test]
+fn a_diffed_tensors_groups_match_mlxs_dequantization() {
+    let _lock = mlx_memory_lock();
+    let out = tempfile::tempdir().expect("tempdir");
+    write_models(out.path());
+    let (a, b) = (out.path().join("llama-bf16"), out.path().join("affine4"));
+    let name = "model.layers.2.mlp.down_proj.weight";
+    let reference = Process::new(venv_python())
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mlx_lm/group_errors.py"))
+        .args([a.as_os_str(), b.as_os_str()])
+        .arg(name)
+        .output()
+        .expect("python runs");
+    assert!(
+        reference.status.success(),
+        "{}",
+        String::from_utf8_lossy(&reference.stderr)
+    );
+    let reference: Value = serde_json::from_slice(&reference.stdout).expect("JSON");
+    let ours = Process::new(env!("CARGO_BIN_EXE_weightscope"))
+        .arg("diff")
+        .args([a.as_os_str(), b.as_os_str()])
+        .args(["--tensor", name, "--json"])
+        .output()
+        .expect("weightscope runs");
+    assert!(
+        ours.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ours.stderr)
+    );
+    let ours: Value = serde_json::from_slice(&ours.stdout).expect("JSON");
+    let groups = &ours["groups"];
+    assert_eq!(groups["side"], "B");
+    assert_eq!(groups["groups"], reference["groups"]);
+    assert_eq!(groups["group_size"], reference["group_size"]);
+    for (key, want) in [
+        ("median_rel_error", "median"),
+        ("p99_rel_error", "p99"),
+        ("max_rel_error", "max"),
+    ] {
+        let (x, y) = (
+            groups[key].as_f64().expect("present"),
+            reference[want].as_f64().expect("present"),
+        );
+        assert!((x - y).abs() <= 1e-5 * y, "{key}: {x} vs {y}");
+    }
+    let worst: Vec<(u64, u64)> = groups["worst"]
+        .as_array()
+        .expect("worst")
+        .iter()
+        .map(|w| {
+            (
+                w["row"].as_u64().expect("present"),
+                w["group"].as_u64().expect("present"),
+            )
+        })
+        .collect();
+    let want: Vec<(u64, u64)> = reference["worst"]
+        .as_array()
+        .expect("worst")
+        .iter()
+        .map(|w| {
+            (
+                w[0].as_u64().expect("present"),
+                w[1].as_u64().expect("present"),
+            )
+        })
+        .collect();
+    assert_eq!(worst[..3], want[..3], "the worst groups");
+    // Both sides' statistics are there; the error is |a - b| >= 0.
+    assert!(ours["error"]["min"].as_f64().expect("present") >= 0.0);
+    assert!(ours["a"]["std"].as_f64().expect("present") > 0.0);
+}
+
+/// The full diff's summary by module kind on mlx-lm's `mixed_3_6`
+/// conversion: each (kind, B's storage) median is that of its rows,
+/// counted here; the two storage modes each have their typical error.
+#[test]
+fn the_diff_by_module_kind_is_the_median_of_its_rows() {
+    let _lock = mlx_memory_lock();
+    let out = tempfile::tempdir().expect("tempdir");
+    write_models(out.path());
+    let a = out.path().join("llama-bf16");
+    // The summary by module kind: each (kind, B's storage) median, from the rows.
+    let full = Process::new(env!("CARGO_BIN_EXE_weightscope"))
+        .arg("diff")
+        .arg(&a)
+        .arg(out.path().join("mixed_3_6"))
+        .arg("--json")
+        .output()
+        .expect("weightscope runs");
+    let full: Value = serde_json::from_slice(&full.stdout).expect("JSON");
+    let mut by_kind = std::collections::BTreeMap::<(String, String), Vec<f64>>::new();
+    for row in full["common"].as_array().expect("rows") {
+        if row["max_abs_diff"] == 0.0 {
+            continue;
+        }
+        let name = row["name"].as_str().expect("present");
+        let kind = name
+            .trim_end_matches(".weight")
+            .rsplit('.')
+            .next()
+            .expect("present");
+        by_kind
+            .entry((
+                kind.to_owned(),
+                row["b_dtype"].as_str().expect("present").to_owned(),
+            ))
+            .or_default()
+            .push(row["rel_error"].as_f64().expect("present"));
+    }
+    let kinds = full["by_kind"].as_array().expect("by_kind");
+    assert_eq!(kinds.len(), by_kind.len());
+    for k in kinds {
+        let key = (
+            k["kind"].as_str().expect("present").to_owned(),
+            k["b_dtype"].as_str().expect("present").to_owned(),
+        );
+        let mut errors = by_kind[&key].clone();
+        errors.sort_by(f64::total_cmp);
+        let n = errors.len();
+        let median = if n % 2 == 1 {
+            errors[n / 2]
+        } else {
+            f64::midpoint(errors[n / 2 - 1], errors[n / 2])
+        };
+        assert_eq!(k["tensors"].as_u64(), Some(n as u64));
+        assert!(
+            (k["median_rel_error"].as_f64().expect("present") - median).abs() <= 1e-12,
+            "{key:?}"
+        );
+    }
+    // mixed_3_6: two storage modes, the 6-bit one's typical error lower.
+    let modes = full["typical_by_mode"].as_array().expect("modes");
+    assert_eq!(modes.len(), 2, "{modes:?}");
+}

@@ -203,6 +203,64 @@ fn heatmaps_are_block_means_at_most_512_a_side() {
 }
 
 #[test]
+fn max_abs_cells_show_the_outlier_a_mean_hides() {
+    let _lock = common::mlx_memory_lock();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (rows, cols) = (1030usize, 700usize);
+    let mut data: Vec<f32> = (0..rows * cols)
+        .map(|i| ((i % 97) as f32 - 48.0) * 1e-3)
+        .collect();
+    data[500 * cols + 301] = -50.0;
+    data[10 * cols + 10] = f32::NAN;
+    data[11 * cols + 11] = f32::INFINITY;
+    write_safetensors(
+        &dir.path().join("m.safetensors"),
+        &[Tensor::f32("x", &[rows, cols], &data)],
+    );
+    let mut weights = Weights::open(dir.path()).expect("open");
+    let values = weights
+        .preview("x", &PreviewOptions::default())
+        .expect("preview")
+        .values;
+    let (mean, largest) = (
+        values.heatmap.expect("2-D"),
+        values.heatmap_max_abs.expect("2-D"),
+    );
+    assert_eq!(
+        (
+            largest.rows,
+            largest.cols,
+            largest.row_step,
+            largest.col_step
+        ),
+        (344, 350, 3, 2)
+    );
+    // Every cell against the host: the largest finite |value| of its block.
+    for r in 0..largest.rows {
+        for c in 0..largest.cols {
+            let mut want = 0.0f32;
+            for i in r * 3..((r + 1) * 3).min(rows) {
+                for j in c * 2..((c + 1) * 2).min(cols) {
+                    let v = data[i * cols + j];
+                    if v.is_finite() {
+                        want = want.max(v.abs());
+                    }
+                }
+            }
+            assert_eq!(
+                largest.values[r * largest.cols + c],
+                want,
+                "cell ({r}, {c})"
+            );
+        }
+    }
+    // The outlier's cell: 50 by its largest |value|, a sixth of it by the mean.
+    let cell = (500 / 3) * largest.cols + 301 / 2;
+    assert_eq!(largest.values[cell], 50.0);
+    assert!(mean.values[cell].abs() < 9.0, "{}", mean.values[cell]);
+}
+
+#[test]
 fn tensors_larger_than_one_chunk_are_summarized_like_the_host() {
     let _lock = common::mlx_memory_lock();
     // 2.31 M values: three chunks of the summary's passes and a tail shorter

@@ -34,7 +34,7 @@ fn browse_the_demo_filter_materialize_and_release() {
         harness.state().checkpoint().map(|c| c.tensors().len()),
         Some(10)
     );
-    harness.get_by_label_contains("8 of 10 tensors (2 scales and biases folded)");
+    harness.get_by_label_contains("8 of 10 tensors (2 scales folded)");
     harness.get_by_label_contains("lm_head.weight");
     // Logical parameters and bits per weight of the quantized layer, in the status bar.
     harness.get_by_label_contains("(affine 4-bit; 14.35 bits/weight)");
@@ -645,14 +645,15 @@ fn enter_in_the_path_field_only_opens_and_a_failed_open_keeps_the_open_checkpoin
     let dir = tempfile::tempdir().expect("tempdir");
     let demo = demo::ensure_demo(dir.path()).expect("demo");
     let mut harness = harness(open_app(&demo));
-    // Materialize one row, then select the next with the keyboard (which
-    // does not materialize it).
+    // Materialize one row, then move to the next with the keyboard (its
+    // preview shows it once the selection rests).
     harness.get_by_label_contains("lm_head.weight").click();
     harness.step();
     harness.state_mut().wait_for_worker().expect("materialized");
     harness.run();
     harness.key_press(egui::Key::ArrowDown);
-    harness.run();
+    let previewed = settle_preview(&mut harness).expect("previewed");
+    assert_ne!(previewed, "lm_head.weight");
 
     // A wrong path typed and entered: an error, and the open checkpoint
     // still works (its rows, its tensors).
@@ -678,9 +679,11 @@ fn enter_in_the_path_field_only_opens_and_a_failed_open_keeps_the_open_checkpoin
         Some(10),
         "the open checkpoint stays"
     );
-    // The Enter was the path field's: the selected row was not materialized.
-    assert_eq!(harness.state().inspected_name(), Some("lm_head.weight"));
-    harness.get_by_label_contains("model.norm.weight").click();
+    // The Enter was the path field's: the selected row was not
+    // materialized again.
+    assert_eq!(harness.state().inspected_name(), Some(previewed.as_str()));
+    assert!(!harness.state().is_materializing());
+    harness.get_by_label_contains("lm_head.weight").click();
     harness.step();
     harness.state_mut().wait_for_worker().expect("materialized");
     harness.run();
@@ -1245,4 +1248,298 @@ fn keys_replace_field_text_f1_lists_shortcuts_and_zeros_are_said() {
     harness.state_mut().wait_for_worker().expect("materialized");
     harness.run();
     harness.get_by_label_contains("All finite values are 0.");
+}
+
+/// Steps frames until the keyboard's preview has asked for a tensor, and
+/// the worker has shown it; returns the inspector's tensor.
+fn settle_preview(harness: &mut Harness<'static, WeightscopeApp>) -> Option<String> {
+    // The key's frame, then one more: the preview waits for the selection
+    // to rest, and each step is a quarter second of the harness's clock,
+    // longer than that wait.
+    harness.step();
+    harness.step();
+    while harness.state().is_materializing() {
+        harness.state_mut().wait_for_worker().expect("materialized");
+    }
+    harness.run();
+    harness.state().inspected_name().map(str::to_owned)
+}
+
+/// Five small tensors of different sizes, two in numbered layers.
+fn five_tensors(dir: &std::path::Path) -> std::path::PathBuf {
+    let path = dir.join("m.safetensors");
+    common::write_safetensors(
+        &path,
+        &[
+            common::Tensor::f32("a.weight", &[2], &[1.0, 2.0]),
+            common::Tensor::f32("b.weight", &[4, 4], &[0.5; 16]),
+            common::Tensor::f32("c.bias", &[3], &[1.0, 2.0, 3.0]),
+            common::Tensor::f32("layers.0.x", &[8], &[1.0; 8]),
+            common::Tensor::f32("layers.1.y", &[2, 4], &[2.0; 8]),
+        ],
+    );
+    path
+}
+
+#[test]
+fn the_keyboard_drives_the_table() {
+    let _lock = common::mlx_memory_lock();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = five_tensors(dir.path());
+    let mut harness = harness(open_app(&path));
+    // Ctrl+F, a filter, Down: into the table, and the first match shows.
+    harness.key_press_modifiers(egui::Modifiers::COMMAND, egui::Key::F);
+    harness.run();
+    harness.get_by_label("Filter").type_text("weight");
+    harness.run();
+    harness.get_by_label_contains("2 of 5 tensors");
+    harness.key_press(egui::Key::ArrowDown);
+    assert_eq!(settle_preview(&mut harness).as_deref(), Some("a.weight"));
+    assert_eq!(harness.state().selected_tensor(), Some("a.weight"));
+    // Down past the end stays on the last match; End and Home too.
+    for _ in 0..4 {
+        harness.key_press(egui::Key::ArrowDown);
+    }
+    assert_eq!(settle_preview(&mut harness).as_deref(), Some("b.weight"));
+    harness.key_press(egui::Key::Home);
+    assert_eq!(settle_preview(&mut harness).as_deref(), Some("a.weight"));
+    harness.key_press(egui::Key::PageDown);
+    assert_eq!(settle_preview(&mut harness).as_deref(), Some("b.weight"));
+    // A filter that hides the selected row: Enter in the table shows
+    // nothing hidden; Enter in the filter shows its first match.
+    harness.state_mut().set_filter("layers");
+    harness.run();
+    assert_eq!(
+        harness.state().selected_tensor(),
+        None,
+        "the hidden row is not selected"
+    );
+    harness.key_press(egui::Key::Enter);
+    harness.run();
+    assert_eq!(harness.state().inspected_name(), Some("b.weight"));
+    harness.key_press_modifiers(egui::Modifiers::COMMAND, egui::Key::F);
+    harness.run();
+    harness.get_by_label("Filter").type_text("layers.1");
+    harness.run();
+    harness.key_press(egui::Key::Enter);
+    assert_eq!(settle_preview(&mut harness).as_deref(), Some("layers.1.y"));
+    // Ctrl+C copies the selected tensor's name.
+    harness.event(egui::Event::Copy);
+    harness.step();
+    let copied = harness
+        .output()
+        .platform_output
+        .commands
+        .iter()
+        .any(|c| matches!(c, egui::OutputCommand::CopyText(text) if text == "layers.1.y"));
+    assert!(copied, "Ctrl+C copies the name");
+    // A click on the Size header sorts largest first.
+    harness.state_mut().set_filter("");
+    harness.run();
+    harness.get_by_label("Size").click();
+    harness.run();
+    harness.key_press(egui::Key::Home);
+    assert_eq!(settle_preview(&mut harness).as_deref(), Some("b.weight"));
+    harness.key_press(egui::Key::End);
+    assert_eq!(settle_preview(&mut harness).as_deref(), Some("a.weight"));
+    // Grouped by layer: Home is the first group, Right opens it, Down
+    // enters it.
+    harness.get_by_label("Group by layer").click();
+    harness.run();
+    harness.key_press(egui::Key::End);
+    harness.run();
+    harness.key_press(egui::Key::ArrowRight);
+    harness.run();
+    harness.key_press(egui::Key::ArrowDown);
+    assert_eq!(settle_preview(&mut harness).as_deref(), Some("layers.1.y"));
+    harness.get_by_label_contains("layer 1: 1 tensors");
+}
+
+#[test]
+fn the_palette_and_the_action_keys() {
+    let _lock = common::mlx_memory_lock();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut harness = harness(open_app(&five_tensors(dir.path())));
+    // The palette: Ctrl+K, a few letters of a name, Enter.
+    harness.key_press_modifiers(egui::Modifiers::COMMAND, egui::Key::K);
+    harness.run();
+    assert!(harness.state().palette_is_open());
+    harness.get_by_label("Go to").type_text("l0x");
+    harness.run();
+    harness.key_press(egui::Key::Enter);
+    harness.step();
+    assert!(!harness.state().palette_is_open());
+    while harness.state().is_materializing() {
+        harness.state_mut().wait_for_worker().expect("materialized");
+    }
+    harness.run();
+    assert_eq!(harness.state().inspected_name(), Some("layers.0.x"));
+    assert_eq!(harness.state().selected_tensor(), Some("layers.0.x"));
+    // Its actions: "check" runs the value scan on the Check tab.
+    harness.key_press_modifiers(egui::Modifiers::COMMAND, egui::Key::K);
+    harness.run();
+    harness.get_by_label("Go to").type_text("read every");
+    harness.run();
+    harness.key_press(egui::Key::Enter);
+    harness.run();
+    assert_eq!(harness.state().tab(), Tab::Check);
+    assert!(harness.state().is_checking_values());
+    while harness.state().is_checking_values() {
+        harness.state_mut().wait_for_worker().expect("scan");
+    }
+    harness.run();
+    // Esc closes the palette without doing anything.
+    harness.key_press_modifiers(egui::Modifiers::COMMAND, egui::Key::K);
+    harness.run();
+    harness.key_press(egui::Key::Escape);
+    harness.run();
+    assert!(!harness.state().palette_is_open());
+    assert_eq!(harness.state().tab(), Tab::Check);
+    // Ctrl+Shift+D: the Diff tab with B's field focused, ready to type.
+    harness.key_press_modifiers(
+        egui::Modifiers::COMMAND | egui::Modifiers::SHIFT,
+        egui::Key::D,
+    );
+    harness.run();
+    assert_eq!(harness.state().tab(), Tab::Diff);
+    harness.get_by_label("Compare with (B)").type_text("/b");
+    harness.run();
+    assert_eq!(
+        harness.get_by_label("Compare with (B)").value().as_deref(),
+        Some("/b")
+    );
+    // Ctrl+Shift+W: a walk on the Profiler tab.
+    harness.key_press_modifiers(
+        egui::Modifiers::COMMAND | egui::Modifiers::SHIFT,
+        egui::Key::W,
+    );
+    harness.step();
+    assert_eq!(harness.state().tab(), Tab::Profiler);
+    assert!(harness.state().is_walking());
+    while harness.state().is_walking() {
+        harness.state_mut().wait_for_worker().expect("walk");
+    }
+}
+
+#[test]
+fn the_heatmap_colours_follow_the_values_and_max_abs_cells_show_outliers() {
+    let _lock = common::mlx_memory_lock();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut signed = vec![0.01_f32; 64 * 64];
+    for (i, v) in signed.iter_mut().enumerate() {
+        if i % 2 == 1 {
+            *v = -0.01;
+        }
+    }
+    signed[5 * 64 + 7] = 40.0;
+    let scales: Vec<f32> = (0..64 * 64).map(|i| 0.5 + (i % 13) as f32 * 0.1).collect();
+    common::write_safetensors(
+        &dir.path().join("m.safetensors"),
+        &[
+            common::Tensor::f32("scales", &[64, 64], &scales),
+            common::Tensor::f32("signed", &[64, 64], &signed),
+        ],
+    );
+    let mut harness = harness(open_app(&dir.path().join("m.safetensors")));
+    let show = |harness: &mut Harness<'static, WeightscopeApp>, name: &str| {
+        harness.get_by_label(name).click();
+        harness.step();
+        harness.state_mut().wait_for_worker().expect("materialized");
+        harness.run();
+    };
+    // Positive-only values: a sequential scale over their range, said so.
+    show(&mut harness, "scales");
+    harness.get_by_label_contains("sequential (every value >= 0)");
+    harness.get_by_label("5.000e-1");
+    // Signed values: diverging around 0.
+    show(&mut harness, "signed");
+    harness.get_by_label_contains("diverging around 0");
+    harness.get_by_label_contains("each the mean of 1 x 1 values");
+    harness.get_by_label("max |x|").click();
+    harness.run();
+    harness.get_by_label_contains("each the largest |value| of 1 x 1 values");
+    harness.get_by_label_contains("sequential (every value >= 0)");
+    harness.get_by_label("4.000e1");
+}
+
+/// The Diff tab names A and B, summarizes by module kind with each mode's
+/// typical error, colours rows by it (with a legend), and opens a row: A
+/// beside B, the error's heatmap; Close puts it away.
+#[test]
+fn a_diff_row_opens_a_beside_b() {
+    let _lock = common::mlx_memory_lock();
+    let (a, b) = (
+        tempfile::tempdir().expect("tempdir"),
+        tempfile::tempdir().expect("tempdir"),
+    );
+    let values = |layer: usize, noise: f32| -> Vec<f32> {
+        (0..4 * 64)
+            .map(|i| ((i * 7 + layer) % 23) as f32 * 0.01 + if i % 3 == 0 { noise } else { 0.0 })
+            .collect()
+    };
+    let write = |dir: &std::path::Path, noise: [f32; 4]| {
+        let tensors: Vec<common::Tensor> = (0..4)
+            .map(|l| {
+                common::Tensor::f32(
+                    &format!("model.layers.{l}.mlp.up_proj.weight"),
+                    &[4, 64],
+                    &values(l, noise[l]),
+                )
+            })
+            .collect();
+        common::write_safetensors(&dir.join("model.safetensors"), &tensors);
+    };
+    write(a.path(), [0.0; 4]);
+    // Layer 3 differs a hundred times more than the others.
+    write(b.path(), [1e-3, 1e-3, 1e-3, 1e-1]);
+    let mut harness = harness(open_app(&a.path().join("model.safetensors")));
+    harness.key_press_modifiers(egui::Modifiers::COMMAND, egui::Key::Num3);
+    harness.run();
+    harness.get_by_label_contains("(the open checkpoint, through the view above)");
+    harness.get_by_label("Compare with (B)").focus();
+    harness.run();
+    harness
+        .get_by_label("Compare with (B)")
+        .type_text(&b.path().display().to_string());
+    harness.run();
+    harness.get_by_label("Run diff").click();
+    harness.step();
+    while harness.state().is_diffing() {
+        harness.state_mut().wait_for_worker().expect("diff events");
+    }
+    harness.run();
+    harness.get_by_label_contains(&format!("B: {}", b.path().display()));
+    harness.get_by_label_contains("By module kind (1)");
+    harness.get_by_label_contains("F32: typical");
+    harness.get_by_label_contains("over twice its mode's typical error");
+    // Open layer 3's row.
+    harness
+        .get_by_label_contains("model.layers.3.mlp.up_proj.weight")
+        .click();
+    harness.step();
+    while harness.state().diff_detail_is_pending() {
+        harness.state_mut().wait_for_worker().expect("detail");
+    }
+    harness.run();
+    let detail = harness.state().diff_detail().expect("opened");
+    assert_eq!(detail.name, "model.layers.3.mlp.up_proj.weight");
+    // The largest |a - b| is layer 3's noise (0.1 as f32).
+    let noise = f64::from(0.1_f32);
+    assert!(
+        (detail.error.stats.max - noise).abs() < 1e-6,
+        "{}",
+        detail.error.stats.max
+    );
+    assert!(detail.groups.is_none(), "no quantized side");
+    harness.get_by_label_contains("A: F32    B: F32");
+    harness.get_by_label_contains("Histograms overlaid");
+    harness.get_by_label_contains("Error |a - b| (4 x 64 cells");
+    harness.get_by_label("Close").click();
+    harness.run();
+    assert!(harness.state().diff_detail().is_none());
+    assert!(
+        harness
+            .query_by_label_contains("Histograms overlaid")
+            .is_none()
+    );
 }

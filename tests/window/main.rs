@@ -7,6 +7,11 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+/// The benchmarks' DeepSeek-V3-shaped layout (163 sparse shards, 90k
+/// tensors), for snapshots of a large checkpoint.
+#[path = "../../benches/common/mod.rs"]
+mod layout;
+
 mod app_ui;
 mod hostile;
 mod snapshots;

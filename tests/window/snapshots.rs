@@ -98,3 +98,58 @@ fn the_main_window_at_800x500() {
     harness.run();
     harness.snapshot_options("main-window-800x500", &options());
 }
+
+/// The 163-shard layout (90k tensors, FP8 weights with block scales folded
+/// under them) at the three sizes people use: nothing needed is off screen
+/// or cut, the size column included; the names keep their layer numbers
+/// and ends.
+#[test]
+fn the_163_shard_layout_at_three_sizes() {
+    let _lock = common::mlx_memory_lock();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let tensors = crate::layout::generate(dir.path());
+    let mut results = egui_kittest::SnapshotResults::new();
+    for (width, height) in [(800.0, 500.0), (1400.0, 900.0), (2560.0, 1440.0)] {
+        let size = egui::vec2(width, height);
+        let mut app =
+            WeightscopeApp::new(Some(dir.path().to_path_buf()), mlx::default_device(), || {})
+                .expect("worker");
+        app.wait_for_worker().expect("opened");
+        app.freeze_for_snapshots();
+        let mut harness = Harness::builder()
+            .with_size(size)
+            .build_ui_state(|ui, app: &mut WeightscopeApp| app.ui(ui), app);
+        harness.run();
+        harness.get_by_label_contains(&format!("of {tensors} tensors"));
+        // The attention of layer 3, its first weight's block scale shown.
+        harness.state_mut().set_filter("layers.3.self_attn");
+        harness.run();
+        harness.key_press(egui::Key::Home);
+        harness.step();
+        harness.step();
+        while harness.state().is_materializing() {
+            harness.state_mut().wait_for_worker().expect("previewed");
+        }
+        harness.run();
+        harness.key_press(egui::Key::ArrowRight);
+        harness.run();
+        let screen = egui::Rect::from_min_size(egui::Pos2::ZERO, size);
+        let mut columns = vec!["Name", "Size"];
+        if width > 1000.0 {
+            columns.extend(["Stored as", "Shape (logical)"]);
+        }
+        for label in columns {
+            let rect = harness.get_by_label(label).rect();
+            assert!(
+                screen.contains_rect(rect) && rect.width() > 1.0,
+                "{label} at {width}x{height}: {rect:?}"
+            );
+        }
+        harness.get_by_label("model.layers.3.self_attn.q_a_proj.weight_scale_inv");
+        harness.state_mut().freeze_for_snapshots();
+        harness.run();
+        harness.snapshot_options(format!("layout-163-{width}x{height}"), &options());
+        results.extend_harness(&mut harness);
+    }
+    results.unwrap();
+}

@@ -163,7 +163,7 @@ pub(super) fn second_pass(
                     });
                 }
                 if let Some(g) = grid {
-                    cells.push(g.band_sums(&x, *part, !clean[i])?);
+                    cells.push(g.band_cells(&x, *part, !clean[i])?);
                 }
                 op(
                     "evaluate",
@@ -249,7 +249,7 @@ fn host_pass(
             let x = input.values(*part)?;
             let bytes = binning.bytes(&x, clean[i])?;
             let cells = grid
-                .map(|g| g.band_sums(&x, *part, !clean[i]))
+                .map(|g| g.band_cells(&x, *part, !clean[i]))
                 .transpose()?;
             op(
                 "evaluate",

@@ -8,8 +8,8 @@ use mlx_rs::{Array, Dtype};
 use super::grid::Grid;
 use super::moments::{PartStats, centre};
 use super::{
-    BinsOn, CENTRE_SAMPLE, Histogram, MlxError, Plan, RowBands, ValueSummary, combine, evaluate,
-    evaluate_all, kernel, op, to_f32_vec,
+    BinsOn, CENTRE_SAMPLE, Heatmap, Histogram, MlxError, Plan, RowBands, ValueSummary, combine,
+    evaluate, evaluate_all, kernel, op, to_f32_vec,
 };
 
 /// Set when the fused kernel for affine-packed weights failed once (it is
@@ -118,8 +118,36 @@ fn fused_affine_summary(
         },
         stats,
         first,
-        heatmap: Some(grid.finish(cell_sums)),
+        heatmap: Some(grid.means(cell_sums)),
+        heatmap_max_abs: Some(max_abs_cells(bands, grid)?),
     })
+}
+
+/// The largest |value| of each heatmap cell, from the weight dequantized
+/// by MLX a band of cell rows at a time (the kernel sums cells, it does not
+/// take their maxima).
+fn max_abs_cells(bands: &dyn RowBands, grid: Grid) -> Result<Heatmap, MlxError> {
+    let cols = i64::from(bands.cols());
+    // About 16M values (64 MiB as f32) a band, in whole rows of cells.
+    let per_band = ((1_i64 << 24) / cols.max(1)).max(1);
+    let step = i64::from(grid.row_step);
+    let band_rows = i32::try_from((per_band / step).max(1) * step).unwrap_or(grid.row_step);
+    let mut cells = Vec::new();
+    let mut r0 = 0;
+    while r0 < bands.rows() {
+        let r1 = (r0 + band_rows).min(bands.rows());
+        let x = op("reshape", bands.band(r0, r1)?.reshape(&[-1]))?;
+        let x = op("cast to f32", x.as_dtype(Dtype::Float32))?;
+        let part = super::Part {
+            start: i64::from(r0) * cols,
+            len: (r1 - r0) * bands.cols(),
+        };
+        let band = grid.band_max_abs(&x, part)?;
+        evaluate(&band)?;
+        cells.extend(to_f32_vec(&band)?);
+        r0 = r1;
+    }
+    Ok(grid.heatmap(cells))
 }
 
 pub(super) fn warm_up_affine(small: &Array) -> Result<(), MlxError> {
@@ -249,6 +277,9 @@ mod tests {
                 for (x, y) in a.values.iter().zip(&b.values) {
                     assert!((x - y).abs() <= 1e-5 * (1.0 + y.abs()), "{x} vs {y}");
                 }
+                // The largest |value| per cell: MLX's dequantization on
+                // both paths, so exactly equal.
+                assert_eq!(fused.heatmap_max_abs, reference.heatmap_max_abs);
             }
             // Here, the CPU: the kernel is refused; asked for it, that is
             // the error; otherwise the summary goes on as before.

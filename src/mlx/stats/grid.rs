@@ -46,12 +46,38 @@ impl Grid {
         i64::from(self.cols) * i64::from(self.row_step)
     }
 
-    /// The cell sums of `x`, the flat values of `part` (whole rows starting
-    /// on a cell row), `[cell rows, out_cols]`, non-finite values counting
-    /// as 0 when `masked`. Two single-axis reductions, innermost first:
-    /// MLX's CPU backend is much faster at these than at one reduction over
-    /// two strided axes.
-    pub(super) fn band_sums(self, x: &Array, part: Part, masked: bool) -> Result<Array, MlxError> {
+    /// The cells of `x`, the flat values of `part` (whole rows starting on
+    /// a cell row), `[cell rows, 2 * out_cols]`: each row of cells' sums,
+    /// then its largest |values|; non-finite values count as 0 when
+    /// `masked`. Single-axis reductions, innermost first: MLX's CPU backend
+    /// is much faster at these than at one reduction over two strided axes.
+    pub(super) fn band_cells(self, x: &Array, part: Part, masked: bool) -> Result<Array, MlxError> {
+        let blocks = self.blocks(x, part, masked)?;
+        let sums = op(
+            "sum",
+            op("sum", blocks.sum_axis(3, None))?.sum_axis(1, None),
+        )?;
+        let largest = Self::block_max_abs(&blocks)?;
+        op("concatenate", ops::concatenate(&[sums, largest], 1))
+    }
+
+    /// The largest |value| of each cell of `x` (as [`Self::band_cells`]
+    /// reads it), `[cell rows, out_cols]`, non-finite values as 0.
+    pub(super) fn band_max_abs(self, x: &Array, part: Part) -> Result<Array, MlxError> {
+        let blocks = self.blocks(x, part, true)?;
+        Self::block_max_abs(&blocks)
+    }
+
+    fn block_max_abs(blocks: &Array) -> Result<Array, MlxError> {
+        let magnitude = op("abs", blocks.abs())?;
+        op(
+            "max",
+            op("max", magnitude.max_axis(3, None))?.max_axis(1, None),
+        )
+    }
+
+    /// `x` as `[cell rows, row_step, out_cols, col_step]`, padded with 0.
+    fn blocks(self, x: &Array, part: Part, masked: bool) -> Result<Array, MlxError> {
         let cols = i64::from(self.cols);
         let r0 = i32::try_from(part.start / cols).unwrap_or(0);
         let r1 = r0 + i32::try_from(i64::from(part.len) / cols).unwrap_or(0);
@@ -73,21 +99,29 @@ impl Grid {
             let widths = [(0, pad_rows), (0, pad_cols)];
             op("pad", ops::pad(&x, PadWidth::from(&widths), None, None))?
         };
-        let blocks = op(
+        op(
             "reshape",
             padded.reshape(&[cell_rows, self.row_step, self.out_cols, self.col_step]),
-        )?;
-        op(
-            "sum",
-            op("sum", blocks.sum_axis(3, None))?.sum_axis(1, None),
         )
     }
 
-    /// The heatmap from the cell sums of every part, in order.
-    pub(super) fn finish(self, sums: &[f32]) -> Heatmap {
+    /// The heatmaps (means, largest |values|) from the cells of every
+    /// part, in order, as [`Self::band_cells`] lays them out.
+    pub(super) fn finish(self, cells: &[f32]) -> (Heatmap, Heatmap) {
+        let cols = usize::try_from(self.out_cols).unwrap_or(0).max(1);
+        let (mut sums, mut largest) = (Vec::with_capacity(cells.len() / 2), Vec::new());
+        for row in cells.chunks_exact(2 * cols) {
+            let (s, m) = row.split_at(cols);
+            sums.extend_from_slice(s);
+            largest.extend_from_slice(m);
+        }
+        (self.means(&sums), self.heatmap(largest))
+    }
+
+    /// The heatmap of means from the cell sums of every part, in order.
+    pub(super) fn means(self, sums: &[f32]) -> Heatmap {
         let to = |v: i32| usize::try_from(v).unwrap_or(0);
-        let (rows, cols, rs, cs) = (
-            to(self.out_rows),
+        let (cols, rs, cs) = (
             to(self.out_cols).max(1),
             to(self.row_step).max(1),
             to(self.col_step).max(1),
@@ -103,11 +137,17 @@ impl Grid {
                 sum / (in_rows * in_cols) as f32
             })
             .collect();
+        self.heatmap(values)
+    }
+
+    /// A heatmap of this grid holding `values` (row-major cells).
+    pub(super) fn heatmap(self, values: Vec<f32>) -> Heatmap {
+        let to = |v: i32| usize::try_from(v).unwrap_or(0);
         Heatmap {
-            rows,
-            cols,
-            row_step: rs,
-            col_step: cs,
+            rows: to(self.out_rows),
+            cols: to(self.out_cols).max(1),
+            row_step: to(self.row_step).max(1),
+            col_step: to(self.col_step).max(1),
             values,
         }
     }

@@ -77,8 +77,12 @@ pub struct ValueSummary {
     pub histogram: Histogram,
     /// The first values, row-major, as `f32`.
     pub first: Vec<f32>,
-    /// For 2-D arrays, the downsampled heatmap.
+    /// For 2-D arrays, the downsampled heatmap: each cell the mean of its
+    /// block's finite values.
     pub heatmap: Option<Heatmap>,
+    /// The same cells, each the largest |value| of its block (finite
+    /// values; where a mean hides an outlier, this shows it).
+    pub heatmap_max_abs: Option<Heatmap>,
 }
 
 impl ValueSummary {
@@ -97,6 +101,7 @@ impl ValueSummary {
             histogram: Histogram::default(),
             first: Vec::new(),
             heatmap: None,
+            heatmap_max_abs: None,
         }
     }
 }
@@ -523,11 +528,13 @@ fn summarize_input(
         }
         result => result?,
     };
+    let (heatmap, heatmap_max_abs) = grid.map(|g| g.finish(&heat_sums)).unzip();
     Ok(ValueSummary {
         stats,
         histogram,
         first,
-        heatmap: grid.map(|g| g.finish(&heat_sums)),
+        heatmap,
+        heatmap_max_abs,
     })
 }
 
