@@ -67,6 +67,42 @@ pub fn on_cores<T: Send>(
         .collect()
 }
 
+/// `items` sorted by `key` (stable: equal keys keep their order), one run
+/// per core sorted on its own thread (each key read once per item, as
+/// `sort_by_cached_key` does), then the runs merged. For the window's 90k
+/// rows, whose string comparisons dominate a sort.
+pub fn sort_by_key<K: Ord + Send>(items: &mut Vec<usize>, key: &(dyn Fn(usize) -> K + Sync)) {
+    let len = items.len();
+    if len < 4096 || cores() < 2 {
+        items.sort_by_cached_key(|&i| key(i));
+        return;
+    }
+    let source: &[usize] = items;
+    let runs: Vec<Vec<(K, usize)>> = on_cores(len, 4096, "sort-run", &|range| {
+        let mut run: Vec<(K, usize)> = source[range].iter().map(|&i| (key(i), i)).collect();
+        // Stable within the run; runs are merged in order below.
+        run.sort_by(|a, b| a.0.cmp(&b.0));
+        run
+    });
+    let mut at = vec![0usize; runs.len()];
+    items.clear();
+    loop {
+        // The first run (in order) holding the smallest key: stable.
+        let mut best: Option<usize> = None;
+        for (k, run) in runs.iter().enumerate() {
+            let Some((candidate, _)) = run.get(at[k]) else {
+                continue;
+            };
+            if best.is_none_or(|b| candidate < &runs[b][at[b]].0) {
+                best = Some(k);
+            }
+        }
+        let Some(b) = best else { break };
+        items.push(runs[b][at[b]].1);
+        at[b] += 1;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -78,6 +114,14 @@ mod tests {
         assert!(!sums.is_empty());
         let (results, started) = on_workers(3, "test-worker", &|k| k * 2, |started| started);
         assert_eq!(results, [Some(0), Some(2), Some(4)]);
+        // A sort in runs merged keeps equal keys in their order (stable),
+        // as the one-thread sort does.
+        let mut items: Vec<usize> = (0..20_000).collect();
+        let key = |i: usize| (i * 7919) % 101;
+        sort_by_key(&mut items, &key);
+        let mut want: Vec<usize> = (0..20_000).collect();
+        want.sort_by_key(|&i| key(i));
+        assert_eq!(items, want);
         assert_eq!(started, 3);
     }
 

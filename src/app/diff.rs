@@ -56,6 +56,8 @@ pub(super) struct DiffPanel {
     opened: u64,
     /// The error heatmap's cells: mean or largest |a - b|.
     pooling: super::inspector::Pooling,
+    /// The keyboard's row (a position in `rows`).
+    cursor: Option<usize>,
 }
 
 /// The row opened beside the table.
@@ -94,12 +96,15 @@ impl Default for DiffPanel {
             textures: HashMap::new(),
             opened: 0,
             pooling: super::inspector::Pooling::Mean,
+            cursor: None,
         }
     }
 }
 
 impl DiffPanel {
     fn resort(&mut self) {
+        // The keyboard's row is a position in the rows: it goes with them.
+        self.cursor = None;
         let Some(report) = &self.report else {
             self.rows.clear();
             return;
@@ -275,7 +280,7 @@ impl DiffPanel {
                 )
                 .labelled_by(label.id);
             if std::mem::take(&mut self.focus_other) {
-                super::widgets::focus_selecting_all(ui, &field, &self.other_input);
+                super::widgets::focus_selecting_all(ui, &field, &mut self.other_input, "");
             }
             let entered = field.lost_focus()
                 && ui.input_mut(|i| i.consume_key(egui::Modifiers::NONE, egui::Key::Enter));
@@ -405,7 +410,9 @@ impl DiffPanel {
         self.table_ui(ui, commands);
     }
 
-    fn table_ui(&mut self, ui: &mut egui::Ui, commands: &CommandSender) {
+    /// The sort buttons and "Only differing"; returns whether the rows
+    /// must be sorted again.
+    fn sort_buttons_ui(&mut self, ui: &mut egui::Ui) -> bool {
         let mut sort_changed = false;
         ui.horizontal_wrapped(|ui| {
             for (label, column) in [
@@ -434,6 +441,11 @@ impl DiffPanel {
                 .checkbox(&mut self.only_differing, "Only differing")
                 .changed();
         });
+        sort_changed
+    }
+
+    fn table_ui(&mut self, ui: &mut egui::Ui, commands: &CommandSender) {
+        let sort_changed = self.sort_buttons_ui(ui);
         if sort_changed {
             self.resort();
         }
@@ -442,10 +454,9 @@ impl DiffPanel {
             .map(|(kind, text)| (*text, kind.colour(ui)))
             .collect();
         super::widgets::legend_row(ui, &legend);
-        let Some(report) = self.report.as_deref() else {
+        if self.report.is_none() {
             return;
-        };
-        let rows = &self.rows;
+        }
         ui.label(
             egui::RichText::new(format!(
                 "{:>10} {:>9} {:>9} {:>10}{:8}  {}",
@@ -459,41 +470,62 @@ impl DiffPanel {
             .monospace()
             .strong(),
         );
+        let row_height = ui.text_style_height(&egui::TextStyle::Monospace) + 6.0;
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        let page = ((ui.available_height() / row_height).max(0.0) as usize)
+            .saturating_sub(1)
+            .max(1);
+        let (moved, mut clicked) = self.keyboard(ui, page);
+        let cursor = self.cursor;
+        let mut scroll = egui::ScrollArea::vertical()
+            .id_salt("diff-scroll")
+            .auto_shrink([false, false]);
+        if let (true, Some(at)) = (moved, cursor) {
+            // Keep the keyboard's row in view.
+            #[allow(clippy::cast_precision_loss)]
+            let top = at as f32 * (row_height + ui.spacing().item_spacing.y);
+            scroll = scroll.vertical_scroll_offset((top - ui.available_height() / 2.0).max(0.0));
+        }
         let opened = match &self.detail {
             Detail::Pending { name, .. } | Detail::Failed { name, .. } => Some(name.as_str()),
             Detail::Ready(d) => Some(d.name.as_str()),
             Detail::Nothing => None,
         };
-        let mut clicked = None;
-        let row_height = ui.text_style_height(&egui::TextStyle::Monospace) + 6.0;
-        egui::ScrollArea::vertical()
-            .id_salt("diff-scroll")
-            .auto_shrink([false, false])
-            .show_rows(ui, row_height, rows.len(), |ui, range| {
-                for &i in &rows[range] {
-                    let c = &report.common[i];
-                    let text = row_text(c);
-                    let colour = self.row_kind(c).colour(ui);
-                    let button = egui::Button::selectable(
-                        opened == Some(c.name.as_str()),
-                        egui::RichText::new(text).monospace().color(colour),
-                    )
-                    .truncate();
-                    let typical = self.typical.get(&c.b_dtype).copied();
-                    let response = ui.add(button);
-                    let response = match typical {
-                        Some(t) => response.on_hover_text(format!(
-                            "{}\ntypical for {}: {t:.3e} (the median of its changed tensors)",
-                            printable(&c.name),
-                            c.b_dtype
-                        )),
-                        None => response.on_hover_text(printable(&c.name).into_owned()),
-                    };
-                    if response.clicked() {
-                        clicked = Some(c.name.clone());
-                    }
+        let Some(report) = self.report.as_deref() else {
+            return;
+        };
+        let rows = &self.rows;
+        let mut clicked_at = None;
+        scroll.show_rows(ui, row_height, rows.len(), |ui, range| {
+            for (position, &i) in rows[range.clone()].iter().enumerate() {
+                let position = range.start + position;
+                let c = &report.common[i];
+                let text = row_text(c);
+                let colour = self.row_kind(c).colour(ui);
+                let button = egui::Button::selectable(
+                    opened == Some(c.name.as_str()) || cursor == Some(position),
+                    egui::RichText::new(text).monospace().color(colour),
+                )
+                .truncate();
+                let typical = self.typical.get(&c.b_dtype).copied();
+                let response = ui.add(button);
+                let response = match typical {
+                    Some(t) => response.on_hover_text(format!(
+                        "{}\ntypical for {}: {t:.3e} (the median of its changed tensors)",
+                        printable(&c.name),
+                        c.b_dtype
+                    )),
+                    None => response.on_hover_text(printable(&c.name).into_owned()),
+                };
+                if response.clicked() {
+                    clicked = Some(c.name.clone());
+                    clicked_at = Some(position);
                 }
-            });
+            }
+        });
+        if clicked_at.is_some() {
+            self.cursor = clicked_at;
+        }
         if let (Some(name), Some((other, view))) = (clicked, &self.compared) {
             commands.send(AppCommand::DiffTensor {
                 other: other.clone(),
@@ -501,6 +533,53 @@ impl DiffPanel {
                 name,
             });
         }
+    }
+
+    /// The table's keys (outside a text field): Up, Down, Page Up, Page
+    /// Down, Home and End move its row; Enter or Space opens it; Esc
+    /// closes the opened row. Returns whether the row moved, and the row
+    /// to open.
+    fn keyboard(&mut self, ui: &egui::Ui, page: usize) -> (bool, Option<String>) {
+        use egui::{Key, Modifiers};
+        if ui.memory(|m| m.focused().is_some()) || self.rows.is_empty() {
+            return (false, None);
+        }
+        let last = self.rows.len() - 1;
+        let page = isize::try_from(page).unwrap_or(1);
+        let (moved, open, close) = ui.input_mut(|i| {
+            let mut at = self.cursor;
+            for (key, step) in [
+                (Key::ArrowDown, 1_isize),
+                (Key::ArrowUp, -1),
+                (Key::PageDown, page),
+                (Key::PageUp, -page),
+            ] {
+                while i.consume_key(Modifiers::NONE, key) {
+                    at = Some(at.map_or(0, |p| p.saturating_add_signed(step).min(last)));
+                }
+            }
+            if i.consume_key(Modifiers::NONE, Key::Home) {
+                at = Some(0);
+            }
+            if i.consume_key(Modifiers::NONE, Key::End) {
+                at = Some(last);
+            }
+            let open = i.consume_key(Modifiers::NONE, Key::Enter)
+                || i.consume_key(Modifiers::NONE, Key::Space);
+            let close = i.consume_key(Modifiers::NONE, Key::Escape);
+            let moved = at != self.cursor;
+            self.cursor = at;
+            (moved, open, close)
+        });
+        if close {
+            self.detail = Detail::Nothing;
+        }
+        let report = self.report.as_deref();
+        let name = self
+            .cursor
+            .and_then(|p| self.rows.get(p))
+            .and_then(|&i| report.map(|r| r.common[i].name.clone()));
+        (moved, name.filter(|_| open))
     }
 
     /// The opened row: A beside B, the error's heatmap, its worst groups.

@@ -184,6 +184,7 @@ impl WeightscopeApp {
             available_bytes: 24 << 30,
         });
         "(snapshot)".clone_into(&mut self.path_input);
+        self.inspector.freeze_times();
     }
 
     /// The tab the central area shows.

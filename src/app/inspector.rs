@@ -95,6 +95,16 @@ impl InspectorPanel {
         matches!(&self.inspected, Inspected::Pending { name, .. } if name == target)
     }
 
+    /// Shows the preview's times as 0 (snapshots must not change with the
+    /// machine's speed).
+    #[cfg(any(test, feature = "test-hooks"))]
+    pub(super) fn freeze_times(&mut self) {
+        if let Inspected::Ready(preview) = &mut self.inspected {
+            preview.materialize_millis = 0.0;
+            preview.summary_millis = 0.0;
+        }
+    }
+
     /// Whether a tensor is being materialized.
     #[cfg(any(test, feature = "test-hooks"))]
     pub(super) fn is_pending(&self) -> bool {
@@ -196,6 +206,38 @@ fn summary_text(p: &TensorPreview) -> String {
     text
 }
 
+/// The tensor's dtype, shape, size, device and times, wrapped in a narrow
+/// panel rather than run off its edge.
+fn facts_ui(ui: &mut egui::Ui, p: &TensorPreview) {
+    egui::Grid::new("facts").num_columns(2).show(ui, |ui| {
+        ui.label("dtype");
+        // Values wrap in a narrow panel rather than run off its edge.
+        let wrapped = |ui: &mut egui::Ui, text: String| ui.add(egui::Label::new(text).wrap());
+        wrapped(ui, format!("{}  shape {:?}", p.dtype, p.shape));
+        ui.end_row();
+        ui.label("size");
+        wrapped(ui, format!("{} in {}", human_bytes(p.bytes), p.shard));
+        ui.end_row();
+        ui.label("device");
+        let device = if p.device.starts_with("cpu") {
+            format!("{} (no GPU: CPU)", p.device)
+        } else {
+            format!("{} ({})", p.device, crate::mlx::GPU_BACKEND)
+        };
+        wrapped(ui, device);
+        ui.end_row();
+        ui.label("time");
+        wrapped(
+            ui,
+            format!(
+                "materialized in {:.1} ms, statistics in {:.1} ms",
+                p.materialize_millis, p.summary_millis
+            ),
+        );
+        ui.end_row();
+    });
+}
+
 fn preview_ui(
     ui: &mut egui::Ui,
     p: &TensorPreview,
@@ -206,28 +248,7 @@ fn preview_ui(
     if p.stored_name != p.name {
         ui.label(format!("stored as {}", printable(&p.stored_name)));
     }
-    egui::Grid::new("facts").num_columns(2).show(ui, |ui| {
-        ui.label("dtype");
-        ui.label(format!("{}  shape {:?}", p.dtype, p.shape));
-        ui.end_row();
-        ui.label("size");
-        ui.label(format!("{} in {}", human_bytes(p.bytes), p.shard));
-        ui.end_row();
-        ui.label("device");
-        let device = if p.device.starts_with("cpu") {
-            format!("{} (no GPU: CPU)", p.device)
-        } else {
-            format!("{} ({})", p.device, crate::mlx::GPU_BACKEND)
-        };
-        ui.label(device);
-        ui.end_row();
-        ui.label("time");
-        ui.label(format!(
-            "materialized in {:.1} ms, statistics in {:.1} ms",
-            p.materialize_millis, p.summary_millis
-        ));
-        ui.end_row();
-    });
+    facts_ui(ui, p);
     if let Some(decoding) = &p.decoding {
         ui.colored_label(ui.visuals().warn_fg_color, decoding.describe());
     }

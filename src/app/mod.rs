@@ -618,16 +618,18 @@ impl WeightscopeApp {
     fn global_keys(&mut self, ctx: &egui::Context) {
         use egui::{Key, Modifiers};
         let shift = Modifiers::COMMAND | Modifiers::SHIFT;
-        let (palette, walk, diff, check) = ctx.input_mut(|i| {
+        // Keys typed in Ctrl+K's own frame are the palette's first letters.
+        let palette = widgets::shortcut_with_typing(ctx, Key::K);
+        let (other_palette, walk, diff, check) = ctx.input_mut(|i| {
             (
-                i.consume_key(Modifiers::COMMAND, Key::K) || i.consume_key(shift, Key::P),
+                i.consume_key(shift, Key::P),
                 i.consume_key(shift, Key::W),
                 i.consume_key(shift, Key::D),
                 i.consume_key(shift, Key::R),
             )
         });
-        if palette {
-            self.palette.toggle();
+        if let Some(typed) = palette.or_else(|| other_palette.then(String::new)) {
+            self.palette.toggle(&typed);
         }
         for (pressed, action) in [
             (walk, palette::Action::Walk),
@@ -911,10 +913,10 @@ impl WeightscopeApp {
                     .desired_width(480.0_f32.min(ui.available_width() - 120.0).max(120.0)),
             );
             let field = field.labelled_by(ui.label("Checkpoint path").id);
-            if ui.input_mut(|i| i.consume_key(egui::Modifiers::COMMAND, egui::Key::O))
-                || std::mem::take(&mut self.focus_path)
-            {
-                widgets::focus_selecting_all(ui, &field, &self.path_input);
+            let typed = widgets::shortcut_with_typing(ui.ctx(), egui::Key::O)
+                .or_else(|| std::mem::take(&mut self.focus_path).then(String::new));
+            if let Some(typed) = typed {
+                widgets::focus_selecting_all(ui, &field, &mut self.path_input, &typed);
             }
             // The Enter that opens is consumed here: the tensors table must not
             // also take it as "materialize the selected row".

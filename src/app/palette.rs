@@ -107,11 +107,12 @@ pub(super) fn fuzzy_score(query: &str, text: &str) -> Option<i64> {
 }
 
 impl Palette {
-    /// Opens the palette (or closes it when open).
-    pub(super) fn toggle(&mut self) {
+    /// Opens the palette with `typed` in its field (or closes it when
+    /// open).
+    pub(super) fn toggle(&mut self, typed: &str) {
         self.open = !self.open;
         if self.open {
-            self.query.clear();
+            typed.clone_into(&mut self.query);
             self.chosen = 0;
             self.computed_for = None;
             self.focus = true;
@@ -217,6 +218,14 @@ impl Palette {
                 let field = field.labelled_by(ui.label("Go to").id);
                 if std::mem::take(&mut self.focus) {
                     field.request_focus();
+                    // The cursor after what came with Ctrl+K.
+                    let mut state = egui::text_edit::TextEditState::load(ui.ctx(), field.id)
+                        .unwrap_or_default();
+                    let end = egui::text::CCursor::new(self.query.chars().count());
+                    state
+                        .cursor
+                        .set_char_range(Some(egui::text_selection::CCursorRange::one(end)));
+                    state.store(ui.ctx(), field.id);
                 }
                 if field.changed() {
                     self.chosen = 0;

@@ -88,7 +88,7 @@ impl ShardsPanel {
                             human_bytes(shard.file_bytes),
                             shard.tensors.len()
                         ));
-                        ui.horizontal(|ui| {
+                        ui.horizontal_wrapped(|ui| {
                             let text = match state {
                                 ShardState::NotLoaded => "not loaded".to_owned(),
                                 ShardState::Materialized(bytes) => {

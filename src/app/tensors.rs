@@ -120,6 +120,9 @@ struct Encoded {
 struct Encodings {
     weights: std::collections::HashMap<usize, Encoded>,
     parts: std::collections::HashMap<usize, usize>,
+    /// Whether each tensor (by position) is a part: one read per row where
+    /// a filter over 90k rows asks it of every one.
+    is_part: Vec<bool>,
 }
 
 impl Encodings {
@@ -173,7 +176,33 @@ impl Encodings {
                 );
             }
         }
+        out.is_part = vec![false; tensors.len()];
+        for &p in out.parts.keys() {
+            if let Some(slot) = out.is_part.get_mut(p) {
+                *slot = true;
+            }
+        }
         out
+    }
+}
+
+/// The positions in `0..len` that `keep`, in order, checked on every core
+/// (the filter of 90k names within a frame).
+fn matching(len: usize, keep: &(dyn Fn(usize) -> bool + Sync)) -> Vec<usize> {
+    crate::par::on_cores(len, 8192, "tensor-filter", &|range| {
+        range.filter(|&i| keep(i)).collect::<Vec<usize>>()
+    })
+    .concat()
+}
+
+/// Whether `text` contains `needle` (lower case) ignoring case, without
+/// building a lower-case copy of a name that has no capital letter (most
+/// tensor names).
+fn contains_ignoring_case(text: &str, needle: &str) -> bool {
+    if text.is_ascii() && !text.bytes().any(|b| b.is_ascii_uppercase()) {
+        text.contains(needle)
+    } else {
+        text.to_lowercase().contains(needle)
     }
 }
 
@@ -214,17 +243,18 @@ impl TensorsPanel {
         let view = view.as_deref();
         // Under a view a row matches by its canonical or its stored name.
         // A folded part is no row: its weight's row stands for it.
-        let parts = if self.fold {
-            Some(&self.encodings.parts)
-        } else {
-            None
-        };
+        let is_part =
+            |i: usize| self.fold && self.encodings.is_part.get(i).copied().unwrap_or(false);
         let names = |i: usize| {
-            if parts.is_some_and(|p| p.contains_key(&i)) {
-                return (None, tensors.at(i).name());
+            let stored = tensors.at(i).name();
+            if is_part(i) {
+                return (None, stored);
             }
-            let canonical = display_name(view, checkpoint, i);
-            (canonical, tensors.at(i).name())
+            let canonical = match view {
+                Some(view) => view.canonical_of.get(i).and_then(Option::as_deref),
+                None => Some(stored),
+            };
+            (canonical, stored)
         };
         self.regex_error = None;
         if self.regex && !self.filter.is_empty() {
@@ -233,14 +263,10 @@ impl TensorsPanel {
                 .build()
             {
                 Ok(re) => {
-                    self.rows = (0..tensors.len())
-                        .filter(|&i| match names(i) {
-                            (Some(canonical), stored) => {
-                                re.is_match(canonical) || re.is_match(stored)
-                            }
-                            (None, _) => false,
-                        })
-                        .collect();
+                    self.rows = matching(tensors.len(), &|i| match names(i) {
+                        (Some(canonical), stored) => re.is_match(canonical) || re.is_match(stored),
+                        (None, _) => false,
+                    });
                 }
                 Err(err) => {
                     // Keep the last good rows; say what is wrong on one line.
@@ -251,26 +277,41 @@ impl TensorsPanel {
             }
         } else {
             let needle = self.filter.to_lowercase();
-            self.rows = (0..tensors.len())
-                .filter(|&i| match names(i) {
-                    (Some(canonical), stored) => {
-                        needle.is_empty()
-                            || canonical.to_lowercase().contains(&needle)
-                            || (canonical != stored && stored.to_lowercase().contains(&needle))
-                    }
-                    (None, _) => false,
-                })
-                .collect();
+            self.rows = matching(tensors.len(), &|i| match names(i) {
+                (Some(canonical), stored) => {
+                    needle.is_empty()
+                        || contains_ignoring_case(canonical, &needle)
+                        || (canonical != stored && contains_ignoring_case(stored, &needle))
+                }
+                (None, _) => false,
+            });
         }
-        // Each row's key is read once (a name or a size per tensor), not at
-        // every comparison: 90k rows make 1.5M of those.
+        self.resort(checkpoint);
+    }
+
+    /// Sorts the rows the filter kept (a click on a header sorts them
+    /// without filtering again). Each row's key is read once (a name or a
+    /// size per tensor), not at every comparison (90k rows make 1.5M of
+    /// those), and the rows are sorted in runs on every core.
+    fn resort(&mut self, checkpoint: &Checkpoint) {
+        let tensors = checkpoint.tensors();
+        let view = self.view.as_deref();
+        let name = |i: usize| match view {
+            Some(view) => view.canonical_of.get(i).and_then(Option::as_deref),
+            None => Some(tensors.at(i).name()),
+        };
         let mut rows = std::mem::take(&mut self.rows);
+        let this = &*self;
         match self.sort {
-            SortBy::Stored => {}
-            SortBy::Name => rows.sort_by_cached_key(|&i| names(i).0),
-            SortBy::Encoding => rows.sort_by_cached_key(|&i| self.encoding_of(checkpoint, i)),
-            SortBy::Elements => rows.sort_by_cached_key(|&i| self.elements_of(checkpoint, i)),
-            SortBy::Bytes => rows.sort_by_cached_key(|&i| self.bytes_of(checkpoint, i)),
+            SortBy::Stored => rows.sort_unstable(),
+            SortBy::Name => crate::par::sort_by_key(&mut rows, &|i| name(i)),
+            SortBy::Encoding => {
+                crate::par::sort_by_key(&mut rows, &|i| this.encoding_key(checkpoint, i));
+            }
+            SortBy::Elements => {
+                crate::par::sort_by_key(&mut rows, &|i| this.elements_of(checkpoint, i));
+            }
+            SortBy::Bytes => crate::par::sort_by_key(&mut rows, &|i| this.bytes_of(checkpoint, i)),
         }
         if self.descending {
             rows.reverse();
@@ -284,7 +325,10 @@ impl TensorsPanel {
     /// on a line no longer shown goes.
     fn relayout(&mut self, checkpoint: &Checkpoint) {
         let expanded = |i: usize| {
-            self.fold && self.expanded.contains(&i) && self.encodings.weights.contains_key(&i)
+            self.fold
+                && !self.expanded.is_empty()
+                && self.expanded.contains(&i)
+                && self.encodings.weights.contains_key(&i)
         };
         let mut lines = Vec::with_capacity(self.rows.len());
         let push_row = |lines: &mut Vec<Line>, i: usize| {
@@ -328,6 +372,19 @@ impl TensorsPanel {
         match self.encodings.weights.get(&i) {
             Some(e) if self.fold => e.bytes_with_parts,
             _ => checkpoint.tensors().at(i).bytes(),
+        }
+    }
+
+    /// What sorts row `i` by how it is stored, without building its text:
+    /// the encoding of a packed weight ("affine 4-bit g64"), else the
+    /// dtype, parts after their kind of weight.
+    fn encoding_key<'a>(&'a self, checkpoint: &'a Checkpoint, i: usize) -> (&'a str, bool) {
+        match self.encodings.weights.get(&i) {
+            Some(e) => (e.encoding.as_str(), false),
+            None => (
+                checkpoint.tensors().at(i).dtype().name(),
+                self.encodings.parts.contains_key(&i),
+            ),
         }
     }
 
@@ -432,7 +489,7 @@ impl TensorsPanel {
     /// The filter, the toggles, the count and the file-order button;
     /// returns the tensor Enter in the filter opened.
     fn toolbar_ui(&mut self, ui: &mut egui::Ui, checkpoint: &Checkpoint) -> Option<String> {
-        let focus_filter = ui.input_mut(|i| i.consume_key(egui::Modifiers::COMMAND, egui::Key::F));
+        let focus_filter = super::widgets::shortcut_with_typing(ui.ctx(), egui::Key::F);
         let mut action = None;
         ui.horizontal_wrapped(|ui| {
             let label = ui.label("Filter");
@@ -442,10 +499,10 @@ impl TensorsPanel {
                     .desired_width(200.0_f32.min(ui.available_width() - 60.0).max(80.0)),
             );
             let edit = edit.labelled_by(label.id);
-            if focus_filter {
-                super::widgets::focus_selecting_all(ui, &edit, &self.filter);
-            }
             let mut changed = edit.changed();
+            if let Some(typed) = &focus_filter {
+                changed |= super::widgets::focus_selecting_all(ui, &edit, &mut self.filter, typed);
+            }
             // Down leaves the filter for the table; Enter opens the
             // selected match (the first when none is).
             let down = edit.has_focus()
@@ -503,7 +560,7 @@ impl TensorsPanel {
             {
                 self.sort = SortBy::Stored;
                 self.descending = false;
-                self.refilter(checkpoint);
+                self.resort(checkpoint);
             }
         });
         action
@@ -526,7 +583,7 @@ impl TensorsPanel {
             .tensors()
             .iter()
             .position(|t| t.name() == stored)?;
-        Some(self.select(checkpoint, position)).flatten()
+        self.select(checkpoint, position)
     }
 
     /// Selects tensor `i` as [`Self::select_stored`] does.
@@ -758,14 +815,21 @@ impl TensorsPanel {
                 });
             });
         if let Some(column) = sort_clicked {
-            if self.sort == column {
+            let same = self.sort == column;
+            if same {
                 self.descending = !self.descending;
             } else {
                 self.sort = column;
                 // Largest first for sizes, A to Z for words.
                 self.descending = matches!(column, SortBy::Bytes | SortBy::Elements);
             }
-            self.refilter(checkpoint);
+            if same {
+                // Only the direction changed: the rows are reversed.
+                self.rows.reverse();
+                self.relayout(checkpoint);
+            } else {
+                self.resort(checkpoint);
+            }
             self.scroll_to_cursor = true;
         }
         clicked

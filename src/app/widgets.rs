@@ -77,17 +77,56 @@ pub(crate) fn marked_text(
     job
 }
 
-/// Focuses the text field `field` (holding `text`) with all of its text
-/// selected, so what is typed next replaces it (Ctrl+F, Ctrl+O).
-pub(crate) fn focus_selecting_all(ui: &egui::Ui, field: &egui::Response, text: &str) {
+/// Whether the shortcut Ctrl (Cmd) + `key` was pressed this frame, and the
+/// text typed after it in the same frame (consumed with it): on a busy
+/// machine the keys typed right after Ctrl+F reach the window in the
+/// shortcut's frame, before the field has focus, and would be lost.
+pub(crate) fn shortcut_with_typing(ctx: &egui::Context, key: egui::Key) -> Option<String> {
+    ctx.input_mut(|i| {
+        let at = i.events.iter().position(|e| {
+            matches!(e, egui::Event::Key { key: k, pressed: true, modifiers, .. }
+                if *k == key && modifiers.command && !modifiers.shift && !modifiers.alt)
+        })?;
+        let typed: String = i.events[at + 1..]
+            .iter()
+            .filter_map(|e| match e {
+                egui::Event::Text(t) => Some(t.as_str()),
+                _ => None,
+            })
+            .collect();
+        // Those keys are the field's now: nothing else reads them.
+        let mut index = 0;
+        i.events.retain(|e| {
+            let keep = index <= at || !matches!(e, egui::Event::Text(_));
+            index += 1;
+            keep
+        });
+        i.consume_key(egui::Modifiers::COMMAND, key);
+        Some(typed)
+    })
+}
+
+/// Focuses the text field `field` (holding `text`) for a shortcut: with
+/// nothing typed yet, its text selected (what is typed next replaces it);
+/// with `typed` (keys that came with the shortcut), the text replaced by
+/// them and the cursor at the end. Returns whether `text` changed.
+pub(crate) fn focus_selecting_all(
+    ui: &egui::Ui,
+    field: &egui::Response,
+    text: &mut String,
+    typed: &str,
+) -> bool {
     field.request_focus();
     let mut state = egui::text_edit::TextEditState::load(ui.ctx(), field.id).unwrap_or_default();
-    state
-        .cursor
-        .set_char_range(Some(egui::text_selection::CCursorRange::select_all_str(
-            text,
-        )));
+    let range = if typed.is_empty() {
+        egui::text_selection::CCursorRange::select_all_str(text)
+    } else {
+        typed.clone_into(text);
+        egui::text_selection::CCursorRange::one(egui::text::CCursor::new(text.chars().count()))
+    };
+    state.cursor.set_char_range(Some(range));
     state.store(ui.ctx(), field.id);
+    !typed.is_empty()
 }
 
 /// The keyboard shortcuts, for the F1 window (each one that exists).
@@ -123,6 +162,10 @@ pub(crate) const SHORTCUTS: &[(&str, &str)] = &[
     (
         "Ctrl+C",
         "copy the selected tensor's name (right click: Copy name)",
+    ),
+    (
+        "Diff tab: Up, Down, …, Enter",
+        "move in the results, open the row; Esc closes it",
     ),
     (
         "Ctrl+Shift+W",

@@ -1287,6 +1287,22 @@ fn the_keyboard_drives_the_table() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = five_tensors(dir.path());
     let mut harness = harness(open_app(&path));
+    // Keys typed in the same frame as Ctrl+F (a busy machine) reach the
+    // filter: none is lost.
+    harness.event(egui::Event::Key {
+        key: egui::Key::F,
+        physical_key: None,
+        pressed: true,
+        repeat: false,
+        modifiers: egui::Modifiers::COMMAND,
+    });
+    harness.event(egui::Event::Text("c.b".into()));
+    harness.run();
+    assert_eq!(
+        harness.get_by_label("Filter").value().as_deref(),
+        Some("c.b")
+    );
+    harness.get_by_label_contains("1 of 5 tensors");
     // Ctrl+F, a filter, Down: into the table, and the first match shows.
     harness.key_press_modifiers(egui::Modifiers::COMMAND, egui::Key::F);
     harness.run();
@@ -1360,12 +1376,22 @@ fn the_palette_and_the_action_keys() {
     let _lock = common::mlx_memory_lock();
     let dir = tempfile::tempdir().expect("tempdir");
     let mut harness = harness(open_app(&five_tensors(dir.path())));
-    // The palette: Ctrl+K, a few letters of a name, Enter.
-    harness.key_press_modifiers(egui::Modifiers::COMMAND, egui::Key::K);
+    // The palette: Ctrl+K and a few letters of a name, typed so fast that
+    // they reach the window in Ctrl+K's frame (none is lost), then Enter.
+    harness.event(egui::Event::Key {
+        key: egui::Key::K,
+        physical_key: None,
+        pressed: true,
+        repeat: false,
+        modifiers: egui::Modifiers::COMMAND,
+    });
+    harness.event(egui::Event::Text("l0x".into()));
     harness.run();
     assert!(harness.state().palette_is_open());
-    harness.get_by_label("Go to").type_text("l0x");
-    harness.run();
+    assert_eq!(
+        harness.get_by_label("Go to").value().as_deref(),
+        Some("l0x")
+    );
     harness.key_press(egui::Key::Enter);
     harness.step();
     assert!(!harness.state().palette_is_open());
@@ -1509,6 +1535,9 @@ fn a_diff_row_opens_a_beside_b() {
     }
     harness.run();
     harness.get_by_label_contains(&format!("B: {}", b.path().display()));
+    // The overall figure is over the tensors that changed, said how.
+    harness.get_by_label_contains("over 4 changed tensors");
+    harness.get_by_label_contains("weighted by its parameters");
     harness.get_by_label_contains("By module kind (1)");
     harness.get_by_label_contains("F32: typical");
     harness.get_by_label_contains("over twice its mode's typical error");
@@ -1541,5 +1570,49 @@ fn a_diff_row_opens_a_beside_b() {
         harness
             .query_by_label_contains("Histograms overlaid")
             .is_none()
+    );
+    // From the keyboard: Home is the worst row (layer 3), Down the next,
+    // Enter opens it, Esc closes it.
+    harness.key_press(egui::Key::Home);
+    harness.run();
+    harness.key_press(egui::Key::ArrowDown);
+    harness.run();
+    harness.key_press(egui::Key::Enter);
+    harness.step();
+    while harness.state().diff_detail_is_pending() {
+        harness.state_mut().wait_for_worker().expect("detail");
+    }
+    harness.run();
+    let second = harness.state().diff_detail().expect("opened").name.clone();
+    assert_ne!(second, "model.layers.3.mlp.up_proj.weight");
+    assert!(second.starts_with("model.layers."), "{second}");
+    harness.key_press(egui::Key::Escape);
+    harness.run();
+    assert!(harness.state().diff_detail().is_none());
+}
+
+/// A mixed conversion (config.json's default 4-bit, no layer at 4 bits):
+/// the status bar names the bits its layers use, never the default.
+#[test]
+fn the_status_bar_names_a_mixed_recipe_by_its_layers() {
+    use common::convert::{Recipe, convert_with};
+    use weightscope::checkpoint::QuantMode;
+    let _lock = common::mlx_memory_lock();
+    let dir = tempfile::tempdir().expect("tempdir");
+    convert_with(
+        dir.path(),
+        Recipe::of(QuantMode::Affine, 4),
+        |module| {
+            let bits = if module.contains("down_proj") { 6 } else { 3 };
+            Some(Recipe::of(QuantMode::Affine, bits))
+        },
+        true,
+        |_, _| {},
+    );
+    let harness = harness(open_app(dir.path()));
+    harness.get_by_label_contains("mixed affine 3/6-bit");
+    assert!(
+        harness.query_by_label_contains("affine 4-bit").is_none(),
+        "config.json's default is no layer's"
     );
 }
