@@ -10,6 +10,7 @@ pub mod check;
 mod config;
 mod dtype;
 mod error;
+pub mod gguf;
 mod header;
 mod index;
 mod scan;

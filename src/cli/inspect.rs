@@ -799,7 +799,7 @@ fn write_encodings(summary: &Summary, out: &mut impl Write) -> io::Result<()> {
 /// What `weightscope inspect` was asked for.
 #[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
 pub struct InspectArgs {
-    /// A folder or one `.safetensors` file.
+    /// A folder, one `.safetensors` file, or one `.gguf` file.
     pub path: std::path::PathBuf,
     /// One JSON object instead of text.
     #[arg(long)]
@@ -810,6 +810,9 @@ pub struct InspectArgs {
 #[must_use]
 pub fn main(args: &InspectArgs) -> u8 {
     let (path, json) = (args.path.as_path(), args.json);
+    if path.is_file() && crate::checkpoint::gguf::is_gguf(path) {
+        return super::gguf::main(path, json);
+    }
     let checkpoint = match crate::checkpoint::Checkpoint::open(path) {
         Ok(checkpoint) => checkpoint,
         Err(err) => {

@@ -2,6 +2,7 @@
 
 pub mod check;
 pub mod diff;
+pub mod gguf;
 pub mod inspect;
 pub mod record;
 pub mod report;

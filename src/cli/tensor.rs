@@ -256,7 +256,7 @@ fn quantized_json(decoding: &Decoding) -> Option<serde_json::Value> {
 /// What `weightscope tensor` was asked for.
 #[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
 pub struct TensorArgs {
-    /// A folder or one `.safetensors` file.
+    /// A folder, one `.safetensors` file, or one `.gguf` file.
     pub path: std::path::PathBuf,
     /// The tensor's name (as stored).
     pub name: String,
@@ -279,6 +279,9 @@ pub struct TensorArgs {
 pub fn main(args: &TensorArgs) -> u8 {
     let (path, name, repeat) = (args.path.as_path(), args.name.as_str(), args.repeat);
     let json = args.json.then_some(args.cells);
+    if path.is_file() && crate::checkpoint::gguf::is_gguf(path) {
+        return super::gguf::tensor_main(path, name, args.json);
+    }
     let checkpoint = match crate::checkpoint::Checkpoint::open(path) {
         Ok(checkpoint) => checkpoint,
         Err(err) => {

@@ -6,6 +6,7 @@
 //! that created them in the layers above (they are `Send`, not `Sync`).
 
 mod device;
+pub mod ggml;
 mod kernel;
 mod memory;
 mod quant;

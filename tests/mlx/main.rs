@@ -11,6 +11,7 @@ mod common;
 
 mod check;
 mod faults;
+mod gguf_files;
 mod mlx_lm_writer;
 mod mlx_real;
 mod profile_walk;

@@ -1,0 +1,605 @@
+//! GGUF files (llama.cpp's format) read header-only: the version, the
+//! metadata (big arrays such as a tokenizer's vocabulary summarized, never
+//! kept whole), and each tensor's ggml type, shape, place and size; what
+//! MLX's own loader (`mx.load`) does with each type.
+//!
+//! The layout, as llama.cpp's `gguf-py` writes and reads it (little-endian):
+//! the magic `GGUF`, a `u32` version (2 or 3), the tensor and key-value
+//! counts (`u64`), the key-values (a string key, a `u32` value type, the
+//! value; arrays carry their element type and a `u64` length), the tensor
+//! infos (name, `u32` dimension count, `u64` dimensions innermost first, a
+//! `u32` ggml type, a `u64` offset into the data section), then the data
+//! section at the next multiple of `general.alignment` (32 by default).
+//! GGUF lists dimensions innermost first; the shapes here are row-major, as
+//! numpy and MLX show them (`[4096, 11008]` for a weight stored as
+//! `ne = [11008, 4096]`).
+
+use std::io::{BufReader, Read, Seek};
+use std::path::Path;
+
+/// The file's first four bytes.
+pub const MAGIC: &[u8; 4] = b"GGUF";
+
+/// Bounds on what a header may claim, so a damaged or hostile file is a
+/// clear error, not an allocation of its claimed size.
+const MAX_TENSORS: u64 = 1 << 22;
+const MAX_KEYS: u64 = 1 << 20;
+const MAX_STRING: u64 = 1 << 24;
+const MAX_DIMS: u32 = 8;
+/// Array elements kept to show (the rest are counted, skipped).
+const ARRAY_PREVIEW: usize = 8;
+
+/// A ggml tensor type: its id in the file, its name, and how many values a
+/// block holds in how many bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GgmlType {
+    /// The id written in the file.
+    pub id: u32,
+    /// gguf-py's name (`Q4_K`, `BF16`).
+    pub name: &'static str,
+    /// Values per block (1 for plain types).
+    pub block_values: u64,
+    /// Bytes per block.
+    pub block_bytes: u64,
+}
+
+/// Every type gguf-py 0.19 knows: (id, name, values per block, bytes per
+/// block), from ggml's type traits.
+const TYPES: &[(u32, &str, u64, u64)] = &[
+    (0, "F32", 1, 4),
+    (1, "F16", 1, 2),
+    (2, "Q4_0", 32, 18),
+    (3, "Q4_1", 32, 20),
+    (6, "Q5_0", 32, 22),
+    (7, "Q5_1", 32, 24),
+    (8, "Q8_0", 32, 34),
+    (9, "Q8_1", 32, 40),
+    (10, "Q2_K", 256, 84),
+    (11, "Q3_K", 256, 110),
+    (12, "Q4_K", 256, 144),
+    (13, "Q5_K", 256, 176),
+    (14, "Q6_K", 256, 210),
+    (15, "Q8_K", 256, 292),
+    (16, "IQ2_XXS", 256, 66),
+    (17, "IQ2_XS", 256, 74),
+    (18, "IQ3_XXS", 256, 98),
+    (19, "IQ1_S", 256, 50),
+    (20, "IQ4_NL", 32, 18),
+    (21, "IQ3_S", 256, 110),
+    (22, "IQ2_S", 256, 82),
+    (23, "IQ4_XS", 256, 136),
+    (24, "I8", 1, 1),
+    (25, "I16", 1, 2),
+    (26, "I32", 1, 4),
+    (27, "I64", 1, 8),
+    (28, "F64", 1, 8),
+    (29, "IQ1_M", 256, 56),
+    (30, "BF16", 1, 2),
+    (34, "TQ1_0", 256, 54),
+    (35, "TQ2_0", 256, 66),
+    (39, "MXFP4", 32, 17),
+    (40, "NVFP4", 64, 36),
+    (41, "Q1_0", 128, 18),
+];
+
+impl GgmlType {
+    /// The type with this id, when it is one gguf-py knows.
+    #[must_use]
+    pub fn from_id(id: u32) -> Option<Self> {
+        TYPES
+            .iter()
+            .find(|t| t.0 == id)
+            .map(|&(id, name, block_values, block_bytes)| Self {
+                id,
+                name,
+                block_values,
+                block_bytes,
+            })
+    }
+
+    /// Every known type, by id.
+    pub fn all() -> impl Iterator<Item = Self> {
+        TYPES.iter().filter_map(|t| Self::from_id(t.0))
+    }
+
+    /// Bits per value, scales included (`Q4_K`: 4.5).
+    #[must_use]
+    pub fn bits_per_value(self) -> f64 {
+        #[allow(clippy::cast_precision_loss)]
+        let bits = (self.block_bytes * 8) as f64 / self.block_values as f64;
+        bits
+    }
+
+    /// What MLX's `mx.load` (0.32.2, measured on a file per type written by
+    /// gguf-py) does with a tensor of this type.
+    #[must_use]
+    pub fn mlx_load(self) -> MlxLoad {
+        match self.name {
+            "F32" | "F16" | "I8" | "I16" | "I32" => MlxLoad::AsIs,
+            "Q4_0" | "Q4_1" => MlxLoad::Affine { bits: 4 },
+            "Q8_0" => MlxLoad::Affine { bits: 8 },
+            "Q2_K" | "Q4_K" | "Q6_K" | "BF16" => MlxLoad::ExpandF16,
+            // Types MLX's bundled gguflib does not know: left out of what
+            // `mx.load` returns, without a word.
+            _ if self.id > 30 => MlxLoad::Dropped,
+            _ => MlxLoad::Refuses,
+        }
+    }
+}
+
+/// What MLX's `mx.load` does with a GGUF tensor, by its type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MlxLoad {
+    /// Loaded with its own dtype (F32, F16, I8, I16, I32).
+    AsIs,
+    /// Loaded as an MLX affine quantization: `uint32` words with `float16`
+    /// scales and biases, groups of 32, this many bits.
+    Affine {
+        /// Bits per value.
+        bits: u8,
+    },
+    /// Dequantized to `float16` when the file is loaded (BF16 too: its
+    /// range is narrowed to F16's).
+    ExpandF16,
+    /// The whole file fails to load (`[load_gguf] gguf_tensor_to_f16
+    /// failed`).
+    Refuses,
+    /// Left out of what `mx.load` returns, silently.
+    Dropped,
+}
+
+impl MlxLoad {
+    /// In words, for the text report.
+    #[must_use]
+    pub fn describe(self) -> String {
+        match self {
+            Self::AsIs => "loaded as is".to_owned(),
+            Self::Affine { bits } => format!("loaded as MLX affine {bits}-bit, group 32"),
+            Self::ExpandF16 => "expanded to float16 when loaded".to_owned(),
+            Self::Refuses => "mx.load refuses the whole file".to_owned(),
+            Self::Dropped => "left out by mx.load, silently".to_owned(),
+        }
+    }
+
+    /// The name in JSON.
+    #[must_use]
+    pub fn key(self) -> &'static str {
+        match self {
+            Self::AsIs => "as_is",
+            Self::Affine { .. } => "affine",
+            Self::ExpandF16 => "expand_f16",
+            Self::Refuses => "refuses",
+            Self::Dropped => "dropped",
+        }
+    }
+}
+
+/// A metadata value: scalars and strings whole, arrays summarized.
+#[derive(Debug, Clone, PartialEq)]
+pub enum MetaValue {
+    /// Any integer type, widened.
+    Int(i128),
+    /// `f32` or `f64`.
+    Float(f64),
+    /// A boolean.
+    Bool(bool),
+    /// A string (escaped when shown).
+    Str(String),
+    /// An array: its element type's name, its length, its first elements.
+    Array {
+        /// `u32`, `string`, ….
+        element: &'static str,
+        /// Elements in the file.
+        len: u64,
+        /// The first few.
+        first: Vec<MetaValue>,
+    },
+}
+
+/// One tensor's header entry.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GgufTensor {
+    /// Its name (llama.cpp's: `blk.0.attn_q.weight`).
+    pub name: String,
+    /// Its type, as the file's id and, when known, its traits.
+    pub type_id: u32,
+    /// Row-major shape (GGUF's dimensions reversed).
+    pub shape: Vec<u64>,
+    /// Offset of its data, from the start of the file.
+    pub offset: u64,
+    /// Bytes of its data.
+    pub bytes: u64,
+}
+
+impl GgufTensor {
+    /// Its type's traits, when the type is known.
+    #[must_use]
+    pub fn ggml_type(&self) -> Option<GgmlType> {
+        GgmlType::from_id(self.type_id)
+    }
+
+    /// Its logical values (parameters).
+    #[must_use]
+    pub fn values(&self) -> u64 {
+        self.shape.iter().product()
+    }
+}
+
+/// A GGUF file's header.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GgufHeader {
+    /// 2 or 3.
+    pub version: u32,
+    /// The key-values, in file order.
+    pub metadata: Vec<(String, MetaValue)>,
+    /// The tensors, in file order.
+    pub tensors: Vec<GgufTensor>,
+    /// Where the data section starts.
+    pub data_start: u64,
+    /// The data section's alignment.
+    pub alignment: u64,
+    /// The header's own bytes (up to the data section).
+    pub header_bytes: u64,
+}
+
+/// Why a GGUF header could not be read: one line.
+#[derive(Debug, thiserror::Error)]
+pub enum GgufError {
+    /// Reading failed.
+    #[error("cannot read: {0}")]
+    Io(#[from] std::io::Error),
+    /// Not GGUF.
+    #[error("not a GGUF file (it does not start with \"GGUF\")")]
+    NotGguf,
+    /// A version this reader does not know.
+    #[error("GGUF version {0} (versions 2 and 3 are read)")]
+    Version(u32),
+    /// A count or size beyond reason.
+    #[error("the header claims {what} {value}, more than {limit}: damaged or not GGUF")]
+    TooLarge {
+        /// What is counted.
+        what: &'static str,
+        /// The claimed figure.
+        value: u64,
+        /// The bound.
+        limit: u64,
+    },
+    /// Something the format does not allow.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// A reader that counts the bytes it has read.
+struct Counted<R> {
+    inner: R,
+    at: u64,
+}
+
+impl<R: Read + Seek> Counted<R> {
+    fn bytes<const N: usize>(&mut self) -> Result<[u8; N], GgufError> {
+        let mut buf = [0u8; N];
+        self.inner
+            .read_exact(&mut buf)
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::UnexpectedEof => {
+                    GgufError::Invalid(format!("the header ends early, at byte {}", self.at))
+                }
+                _ => GgufError::Io(e),
+            })?;
+        self.at += N as u64;
+        Ok(buf)
+    }
+    fn u32(&mut self) -> Result<u32, GgufError> {
+        Ok(u32::from_le_bytes(self.bytes()?))
+    }
+    fn u64(&mut self) -> Result<u64, GgufError> {
+        Ok(u64::from_le_bytes(self.bytes()?))
+    }
+    fn skip(&mut self, n: u64) -> Result<(), GgufError> {
+        let step = i64::try_from(n).map_err(|_| GgufError::TooLarge {
+            what: "a value of",
+            value: n,
+            limit: i64::MAX as u64,
+        })?;
+        self.inner.seek_relative(step)?;
+        self.at += n;
+        Ok(())
+    }
+    fn string(&mut self, what: &'static str) -> Result<String, GgufError> {
+        let len = self.u64()?;
+        if len > MAX_STRING {
+            return Err(GgufError::TooLarge {
+                what,
+                value: len,
+                limit: MAX_STRING,
+            });
+        }
+        let mut buf = vec![0u8; usize::try_from(len).unwrap_or(0)];
+        self.inner
+            .read_exact(&mut buf)
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::UnexpectedEof => {
+                    GgufError::Invalid(format!("the header ends early, at byte {}", self.at))
+                }
+                _ => GgufError::Io(e),
+            })?;
+        self.at += len;
+        Ok(String::from_utf8_lossy(&buf).into_owned())
+    }
+}
+
+/// A metadata value type's name and, for fixed-size ones, its size.
+fn value_type(kind: u32) -> Option<(&'static str, Option<u64>)> {
+    Some(match kind {
+        0 => ("u8", Some(1)),
+        1 => ("i8", Some(1)),
+        2 => ("u16", Some(2)),
+        3 => ("i16", Some(2)),
+        4 => ("u32", Some(4)),
+        5 => ("i32", Some(4)),
+        6 => ("f32", Some(4)),
+        7 => ("bool", Some(1)),
+        8 => ("string", None),
+        9 => ("array", None),
+        10 => ("u64", Some(8)),
+        11 => ("i64", Some(8)),
+        12 => ("f64", Some(8)),
+        _ => return None,
+    })
+}
+
+fn scalar<R: Read + Seek>(r: &mut Counted<R>, kind: u32) -> Result<MetaValue, GgufError> {
+    Ok(match kind {
+        0 => MetaValue::Int(i128::from(r.bytes::<1>()?[0])),
+        1 => MetaValue::Int(i128::from(i8::from_le_bytes(r.bytes()?))),
+        2 => MetaValue::Int(i128::from(u16::from_le_bytes(r.bytes()?))),
+        3 => MetaValue::Int(i128::from(i16::from_le_bytes(r.bytes()?))),
+        4 => MetaValue::Int(i128::from(r.u32()?)),
+        5 => MetaValue::Int(i128::from(i32::from_le_bytes(r.bytes()?))),
+        6 => MetaValue::Float(f64::from(f32::from_le_bytes(r.bytes()?))),
+        7 => MetaValue::Bool(r.bytes::<1>()?[0] != 0),
+        8 => MetaValue::Str(r.string("a string of")?),
+        10 => MetaValue::Int(i128::from(r.u64()?)),
+        11 => MetaValue::Int(i128::from(i64::from_le_bytes(r.bytes()?))),
+        12 => MetaValue::Float(f64::from_le_bytes(r.bytes()?)),
+        other => {
+            return Err(GgufError::Invalid(format!(
+                "unknown metadata value type {other} at byte {}",
+                r.at
+            )));
+        }
+    })
+}
+
+fn value<R: Read + Seek>(r: &mut Counted<R>, kind: u32) -> Result<MetaValue, GgufError> {
+    if kind != 9 {
+        return scalar(r, kind);
+    }
+    let element = r.u32()?;
+    let len = r.u64()?;
+    let Some((name, size)) = value_type(element) else {
+        return Err(GgufError::Invalid(format!(
+            "unknown array element type {element} at byte {}",
+            r.at
+        )));
+    };
+    if element == 9 {
+        return Err(GgufError::Invalid(
+            "an array of arrays (gguf-py writes none)".to_owned(),
+        ));
+    }
+    let mut first = Vec::new();
+    let shown = usize::try_from(len)
+        .unwrap_or(usize::MAX)
+        .min(ARRAY_PREVIEW);
+    for _ in 0..shown {
+        first.push(scalar(r, element)?);
+    }
+    let rest = len - shown as u64;
+    match size {
+        Some(bytes) => r.skip(rest.checked_mul(bytes).ok_or(GgufError::TooLarge {
+            what: "an array of",
+            value: len,
+            limit: u64::MAX / bytes,
+        })?)?,
+        None => {
+            // Strings: each one's length, then its bytes.
+            for _ in 0..rest {
+                let n = r.u64()?;
+                if n > MAX_STRING {
+                    return Err(GgufError::TooLarge {
+                        what: "a string of",
+                        value: n,
+                        limit: MAX_STRING,
+                    });
+                }
+                r.skip(n)?;
+            }
+        }
+    }
+    Ok(MetaValue::Array {
+        element: name,
+        len,
+        first,
+    })
+}
+
+impl GgufHeader {
+    /// Reads the header of the GGUF file at `path`.
+    ///
+    /// # Errors
+    /// When the file cannot be read or is not a GGUF file this reader
+    /// understands (one line).
+    pub fn read(path: &Path) -> Result<Self, GgufError> {
+        let file = std::fs::File::open(path)?;
+        let file_bytes = file.metadata()?.len();
+        let header = Self::from_reader(BufReader::with_capacity(1 << 16, file))?;
+        if let Some(t) = header
+            .tensors
+            .iter()
+            .find(|t| t.offset.saturating_add(t.bytes) > file_bytes)
+        {
+            return Err(GgufError::Invalid(format!(
+                "tensor `{}` ends at byte {}, past the end of the file ({file_bytes} bytes): truncated",
+                t.name,
+                t.offset.saturating_add(t.bytes)
+            )));
+        }
+        Ok(header)
+    }
+
+    /// Reads a header from `reader`, positioned at the file's start.
+    ///
+    /// # Errors
+    /// As [`Self::read`].
+    pub fn from_reader<R: Read + Seek>(reader: R) -> Result<Self, GgufError> {
+        let mut r = Counted {
+            inner: reader,
+            at: 0,
+        };
+        if &r.bytes::<4>()? != MAGIC {
+            return Err(GgufError::NotGguf);
+        }
+        let version = r.u32()?;
+        if !(2..=3).contains(&version) {
+            return Err(GgufError::Version(version));
+        }
+        let tensor_count = r.u64()?;
+        let key_count = r.u64()?;
+        for (what, value, limit) in [
+            ("tensors:", tensor_count, MAX_TENSORS),
+            ("metadata keys:", key_count, MAX_KEYS),
+        ] {
+            if value > limit {
+                return Err(GgufError::TooLarge { what, value, limit });
+            }
+        }
+        let mut metadata = Vec::new();
+        for _ in 0..key_count {
+            let key = r.string("a key of")?;
+            let kind = r.u32()?;
+            if value_type(kind).is_none() {
+                return Err(GgufError::Invalid(format!(
+                    "key `{key}`: unknown value type {kind}"
+                )));
+            }
+            metadata.push((key, value(&mut r, kind)?));
+        }
+        let mut tensors = Vec::new();
+        for _ in 0..tensor_count {
+            let name = r.string("a tensor name of")?;
+            let dims = r.u32()?;
+            if dims > MAX_DIMS {
+                return Err(GgufError::Invalid(format!(
+                    "tensor `{name}` has {dims} dimensions (at most {MAX_DIMS})"
+                )));
+            }
+            let mut ne = Vec::with_capacity(dims as usize);
+            for _ in 0..dims {
+                ne.push(r.u64()?);
+            }
+            let type_id = r.u32()?;
+            let offset = r.u64()?;
+            ne.reverse();
+            tensors.push((name, type_id, ne, offset));
+        }
+        let alignment = metadata
+            .iter()
+            .find(|(k, _)| k == "general.alignment")
+            .and_then(|(_, v)| match v {
+                MetaValue::Int(n) => u64::try_from(*n).ok(),
+                _ => None,
+            })
+            .unwrap_or(32);
+        if alignment == 0 || !alignment.is_power_of_two() {
+            return Err(GgufError::Invalid(format!(
+                "general.alignment {alignment} is not a power of two"
+            )));
+        }
+        let header_bytes = r.at;
+        let data_start = header_bytes.next_multiple_of(alignment);
+        let tensors = tensors
+            .into_iter()
+            .map(|(name, type_id, shape, offset)| {
+                tensor_entry(name, type_id, shape, offset, (data_start, alignment))
+            })
+            .collect::<Result<Vec<_>, GgufError>>()?;
+        Ok(Self {
+            version,
+            metadata,
+            tensors,
+            data_start,
+            alignment,
+            header_bytes,
+        })
+    }
+}
+
+/// A tensor's entry from its header fields: its bytes from its type's
+/// blocks, its offset from the file's start; a row that is not whole
+/// blocks, a misaligned offset or an overflowing shape is an error.
+fn tensor_entry(
+    name: String,
+    type_id: u32,
+    shape: Vec<u64>,
+    offset: u64,
+    (data_start, alignment): (u64, u64),
+) -> Result<GgufTensor, GgufError> {
+    let values = shape
+        .iter()
+        .try_fold(1u64, |n, &d| n.checked_mul(d))
+        .ok_or_else(|| GgufError::Invalid(format!("tensor `{name}`: its shape overflows")))?;
+    let bytes = match GgmlType::from_id(type_id) {
+        Some(t) => {
+            let row = shape.last().copied().unwrap_or(1);
+            if !row.is_multiple_of(t.block_values) {
+                return Err(GgufError::Invalid(format!(
+                    "tensor `{name}`: a row of {row} values is not whole {} blocks of {}",
+                    t.name, t.block_values
+                )));
+            }
+            values / t.block_values * t.block_bytes
+        }
+        None => 0,
+    };
+    if !offset.is_multiple_of(alignment) {
+        return Err(GgufError::Invalid(format!(
+            "tensor `{name}` starts at {offset}, not a multiple of the alignment {alignment}"
+        )));
+    }
+    Ok(GgufTensor {
+        name,
+        type_id,
+        shape,
+        offset: data_start.saturating_add(offset),
+        bytes,
+    })
+}
+
+impl GgufHeader {
+    /// The metadata value of `key`, if present.
+    #[must_use]
+    pub fn get(&self, key: &str) -> Option<&MetaValue> {
+        self.metadata.iter().find(|(k, _)| k == key).map(|(_, v)| v)
+    }
+
+    /// What `mx.load` does with the whole file: the first tensor that makes
+    /// it refuse the file, if any.
+    #[must_use]
+    pub fn refused_by(&self) -> Option<&GgufTensor> {
+        self.tensors.iter().find(|t| {
+            t.ggml_type()
+                .is_none_or(|g| g.mlx_load() == MlxLoad::Refuses)
+        })
+    }
+}
+
+/// Whether the file at `path` starts with GGUF's magic.
+#[must_use]
+pub fn is_gguf(path: &Path) -> bool {
+    let mut magic = [0u8; 4];
+    std::fs::File::open(path)
+        .and_then(|mut f| f.read_exact(&mut magic))
+        .is_ok()
+        && &magic == MAGIC
+}

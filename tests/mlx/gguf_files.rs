@@ -1,0 +1,242 @@
+//! GGUF files written by llama.cpp's own gguf-py (`GGUFWriter`, pinned in
+//! the private venv): weightscope reads their headers as gguf-py's
+//! `GGUFReader` does (names, types, row-major shapes, bytes, offsets), knows
+//! every type's block size as gguf-py does, and says of each type what MLX's
+//! `mx.load` (the pinned 0.32.2) really did with it: load, affine, expand to
+//! float16, leave out, or refuse the whole file.
+
+use crate::common;
+
+use std::path::Path;
+use std::process::Command as Process;
+
+use common::venv_python;
+use serde_json::Value;
+use weightscope::checkpoint::gguf::{GgmlType, GgufHeader};
+
+fn write_files(out: &Path) -> Vec<Value> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/gguf/write_gguf.py");
+    let output = Process::new(venv_python())
+        .arg(script)
+        .arg(out)
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .output()
+        .expect("the venv's python runs");
+    assert!(
+        output.status.success(),
+        "gguf-py writer failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
+        .collect()
+}
+
+#[test]
+fn headers_types_and_what_mx_load_does_match_gguf_py_and_mlx() {
+    let out = tempfile::tempdir().expect("tempdir");
+    let lines = write_files(out.path());
+    let sizes = lines
+        .iter()
+        .find_map(|l| l.get("quant_sizes"))
+        .and_then(Value::as_object)
+        .expect("gguf-py's block sizes");
+    // Every type gguf-py knows, with its id and block: ours agree.
+    for (name, v) in sizes {
+        let id = u32::try_from(v[0].as_u64().expect("id")).expect("small");
+        let ours = GgmlType::from_id(id).unwrap_or_else(|| panic!("{name} ({id}) unknown"));
+        assert_eq!(ours.name, name);
+        assert_eq!(
+            (Some(ours.block_values), Some(ours.block_bytes)),
+            (v[1].as_u64(), v[2].as_u64()),
+            "{name}"
+        );
+    }
+    assert_eq!(
+        GgmlType::all().count(),
+        sizes.len(),
+        "no type of ours gguf-py lacks"
+    );
+    let mut checked = 0;
+    for line in lines.iter().filter(|l| l.get("file").is_some()) {
+        let path = Path::new(line["file"].as_str().expect("file"));
+        let header = GgufHeader::read(path).expect("our reader");
+        let tensors = line["tensors"].as_array().expect("tensors");
+        assert_eq!(header.tensors.len(), tensors.len(), "{}", path.display());
+        for (ours, theirs) in header.tensors.iter().zip(tensors) {
+            assert_eq!(ours.name, theirs["name"].as_str().expect("name"));
+            assert_eq!(Some(u64::from(ours.type_id)), theirs["type_id"].as_u64());
+            let shape: Vec<u64> = theirs["shape"]
+                .as_array()
+                .expect("shape")
+                .iter()
+                .map(|d| d.as_u64().expect("dim"))
+                .collect();
+            assert_eq!(ours.shape, shape, "{}", ours.name);
+            assert_eq!(Some(ours.bytes), theirs["bytes"].as_u64(), "{}", ours.name);
+            assert_eq!(
+                Some(ours.offset),
+                theirs["offset"].as_u64(),
+                "{}",
+                ours.name
+            );
+        }
+        // What mx.load did, against what we say it does.
+        let mlx = &line["mlx"];
+        if let Some(t) = header.refused_by() {
+            assert!(
+                mlx.get("refuses").is_some(),
+                "{}: we say {} makes mx.load refuse, it loaded {mlx}",
+                path.display(),
+                t.name
+            );
+        } else {
+            assert!(mlx.get("refuses").is_none(), "{}: {mlx}", path.display());
+            for t in &header.tensors {
+                let said = t.ggml_type().expect("known").mlx_load().key();
+                assert_eq!(
+                    mlx[&t.name].as_str(),
+                    Some(said),
+                    "{} in {}",
+                    t.name,
+                    path.display()
+                );
+            }
+        }
+        checked += 1;
+    }
+    assert!(checked > 30, "a file per type and the mixed one: {checked}");
+}
+
+#[test]
+fn inspect_reads_a_gguf_file_and_says_what_mx_load_will_do() {
+    let out = tempfile::tempdir().expect("tempdir");
+    write_files(out.path());
+    let run = |file: &str| {
+        let output = Process::new(env!("CARGO_BIN_EXE_weightscope"))
+            .arg("inspect")
+            .arg(out.path().join(file))
+            .arg("--json")
+            .output()
+            .expect("weightscope runs");
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        serde_json::from_slice::<Value>(&output.stdout).expect("JSON")
+    };
+    let mixed = run("mixed.gguf");
+    assert_eq!(mixed["format"], "gguf");
+    // 64x256 + 64x256 + 64x512 + 256.
+    assert_eq!(mixed["parameters"], 64 * 256 * 2 + 64 * 512 + 256);
+    assert_eq!(mixed["metadata"]["tokenizer.ggml.tokens"]["len"], 1000);
+    assert_eq!(mixed["metadata"]["general.name"], "tiny");
+    assert!(mixed["mlx_refused_by"].is_null());
+    let q4k = mixed["by_type"]
+        .as_array()
+        .expect("rows")
+        .iter()
+        .find(|r| r["type"] == "Q4_K")
+        .expect("Q4_K");
+    assert_eq!(q4k["mlx_load"], "expand_f16");
+    assert_eq!(q4k["bits_per_weight"], 4.5);
+    // One Q5_0 tensor: mx.load refuses the file, and says which tensor.
+    assert_eq!(run("type_Q5_0.gguf")["mlx_refused_by"], "w");
+    // Text: the verdict in words.
+    let text = Process::new(env!("CARGO_BIN_EXE_weightscope"))
+        .arg("inspect")
+        .arg(out.path().join("type_TQ1_0.gguf"))
+        .output()
+        .expect("runs");
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("leaves out, without a word, 1 tensors: 1 TQ1_0"),
+        "{text}"
+    );
+    // A truncated file: one line naming it, exit 2.
+    let cut = out.path().join("cut.gguf");
+    let bytes = std::fs::read(out.path().join("mixed.gguf")).expect("read");
+    std::fs::write(&cut, &bytes[..bytes.len() - 100]).expect("write");
+    let output = Process::new(env!("CARGO_BIN_EXE_weightscope"))
+        .arg("inspect")
+        .arg(&cut)
+        .output()
+        .expect("runs");
+    let err = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("cut.gguf") && err.contains("past the end of the file"),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+}
+
+/// `weightscope tensor FILE.gguf NAME` decodes on the MLX device what
+/// gguf-py's `dequantize` decodes, for every type weightscope reads so far:
+/// the same first values and extremes; a type not decoded yet is one line.
+#[test]
+fn gguf_values_equal_gguf_pys_dequantization() {
+    let out = tempfile::tempdir().expect("tempdir");
+    let lines = write_files(out.path());
+    let tensor = |path: &Path, name: &str| {
+        Process::new(env!("CARGO_BIN_EXE_weightscope"))
+            .args(["tensor", "--json"])
+            .arg(path)
+            .arg(name)
+            .output()
+            .expect("weightscope runs")
+    };
+    let close = |a: f64, b: f64| (a - b).abs() <= 1e-6 * b.abs() + 1e-9;
+    let mut decoded = 0;
+    for line in lines.iter().filter(|l| l.get("file").is_some()) {
+        let path = Path::new(line["file"].as_str().expect("file"));
+        for t in line["tensors"].as_array().expect("tensors") {
+            let (name, kind) = (
+                t["name"].as_str().expect("name"),
+                t["type"].as_str().expect("type"),
+            );
+            let output = tensor(path, name);
+            if !weightscope::mlx::ggml::DECODED.contains(&kind) {
+                let err = String::from_utf8_lossy(&output.stderr);
+                assert_eq!(output.status.code(), Some(2), "{kind}: {err}");
+                assert_eq!(err.lines().count(), 1, "{err}");
+                continue;
+            }
+            assert!(
+                output.status.success(),
+                "{kind}: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+            let ours: Value = serde_json::from_slice(&output.stdout).expect("JSON");
+            let theirs = &line["values"][name];
+            let first = ours["first"].as_array().expect("first");
+            let want = theirs["first"].as_array().expect("first");
+            assert_eq!(first.len(), want.len().min(64), "{kind}");
+            for (a, b) in first.iter().zip(want) {
+                let (a, b) = (a.as_f64().expect("f"), b.as_f64().expect("f"));
+                assert!(close(a, b), "{kind} {name}: {a} vs {b}");
+            }
+            for key in ["min", "max"] {
+                let (a, b) = (
+                    ours["stats"][key].as_f64().expect(key),
+                    theirs[key].as_f64().expect(key),
+                );
+                assert!(close(a, b), "{kind} {key}: {a} vs {b}");
+            }
+            let (a, b) = (
+                ours["stats"]["mean"].as_f64().expect("mean"),
+                theirs["mean"].as_f64().expect("mean"),
+            );
+            assert!(
+                (a - b).abs() <= 1e-5 * (b.abs() + 1e-3),
+                "{kind} mean: {a} vs {b}"
+            );
+            decoded += 1;
+        }
+    }
+    // F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, and the mixed file's.
+    assert!(decoded >= 11, "{decoded}");
+}
