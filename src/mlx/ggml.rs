@@ -4,7 +4,7 @@
 //! dequantization defines them (llama.cpp's `ggml-quants.c`, and gguf-py's
 //! `dequantize`, which the tests compare against).
 //!
-//! Decoded here: `F32`, `F16`, `BF16` and the 32-value block types `Q4_0`,
+//! Decoded here: `F32`, `F16`, `BF16`, `Q4_K`, `Q6_K` and the 32-value block types `Q4_0`,
 //! `Q4_1`, `Q5_0`, `Q5_1` and `Q8_0`. A block starts with its `f16` scale
 //! `d` (and `m` for the `_1` types); its values are `d * (q - offset)` or
 //! `d * q + m`, with `q` the 4-bit nibbles (element `j` in byte `j`'s low
@@ -21,7 +21,108 @@ fn op<T>(operation: &'static str, r: Result<T, mlx_rs::error::Exception>) -> Res
 }
 
 /// The ggml types [`decode`] reads, by gguf-py's name.
-pub const DECODED: &[&str] = &["F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0"];
+pub const DECODED: &[&str] = &[
+    "F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q6_K",
+];
+
+/// `x` (integers) divided by `by`, rounded down, then its remainder modulo
+/// `modulo`: the bits `(x >> log2(by)) & (modulo - 1)`.
+fn bits(x: &Array, by: i32, modulo: i32) -> Result<Array, MlxError> {
+    let shifted = op("floor divide", x.floor_divide(Array::from_int(by)))?;
+    op("remainder", shifted.remainder(Array::from_int(modulo)))
+}
+
+/// Columns `from..to` of `blocks` as `int32`.
+fn ints(blocks: &Array, from: i32, to: i32) -> Result<Array, MlxError> {
+    let bytes = op("slice", blocks.try_index((.., from..to)))?;
+    op("cast", bytes.as_dtype(Dtype::Int32))
+}
+
+/// `Q4_K` blocks (`[n, 144]`): `f16` `d` and `dmin`, twelve bytes of 6-bit
+/// scales and minimums for eight runs of 32 values, then 128 bytes of 4-bit
+/// values (each 32 bytes: a run's values in the low nibbles, the next run's
+/// in the high ones). A value is `d * scale * q - dmin * min`.
+fn q4_k(raw: &Array, n: i32) -> Result<Array, MlxError> {
+    let d = field(raw, 0, 2, Dtype::Float16)?;
+    let dmin = field(raw, 2, 4, Dtype::Float16)?;
+    let (first, middle, last) = (ints(raw, 4, 8)?, ints(raw, 8, 12)?, ints(raw, 12, 16)?);
+    // Runs 0-3: the low six bits of bytes 0-3 (scales) and 4-7 (minimums);
+    // runs 4-6: four bits from bytes 8-11 and the top two of bytes 0-3 / 4-7.
+    let sixteen = Array::from_int(16);
+    let scale_high = op(
+        "add",
+        bits(&last, 1, 16)?.add(op("multiply", bits(&first, 64, 4)?.multiply(&sixteen))?),
+    )?;
+    let min_high = op(
+        "add",
+        bits(&last, 16, 16)?.add(op("multiply", bits(&middle, 64, 4)?.multiply(&sixteen))?),
+    )?;
+    let scales = op(
+        "concatenate",
+        mlx_rs::ops::concatenate(&[bits(&first, 1, 64)?, scale_high], 1),
+    )?;
+    let mins = op(
+        "concatenate",
+        mlx_rs::ops::concatenate(&[bits(&middle, 1, 64)?, min_high], 1),
+    )?;
+    let scales = op("cast", scales.as_dtype(Dtype::Float32))?;
+    let mins = op("cast", mins.as_dtype(Dtype::Float32))?;
+    // d * scale and dmin * min first, as ggml computes them.
+    let d1 = op("multiply", d.multiply(&scales))?;
+    let m1 = op("multiply", dmin.multiply(&mins))?;
+    let d1 = op("reshape", d1.reshape(&[n, 8, 1]))?;
+    let m1 = op("reshape", m1.reshape(&[n, 8, 1]))?;
+    let qs = ints(raw, 16, 144)?;
+    let qs = op("reshape", qs.reshape(&[n, 4, 1, 32]))?;
+    let low = bits(&qs, 1, 16)?;
+    let high = bits(&qs, 16, 16)?;
+    let q = op("concatenate", mlx_rs::ops::concatenate(&[low, high], 2))?;
+    let q = op("reshape", q.reshape(&[n, 8, 32]))?;
+    let q = op("cast", q.as_dtype(Dtype::Float32))?;
+    op("subtract", op("multiply", q.multiply(&d1))?.subtract(&m1))
+}
+
+/// `Q6_K` blocks (`[n, 210]`): 128 bytes of low 4 bits, 64 bytes of high 2
+/// bits, sixteen signed 8-bit scales (one per 16 values), then `f16` `d`.
+/// Each half of 128 values takes 64 low bytes and 32 high bytes: values
+/// `l`, `l + 32`, `l + 64`, `l + 96` are the low and high nibbles of low
+/// bytes `l` and `l + 32` with bit pairs 0, 1, 2 and 3 of high byte `l`,
+/// minus 32. A value is `d * scale * q`.
+fn q6_k(raw: &Array, n: i32) -> Result<Array, MlxError> {
+    let d = field(raw, 208, 210, Dtype::Float16)?;
+    let low = op("reshape", ints(raw, 0, 128)?.reshape(&[n, 2, 64]))?;
+    let high = op("reshape", ints(raw, 128, 192)?.reshape(&[n, 2, 32]))?;
+    let front = op("slice", low.try_index((.., .., 0..32)))?;
+    let back = op("slice", low.try_index((.., .., 32..64)))?;
+    let sixteen = Array::from_int(16);
+    let with_high = |nibble: Array, pair: i32| -> Result<Array, MlxError> {
+        let top = op(
+            "multiply",
+            bits(&high, 1 << (2 * pair), 4)?.multiply(&sixteen),
+        )?;
+        op(
+            "subtract",
+            op("add", nibble.add(&top))?.subtract(Array::from_int(32)),
+        )
+    };
+    let q = [
+        with_high(bits(&front, 1, 16)?, 0)?,
+        with_high(bits(&back, 1, 16)?, 1)?,
+        with_high(bits(&front, 16, 16)?, 2)?,
+        with_high(bits(&back, 16, 16)?, 3)?,
+    ];
+    let q = op("stack", mlx_rs::ops::stack(&q, 2))?;
+    let q = op("reshape", q.reshape(&[n, 2, 4, 2, 16]))?;
+    let q = op("cast", q.as_dtype(Dtype::Float32))?;
+    let scales = op("slice", raw.try_index((.., 192..208)))?;
+    let scales = op("reshape", scales.reshape(&[-1]))?;
+    let scales = op("view", scales.view_dtype(Dtype::Int8))?;
+    let scales = op("cast", scales.as_dtype(Dtype::Float32))?;
+    let scales = op("reshape", scales.reshape(&[n, 16]))?;
+    let d_scale = op("multiply", d.multiply(&scales))?;
+    let d_scale = op("reshape", d_scale.reshape(&[n, 2, 4, 2, 1]))?;
+    op("multiply", d_scale.multiply(&q))
+}
 
 /// Columns `from..to` of `blocks` (`[n, bytes]` `uint8`) as one value per
 /// block of `dtype` (2 or 4 bytes, little-endian), `[n, 1]` in `float32`.
@@ -76,6 +177,8 @@ pub fn decode(bytes: &[u8], kind: &str, rows: i32, cols: i32) -> Result<Array, M
         "Q5_0" => (32, 22),
         "Q5_1" => (32, 24),
         "Q8_0" => (32, 34),
+        "Q4_K" => (256, 144),
+        "Q6_K" => (256, 210),
         other => {
             return Err(MlxError::op(
                 "decode ggml",
@@ -140,6 +243,8 @@ pub fn decode(bytes: &[u8], kind: &str, rows: i32, cols: i32) -> Result<Array, M
             let q = op("subtract", q.subtract(Array::from_f32(16.0)))?;
             op("multiply", q.multiply(&d))?
         }
+        "Q4_K" => q4_k(&raw, n)?,
+        "Q6_K" => q6_k(&raw, n)?,
         _ => {
             // Q5_1.
             let d = field(&raw, 0, 2, Dtype::Float16)?;

@@ -23,13 +23,29 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType as T, GGUFReader, GGUFWr
 from gguf.quants import dequantize, quantize
 
 
+# The f16 scales of the K-quant blocks gguf-py decodes but does not write:
+# their byte offsets in a block (ggml's block_q*_K structs).
+K_SCALES = {T.Q2_K: (80, 82), T.Q3_K: (108,), T.Q4_K: (0, 2), T.Q5_K: (0, 2), T.Q6_K: (208,)}
+
+
 def block(rng, kind, rows, cols):
     values, size = GGML_QUANT_SIZES[kind]
     try:
         x = (rng.standard_normal((rows, cols)) * 0.1).astype(np.float32)
         return quantize(x, kind)
     except Exception:
-        return np.zeros((rows, cols // values * size), dtype=np.uint8)
+        pass
+    shape = (rows, cols // values * size)
+    if kind not in K_SCALES:
+        return np.zeros(shape, dtype=np.uint8)
+    # Random bytes with finite, small scales: every bit pattern of the
+    # quantized values and of the 6-bit or 8-bit sub-scales occurs.
+    raw = rng.integers(0, 256, size=shape, dtype=np.uint8)
+    blocks = raw.reshape(-1, size)
+    for at in K_SCALES[kind]:
+        scale = rng.uniform(1e-3, 2e-2, size=blocks.shape[0]).astype(np.float16)
+        blocks[:, at : at + 2] = scale.view(np.uint8).reshape(-1, 2)
+    return raw
 
 
 def mlx_outcome(path, names, types):
