@@ -4,7 +4,7 @@
 //! dequantization defines them (llama.cpp's `ggml-quants.c`, and gguf-py's
 //! `dequantize`, which the tests compare against).
 //!
-//! Decoded here: `F32`, `F16`, `BF16`, `Q4_K`, `Q6_K` and the 32-value block types `Q4_0`,
+//! Decoded here: `F32`, `F16`, `BF16`, the K-quants `Q2_K` to `Q6_K` and the 32-value block types `Q4_0`,
 //! `Q4_1`, `Q5_0`, `Q5_1` and `Q8_0`. A block starts with its `f16` scale
 //! `d` (and `m` for the `_1` types); its values are `d * (q - offset)` or
 //! `d * q + m`, with `q` the 4-bit nibbles (element `j` in byte `j`'s low
@@ -22,7 +22,8 @@ fn op<T>(operation: &'static str, r: Result<T, mlx_rs::error::Exception>) -> Res
 
 /// The ggml types [`decode`] reads, by gguf-py's name.
 pub const DECODED: &[&str] = &[
-    "F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q6_K",
+    "F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K",
+    "Q6_K",
 ];
 
 /// `x` (integers) divided by `by`, rounded down, then its remainder modulo
@@ -43,11 +44,24 @@ fn ints(blocks: &Array, from: i32, to: i32) -> Result<Array, MlxError> {
 /// values (each 32 bytes: a run's values in the low nibbles, the next run's
 /// in the high ones). A value is `d * scale * q - dmin * min`.
 fn q4_k(raw: &Array, n: i32) -> Result<Array, MlxError> {
+    let (d1, m1) = k4_scales(raw, 4, n)?;
+    let q = low_high_runs(raw, 16, n)?;
+    op("subtract", op("multiply", q.multiply(&d1))?.subtract(&m1))
+}
+
+/// The eight runs' `d * scale` and `dmin * min` (`[n, 8, 1]` each) of a
+/// `Q4_K` or `Q5_K` block: `f16` `d` and `dmin` at bytes 0 and 2, then
+/// twelve bytes at `at` holding eight 6-bit scales and eight 6-bit
+/// minimums (runs 0-3: the low six bits of bytes 0-3 and 4-7; runs 4-7:
+/// four bits from bytes 8-11 and the top two of bytes 0-3 and 4-7).
+fn k4_scales(raw: &Array, at: i32, n: i32) -> Result<(Array, Array), MlxError> {
     let d = field(raw, 0, 2, Dtype::Float16)?;
     let dmin = field(raw, 2, 4, Dtype::Float16)?;
-    let (first, middle, last) = (ints(raw, 4, 8)?, ints(raw, 8, 12)?, ints(raw, 12, 16)?);
-    // Runs 0-3: the low six bits of bytes 0-3 (scales) and 4-7 (minimums);
-    // runs 4-6: four bits from bytes 8-11 and the top two of bytes 0-3 / 4-7.
+    let (first, middle, last) = (
+        ints(raw, at, at + 4)?,
+        ints(raw, at + 4, at + 8)?,
+        ints(raw, at + 8, at + 12)?,
+    );
     let sixteen = Array::from_int(16);
     let scale_high = op(
         "add",
@@ -70,16 +84,125 @@ fn q4_k(raw: &Array, n: i32) -> Result<Array, MlxError> {
     // d * scale and dmin * min first, as ggml computes them.
     let d1 = op("multiply", d.multiply(&scales))?;
     let m1 = op("multiply", dmin.multiply(&mins))?;
-    let d1 = op("reshape", d1.reshape(&[n, 8, 1]))?;
-    let m1 = op("reshape", m1.reshape(&[n, 8, 1]))?;
-    let qs = ints(raw, 16, 144)?;
+    Ok((
+        op("reshape", d1.reshape(&[n, 8, 1]))?,
+        op("reshape", m1.reshape(&[n, 8, 1]))?,
+    ))
+}
+
+/// 128 bytes at `at` as eight runs of 32 4-bit values (`[n, 8, 32]`,
+/// `float32`): each 32 bytes hold a run in their low nibbles and the next
+/// run in their high nibbles.
+fn low_high_runs(raw: &Array, at: i32, n: i32) -> Result<Array, MlxError> {
+    let qs = ints(raw, at, at + 128)?;
     let qs = op("reshape", qs.reshape(&[n, 4, 1, 32]))?;
-    let low = bits(&qs, 1, 16)?;
-    let high = bits(&qs, 16, 16)?;
-    let q = op("concatenate", mlx_rs::ops::concatenate(&[low, high], 2))?;
+    let q = op(
+        "concatenate",
+        mlx_rs::ops::concatenate(&[bits(&qs, 1, 16)?, bits(&qs, 16, 16)?], 2),
+    )?;
     let q = op("reshape", q.reshape(&[n, 8, 32]))?;
-    let q = op("cast", q.as_dtype(Dtype::Float32))?;
+    op("cast", q.as_dtype(Dtype::Float32))
+}
+
+/// `Q5_K` blocks (`[n, 176]`): as `Q4_K`, with a fifth bit per value from
+/// 32 bytes at 16 (run `s` takes bit `s` of byte `l`); the 4-bit values
+/// at 48.
+fn q5_k(raw: &Array, n: i32) -> Result<Array, MlxError> {
+    let (d1, m1) = k4_scales(raw, 4, n)?;
+    let q = low_high_runs(raw, 48, n)?;
+    let qh = op("reshape", ints(raw, 16, 48)?.reshape(&[n, 1, 32]))?;
+    let fifth: Vec<Array> = (0..8)
+        .map(|run| bits(&qh, 1 << run, 2))
+        .collect::<Result<_, _>>()?;
+    let fifth = op("concatenate", mlx_rs::ops::concatenate(&fifth, 1))?;
+    let fifth = op("multiply", fifth.multiply(Array::from_int(16)))?;
+    let fifth = op("cast", fifth.as_dtype(Dtype::Float32))?;
+    let q = op("add", q.add(&fifth))?;
     op("subtract", op("multiply", q.multiply(&d1))?.subtract(&m1))
+}
+
+/// `Q2_K` blocks (`[n, 84]`): sixteen bytes of 4-bit scale and 4-bit
+/// minimum (one per 16 values), 64 bytes of 2-bit values, `f16` `d` and
+/// `dmin`. Each half of 128 values reads 32 bytes four times, two bits
+/// further each time: values `16 k ..` from bytes 0-15 and 16-31 in turn.
+/// A value is `d * scale * q - dmin * min`.
+fn q2_k(raw: &Array, n: i32) -> Result<Array, MlxError> {
+    let d = field(raw, 80, 82, Dtype::Float16)?;
+    let dmin = field(raw, 82, 84, Dtype::Float16)?;
+    let sc = ints(raw, 0, 16)?;
+    let scale = op("cast", bits(&sc, 1, 16)?.as_dtype(Dtype::Float32))?;
+    let min = op("cast", bits(&sc, 16, 16)?.as_dtype(Dtype::Float32))?;
+    let dl = op(
+        "reshape",
+        op("multiply", d.multiply(&scale))?.reshape(&[n, 2, 4, 2, 1]),
+    )?;
+    let ml = op(
+        "reshape",
+        op("multiply", dmin.multiply(&min))?.reshape(&[n, 2, 4, 2, 1]),
+    )?;
+    let qs = op("reshape", ints(raw, 16, 80)?.reshape(&[n, 2, 1, 2, 16]))?;
+    let q: Vec<Array> = (0..4)
+        .map(|j| bits(&qs, 1 << (2 * j), 4))
+        .collect::<Result<_, _>>()?;
+    let q = op("concatenate", mlx_rs::ops::concatenate(&q, 2))?;
+    let q = op("cast", q.as_dtype(Dtype::Float32))?;
+    op("subtract", op("multiply", q.multiply(&dl))?.subtract(&ml))
+}
+
+/// `Q3_K` blocks (`[n, 110]`): 32 bytes of high bits, 64 bytes of 2-bit
+/// values, twelve bytes of sixteen 6-bit scales (offset by 32), `f16` `d`.
+/// The values are read as in `Q2_K`; value `l` of step `s` (0-7, two bits
+/// further each step, 32 bytes per half) loses 4 when bit `s` of high byte
+/// `l` is clear. A value is `d * (scale - 32) * q`.
+fn q3_k(raw: &Array, n: i32) -> Result<Array, MlxError> {
+    let d = field(raw, 108, 110, Dtype::Float16)?;
+    let (low, high, extra) = (
+        ints(raw, 96, 100)?,
+        ints(raw, 100, 104)?,
+        ints(raw, 104, 108)?,
+    );
+    let sixteen = Array::from_int(16);
+    let scale = |nibble: Array, pair: i32| -> Result<Array, MlxError> {
+        let top = op(
+            "multiply",
+            bits(&extra, 1 << (2 * pair), 4)?.multiply(&sixteen),
+        )?;
+        op("add", nibble.add(&top))
+    };
+    let scales = [
+        scale(bits(&low, 1, 16)?, 0)?,
+        scale(bits(&high, 1, 16)?, 1)?,
+        scale(bits(&low, 16, 16)?, 2)?,
+        scale(bits(&high, 16, 16)?, 3)?,
+    ];
+    let scales = op("concatenate", mlx_rs::ops::concatenate(&scales, 1))?;
+    let scales = op("subtract", scales.subtract(Array::from_int(32)))?;
+    let scales = op("cast", scales.as_dtype(Dtype::Float32))?;
+    let dl = op(
+        "reshape",
+        op("multiply", d.multiply(&scales))?.reshape(&[n, 2, 4, 2, 1]),
+    )?;
+    let qs = op("reshape", ints(raw, 32, 96)?.reshape(&[n, 2, 1, 2, 16]))?;
+    let hmask = op("reshape", ints(raw, 0, 32)?.reshape(&[n, 1, 1, 2, 16]))?;
+    let mut steps = Vec::with_capacity(8);
+    for half in 0..2 {
+        let half_q = op("slice", qs.try_index((.., half..half + 1)))?;
+        let mut per_j = Vec::with_capacity(4);
+        for j in 0..4 {
+            let q = bits(&half_q, 1 << (2 * j), 4)?;
+            let set = bits(&hmask, 1 << (4 * half + j), 2)?;
+            // 4 less when the high bit is clear: q - 4 * (1 - set).
+            let minus = op(
+                "multiply",
+                op("subtract", Array::from_int(1).subtract(&set))?.multiply(Array::from_int(4)),
+            )?;
+            per_j.push(op("subtract", q.subtract(&minus))?);
+        }
+        steps.push(op("concatenate", mlx_rs::ops::concatenate(&per_j, 2))?);
+    }
+    let q = op("concatenate", mlx_rs::ops::concatenate(&steps, 1))?;
+    let q = op("cast", q.as_dtype(Dtype::Float32))?;
+    op("multiply", q.multiply(&dl))
 }
 
 /// `Q6_K` blocks (`[n, 210]`): 128 bytes of low 4 bits, 64 bytes of high 2
@@ -177,7 +300,10 @@ pub fn decode(bytes: &[u8], kind: &str, rows: i32, cols: i32) -> Result<Array, M
         "Q5_0" => (32, 22),
         "Q5_1" => (32, 24),
         "Q8_0" => (32, 34),
+        "Q2_K" => (256, 84),
+        "Q3_K" => (256, 110),
         "Q4_K" => (256, 144),
+        "Q5_K" => (256, 176),
         "Q6_K" => (256, 210),
         other => {
             return Err(MlxError::op(
@@ -243,7 +369,10 @@ pub fn decode(bytes: &[u8], kind: &str, rows: i32, cols: i32) -> Result<Array, M
             let q = op("subtract", q.subtract(Array::from_f32(16.0)))?;
             op("multiply", q.multiply(&d))?
         }
+        "Q2_K" => q2_k(&raw, n)?,
+        "Q3_K" => q3_k(&raw, n)?,
         "Q4_K" => q4_k(&raw, n)?,
+        "Q5_K" => q5_k(&raw, n)?,
         "Q6_K" => q6_k(&raw, n)?,
         _ => {
             // Q5_1.
