@@ -83,7 +83,10 @@ print(best * 1e3, n)
 fn main() {
     let python = Path::new(env!("CARGO_MANIFEST_DIR")).join("mlx-glue/test-venv/bin/python");
     if !python.exists() {
-        println!("gguf_header: skipped: {} is missing (run mlx-glue/setup test)", python.display());
+        println!(
+            "gguf_header: skipped: {} is missing (run mlx-glue/setup test)",
+            python.display()
+        );
         return;
     }
     let dir = tempfile::tempdir().expect("tempdir");
@@ -121,7 +124,12 @@ fn main() {
         .split_whitespace()
         .next()
         .and_then(|t| t.parse().ok())
-        .unwrap_or_else(|| panic!("GGUFReader failed: {}", String::from_utf8_lossy(&output.stderr)));
+        .unwrap_or_else(|| {
+            panic!(
+                "GGUFReader failed: {}",
+                String::from_utf8_lossy(&output.stderr)
+            )
+        });
     let ours = best_of(runs, || {
         let header = GgufHeader::read(&path).expect("read");
         std::hint::black_box(header.tensors.len());

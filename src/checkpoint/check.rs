@@ -100,6 +100,9 @@ pub const CODES: &[(&str, Severity)] = &[
     ("values.zero-scale", Severity::Warning),
     ("values.bad-scale", Severity::Error),
     ("values.unreadable", Severity::Error),
+    ("gguf.mlx-refuses", Severity::Warning),
+    ("gguf.mlx-drops", Severity::Warning),
+    ("gguf.mlx-expands", Severity::Info),
 ];
 
 /// The severity a code is reported with.
@@ -115,6 +118,65 @@ pub fn severity_of(code: &str) -> Severity {
 #[must_use]
 pub fn finding(code: &'static str, message: String) -> Finding {
     Finding::new(severity_of(code), code, message)
+}
+
+/// The findings of a GGUF file's header: what MLX's `mx.load` (0.32.2)
+/// will do with it, said before anything is loaded.
+#[must_use]
+pub fn check_gguf(header: &super::gguf::GgufHeader) -> Vec<Finding> {
+    use super::gguf::MlxLoad;
+    let mut findings = Vec::new();
+    if let Some(t) = header.refused_by() {
+        let kind = t
+            .ggml_type()
+            .map_or_else(|| format!("type {}", t.type_id), |g| g.name.to_owned());
+        findings.push(
+            finding(
+                "gguf.mlx-refuses",
+                format!(
+                    "mx.load (MLX 0.32.2) refuses the whole file: `{}` is {kind}",
+                    crate::units::printable(&t.name)
+                ),
+            )
+            .tensor(&t.name),
+        );
+    }
+    // One finding per type: a Q4_K_M file has hundreds of such tensors.
+    let mut by_type: std::collections::BTreeMap<&str, (MlxLoad, usize, u64, u64, &str)> =
+        std::collections::BTreeMap::new();
+    for t in &header.tensors {
+        let Some(kind) = t.ggml_type() else { continue };
+        let load = kind.mlx_load();
+        if matches!(load, MlxLoad::Dropped | MlxLoad::ExpandF16) {
+            let entry = by_type
+                .entry(kind.name)
+                .or_insert((load, 0, 0, 0, t.name.as_str()));
+            entry.1 += 1;
+            entry.2 += t.bytes;
+            entry.3 += t.values().saturating_mul(2);
+        }
+    }
+    for (kind, (load, count, bytes, f16_bytes, first)) in by_type {
+        let first = crate::units::printable(first);
+        let message = match load {
+            MlxLoad::Dropped => format!(
+                "mx.load (MLX 0.32.2) leaves the {count} {kind} tensor(s) out of what it returns, without a word (`{first}` first)"
+            ),
+            _ => format!(
+                "mx.load (MLX 0.32.2) expands the {count} {kind} tensor(s), {}, to {} of float16",
+                crate::units::human_bytes(bytes),
+                crate::units::human_bytes(f16_bytes)
+            ),
+        };
+        let code = if load == MlxLoad::Dropped {
+            "gguf.mlx-drops"
+        } else {
+            "gguf.mlx-expands"
+        };
+        findings.push(finding(code, message));
+    }
+    findings.sort_by_key(|f| f.severity);
+    findings
 }
 
 /// The findings of `checkpoint`'s headers, config and folder, most severe

@@ -18,7 +18,7 @@ use crate::weights::{MlxNative, ValueScan, Weights, scan_values};
 /// What `weightscope check` was asked for.
 #[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
 pub struct CheckArgs {
-    /// A folder or one `.safetensors` file.
+    /// A folder, one `.safetensors` file, or one `.gguf` file.
     pub path: PathBuf,
     /// One JSON object instead of text.
     #[arg(long)]
@@ -96,6 +96,21 @@ impl CheckReport {
 /// # Errors
 /// When the checkpoint cannot be opened at all (one line naming the file).
 pub fn run(args: &CheckArgs) -> Result<CheckReport, super::CliError> {
+    if args.path.is_file() && crate::checkpoint::gguf::is_gguf(&args.path) {
+        let header = crate::checkpoint::gguf::GgufHeader::read(&args.path).map_err(|err| {
+            super::CliError::Message(format!(
+                "{}: {err}",
+                printable(&args.path.display().to_string())
+            ))
+        })?;
+        if args.values {
+            super::say(format_args!(
+                "check: --values does not read GGUF files yet; the header findings follow"
+            ));
+        }
+        let findings = crate::checkpoint::check::check_gguf(&header);
+        return Ok(CheckReport::new(&args.path, findings, None));
+    }
     let checkpoint = Checkpoint::open(&args.path)?;
     if let Some(&problem) = checkpoint.fatal_problems().first() {
         return Err(problem.clone().into());

@@ -307,6 +307,10 @@ pub enum CliError {
     /// More than one output failed (each is written or not on its own).
     #[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
     Several(Vec<CliError>),
+    /// A file read by its own format's reader (GGUF) is bad: one line
+    /// naming it.
+    #[error("{0}")]
+    Message(String),
 }
 
 /// Why a command-line value was refused (clap prints it after the option).

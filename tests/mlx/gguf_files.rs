@@ -240,3 +240,63 @@ fn gguf_values_equal_gguf_pys_dequantization() {
     // F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, and the mixed file's.
     assert!(decoded >= 11, "{decoded}");
 }
+
+/// `weightscope check FILE.gguf`: what mx.load will do, as findings (a
+/// warning when it refuses the file or leaves tensors out, an info when it
+/// expands them), exit status 0 (the file itself is sound).
+#[test]
+fn check_says_what_mx_load_will_do_with_a_gguf_file() {
+    let out = tempfile::tempdir().expect("tempdir");
+    write_files(out.path());
+    let check = |file: &str| {
+        let output = Process::new(env!("CARGO_BIN_EXE_weightscope"))
+            .args(["check", "--json"])
+            .arg(out.path().join(file))
+            .output()
+            .expect("weightscope runs");
+        assert_eq!(
+            output.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        serde_json::from_slice::<Value>(&output.stdout).expect("JSON")
+    };
+    let codes = |report: &Value| -> Vec<(String, String)> {
+        report["findings"]
+            .as_array()
+            .expect("findings")
+            .iter()
+            .map(|f| {
+                (
+                    f["code"].as_str().expect("code").to_owned(),
+                    f["severity"].as_str().expect("severity").to_owned(),
+                )
+            })
+            .collect()
+    };
+    assert_eq!(
+        codes(&check("type_Q5_0.gguf")),
+        [("gguf.mlx-refuses".to_owned(), "warning".to_owned())]
+    );
+    assert_eq!(check("type_Q5_0.gguf")["findings"][0]["tensor"], "w");
+    assert_eq!(
+        codes(&check("type_MXFP4.gguf")),
+        [("gguf.mlx-drops".to_owned(), "warning".to_owned())]
+    );
+    let mixed = check("mixed.gguf");
+    assert_eq!(
+        codes(&mixed),
+        [("gguf.mlx-expands".to_owned(), "info".to_owned())]
+    );
+    assert!(
+        mixed["findings"][0]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("1 Q4_K tensor(s), 18.00 KiB, to 64.00 KiB of float16")),
+        "{mixed}"
+    );
+    assert!(
+        codes(&check("type_Q8_0.gguf")).is_empty(),
+        "loaded as affine: nothing to say"
+    );
+}
