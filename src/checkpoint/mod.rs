@@ -134,6 +134,10 @@ impl Checkpoint {
         let meta = std::fs::metadata(path).map_err(|e| CheckpointError::unreadable(path, &e))?;
         if meta.is_dir() {
             Self::open_folder(path, report)
+        } else if gguf::is_gguf(path) {
+            Err(CheckpointError::Gguf {
+                path: path.to_path_buf(),
+            })
         } else {
             let file = path.file_name().map_or_else(
                 || path.display().to_string(),

@@ -172,6 +172,17 @@ fn inspect_reads_a_gguf_file_and_says_what_mx_load_will_do() {
         "{err}"
     );
     assert_eq!(err.lines().count(), 1, "{err}");
+    // What does not read GGUF yet says so in one line, not a header error.
+    let mixed = out.path().join("mixed.gguf");
+    let output = Process::new(env!("CARGO_BIN_EXE_weightscope"))
+        .arg("diff")
+        .args([&mixed, &mixed])
+        .output()
+        .expect("runs");
+    let err = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{err}");
+    assert!(err.contains("a GGUF file: `weightscope inspect`"), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
 }
 
 /// `weightscope tensor FILE.gguf NAME` decodes on the MLX device what
