@@ -254,9 +254,11 @@ impl WeightscopeApp {
                     view,
                     name: name.clone(),
                 };
-                match self.worker.try_send(command) {
-                    Ok(()) => self.diff.detail_pending(&name),
-                    Err(err) => self.diff.detail_arrived(&name, Err(err.into())),
+                // Pending first: a command the worker cannot take is then
+                // said in the detail, not dropped as an answer to nothing.
+                self.diff.detail_pending(&name);
+                if let Err(err) = self.worker.try_send(command) {
+                    self.diff.detail_arrived(&name, Err(err.into()));
                 }
             }
             AppCommand::ScanValues => {
