@@ -4,7 +4,7 @@
 //! dequantization defines them (llama.cpp's `ggml-quants.c`, and gguf-py's
 //! `dequantize`, which the tests compare against).
 //!
-//! Decoded here: `F32`, `F16`, `BF16`, the K-quants `Q2_K` to `Q6_K` and the 32-value block types `Q4_0`,
+//! Decoded here: `F32`, `F16`, `BF16`, the K-quants `Q2_K` to `Q6_K`, `IQ4_NL`, `IQ4_XS` and the 32-value block types `Q4_0`,
 //! `Q4_1`, `Q5_0`, `Q5_1` and `Q8_0`. A block starts with its `f16` scale
 //! `d` (and `m` for the `_1` types); its values are `d * (q - offset)` or
 //! `d * q + m`, with `q` the 4-bit nibbles (element `j` in byte `j`'s low
@@ -23,7 +23,7 @@ fn op<T>(operation: &'static str, r: Result<T, mlx_rs::error::Exception>) -> Res
 /// The ggml types [`decode`] reads, by gguf-py's name.
 pub const DECODED: &[&str] = &[
     "F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K",
-    "Q6_K",
+    "Q6_K", "IQ4_NL", "IQ4_XS",
 ];
 
 /// `x` (integers) divided by `by`, rounded down, then its remainder modulo
@@ -205,6 +205,69 @@ fn q3_k(raw: &Array, n: i32) -> Result<Array, MlxError> {
     op("multiply", q.multiply(&dl))
 }
 
+/// The sixteen values a 4-bit index stands for in `IQ4_NL` and `IQ4_XS`
+/// (the format's non-linear grid, as ggml and gguf-py define it).
+const IQ4_GRID: [f32; 16] = [
+    -127.0, -104.0, -83.0, -65.0, -49.0, -35.0, -22.0, -10.0, 1.0, 13.0, 25.0, 38.0, 53.0, 69.0,
+    89.0, 113.0,
+];
+
+/// 16 bytes per run as 32 grid values (`[n, runs, 32]`, `float32`): the low
+/// nibbles index the first 16, the high nibbles the next 16.
+fn grid_runs(raw: &Array, at: i32, n: i32, runs: i32) -> Result<Array, MlxError> {
+    let qs = ints(raw, at, at + 16 * runs)?;
+    let qs = op("reshape", qs.reshape(&[n, runs, 1, 16]))?;
+    let index = op(
+        "concatenate",
+        mlx_rs::ops::concatenate(&[bits(&qs, 1, 16)?, bits(&qs, 16, 16)?], 2),
+    )?;
+    let index = op("reshape", index.reshape(&[n, runs, 32]))?;
+    let grid = Array::from_slice(&IQ4_GRID, &[16]);
+    op("take", grid.take(&index))
+}
+
+/// `IQ4_NL` blocks (`[n, 18]`): `f16` `d`, then 16 bytes of 4-bit indices
+/// into the grid. A value is `d * grid[q]`.
+fn iq4_nl(raw: &Array, n: i32) -> Result<Array, MlxError> {
+    let d = op(
+        "reshape",
+        field(raw, 0, 2, Dtype::Float16)?.reshape(&[n, 1, 1]),
+    )?;
+    op("multiply", grid_runs(raw, 2, n, 1)?.multiply(&d))
+}
+
+/// `IQ4_XS` blocks (`[n, 136]`): `f16` `d`, a `u16` of high scale bits
+/// (two per run), four bytes of low scale bits (four per run), then eight
+/// runs of 16 bytes of 4-bit grid indices. A run's scale is its six bits
+/// minus 32; a value is `d * scale * grid[q]`.
+fn iq4_xs(raw: &Array, n: i32) -> Result<Array, MlxError> {
+    let d = field(raw, 0, 2, Dtype::Float16)?;
+    let high = op("slice", raw.try_index((.., 2..4)))?;
+    let high = op("reshape", high.reshape(&[-1]))?;
+    let high = op("view", high.view_dtype(Dtype::Uint16))?;
+    let high = op("cast", high.as_dtype(Dtype::Int32))?;
+    let high = op("reshape", high.reshape(&[n, 1]))?;
+    let low = op("reshape", ints(raw, 4, 8)?.reshape(&[n, 4, 1]))?;
+    let low = op(
+        "concatenate",
+        mlx_rs::ops::concatenate(&[bits(&low, 1, 16)?, bits(&low, 16, 16)?], 2),
+    )?;
+    let low = op("reshape", low.reshape(&[n, 8]))?;
+    let high: Vec<Array> = (0..8)
+        .map(|run| bits(&high, 1 << (2 * run), 4))
+        .collect::<Result<_, _>>()?;
+    let high = op("concatenate", mlx_rs::ops::concatenate(&high, 1))?;
+    let scale = op(
+        "add",
+        low.add(op("multiply", high.multiply(Array::from_int(16)))?),
+    )?;
+    let scale = op("subtract", scale.subtract(Array::from_int(32)))?;
+    let scale = op("cast", scale.as_dtype(Dtype::Float32))?;
+    let dl = op("multiply", d.multiply(&scale))?;
+    let dl = op("reshape", dl.reshape(&[n, 8, 1]))?;
+    op("multiply", grid_runs(raw, 8, n, 8)?.multiply(&dl))
+}
+
 /// `Q6_K` blocks (`[n, 210]`): 128 bytes of low 4 bits, 64 bytes of high 2
 /// bits, sixteen signed 8-bit scales (one per 16 values), then `f16` `d`.
 /// Each half of 128 values takes 64 low bytes and 32 high bytes: values
@@ -295,7 +358,7 @@ pub fn decode(bytes: &[u8], kind: &str, rows: i32, cols: i32) -> Result<Array, M
     let (block_values, block_bytes) = match kind {
         "F32" => (1, 4),
         "F16" | "BF16" => (1, 2),
-        "Q4_0" => (32, 18),
+        "Q4_0" | "IQ4_NL" => (32, 18),
         "Q4_1" => (32, 20),
         "Q5_0" => (32, 22),
         "Q5_1" => (32, 24),
@@ -305,6 +368,7 @@ pub fn decode(bytes: &[u8], kind: &str, rows: i32, cols: i32) -> Result<Array, M
         "Q4_K" => (256, 144),
         "Q5_K" => (256, 176),
         "Q6_K" => (256, 210),
+        "IQ4_XS" => (256, 136),
         other => {
             return Err(MlxError::op(
                 "decode ggml",
@@ -374,6 +438,8 @@ pub fn decode(bytes: &[u8], kind: &str, rows: i32, cols: i32) -> Result<Array, M
         "Q4_K" => q4_k(&raw, n)?,
         "Q5_K" => q5_k(&raw, n)?,
         "Q6_K" => q6_k(&raw, n)?,
+        "IQ4_NL" => iq4_nl(&raw, n)?,
+        "IQ4_XS" => iq4_xs(&raw, n)?,
         _ => {
             // Q5_1.
             let d = field(&raw, 0, 2, Dtype::Float16)?;

@@ -23,9 +23,17 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType as T, GGUFReader, GGUFWr
 from gguf.quants import dequantize, quantize
 
 
-# The f16 scales of the K-quant blocks gguf-py decodes but does not write:
-# their byte offsets in a block (ggml's block_q*_K structs).
-K_SCALES = {T.Q2_K: (80, 82), T.Q3_K: (108,), T.Q4_K: (0, 2), T.Q5_K: (0, 2), T.Q6_K: (208,)}
+# The f16 scales of the blocks gguf-py decodes but does not write (the
+# K-quants, IQ4): their byte offsets in a block (ggml's block structs).
+K_SCALES = {
+    T.Q2_K: (80, 82),
+    T.Q3_K: (108,),
+    T.Q4_K: (0, 2),
+    T.Q5_K: (0, 2),
+    T.Q6_K: (208,),
+    T.IQ4_NL: (0,),
+    T.IQ4_XS: (0,),
+}
 
 
 def block(rng, kind, rows, cols):
