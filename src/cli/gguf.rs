@@ -316,8 +316,80 @@ pub fn main(path: &Path, json: bool) -> u8 {
     }
 }
 
-/// One GGUF tensor's values: its bytes read from the file into an
-/// MLX-owned array and decoded on the device ([`crate::mlx::ggml`]).
+/// A GGUF tensor read as rows, band by band: each band's bytes read from
+/// the file (whole rows are whole blocks) and decoded on the MLX device.
+struct GgufBands {
+    file: std::sync::Mutex<std::fs::File>,
+    offset: u64,
+    kind: &'static str,
+    shape: Vec<i32>,
+    rows: i32,
+    cols: i32,
+    row_bytes: u64,
+}
+
+impl GgufBands {
+    fn new(
+        path: &Path,
+        t: &crate::checkpoint::gguf::GgufTensor,
+        kind: GgmlType,
+    ) -> Result<Self, String> {
+        let to_i32 = |v: u64, what: &str| {
+            i32::try_from(v).map_err(|_| format!("tensor `{}`: {what} beyond 2^31", t.name))
+        };
+        let cols = t.shape.last().copied().unwrap_or(1).max(1);
+        let rows = t.values() / cols;
+        let shape = t
+            .shape
+            .iter()
+            .map(|&d| to_i32(d, "a dimension"))
+            .collect::<Result<Vec<i32>, String>>()?;
+        let file = std::fs::File::open(path).map_err(|e| format!("cannot open: {e}"))?;
+        Ok(Self {
+            file: std::sync::Mutex::new(file),
+            offset: t.offset,
+            kind: kind.name,
+            shape: if shape.is_empty() { vec![1] } else { shape },
+            rows: to_i32(rows, "its rows")?,
+            cols: to_i32(cols, "a row")?,
+            row_bytes: cols / kind.block_values * kind.block_bytes,
+        })
+    }
+}
+
+impl crate::mlx::RowBands for GgufBands {
+    fn shape(&self) -> &[i32] {
+        &self.shape
+    }
+    fn rows(&self) -> i32 {
+        self.rows
+    }
+    fn cols(&self) -> i32 {
+        self.cols
+    }
+    fn align(&self) -> i32 {
+        1
+    }
+    fn band(&self, r0: i32, r1: i32) -> Result<crate::mlx::Array, crate::mlx::MlxError> {
+        use std::io::{Read, Seek, SeekFrom};
+        let rows = u64::try_from(r1 - r0).unwrap_or(0);
+        let start = self.offset + u64::try_from(r0).unwrap_or(0) * self.row_bytes;
+        let mut bytes = vec![0u8; usize::try_from(rows * self.row_bytes).unwrap_or(0)];
+        let read = self
+            .file
+            .lock()
+            .map_err(|_| std::io::Error::other("the file's lock was poisoned"))
+            .and_then(|mut f| {
+                f.seek(SeekFrom::Start(start))?;
+                f.read_exact(&mut bytes)
+            });
+        read.map_err(|e| crate::mlx::MlxError::op("read GGUF rows", e))?;
+        crate::mlx::ggml::decode(&bytes, self.kind, r1 - r0, self.cols)
+    }
+}
+
+/// One GGUF tensor's values: its bytes read from the file into MLX-owned
+/// arrays, band by band, and decoded on the device ([`crate::mlx::ggml`]).
 ///
 /// # Errors
 /// One line: the file, the tensor, or the type not decoded yet.
@@ -333,7 +405,6 @@ fn tensor_values(
     ),
     String,
 > {
-    use std::io::{Read, Seek, SeekFrom};
     let Some(t) = header.tensors.iter().find(|t| t.name == name) else {
         let names = header.tensors.iter().map(|t| t.name.as_str());
         return Err(match super::closest(name, names) {
@@ -359,22 +430,11 @@ fn tensor_values(
         ));
     }
     let started = std::time::Instant::now();
-    let mut file = std::fs::File::open(path).map_err(|e| format!("cannot open: {e}"))?;
-    file.seek(SeekFrom::Start(t.offset))
-        .map_err(|e| format!("cannot read tensor `{}`: {e}", t.name))?;
-    let mut bytes = vec![0u8; usize::try_from(t.bytes).map_err(|_| "tensor too large".to_owned())?];
-    file.read_exact(&mut bytes)
-        .map_err(|e| format!("cannot read tensor `{}`: {e}", t.name))?;
-    let cols = t.shape.last().copied().unwrap_or(1);
-    let rows = t.values() / cols.max(1);
-    let (rows, cols) = (
-        i32::try_from(rows).map_err(|_| "too many rows".to_owned())?,
-        i32::try_from(cols).map_err(|_| "rows too long".to_owned())?,
-    );
-    let values = crate::mlx::ggml::decode(&bytes, kind.name, rows, cols)
-        .map_err(|e| format!("tensor `{}` ({}): {e}", t.name, kind.name))?;
-    drop(bytes);
-    let summary = crate::mlx::summarize(&values, 64, 64, 256).map_err(|e| e.to_string())?;
+    let bands = GgufBands::new(path, t, kind)?;
+    // Band by band: a large tensor (an embedding of 150k rows) is never
+    // whole in f32, nor are its bytes whole in memory.
+    let summary = crate::mlx::summarize_bands(&bands, 64, 64, 256)
+        .map_err(|e| format!("tensor `{}` ({}): {e}", printable(&t.name), kind.name))?;
     Ok((t.clone(), summary, started.elapsed().as_secs_f64() * 1e3))
 }
 

@@ -140,6 +140,8 @@ def main():
     writer.add_tensor("blk.0.attn_q.weight", block(rng, T.Q4_0, 64, 256), raw_dtype=T.Q4_0)
     writer.add_tensor("blk.0.ffn_down.weight", block(rng, T.Q4_K, 64, 512), raw_dtype=T.Q4_K)
     writer.add_tensor("blk.0.attn_norm.weight", np.ones(256, dtype=np.float32))
+    # More values than one band of a summary (2M): read and decoded in bands.
+    writer.add_tensor("blk.1.ffn_up.weight", block(rng, T.Q8_0, 4096, 512), raw_dtype=T.Q8_0)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

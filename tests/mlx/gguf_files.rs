@@ -130,8 +130,11 @@ fn inspect_reads_a_gguf_file_and_says_what_mx_load_will_do() {
     };
     let mixed = run("mixed.gguf");
     assert_eq!(mixed["format"], "gguf");
-    // 64x256 + 64x256 + 64x512 + 256.
-    assert_eq!(mixed["parameters"], 64 * 256 * 2 + 64 * 512 + 256);
+    // 64x256 + 64x256 + 64x512 + 256 + 4096x512.
+    assert_eq!(
+        mixed["parameters"],
+        64 * 256 * 2 + 64 * 512 + 256 + 4096 * 512
+    );
     assert_eq!(mixed["metadata"]["tokenizer.ggml.tokens"]["len"], 1000);
     assert_eq!(mixed["metadata"]["general.name"], "tiny");
     assert!(mixed["mlx_refused_by"].is_null());
@@ -186,8 +189,9 @@ fn inspect_reads_a_gguf_file_and_says_what_mx_load_will_do() {
 }
 
 /// `weightscope tensor FILE.gguf NAME` decodes on the MLX device what
-/// gguf-py's `dequantize` decodes, for every type weightscope reads so far:
-/// the same first values and extremes; a type not decoded yet is one line.
+/// gguf-py's `dequantize` decodes, for every type weightscope reads so far
+/// (the mixed file's 2M-value tensor in more than one band): the same first
+/// values and extremes; a type not decoded yet is one line.
 #[test]
 fn gguf_values_equal_gguf_pys_dequantization() {
     let out = tempfile::tempdir().expect("tempdir");
