@@ -130,6 +130,31 @@ pub fn read_bounded(path: &Path, cap: u64, what: &'static str) -> Result<Vec<u8>
             path: path.to_path_buf(),
         });
     }
+    let (file, opened) = open_regular(path)?;
+    let mut bytes = Vec::with_capacity(usize::try_from(opened.len().min(cap)).unwrap_or(0));
+    file.take(cap.saturating_add(1))
+        .read_to_end(&mut bytes)
+        .map_err(|e| FileError::io("read", path, e))?;
+    if bytes.len() as u64 > cap {
+        return Err(FileError::TooLarge {
+            what,
+            size: bytes.len() as u64,
+            cap,
+            path: path.to_path_buf(),
+        });
+    }
+    Ok(bytes)
+}
+
+/// Opens a regular file for reading, and its metadata: a FIFO, a device or
+/// a folder is refused before it is opened (opening a FIFO blocks until a
+/// writer comes), and one swapped in after that check does not block the
+/// open and is refused after it.
+///
+/// # Errors
+/// [`FileError::NotRegular`] or the open's error.
+pub fn open_regular(path: &Path) -> Result<(std::fs::File, std::fs::Metadata), FileError> {
+    ensure_regular(path)?;
     let mut options = std::fs::OpenOptions::new();
     options.read(true);
     #[cfg(target_os = "linux")]
@@ -150,19 +175,7 @@ pub fn read_bounded(path: &Path, cap: u64, what: &'static str) -> Result<Vec<u8>
             path: path.to_path_buf(),
         });
     }
-    let mut bytes = Vec::with_capacity(usize::try_from(opened.len().min(cap)).unwrap_or(0));
-    file.take(cap.saturating_add(1))
-        .read_to_end(&mut bytes)
-        .map_err(|e| FileError::io("read", path, e))?;
-    if bytes.len() as u64 > cap {
-        return Err(FileError::TooLarge {
-            what,
-            size: bytes.len() as u64,
-            cap,
-            path: path.to_path_buf(),
-        });
-    }
-    Ok(bytes)
+    Ok((file, opened))
 }
 
 /// [`read_bounded`] as UTF-8 text.

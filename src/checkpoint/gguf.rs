@@ -431,8 +431,10 @@ impl GgufHeader {
     /// When the file cannot be read or is not a GGUF file this reader
     /// understands (one line).
     pub fn read(path: &Path) -> Result<Self, GgufError> {
-        let file = std::fs::File::open(path)?;
-        let file_bytes = file.metadata()?.len();
+        // A FIFO or a device is refused before it is opened: never a hang.
+        let (file, meta) =
+            crate::files::open_regular(path).map_err(|e| GgufError::Invalid(e.reason()))?;
+        let file_bytes = meta.len();
         let header = Self::from_reader(BufReader::with_capacity(1 << 16, file))?;
         if let Some(t) = header
             .tensors
@@ -594,12 +596,11 @@ impl GgufHeader {
     }
 }
 
-/// Whether the file at `path` starts with GGUF's magic.
+/// Whether the file at `path` is a regular file that starts with GGUF's
+/// magic (a FIFO or a device is not opened: never a hang).
 #[must_use]
 pub fn is_gguf(path: &Path) -> bool {
     let mut magic = [0u8; 4];
-    std::fs::File::open(path)
-        .and_then(|mut f| f.read_exact(&mut magic))
-        .is_ok()
+    crate::files::open_regular(path).is_ok_and(|(mut f, _)| f.read_exact(&mut magic).is_ok())
         && &magic == MAGIC
 }

@@ -344,7 +344,7 @@ impl GgufBands {
             .iter()
             .map(|&d| to_i32(d, "a dimension"))
             .collect::<Result<Vec<i32>, String>>()?;
-        let file = std::fs::File::open(path).map_err(|e| format!("cannot open: {e}"))?;
+        let (file, _) = crate::files::open_regular(path).map_err(|e| e.reason())?;
         Ok(Self {
             file: std::sync::Mutex::new(file),
             offset: t.offset,
