@@ -276,17 +276,20 @@ struct Counted<R> {
 }
 
 impl<R: Read + Seek> Counted<R> {
+    /// Fills `buf`, counting it; a header that ends early says where.
+    fn fill(&mut self, buf: &mut [u8]) -> Result<(), GgufError> {
+        self.inner.read_exact(buf).map_err(|e| match e.kind() {
+            std::io::ErrorKind::UnexpectedEof => {
+                GgufError::Invalid(format!("the header ends early, at byte {}", self.at))
+            }
+            _ => GgufError::Io(e),
+        })?;
+        self.at += buf.len() as u64;
+        Ok(())
+    }
     fn bytes<const N: usize>(&mut self) -> Result<[u8; N], GgufError> {
         let mut buf = [0u8; N];
-        self.inner
-            .read_exact(&mut buf)
-            .map_err(|e| match e.kind() {
-                std::io::ErrorKind::UnexpectedEof => {
-                    GgufError::Invalid(format!("the header ends early, at byte {}", self.at))
-                }
-                _ => GgufError::Io(e),
-            })?;
-        self.at += N as u64;
+        self.fill(&mut buf)?;
         Ok(buf)
     }
     fn u32(&mut self) -> Result<u32, GgufError> {
@@ -315,15 +318,7 @@ impl<R: Read + Seek> Counted<R> {
             });
         }
         let mut buf = vec![0u8; usize::try_from(len).unwrap_or(0)];
-        self.inner
-            .read_exact(&mut buf)
-            .map_err(|e| match e.kind() {
-                std::io::ErrorKind::UnexpectedEof => {
-                    GgufError::Invalid(format!("the header ends early, at byte {}", self.at))
-                }
-                _ => GgufError::Io(e),
-            })?;
-        self.at += len;
+        self.fill(&mut buf)?;
         Ok(String::from_utf8_lossy(&buf).into_owned())
     }
 }

@@ -72,6 +72,29 @@ pub fn venv_python() -> std::path::PathBuf {
     python
 }
 
+/// Runs the test venv's Python on `script` (a path under the repository)
+/// with `out` as its argument; the JSON objects it printed, one per line.
+pub fn run_venv_writer(script: &str, out: &Path) -> Vec<serde_json::Value> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join(script);
+    let output = std::process::Command::new(venv_python())
+        .arg(&script)
+        .arg(out)
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .output()
+        .expect("the venv's python runs");
+    assert!(
+        output.status.success(),
+        "{} failed: {}",
+        script.display(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
+        .collect()
+}
+
 /// Returns MLX's cached buffers and checks that nothing is left alive.
 pub fn assert_all_freed() {
     weightscope::mlx::clear_cache().expect("clear the cache");

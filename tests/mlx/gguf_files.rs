@@ -10,28 +10,11 @@ use crate::common;
 use std::path::Path;
 use std::process::Command as Process;
 
-use common::venv_python;
 use serde_json::Value;
 use weightscope::checkpoint::gguf::{GgmlType, GgufHeader};
 
 fn write_files(out: &Path) -> Vec<Value> {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/gguf/write_gguf.py");
-    let output = Process::new(venv_python())
-        .arg(script)
-        .arg(out)
-        .env("PYTHONDONTWRITEBYTECODE", "1")
-        .output()
-        .expect("the venv's python runs");
-    assert!(
-        output.status.success(),
-        "gguf-py writer failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8_lossy(&output.stdout)
-        .lines()
-        .filter(|l| l.starts_with('{'))
-        .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
-        .collect()
+    common::run_venv_writer("tests/gguf/write_gguf.py", out)
 }
 
 #[test]

@@ -19,23 +19,7 @@ use weightscope::weights::{Decoding, PreviewOptions, Weights};
 
 /// Runs the writer into `out`; one JSON object per case.
 fn write_models(out: &Path) -> Vec<Value> {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mlx_lm/write_models.py");
-    let output = Process::new(venv_python())
-        .arg(script)
-        .arg(out)
-        .env("PYTHONDONTWRITEBYTECODE", "1")
-        .output()
-        .expect("the venv's python runs");
-    assert!(
-        output.status.success(),
-        "mlx-lm writer failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8_lossy(&output.stdout)
-        .lines()
-        .filter(|l| l.starts_with('{'))
-        .map(|l| serde_json::from_str(l).expect("one JSON object per case"))
-        .collect()
+    common::run_venv_writer("tests/mlx_lm/write_models.py", out)
 }
 
 #[test]

@@ -25,14 +25,21 @@ fn frozen_demo() -> (Harness<'static, WeightscopeApp>, tempfile::TempDir) {
 fn frozen_demo_at(size: egui::Vec2) -> (Harness<'static, WeightscopeApp>, tempfile::TempDir) {
     let dir = tempfile::tempdir().expect("tempdir");
     let demo = demo::ensure_demo(dir.path()).expect("demo");
-    let mut app = WeightscopeApp::new(Some(demo), mlx::default_device(), || {}).expect("worker");
+    (frozen_at(&demo, size), dir)
+}
+
+/// A window `size` big on the checkpoint at `path`, opened, its live
+/// figures frozen.
+fn frozen_at(path: &std::path::Path, size: egui::Vec2) -> Harness<'static, WeightscopeApp> {
+    let mut app = WeightscopeApp::new(Some(path.to_path_buf()), mlx::default_device(), || {})
+        .expect("worker");
     app.wait_for_worker().expect("opened");
     app.freeze_for_snapshots();
     let mut harness = Harness::builder()
         .with_size(size)
         .build_ui_state(|ui, app: &mut WeightscopeApp| app.ui(ui), app);
     harness.run();
-    (harness, dir)
+    harness
 }
 
 #[test]
@@ -111,15 +118,7 @@ fn the_163_shard_layout_at_three_sizes() {
     let mut results = egui_kittest::SnapshotResults::new();
     for (width, height) in [(800.0, 500.0), (1400.0, 900.0), (2560.0, 1440.0)] {
         let size = egui::vec2(width, height);
-        let mut app =
-            WeightscopeApp::new(Some(dir.path().to_path_buf()), mlx::default_device(), || {})
-                .expect("worker");
-        app.wait_for_worker().expect("opened");
-        app.freeze_for_snapshots();
-        let mut harness = Harness::builder()
-            .with_size(size)
-            .build_ui_state(|ui, app: &mut WeightscopeApp| app.ui(ui), app);
-        harness.run();
+        let mut harness = frozen_at(dir.path(), size);
         harness.get_by_label_contains(&format!("of {tensors} tensors"));
         // The attention of layer 3, its first weight's block scale shown.
         harness.state_mut().set_filter("layers.3.self_attn");
