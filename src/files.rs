@@ -194,6 +194,13 @@ pub fn read_bounded_text(path: &Path, cap: u64, what: &'static str) -> Result<St
     })
 }
 
+/// Whether `name` ends with `suffix`, ignoring ASCII case (`.GGUF`).
+#[must_use]
+pub fn has_suffix(name: &str, suffix: &str) -> bool {
+    name.len() >= suffix.len()
+        && name.as_bytes()[name.len() - suffix.len()..].eq_ignore_ascii_case(suffix.as_bytes())
+}
+
 /// Whether a file name is one a checkpoint is made of: shards, the index,
 /// config.json, GGUF files.
 #[must_use]
@@ -310,6 +317,17 @@ fn umask() -> u32 {
                 .and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
         })
         .unwrap_or(0o022)
+}
+
+/// The OS message without Rust's " (os error N)" suffix, lower-cased first letter.
+#[must_use]
+pub fn io_reason(err: &std::io::Error) -> String {
+    let text = err.to_string();
+    let text = text.split(" (os error").next().unwrap_or(&text);
+    let mut chars = text.chars();
+    chars.next().map_or_else(String::new, |first| {
+        first.to_lowercase().chain(chars).collect()
+    })
 }
 
 #[cfg(test)]

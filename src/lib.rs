@@ -26,6 +26,7 @@ pub mod memory;
 pub mod mlx;
 pub mod par;
 pub mod profile;
+pub mod remote;
 pub mod units;
 pub mod weights;
 pub mod worker;

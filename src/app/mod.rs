@@ -95,8 +95,10 @@ pub struct WeightscopeApp {
     show_shortcuts: bool,
     /// The command palette (Ctrl+K).
     palette: palette::Palette,
-    /// Focus the path field in the next frame (the palette's Open).
-    focus_path: bool,
+    /// Focus the path field in the next frame with this text in it (the
+    /// palette's Open: empty, what is there is selected; Open a Hub repo:
+    /// `hf://`, the cursor after it).
+    focus_path: Option<String>,
     checkpoint: Option<Arc<Checkpoint>>,
     /// The path field (also the fallback when no file dialog can open).
     path_input: String,
@@ -159,7 +161,7 @@ impl WeightscopeApp {
             open_error: None,
             show_shortcuts: false,
             palette: palette::Palette::default(),
-            focus_path: false,
+            focus_path: None,
             checkpoint: None,
             path_input: String::new(),
             memory: MemoryStats::default(),
@@ -670,7 +672,8 @@ impl WeightscopeApp {
             return;
         }
         match action {
-            Action::Open => self.focus_path = true,
+            Action::Open => self.focus_path = Some(String::new()),
+            Action::OpenHub => self.focus_path = Some("hf://".into()),
             Action::Walk => {
                 self.tab = Tab::Profiler;
                 if self.profiler.running().is_some() {
@@ -895,6 +898,16 @@ impl WeightscopeApp {
             {
                 self.actions.push(Action::PickFile);
             }
+            if ui
+                .button("Open Hub repo…")
+                .on_hover_text(
+                    "Read a Hugging Face repo's headers without downloading it: \
+                     hf://ORG/REPO[@REVISION][/FOLDER] in the path field",
+                )
+                .clicked()
+            {
+                self.focus_path = Some("hf://".into());
+            }
             let mut chosen = None;
             ui.add_enabled_ui(!self.settings.recent.is_empty(), |ui| {
                 ui.menu_button("Recent", |ui| {
@@ -911,12 +924,12 @@ impl WeightscopeApp {
             ui.separator();
             let field = ui.add(
                 egui::TextEdit::singleline(&mut self.path_input)
-                    .hint_text("folder or .safetensors file")
+                    .hint_text("folder, .safetensors file, or hf://ORG/REPO")
                     .desired_width(480.0_f32.min(ui.available_width() - 120.0).max(120.0)),
             );
             let field = field.labelled_by(ui.label("Checkpoint path").id);
             let typed = widgets::shortcut_with_typing(ui.ctx(), egui::Key::O)
-                .or_else(|| std::mem::take(&mut self.focus_path).then(String::new));
+                .or_else(|| self.focus_path.take());
             if let Some(typed) = typed {
                 widgets::focus_selecting_all(ui, &field, &mut self.path_input, &typed);
             }

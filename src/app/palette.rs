@@ -16,6 +16,8 @@ const TENSORS_LISTED: usize = 200;
 pub(super) enum Action {
     /// Focus the checkpoint path field.
     Open,
+    /// Focus the path field with `hf://` typed.
+    OpenHub,
     /// Walk the open checkpoint with the profiler's policy.
     Walk,
     /// Focus the Diff tab's B field (or run the diff when B is set).
@@ -42,6 +44,7 @@ pub(super) enum Entry {
 /// The actions, in the order they are listed, with their keys.
 const ACTIONS: &[(Action, &str, &str)] = &[
     (Action::Open, "Open a checkpoint (path field)", "Ctrl+O"),
+    (Action::OpenHub, "Open a Hub repo (hf://ORG/REPO)", ""),
     (
         Action::Walk,
         "Walk the checkpoint (the profiler's policy)",

@@ -266,13 +266,4 @@ impl CheckpointError {
     }
 }
 
-/// The OS message without Rust's " (os error N)" suffix, lower-cased first letter.
-#[must_use]
-pub fn io_reason(err: &std::io::Error) -> String {
-    let text = err.to_string();
-    let text = text.split(" (os error").next().unwrap_or(&text);
-    let mut chars = text.chars();
-    chars.next().map_or_else(String::new, |first| {
-        first.to_lowercase().chain(chars).collect()
-    })
-}
+pub use crate::files::io_reason;

@@ -128,6 +128,36 @@ pub fn parse_file_bytes(path: &Path, bytes: &[u8]) -> Result<ShardHeader, Checkp
     parse_header(path, json, file_bytes)
 }
 
+/// Like [`read_header`], on the first bytes of a file of `file_bytes`
+/// bytes (its length prefix and header, read from elsewhere: a remote
+/// file's first range).
+///
+/// # Errors
+/// As [`read_header`]; fewer bytes than the header needs is
+/// [`CheckpointError::Unreadable`].
+pub(super) fn parse_prefix(
+    path: &Path,
+    file_bytes: u64,
+    bytes: &[u8],
+) -> Result<ShardHeader, CheckpointError> {
+    let mut prefix = [0u8; 8];
+    if let Some(first) = bytes.get(..8) {
+        prefix.copy_from_slice(first);
+    }
+    let header_bytes = check_prefix(path, file_bytes, prefix)?;
+    let json = usize::try_from(8 + header_bytes)
+        .ok()
+        .and_then(|end| bytes.get(8..end))
+        .ok_or_else(|| CheckpointError::Unreadable {
+            path: path.to_path_buf(),
+            reason: format!(
+                "only {} of the header's {header_bytes} bytes came",
+                bytes.len().saturating_sub(8)
+            ),
+        })?;
+    parse_header(path, json, file_bytes)
+}
+
 /// Checks the 8-byte length prefix against the file size and the cap and
 /// returns the header length.
 fn check_prefix(path: &Path, file_bytes: u64, prefix: [u8; 8]) -> Result<u64, CheckpointError> {

@@ -182,6 +182,19 @@ pub(super) fn read_index_folded<T: Default>(
     fold_index(path, file, INDEX_PIECE_BYTES, whole, add)
 }
 
+/// [`read_index_folded`] on an index held in memory (read from a remote
+/// repo in one request).
+///
+/// # Errors
+/// As [`parse_index`].
+pub(super) fn fold_index_bytes<T: Default>(
+    path: &Path,
+    bytes: &[u8],
+    add: impl FnMut(&mut T, &str),
+) -> Result<(Index, Vec<T>), CheckpointError> {
+    fold_index(path, bytes, INDEX_PIECE_BYTES, || Ok(bytes.to_vec()), add)
+}
+
 /// How much of an index is read at a time: a few thousand entries, few
 /// enough to stay in the CPU's cache.
 const INDEX_PIECE_BYTES: usize = 256 << 10;

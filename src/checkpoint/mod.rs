@@ -13,6 +13,7 @@ mod error;
 pub mod gguf;
 mod header;
 mod index;
+mod remote;
 mod scan;
 mod summary;
 mod table;
@@ -33,6 +34,7 @@ pub use summary::{
     QuantizedTensor, Summary, layer_of,
 };
 
+pub use remote::ShardBytes;
 pub use table::{PartnerGuess, ShardTensors, TensorInfo, TensorRef, TensorTable};
 
 use std::collections::BTreeMap;
@@ -107,6 +109,8 @@ pub struct Checkpoint {
     tensors: TensorTable,
     config: Option<ModelConfig>,
     problems: Vec<CheckpointError>,
+    /// Where the files are when they are not on this machine.
+    remote: Option<std::sync::Arc<crate::remote::Remote>>,
 }
 
 impl Checkpoint {
@@ -131,6 +135,16 @@ impl Checkpoint {
         path: &Path,
         report: &(dyn Fn(usize, usize) + Sync),
     ) -> Result<Self, CheckpointError> {
+        if let Some(text) = path.to_str()
+            && let Some(location) =
+                crate::remote::Location::parse(text, &crate::remote::endpoint_from_env())
+        {
+            let location = location.map_err(|reason| CheckpointError::Unreadable {
+                path: path.to_path_buf(),
+                reason,
+            })?;
+            return Self::open_remote(location, report);
+        }
         let meta = std::fs::metadata(path).map_err(|e| CheckpointError::unreadable(path, &e))?;
         if meta.is_dir() {
             Self::open_folder(path, report)
@@ -196,9 +210,15 @@ impl Checkpoint {
             // The first header thread reads the index before any header: its
             // 8 MB of text are freed while few shards' tensors are held.
             let index_parsed = std::sync::OnceLock::new();
-            let listed_headers = parse_all(&listed, report, &|| {
-                index_parsed.get_or_init(read_and_parse);
-            });
+            let listed_headers = parse_all(
+                &listed,
+                report,
+                &|| {
+                    index_parsed.get_or_init(read_and_parse);
+                },
+                crate::par::cores(),
+                &read_local,
+            );
             // Should that thread not have started, the index is read here.
             let parsed = index_parsed.into_inner().unwrap_or_else(read_and_parse);
             let (index, index_digests) = parsed?;
@@ -230,7 +250,15 @@ impl Checkpoint {
             let layout = Layout::Indexed { index_path, index };
             let (mut checkpoint, shard_digests) =
                 Self::assemble_parsed(dir.to_path_buf(), layout, files, headers, problems);
-            checkpoint.check_index(&index_digests, &shard_digests);
+            let reread = |index_path: &Path| {
+                crate::files::read_bounded(index_path, index::MAX_INDEX_BYTES, "the index").map_err(
+                    |e| CheckpointError::Unreadable {
+                        path: index_path.to_path_buf(),
+                        reason: e.reason(),
+                    },
+                )
+            };
+            checkpoint.check_index(&index_digests, &shard_digests, &reread);
             checkpoint
         } else if shard_files.is_empty() {
             return Err(CheckpointError::EmptyFolder {
@@ -258,7 +286,7 @@ impl Checkpoint {
         problems: Vec<CheckpointError>,
         report: &(dyn Fn(usize, usize) + Sync),
     ) -> Self {
-        let headers = parse_all(&files, report, &|| {});
+        let headers = parse_all(&files, report, &|| {}, crate::par::cores(), &read_local);
         Self::assemble_parsed(root, layout, files, headers, problems).0
     }
 
@@ -322,6 +350,7 @@ impl Checkpoint {
             tensors,
             config: None,
             problems,
+            remote: None,
         };
         (checkpoint, digests)
     }
@@ -331,7 +360,12 @@ impl Checkpoint {
     /// for it (`index_digests` in index file order, `shard_digests` in shard
     /// order); only when one differs is the index read again and every
     /// entry looked up, to say which.
-    fn check_index(&mut self, index_digests: &[NameDigest], shard_digests: &[Option<NameDigest>]) {
+    fn check_index(
+        &mut self,
+        index_digests: &[NameDigest],
+        shard_digests: &[Option<NameDigest>],
+        reread: &dyn Fn(&Path) -> Result<Vec<u8>, CheckpointError>,
+    ) {
         let Layout::Indexed { index_path, index } = &self.layout else {
             return;
         };
@@ -350,15 +384,10 @@ impl Checkpoint {
             return;
         }
         let index_path = index_path.clone();
-        let entries = crate::files::read_bounded(&index_path, index::MAX_INDEX_BYTES, "the index")
-            .map_err(|e| CheckpointError::Unreadable {
-                path: index_path.clone(),
-                reason: e.reason(),
-            })
-            .and_then(|bytes| {
-                let (_, entries, hashes) = parse_index_hashed(&index_path, &bytes)?;
-                Ok(self.misplaced_entry(&entries, &hashes))
-            });
+        let entries = reread(&index_path).and_then(|bytes| {
+            let (_, entries, hashes) = parse_index_hashed(&index_path, &bytes)?;
+            Ok(self.misplaced_entry(&entries, &hashes))
+        });
         match entries {
             Ok(Some(problem)) | Err(problem) => self.problems.push(problem),
             Ok(None) => {}
@@ -567,23 +596,35 @@ fn read_hashed(path: &Path, buf: &mut Vec<u8>) -> Parsed {
     Ok((header, hashes))
 }
 
-/// Parses every shard header, spreading files over the machine's cores;
+/// Reads one shard's header (given its name and path, and a buffer it may
+/// reuse).
+type ReadHeader<'a> = dyn Fn(&(String, PathBuf), &mut Vec<u8>) -> Parsed + Sync + 'a;
+
+/// [`read_hashed`] on a file of this machine.
+fn read_local(file: &(String, PathBuf), buf: &mut Vec<u8>) -> Parsed {
+    read_hashed(&file.1, buf)
+}
+
+/// Parses every shard header with `read` (given the file and a buffer it
+/// may reuse), spreading files over at most `workers` threads;
 /// `report(parsed, total)` after each file. One thread runs `first` before
 /// it takes a file.
 fn parse_all(
     files: &[(String, PathBuf)],
     report: &(dyn Fn(usize, usize) + Sync),
     first: &(dyn Fn() + Sync),
+    workers: usize,
+    read: &ReadHeader<'_>,
 ) -> Vec<Parsed> {
-    let workers = crate::par::cores().min(files.len()).max(1);
+    let workers = workers.min(files.len()).max(1);
     if workers == 1 {
         first();
         let mut buf = Vec::new();
         return files
             .iter()
             .enumerate()
-            .map(|(i, (_, path))| {
-                let parsed = read_hashed(path, &mut buf);
+            .map(|(i, file)| {
+                let parsed = read(file, &mut buf);
                 report(i + 1, files.len());
                 parsed
             })
@@ -599,8 +640,8 @@ fn parse_all(
         let mut buf = Vec::new();
         loop {
             let i = next.fetch_add(1, Ordering::Relaxed);
-            let Some((_, path)) = files.get(i) else { break };
-            done.push((i, read_hashed(path, &mut buf)));
+            let Some(file) = files.get(i) else { break };
+            done.push((i, read(file, &mut buf)));
             report(parsed.fetch_add(1, Ordering::Relaxed) + 1, files.len());
         }
         done

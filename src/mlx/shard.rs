@@ -1,4 +1,6 @@
-//! One safetensors file opened by MLX's own loader.
+//! One safetensors file opened by MLX's own loader, or read through: each
+//! tensor's bytes read (from a remote file, or where MLX's loader refuses
+//! a dtype) into an MLX-owned array when first asked for.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -18,6 +20,30 @@ use super::MlxError;
 pub struct ShardMap {
     path: PathBuf,
     arrays: HashMap<String, Array>,
+    /// The tensors read through, with the reader; `None` for MLX's own map.
+    through: Option<Through>,
+}
+
+/// Reads the bytes in a range of offsets of the file, or says why not.
+pub type ReadBytes = Box<dyn Fn(std::ops::Range<u64>) -> Result<Vec<u8>, String> + Send>;
+
+/// A tensor to read through: how to make an MLX array of its bytes.
+#[derive(Debug, Clone)]
+pub struct Stored {
+    /// The array's element type (`uint8` for a dtype MLX has not).
+    pub dtype: mlx_rs::Dtype,
+    /// Its shape (for `uint8` stand-ins of sub-byte dtypes: the byte count).
+    pub shape: Vec<i32>,
+    /// Its bytes' offsets in the file.
+    pub bytes: std::ops::Range<u64>,
+    /// A dtype nothing here decodes (`F4`, `F6_E2M3`…): asking for the
+    /// tensor is an error naming it, never its bytes shown as numbers.
+    pub undecoded: Option<&'static str>,
+}
+
+struct Through {
+    stored: HashMap<String, Stored>,
+    read: ReadBytes,
 }
 
 impl ShardMap {
@@ -34,7 +60,20 @@ impl ShardMap {
         Ok(Self {
             path: path.to_path_buf(),
             arrays,
+            through: None,
         })
+    }
+
+    /// A map of `stored` tensors whose bytes `read` reads when a tensor is
+    /// first asked for, into an MLX-owned array kept by the map (as MLX's
+    /// own map keeps what it evaluated). Opening reads nothing.
+    #[must_use]
+    pub fn read_through(path: PathBuf, stored: HashMap<String, Stored>, read: ReadBytes) -> Self {
+        Self {
+            path,
+            arrays: HashMap::new(),
+            through: Some(Through { stored, read }),
+        }
     }
 
     /// The file this map was opened from.
@@ -44,21 +83,79 @@ impl ShardMap {
     }
 
     /// A new handle to the stored tensor `name` (lazy until evaluated), or
-    /// `None` when the file holds no such tensor.
+    /// `None` when the file holds no such tensor. A map read through reads
+    /// the tensor's bytes now, the first time.
+    ///
+    /// # Errors
+    /// When the bytes cannot be read, or are not as many as the tensor has.
+    pub fn get(&mut self, name: &str) -> Result<Option<Array>, MlxError> {
+        if let Some(array) = self.arrays.get(name) {
+            return Ok(Some(array.clone()));
+        }
+        let Some(through) = &self.through else {
+            return Ok(None);
+        };
+        let Some(stored) = through.stored.get(name) else {
+            return Ok(None);
+        };
+        let failed = |message: String| MlxError::Load {
+            path: self.path.clone(),
+            message,
+        };
+        if let Some(dtype) = stored.undecoded {
+            return Err(failed(format!(
+                "{name}: {dtype} values are not decoded yet (MLX's loader refuses them too)"
+            )));
+        }
+        let bytes = (through.read)(stored.bytes.clone()).map_err(failed)?;
+        if bytes.len() as u64 != stored.bytes.end - stored.bytes.start {
+            return Err(failed(format!(
+                "{name}: {} bytes came of {}",
+                bytes.len(),
+                stored.bytes.end - stored.bytes.start
+            )));
+        }
+        let raw = Array::from_slice(
+            &bytes,
+            &[i32::try_from(bytes.len())
+                .map_err(|_| failed(format!("{name}: over 2^31 bytes in one tensor")))?],
+        );
+        drop(bytes);
+        let typed = if stored.dtype == mlx_rs::Dtype::Uint8 {
+            raw
+        } else {
+            raw.view_dtype(stored.dtype)
+                .map_err(|e| failed(super::clean_message(&e.to_string())))?
+        };
+        let array = typed
+            .reshape(&stored.shape)
+            .map_err(|e| failed(super::clean_message(&e.to_string())))?;
+        // Evaluated now: the bytes live in MLX's memory, not in `bytes`.
+        super::evaluate(&array)?;
+        self.arrays.insert(name.to_owned(), array.clone());
+        Ok(Some(array))
+    }
+
+    /// Whether the map reads its tensors through (not MLX's own loader).
     #[must_use]
-    pub fn get(&self, name: &str) -> Option<Array> {
-        self.arrays.get(name).cloned()
+    pub fn reads_through(&self) -> bool {
+        self.through.is_some()
     }
 
     /// The stored tensor names, in no particular order.
-    pub fn names(&self) -> impl Iterator<Item = &str> {
-        self.arrays.keys().map(String::as_str)
+    pub fn names(&self) -> Box<dyn Iterator<Item = &str> + '_> {
+        match &self.through {
+            Some(t) => Box::new(t.stored.keys().map(String::as_str)),
+            None => Box::new(self.arrays.keys().map(String::as_str)),
+        }
     }
 
     /// How many tensors the file holds.
     #[must_use]
     pub fn len(&self) -> usize {
-        self.arrays.len()
+        self.through
+            .as_ref()
+            .map_or(self.arrays.len(), |t| t.stored.len())
     }
 
     /// Whether the file holds no tensor.
@@ -68,11 +165,14 @@ impl ShardMap {
     }
 }
 
+#[allow(clippy::missing_fields_in_debug)] // the reader is a closure
 impl std::fmt::Debug for ShardMap {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ShardMap")
             .field("path", &self.path)
-            .field("tensors", &self.arrays.len())
+            .field("evaluated", &self.arrays.len())
+            .field("tensors", &self.len())
+            .field("read_through", &self.through.is_some())
             .finish()
     }
 }

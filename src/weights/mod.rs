@@ -259,8 +259,8 @@ impl<N: Native> Weights<N> {
             .iter()
             .map(|s| fingerprint(&s.path).ok())
             .collect();
-        for (i, shard) in checkpoint.shards().iter().enumerate() {
-            match native.open_shard(&shard.path) {
+        for i in 0..total {
+            match native.open_shard(&checkpoint, ShardId(i)) {
                 Ok(map) => {
                     maps.insert(ShardId(i), map);
                     report(OpenStep::Maps {
@@ -564,12 +564,14 @@ impl<N: Native> Weights<N> {
         let shard = info.shard();
         self.check_unchanged(shard)?;
         if !self.maps.contains_key(&shard) {
-            let map = self.native.open_shard(&self.checkpoint.shard(shard).path)?;
+            let map = self.native.open_shard(&self.checkpoint, shard)?;
             self.maps.insert(shard, map);
         }
-        let map = &self.maps[&shard];
+        let Some(map) = self.maps.get_mut(&shard) else {
+            return Err(WeightsError::NoTensor(stored_name.to_owned()));
+        };
         self.native
-            .get(map, stored_name)
+            .get(map, stored_name)?
             .ok_or_else(|| WeightsError::MissingFromMap {
                 name: stored_name.to_owned(),
                 path: map.path().to_path_buf(),

@@ -1,17 +1,19 @@
 //! The seam between the Weights core and MLX's native shard maps.
 
-use std::path::Path;
+use std::collections::HashMap;
 
-use crate::mlx::{Array, MlxError, ShardMap};
+use crate::checkpoint::{Checkpoint, Dtype, ShardId};
+use crate::mlx::{Array, MlxError, ShardMap, Stored};
 
 /// The native MLX calls the Weights core makes. Production uses
 /// [`MlxNative`]; tests wrap it to inject a failure at shard N and count frees.
 pub trait Native {
-    /// Opens one shard lazily.
+    /// Opens shard `shard` of `checkpoint` lazily.
     ///
     /// # Errors
     /// When MLX cannot read the file.
-    fn open_shard(&mut self, path: &Path) -> Result<ShardMap, MlxError>;
+    fn open_shard(&mut self, checkpoint: &Checkpoint, shard: ShardId)
+    -> Result<ShardMap, MlxError>;
 
     /// Frees one shard's map (and, with it, every array only it held).
     fn free_shard(&mut self, map: ShardMap) {
@@ -19,17 +21,100 @@ pub trait Native {
     }
 
     /// A new handle to the stored tensor `name` of `map`.
-    fn get(&mut self, map: &ShardMap, name: &str) -> Option<Array> {
+    ///
+    /// # Errors
+    /// When a map read through cannot read the tensor's bytes.
+    fn get(&mut self, map: &mut ShardMap, name: &str) -> Result<Option<Array>, MlxError> {
         map.get(name)
     }
 }
 
-/// The real thing: MLX's own safetensors loader.
+/// The real thing: MLX's own safetensors loader for local files whose
+/// dtypes it reads; otherwise (a remote file, an `F8_E5M2`, `F64` or
+/// sub-byte tensor) each tensor's bytes read into an MLX-owned array.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct MlxNative;
 
+/// The MLX array type a stored dtype is read as (`None`: MLX's loader
+/// refuses it and its bytes are read as `uint8`).
+fn mlx_dtype(dtype: Dtype) -> Option<crate::mlx::Dtype> {
+    use crate::mlx::Dtype as M;
+    Some(match dtype {
+        Dtype::BOOL => M::Bool,
+        Dtype::U8 | Dtype::F8_E4M3 | Dtype::F8_E8M0 => M::Uint8,
+        Dtype::I8 => M::Int8,
+        Dtype::U16 => M::Uint16,
+        Dtype::I16 => M::Int16,
+        Dtype::F16 => M::Float16,
+        Dtype::BF16 => M::Bfloat16,
+        Dtype::U32 => M::Uint32,
+        Dtype::I32 => M::Int32,
+        Dtype::F32 => M::Float32,
+        Dtype::U64 => M::Uint64,
+        Dtype::I64 => M::Int64,
+        Dtype::C64 => M::Complex64,
+        Dtype::F64
+        | Dtype::F8_E5M2
+        | Dtype::F8_E4M3FNUZ
+        | Dtype::F8_E5M2FNUZ
+        | Dtype::F4
+        | Dtype::F6_E2M3
+        | Dtype::F6_E3M2 => return None,
+    })
+}
+
+/// The read-through form of `dtype`: MLX's own where it has one (`F64`
+/// too, which its loader refuses), else bytes for the decoders (`F8_E5M2`);
+/// `Err` names a dtype nothing here decodes.
+fn through_dtype(dtype: Dtype) -> Result<crate::mlx::Dtype, &'static str> {
+    match dtype {
+        Dtype::F64 => Ok(crate::mlx::Dtype::Float64),
+        Dtype::F8_E5M2 => Ok(crate::mlx::Dtype::Uint8),
+        other => mlx_dtype(other).ok_or(other.name()),
+    }
+}
+
 impl Native for MlxNative {
-    fn open_shard(&mut self, path: &Path) -> Result<ShardMap, MlxError> {
-        ShardMap::open(path)
+    fn open_shard(
+        &mut self,
+        checkpoint: &Checkpoint,
+        shard: ShardId,
+    ) -> Result<ShardMap, MlxError> {
+        let s = checkpoint.shard(shard);
+        let tensors = checkpoint.tensors().iter_range(s.tensors.clone());
+        let refused = || {
+            checkpoint
+                .tensors()
+                .iter_range(s.tensors.clone())
+                .any(|t| mlx_dtype(t.dtype()).is_none())
+        };
+        if checkpoint.remote().is_none() && !refused() {
+            return ShardMap::open(&s.path);
+        }
+        let start = s.data_start();
+        let stored: HashMap<String, Stored> = tensors
+            .map(|t| {
+                let (a, b) = t.data_offsets();
+                let (dtype, undecoded) = match through_dtype(t.dtype()) {
+                    Ok(dtype) => (dtype, None),
+                    Err(name) => (crate::mlx::Dtype::Uint8, Some(name)),
+                };
+                let shape = t
+                    .shape()
+                    .iter()
+                    .map(|&d| i32::try_from(d).unwrap_or(i32::MAX))
+                    .collect();
+                let stored = Stored {
+                    dtype,
+                    shape,
+                    bytes: start + a..start + b,
+                    undecoded,
+                };
+                (t.name().to_owned(), stored)
+            })
+            .collect();
+        let bytes = checkpoint.shard_bytes(shard);
+        let read = Box::new(move |range| bytes.read(range).map_err(|e| e.to_string()));
+        Ok(ShardMap::read_through(s.path.clone(), stored, read))
     }
 }

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod convert;
+pub mod hub;
 
 use std::path::Path;
 use std::sync::{Mutex, MutexGuard};

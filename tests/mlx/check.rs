@@ -462,11 +462,12 @@ fn an_unloadable_shard_is_a_values_finding() {
     let dir = tempfile::tempdir().expect("tempdir");
     write_safetensors(
         &dir.path().join("model.safetensors"),
+        // MLX's loader refuses F4 and nothing here decodes it yet.
         &[Tensor::new(
             "w",
-            safetensors::Dtype::F8_E5M2,
+            safetensors::Dtype::F4,
             &[4, 4],
-            vec![0x3C; 16],
+            vec![0x3C; 8],
         )],
     );
     let output = Process::new(env!("CARGO_BIN_EXE_weightscope"))

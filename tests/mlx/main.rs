@@ -16,6 +16,7 @@ mod mlx_lm_writer;
 mod mlx_real;
 mod profile_walk;
 mod real_checkpoints;
+mod remote;
 mod tensor_preview;
 mod views_diff;
 mod weights_core;

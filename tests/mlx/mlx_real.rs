@@ -34,9 +34,9 @@ fn lazy_open_then_exact_materialization_then_full_release() {
     mlx::clear_cache().expect("clear cache");
     let before = active();
 
-    let map = ShardMap::open(&path).expect("open");
+    let mut map = ShardMap::open(&path).expect("open");
     assert_eq!(map.len(), 2);
-    let big_array = map.get("big").expect("big is in the map");
+    let big_array = map.get("big").expect("read").expect("big is in the map");
     assert_eq!(big_array.shape(), &[1024, 1024]);
     assert_eq!(active(), before, "opening must read no tensor bytes");
 
@@ -104,14 +104,14 @@ fn half_precision_values_read_back_exactly() {
             ),
         ],
     );
-    let map = ShardMap::open(&path).expect("open");
-    let h = map.get("h").expect("h");
+    let mut map = ShardMap::open(&path).expect("open");
+    let h = map.get("h").expect("read").expect("h");
     assert_eq!(h.dtype(), mlx::Dtype::Float16);
     let got = mlx::to_f32_vec(&h).expect("f16 values");
     let want: Vec<f32> = f16_values.iter().map(|v| v.to_f32()).collect();
     assert_eq!(bits(&got), bits(&want));
 
-    let b = map.get("b").expect("b");
+    let b = map.get("b").expect("read").expect("b");
     assert_eq!(b.dtype(), mlx::Dtype::Bfloat16);
     let got = mlx::to_f32_vec(&b).expect("bf16 values");
     let want: Vec<f32> = bf16_values.iter().map(|v| v.to_f32()).collect();
@@ -199,8 +199,10 @@ fn every_loadable_dtype_reads_as_f32() {
         Tensor::new("bool", StDtype::BOOL, &[4], vec![1, 0, 0, 1]),
     ];
     write_safetensors(&path, &tensors);
-    let map = ShardMap::open(&path).expect("open");
-    let read = |name: &str| mlx::to_f32_vec(&map.get(name).expect("tensor")).expect("values");
+    let mut map = ShardMap::open(&path).expect("open");
+    let mut read = |name: &str| {
+        mlx::to_f32_vec(&map.get(name).expect("read").expect("tensor")).expect("values")
+    };
     assert_eq!(read("f32"), [1.5, -2.25, 0.0, 1e-7]);
     // MLX's safetensors loader has no F64; arrays of f64 made in MLX still read.
     let f64_array = mlx::Array::from_slice_f64(&[1.5, -2.25, 0.0, 1e10], &[4]);

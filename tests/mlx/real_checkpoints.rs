@@ -518,35 +518,77 @@ fn a_fifo_named_like_a_shard_is_refused_without_opening_it() {
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
 }
 
-/// MLX 0.32.2's loader refuses `F8_E5M2` (the decoder is ready: the table
-/// test above covers every code): such a shard is a clear one-line error
-/// naming the file and the dtype, while its headers still inspect.
+/// MLX 0.32.2's loader refuses `F8_E5M2`: such a shard is read through
+/// (its bytes into an MLX array) and decoded; every one of the 256 codes
+/// equals the top byte of an IEEE half (the format's definition), read
+/// here through the `half` crate.
 #[test]
-fn an_e5m2_shard_is_a_clear_error_not_bytes() {
+fn an_e5m2_shard_is_read_through_and_decoded() {
     let _lock = common::mlx_memory_lock();
     let dir = tempfile::tempdir().expect("tempdir");
+    let codes: Vec<u8> = (0..=255).collect();
     write_safetensors(
         &dir.path().join("model.safetensors"),
         &[Tensor::new(
             "w",
             safetensors::Dtype::F8_E5M2,
             &[16, 16],
-            (0..=255).collect(),
+            codes.clone(),
         )],
     );
     let output = Process::new(env!("CARGO_BIN_EXE_weightscope"))
-        .args(["tensor"])
+        .args(["tensor", "--json"])
         .arg(dir.path())
         .arg("w")
         .output()
         .expect("runs");
-    assert_eq!(output.status.code(), Some(2));
-    assert!(output.stdout.is_empty());
-    let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
-        stderr.contains("F8_E5M2") && stderr.contains("model.safetensors"),
-        "{stderr}"
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
     );
+    let doc: serde_json::Value = serde_json::from_slice(&output.stdout).expect("json");
+    let values: Vec<f64> = codes
+        .iter()
+        .map(|&c| f64::from(half::f16::from_bits(u16::from(c) << 8)))
+        .collect();
+    let finite: Vec<f64> = values.iter().copied().filter(|v| v.is_finite()).collect();
+    let nan = values.iter().filter(|v| v.is_nan()).count();
+    let inf = values.iter().filter(|v| v.is_infinite()).count();
+    let mean = finite.iter().sum::<f64>() / finite.len() as f64;
+    let stats = &doc["stats"];
+    assert_eq!(stats["nan"].as_u64(), Some(nan as u64), "{doc}");
+    assert_eq!(stats["inf"].as_u64(), Some(inf as u64), "{doc}");
+    assert_eq!(
+        stats["max"].as_f64(),
+        finite.iter().copied().reduce(f64::max)
+    );
+    assert_eq!(
+        stats["min"].as_f64(),
+        finite.iter().copied().reduce(f64::min)
+    );
+    let got_mean = stats["mean"].as_f64().expect("mean");
+    // Partial sums of f32 values: a float32 rounding of the largest value.
+    assert!(
+        (got_mean - mean).abs() <= 1e-6 * 57344.0,
+        "{got_mean} vs {mean}"
+    );
+    let first: Vec<f64> = doc["first"]
+        .as_array()
+        .expect("first")
+        .iter()
+        .map(|v| v.as_f64().unwrap_or(f64::NAN))
+        .collect();
+    assert!(!first.is_empty());
+    // `first` holds f32 values (written in their shortest form).
+    #[allow(clippy::cast_possible_truncation)]
+    for (got, want) in first.iter().zip(&values) {
+        let (got, want) = (*got as f32, *want as f32);
+        assert!(
+            got == want || (got.is_nan() && !want.is_finite()),
+            "{got} vs {want}"
+        );
+    }
     let summary = Checkpoint::open(dir.path()).expect("headers").summary();
     assert_eq!(summary.logical_params, 256);
     assert!(summary.fp8.is_some());

@@ -109,15 +109,19 @@ struct Failing {
 }
 
 impl Native for Failing {
-    fn open_shard(&mut self, path: &Path) -> Result<ShardMap, MlxError> {
+    fn open_shard(
+        &mut self,
+        checkpoint: &Checkpoint,
+        shard: ShardId,
+    ) -> Result<ShardMap, MlxError> {
         self.opened += 1;
         if self.opened == self.fail_at {
             return Err(MlxError::Load {
-                path: path.to_path_buf(),
+                path: checkpoint.shard(shard).path.clone(),
                 message: "injected failure".into(),
             });
         }
-        MlxNative.open_shard(path)
+        MlxNative.open_shard(checkpoint, shard)
     }
 
     fn free_shard(&mut self, map: ShardMap) {

@@ -1,0 +1,311 @@
+//! A checkpoint read from a Hub repo or a URL: the files are chosen from
+//! the repo's listing as a local folder's would be, and each header comes
+//! through [`Remote::header`] (one range request, or the cache).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::{Checkpoint, CheckpointError, Layout, NameDigest, Parsed, config, header, index};
+use crate::files::has_suffix;
+use crate::remote::{Location, Remote};
+
+/// Headers fetched at once: a few, as the Hub's own viewer does.
+const PARALLEL_FETCHES: usize = 8;
+
+/// What to read from a remote checkpoint.
+struct Plan {
+    /// The folder in the repo the checkpoint's files are named from.
+    folder: String,
+    layout: PlanLayout,
+    /// Whether that folder has a `config.json`.
+    config: bool,
+}
+
+enum PlanLayout {
+    /// The index (its name in the folder).
+    Indexed(String),
+    /// Shard files (names in the folder), sorted.
+    Folder(Vec<String>),
+    /// One file (its name in the folder).
+    Single(String),
+}
+
+/// `folder/name`, or `name` at the top.
+fn in_folder(folder: &str, name: &str) -> String {
+    if folder.is_empty() {
+        name.to_owned()
+    } else {
+        format!("{folder}/{name}")
+    }
+}
+
+fn split_file(path: &str) -> (String, String) {
+    match path.rsplit_once('/') {
+        Some((folder, name)) => (folder.to_owned(), name.to_owned()),
+        None => (String::new(), path.to_owned()),
+    }
+}
+
+fn gguf_refused(root: &Path) -> CheckpointError {
+    CheckpointError::Unreadable {
+        path: root.to_path_buf(),
+        reason: "a GGUF file, which is read from this machine only so far: download it and run `weightscope inspect FILE.gguf`".into(),
+    }
+}
+
+/// Chooses the files as [`Checkpoint::open`] would in a local folder.
+fn plan(remote: &Remote, root: &Path) -> Result<Plan, CheckpointError> {
+    let unreadable = |reason: String| CheckpointError::Unreadable {
+        path: root.to_path_buf(),
+        reason,
+    };
+    let repo = match remote.location() {
+        Location::Url(url) => {
+            let path = url.split(['?', '#']).next().unwrap_or(url);
+            let name = path.rsplit('/').next().unwrap_or(path).to_owned();
+            if has_suffix(&name, ".gguf") {
+                return Err(gguf_refused(root));
+            }
+            return Ok(Plan {
+                folder: String::new(),
+                layout: PlanLayout::Single(name),
+                config: false,
+            });
+        }
+        Location::Hub(repo) => repo,
+    };
+    let listed = |name: &str| remote.files().iter().any(|f| f == name);
+    if repo.names_file() {
+        let (folder, name) = split_file(&repo.path);
+        if !listed(&repo.path) {
+            return Err(unreadable(
+                "no such file in the repo at this revision".into(),
+            ));
+        }
+        let config = listed(&in_folder(&folder, "config.json"));
+        let layout = if has_suffix(&name, ".gguf") {
+            return Err(gguf_refused(root));
+        } else if has_suffix(&name, ".json") {
+            PlanLayout::Indexed(name)
+        } else {
+            PlanLayout::Single(name)
+        };
+        return Ok(Plan {
+            folder,
+            layout,
+            config,
+        });
+    }
+    let folder = repo.path.clone();
+    let prefix = if folder.is_empty() {
+        String::new()
+    } else {
+        format!("{folder}/")
+    };
+    let mut children: Vec<&str> = remote
+        .files()
+        .iter()
+        .filter_map(|f| f.strip_prefix(&prefix))
+        .filter(|f| !f.contains('/'))
+        .collect();
+    children.sort_unstable();
+    let config = children.contains(&"config.json");
+    if let Some(index) = children
+        .iter()
+        .find(|f| f.ends_with(".safetensors.index.json"))
+    {
+        return Ok(Plan {
+            layout: PlanLayout::Indexed((*index).to_owned()),
+            folder,
+            config,
+        });
+    }
+    let shards: Vec<String> = children
+        .iter()
+        .filter(|f| f.ends_with(".safetensors"))
+        .map(|f| (*f).to_owned())
+        .collect();
+    if !shards.is_empty() {
+        return Ok(Plan {
+            folder,
+            layout: PlanLayout::Folder(shards),
+            config,
+        });
+    }
+    if let Some(gguf) = children.iter().find(|f| has_suffix(f, ".gguf")) {
+        return Err(unreadable(format!(
+            "holds GGUF files ({gguf}…), read from this machine only so far: download one and run `weightscope inspect FILE.gguf`"
+        )));
+    }
+    let deeper = remote
+        .files()
+        .iter()
+        .filter_map(|f| f.strip_prefix(&prefix))
+        .find(|f| f.ends_with(".safetensors"))
+        .and_then(|f| f.rsplit_once('/'))
+        .map(|(sub, _)| sub.to_owned());
+    Err(match deeper {
+        Some(sub) => unreadable(format!(
+            "no .safetensors files here; there are some in `{sub}/`: add /{sub} to the address"
+        )),
+        None => CheckpointError::EmptyFolder {
+            path: root.to_path_buf(),
+        },
+    })
+}
+
+impl Checkpoint {
+    /// Opens a checkpoint in a Hub repo or at a URL (see `docs/remote.md`).
+    pub(super) fn open_remote(
+        location: Location,
+        report: &(dyn Fn(usize, usize) + Sync),
+    ) -> Result<Self, CheckpointError> {
+        let root = PathBuf::from(location.display());
+        let failed = |path: &Path, e: crate::remote::HttpError| CheckpointError::Unreadable {
+            path: path.to_path_buf(),
+            reason: e.message,
+        };
+        let mut remote = Remote::connect(location).map_err(|e| failed(&root, e))?;
+        let plan = plan(&remote, &root)?;
+        remote.set_folder(&plan.folder);
+        let remote = Arc::new(remote);
+        let hub_root = match remote.location() {
+            Location::Hub(repo) if repo.names_file() => {
+                let mut top = repo.clone();
+                top.path.clone_from(&plan.folder);
+                PathBuf::from(top.display())
+            }
+            _ => root.clone(),
+        };
+        let shown = |name: &str| match &plan.layout {
+            PlanLayout::Single(_) => root.clone(),
+            _ => PathBuf::from(format!("{}/{name}", hub_root.display())),
+        };
+        let mut problems = Vec::new();
+        let mut kept_index = None;
+        let (layout, files, index_digests) = match &plan.layout {
+            PlanLayout::Single(name) => {
+                (Layout::SingleFile, vec![(name.clone(), root.clone())], None)
+            }
+            PlanLayout::Folder(names) => (
+                Layout::Folder,
+                names.iter().map(|n| (n.clone(), shown(n))).collect(),
+                None,
+            ),
+            PlanLayout::Indexed(index_file) => {
+                let index_path = shown(index_file);
+                let bytes = remote
+                    .whole(index_file, index::MAX_INDEX_BYTES)
+                    .map_err(|e| failed(&index_path, e))?;
+                let (index, digests) =
+                    index::fold_index_bytes(&index_path, &bytes, |d: &mut NameDigest, name| {
+                        d.add(super::table::name_hash(name));
+                    })?;
+                kept_index = Some(bytes);
+                let mut files = Vec::new();
+                for file in &index.shard_files {
+                    let in_repo = in_folder(&plan.folder, file);
+                    if !remote.files().is_empty() && !remote.files().contains(&in_repo) {
+                        problems.push(CheckpointError::IndexMissingShard {
+                            index: index_path.clone(),
+                            shard: file.clone(),
+                        });
+                        continue;
+                    }
+                    files.push((file.clone(), shown(file)));
+                }
+                (Layout::Indexed { index_path, index }, files, Some(digests))
+            }
+        };
+        let read = |(file, path): &(String, PathBuf), _: &mut Vec<u8>| -> Parsed {
+            let (size, bytes) = remote
+                .header(file, header::HEADER_CAP_BYTES)
+                .map_err(|e| failed(path, e))?;
+            let mut parsed = header::parse_prefix(path, size, &bytes)?;
+            let hashes = std::mem::take(&mut parsed.name_hashes);
+            Ok((parsed, hashes))
+        };
+        let headers = super::parse_all(&files, report, &|| {}, PARALLEL_FETCHES, &read);
+        let (mut checkpoint, shard_digests) =
+            Self::assemble_parsed(hub_root.clone(), layout, files, headers, problems);
+        if let (Some(digests), Some(bytes)) = (index_digests, kept_index) {
+            checkpoint.check_index(&digests, &shard_digests, &|_| Ok(bytes.clone()));
+        }
+        if plan.config {
+            let path = shown("config.json");
+            let parsed = remote
+                .whole("config.json", config::MAX_CONFIG_BYTES)
+                .map_err(|e| failed(&path, e))
+                .and_then(|bytes| config::parse_config(&path, &bytes));
+            match parsed {
+                Ok(config) => checkpoint.config = Some(config),
+                Err(err) => checkpoint.problems.push(err),
+            }
+        }
+        remote.trim_cache();
+        checkpoint.remote = Some(remote);
+        Ok(checkpoint)
+    }
+
+    /// The remote repo or URL the checkpoint is read from; `None` for a
+    /// checkpoint on this machine.
+    #[must_use]
+    pub fn remote(&self) -> Option<&Remote> {
+        self.remote.as_deref()
+    }
+
+    /// What reads shard `shard`'s bytes (owned: a read-through map keeps it).
+    #[must_use]
+    pub fn shard_bytes(&self, shard: super::ShardId) -> ShardBytes {
+        let s = self.shard(shard);
+        ShardBytes {
+            path: s.path.clone(),
+            file: s.file.clone(),
+            remote: self.remote.clone(),
+        }
+    }
+
+    /// The bytes `range` (offsets in the file) of shard `shard`.
+    ///
+    /// # Errors
+    /// As [`ShardBytes::read`].
+    pub fn read_bytes(
+        &self,
+        shard: super::ShardId,
+        range: std::ops::Range<u64>,
+    ) -> Result<Vec<u8>, CheckpointError> {
+        self.shard_bytes(shard).read(range)
+    }
+}
+
+/// Reads a shard's bytes: from its file, or by range requests.
+#[derive(Debug, Clone)]
+pub struct ShardBytes {
+    path: PathBuf,
+    file: String,
+    remote: Option<Arc<Remote>>,
+}
+
+impl ShardBytes {
+    /// The bytes `range` (offsets in the file).
+    ///
+    /// # Errors
+    /// The file or the request failed; one line naming the shard.
+    pub fn read(&self, range: std::ops::Range<u64>) -> Result<Vec<u8>, CheckpointError> {
+        use std::os::unix::fs::FileExt as _;
+        if let Some(remote) = &self.remote {
+            return remote
+                .read_at(&self.file, range)
+                .map_err(|e| CheckpointError::Unreadable {
+                    path: self.path.clone(),
+                    reason: e.message,
+                });
+        }
+        let file = std::fs::File::open(&self.path)
+            .map_err(|e| CheckpointError::unreadable(&self.path, &e))?;
+        let mut bytes = vec![0; usize::try_from(range.end - range.start).unwrap_or(0)];
+        file.read_exact_at(&mut bytes, range.start)
+            .map_err(|e| CheckpointError::unreadable(&self.path, &e))?;
+        Ok(bytes)
+    }
+}

@@ -1,0 +1,149 @@
+//! Headers, indexes and configs of Hub repos kept on disk by commit, so a
+//! second open of the same commit costs one request (the commit look-up).
+//! A commit's files never change, so nothing here goes stale; the folder
+//! is kept under [`CAP_BYTES`] by removing the least recently written
+//! commits. Everything is best effort: a cache that cannot be read or
+//! written only costs requests.
+
+use std::path::{Path, PathBuf};
+
+/// The most the cache keeps on disk.
+pub const CAP_BYTES: u64 = 256 << 20;
+
+/// The cache folder: `WEIGHTSCOPE_CACHE_DIR`, else
+/// `$XDG_CACHE_HOME/weightscope`, else `~/.cache/weightscope`; the Hub's
+/// part is under `hub/`.
+#[must_use]
+pub fn folder() -> Option<PathBuf> {
+    let var = |name: &str| {
+        std::env::var_os(name)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
+    let base = var("WEIGHTSCOPE_CACHE_DIR").or_else(|| {
+        var("XDG_CACHE_HOME")
+            .or_else(|| var("HOME").map(|h| h.join(".cache")))
+            .map(|c| c.join("weightscope"))
+    })?;
+    Some(base.join("hub"))
+}
+
+/// One commit of one repo in the cache.
+#[derive(Debug, Clone)]
+pub struct CommitCache {
+    dir: PathBuf,
+}
+
+impl CommitCache {
+    /// The cache of `commit` (40 hex digits, as the Hub names commits; any
+    /// other text gets no cache) of the repo `repo_key` names.
+    #[must_use]
+    pub fn new(repo_key: &str, commit: &str) -> Option<Self> {
+        if commit.len() != 40 || !commit.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return None;
+        }
+        let root = folder()?;
+        Some(Self {
+            dir: root
+                .join(safe_name(repo_key))
+                .join(commit.to_ascii_lowercase()),
+        })
+    }
+
+    /// What was kept for `file` under `what` (`header`, `whole`): the file's
+    /// size and the bytes.
+    #[must_use]
+    pub fn get(&self, what: &str, file: &str) -> Option<(u64, Vec<u8>)> {
+        let path = self.path(what, file);
+        let bytes = crate::files::read_bounded(&path, CAP_BYTES, "a cache entry").ok()?;
+        let (size, rest) = bytes.split_first_chunk::<8>()?;
+        Some((u64::from_le_bytes(*size), rest.to_vec()))
+    }
+
+    /// Keeps `bytes` of `file` (whose size is `size`).
+    pub fn put(&self, what: &str, file: &str, size: u64, bytes: &[u8]) {
+        if create_private(&self.dir).is_err() {
+            return;
+        }
+        let mut record = Vec::with_capacity(8 + bytes.len());
+        record.extend_from_slice(&size.to_le_bytes());
+        record.extend_from_slice(bytes);
+        let _ = crate::files::write_atomic(&self.path(what, file), &record);
+    }
+
+    fn path(&self, what: &str, file: &str) -> PathBuf {
+        self.dir.join(format!("{what}.{}", safe_name(file)))
+    }
+}
+
+/// Makes `dir` and its parents, readable by this user only.
+fn create_private(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt as _;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+}
+
+/// A file name made of `text`: letters, digits, `-`, `_` and `.` kept,
+/// anything else (a slash) as `%XX`; never `.` or `..`.
+fn safe_name(text: &str) -> String {
+    super::percent_encode(text, |at, b| {
+        b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_') || (b == b'.' && at > 0)
+    })
+}
+
+/// Removes the least recently written commits until the cache holds at
+/// most `cap` bytes.
+pub fn trim(cap: u64) {
+    let Some(root) = folder() else { return };
+    let mut commits = Vec::new();
+    let Ok(repos) = std::fs::read_dir(&root) else {
+        return;
+    };
+    for repo in repos.flatten() {
+        let Ok(dirs) = std::fs::read_dir(repo.path()) else {
+            continue;
+        };
+        for commit in dirs.flatten() {
+            let mut bytes = 0;
+            let mut newest = std::time::SystemTime::UNIX_EPOCH;
+            for file in std::fs::read_dir(commit.path())
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
+                if let Ok(meta) = file.metadata() {
+                    bytes += meta.len();
+                    newest = newest.max(meta.modified().unwrap_or(newest));
+                }
+            }
+            commits.push((newest, bytes, commit.path()));
+        }
+    }
+    let mut total: u64 = commits.iter().map(|c| c.1).sum();
+    commits.sort();
+    for (_, bytes, dir) in commits {
+        if total <= cap {
+            break;
+        }
+        if std::fs::remove_dir_all(&dir).is_ok() {
+            total -= bytes;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::safe_name;
+
+    #[test]
+    fn names_in_the_cache_cannot_climb_out() {
+        assert_eq!(
+            safe_name("sub/model-00001.safetensors"),
+            "sub%2Fmodel-00001.safetensors"
+        );
+        assert_eq!(safe_name(".."), "%2E.");
+        assert_eq!(safe_name("a b"), "a%20b");
+    }
+}

@@ -1,0 +1,284 @@
+//! Checkpoints that are not on this machine: Hub repos and file URLs, read
+//! by range requests as the Hub's own viewer reads them. See
+//! `docs/remote.md`.
+//!
+//! [`Remote::connect`] asks the Hub for the repo's commit and file list
+//! (one request); headers, the index and `config.json` then come through
+//! [`Remote::header`] and [`Remote::whole`], from the on-disk
+//! [`cache`] when this commit was read before; tensor bytes through
+//! [`Remote::read_at`]. The checkpoint layer builds a
+//! `Checkpoint` from them (the layer above).
+
+pub mod cache;
+pub mod http;
+pub mod location;
+
+use std::ops::Range;
+
+pub use http::{Client, Counters, Fetched, HttpError};
+pub use location::{Location, RepoKind, RepoPath, endpoint_from_env};
+
+/// Bytes asked for first from each shard: a header longer than this costs
+/// a second request (the Hub's viewer reads the same amount).
+pub const FIRST_READ_BYTES: u64 = 100_000;
+/// The API's answer about a repo is refused past this size.
+const MAX_API_BYTES: u64 = 64 << 20;
+/// Bytes per request when a tensor is read (each retried on its own).
+const READ_PIECE_BYTES: u64 = 64 << 20;
+
+/// A remote checkpoint's files and how to reach them.
+#[derive(Debug)]
+pub struct Remote {
+    client: Client,
+    location: Location,
+    /// The commit the files are read at (Hub repos), as the API said.
+    commit: Option<String>,
+    /// Every file of the repo (Hub repos), as the API listed them.
+    files: Vec<String>,
+    /// The folder in the repo that file names are read in.
+    folder: String,
+    cache: Option<cache::CommitCache>,
+}
+
+/// The API's answer about a repo revision (what is used of it).
+#[derive(serde::Deserialize)]
+struct RepoInfo {
+    sha: Option<String>,
+    #[serde(default)]
+    siblings: Vec<Sibling>,
+}
+
+#[derive(serde::Deserialize)]
+struct Sibling {
+    rfilename: String,
+}
+
+/// `text` with everything but unreserved characters as `%XX` (one path
+/// segment of a URL).
+fn encode_segment(text: &str) -> String {
+    percent_encode(text, |_, b| {
+        b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~')
+    })
+}
+
+/// `text` with each byte that `keep(position, byte)` refuses as `%XX`.
+fn percent_encode(text: &str, keep: impl Fn(usize, u8) -> bool) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::with_capacity(text.len());
+    for (at, b) in text.bytes().enumerate() {
+        if keep(at, b) {
+            out.push(char::from(b));
+        } else {
+            let _ = write!(out, "%{b:02X}");
+        }
+    }
+    out
+}
+
+/// A repo path with each segment encoded.
+fn encode_path(path: &str) -> String {
+    path.split('/')
+        .map(encode_segment)
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
+impl Remote {
+    /// Connects to `location`: for a Hub repo, one request to the API for
+    /// its commit and file list; for a URL, nothing yet.
+    ///
+    /// # Errors
+    /// The API's refusal or a network failure, in one line.
+    pub fn connect(location: Location) -> Result<Self, HttpError> {
+        let endpoint = match &location {
+            Location::Hub(repo) => repo.endpoint.clone(),
+            Location::Url(_) => endpoint_from_env(),
+        };
+        let client = Client::for_hub(&endpoint);
+        let mut remote = Self {
+            client,
+            location,
+            commit: None,
+            files: Vec::new(),
+            folder: String::new(),
+            cache: None,
+        };
+        if let Location::Hub(repo) = &remote.location {
+            let mut url = format!("{}/api/{}/{}", repo.endpoint, repo.kind.api(), repo.repo);
+            if let Some(rev) = &repo.revision {
+                url.push_str("/revision/");
+                url.push_str(&encode_segment(rev));
+            }
+            let answer = remote.client.get(&url, None, MAX_API_BYTES)?;
+            let info: RepoInfo = serde_json::from_slice(&answer.body).map_err(|e| {
+                HttpError::from_text(&format!(
+                    "the Hub's answer about the repo is not what its API gives ({e})"
+                ))
+            })?;
+            let key = format!("{}\n{}\n{}", repo.endpoint, repo.kind.api(), repo.repo);
+            remote.cache = info
+                .sha
+                .as_deref()
+                .and_then(|sha| cache::CommitCache::new(&key, sha));
+            remote.commit = info.sha;
+            remote.files = info.siblings.into_iter().map(|s| s.rfilename).collect();
+        }
+        Ok(remote)
+    }
+
+    /// Where the checkpoint is, as the user named it.
+    #[must_use]
+    pub fn location(&self) -> &Location {
+        &self.location
+    }
+
+    /// The commit the files are read at (Hub repos).
+    #[must_use]
+    pub fn commit(&self) -> Option<&str> {
+        self.commit.as_deref()
+    }
+
+    /// Every file of the repo (empty for a URL).
+    #[must_use]
+    pub fn files(&self) -> &[String] {
+        &self.files
+    }
+
+    /// Requests made and bytes received so far.
+    #[must_use]
+    pub fn counters(&self) -> &Counters {
+        self.client.counters()
+    }
+
+    /// Names the folder in the repo that the file names given to
+    /// [`Remote::url`], [`Remote::whole`], [`Remote::header`] and
+    /// [`Remote::read_at`] are in (the checkpoint's folder).
+    pub fn set_folder(&mut self, folder: &str) {
+        folder.clone_into(&mut self.folder);
+    }
+
+    /// The address of `file` (a name in the folder, see
+    /// [`Remote::set_folder`]; ignored for a URL).
+    #[must_use]
+    pub fn url(&self, file: &str) -> String {
+        match &self.location {
+            Location::Url(url) => url.clone(),
+            Location::Hub(repo) => {
+                let rev = self
+                    .commit
+                    .as_deref()
+                    .or(repo.revision.as_deref())
+                    .unwrap_or("main");
+                format!(
+                    "{}/{}{}/resolve/{}/{}",
+                    repo.endpoint,
+                    repo.kind.url_prefix(),
+                    repo.repo,
+                    encode_segment(rev),
+                    encode_path(&self.in_folder(file))
+                )
+            }
+        }
+    }
+
+    fn in_folder(&self, file: &str) -> String {
+        if self.folder.is_empty() {
+            file.to_owned()
+        } else {
+            format!("{}/{file}", self.folder)
+        }
+    }
+
+    /// A whole small file (the index, `config.json`), at most `cap` bytes;
+    /// from the cache when this commit's copy was kept.
+    ///
+    /// # Errors
+    /// The request's failure.
+    pub fn whole(&self, file: &str, cap: u64) -> Result<Vec<u8>, HttpError> {
+        if let Some((_, bytes)) = self
+            .cache
+            .as_ref()
+            .and_then(|c| c.get("whole", &self.in_folder(file)))
+        {
+            return Ok(bytes);
+        }
+        let fetched = self.client.get(&self.url(file), None, cap)?;
+        if let Some(c) = &self.cache {
+            c.put(
+                "whole",
+                &self.in_folder(file),
+                fetched.body.len() as u64,
+                &fetched.body,
+            );
+        }
+        Ok(fetched.body)
+    }
+
+    /// The first bytes of a safetensors file up to the end of its header
+    /// (`8 + N`, or what there is when the file is shorter or its length
+    /// prefix is out of bounds: the parser says what is wrong), and the
+    /// file's size. One range request, a second when the header is longer
+    /// than [`FIRST_READ_BYTES`]; none when the cache has it.
+    ///
+    /// # Errors
+    /// A request's failure, or a server that does not say the file's size.
+    pub fn header(&self, file: &str, cap: u64) -> Result<(u64, Vec<u8>), HttpError> {
+        if let Some(kept) = self
+            .cache
+            .as_ref()
+            .and_then(|c| c.get("header", &self.in_folder(file)))
+        {
+            return Ok(kept);
+        }
+        let url = self.url(file);
+        let first = self
+            .client
+            .get(&url, Some(&(0..FIRST_READ_BYTES)), FIRST_READ_BYTES)?;
+        let size = first
+            .total
+            .ok_or_else(|| HttpError::from_text("the server did not say the file's size"))?;
+        let mut bytes = first.body;
+        if let Some(prefix) = bytes.first_chunk::<8>() {
+            let want = u64::from_le_bytes(*prefix).saturating_add(8);
+            if want <= size && want <= cap.saturating_add(8) && want > bytes.len() as u64 {
+                let rest = self
+                    .client
+                    .get(&url, Some(&(bytes.len() as u64..want)), want)?;
+                bytes.extend_from_slice(&rest.body);
+            } else if want <= bytes.len() as u64 {
+                bytes.truncate(usize::try_from(want).unwrap_or(bytes.len()));
+            }
+        }
+        if let Some(c) = &self.cache {
+            c.put("header", &self.in_folder(file), size, &bytes);
+        }
+        Ok((size, bytes))
+    }
+
+    /// The bytes `range` of `file`, a piece at a time.
+    ///
+    /// # Errors
+    /// A request's failure.
+    pub fn read_at(&self, file: &str, range: Range<u64>) -> Result<Vec<u8>, HttpError> {
+        let url = self.url(file);
+        let mut bytes = Vec::with_capacity(usize::try_from(range.end - range.start).unwrap_or(0));
+        let mut at = range.start;
+        while at < range.end {
+            let end = (at + READ_PIECE_BYTES).min(range.end);
+            let piece = self.client.get(&url, Some(&(at..end)), end - at)?;
+            if piece.body.is_empty() {
+                return Err(HttpError::from_text("the file ends before the tensor does"));
+            }
+            at += piece.body.len() as u64;
+            bytes.extend_from_slice(&piece.body);
+        }
+        Ok(bytes)
+    }
+
+    /// Keeps the on-disk cache under its cap (after an open has written).
+    pub fn trim_cache(&self) {
+        if self.cache.is_some() {
+            cache::trim(cache::CAP_BYTES);
+        }
+    }
+}
