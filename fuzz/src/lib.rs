@@ -17,5 +17,9 @@ pub mod par;
 #[path = "../../src/files.rs"]
 pub mod files;
 
+// Hub repos and URLs, which the checkpoint layer opens.
+#[path = "../../src/remote/mod.rs"]
+pub mod remote;
+
 #[path = "../../src/weights/viewfile.rs"]
 pub mod viewfile;

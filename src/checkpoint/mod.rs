@@ -114,14 +114,26 @@ pub struct Checkpoint {
 }
 
 impl Checkpoint {
-    /// Opens the checkpoint at `path`: a folder (with or without an index) or
-    /// one safetensors file. Shard headers are parsed in parallel.
+    /// Opens the checkpoint at `path`: a folder (with or without an index),
+    /// one safetensors file, or a Hub repo or URL (`hf://ORG/REPO`, see
+    /// `docs/remote.md`; its progress on stderr when that is a terminal).
+    /// Shard headers are parsed in parallel.
     ///
     /// # Errors
     /// When nothing can be opened at all: the path is unreadable, the folder
     /// holds no safetensors file, or the index is unusable. Problems with
     /// single shards are not errors here: see [`Checkpoint::problems`].
     pub fn open(path: &Path) -> Result<Self, CheckpointError> {
+        use std::io::IsTerminal as _;
+        let remote = path.to_str().is_some_and(|p| p.contains("://"));
+        if remote && std::io::stderr().is_terminal() {
+            // A remote open takes seconds: its progress on the terminal.
+            let shown = path.display().to_string();
+            return Self::open_reporting(path, &move |parsed, total| {
+                let end = if parsed == total { "\n" } else { "" };
+                eprint!("\r{shown}: headers {parsed}/{total}{end}");
+            });
+        }
         Self::open_reporting(path, &|_, _| {})
     }
 
