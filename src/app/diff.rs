@@ -290,7 +290,7 @@ impl DiffPanel {
             let label = ui.label("B's view");
             ui.add(
                 egui::TextEdit::singleline(&mut self.view_input)
-                    .hint_text("auto, identity, qwen3-next or a view file")
+                    .hint_text("auto, identity, qwen3-next, llama-cpp or a view file")
                     .desired_width(200.0),
             )
             .labelled_by(label.id);

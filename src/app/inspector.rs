@@ -187,7 +187,7 @@ fn summary_text(p: &TensorPreview) -> String {
     let mut text = format!(
         "{}\ndtype {} shape {:?} {} in {}\ndevice {} materialized in {:.1} ms\nmin {} max {} mean {} std {} nan {} inf {}\n",
         p.name,
-        p.dtype,
+        p.stored_type(),
         p.shape,
         human_bytes(p.bytes),
         p.shard,
@@ -213,7 +213,7 @@ fn facts_ui(ui: &mut egui::Ui, p: &TensorPreview) {
         ui.label("dtype");
         // Values wrap in a narrow panel rather than run off its edge.
         let wrapped = |ui: &mut egui::Ui, text: String| ui.add(egui::Label::new(text).wrap());
-        wrapped(ui, format!("{}  shape {:?}", p.dtype, p.shape));
+        wrapped(ui, format!("{}  shape {:?}", p.stored_type(), p.shape));
         ui.end_row();
         ui.label("size");
         wrapped(ui, format!("{} in {}", human_bytes(p.bytes), p.shard));

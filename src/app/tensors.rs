@@ -130,6 +130,22 @@ impl Encodings {
         let tensors = checkpoint.tensors();
         let bytes = |i: usize| tensors.get(i).map_or(0, TensorRef::bytes);
         let mut out = Self::default();
+        if checkpoint.is_gguf() {
+            // GGUF block types: "Q4_K 4.50 b/w", decoded as gguf-py does.
+            for t in tensors {
+                if let Some(kind) = checkpoint.ggml_block_at(t.position()) {
+                    out.weights.insert(
+                        t.position(),
+                        Encoded {
+                            encoding: format!("{} {:.2} b/w", kind.name, kind.bits_per_value()),
+                            logical_shape: t.shape().to_vec(),
+                            bytes_with_parts: t.bytes(),
+                            parts: Vec::new(),
+                        },
+                    );
+                }
+            }
+        }
         if let Some(q) = &summary.quantization {
             for t in &q.tensors {
                 let parts: Vec<usize> = std::iter::once(t.scales)

@@ -6,12 +6,6 @@ use std::path::{Path, PathBuf};
 /// A problem with a checkpoint file, index or folder.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CheckpointError {
-    /// A GGUF file where only safetensors are read so far.
-    #[error("a GGUF file: `weightscope inspect`, `tensor` and `check` read it; the window, `diff` and `walk` do not yet: {}", path.display())]
-    Gguf {
-        /// The file.
-        path: PathBuf,
-    },
     /// The file or folder could not be opened or read.
     #[error("cannot read ({reason}): {}", path.display())]
     Unreadable {
@@ -225,7 +219,6 @@ impl CheckpointError {
     pub fn path(&self) -> &Path {
         match self {
             Self::Unreadable { path, .. }
-            | Self::Gguf { path }
             | Self::TooShort { path, .. }
             | Self::HeaderTooLarge { path, .. }
             | Self::HeaderPastEnd { path, .. }

@@ -11,6 +11,7 @@ mod config;
 mod dtype;
 mod error;
 pub mod gguf;
+mod gguf_checkpoint;
 mod header;
 mod index;
 mod remote;
@@ -111,6 +112,8 @@ pub struct Checkpoint {
     problems: Vec<CheckpointError>,
     /// Where the files are when they are not on this machine.
     remote: Option<std::sync::Arc<crate::remote::Remote>>,
+    /// A GGUF file's ggml type per tensor position.
+    ggml: Option<std::sync::Arc<[gguf::GgmlType]>>,
 }
 
 impl Checkpoint {
@@ -161,9 +164,7 @@ impl Checkpoint {
         if meta.is_dir() {
             Self::open_folder(path, report)
         } else if gguf::is_gguf(path) {
-            Err(CheckpointError::Gguf {
-                path: path.to_path_buf(),
-            })
+            Self::open_gguf(path)
         } else {
             let file = path.file_name().map_or_else(
                 || path.display().to_string(),
@@ -363,6 +364,7 @@ impl Checkpoint {
             config: None,
             problems,
             remote: None,
+            ggml: None,
         };
         (checkpoint, digests)
     }

@@ -141,6 +141,9 @@ pub enum Encoding {
     Packed(QuantizedTensor),
     /// FP8 codes: shown decoded (and block-scaled).
     Fp8(Fp8Tensor),
+    /// A GGUF tensor of a ggml block type (`Q4_K`, `IQ4_XS`…), stored as
+    /// its bytes: shown as gguf-py's `dequantize` decodes it.
+    Ggml(super::gguf::GgmlType),
     /// Overhead of another tensor (its scales, biases or block scale): not a
     /// parameter, and compared as part of its owner in a diff.
     Aux {
@@ -267,8 +270,11 @@ pub struct Summary {
     pub total_bytes: u64,
     /// Sum of shard file sizes (headers included).
     pub file_bytes: u64,
-    /// Stored elements per stored dtype (packed words count as words).
+    /// Stored elements per stored dtype (packed words count as words; a
+    /// GGUF file's block-typed tensors are in `params_by_ggml` instead).
     pub params_by_dtype: BTreeMap<Dtype, u64>,
+    /// A GGUF file's parameters per ggml block type (`Q4_K`…).
+    pub params_by_ggml: BTreeMap<&'static str, u64>,
     /// The model's parameters as mlx-lm counts them: packed weights as the
     /// weights they hold; scales, biases and FP8 block scales not counted.
     pub logical_params: u64,
@@ -320,6 +326,7 @@ impl Summary {
             total_bytes,
             file_bytes: checkpoint.shards().iter().map(|s| s.file_bytes).sum(),
             params_by_dtype,
+            params_by_ggml: all.per_ggml,
             logical_params: all.logical_params,
             bits_per_weight: ratio_bits(total_bytes, all.logical_params),
             quantization: quant_summary(checkpoint, all.packed),
@@ -334,6 +341,8 @@ impl Summary {
 struct Counts {
     /// Stored elements, a slot per dtype.
     per_dtype: [u64; Dtype::ALL.len()],
+    /// Parameters per ggml block type (GGUF files).
+    per_ggml: BTreeMap<&'static str, u64>,
     total_bytes: u64,
     logical_params: u64,
     layers: BTreeMap<Option<u64>, LayerFigures>,
@@ -378,7 +387,10 @@ impl Counts {
         let mut counts = Self::default();
         let mut partners = Partners::default();
         for t in tensors.iter_range(range) {
-            counts.per_dtype[t.dtype() as usize] += t.elements();
+            match checkpoint.ggml_block_at(t.position()) {
+                Some(kind) => *counts.per_ggml.entry(kind.name).or_default() += t.elements(),
+                None => counts.per_dtype[t.dtype() as usize] += t.elements(),
+            }
             counts.total_bytes += t.bytes();
             let own = if may_encode {
                 checkpoint.own_encoding(t, &mut partners)
@@ -459,6 +471,9 @@ impl Counts {
     fn merge(&mut self, later: Self) {
         for (mine, theirs) in self.per_dtype.iter_mut().zip(later.per_dtype) {
             *mine += theirs;
+        }
+        for (kind, n) in later.per_ggml {
+            *self.per_ggml.entry(kind).or_default() += n;
         }
         self.total_bytes += later.total_bytes;
         self.logical_params = self.logical_params.wrapping_add(later.logical_params);
@@ -610,6 +625,9 @@ impl Checkpoint {
     /// The encoding `t` has by itself: [`Encoding::Packed`] or
     /// [`Encoding::Fp8`], which win over being another tensor's part.
     fn own_encoding(&self, t: TensorRef<'_>, partners: &mut Partners) -> Option<Encoding> {
+        if let Some(kind) = self.ggml_block_at(t.position()) {
+            return Some(Encoding::Ggml(kind));
+        }
         let tensors = self.tensors();
         if let Some(module) = t.name().strip_suffix(".weight")
             && t.dtype() == Dtype::U32
@@ -639,9 +657,11 @@ impl Checkpoint {
     /// without, every tensor is plain and no names need looking up.
     #[must_use]
     pub fn may_have_encodings(&self) -> bool {
-        self.tensors()
-            .iter()
-            .any(|t| t.dtype() == Dtype::U32 || Fp8Format::of(t.dtype()).is_some())
+        self.is_gguf()
+            || self
+                .tensors()
+                .iter()
+                .any(|t| t.dtype() == Dtype::U32 || Fp8Format::of(t.dtype()).is_some())
     }
 
     /// Whether the stored tensor `name` is overhead of another (scales,
@@ -940,7 +960,7 @@ mod runs {
         let (mut scale_bytes, mut blocks) = (0, BTreeMap::new());
         for t in checkpoint.tensors() {
             let p = match checkpoint.encoding_at(t.position()) {
-                Encoding::Plain => t.elements(),
+                Encoding::Plain | Encoding::Ggml(_) => t.elements(),
                 Encoding::Fp8(f) => {
                     fp8 += 1;
                     scale_bytes += f.scale.map_or(0, |s| checkpoint.tensors().at(s).bytes());

@@ -78,7 +78,7 @@ pub fn write_json(
     let doc = JsonTensor {
         name: &preview.name,
         stored_name: &preview.stored_name,
-        dtype: preview.dtype.name(),
+        dtype: preview.stored_type(),
         shape: &preview.shape,
         bytes: preview.bytes,
         shard: &preview.shard,
@@ -135,7 +135,7 @@ pub fn write_text(preview: &TensorPreview, out: &mut impl Write) -> io::Result<(
     writeln!(
         out,
         "dtype       {}  shape {:?}  {} in {}",
-        preview.dtype,
+        preview.stored_type(),
         preview.shape,
         human_bytes(preview.bytes),
         preview.shard
@@ -249,6 +249,12 @@ fn quantized_json(decoding: &Decoding) -> Option<serde_json::Value> {
             "block": block,
             "shape": shape,
         })),
+        Decoding::Ggml { kind, shape } => Some(serde_json::json!({
+            "mode": "ggml",
+            "type": kind.name,
+            "bits_per_weight": kind.bits_per_value(),
+            "shape": shape,
+        })),
         Decoding::Scales { .. } => None,
     }
 }
@@ -279,9 +285,6 @@ pub struct TensorArgs {
 pub fn main(args: &TensorArgs) -> u8 {
     let (path, name, repeat) = (args.path.as_path(), args.name.as_str(), args.repeat);
     let json = args.json.then_some(args.cells);
-    if path.is_file() && crate::checkpoint::gguf::is_gguf(path) {
-        return super::gguf::tensor_main(path, name, args.json);
-    }
     let checkpoint = match crate::checkpoint::Checkpoint::open(path) {
         Ok(checkpoint) => checkpoint,
         Err(err) => {

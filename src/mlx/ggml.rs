@@ -348,14 +348,9 @@ fn fifth_bits(blocks: &Array, from: i32) -> Result<Array, MlxError> {
     op("cast", sixteen.as_dtype(Dtype::Float32))
 }
 
-/// The values of a tensor of ggml type `kind` (gguf-py's name) stored as
-/// `bytes`, `[rows, cols]` in `float32`, decoded on the MLX device.
-///
-/// # Errors
-/// A type not in [`DECODED`], bytes that are not whole blocks of `rows x
-/// cols` values, or an MLX failure.
-pub fn decode(bytes: &[u8], kind: &str, rows: i32, cols: i32) -> Result<Array, MlxError> {
-    let (block_values, block_bytes) = match kind {
+/// Values and bytes per block of ggml type `kind`, for the types decoded.
+fn block_layout(kind: &str) -> Result<(i64, i64), MlxError> {
+    Ok(match kind {
         "F32" => (1, 4),
         "F16" | "BF16" => (1, 2),
         "Q4_0" | "IQ4_NL" => (32, 18),
@@ -378,22 +373,55 @@ pub fn decode(bytes: &[u8], kind: &str, rows: i32, cols: i32) -> Result<Array, M
                 ),
             ));
         }
-    };
+    })
+}
+
+/// The blocks of `rows x cols` values of type `kind` held in `len` bytes,
+/// and the bytes a block takes.
+fn blocks_of(len: i64, kind: &str, rows: i32, cols: i32) -> Result<(i32, i32), MlxError> {
+    let (block_values, block_bytes) = block_layout(kind)?;
     let values = i64::from(rows) * i64::from(cols);
     let blocks = values / block_values;
-    if values % block_values != 0 || i64::try_from(bytes.len()).ok() != Some(blocks * block_bytes) {
+    if values % block_values != 0 || len != blocks * block_bytes {
         return Err(MlxError::op(
             "decode ggml",
             format!(
-                "{} bytes are not {rows} x {cols} {kind} values ({block_bytes} bytes per {block_values})",
-                bytes.len()
+                "{len} bytes are not {rows} x {cols} {kind} values ({block_bytes} bytes per {block_values})"
             ),
         ));
     }
     let n =
         i32::try_from(blocks).map_err(|_| MlxError::op("decode ggml", "more than 2^31 blocks"))?;
-    let width = i32::try_from(block_bytes).unwrap_or(1);
-    let raw = Array::from_slice(bytes, &[n, width]);
+    Ok((n, i32::try_from(block_bytes).unwrap_or(1)))
+}
+
+/// The values of a tensor of ggml type `kind` (gguf-py's name) stored as
+/// `bytes`, `[rows, cols]` in `float32`, decoded on the MLX device.
+///
+/// # Errors
+/// A type not in [`DECODED`], bytes that are not whole blocks of `rows x
+/// cols` values, or an MLX failure.
+pub fn decode(bytes: &[u8], kind: &str, rows: i32, cols: i32) -> Result<Array, MlxError> {
+    let len = i64::try_from(bytes.len()).unwrap_or(i64::MAX);
+    let (n, width) = blocks_of(len, kind, rows, cols)?;
+    decode_blocks(&Array::from_slice(bytes, &[n, width]), kind, n, rows, cols)
+}
+
+/// [`decode`] of bytes already in an MLX `uint8` array (any shape: a
+/// tensor read through, or rows of one).
+///
+/// # Errors
+/// As [`decode`].
+pub fn decode_array(raw: &Array, kind: &str, rows: i32, cols: i32) -> Result<Array, MlxError> {
+    let len = i64::try_from(raw.size()).unwrap_or(i64::MAX);
+    let (n, width) = blocks_of(len, kind, rows, cols)?;
+    let blocks = op("reshape", raw.reshape(&[n, width]))?;
+    decode_blocks(&blocks, kind, n, rows, cols)
+}
+
+/// Decodes `raw`, `[n, block bytes]` `uint8`, to `[rows, cols]` `float32`.
+fn decode_blocks(raw: &Array, kind: &str, n: i32, rows: i32, cols: i32) -> Result<Array, MlxError> {
+    let raw = raw.clone();
     let x = match kind {
         "F32" | "F16" | "BF16" => {
             let dtype = match kind {

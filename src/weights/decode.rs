@@ -36,6 +36,14 @@ pub enum Decoding {
         /// The mode whose scales these are.
         mode: QuantMode,
     },
+    /// A GGUF tensor of a ggml block type, decoded as gguf-py's
+    /// `dequantize` does.
+    Ggml {
+        /// The ggml type.
+        kind: crate::checkpoint::gguf::GgmlType,
+        /// The logical shape.
+        shape: Vec<u64>,
+    },
 }
 
 impl Decoding {
@@ -81,6 +89,11 @@ impl Decoding {
                     _ => "E8M0 (2^(byte-127))",
                 }
             ),
+            Self::Ggml { kind, shape } => format!(
+                "GGUF {} ({:.4} bits per weight) decoded on the device as gguf-py's dequantize does, shape {shape:?}",
+                kind.name,
+                kind.bits_per_value()
+            ),
         }
     }
 
@@ -88,7 +101,9 @@ impl Decoding {
     #[must_use]
     pub fn shape(&self) -> Option<&[u64]> {
         match self {
-            Self::Quantized { shape, .. } | Self::Fp8 { shape, .. } => Some(shape),
+            Self::Quantized { shape, .. } | Self::Fp8 { shape, .. } | Self::Ggml { shape, .. } => {
+                Some(shape)
+            }
             Self::Scales { .. } => None,
         }
     }
@@ -215,6 +230,21 @@ impl<N: Native> Weights<N> {
         match encoding {
             Encoding::Packed(q) => self.packed_values(name, info.name(), q),
             Encoding::Fp8(f) => self.fp8_values(name, &info, &f),
+            Encoding::Ggml(kind) => {
+                let raw = self.stored(info.name())?;
+                let shape = info.shape().to_vec();
+                let dims = i32_shape(&shape);
+                let (rows, cols) = rows_cols(&dims);
+                let decoded = mlx::ggml::decode_array(&raw, kind.name, rows, cols)?;
+                let array = self.fixed_up(name, mlx::reshape(&decoded, &dims)?)?;
+                Ok(Values {
+                    array,
+                    decoding: Some(Decoding::Ggml { kind, shape }),
+                    scales: None,
+                    biases: None,
+                    stored: vec![info.name().to_owned()],
+                })
+            }
             Encoding::Aux {
                 owner,
                 role: AuxRole::Scales,
@@ -453,6 +483,8 @@ enum Source {
         params: QuantParams,
         global: Option<(Array, i32)>,
     },
+    /// A ggml block type's bytes, `[rows, bytes per row]`, decoded per band.
+    Ggml { raw: Array, kind: &'static str },
     /// FP8 codes `[rows, cols]` with a block scale `[rows / r, cols / c]`.
     ScaledFp8 {
         codes: Array,
@@ -460,6 +492,13 @@ enum Source {
         scale: Array,
         block: [u64; 2],
     },
+}
+
+fn i32_shape(shape: &[u64]) -> Vec<i32> {
+    shape
+        .iter()
+        .map(|&d| i32::try_from(d).unwrap_or(i32::MAX))
+        .collect()
 }
 
 fn rows_cols(shape: &[i32]) -> (i32, i32) {
@@ -480,6 +519,10 @@ impl Bands {
         match &self.source {
             Source::Plain(a) => mlx::slice_rows(a, r0, r1),
             Source::Bytes(a, format) => mlx::decode_bytes(&mlx::slice_rows(a, r0, r1)?, *format),
+            Source::Ggml { raw, kind } => {
+                let cols = self.cols;
+                mlx::ggml::decode_array(&mlx::slice_rows(raw, r0, r1)?, kind, r1 - r0, cols)
+            }
             Source::Packed {
                 weight,
                 scales,
@@ -545,7 +588,7 @@ impl Bands {
     pub fn decodes_per_band(&self) -> bool {
         matches!(
             self.source,
-            Source::Packed { .. } | Source::ScaledFp8 { .. }
+            Source::Packed { .. } | Source::ScaledFp8 { .. } | Source::Ggml { .. }
         )
     }
 
@@ -569,7 +612,9 @@ impl Bands {
     /// When MLX cannot read them.
     pub fn materialize(&self) -> Result<(), crate::mlx::MlxError> {
         match &self.source {
-            Source::Plain(a) | Source::Bytes(a, _) => mlx::evaluate(a),
+            Source::Plain(a) | Source::Bytes(a, _) | Source::Ggml { raw: a, .. } => {
+                mlx::evaluate(a)
+            }
             Source::Packed {
                 weight,
                 scales,
@@ -639,6 +684,7 @@ impl<N: Native> Weights<N> {
         let reshape = |a: &Array, rows: i32, cols: i32| mlx::reshape(a, &[rows, cols]);
         match encoding {
             Encoding::Packed(q) => self.packed_bands(name, &info, &q),
+            Encoding::Ggml(kind) => self.ggml_bands(name, &info, kind),
             Encoding::Fp8(f) if f.scale.is_some() => {
                 let tensors = self.checkpoint.tensors();
                 let scale_name = f
@@ -712,6 +758,53 @@ impl<N: Native> Weights<N> {
                 })
             }
         }
+    }
+
+    /// A GGUF block-typed tensor, decoded band by band (whole rows are
+    /// whole blocks); rows a view reorders are decoded whole first.
+    fn ggml_bands(
+        &mut self,
+        name: &str,
+        info: &TensorInfo,
+        kind: crate::checkpoint::gguf::GgmlType,
+    ) -> Result<Bands, WeightsError> {
+        let reshape = |a: &Array, rows: i32, cols: i32| mlx::reshape(a, &[rows, cols]);
+        if self.has_fixup(name) {
+            let values = self.values(name)?;
+            let shape = values.array.shape().to_vec();
+            let (rows, cols) = rows_cols(&shape);
+            return Ok(Bands {
+                rows,
+                cols,
+                align: 1,
+                source: Source::Plain(reshape(&values.array, rows, cols)?),
+                decoding: values.decoding,
+                scales: None,
+                stored: values.stored,
+                shape,
+            });
+        }
+        let raw = self.stored(info.name())?;
+        let shape = i32_shape(info.shape());
+        let (rows, cols) = rows_cols(&shape);
+        let row_bytes = i32::try_from(raw.size() / usize::try_from(rows.max(1)).unwrap_or(1))
+            .unwrap_or(i32::MAX);
+        Ok(Bands {
+            rows,
+            cols,
+            align: 1,
+            decoding: Some(Decoding::Ggml {
+                kind,
+                shape: info.shape().to_vec(),
+            }),
+            scales: None,
+            stored: vec![info.name().to_owned()],
+            source: Source::Ggml {
+                raw: reshape(&raw, rows, row_bytes)?,
+                kind: kind.name,
+            },
+            shape,
+        })
     }
 
     fn packed_bands(

@@ -562,6 +562,8 @@ fn described_dtype<N: Native>(w: &Weights<N>, name: &str, decoding: Option<&Deco
             block: Some([r, c]),
             ..
         }) => format!("{dtype} block {r}x{c}"),
+        // A GGUF block type: the table holds its bytes as U8.
+        Some(Decoding::Ggml { kind, .. }) => kind.name.to_owned(),
         _ => dtype.to_owned(),
     }
 }

@@ -441,20 +441,32 @@ impl<N: Native> Weights<N> {
         }
         let source = source.to_owned();
         let raw = self.stored(&source)?;
-        // The fixed array is a lazy graph node holding its own reference to the
-        // source, so the raw handle can go at once.
-        let array = match self.view.as_ref().and_then(|v| v.fixup.as_ref()) {
-            Some(fixup) => match fixup(name, &raw)? {
-                Some(fixed) => {
-                    self.fixed.insert(name.to_owned());
-                    fixed
-                }
-                None => raw,
-            },
-            None => raw,
-        };
+        let array = self.fixed_up(name, raw)?;
         self.arrays.insert(name.to_owned(), array.clone());
         Ok(array)
+    }
+
+    /// `array` (the values of canonical `name`) with the view's fix-up
+    /// applied, when one applies. The fixed array is a lazy graph node
+    /// holding its own reference to the source, so the raw handle can go.
+    pub(crate) fn fixed_up(&mut self, name: &str, array: Array) -> Result<Array, WeightsError> {
+        match self.view.as_ref().and_then(|v| v.fixup.as_ref()) {
+            Some(fixup) => match fixup(name, &array)? {
+                Some(fixed) => {
+                    self.fixed.insert(name.to_owned());
+                    Ok(fixed)
+                }
+                None => Ok(array),
+            },
+            None => Ok(array),
+        }
+    }
+
+    /// Whether the installed view's fix-ups touch canonical `name`.
+    pub(crate) fn has_fixup(&self, name: &str) -> bool {
+        self.view_info
+            .as_ref()
+            .is_some_and(|v| !v.fixups_for(name).is_empty())
     }
 
     /// The array for `name`, evaluated (its bytes read into MLX memory), and

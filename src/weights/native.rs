@@ -88,7 +88,7 @@ impl Native for MlxNative {
                 .iter_range(s.tensors.clone())
                 .any(|t| mlx_dtype(t.dtype()).is_none())
         };
-        if checkpoint.remote().is_none() && !refused() {
+        if checkpoint.remote().is_none() && !checkpoint.is_gguf() && !refused() {
             return ShardMap::open(&s.path);
         }
         let start = s.data_start();
@@ -99,11 +99,15 @@ impl Native for MlxNative {
                     Ok(dtype) => (dtype, None),
                     Err(name) => (crate::mlx::Dtype::Uint8, Some(name)),
                 };
-                let shape = t
-                    .shape()
-                    .iter()
-                    .map(|&d| i32::try_from(d).unwrap_or(i32::MAX))
-                    .collect();
+                let shape = if checkpoint.ggml_block_at(t.position()).is_some() {
+                    // A ggml block type: its bytes, decoded above this layer.
+                    vec![i32::try_from(b - a).unwrap_or(i32::MAX)]
+                } else {
+                    t.shape()
+                        .iter()
+                        .map(|&d| i32::try_from(d).unwrap_or(i32::MAX))
+                        .collect()
+                };
                 let stored = Stored {
                     dtype,
                     shape,

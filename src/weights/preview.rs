@@ -66,6 +66,18 @@ pub struct TensorPreview {
     pub quant_maps: Option<QuantMaps>,
 }
 
+impl TensorPreview {
+    /// How the tensor is stored, by name: its dtype, or a GGUF tensor's
+    /// ggml type (`Q4_K`), whose bytes the table holds as `U8`.
+    #[must_use]
+    pub fn stored_type(&self) -> &'static str {
+        match &self.decoding {
+            Some(super::Decoding::Ggml { kind, .. }) => kind.name,
+            _ => self.dtype.name(),
+        }
+    }
+}
+
 /// Heatmaps of a quantized weight's per-group scales and biases (or of an
 /// FP8 weight's block scale), as decoded values.
 #[derive(Debug, Clone, PartialEq)]
@@ -163,7 +175,7 @@ impl<N: Native> Weights<N> {
         // Decoded size in f32 of a packed or block-scaled weight.
         let decoded_bytes = match self.encoding(name) {
             Some(Encoding::Packed(q)) => Some(q.logical_shape.iter().product::<u64>() * 4),
-            Some(Encoding::Fp8(Fp8Tensor { scale: Some(_), .. })) => self
+            Some(Encoding::Fp8(Fp8Tensor { scale: Some(_), .. }) | Encoding::Ggml(_)) => self
                 .info(name)
                 .map(|i| i.shape().iter().product::<u64>() * 4),
             _ => None,

@@ -60,8 +60,9 @@ impl ViewChoice {
     pub fn resolve(&self, checkpoint: &Checkpoint) -> Result<Option<ViewRules>, ViewError> {
         match self {
             Self::Identity => Ok(None),
-            Self::Builtin(name) => builtin(name).map(Some),
+            Self::Builtin(name) => builtin(name, checkpoint).map(Some),
             Self::File(path) => ViewRules::load(path).map(Some),
+            Self::Auto if checkpoint.is_gguf() => Ok(Some(ViewRules::llama_cpp(checkpoint))),
             Self::Auto => {
                 let model_type = checkpoint
                     .config()
@@ -82,11 +83,12 @@ impl ViewChoice {
 }
 
 /// Names of the built-in views.
-pub const BUILTIN_VIEWS: [&str; 1] = ["qwen3-next"];
+pub const BUILTIN_VIEWS: [&str; 2] = ["qwen3-next", "llama-cpp"];
 
-fn builtin(name: &str) -> Result<ViewRules, ViewError> {
+fn builtin(name: &str, checkpoint: &Checkpoint) -> Result<ViewRules, ViewError> {
     match name {
         "qwen3-next" => Ok(ViewRules::qwen3_next()),
+        "llama-cpp" => Ok(ViewRules::llama_cpp(checkpoint)),
         other => Err(ViewError::UnknownBuiltin(other.to_owned())),
     }
 }
@@ -104,6 +106,23 @@ impl FixupOp {
                 })?;
                 mlx::cast(array, dtype)
             }
+            Self::Unpermute(heads) => {
+                // Stored rows (head, j, t) are the source's (head, t, j),
+                // t in 0..2, j in 0..head_dim/2.
+                let shape = array.shape().to_vec();
+                let rows = shape.first().copied().unwrap_or(0);
+                let half = rows / heads.max(&1) / 2;
+                if *heads < 1 || half * heads * 2 != rows {
+                    return Err(MlxError::Op {
+                        operation: "unpermute",
+                        message: format!("{rows} rows are not {heads} heads of an even size"),
+                    });
+                }
+                let mut split = vec![*heads, half, 2];
+                split.extend_from_slice(&shape[1..]);
+                let swapped = mlx::swap_axes(&mlx::reshape(array, &split)?, 1, 2)?;
+                mlx::reshape(&swapped, &shape)
+            }
         }
     }
 
@@ -113,6 +132,7 @@ impl FixupOp {
             Self::MoveAxis(a, b) => format!("move axis {a} to {b}"),
             Self::SwapAxes(a, b) => format!("swap axes {a} and {b}"),
             Self::Cast(d) => format!("cast to {d}"),
+            Self::Unpermute(h) => format!("undo llama.cpp's rotary row order over {h} heads"),
         }
     }
 }
@@ -237,6 +257,85 @@ impl ViewRules {
                     origin: origin("conv1d layout"),
                 },
             ],
+        }
+    }
+
+    /// llama.cpp's tensor names (GGUF files) as Hugging Face and mlx-lm
+    /// name them, for the Llama and Qwen families (gguf-py's
+    /// `tensor_mapping.py` read the other way; `MoE` experts as `mlx-lm`
+    /// stacks them, `switch_mlp`), and for `general.architecture` `llama`
+    /// the Q and K rows put back in the source's order (the permutation
+    /// `convert_hf_to_gguf.py` applies; Qwen's converter applies none).
+    #[must_use]
+    pub fn llama_cpp(checkpoint: &Checkpoint) -> Self {
+        let origin = |s: &str| format!("llama-cpp: {s}");
+        let layer = |from: &str, to: &str| RenameRule {
+            pattern: re(&format!(r"^blk\.(\d+)\.{from}\.(weight|bias)$")),
+            to: format!("model.layers.${{1}}.{to}.${{2}}"),
+            origin: origin(from),
+        };
+        let top = |from: &str, to: &str| RenameRule {
+            pattern: re(&format!(r"^{from}\.weight$")),
+            to: format!("{to}.weight"),
+            origin: origin(from),
+        };
+        let mut renames = vec![
+            top("token_embd", "model.embed_tokens"),
+            top("output_norm", "model.norm"),
+            top("output", "lm_head"),
+            layer("attn_norm", "input_layernorm"),
+            layer("attn_q", "self_attn.q_proj"),
+            layer("attn_k", "self_attn.k_proj"),
+            layer("attn_v", "self_attn.v_proj"),
+            layer("attn_output", "self_attn.o_proj"),
+            layer("attn_q_norm", "self_attn.q_norm"),
+            layer("attn_k_norm", "self_attn.k_norm"),
+            layer("ffn_norm", "post_attention_layernorm"),
+            layer("ffn_gate_inp", "mlp.gate"),
+            layer("ffn_gate_exps", "mlp.switch_mlp.gate_proj"),
+            layer("ffn_up_exps", "mlp.switch_mlp.up_proj"),
+            layer("ffn_down_exps", "mlp.switch_mlp.down_proj"),
+            layer("ffn_gate", "mlp.gate_proj"),
+            layer("ffn_up", "mlp.up_proj"),
+            layer("ffn_down", "mlp.down_proj"),
+        ];
+        renames.shrink_to_fit();
+        let metadata = checkpoint.metadata();
+        let arch = metadata
+            .get("general.architecture")
+            .map_or("", String::as_str);
+        let heads = |key: &str| {
+            metadata
+                .get(&format!("{arch}.attention.{key}"))
+                .and_then(|v| v.parse::<i32>().ok())
+        };
+        let mut fixups = Vec::new();
+        if arch == "llama"
+            && let Some(q_heads) = heads("head_count")
+        {
+            let kv_heads = heads("head_count_kv").unwrap_or(q_heads);
+            for (proj, count) in [("q_proj", q_heads), ("k_proj", kv_heads)] {
+                fixups.push(FixupRule {
+                    pattern: re(&format!(r"\.self_attn\.{proj}\.(weight|bias)$")),
+                    op: FixupOp::Unpermute(count),
+                    if_ndim: None,
+                    unless_last_dim: None,
+                    reason: format!(
+                        "convert_hf_to_gguf.py reorders {proj} rows for llama.cpp's rotary embedding"
+                    ),
+                    origin: origin(&format!("{proj} row order")),
+                });
+            }
+        }
+        Self {
+            name: "llama-cpp".into(),
+            renames,
+            drops: vec![DropRule {
+                pattern: re(r"^rope_freqs\.weight$"),
+                reason: "llama.cpp's RoPE frequency factors, computed from config.json's rope_scaling (no tensor in the source)".into(),
+                origin: origin("drop rope_freqs"),
+            }],
+            fixups,
         }
     }
 

@@ -16,6 +16,10 @@ pub enum FixupOp {
     SwapAxes(i32, i32),
     /// Cast to a dtype (safetensors name: `F16`, `BF16`, `F32`, …).
     Cast(String),
+    /// Undo llama.cpp's rotary reordering of Q or K rows for this many
+    /// heads (built-in views only: `convert_hf_to_gguf.py` permutes Llama's
+    /// `q_proj` and `k_proj` rows within each head).
+    Unpermute(i32),
 }
 
 /// Dtypes a `cast` fix-up accepts (those MLX arrays have).
@@ -77,7 +81,7 @@ pub struct ViewFile {
 #[derive(Debug, thiserror::Error)]
 pub enum ViewError {
     /// No built-in view of that name.
-    #[error("no built-in view named `{0}` (there is: qwen3-next)")]
+    #[error("no built-in view named `{0}` (there are: qwen3-next, llama-cpp)")]
     UnknownBuiltin(String),
     /// The view file cannot be read.
     #[error("cannot read the view file {}: {source}", path.display())]

@@ -99,7 +99,10 @@ def describe(path):
         try:
             v = dequantize(t.data, t.tensor_type).astype(np.float32).ravel()
         except Exception:
-            continue
+            if t.data.dtype.kind not in "iuf":
+                continue
+            # Plain integer and F64 tensors: the reader's own numpy view.
+            v = np.asarray(t.data).astype(np.float32).ravel()
         values[t.name] = {
             "first": [float(x) for x in v[:64]],
             "min": float(v.min()),

@@ -96,7 +96,7 @@ fn headers_types_and_what_mx_load_does_match_gguf_py_and_mlx() {
 #[test]
 fn inspect_reads_a_gguf_file_and_says_what_mx_load_will_do() {
     let out = tempfile::tempdir().expect("tempdir");
-    write_files(out.path());
+    let lines = write_files(out.path());
     let run = |file: &str| {
         let output = Process::new(env!("CARGO_BIN_EXE_weightscope"))
             .arg("inspect")
@@ -158,17 +158,29 @@ fn inspect_reads_a_gguf_file_and_says_what_mx_load_will_do() {
         "{err}"
     );
     assert_eq!(err.lines().count(), 1, "{err}");
-    // What does not read GGUF yet says so in one line, not a header error.
+    // The checkpoint layer reads GGUF as it reads safetensors: a diff of
+    // the file with itself decodes every tensor and finds nothing changed.
     let mixed = out.path().join("mixed.gguf");
     let output = Process::new(env!("CARGO_BIN_EXE_weightscope"))
-        .arg("diff")
+        .args(["diff", "--json"])
         .args([&mixed, &mixed])
         .output()
         .expect("runs");
     let err = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(2), "{err}");
-    assert!(err.contains("a GGUF file: `weightscope inspect`"), "{err}");
-    assert_eq!(err.lines().count(), 1, "{err}");
+    assert_eq!(output.status.code(), Some(0), "{err}");
+    let doc: Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    assert_eq!(doc["failed"].as_array().map(Vec::len), Some(0), "{doc}");
+    assert_eq!(
+        doc["compared"].as_u64(),
+        lines
+            .iter()
+            .find(|l| l["file"]
+                .as_str()
+                .is_some_and(|f| f.ends_with("mixed.gguf")))
+            .and_then(|l| l["tensors"].as_array())
+            .map(|t| t.len() as u64),
+        "{doc}"
+    );
 }
 
 /// `weightscope tensor FILE.gguf NAME` decodes on the MLX device what
@@ -197,9 +209,13 @@ fn gguf_values_equal_gguf_pys_dequantization() {
                 t["type"].as_str().expect("type"),
             );
             let output = tensor(path, name);
-            if !weightscope::mlx::ggml::DECODED.contains(&kind) {
+            // Plain integer and F64 tensors are read as their dtype; block
+            // types through the decoders.
+            let plain = ["I8", "I16", "I32", "I64", "F64"].contains(&kind);
+            if !plain && !weightscope::mlx::ggml::DECODED.contains(&kind) {
                 let err = String::from_utf8_lossy(&output.stderr);
-                assert_eq!(output.status.code(), Some(2), "{kind}: {err}");
+                assert_eq!(output.status.code(), Some(1), "{kind}: {err}");
+                assert!(err.contains("not decoded yet"), "{kind}: {err}");
                 assert_eq!(err.lines().count(), 1, "{err}");
                 continue;
             }
@@ -210,6 +226,7 @@ fn gguf_values_equal_gguf_pys_dequantization() {
             );
             let ours: Value = serde_json::from_slice(&output.stdout).expect("JSON");
             let theirs = &line["values"][name];
+            assert!(theirs.is_object(), "{kind}: gguf-py decodes it too");
             let first = ours["first"].as_array().expect("first");
             let want = theirs["first"].as_array().expect("first");
             assert_eq!(first.len(), want.len().min(64), "{kind}");
@@ -297,4 +314,68 @@ fn check_says_what_mx_load_will_do_with_a_gguf_file() {
         codes(&check("type_Q8_0.gguf")).is_empty(),
         "loaded as affine: nothing to say"
     );
+}
+
+/// A GGUF file made from a Hugging Face checkpoint the way llama.cpp's
+/// converter makes it (gguf-py's own name map; Llama's Q and K rows
+/// reordered, Qwen3's not) diffs against its source with every name met:
+/// the F32 tensors equal to the bit (the reordering undone), the `Q8_0` ones
+/// with the relative error numpy computes from gguf-py's own round trip.
+/// Without the view no name meets.
+#[test]
+fn a_gguf_file_diffs_against_its_hugging_face_source() {
+    let out = tempfile::tempdir().expect("tempdir");
+    for pair in common::run_venv_writer("tests/gguf/write_pair.py", out.path()) {
+        let (hf, gguf) = (
+            pair["hf"].as_str().expect("hf"),
+            pair["gguf"].as_str().expect("gguf"),
+        );
+        let names = pair["names"].as_object().expect("names");
+        let diff = |extra: &[&str]| {
+            let output = Process::new(env!("CARGO_BIN_EXE_weightscope"))
+                .args(["diff", "--json"])
+                .args(extra)
+                .args([hf, gguf])
+                .output()
+                .expect("runs");
+            assert!(
+                output.status.success(),
+                "{}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+            serde_json::from_slice::<Value>(&output.stdout).expect("JSON")
+        };
+        let doc = diff(&[]);
+        let arch = pair["arch"].as_str().expect("arch");
+        for key in ["only_in_a", "only_in_b", "failed"] {
+            assert_eq!(
+                doc[key].as_array().map(Vec::len),
+                Some(0),
+                "{arch} {key}: {doc}"
+            );
+        }
+        let common = doc["common"].as_array().expect("common");
+        assert_eq!(common.len(), names.len(), "{arch}");
+        let rel = pair["q8_0_rel_error"].as_object().expect("rel");
+        for t in common {
+            let name = t["name"].as_str().expect("name");
+            match rel.get(name).and_then(Value::as_f64) {
+                Some(want) => {
+                    assert_eq!(t["b_dtype"], "Q8_0", "{arch} {name}");
+                    let got = t["rel_error"].as_f64().expect("rel");
+                    assert!(
+                        (got - want).abs() <= 1e-5 * want,
+                        "{arch} {name}: {got} vs {want}"
+                    );
+                }
+                None => assert_eq!(t["max_abs_diff"].as_f64(), Some(0.0), "{arch} {name}: {t}"),
+            }
+        }
+        let plain = diff(&["--view-b", "identity"]);
+        assert_eq!(
+            plain["only_in_a"].as_array().map(Vec::len),
+            Some(names.len()),
+            "{arch}: without the view llama.cpp's names meet none"
+        );
+    }
 }
