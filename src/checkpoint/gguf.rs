@@ -23,6 +23,9 @@ pub const MAGIC: &[u8; 4] = b"GGUF";
 /// Bounds on what a header may claim, so a damaged or hostile file is a
 /// clear error, not an allocation of its claimed size.
 const MAX_TENSORS: u64 = 1 << 22;
+/// The most bytes of a remote GGUF file read as its header (a 256k-token
+/// vocabulary with its scores and types is about 10 MB).
+pub const MAX_HEADER_BYTES: u64 = 1 << 28;
 const MAX_KEYS: u64 = 1 << 20;
 const MAX_STRING: u64 = 1 << 24;
 const MAX_DIMS: u32 = 8;
@@ -429,20 +432,28 @@ impl GgufHeader {
         // A FIFO or a device is refused before it is opened: never a hang.
         let (file, meta) =
             crate::files::open_regular(path).map_err(|e| GgufError::Invalid(e.reason()))?;
-        let file_bytes = meta.len();
         let header = Self::from_reader(BufReader::with_capacity(1 << 16, file))?;
-        if let Some(t) = header
+        header.fits(meta.len())?;
+        Ok(header)
+    }
+
+    /// Checks that every tensor ends within a file of `file_bytes` bytes.
+    ///
+    /// # Errors
+    /// The first tensor past the end (a truncated file), in one line.
+    pub fn fits(&self, file_bytes: u64) -> Result<(), GgufError> {
+        match self
             .tensors
             .iter()
             .find(|t| t.offset.saturating_add(t.bytes) > file_bytes)
         {
-            return Err(GgufError::Invalid(format!(
+            Some(t) => Err(GgufError::Invalid(format!(
                 "tensor `{}` ends at byte {}, past the end of the file ({file_bytes} bytes): truncated",
                 t.name,
                 t.offset.saturating_add(t.bytes)
-            )));
+            ))),
+            None => Ok(()),
         }
-        Ok(header)
     }
 
     /// Reads a header from `reader`, positioned at the file's start.

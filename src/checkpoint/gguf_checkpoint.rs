@@ -7,7 +7,8 @@
 //! to decode them.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use super::gguf::{GgmlType, GgufHeader, MetaValue};
 use super::header::ShardHeader;
@@ -43,14 +44,32 @@ fn short(value: &MetaValue) -> Option<String> {
 impl Checkpoint {
     /// Opens the GGUF file at `path` as a one-shard checkpoint.
     pub(super) fn open_gguf(path: &Path) -> Result<Self, CheckpointError> {
-        let unreadable = |reason: String| CheckpointError::Unreadable {
+        let header = GgufHeader::read(path).map_err(|e| CheckpointError::Unreadable {
             path: path.to_path_buf(),
-            reason,
-        };
-        let header = GgufHeader::read(path).map_err(|e| unreadable(e.to_string()))?;
+            reason: e.to_string(),
+        })?;
         let file_bytes = std::fs::metadata(path)
             .map_err(|e| CheckpointError::unreadable(path, &e))?
             .len();
+        let file = path.file_name().map_or_else(
+            || path.display().to_string(),
+            |n| n.to_string_lossy().into_owned(),
+        );
+        Self::from_gguf(header, file_bytes, path.to_path_buf(), file)
+    }
+
+    /// The checkpoint of a GGUF file of `file_bytes` bytes whose header is
+    /// `header`, shown as `path` (its name in its folder: `file`).
+    pub(super) fn from_gguf(
+        header: GgufHeader,
+        file_bytes: u64,
+        path: PathBuf,
+        file: String,
+    ) -> Result<Self, CheckpointError> {
+        let unreadable = |reason: String| CheckpointError::Unreadable {
+            path: path.clone(),
+            reason,
+        };
         let mut order: Vec<_> = header.tensors.iter().collect();
         order.sort_by_key(|t| t.offset);
         let names_len = order.iter().map(|t| t.name.len()).sum();
@@ -88,19 +107,22 @@ impl Checkpoint {
             tensors,
             name_hashes: Vec::new(),
         };
-        let file = path.file_name().map_or_else(
-            || path.display().to_string(),
-            |n| n.to_string_lossy().into_owned(),
-        );
         let (mut checkpoint, _) = Self::assemble_parsed(
-            path.to_path_buf(),
+            path.clone(),
             Layout::SingleFile,
-            vec![(file, path.to_path_buf())],
+            vec![(file, path)],
             vec![Ok((shard, hashes))],
             Vec::new(),
         );
         checkpoint.ggml = Some(types.into());
+        checkpoint.gguf = Some(Arc::new(header));
         Ok(checkpoint)
+    }
+
+    /// A GGUF file's header (metadata, tensors, what `mx.load` does).
+    #[must_use]
+    pub fn gguf_header(&self) -> Option<&GgufHeader> {
+        self.gguf.as_deref()
     }
 
     /// Whether the checkpoint is a GGUF file.

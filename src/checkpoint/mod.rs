@@ -114,6 +114,8 @@ pub struct Checkpoint {
     remote: Option<std::sync::Arc<crate::remote::Remote>>,
     /// A GGUF file's ggml type per tensor position.
     ggml: Option<std::sync::Arc<[gguf::GgmlType]>>,
+    /// A GGUF file's header.
+    gguf: Option<std::sync::Arc<gguf::GgufHeader>>,
 }
 
 impl Checkpoint {
@@ -365,6 +367,7 @@ impl Checkpoint {
             problems,
             remote: None,
             ggml: None,
+            gguf: None,
         };
         (checkpoint, digests)
     }

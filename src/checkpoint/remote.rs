@@ -46,13 +46,6 @@ fn split_file(path: &str) -> (String, String) {
     }
 }
 
-fn gguf_refused(root: &Path) -> CheckpointError {
-    CheckpointError::Unreadable {
-        path: root.to_path_buf(),
-        reason: "a GGUF file, which is read from this machine only so far: download it and run `weightscope inspect FILE.gguf`".into(),
-    }
-}
-
 /// Chooses the files as [`Checkpoint::open`] would in a local folder.
 fn plan(remote: &Remote, root: &Path) -> Result<Plan, CheckpointError> {
     let unreadable = |reason: String| CheckpointError::Unreadable {
@@ -63,9 +56,6 @@ fn plan(remote: &Remote, root: &Path) -> Result<Plan, CheckpointError> {
         Location::Url(url) => {
             let path = url.split(['?', '#']).next().unwrap_or(url);
             let name = path.rsplit('/').next().unwrap_or(path).to_owned();
-            if has_suffix(&name, ".gguf") {
-                return Err(gguf_refused(root));
-            }
             return Ok(Plan {
                 folder: String::new(),
                 layout: PlanLayout::Single(name),
@@ -83,9 +73,7 @@ fn plan(remote: &Remote, root: &Path) -> Result<Plan, CheckpointError> {
             ));
         }
         let config = listed(&in_folder(&folder, "config.json"));
-        let layout = if has_suffix(&name, ".gguf") {
-            return Err(gguf_refused(root));
-        } else if has_suffix(&name, ".json") {
+        let layout = if has_suffix(&name, ".json") {
             PlanLayout::Indexed(name)
         } else {
             PlanLayout::Single(name)
@@ -132,26 +120,49 @@ fn plan(remote: &Remote, root: &Path) -> Result<Plan, CheckpointError> {
             config,
         });
     }
-    if let Some(gguf) = children.iter().find(|f| has_suffix(f, ".gguf")) {
-        return Err(unreadable(format!(
-            "holds GGUF files ({gguf}…), read from this machine only so far: download one and run `weightscope inspect FILE.gguf`"
-        )));
+    Err(nothing_to_open(remote, &children, &prefix, root))
+}
+
+/// Why a repo folder holds no safetensors checkpoint, with what to type.
+fn nothing_to_open(
+    remote: &Remote,
+    children: &[&str],
+    prefix: &str,
+    root: &Path,
+) -> CheckpointError {
+    let unreadable = |reason: String| CheckpointError::Unreadable {
+        path: root.to_path_buf(),
+        reason,
+    };
+    let ggufs: Vec<&str> = children
+        .iter()
+        .copied()
+        .filter(|f| has_suffix(f, ".gguf"))
+        .collect();
+    if let Some(first) = ggufs.first() {
+        let listed = ggufs.iter().take(6).copied().collect::<Vec<_>>().join(", ");
+        let more = if ggufs.len() > 6 { ", …" } else { "" };
+        return unreadable(format!(
+            "holds {} GGUF files ({listed}{more}): name one, as in {}/{first}",
+            ggufs.len(),
+            root.display()
+        ));
     }
     let deeper = remote
         .files()
         .iter()
-        .filter_map(|f| f.strip_prefix(&prefix))
+        .filter_map(|f| f.strip_prefix(prefix))
         .find(|f| f.ends_with(".safetensors"))
         .and_then(|f| f.rsplit_once('/'))
         .map(|(sub, _)| sub.to_owned());
-    Err(match deeper {
+    match deeper {
         Some(sub) => unreadable(format!(
             "no .safetensors files here; there are some in `{sub}/`: add /{sub} to the address"
         )),
         None => CheckpointError::EmptyFolder {
             path: root.to_path_buf(),
         },
-    })
+    }
 }
 
 impl Checkpoint {
@@ -169,6 +180,11 @@ impl Checkpoint {
         let plan = plan(&remote, &root)?;
         remote.set_folder(&plan.folder);
         let remote = Arc::new(remote);
+        if let PlanLayout::Single(name) = &plan.layout
+            && has_suffix(name, ".gguf")
+        {
+            return Self::open_remote_gguf(remote, name, &root);
+        }
         let hub_root = match remote.location() {
             Location::Hub(repo) if repo.names_file() => {
                 let mut top = repo.clone();
@@ -242,6 +258,29 @@ impl Checkpoint {
                 Err(err) => checkpoint.problems.push(err),
             }
         }
+        remote.trim_cache();
+        checkpoint.remote = Some(remote);
+        Ok(checkpoint)
+    }
+
+    /// A GGUF file in a Hub repo or at a URL: its header read by growing
+    /// range requests (or from the cache), its tensors read through.
+    fn open_remote_gguf(
+        remote: Arc<Remote>,
+        name: &str,
+        root: &Path,
+    ) -> Result<Self, CheckpointError> {
+        let failed = |reason: String| CheckpointError::Unreadable {
+            path: root.to_path_buf(),
+            reason,
+        };
+        let (size, header) = remote
+            .prefix_with(name, super::gguf::MAX_HEADER_BYTES, |reader| {
+                super::gguf::GgufHeader::from_reader(reader).map_err(|e| e.to_string())
+            })
+            .map_err(failed)?;
+        header.fits(size).map_err(|e| failed(e.to_string()))?;
+        let mut checkpoint = Self::from_gguf(header, size, root.to_path_buf(), name.to_owned())?;
         remote.trim_cache();
         checkpoint.remote = Some(remote);
         Ok(checkpoint)

@@ -96,28 +96,17 @@ impl CheckReport {
 /// # Errors
 /// When the checkpoint cannot be opened at all (one line naming the file).
 pub fn run(args: &CheckArgs) -> Result<CheckReport, super::CliError> {
-    let gguf_findings = if args.path.is_file() && crate::checkpoint::gguf::is_gguf(&args.path) {
-        let header = crate::checkpoint::gguf::GgufHeader::read(&args.path).map_err(|err| {
-            super::CliError::Message(format!(
-                "{}: {err}",
-                printable(&args.path.display().to_string())
-            ))
-        })?;
-        let findings = crate::checkpoint::check::check_gguf(&header);
-        if !args.values {
-            return Ok(CheckReport::new(&args.path, findings, None));
-        }
-        Some(findings)
-    } else {
-        None
-    };
     let checkpoint = Checkpoint::open(&args.path)?;
     if let Some(&problem) = checkpoint.fatal_problems().first() {
         return Err(problem.clone().into());
     }
     let summary = checkpoint.summary();
     // A GGUF file's header findings are its own (what mx.load does).
-    let mut findings = gguf_findings.unwrap_or_else(|| check_headers(&checkpoint, &summary));
+    let mut findings = match checkpoint.gguf_header() {
+        Some(header) => crate::checkpoint::check::check_gguf(header),
+        None => check_headers(&checkpoint, &summary),
+    };
+
     let mut scan = None;
     if args.values {
         // A shard MLX cannot load (a dtype it refuses) is a finding: the

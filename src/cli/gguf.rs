@@ -300,14 +300,21 @@ pub fn main(path: &Path, json: bool) -> u8 {
             return super::BAD_INPUT;
         }
     };
+    report(path, &header, json)
+}
+
+/// Writes the report of a GGUF file's `header` (`path` as shown: a local
+/// file or a remote address) and returns the exit status.
+#[must_use]
+pub fn report(path: &Path, header: &GgufHeader, json: bool) -> u8 {
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     let written = if json {
-        serde_json::to_writer(&mut out, &to_json(path, &header))
+        serde_json::to_writer(&mut out, &to_json(path, header))
             .map_err(std::io::Error::from)
             .and_then(|()| out.write_all(b"\n"))
     } else {
-        write_text(path, &header, &mut out)
+        write_text(path, header, &mut out)
     }
     .and_then(|()| out.flush());
     match super::output_status(written) {

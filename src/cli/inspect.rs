@@ -830,6 +830,10 @@ pub fn main(args: &InspectArgs) -> u8 {
     for problem in checkpoint.problems() {
         super::say(format_args!("warning: {problem}"));
     }
+    // A GGUF file on the Hub or at a URL: the same report as a local one.
+    if let Some(header) = checkpoint.gguf_header() {
+        return super::gguf::report(path, header, json);
+    }
     let summary = checkpoint.summary();
     let stdout = std::io::stdout();
     // Rust's stdout handle is line-buffered and searches every write for a

@@ -18,6 +18,77 @@ use std::ops::Range;
 pub use http::{Client, Counters, Fetched, HttpError};
 pub use location::{Location, RepoKind, RepoPath, endpoint_from_env};
 
+/// A remote file read from its start, for a parser that reads a header
+/// of unknown length: each read past what was fetched fetches the next
+/// range (growing, up to 16 MiB a request). Every byte fetched is kept.
+#[derive(Debug)]
+pub struct RangeReader<'a> {
+    remote: &'a Remote,
+    url: String,
+    /// Bytes `0..bytes.len()` of the file.
+    bytes: Vec<u8>,
+    pos: u64,
+    total: Option<u64>,
+    next: u64,
+    cap: u64,
+    /// The request that failed (the parser sees an I/O error).
+    failed: Option<HttpError>,
+}
+
+impl std::io::Read for RangeReader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let have = self.bytes.len() as u64;
+        let want_end = self.pos.saturating_add(buf.len() as u64);
+        if want_end > have && self.total.is_none_or(|t| have < t) {
+            if want_end > self.cap {
+                let cap = self.cap;
+                self.failed = Some(HttpError::from_text(&format!(
+                    "the header is longer than the {cap}-byte limit"
+                )));
+                return Err(std::io::Error::other("header too long"));
+            }
+            let mut end = want_end.max(have + self.next).min(self.cap);
+            if let Some(total) = self.total {
+                end = end.min(total);
+            }
+            match self
+                .remote
+                .client
+                .get(&self.url, Some(&(have..end)), end - have)
+            {
+                Ok(piece) => {
+                    self.total = self.total.or(piece.total);
+                    self.bytes.extend_from_slice(&piece.body);
+                    self.next = (self.next * 2).min(16 << 20);
+                }
+                Err(err) => {
+                    self.failed = Some(err);
+                    return Err(std::io::Error::other("request failed"));
+                }
+            }
+        }
+        let start = usize::try_from(self.pos)
+            .unwrap_or(usize::MAX)
+            .min(self.bytes.len());
+        let n = buf.len().min(self.bytes.len() - start);
+        buf[..n].copy_from_slice(&self.bytes[start..start + n]);
+        self.pos += n as u64;
+        Ok(n)
+    }
+}
+
+impl std::io::Seek for RangeReader<'_> {
+    fn seek(&mut self, to: std::io::SeekFrom) -> std::io::Result<u64> {
+        let at = match to {
+            std::io::SeekFrom::Start(n) => Some(n),
+            std::io::SeekFrom::Current(d) => self.pos.checked_add_signed(d),
+            std::io::SeekFrom::End(d) => self.total.and_then(|t| t.checked_add_signed(d)),
+        };
+        self.pos = at.ok_or_else(|| std::io::Error::other("seek out of the file"))?;
+        Ok(self.pos)
+    }
+}
+
 /// Bytes asked for first from each shard: a header longer than this costs
 /// a second request (the Hub's viewer reads the same amount).
 pub const FIRST_READ_BYTES: u64 = 100_000;
@@ -253,6 +324,51 @@ impl Remote {
             c.put("header", &self.in_folder(file), size, &bytes);
         }
         Ok((size, bytes))
+    }
+
+    /// Reads the start of `file` (a GGUF header, whose length is known only
+    /// by reading it) with `parse`, given a reader that fetches ranges as
+    /// it goes (100 KB, then twice as much each time) and stops at
+    /// `cap` bytes; the bytes read are kept in the cache, so a second open
+    /// of this commit fetches nothing. Returns the file's size and what
+    /// `parse` made.
+    ///
+    /// # Errors
+    /// A request's failure, or `parse`'s error, in one line.
+    pub fn prefix_with<T>(
+        &self,
+        file: &str,
+        cap: u64,
+        parse: impl FnOnce(&mut RangeReader<'_>) -> Result<T, String>,
+    ) -> Result<(u64, T), String> {
+        let kept = self
+            .cache
+            .as_ref()
+            .and_then(|c| c.get("prefix", &self.in_folder(file)));
+        let from_cache = kept.is_some();
+        let (total, bytes) = kept.map_or((None, Vec::new()), |(size, bytes)| (Some(size), bytes));
+        let mut reader = RangeReader {
+            remote: self,
+            url: self.url(file),
+            bytes,
+            pos: 0,
+            total,
+            next: FIRST_READ_BYTES,
+            cap,
+            failed: None,
+        };
+        let parsed = parse(&mut reader);
+        if let Some(err) = reader.failed.take() {
+            return Err(err.message);
+        }
+        let parsed = parsed?;
+        let total = reader
+            .total
+            .ok_or("the server did not say the file's size")?;
+        if !from_cache && let Some(c) = &self.cache {
+            c.put("prefix", &self.in_folder(file), total, &reader.bytes);
+        }
+        Ok((total, parsed))
     }
 
     /// The bytes `range` of `file`, a piece at a time.

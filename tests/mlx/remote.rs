@@ -312,3 +312,73 @@ fn a_file_url_inspects_with_one_range_request() {
     assert_eq!(out["layout"], "file");
     assert_eq!(hub.log().len(), 1, "{:#?}", hub.log());
 }
+
+/// A GGUF file in a Hub repo (written by gguf-py): `inspect` gives the
+/// local report, read by range requests that grow until the header ends,
+/// one request when cached; a tensor's values equal the local ones; a
+/// folder of GGUF files says which to name.
+#[test]
+fn a_gguf_file_in_a_hub_repo_reads_as_the_local_file() {
+    let _lock = common::mlx_memory_lock();
+    let dir = tempfile::tempdir().expect("tempdir");
+    common::run_venv_writer("tests/gguf/write_gguf.py", dir.path());
+    let hub = Hub::start();
+    hub.add("org/gguf", dir.path(), Behaviour::Normal);
+    let cache = tempfile::tempdir().expect("cache");
+    let local_file = dir.path().join("mixed.gguf");
+    let local = json_of(&weightscope(
+        &hub,
+        cache.path(),
+        &["inspect", "--json", &local_file.to_string_lossy()],
+        &[],
+    ));
+    let address = "hf://org/gguf/mixed.gguf";
+    let remote = json_of(&weightscope(
+        &hub,
+        cache.path(),
+        &["inspect", "--json", address],
+        &[],
+    ));
+    let strip = |mut v: Value| {
+        v.as_object_mut().expect("object").remove("path");
+        v
+    };
+    assert_eq!(
+        strip(remote),
+        strip(local),
+        "the same report as the local file"
+    );
+    let ranges = hub.log().iter().filter(|l| l.host == "storage").count();
+    assert!(ranges >= 1, "{:#?}", hub.log());
+    hub.clear();
+    json_of(&weightscope(
+        &hub,
+        cache.path(),
+        &["inspect", "--json", address],
+        &[],
+    ));
+    assert_eq!(hub.log().len(), 1, "cached: the API only: {:#?}", hub.log());
+    let name = "blk.0.ffn_down.weight";
+    let local_t = json_of(&weightscope(
+        &hub,
+        cache.path(),
+        &["tensor", "--json", &local_file.to_string_lossy(), name],
+        &[],
+    ));
+    let remote_t = json_of(&weightscope(
+        &hub,
+        cache.path(),
+        &["tensor", "--json", address, name],
+        &[],
+    ));
+    for key in ["stats", "histogram", "first", "shape", "dtype", "quantized"] {
+        assert_eq!(remote_t[key], local_t[key], "{key}");
+    }
+    let folder = weightscope(&hub, cache.path(), &["inspect", "hf://org/gguf"], &[]);
+    let message = stderr(&folder);
+    assert_eq!(folder.status.code(), Some(2), "{message}");
+    assert!(
+        message.contains("GGUF files") && message.contains("hf://org/gguf/"),
+        "{message}"
+    );
+}
