@@ -4,7 +4,9 @@
 //! dequantization defines them (llama.cpp's `ggml-quants.c`, and gguf-py's
 //! `dequantize`, which the tests compare against).
 //!
-//! Decoded here: `F32`, `F16`, `BF16`, the K-quants `Q2_K` to `Q6_K`, `IQ4_NL`, `IQ4_XS` and the 32-value block types `Q4_0`,
+//! Decoded here: `F32`, `F16`, `BF16`, the K-quants `Q2_K` to `Q6_K`,
+//! `IQ4_NL`, `IQ4_XS`, the ternary `TQ1_0` and `TQ2_0`, the FP4 `MXFP4`
+//! and `NVFP4`, and the 32-value block types `Q4_0`,
 //! `Q4_1`, `Q5_0`, `Q5_1` and `Q8_0`. A block starts with its `f16` scale
 //! `d` (and `m` for the `_1` types); its values are `d * (q - offset)` or
 //! `d * q + m`, with `q` the 4-bit nibbles (element `j` in byte `j`'s low
@@ -23,7 +25,7 @@ fn op<T>(operation: &'static str, r: Result<T, mlx_rs::error::Exception>) -> Res
 /// The ggml types [`decode`] reads, by gguf-py's name.
 pub const DECODED: &[&str] = &[
     "F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K",
-    "Q6_K", "IQ4_NL", "IQ4_XS",
+    "Q6_K", "IQ4_NL", "IQ4_XS", "TQ1_0", "TQ2_0", "MXFP4", "NVFP4",
 ];
 
 /// `x` (integers) divided by `by`, rounded down, then its remainder modulo
@@ -205,6 +207,136 @@ fn q3_k(raw: &Array, n: i32) -> Result<Array, MlxError> {
     op("multiply", q.multiply(&dl))
 }
 
+/// `x` (integers, any shape `[.., 1, k]`) times each of `factors` along a
+/// new axis: `[.., factors, k]`, as `int32`.
+fn times_each(x: &Array, factors: &[i32]) -> Result<Array, MlxError> {
+    let len = i32::try_from(factors.len()).unwrap_or(1);
+    let f = Array::from_slice(factors, &[1, 1, len, 1]);
+    op("multiply", x.multiply(&f))
+}
+
+/// `TQ2_0` blocks (`[n, 66]`): 64 bytes of 2-bit values (four per byte:
+/// byte `m` of each 32 holds, in bit pairs 0, 2, 4 and 6, the values of
+/// four runs of 32), then `f16` `d`. A value is `d * (q - 1)`.
+fn tq2_0(raw: &Array, n: i32) -> Result<Array, MlxError> {
+    let d = field(raw, 64, 66, Dtype::Float16)?;
+    let qs = op("reshape", ints(raw, 0, 64)?.reshape(&[n, 2, 1, 32]))?;
+    let divisors = Array::from_slice(&[1, 4, 16, 64], &[1, 1, 4, 1]);
+    let q = op("floor divide", qs.floor_divide(&divisors))?;
+    let q = op("remainder", q.remainder(Array::from_int(4)))?;
+    let q = op("reshape", q.reshape(&[n, 256]))?;
+    let q = op("subtract", q.subtract(Array::from_int(1)))?;
+    let q = op("cast", q.as_dtype(Dtype::Float32))?;
+    op("multiply", q.multiply(&d))
+}
+
+/// `TQ1_0` blocks (`[n, 54]`): 48 bytes and 4 bytes of ternary digits
+/// packed five (and four) to a byte as fixed-point base-3 fractions, then
+/// `f16` `d`. Digit `k` of byte `b` is `(3 * (b * 3^k mod 256)) / 256`,
+/// rounded down; a value is `d * (digit - 1)`. Bytes 0-31 give five runs
+/// of 32, bytes 32-47 five runs of 16, the last four bytes four runs of 4.
+fn tq1_0(raw: &Array, n: i32) -> Result<Array, MlxError> {
+    let d = field(raw, 52, 54, Dtype::Float16)?;
+    let five = [1, 3, 9, 27, 81];
+    let first = times_each(
+        &op("reshape", ints(raw, 0, 32)?.reshape(&[n, 1, 1, 32]))?,
+        &five,
+    )?;
+    let second = times_each(
+        &op("reshape", ints(raw, 32, 48)?.reshape(&[n, 1, 1, 16]))?,
+        &five,
+    )?;
+    let last = times_each(
+        &op("reshape", ints(raw, 48, 52)?.reshape(&[n, 1, 1, 4]))?,
+        &[1, 3, 9, 27],
+    )?;
+    let parts = [
+        op("reshape", first.reshape(&[n, 160]))?,
+        op("reshape", second.reshape(&[n, 80]))?,
+        op("reshape", last.reshape(&[n, 16]))?,
+    ];
+    let q = op("concatenate", mlx_rs::ops::concatenate(&parts, 1))?;
+    let q = op("remainder", q.remainder(Array::from_int(256)))?;
+    let q = op("multiply", q.multiply(Array::from_int(3)))?;
+    let q = op("floor divide", q.floor_divide(Array::from_int(256)))?;
+    let q = op("subtract", q.subtract(Array::from_int(1)))?;
+    let q = op("cast", q.as_dtype(Dtype::Float32))?;
+    op("multiply", q.multiply(&d))
+}
+
+/// The FP4 (E2M1) values of a 4-bit code, doubled: `MXFP4`'s table, its
+/// scale taken at half.
+const MXFP4_VALUES: [f32; 16] = [
+    0.0, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 0.0, -1.0, -2.0, -3.0, -4.0, -6.0, -8.0, -12.0,
+];
+
+/// `MXFP4` blocks (`[n, 17]`): an E8M0 exponent byte `e`, then 16 bytes of
+/// 4-bit codes (element `j` in byte `j`'s low nibble, `j + 16` in its high
+/// one). A value is `2^(e - 128) * table[q]` (ggml's half-scale E8M0: for
+/// `e < 2` the subnormal `2^-128` or `2^-127`, bit for bit as ggml builds
+/// it).
+fn mxfp4(raw: &Array, n: i32) -> Result<Array, MlxError> {
+    let e = ints(raw, 0, 1)?;
+    // The scale's float bits: (e - 1) << 23, or 0x00200000 << e below 2.
+    let normal = op(
+        "multiply",
+        op("subtract", e.subtract(Array::from_int(1)))?.multiply(Array::from_int(1 << 23)),
+    )?;
+    let small = op(
+        "multiply",
+        Array::from_int(0x0020_0000).multiply(op("add", e.add(Array::from_int(1)))?),
+    )?;
+    let below = op("less", e.lt(Array::from_int(2)))?;
+    let scale_bits = op("select", mlx_rs::ops::select(&below, &small, &normal))?;
+    let scale_bits = op("cast", scale_bits.as_dtype(Dtype::Uint32))?;
+    let scale = op("view", scale_bits.view_dtype(Dtype::Float32))?;
+    let scale = op("reshape", scale.reshape(&[n, 1]))?;
+    let qs = ints(raw, 1, 17)?;
+    let index = op(
+        "concatenate",
+        mlx_rs::ops::concatenate(&[bits(&qs, 1, 16)?, bits(&qs, 16, 16)?], 1),
+    )?;
+    let table = Array::from_slice(&MXFP4_VALUES, &[16]);
+    let values = op("take", table.take(&index))?;
+    op("multiply", values.multiply(&scale))
+}
+
+/// An unsigned E4M3 scale byte (bias 7; `0` and `0x7F` read as zero) at
+/// half its value, as ggml's `NVFP4` takes it with the doubled FP4 table.
+fn ue4m3_half(byte: u8) -> f32 {
+    if byte == 0 || byte == 0x7F {
+        return 0.0;
+    }
+    let exp = i32::from((byte >> 3) & 0xF);
+    let man = f32::from(byte & 7);
+    let value = if exp == 0 {
+        man * 2f32.powi(-9)
+    } else {
+        (1.0 + man / 8.0) * 2f32.powi(exp - 7)
+    };
+    value * 0.5
+}
+
+/// `NVFP4` blocks (`[n, 36]`): four unsigned E4M3 scale bytes, one per 16
+/// values, then four runs of 8 bytes of 4-bit codes (a run's first 8
+/// values in the low nibbles, the next 8 in the high ones). A value is
+/// `scale / 2 * table[q]`.
+fn nvfp4(raw: &Array, n: i32) -> Result<Array, MlxError> {
+    let scales: Vec<f32> = (0..=255u8).map(ue4m3_half).collect();
+    let scales = Array::from_slice(&scales, &[256]);
+    let d = op("take", scales.take(&ints(raw, 0, 4)?))?;
+    let d = op("reshape", d.reshape(&[n, 4, 1]))?;
+    let qs = op("reshape", ints(raw, 4, 36)?.reshape(&[n, 4, 8]))?;
+    let index = op(
+        "concatenate",
+        mlx_rs::ops::concatenate(&[bits(&qs, 1, 16)?, bits(&qs, 16, 16)?], 2),
+    )?;
+    let table = Array::from_slice(&MXFP4_VALUES, &[16]);
+    let values = op("take", table.take(&index))?;
+    let values = op("multiply", values.multiply(&d))?;
+    op("reshape", values.reshape(&[n, 64]))
+}
+
 /// The sixteen values a 4-bit index stands for in `IQ4_NL` and `IQ4_XS`
 /// (the format's non-linear grid, as ggml and gguf-py define it).
 const IQ4_GRID: [f32; 16] = [
@@ -364,6 +496,10 @@ fn block_layout(kind: &str) -> Result<(i64, i64), MlxError> {
         "Q5_K" => (256, 176),
         "Q6_K" => (256, 210),
         "IQ4_XS" => (256, 136),
+        "TQ1_0" => (256, 54),
+        "TQ2_0" => (256, 66),
+        "MXFP4" => (32, 17),
+        "NVFP4" => (64, 36),
         other => {
             return Err(MlxError::op(
                 "decode ggml",
@@ -468,6 +604,10 @@ fn decode_blocks(raw: &Array, kind: &str, n: i32, rows: i32, cols: i32) -> Resul
         "Q6_K" => q6_k(&raw, n)?,
         "IQ4_NL" => iq4_nl(&raw, n)?,
         "IQ4_XS" => iq4_xs(&raw, n)?,
+        "TQ1_0" => tq1_0(&raw, n)?,
+        "TQ2_0" => tq2_0(&raw, n)?,
+        "MXFP4" => mxfp4(&raw, n)?,
+        "NVFP4" => nvfp4(&raw, n)?,
         _ => {
             // Q5_1.
             let d = field(&raw, 0, 2, Dtype::Float16)?;

@@ -44,6 +44,9 @@ def block(rng, kind, rows, cols):
     except Exception:
         pass
     shape = (rows, cols // values * size)
+    if kind == T.NVFP4:
+        # Its scales are unsigned E4M3 bytes: any byte is a finite scale.
+        return rng.integers(0, 256, size=shape, dtype=np.uint8)
     if kind not in K_SCALES:
         return np.zeros(shape, dtype=np.uint8)
     # Random bytes with finite, small scales: every bit pattern of the
@@ -99,7 +102,7 @@ def describe(path):
         try:
             v = dequantize(t.data, t.tensor_type).astype(np.float32).ravel()
         except Exception:
-            if t.data.dtype.kind not in "iuf":
+            if t.tensor_type not in (T.I8, T.I16, T.I32, T.I64, T.F64):
                 continue
             # Plain integer and F64 tensors: the reader's own numpy view.
             v = np.asarray(t.data).astype(np.float32).ravel()
