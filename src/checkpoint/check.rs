@@ -180,9 +180,13 @@ pub fn check_gguf(header: &super::gguf::GgufHeader) -> Vec<Finding> {
 }
 
 /// The findings of `checkpoint`'s headers, config and folder, most severe
-/// first, in tensor order within a severity.
+/// first, in tensor order within a severity: a GGUF file's are what MLX's
+/// `mx.load` will do with it ([`check_gguf`]).
 #[must_use]
 pub fn check_headers(checkpoint: &Checkpoint, summary: &Summary) -> Vec<Finding> {
+    if let Some(header) = checkpoint.gguf_header() {
+        return check_gguf(header);
+    }
     let mut findings = Vec::new();
     quantization(checkpoint, &mut findings);
     fp8(checkpoint, &mut findings);

@@ -101,11 +101,7 @@ pub fn run(args: &CheckArgs) -> Result<CheckReport, super::CliError> {
         return Err(problem.clone().into());
     }
     let summary = checkpoint.summary();
-    // A GGUF file's header findings are its own (what mx.load does).
-    let mut findings = match checkpoint.gguf_header() {
-        Some(header) => crate::checkpoint::check::check_gguf(header),
-        None => check_headers(&checkpoint, &summary),
-    };
+    let mut findings = check_headers(&checkpoint, &summary);
 
     let mut scan = None;
     if args.values {

@@ -279,11 +279,18 @@ impl WalkReport {
             human_bytes(o.expected.release_shard)
         )?;
         writeln!(out, "peak RSS:    {}", human_bytes(o.peak_rss_bytes))?;
-        writeln!(
-            out,
-            "reads:       {:.2} s of the walk waiting for bytes from disk",
-            o.read_wait_secs
-        )?;
+        if self.trace.checkpoint.contains("://") {
+            writeln!(
+                out,
+                "reads:       by range requests, in the walk's time (no disk read ahead)"
+            )?;
+        } else {
+            writeln!(
+                out,
+                "reads:       {:.2} s of the walk waiting for bytes from disk",
+                o.read_wait_secs
+            )?;
+        }
         writeln!(
             out,
             "sampler:     {} samples every {} ms, {:.1} us each ({:.3} % of one core)",

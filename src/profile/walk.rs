@@ -342,10 +342,15 @@ pub fn walk<N: Native>(
         kept: Vec::new(),
         emit,
     };
-    let walked =
-        Walker::new(names, release, cancel)
-            .with_prefetch()
-            .run(weights, &mut visitor, &mut |_| {});
+    // A remote checkpoint's tensors come by range requests: no file to
+    // read ahead into the page cache.
+    let fresh = Walker::new(names, release, cancel);
+    let planned = if weights.checkpoint().remote().is_none() {
+        fresh.with_prefetch()
+    } else {
+        fresh
+    };
+    let walked = planned.run(weights, &mut visitor, &mut |_| {});
     let error = walked.stopped.map(|(tensor, error)| WalkError {
         tensor,
         error: std::sync::Arc::new(error),

@@ -382,3 +382,43 @@ fn a_gguf_file_in_a_hub_repo_reads_as_the_local_file() {
         "{message}"
     );
 }
+
+/// A walk of a Hub repo reads every tensor once by range requests: the
+/// bytes fetched are the tensors' bytes, as the headers count them.
+#[test]
+fn a_walk_of_a_hub_repo_fetches_each_tensor_once() {
+    let _lock = common::mlx_memory_lock();
+    let dir = model();
+    let hub = Hub::start();
+    hub.add("org/model", dir.path(), Behaviour::Normal);
+    let cache = tempfile::tempdir().expect("cache");
+    weightscope(&hub, cache.path(), &["inspect", "hf://org/model"], &[]);
+    hub.clear();
+    let out = json_of(&weightscope(
+        &hub,
+        cache.path(),
+        &[
+            "walk",
+            "hf://org/model",
+            "--policy",
+            "release-shard",
+            "--json",
+        ],
+        &[],
+    ));
+    assert_eq!(out["steps_done"], out["tensors"], "{out}");
+    assert!(out["error"].is_null(), "{out}");
+    let checkpoint = weightscope::checkpoint::Checkpoint::open(dir.path()).expect("open");
+    let fetched: u64 = hub
+        .log()
+        .iter()
+        .filter(|l| l.host == "storage")
+        .map(|l| l.body_bytes)
+        .sum();
+    assert_eq!(
+        fetched,
+        checkpoint.summary().total_bytes,
+        "{:#?}",
+        hub.log()
+    );
+}
