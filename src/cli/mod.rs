@@ -193,7 +193,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Invocation, cla
         if !text.starts_with('-')
             && text != "help"
             && !SUBCOMMANDS.contains(&text.as_ref())
-            && !std::path::Path::new(first).exists()
+            && !names_a_checkpoint(std::path::Path::new(first))
         {
             return Err(not_a_subcommand(&text));
         }
@@ -203,9 +203,19 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Invocation, cla
     Ok(match (cli.command, cli.path) {
         (Some(command), _) => Invocation::Run(command),
         (None, None) => Invocation::Window(None),
-        (None, Some(path)) if path.exists() => Invocation::Window(Some(path)),
+        (None, Some(path)) if names_a_checkpoint(&path) => Invocation::Window(Some(path)),
         (None, Some(path)) => return Err(not_a_subcommand(&path.to_string_lossy())),
     })
+}
+
+/// Whether `path` exists here or is a remote address (`hf://`, `http(s)://`).
+fn names_a_checkpoint(path: &std::path::Path) -> bool {
+    path.exists()
+        || path.to_str().is_some_and(|p| {
+            ["hf://", "https://", "http://"]
+                .iter()
+                .any(|scheme| p.starts_with(scheme))
+        })
 }
 
 /// The exit status for a parse error: 0 for `--help` and `--version`, 2 for
@@ -424,6 +434,11 @@ mod tests {
         assert_eq!(
             parse_strs(&[&text]).expect("ok"),
             Invocation::Window(Some(dir))
+        );
+        // A Hub repo opens the window too (it exists on the network).
+        assert_eq!(
+            parse_strs(&["hf://org/repo"]).expect("ok"),
+            Invocation::Window(Some(std::path::PathBuf::from("hf://org/repo")))
         );
     }
 

@@ -278,11 +278,23 @@ impl Client {
             (_, Some(asked)) => {
                 // A whole-file answer to a range from 0: keep what was
                 // asked for and drop the connection.
-                let want = answer.length.map_or(asked.end, |n| n.min(asked.end));
-                let body = self.read_body(reader, want)?;
+                if let Some(length) = answer.length {
+                    let body = self.read_body(reader, length.min(asked.end))?;
+                    return Ok(Fetched {
+                        body,
+                        total: Some(length),
+                    });
+                }
+                // Without a length (chunked): a body that ends before what
+                // was asked for is the whole file.
+                let mut body = Vec::new();
+                let read = reader.take(asked.end).read_to_end(&mut body);
+                let got = body.len() as u64;
+                self.counters.bytes.fetch_add(got, Ordering::Relaxed);
+                read.map_err(|e| self.body_error(&e, got, None))?;
                 Ok(Fetched {
                     body,
-                    total: answer.length,
+                    total: (got < asked.end).then_some(got),
                 })
             }
             (_, None) => {
