@@ -422,3 +422,44 @@ fn a_walk_of_a_hub_repo_fetches_each_tensor_once() {
         hub.log()
     );
 }
+
+/// A diff of a Hub repo against the same files on the disk streams each
+/// tensor once from the Hub and finds nothing changed.
+#[test]
+fn a_diff_against_a_hub_repo_finds_the_local_files_unchanged() {
+    let _lock = common::mlx_memory_lock();
+    let dir = model();
+    let hub = Hub::start();
+    hub.add("org/model", dir.path(), Behaviour::Normal);
+    let cache = tempfile::tempdir().expect("cache");
+    weightscope(&hub, cache.path(), &["inspect", "hf://org/model"], &[]);
+    hub.clear();
+    let local = dir.path().to_string_lossy().into_owned();
+    let out = json_of(&weightscope(
+        &hub,
+        cache.path(),
+        &["diff", "--json", &local, "hf://org/model"],
+        &[],
+    ));
+    for key in ["only_in_a", "only_in_b", "failed", "changed"] {
+        assert_eq!(out[key].as_array().map(Vec::len), Some(0), "{key}: {out}");
+    }
+    assert!(
+        out["common"]
+            .as_array()
+            .is_some_and(|c| c.iter().all(|t| t["max_abs_diff"] == 0.0))
+    );
+    let checkpoint = weightscope::checkpoint::Checkpoint::open(dir.path()).expect("open");
+    let fetched: u64 = hub
+        .log()
+        .iter()
+        .filter(|l| l.host == "storage")
+        .map(|l| l.body_bytes)
+        .sum();
+    assert_eq!(
+        fetched,
+        checkpoint.summary().total_bytes,
+        "{:#?}",
+        hub.log()
+    );
+}
