@@ -7,7 +7,8 @@ OUT_DIR/<arch>-hf/model.safetensors + config.json, and OUT_DIR/<arch>.gguf
 with the names gguf-py's own tensor-name map gives (get_tensor_name_map),
 Llama's q_proj and k_proj rows reordered as convert_hf_to_gguf.py's
 LlamaModel.permute does (Qwen's converter does not), every tensor F32
-except the MLP up projections, quantized by gguf-py to Q8_0.
+except the MLP up projections and layer 0's q_proj, quantized by gguf-py
+to Q8_0.
 
 Prints one JSON object per pair: the folder, the file, each HF name with
 the GGUF name gguf-py maps it to, and each Q8_0 tensor's relative error
@@ -75,7 +76,9 @@ def write(out, arch, rng):
             w = reorder(w, HEADS)
         if arch == "llama" and name.endswith("k_proj.weight"):
             w = reorder(w, KV_HEADS)
-        if name.endswith("up_proj.weight"):
+        # The MLP up projections, and a reordered projection, in Q8_0: the
+        # row order is undone on decoded blocks too.
+        if name.endswith(("up_proj.weight", "layers.0.self_attn.q_proj.weight")):
             q = quantize(w, T.Q8_0)
             back = dequantize(q, T.Q8_0).astype(np.float64)
             source = w.astype(np.float64)
