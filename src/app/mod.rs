@@ -79,6 +79,24 @@ struct RecorderHandle {
     events: std::sync::mpsc::Receiver<RecorderEvent>,
 }
 
+/// The memory sampler samples every 50 ms; the window is woken by its
+/// samples at most this often (the strip's live line), so an idle window
+/// costs two frames a second, not twenty. Jobs and clicks wake it
+/// themselves.
+const SAMPLE_WAKE: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// `wake` called at most once per [`SAMPLE_WAKE`].
+fn throttled(wake: impl Fn() + Send + Sync + 'static) -> impl Fn() + Send + 'static {
+    let last = std::sync::Mutex::new(None::<std::time::Instant>);
+    move || {
+        let Ok(mut last) = last.lock() else { return };
+        if last.is_none_or(|t| t.elapsed() >= SAMPLE_WAKE) {
+            *last = Some(std::time::Instant::now());
+            wake();
+        }
+    }
+}
+
 /// Everything the window shows, independent of eframe. It owns the worker,
 /// the sampler and the timeline, routes worker events to the panels, and
 /// runs the actions the panels return; no panel reads another's fields.
@@ -151,7 +169,7 @@ impl WeightscopeApp {
         wake: impl Fn() + Clone + Send + Sync + 'static,
     ) -> std::io::Result<Self> {
         let worker = Worker::spawn(wake.clone())?;
-        let sampler = Sampler::spawn(DEFAULT_INTERVAL, wake.clone()).ok();
+        let sampler = Sampler::spawn(DEFAULT_INTERVAL, throttled(wake.clone())).ok();
         let (commands, queue) = commands::channel();
         let mut app = Self {
             worker,
