@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::{Checkpoint, CheckpointError, Layout, NameDigest, Parsed, config, header, index};
 use crate::files::has_suffix;
-use crate::remote::{Location, Remote};
+use crate::remote::{Location, Remote, in_folder};
 
 /// Headers fetched at once: a few, as the Hub's own viewer does.
 const PARALLEL_FETCHES: usize = 8;
@@ -28,15 +28,6 @@ enum PlanLayout {
     Folder(Vec<String>),
     /// One file (its name in the folder).
     Single(String),
-}
-
-/// `folder/name`, or `name` at the top.
-fn in_folder(folder: &str, name: &str) -> String {
-    if folder.is_empty() {
-        name.to_owned()
-    } else {
-        format!("{folder}/{name}")
-    }
 }
 
 fn split_file(path: &str) -> (String, String) {

@@ -124,6 +124,16 @@ struct Sibling {
     rfilename: String,
 }
 
+/// `folder/name` in a repo, or `name` at its top.
+#[must_use]
+pub fn in_folder(folder: &str, name: &str) -> String {
+    if folder.is_empty() {
+        name.to_owned()
+    } else {
+        format!("{folder}/{name}")
+    }
+}
+
 /// `text` with everything but unreserved characters as `%XX` (one path
 /// segment of a URL).
 fn encode_segment(text: &str) -> String {
@@ -253,11 +263,7 @@ impl Remote {
     }
 
     fn in_folder(&self, file: &str) -> String {
-        if self.folder.is_empty() {
-            file.to_owned()
-        } else {
-            format!("{}/{file}", self.folder)
-        }
+        in_folder(&self.folder, file)
     }
 
     /// A whole small file (the index, `config.json`), at most `cap` bytes;
