@@ -115,11 +115,24 @@ impl ShardMap {
                 stored.bytes.end - stored.bytes.start
             )));
         }
-        let raw = Array::from_slice(
-            &bytes,
-            &[i32::try_from(bytes.len())
-                .map_err(|_| failed(format!("{name}: over 2^31 bytes in one tensor")))?],
-        );
+        // The bytes in the tensor's own shape, its last axis counted in
+        // bytes (an axis of MLX's is an i32; a tensor of over 2^31 bytes,
+        // a stack of experts, fits as long as each axis does).
+        let elements: usize = stored
+            .shape
+            .iter()
+            .map(|&d| usize::try_from(d).unwrap_or(0))
+            .product();
+        let item = bytes.len() / elements.max(1);
+        let mut byte_shape = stored.shape.clone();
+        match byte_shape.last_mut() {
+            Some(last) => {
+                *last = i32::try_from(i64::from(*last) * i64::try_from(item).unwrap_or(0))
+                    .map_err(|_| failed(format!("{name}: a row of over 2^31 bytes")))?;
+            }
+            None => byte_shape.push(i32::try_from(item).unwrap_or(0)),
+        }
+        let raw = Array::from_slice(&bytes, &byte_shape);
         drop(bytes);
         let typed = if stored.dtype == mlx_rs::Dtype::Uint8 {
             raw

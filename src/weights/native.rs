@@ -100,8 +100,17 @@ impl Native for MlxNative {
                     Err(name) => (crate::mlx::Dtype::Uint8, Some(name)),
                 };
                 let shape = if checkpoint.ggml_block_at(t.position()).is_some() {
-                    // A ggml block type: its bytes, decoded above this layer.
-                    vec![i32::try_from(b - a).unwrap_or(i32::MAX)]
+                    // A ggml block type: its bytes as [rows, bytes a row]
+                    // (whole rows are whole blocks), decoded above this layer.
+                    let rows = t
+                        .shape()
+                        .split_last()
+                        .map_or(1, |(_, lead)| lead.iter().product::<u64>())
+                        .max(1);
+                    vec![
+                        i32::try_from(rows).unwrap_or(i32::MAX),
+                        i32::try_from((b - a) / rows).unwrap_or(i32::MAX),
+                    ]
                 } else {
                     t.shape()
                         .iter()
