@@ -77,6 +77,9 @@ struct JsonLayer {
 #[derive(Serialize)]
 struct JsonInspect<'a> {
     path: String,
+    /// The Hub commit the files were read at (a Hub repo only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    commit: Option<&'a str>,
     layout: &'static str,
     model_type: Option<&'a str>,
     shards: Vec<JsonShard<'a>>,
@@ -132,6 +135,7 @@ pub fn write_json(
     });
     let doc = JsonInspect {
         path: checkpoint.root().display().to_string(),
+        commit: checkpoint.remote().and_then(crate::remote::Remote::commit),
         layout: layout_name(checkpoint.layout()),
         model_type: checkpoint.config().and_then(|c| c.model_type.as_deref()),
         shards: shards
@@ -556,6 +560,9 @@ pub fn write_text(
 ) -> io::Result<()> {
     let shards = checkpoint.shards();
     writeln!(out, "checkpoint   {}", checkpoint.root().display())?;
+    if let Some(commit) = checkpoint.remote().and_then(crate::remote::Remote::commit) {
+        writeln!(out, "commit       {}", printable(commit))?;
+    }
     writeln!(
         out,
         "layout       {} ({} shard{})",

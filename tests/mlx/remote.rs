@@ -79,10 +79,13 @@ fn a_hub_repo_inspects_as_the_local_folder_in_one_request_per_shard_and_one_when
     );
     let remote = json_of(&remote_out);
     let strip = |mut v: Value| {
-        v.as_object_mut().expect("object").remove("path");
+        let object = v.as_object_mut().expect("object");
+        object.remove("path");
+        object.remove("commit");
         v
     };
     assert_eq!(remote["path"], "hf://org/model");
+    assert_eq!(remote["commit"], common::hub::COMMIT, "the commit read at");
     assert_eq!(
         strip(remote.clone()),
         strip(local.clone()),
