@@ -115,17 +115,7 @@ pub(super) fn read_header_with(
 /// # Errors
 /// As [`read_header`].
 pub fn parse_file_bytes(path: &Path, bytes: &[u8]) -> Result<ShardHeader, CheckpointError> {
-    let file_bytes = bytes.len() as u64;
-    let mut prefix = [0u8; 8];
-    if let Some(first) = bytes.get(..8) {
-        prefix.copy_from_slice(first);
-    }
-    let header_bytes = check_prefix(path, file_bytes, prefix)?;
-    let json = usize::try_from(8 + header_bytes)
-        .ok()
-        .and_then(|end| bytes.get(8..end))
-        .unwrap_or_default();
-    parse_header(path, json, file_bytes)
+    parse_prefix(path, bytes.len() as u64, bytes)
 }
 
 /// Like [`read_header`], on the first bytes of a file of `file_bytes`

@@ -130,7 +130,7 @@ impl Checkpoint {
     /// single shards are not errors here: see [`Checkpoint::problems`].
     pub fn open(path: &Path) -> Result<Self, CheckpointError> {
         use std::io::IsTerminal as _;
-        let remote = path.to_str().is_some_and(|p| p.contains("://"));
+        let remote = path.to_str().is_some_and(crate::remote::is_address);
         if remote && std::io::stderr().is_terminal() {
             // A remote open takes seconds: its progress on the terminal.
             let shown = path.display().to_string();

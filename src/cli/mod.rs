@@ -210,12 +210,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Invocation, cla
 
 /// Whether `path` exists here or is a remote address (`hf://`, `http(s)://`).
 fn names_a_checkpoint(path: &std::path::Path) -> bool {
-    path.exists()
-        || path.to_str().is_some_and(|p| {
-            ["hf://", "https://", "http://"]
-                .iter()
-                .any(|scheme| p.starts_with(scheme))
-        })
+    path.exists() || path.to_str().is_some_and(crate::remote::is_address)
 }
 
 /// The exit status for a parse error: 0 for `--help` and `--version`, 2 for

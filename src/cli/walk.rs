@@ -279,7 +279,7 @@ impl WalkReport {
             human_bytes(o.expected.release_shard)
         )?;
         writeln!(out, "peak RSS:    {}", human_bytes(o.peak_rss_bytes))?;
-        if self.trace.checkpoint.contains("://") {
+        if crate::remote::is_address(&self.trace.checkpoint) {
             writeln!(
                 out,
                 "reads:       by range requests, in the walk's time (no disk read ahead)"

@@ -110,6 +110,15 @@ impl Location {
     }
 }
 
+/// Whether `text` is a remote address (`hf://`, `http://`, `https://`)
+/// rather than a path on this machine.
+#[must_use]
+pub fn is_address(text: &str) -> bool {
+    ["hf://", "https://", "http://"]
+        .iter()
+        .any(|scheme| text.starts_with(scheme))
+}
+
 /// `HF_ENDPOINT` without a trailing slash, or the Hub's own address.
 #[must_use]
 pub fn endpoint_from_env() -> String {

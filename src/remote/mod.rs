@@ -16,7 +16,7 @@ pub mod location;
 use std::ops::Range;
 
 pub use http::{Client, Counters, Fetched, HttpError};
-pub use location::{Location, RepoKind, RepoPath, endpoint_from_env};
+pub use location::{Location, RepoKind, RepoPath, endpoint_from_env, is_address};
 
 /// A remote file read from its start, for a parser that reads a header
 /// of unknown length: each read past what was fetched fetches the next

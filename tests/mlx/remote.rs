@@ -58,6 +58,27 @@ fn count(hub: &Hub, host: &str) -> usize {
     hub.log().iter().filter(|l| l.host == host).count()
 }
 
+/// Body bytes the storage host sent.
+fn fetched_from_storage(hub: &Hub) -> u64 {
+    hub.log()
+        .iter()
+        .filter(|l| l.host == "storage")
+        .map(|l| l.body_bytes)
+        .sum()
+}
+
+/// The model of [`model`] served as `org/model`, its headers already in a
+/// fresh cache, the log cleared: what a tensor read costs alone.
+fn served_model() -> (tempfile::TempDir, Hub, tempfile::TempDir) {
+    let dir = model();
+    let hub = Hub::start();
+    hub.add("org/model", dir.path(), Behaviour::Normal);
+    let cache = tempfile::tempdir().expect("cache");
+    weightscope(&hub, cache.path(), &["inspect", "hf://org/model"], &[]);
+    hub.clear();
+    (dir, hub, cache)
+}
+
 #[test]
 fn a_hub_repo_inspects_as_the_local_folder_in_one_request_per_shard_and_one_when_cached() {
     let _lock = common::mlx_memory_lock();
@@ -285,12 +306,7 @@ fn a_tensor_of_a_hub_repo_fetches_its_own_bytes_and_shows_the_local_values() {
                 .bytes()
         })
         .sum();
-    let fetched: u64 = hub
-        .log()
-        .iter()
-        .filter(|l| l.host == "storage")
-        .map(|l| l.body_bytes)
-        .sum();
+    let fetched = fetched_from_storage(&hub);
     assert_eq!(fetched, wanted, "{:#?}", hub.log());
 }
 
@@ -391,12 +407,7 @@ fn a_gguf_file_in_a_hub_repo_reads_as_the_local_file() {
 #[test]
 fn a_walk_of_a_hub_repo_fetches_each_tensor_once() {
     let _lock = common::mlx_memory_lock();
-    let dir = model();
-    let hub = Hub::start();
-    hub.add("org/model", dir.path(), Behaviour::Normal);
-    let cache = tempfile::tempdir().expect("cache");
-    weightscope(&hub, cache.path(), &["inspect", "hf://org/model"], &[]);
-    hub.clear();
+    let (dir, hub, cache) = served_model();
     let out = json_of(&weightscope(
         &hub,
         cache.path(),
@@ -412,12 +423,7 @@ fn a_walk_of_a_hub_repo_fetches_each_tensor_once() {
     assert_eq!(out["steps_done"], out["tensors"], "{out}");
     assert!(out["error"].is_null(), "{out}");
     let checkpoint = weightscope::checkpoint::Checkpoint::open(dir.path()).expect("open");
-    let fetched: u64 = hub
-        .log()
-        .iter()
-        .filter(|l| l.host == "storage")
-        .map(|l| l.body_bytes)
-        .sum();
+    let fetched = fetched_from_storage(&hub);
     assert_eq!(
         fetched,
         checkpoint.summary().total_bytes,
@@ -431,12 +437,7 @@ fn a_walk_of_a_hub_repo_fetches_each_tensor_once() {
 #[test]
 fn a_diff_against_a_hub_repo_finds_the_local_files_unchanged() {
     let _lock = common::mlx_memory_lock();
-    let dir = model();
-    let hub = Hub::start();
-    hub.add("org/model", dir.path(), Behaviour::Normal);
-    let cache = tempfile::tempdir().expect("cache");
-    weightscope(&hub, cache.path(), &["inspect", "hf://org/model"], &[]);
-    hub.clear();
+    let (dir, hub, cache) = served_model();
     let local = dir.path().to_string_lossy().into_owned();
     let out = json_of(&weightscope(
         &hub,
@@ -453,12 +454,7 @@ fn a_diff_against_a_hub_repo_finds_the_local_files_unchanged() {
             .is_some_and(|c| c.iter().all(|t| t["max_abs_diff"] == 0.0))
     );
     let checkpoint = weightscope::checkpoint::Checkpoint::open(dir.path()).expect("open");
-    let fetched: u64 = hub
-        .log()
-        .iter()
-        .filter(|l| l.host == "storage")
-        .map(|l| l.body_bytes)
-        .sum();
+    let fetched = fetched_from_storage(&hub);
     assert_eq!(
         fetched,
         checkpoint.summary().total_bytes,
