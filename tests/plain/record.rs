@@ -918,8 +918,21 @@ fn a_saved_recording_reports_the_figures_record_gave_with_its_phases() {
 /// growth is the worker's line, not the join.
 #[test]
 fn growth_in_a_worker_thread_is_charged_to_the_workers_line() {
-    let job: Vec<std::ffi::OsString> = vec![venv_python().into(), jobs().into(), "thread".into()];
-    let (output, summary) = record(&["--interval-ms", "10"], &as_refs(&job));
+    // The worker holds its memory until the journal shows a probe sample
+    // of it (not for a fixed time, which a loaded machine may not sample).
+    let dir = tempfile::tempdir().expect("tempdir");
+    let journal = dir.path().join("job.jsonl");
+    let job: Vec<std::ffi::OsString> = vec![
+        venv_python().into(),
+        jobs().into(),
+        "thread".into(),
+        journal.clone().into(),
+    ];
+    let journal_text = journal.to_string_lossy().into_owned();
+    let (output, summary) = record(
+        &["--interval-ms", "10", "--trace", &journal_text],
+        &as_refs(&job),
+    );
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     let s = summary.expect("summary written");
     assert_eq!(s["lines"][0]["function"], "work", "{}", s["lines"]);

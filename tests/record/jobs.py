@@ -16,8 +16,10 @@
                                         it uses, then ask numpy for 1 GiB: MemoryError
     python jobs.py phases               mark "embed", hold 32 MiB in embed(); mark
                                         "layers", hold 64 MiB more in layers()
-    python jobs.py thread               a worker thread holds 64 MiB in work()
-                                        while the main thread joins it
+    python jobs.py thread [JOURNAL]     a worker thread holds 64 MiB in work()
+                                        while the main thread joins it (0.3 s,
+                                        or until JOURNAL shows a probe sample
+                                        holding it)
     python jobs.py hold JOURNAL         hold 64 MiB in hold(), print "ready" once
                                         JOURNAL (a `record --trace x.jsonl`)
                                         has a probe sample of it, then sleep
@@ -163,16 +165,26 @@ def phases():
     print("held", a.nbytes + b.nbytes)
 
 
-def work(out):
-    held = mx.ones((64 << 18,), dtype=mx.float32); mx.eval(held); time.sleep(0.3)
+def work(out, journal=None):
+    held = mx.ones((64 << 18,), dtype=mx.float32); mx.eval(held)
+    # Held until the recorder's journal has a probe sample of it (the
+    # wait runs in this function, so the sample's line is work()'s).
+    while journal:
+        with open(journal) as f:
+            rows = [json.loads(l) for l in f if l.endswith("\n")]
+        if any(r["record"] == "probe" and (r["sample"][3] or 0) >= held.nbytes for r in rows):
+            break
+        time.sleep(0.01)
+    else:
+        time.sleep(0.3)
     out.append(held)
 
 
-def thread():
+def thread(journal=None):
     import threading
 
     out = []
-    worker = threading.Thread(target=work, args=(out,))
+    worker = threading.Thread(target=work, args=(out, journal))
     worker.start()
     worker.join()
     print("held", out[0].nbytes)
@@ -214,7 +226,7 @@ if __name__ == "__main__":
     elif mode == "phases":
         phases()
     elif mode == "thread":
-        thread()
+        thread(sys.argv[2] if len(sys.argv) > 2 else None)
     elif mode == "hold":
         hold(sys.argv[2])
     elif mode == "wait":

@@ -1108,6 +1108,9 @@ fn saved_recordings_open_as_runs_and_two_compare_by_line() {
             .arg(&python)
             .arg(&jobs)
             .arg(mode)
+            // The thread job holds its memory until the journal shows a
+            // probe sample of it (not for a fixed time).
+            .args((mode == "thread").then_some(trace))
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
