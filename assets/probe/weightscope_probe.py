@@ -204,14 +204,16 @@ def _stack_of(pairs):
     return ident
 
 
-def _stack_ids_now():
-    """The main thread's stack id (-1: none) and the other threads' (the
-    sampling thread and the calling one left out), as a JSON field or "".
+def _walk_threads():
+    """Every thread's stack as (code, line) pairs, innermost first, with
+    whether it is the main thread (the sampling thread and the calling one
+    left out). Nothing is sent here: a send lets the job run, and the
+    stacks must be of the same moment as the memory counters read next.
 
-    The frames are read first and let go of before anything is sent: a
-    frame held while its function returns keeps that function's locals
-    (the job's arrays) alive, and sending lets the job run. The probe's own
-    frames (its last sample at exit, a mark) are left out."""
+    The frames are let go of before returning: a frame held while its
+    function returns keeps that function's locals (the job's arrays)
+    alive. The probe's own frames (its last sample at exit, a mark) are
+    left out."""
     own = threading.get_ident()
     walked = []
     frames = sys._current_frames()
@@ -226,6 +228,12 @@ def _stack_ids_now():
             frame = frame.f_back
         walked.append((ident == _main_ident, pairs))
     frames = frame = None
+    return walked
+
+
+def _define_stacks(walked):
+    """The main thread's stack id (-1: none) and the other threads' as a
+    JSON field or "", sending the frames and stacks that are new."""
     main, others = -1, []
     for is_main, pairs in walked:
         stack = _stack_of(pairs)
@@ -237,36 +245,40 @@ def _stack_ids_now():
 
 
 def _sample():
+    """One sample: the threads' stacks and MLX's counters read together
+    (no send, so no release of the GIL, between them: the job cannot move
+    on to its next line after its stack is read and allocate before the
+    counters are), then the new frames and stacks sent, then the sample."""
     if _fd is None:
         return
-    stack, threads = -1, ""
+    walked = []
     if _stacks:
         try:
-            stack, threads = _stack_ids_now()
+            walked = _walk_threads()
         except Exception:
-            pass
+            walked = []
     mx = _mlx
-    if mx is None:
+    counters = None
+    if mx is not None:
+        try:
+            with _reading:
+                counters = (mx.get_active_memory(), mx.get_cache_memory(), mx.get_peak_memory())
+        except Exception:
+            return
+    stack, threads = -1, ""
+    try:
+        stack, threads = _define_stacks(walked)
+    except Exception:
+        pass
+    if counters is None:
         if stack >= 0 or threads:
             _write(
                 ('{"kind":"stack","pid":%d,"stack":%d%s}\n' % (os.getpid(), stack, threads)).encode()
             )
         return
-    try:
-        with _reading:
-            active = mx.get_active_memory()
-            cache = mx.get_cache_memory()
-            peak = mx.get_peak_memory()
-    except Exception:
-        return
     # Formatted by hand: json.dumps would be most of the probe's cost.
     line = '{"kind":"sample","pid":%d,"active":%d,"cache":%d,"peak":%d,"stack":%d%s}\n' % (
-        os.getpid(),
-        active,
-        cache,
-        peak,
-        stack,
-        threads,
+        (os.getpid(),) + counters + (stack, threads)
     )
     _write(line.encode())
 
