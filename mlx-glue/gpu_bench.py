@@ -17,6 +17,11 @@ holds PyTorch and safetensors; nothing is installed).
                                              (random, no holes), synced to disk
     python3 gpu_bench.py evict FILE...       drops FILEs from the page cache (fadvise), for
                                              machines where /proc/sys/vm/drop_caches is not ours
+    python3 gpu_bench.py generate-dense DIR  dense tensors of every dtype the fused kernel reads
+                                             (1 GiB f32, bf16, f16 with NaN/Inf, a 1-D one, a
+                                             100 MB one, odd shapes) and their float64 statistics
+    python3 gpu_bench.py versus-float64 JSON REF
+                                             a `tensor --json` summary against float64 statistics
     python3 gpu_bench.py compare CPU GPU [REF]  `weightscope tensor --json` stats, CPU vs GPU
                                              (and both against float64 REF statistics)
 """
@@ -123,26 +128,104 @@ def generate_q4(root: Path) -> None:
     print(f"generated a 1 GiB 4-bit weight at {root}")
 
 
+def generate_dense(root: Path) -> None:
+    """The tensors `gpu-run dense` summarizes, made on the GPU (seeded), with
+    float64 statistics of their finite values and NaN/Inf counts computed by
+    PyTorch as the reference."""
+    import torch
+    from safetensors.torch import save_file
+
+    root.mkdir(parents=True, exist_ok=True)
+    gen = torch.Generator(device="cuda").manual_seed(7)
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=gen, device="cuda")
+
+    f16 = (1.0 + 0.05 * randn(16384, 32768)).half()
+    flat = f16.view(-1)
+    flat[12345] = float("nan")
+    flat[777777] = float("inf")
+    flat[-3] = float("-inf")
+    tensors = {
+        "f32": randn(16384, 16384) * 0.02,
+        "bf16": (randn(16384, 32768) * 0.02).bfloat16(),
+        "f16": f16,
+        "flat": randn(1 << 28),
+        "click": randn(5120, 5120) * 0.02,
+        "odd": (randn(3, 1000, 4099) * 3.0).half(),
+        "narrow": randn(1 << 20, 96).bfloat16(),
+    }
+    reference = {}
+    for name, t in tensors.items():
+        d = t.double()
+        finite = torch.isfinite(d)
+        v = d[finite]
+        reference[name] = {
+            "dtype": str(t.dtype).replace("torch.", ""), "shape": list(t.shape),
+            "min": v.min().item(), "max": v.max().item(),
+            "mean": v.mean().item(), "std": v.std(unbiased=False).item(),
+            "nan": int(torch.isnan(d).sum().item()), "inf": int(torch.isinf(d).sum().item()),
+        }
+    save_file({k: v.cpu().contiguous() for k, v in tensors.items()}, str(root / "model.safetensors"))
+    (root / "reference.json").write_text(json.dumps(reference))
+    print(f"generated {len(tensors)} dense tensors at {root}")
+
+
+def versus_float64(json_path: str, reference_path: str) -> int:
+    """Whether a `tensor --json` summary's statistics are those of float64:
+    min and max exact, mean within 1e-6 of the spread, std within 1e-6
+    relative, NaN and Inf counts equal."""
+    got = json.loads(Path(json_path).read_text())
+    want = json.loads(Path(reference_path).read_text())[got["name"]]
+    s = got["stats"]
+    spread = max(abs(want["std"]), 1e-30)
+    result = {
+        "name": got["name"],
+        "extremes_exact": (s["min"], s["max"]) == (want["min"], want["max"]),
+        "mean_off_in_std": abs(s["mean"] - want["mean"]) / spread,
+        "std_off_relative": abs(s["std"] - want["std"]) / spread,
+        "nan_inf": [[s["nan"], s["inf"]], [want["nan"], want["inf"]]],
+    }
+    ok = (result["extremes_exact"] and result["mean_off_in_std"] <= 1e-6
+          and result["std_off_relative"] <= 1e-6 and [s["nan"], s["inf"]] == [want["nan"], want["inf"]])
+    result["as_float64"] = ok
+    print(json.dumps(result))
+    return 0 if ok else 1
+
+
 def torch_summary(path: str, name: str, kind: str = "") -> None:
     import numpy as np
     import torch
     from safetensors import safe_open
 
-    with safe_open(path, framework="np") as f:
-        if kind == "q4":
+    if kind == "q4":
+        with safe_open(path, framework="np") as f:
             words = torch.from_numpy(f.get_tensor(name).view(np.int32)).cuda()
             stem = name.rsplit(".", 1)[0]
             scales = torch.from_numpy(f.get_tensor(stem + ".scales")).cuda()
             biases = torch.from_numpy(f.get_tensor(stem + ".biases")).cuda()
-        else:
-            x_stored = torch.from_numpy(f.get_tensor(name)).cuda()
+    else:
+        # PyTorch's own reader: numpy has no bf16.
+        with safe_open(path, framework="pt") as f:
+            x_stored = f.get_tensor(name).cuda()
     torch.cuda.synchronize()
+    upcast = []
 
     def run():
         x = q4_dequantize(torch, words, scales.float(), biases.float()) if kind == "q4" else x_stored
         lo, hi = torch.aminmax(x)
+        if not (torch.isfinite(lo) and torch.isfinite(hi)):
+            # NaN or Inf among the values: PyTorch's reductions take them
+            # in; the finite values are what a summary describes.
+            x = x[torch.isfinite(x)]
+            lo, hi = torch.aminmax(x)
         std, mean = torch.std_mean(x, correction=0)
-        hist = torch.histc(x, bins=64, min=lo.item(), max=hi.item())
+        try:
+            hist = torch.histc(x, bins=64, min=lo.item(), max=hi.item())
+        except RuntimeError:
+            # histc does not take every dtype on CUDA: the values as f32.
+            upcast.append(True)
+            hist = torch.histc(x.float(), bins=64, min=lo.item(), max=hi.item())
         torch.cuda.synchronize()
         return lo.item(), hi.item(), mean.item(), std.item(), hist
 
@@ -151,8 +234,26 @@ def torch_summary(path: str, name: str, kind: str = "") -> None:
         start = time.perf_counter()
         lo, hi, mean, std, _hist = run()
         times.append((time.perf_counter() - start) * 1e3)
+    # Each of PyTorch's three reductions alone (best of 5), to see what a
+    # pass over these bytes costs on this card.
+    x = x_stored if kind != "q4" else q4_dequantize(torch, words, scales.float(), biases.float())
+    if not torch.isfinite(x).all():
+        x = x[torch.isfinite(x)]
+    h = x if not upcast else x.float()
+    alone = {}
+    for key, op in (("aminmax_ms", lambda: torch.aminmax(x)), ("std_mean_ms", lambda: torch.std_mean(x, correction=0)),
+                    ("histc_ms", lambda: torch.histc(h, bins=64, min=lo, max=hi))):
+        best = None
+        for _ in range(6):
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            op()
+            torch.cuda.synchronize()
+            dt = (time.perf_counter() - start) * 1e3
+            best = dt if best is None else min(best, dt)
+        alone[key] = best
     print(json.dumps({"name": name, "first_ms": times[0], "best_ms": min(times[1:]),
-                      "min": lo, "max": hi, "mean": mean, "std": std}))
+                      "min": lo, "max": hi, "mean": mean, "std": std, "histc_upcast": bool(upcast), **alone}))
 
 
 def generate_disk(root: Path, shards: int, shard_gib: int) -> None:
@@ -271,6 +372,8 @@ def same_summary(a_path: str, b_path: str) -> int:
     cells_b = (b.get("heatmap") or {}).get("values") or []
     worst_cell = max((abs(x - y) / (1.0 + abs(y)) for x, y in zip(cells_a, cells_b)
                       if x is not None and y is not None), default=0.0)
+    peaks_a = (a.get("heatmap") or {}).get("max_abs") or []
+    peaks_b = (b.get("heatmap") or {}).get("max_abs") or []
     result = {
         "name": a["name"],
         "histograms_equal": a["histogram"]["counts"] == b["histogram"]["counts"],
@@ -282,11 +385,13 @@ def same_summary(a_path: str, b_path: str) -> int:
         "nan_inf_equal": (sa["nan"], sa["inf"]) == (sb["nan"], sb["inf"]),
         "cells": [len(cells_a), len(cells_b)],
         "worst_cell_difference": worst_cell,
+        "max_abs_cells_equal": peaks_a == peaks_b,
         "millis": [a.get("stats_millis"), b.get("stats_millis")],
     }
     ok = (result["histograms_equal"] and result["first_equal"] and result["extremes_equal"]
           and result["mean_off_in_std"] <= 1e-6 and result["std_off_relative"] <= 1e-6
-          and result["nan_inf_equal"] and len(cells_a) == len(cells_b) and worst_cell <= 1e-5)
+          and result["nan_inf_equal"] and len(cells_a) == len(cells_b) and worst_cell <= 1e-5
+          and peaks_a == peaks_b)
     result["same"] = ok
     print(json.dumps(result))
     return 0 if ok else 1
@@ -310,6 +415,10 @@ if __name__ == "__main__":
         torch_summary(*sys.argv[2:5])
     elif command == "generate-big":
         generate_big(Path(sys.argv[2]))
+    elif command == "generate-dense":
+        generate_dense(Path(sys.argv[2]))
+    elif command == "versus-float64":
+        sys.exit(versus_float64(sys.argv[2], sys.argv[3]))
     elif command == "compare":
         sys.exit(compare(*sys.argv[2:5]))
     else:

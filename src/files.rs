@@ -319,6 +319,48 @@ fn umask() -> u32 {
         .unwrap_or(0o022)
 }
 
+/// weightscope's cache folder: `WEIGHTSCOPE_CACHE_DIR`, else
+/// `$XDG_CACHE_HOME/weightscope`, else `~/.cache/weightscope`.
+#[must_use]
+pub fn cache_dir() -> Option<std::path::PathBuf> {
+    let var = |name: &str| {
+        std::env::var_os(name)
+            .filter(|v| !v.is_empty())
+            .map(std::path::PathBuf::from)
+    };
+    var("WEIGHTSCOPE_CACHE_DIR").or_else(|| {
+        var("XDG_CACHE_HOME")
+            .or_else(|| var("HOME").map(|h| h.join(".cache")))
+            .map(|c| c.join("weightscope"))
+    })
+}
+
+/// Makes `dir` and its missing parents (mode 0700), then checks that `dir`
+/// is this user's own: a folder, not a link, owned by this process's user,
+/// writable by no one else. What is kept there is then read back without
+/// another user having had a way to put it there.
+///
+/// # Errors
+/// When it cannot be made, or is not this user's alone.
+pub fn private_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt as _, MetadataExt as _};
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)?;
+    let meta = std::fs::symlink_metadata(dir)?;
+    // The owner of /proc/self is this process's effective user.
+    let me = std::fs::metadata("/proc/self")?.uid();
+    if meta.is_dir() && meta.uid() == me && meta.mode() & 0o022 == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            "not a folder of this user's alone",
+        ))
+    }
+}
+
 /// The OS message without Rust's " (os error N)" suffix, lower-cased first letter.
 #[must_use]
 pub fn io_reason(err: &std::io::Error) -> String {

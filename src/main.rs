@@ -7,6 +7,11 @@ use weightscope::cli::{self, Invocation};
 
 fn main() {
     let launched = std::time::Instant::now();
+    #[allow(unsafe_code)]
+    // SAFETY: the first thing the process does, with no other thread yet.
+    unsafe {
+        cli::prepare_process();
+    }
     let code = match cli::parse(std::env::args_os().skip(1)) {
         // Help and version on stdout, mistakes on stderr, as clap decides.
         Err(err) => {

@@ -523,8 +523,8 @@ fn run(
         // after the first command (the open), not when a tensor is clicked.
         if !warmed {
             warmed = true;
-            // The window lives long: our histogram kernel pays for its
-            // compilation after a few summaries.
+            // The window lives long: our kernels pay for their compilation
+            // after a summary or two.
             mlx::use_summary_kernel(true);
             mlx::warm_up_summaries();
         }

@@ -350,6 +350,19 @@ pub fn exit(code: u8) -> ! {
     crate::mlx::exit_now(code)
 }
 
+/// What the process sets up before anything else runs: MLX's compiled
+/// kernels kept in a folder of this user's alone (see
+/// [`crate::mlx::keep_kernel_cache_private`]).
+///
+/// # Safety
+/// Sets an environment variable: call it first thing in `main`, before
+/// the process has any other thread.
+#[allow(unsafe_code)]
+pub unsafe fn prepare_process() {
+    // SAFETY: passed on from the caller.
+    unsafe { crate::mlx::keep_kernel_cache_private() };
+}
+
 /// Sets MLX's memory and cache limits from `WEIGHTSCOPE_MEMORY_LIMIT` and
 /// `WEIGHTSCOPE_CACHE_LIMIT`, before anything is materialized (on a GPU
 /// with managed memory, MLX must be capped first): for every command and
@@ -492,6 +505,7 @@ mod tests {
                 json: true,
                 repeat: 1,
                 cells: false,
+                warm_up: false,
             }))
         );
         assert!(matches!(

@@ -53,6 +53,9 @@ struct JsonTensor<'a> {
     /// Every summary's time with `--repeat` (the fastest is `stats_millis`).
     #[serde(skip_serializing_if = "<[f64]>::is_empty")]
     stats_millis_runs: &'a [f64],
+    /// With `--warm-up`: how long preparing the summary kernels took.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    warm_up_millis: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     quantized: Option<serde_json::Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -62,15 +65,24 @@ struct JsonTensor<'a> {
     heatmap: Option<JsonHeatmap<'a>>,
 }
 
-/// Writes `preview` as one JSON object; `runs`: every summary's time when
-/// `--repeat` asked for more than one; `cells`: the heatmap's cell values
-/// too (`--cells`).
+/// How a `tensor` run went beside the preview: every summary's time when
+/// `--repeat` asked for more than one, the warm-up's with `--warm-up`.
+#[derive(Debug, Clone, Default)]
+pub struct Timings {
+    /// Every summary's time, in order (empty for one).
+    pub runs: Vec<f64>,
+    /// The warm-up's time.
+    pub warm_up_millis: Option<f64>,
+}
+
+/// Writes `preview` as one JSON object with `timings`; `cells`: the
+/// heatmap's cell values too (`--cells`).
 ///
 /// # Errors
 /// When writing fails.
 pub fn write_json(
     preview: &TensorPreview,
-    runs: &[f64],
+    timings: &Timings,
     cells: bool,
     out: &mut impl Write,
 ) -> io::Result<()> {
@@ -96,7 +108,12 @@ pub fn write_json(
         first: &preview.values.first,
         millis: preview.materialize_millis,
         stats_millis: preview.summary_millis,
-        stats_millis_runs: if runs.len() > 1 { runs } else { &[] },
+        stats_millis_runs: if timings.runs.len() > 1 {
+            &timings.runs
+        } else {
+            &[]
+        },
+        warm_up_millis: timings.warm_up_millis,
         quantized: preview.decoding.as_ref().and_then(quantized_json),
         decoded: preview.decoding.as_ref().map(Decoding::describe),
         histogram: JsonHistogram {
@@ -278,6 +295,11 @@ pub struct TensorArgs {
     /// by row).
     #[arg(long, requires = "json")]
     pub cells: bool,
+    /// Prepare the summary kernels before the first summary, as the
+    /// window does after it opens a checkpoint (on CUDA: compile them, or
+    /// load them from MLX's kernel cache); JSON gains `warm_up_millis`.
+    #[arg(long)]
+    pub warm_up: bool,
 }
 
 /// `weightscope tensor`: runs it and returns the exit status.
@@ -320,11 +342,17 @@ pub fn main(args: &TensorArgs) -> u8 {
                 return super::BAD_INPUT;
             }
         };
-    // Repeated summaries (benchmarks) amortize compiling our CUDA histogram
-    // kernel; a one-shot command does not.
-    crate::mlx::use_summary_kernel(repeat > 1);
+    // Repeated summaries (benchmarks) and a warm-up amortize compiling our
+    // CUDA kernels; a one-shot command does not.
+    crate::mlx::use_summary_kernel(repeat > 1 || args.warm_up);
+    let mut timings = Timings::default();
+    if args.warm_up {
+        let start = std::time::Instant::now();
+        crate::mlx::warm_up_summaries();
+        timings.warm_up_millis = Some(start.elapsed().as_secs_f64() * 1e3);
+    }
     let mut best: Option<crate::weights::TensorPreview> = None;
-    let mut runs = Vec::new();
+    let runs = &mut timings.runs;
     for _ in 0..repeat {
         match weights.preview(name, &crate::weights::PreviewOptions::default()) {
             Ok(preview) => {
@@ -355,7 +383,7 @@ pub fn main(args: &TensorArgs) -> u8 {
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     let written = if let Some(cells) = json {
-        write_json(&preview, &runs, cells, &mut out)
+        write_json(&preview, &timings, cells, &mut out)
     } else {
         write_text(&preview, &mut out)
     };

@@ -1,10 +1,10 @@
-//! Histogram bins (and whole summaries of affine-packed weights) counted
-//! by kernels of our own on CUDA, through MLX's
-//! custom-kernel interface (`mlx_fast_cuda_kernel`): each thread block
-//! counts into a histogram in shared memory and adds it to the output once,
-//! so the device's global atomics see one add per bin per block instead of
-//! one per value (MLX's scatter-add). One pass over the values: no bin
-//! numbers are written anywhere.
+//! Histogram bins, and whole summaries of affine-packed weights and of
+//! dense `f32`, `f16` and `bf16` arrays, computed by two kernels of our own
+//! on CUDA, through MLX's custom-kernel interface (`mlx_fast_cuda_kernel`):
+//! blocks count and sum in shared memory and add to the output once, so
+//! the device's global atomics see one add per bin per block instead of
+//! one per value (MLX's scatter-add). No bin numbers and no converted
+//! values are written anywhere.
 
 use std::ffi::CString;
 
@@ -22,57 +22,24 @@ const MAX_BLOCKS: i64 = 4096;
 /// Largest histogram (bins + 2 slots) the kernel keeps in shared memory.
 pub const MAX_SLOTS: usize = 4096;
 
-/// The kernel's body. `params` holds the lowest value and the scale; `SLOTS`
-/// is the number of bins plus two: the maximum lands on `SLOTS - 2` and
-/// non-finite values on `SLOTS - 1`.
-const SOURCE: &str = r"
-    __shared__ unsigned int local[SLOTS];
-    for (int i = threadIdx.x; i < SLOTS; i += blockDim.x) {
-        local[i] = 0;
-    }
-    __syncthreads();
-    const float lo = params[0];
-    const float scale = params[1];
-    const long long n = x_shape[0];
-    const long long stride = (long long)gridDim.x * blockDim.x;
-    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-        const float v = x[i];
-        int slot = SLOTS - 1;
-        if (isfinite(v)) {
-            slot = (int)fminf((v - lo) * scale, (float)(SLOTS - 2));
-        }
-        atomicAdd(&local[slot], 1u);
-    }
-    __syncthreads();
-    for (int i = threadIdx.x; i < SLOTS; i += blockDim.x) {
-        if (local[i] != 0) {
-            atomicAdd(&counts[i], local[i]);
-        }
-    }
-";
-
-/// The counts of `slots` histogram slots of the flat `f32` array `x` (see
-/// [`SOURCE`]), `[slots]` as `u32`, lazy. `params` is `[lo, scale]` as
-/// `f32`.
+/// The counts of `slots` histogram slots of the flat `f32` array `x`,
+/// `[slots]` as `u32`, lazy: the lowest value and the scale map a finite
+/// value `v` to slot `(v - lo) * scale` (the maximum lands on `slots - 2`),
+/// non-finite values go to `slots - 1`. Counted by job 1 of
+/// [`DENSE_SOURCE`].
 ///
 /// # Errors
 /// When MLX refuses the kernel (not a CUDA device); a kernel that does not
 /// compile fails when evaluated.
-pub fn histogram_counts(x: &Array, params: &Array, slots: usize) -> Result<Array, MlxError> {
-    let refused = |what: &str| MlxError::op("histogram kernel", what);
-    let slots_i32 = i32::try_from(slots.min(MAX_SLOTS)).map_err(|_| refused("too many bins"))?;
-    let n = i64::try_from(x.size()).map_err(|_| refused("too many values"))?;
-    let blocks = ((n + i64::from(THREADS) - 1) / i64::from(THREADS)).clamp(1, MAX_BLOCKS);
-    let mut out = apply(&Launch {
-        name: c"weightscope_histogram",
-        source: SOURCE,
-        header: "",
-        inputs: &[(c"x", x), (c"params", params)],
-        outputs: &[(c"counts", slots_i32, mlx_sys::mlx_dtype__MLX_UINT32)],
-        blocks,
-        template_ints: &[(c"SLOTS", slots_i32)],
-    })?;
-    out.pop().ok_or_else(|| refused("no output"))
+pub fn histogram_counts(x: &Array, lo: f32, scale: f32, slots: usize) -> Result<Array, MlxError> {
+    let n =
+        i32::try_from(x.size()).map_err(|_| MlxError::op("histogram kernel", "too many values"))?;
+    let values = DenseValues {
+        flat: x,
+        rows: 1,
+        cols: n,
+    };
+    dense_counts(&values, lo, scale, slots)
 }
 
 /// Helpers of [`AFFINE_SOURCE`]: one value of an affine-packed weight,
@@ -101,7 +68,7 @@ __device__ __forceinline__ float ws_affine_value(
 /// minimum, maximum, sum and sum of squared distances to the centre of the
 /// finite values (sums in `f64`, written as two `f32` halves), the NaN and
 /// Inf counts, and the cells' sums; job 1 counts histogram slots as
-/// [`SOURCE`] does. Nothing is dequantized into memory.
+/// [`histogram_counts`] does. Nothing is dequantized into memory.
 ///
 /// `ip`: job, bits, group size, rows per cell, columns per cell, cells per
 /// row, scales are bf16 (else f16), slots. `fp`: centre, lowest value,
@@ -284,8 +251,9 @@ impl AffineWords<'_> {
     ) -> Result<(Array, Array), MlxError> {
         let (scales, biases) = self.inputs()?;
         let fp = Array::from_slice(&fp, &[3]);
+        let name = kernel_name("weightscope_affine", AFFINE_SOURCE, AFFINE_HEADER)?;
         let mut out = apply(&Launch {
-            name: c"weightscope_affine",
+            name: &name,
             source: AFFINE_SOURCE,
             header: AFFINE_HEADER,
             inputs: &[
@@ -380,6 +348,454 @@ pub fn affine_counts(
     Ok(counts)
 }
 
+/// Helpers of [`DENSE_SOURCE`]: value `i` of an array of dtype `dt` (0:
+/// `f32`, 1: `f16`, 2: `bf16`) handed over as 16-bit words, widened to
+/// `f32` as MLX's cast widens it (exactly: every `f16` and `bf16` is an
+/// `f32`). One compiled kernel reads all three.
+const DENSE_HEADER: &str = r"
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+
+__device__ __forceinline__ float ws_value(const unsigned short* x, long long i, int dt) {
+  if (dt == 0) return reinterpret_cast<const float*>(x)[i];
+  const unsigned short h = x[i];
+  if (dt == 1) return __half2float(__ushort_as_half(h));
+  return __bfloat162float(__ushort_as_bfloat16(h));
+}
+";
+
+/// Summaries of a dense `f32`, `f16` or `bf16` array read in its own
+/// dtype (as 16-bit words, `ip[10]` saying which), `[rows, cols]` (a flat
+/// array is one row).
+///
+/// Job 0: each block takes `row_split` of the rows of one row of heatmap
+/// cells and `col_split` of its columns; its threads are a `tx` by
+/// `THREADS / tx` tile, each going down a column at a time (loads of a
+/// warp are neighbouring values of a row). It writes its minimum, maximum,
+/// sum and sum of squared distances to the centre of the finite values
+/// (sums in `f64`, as two `f32` halves) and its NaN and Inf counts; each
+/// column's run of finite values is added to its cell's sum and its
+/// largest |value| to the cell's (in shared memory, then once per block to
+/// the output). Job 1 counts histogram slots, each thread in 16-bit
+/// counters of its own where they fit (no atomics), else in one block
+/// histogram; each block adds its counts to the output once. Nothing is
+/// written per value.
+///
+/// `ip`: job, rows, cols, row step, column step, cells per row (0: no
+/// heatmap), row split, column split, tx, slots, dtype. `fp`: centre,
+/// lowest value, scale of the bins.
+const DENSE_SOURCE: &str = r"
+    const int job = ip[0];
+    const long long rows = ip[1], cols = ip[2];
+    const int row_step = ip[3], col_step = ip[4], out_cols = ip[5];
+    const int row_split = ip[6], col_split = ip[7], tx = ip[8], slots = ip[9];
+    const int dt = ip[10];
+    const unsigned short* __restrict__ xr = x;
+    // One shared pool, carved per job (a static 48 KB bound for all).
+    __shared__ double pool[POOL_DOUBLES];
+    const int t = threadIdx.x;
+    const int threads = blockDim.x;
+    if (job == 1) {
+        const float lo = fp[1], scale = fp[2];
+        const long long n = rows * cols;
+        const long long stride = (long long)gridDim.x * threads;
+        const long long per_thread = (n + stride - 1) / stride;
+        // Each thread its own 16-bit counters (no atomics, no waiting on
+        // a busy bin) where they fit; else one block histogram.
+        const bool own = (long long)slots * threads * 2 <= (long long)sizeof(pool)
+            && per_thread <= 65535;
+        unsigned short* counters = (unsigned short*)pool;
+        unsigned int* shared_hist = (unsigned int*)pool;
+        const int words = own ? (slots * threads + 1) / 2 : slots;
+        for (int i = t; i < words; i += threads) ((unsigned int*)pool)[i] = 0u;
+        __syncthreads();
+        // Eight values loaded before any is counted: the loads are in
+        // flight together (counting stores to shared memory, which the
+        // compiler would otherwise keep the next loads behind).
+        for (long long i0 = (long long)blockIdx.x * threads + t; i0 < n; i0 += 8 * stride) {
+            float v[8];
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                const long long i = i0 + k * stride;
+                v[k] = i < n ? ws_value(xr, i, dt) : 0.0f;
+            }
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                if (i0 + k * stride >= n) break;
+                int slot = slots - 1;
+                if (isfinite(v[k])) slot = (int)fminf((v[k] - lo) * scale, (float)(slots - 2));
+                if (own) {
+                    counters[slot * threads + t]++;
+                } else {
+                    atomicAdd(&shared_hist[slot], 1u);
+                }
+            }
+        }
+        __syncthreads();
+        for (int s = t; s < slots; s += threads) {
+            unsigned int total = 0;
+            if (own) {
+                for (int j = 0; j < threads; j++) total += counters[s * threads + j];
+            } else {
+                total = shared_hist[s];
+            }
+            if (total != 0) atomicAdd(&uout[s], total);
+        }
+        return;
+    }
+    float* cells = (float*)pool;
+    unsigned int* peaks = (unsigned int*)(pool + MAX_CELLS / 2);
+    double* red_d = pool + MAX_CELLS;
+    float* red_f = (float*)(pool + MAX_CELLS + 2 * THREADS);
+    unsigned int* red_u = (unsigned int*)(pool + MAX_CELLS + 3 * THREADS);
+    for (int i = t; i < out_cols; i += threads) {
+        cells[i] = 0.0f;
+        peaks[i] = 0u;
+    }
+    __syncthreads();
+    const double centre = (double)fp[0];
+    const int ty_count = threads / tx;
+    const int lane_x = t % tx, lane_y = t / tx;
+    const int per_cell_row = row_split * col_split;
+    const int cell_row = blockIdx.x / per_cell_row;
+    const int rs = (blockIdx.x % per_cell_row) / col_split;
+    const int cs = blockIdx.x % col_split;
+    const long long band0 = (long long)cell_row * row_step;
+    const long long band1 = band0 + row_step < rows ? band0 + row_step : rows;
+    const long long col_chunk = (cols + col_split - 1) / col_split;
+    const long long c0 = (long long)cs * col_chunk;
+    const long long c1 = c0 + col_chunk < cols ? c0 + col_chunk : cols;
+    const long long row_stride = (long long)row_split * ty_count;
+    float lo = __int_as_float(0x7f800000), hi = __int_as_float(0xff800000);
+    double sum = 0.0, squares = 0.0;
+    unsigned int nans = 0, infs = 0;
+    // Four columns a thread at a time (tx apart: a warp's loads stay
+    // neighbours), so that each thread has several loads in flight.
+    for (long long cb = c0 + lane_x; cb < c1; cb += 4LL * tx) {
+        float run[4] = {0.0f, 0.0f, 0.0f, 0.0f}, peak[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        bool has[4];
+#pragma unroll
+        for (int k = 0; k < 4; k++) has[k] = cb + (long long)k * tx < c1;
+#pragma unroll 2
+        for (long long r = band0 + (long long)rs * ty_count + lane_y; r < band1; r += row_stride) {
+            const long long base = r * cols + cb;
+            float v[4];
+#pragma unroll
+            for (int k = 0; k < 4; k++) v[k] = has[k] ? ws_value(xr, base + (long long)k * tx, dt) : 0.0f;
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                if (!has[k]) continue;
+                if (isfinite(v[k])) {
+                    lo = fminf(lo, v[k]);
+                    hi = fmaxf(hi, v[k]);
+                    sum += (double)v[k];
+                    const double d = (double)v[k] - centre;
+                    squares += d * d;
+                    run[k] += v[k];
+                    peak[k] = fmaxf(peak[k], fabsf(v[k]));
+                } else if (isnan(v[k])) {
+                    nans++;
+                } else {
+                    infs++;
+                }
+            }
+        }
+        if (out_cols > 0) {
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                if (!has[k]) continue;
+                const int cell = (int)((cb + (long long)k * tx) / col_step);
+                if (run[k] != 0.0f) atomicAdd(&cells[cell], run[k]);
+                if (peak[k] > 0.0f) atomicMax(&peaks[cell], __float_as_uint(peak[k]));
+            }
+        }
+    }
+    red_d[t] = sum; red_d[THREADS + t] = squares;
+    red_f[t] = lo; red_f[THREADS + t] = hi;
+    red_u[t] = nans; red_u[THREADS + t] = infs;
+    __syncthreads();
+    for (int step = threads / 2; step > 0; step /= 2) {
+        if (t < step) {
+            red_d[t] += red_d[t + step];
+            red_d[THREADS + t] += red_d[THREADS + t + step];
+            red_f[t] = fminf(red_f[t], red_f[t + step]);
+            red_f[THREADS + t] = fmaxf(red_f[THREADS + t], red_f[THREADS + t + step]);
+            red_u[t] += red_u[t + step];
+            red_u[THREADS + t] += red_u[THREADS + t + step];
+        }
+        __syncthreads();
+    }
+    if (t == 0) {
+        float* mine = fout + blockIdx.x * 6;
+        const float sum_hi = (float)red_d[0];
+        const float sq_hi = (float)red_d[THREADS];
+        mine[0] = red_f[0];
+        mine[1] = red_f[THREADS];
+        mine[2] = sum_hi;
+        mine[3] = (float)(red_d[0] - (double)sum_hi);
+        mine[4] = sq_hi;
+        mine[5] = (float)(red_d[THREADS] - (double)sq_hi);
+        uout[blockIdx.x * 2] = red_u[0];
+        uout[blockIdx.x * 2 + 1] = red_u[THREADS];
+    }
+    // A row of cells owned by one block is stored; shared, added.
+    const long long blocks = gridDim.x;
+    for (int i = t; i < out_cols; i += threads) {
+        const long long at = (long long)cell_row * out_cols + i;
+        if (per_cell_row == 1) {
+            fout[blocks * 6 + at] = cells[i];
+            uout[blocks * 2 + at] = peaks[i];
+        } else {
+            if (cells[i] != 0.0f) atomicAdd(&fout[blocks * 6 + at], cells[i]);
+            if (peaks[i] != 0u) atomicMax(&uout[blocks * 2 + at], peaks[i]);
+        }
+    }
+";
+
+/// A dense array as [`dense_stats`] and [`dense_counts`] read it: its
+/// values flat, in their own dtype, seen as `[rows, cols]`.
+pub struct DenseValues<'a> {
+    /// The values, flat and row-contiguous.
+    pub flat: &'a Array,
+    /// Rows (the product of every axis but the last; 1 for a flat array).
+    pub rows: i32,
+    /// Values per row.
+    pub cols: i32,
+}
+
+impl DenseValues<'_> {
+    /// Whether the kernel reads this array: `f32`, `f16` or `bf16`, with
+    /// `rows * cols` values.
+    #[must_use]
+    pub fn supported(&self) -> bool {
+        // As 16-bit words the values must still be an MLX array (fewer
+        // than 2^31 words: an `f32` array under 4 GiB).
+        let words = self.flat.size() * self.flat.item_size() / 2;
+        dense_type(self.flat.dtype()).is_some()
+            && i32::try_from(words).is_ok()
+            && self.rows > 0
+            && self.cols > 0
+            && i64::try_from(self.flat.size())
+                .is_ok_and(|n| n == i64::from(self.rows) * i64::from(self.cols))
+    }
+
+    /// One launch of [`DENSE_SOURCE`] with `blocks` blocks.
+    fn launch(
+        &self,
+        fp: [f32; 3],
+        ip: [i32; 10],
+        lengths: [i32; 2],
+        blocks: i64,
+    ) -> Result<(Array, Array), MlxError> {
+        let refused = |what: &str| MlxError::op("summary kernel", what);
+        let dt = dense_type(self.flat.dtype()).ok_or_else(|| refused("dtype"))?;
+        let words = self
+            .flat
+            .view_dtype(mlx_rs::Dtype::Uint16)
+            .map_err(|e| MlxError::op("view as u16", e))?;
+        let name = kernel_name("weightscope_dense", DENSE_SOURCE, DENSE_HEADER)?;
+        let fp = Array::from_slice(&fp, &[3]);
+        let mut params = ip.to_vec();
+        params.push(dt);
+        let ip = Array::from_slice(&params, &[11]);
+        let mut out = apply(&Launch {
+            name: &name,
+            source: DENSE_SOURCE,
+            header: DENSE_HEADER,
+            inputs: &[(c"x", &words), (c"fp", &fp), (c"ip", &ip)],
+            outputs: &[
+                (c"fout", lengths[0], mlx_sys::mlx_dtype__MLX_FLOAT32),
+                (c"uout", lengths[1], mlx_sys::mlx_dtype__MLX_UINT32),
+            ],
+            blocks,
+            template_ints: &DENSE_CONSTANTS,
+        })?;
+        let uints = out.pop().ok_or_else(|| refused("no output"))?;
+        let floats = out.pop().ok_or_else(|| refused("no output"))?;
+        Ok((floats, uints))
+    }
+}
+
+/// The kernel's number for a dense dtype (see [`DENSE_HEADER`]).
+fn dense_type(dtype: mlx_rs::Dtype) -> Option<i32> {
+    match dtype {
+        mlx_rs::Dtype::Float32 => Some(0),
+        mlx_rs::Dtype::Float16 => Some(1),
+        mlx_rs::Dtype::Bfloat16 => Some(2),
+        _ => None,
+    }
+}
+
+/// How job 0 of [`DENSE_SOURCE`] splits an array among blocks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DenseLayout {
+    /// Rows per row of cells (all rows when there is no heatmap).
+    pub row_step: i32,
+    /// Columns per cell (unused without a heatmap).
+    pub col_step: i32,
+    /// Rows of cells (1 without a heatmap).
+    pub out_rows: i32,
+    /// Cells per row (0: no heatmap).
+    pub out_cols: i32,
+    /// Blocks sharing a row of cells by rows.
+    pub row_split: i32,
+    /// Blocks sharing it by columns.
+    pub col_split: i32,
+    /// Threads of a block across columns (the rest go down rows).
+    pub tx: i32,
+}
+
+impl DenseLayout {
+    /// Blocks in all.
+    #[must_use]
+    pub fn blocks(&self) -> i64 {
+        i64::from(self.out_rows) * i64::from(self.row_split) * i64::from(self.col_split)
+    }
+
+    /// The split of `[rows, cols]` with the heatmap grid `cells` (`row_step,
+    /// col_step, out_rows, out_cols`) or none: about [`TARGET_BLOCKS`]
+    /// blocks of at least a few thousand values each.
+    #[must_use]
+    pub fn new(rows: i32, cols: i32, cells: Option<[i32; 4]>) -> Self {
+        let [row_step, col_step, out_rows, out_cols] = cells.unwrap_or([rows.max(1), 1, 1, 0]);
+        // Threads across: the columns rounded up to a power of two (so
+        // that the rows of threads tile the block), a warp at least.
+        let tx = u32::try_from(cols.max(1))
+            .unwrap_or(1)
+            .next_power_of_two()
+            .clamp(32, THREADS.unsigned_abs());
+        let tx = i32::try_from(tx).unwrap_or(THREADS);
+        let ty = THREADS / tx;
+        let n = i64::from(rows.max(1)) * i64::from(cols.max(1));
+        // Each block at least 16 values a thread.
+        let most = (n / (i64::from(THREADS) * 16)).max(1);
+        // WEIGHTSCOPE_DENSE_BLOCKS: another aim, for benchmarks.
+        let target = std::env::var("WEIGHTSCOPE_DENSE_BLOCKS")
+            .ok()
+            .and_then(|v| v.parse::<i64>().ok())
+            .filter(|b| *b > 0)
+            .unwrap_or(if out_cols > 0 {
+                TARGET_BLOCKS_CELLS
+            } else {
+                TARGET_BLOCKS
+            });
+        let wanted = target.min(most);
+        let per_cell_row = (wanted / i64::from(out_rows.max(1))).max(1);
+        // Rows first (each block keeps whole rows of its columns), as far
+        // as a block keeps a row of threads' worth of rows; then columns.
+        let row_split = per_cell_row.min(i64::from((row_step / ty).max(1)));
+        let col_split =
+            (per_cell_row / row_split).min((i64::from(cols.max(1)) / i64::from(tx * 16)).max(1));
+        Self {
+            row_step,
+            col_step,
+            out_rows,
+            out_cols,
+            row_split: i32::try_from(row_split).unwrap_or(1),
+            col_split: i32::try_from(col_split).unwrap_or(1),
+            tx,
+        }
+    }
+}
+
+/// Blocks a dense summary aims for without a heatmap: several per
+/// multiprocessor of any current GPU.
+const TARGET_BLOCKS: i64 = 2048;
+
+/// With a heatmap: one block per row of cells where there are this many
+/// (on an H200, 512 blocks took 1.30 ms for 1 GiB of `f32` where 2048
+/// sharing rows of cells by atomics took 1.64 ms and 8192 took 3.5 ms).
+const TARGET_BLOCKS_CELLS: i64 = 512;
+
+/// The compile-time sizes of [`DENSE_SOURCE`]: its shared pool (44 KB:
+/// per-thread 16-bit bin counters for up to 88 slots) and the sizes it
+/// carves it by.
+#[allow(clippy::cast_possible_truncation, clippy::cast_possible_wrap)]
+const DENSE_CONSTANTS: [(&std::ffi::CStr, i32); 3] = [
+    (c"POOL_DOUBLES", 5632),
+    (c"MAX_CELLS", MAX_CELLS as i32),
+    (c"THREADS", THREADS),
+];
+
+/// Job 0 of [`DENSE_SOURCE`]: per block `[min, max, sum (2 halves), squares
+/// (2 halves)]` then the cells' sums (`f32`, `blocks * 6 + cells`), and per
+/// block `[nan, inf]` then the cells' largest |values| as `f32` bits
+/// (`u32`, `blocks * 2 + cells`), lazy.
+///
+/// # Errors
+/// When MLX refuses the kernel (not a CUDA device) or the layout is too
+/// large for one launch.
+pub fn dense_stats(
+    values: &DenseValues<'_>,
+    centre: f32,
+    layout: DenseLayout,
+) -> Result<(Array, Array), MlxError> {
+    let refused = |what: &str| MlxError::op("summary kernel", what);
+    if usize::try_from(layout.out_cols).map_or(true, |c| c > MAX_CELLS) {
+        return Err(refused("too many heatmap cells"));
+    }
+    let blocks = layout.blocks();
+    let cells = i64::from(layout.out_rows) * i64::from(layout.out_cols);
+    let length = |per_block: i64| {
+        i32::try_from(blocks * per_block + cells).map_err(|_| refused("too many blocks"))
+    };
+    values.launch(
+        [centre, 0.0, 0.0],
+        [
+            0,
+            values.rows,
+            values.cols,
+            layout.row_step,
+            layout.col_step,
+            layout.out_cols,
+            layout.row_split,
+            layout.col_split,
+            layout.tx,
+            0,
+        ],
+        [length(6)?, length(2)?],
+        blocks,
+    )
+}
+
+/// Job 1 of [`DENSE_SOURCE`]: the counts of `slots` histogram slots,
+/// `[slots]` as `u32`, lazy (`lo` and `scale` as in [`histogram_counts`]).
+///
+/// # Errors
+/// When MLX refuses the kernel (not a CUDA device).
+pub fn dense_counts(
+    values: &DenseValues<'_>,
+    lo: f32,
+    scale: f32,
+    slots: usize,
+) -> Result<Array, MlxError> {
+    let refused = |what: &str| MlxError::op("histogram kernel", what);
+    let slots = i32::try_from(slots.min(MAX_SLOTS)).map_err(|_| refused("too many bins"))?;
+    let n = i64::from(values.rows) * i64::from(values.cols);
+    let blocks = (n / (i64::from(THREADS) * 16)).clamp(1, MAX_BLOCKS);
+    let (_, counts) = values.launch(
+        [0.0, lo, scale],
+        [1, values.rows, values.cols, 1, 1, 0, 1, 1, THREADS, slots],
+        [1, slots],
+        blocks,
+    )?;
+    Ok(counts)
+}
+
+/// A kernel's name for MLX: `base` and a hash of its code. MLX keeps
+/// compiled kernels by name, in the process and in its on-disk cache, so a
+/// changed kernel must never go by an old name.
+fn kernel_name(base: &str, source: &str, header: &str) -> Result<CString, MlxError> {
+    // FNV-1a, 64 bits: stable across builds and platforms.
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in header.bytes().chain([0]).chain(source.bytes()) {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    CString::new(format!("{base}_{hash:016x}"))
+        .map_err(|_| MlxError::op("custom kernel", "a name with a NUL"))
+}
+
 /// The compile-time sizes of [`AFFINE_SOURCE`] (one compiled kernel for
 /// every weight: bits, groups and shapes are run-time values).
 #[allow(clippy::cast_possible_truncation, clippy::cast_possible_wrap)]
@@ -446,6 +862,10 @@ fn apply(launch: &Launch<'_>) -> Result<Vec<Array>, MlxError> {
         }
         status |= mlx_sys::mlx_fast_cuda_kernel_config_set_grid(config, grid, 1, 1);
         status |= mlx_sys::mlx_fast_cuda_kernel_config_set_thread_group(config, THREADS, 1, 1);
+        // Outputs zeroed by MLX first, even where a kernel stores every
+        // element: on an H200 the dense kernel took 1.39 ms for 1 GiB of
+        // `f32` writing outputs whose pages the host had read (they moved
+        // back under it), 0.65 ms after MLX's fill had moved them.
         status |= mlx_sys::mlx_fast_cuda_kernel_config_set_init_value(config, 0.0);
         for (name, value) in launch.template_ints {
             status |= mlx_sys::mlx_fast_cuda_kernel_config_add_template_arg_int(
@@ -485,5 +905,73 @@ fn apply(launch: &Launch<'_>) -> Result<Vec<Array>, MlxError> {
         Err(refused(
             "MLX refused the custom kernel (not a CUDA device?)",
         ))
+    }
+}
+
+/// The variable MLX reads, once, for the folder where it keeps compiled
+/// CUDA kernels between processes.
+const KERNEL_CACHE_VAR: &str = "MLX_PTX_CACHE_DIR";
+
+/// Set when this process chose MLX's kernel cache folder itself.
+static CHOSE_KERNEL_CACHE: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
+/// MLX's version, as the library says it.
+fn mlx_version() -> String {
+    let mut text = String::new();
+    #[allow(unsafe_code)]
+    // SAFETY: the string is made, read while alive and freed here.
+    unsafe {
+        let mut s = mlx_sys::mlx_string_new();
+        if mlx_sys::mlx_version(&raw mut s) == 0 {
+            let data = mlx_sys::mlx_string_data(s);
+            if !data.is_null() {
+                text = std::ffi::CStr::from_ptr(data)
+                    .to_string_lossy()
+                    .into_owned();
+            }
+        }
+        mlx_sys::mlx_string_free(s);
+    }
+    text
+}
+
+/// Where MLX may keep compiled CUDA kernels between processes: by default
+/// a shared temporary folder (`/tmp/mlx/VERSION/ptx`), where another user
+/// of the machine could leave a kernel of theirs under one of our kernels'
+/// names for MLX to load unchecked. Unless `MLX_PTX_CACHE_DIR` is set
+/// already, it is pointed at `kernels/mlx-VERSION` in weightscope's cache
+/// folder, made this user's alone, or, where that cannot be had, at a path
+/// that cannot be made (no cache at all). MLX 0.32.2 wrote nothing there
+/// on an H200 (every process compiles its kernels); the folder is ready
+/// for a version that does.
+///
+/// # Safety
+/// Sets an environment variable: call it before the process has any other
+/// thread.
+#[allow(unsafe_code)]
+pub unsafe fn keep_kernel_cache_private() {
+    if std::env::var_os(KERNEL_CACHE_VAR).is_some() {
+        return;
+    }
+    let version = mlx_version();
+    let own = crate::files::cache_dir()
+        .map(|d| d.join("kernels").join(format!("mlx-{version}")))
+        .filter(|d| !version.is_empty() && crate::files::private_dir(d).is_ok());
+    let folder = own.map_or_else(
+        || std::ffi::OsString::from("/dev/null/no-kernel-cache"),
+        std::path::PathBuf::into_os_string,
+    );
+    // SAFETY: the caller runs this before any other thread exists.
+    unsafe { std::env::set_var(KERNEL_CACHE_VAR, folder) };
+    CHOSE_KERNEL_CACHE.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Leaves weightscope's choice of kernel cache (see
+/// [`keep_kernel_cache_private`]) out of a child's environment: a recorded
+/// job runs with the environment it was given.
+pub fn leave_kernel_cache_out(command: &mut std::process::Command) {
+    if CHOSE_KERNEL_CACHE.load(std::sync::atomic::Ordering::Relaxed) {
+        command.env_remove(KERNEL_CACHE_VAR);
     }
 }

@@ -15,7 +15,7 @@ mod stats;
 mod transform;
 
 pub use device::{DeviceInfo, DeviceKind, GPU_BACKEND, default_device, gpu_available};
-pub use kernel::AffineWords;
+pub use kernel::{AffineWords, keep_kernel_cache_private, leave_kernel_cache_out};
 pub use memory::{
     MemoryStats, clear_cache, memory, reset_peak, set_cache_limit, set_memory_limit, trim_host_heap,
 };

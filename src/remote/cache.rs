@@ -5,7 +5,7 @@
 //! commits. Everything is best effort: a cache that cannot be read or
 //! written only costs requests.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// The most the cache keeps on disk.
 pub const CAP_BYTES: u64 = 256 << 20;
@@ -15,17 +15,7 @@ pub const CAP_BYTES: u64 = 256 << 20;
 /// part is under `hub/`.
 #[must_use]
 pub fn folder() -> Option<PathBuf> {
-    let var = |name: &str| {
-        std::env::var_os(name)
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from)
-    };
-    let base = var("WEIGHTSCOPE_CACHE_DIR").or_else(|| {
-        var("XDG_CACHE_HOME")
-            .or_else(|| var("HOME").map(|h| h.join(".cache")))
-            .map(|c| c.join("weightscope"))
-    })?;
-    Some(base.join("hub"))
+    Some(crate::files::cache_dir()?.join("hub"))
 }
 
 /// One commit of one repo in the cache.
@@ -62,7 +52,7 @@ impl CommitCache {
 
     /// Keeps `bytes` of `file` (whose size is `size`).
     pub fn put(&self, what: &str, file: &str, size: u64, bytes: &[u8]) {
-        if create_private(&self.dir).is_err() {
+        if crate::files::private_dir(&self.dir).is_err() {
             return;
         }
         let mut record = Vec::with_capacity(8 + bytes.len());
@@ -74,15 +64,6 @@ impl CommitCache {
     fn path(&self, what: &str, file: &str) -> PathBuf {
         self.dir.join(format!("{what}.{}", safe_name(file)))
     }
-}
-
-/// Makes `dir` and its parents, readable by this user only.
-fn create_private(dir: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::DirBuilderExt as _;
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
 }
 
 /// A file name made of `text`: letters, digits, `-`, `_` and `.` kept,

@@ -842,3 +842,62 @@ fn a_walk_refuses_a_tensor_over_the_memory_limit_before_reading_it() {
     // (it used to stream all 4 GiB first).
     assert_eq!(report["read_wait_secs"], 0.0, "{report}");
 }
+
+/// MLX keeps compiled CUDA kernels between processes in a folder it reads
+/// back without question; by default a shared one under /tmp. weightscope
+/// points it at a folder of this user's alone (0700, owned, not a link),
+/// leaves that choice out of a recorded job's environment, and keeps a
+/// user's own choice. A folder someone else could write is not used.
+#[test]
+fn compiled_kernels_are_kept_where_only_this_user_can_write() {
+    use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
+    let home = tempfile::tempdir().expect("dir");
+    let cache = home.path().join("cache");
+    let seen = |cache_env: Option<&str>| -> String {
+        let mut command = weightscope();
+        command
+            .env("WEIGHTSCOPE_CACHE_DIR", &cache)
+            .env_remove("MLX_PTX_CACHE_DIR")
+            .args(["record", "--no-probe", "--", "sh", "-c"])
+            .arg("printf '%s' \"${MLX_PTX_CACHE_DIR-unset}\" >&2");
+        if let Some(value) = cache_env {
+            command.env("MLX_PTX_CACHE_DIR", value);
+        }
+        let output = command.stdin(Stdio::null()).output().expect("runs");
+        assert!(output.status.success(), "{}", text(&output.stderr));
+        text(&output.stderr)
+    };
+    // The job sees the environment it was given.
+    assert!(seen(None).contains("unset"));
+    assert!(seen(Some("/elsewhere/ptx")).contains("/elsewhere/ptx"));
+    // weightscope's own folder: made, this user's, mode 0700.
+    let kernels = std::fs::read_dir(cache.join("kernels"))
+        .expect("the kernels folder was made")
+        .map(|e| e.expect("entry").path())
+        .collect::<Vec<_>>();
+    assert_eq!(kernels.len(), 1, "{kernels:?}");
+    assert!(
+        kernels[0]
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with("mlx-0."))
+    );
+    let meta = std::fs::symlink_metadata(&kernels[0]).expect("meta");
+    assert!(meta.is_dir());
+    assert_eq!(meta.mode() & 0o777, 0o700);
+    assert_eq!(
+        meta.uid(),
+        std::fs::metadata("/proc/self").expect("self").uid()
+    );
+    // One that others can write, or a link, is refused.
+    std::fs::set_permissions(&kernels[0], std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    assert!(weightscope::files::private_dir(&kernels[0]).is_err());
+    let link = home.path().join("link");
+    std::os::unix::fs::symlink(home.path(), &link).expect("symlink");
+    assert!(weightscope::files::private_dir(&link).is_err());
+    let mine = home.path().join("mine/kernels");
+    weightscope::files::private_dir(&mine).expect("a new folder is private");
+    assert_eq!(
+        std::fs::metadata(&mine).expect("meta").mode() & 0o777,
+        0o700
+    );
+}

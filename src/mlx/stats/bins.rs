@@ -36,8 +36,8 @@ struct Binning {
     bins: usize,
     lo: Array,
     scale: Array,
-    /// `[lo, scale]` for the kernel.
-    params: Array,
+    /// `(lo, scale)` for the kernel.
+    kernel_params: (f32, f32),
     /// Values may be large enough for `x - min` to overflow `f32`: clip
     /// before the cast (otherwise `x - min` lies in `[0, max - min]` and
     /// the scaled value in `[0, bins]` within a rounding, no clip needed).
@@ -138,7 +138,7 @@ pub(super) fn second_pass(
         bins,
         lo: Array::from_f32(lo),
         scale: Array::from_f32(scale),
-        params: Array::from_slice(&[lo, scale], &[2]),
+        kernel_params: (lo, scale),
         clip: stats.min.abs().max(stats.max.abs()) >= f64::from(f32::MAX) / 4.0,
     };
     let mut local = vec![0u64; bins + 2];
@@ -153,7 +153,12 @@ pub(super) fn second_pass(
                 let x = input.values(*part)?;
                 if counting {
                     let counts = if plan.bins == BinsOn::Kernel {
-                        kernel::histogram_counts(&x, &binning.params, bins + 2)?
+                        kernel::histogram_counts(
+                            &x,
+                            binning.kernel_params.0,
+                            binning.kernel_params.1,
+                            bins + 2,
+                        )?
                     } else {
                         binning.device_counts(&x, part.len, clean[i])?
                     };

@@ -1,12 +1,14 @@
-//! Affine-packed weights summarized on CUDA straight from their words (see
-//! `kernel::affine_stats`): nothing dequantized into memory but the first
-//! rows.
+//! Summaries on CUDA by our own kernels, one pass for the statistics and
+//! heatmap cells and one for the bins: affine-packed weights straight from
+//! their words (see `kernel::affine_stats`: nothing dequantized into memory
+//! but the first rows), dense `f32`, `f16` and `bf16` arrays in their own
+//! dtype (see `kernel::dense_stats`: nothing cast, nothing masked).
 
 use mlx_rs::ops::indexing::TryIndexOp;
 use mlx_rs::{Array, Dtype};
 
 use super::grid::Grid;
-use super::moments::{PartStats, centre};
+use super::moments::{PartStats, centre_of};
 use super::{
     BinsOn, CENTRE_SAMPLE, Heatmap, Histogram, MlxError, Plan, RowBands, ValueSummary, combine,
     evaluate, evaluate_all, kernel, op, to_f32_vec,
@@ -16,6 +18,16 @@ use super::{
 /// then not tried again in this process).
 pub(super) static FUSED_FAILED: std::sync::atomic::AtomicBool =
     std::sync::atomic::AtomicBool::new(false);
+
+/// Set when the fused kernel for dense arrays failed once.
+pub(super) static DENSE_FAILED: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
+/// Whether fused summaries are wanted (`WEIGHTSCOPE_SUMMARY_FUSED=0`: the
+/// chunked path, to compare with).
+fn fused_wanted() -> bool {
+    std::env::var("WEIGHTSCOPE_SUMMARY_FUSED").map_or(true, |v| v != "0")
+}
 
 /// The summary of an affine-packed weight from its words, by our kernel
 /// (see `kernel::affine_stats`): the statistics and heatmap cells in one
@@ -29,7 +41,7 @@ pub(super) fn fused_affine(
     plan: Plan,
 ) -> Option<Result<ValueSummary, MlxError>> {
     let words = bands.affine_words()?;
-    let wanted = std::env::var("WEIGHTSCOPE_SUMMARY_FUSED").map_or(true, |v| v != "0");
+    let wanted = fused_wanted();
     let grid = Grid::new(bands.shape(), heatmap_limit)?;
     if !(wanted
         && plan.bins == BinsOn::Kernel
@@ -61,24 +73,180 @@ fn fused_affine_summary(
     let head_rows = (CENTRE_SAMPLE / cols).clamp(1, bands.rows());
     let head = op("reshape", bands.band(0, head_rows)?.reshape(&[-1]))?;
     let head = op("cast to f32", head.as_dtype(Dtype::Float32))?;
-    #[allow(clippy::cast_possible_truncation)]
-    let centre_value = centre(&head)? as f32;
-    let first_n = i32::try_from(first_count)
-        .unwrap_or(i32::MAX)
-        .min(i32::try_from(head.size()).unwrap_or(i32::MAX));
-    let first = to_f32_vec(&op("slice", head.try_index(0..first_n))?)?;
+    let (centre_value, first) = head_values(&head, first_count)?;
     drop(head);
 
     let cells = [grid.row_step, grid.col_step, grid.out_cols];
     let (floats, counts) = kernel::affine_stats(words, centre_value, grid.out_rows, cells)?;
+    let out_rows = usize::try_from(grid.out_rows).unwrap_or(0);
+    let n = i64::from(bands.rows()) * i64::from(bands.cols());
+    let (stats, floats, _) = block_stats(&floats, &counts, out_rows, n, centre_value)?;
+    let histogram = fused_histogram(&stats, bins, |lo, scale, slots| {
+        kernel::affine_counts(words, lo, scale, slots)
+    })?;
+    Ok(ValueSummary {
+        histogram,
+        stats,
+        first,
+        heatmap: Some(grid.means(&floats[out_rows * 6..])),
+        heatmap_max_abs: Some(max_abs_cells(bands, grid)?),
+    })
+}
+
+/// The summary of a dense `f32`, `f16` or `bf16` array by our kernel (see
+/// `kernel::dense_stats`): statistics and both heatmaps in one pass over
+/// the values in their own dtype, the bins in a second. `flat` is the
+/// array flattened (and evaluated), `shape` its own. `None` when the array
+/// or the plan does not suit it.
+pub(super) fn fused_dense(
+    flat: &Array,
+    shape: &[i32],
+    first_count: usize,
+    bins: usize,
+    heatmap_limit: usize,
+    plan: Plan,
+) -> Option<Result<ValueSummary, MlxError>> {
+    let grid = Grid::new(shape, heatmap_limit);
+    let (rows, cols) = match grid {
+        Some(g) => (g.rows, g.cols),
+        None => (1, i32::try_from(flat.size()).ok()?),
+    };
+    let values = kernel::DenseValues { flat, rows, cols };
+    if !(fused_wanted()
+        && plan.bins == BinsOn::Kernel
+        && (plan.forced || !DENSE_FAILED.load(std::sync::atomic::Ordering::Relaxed))
+        && values.supported()
+        && grid.is_none_or(|g| usize::try_from(g.out_cols).is_ok_and(|c| c <= kernel::MAX_CELLS)))
+    {
+        return None;
+    }
+    let result = fused_dense_summary(&values, grid, first_count, bins);
+    if result.is_err() && !plan.forced {
+        DENSE_FAILED.store(true, std::sync::atomic::Ordering::Relaxed);
+        return None;
+    }
+    Some(result)
+}
+
+fn fused_dense_summary(
+    values: &kernel::DenseValues<'_>,
+    grid: Option<Grid>,
+    first_count: usize,
+    bins: usize,
+) -> Result<ValueSummary, MlxError> {
+    let mut phases = Phases::new();
+    let n = i64::from(values.rows) * i64::from(values.cols);
+    let head_len = i32::try_from(n.min(i64::from(CENTRE_SAMPLE))).unwrap_or(CENTRE_SAMPLE);
+    let head = op("slice", values.flat.try_index(0..head_len))?;
+    let head = op("cast to f32", head.as_dtype(Dtype::Float32))?;
+    let (centre_value, first) = head_values(&head, first_count)?;
+    drop(head);
+    phases.mark("head");
+
+    let layout = kernel::DenseLayout::new(
+        values.rows,
+        values.cols,
+        grid.map(|g| [g.row_step, g.col_step, g.out_rows, g.out_cols]),
+    );
+    let (floats, counts) = kernel::dense_stats(values, centre_value, layout)?;
     evaluate_all([&floats, &counts])?;
-    let floats = to_f32_vec(&floats)?;
+    phases.mark("stats kernel");
+    let blocks = usize::try_from(layout.blocks()).unwrap_or(0);
+    let (stats, floats, counts) = block_stats(&floats, &counts, blocks, n, centre_value)?;
+    phases.mark("read back");
+    let histogram = fused_histogram(&stats, bins, |lo, scale, slots| {
+        kernel::dense_counts(values, lo, scale, slots)
+    })?;
+    phases.mark("bins");
+    phases.say(&format!("{layout:?}"));
+    let (heatmap, heatmap_max_abs) = grid
+        .map(|g| {
+            let peaks = counts[blocks * 2..]
+                .iter()
+                .map(|&b| f32::from_bits(b))
+                .collect();
+            (g.means(&floats[blocks * 6..]), g.heatmap(peaks))
+        })
+        .unzip();
+    Ok(ValueSummary {
+        stats,
+        histogram,
+        first,
+        heatmap,
+        heatmap_max_abs,
+    })
+}
+
+/// A summary's phases and their times, said on stderr when
+/// `WEIGHTSCOPE_SUMMARY_PHASES` is set (benchmarks on a device).
+struct Phases {
+    on: bool,
+    last: std::time::Instant,
+    said: Vec<(&'static str, f64)>,
+}
+
+impl Phases {
+    fn new() -> Self {
+        Self {
+            on: std::env::var_os("WEIGHTSCOPE_SUMMARY_PHASES").is_some(),
+            last: std::time::Instant::now(),
+            said: Vec::new(),
+        }
+    }
+
+    fn mark(&mut self, what: &'static str) {
+        if self.on {
+            let now = std::time::Instant::now();
+            self.said
+                .push((what, (now - self.last).as_secs_f64() * 1e3));
+            self.last = now;
+        }
+    }
+
+    fn say(&self, detail: &str) {
+        if self.on {
+            let parts: Vec<String> = self
+                .said
+                .iter()
+                .map(|(what, ms)| format!("{what} {ms:.3} ms"))
+                .collect();
+            eprintln!("summary phases: {} ({detail})", parts.join(", "));
+        }
+    }
+}
+
+/// The centre the sums are taken around and the first `first_count`
+/// values, from the first values of a tensor (flat `f32`, copied to the
+/// host once).
+fn head_values(head: &Array, first_count: usize) -> Result<(f32, Vec<f32>), MlxError> {
+    let mut values = to_f32_vec(head)?;
+    #[allow(clippy::cast_possible_truncation)]
+    let centre_value = centre_of(&values) as f32;
+    values.truncate(first_count);
+    Ok((centre_value, values))
+}
+
+/// The statistics of a tensor of `n` values from a fused kernel's outputs
+/// (evaluated here): `blocks` rows of `[min, max, sum (2 halves), squares
+/// (2 halves)]` and of `[nan, inf]`, each followed by what else the kernel
+/// wrote (returned, with the outputs on the host).
+fn block_stats(
+    floats: &Array,
+    counts: &Array,
+    blocks: usize,
+    n: i64,
+    centre_value: f32,
+) -> Result<(super::Stats, Vec<f32>, Vec<u32>), MlxError> {
+    evaluate_all([floats, counts])?;
+    let floats = to_f32_vec(floats)?;
     let counts = counts
         .try_as_slice::<u32>()
-        .map_err(|e| MlxError::op("read value counts", e))?;
-    let out_rows = usize::try_from(grid.out_rows).unwrap_or(0);
-    let (per_row, cell_sums) = floats.split_at(out_rows * 6);
-    let parts: Vec<PartStats> = per_row
+        .map_err(|e| MlxError::op("read value counts", e))?
+        .to_vec();
+    if floats.len() < blocks * 6 || counts.len() < blocks * 2 {
+        return Err(MlxError::op("summary kernel", "short output"));
+    }
+    let parts: Vec<PartStats> = floats[..blocks * 6]
         .chunks_exact(6)
         .zip(counts.chunks_exact(2))
         .map(|(f, n)| PartStats {
@@ -90,14 +258,21 @@ fn fused_affine_summary(
             inf: u64::from(n[1]),
         })
         .collect();
-    let n = i64::from(bands.rows()) * i64::from(bands.cols());
-    let stats = combine(&parts, n, f64::from(centre_value));
+    Ok((combine(&parts, n, f64::from(centre_value)), floats, counts))
+}
 
+/// The histogram of `bins` bins over the finite values, from `count`'s
+/// slot counts (`count(lo, scale, slots)`, as `kernel::histogram_counts`).
+fn fused_histogram(
+    stats: &super::Stats,
+    bins: usize,
+    count: impl FnOnce(f32, f32, usize) -> Result<Array, MlxError>,
+) -> Result<Histogram, MlxError> {
     let bins = bins.min(kernel::MAX_SLOTS - 2);
     let mut counts = vec![0u64; bins];
     if stats.finite > 0 && bins > 0 {
-        let (lo, scale) = super::bins::bin_scale(&stats, bins);
-        let slots = kernel::affine_counts(words, lo, scale, bins + 2)?;
+        let (lo, scale) = super::bins::bin_scale(stats, bins);
+        let slots = count(lo, scale, bins + 2)?;
         evaluate(&slots)?;
         let slots = slots
             .try_as_slice::<u32>()
@@ -110,16 +285,10 @@ fn fused_affine_summary(
             *last += u64::from(*top);
         }
     }
-    Ok(ValueSummary {
-        histogram: Histogram {
-            min: stats.min,
-            max: stats.max,
-            counts,
-        },
-        stats,
-        first,
-        heatmap: Some(grid.means(cell_sums)),
-        heatmap_max_abs: Some(max_abs_cells(bands, grid)?),
+    Ok(Histogram {
+        min: stats.min,
+        max: stats.max,
+        counts,
     })
 }
 
@@ -148,6 +317,30 @@ fn max_abs_cells(bands: &dyn RowBands, grid: Grid) -> Result<Heatmap, MlxError> 
         r0 = r1;
     }
     Ok(grid.heatmap(cells))
+}
+
+/// Compiles the dense kernel for each dtype it reads (both jobs), on a
+/// small array.
+pub(super) fn warm_up_dense(small: &Array) -> Result<(), MlxError> {
+    for dtype in [Dtype::Float32, Dtype::Float16, Dtype::Bfloat16] {
+        let flat = op("cast", small.as_dtype(dtype))?;
+        let flat = op("flatten", flat.reshape(&[-1]))?;
+        evaluate(&flat)?;
+        let rows = small.shape().first().copied().unwrap_or(1);
+        let cols = i32::try_from(flat.size()).unwrap_or(1) / rows.max(1);
+        let values = kernel::DenseValues {
+            flat: &flat,
+            rows,
+            cols,
+        };
+        // Cells of 32 columns, as a wide tensor's would be.
+        let cells = [1, 32, rows, (cols + 31) / 32];
+        let layout = kernel::DenseLayout::new(rows, cols, Some(cells));
+        let (floats, counts) = kernel::dense_stats(&values, 0.0, layout)?;
+        let slots = kernel::dense_counts(&values, 0.0, 1.0, 66)?;
+        evaluate_all([&floats, &counts, &slots])?;
+    }
+    Ok(())
 }
 
 pub(super) fn warm_up_affine(small: &Array) -> Result<(), MlxError> {
@@ -293,6 +486,113 @@ mod tests {
                 assert!(super::fused_affine(&packed, 16, 64, 32, kernel).is_none());
             }
             None => panic!("an affine 4-bit weight suits the fused summary"),
+        }
+    }
+
+    /// Dense arrays of each dtype and of shapes that split unevenly (a row
+    /// of cells shorter than the rest, columns not a power of two, a flat
+    /// array), with NaN and Inf: on CUDA the kernel's summary equals the
+    /// chunked path's (bins, extremes, counts, first values exactly; sums
+    /// within float64 rounding; cells within f32 rounding); elsewhere the
+    /// kernel is refused and the summary goes on as before.
+    #[test]
+    fn dense_arrays_are_summarized_by_one_kernel_or_as_before() {
+        let host = Plan {
+            chunk: 1 << 12,
+            bins: BinsOn::Host,
+            forced: true,
+            gpu: false,
+        };
+        let kernel = Plan {
+            bins: BinsOn::Kernel,
+            forced: true,
+            gpu: true,
+            ..host
+        };
+        for (shape, dtype) in [
+            (vec![97, 300], mlx_rs::Dtype::Float32),
+            (vec![3, 40, 33], mlx_rs::Dtype::Float16),
+            (vec![513, 64], mlx_rs::Dtype::Bfloat16),
+            (vec![20_000], mlx_rs::Dtype::Float32),
+        ] {
+            let n: i32 = shape.iter().product();
+            let values: Vec<f32> = (0..n)
+                .map(|i| match i {
+                    7 => f32::NAN,
+                    11 => f32::INFINITY,
+                    13 => f32::NEG_INFINITY,
+                    _ => {
+                        let t = (i as f32) * 0.618_034;
+                        (t - t.floor() - 0.3) * 0.05
+                    }
+                })
+                .collect();
+            let array = Array::from_slice(&values, &shape).as_dtype(dtype).unwrap();
+            let flat = array.reshape(&[-1]).unwrap();
+            let input = Input::Flat {
+                flat: flat.as_dtype(mlx_rs::Dtype::Float32).unwrap(),
+                shape: shape.clone(),
+            };
+            let reference = summarize_input(&input, 16, 64, 32, host).unwrap();
+            assert_eq!((reference.stats.nan, reference.stats.inf), (1, 2));
+            match super::fused_dense(&flat, &shape, 16, 64, 32, kernel) {
+                Some(Ok(fused)) => {
+                    assert_eq!(fused.histogram, reference.histogram, "{shape:?}");
+                    assert_eq!(fused.first.len(), reference.first.len());
+                    for (a, b) in fused.first.iter().zip(&reference.first) {
+                        assert!(a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()));
+                    }
+                    let (a, b) = (fused.stats, reference.stats);
+                    assert_eq!(
+                        (a.min, a.max, a.nan, a.inf, a.finite),
+                        (b.min, b.max, b.nan, b.inf, b.finite)
+                    );
+                    // Mean and std against float64 on the host (the
+                    // chunked path sums blocks in f32, the kernel in f64).
+                    let stored: Vec<f64> = flat
+                        .as_dtype(mlx_rs::Dtype::Float32)
+                        .unwrap()
+                        .as_slice::<f32>()
+                        .iter()
+                        .filter(|v| v.is_finite())
+                        .map(|&v| f64::from(v))
+                        .collect();
+                    let mean = stored.iter().sum::<f64>() / stored.len() as f64;
+                    let std = (stored.iter().map(|v| (v - mean).powi(2)).sum::<f64>()
+                        / stored.len() as f64)
+                        .sqrt();
+                    assert!((a.mean - mean).abs() <= 1e-12 * std, "{shape:?}");
+                    assert!((a.std - std).abs() <= 1e-12 * std, "{shape:?}");
+                    assert!((b.mean - mean).abs() <= 1e-6 * std, "{shape:?}");
+                    for (x, y) in [
+                        (&fused.heatmap, &reference.heatmap),
+                        (&fused.heatmap_max_abs, &reference.heatmap_max_abs),
+                    ] {
+                        assert_eq!(x.is_some(), y.is_some());
+                        if let (Some(x), Some(y)) = (x, y) {
+                            assert_eq!(
+                                (x.rows, x.cols, x.row_step, x.col_step),
+                                (y.rows, y.cols, y.row_step, y.col_step)
+                            );
+                            for (p, q) in x.values.iter().zip(&y.values) {
+                                assert!(
+                                    (p - q).abs() <= 1e-5 * (1.0 + q.abs()),
+                                    "{shape:?}: {p} vs {q}"
+                                );
+                            }
+                        }
+                    }
+                }
+                Some(Err(_)) => {
+                    let unforced = Plan {
+                        forced: false,
+                        ..kernel
+                    };
+                    assert!(super::fused_dense(&flat, &shape, 16, 64, 32, unforced).is_none());
+                    assert!(super::DENSE_FAILED.load(std::sync::atomic::Ordering::Relaxed));
+                }
+                None => panic!("a {dtype:?} array suits the fused summary"),
+            }
         }
     }
 }

@@ -18,7 +18,7 @@ mod grid;
 mod moments;
 
 use bins::second_pass;
-use fused::{fused_affine, warm_up_affine};
+use fused::{fused_affine, fused_dense, warm_up_affine, warm_up_dense};
 use grid::Grid;
 use moments::{PartStats, PartSums, centre};
 
@@ -150,12 +150,6 @@ fn op<T, E: std::fmt::Display>(operation: &'static str, r: Result<T, E>) -> Resu
     r.map_err(|e| MlxError::op(operation, e))
 }
 
-/// Reads a scalar array as `f64` (evaluating it).
-fn scalar(a: &Array) -> Result<f64, MlxError> {
-    let v = to_f32_vec(&op("cast", a.as_dtype(Dtype::Float32))?)?;
-    Ok(v.first().copied().map_or(f64::NAN, f64::from))
-}
-
 /// Where histogram bins are counted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum BinsOn {
@@ -175,15 +169,17 @@ enum BinsOn {
 /// MLX's scatter-add from then on.
 static KERNEL_FAILED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-/// Whether summaries on CUDA may use our histogram kernel (see
+/// Whether summaries on CUDA may use our kernels (see
 /// [`use_summary_kernel`]).
 static KERNEL_WANTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-/// Lets summaries on CUDA count bins with our kernel. Compiling it takes
-/// seconds once per process (MLX does not keep custom kernels between
-/// processes), and it then halves a summary's time: worth it for the
-/// window and for repeated summaries, not for a one-shot command, which
-/// uses MLX's scatter-add. Off by default.
+/// Lets summaries on CUDA use our kernels (the fused dense and affine
+/// summaries, the histogram). Compiling them takes 1.3-2.4 s once per
+/// process: MLX 0.32.2 keeps no compiled kernel between processes (its
+/// kernel cache folder stayed empty on an H200), and they then make a
+/// summary several times faster. Worth it for the window (which compiles
+/// them at start-up, off the UI thread) and for `tensor --repeat` or
+/// `--warm-up`; a one-shot command uses MLX's own ops. Off by default.
 pub fn use_summary_kernel(on: bool) {
     KERNEL_WANTED.store(on, std::sync::atomic::Ordering::Relaxed);
 }
@@ -386,23 +382,21 @@ pub fn summarize(
     if i32::try_from(flat.size()).is_err() {
         return Err(MlxError::op("summarize", "more than 2^31 elements"));
     }
+    let plan = Plan::for_default_device();
+    if let Some(done) = fused_dense(&flat, array.shape(), first_count, bins, heatmap_limit, plan) {
+        return done;
+    }
     let input = Input::Flat {
         flat,
         shape: array.shape().to_vec(),
     };
-    summarize_input(
-        &input,
-        first_count,
-        bins,
-        heatmap_limit,
-        Plan::for_default_device(),
-    )
+    summarize_input(&input, first_count, bins, heatmap_limit, plan)
 }
 
 /// Summarizes a small array once, so that a GPU compiles the summary's
-/// kernels (MLX's and, when [`use_summary_kernel`] allows it, our histogram
-/// kernel: about 2.5 s on CUDA the first time in a process) before the
-/// first tensor is clicked. Nothing to do on the CPU.
+/// kernels (MLX's and, when [`use_summary_kernel`] allows it, ours: 2.5-3
+/// s on an H200 for both of ours) before the first tensor is clicked.
+/// Nothing to do on the CPU.
 pub fn warm_up_summaries() {
     let plan = Plan::for_default_device();
     if plan.gpu {
@@ -410,8 +404,10 @@ pub fn warm_up_summaries() {
         let small = Array::from_slice(&values, &[2, 256]);
         let _ = summarize(&small, 1, 64, 8);
         if plan.bins == BinsOn::Kernel {
-            // The kernel that summarizes affine-packed weights (one for
-            // every bit width, group size and shape).
+            // The kernels that summarize dense arrays (one per dtype) and
+            // affine-packed weights (one for every bit width, group size
+            // and shape).
+            let _ = warm_up_dense(&small);
             let _ = warm_up_affine(&small);
         }
     }

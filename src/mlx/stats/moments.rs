@@ -6,7 +6,7 @@ use mlx_rs::ops;
 use mlx_rs::ops::indexing::TryIndexOp;
 use mlx_rs::{Array, Dtype};
 
-use super::{MlxError, Plan, SUM_BLOCK, evaluate, op, scalar, to_f32_vec};
+use super::{MlxError, Plan, SUM_BLOCK, evaluate, op, to_f32_vec};
 
 /// Partial sums of the flat `a` of `len` values, in blocks of
 /// [`SUM_BLOCK`] values and the tail in one block. On the CPU a block is a
@@ -214,21 +214,29 @@ impl PartStats {
 /// itself comes from sums of `x`: rounding `x - centre` to `f32` can be
 /// biased, which a mean would feel and the variance does not.)
 pub(super) fn centre(sample: &Array) -> Result<f64, MlxError> {
-    let finite = op("isfinite", sample.is_finite())?;
-    let count = scalar(&op(
-        "count",
-        finite.as_dtype(Dtype::Int32).and_then(|m| m.sum(None)),
-    )?)?;
-    if count == 0.0 {
-        return Ok(0.0);
+    Ok(centre_of(&to_f32_vec(&op(
+        "cast",
+        sample.as_dtype(Dtype::Float32),
+    )?)?))
+}
+
+/// [`centre`] of values on the host (one copy of the sample, no device
+/// reductions to wait for), in `f64`.
+pub(super) fn centre_of(sample: &[f32]) -> f64 {
+    let (mut count, mut sum, mut squares) = (0u64, 0.0f64, 0.0f64);
+    for &v in sample.iter().filter(|v| v.is_finite()) {
+        count += 1;
+        sum += f64::from(v);
+        squares += f64::from(v) * f64::from(v);
     }
-    let clean = op("where", ops::select(&finite, sample, Array::from_f32(0.0)))?;
-    let mean = scalar(&op("sum", clean.sum(None))?)? / count;
-    let mean_square = scalar(&op("sum", clean.square().and_then(|s| s.sum(None)))?)? / count;
-    let variance = (mean_square - mean * mean).max(0.0);
-    Ok(if mean * mean <= 4.0 * variance {
+    if count == 0 {
+        return 0.0;
+    }
+    let mean = sum / count as f64;
+    let variance = (squares / count as f64 - mean * mean).max(0.0);
+    if mean * mean <= 4.0 * variance {
         0.0
     } else {
         mean
-    })
+    }
 }

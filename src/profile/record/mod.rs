@@ -1123,6 +1123,7 @@ fn start(
                 .join(" ");
             let (reader, writer) = std::io::pipe()?;
             let mut command = std::process::Command::new(program);
+            crate::mlx::leave_kernel_cache_out(&mut command);
             command.args(&spec.argv[1..]);
             if let Some(cwd) = &spec.cwd {
                 command.current_dir(cwd);
