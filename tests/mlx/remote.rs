@@ -422,14 +422,7 @@ fn a_walk_of_a_hub_repo_fetches_each_tensor_once() {
     ));
     assert_eq!(out["steps_done"], out["tensors"], "{out}");
     assert!(out["error"].is_null(), "{out}");
-    let checkpoint = weightscope::checkpoint::Checkpoint::open(dir.path()).expect("open");
-    let fetched = fetched_from_storage(&hub);
-    assert_eq!(
-        fetched,
-        checkpoint.summary().total_bytes,
-        "{:#?}",
-        hub.log()
-    );
+    assert_each_tensor_fetched_once(&hub, dir.path());
 }
 
 /// A diff of a Hub repo against the same files on the disk streams each
@@ -453,10 +446,14 @@ fn a_diff_against_a_hub_repo_finds_the_local_files_unchanged() {
             .as_array()
             .is_some_and(|c| c.iter().all(|t| t["max_abs_diff"] == 0.0))
     );
-    let checkpoint = weightscope::checkpoint::Checkpoint::open(dir.path()).expect("open");
-    let fetched = fetched_from_storage(&hub);
+    assert_each_tensor_fetched_once(&hub, dir.path());
+}
+
+/// The storage served every tensor byte of the model in `dir` exactly once.
+fn assert_each_tensor_fetched_once(hub: &Hub, dir: &std::path::Path) {
+    let checkpoint = weightscope::checkpoint::Checkpoint::open(dir).expect("open");
     assert_eq!(
-        fetched,
+        fetched_from_storage(hub),
         checkpoint.summary().total_bytes,
         "{:#?}",
         hub.log()

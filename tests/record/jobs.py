@@ -165,16 +165,23 @@ def phases():
     print("held", a.nbytes + b.nbytes)
 
 
+def wait_for_probe_sample(journal, nbytes):
+    """Returns once JOURNAL (a `record --trace x.jsonl`) holds a probe sample
+    of at least NBYTES of MLX active memory."""
+    while True:
+        with open(journal) as f:
+            rows = [json.loads(l) for l in f if l.endswith("\n")]
+        if any(r["record"] == "probe" and (r["sample"][3] or 0) >= nbytes for r in rows):
+            return
+        time.sleep(0.01)
+
+
 def work(out, journal=None):
     held = mx.ones((64 << 18,), dtype=mx.float32); mx.eval(held)
     # Held until the recorder's journal has a probe sample of it (the
     # wait runs in this function, so the sample's line is work()'s).
-    while journal:
-        with open(journal) as f:
-            rows = [json.loads(l) for l in f if l.endswith("\n")]
-        if any(r["record"] == "probe" and (r["sample"][3] or 0) >= held.nbytes for r in rows):
-            break
-        time.sleep(0.01)
+    if journal:
+        wait_for_probe_sample(journal, held.nbytes)
     else:
         time.sleep(0.3)
     out.append(held)
@@ -195,12 +202,7 @@ def hold(journal):
 
     held = mx.ones((16 << 20,), dtype=mx.float32)
     mx.eval(held)
-    while True:
-        with open(journal) as f:
-            rows = [json.loads(l) for l in f if l.endswith("\n")]
-        if any(r["record"] == "probe" and (r["sample"][3] or 0) >= held.nbytes for r in rows):
-            break
-        time.sleep(0.01)
+    wait_for_probe_sample(journal, held.nbytes)
     print("ready", flush=True)
     time.sleep(60)
 
