@@ -250,7 +250,7 @@ impl AffineWords<'_> {
         blocks: i64,
     ) -> Result<(Array, Array), MlxError> {
         let (scales, biases) = self.inputs()?;
-        let fp = Array::from_slice(&fp, &[3]);
+        let fp = parameters(Array::from_slice(&fp, &[3]));
         let name = kernel_name("weightscope_affine", AFFINE_SOURCE, AFFINE_HEADER)?;
         let mut out = apply(&Launch {
             name: &name,
@@ -279,7 +279,7 @@ impl AffineWords<'_> {
     fn int_params(&self, job: i32, cells: [i32; 3], slots: i32) -> Array {
         let bf16 = i32::from(self.scales.dtype() == mlx_rs::Dtype::Bfloat16);
         let [row_step, col_step, out_cols] = cells;
-        Array::from_slice(
+        parameters(Array::from_slice(
             &[
                 job,
                 self.bits,
@@ -291,7 +291,7 @@ impl AffineWords<'_> {
                 slots,
             ],
             &[8],
-        )
+        ))
     }
 }
 
@@ -379,11 +379,12 @@ __device__ __forceinline__ float ws_value(const unsigned short* x, long long i, 
 /// the output). Job 1 counts histogram slots, each thread in 16-bit
 /// counters of its own where they fit (no atomics), else in one block
 /// histogram; each block adds its counts to the output once. Nothing is
-/// written per value.
+/// written per value. Job 2 (one block) works out the centre for job 0
+/// from the first `slots` values.
 ///
 /// `ip`: job, rows, cols, row step, column step, cells per row (0: no
-/// heatmap), row split, column split, tx, slots, dtype. `fp`: centre,
-/// lowest value, scale of the bins.
+/// heatmap), row split, column split, tx, slots (job 2: values sampled),
+/// dtype. `fp`: centre, lowest value, scale of the bins.
 const DENSE_SOURCE: &str = r"
     const int job = ip[0];
     const long long rows = ip[1], cols = ip[2];
@@ -395,6 +396,57 @@ const DENSE_SOURCE: &str = r"
     __shared__ double pool[POOL_DOUBLES];
     const int t = threadIdx.x;
     const int threads = blockDim.x;
+    if (job == 2) {
+        // One block: the mean and spread of the first `slots` finite
+        // values in f64, and the centre from them.
+        const long long n = rows * cols < (long long)slots ? rows * cols : (long long)slots;
+        double s = 0.0, q = 0.0, k = 0.0;
+        // Eight loads in flight before any is added (one block: latency
+        // is all it waits on).
+        for (long long i0 = t; i0 < n; i0 += 8LL * threads) {
+            float v[8];
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                const long long i = i0 + (long long)j * threads;
+                v[j] = i < n ? ws_value(xr, i, dt) : __int_as_float(0x7fc00000);
+            }
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                if (isfinite(v[j])) {
+                    s += (double)v[j];
+                    q += (double)v[j] * (double)v[j];
+                    k += 1.0;
+                }
+            }
+        }
+        pool[t] = s;
+        pool[THREADS + t] = q;
+        pool[2 * THREADS + t] = k;
+        __syncthreads();
+        for (int step = threads / 2; step > 0; step /= 2) {
+            if (t < step) {
+                pool[t] += pool[t + step];
+                pool[THREADS + t] += pool[THREADS + t + step];
+                pool[2 * THREADS + t] += pool[2 * THREADS + t + step];
+            }
+            __syncthreads();
+        }
+        if (t == 0) {
+            float centre = 0.0f;
+            const double count = pool[2 * THREADS];
+            if (count > 0.0) {
+                const double mean = pool[0] / count;
+                double spread = pool[THREADS] / count - mean * mean;
+                if (spread < 0.0) spread = 0.0;
+                if (!(mean * mean <= 4.0 * spread)) centre = (float)mean;
+            }
+            fout[0] = centre;
+            fout[1] = 0.0f;
+            fout[2] = 0.0f;
+            uout[0] = 0u;
+        }
+        return;
+    }
     if (job == 1) {
         const float lo = fp[1], scale = fp[2];
         const long long n = rows * cols;
@@ -552,6 +604,13 @@ const DENSE_SOURCE: &str = r"
     }
 ";
 
+/// A kernel's parameters, their pages sent to the device before the
+/// launch (the host wrote them: see `mlx::pages`).
+fn parameters(array: Array) -> Array {
+    super::pages::array_to_device(&array);
+    array
+}
+
 /// A dense array as [`dense_stats`] and [`dense_counts`] read it: its
 /// values flat, in their own dtype, seen as `[rows, cols]`.
 pub struct DenseValues<'a> {
@@ -582,7 +641,7 @@ impl DenseValues<'_> {
     /// One launch of [`DENSE_SOURCE`] with `blocks` blocks.
     fn launch(
         &self,
-        fp: [f32; 3],
+        fp: &Array,
         ip: [i32; 10],
         lengths: [i32; 2],
         blocks: i64,
@@ -594,15 +653,14 @@ impl DenseValues<'_> {
             .view_dtype(mlx_rs::Dtype::Uint16)
             .map_err(|e| MlxError::op("view as u16", e))?;
         let name = kernel_name("weightscope_dense", DENSE_SOURCE, DENSE_HEADER)?;
-        let fp = Array::from_slice(&fp, &[3]);
         let mut params = ip.to_vec();
         params.push(dt);
-        let ip = Array::from_slice(&params, &[11]);
+        let ip = parameters(Array::from_slice(&params, &[11]));
         let mut out = apply(&Launch {
             name: &name,
             source: DENSE_SOURCE,
             header: DENSE_HEADER,
-            inputs: &[(c"x", &words), (c"fp", &fp), (c"ip", &ip)],
+            inputs: &[(c"x", &words), (c"fp", fp), (c"ip", &ip)],
             outputs: &[
                 (c"fout", lengths[0], mlx_sys::mlx_dtype__MLX_FLOAT32),
                 (c"uout", lengths[1], mlx_sys::mlx_dtype__MLX_UINT32),
@@ -717,17 +775,36 @@ const DENSE_CONSTANTS: [(&std::ffi::CStr, i32); 3] = [
     (c"THREADS", THREADS),
 ];
 
-/// Job 0 of [`DENSE_SOURCE`]: per block `[min, max, sum (2 halves), squares
-/// (2 halves)]` then the cells' sums (`f32`, `blocks * 6 + cells`), and per
-/// block `[nan, inf]` then the cells' largest |values| as `f32` bits
-/// (`u32`, `blocks * 2 + cells`), lazy.
+/// Job 2 of [`DENSE_SOURCE`]: `[centre, 0, 0]` (`f32`), the centre that
+/// job 0 takes its sums around, from the first `sample` values as
+/// `moments::centre_of` takes it on the host (their mean, or 0 where the
+/// mean is small beside their spread), lazy: no trip to the host between
+/// it and job 0.
+///
+/// # Errors
+/// When MLX refuses the kernel (not a CUDA device).
+pub fn dense_centre(values: &DenseValues<'_>, sample: i32) -> Result<Array, MlxError> {
+    let (centre, _) = values.launch(
+        &parameters(Array::from_slice(&[0.0f32, 0.0, 0.0], &[3])),
+        [2, values.rows, values.cols, 1, 1, 0, 1, 1, THREADS, sample],
+        [3, 1],
+        1,
+    )?;
+    Ok(centre)
+}
+
+/// Job 0 of [`DENSE_SOURCE`], around the centre `centre[0]` (as
+/// [`dense_centre`] makes it): per block `[min, max, sum (2 halves),
+/// squares (2 halves)]` then the cells' sums (`f32`, `blocks * 6 +
+/// cells`), and per block `[nan, inf]` then the cells' largest |values| as
+/// `f32` bits (`u32`, `blocks * 2 + cells`), lazy.
 ///
 /// # Errors
 /// When MLX refuses the kernel (not a CUDA device) or the layout is too
 /// large for one launch.
 pub fn dense_stats(
     values: &DenseValues<'_>,
-    centre: f32,
+    centre: &Array,
     layout: DenseLayout,
 ) -> Result<(Array, Array), MlxError> {
     let refused = |what: &str| MlxError::op("summary kernel", what);
@@ -740,7 +817,7 @@ pub fn dense_stats(
         i32::try_from(blocks * per_block + cells).map_err(|_| refused("too many blocks"))
     };
     values.launch(
-        [centre, 0.0, 0.0],
+        centre,
         [
             0,
             values.rows,
@@ -774,7 +851,7 @@ pub fn dense_counts(
     let n = i64::from(values.rows) * i64::from(values.cols);
     let blocks = (n / (i64::from(THREADS) * 16)).clamp(1, MAX_BLOCKS);
     let (_, counts) = values.launch(
-        [0.0, lo, scale],
+        &parameters(Array::from_slice(&[0.0, lo, scale], &[3])),
         [1, values.rows, values.cols, 1, 1, 0, 1, 1, THREADS, slots],
         [1, slots],
         blocks,

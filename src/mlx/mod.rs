@@ -9,6 +9,7 @@ mod device;
 pub mod ggml;
 mod kernel;
 mod memory;
+mod pages;
 mod quant;
 mod shard;
 mod stats;

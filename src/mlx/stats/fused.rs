@@ -14,6 +14,13 @@ use super::{
     evaluate, evaluate_all, kernel, op, to_f32_vec,
 };
 
+/// Values the device takes the centre from (see `kernel::dense_centre`):
+/// fewer than the host's [`CENTRE_SAMPLE`], since one block reads them
+/// before the statistics can start (65,536 took 0.1-0.4 ms on an H200).
+/// Any centre near the values keeps the sums exact enough; this one is
+/// their mean or 0, as on the host.
+const DEVICE_CENTRE_SAMPLE: i32 = 4096;
+
 /// Set when the fused kernel for affine-packed weights failed once (it is
 /// then not tried again in this process).
 pub(super) static FUSED_FAILED: std::sync::atomic::AtomicBool =
@@ -74,21 +81,26 @@ fn fused_affine_summary(
     let head = op("reshape", bands.band(0, head_rows)?.reshape(&[-1]))?;
     let head = op("cast to f32", head.as_dtype(Dtype::Float32))?;
     let (centre_value, first) = head_values(&head, first_count)?;
-    drop(head);
+    hand_back([head]);
 
     let cells = [grid.row_step, grid.col_step, grid.out_cols];
-    let (floats, counts) = kernel::affine_stats(words, centre_value, grid.out_rows, cells)?;
+    let (float_out, count_out) = kernel::affine_stats(words, centre_value, grid.out_rows, cells)?;
+    evaluate_all([&float_out, &count_out])?;
     let out_rows = usize::try_from(grid.out_rows).unwrap_or(0);
     let n = i64::from(bands.rows()) * i64::from(bands.cols());
-    let (stats, floats, _) = block_stats(&floats, &counts, out_rows, n, centre_value)?;
-    let histogram = fused_histogram(&stats, bins, |lo, scale, slots| {
+    let floats = host_slice::<f32>(&float_out)?;
+    let stats = block_stats(floats, host_slice(&count_out)?, out_rows, n, centre_value)?;
+    let bins = Bins::launch(&stats, bins, |lo, scale, slots| {
         kernel::affine_counts(words, lo, scale, slots)
     })?;
+    let heatmap = grid.means(&floats[out_rows * 6..]);
+    let histogram = bins.finish(&mut Phases::new())?;
+    hand_back([float_out, count_out]);
     Ok(ValueSummary {
         histogram,
         stats,
         first,
-        heatmap: Some(grid.means(&floats[out_rows * 6..])),
+        heatmap: Some(heatmap),
         heatmap_max_abs: Some(max_abs_cells(bands, grid)?),
     })
 }
@@ -136,29 +148,46 @@ fn fused_dense_summary(
 ) -> Result<ValueSummary, MlxError> {
     let mut phases = Phases::new();
     let n = i64::from(values.rows) * i64::from(values.cols);
-    let head_len = i32::try_from(n.min(i64::from(CENTRE_SAMPLE))).unwrap_or(CENTRE_SAMPLE);
-    let head = op("slice", values.flat.try_index(0..head_len))?;
-    let head = op("cast to f32", head.as_dtype(Dtype::Float32))?;
-    let (centre_value, first) = head_values(&head, first_count)?;
-    drop(head);
-    phases.mark("head");
-
+    // The first values, copied on the device (the cast copies `f16` and
+    // `bf16`; an `f32` slice is a view): the host reading a view of `flat`
+    // would move its pages off the device, and the kernel fault them back.
+    let wanted = i64::try_from(first_count.max(1)).unwrap_or(i64::MAX);
+    let first_len = i32::try_from(n.min(wanted)).unwrap_or(1);
+    let head = op("slice", values.flat.try_index(0..first_len))?;
+    let head = if values.flat.dtype() == Dtype::Float32 {
+        op("copy", head.multiply(Array::from_f32(1.0)))?
+    } else {
+        op("cast to f32", head.as_dtype(Dtype::Float32))?
+    };
     let layout = kernel::DenseLayout::new(
         values.rows,
         values.cols,
         grid.map(|g| [g.row_step, g.col_step, g.out_rows, g.out_cols]),
     );
-    let (floats, counts) = kernel::dense_stats(values, centre_value, layout)?;
-    evaluate_all([&floats, &counts])?;
+    // The centre, the statistics and the cells in one evaluation: the
+    // centre is worked out on the device from the first values.
+    let centre = kernel::dense_centre(values, DEVICE_CENTRE_SAMPLE)?;
+    let (float_out, count_out) = kernel::dense_stats(values, &centre, layout)?;
+    evaluate_all([&head, &centre, &float_out, &count_out])?;
+    let centre_value = host_slice::<f32>(&centre)?[0];
+    let first: Vec<f32> = host_slice::<f32>(&head)?
+        .iter()
+        .take(first_count)
+        .copied()
+        .collect();
+    hand_back([head, centre]);
     phases.mark("stats kernel");
     let blocks = usize::try_from(layout.blocks()).unwrap_or(0);
-    let (stats, floats, counts) = block_stats(&floats, &counts, blocks, n, centre_value)?;
+    let (floats, counts) = (
+        host_slice::<f32>(&float_out)?,
+        host_slice::<u32>(&count_out)?,
+    );
+    let stats = block_stats(floats, counts, blocks, n, centre_value)?;
     phases.mark("read back");
-    let histogram = fused_histogram(&stats, bins, |lo, scale, slots| {
+    let pending = Bins::launch(&stats, bins, |lo, scale, slots| {
         kernel::dense_counts(values, lo, scale, slots)
     })?;
-    phases.mark("bins");
-    phases.say(&format!("{layout:?}"));
+    // The cells are read on the host while the device counts the bins.
     let (heatmap, heatmap_max_abs) = grid
         .map(|g| {
             let peaks = counts[blocks * 2..]
@@ -168,6 +197,10 @@ fn fused_dense_summary(
             (g.means(&floats[blocks * 6..]), g.heatmap(peaks))
         })
         .unzip();
+    phases.mark("cells");
+    let histogram = pending.finish(&mut phases)?;
+    hand_back([float_out, count_out]);
+    phases.say(&format!("{layout:?}"));
     Ok(ValueSummary {
         stats,
         histogram,
@@ -219,36 +252,51 @@ impl Phases {
 /// values, from the first values of a tensor (flat `f32`, copied to the
 /// host once).
 fn head_values(head: &Array, first_count: usize) -> Result<(f32, Vec<f32>), MlxError> {
-    let mut values = to_f32_vec(head)?;
+    evaluate(head)?;
+    let values = host_slice::<f32>(head)?;
     #[allow(clippy::cast_possible_truncation)]
-    let centre_value = centre_of(&values) as f32;
-    values.truncate(first_count);
-    Ok((centre_value, values))
+    let centre_value = centre_of(values) as f32;
+    Ok((
+        centre_value,
+        values[..first_count.min(values.len())].to_vec(),
+    ))
 }
 
-/// The statistics of a tensor of `n` values from a fused kernel's outputs
-/// (evaluated here): `blocks` rows of `[min, max, sum (2 halves), squares
-/// (2 halves)]` and of `[nan, inf]`, each followed by what else the kernel
-/// wrote (returned, with the outputs on the host).
+/// Drops arrays whose values the host has read. On CUDA their buffers
+/// go to MLX's cache, where the next GPU output of their size takes them:
+/// their pages are sent back to the device first (`mlx::pages`), so that
+/// this kernel does not fault them over one by one.
+fn hand_back<const N: usize>(arrays: [Array; N]) {
+    for array in arrays {
+        crate::mlx::pages::array_to_device(&array);
+    }
+}
+
+/// The values of an evaluated array as the host sees them (on CUDA, MLX
+/// first moves its buffer where the host can read it).
+fn host_slice<T: mlx_rs::ArrayElement>(array: &Array) -> Result<&[T], MlxError> {
+    array
+        .try_as_slice::<T>()
+        .map_err(|e| MlxError::op("read kernel output", e))
+}
+
+/// The statistics of a tensor of `n` values from a fused kernel's outputs:
+/// `blocks` rows of `[min, max, sum (2 halves), squares (2 halves)]` at the
+/// start of `floats` and of `[nan, inf]` at the start of `counts` (what
+/// follows them, the cells, is not touched here).
 fn block_stats(
-    floats: &Array,
-    counts: &Array,
+    floats: &[f32],
+    counts: &[u32],
     blocks: usize,
     n: i64,
     centre_value: f32,
-) -> Result<(super::Stats, Vec<f32>, Vec<u32>), MlxError> {
-    evaluate_all([floats, counts])?;
-    let floats = to_f32_vec(floats)?;
-    let counts = counts
-        .try_as_slice::<u32>()
-        .map_err(|e| MlxError::op("read value counts", e))?
-        .to_vec();
+) -> Result<super::Stats, MlxError> {
     if floats.len() < blocks * 6 || counts.len() < blocks * 2 {
         return Err(MlxError::op("summary kernel", "short output"));
     }
     let parts: Vec<PartStats> = floats[..blocks * 6]
         .chunks_exact(6)
-        .zip(counts.chunks_exact(2))
+        .zip(counts[..blocks * 2].chunks_exact(2))
         .map(|(f, n)| PartStats {
             min: f64::from(f[0]),
             max: f64::from(f[1]),
@@ -258,38 +306,67 @@ fn block_stats(
             inf: u64::from(n[1]),
         })
         .collect();
-    Ok((combine(&parts, n, f64::from(centre_value)), floats, counts))
+    Ok(combine(&parts, n, f64::from(centre_value)))
 }
 
-/// The histogram of `bins` bins over the finite values, from `count`'s
-/// slot counts (`count(lo, scale, slots)`, as `kernel::histogram_counts`).
-fn fused_histogram(
-    stats: &super::Stats,
-    bins: usize,
-    count: impl FnOnce(f32, f32, usize) -> Result<Array, MlxError>,
-) -> Result<Histogram, MlxError> {
-    let bins = bins.min(kernel::MAX_SLOTS - 2);
-    let mut counts = vec![0u64; bins];
-    if stats.finite > 0 && bins > 0 {
-        let (lo, scale) = super::bins::bin_scale(stats, bins);
-        let slots = count(lo, scale, bins + 2)?;
-        evaluate(&slots)?;
-        let slots = slots
-            .try_as_slice::<u32>()
-            .map_err(|e| MlxError::op("read bin counts", e))?;
-        for (count, slot) in counts.iter_mut().zip(slots) {
-            *count = u64::from(*slot);
-        }
-        // The maximum lands exactly on `bins`: it belongs to the last bin.
-        if let (Some(last), Some(top)) = (counts.last_mut(), slots.get(bins)) {
-            *last += u64::from(*top);
-        }
+/// A histogram whose bins a kernel counts: launched by [`Bins::launch`]
+/// without waiting, read by [`Bins::finish`].
+struct Bins {
+    count: usize,
+    min: f64,
+    max: f64,
+    /// The kernel's slot counts (`count(lo, scale, slots)`, as
+    /// `kernel::histogram_counts`); `None` without finite values.
+    slots: Option<Array>,
+}
+
+impl Bins {
+    /// Starts counting `bins` bins over the finite values.
+    fn launch(
+        stats: &super::Stats,
+        bins: usize,
+        count: impl FnOnce(f32, f32, usize) -> Result<Array, MlxError>,
+    ) -> Result<Self, MlxError> {
+        let bins = bins.min(kernel::MAX_SLOTS - 2);
+        let slots = if stats.finite > 0 && bins > 0 {
+            let (lo, scale) = super::bins::bin_scale(stats, bins);
+            let slots = count(lo, scale, bins + 2)?;
+            mlx_rs::transforms::async_eval([&slots]).map_err(|e| MlxError::op("evaluation", e))?;
+            Some(slots)
+        } else {
+            None
+        };
+        Ok(Self {
+            count: bins,
+            min: stats.min,
+            max: stats.max,
+            slots,
+        })
     }
-    Ok(Histogram {
-        min: stats.min,
-        max: stats.max,
-        counts,
-    })
+
+    /// Waits for the counts and reads them.
+    fn finish(self, phases: &mut Phases) -> Result<Histogram, MlxError> {
+        let mut counts = vec![0u64; self.count];
+        if let Some(slots) = self.slots {
+            evaluate(&slots)?;
+            phases.mark("bins kernel");
+            let read = host_slice::<u32>(&slots)?;
+            for (count, slot) in counts.iter_mut().zip(read) {
+                *count = u64::from(*slot);
+            }
+            // The maximum lands exactly on `bins`: it belongs to the last bin.
+            if let (Some(last), Some(top)) = (counts.last_mut(), read.get(self.count)) {
+                *last += u64::from(*top);
+            }
+            hand_back([slots]);
+            phases.mark("bins read");
+        }
+        Ok(Histogram {
+            min: self.min,
+            max: self.max,
+            counts,
+        })
+    }
 }
 
 /// The largest |value| of each heatmap cell, from the weight dequantized
@@ -336,7 +413,8 @@ pub(super) fn warm_up_dense(small: &Array) -> Result<(), MlxError> {
         // Cells of 32 columns, as a wide tensor's would be.
         let cells = [1, 32, rows, (cols + 31) / 32];
         let layout = kernel::DenseLayout::new(rows, cols, Some(cells));
-        let (floats, counts) = kernel::dense_stats(&values, 0.0, layout)?;
+        let centre = kernel::dense_centre(&values, 64)?;
+        let (floats, counts) = kernel::dense_stats(&values, &centre, layout)?;
         let slots = kernel::dense_counts(&values, 0.0, 1.0, 66)?;
         evaluate_all([&floats, &counts, &slots])?;
     }

@@ -127,16 +127,18 @@ impl Grid {
             to(self.col_step).max(1),
         );
         let (total_rows, total_cols) = (to(self.rows), to(self.cols));
-        let values = sums
-            .iter()
-            .enumerate()
-            .map(|(i, sum)| {
-                let (r, c) = (i / cols, i % cols);
-                let in_rows = rs.min(total_rows.saturating_sub(r * rs)).max(1);
-                let in_cols = cs.min(total_cols.saturating_sub(c * cs)).max(1);
-                sum / (in_rows * in_cols) as f32
-            })
+        // Row by row, each column's width worked out once (262,144 cells
+        // took a millisecond with a division and a remainder per cell).
+        // `in_rows * in_cols` in f32 is the integer product rounded once,
+        // as the `as f32` of it would be.
+        let widths: Vec<f32> = (0..cols)
+            .map(|c| cs.min(total_cols.saturating_sub(c * cs)).max(1) as f32)
             .collect();
+        let mut values = Vec::with_capacity(sums.len());
+        for (r, row) in sums.chunks(cols).enumerate() {
+            let in_rows = rs.min(total_rows.saturating_sub(r * rs)).max(1) as f32;
+            values.extend(row.iter().zip(&widths).map(|(sum, w)| sum / (in_rows * w)));
+        }
         self.heatmap(values)
     }
 
