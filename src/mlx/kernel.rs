@@ -22,6 +22,29 @@ const MAX_BLOCKS: i64 = 4096;
 /// Largest histogram (bins + 2 slots) the kernel keeps in shared memory.
 pub const MAX_SLOTS: usize = 4096;
 
+/// Which of MLX's custom-kernel interfaces a dense launch goes through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// `mlx_fast_cuda_kernel`: [`DENSE_SOURCE`] (run on H200s).
+    Cuda,
+    /// `mlx_fast_metal_kernel`: `metal_source::METAL_DENSE_SOURCE` (never
+    /// run on a device: used only where `stats::fused::metal_agrees`).
+    Metal,
+}
+
+impl Backend {
+    /// The GPU backend of this build's MLX (Metal on macOS, else CUDA).
+    pub const BUILD: Self = if cfg!(target_os = "macos") {
+        Self::Metal
+    } else {
+        Self::Cuda
+    };
+}
+
+/// Threadgroups the Metal bin job writes counts for (each its own row of
+/// `slots`, summed by MLX afterwards).
+const METAL_BIN_BLOCKS: i64 = 512;
+
 /// The counts of `slots` histogram slots of the flat `f32` array `x`,
 /// `[slots]` as `u32`, lazy: the lowest value and the scale map a finite
 /// value `v` to slot `(v - lo) * scale` (the maximum lands on `slots - 2`),
@@ -38,6 +61,7 @@ pub fn histogram_counts(x: &Array, lo: f32, scale: f32, slots: usize) -> Result<
         flat: x,
         rows: 1,
         cols: n,
+        backend: Backend::BUILD,
     };
     dense_counts(&values, lo, scale, slots)
 }
@@ -252,24 +276,27 @@ impl AffineWords<'_> {
         let (scales, biases) = self.inputs()?;
         let fp = parameters(Array::from_slice(&fp, &[3]));
         let name = kernel_name("weightscope_affine", AFFINE_SOURCE, AFFINE_HEADER)?;
-        let mut out = apply(&Launch {
-            name: &name,
-            source: AFFINE_SOURCE,
-            header: AFFINE_HEADER,
-            inputs: &[
-                (c"w", self.weight),
-                (c"scales", &scales),
-                (c"biases", &biases),
-                (c"fp", &fp),
-                (c"ip", ip),
-            ],
-            outputs: &[
-                (c"fout", lengths[0], mlx_sys::mlx_dtype__MLX_FLOAT32),
-                (c"uout", lengths[1], mlx_sys::mlx_dtype__MLX_UINT32),
-            ],
-            blocks,
-            template_ints: &AFFINE_CONSTANTS,
-        })?;
+        let mut out = apply(
+            &Launch {
+                name: &name,
+                source: AFFINE_SOURCE,
+                header: AFFINE_HEADER,
+                inputs: &[
+                    (c"w", self.weight),
+                    (c"scales", &scales),
+                    (c"biases", &biases),
+                    (c"fp", &fp),
+                    (c"ip", ip),
+                ],
+                outputs: &[
+                    (c"fout", lengths[0], mlx_sys::mlx_dtype__MLX_FLOAT32),
+                    (c"uout", lengths[1], mlx_sys::mlx_dtype__MLX_UINT32),
+                ],
+                blocks,
+                template_ints: &AFFINE_CONSTANTS,
+            },
+            Backend::Cuda,
+        )?;
         let refused = || MlxError::op("summary kernel", "no output");
         let uints = out.pop().ok_or_else(refused)?;
         let floats = out.pop().ok_or_else(refused)?;
@@ -620,6 +647,9 @@ pub struct DenseValues<'a> {
     pub rows: i32,
     /// Values per row.
     pub cols: i32,
+    /// The kernel interface to launch through ([`Backend::BUILD`] but in
+    /// tests).
+    pub backend: Backend,
 }
 
 impl DenseValues<'_> {
@@ -652,22 +682,39 @@ impl DenseValues<'_> {
             .flat
             .view_dtype(mlx_rs::Dtype::Uint16)
             .map_err(|e| MlxError::op("view as u16", e))?;
-        let name = kernel_name("weightscope_dense", DENSE_SOURCE, DENSE_HEADER)?;
+        let (base, source, header, constants) = match self.backend {
+            Backend::Cuda => (
+                "weightscope_dense",
+                DENSE_SOURCE,
+                DENSE_HEADER,
+                &DENSE_CONSTANTS,
+            ),
+            Backend::Metal => (
+                "weightscope_dense_metal",
+                super::metal_source::METAL_DENSE_SOURCE,
+                super::metal_source::METAL_DENSE_HEADER,
+                &METAL_DENSE_CONSTANTS,
+            ),
+        };
+        let name = kernel_name(base, source, header)?;
         let mut params = ip.to_vec();
         params.push(dt);
         let ip = parameters(Array::from_slice(&params, &[11]));
-        let mut out = apply(&Launch {
-            name: &name,
-            source: DENSE_SOURCE,
-            header: DENSE_HEADER,
-            inputs: &[(c"x", &words), (c"fp", fp), (c"ip", &ip)],
-            outputs: &[
-                (c"fout", lengths[0], mlx_sys::mlx_dtype__MLX_FLOAT32),
-                (c"uout", lengths[1], mlx_sys::mlx_dtype__MLX_UINT32),
-            ],
-            blocks,
-            template_ints: &DENSE_CONSTANTS,
-        })?;
+        let mut out = apply(
+            &Launch {
+                name: &name,
+                source,
+                header,
+                inputs: &[(c"x", &words), (c"fp", fp), (c"ip", &ip)],
+                outputs: &[
+                    (c"fout", lengths[0], mlx_sys::mlx_dtype__MLX_FLOAT32),
+                    (c"uout", lengths[1], mlx_sys::mlx_dtype__MLX_UINT32),
+                ],
+                blocks,
+                template_ints: constants,
+            },
+            self.backend,
+        )?;
         let uints = out.pop().ok_or_else(|| refused("no output"))?;
         let floats = out.pop().ok_or_else(|| refused("no output"))?;
         Ok((floats, uints))
@@ -756,6 +803,22 @@ impl DenseLayout {
     }
 }
 
+impl DenseLayout {
+    /// This layout as `backend` runs it: the Metal twin has no output
+    /// atomics, so there a row of cells is always one block's.
+    #[must_use]
+    pub fn for_backend(self, backend: Backend) -> Self {
+        match backend {
+            Backend::Metal if self.out_cols > 0 => Self {
+                row_split: 1,
+                col_split: 1,
+                ..self
+            },
+            _ => self,
+        }
+    }
+}
+
 /// Blocks a dense summary aims for without a heatmap: several per
 /// multiprocessor of any current GPU.
 const TARGET_BLOCKS: i64 = 2048;
@@ -771,6 +834,15 @@ const TARGET_BLOCKS_CELLS: i64 = 512;
 #[allow(clippy::cast_possible_truncation, clippy::cast_possible_wrap)]
 const DENSE_CONSTANTS: [(&std::ffi::CStr, i32); 3] = [
     (c"POOL_DOUBLES", 5632),
+    (c"MAX_CELLS", MAX_CELLS as i32),
+    (c"THREADS", THREADS),
+];
+
+/// The compile-time sizes of the Metal twin: one threadgroup pool of
+/// atomics for both rows of cells or one histogram.
+#[allow(clippy::cast_possible_truncation, clippy::cast_possible_wrap)]
+const METAL_DENSE_CONSTANTS: [(&std::ffi::CStr, i32); 3] = [
+    (c"MAX_SHARED", MAX_SLOTS as i32),
     (c"MAX_CELLS", MAX_CELLS as i32),
     (c"THREADS", THREADS),
 ];
@@ -849,14 +921,36 @@ pub fn dense_counts(
     let refused = |what: &str| MlxError::op("histogram kernel", what);
     let slots = i32::try_from(slots.min(MAX_SLOTS)).map_err(|_| refused("too many bins"))?;
     let n = i64::from(values.rows) * i64::from(values.cols);
-    let blocks = (n / (i64::from(THREADS) * 16)).clamp(1, MAX_BLOCKS);
+    let most = match values.backend {
+        Backend::Cuda => MAX_BLOCKS,
+        Backend::Metal => METAL_BIN_BLOCKS,
+    };
+    let blocks = (n / (i64::from(THREADS) * 16)).clamp(1, most);
+    let length = match values.backend {
+        Backend::Cuda => slots,
+        Backend::Metal => {
+            i32::try_from(blocks * i64::from(slots)).map_err(|_| refused("blocks"))?
+        }
+    };
     let (_, counts) = values.launch(
         &parameters(Array::from_slice(&[0.0, lo, scale], &[3])),
         [1, values.rows, values.cols, 1, 1, 0, 1, 1, THREADS, slots],
-        [1, slots],
+        [1, length],
         blocks,
     )?;
-    Ok(counts)
+    match values.backend {
+        Backend::Cuda => Ok(counts),
+        // Each threadgroup's row of counts, summed.
+        Backend::Metal => {
+            let rows = i32::try_from(blocks).map_err(|_| refused("blocks"))?;
+            let counts = counts
+                .reshape(&[rows, slots])
+                .map_err(|e| MlxError::op("reshape bin counts", e))?;
+            mlx_rs::ops::sum_axis(&counts, 0, false)
+                .and_then(|sums| sums.as_dtype(mlx_rs::Dtype::Uint32))
+                .map_err(|e| MlxError::op("sum bin counts", e))
+        }
+    }
 }
 
 /// A kernel's name for MLX: `base` and a hash of its code. MLX keeps
@@ -894,94 +988,117 @@ struct Launch<'a> {
     template_ints: &'a [(&'a std::ffi::CStr, i32)],
 }
 
-/// Builds and applies `launch` through `mlx_fast_cuda_kernel` on the
-/// current stream; the outputs, lazy.
-fn apply(launch: &Launch<'_>) -> Result<Vec<Array>, MlxError> {
+/// Builds and applies `launch` through MLX's custom-kernel interface for
+/// `backend` (`mlx_fast_cuda_kernel` or `mlx_fast_metal_kernel`, whose
+/// calls match one for one) on the current stream; the outputs, lazy.
+fn apply(launch: &Launch<'_>, backend: Backend) -> Result<Vec<Array>, MlxError> {
     let refused = |what: &str| MlxError::op("custom kernel", what);
     let grid = i32::try_from(launch.blocks * i64::from(THREADS)).map_err(|_| refused("grid"))?;
     let source = CString::new(launch.source).map_err(|_| refused("source"))?;
     let header = CString::new(launch.header).map_err(|_| refused("header"))?;
     let stream = Stream::thread_local_or_default();
     let mut results = Vec::new();
+    // One body for both interfaces: the functions named by `$new` and the
+    // rest, and the last argument of `$new` (CUDA: shared memory bytes;
+    // Metal: whether outputs are atomic).
+    macro_rules! build_and_apply {
+        ($new:ident, $last:expr, $config:ident, $output:ident, $grid:ident, $group:ident,
+         $init:ident, $template_int:ident, $apply:ident, $config_free:ident, $free:ident) => {{
+            let inputs_names = mlx_sys::mlx_vector_string_new();
+            let outputs_names = mlx_sys::mlx_vector_string_new();
+            for (name, _) in launch.inputs {
+                mlx_sys::mlx_vector_string_append_value(inputs_names, name.as_ptr());
+            }
+            for (name, _, _) in launch.outputs {
+                mlx_sys::mlx_vector_string_append_value(outputs_names, name.as_ptr());
+            }
+            let kernel = mlx_sys::$new(
+                launch.name.as_ptr(),
+                inputs_names,
+                outputs_names,
+                source.as_ptr(),
+                header.as_ptr(),
+                true,
+                $last,
+            );
+            let config = mlx_sys::$config();
+            let mut status = 0;
+            for (_, len, dtype) in launch.outputs {
+                let shape = [*len];
+                status |= mlx_sys::$output(config, shape.as_ptr(), 1, *dtype);
+            }
+            status |= mlx_sys::$grid(config, grid, 1, 1);
+            status |= mlx_sys::$group(config, THREADS, 1, 1);
+            // Outputs zeroed by MLX first, even where a kernel stores every
+            // element: on an H200 the dense kernel took 1.39 ms for 1 GiB of
+            // `f32` writing outputs whose pages the host had read (they moved
+            // back under it), 0.65 ms after MLX's fill had moved them.
+            status |= mlx_sys::$init(config, 0.0);
+            for (name, value) in launch.template_ints {
+                status |= mlx_sys::$template_int(config, name.as_ptr(), *value);
+            }
+            let inputs = mlx_sys::mlx_vector_array_new();
+            for (_, array) in launch.inputs {
+                mlx_sys::mlx_vector_array_append_value(inputs, array.as_ptr());
+            }
+            let mut outputs = mlx_sys::mlx_vector_array_new();
+            if status == 0 {
+                status = mlx_sys::$apply(&raw mut outputs, kernel, inputs, config, stream.as_ptr());
+            }
+            if status == 0 {
+                results = super::arrays_of(outputs);
+            }
+            mlx_sys::mlx_vector_array_free(outputs);
+            mlx_sys::mlx_vector_array_free(inputs);
+            mlx_sys::$config_free(config);
+            mlx_sys::$free(kernel);
+            mlx_sys::mlx_vector_string_free(outputs_names);
+            mlx_sys::mlx_vector_string_free(inputs_names);
+            status
+        }};
+    }
     #[allow(unsafe_code)]
     // SAFETY: every C string outlives the calls that read it; the input
     // arrays and `stream` are live mlx-rs handles; every vector, kernel and
     // config made here is freed here; each output taken out of `outputs` is
     // a new reference that `Array::from_ptr` owns.
     let status = unsafe {
-        let inputs_names = mlx_sys::mlx_vector_string_new();
-        let outputs_names = mlx_sys::mlx_vector_string_new();
-        for (name, _) in launch.inputs {
-            mlx_sys::mlx_vector_string_append_value(inputs_names, name.as_ptr());
+        match backend {
+            Backend::Cuda => build_and_apply!(
+                mlx_fast_cuda_kernel_new,
+                0,
+                mlx_fast_cuda_kernel_config_new,
+                mlx_fast_cuda_kernel_config_add_output_arg,
+                mlx_fast_cuda_kernel_config_set_grid,
+                mlx_fast_cuda_kernel_config_set_thread_group,
+                mlx_fast_cuda_kernel_config_set_init_value,
+                mlx_fast_cuda_kernel_config_add_template_arg_int,
+                mlx_fast_cuda_kernel_apply,
+                mlx_fast_cuda_kernel_config_free,
+                mlx_fast_cuda_kernel_free
+            ),
+            Backend::Metal => build_and_apply!(
+                mlx_fast_metal_kernel_new,
+                false,
+                mlx_fast_metal_kernel_config_new,
+                mlx_fast_metal_kernel_config_add_output_arg,
+                mlx_fast_metal_kernel_config_set_grid,
+                mlx_fast_metal_kernel_config_set_thread_group,
+                mlx_fast_metal_kernel_config_set_init_value,
+                mlx_fast_metal_kernel_config_add_template_arg_int,
+                mlx_fast_metal_kernel_apply,
+                mlx_fast_metal_kernel_config_free,
+                mlx_fast_metal_kernel_free
+            ),
         }
-        for (name, _, _) in launch.outputs {
-            mlx_sys::mlx_vector_string_append_value(outputs_names, name.as_ptr());
-        }
-        let kernel = mlx_sys::mlx_fast_cuda_kernel_new(
-            launch.name.as_ptr(),
-            inputs_names,
-            outputs_names,
-            source.as_ptr(),
-            header.as_ptr(),
-            true,
-            0,
-        );
-        let config = mlx_sys::mlx_fast_cuda_kernel_config_new();
-        let mut status = 0;
-        for (_, len, dtype) in launch.outputs {
-            let shape = [*len];
-            status |= mlx_sys::mlx_fast_cuda_kernel_config_add_output_arg(
-                config,
-                shape.as_ptr(),
-                1,
-                *dtype,
-            );
-        }
-        status |= mlx_sys::mlx_fast_cuda_kernel_config_set_grid(config, grid, 1, 1);
-        status |= mlx_sys::mlx_fast_cuda_kernel_config_set_thread_group(config, THREADS, 1, 1);
-        // Outputs zeroed by MLX first, even where a kernel stores every
-        // element: on an H200 the dense kernel took 1.39 ms for 1 GiB of
-        // `f32` writing outputs whose pages the host had read (they moved
-        // back under it), 0.65 ms after MLX's fill had moved them.
-        status |= mlx_sys::mlx_fast_cuda_kernel_config_set_init_value(config, 0.0);
-        for (name, value) in launch.template_ints {
-            status |= mlx_sys::mlx_fast_cuda_kernel_config_add_template_arg_int(
-                config,
-                name.as_ptr(),
-                *value,
-            );
-        }
-        let inputs = mlx_sys::mlx_vector_array_new();
-        for (_, array) in launch.inputs {
-            mlx_sys::mlx_vector_array_append_value(inputs, array.as_ptr());
-        }
-        let mut outputs = mlx_sys::mlx_vector_array_new();
-        if status == 0 {
-            status = mlx_sys::mlx_fast_cuda_kernel_apply(
-                &raw mut outputs,
-                kernel,
-                inputs,
-                config,
-                stream.as_ptr(),
-            );
-        }
-        if status == 0 {
-            results = super::arrays_of(outputs);
-        }
-        mlx_sys::mlx_vector_array_free(outputs);
-        mlx_sys::mlx_vector_array_free(inputs);
-        mlx_sys::mlx_fast_cuda_kernel_config_free(config);
-        mlx_sys::mlx_fast_cuda_kernel_free(kernel);
-        mlx_sys::mlx_vector_string_free(outputs_names);
-        mlx_sys::mlx_vector_string_free(inputs_names);
-        status
     };
     if status == 0 && results.len() == launch.outputs.len() {
         Ok(results)
     } else {
-        Err(refused(
-            "MLX refused the custom kernel (not a CUDA device?)",
-        ))
+        Err(refused(match backend {
+            Backend::Cuda => "MLX refused the custom kernel (not a CUDA device?)",
+            Backend::Metal => "MLX refused the custom kernel (not a Metal device?)",
+        }))
     }
 }
 

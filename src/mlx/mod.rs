@@ -9,6 +9,7 @@ mod device;
 pub mod ggml;
 mod kernel;
 mod memory;
+mod metal_source;
 mod pages;
 mod quant;
 mod shard;

@@ -8,6 +8,7 @@ use mlx_rs::ops::indexing::TryIndexOp;
 use mlx_rs::{Array, Dtype};
 
 use super::grid::Grid;
+use super::kernel::Backend;
 use super::moments::{PartStats, centre_of};
 use super::{
     BinsOn, CENTRE_SAMPLE, Heatmap, Histogram, MlxError, Plan, RowBands, ValueSummary, combine,
@@ -51,6 +52,7 @@ pub(super) fn fused_affine(
     let wanted = fused_wanted();
     let grid = Grid::new(bands.shape(), heatmap_limit)?;
     if !(wanted
+        && Backend::BUILD == Backend::Cuda
         && plan.bins == BinsOn::Kernel
         && !FUSED_FAILED.load(std::sync::atomic::Ordering::Relaxed)
         && words.supported()
@@ -123,16 +125,31 @@ pub(super) fn fused_dense(
         Some(g) => (g.rows, g.cols),
         None => (1, i32::try_from(flat.size()).ok()?),
     };
-    let values = kernel::DenseValues { flat, rows, cols };
+    let values = kernel::DenseValues {
+        flat,
+        rows,
+        cols,
+        backend: Backend::BUILD,
+    };
     if !(fused_wanted()
         && plan.bins == BinsOn::Kernel
         && (plan.forced || !DENSE_FAILED.load(std::sync::atomic::Ordering::Relaxed))
         && values.supported()
-        && grid.is_none_or(|g| usize::try_from(g.out_cols).is_ok_and(|c| c <= kernel::MAX_CELLS)))
+        && grid.is_none_or(|g| usize::try_from(g.out_cols).is_ok_and(|c| c <= kernel::MAX_CELLS))
+        && (values.backend == Backend::Cuda || metal_agrees()))
     {
         return None;
     }
     let result = fused_dense_summary(&values, grid, first_count, bins);
+    // Metal sums in pairs of `f32`: squares of values past 2^60 could
+    // overflow them, so such a tensor goes to MLX's ops.
+    if values.backend == Backend::Metal
+        && result
+            .as_ref()
+            .is_ok_and(|s| s.stats.min.abs().max(s.stats.max.abs()) > METAL_LARGEST)
+    {
+        return None;
+    }
     if result.is_err() && !plan.forced {
         DENSE_FAILED.store(true, std::sync::atomic::Ordering::Relaxed);
         return None;
@@ -163,7 +180,8 @@ fn fused_dense_summary(
         values.rows,
         values.cols,
         grid.map(|g| [g.row_step, g.col_step, g.out_rows, g.out_cols]),
-    );
+    )
+    .for_backend(values.backend);
     // The centre, the statistics and the cells in one evaluation: the
     // centre is worked out on the device from the first values.
     let centre = kernel::dense_centre(values, DEVICE_CENTRE_SAMPLE)?;
@@ -208,6 +226,112 @@ fn fused_dense_summary(
         heatmap,
         heatmap_max_abs,
     })
+}
+
+/// The largest |value| the Metal twin summarizes (see `fused_dense`).
+const METAL_LARGEST: f64 = 1.152_921_504_606_847e18; // 2^60
+
+/// Whether the Metal twin of the dense kernel may be used in this process:
+/// it has never run on a device here, so at first use it summarizes a test
+/// array (NaN, ±Inf, a spread, several rows of cells) and must agree with
+/// MLX's own ops ([`summaries_agree`]); if it does not, or fails, MLX's
+/// ops summarize everything (said once on stderr).
+pub(super) fn metal_agrees() -> bool {
+    thread_local! {
+        static CHECKING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
+    static AGREES: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    // The check's own summaries do not ask again.
+    if CHECKING.get() {
+        return false;
+    }
+    *AGREES.get_or_init(|| {
+        CHECKING.set(true);
+        let agrees = twin_agrees(Backend::Metal);
+        CHECKING.set(false);
+        if !agrees {
+            eprintln!(
+                "weightscope: the Metal summary kernel did not reproduce MLX's own summary of a test array; MLX's ops summarize instead"
+            );
+        }
+        agrees
+    })
+}
+
+/// Whether the dense kernel through `backend` summarizes a test array as
+/// the chunked path of MLX's ops does; `false` when it cannot run.
+fn twin_agrees(backend: Backend) -> bool {
+    let (rows, cols) = (96_i32, 520_i32);
+    let values: Vec<f32> = (0..rows * cols)
+        .map(|i| match i {
+            5 => f32::NAN,
+            77 => f32::INFINITY,
+            1234 => f32::NEG_INFINITY,
+            _ => {
+                let t = f32::from(u16::try_from(i % 1000).unwrap_or(0)) / 250.0 - 2.0;
+                t * f32::from(u8::try_from(1 + i % 13).unwrap_or(1))
+            }
+        })
+        .collect();
+    let shape = [rows, cols];
+    let run = || -> Result<bool, MlxError> {
+        let flat = Array::from_slice(&values, &[rows * cols]);
+        evaluate(&flat)?;
+        let dense = kernel::DenseValues {
+            flat: &flat,
+            rows,
+            cols,
+            backend,
+        };
+        let grid = Grid::new(&shape, 64);
+        let fused = fused_dense_summary(&dense, grid, 8, 64)?;
+        let plan = Plan {
+            chunk: 1 << 14,
+            bins: BinsOn::Scatter,
+            forced: true,
+            gpu: true,
+        };
+        let input = super::Input::Flat {
+            flat: flat.clone(),
+            shape: shape.to_vec(),
+        };
+        let reference = super::summarize_input(&input, 8, 64, 64, plan)?;
+        Ok(summaries_agree(&fused, &reference))
+    };
+    run().unwrap_or(false)
+}
+
+/// Whether a fused summary says what the chunked path says of the same
+/// values: the same histogram bin for bin, extremes, counts and first
+/// values; mean and std within 1e-6 of the spread (the chunked path sums
+/// `f32` blocks); heatmaps of the same grid, cells within 1e-5.
+fn summaries_agree(fused: &ValueSummary, reference: &ValueSummary) -> bool {
+    let (a, b) = (&fused.stats, &reference.stats);
+    let close = |x: f64, y: f64| (x - y).abs() <= 1e-6 * b.std.max(f64::MIN_POSITIVE);
+    let cells_agree = |x: &Option<Heatmap>, y: &Option<Heatmap>| match (x, y) {
+        (None, None) => true,
+        (Some(x), Some(y)) => {
+            (x.rows, x.cols, x.row_step, x.col_step) == (y.rows, y.cols, y.row_step, y.col_step)
+                && x.values.len() == y.values.len()
+                && x.values
+                    .iter()
+                    .zip(&y.values)
+                    .all(|(p, q)| (p - q).abs() <= 1e-5 * (1.0 + q.abs()))
+        }
+        _ => false,
+    };
+    fused.histogram == reference.histogram
+        && fused.first.len() == reference.first.len()
+        && fused
+            .first
+            .iter()
+            .zip(&reference.first)
+            .all(|(x, y)| x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan()))
+        && (a.min, a.max, a.nan, a.inf, a.finite) == (b.min, b.max, b.nan, b.inf, b.finite)
+        && close(a.mean, b.mean)
+        && (a.std - b.std).abs() <= 1e-6 * b.std.max(f64::MIN_POSITIVE)
+        && cells_agree(&fused.heatmap, &reference.heatmap)
+        && cells_agree(&fused.heatmap_max_abs, &reference.heatmap_max_abs)
 }
 
 /// A summary's phases and their times, said on stderr when
@@ -399,6 +523,11 @@ fn max_abs_cells(bands: &dyn RowBands, grid: Grid) -> Result<Heatmap, MlxError> 
 /// Compiles the dense kernel for each dtype it reads (both jobs), on a
 /// small array.
 pub(super) fn warm_up_dense(small: &Array) -> Result<(), MlxError> {
+    // On Metal, the check compiles it (and may turn it off).
+    if Backend::BUILD == Backend::Metal {
+        metal_agrees();
+        return Ok(());
+    }
     for dtype in [Dtype::Float32, Dtype::Float16, Dtype::Bfloat16] {
         let flat = op("cast", small.as_dtype(dtype))?;
         let flat = op("flatten", flat.reshape(&[-1]))?;
@@ -409,6 +538,7 @@ pub(super) fn warm_up_dense(small: &Array) -> Result<(), MlxError> {
             flat: &flat,
             rows,
             cols,
+            backend: Backend::BUILD,
         };
         // Cells of 32 columns, as a wide tensor's would be.
         let cells = [1, 32, rows, (cols + 31) / 32];
@@ -422,6 +552,9 @@ pub(super) fn warm_up_dense(small: &Array) -> Result<(), MlxError> {
 }
 
 pub(super) fn warm_up_affine(small: &Array) -> Result<(), MlxError> {
+    if Backend::BUILD != Backend::Cuda {
+        return Ok(());
+    }
     let half = op("cast", small.as_dtype(Dtype::Float16))?;
     let parts = crate::mlx::quantize_mode(&half, "affine", 64, 4)?;
     let [weight, scales, biases] = parts.as_slice() else {
@@ -615,16 +748,7 @@ mod tests {
             assert_eq!((reference.stats.nan, reference.stats.inf), (1, 2));
             match super::fused_dense(&flat, &shape, 16, 64, 32, kernel) {
                 Some(Ok(fused)) => {
-                    assert_eq!(fused.histogram, reference.histogram, "{shape:?}");
-                    assert_eq!(fused.first.len(), reference.first.len());
-                    for (a, b) in fused.first.iter().zip(&reference.first) {
-                        assert!(a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()));
-                    }
-                    let (a, b) = (fused.stats, reference.stats);
-                    assert_eq!(
-                        (a.min, a.max, a.nan, a.inf, a.finite),
-                        (b.min, b.max, b.nan, b.inf, b.finite)
-                    );
+                    assert!(super::summaries_agree(&fused, &reference), "{shape:?}");
                     // Mean and std against float64 on the host (the
                     // chunked path sums blocks in f32, the kernel in f64).
                     let stored: Vec<f64> = flat
@@ -639,27 +763,9 @@ mod tests {
                     let std = (stored.iter().map(|v| (v - mean).powi(2)).sum::<f64>()
                         / stored.len() as f64)
                         .sqrt();
+                    let a = fused.stats;
                     assert!((a.mean - mean).abs() <= 1e-12 * std, "{shape:?}");
                     assert!((a.std - std).abs() <= 1e-12 * std, "{shape:?}");
-                    assert!((b.mean - mean).abs() <= 1e-6 * std, "{shape:?}");
-                    for (x, y) in [
-                        (&fused.heatmap, &reference.heatmap),
-                        (&fused.heatmap_max_abs, &reference.heatmap_max_abs),
-                    ] {
-                        assert_eq!(x.is_some(), y.is_some());
-                        if let (Some(x), Some(y)) = (x, y) {
-                            assert_eq!(
-                                (x.rows, x.cols, x.row_step, x.col_step),
-                                (y.rows, y.cols, y.row_step, y.col_step)
-                            );
-                            for (p, q) in x.values.iter().zip(&y.values) {
-                                assert!(
-                                    (p - q).abs() <= 1e-5 * (1.0 + q.abs()),
-                                    "{shape:?}: {p} vs {q}"
-                                );
-                            }
-                        }
-                    }
                 }
                 Some(Err(_)) => {
                     let unforced = Plan {
@@ -672,5 +778,47 @@ mod tests {
                 None => panic!("a {dtype:?} array suits the fused summary"),
             }
         }
+    }
+
+    #[test]
+    fn summaries_agree_only_when_every_figure_does() {
+        let values: Vec<f32> = (0..4000u16)
+            .map(|i| f32::from(i % 97) * 0.25 - 3.0)
+            .collect();
+        let flat = Array::from_slice(&values, &[40 * 100]);
+        let input = Input::Flat {
+            flat,
+            shape: vec![40, 100],
+        };
+        let plan = Plan {
+            chunk: 1 << 12,
+            bins: BinsOn::Host,
+            forced: true,
+            gpu: false,
+        };
+        let summary = summarize_input(&input, 8, 64, 16, plan).unwrap();
+        assert!(super::summaries_agree(&summary, &summary));
+        let mut moved = summary.clone();
+        moved.histogram.counts[3] += 1;
+        assert!(!super::summaries_agree(&moved, &summary));
+        let mut moved = summary.clone();
+        moved.stats.std *= 1.0 + 1e-4;
+        assert!(!super::summaries_agree(&moved, &summary));
+        let mut moved = summary.clone();
+        if let Some(cells) = moved.heatmap.as_mut() {
+            cells.values[5] += 1.0;
+        }
+        assert!(!super::summaries_agree(&moved, &summary));
+    }
+
+    /// The Metal twin, launched where MLX has no Metal (this machine's
+    /// CPU backend), is refused cleanly: the check says no and summaries
+    /// stay with MLX's ops.
+    #[test]
+    fn the_metal_twin_is_not_used_where_it_cannot_run() {
+        if cfg!(target_os = "macos") {
+            return;
+        }
+        assert!(!super::twin_agrees(super::Backend::Metal));
     }
 }

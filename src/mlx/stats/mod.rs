@@ -207,10 +207,11 @@ impl Plan {
     /// (benchmarks).
     fn for_default_device() -> Self {
         let gpu = super::default_device().is_ok_and(|d| d.kind == super::DeviceKind::Gpu);
+        // On Metal our kernel's twin is used only where it checked out.
         let kernel = gpu
-            && cfg!(not(target_os = "macos"))
             && KERNEL_WANTED.load(std::sync::atomic::Ordering::Relaxed)
-            && !KERNEL_FAILED.load(std::sync::atomic::Ordering::Relaxed);
+            && !KERNEL_FAILED.load(std::sync::atomic::Ordering::Relaxed)
+            && (kernel::Backend::BUILD == kernel::Backend::Cuda || fused::metal_agrees());
         let knob = std::env::var("WEIGHTSCOPE_SUMMARY_BINS").ok();
         let bins = match knob.as_deref() {
             Some("host") => BinsOn::Host,
