@@ -71,6 +71,16 @@ inline float ws_value(const device uint16_t* x, long i, int dt) {
   return as_type<float>(uint(h) << 16);
 }
 
+// The pairs at t + step added into those at t, in both halves of hi and
+// lo (sums at 0, squares at `half`).
+inline void ws_fold_pairs(threadgroup float* hi, threadgroup float* lo, int t, int step, int half) {
+  for (int h = 0; h <= half; h += half) {
+    const ws_pair a = ws_add(ws_pair{hi[h + t], lo[h + t]}, ws_pair{hi[h + t + step], lo[h + t + step]});
+    hi[h + t] = a.hi;
+    lo[h + t] = a.lo;
+  }
+}
+
 // v added to the f32 whose bits `at` holds.
 inline void ws_add_to(threadgroup atomic_uint* at, float v) {
   uint seen = atomic_load_explicit(at, memory_order_relaxed);
@@ -121,14 +131,7 @@ pub const METAL_DENSE_SOURCE: &str = r"
         threadgroup_barrier(mem_flags::mem_threadgroup);
         for (int step = threads / 2; step > 0; step /= 2) {
             if (t < step) {
-                const ws_pair a = ws_add(ws_pair{red_hi[t], red_lo[t]},
-                                         ws_pair{red_hi[t + step], red_lo[t + step]});
-                red_hi[t] = a.hi;
-                red_lo[t] = a.lo;
-                const ws_pair b = ws_add(ws_pair{red_hi[THREADS + t], red_lo[THREADS + t]},
-                                         ws_pair{red_hi[THREADS + t + step], red_lo[THREADS + t + step]});
-                red_hi[THREADS + t] = b.hi;
-                red_lo[THREADS + t] = b.lo;
+                ws_fold_pairs(red_hi, red_lo, t, step, THREADS);
                 red_u[t] += red_u[t + step];
             }
             threadgroup_barrier(mem_flags::mem_threadgroup);
@@ -237,14 +240,7 @@ pub const METAL_DENSE_SOURCE: &str = r"
     threadgroup_barrier(mem_flags::mem_threadgroup);
     for (int step = threads / 2; step > 0; step /= 2) {
         if (t < step) {
-            const ws_pair a = ws_add(ws_pair{red_hi[t], red_lo[t]},
-                                     ws_pair{red_hi[t + step], red_lo[t + step]});
-            red_hi[t] = a.hi;
-            red_lo[t] = a.lo;
-            const ws_pair b = ws_add(ws_pair{red_hi[THREADS + t], red_lo[THREADS + t]},
-                                     ws_pair{red_hi[THREADS + t + step], red_lo[THREADS + t + step]});
-            red_hi[THREADS + t] = b.hi;
-            red_lo[THREADS + t] = b.lo;
+            ws_fold_pairs(red_hi, red_lo, t, step, THREADS);
             red_f[t] = min(red_f[t], red_f[t + step]);
             red_f[THREADS + t] = max(red_f[THREADS + t], red_f[THREADS + t + step]);
             red_u[t] += red_u[t + step];
