@@ -16,13 +16,15 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// One `inspect --json` of `target`, its time and its output's length.
-fn inspect(target: &str, endpoint: &str, cache: &Path) -> (Duration, usize) {
+/// One `inspect --json` of `target`, its time and its output's length
+/// (`offline`: with `HF_HUB_OFFLINE=1`).
+fn inspect(target: &str, endpoint: &str, cache: &Path, offline: bool) -> (Duration, usize) {
     let t = Instant::now();
     let out = Command::new(env!("CARGO_BIN_EXE_weightscope"))
         .args(["inspect", "--json", target])
         .env("HF_ENDPOINT", endpoint)
         .env("WEIGHTSCOPE_CACHE_DIR", cache)
+        .env("HF_HUB_OFFLINE", if offline { "1" } else { "0" })
         .env_remove("HF_TOKEN")
         .stderr(Stdio::inherit())
         .output()
@@ -44,28 +46,32 @@ fn main() {
         common::SHARDS,
         hub.endpoint
     );
-    let local = (0..3)
-        .map(|_| inspect(&dir.to_string_lossy(), &hub.endpoint, temp.path()).0)
-        .min()
-        .expect("runs");
     let address = "hf://org/deepseek-layout";
+    let mut local = Duration::MAX;
     let mut cold = Vec::new();
     let mut warm = Vec::new();
+    let mut offline = Vec::new();
+    // Rounds of all four, so that a drifting machine moves each alike.
     for round in 0..3 {
+        local = local.min(inspect(&dir.to_string_lossy(), &hub.endpoint, temp.path(), false).0);
         let cache = temp.path().join(format!("cache-{round}"));
         hub.clear();
-        let (took, len) = inspect(address, &hub.endpoint, &cache);
+        let (took, len) = inspect(address, &hub.endpoint, &cache, false);
         let log = hub.log();
         let hub_requests = log.iter().filter(|l| l.host == "hub").count();
         let storage_requests = log.len() - hub_requests;
         let bytes: u64 = log.iter().map(|l| l.body_bytes).sum();
         cold.push((took, hub_requests, storage_requests, bytes, len));
         hub.clear();
-        let (took, _) = inspect(address, &hub.endpoint, &cache);
+        let (took, _) = inspect(address, &hub.endpoint, &cache, false);
         warm.push((took, hub.log().len()));
+        hub.clear();
+        let (took, _) = inspect(address, &hub.endpoint, &cache, true);
+        offline.push((took, hub.log().len()));
     }
     let best_cold = cold.iter().min_by_key(|c| c.0).expect("runs");
     let best_warm = warm.iter().min_by_key(|w| w.0).expect("runs");
+    let best_offline = offline.iter().min_by_key(|w| w.0).expect("runs");
     println!(
         "local inspect --json (whole process):        {:8.1} ms",
         ms(local)
@@ -85,11 +91,20 @@ fn main() {
         best_warm.1
     );
     println!(
-        "per tensor: local {:.2} us, remote cold {:.2} us, warm {:.2} us",
-        ms(local) * 1e3 / tensors as f64,
-        ms(best_cold.0) * 1e3 / tensors as f64,
-        ms(best_warm.0) * 1e3 / tensors as f64
+        "remote, warm cache, HF_HUB_OFFLINE=1: {:8.1} ms  ({:.2}x local), {} request(s)",
+        ms(best_offline.0),
+        ms(best_offline.0) / ms(local),
+        best_offline.1
     );
+    let per = |d: Duration| ms(d) * 1e3 / tensors as f64;
+    println!(
+        "per tensor: local {:.2} us, remote cold {:.2} us, warm {:.2} us, offline {:.2} us",
+        per(local),
+        per(best_cold.0),
+        per(best_warm.0),
+        per(best_offline.0)
+    );
+    assert_eq!(best_offline.1, 0, "offline: no request");
     assert!(
         best_cold.1 <= common::SHARDS + 3,
         "at most N + 3 requests to the Hub"

@@ -45,9 +45,12 @@ impl CommitCache {
     #[must_use]
     pub fn get(&self, what: &str, file: &str) -> Option<(u64, Vec<u8>)> {
         let path = self.path(what, file);
-        let bytes = crate::files::read_bounded(&path, CAP_BYTES, "a cache entry").ok()?;
-        let (size, rest) = bytes.split_first_chunk::<8>()?;
-        Some((u64::from_le_bytes(*size), rest.to_vec()))
+        let mut bytes = crate::files::read_bounded(&path, CAP_BYTES, "a cache entry").ok()?;
+        let size = u64::from_le_bytes(*bytes.first_chunk::<8>()?);
+        // In place: no second buffer (16 MB of headers for a 163-shard
+        // repo, a page fault every 4 KiB of a fresh one).
+        bytes.drain(..8);
+        Some((size, bytes))
     }
 
     /// Keeps `bytes` of `file` (whose size is `size`).
@@ -72,6 +75,28 @@ fn safe_name(text: &str) -> String {
     super::percent_encode(text, |at, b| {
         b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_') || (b == b'.' && at > 0)
     })
+}
+
+/// Keeps the Hub's answer about the repo `repo_key` names at `revision`
+/// (its commit and file list), for opens with `HF_HUB_OFFLINE` set. In the
+/// repo's `refs` folder, which [`trim`] treats as a commit.
+pub fn keep_answer(repo_key: &str, revision: &str, body: &[u8]) {
+    let Some(dir) = folder().map(|root| root.join(safe_name(repo_key)).join("refs")) else {
+        return;
+    };
+    if crate::files::private_dir(&dir).is_ok() {
+        let _ = crate::files::write_atomic(&dir.join(safe_name(revision)), body);
+    }
+}
+
+/// The answer [`keep_answer`] kept, at most `cap` bytes.
+#[must_use]
+pub fn kept_answer(repo_key: &str, revision: &str, cap: u64) -> Option<Vec<u8>> {
+    let path = folder()?
+        .join(safe_name(repo_key))
+        .join("refs")
+        .join(safe_name(revision));
+    crate::files::read_bounded(&path, cap, "a kept answer of the Hub").ok()
 }
 
 /// Removes the least recently written commits until the cache holds at

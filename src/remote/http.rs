@@ -97,6 +97,20 @@ pub struct Client {
     timeout: Duration,
     retries: u32,
     counters: Counters,
+    /// `HF_HUB_OFFLINE` is set: every request is refused (see [`offline`]).
+    offline: bool,
+}
+
+/// Whether `HF_HUB_OFFLINE` asks for no network at all, read as
+/// `huggingface_hub` reads it (`1`, `ON`, `YES`, `TRUE`, any case): opens
+/// then use what weightscope's cache kept and request nothing.
+#[must_use]
+pub fn offline() -> bool {
+    std::env::var("HF_HUB_OFFLINE").is_ok_and(|v| {
+        ["1", "ON", "YES", "TRUE"]
+            .iter()
+            .any(|t| v.eq_ignore_ascii_case(t))
+    })
 }
 
 impl Client {
@@ -127,6 +141,7 @@ impl Client {
             timeout,
             retries,
             counters: Counters::default(),
+            offline: offline(),
         }
     }
 
@@ -154,6 +169,11 @@ impl Client {
         range: Option<&Range<u64>>,
         cap: u64,
     ) -> Result<Fetched, HttpError> {
+        if self.offline {
+            return Err(HttpError::from_text(&format!(
+                "HF_HUB_OFFLINE is set and {url} is not in weightscope's cache (opened online once, a repo's headers are kept; tensor values are not)"
+            )));
+        }
         let mut wait = BACKOFF;
         let mut tries = 0;
         loop {

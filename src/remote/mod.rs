@@ -190,13 +190,28 @@ impl Remote {
                 url.push_str("/revision/");
                 url.push_str(&encode_segment(rev));
             }
-            let answer = remote.client.get(&url, None, MAX_API_BYTES)?;
-            let info: RepoInfo = serde_json::from_slice(&answer.body).map_err(|e| {
+            let key = format!("{}\n{}\n{}", repo.endpoint, repo.kind.api(), repo.repo);
+            let revision = repo.revision.as_deref().unwrap_or("main");
+            // Offline: the answer kept when the repo was last opened online.
+            let offline = http::offline();
+            let body = if offline {
+                cache::kept_answer(&key, revision, MAX_API_BYTES).ok_or_else(|| {
+                    HttpError::from_text(&format!(
+                        "HF_HUB_OFFLINE is set and {} at {revision} was never opened online here: weightscope's cache has no answer of the Hub for it",
+                        repo.repo
+                    ))
+                })?
+            } else {
+                remote.client.get(&url, None, MAX_API_BYTES)?.body
+            };
+            let info: RepoInfo = serde_json::from_slice(&body).map_err(|e| {
                 HttpError::from_text(&format!(
                     "the Hub's answer about the repo is not what its API gives ({e})"
                 ))
             })?;
-            let key = format!("{}\n{}\n{}", repo.endpoint, repo.kind.api(), repo.repo);
+            if !offline {
+                cache::keep_answer(&key, revision, &body);
+            }
             remote.cache = info
                 .sha
                 .as_deref()

@@ -54,6 +54,14 @@ fn model() -> tempfile::TempDir {
     dir
 }
 
+/// `inspect --json` without what names where it was read (path, commit).
+fn without_location(mut v: Value) -> Value {
+    let object = v.as_object_mut().expect("object");
+    object.remove("path");
+    object.remove("commit");
+    v
+}
+
 fn count(hub: &Hub, host: &str) -> usize {
     hub.log().iter().filter(|l| l.host == host).count()
 }
@@ -99,12 +107,7 @@ fn a_hub_repo_inspects_as_the_local_folder_in_one_request_per_shard_and_one_when
         &[],
     );
     let remote = json_of(&remote_out);
-    let strip = |mut v: Value| {
-        let object = v.as_object_mut().expect("object");
-        object.remove("path");
-        object.remove("commit");
-        v
-    };
+    let strip = without_location;
     assert_eq!(remote["path"], "hf://org/model");
     assert_eq!(remote["commit"], common::hub::COMMIT, "the commit read at");
     assert_eq!(
@@ -140,6 +143,67 @@ fn a_hub_repo_inspects_as_the_local_folder_in_one_request_per_shard_and_one_when
     let log = hub.log();
     assert_eq!(log.len(), 1, "{log:#?}");
     assert!(log[0].path.starts_with("/api/models/org/model"));
+}
+
+#[test]
+fn with_hf_hub_offline_a_repo_opened_before_opens_from_the_cache_without_a_request() {
+    let _lock = common::mlx_memory_lock();
+    let (dir, hub, cache) = served_model();
+    let offline = [("HF_HUB_OFFLINE", "1")];
+    let local = json_of(&weightscope(
+        &hub,
+        cache.path(),
+        &["inspect", &dir.path().to_string_lossy(), "--json"],
+        &[],
+    ));
+    hub.clear();
+    let remote = json_of(&weightscope(
+        &hub,
+        cache.path(),
+        &["inspect", "hf://org/model", "--json"],
+        &offline,
+    ));
+    assert_eq!(
+        remote["commit"],
+        common::hub::COMMIT,
+        "the commit last seen"
+    );
+    assert_eq!(without_location(remote), without_location(local.clone()));
+    assert!(hub.log().is_empty(), "{:#?}", hub.log());
+    // A repo never opened online: one line naming the setting and the repo.
+    let out = weightscope(
+        &hub,
+        cache.path(),
+        &["inspect", "hf://org/other"],
+        &[("HF_HUB_OFFLINE", "true")],
+    );
+    assert!(!out.status.success());
+    let said = stderr(&out);
+    assert!(
+        said.contains("HF_HUB_OFFLINE") && said.contains("org/other"),
+        "{said}"
+    );
+    assert_eq!(said.trim().lines().count(), 1, "{said}");
+    // Values are not kept: reading one says so, and nothing is requested.
+    let name = local["tensors"][0]["name"].as_str().expect("a tensor name");
+    let out = weightscope(
+        &hub,
+        cache.path(),
+        &["tensor", "hf://org/model", name],
+        &offline,
+    );
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("HF_HUB_OFFLINE"), "{}", stderr(&out));
+    assert!(hub.log().is_empty(), "{:#?}", hub.log());
+    // `0` is not offline: the Hub is asked again.
+    let out = weightscope(
+        &hub,
+        cache.path(),
+        &["inspect", "hf://org/model"],
+        &[("HF_HUB_OFFLINE", "0")],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(count(&hub, "hub"), 1, "{:#?}", hub.log());
 }
 
 #[test]
