@@ -121,6 +121,22 @@ pub fn ensure_regular(path: &Path) -> Result<std::fs::Metadata, FileError> {
 /// # Errors
 /// [`FileError::NotRegular`], [`FileError::TooLarge`] or the read's error.
 pub fn read_bounded(path: &Path, cap: u64, what: &'static str) -> Result<Vec<u8>, FileError> {
+    let mut bytes = Vec::new();
+    read_bounded_into(path, cap, what, &mut bytes)?;
+    Ok(bytes)
+}
+
+/// [`read_bounded`] into `bytes` (cleared first; its memory reused, so that
+/// many reads in a row do not each fault in a fresh buffer).
+///
+/// # Errors
+/// As [`read_bounded`].
+pub fn read_bounded_into(
+    path: &Path,
+    cap: u64,
+    what: &'static str,
+    bytes: &mut Vec<u8>,
+) -> Result<(), FileError> {
     let meta = ensure_regular(path)?;
     if meta.len() > cap {
         return Err(FileError::TooLarge {
@@ -131,9 +147,10 @@ pub fn read_bounded(path: &Path, cap: u64, what: &'static str) -> Result<Vec<u8>
         });
     }
     let (file, opened) = open_regular(path)?;
-    let mut bytes = Vec::with_capacity(usize::try_from(opened.len().min(cap)).unwrap_or(0));
+    bytes.clear();
+    bytes.reserve(usize::try_from(opened.len().min(cap)).unwrap_or(0));
     file.take(cap.saturating_add(1))
-        .read_to_end(&mut bytes)
+        .read_to_end(bytes)
         .map_err(|e| FileError::io("read", path, e))?;
     if bytes.len() as u64 > cap {
         return Err(FileError::TooLarge {
@@ -143,7 +160,7 @@ pub fn read_bounded(path: &Path, cap: u64, what: &'static str) -> Result<Vec<u8>
             path: path.to_path_buf(),
         });
     }
-    Ok(bytes)
+    Ok(())
 }
 
 /// Opens a regular file for reading, and its metadata: a FIFO, a device or

@@ -237,31 +237,16 @@ impl Checkpoint {
             // Should that thread not have started, the index is read here.
             let parsed = index_parsed.into_inner().unwrap_or_else(read_and_parse);
             let (index, index_digests) = parsed?;
-            let mut by_file: foldhash::HashMap<String, Parsed> = listed
-                .into_iter()
-                .map(|(file, _)| file)
-                .zip(listed_headers)
-                .collect();
-            let mut problems = Vec::new();
-            let mut files = Vec::new();
-            let mut headers = Vec::new();
-            for file in &index.shard_files {
-                let path = dir.join(file);
-                // A shard in a subfolder is not in the listing: read it now.
-                let header = match by_file.remove(file) {
-                    Some(header) => header,
-                    None if path.exists() => read_hashed(&path, &mut Vec::new()),
-                    None => {
-                        problems.push(CheckpointError::IndexMissingShard {
-                            index: index_path.clone(),
-                            shard: file.clone(),
-                        });
-                        continue;
-                    }
-                };
-                files.push((file.clone(), path));
-                headers.push(header);
-            }
+            let (files, headers, problems) = in_index_order(
+                &index,
+                &index_path,
+                listed,
+                listed_headers,
+                &|file| dir.join(file),
+                &|_, path| path.exists(),
+                crate::par::cores(),
+                &read_local,
+            );
             let layout = Layout::Indexed { index_path, index };
             let (mut checkpoint, shard_digests) =
                 Self::assemble_parsed(dir.to_path_buf(), layout, files, headers, problems);
@@ -620,6 +605,59 @@ type ReadHeader<'a> = dyn Fn(&(String, PathBuf), &mut Vec<u8>) -> Parsed + Sync 
 /// [`read_hashed`] on a file of this machine.
 fn read_local(file: &(String, PathBuf), buf: &mut Vec<u8>) -> Parsed {
     read_hashed(&file.1, buf)
+}
+
+/// The index's shards in its order, each with its header: taken from
+/// `listed` (the shard files the folder lists, parsed while the index was),
+/// the others (a shard in a subfolder) parsed now, `workers` at a time,
+/// where `exists(file, path)` says they are, else reported missing.
+#[allow(clippy::too_many_arguments)]
+fn in_index_order(
+    index: &Index,
+    index_path: &Path,
+    listed: Vec<(String, PathBuf)>,
+    listed_headers: Vec<Parsed>,
+    path_of: &dyn Fn(&str) -> PathBuf,
+    exists: &dyn Fn(&str, &Path) -> bool,
+    workers: usize,
+    read: &ReadHeader<'_>,
+) -> (Vec<(String, PathBuf)>, Vec<Parsed>, Vec<CheckpointError>) {
+    let mut by_file: foldhash::HashMap<String, Parsed> = listed
+        .into_iter()
+        .map(|(file, _)| file)
+        .zip(listed_headers)
+        .collect();
+    let mut problems = Vec::new();
+    let mut files = Vec::new();
+    let mut headers: Vec<Option<Parsed>> = Vec::new();
+    let mut unlisted = Vec::new();
+    for file in &index.shard_files {
+        let path = path_of(file);
+        let header = by_file.remove(file);
+        if header.is_none() {
+            if !exists(file, &path) {
+                problems.push(CheckpointError::IndexMissingShard {
+                    index: index_path.to_path_buf(),
+                    shard: file.clone(),
+                });
+                continue;
+            }
+            unlisted.push((headers.len(), (file.clone(), path.clone())));
+        }
+        files.push((file.clone(), path));
+        headers.push(header);
+    }
+    let (at, more): (Vec<usize>, Vec<(String, PathBuf)>) = unlisted.into_iter().unzip();
+    for (i, parsed) in at
+        .into_iter()
+        .zip(parse_all(&more, &|_, _| {}, &|| {}, workers, read))
+    {
+        headers[i] = Some(parsed);
+    }
+    // Every place was filled: from the listing or just now.
+    let headers: Vec<Parsed> = headers.into_iter().flatten().collect();
+    debug_assert_eq!(headers.len(), files.len());
+    (files, headers, problems)
 }
 
 /// Parses every shard header with `read` (given the file and a buffer it

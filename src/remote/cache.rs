@@ -44,13 +44,25 @@ impl CommitCache {
     /// size and the bytes.
     #[must_use]
     pub fn get(&self, what: &str, file: &str) -> Option<(u64, Vec<u8>)> {
-        let path = self.path(what, file);
-        let mut bytes = crate::files::read_bounded(&path, CAP_BYTES, "a cache entry").ok()?;
-        let size = u64::from_le_bytes(*bytes.first_chunk::<8>()?);
-        // In place: no second buffer (16 MB of headers for a 163-shard
-        // repo, a page fault every 4 KiB of a fresh one).
+        let mut bytes = Vec::new();
+        let size = self.get_into(what, file, &mut bytes)?;
         bytes.drain(..8);
         Some((size, bytes))
+    }
+
+    /// [`CommitCache::get`] into `record` (its memory reused): the file's
+    /// size, the bytes at `record[8..]`.
+    #[must_use]
+    pub fn get_into(&self, what: &str, file: &str, record: &mut Vec<u8>) -> Option<u64> {
+        let path = self.path(what, file);
+        crate::files::read_bounded_into(&path, CAP_BYTES, "a cache entry", record).ok()?;
+        Some(u64::from_le_bytes(*record.first_chunk::<8>()?))
+    }
+
+    /// Whether something is kept for `file` under `what`.
+    #[must_use]
+    pub fn has(&self, what: &str, file: &str) -> bool {
+        self.path(what, file).is_file()
     }
 
     /// Keeps `bytes` of `file` (whose size is `size`).

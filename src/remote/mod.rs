@@ -4,7 +4,7 @@
 //!
 //! [`Remote::connect`] asks the Hub for the repo's commit and file list
 //! (one request); headers, the index and `config.json` then come through
-//! [`Remote::header`] and [`Remote::whole`], from the on-disk
+//! [`Remote::header_into`] and [`Remote::whole`], from the on-disk
 //! [`cache`] when this commit was read before; tensor bytes through
 //! [`Remote::read_at`]. The checkpoint layer builds a
 //! `Checkpoint` from them (the layer above).
@@ -247,7 +247,7 @@ impl Remote {
     }
 
     /// Names the folder in the repo that the file names given to
-    /// [`Remote::url`], [`Remote::whole`], [`Remote::header`] and
+    /// [`Remote::url`], [`Remote::whole`], [`Remote::header_into`] and
     /// [`Remote::read_at`] are in (the checkpoint's folder).
     pub fn set_folder(&mut self, folder: &str) {
         folder.clone_into(&mut self.folder);
@@ -310,18 +310,42 @@ impl Remote {
     /// (`8 + N`, or what there is when the file is shorter or its length
     /// prefix is out of bounds: the parser says what is wrong), and the
     /// file's size. One range request, a second when the header is longer
-    /// than [`FIRST_READ_BYTES`]; none when the cache has it.
+    /// than [`FIRST_READ_BYTES`]; none when the cache has it. Read into
+    /// `buf` (its memory reused: a 163-shard repo reads 16 MB of headers
+    /// from the cache): the file's size, and where in `buf` the header
+    /// starts.
     ///
     /// # Errors
     /// A request's failure, or a server that does not say the file's size.
-    pub fn header(&self, file: &str, cap: u64) -> Result<(u64, Vec<u8>), HttpError> {
-        if let Some(kept) = self
+    pub fn header_into(
+        &self,
+        file: &str,
+        cap: u64,
+        buf: &mut Vec<u8>,
+    ) -> Result<(u64, usize), HttpError> {
+        if let Some(size) = self
             .cache
             .as_ref()
-            .and_then(|c| c.get("header", &self.in_folder(file)))
+            .and_then(|c| c.get_into("header", &self.in_folder(file), buf))
         {
-            return Ok(kept);
+            return Ok((size, 8));
         }
+        let (size, fetched) = self.fetch_header(file, cap)?;
+        *buf = fetched;
+        Ok((size, 0))
+    }
+
+    /// Whether the cache holds `file`'s header (a read of it asks nothing).
+    #[must_use]
+    pub fn has_header(&self, file: &str) -> bool {
+        self.cache
+            .as_ref()
+            .is_some_and(|c| c.has("header", &self.in_folder(file)))
+    }
+
+    /// A safetensors header fetched (see [`Remote::header_into`]) and kept
+    /// in the cache.
+    fn fetch_header(&self, file: &str, cap: u64) -> Result<(u64, Vec<u8>), HttpError> {
         let url = self.url(file);
         let first = self
             .client
