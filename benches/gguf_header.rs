@@ -67,6 +67,37 @@ w.write_ti_data_to_file()
 w.close()
 "#;
 
+/// The inspect bench's 163-shard layout (90k tensors) as one GGUF file:
+/// the same names and shapes, `BF16` and `F32` as themselves, `F8_E4M3` as
+/// `I8` (GGUF has no FP8); the data section a hole.
+const WRITE_LAYOUT: &str = r#"
+import json, os, struct, sys
+import numpy as np
+from gguf import GGUFWriter, GGMLQuantizationType as T
+src, path = sys.argv[1], sys.argv[2]
+w = GGUFWriter(path, "deepseek2")
+for f in sorted(f for f in os.listdir(src) if f.endswith(".safetensors")):
+    with open(os.path.join(src, f), "rb") as h:
+        n = struct.unpack("<Q", h.read(8))[0]
+        header = json.loads(h.read(n))
+    for name, t in header.items():
+        if name == "__metadata__":
+            continue
+        shape = tuple(t["shape"])
+        count = int(np.prod(shape))
+        if t["dtype"] == "F32":
+            w.add_tensor_info(name, shape, np.dtype(np.float32), count * 4)
+        elif t["dtype"] == "BF16":
+            byte_shape = (*shape[:-1], shape[-1] * 2)
+            w.add_tensor_info(name, byte_shape, np.dtype(np.uint8), count * 2, raw_dtype=T.BF16)
+        else:
+            w.add_tensor_info(name, shape, np.dtype(np.int8), count)
+w.write_header_to_file()
+w.write_kv_data_to_file()
+w.write_ti_data_to_file()
+w.close()
+"#;
+
 const READ: &str = r"
 import sys, time
 from gguf import GGUFReader
@@ -149,5 +180,60 @@ fn main() {
         ms(ours),
         python_ms / ms(ours).max(1e-9),
         ms(process)
+    );
+    per_tensor(&python, dir.path());
+}
+
+/// `inspect --json` of the inspect bench's 90k-tensor layout as one GGUF
+/// file against the same layout as 163 safetensors shards: time a tensor,
+/// best of alternating rounds.
+fn per_tensor(python: &Path, dir: &Path) {
+    let shards = dir.join("shards");
+    std::fs::create_dir_all(&shards).expect("mkdir");
+    let tensors = common::generate(&shards);
+    let gguf = dir.join("layout.gguf");
+    let status = Command::new(python)
+        .args(["-c", WRITE_LAYOUT])
+        .arg(&shards)
+        .arg(&gguf)
+        .status()
+        .expect("python runs");
+    assert!(status.success(), "gguf-py could not write the layout");
+    let file = std::fs::File::open(&gguf).expect("open");
+    let header = GgufHeader::from_reader(std::io::BufReader::new(file)).expect("our reader");
+    assert_eq!(header.tensors.len(), tensors);
+    let end = header
+        .tensors
+        .iter()
+        .map(|t| t.offset + t.bytes)
+        .max()
+        .unwrap_or(0);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&gguf)
+        .and_then(|f| f.set_len(end))
+        .expect("sparse data");
+    let inspect = |path: &Path| {
+        best_of(3, || {
+            let out = Command::new(env!("CARGO_BIN_EXE_weightscope"))
+                .args(["inspect", "--json"])
+                .arg(path)
+                .stdout(std::process::Stdio::null())
+                .status()
+                .expect("runs");
+            assert!(out.success());
+        })
+    };
+    let (mut safetensors, mut single) = (f64::MAX, f64::MAX);
+    for _ in 0..5 {
+        safetensors = safetensors.min(ms(inspect(&shards)));
+        single = single.min(ms(inspect(&gguf)));
+    }
+    let per = |total: f64| total * 1e3 / tensors as f64;
+    println!(
+        "{tensors} tensors, `inspect --json` process: 163 safetensors shards {safetensors:.1} ms ({:.2} us a tensor), one GGUF file {single:.1} ms ({:.2} us a tensor): GGUF / safetensors {:.2}",
+        per(safetensors),
+        per(single),
+        single / safetensors
     );
 }

@@ -235,8 +235,41 @@ fn write_mlx_verdict(
 
 /// The JSON report: `format`, `version`, `metadata` (arrays as `{element,
 /// len, first}`), `by_type` (with `mlx_load`), `mlx_refused_by`, `tensors`.
+/// Fields in sorted order, as `serde_json`'s maps write them; the tensors
+/// borrowed from the header and written as they come (a 90k-tensor file
+/// built a map per tensor first: 9.6x the time of the same layout in
+/// safetensors).
+#[derive(serde::Serialize)]
+pub struct Report<'a> {
+    alignment: u64,
+    by_type: Vec<serde_json::Value>,
+    bytes: u64,
+    data_start: u64,
+    format: &'static str,
+    metadata: serde_json::Map<String, serde_json::Value>,
+    mlx_refused_by: Option<&'a str>,
+    parameters: u64,
+    path: String,
+    tensors: Vec<TensorJson<'a>>,
+    version: u32,
+}
+
+/// One tensor of [`Report`] (fields in sorted order).
+#[derive(serde::Serialize)]
+struct TensorJson<'a> {
+    bytes: u64,
+    mlx_load: &'static str,
+    name: &'a str,
+    offset: u64,
+    shape: &'a [u64],
+    #[serde(rename = "type")]
+    kind: Option<&'static str>,
+    type_id: u32,
+}
+
+/// The JSON report of `header` (see [`Report`]).
 #[must_use]
-pub fn to_json(path: &Path, header: &GgufHeader) -> serde_json::Value {
+pub fn to_json<'a>(path: &Path, header: &'a GgufHeader) -> Report<'a> {
     fn meta(value: &MetaValue) -> serde_json::Value {
         match value {
             MetaValue::Int(n) => i64::try_from(*n)
@@ -256,35 +289,52 @@ pub fn to_json(path: &Path, header: &GgufHeader) -> serde_json::Value {
         }
     }
     let rows = by_type(header);
-    serde_json::json!({
-        "path": path.display().to_string(),
-        "format": "gguf",
-        "version": header.version,
-        "alignment": header.alignment,
-        "data_start": header.data_start,
-        "parameters": header.tensors.iter().map(crate::checkpoint::gguf::GgufTensor::values).sum::<u64>(),
-        "bytes": header.tensors.iter().map(|t| t.bytes).sum::<u64>(),
-        "metadata": header.metadata.iter().map(|(k, v)| (k.clone(), meta(v))).collect::<serde_json::Map<_, _>>(),
-        "by_type": rows.iter().map(|r| serde_json::json!({
-            "type": type_name(r),
-            "type_id": r.type_id,
-            "tensors": r.tensors,
-            "parameters": r.values,
-            "bytes": r.bytes,
-            "bits_per_weight": bits(r.bytes, r.values),
-            "mlx_load": mlx_of(r).map_or("unknown", MlxLoad::key),
-        })).collect::<Vec<_>>(),
-        "mlx_refused_by": header.refused_by().map(|t| t.name.clone()),
-        "tensors": header.tensors.iter().map(|t| serde_json::json!({
-            "name": t.name,
-            "type": t.ggml_type().map(|g| g.name),
-            "type_id": t.type_id,
-            "shape": t.shape,
-            "offset": t.offset,
-            "bytes": t.bytes,
-            "mlx_load": t.ggml_type().map_or("unknown", |g| g.mlx_load().key()),
-        })).collect::<Vec<_>>(),
-    })
+    Report {
+        alignment: header.alignment,
+        by_type: rows
+            .iter()
+            .map(|r| {
+                serde_json::json!({
+                    "type": type_name(r),
+                    "type_id": r.type_id,
+                    "tensors": r.tensors,
+                    "parameters": r.values,
+                    "bytes": r.bytes,
+                    "bits_per_weight": bits(r.bytes, r.values),
+                    "mlx_load": mlx_of(r).map_or("unknown", MlxLoad::key),
+                })
+            })
+            .collect(),
+        bytes: header.tensors.iter().map(|t| t.bytes).sum(),
+        data_start: header.data_start,
+        format: "gguf",
+        metadata: header
+            .metadata
+            .iter()
+            .map(|(k, v)| (k.clone(), meta(v)))
+            .collect(),
+        mlx_refused_by: header.refused_by().map(|t| t.name.as_str()),
+        parameters: header
+            .tensors
+            .iter()
+            .map(crate::checkpoint::gguf::GgufTensor::values)
+            .sum(),
+        path: path.display().to_string(),
+        tensors: header
+            .tensors
+            .iter()
+            .map(|t| TensorJson {
+                bytes: t.bytes,
+                mlx_load: t.ggml_type().map_or("unknown", |g| g.mlx_load().key()),
+                name: &t.name,
+                offset: t.offset,
+                shape: &t.shape,
+                kind: t.ggml_type().map(|g| g.name),
+                type_id: t.type_id,
+            })
+            .collect(),
+        version: header.version,
+    }
 }
 
 /// `weightscope inspect FILE.gguf`.
