@@ -122,27 +122,7 @@ fn main() {
     }
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("qwen3-8b-shaped.gguf");
-    let status = Command::new(&python)
-        .args(["-c", WRITE])
-        .arg(&path)
-        .status()
-        .expect("python runs");
-    assert!(status.success(), "gguf-py could not write the file");
-    // The data section as a hole: the size the tensors claim.
-    // Read before the data section exists (`read` checks it does).
-    let file = std::fs::File::open(&path).expect("open");
-    let header = GgufHeader::from_reader(std::io::BufReader::new(file)).expect("our reader");
-    let end = header
-        .tensors
-        .iter()
-        .map(|t| t.offset + t.bytes)
-        .max()
-        .unwrap_or(0);
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(&path)
-        .and_then(|f| f.set_len(end))
-        .expect("sparse data");
+    let header = write_sparse(&python, WRITE, &[], &path);
     let runs = 5;
     let output = Command::new(&python)
         .args(["-c", READ])
@@ -192,27 +172,8 @@ fn per_tensor(python: &Path, dir: &Path) {
     std::fs::create_dir_all(&shards).expect("mkdir");
     let tensors = common::generate(&shards);
     let gguf = dir.join("layout.gguf");
-    let status = Command::new(python)
-        .args(["-c", WRITE_LAYOUT])
-        .arg(&shards)
-        .arg(&gguf)
-        .status()
-        .expect("python runs");
-    assert!(status.success(), "gguf-py could not write the layout");
-    let file = std::fs::File::open(&gguf).expect("open");
-    let header = GgufHeader::from_reader(std::io::BufReader::new(file)).expect("our reader");
+    let header = write_sparse(python, WRITE_LAYOUT, &[&shards], &gguf);
     assert_eq!(header.tensors.len(), tensors);
-    let end = header
-        .tensors
-        .iter()
-        .map(|t| t.offset + t.bytes)
-        .max()
-        .unwrap_or(0);
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(&gguf)
-        .and_then(|f| f.set_len(end))
-        .expect("sparse data");
     let inspect = |path: &Path| {
         best_of(3, || {
             let out = Command::new(env!("CARGO_BIN_EXE_weightscope"))
@@ -236,4 +197,36 @@ fn per_tensor(python: &Path, dir: &Path) {
         per(single),
         single / safetensors
     );
+}
+
+/// Runs gguf-py's `script` with `args` then `path` (where it writes the
+/// file), and gives the file the data section its tensors claim, as a hole
+/// (the header is read before: `GgufHeader::read` checks the data is
+/// there). Returns the header.
+fn write_sparse(python: &Path, script: &str, args: &[&Path], path: &Path) -> GgufHeader {
+    let status = Command::new(python)
+        .args(["-c", script])
+        .args(args)
+        .arg(path)
+        .status()
+        .expect("python runs");
+    assert!(
+        status.success(),
+        "gguf-py could not write {}",
+        path.display()
+    );
+    let file = std::fs::File::open(path).expect("open");
+    let header = GgufHeader::from_reader(std::io::BufReader::new(file)).expect("our reader");
+    let end = header
+        .tensors
+        .iter()
+        .map(|t| t.offset + t.bytes)
+        .max()
+        .unwrap_or(0);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .and_then(|f| f.set_len(end))
+        .expect("sparse data");
+    header
 }
