@@ -137,16 +137,16 @@ pub fn read_bounded_into(
     what: &'static str,
     bytes: &mut Vec<u8>,
 ) -> Result<(), FileError> {
-    let meta = ensure_regular(path)?;
-    if meta.len() > cap {
+    // `open_regular` refuses what is not a regular file before opening it.
+    let (file, opened) = open_regular(path)?;
+    if opened.len() > cap {
         return Err(FileError::TooLarge {
             what,
-            size: meta.len(),
+            size: opened.len(),
             cap,
             path: path.to_path_buf(),
         });
     }
-    let (file, opened) = open_regular(path)?;
     bytes.clear();
     bytes.reserve(usize::try_from(opened.len().min(cap)).unwrap_or(0));
     file.take(cap.saturating_add(1))

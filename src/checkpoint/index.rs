@@ -195,6 +195,21 @@ pub(super) fn fold_index_bytes<T: Default>(
     fold_index(path, bytes, INDEX_PIECE_BYTES, || Ok(bytes.to_vec()), add)
 }
 
+/// [`read_index_folded`] from `reader` (an index kept on disk with
+/// something before it, a cache entry); `whole` gives all its bytes for
+/// an index in an unusual shape.
+///
+/// # Errors
+/// As [`parse_index`].
+pub(super) fn fold_index_reader<T: Default>(
+    path: &Path,
+    reader: impl std::io::Read,
+    whole: impl FnOnce() -> Result<Vec<u8>, CheckpointError>,
+    add: impl FnMut(&mut T, &str),
+) -> Result<(Index, Vec<T>), CheckpointError> {
+    fold_index(path, reader, INDEX_PIECE_BYTES, whole, add)
+}
+
 /// How much of an index is read at a time: a few thousand entries, few
 /// enough to stay in the CPU's cache.
 const INDEX_PIECE_BYTES: usize = 256 << 10;

@@ -175,7 +175,6 @@ struct Indexed {
     headers: Vec<Parsed>,
     problems: Vec<CheckpointError>,
     index_digests: Vec<NameDigest>,
-    index_bytes: Vec<u8>,
 }
 
 /// The index `index_file` of `folder` and its shards' headers (`read`).
@@ -198,18 +197,22 @@ fn indexed(
             (name, path)
         })
         .collect();
-    let read_index = || {
-        let bytes = remote
+    let whole = || {
+        remote
             .whole(index_file, index::MAX_INDEX_BYTES)
             .map_err(|e| CheckpointError::Unreadable {
                 path: index_path.clone(),
                 reason: e.message,
-            })?;
-        let (index, digests) =
-            index::fold_index_bytes(&index_path, &bytes, |d: &mut NameDigest, name| {
-                d.add(super::table::name_hash(name));
-            })?;
-        Ok::<_, CheckpointError>((index, digests, bytes))
+            })
+    };
+    let fold = |d: &mut NameDigest, name: &str| d.add(super::table::name_hash(name));
+    // From the cache a piece at a time, as a local index is read (no 8 MB
+    // buffer); else fetched whole.
+    let read_index = || match remote.whole_kept(index_file) {
+        Some(kept) => {
+            index::fold_index_reader(&index_path, std::io::BufReader::new(kept), whole, fold)
+        }
+        None => index::fold_index_bytes(&index_path, &whole()?, fold),
     };
     let index_read = std::sync::OnceLock::new();
     let workers = header_workers(remote, &listed);
@@ -222,7 +225,7 @@ fn indexed(
         workers,
         read,
     );
-    let (index, index_digests, index_bytes) = index_read.into_inner().unwrap_or_else(read_index)?;
+    let (index, index_digests) = index_read.into_inner().unwrap_or_else(read_index)?;
     let in_repo = |file: &str, _: &Path| {
         remote.files().is_empty() || remote.files().contains(&in_folder(folder, file))
     };
@@ -242,7 +245,6 @@ fn indexed(
         headers,
         problems,
         index_digests,
-        index_bytes,
     })
 }
 
@@ -299,7 +301,6 @@ impl Checkpoint {
             let hashes = std::mem::take(&mut parsed.name_hashes);
             Ok((parsed, hashes))
         };
-        let mut kept_index = None;
         let mut index_digests = None;
         let (layout, files, headers, problems) = match &plan.layout {
             PlanLayout::Single(name) => {
@@ -315,15 +316,20 @@ impl Checkpoint {
             }
             PlanLayout::Indexed(index_file) => {
                 let read = indexed(&remote, &plan.folder, index_file, &shown, report, &read)?;
-                kept_index = Some(read.index_bytes);
-                index_digests = Some(read.index_digests);
+                index_digests = Some((index_file, read.index_digests));
                 (read.layout, read.files, read.headers, read.problems)
             }
         };
         let (mut checkpoint, shard_digests) =
             Self::assemble_parsed(hub_root.clone(), layout, files, headers, problems);
-        if let (Some(digests), Some(bytes)) = (index_digests, kept_index) {
-            checkpoint.check_index(&digests, &shard_digests, &|_| Ok(bytes.clone()));
+        if let Some((index_file, digests)) = index_digests {
+            // Read again only when a shard disagrees (from the cache).
+            let reread = |path: &Path| {
+                remote
+                    .whole(index_file, index::MAX_INDEX_BYTES)
+                    .map_err(|e| failed(path, e))
+            };
+            checkpoint.check_index(&digests, &shard_digests, &reread);
         }
         if plan.config {
             let path = shown("config.json");

@@ -59,6 +59,17 @@ impl CommitCache {
         Some(u64::from_le_bytes(*record.first_chunk::<8>()?))
     }
 
+    /// The entry kept for `file` under `what`, opened and read past its
+    /// size (given with it): for a large entry read a piece at a time.
+    #[must_use]
+    pub fn open(&self, what: &str, file: &str) -> Option<(u64, std::fs::File)> {
+        use std::io::Read as _;
+        let (mut opened, _) = crate::files::open_regular(&self.path(what, file)).ok()?;
+        let mut size = [0u8; 8];
+        opened.read_exact(&mut size).ok()?;
+        Some((u64::from_le_bytes(size), opened))
+    }
+
     /// Whether something is kept for `file` under `what`.
     #[must_use]
     pub fn has(&self, what: &str, file: &str) -> bool {

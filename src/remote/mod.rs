@@ -335,6 +335,14 @@ impl Remote {
         Ok((size, 0))
     }
 
+    /// The cache's copy of a whole small file (see [`Remote::whole`]), to
+    /// read a piece at a time (an 8 MB index); `None` when it is not kept.
+    #[must_use]
+    pub fn whole_kept(&self, file: &str) -> Option<std::fs::File> {
+        let (_, opened) = self.cache.as_ref()?.open("whole", &self.in_folder(file))?;
+        Some(opened)
+    }
+
     /// Whether the cache holds `file`'s header (a read of it asks nothing).
     #[must_use]
     pub fn has_header(&self, file: &str) -> bool {
