@@ -187,7 +187,10 @@ fn fused_dense_summary(
     let centre = kernel::dense_centre(values, DEVICE_CENTRE_SAMPLE)?;
     let (float_out, count_out) = kernel::dense_stats(values, &centre, layout)?;
     evaluate_all([&head, &centre, &float_out, &count_out])?;
-    let centre_value = host_slice::<f32>(&centre)?[0];
+    let centre_value = host_slice::<f32>(&centre)?
+        .first()
+        .copied()
+        .ok_or_else(|| MlxError::op("summary kernel", "no centre"))?;
     let first: Vec<f32> = host_slice::<f32>(&head)?
         .iter()
         .take(first_count)
