@@ -206,7 +206,7 @@ impl Plan {
     /// `=scatter`, `=kernel` or `=none` overrides where bins are counted
     /// (benchmarks).
     fn for_default_device() -> Self {
-        let gpu = super::default_device().is_ok_and(|d| d.kind == super::DeviceKind::Gpu);
+        let gpu = default_is_gpu();
         // On Metal our kernel's twin is used only where it checked out.
         let kernel = gpu
             && KERNEL_WANTED.load(std::sync::atomic::Ordering::Relaxed)
@@ -223,7 +223,7 @@ impl Plan {
             _ => BinsOn::Host,
         };
         Self {
-            chunk: if gpu { GPU_CHUNK } else { CPU_CHUNK },
+            chunk: chunk_for(gpu),
             bins,
             forced: knob.is_some(),
             gpu,
@@ -235,7 +235,18 @@ impl Plan {
 /// values it reads: eight `f32` arrays of one chunk on the default device.
 #[must_use]
 pub fn summary_scratch_bytes() -> u64 {
-    8 * 4 * Plan::for_default_device().chunk.unsigned_abs()
+    // Not through `Plan`: on Metal that would run the kernel's check.
+    8 * 4 * chunk_for(default_is_gpu()).unsigned_abs()
+}
+
+/// Whether MLX's default device is a GPU.
+fn default_is_gpu() -> bool {
+    super::default_device().is_ok_and(|d| d.kind == super::DeviceKind::Gpu)
+}
+
+/// Elements per chunk of the chunked path on a GPU or a CPU.
+fn chunk_for(gpu: bool) -> i64 {
+    if gpu { GPU_CHUNK } else { CPU_CHUNK }
 }
 
 /// Values to summarize, read as `[rows, cols]` one band of rows at a time
