@@ -191,8 +191,8 @@ pub fn parse_header(
         header: header_bytes,
         data: data_bytes,
     };
-    // The scanner checks each string it reads to be UTF-8 (all else it
-    // accepts is ASCII), so only what it declines is checked whole.
+    // The scanner checks the text to be UTF-8 before it scans; what it
+    // declines is checked again below, for the error's offset.
     if let Some(mut scanned) = scan::scan(json) {
         let metadata = std::mem::take(&mut scanned.metadata);
         let mut tensors = Vec::with_capacity(scanned.tensors.len());
@@ -216,7 +216,10 @@ pub fn parse_header(
             check_bytes(path, entry, data_bytes)?;
             tensors.push(entry);
         }
-        validate(path, metadata, tensors, sizes)
+        let mut header = validate(path, metadata, tensors, sizes)?;
+        // The scanner reads only names that need no escape.
+        header.tensors.vouch_plain_names();
+        Ok(header)
     } else {
         let text = std::str::from_utf8(json).map_err(|e| CheckpointError::HeaderNotUtf8 {
             path: path.to_path_buf(),

@@ -507,6 +507,22 @@ mod tests {
             let scanned = scan::scan_index(cut, 3, |_, _| ()).expect("read");
             assert!(scanned.is_none(), "{}", String::from_utf8_lossy(cut));
         }
+        // A byte that is not UTF-8 anywhere (after the closing brace too),
+        // or a character left unfinished at the end: never read as valid.
+        for at in 0..json.len() {
+            let mut bad = json.as_bytes().to_vec();
+            bad[at] = 0xff;
+            for piece in [3, 7, 64] {
+                let scanned = scan::scan_index(&bad[..], piece, |_, _| ()).expect("read");
+                assert!(scanned.is_none(), "0xff at {at}, piece {piece}");
+            }
+        }
+        let mut unfinished = json.as_bytes().to_vec();
+        unfinished.extend_from_slice(&[0xe2, 0x82]);
+        for piece in [1, 3, 64] {
+            let scanned = scan::scan_index(&unfinished[..], piece, |_, _| ()).expect("read");
+            assert!(scanned.is_none(), "piece {piece}");
+        }
     }
 
     #[test]

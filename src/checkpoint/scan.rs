@@ -45,7 +45,10 @@ impl ScannedHeader<'_> {
 
 /// Scans `text`; `None` when it is not in the common shape.
 pub(super) fn scan(text: &[u8]) -> Option<ScannedHeader<'_>> {
-    let mut s = Scanner { bytes: text, at: 0 };
+    // Checked whole, once: a header is mostly ASCII, which the check passes
+    // a word at a time, where checking each name took a call per string.
+    let text = std::str::from_utf8(text).ok()?;
+    let mut s = Scanner { text, at: 0 };
     let mut metadata = BTreeMap::new();
     // A typical entry takes 80-120 bytes of JSON (the first guess is capped:
     // a header of padding alone must not reserve much).
@@ -68,7 +71,7 @@ pub(super) fn scan(text: &[u8]) -> Option<ScannedHeader<'_>> {
         }
     }
     s.skip_space();
-    (s.at == s.bytes.len()).then_some(ScannedHeader {
+    (s.at == s.text.len()).then_some(ScannedHeader {
         metadata,
         tensors,
         dims,
@@ -195,25 +198,34 @@ enum MapStep<'a> {
 /// scanned from what is buffered; when it fails, more is read and it is
 /// scanned again, until it succeeds or the text ends. Every unit ends with a
 /// delimiter it checks, so one cut short by the end of a piece (a number, a
-/// string, a character of several bytes) never scans as complete.
+/// string) never scans as complete. Each piece is checked to be UTF-8 as it
+/// is read (a character cut by the piece's end waits for the next); at
+/// bytes that are not UTF-8 the text ends there, `bad`.
 struct Pieces<R> {
     reader: R,
-    buf: Vec<u8>,
-    /// Scanned and consumed: `buf[..start]`.
+    /// Read and checked so far, less what was consumed before the last read.
+    text: String,
+    /// Scanned and consumed: `text[..start]`.
     start: usize,
-    /// Read so far: `buf[..end]`.
-    end: usize,
+    /// Where each read goes; its first `pending` bytes are the start of a
+    /// character cut by the previous read's end.
+    read_buf: Vec<u8>,
+    pending: usize,
     eof: bool,
+    /// The text has bytes that are not UTF-8 (or ends inside a character).
+    bad: bool,
 }
 
 impl<R: std::io::Read> Pieces<R> {
     fn new(reader: R, piece: usize) -> Self {
         Self {
             reader,
-            buf: vec![0; piece.max(1)],
+            text: String::with_capacity(piece.max(1)),
             start: 0,
-            end: 0,
+            read_buf: vec![0; piece.max(4)],
+            pending: 0,
             eof: false,
+            bad: false,
         }
     }
 
@@ -225,7 +237,7 @@ impl<R: std::io::Read> Pieces<R> {
     ) -> std::io::Result<Option<T>> {
         loop {
             let mut s = Scanner {
-                bytes: self.buf.get(self.start..self.end).unwrap_or_default(),
+                text: self.text.get(self.start..).unwrap_or_default(),
                 at: 0,
             };
             if let Some(value) = unit(&mut s) {
@@ -242,55 +254,76 @@ impl<R: std::io::Read> Pieces<R> {
     /// Whether nothing but white space is left (reading to the end).
     fn only_space_left(&mut self) -> std::io::Result<bool> {
         loop {
-            let rest = self.buf.get(self.start..self.end).unwrap_or_default();
+            let rest = self.text.get(self.start..).unwrap_or_default();
             if !rest
-                .iter()
+                .bytes()
                 .all(|b| matches!(b, b' ' | b'\n' | b'\r' | b'\t'))
             {
                 return Ok(false);
             }
-            self.start = self.end;
+            self.start = self.text.len();
             if self.eof {
-                return Ok(true);
+                return Ok(!self.bad);
             }
             self.read_more()?;
         }
     }
 
-    /// Moves the unconsumed text to the front (doubling the buffer when it
-    /// is full of it) and reads after it.
+    /// Drops the consumed text and appends the next piece's characters.
     fn read_more(&mut self) -> std::io::Result<()> {
-        self.buf.copy_within(self.start..self.end, 0);
-        self.end -= self.start;
+        self.text.drain(..self.start);
         self.start = 0;
-        if self.end == self.buf.len() {
-            self.buf.resize(self.buf.len() * 2, 0);
-        }
-        loop {
+        let n = loop {
             match self
                 .reader
-                .read(self.buf.get_mut(self.end..).unwrap_or_default())
+                .read(self.read_buf.get_mut(self.pending..).unwrap_or_default())
             {
-                Ok(0) => self.eof = true,
-                Ok(n) => self.end += n,
-                Err(err) if err.kind() == std::io::ErrorKind::Interrupted => continue,
+                Ok(n) => break n,
+                Err(err) if err.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(err) => return Err(err),
             }
+        };
+        if n == 0 {
+            self.eof = true;
+            // The text ended inside a character.
+            self.bad |= self.pending > 0;
             return Ok(());
         }
+        let read = self.read_buf.get(..self.pending + n).unwrap_or_default();
+        let (good, cut) = match std::str::from_utf8(read) {
+            Ok(text) => (text, 0),
+            Err(err) => {
+                let good = std::str::from_utf8(read.get(..err.valid_up_to()).unwrap_or_default())
+                    .unwrap_or_default();
+                if err.error_len().is_some() {
+                    // Not UTF-8: the text ends before it.
+                    self.eof = true;
+                    self.bad = true;
+                }
+                (good, read.len() - good.len())
+            }
+        };
+        self.text.push_str(good);
+        let (from, to) = (good.len(), good.len() + cut);
+        self.read_buf.copy_within(from..to, 0);
+        self.pending = cut;
+        Ok(())
     }
 }
 
-/// Scans bytes; strings are checked to be UTF-8 one by one (so text read
-/// in pieces needs no check of its own, and a cut character never scans).
+/// Scans text already checked to be UTF-8.
 struct Scanner<'a> {
-    bytes: &'a [u8],
+    text: &'a str,
     at: usize,
 }
 
 impl<'a> Scanner<'a> {
+    fn bytes(&self) -> &'a [u8] {
+        self.text.as_bytes()
+    }
+
     fn skip_space(&mut self) {
-        while let Some(b' ' | b'\n' | b'\r' | b'\t') = self.bytes.get(self.at) {
+        while let Some(b' ' | b'\n' | b'\r' | b'\t') = self.bytes().get(self.at) {
             self.at += 1;
         }
     }
@@ -298,7 +331,7 @@ impl<'a> Scanner<'a> {
     /// Skips white space, then consumes `byte` if it is next.
     fn eat(&mut self, byte: u8) -> bool {
         self.skip_space();
-        let found = self.bytes.get(self.at) == Some(&byte);
+        let found = self.bytes().get(self.at) == Some(&byte);
         if found {
             self.at += 1;
         }
@@ -313,20 +346,21 @@ impl<'a> Scanner<'a> {
     fn string(&mut self) -> Option<&'a str> {
         self.expect(b'"')?;
         let start = self.at;
-        let len = crate::units::json_plain_run(self.bytes.get(start..)?);
+        let len = crate::units::json_plain_run(self.bytes().get(start..)?);
         let end = start + len;
-        if self.bytes.get(end) != Some(&b'"') {
+        if self.bytes().get(end) != Some(&b'"') {
             return None;
         }
         self.at = end + 1;
-        std::str::from_utf8(self.bytes.get(start..end)?).ok()
+        // Between two quotes: both ends are character boundaries.
+        self.text.get(start..end)
     }
 
     /// A JSON integer in `0..=u64::MAX` written without sign, fraction or
     /// exponent.
     fn natural(&mut self) -> Option<u64> {
         self.skip_space();
-        let rest = self.bytes.get(self.at..)?;
+        let rest = self.bytes().get(self.at..)?;
         let mut value = 0u64;
         let mut digits = 0;
         while let Some(digit) = rest.get(digits).map(|b| b.wrapping_sub(b'0')) {
@@ -373,12 +407,11 @@ impl<'a> Scanner<'a> {
         (start <= end).then_some((start, end))
     }
 
-    /// Consumes `literal` if the input continues with exactly it.
     /// Consumes `literal` if the text goes on with it (its length known at
     /// compile time: compared as a few words, not by a call to `memcmp`).
     fn literal<const N: usize>(&mut self, literal: &[u8; N]) -> bool {
         let found = self
-            .bytes
+            .bytes()
             .get(self.at..self.at + N)
             .is_some_and(|rest| rest == literal);
         if found {
@@ -406,8 +439,6 @@ impl<'a> Scanner<'a> {
         }
     }
 
-    /// `{"dtype": .., "shape": [..], "data_offsets": [..]}` in any order,
-    /// each field exactly once and no other.
     /// An index's `metadata` object of strings and naturals.
     fn index_metadata(&mut self) -> Option<BTreeMap<String, MetaValue>> {
         let mut map = BTreeMap::new();
@@ -419,7 +450,7 @@ impl<'a> Scanner<'a> {
             let key = self.string()?;
             self.expect(b':')?;
             self.skip_space();
-            let value = if self.bytes.get(self.at) == Some(&b'"') {
+            let value = if self.bytes().get(self.at) == Some(&b'"') {
                 MetaValue::Text(self.string()?.to_owned())
             } else {
                 MetaValue::Nat(self.natural()?)
@@ -449,6 +480,8 @@ impl<'a> Scanner<'a> {
         Some(MapStep::Pair { name, file, last })
     }
 
+    /// `{"dtype": .., "shape": [..], "data_offsets": [..]}` in any order,
+    /// each field exactly once and no other.
     fn tensor(&mut self, name: &'a str, dims: &mut Vec<u64>) -> Option<ScannedTensor<'a>> {
         self.expect(b'{')?;
         let mut dtype = None;

@@ -348,6 +348,7 @@ struct Counts {
     layers: BTreeMap<Option<u64>, LayerFigures>,
     /// The figures of the layer being counted, not yet in `layers`.
     current: Option<LayerFigures>,
+    layer_of: LayerOfRun,
     packed: Vec<QuantizedTensor>,
     fp8: Vec<Fp8Tensor>,
     /// Bytes of the FP8 weights' block scales.
@@ -437,7 +438,7 @@ impl Counts {
     /// of tensor `name`.
     fn add(&mut self, name: &str, params: u64, bytes: u64) {
         self.logical_params = self.logical_params.wrapping_add(params);
-        let layer = layer_of(name);
+        let layer = self.layer_of.layer_of(name);
         // Neighbouring tensors are mostly of one layer: its figures are
         // kept aside and filed in the map when another layer comes.
         if self.current.as_ref().is_none_or(|c| c.layer != layer) {
@@ -795,13 +796,18 @@ fn most_common(found: &[QuantizedTensor]) -> QuantParams {
 /// segment (`model.layers.12.mlp.up_proj.weight` is layer 12).
 #[must_use]
 pub fn layer_of(name: &str) -> Option<u64> {
+    layer_and_end(name).map(|(layer, _)| layer)
+}
+
+/// [`layer_of`] and where its segment ends in `name`.
+fn layer_and_end(name: &str) -> Option<(u64, usize)> {
     // One pass over the bytes (the summary asks this of every tensor).
     let mut start = 0;
     let mut digits = true;
     for (i, b) in name.bytes().chain([b'.']).enumerate() {
         if b == b'.' {
             if digits && i > start {
-                return name.get(start..i)?.parse().ok();
+                return Some((name.get(start..i)?.parse().ok()?, i));
             }
             start = i + 1;
             digits = true;
@@ -810,6 +816,32 @@ pub fn layer_of(name: &str) -> Option<u64> {
         }
     }
     None
+}
+
+/// [`layer_of`] for names that mostly come in runs of one layer: the last
+/// name's text up to and including the dot after its layer number is kept,
+/// and a name that starts with it is of that layer without a scan (its
+/// segments up to there are the same, the number's included).
+#[derive(Default)]
+struct LayerOfRun {
+    prefix: String,
+    layer: u64,
+}
+
+impl LayerOfRun {
+    fn layer_of(&mut self, name: &str) -> Option<u64> {
+        if !self.prefix.is_empty() && name.starts_with(self.prefix.as_str()) {
+            return Some(self.layer);
+        }
+        let (layer, end) = layer_and_end(name)?;
+        self.prefix.clear();
+        // Only a number followed by a dot: `x.1` must not claim `x.12`.
+        if let Some(prefix) = name.get(..=end).filter(|p| p.ends_with('.')) {
+            self.prefix.push_str(prefix);
+            self.layer = layer;
+        }
+        Some(layer)
+    }
 }
 
 impl Checkpoint {
@@ -835,6 +867,35 @@ mod tests {
         assert_eq!(layer_of("model.embed_tokens.weight"), None);
         assert_eq!(layer_of("blocks.3.experts.7.w1"), Some(3));
         assert_eq!(layer_of("x.3a.y"), None);
+    }
+
+    #[test]
+    fn layers_of_a_run_of_names_are_those_of_each_name() {
+        let names = [
+            "model.layers.1.a",
+            "model.layers.1.b.weight",
+            "model.layers.12.a",
+            "model.layers.1",
+            "model.layers.12",
+            "model.layers.1.x",
+            "model.layers.1x.y",
+            "model.norm.weight",
+            "model.layers.1.z",
+            "blocks.3.experts.7.w1",
+            "blocks.3.",
+            "blocks.3",
+            "blocks.3.4",
+            "99999999999999999999999.x",
+            "99999999999999999999999.y",
+            "",
+            ".",
+            "7.",
+            "7.a",
+        ];
+        let mut run = LayerOfRun::default();
+        for name in names {
+            assert_eq!(run.layer_of(name), layer_of(name), "{name}");
+        }
     }
 
     #[test]

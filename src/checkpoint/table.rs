@@ -24,6 +24,9 @@ pub struct ShardTensors {
     dim_ends: Vec<u32>,
     dtypes: Vec<Dtype>,
     offsets: Vec<(u64, u64)>,
+    /// Every name is known to need no escape in JSON (see
+    /// [`ShardTensors::vouch_plain_names`]).
+    plain_names: bool,
 }
 
 impl ShardTensors {
@@ -37,7 +40,23 @@ impl ShardTensors {
             dim_ends: Vec::with_capacity(tensors),
             dtypes: Vec::with_capacity(tensors),
             offsets: Vec::with_capacity(tensors),
+            plain_names: false,
         }
+    }
+
+    /// Records that every name is a JSON plain run (no quote, backslash or
+    /// control character): the header scanner reads only such names, so
+    /// JSON writers copy them without looking at each byte again. A later
+    /// [`ShardTensors::push`] forgets it.
+    pub(super) fn vouch_plain_names(&mut self) {
+        debug_assert!(
+            (0..self.len()).all(|i| {
+                let name = self.name(i);
+                crate::units::json_plain_run(name.as_bytes()) == name.len()
+            }),
+            "a name that needs an escape was vouched for"
+        );
+        self.plain_names = true;
     }
 
     /// Appends one tensor. Headers are capped far below 4 GiB, so the
@@ -56,6 +75,7 @@ impl ShardTensors {
         ) else {
             return false;
         };
+        self.plain_names = false;
         self.names.push_str(name);
         self.name_ends.push(name_end);
         self.dims.extend_from_slice(shape);
@@ -109,6 +129,8 @@ impl ShardTensors {
                 kept.push(t.name(), t.dtype(), t.shape(), t.data_offsets());
             }
         }
+        // Some of the same names: as plain as they were.
+        kept.plain_names = self.plain_names;
         kept
     }
 
@@ -173,6 +195,13 @@ impl<'a> TensorRef<'a> {
     #[must_use]
     pub fn name(self) -> &'a str {
         self.part.name(self.local)
+    }
+
+    /// Whether the name is known to need no escape in JSON (`false`: not
+    /// known, it may or may not).
+    #[must_use]
+    pub fn name_is_plain(self) -> bool {
+        self.part.plain_names
     }
 
     /// Element type.

@@ -444,7 +444,7 @@ fn push_role(
     match role {
         Role::PartOf(owner) => {
             buf.extend_from_slice(b",\"part_of\":");
-            push_json_str(buf, at(owner).name());
+            push_name(buf, at(owner));
         }
         Role::Quantized(k) => {
             let Some(t) = summary.quantization.as_ref().and_then(|q| q.tensors.get(k)) else {
@@ -477,8 +477,10 @@ fn push_role(
                 Some(block) => push_dims(buf, &block),
                 None => buf.extend_from_slice(b"null"),
             }
-            buf.extend_from_slice(b",\"format\":");
-            push_json_str(buf, t.format.name());
+            // Format names are plain ASCII identifiers: nothing to escape.
+            buf.extend_from_slice(b",\"format\":\"");
+            buf.extend_from_slice(t.format.name().as_bytes());
+            buf.push(b'"');
             buf.extend_from_slice(b",\"mode\":\"fp8\",\"shape\":");
             push_dims(buf, at(t.weight).shape());
             buf.push(b'}');
@@ -519,7 +521,7 @@ fn publish((lock, turn): &(Mutex<usize>, std::sync::Condvar), written: usize) {
 fn push_tensor(buf: &mut Vec<u8>, tensor: TensorRef<'_>, shard_name: &[u8]) {
     let mut digits = itoa::Buffer::new();
     buf.extend_from_slice(b"{\"name\":");
-    push_json_str(buf, tensor.name());
+    push_name(buf, tensor);
     buf.extend_from_slice(b",\"dtype\":\"");
     // Dtype names are plain ASCII identifiers: nothing to escape.
     buf.extend_from_slice(tensor.dtype().name().as_bytes());
@@ -534,6 +536,18 @@ fn push_tensor(buf: &mut Vec<u8>, tensor: TensorRef<'_>, shard_name: &[u8]) {
     buf.extend_from_slice(digits.format(tensor.bytes()).as_bytes());
     buf.extend_from_slice(b",\"shard\":");
     buf.extend_from_slice(shard_name);
+}
+
+/// `tensor`'s name as a JSON string: copied without a look when it is known
+/// to need no escape, else as [`push_json_str`] writes it.
+fn push_name(buf: &mut Vec<u8>, tensor: TensorRef<'_>) {
+    if tensor.name_is_plain() {
+        buf.push(b'"');
+        buf.extend_from_slice(tensor.name().as_bytes());
+        buf.push(b'"');
+    } else {
+        push_json_str(buf, tensor.name());
+    }
 }
 
 /// `text` as a JSON string: copied as is when it needs no escape (names
@@ -936,6 +950,50 @@ mod tests {
                 String::from_utf8_lossy(&theirs)
             );
         }
+    }
+
+    #[test]
+    fn names_read_by_the_scanner_are_copied_and_others_escaped() {
+        use safetensors::tensor::{Dtype as St, TensorView};
+        let dir = tempfile::tempdir().expect("tempdir");
+        let zeros = [0u8; 2];
+        let plain = ["model.layers.0.w", "ünïcode 名前 \u{1F600}"];
+        let escaped = ["q\"uote\\back", "tab\there"];
+        for (file, names) in [("a.safetensors", plain), ("b.safetensors", escaped)] {
+            let tensors: Vec<_> = names
+                .iter()
+                .map(|&n| {
+                    (
+                        n,
+                        TensorView::new(St::U8, vec![1], &zeros[..1]).expect("view"),
+                    )
+                })
+                .collect();
+            safetensors::serialize_to_file(tensors, None, &dir.path().join(file)).expect("write");
+        }
+        let checkpoint = Checkpoint::open(dir.path()).expect("open");
+        let vouched: Vec<(&str, bool)> = checkpoint
+            .tensors()
+            .iter()
+            .map(|t| (t.name(), t.name_is_plain()))
+            .collect();
+        assert!(
+            vouched.iter().all(|&(n, v)| v == plain.contains(&n)),
+            "{vouched:?}"
+        );
+        let mut out = Vec::new();
+        write_json(&checkpoint, &checkpoint.summary(), &mut out).expect("write");
+        let doc: serde_json::Value = serde_json::from_slice(&out).expect("JSON");
+        let mut names: Vec<&str> = doc["tensors"]
+            .as_array()
+            .expect("list")
+            .iter()
+            .filter_map(|t| t["name"].as_str())
+            .collect();
+        names.sort_unstable();
+        let mut expected: Vec<&str> = plain.iter().chain(&escaped).copied().collect();
+        expected.sort_unstable();
+        assert_eq!(names, expected);
     }
 
     #[test]
