@@ -12,7 +12,8 @@
 //! - `weightscope inspect --json` as a whole process.
 //!
 //! Needs the test venv (`mlx-glue/setup test`: gguf-py 0.19.0 pinned).
-//! Run with `cargo bench --bench gguf_header`.
+//! Run with `cargo bench --bench gguf_header` (`GGUF_BENCH_KEEP=1` keeps the
+//! files it writes, for profiling).
 
 mod common;
 
@@ -162,6 +163,10 @@ fn main() {
         ms(process)
     );
     per_tensor(&python, dir.path());
+    // GGUF_BENCH_KEEP=1 keeps the files (for profiling): the folder is printed.
+    if std::env::var_os("GGUF_BENCH_KEEP").is_some() {
+        println!("kept in {}", dir.keep().display());
+    }
 }
 
 /// `inspect --json` of the inspect bench's 90k-tensor layout as one GGUF

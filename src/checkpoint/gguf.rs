@@ -322,7 +322,9 @@ impl<R: Read + Seek> Counted<R> {
         }
         let mut buf = vec![0u8; usize::try_from(len).unwrap_or(0)];
         self.fill(&mut buf)?;
-        Ok(String::from_utf8_lossy(&buf).into_owned())
+        // Valid text (nearly always) is kept as read, without a copy.
+        Ok(String::from_utf8(buf)
+            .unwrap_or_else(|bad| String::from_utf8_lossy(bad.as_bytes()).into_owned()))
     }
 }
 
@@ -493,7 +495,10 @@ impl GgufHeader {
             }
             metadata.push((key, value(&mut r, kind)?));
         }
-        let mut tensors = Vec::new();
+        // Room for the count claimed, up to a bound a damaged count cannot
+        // turn into a large allocation.
+        let mut tensors =
+            Vec::with_capacity(usize::try_from(tensor_count).unwrap_or(0).min(1 << 17));
         for _ in 0..tensor_count {
             let name = r.string("a tensor name of")?;
             let dims = r.u32()?;

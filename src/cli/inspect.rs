@@ -240,7 +240,7 @@ fn write_tensor_list(
 /// (appending to an empty `buf`) on every core and written as the pieces
 /// come in order, through a few reused buffers: never whole in memory, where
 /// its fresh pages alone would cost more than writing it.
-fn write_in_pieces(
+pub(super) fn write_in_pieces(
     count: usize,
     separator: &[u8],
     serialize: &(dyn Fn(std::ops::Range<usize>, &mut Vec<u8>) + Sync),
@@ -552,7 +552,7 @@ fn push_name(buf: &mut Vec<u8>, tensor: TensorRef<'_>) {
 
 /// `text` as a JSON string: copied as is when it needs no escape (names
 /// nearly always), else through `serde_json` for its exact escapes.
-fn push_json_str(buf: &mut Vec<u8>, text: &str) {
+pub(super) fn push_json_str(buf: &mut Vec<u8>, text: &str) {
     if json_plain_run(text.as_bytes()) == text.len() {
         buf.push(b'"');
         buf.extend_from_slice(text.as_bytes());
@@ -856,19 +856,7 @@ pub fn main(args: &InspectArgs) -> u8 {
         return super::gguf::report(path, header, json);
     }
     let summary = checkpoint.summary();
-    let stdout = std::io::stdout();
-    // Rust's stdout handle is line-buffered and searches every write for a
-    // newline (15 M instructions over the 14 MB tensor list of a 90k-tensor
-    // checkpoint); a duplicate of its descriptor is written to as a file.
-    widen_pipe(&stdout);
-    let raw: Box<dyn std::io::Write> = match std::os::fd::AsFd::as_fd(&stdout).try_clone_to_owned()
-    {
-        Ok(fd) => Box::new(std::fs::File::from(fd)),
-        Err(_) => Box::new(stdout.lock()),
-    };
-    // Small: the JSON tensor list comes in pieces of about 300 KB, which a
-    // smaller buffer passes straight through instead of copying.
-    let mut out = std::io::BufWriter::with_capacity(64 << 10, raw);
+    let mut out = super::big_output();
     let written = if json {
         write_json(&checkpoint, &summary, &mut out)
     } else {
@@ -880,20 +868,6 @@ pub fn main(args: &InspectArgs) -> u8 {
     std::mem::forget(summary);
     std::mem::forget(checkpoint);
     super::output_status(flushed).map_or_else(|code| code, |()| 0)
-}
-
-/// When stdout is a pipe, asks for a 1 MiB buffer (Linux's default is 64
-/// KiB): the 14 MB list of a 90k-tensor checkpoint then passes in a few
-/// hundred wake-ups of the reader instead of thousands. Where it cannot
-/// grow (a pipe limit, not a pipe at all), nothing changes.
-fn widen_pipe(stdout: &std::io::Stdout) {
-    use std::os::fd::AsRawFd as _;
-    let fd = std::os::fd::AsFd::as_fd(&stdout).as_raw_fd();
-    #[allow(unsafe_code)]
-    // SAFETY: fcntl on a descriptor this process owns, with an integer
-    // argument; it fails harmlessly (EBADF, EINVAL, EPERM) where it does
-    // not apply.
-    let _ = unsafe { libc::fcntl(fd, libc::F_SETPIPE_SZ, 1 << 20) };
 }
 
 #[cfg(test)]
