@@ -14,7 +14,7 @@
 //! numpy and MLX show them (`[4096, 11008]` for a weight stored as
 //! `ne = [11008, 4096]`).
 
-use std::io::{BufReader, Read, Seek};
+use std::io::{Read, Seek};
 use std::path::Path;
 
 /// The file's first four bytes.
@@ -272,32 +272,96 @@ pub enum GgufError {
     Invalid(String),
 }
 
-/// A reader that counts the bytes it has read.
+/// A reader that counts the bytes it has read. Over a local file it reads
+/// ahead into its own buffer, and the header's small fields (a 90k-tensor
+/// file has half a million) are copied out of it; over a remote file
+/// (`ahead` empty) every read goes to the reader as asked, which fetches
+/// no byte past the header.
 struct Counted<R> {
     inner: R,
     at: u64,
+    /// Read ahead of the parser: `ahead[pos..end]`.
+    ahead: Vec<u8>,
+    pos: usize,
+    end: usize,
 }
 
 impl<R: Read + Seek> Counted<R> {
+    fn new(inner: R, read_ahead: usize) -> Self {
+        Self {
+            inner,
+            at: 0,
+            ahead: vec![0; read_ahead],
+            pos: 0,
+            end: 0,
+        }
+    }
+
+    /// The next `n` bytes when they are already read ahead (consumed).
+    #[inline]
+    fn take_buffered(&mut self, n: usize) -> Option<&[u8]> {
+        let start = self.pos;
+        let taken = self.ahead.get(start..self.end)?.get(..n)?;
+        self.pos = start + n;
+        self.at += n as u64;
+        Some(taken)
+    }
+
     /// Fills `buf`, counting it; a header that ends early says where.
+    #[inline]
     fn fill(&mut self, buf: &mut [u8]) -> Result<(), GgufError> {
-        self.inner.read_exact(buf).map_err(|e| match e.kind() {
+        if let Some(ready) = self.take_buffered(buf.len()) {
+            buf.copy_from_slice(ready);
+            return Ok(());
+        }
+        self.fill_from_inner(buf)
+    }
+
+    /// [`Counted::fill`] when the bytes are not all read ahead.
+    #[cold]
+    fn fill_from_inner(&mut self, buf: &mut [u8]) -> Result<(), GgufError> {
+        let early = |at: u64, e: std::io::Error| match e.kind() {
             std::io::ErrorKind::UnexpectedEof => {
-                GgufError::Invalid(format!("the header ends early, at byte {}", self.at))
+                GgufError::Invalid(format!("the header ends early, at byte {at}"))
             }
             _ => GgufError::Io(e),
-        })?;
+        };
+        let buffered = self.ahead.get(self.pos..self.end).unwrap_or_default();
+        let (head, rest) = buf.split_at_mut(buffered.len().min(buf.len()));
+        head.copy_from_slice(buffered.get(..head.len()).unwrap_or_default());
+        (self.pos, self.end) = (0, 0);
+        if rest.len() >= self.ahead.len() {
+            self.inner.read_exact(rest).map_err(|e| early(self.at, e))?;
+        } else {
+            while self.end < rest.len() {
+                let into = self.ahead.get_mut(self.end..).unwrap_or_default();
+                match self.inner.read(into) {
+                    Ok(0) => {
+                        let eof = std::io::ErrorKind::UnexpectedEof.into();
+                        return Err(early(self.at, eof));
+                    }
+                    Ok(k) => self.end += k,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(GgufError::Io(e)),
+                }
+            }
+            rest.copy_from_slice(self.ahead.get(..rest.len()).unwrap_or_default());
+            self.pos = rest.len();
+        }
         self.at += buf.len() as u64;
         Ok(())
     }
+    #[inline]
     fn bytes<const N: usize>(&mut self) -> Result<[u8; N], GgufError> {
         let mut buf = [0u8; N];
         self.fill(&mut buf)?;
         Ok(buf)
     }
+    #[inline]
     fn u32(&mut self) -> Result<u32, GgufError> {
         Ok(u32::from_le_bytes(self.bytes()?))
     }
+    #[inline]
     fn u64(&mut self) -> Result<u64, GgufError> {
         Ok(u64::from_le_bytes(self.bytes()?))
     }
@@ -307,7 +371,16 @@ impl<R: Read + Seek> Counted<R> {
             value: n,
             limit: i64::MAX as u64,
         })?;
-        self.inner.seek_relative(step)?;
+        let buffered = self.end - self.pos;
+        match usize::try_from(n) {
+            Ok(n) if n <= buffered => self.pos += n,
+            _ => {
+                (self.pos, self.end) = (0, 0);
+                // `n` is past what is buffered (at most the buffer's size).
+                let buffered = i64::try_from(buffered).unwrap_or(0);
+                self.inner.seek_relative(step - buffered)?;
+            }
+        }
         self.at += n;
         Ok(())
     }
@@ -320,8 +393,14 @@ impl<R: Read + Seek> Counted<R> {
                 limit: MAX_STRING,
             });
         }
-        let mut buf = vec![0u8; usize::try_from(len).unwrap_or(0)];
-        self.fill(&mut buf)?;
+        let len = usize::try_from(len).unwrap_or(0);
+        let buf = if let Some(ready) = self.take_buffered(len) {
+            ready.to_vec()
+        } else {
+            let mut buf = vec![0u8; len];
+            self.fill(&mut buf)?;
+            buf
+        };
         // Valid text (nearly always) is kept as read, without a copy.
         Ok(String::from_utf8(buf)
             .unwrap_or_else(|bad| String::from_utf8_lossy(bad.as_bytes()).into_owned()))
@@ -424,6 +503,22 @@ fn value<R: Read + Seek>(r: &mut Counted<R>, kind: u32) -> Result<MetaValue, Ggu
     })
 }
 
+/// Whether reading `data` through a read-ahead buffer of `read_ahead`
+/// bytes (as local files are read) gives what reading each field as asked
+/// gives (as remote files are read): the same header or the same error.
+/// For the `gguf` fuzz target and the tests.
+#[doc(hidden)]
+#[must_use]
+pub fn read_ahead_agrees(data: &[u8], read_ahead: usize) -> bool {
+    let asked = GgufHeader::from_reader(std::io::Cursor::new(data));
+    let ahead = GgufHeader::from_counted(Counted::new(std::io::Cursor::new(data), read_ahead));
+    match (asked, ahead) {
+        (Ok(a), Ok(b)) => a == b,
+        (Err(a), Err(b)) => a.to_string() == b.to_string(),
+        _ => false,
+    }
+}
+
 impl GgufHeader {
     /// Reads the header of the GGUF file at `path`.
     ///
@@ -434,7 +529,7 @@ impl GgufHeader {
         // A FIFO or a device is refused before it is opened: never a hang.
         let (file, meta) =
             crate::files::open_regular(path).map_err(|e| GgufError::Invalid(e.reason()))?;
-        let header = Self::from_reader(BufReader::with_capacity(1 << 16, file))?;
+        let header = Self::from_counted(Counted::new(file, 1 << 16))?;
         header.fits(meta.len())?;
         Ok(header)
     }
@@ -463,10 +558,11 @@ impl GgufHeader {
     /// # Errors
     /// As [`Self::read`].
     pub fn from_reader<R: Read + Seek>(reader: R) -> Result<Self, GgufError> {
-        let mut r = Counted {
-            inner: reader,
-            at: 0,
-        };
+        Self::from_counted(Counted::new(reader, 0))
+    }
+
+    /// [`Self::from_reader`] through `r`.
+    fn from_counted<R: Read + Seek>(mut r: Counted<R>) -> Result<Self, GgufError> {
         if &r.bytes::<4>()? != MAGIC {
             return Err(GgufError::NotGguf);
         }
@@ -614,4 +710,64 @@ pub fn is_gguf(path: &Path) -> bool {
     let mut magic = [0u8; 4];
     crate::files::open_regular(path).is_ok_and(|(mut f, _)| f.read_exact(&mut magic).is_ok())
         && &magic == MAGIC
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A GGUF v3 header: a string, an array of strings longer than what is
+    /// shown (skipped one by one), an array of numbers (skipped whole), and
+    /// tensors with names of every length up to 40.
+    fn sample() -> Vec<u8> {
+        let mut b = Vec::new();
+        let string = |b: &mut Vec<u8>, s: &str| {
+            b.extend_from_slice(&(s.len() as u64).to_le_bytes());
+            b.extend_from_slice(s.as_bytes());
+        };
+        b.extend_from_slice(MAGIC);
+        b.extend_from_slice(&3u32.to_le_bytes());
+        b.extend_from_slice(&41u64.to_le_bytes());
+        b.extend_from_slice(&3u64.to_le_bytes());
+        string(&mut b, "general.name");
+        b.extend_from_slice(&8u32.to_le_bytes());
+        string(&mut b, "ünï \u{1F600}");
+        string(&mut b, "tokenizer.ggml.tokens");
+        b.extend_from_slice(&9u32.to_le_bytes());
+        b.extend_from_slice(&8u32.to_le_bytes());
+        b.extend_from_slice(&100u64.to_le_bytes());
+        for i in 0..100 {
+            string(&mut b, &"t".repeat(i % 13));
+        }
+        string(&mut b, "tokenizer.ggml.token_type");
+        b.extend_from_slice(&9u32.to_le_bytes());
+        b.extend_from_slice(&5u32.to_le_bytes());
+        b.extend_from_slice(&300u64.to_le_bytes());
+        b.extend(std::iter::repeat_n(7u8, 4 * 300));
+        for i in 0..41u64 {
+            string(&mut b, &"n".repeat(i as usize));
+            b.extend_from_slice(&2u32.to_le_bytes());
+            b.extend_from_slice(&32u64.to_le_bytes());
+            b.extend_from_slice(&(i + 1).to_le_bytes());
+            b.extend_from_slice(&0u32.to_le_bytes());
+            b.extend_from_slice(&(i * 32 * 41 * 4).to_le_bytes());
+        }
+        b
+    }
+
+    #[test]
+    fn reading_ahead_reads_what_reading_as_asked_reads() {
+        let data = sample();
+        let header = GgufHeader::from_reader(std::io::Cursor::new(&data[..])).expect("valid");
+        assert_eq!(header.tensors.len(), 41);
+        assert_eq!(header.tensors[40].name, "n".repeat(40));
+        assert_eq!(header.tensors[40].shape, [41, 32]);
+        for read_ahead in [1, 2, 3, 5, 8, 13, 64, 4096] {
+            assert!(read_ahead_agrees(&data, read_ahead), "read ahead {read_ahead}");
+            // Cut anywhere: the same error.
+            for end in (0..data.len()).step_by(7) {
+                assert!(read_ahead_agrees(&data[..end], read_ahead), "{read_ahead}, cut at {end}");
+            }
+        }
+    }
 }
