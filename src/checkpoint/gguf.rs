@@ -746,7 +746,7 @@ mod tests {
         b.extend_from_slice(&300u64.to_le_bytes());
         b.extend(std::iter::repeat_n(7u8, 4 * 300));
         for i in 0..41u64 {
-            string(&mut b, &"n".repeat(i as usize));
+            string(&mut b, &"n".repeat(usize::try_from(i).expect("small")));
             b.extend_from_slice(&2u32.to_le_bytes());
             b.extend_from_slice(&32u64.to_le_bytes());
             b.extend_from_slice(&(i + 1).to_le_bytes());
