@@ -131,7 +131,7 @@ fn main() {
     // Rounds alternate between Python and our process, so that a machine
     // whose speed drifts (a VM beside busy neighbours) moves both sides of
     // each round's ratio alike; the median round is reported.
-    let rounds = 5;
+    let rounds = 9;
     let mut ratios = Vec::with_capacity(rounds);
     for round in 1..=rounds {
         let python = python_listing(&python, dir, 3, tensors);

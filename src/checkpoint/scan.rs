@@ -329,7 +329,13 @@ impl<'a> Scanner<'a> {
     }
 
     /// Skips white space, then consumes `byte` if it is next.
+    #[inline]
     fn eat(&mut self, byte: u8) -> bool {
+        // Programs write headers without white space: `byte` is mostly next.
+        if self.bytes().get(self.at) == Some(&byte) {
+            self.at += 1;
+            return true;
+        }
         self.skip_space();
         let found = self.bytes().get(self.at) == Some(&byte);
         if found {
@@ -343,6 +349,7 @@ impl<'a> Scanner<'a> {
     }
 
     /// A string without escapes or control characters.
+    #[inline]
     fn string(&mut self) -> Option<&'a str> {
         self.expect(b'"')?;
         let start = self.at;
