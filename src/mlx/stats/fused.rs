@@ -164,6 +164,10 @@ fn fused_dense_summary(
     bins: usize,
 ) -> Result<ValueSummary, MlxError> {
     let mut phases = Phases::new();
+    // A tensor just loaded is in pages the host wrote: moved over in bulk
+    // first, not faulted over by the kernel.
+    crate::mlx::pages::array_to_device_now(values.flat);
+    phases.mark("pages to the device");
     let n = i64::from(values.rows) * i64::from(values.cols);
     // The first values, copied on the device (the cast copies `f16` and
     // `bf16`; an `f32` slice is a view): the host reading a view of `flat`
