@@ -302,14 +302,9 @@ fn push_tensor(buf: &mut Vec<u8>, t: &crate::checkpoint::gguf::GgufTensor) {
     push_json_str(buf, &t.name);
     buf.extend_from_slice(b",\"offset\":");
     buf.extend_from_slice(digits.format(t.offset).as_bytes());
-    buf.extend_from_slice(b",\"shape\":[");
-    for (i, d) in t.shape.iter().enumerate() {
-        if i > 0 {
-            buf.push(b',');
-        }
-        buf.extend_from_slice(digits.format(*d).as_bytes());
-    }
-    buf.extend_from_slice(b"],\"type\":");
+    buf.extend_from_slice(b",\"shape\":");
+    super::inspect::push_naturals(buf, &t.shape);
+    buf.extend_from_slice(b",\"type\":");
     match ggml {
         Some(g) => push_identifier(buf, g.name),
         None => buf.extend_from_slice(b"null"),

@@ -430,17 +430,6 @@ fn push_role(
             .sibling(position)
             .unwrap_or_else(|| tensors.at(position))
     };
-    let mut digits = itoa::Buffer::new();
-    let mut push_dims = |buf: &mut Vec<u8>, dims: &[u64]| {
-        buf.push(b'[');
-        for (i, d) in dims.iter().enumerate() {
-            if i > 0 {
-                buf.push(b',');
-            }
-            buf.extend_from_slice(digits.format(*d).as_bytes());
-        }
-        buf.push(b']');
-    };
     match role {
         Role::PartOf(owner) => {
             buf.extend_from_slice(b",\"part_of\":");
@@ -465,7 +454,7 @@ fn push_role(
             });
             push_json_str(buf, t.params.mode.name());
             buf.extend_from_slice(b",\"shape\":");
-            push_dims(buf, &t.logical_shape);
+            push_naturals(buf, &t.logical_shape);
             buf.push(b'}');
         }
         Role::Fp8(k) => {
@@ -474,7 +463,7 @@ fn push_role(
             };
             buf.extend_from_slice(b",\"quantized\":{\"block\":");
             match t.block {
-                Some(block) => push_dims(buf, &block),
+                Some(block) => push_naturals(buf, &block),
                 None => buf.extend_from_slice(b"null"),
             }
             // Format names are plain ASCII identifiers: nothing to escape.
@@ -482,7 +471,7 @@ fn push_role(
             buf.extend_from_slice(t.format.name().as_bytes());
             buf.push(b'"');
             buf.extend_from_slice(b",\"mode\":\"fp8\",\"shape\":");
-            push_dims(buf, at(t.weight).shape());
+            push_naturals(buf, at(t.weight).shape());
             buf.push(b'}');
         }
     }
@@ -525,17 +514,25 @@ fn push_tensor(buf: &mut Vec<u8>, tensor: TensorRef<'_>, shard_name: &[u8]) {
     buf.extend_from_slice(b",\"dtype\":\"");
     // Dtype names are plain ASCII identifiers: nothing to escape.
     buf.extend_from_slice(tensor.dtype().name().as_bytes());
-    buf.extend_from_slice(b"\",\"shape\":[");
-    for (i, dim) in tensor.shape().iter().enumerate() {
-        if i > 0 {
-            buf.push(b',');
-        }
-        buf.extend_from_slice(digits.format(*dim).as_bytes());
-    }
-    buf.extend_from_slice(b"],\"bytes\":");
+    buf.extend_from_slice(b"\",\"shape\":");
+    push_naturals(buf, tensor.shape());
+    buf.extend_from_slice(b",\"bytes\":");
     buf.extend_from_slice(digits.format(tensor.bytes()).as_bytes());
     buf.extend_from_slice(b",\"shard\":");
     buf.extend_from_slice(shard_name);
+}
+
+/// `values` as a JSON array, as `serde_json` writes one.
+pub(super) fn push_naturals(buf: &mut Vec<u8>, values: &[u64]) {
+    let mut digits = itoa::Buffer::new();
+    buf.push(b'[');
+    for (i, v) in values.iter().enumerate() {
+        if i > 0 {
+            buf.push(b',');
+        }
+        buf.extend_from_slice(digits.format(*v).as_bytes());
+    }
+    buf.push(b']');
 }
 
 /// `tensor`'s name as a JSON string: copied without a look when it is known
