@@ -49,6 +49,7 @@ pub(super) fn scan(text: &[u8]) -> Option<ScannedHeader<'_>> {
     // a word at a time, where checking each name took a call per string.
     let text = std::str::from_utf8(text).ok()?;
     let mut s = Scanner { text, at: 0 };
+    let mut seen = SeenFields::default();
     let mut metadata = BTreeMap::new();
     // A typical entry takes 80-120 bytes of JSON (the first guess is capped:
     // a header of padding alone must not reserve much).
@@ -62,7 +63,7 @@ pub(super) fn scan(text: &[u8]) -> Option<ScannedHeader<'_>> {
             if key == "__metadata__" {
                 metadata = s.string_map()?;
             } else {
-                tensors.push(s.tensor(key, &mut dims)?);
+                tensors.push(s.tensor(key, &mut dims, &mut seen)?);
             }
             if s.eat(b'}') {
                 break;
@@ -76,6 +77,48 @@ pub(super) fn scan(text: &[u8]) -> Option<ScannedHeader<'_>> {
         tensors,
         dims,
     })
+}
+
+/// The text of recent entries up to their offsets,
+/// `{"dtype":"F8_E4M3","shape":[2048,7168],"data_offsets":`, with what it
+/// scanned to. A header repeats a few of these thousands of times (every
+/// expert's projections, every layer's norms), so an entry that starts with
+/// one of them byte for byte is the same dtype and shape without scanning
+/// them again: only its name and offsets are new.
+#[derive(Default)]
+struct SeenFields<'a> {
+    recent: [Option<Seen<'a>>; SeenFields::KEPT],
+    /// Where the next new one goes (oldest first out).
+    next: usize,
+    /// The last entry's end offset, as written and as read: in a header in
+    /// data order, the next entry starts there.
+    last_end: Option<(&'a [u8], u64)>,
+}
+
+/// See [`SeenFields`].
+struct Seen<'a> {
+    text: &'a [u8],
+    dtype: Result<Dtype, &'a str>,
+    shape: std::ops::Range<usize>,
+}
+
+impl<'a> SeenFields<'a> {
+    /// Enough for a block of experts (three projections and their scales
+    /// in two shapes) and a layer's attention.
+    const KEPT: usize = 8;
+
+    /// The one `rest` starts with.
+    fn find(&self, rest: &[u8]) -> Option<&Seen<'a>> {
+        self.recent
+            .iter()
+            .flatten()
+            .find(|seen| rest.starts_with(seen.text))
+    }
+
+    fn keep(&mut self, seen: Seen<'a>) {
+        self.recent[self.next] = Some(seen);
+        self.next = (self.next + 1) % Self::KEPT;
+    }
 }
 
 /// A value of an index's `metadata`, as scanned.
@@ -404,12 +447,26 @@ impl<'a> Scanner<'a> {
         }
     }
 
-    /// `[start, end]` with `start <= end`, without a heap list.
-    fn offsets(&mut self) -> Option<(u64, u64)> {
+    /// `[start, end]` with `start <= end`, without a heap list. A start
+    /// written as the last entry's end was (then a comma) is that number
+    /// without reading it again.
+    fn offsets(&mut self, seen: &mut SeenFields<'a>) -> Option<(u64, u64)> {
         self.expect(b'[')?;
-        let start = self.natural()?;
+        let rest = self.bytes().get(self.at..)?;
+        let start = match seen.last_end {
+            Some((text, value))
+                if rest.starts_with(text) && rest.get(text.len()) == Some(&b',') =>
+            {
+                self.at += text.len();
+                value
+            }
+            _ => self.natural()?,
+        };
         self.expect(b',')?;
+        self.skip_space();
+        let from = self.at;
         let end = self.natural()?;
+        seen.last_end = self.bytes().get(from..self.at).map(|text| (text, end));
         self.expect(b']')?;
         (start <= end).then_some((start, end))
     }
@@ -488,8 +545,31 @@ impl<'a> Scanner<'a> {
     }
 
     /// `{"dtype": .., "shape": [..], "data_offsets": [..]}` in any order,
-    /// each field exactly once and no other.
-    fn tensor(&mut self, name: &'a str, dims: &mut Vec<u64>) -> Option<ScannedTensor<'a>> {
+    /// each field exactly once and no other. An entry whose text up to its
+    /// offsets repeats one in `seen` takes that one's dtype and shape (the
+    /// same text scans to the same values, `shape` shares its dimensions);
+    /// one with its offsets last is kept there.
+    fn tensor(
+        &mut self,
+        name: &'a str,
+        dims: &mut Vec<u64>,
+        seen: &mut SeenFields<'a>,
+    ) -> Option<ScannedTensor<'a>> {
+        self.skip_space();
+        let entry = self.at;
+        let rest = self.bytes().get(entry..)?;
+        if let Some(known) = seen.find(rest) {
+            let (dtype, shape) = (known.dtype, known.shape.clone());
+            self.at += known.text.len();
+            let data_offsets = self.offsets(seen)?;
+            self.expect(b'}')?;
+            return Some(ScannedTensor {
+                name,
+                dtype,
+                shape,
+                data_offsets,
+            });
+        }
         self.expect(b'{')?;
         let mut dtype = None;
         let mut shape = None;
@@ -515,7 +595,19 @@ impl<'a> Scanner<'a> {
                     dtype = Some(text.parse::<Dtype>().map_err(|_| text));
                 }
                 "shape" if shape.is_none() => shape = Some(self.naturals(dims)?),
-                "data_offsets" if data_offsets.is_none() => data_offsets = Some(self.offsets()?),
+                "data_offsets" if data_offsets.is_none() => {
+                    // The text before the offsets, once dtype and shape are
+                    // read: a later entry that repeats it is read from here.
+                    let before = self.bytes().get(entry..self.at);
+                    if let (Some(text), Some(dtype), Some(shape)) = (before, dtype, &shape) {
+                        seen.keep(Seen {
+                            text,
+                            dtype,
+                            shape: std::ops::Range::clone(shape),
+                        });
+                    }
+                    data_offsets = Some(self.offsets(seen)?);
+                }
                 _ => return None,
             }
             if self.eat(b'}') {
@@ -554,6 +646,71 @@ mod tests {
         assert!(header.shape(&header.tensors[1]).is_empty());
         let empty = scan(b"{}").expect("scanned");
         assert!(empty.tensors.is_empty() && empty.metadata.is_empty());
+    }
+
+    #[test]
+    fn naturals_are_read_as_str_parse_reads_them() {
+        // Every length up to past u64's digits, each followed by what may
+        // follow a number; those the scanner leaves to serde give `None`.
+        let mut numbers: Vec<String> = ["0", "00", "01", "18446744073709551616"]
+            .map(String::from)
+            .to_vec();
+        for len in 1..=21 {
+            numbers.push("9".repeat(len));
+            numbers.push(format!("1{}", "0".repeat(len - 1)));
+            numbers.push("1234567890".chars().cycle().take(len).collect());
+        }
+        for end in ["", "]", ",1", ".5", "e3", "E3", "/", ":", "\u{ff}", " "] {
+            for number in &numbers {
+                let text = format!("{number}{end}");
+                let mut s = Scanner { text: &text, at: 0 };
+                let ours = s.natural();
+                let digits = number.len();
+                let plain = digits <= 19
+                    && !(digits > 1 && number.starts_with('0'))
+                    && !matches!(end.bytes().next(), Some(b'.' | b'e' | b'E'));
+                let want = plain.then(|| number.parse::<u64>().ok()).flatten();
+                assert_eq!(ours, want, "{text:?}");
+                if ours.is_some() {
+                    assert_eq!(s.at, digits, "{text:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn repeated_fields_and_offsets_read_as_the_first_time() {
+        // Entries that repeat an earlier entry's text up to its offsets, a
+        // start written as the last end was, and ones that only look alike
+        // (a longer number, another shape, white space, the fields in
+        // another order): each as a scan of it alone reads it.
+        let entries = [
+            r#""a":{"dtype":"F16","shape":[2,3],"data_offsets":[0,12]}"#,
+            r#""b":{"dtype":"F16","shape":[2,3],"data_offsets":[12,24]}"#,
+            r#""c":{"dtype":"F16","shape":[2,3],"data_offsets":[245,257]}"#,
+            r#""d":{"dtype":"F16","shape":[2,33],"data_offsets":[257,389]}"#,
+            r#""e":{"dtype":"F16","shape":[2,3] ,"data_offsets":[ 389 , 401 ]}"#,
+            r#""f":{"dtype":"F16","shape":[2,3],"data_offsets":[401,413] }"#,
+            r#""g":{"shape":[2,3],"dtype":"F16","data_offsets":[413,425]}"#,
+            r#""h":{"dtype":"F16","shape":[2,3],"data_offsets":[4130,4142]}"#,
+            r#""i":{"dtype":"Q9","shape":[2,3],"data_offsets":[4142,4154]}"#,
+            r#""j":{"dtype":"Q9","shape":[2,3],"data_offsets":[4154,4166]}"#,
+        ];
+        let whole = format!("{{{}}}", entries.join(","));
+        let header = scan(whole.as_bytes()).expect("scanned");
+        assert_eq!(header.tensors.len(), entries.len());
+        for (entry, tensor) in entries.iter().zip(&header.tensors) {
+            let alone = format!("{{{entry}}}");
+            let one = scan(alone.as_bytes()).expect("scanned alone");
+            let expected = &one.tensors[0];
+            assert_eq!(tensor.name, expected.name);
+            assert_eq!(tensor.dtype, expected.dtype, "{entry}");
+            assert_eq!(header.shape(tensor), one.shape(expected), "{entry}");
+            assert_eq!(tensor.data_offsets, expected.data_offsets, "{entry}");
+        }
+        // One that repeats a kept text and then goes wrong is declined.
+        let bad = r#"{"a":{"dtype":"F16","shape":[1],"data_offsets":[0,2]},"b":{"dtype":"F16","shape":[1],"data_offsets":[2,4],"x":1}}"#;
+        assert_eq!(scan(bad.as_bytes()), None);
     }
 
     #[test]

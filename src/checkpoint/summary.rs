@@ -420,7 +420,9 @@ impl Counts {
                 _ => [None; 3],
             };
             let fp8 = Fp8Format::of(t.dtype()).is_some();
-            for part in parts.into_iter().flatten().filter_map(|p| tensors.get(p)) {
+            // Parts are mostly in the weight's own shard: no search there.
+            let near = |p: usize| t.sibling(p).or_else(|| tensors.get(p));
+            for part in parts.into_iter().flatten().filter_map(near) {
                 if fp8 {
                     counts.fp8_scale_bytes += part.bytes();
                 }
@@ -644,7 +646,8 @@ impl Checkpoint {
                 .config()
                 .and_then(|c| c.fp8.as_ref())
                 .and_then(|f| f.block);
-            fp8_block(t.shape(), self.tensors().at(s).shape(), configured)
+            let scale = t.sibling(s).unwrap_or_else(|| tensors.at(s));
+            fp8_block(t.shape(), scale.shape(), configured)
         });
         Some(Encoding::Fp8(Fp8Tensor {
             weight: t.position(),
@@ -684,7 +687,7 @@ fn detect(
 ) -> Option<QuantizedTensor> {
     let tensors = checkpoint.tensors();
     let weight = w.position();
-    let s = tensors.at(scales);
+    let s = w.sibling(scales).unwrap_or_else(|| tensors.at(scales));
     let biases = tensors.partner(w, module, ".biases", &mut partners.biases);
     let global_scale = tensors.partner(w, module, ".global_scale", &mut partners.global_scale);
     let words = w.shape().last().copied().unwrap_or(0);

@@ -221,13 +221,14 @@ fn write_tensor_list(
         .collect();
     let serialize = |piece: std::ops::Range<usize>, buf: &mut Vec<u8>| {
         let first = piece.start;
+        let mut recent = RecentFields::default();
         for (i, t) in tensors.iter_range(piece).enumerate() {
             if i > 0 {
                 buf.push(b',');
             }
-            push_tensor(buf, t, &shard_names[t.shard().index()]);
+            push_tensor(buf, t, &shard_names[t.shard().index()], &mut recent);
             if let Some(role) = roles.get(first + i) {
-                push_role(buf, role, t, checkpoint, summary);
+                push_role(buf, role, t, checkpoint, summary, &mut recent);
             }
             buf.push(b'}');
         }
@@ -413,15 +414,74 @@ fn roles(checkpoint: &Checkpoint, summary: &Summary) -> Roles {
     Roles(roles)
 }
 
+/// Text written lately for a few keys, copied when a key comes again: a
+/// checkpoint repeats a handful of dtypes and shapes over thousands of
+/// entries (every expert's projections), whose numbers need not be
+/// formatted each time.
+struct Recent<K> {
+    slots: Vec<(K, Vec<u8>)>,
+    /// The slot the next new key replaces, once all are taken.
+    next: usize,
+}
+
+impl<K> Default for Recent<K> {
+    fn default() -> Self {
+        Self {
+            slots: Vec::with_capacity(RECENT_KEPT),
+            next: 0,
+        }
+    }
+}
+
+/// Keys a [`Recent`] keeps: enough for a block of experts and a layer's
+/// attention.
+const RECENT_KEPT: usize = 8;
+
+impl<K: PartialEq> Recent<K> {
+    /// Appends the text for `key`: what `render` wrote for it lately, else
+    /// what it writes now (and keeps).
+    fn write(&mut self, buf: &mut Vec<u8>, key: K, render: impl FnOnce(&mut Vec<u8>)) {
+        if let Some((_, text)) = self.slots.iter().find(|(k, _)| *k == key) {
+            buf.extend_from_slice(text);
+            return;
+        }
+        let start = buf.len();
+        render(buf);
+        let text = buf.get(start..).unwrap_or_default().to_vec();
+        if self.slots.len() < RECENT_KEPT {
+            self.slots.push((key, text));
+        } else if let Some(slot) = self.slots.get_mut(self.next) {
+            *slot = (key, text);
+            self.next = (self.next + 1) % RECENT_KEPT;
+        }
+    }
+}
+
+/// What a tensor's `dtype`, `shape` and `bytes` fields are written from.
+type FieldsKey<'a> = (crate::checkpoint::Dtype, u64, &'a [u64]);
+
+/// What an FP8 weight's `quantized` object is written from: its block,
+/// format name and shape.
+type Fp8Key<'a> = (Option<[u64; 2]>, &'static str, &'a [u64]);
+
+/// The recent texts of one writer: a tensor's dtype, shape and bytes, and
+/// an FP8 weight's `quantized` object.
+#[derive(Default)]
+struct RecentFields<'a> {
+    fields: Recent<FieldsKey<'a>>,
+    fp8: Recent<Fp8Key<'a>>,
+}
+
 /// Appends the fields `role` adds to an entry, byte for byte as
 /// `serde_json` writes them (object keys in sorted order, as its `json!`
 /// maps keep them).
-fn push_role(
+fn push_role<'a>(
     buf: &mut Vec<u8>,
     role: Role,
-    tensor: TensorRef<'_>,
-    checkpoint: &Checkpoint,
+    tensor: TensorRef<'a>,
+    checkpoint: &'a Checkpoint,
     summary: &Summary,
+    recent: &mut RecentFields<'a>,
 ) {
     let tensors = checkpoint.tensors();
     // Owners and weights are mostly in the tensor's own shard: no search.
@@ -461,18 +521,22 @@ fn push_role(
             let Some(t) = summary.fp8.as_ref().and_then(|f| f.tensors.get(k)) else {
                 return;
             };
-            buf.extend_from_slice(b",\"quantized\":{\"block\":");
-            match t.block {
-                Some(block) => push_naturals(buf, &block),
-                None => buf.extend_from_slice(b"null"),
-            }
-            // Format names are plain ASCII identifiers: nothing to escape.
-            buf.extend_from_slice(b",\"format\":\"");
-            buf.extend_from_slice(t.format.name().as_bytes());
-            buf.push(b'"');
-            buf.extend_from_slice(b",\"mode\":\"fp8\",\"shape\":");
-            push_naturals(buf, at(t.weight).shape());
-            buf.push(b'}');
+            let shape = at(t.weight).shape();
+            let key = (t.block, t.format.name(), shape);
+            recent.fp8.write(buf, key, |buf| {
+                buf.extend_from_slice(b",\"quantized\":{\"block\":");
+                match t.block {
+                    Some(block) => push_naturals(buf, &block),
+                    None => buf.extend_from_slice(b"null"),
+                }
+                // Format names are plain ASCII identifiers: nothing to escape.
+                buf.extend_from_slice(b",\"format\":\"");
+                buf.extend_from_slice(t.format.name().as_bytes());
+                buf.push(b'"');
+                buf.extend_from_slice(b",\"mode\":\"fp8\",\"shape\":");
+                push_naturals(buf, shape);
+                buf.push(b'}');
+            });
         }
     }
 }
@@ -507,17 +571,24 @@ fn publish((lock, turn): &(Mutex<usize>, std::sync::Condvar), written: usize) {
 /// `{"name":..,"dtype":..,"shape":[..],"bytes":..,"shard":..`, written by
 /// hand (a third of serde's time on 90k entries), byte for byte as
 /// `serde_json` writes it.
-fn push_tensor(buf: &mut Vec<u8>, tensor: TensorRef<'_>, shard_name: &[u8]) {
-    let mut digits = itoa::Buffer::new();
+fn push_tensor<'a>(
+    buf: &mut Vec<u8>,
+    tensor: TensorRef<'a>,
+    shard_name: &[u8],
+    recent: &mut RecentFields<'a>,
+) {
     buf.extend_from_slice(b"{\"name\":");
     push_name(buf, tensor);
-    buf.extend_from_slice(b",\"dtype\":\"");
-    // Dtype names are plain ASCII identifiers: nothing to escape.
-    buf.extend_from_slice(tensor.dtype().name().as_bytes());
-    buf.extend_from_slice(b"\",\"shape\":");
-    push_naturals(buf, tensor.shape());
-    buf.extend_from_slice(b",\"bytes\":");
-    buf.extend_from_slice(digits.format(tensor.bytes()).as_bytes());
+    let key = (tensor.dtype(), tensor.bytes(), tensor.shape());
+    recent.fields.write(buf, key, |buf| {
+        buf.extend_from_slice(b",\"dtype\":\"");
+        // Dtype names are plain ASCII identifiers: nothing to escape.
+        buf.extend_from_slice(tensor.dtype().name().as_bytes());
+        buf.extend_from_slice(b"\",\"shape\":");
+        push_naturals(buf, tensor.shape());
+        buf.extend_from_slice(b",\"bytes\":");
+        buf.extend_from_slice(itoa::Buffer::new().format(tensor.bytes()).as_bytes());
+    });
     buf.extend_from_slice(b",\"shard\":");
     buf.extend_from_slice(shard_name);
 }
@@ -906,7 +977,7 @@ mod tests {
             let mut shard_name = Vec::new();
             push_json_str(&mut shard_name, shard);
             let mut ours = Vec::new();
-            push_tensor(&mut ours, tensor, &shard_name);
+            push_tensor(&mut ours, tensor, &shard_name, &mut RecentFields::default());
             ours.push(b'}');
             let theirs = serde_json::to_vec(&Entry {
                 name,
@@ -1051,7 +1122,14 @@ mod tests {
             let Some(role) = all.get(i) else { continue };
             seen += 1;
             let mut ours = Vec::new();
-            push_role(&mut ours, role, tensors.at(i), &checkpoint, &summary);
+            push_role(
+                &mut ours,
+                role,
+                tensors.at(i),
+                &checkpoint,
+                &summary,
+                &mut RecentFields::default(),
+            );
             let theirs = match role {
                 Role::PartOf(owner) => {
                     let mut buf = b",\"part_of\":".to_vec();
