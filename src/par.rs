@@ -8,10 +8,13 @@
 
 use std::num::NonZero;
 
-/// The cores to spread work over (1 where the OS cannot say).
+/// The cores to spread work over (1 where the OS cannot say), asked once:
+/// the answer reads the process's cgroup files each time (a tenth of a
+/// millisecond), and `inspect` asks at every parallel step.
 #[must_use]
 pub fn cores() -> usize {
-    std::thread::available_parallelism().map_or(1, NonZero::get)
+    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, NonZero::get))
 }
 
 /// Runs `worker(k)` for `k` in `0..count`, each on its own scoped thread

@@ -300,24 +300,40 @@ impl Checkpoint {
         headers: Vec<Parsed>,
         mut problems: Vec<CheckpointError>,
     ) -> (Self, Vec<Option<NameDigest>>) {
-        let mut digests = Vec::with_capacity(files.len());
-        let mut shards = Vec::with_capacity(files.len());
-        let total: usize = headers.iter().flatten().map(|(h, _)| h.tensors.len()).sum();
-        let mut tensors = TensorTable::with_capacity(files.len(), total);
-        for ((file, path), header) in files.into_iter().zip(headers) {
-            let (header, hashes) = match header {
+        // Each file's header, or its error, in order; the opened ones' columns
+        // and name hashes go to the table together.
+        let mut parts = Vec::with_capacity(files.len());
+        let mut part_hashes = Vec::with_capacity(files.len());
+        let parsed: Vec<_> = files
+            .into_iter()
+            .zip(headers)
+            .map(|(file, header)| {
+                header.map(|(mut header, hashes)| {
+                    parts.push(std::mem::take(&mut header.tensors));
+                    part_hashes.push(hashes);
+                    (file, header)
+                })
+            })
+            .collect();
+        let (tensors, duplicates) = TensorTable::from_shards(parts, &part_hashes);
+        let mut digests = Vec::with_capacity(part_hashes.len());
+        let mut shards: Vec<Shard> = Vec::with_capacity(part_hashes.len());
+        let mut opened = part_hashes.iter().zip(duplicates);
+        for result in parsed {
+            let ((file, path), header) = match result {
                 Ok(parsed) => parsed,
                 Err(err) => {
                     problems.push(err);
                     continue;
                 }
             };
-            let start = tensors.len();
+            let Some((hashes, duplicates)) = opened.next() else {
+                break;
+            };
             let mut digest = NameDigest::default();
-            for &hash in &hashes {
+            for &hash in hashes {
                 digest.add(hash);
             }
-            let duplicates = tensors.push_shard(header.tensors, &hashes);
             digests.push(duplicates.is_empty().then_some(digest));
             for (tensor, first) in duplicates {
                 let first_shard = tensors
@@ -329,8 +345,9 @@ impl Checkpoint {
                     second: path.clone(),
                 });
             }
+            let range = tensors.part_range(shards.len());
             let data_bytes = tensors
-                .iter_range(start..tensors.len())
+                .iter_range(range.clone())
                 .map(TensorRef::bytes)
                 .sum();
             shards.push(Shard {
@@ -339,7 +356,7 @@ impl Checkpoint {
                 file_bytes: header.file_bytes,
                 header_bytes: header.header_bytes,
                 metadata: header.metadata,
-                tensors: start..tensors.len(),
+                tensors: range,
                 data_bytes,
             });
         }

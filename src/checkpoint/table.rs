@@ -336,83 +336,147 @@ pub struct TensorTable {
     /// Position of each part's first tensor.
     starts: Vec<usize>,
     len: usize,
-    /// (part, local) packed as `part << 32 | local`, by [`name_hash`].
-    by_name: hashbrown::HashTable<u64>,
+    /// (part, local) packed as `part << 32 | local`, by [`name_hash`]: one
+    /// table per [`NameIndex`] slice of the hashes, filled side by side.
+    by_name: Vec<hashbrown::HashTable<u64>>,
 }
 
-impl TensorTable {
-    /// An empty table with room in the name index for `tensors` names.
-    pub(super) fn with_capacity(shards: usize, tensors: usize) -> Self {
+/// Which of the name index's tables files a hash: a power of two of them,
+/// told apart by bits the tables themselves do not use (a table takes its
+/// buckets from the low bits and its tags from the top seven).
+#[derive(Debug, Clone, Copy)]
+struct NameIndex {
+    tables: usize,
+}
+
+impl NameIndex {
+    fn for_cores() -> Self {
         Self {
-            parts: Vec::with_capacity(shards),
-            starts: Vec::with_capacity(shards),
-            len: 0,
-            by_name: hashbrown::HashTable::with_capacity(tensors),
+            tables: crate::par::cores().clamp(1, 64).next_power_of_two(),
         }
     }
 
-    /// Adds the next shard's tensors (`hashes[i]` is the [`name_hash`] of
-    /// tensor `i`'s name). A name already filed from an earlier shard is
-    /// left out; such names come back as (name, position filed first).
-    pub(super) fn push_shard(
-        &mut self,
-        mut part: ShardTensors,
-        hashes: &[u64],
-    ) -> Vec<(String, usize)> {
-        let mut duplicates = Vec::new();
-        let mut skipped = Vec::new();
-        let index = self.parts.len();
-        if u32::try_from(index).is_err() || u32::try_from(part.len()).is_err() {
-            // Beyond any real checkpoint; refuse rather than wrap around.
-            return part.iter().map(|t| (t.name().to_owned(), 0)).collect();
-        }
-        for (local, &hash) in (0..part.len()).zip(hashes) {
-            let name = part.name(local);
-            let key = (index as u64) << 32 | local as u64;
-            let found = {
-                let parts = &self.parts;
-                let starts = &self.starts;
-                let same = |&k: &u64| {
-                    let (p, l) = unpack(k);
-                    parts.get(p).unwrap_or(&part).name(l) == name
-                };
-                match self.by_name.entry(hash, same, |&k| {
-                    let (p, l) = unpack(k);
-                    name_hash(parts.get(p).unwrap_or(&part).name(l))
-                }) {
-                    hashbrown::hash_table::Entry::Occupied(first) => {
-                        let (p, l) = unpack(*first.get());
-                        Some(starts.get(p).map_or(l, |s| s + l))
-                    }
-                    hashbrown::hash_table::Entry::Vacant(slot) => {
-                        slot.insert(key);
-                        None
-                    }
-                }
-            };
-            if let Some(first) = found {
-                duplicates.push((name.to_owned(), first));
-                skipped.push(local);
+    fn table_of(self, hash: u64) -> usize {
+        // Below 64 tables: the cast keeps every bit that the mask keeps.
+        #[allow(clippy::cast_possible_truncation)]
+        let bits = (hash >> 40) as usize;
+        bits & (self.tables - 1)
+    }
+}
+
+impl TensorTable {
+    /// The table of `parts` in shard order (`hashes[k][i]` is the
+    /// [`name_hash`] of part `k`'s tensor `i`). A name already filed from
+    /// an earlier part is left out; such names come back, per part, as
+    /// (name, position filed first). The name index is filled on every
+    /// core at once, each thread taking one slice of the hashes through all
+    /// the parts in order, so the first of equal names is always the one
+    /// filed.
+    pub(super) fn from_shards(
+        mut parts: Vec<ShardTensors>,
+        hashes: &[Vec<u64>],
+    ) -> (Self, Vec<Vec<(String, usize)>>) {
+        let split = NameIndex::for_cores();
+        // Beyond any real checkpoint (4G shards or tensors in one): such a
+        // part is refused whole rather than wrapped around.
+        let too_large: Vec<bool> = parts
+            .iter()
+            .enumerate()
+            .map(|(k, p)| u32::try_from(k).is_err() || u32::try_from(p.len()).is_err())
+            .collect();
+        let fill = |slice: usize| fill_slice(&parts, hashes, &too_large, split, slice);
+        let filled: Vec<_> = if split.tables == 1 {
+            vec![fill(0)]
+        } else {
+            let (done, ()) = crate::par::on_workers(split.tables, "name-index", &fill, |_| ());
+            // A slice whose thread did not start or failed: filled here.
+            done.into_iter()
+                .enumerate()
+                .map(|(slice, d)| d.unwrap_or_else(|| fill(slice)))
+                .collect()
+        };
+        let mut by_name = Vec::with_capacity(filled.len());
+        // Per part: the positions in it of the names left out.
+        let mut left_out: Vec<Vec<usize>> = vec![Vec::new(); parts.len()];
+        for (table, repeated) in filled {
+            by_name.push(table);
+            for (k, local) in repeated {
+                left_out[k].push(local);
             }
         }
-        if !skipped.is_empty() {
-            // Positions filed for this part shift down past each left-out name.
-            for (local, &hash) in (0..part.len()).zip(hashes) {
-                if skipped.binary_search(&local).is_ok() {
+        // Per part: each name left out, with its hash.
+        let mut skipped_names: Vec<Vec<(String, u64)>> = vec![Vec::new(); parts.len()];
+        for (k, out) in left_out.iter_mut().enumerate() {
+            if too_large.get(k) == Some(&true) {
+                skipped_names[k] = parts[k]
+                    .iter()
+                    .map(|t| (t.name().to_owned(), name_hash(t.name())))
+                    .collect();
+                parts[k] = ShardTensors::default();
+                continue;
+            }
+            if out.is_empty() {
+                continue;
+            }
+            out.sort_unstable();
+            let skipped: &[usize] = out;
+            skipped_names[k] = skipped
+                .iter()
+                .map(|&local| {
+                    let hash = hashes[k].get(local).copied().unwrap_or(0);
+                    (parts[k].name(local).to_owned(), hash)
+                })
+                .collect();
+            // Keys filed for this part shift down past each left-out name.
+            for (local, &hash) in hashes[k].iter().enumerate().take(parts[k].len()) {
+                let shift = skipped.partition_point(|&s| s < local);
+                if shift == 0 || skipped.get(shift) == Some(&local) {
                     continue;
                 }
-                let key = (index as u64) << 32 | local as u64;
-                let shift = skipped.partition_point(|&s| s < local);
-                if let Some(k) = self.by_name.find_mut(hash, |&k| k == key) {
-                    *k -= shift as u64;
+                let key = pack(k, local);
+                if let Some(filed) = by_name
+                    .get_mut(split.table_of(hash))
+                    .and_then(|t| t.find_mut(hash, |&f| f == key))
+                {
+                    *filed -= shift as u64;
                 }
             }
-            part = part.without(&skipped);
+            parts[k] = parts[k].without(skipped);
         }
-        self.starts.push(self.len);
-        self.len += part.len();
-        self.parts.push(part);
-        duplicates
+        let mut starts = Vec::with_capacity(parts.len());
+        let mut len = 0;
+        for part in &parts {
+            starts.push(len);
+            len += part.len();
+        }
+        let table = Self {
+            parts,
+            starts,
+            len,
+            by_name,
+        };
+        // Where each name left out was filed first, looked up now that
+        // positions are final (its own part may have lost names before it).
+        let duplicates = skipped_names
+            .into_iter()
+            .map(|names| {
+                names
+                    .into_iter()
+                    .map(|(name, hash)| {
+                        let first = table.position_hashed(&name, hash).unwrap_or(0);
+                        (name, first)
+                    })
+                    .collect()
+            })
+            .collect();
+        (table, duplicates)
+    }
+
+    /// Positions of part `k`'s tensors (empty past the last part).
+    pub(super) fn part_range(&self, k: usize) -> std::ops::Range<usize> {
+        let start = self.starts.get(k).copied().unwrap_or(self.len);
+        let end = self.starts.get(k + 1).copied().unwrap_or(self.len);
+        start..end
     }
 
     /// Number of tensors.
@@ -554,7 +618,11 @@ impl TensorTable {
 
     /// [`TensorTable::position`] with the name's [`name_hash`] known.
     pub(super) fn position_hashed(&self, name: &str, hash: u64) -> Option<usize> {
-        let &key = self.by_name.find(hash, |&k| {
+        // An empty table (the default) has no name index at all.
+        let tables = NameIndex {
+            tables: self.by_name.len().max(1),
+        };
+        let &key = self.by_name.get(tables.table_of(hash))?.find(hash, |&k| {
             let (p, l) = unpack(k);
             self.parts.get(p).is_some_and(|q| q.name(l) == name)
         })?;
@@ -621,7 +689,54 @@ impl<'a> IntoIterator for &'a TensorTable {
     }
 }
 
-// Both halves were `u32`s (checked in `push_shard`).
+/// The name index's table `slice` (of `split`) for `parts` (leaving out
+/// those `too_large`), and the (part, position) of each name in it that
+/// an earlier one had filed.
+fn fill_slice(
+    parts: &[ShardTensors],
+    hashes: &[Vec<u64>],
+    too_large: &[bool],
+    split: NameIndex,
+    slice: usize,
+) -> (hashbrown::HashTable<u64>, Vec<(usize, usize)>) {
+    let total: usize = parts.iter().map(ShardTensors::len).sum();
+    let mut table = hashbrown::HashTable::with_capacity(total / split.tables + 64);
+    let mut repeated = Vec::new();
+    for (k, (part, part_hashes)) in parts.iter().zip(hashes).enumerate() {
+        if too_large.get(k) == Some(&true) {
+            continue;
+        }
+        for (local, &hash) in part_hashes.iter().enumerate().take(part.len()) {
+            if split.table_of(hash) != slice {
+                continue;
+            }
+            let name = part.name(local);
+            let same = |&key: &u64| {
+                let (p, l) = unpack(key);
+                parts.get(p).is_some_and(|q| q.name(l) == name)
+            };
+            let rehash = |&key: &u64| {
+                let (p, l) = unpack(key);
+                parts.get(p).map_or(0, |q| name_hash(q.name(l)))
+            };
+            match table.entry(hash, same, rehash) {
+                hashbrown::hash_table::Entry::Occupied(_) => repeated.push((k, local)),
+                hashbrown::hash_table::Entry::Vacant(slot) => {
+                    slot.insert(pack(k, local));
+                }
+            }
+        }
+    }
+    (table, repeated)
+}
+
+/// A part and a position in it as one key (both below 2^32, checked in
+/// [`TensorTable::from_shards`]).
+fn pack(part: usize, local: usize) -> u64 {
+    (part as u64) << 32 | local as u64
+}
+
+// Both halves were `u32`s (see `pack`).
 #[allow(clippy::cast_possible_truncation)]
 fn unpack(key: u64) -> (usize, usize) {
     ((key >> 32) as usize, (key & u64::from(u32::MAX)) as usize)
@@ -651,6 +766,11 @@ mod tests {
         (columns, hashes)
     }
 
+    fn table_of(shards: &[&[&str]]) -> (TensorTable, Vec<Vec<(String, usize)>>) {
+        let (parts, hashes): (Vec<_>, Vec<_>) = shards.iter().map(|names| part(names)).unzip();
+        TensorTable::from_shards(parts, &hashes)
+    }
+
     #[test]
     fn columns_read_back_what_was_pushed() {
         let (columns, _) = part(&["a", "", "ünï.weight", "d"]);
@@ -666,14 +786,10 @@ mod tests {
 
     #[test]
     fn a_name_filed_by_an_earlier_shard_is_left_out_and_positions_stay_dense() {
-        let mut table = TensorTable::with_capacity(4, 8);
-        let (a, ha) = part(&["x", "y"]);
-        assert!(table.push_shard(a, &ha).is_empty());
-        let (empty, he) = part(&[]);
-        assert!(table.push_shard(empty, &he).is_empty());
-        let (b, hb) = part(&["p", "y", "q", "x", "r"]);
-        let dups = table.push_shard(b, &hb);
-        assert_eq!(dups, vec![("y".to_owned(), 1), ("x".to_owned(), 0)]);
+        let (table, dups) = table_of(&[&["x", "y"], &[], &["p", "y", "q", "x", "r"]]);
+        assert_eq!(dups[0], []);
+        assert_eq!(dups[1], []);
+        assert_eq!(dups[2], vec![("y".to_owned(), 1), ("x".to_owned(), 0)]);
         let names: Vec<&str> = table.iter().map(TensorRef::name).collect();
         assert_eq!(names, ["x", "y", "p", "q", "r"]);
         for (position, t) in table.iter().enumerate() {
@@ -692,20 +808,37 @@ mod tests {
     }
 
     #[test]
+    fn a_name_first_filed_after_left_out_ones_is_found_where_it_moved() {
+        // `b` loses `x` (filed by `a`), so its `y` moves down one place;
+        // `c`'s `y` is reported against that place, and every name is
+        // found where it is.
+        let (table, dups) = table_of(&[&["x"], &["x", "y"], &["y", "z"]]);
+        assert_eq!(dups[1], vec![("x".to_owned(), 0)]);
+        assert_eq!(dups[2], vec![("y".to_owned(), 1)]);
+        let names: Vec<&str> = table.iter().map(TensorRef::name).collect();
+        assert_eq!(names, ["x", "y", "z"]);
+        for (position, t) in table.iter().enumerate() {
+            assert_eq!(table.position(t.name()), Some(position));
+        }
+        assert_eq!(table.part_range(1), 1..2);
+        assert_eq!(table.part_range(3), 3..3);
+    }
+
+    #[test]
     fn a_short_shard_after_a_long_one_files_every_name() {
         // Probing compares against names of earlier, longer shards.
         let long: Vec<String> = (0..3000)
             .map(|i| format!("model.layers.{i}.weight"))
             .collect();
         let long: Vec<&str> = long.iter().map(String::as_str).collect();
-        let mut table = TensorTable::with_capacity(2, 16);
-        let (a, ha) = part(&long);
-        assert!(table.push_shard(a, &ha).is_empty());
-        for i in 0..50 {
-            let name = format!("lm_head.{i}");
-            let (b, hb) = part(&[&name]);
-            assert!(table.push_shard(b, &hb).is_empty());
-            assert_eq!(table.position(&name), Some(3000 + i));
+        let short: Vec<String> = (0..50).map(|i| format!("lm_head.{i}")).collect();
+        let mut names: Vec<&[&str]> = vec![&long];
+        let short: Vec<[&str; 1]> = short.iter().map(|n| [n.as_str()]).collect();
+        names.extend(short.iter().map(|n| &n[..]));
+        let (table, dups) = table_of(&names);
+        assert!(dups.iter().all(Vec::is_empty));
+        for (i, [name]) in short.iter().enumerate() {
+            assert_eq!(table.position(name), Some(3000 + i));
         }
         assert_eq!(table.position("model.layers.2999.weight"), Some(2999));
     }
@@ -729,11 +862,8 @@ mod tests {
             "f.weight_scale_inv",
             "c.weight_scale_inv",
         ];
-        let mut table = TensorTable::with_capacity(2, 16);
-        for names in [&first[..], &second[..]] {
-            let (p, h) = part(names);
-            assert!(table.push_shard(p, &h).is_empty());
-        }
+        let (table, dups) = table_of(&[&first, &second]);
+        assert!(dups.iter().all(Vec::is_empty));
         let mut guess = PartnerGuess::default();
         for t in &table {
             if t.name().ends_with("_scale_inv") {
