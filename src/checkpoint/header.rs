@@ -308,29 +308,39 @@ fn validate(
         data: data_bytes,
     } = sizes;
     // Names are hashed once, for this check and for the tensor table.
-    let mut hashed: Vec<(Entry<'_>, u64)> = tensors
-        .drain(..)
-        .map(|t| (t, super::table::name_hash(t.name)))
+    let mut name_hashes: Vec<u64> = tensors
+        .iter()
+        .map(|t| super::table::name_hash(t.name))
         .collect();
-    let mut seen: hashbrown::HashTable<usize> = hashbrown::HashTable::with_capacity(hashed.len());
-    for (i, (t, hash)) in hashed.iter().enumerate() {
-        let same = |&j: &usize| hashed.get(j).is_some_and(|(u, _)| u.name == t.name);
-        if seen.find(*hash, same).is_some() {
+    let mut seen: hashbrown::HashTable<usize> = hashbrown::HashTable::with_capacity(tensors.len());
+    for (i, (t, &hash)) in tensors.iter().zip(&name_hashes).enumerate() {
+        let same = |&j: &usize| tensors.get(j).is_some_and(|u| u.name == t.name);
+        if seen.find(hash, same).is_some() {
             return Err(CheckpointError::DuplicateTensor {
                 tensor: t.name.to_owned(),
                 first: path.to_path_buf(),
                 second: path.to_path_buf(),
             });
         }
-        seen.insert_unique(*hash, i, |&j| hashed.get(j).map_or(0, |(_, h)| *h));
+        seen.insert_unique(hash, i, |&j| name_hashes.get(j).copied().unwrap_or(0));
     }
     drop(seen);
-    hashed.sort_unstable_by(|(a, _), (b, _)| {
+    // Data order: writers mostly list tensors in it already, so the two
+    // lists are reordered only when they do not.
+    let in_data_order = |a: &Entry<'_>, b: &Entry<'_>| {
         a.data_offsets
             .cmp(&b.data_offsets)
             .then_with(|| a.name.cmp(b.name))
-    });
-    let (tensors, name_hashes): (Vec<Entry<'_>>, Vec<u64>) = hashed.into_iter().unzip();
+    };
+    if !tensors
+        .windows(2)
+        .all(|w| in_data_order(&w[0], &w[1]).is_le())
+    {
+        let mut order: Vec<usize> = (0..tensors.len()).collect();
+        order.sort_unstable_by(|&a, &b| in_data_order(&tensors[a], &tensors[b]));
+        tensors = order.iter().map(|&i| tensors[i]).collect();
+        name_hashes = order.iter().map(|&i| name_hashes[i]).collect();
+    }
     check_tiling(path, &tensors, data_bytes)?;
     let name_bytes = tensors.iter().map(|t| t.name.len()).sum();
     let mut columns = ShardTensors::with_capacity(tensors.len(), name_bytes);
