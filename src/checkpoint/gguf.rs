@@ -592,10 +592,23 @@ impl GgufHeader {
             }
             metadata.push((key, value(&mut r, kind)?));
         }
+        let alignment = metadata
+            .iter()
+            .find(|(k, _)| k == "general.alignment")
+            .and_then(|(_, v)| match v {
+                MetaValue::Int(n) => u64::try_from(*n).ok(),
+                _ => None,
+            })
+            .unwrap_or(32);
+        let aligned = alignment != 0 && alignment.is_power_of_two();
         // Room for the count claimed, up to a bound a damaged count cannot
         // turn into a large allocation.
         let mut tensors =
             Vec::with_capacity(usize::try_from(tensor_count).unwrap_or(0).min(1 << 17));
+        // Each entry is checked as it is read, but a bad one is reported
+        // only once the whole list has been read (a file cut short says so
+        // first) and the alignment found good.
+        let mut first_bad = None;
         for _ in 0..tensor_count {
             let name = r.string("a tensor name of")?;
             let dims = r.u32()?;
@@ -611,29 +624,28 @@ impl GgufHeader {
             let type_id = r.u32()?;
             let offset = r.u64()?;
             ne.reverse();
-            tensors.push((name, type_id, ne, offset));
+            if !aligned || first_bad.is_some() {
+                continue;
+            }
+            match tensor_entry(name, type_id, ne, offset, alignment) {
+                Ok(tensor) => tensors.push(tensor),
+                Err(err) => first_bad = Some(err),
+            }
         }
-        let alignment = metadata
-            .iter()
-            .find(|(k, _)| k == "general.alignment")
-            .and_then(|(_, v)| match v {
-                MetaValue::Int(n) => u64::try_from(*n).ok(),
-                _ => None,
-            })
-            .unwrap_or(32);
-        if alignment == 0 || !alignment.is_power_of_two() {
+        if !aligned {
             return Err(GgufError::Invalid(format!(
                 "general.alignment {alignment} is not a power of two"
             )));
         }
+        if let Some(err) = first_bad {
+            return Err(err);
+        }
         let header_bytes = r.at;
         let data_start = header_bytes.next_multiple_of(alignment);
-        let tensors = tensors
-            .into_iter()
-            .map(|(name, type_id, shape, offset)| {
-                tensor_entry(name, type_id, shape, offset, (data_start, alignment))
-            })
-            .collect::<Result<Vec<_>, GgufError>>()?;
+        // Offsets were read from the data section's start.
+        for t in &mut tensors {
+            t.offset = data_start.saturating_add(t.offset);
+        }
         Ok(Self {
             version,
             metadata,
@@ -646,14 +658,15 @@ impl GgufHeader {
 }
 
 /// A tensor's entry from its header fields: its bytes from its type's
-/// blocks, its offset from the file's start; a row that is not whole
-/// blocks, a misaligned offset or an overflowing shape is an error.
+/// blocks, its offset still from the data section's start; a row that is
+/// not whole blocks, a misaligned offset or an overflowing shape is an
+/// error.
 fn tensor_entry(
     name: String,
     type_id: u32,
     shape: Vec<u64>,
     offset: u64,
-    (data_start, alignment): (u64, u64),
+    alignment: u64,
 ) -> Result<GgufTensor, GgufError> {
     let values = shape
         .iter()
@@ -681,7 +694,7 @@ fn tensor_entry(
         name,
         type_id,
         shape,
-        offset: data_start.saturating_add(offset),
+        offset,
         bytes,
     })
 }

@@ -4,7 +4,6 @@
 //! each type (load, expand to float16 and at what cost, refuse the whole
 //! file, or leave tensors out), so the user knows before loading.
 
-use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::Path;
 
@@ -21,20 +20,34 @@ struct TypeRow {
 }
 
 fn by_type(header: &GgufHeader) -> Vec<TypeRow> {
-    let mut rows: BTreeMap<u32, TypeRow> = BTreeMap::new();
+    // A file has a handful of types, mostly in runs: the last row used is
+    // tried first, then the others in turn (no map per tensor).
+    let mut rows: Vec<TypeRow> = Vec::new();
+    let mut last = 0;
     for t in &header.tensors {
-        let row = rows.entry(t.type_id).or_insert(TypeRow {
-            ggml: t.ggml_type(),
-            type_id: t.type_id,
-            tensors: 0,
-            values: 0,
-            bytes: 0,
-        });
-        row.tensors += 1;
-        row.values += t.values();
-        row.bytes += t.bytes;
+        if rows.get(last).is_none_or(|r| r.type_id != t.type_id) {
+            last = rows
+                .iter()
+                .position(|r| r.type_id == t.type_id)
+                .unwrap_or(rows.len());
+            if last == rows.len() {
+                rows.push(TypeRow {
+                    ggml: t.ggml_type(),
+                    type_id: t.type_id,
+                    tensors: 0,
+                    values: 0,
+                    bytes: 0,
+                });
+            }
+        }
+        if let Some(row) = rows.get_mut(last) {
+            row.tensors += 1;
+            row.values += t.values();
+            row.bytes += t.bytes;
+        }
     }
-    let mut rows: Vec<TypeRow> = rows.into_values().collect();
+    // By type id, then most parameters first (ties keep the id order).
+    rows.sort_by_key(|r| r.type_id);
     rows.sort_by_key(|r| std::cmp::Reverse(r.values));
     rows
 }
@@ -266,11 +279,12 @@ pub fn write_json(path: &Path, header: &GgufHeader, out: &mut impl Write) -> std
     out.write_all(b",\"tensors\":[")?;
     let tensors = &header.tensors;
     let serialize = |piece: std::ops::Range<usize>, buf: &mut Vec<u8>| {
+        let mut recent = RecentFields::default();
         for (i, t) in tensors.get(piece).unwrap_or_default().iter().enumerate() {
             if i > 0 {
                 buf.push(b',');
             }
-            push_tensor(buf, t);
+            push_tensor(buf, t, &mut recent);
         }
     };
     super::inspect::write_in_pieces(tensors.len(), b",", &serialize, out)?;
@@ -288,30 +302,46 @@ fn push_identifier(buf: &mut Vec<u8>, name: &str) {
     buf.push(b'"');
 }
 
+/// The text written lately before and after a tensor's name and offset
+/// (see [`super::inspect::Recent`]): its bytes and load key, keyed by
+/// bytes and type; its shape and type, keyed by shape and type.
+#[derive(Default)]
+struct RecentFields<'a> {
+    head: super::inspect::Recent<(u64, u32)>,
+    tail: super::inspect::Recent<(&'a [u64], u32)>,
+}
+
 /// One element of the `tensors` list, as `serde_json` writes a struct of
 /// these fields in this order.
-fn push_tensor(buf: &mut Vec<u8>, t: &crate::checkpoint::gguf::GgufTensor) {
+fn push_tensor<'a>(
+    buf: &mut Vec<u8>,
+    t: &'a crate::checkpoint::gguf::GgufTensor,
+    recent: &mut RecentFields<'a>,
+) {
     use super::inspect::push_json_str;
-    let mut digits = itoa::Buffer::new();
     let ggml = t.ggml_type();
-    buf.extend_from_slice(b"{\"bytes\":");
-    buf.extend_from_slice(digits.format(t.bytes).as_bytes());
-    buf.extend_from_slice(b",\"mlx_load\":");
-    push_identifier(buf, ggml.map_or("unknown", |g| g.mlx_load().key()));
+    recent.head.write(buf, (t.bytes, t.type_id), |buf| {
+        buf.extend_from_slice(b"{\"bytes\":");
+        buf.extend_from_slice(itoa::Buffer::new().format(t.bytes).as_bytes());
+        buf.extend_from_slice(b",\"mlx_load\":");
+        push_identifier(buf, ggml.map_or("unknown", |g| g.mlx_load().key()));
+    });
     buf.extend_from_slice(b",\"name\":");
     push_json_str(buf, &t.name);
     buf.extend_from_slice(b",\"offset\":");
-    buf.extend_from_slice(digits.format(t.offset).as_bytes());
-    buf.extend_from_slice(b",\"shape\":");
-    super::inspect::push_naturals(buf, &t.shape);
-    buf.extend_from_slice(b",\"type\":");
-    match ggml {
-        Some(g) => push_identifier(buf, g.name),
-        None => buf.extend_from_slice(b"null"),
-    }
-    buf.extend_from_slice(b",\"type_id\":");
-    buf.extend_from_slice(digits.format(t.type_id).as_bytes());
-    buf.push(b'}');
+    buf.extend_from_slice(itoa::Buffer::new().format(t.offset).as_bytes());
+    recent.tail.write(buf, (&t.shape, t.type_id), |buf| {
+        buf.extend_from_slice(b",\"shape\":");
+        super::inspect::push_naturals(buf, &t.shape);
+        buf.extend_from_slice(b",\"type\":");
+        match ggml {
+            Some(g) => push_identifier(buf, g.name),
+            None => buf.extend_from_slice(b"null"),
+        }
+        buf.extend_from_slice(b",\"type_id\":");
+        buf.extend_from_slice(itoa::Buffer::new().format(t.type_id).as_bytes());
+        buf.push(b'}');
+    });
 }
 
 /// The JSON report of `header` (see [`Report`]).

@@ -418,7 +418,7 @@ fn roles(checkpoint: &Checkpoint, summary: &Summary) -> Roles {
 /// checkpoint repeats a handful of dtypes and shapes over thousands of
 /// entries (every expert's projections), whose numbers need not be
 /// formatted each time.
-struct Recent<K> {
+pub(super) struct Recent<K> {
     slots: Vec<(K, Vec<u8>)>,
     /// The slot the next new key replaces, once all are taken.
     next: usize,
@@ -440,7 +440,7 @@ const RECENT_KEPT: usize = 8;
 impl<K: PartialEq> Recent<K> {
     /// Appends the text for `key`: what `render` wrote for it lately, else
     /// what it writes now (and keeps).
-    fn write(&mut self, buf: &mut Vec<u8>, key: K, render: impl FnOnce(&mut Vec<u8>)) {
+    pub(super) fn write(&mut self, buf: &mut Vec<u8>, key: K, render: impl FnOnce(&mut Vec<u8>)) {
         if let Some((_, text)) = self.slots.iter().find(|(k, _)| *k == key) {
             buf.extend_from_slice(text);
             return;
