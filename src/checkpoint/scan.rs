@@ -136,7 +136,10 @@ fn starts_with(rest: &[u8], text: &[u8]) -> bool {
     };
     let mut ours = head.chunks_exact(8);
     let mut theirs = text.chunks_exact(8);
-    if !(&mut ours).zip(&mut theirs).all(|(a, b)| word(a) == word(b)) {
+    if !(&mut ours)
+        .zip(&mut theirs)
+        .all(|(a, b)| word(a) == word(b))
+    {
         return false;
     }
     ours.remainder()
