@@ -199,6 +199,10 @@ pub enum MetaValue {
     },
 }
 
+/// A tensor's dimensions, held in its entry up to four (as many as ggml
+/// has; the up to eight a file may claim go to the heap).
+pub type GgufShape = smallvec::SmallVec<[u64; 4]>;
+
 /// One tensor's header entry.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GgufTensor {
@@ -207,7 +211,7 @@ pub struct GgufTensor {
     /// Its type, as the file's id and, when known, its traits.
     pub type_id: u32,
     /// Row-major shape (GGUF's dimensions reversed).
-    pub shape: Vec<u64>,
+    pub shape: GgufShape,
     /// Offset of its data, from the start of the file.
     pub offset: u64,
     /// Bytes of its data.
@@ -617,7 +621,7 @@ impl GgufHeader {
                     "tensor `{name}` has {dims} dimensions (at most {MAX_DIMS})"
                 )));
             }
-            let mut ne = Vec::with_capacity(dims as usize);
+            let mut ne = GgufShape::new();
             for _ in 0..dims {
                 ne.push(r.u64()?);
             }
@@ -664,7 +668,7 @@ impl GgufHeader {
 fn tensor_entry(
     name: String,
     type_id: u32,
-    shape: Vec<u64>,
+    shape: GgufShape,
     offset: u64,
     alignment: u64,
 ) -> Result<GgufTensor, GgufError> {
@@ -775,7 +779,7 @@ mod tests {
         let header = GgufHeader::from_reader(std::io::Cursor::new(&data[..])).expect("valid");
         assert_eq!(header.tensors.len(), 41);
         assert_eq!(header.tensors[40].name, "n".repeat(40));
-        assert_eq!(header.tensors[40].shape, [41, 32]);
+        assert_eq!(header.tensors[40].shape[..], [41, 32]);
         for read_ahead in [1, 2, 3, 5, 8, 13, 64, 4096] {
             assert!(
                 read_ahead_agrees(&data, read_ahead),

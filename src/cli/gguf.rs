@@ -478,7 +478,9 @@ mod tests {
             .map(|i| GgufTensor {
                 name: format!("{}{i}", names[i % names.len()]),
                 type_id: [0, 12, 30, 4242][i % 4],
-                shape: [vec![], vec![7], vec![u64::MAX, 0, 1]][i % 3].clone(),
+                shape: [vec![], vec![7], vec![u64::MAX, 0, 1]][i % 3]
+                    .clone()
+                    .into(),
                 offset: 32 * i as u64,
                 bytes: (1 << 40) + i as u64,
             })

@@ -57,7 +57,7 @@ fn headers_types_and_what_mx_load_does_match_gguf_py_and_mlx() {
                 .iter()
                 .map(|d| d.as_u64().expect("dim"))
                 .collect();
-            assert_eq!(ours.shape, shape, "{}", ours.name);
+            assert_eq!(ours.shape[..], shape[..], "{}", ours.name);
             assert_eq!(Some(ours.bytes), theirs["bytes"].as_u64(), "{}", ours.name);
             assert_eq!(
                 Some(ours.offset),
