@@ -271,6 +271,9 @@ pub fn check_output(path: &Path, inputs: &[&Path]) -> Result<(), FileError> {
             )));
         }
     }
+    // What is there decides how it may be written (a device, a socket, a
+    // dangling link are refused now, before any work).
+    output_target(path)?;
     if let Ok(meta) = std::fs::metadata(&out) {
         if meta.is_dir() {
             return Err(protected("it is a folder".into()));
@@ -288,38 +291,348 @@ pub fn check_output(path: &Path, inputs: &[&Path]) -> Result<(), FileError> {
     Ok(())
 }
 
-/// Writes `bytes` to `path` through a temporary file in the same folder,
-/// renamed over `path` once complete: a failed write (a full disk) leaves
-/// the previous file whole and no partial file behind.
+/// How an output path is written, decided from what is there now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum OutputTarget {
+    /// Nothing there: a new file, made through a temporary file and
+    /// linked in without replacing anything that appeared meanwhile.
+    New(PathBuf),
+    /// A regular file (the path itself, or the target of a link that passed
+    /// the checks): replaced whole through a temporary file in its folder.
+    Replace(PathBuf),
+    /// A FIFO, a terminal, `/dev/null`, `/dev/full`, or a regular file
+    /// reached through `/proc` (`/dev/stdout`): written in place, never
+    /// renamed over.
+    InPlace {
+        /// The path to open (links followed by the kernel).
+        path: PathBuf,
+        /// Device and inode of what was checked: what is opened must be it.
+        identity: (u64, u64),
+    },
+}
+
+/// The character devices an output may be written into: the memory
+/// devices that discard (`/dev/null`, `/dev/zero`, `/dev/full`) and
+/// terminals. Any other device (a disk, `/dev/mem`) is refused.
+fn writable_device(rdev: u64) -> bool {
+    let major = ((rdev >> 8) & 0xfff) | ((rdev >> 32) & !0xfff);
+    let minor = (rdev & 0xff) | ((rdev >> 12) & !0xff);
+    matches!((major, minor), (1, 3 | 5 | 7)) || matches!(major, 4 | 5 | 136..=143)
+}
+
+/// What an existing output is, after the checks that say how it may be
+/// written: a folder, a socket, a block device or another character
+/// device is refused; a link is followed only to a target that passes the
+/// same checks (a link to nothing is refused: following it would create a
+/// file wherever it points).
+fn output_target(path: &Path) -> Result<OutputTarget, FileError> {
+    use std::os::unix::fs::{FileTypeExt as _, MetadataExt as _};
+    let protected = |reason: String| FileError::Protected {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let link = match std::fs::symlink_metadata(path) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Ok(OutputTarget::New(path.to_path_buf()));
+        }
+        Err(e) => return Err(FileError::io("write", path, e)),
+    };
+    let is_link = link.file_type().is_symlink();
+    let meta = if is_link {
+        match std::fs::metadata(path) {
+            Ok(meta) => meta,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(protected("it is a link to a file that does not exist".into()));
+            }
+            Err(e) => return Err(FileError::io("write", path, e)),
+        }
+    } else {
+        link
+    };
+    let in_place = || OutputTarget::InPlace {
+        path: path.to_path_buf(),
+        identity: (meta.dev(), meta.ino()),
+    };
+    let kind = meta.file_type();
+    if kind.is_file() {
+        if !is_link {
+            return Ok(OutputTarget::Replace(path.to_path_buf()));
+        }
+        // `/dev/stdout` and `/dev/fd/N` lead through /proc to a descriptor
+        // of ours: the file behind it is written where the descriptor is.
+        let through_proc = std::fs::read_link(path).is_ok_and(|t| t.starts_with("/proc"));
+        if through_proc {
+            return Ok(in_place());
+        }
+        return std::fs::canonicalize(path)
+            .map(OutputTarget::Replace)
+            .map_err(|e| FileError::io("write", path, e));
+    }
+    if kind.is_fifo() || (kind.is_char_device() && writable_device(meta.rdev())) {
+        return Ok(in_place());
+    }
+    Err(protected(match irregular_kind(kind) {
+        Some("a folder") => "it is a folder".into(),
+        Some("a device") => "it is a device other than a terminal or /dev/null; outputs are written only to files, FIFOs, terminals and /dev/null".into(),
+        Some(kind) => format!("it is {kind}, not a file"),
+        None => "it is not a file".into(),
+    }))
+}
+
+/// Writes `bytes` to `path`, and nothing else of the user's is touched:
+/// - a regular file (or nothing yet) is written through a temporary file
+///   in the same folder, renamed over `path` once complete: a failed write
+///   (a full disk) leaves the previous file whole and no partial file
+///   behind; a file that appears meanwhile is not replaced;
+/// - a link is followed only to a target that passes the same checks, and
+///   the target is replaced (the link stays);
+/// - a FIFO, a terminal, `/dev/null`, `/dev/full` or `/dev/stdout` is
+///   written in place, never renamed over; any other device, a socket or a
+///   folder is refused.
+///
+/// Temporary files left by a process that is gone (killed mid-write) are
+/// removed from the folder first.
 ///
 /// # Errors
-/// [`FileError::Io`] naming `path`.
+/// [`FileError::Io`] or [`FileError::Protected`] naming `path`.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), FileError> {
+    match output_target(path)? {
+        OutputTarget::InPlace { path: at, identity } => write_in_place(path, &at, identity, bytes),
+        OutputTarget::New(at) => match write_through_temporary(path, &at, bytes, false) {
+            // Something appeared there meanwhile: decided again, once.
+            Err(FileError::Io { source, .. })
+                if source.kind() == std::io::ErrorKind::AlreadyExists =>
+            {
+                match output_target(path)? {
+                    OutputTarget::Replace(at) => write_through_temporary(path, &at, bytes, true),
+                    OutputTarget::InPlace { path: at, identity } => {
+                        write_in_place(path, &at, identity, bytes)
+                    }
+                    OutputTarget::New(_) => Err(FileError::io(
+                        "write",
+                        path,
+                        std::io::Error::other("it changed while being written"),
+                    )),
+                }
+            }
+            other => other,
+        },
+        OutputTarget::Replace(at) => write_through_temporary(path, &at, bytes, true),
+    }
+}
+
+/// The prefix of weightscope's temporary files: `.weightscope-PID-`.
+const PART_PREFIX: &str = ".weightscope-";
+const PART_SUFFIX: &str = ".part";
+
+fn write_through_temporary(
+    named: &Path,
+    path: &Path,
+    bytes: &[u8],
+    replace: bool,
+) -> Result<(), FileError> {
     let folder = match path.parent() {
         Some(parent) if !parent.as_os_str().is_empty() => parent,
         _ => Path::new("."),
     };
+    remove_leftover_parts(folder);
     let mut temp = tempfile::Builder::new()
-        .prefix(".weightscope-")
-        .suffix(".part")
+        .prefix(&format!("{PART_PREFIX}{}-", std::process::id()))
+        .suffix(PART_SUFFIX)
         .tempfile_in(folder)
-        .map_err(|e| FileError::io("write", path, e))?;
+        .map_err(|e| FileError::io("write", named, e))?;
     temp.write_all(bytes)
         .and_then(|()| temp.as_file().sync_all())
-        .map_err(|e| FileError::io("write", path, e))?;
+        .map_err(|e| FileError::io("write", named, e))?;
     // The mode a file written the usual way would have: the replaced
     // file's, else 0666 less the umask (tempfile makes its files 0600).
     {
         use std::os::unix::fs::PermissionsExt as _;
-        let mode =
-            std::fs::metadata(path).map_or(0o666 & !umask(), |m| m.permissions().mode() & 0o7777);
+        let mode = std::fs::symlink_metadata(path)
+            .ok()
+            .filter(std::fs::Metadata::is_file)
+            .map_or(0o666 & !umask(), |m| m.permissions().mode() & 0o7777);
         let _ = temp
             .as_file()
             .set_permissions(std::fs::Permissions::from_mode(mode));
     }
-    temp.persist(path)
-        .map_err(|e| FileError::io("write", path, e.error))?;
+    if replace {
+        temp.persist(path)
+            .map_err(|e| FileError::io("write", named, e.error))?;
+    } else {
+        temp.persist_noclobber(path)
+            .map_err(|e| FileError::io("write", named, e.error))?;
+    }
     Ok(())
+}
+
+/// Writes into what is at `path` (a FIFO, a terminal, `/dev/null`, a file
+/// behind `/dev/stdout`) without creating, truncating or renaming anything.
+/// What is opened must be what was checked (`identity`); a FIFO with no
+/// reader is an error, not a wait.
+fn write_in_place(
+    named: &Path,
+    path: &Path,
+    identity: (u64, u64),
+    bytes: &[u8],
+) -> Result<(), FileError> {
+    use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _};
+    let mut file = std::fs::OpenOptions::new()
+        .append(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+        .map_err(|e| {
+            if e.raw_os_error() == Some(libc::ENXIO) {
+                FileError::io(
+                    "write",
+                    named,
+                    std::io::Error::other("it is a FIFO nobody is reading"),
+                )
+            } else {
+                FileError::io("write", named, e)
+            }
+        })?;
+    let opened = file.metadata().map_err(|e| FileError::io("write", named, e))?;
+    if (opened.dev(), opened.ino()) != identity {
+        return Err(FileError::io(
+            "write",
+            named,
+            std::io::Error::other("it was replaced while being opened"),
+        ));
+    }
+    set_blocking(&file).map_err(|e| FileError::io("write", named, e))?;
+    file.write_all(bytes)
+        .map_err(|e| FileError::io("write", named, e))
+}
+
+/// Clears `O_NONBLOCK` on an open file (set only so that opening a FIFO
+/// never waits).
+fn set_blocking(file: &std::fs::File) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd as _;
+    let fd = file.as_raw_fd();
+    #[allow(unsafe_code)]
+    // SAFETY: fcntl on a descriptor this function's caller owns, open for
+    // the whole call; F_GETFL/F_SETFL read and set flags, touching no memory.
+    let done = unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFL);
+        flags >= 0 && libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK) == 0
+    };
+    if done {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// Removes from `folder` the temporary files of weightscope processes that
+/// are gone (`.weightscope-PID-XXXXXX.part` whose PID is not running): a
+/// process killed mid-write leaves one. Only regular files (never a link),
+/// owned by this user, with that exact name shape are removed.
+fn remove_leftover_parts(folder: &Path) {
+    use std::os::unix::fs::MetadataExt as _;
+    let Ok(entries) = std::fs::read_dir(folder) else {
+        return;
+    };
+    let Ok(me) = std::fs::metadata("/proc/self").map(|m| m.uid()) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(leftover_part_pid) else {
+            continue;
+        };
+        if pid == std::process::id() || Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        let path = entry.path();
+        if std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_file() && m.uid() == me) {
+            let _ = std::fs::remove_file(&path);
+        }
+    }
+}
+
+/// The PID in a temporary file's name `.weightscope-PID-XXXXXX.part`.
+fn leftover_part_pid(name: &str) -> Option<u32> {
+    let rest = name.strip_prefix(PART_PREFIX)?.strip_suffix(PART_SUFFIX)?;
+    let (pid, random) = rest.split_once('-')?;
+    if random.is_empty() || !random.bytes().all(|b| b.is_ascii_alphanumeric()) {
+        return None;
+    }
+    pid.parse().ok()
+}
+
+/// Opens a journal (a file written line by line while a job runs) for this
+/// process alone: made with `O_EXCL` and `O_NOFOLLOW` when new; an existing
+/// one must be a regular file (not a link, FIFO or device), and is emptied
+/// only once this process holds its lock. A journal another recording is
+/// writing (it holds the lock) is refused. The lock lasts as long as the
+/// returned file.
+///
+/// # Errors
+/// [`FileError::Protected`] for a link, a non-file or a journal in use;
+/// [`FileError::Io`] otherwise.
+pub fn open_journal(path: &Path) -> Result<std::fs::File, FileError> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let protected = |reason: String| FileError::Protected {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let flags = libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY;
+    let file = match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .custom_flags(flags)
+        .open(path)
+    {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            let meta =
+                std::fs::symlink_metadata(path).map_err(|e| FileError::io("write", path, e))?;
+            if meta.file_type().is_symlink() {
+                return Err(protected("it is a link; a journal is never written through one".into()));
+            }
+            if let Some(kind) = irregular_kind(meta.file_type()) {
+                return Err(protected(format!("it is {kind}, not a file")));
+            }
+            std::fs::OpenOptions::new()
+                .write(true)
+                .custom_flags(flags)
+                .open(path)
+                .map_err(|e| FileError::io("write", path, e))?
+        }
+        Err(e) => return Err(FileError::io("write", path, e)),
+    };
+    let opened = file.metadata().map_err(|e| FileError::io("write", path, e))?;
+    if let Some(kind) = irregular_kind(opened.file_type()) {
+        return Err(protected(format!("it is {kind}, not a file")));
+    }
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => {
+            return Err(protected(
+                "another recording is writing it (give this one another --trace)".into(),
+            ));
+        }
+        Err(std::fs::TryLockError::Error(e)) => return Err(FileError::io("write", path, e)),
+    }
+    file.set_len(0)
+        .and_then(|()| set_blocking(&file))
+        .map_err(|e| FileError::io("write", path, e))?;
+    Ok(file)
+}
+
+/// Removes `path` if it is still the file `file` is (same device and
+/// inode, not a link): a journal is removed only by the recording that
+/// wrote it.
+pub fn remove_if_same(path: &Path, file: &std::fs::File) {
+    use std::os::unix::fs::MetadataExt as _;
+    let (Ok(now), Ok(ours)) = (std::fs::symlink_metadata(path), file.metadata()) else {
+        return;
+    };
+    if now.is_file() && now.dev() == ours.dev() && now.ino() == ours.ino() {
+        let _ = std::fs::remove_file(path);
+    }
 }
 
 /// This process's umask, from `/proc/self/status` (asking the kernel with

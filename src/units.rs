@@ -162,6 +162,28 @@ mod tests {
     }
 }
 
+/// An address as it may be shown: a password in it (`https://user:PASSWORD@host`)
+/// replaced by `***`. Text that is not an address is returned unchanged.
+#[must_use]
+pub fn without_password(text: &str) -> std::borrow::Cow<'_, str> {
+    let Some((scheme, rest)) = text.split_once("://") else {
+        return text.into();
+    };
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let authority = &rest[..authority_end];
+    let Some(at) = authority.rfind('@') else {
+        return text.into();
+    };
+    let user = authority[..at].split(':').next().unwrap_or("");
+    let hidden = if authority[..at].contains(':') {
+        format!("{user}:***")
+    } else {
+        // A token alone as the user name is a secret too.
+        "***".to_owned()
+    };
+    format!("{scheme}://{hidden}@{}", &rest[at + 1..]).into()
+}
+
 /// `text` safe to print on one line: control characters (NUL, line breaks,
 /// escape sequences) and bidirectional formatting characters (which can make
 /// `evil\u{202e}gnp.exe` read as `evilexe.png`) are written as escapes.
@@ -317,4 +339,32 @@ mod printable_tests {
 /// files made printable (the CLI's and the window's start-up messages).
 pub fn say(message: std::fmt::Arguments<'_>) {
     eprintln!("weightscope: {}", printable(&message.to_string()));
+}
+
+#[cfg(test)]
+mod password_tests {
+    use super::without_password;
+
+    #[test]
+    fn passwords_in_addresses_are_never_shown() {
+        assert_eq!(
+            without_password("http://user:PASSWORD@127.0.0.1:9/x.safetensors"),
+            "http://user:***@127.0.0.1:9/x.safetensors"
+        );
+        assert_eq!(
+            without_password("https://hf_TOKEN@host/a"),
+            "https://***@host/a"
+        );
+        // An @ in the path is not a user.
+        assert_eq!(
+            without_password("https://host/org/repo@main/a"),
+            "https://host/org/repo@main/a"
+        );
+        assert_eq!(without_password("/local/model"), "/local/model");
+        assert_eq!(
+            without_password("http://u:p:q@h"),
+            "http://u:***@h",
+            "a colon in the password"
+        );
+    }
 }

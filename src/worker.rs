@@ -164,6 +164,10 @@ pub enum JobError {
     /// The command never reached the worker.
     #[error(transparent)]
     Send(#[from] SendError),
+    /// The job stopped on an internal error (a panic, caught); the worker
+    /// goes on.
+    #[error("internal error, the job was stopped (the next command works): {0}")]
+    Panicked(String),
 }
 
 impl From<WeightsError> for JobError {
@@ -510,7 +514,20 @@ fn run(
                 *slot = Some(token.clone());
             }
         }
-        let listening = handle(command, &mut weights, &options, &send);
+        // No input may stop the worker: a panic inside a job (a bug, or a
+        // library's assertion on a shape from a file) is reported as that
+        // job's failure, and the next command is served (what the job had
+        // made is dropped as the panic unwinds; what was open stays open).
+        let reply = PanicReply::of(&command);
+        let listening = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            handle(command, &mut weights, &options, &send)
+        })) {
+            Ok(listening) => listening,
+            Err(payload) => {
+                let message = panic_message(payload.as_ref());
+                send(reply.event(message), None, Sample::now())
+            }
+        };
         if token.is_some()
             && let Ok(mut slot) = running.lock()
         {
@@ -531,6 +548,55 @@ fn run(
     }
     // Arrays and maps are freed here, on the thread that made them.
     drop(weights);
+}
+
+/// What the app waits for after a command, to be sent when the command
+/// panicked instead.
+enum PanicReply {
+    Open(PathBuf),
+    Failed(Job, String),
+    Diff,
+    DiffTensor(String),
+    Scan,
+}
+
+impl PanicReply {
+    fn of(command: &Command) -> Self {
+        match command {
+            Command::Open(path) | Command::OpenWithView(path, _) => Self::Open(path.clone()),
+            Command::Materialize(name) => Self::Failed(Job::Materialize, name.clone()),
+            Command::Release(name) => Self::Failed(Job::Release, name.clone()),
+            Command::ReleaseShard(shard) => Self::Failed(Job::Release, format!("shard {shard:?}")),
+            Command::ReleaseAll | Command::Close => Self::Failed(Job::Release, String::new()),
+            Command::ClearCache => Self::Failed(Job::ClearCache, String::new()),
+            Command::SetMemoryLimit(_) => Self::Failed(Job::Limit, "memory limit".into()),
+            Command::SetCacheLimit(_) => Self::Failed(Job::Limit, "cache limit".into()),
+            Command::Walk { .. } => Self::Failed(Job::Walk, "walk".into()),
+            Command::Diff { .. } => Self::Diff,
+            Command::DiffTensor { name, .. } => Self::DiffTensor(name.clone()),
+            Command::ScanValues { .. } => Self::Scan,
+        }
+    }
+
+    fn event(self, message: String) -> EventKind {
+        let error = JobError::Panicked(message);
+        match self {
+            Self::Open(path) => EventKind::OpenFailed { path, error },
+            Self::Failed(job, target) => failed(job, target, error),
+            Self::Diff => EventKind::DiffFinished(Err(error)),
+            Self::DiffTensor(name) => EventKind::DiffDetail(name, Err(error)),
+            Self::Scan => EventKind::ScanFinished(Err(error)),
+        }
+    }
+}
+
+/// A panic's message, when it has one.
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "no message".to_owned())
 }
 
 /// Sends a job's events while anybody listens; once nobody does (the app

@@ -63,15 +63,71 @@ def _send(obj):
         _write((line + "\n").encode())
 
 
+# What the descriptor in _fd must still be (device and inode of weightscope's
+# pipe), and the named pipe to move to when it is not.
+_identity = None
+_fallback_path = None
+
+
+def _own_copy(fd):
+    """A private, close-on-exec copy of `fd` above the numbers jobs use
+    (falling back to the lowest free one), and the identity of what it is."""
+    import fcntl
+
+    try:
+        copy = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 512)
+    except OSError:
+        copy = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
+    st = os.fstat(copy)
+    return copy, (st.st_dev, st.st_ino)
+
+
 def _write(line):
+    """Writes to weightscope's pipe, and only there: a job may close every
+    descriptor and open its own files, one of which can take our number.
+    Before each write the descriptor is checked to be the pipe it was (same
+    device and inode); when it is not, the probe moves to the named pipe
+    (checked the same way) or goes quiet. It never writes to a descriptor it
+    cannot prove is its own."""
     global _fd
     fd = _fd
     if fd is None:
         return
     try:
+        st = os.fstat(fd)
+        ours = (st.st_dev, st.st_ino) == _identity
+    except OSError:
+        ours = False
+    if not ours:
+        fd = _moved()
+        if fd is None:
+            return
+    try:
         os.write(fd, line)
     except OSError:
         _fd = None
+
+
+def _moved():
+    """Our descriptor is no longer our pipe: the named pipe instead (once),
+    or nothing. The number that was ours is not closed: it is the job's
+    file now."""
+    global _fd, _identity, _fallback_path
+    _fd = None
+    path, _fallback_path = _fallback_path, None
+    if not path:
+        return None
+    fd = _open_named_pipe(path)
+    if fd is None:
+        return None
+    try:
+        copy, identity = _own_copy(fd)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    _fd, _identity = copy, identity
+    return copy
 
 
 def _before_fork():
@@ -340,6 +396,12 @@ def _named_pipe():
     path = os.environ.get("WEIGHTSCOPE_PROBE_PATH")
     if not path:
         return None
+    return _open_named_pipe(path)
+
+
+def _open_named_pipe(path):
+    import stat
+
     try:
         fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
@@ -391,13 +453,25 @@ def _report_exceptions():
 
 def _start_from_environment():
     """Starts when weightscope's pipe is there: inherited, or by path."""
-    global _fd, _interval, _started
+    global _fd, _interval, _started, _identity, _fallback_path
     fd = _inherited_pipe()
+    if fd is not None:
+        # The named pipe is where to go if the job takes our number.
+        _fallback_path = os.environ.get("WEIGHTSCOPE_PROBE_PATH")
+        try:
+            _fd, _identity = _own_copy(fd)
+        except OSError:
+            fd = None
     if fd is None:
         fd = _named_pipe()
-    if fd is None:
-        return
-    _fd = fd
+        if fd is None:
+            return
+        try:
+            _fd, _identity = _own_copy(fd)
+        except OSError:
+            return
+        finally:
+            os.close(fd)
     _interval = max(0.005, int(os.environ.get("WEIGHTSCOPE_PROBE_INTERVAL_MS", "50")) / 1000)
     _started = time.monotonic()
     hello = {"v": 1, "kind": "hello", "client": "python"}

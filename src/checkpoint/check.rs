@@ -87,6 +87,8 @@ pub const CODES: &[(&str, Severity)] = &[
     ("fp8.missing-scale", Severity::Error),
     ("fp8.scale-shape", Severity::Error),
     ("fp8.unscaled", Severity::Info),
+    ("fp8.block-inferred", Severity::Warning),
+    ("fp8.block-disagree", Severity::Warning),
     ("index.total-size", Severity::Error),
     ("index.total-parameters", Severity::Warning),
     ("files.stray-shard", Severity::Warning),
@@ -365,6 +367,7 @@ fn fp8(checkpoint: &Checkpoint, out: &mut Vec<Finding>) {
         .and_then(|c| c.fp8.as_ref())
         .map(|f| f.block);
     let mut unscaled = 0usize;
+    let mut scaled = 0usize;
     let mut first_unscaled = None;
     for (i, t) in tensors.iter().enumerate() {
         if Fp8Format::of(t.dtype()).is_none() {
@@ -402,6 +405,7 @@ fn fp8(checkpoint: &Checkpoint, out: &mut Vec<Finding>) {
                 .file(file),
             ),
             (Some(s), Some(block)) => {
+                scaled += 1;
                 if let Some(Some(configured)) = block_config
                     && configured != block
                 {
@@ -420,6 +424,7 @@ fn fp8(checkpoint: &Checkpoint, out: &mut Vec<Finding>) {
             }
         }
     }
+    fp8_blocks(checkpoint, block_config.flatten(), scaled, out);
     if let Some(i) = first_unscaled {
         let t = tensors.at(i);
         out.push(
@@ -433,6 +438,44 @@ fn fp8(checkpoint: &Checkpoint, out: &mut Vec<Finding>) {
             .tensor(t.name())
             .file(shard_file(checkpoint, i)),
         );
+    }
+}
+
+/// The block size of block-scaled FP8 weights when config.json does not
+/// give it: inferred from the weights whose shapes divide exactly by their
+/// scales' (a warning, with the size used), and the weights that disagree.
+fn fp8_blocks(
+    checkpoint: &Checkpoint,
+    configured: Option<[u64; 2]>,
+    scaled: usize,
+    out: &mut Vec<Finding>,
+) {
+    if scaled == 0 {
+        return;
+    }
+    let shapes = checkpoint.fp8_shape_blocks();
+    if configured.is_none() {
+        let said = match shapes.block {
+            Some([r, c]) => format!(
+                "config.json gives no `weight_block_size`: the FP8 block {r}x{c} is inferred from the weights whose shapes divide exactly, and used for the ragged ones (add `quantization_config.weight_block_size` to be sure)"
+            ),
+            None => "config.json gives no `weight_block_size` and no weight's shape divides exactly by its scale's: each FP8 block is inferred from its own shapes (add `quantization_config.weight_block_size`)".to_owned(),
+        };
+        out.push(finding("fp8.block-inferred", said).file("config.json"));
+    }
+    if !shapes.disagreeing.is_empty() {
+        let kinds: Vec<String> = shapes
+            .disagreeing
+            .iter()
+            .map(|([r, c], n)| format!("{r}x{c} ({n} weights)"))
+            .collect();
+        out.push(finding(
+            "fp8.block-disagree",
+            format!(
+                "FP8 weights divide exactly into different block sizes: {}",
+                kinds.join(", ")
+            ),
+        ));
     }
 }
 

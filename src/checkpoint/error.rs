@@ -23,7 +23,10 @@ pub enum CheckpointError {
         file_bytes: u64,
     },
     /// The header length exceeds the size cap.
-    #[error("header length {header_bytes} bytes exceeds the {cap_bytes}-byte cap: {}", path.display())]
+    // The declared length is not printed: those are the file's first 8
+    // bytes, and a file that fails this check may be no checkpoint at all
+    // (a secret read through a link).
+    #[error("header length (the file's first 8 bytes) exceeds the {cap_bytes}-byte cap: {}", path.display())]
     HeaderTooLarge {
         /// The shard.
         path: PathBuf,
@@ -33,7 +36,7 @@ pub enum CheckpointError {
         cap_bytes: u64,
     },
     /// The header length runs past the end of the file.
-    #[error("header length {header_bytes} bytes runs past the end of the file ({file_bytes} bytes): {}", path.display())]
+    #[error("header length (the file's first 8 bytes) runs past the end of the file ({file_bytes} bytes): {}", path.display())]
     HeaderPastEnd {
         /// The shard.
         path: PathBuf,

@@ -685,7 +685,16 @@ fn tensor_entry(
                     t.name, t.block_values
                 )));
             }
-            values / t.block_values * t.block_bytes
+            // Checked: an F32 tensor of 2^62+1 values must not "fit" in
+            // 4 bytes.
+            (values / t.block_values)
+                .checked_mul(t.block_bytes)
+                .ok_or_else(|| {
+                    GgufError::Invalid(format!(
+                        "tensor `{name}`: {values} values of {} take more bytes than a file can hold",
+                        t.name
+                    ))
+                })?
         }
         None => 0,
     };

@@ -116,6 +116,9 @@ pub struct Checkpoint {
     ggml: Option<std::sync::Arc<[gguf::GgmlType]>>,
     /// A GGUF file's header.
     gguf: Option<std::sync::Arc<gguf::GgufHeader>>,
+    /// The FP8 block the shapes say (see [`Checkpoint::fp8_shape_blocks`]),
+    /// found once when first asked.
+    fp8_blocks: std::sync::OnceLock<summary::Fp8ShapeBlocks>,
 }
 
 impl Checkpoint {
@@ -133,7 +136,7 @@ impl Checkpoint {
         let remote = path.to_str().is_some_and(crate::remote::is_address);
         if remote && std::io::stderr().is_terminal() {
             // A remote open takes seconds: its progress on the terminal.
-            let shown = path.display().to_string();
+            let shown = crate::units::without_password(&path.display().to_string()).into_owned();
             return Self::open_reporting(path, &move |parsed, total| {
                 let end = if parsed == total { "\n" } else { "" };
                 eprint!("\r{shown}: headers {parsed}/{total}{end}");
@@ -157,7 +160,7 @@ impl Checkpoint {
                 crate::remote::Location::parse(text, &crate::remote::endpoint_from_env())
         {
             let location = location.map_err(|reason| CheckpointError::Unreadable {
-                path: path.to_path_buf(),
+                path: PathBuf::from(crate::units::without_password(text).into_owned()),
                 reason,
             })?;
             return Self::open_remote(location, report);
@@ -370,6 +373,7 @@ impl Checkpoint {
             remote: None,
             ggml: None,
             gguf: None,
+            fp8_blocks: std::sync::OnceLock::new(),
         };
         (checkpoint, digests)
     }

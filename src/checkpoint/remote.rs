@@ -226,8 +226,12 @@ fn indexed(
         read,
     );
     let (index, index_digests) = index_read.into_inner().unwrap_or_else(read_index)?;
+    // One set of the listing, not a search of it per shard: an index of
+    // 200k shards against a listing of 1M files stays linear.
+    let listing: std::collections::HashSet<&str> =
+        remote.files().iter().map(String::as_str).collect();
     let in_repo = |file: &str, _: &Path| {
-        remote.files().is_empty() || remote.files().contains(&in_folder(folder, file))
+        listing.is_empty() || listing.contains(in_folder(folder, file).as_str())
     };
     let (files, headers, problems) = super::in_index_order(
         &index,

@@ -647,7 +647,19 @@ impl Checkpoint {
                 .and_then(|c| c.fp8.as_ref())
                 .and_then(|f| f.block);
             let scale = t.sibling(s).unwrap_or_else(|| tensors.at(s));
-            fp8_block(t.shape(), scale.shape(), configured)
+            // Without a configured block that fits, the model's own block
+            // (from the weights whose shapes divide exactly) comes before
+            // this tensor's shapes alone: a [576, 7168] weight with [5, 56]
+            // scales is 128x128 in a 128x128 model, not 116x128.
+            let fits_configured = configured.is_some_and(|b| {
+                fp8_block(t.shape(), scale.shape(), Some(b)) == Some(b)
+            });
+            let candidate = if fits_configured {
+                configured
+            } else {
+                self.fp8_shape_blocks().block.or(configured)
+            };
+            fp8_block(t.shape(), scale.shape(), candidate)
         });
         Some(Encoding::Fp8(Fp8Tensor {
             weight: t.position(),
@@ -755,6 +767,59 @@ fn infer(words: u64, groups: u64, fp_scales: bool) -> Option<QuantParams> {
         (bits * group_size == product && matches!(bits, 2 | 3 | 4 | 5 | 6 | 8))
             .then_some(QuantParams::affine(group_size, bits))
     })
+}
+
+/// The FP8 block sizes a checkpoint's shapes say: from each FP8 weight
+/// whose rows and columns divide exactly by its scale's, the most common
+/// (the model's one block size), and whether the weights disagree.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Fp8ShapeBlocks {
+    /// The most common exact block (the largest of those tied).
+    pub block: Option<[u64; 2]>,
+    /// Every exact block seen, with how many weights have it, when there
+    /// is more than one.
+    pub disagreeing: Vec<([u64; 2], usize)>,
+}
+
+impl Checkpoint {
+    /// The FP8 block sizes the shapes say ([`Fp8ShapeBlocks`]), found once.
+    pub fn fp8_shape_blocks(&self) -> &Fp8ShapeBlocks {
+        self.fp8_blocks.get_or_init(|| {
+            let tensors = self.tensors();
+            let mut counts = BlockCounts::default();
+            let mut name = String::new();
+            for t in tensors.iter() {
+                if Fp8Format::of(t.dtype()).is_none() {
+                    continue;
+                }
+                name.clear();
+                name.push_str(t.name());
+                name.push_str("_scale_inv");
+                let Some(scale) = tensors.find(&name) else {
+                    continue;
+                };
+                if let ([.., rows, cols], [.., s_rows, s_cols]) = (t.shape(), scale.shape())
+                    && *s_rows > 0
+                    && *s_cols > 0
+                    && rows % s_rows == 0
+                    && cols % s_cols == 0
+                {
+                    counts.add([rows / s_rows, cols / s_cols]);
+                }
+            }
+            let disagreeing = if counts.0.len() > 1 {
+                let mut all = counts.0.clone();
+                all.sort_unstable();
+                all
+            } else {
+                Vec::new()
+            };
+            Fp8ShapeBlocks {
+                block: counts.most_common(),
+                disagreeing,
+            }
+        })
+    }
 }
 
 /// The FP8 block (rows, cols per scale) of a weight of `shape` with a scale

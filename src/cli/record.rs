@@ -43,7 +43,11 @@ pub struct RecordArgs {
 ///
 /// # Errors
 /// When the job cannot start or the pid does not exist.
-pub fn run(args: &RecordArgs, control: &RecordControl) -> Result<Recording, RecordError> {
+pub fn run(
+    args: &RecordArgs,
+    control: &RecordControl,
+    journal: Option<crate::profile::Journal>,
+) -> Result<(Recording, Option<std::fs::File>), RecordError> {
     let target = match args.pid {
         Some(pid) => Target::Attach(pid),
         None => Target::Spawn(JobSpec {
@@ -59,30 +63,7 @@ pub fn run(args: &RecordArgs, control: &RecordControl) -> Result<Recording, Reco
         python_probe: !args.no_probe,
     };
     let attached = args.pid.is_some();
-    let mut journal = args.trace.as_deref().and_then(|trace| {
-        let command = match args.pid {
-            Some(pid) => format!("pid {pid}"),
-            None => args
-                .command
-                .iter()
-                .map(|a| a.to_string_lossy().into_owned())
-                .collect::<Vec<_>>()
-                .join(" "),
-        };
-        let mut meta = crate::profile::Trace::new(format!("record: {command}"));
-        meta.device = "job".into();
-        meta.job = Some(crate::profile::JobInfo {
-            command,
-            ..crate::profile::JobInfo::default()
-        });
-        match crate::profile::Journal::create(&journal_path(trace), &meta) {
-            Ok(journal) => Some(journal),
-            Err(err) => {
-                super::say(format_args!("{err}; the trace is written at the end only"));
-                None
-            }
-        }
-    });
+    let mut journal = journal;
     let recording = record(&target, &options, control, |update| {
         if let Some(journal) = &mut journal {
             match &update {
@@ -105,10 +86,38 @@ pub fn run(args: &RecordArgs, control: &RecordControl) -> Result<Recording, Reco
             }
         }
     })?;
-    if let Some(journal) = journal {
-        journal.end(recording.to_trace().job.as_ref());
-    }
-    Ok(recording)
+    let journal = journal.map(|j| j.end(recording.to_trace().job.as_ref()));
+    Ok((recording, journal))
+}
+
+/// Opens the journal of `--trace` before the job starts: a journal that
+/// cannot be made for this recording alone (a link, a FIFO, one another
+/// recording is writing) stops the recording before it begins.
+///
+/// # Errors
+/// The journal's error, naming its path.
+pub fn open_journal(
+    args: &RecordArgs,
+) -> Result<Option<crate::profile::Journal>, crate::profile::TraceError> {
+    let Some(trace) = args.trace.as_deref() else {
+        return Ok(None);
+    };
+    let command = match args.pid {
+        Some(pid) => format!("pid {pid}"),
+        None => args
+            .command
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect::<Vec<_>>()
+            .join(" "),
+    };
+    let mut meta = crate::profile::Trace::new(format!("record: {command}"));
+    meta.device = "job".into();
+    meta.job = Some(crate::profile::JobInfo {
+        command,
+        ..crate::profile::JobInfo::default()
+    });
+    crate::profile::Journal::create(&journal_path(trace), &meta).map(Some)
 }
 
 /// Where a recording with `--trace FILE` is written as it happens: FILE
@@ -138,6 +147,9 @@ pub fn check_outputs(args: &RecordArgs) -> Result<(), crate::files::FileError> {
     for path in args.json.iter().chain(&args.trace) {
         crate::files::check_output(path, &inputs)?;
     }
+    if let Some(trace) = &args.trace {
+        crate::files::check_output(&journal_path(trace), &inputs)?;
+    }
     Ok(())
 }
 
@@ -146,7 +158,11 @@ pub fn check_outputs(args: &RecordArgs) -> Result<(), crate::files::FileError> {
 ///
 /// # Errors
 /// Each file that could not be written.
-pub fn save(recording: &Recording, args: &RecordArgs) -> Result<(), super::CliError> {
+pub fn save(
+    recording: &Recording,
+    args: &RecordArgs,
+    journal: Option<&std::fs::File>,
+) -> Result<(), super::CliError> {
     let mut errors = Vec::new();
     if let Some(path) = &args.json {
         let text = serde_json::to_string_pretty(&summary_json(recording)).unwrap_or_default();
@@ -154,13 +170,16 @@ pub fn save(recording: &Recording, args: &RecordArgs) -> Result<(), super::CliEr
             errors.push(err.into());
         }
     }
+    let journal_file = journal;
     if let Some(path) = &args.trace {
         let journal = journal_path(path);
         // A journal trace is already written, line by line.
         if journal != *path {
             match recording.to_trace().save(path) {
                 Ok(()) => {
-                    let _ = std::fs::remove_file(&journal);
+                    if let Some(file) = journal_file {
+                        crate::files::remove_if_same(&journal, file);
+                    }
                 }
                 Err(err) => errors.push(err.into()),
             }
@@ -230,13 +249,16 @@ pub fn summary_json(r: &Recording) -> Value {
             "mlx_version": p.mlx_version,
             "lines": p.lines,
             "bad_lines": p.bad_lines,
+            "dropped_events": p.dropped_events,
+            "dropped_definitions": p.dropped_definitions,
+            "thinned_samples": p.thinned_samples,
             "cpu_percent_of_a_core": p.cost_percent(),
         })),
         "samples": samples,
         "marks": marks,
         "files_seen": files(&r.files_seen),
         "files_open_at_peak": files(&r.files_open_at_peak),
-        "checkpoint": r.checkpoint.as_ref().map(|c| c.path.display().to_string()),
+        "checkpoint": r.checkpoint.as_ref().map(|c| crate::units::without_password(&c.path.display().to_string()).into_owned()),
         "checkpoint_error": r.checkpoint_error,
         "checkpoint_bytes": r.checkpoint.as_ref().map(|c| c.total_bytes),
         "expected_peak_bytes": r.checkpoint.as_ref().map(|c| json!({
@@ -360,6 +382,18 @@ pub fn write_summary(r: &Recording, out: &mut dyn Write) -> std::io::Result<()> 
             ""
         }
     )?;
+    if let Some(p) = &r.probe {
+        if p.dropped_events + p.dropped_definitions + p.thinned_samples > 0 {
+            writeln!(
+                out,
+                "  the probes sent more than is kept: {} events past the cap of {} counted, not kept; {} frames or stacks past their caps; {} samples thinned out (every new high kept)",
+                p.dropped_events,
+                crate::profile::record::MAX_PROBE_EVENTS,
+                p.dropped_definitions,
+                p.thinned_samples
+            )?;
+        }
+    }
     match (&r.probe, r.peak_mlx_active_bytes) {
         (Some(p), Some(active)) => {
             let cost = p.cost_percent().map_or(String::new(), |c| {
@@ -431,7 +465,17 @@ fn write_phases(r: &Recording, out: &mut dyn Write) -> std::io::Result<()> {
         out,
         "  by phase (from each of the job's marks to the next):"
     )?;
-    for phase in &r.phases {
+    // A job with thousands of marks: the first and last phases, and the
+    // count of those between (all are in the JSON).
+    let shown = 40;
+    let skip = r.phases.len().saturating_sub(shown);
+    for (i, phase) in r.phases.iter().enumerate() {
+        if skip > 0 && i == shown / 2 {
+            writeln!(out, "    ... {skip} more phases (all in --json)")?;
+        }
+        if skip > 0 && (shown / 2..shown / 2 + skip).contains(&i) {
+            continue;
+        }
         let top = phase.lines.first().map_or(String::new(), |l| {
             format!(
                 "; most at {} ({:.0} %)",
@@ -572,7 +616,9 @@ fn write_files_and_findings(r: &Recording, out: &mut dyn Write) -> std::io::Resu
         writeln!(
             out,
             "  checkpoint {}: {} in {} shards; a walk would peak at {} (retain), {} (release-tensor), {} (release-shard)",
-            crate::units::printable(&c.path.display().to_string()),
+            crate::units::printable(&crate::units::without_password(
+                &c.path.display().to_string()
+            )),
             human_bytes(c.total_bytes),
             c.shards,
             human_bytes(c.expected.retain),
@@ -614,15 +660,22 @@ pub fn main(args: &RecordArgs) -> u8 {
     if let Err(err) = super::signals::watch(false, move |signal| forward.forward(signal)) {
         super::say(format_args!("cannot catch termination signals: {err}"));
     }
-    let recording = match run(args, &control) {
-        Ok(recording) => recording,
+    let journal = match open_journal(args) {
+        Ok(journal) => journal,
+        Err(err) => {
+            super::say(format_args!("{err}"));
+            return super::BAD_INPUT;
+        }
+    };
+    let (recording, journal) = match run(args, &control, journal) {
+        Ok(done) => done,
         Err(err) => {
             super::say(format_args!("{err}"));
             return super::BAD_INPUT;
         }
     };
     let _ = write_summary(&recording, &mut std::io::stderr().lock());
-    let saved = save(&recording, args);
+    let saved = save(&recording, args, journal.as_ref());
     if let Err(err) = &saved {
         super::say(format_args!("{err}"));
     }

@@ -158,6 +158,45 @@ pub fn to_f32_vec(array: &Array) -> Result<Vec<f32>, MlxError> {
         .map_err(|e| MlxError::op("read values", e))
 }
 
+/// An MLX array of `bytes` (`uint8`) in `shape`, or why not, never a panic:
+/// the shape must hold exactly that many values with every axis an `i32`
+/// (MLX's); past 2^31-1 values (mlx-rs multiplies a shape in `i32`) it is
+/// made in bands along the first axis and joined.
+///
+/// # Errors
+/// A shape that does not fit the bytes, or a row of over 2^31-1 values.
+pub(crate) fn bytes_array(bytes: &[u8], shape: &[i32]) -> Result<Array, MlxError> {
+    let refused = |why: String| MlxError::op("make an array", why);
+    let count = shape.iter().try_fold(1_usize, |n, &d| {
+        usize::try_from(d).ok().and_then(|d| n.checked_mul(d))
+    });
+    if count != Some(bytes.len()) {
+        return Err(refused(format!(
+            "{} bytes do not make the shape {shape:?}",
+            bytes.len()
+        )));
+    }
+    let most = usize::try_from(i32::MAX).unwrap_or(usize::MAX);
+    if bytes.len() <= most {
+        return Ok(Array::from_slice(bytes, shape));
+    }
+    let (Some(&rows), Some(rest)) = (shape.first(), shape.get(1..)) else {
+        return Err(refused("no axis to split".into()));
+    };
+    let row = rest.iter().map(|&d| usize::try_from(d).unwrap_or(0)).product::<usize>();
+    let per_band = most.checked_div(row).unwrap_or(0);
+    if per_band == 0 || rows <= 0 {
+        return Err(refused(format!("a row of {row} values (over 2^31-1)")));
+    }
+    let mut bands = Vec::new();
+    for band in bytes.chunks(per_band * row) {
+        let mut band_shape = shape.to_vec();
+        band_shape[0] = i32::try_from(band.len() / row).map_err(|e| refused(e.to_string()))?;
+        bands.push(Array::from_slice(band, &band_shape));
+    }
+    mlx_rs::ops::concatenate(&bands, 0).map_err(|e| refused(e.to_string()))
+}
+
 /// A new `f32` array with `values` in row-major order.
 #[must_use]
 pub fn array_f32(values: &[f32], shape: &[i32]) -> Array {

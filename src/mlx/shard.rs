@@ -39,6 +39,9 @@ pub struct Stored {
     /// A dtype nothing here decodes (`F4`, `F6_E2M3`…): asking for the
     /// tensor is an error naming it, never its bytes shown as numbers.
     pub undecoded: Option<&'static str>,
+    /// An axis of the tensor that no MLX array can have (over 2^31-1):
+    /// asking for it is an error naming it.
+    pub oversized_axis: Option<u64>,
 }
 
 struct Through {
@@ -102,6 +105,11 @@ impl ShardMap {
             path: self.path.clone(),
             message,
         };
+        if let Some(axis) = stored.oversized_axis {
+            return Err(failed(format!(
+                "{name}: an axis of {axis} values; MLX's axes hold at most 2^31-1"
+            )));
+        }
         if let Some(dtype) = stored.undecoded {
             return Err(failed(format!(
                 "{name}: {dtype} values are not decoded yet (MLX's loader refuses them too)"
@@ -132,7 +140,7 @@ impl ShardMap {
             }
             None => byte_shape.push(i32::try_from(item).unwrap_or(0)),
         }
-        let raw = Array::from_slice(&bytes, &byte_shape);
+        let raw = super::bytes_array(&bytes, &byte_shape).map_err(|e| failed(format!("{name}: {e}")))?;
         drop(bytes);
         let typed = if stored.dtype == mlx_rs::Dtype::Uint8 {
             raw

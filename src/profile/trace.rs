@@ -783,23 +783,33 @@ enum JournalRow {
 #[derive(Debug)]
 pub struct Journal {
     file: Option<std::fs::File>,
+    /// The same open file, kept when a write fails: its lock keeps another
+    /// recording off this journal until the end, and it tells whether the
+    /// file at the path is still this one.
+    owned: std::fs::File,
 }
 
 impl Journal {
-    /// Creates `path` (replacing what is there) and writes `trace`'s
-    /// description (label, checkpoint, device, job) as its first line.
+    /// Creates `path` for this recording alone ([`crate::files::open_journal`]:
+    /// never through a link, never a FIFO or device, never a journal
+    /// another recording is writing) and writes `trace`'s description
+    /// (label, checkpoint, device, job) as its first line.
     ///
     /// # Errors
     /// When the file cannot be created or written.
     pub fn create(path: &Path, trace: &Trace) -> Result<Self, TraceError> {
-        let file = std::fs::File::create(path).map_err(|source| {
+        let owned = crate::files::open_journal(path).map_err(TraceError::File)?;
+        let file = owned.try_clone().map_err(|source| {
             TraceError::File(crate::files::FileError::Io {
                 action: "write",
                 path: path.to_path_buf(),
                 source,
             })
         })?;
-        let mut journal = Self { file: Some(file) };
+        let mut journal = Self {
+            file: Some(file),
+            owned,
+        };
         journal.write(&JournalRow::Meta {
             version: TRACE_VERSION,
             label: trace.label.clone(),
@@ -850,12 +860,14 @@ impl Journal {
     }
 
     /// The last line: the run ended; `job` says how (its status and what
-    /// the recorder knew then).
-    pub fn end(mut self, job: Option<&JobInfo>) {
+    /// the recorder knew then). Returns the journal's open file (its lock
+    /// held), to remove the journal later only if it is still this file.
+    pub fn end(mut self, job: Option<&JobInfo>) -> std::fs::File {
         self.write(&JournalRow::End {
             exit_code: job.and_then(|j| j.exit_code),
             ended: job.and_then(|j| j.ended.clone()),
         });
+        self.owned
     }
 }
 

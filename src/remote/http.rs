@@ -20,6 +20,8 @@ const DEFAULT_RETRIES: u32 = 3;
 const BACKOFF: Duration = Duration::from_millis(250);
 /// Redirects followed per request (the Hub answers `resolve` with one).
 const MAX_HOPS: usize = 5;
+/// The slowest transfer a request's deadline allows for its bytes.
+const SLOWEST_BYTES_PER_SEC: u64 = 256 << 10;
 
 /// A request that failed, in one line.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -194,9 +196,58 @@ impl Client {
         range: Option<&Range<u64>>,
         cap: u64,
     ) -> Result<Fetched, HttpError> {
+        let deadline = std::time::Instant::now() + self.budget(range, cap);
+        let result = self.attempt_until(url, range, cap, deadline);
+        // Whatever failed, past the deadline the deadline is what to say.
+        match result {
+            Err(_) if std::time::Instant::now() >= deadline => Err(self.late(range, cap)),
+            other => other,
+        }
+    }
+
+    /// The most one request (its redirects and its body included) may
+    /// take: twice the silence allowed, plus the bytes asked for at
+    /// [`SLOWEST_BYTES_PER_SEC`]. A server that sends a byte a second is
+    /// never silent long enough for the time-out, but it meets this.
+    fn budget(&self, range: Option<&Range<u64>>, cap: u64) -> Duration {
+        let want = range.map_or(cap, |r| r.end.saturating_sub(r.start));
+        self.timeout
+            .saturating_mul(2)
+            .saturating_add(Duration::from_secs(want / SLOWEST_BYTES_PER_SEC))
+    }
+
+    fn late(&self, range: Option<&Range<u64>>, cap: u64) -> HttpError {
+        HttpError::new(
+            None,
+            format!(
+                "the answer did not arrive within its deadline of {} s (WEIGHTSCOPE_HTTP_TIMEOUT {} s, twice, plus {} bytes at 256 KiB/s)",
+                self.budget(range, cap).as_secs(),
+                self.timeout.as_secs(),
+                range.map_or(cap, |r| r.end.saturating_sub(r.start)),
+            ),
+            false,
+        )
+    }
+
+    fn attempt_until(
+        &self,
+        url: &str,
+        range: Option<&Range<u64>>,
+        cap: u64,
+        deadline: std::time::Instant,
+    ) -> Result<Fetched, HttpError> {
         let mut current = url.to_owned();
         for _ in 0..=MAX_HOPS {
-            let mut request = self.agent.get(&current);
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return Err(self.late(range, cap));
+            }
+            let mut request = self
+                .agent
+                .get(&current)
+                .config()
+                .timeout_global(Some(left))
+                .build();
             if let Some(r) = range {
                 request = request.header(
                     "Range",
@@ -287,7 +338,11 @@ impl Client {
                         false,
                     ));
                 }
-                let body = self.read_body(reader, end - start + 1)?;
+                // What was asked for and no more, whatever the server
+                // claims to send (a Content-Range of 100 GB for a 100 KB
+                // request is read as 100 KB).
+                let last = end.min(asked.end.saturating_sub(1));
+                let body = self.read_body(reader, last.saturating_add(1).saturating_sub(start))?;
                 Ok(Fetched { body, total })
             }
             (_, Some(asked)) if asked.start > 0 => Err(HttpError::new(

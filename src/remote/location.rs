@@ -105,7 +105,9 @@ impl Location {
     pub fn display(&self) -> String {
         match self {
             Self::Hub(repo) => repo.display(),
-            Self::Url(url) => url.split('?').next().unwrap_or(url).to_owned(),
+            Self::Url(url) => {
+                crate::units::without_password(url.split('?').next().unwrap_or(url)).into_owned()
+            }
         }
     }
 }
@@ -258,7 +260,7 @@ fn parse_url(text: &str, scheme: &str, rest: &str, endpoint: &str) -> Result<Loc
     } else {
         Err(format!(
             "not a Hub repo address nor a .safetensors or .gguf file: {}",
-            text.split('?').next().unwrap_or(text)
+            crate::units::without_password(text.split('?').next().unwrap_or(text))
         ))
     }
 }

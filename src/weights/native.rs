@@ -99,13 +99,17 @@ impl Native for MlxNative {
                     Ok(dtype) => (dtype, None),
                     Err(name) => (crate::mlx::Dtype::Uint8, Some(name)),
                 };
+                let oversized_axis = t.shape().iter().copied().find(|&d| i32::try_from(d).is_err());
                 let shape = if checkpoint.ggml_block_at(t.position()).is_some() {
                     // A ggml block type: its bytes as [rows, bytes a row]
                     // (whole rows are whole blocks), decoded above this layer.
                     let rows = t
                         .shape()
                         .split_last()
-                        .map_or(1, |(_, lead)| lead.iter().product::<u64>())
+                        .map_or(Some(1), |(_, lead)| {
+                            lead.iter().try_fold(1_u64, |n, &d| n.checked_mul(d))
+                        })
+                        .unwrap_or(u64::MAX)
                         .max(1);
                     vec![
                         i32::try_from(rows).unwrap_or(i32::MAX),
@@ -122,6 +126,7 @@ impl Native for MlxNative {
                     shape,
                     bytes: start + a..start + b,
                     undecoded,
+                    oversized_axis,
                 };
                 (t.name().to_owned(), stored)
             })

@@ -7,6 +7,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod attack;
 mod checkpoint_open;
 mod checkpoint_roundtrip;
 mod layers;

@@ -266,11 +266,11 @@ fn cache_at_peak(r: &Recording, found: &mut Vec<Finding>) {
         .samples
         .iter()
         .filter_map(|s| s.mlx.map(|m| (s.at, m)))
-        .max_by_key(|(_, m)| m.active_bytes + m.cache_bytes)
+        .max_by_key(|(_, m)| m.active_bytes.saturating_add(m.cache_bytes))
     else {
         return;
     };
-    let total = m.active_bytes + m.cache_bytes;
+    let total = m.active_bytes.saturating_add(m.cache_bytes);
     if m.cache_bytes < SMALL_BYTES || m.cache_bytes * 5 < total {
         return;
     }
@@ -299,7 +299,7 @@ fn host_copies(r: &Recording, found: &mut Vec<Finding>) {
     let beyond = s
         .process
         .rss_bytes
-        .saturating_sub(m.active_bytes + m.cache_bytes);
+        .saturating_sub(m.active_bytes.saturating_add(m.cache_bytes));
     if beyond < (512 << 20).max(s.process.rss_bytes / 2) {
         return;
     }

@@ -153,6 +153,16 @@ pub struct ProbeReport {
     pub lines: u64,
     /// Lines that were not protocol lines (ignored).
     pub bad_lines: u64,
+    /// Events (marks, loads, cache clears, exceptions) past the cap of
+    /// [`MAX_PROBE_EVENTS`]: counted, not kept.
+    pub dropped_events: u64,
+    /// Frames and stacks past their caps ([`stacks::MAX_FRAMES`],
+    /// [`stacks::MAX_STACKS`]): counted, not kept (samples naming them
+    /// have no stack).
+    pub dropped_definitions: u64,
+    /// Probe samples thinned out past [`stacks::MAX_SAMPLES`] (every
+    /// process's new highs are always kept).
+    pub thinned_samples: u64,
     /// The probe's own CPU time and wall time, from its `bye`.
     pub cost: Option<(f64, f64)>,
 }
@@ -494,6 +504,8 @@ struct Recorder {
     cgroups: HashMap<PathBuf, (Option<u64>, procfs::MemoryCgroup)>,
     /// The lowest address-space limit of a process of the tree.
     address_space_limit: Option<u64>,
+    /// Events the probes sent that were kept (at most [`MAX_PROBE_EVENTS`]).
+    probe_events: usize,
     /// The job's last output lines, when captured.
     output: std::collections::VecDeque<OutputLine>,
     /// Resident bytes by mapped file near the RSS peak, the RSS they were
@@ -523,6 +535,7 @@ impl Recorder {
             #[cfg(target_os = "linux")]
             cgroups: HashMap::new(),
             address_space_limit: None,
+            probe_events: 0,
             output: std::collections::VecDeque::new(),
             peak_files: (Vec::new(), 0, None),
         }
@@ -584,15 +597,18 @@ impl Recorder {
         output: Option<&std::sync::mpsc::Receiver<OutputLine>>,
         updates: &mut Vec<Update>,
     ) {
+        // A second at most, however fast lines still come (a process left
+        // behind may write for ever): the deadline ends the loop, not an
+        // empty queue.
         let until = end + Duration::from_secs(1);
         let left = || until.saturating_duration_since(Instant::now());
         if let Some(lines) = lines {
-            while let Ok((at, line)) = lines.recv_timeout(left()) {
+            while let (false, Ok((at, line))) = (left().is_zero(), lines.recv_timeout(left())) {
                 self.probe_line(at, &line, updates);
             }
         }
         if let Some(output) = output {
-            while let Ok(line) = output.recv_timeout(left()) {
+            while let (false, Ok(line)) = (left().is_zero(), output.recv_timeout(left())) {
                 self.output_line(line, updates);
             }
         }
@@ -606,13 +622,15 @@ impl Recorder {
         fifo: Option<&NamedPipe>,
         updates: &mut Vec<Update>,
     ) {
+        // At most a batch each: a flood must not keep the sampler (and the
+        // signals it answers) waiting.
         if let Some(output) = output {
-            for line in output.try_iter() {
+            for line in output.try_iter().take(WAITING_BATCH) {
                 self.output_line(line, updates);
             }
         }
         if let Some(fifo) = fifo {
-            for (at, line) in fifo.lines.try_iter() {
+            for (at, line) in fifo.lines.try_iter().take(WAITING_BATCH) {
                 self.probe_line(at, &line, updates);
             }
         }
@@ -624,9 +642,8 @@ impl Recorder {
     fn last_named_lines(&mut self, fifo: NamedPipe, updates: &mut Vec<Update>) {
         let lines = fifo.stop();
         let until = Instant::now() + Duration::from_secs(1);
-        while let Ok((at, line)) =
-            lines.recv_timeout(until.saturating_duration_since(Instant::now()))
-        {
+        let left = || until.saturating_duration_since(Instant::now());
+        while let (false, Ok((at, line))) = (left().is_zero(), lines.recv_timeout(left())) {
             self.probe_line(at, &line, updates);
         }
     }
@@ -649,10 +666,12 @@ impl Recorder {
         (!self.mlx.is_empty()).then(|| {
             self.mlx
                 .values()
+                // Saturating: a probe's figures are a job's words, and a
+                // sum that wraps would print "16.00 EiB".
                 .fold(MlxFigures::default(), |a, m| MlxFigures {
-                    active_bytes: a.active_bytes + m.active_bytes,
-                    cache_bytes: a.cache_bytes + m.cache_bytes,
-                    peak_bytes: a.peak_bytes + m.peak_bytes,
+                    active_bytes: a.active_bytes.saturating_add(m.active_bytes),
+                    cache_bytes: a.cache_bytes.saturating_add(m.cache_bytes),
+                    peak_bytes: a.peak_bytes.saturating_add(m.peak_bytes),
                 })
         })
     }
@@ -679,6 +698,10 @@ impl Recorder {
     }
 
     /// Applies one probe line received at `at`.
+    fn report(&mut self) -> &mut ProbeReport {
+        self.probe.get_or_insert_with(ProbeReport::default)
+    }
+
     fn probe_line(&mut self, at: Instant, text: &str, updates: &mut Vec<Update>) {
         let report = self.probe.get_or_insert_with(ProbeReport::default);
         report.lines += 1;
@@ -722,9 +745,10 @@ impl Recorder {
                 }
                 let t = self.secs(at);
                 let threads = line.threads.unwrap_or_default();
-                updates.push(Update::Stacks(
-                    self.stacks.sample(t, pid, line.stack, &threads, active),
-                ));
+                match self.stacks.sample(t, pid, line.stack, &threads, active) {
+                    Some(update) => updates.push(Update::Stacks(update)),
+                    None => self.report().thinned_samples += 1,
+                }
                 return;
             }
             "frame" => {
@@ -735,17 +759,19 @@ impl Recorder {
                         function: line.function.unwrap_or_default(),
                         text: line.text.unwrap_or_default(),
                     };
-                    updates.extend(self.stacks.define_frame(pid, id, frame).map(Update::Stacks));
+                    match self.stacks.define_frame(pid, id, frame) {
+                        Ok(update) => updates.extend(update.map(Update::Stacks)),
+                        Err(stacks::Full) => self.report().dropped_definitions += 1,
+                    }
                 }
                 return;
             }
             "stack-def" => {
                 if let (Some(id), Some(frames)) = (line.id, line.frames) {
-                    updates.extend(
-                        self.stacks
-                            .define_stack(pid, id, &frames)
-                            .map(Update::Stacks),
-                    );
+                    match self.stacks.define_stack(pid, id, &frames) {
+                        Ok(update) => updates.extend(update.map(Update::Stacks)),
+                        Err(stacks::Full) => self.report().dropped_definitions += 1,
+                    }
                 }
                 return;
             }
@@ -757,6 +783,11 @@ impl Recorder {
             ),
             "mark" => (MarkKind::JobMark, line.text.unwrap_or_default(), 0),
             "exception" => {
+                if self.probe_events >= MAX_PROBE_EVENTS {
+                    self.report().dropped_events += 1;
+                    return;
+                }
+                self.probe_events += 1;
                 let t = at;
                 let frames: Vec<stacks::Frame> = line
                     .traceback
@@ -777,6 +808,11 @@ impl Recorder {
             }
             _ => return, // a kind from a newer client
         };
+        if self.probe_events >= MAX_PROBE_EVENTS {
+            self.report().dropped_events += 1;
+            return;
+        }
+        self.probe_events += 1;
         let event = self.event(at, kind, target);
         event.bytes = bytes;
         updates.push(Update::Event(event.clone()));
@@ -937,39 +973,127 @@ struct Started {
     fifo: Option<NamedPipe>,
 }
 
+/// Probe events (marks, loads, cache clears, exceptions) kept; past it they
+/// are counted ([`ProbeReport::dropped_events`]).
+pub const MAX_PROBE_EVENTS: usize = 20_000;
+
+/// Lines taken from a queue per look between samples.
+#[cfg(target_os = "linux")]
+const WAITING_BATCH: usize = 20_000;
+
+/// Lines a reader thread may hold for the recorder: past it the reader waits
+/// (and the job's probe with it), so memory stays bounded.
+#[cfg(target_os = "linux")]
+const LINE_QUEUE: usize = 8_192;
+
 /// The probe's named pipe and the `probe-fifo` thread that reads it.
+///
+/// Nothing is ever written to the FIFO by the recorder: the job can fill
+/// it, and a line there could be forged by the job. The reader is told to
+/// finish through a private pipe of ours instead, and the end of the job
+/// comes from `wait`, never from a line.
 #[cfg(target_os = "linux")]
 struct NamedPipe {
-    /// Opened for reading and writing: the reader never sees an end of
-    /// file while ranks come and go; at the end a line of ours stops it.
-    ours: std::fs::File,
+    /// Writing a byte here (or dropping it) tells the reader to finish.
+    stop: std::io::PipeWriter,
     lines: std::sync::mpsc::Receiver<(Instant, String)>,
 }
-
-/// The line that tells the `probe-fifo` thread to stop (no client sends it).
-#[cfg(target_os = "linux")]
-const FIFO_END: &str = "{\"kind\":\"weightscope-end\"}";
 
 #[cfg(target_os = "linux")]
 impl NamedPipe {
     /// Makes the FIFO at `path` and starts its reader.
     fn start(path: &Path) -> std::io::Result<Self> {
+        use std::os::unix::fs::OpenOptionsExt as _;
         job::make_fifo(path)?;
-        let ours = std::fs::OpenOptions::new()
+        // Opened for reading and writing, so the reader never sees an end
+        // of file while ranks come and go; only ever read.
+        let fifo = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
+            .custom_flags(libc::O_NONBLOCK)
             .open(path)?;
-        let reader = ours.try_clone()?;
-        let (tx, lines) = std::sync::mpsc::channel();
-        pump_probe_lines("probe-fifo", reader, tx, Some(FIFO_END))?;
-        Ok(Self { ours, lines })
+        let (stop_reader, stop) = std::io::pipe()?;
+        let (tx, lines) = std::sync::mpsc::sync_channel(LINE_QUEUE);
+        pump_probe_lines(
+            "probe-fifo",
+            StoppableFifo {
+                fifo,
+                stop: stop_reader,
+                until: None,
+            },
+            tx,
+        )?;
+        Ok(Self { stop, lines })
     }
 
-    /// Stops the reader after every line written before now, and returns
-    /// those lines' receiver to drain.
-    fn stop(mut self) -> std::sync::mpsc::Receiver<(Instant, String)> {
-        let _ = std::io::Write::write_all(&mut self.ours, format!("{FIFO_END}\n").as_bytes());
+    /// Tells the reader to finish: what is in the FIFO now is still read
+    /// (a second at most), then it stops; returns the lines' receiver.
+    fn stop(self) -> std::sync::mpsc::Receiver<(Instant, String)> {
+        drop(self.stop);
         self.lines
+    }
+}
+
+/// The FIFO read until our private stop pipe closes, then for what is
+/// waiting in it (at most [`FIFO_DRAIN`] longer).
+#[cfg(target_os = "linux")]
+struct StoppableFifo {
+    fifo: std::fs::File,
+    stop: std::io::PipeReader,
+    /// When the stop came: reading ends by this deadline.
+    until: Option<Instant>,
+}
+
+/// How long the FIFO is still read after the job ended, for its last lines.
+#[cfg(target_os = "linux")]
+const FIFO_DRAIN: Duration = Duration::from_secs(1);
+
+#[cfg(target_os = "linux")]
+impl std::io::Read for StoppableFifo {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        use std::os::fd::AsRawFd as _;
+        loop {
+            if self.until.is_some_and(|t| Instant::now() >= t) {
+                return Ok(0);
+            }
+            match std::io::Read::read(&mut self.fifo, buf) {
+                Ok(n) => return Ok(n),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    if self.until.is_some() {
+                        // Stopped, and nothing more is waiting.
+                        return Ok(0);
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            }
+            let mut fds = [
+                libc::pollfd {
+                    fd: self.fifo.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+                libc::pollfd {
+                    fd: self.stop.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+            ];
+            #[allow(unsafe_code)]
+            // SAFETY: `fds` is a valid array of two pollfd structs, alive
+            // for the call; both descriptors are owned by `self`.
+            let ready = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
+            if ready < 0 {
+                let err = std::io::Error::last_os_error();
+                if err.kind() == std::io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(err);
+            }
+            if fds[1].revents != 0 {
+                self.until = Some(Instant::now() + FIFO_DRAIN);
+            }
+        }
     }
 }
 
@@ -1002,21 +1126,19 @@ fn install_probe(
 /// stays heard).
 fn read_probe(
     reader: std::io::PipeReader,
-    lines: std::sync::mpsc::Sender<(Instant, String)>,
+    lines: std::sync::mpsc::SyncSender<(Instant, String)>,
 ) -> std::io::Result<()> {
-    pump_probe_lines("probe-reader", reader, lines, None)
+    pump_probe_lines("probe-reader", reader, lines)
 }
 
 /// Reads probe lines from `reader` on a thread named `name`, each sent with
 /// the moment it arrived (a line too long or not UTF-8 arrives empty: a
-/// bad line), until the end of the input, nobody listening, or the line
-/// `end`.
+/// bad line), until the end of the input or nobody listening.
 #[cfg(target_os = "linux")]
 fn pump_probe_lines(
     name: &str,
     reader: impl std::io::Read + Send + 'static,
-    lines: std::sync::mpsc::Sender<(Instant, String)>,
-    end: Option<&'static str>,
+    lines: std::sync::mpsc::SyncSender<(Instant, String)>,
 ) -> std::io::Result<()> {
     std::thread::Builder::new()
         .name(name.into())
@@ -1032,9 +1154,7 @@ fn pump_probe_lines(
                     String::new()
                 };
                 buf.clear();
-                if end.is_some_and(|e| line.trim() == e)
-                    || lines.send((Instant::now(), line)).is_err()
-                {
+                if lines.send((Instant::now(), line)).is_err() {
                     break;
                 }
             }
@@ -1047,7 +1167,7 @@ fn pump_probe_lines(
 /// time (at most [`OUTPUT_LINE_BYTES`] each, the rest of a longer one
 /// dropped), into one channel.
 fn read_output(job: &mut job::Job) -> std::io::Result<std::sync::mpsc::Receiver<OutputLine>> {
-    let (tx, rx) = std::sync::mpsc::channel();
+    let (tx, rx) = std::sync::mpsc::sync_channel(LINE_QUEUE);
     let (stdout, stderr) = job.take_output();
     let streams: [(Option<Box<dyn std::io::Read + Send>>, bool); 2] = [
         (
@@ -1097,7 +1217,7 @@ fn start(
 ) -> Result<Started, RecordError> {
     use std::sync::mpsc;
 
-    let (lines_tx, lines_rx) = mpsc::channel::<(Instant, String)>();
+    let (lines_tx, lines_rx) = mpsc::sync_channel::<(Instant, String)>(LINE_QUEUE);
     let mut python_probe = None;
     let mut output = None;
     let mut fifo = None;

@@ -213,12 +213,13 @@ impl Drop for PythonProbe {
 /// The folder that holds probe folders: `weightscope/` in the user's
 /// runtime folder (`$XDG_RUNTIME_DIR`, private by the XDG rules) when it is
 /// usable, else in the user's cache folder, else `weightscope-UID` in the
-/// temporary folder. Whichever it is, it must be a real folder (not a
+/// temporary folder, else (that name taken by another user) a private
+/// `weightscope-UID-XXXX` there. Whichever it is, it must be a real folder (not a
 /// symlink) owned by this user with no access for anyone else; it is made
 /// so (mode 0700) when missing, and refused when someone else owns it.
 ///
 /// # Errors
-/// When no candidate can be made private (the last one's reason).
+/// When not even a new folder can be made in the temporary folder.
 pub fn private_base() -> std::io::Result<PathBuf> {
     use std::os::unix::fs::MetadataExt as _;
     // The effective uid, without unsafe code: /proc/self belongs to it.
@@ -249,15 +250,43 @@ pub fn private_base() -> std::io::Result<PathBuf> {
     if let Some(cache) = cache {
         candidates.push(cache.join("weightscope").join("probe"));
     }
-    candidates.push(std::env::temp_dir().join(format!("weightscope-{uid}")));
-    let mut last = std::io::Error::other("no folder for the probe");
+    let temp = std::env::temp_dir();
+    candidates.push(temp.join(format!("weightscope-{uid}")));
     for base in candidates {
-        match make_private(&base, uid) {
-            Ok(()) => return Ok(base),
-            Err(err) => last = err,
+        if make_private(&base, uid).is_ok() {
+            return Ok(base);
         }
     }
-    Err(last)
+    // Every usual place is taken (another user made `weightscope-UID` in
+    // the temporary folder first, and there is no usable home): a folder of
+    // ours with a random name, made by one mkdir that fails when anything
+    // is there, kept (so that nobody else can take its name later) and
+    // reused by the next recording.
+    private_fallback(&temp, uid)
+}
+
+/// A private folder `weightscope-UID-XXXX` in `temp`: one made earlier
+/// (ours, a real folder, no access for others), else a new one.
+fn private_fallback(temp: &Path, uid: u32) -> std::io::Result<PathBuf> {
+    use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
+    let prefix = format!("weightscope-{uid}-");
+    if let Ok(entries) = std::fs::read_dir(temp) {
+        for entry in entries.flatten() {
+            let ours = entry.file_name().to_str().is_some_and(|n| n.starts_with(&prefix))
+                && std::fs::symlink_metadata(entry.path()).is_ok_and(|m| {
+                    m.file_type().is_dir() && m.uid() == uid && m.mode() & 0o077 == 0
+                });
+            if ours {
+                return Ok(entry.path());
+            }
+        }
+    }
+    Ok(tempfile::Builder::new()
+        .prefix(&prefix)
+        .rand_bytes(12)
+        .permissions(std::fs::Permissions::from_mode(0o700))
+        .tempdir_in(temp)?
+        .keep())
 }
 
 /// Removes probe folders in `base` left by a weightscope that was killed

@@ -260,8 +260,26 @@ impl TraceStacks {
     }
 }
 
+/// Distinct frames a recording keeps; a new one past it is dropped.
+pub const MAX_FRAMES: usize = 100_000;
+/// Distinct stacks a recording keeps; a new one past it is dropped.
+pub const MAX_STACKS: usize = 100_000;
+/// Frame and stack ids the probes may define in all (the same frame named
+/// by many processes included).
+const MAX_IDS: usize = 400_000;
+/// Frames of one stack kept (the probe sends at most 50).
+const MAX_DEPTH: usize = 256;
+/// Probe samples kept in full; past it they are thinned (one in 2, then one
+/// in 4 after another half of it, ...), each process's new highs kept.
+pub const MAX_SAMPLES: usize = 400_000;
+
+/// A frame or stack past the caps: counted by the recorder, not kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Full;
+
 /// Collects what the probes send: frames and stacks by each process's own
 /// numbers, kept once each, numbered in one table for the whole recording.
+/// Bounded: [`MAX_FRAMES`], [`MAX_STACKS`], [`MAX_SAMPLES`].
 #[derive(Debug, Default, Clone)]
 pub struct Stacks {
     trace: TraceStacks,
@@ -271,6 +289,11 @@ pub struct Stacks {
     table_at: HashMap<Vec<u32>, u32>,
     /// (pid, the probe's stack id) -> position in `stacks`.
     stack_ids: HashMap<(u32, u64), u32>,
+    /// Each process's highest MLX active so far (a new high is never
+    /// thinned out).
+    highs: HashMap<u32, u64>,
+    /// Samples offered since the cap was reached.
+    past_cap: u64,
 }
 
 fn position(len: usize) -> u32 {
@@ -280,30 +303,60 @@ fn position(len: usize) -> u32 {
 impl Stacks {
     /// A `frame` line: frame `id` of process `pid`; the update when the
     /// frame is new to the recording.
-    pub fn define_frame(&mut self, pid: u32, id: u64, frame: Frame) -> Option<StackUpdate> {
+    ///
+    /// # Errors
+    /// [`Full`] past the caps.
+    pub fn define_frame(
+        &mut self,
+        pid: u32,
+        id: u64,
+        frame: Frame,
+    ) -> Result<Option<StackUpdate>, Full> {
+        let full = self.trace.frames.len() >= MAX_FRAMES && !self.frame_at.contains_key(&frame);
+        if full || (self.ids() >= MAX_IDS && !self.frame_ids.contains_key(&(pid, id))) {
+            return Err(Full);
+        }
         let next = position(self.trace.frames.len());
         let at = *self.frame_at.entry(frame.clone()).or_insert(next);
         self.frame_ids.insert((pid, id), at);
-        (at == next).then(|| self.applied(StackUpdate::Frame(at, frame)))
+        Ok((at == next).then(|| self.applied(StackUpdate::Frame(at, frame))))
+    }
+
+    fn ids(&self) -> usize {
+        self.frame_ids.len() + self.stack_ids.len()
     }
 
     /// A `stack-def` line: stack `id` of `pid` is `frames` (the probe's
     /// frame ids, innermost first; frames never defined are left out); the
     /// update when the stack is new to the recording.
-    pub fn define_stack(&mut self, pid: u32, id: u64, frames: &[u64]) -> Option<StackUpdate> {
+    ///
+    /// # Errors
+    /// [`Full`] past the caps.
+    pub fn define_stack(
+        &mut self,
+        pid: u32,
+        id: u64,
+        frames: &[u64],
+    ) -> Result<Option<StackUpdate>, Full> {
         let stack: Vec<u32> = frames
             .iter()
             .filter_map(|f| self.frame_ids.get(&(pid, *f)).copied())
+            .take(MAX_DEPTH)
             .collect();
+        let full = self.trace.stacks.len() >= MAX_STACKS && !self.table_at.contains_key(&stack);
+        if full || (self.ids() >= MAX_IDS && !self.stack_ids.contains_key(&(pid, id))) {
+            return Err(Full);
+        }
         let next = position(self.trace.stacks.len());
         let at = *self.table_at.entry(stack.clone()).or_insert(next);
         self.stack_ids.insert((pid, id), at);
-        (at == next).then(|| self.applied(StackUpdate::Stack(at, stack)))
+        Ok((at == next).then(|| self.applied(StackUpdate::Stack(at, stack))))
     }
 
     /// A sample of process `pid`: its main thread's stack (the probe's id;
     /// negative or unknown: none), its other threads', and its MLX active
-    /// bytes when it uses MLX.
+    /// bytes when it uses MLX; `None` when it is thinned out (past
+    /// [`MAX_SAMPLES`]).
     pub fn sample(
         &mut self,
         t: f64,
@@ -311,7 +364,10 @@ impl Stacks {
         stack: Option<i64>,
         threads: &[i64],
         active: Option<u64>,
-    ) -> StackUpdate {
+    ) -> Option<StackUpdate> {
+        if !self.keep_sample(pid, active) {
+            return None;
+        }
         let known = |id: i64| {
             u64::try_from(id)
                 .ok()
@@ -321,10 +377,34 @@ impl Stacks {
             t,
             pid,
             stack: stack.and_then(known),
-            threads: threads.iter().filter_map(|&id| known(id)).collect(),
+            threads: threads
+                .iter()
+                .take(MAX_DEPTH)
+                .filter_map(|&id| known(id))
+                .collect(),
             active,
         };
-        self.applied(StackUpdate::Sample(sample))
+        Some(self.applied(StackUpdate::Sample(sample)))
+    }
+
+    /// Whether a sample is kept: all up to [`MAX_SAMPLES`]; past it one in
+    /// 2, then one in 4 after another half of the cap, and so on, with
+    /// every new high of a process's MLX active kept up to twice the cap.
+    fn keep_sample(&mut self, pid: u32, active: Option<u64>) -> bool {
+        let high = active.is_some_and(|a| {
+            let was = self.highs.entry(pid).or_insert(0);
+            let high = a > *was;
+            *was = (*was).max(a);
+            high
+        });
+        let kept = self.trace.samples.len();
+        if kept < MAX_SAMPLES || (high && kept < 2 * MAX_SAMPLES) {
+            return true;
+        }
+        self.past_cap += 1;
+        let halves = (kept - MAX_SAMPLES) / (MAX_SAMPLES / 2);
+        let stride = 2_u64 << halves.min(40);
+        self.past_cap.is_multiple_of(stride)
     }
 
     /// A process said its rank.
@@ -486,9 +566,9 @@ pub fn line_differences(a: &[LineGrowth], b: &[LineGrowth]) -> Vec<LineDifferenc
             by.len() - 1
         });
         if first {
-            by[i].a_bytes += line.held_at_peak_bytes;
+            by[i].a_bytes = by[i].a_bytes.saturating_add(line.held_at_peak_bytes);
         } else {
-            by[i].b_bytes += line.held_at_peak_bytes;
+            by[i].b_bytes = by[i].b_bytes.saturating_add(line.held_at_peak_bytes);
         }
     }
     by.retain(|d| d.a_bytes > 0 || d.b_bytes > 0);
@@ -503,12 +583,22 @@ pub fn line_differences(a: &[LineGrowth], b: &[LineGrowth]) -> Vec<LineDifferenc
 
 /// Growth by key, latest last; a drop takes back the latest first. At each
 /// new high, what it holds per key is kept.
+///
+/// Linear in samples: what each key holds is kept as a running total
+/// (`held_now`), and the copy of it at the peak is taken lazily, at the
+/// first fall after a new high (until then the state is the peak's), so a
+/// long rise costs one copy, not one per sample.
 #[derive(Debug, Default, Clone)]
 struct Ledger {
     entries: Vec<(Option<usize>, u64)>,
+    /// What each key holds now (the sum of its entries).
+    held_now: HashMap<usize, u64>,
     last: u64,
     peak: u64,
+    /// What each key held at the peak; stale while `peak_pending`.
     at_peak: HashMap<usize, u64>,
+    /// A new high was reached and `at_peak` not yet copied from it.
+    peak_pending: bool,
     peak_key: Option<usize>,
     /// The last key recorded (the line last seen).
     last_key: Option<usize>,
@@ -526,22 +616,35 @@ impl Ledger {
         if now > self.last {
             let grew = now - self.last;
             if let Some(k) = key {
-                *self.grew.entry(k).or_insert(0) += grew;
-                *self.grew_in_phase.entry((phase, k)).or_insert(0) += grew;
+                let total = self.grew.entry(k).or_insert(0);
+                *total = total.saturating_add(grew);
+                let total = self.grew_in_phase.entry((phase, k)).or_insert(0);
+                *total = total.saturating_add(grew);
+                let held = self.held_now.entry(k).or_insert(0);
+                *held = held.saturating_add(grew);
             }
             match self.entries.last_mut() {
-                Some((k, bytes)) if *k == key => *bytes += grew,
+                Some((k, bytes)) if *k == key => *bytes = bytes.saturating_add(grew),
                 _ => self.entries.push((key, grew)),
             }
-        } else {
+        } else if now < self.last {
+            self.take_peak();
             let mut drop = self.last - now;
             while drop > 0 {
-                let Some((_, bytes)) = self.entries.last_mut() else {
+                let Some((k, bytes)) = self.entries.last_mut() else {
                     break;
                 };
                 let taken = drop.min(*bytes);
                 *bytes -= taken;
                 drop -= taken;
+                if let Some(k) = *k {
+                    if let Some(held) = self.held_now.get_mut(&k) {
+                        *held -= taken.min(*held);
+                        if *held == 0 {
+                            self.held_now.remove(&k);
+                        }
+                    }
+                }
                 if *bytes == 0 {
                     self.entries.pop();
                 }
@@ -555,19 +658,22 @@ impl Ledger {
             // A sample without a stack (the probe's last, at exit): the
             // line last seen.
             self.peak_key = key.or(self.last_key);
-            self.at_peak = self.held();
+            self.peak_pending = true;
+        }
+    }
+
+    /// Copies what each key holds into `at_peak` when a new high has not
+    /// been copied yet (the state has not fallen since it).
+    fn take_peak(&mut self) {
+        if self.peak_pending {
+            self.peak_pending = false;
+            self.at_peak.clone_from(&self.held_now);
         }
     }
 
     /// What each key holds now.
     fn held(&self) -> HashMap<usize, u64> {
-        let mut held = HashMap::new();
-        for &(k, bytes) in &self.entries {
-            if let Some(k) = k {
-                *held.entry(k).or_insert(0) += bytes;
-            }
-        }
-        held
+        self.held_now.clone()
     }
 }
 
@@ -678,7 +784,8 @@ impl Replay {
             self.active.insert(s.pid, now);
         }
         if uses_mlx {
-            self.level(s.t, self.active.values().sum());
+            let total = self.active.values().fold(0_u64, |a, &b| a.saturating_add(b));
+            self.level(s.t, total);
         }
         self.current.insert(s.pid, working);
         if working.is_some() {
@@ -736,7 +843,11 @@ impl Replay {
             .or_else(|| frames.first().copied())
     }
 
-    fn finish(self, st: &TraceStacks, samples: &[Sample]) -> Analysis {
+    fn finish(mut self, st: &TraceStacks, samples: &[Sample]) -> Analysis {
+        for ledger in self.mlx.values_mut() {
+            ledger.take_peak();
+        }
+        self.rss.take_peak();
         let owned = |stack: usize| -> Vec<Frame> {
             st.frames_of(position(stack)).into_iter().cloned().collect()
         };
@@ -762,7 +873,8 @@ impl Replay {
             let mut lines: HashMap<u32, u64> = HashMap::new();
             for (&stack, &bytes) in growth {
                 if let Some(line) = Self::line_of(st, stack) {
-                    *lines.entry(line).or_insert(0) += bytes;
+                    let sum = lines.entry(line).or_insert(0);
+                    *sum = sum.saturating_add(bytes);
                 }
             }
             lines
@@ -771,7 +883,7 @@ impl Replay {
         let held = by_line(&main.at_peak);
         let grew = by_line(&main.grew);
         let rss = by_line(&self.rss.grew);
-        let total: u64 = held.values().sum();
+        let total = held.values().fold(0_u64, |a, &b| a.saturating_add(b));
         let mut lines: Vec<LineGrowth> = grew
             .iter()
             .filter_map(|(&line, &grew_bytes)| {
@@ -859,10 +971,11 @@ impl Replay {
                     if phase == i
                         && let Some(line) = Self::line_of(st, stack)
                     {
-                        *by_line.entry(line).or_insert(0) += bytes;
+                        let sum = by_line.entry(line).or_insert(0);
+                        *sum = sum.saturating_add(bytes);
                     }
                 }
-                let grew_bytes: u64 = by_line.values().sum();
+                let grew_bytes = by_line.values().fold(0_u64, |a, &b| a.saturating_add(b));
                 let mut lines: Vec<PhaseLine> = by_line
                     .into_iter()
                     .filter_map(|(line, bytes)| {
@@ -968,15 +1081,15 @@ mod tests {
     #[test]
     fn growth_goes_to_the_innermost_line_of_the_jobs_own_code() {
         let mut s = Stacks::default();
-        s.define_frame(
+        let _ = s.define_frame(
             7,
             0,
             frame("/venv/lib/python3.11/site-packages/mlx/x.py", 3, "load"),
         );
-        s.define_frame(7, 1, frame("/work/fold.py", 26, "main"));
-        s.define_frame(7, 2, frame("/work/fold.py", 30, "main"));
-        s.define_stack(7, 0, &[0, 1]);
-        s.define_stack(7, 1, &[2]);
+        let _ = s.define_frame(7, 1, frame("/work/fold.py", 26, "main"));
+        let _ = s.define_frame(7, 2, frame("/work/fold.py", 30, "main"));
+        let _ = s.define_stack(7, 0, &[0, 1]);
+        let _ = s.define_stack(7, 1, &[2]);
         s.sample(0.0, 7, Some(0), &[], Some(100));
         s.sample(0.1, 7, Some(0), &[], Some(300));
         s.sample(0.2, 7, Some(1), &[], Some(250)); // 50 freed: taken from line 26's
@@ -1004,10 +1117,10 @@ mod tests {
     #[test]
     fn a_trace_keeps_every_probe_sample_and_reads_old_ones() {
         let mut s = Stacks::default();
-        s.define_frame(1, 0, frame("/work/a.py", 1, "f"));
-        s.define_frame(1, 1, frame("/work/a.py", 2, "g"));
-        s.define_stack(1, 0, &[0]);
-        s.define_stack(1, 1, &[1, 0]);
+        let _ = s.define_frame(1, 0, frame("/work/a.py", 1, "f"));
+        let _ = s.define_frame(1, 1, frame("/work/a.py", 2, "g"));
+        let _ = s.define_stack(1, 0, &[0]);
+        let _ = s.define_stack(1, 1, &[1, 0]);
         s.sample(0.5, 1, Some(0), &[], None);
         s.sample(1.0, 1, Some(1), &[0], Some(12));
         s.rank(1, 3);
@@ -1032,10 +1145,10 @@ mod tests {
     #[test]
     fn a_job_that_releases_holds_one_step_at_its_peak() {
         let mut s = Stacks::default();
-        s.define_frame(1, 0, frame("/work/fold.py", 10, "load"));
-        s.define_frame(1, 1, frame("/work/fold.py", 20, "free"));
-        s.define_stack(1, 0, &[0]);
-        s.define_stack(1, 1, &[1]);
+        let _ = s.define_frame(1, 0, frame("/work/fold.py", 10, "load"));
+        let _ = s.define_frame(1, 1, frame("/work/fold.py", 20, "free"));
+        let _ = s.define_stack(1, 0, &[0]);
+        let _ = s.define_stack(1, 1, &[1]);
         let mut t = 0.0;
         let mut events = Vec::new();
         for shard in 0..4 {
@@ -1068,8 +1181,8 @@ mod tests {
     #[test]
     fn a_fold_holds_every_file_though_each_source_is_freed_after_the_next_load() {
         let mut s = Stacks::default();
-        s.define_frame(1, 0, frame("/work/fold.py", 9, "<module>"));
-        s.define_stack(1, 0, &[0]);
+        let _ = s.define_frame(1, 0, frame("/work/fold.py", 9, "<module>"));
+        let _ = s.define_stack(1, 0, &[0]);
         let mut events = Vec::new();
         let mut t = 0.0;
         let mut kept = 0;
@@ -1093,10 +1206,10 @@ mod tests {
     #[test]
     fn phases_between_marks_name_their_own_lines() {
         let mut s = Stacks::default();
-        s.define_frame(1, 0, frame("/work/job.py", 5, "embed"));
-        s.define_frame(1, 1, frame("/work/job.py", 9, "layers"));
-        s.define_stack(1, 0, &[0]);
-        s.define_stack(1, 1, &[1]);
+        let _ = s.define_frame(1, 0, frame("/work/job.py", 5, "embed"));
+        let _ = s.define_frame(1, 1, frame("/work/job.py", 9, "layers"));
+        let _ = s.define_stack(1, 0, &[0]);
+        let _ = s.define_stack(1, 1, &[1]);
         s.sample(0.1, 1, Some(0), &[], Some(10));
         s.sample(0.2, 1, Some(0), &[], Some(30));
         s.sample(1.1, 1, Some(1), &[], Some(20));
@@ -1116,11 +1229,11 @@ mod tests {
     #[test]
     fn a_waiting_main_thread_gives_the_growth_to_the_thread_that_works() {
         let mut s = Stacks::default();
-        s.define_frame(1, 0, frame("/usr/lib/python3.11/threading.py", 320, "wait"));
-        s.define_frame(1, 1, frame("/work/job.py", 40, "main"));
-        s.define_frame(1, 2, frame("/work/job.py", 12, "worker"));
-        s.define_stack(1, 0, &[0, 1]);
-        s.define_stack(1, 1, &[2]);
+        let _ = s.define_frame(1, 0, frame("/usr/lib/python3.11/threading.py", 320, "wait"));
+        let _ = s.define_frame(1, 1, frame("/work/job.py", 40, "main"));
+        let _ = s.define_frame(1, 2, frame("/work/job.py", 12, "worker"));
+        let _ = s.define_stack(1, 0, &[0, 1]);
+        let _ = s.define_stack(1, 1, &[2]);
         s.sample(0.1, 1, Some(0), &[1], Some(0));
         s.sample(0.2, 1, Some(0), &[1], Some(64));
         let a = analyse(s.to_trace().as_ref(), &[], &[]);
@@ -1147,8 +1260,8 @@ mod tests {
     #[test]
     fn unknown_ids_and_other_processes_are_kept_apart() {
         let mut s = Stacks::default();
-        s.define_frame(1, 0, frame("/a.py", 1, "f"));
-        s.define_stack(1, 0, &[0, 99]);
+        let _ = s.define_frame(1, 0, frame("/a.py", 1, "f"));
+        let _ = s.define_stack(1, 0, &[0, 99]);
         s.sample(0.0, 2, Some(0), &[], Some(50)); // pid 2 never defined stack 0
         s.sample(0.1, 1, Some(-1), &[], Some(50));
         let a = analyse(s.to_trace().as_ref(), &[], &[]);

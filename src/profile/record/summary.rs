@@ -143,7 +143,14 @@ impl Recording {
         let job = trace.job.take().unwrap_or_default();
         let end = job.ended.clone().unwrap_or_default();
         let mut samples = std::mem::take(&mut trace.samples);
-        if !job.probe {
+        // A journal cut short never got the job's end, where `probe` is
+        // said: its probe samples (with MLX figures) say it instead.
+        let probed = job.probe
+            || trace
+                .stacks
+                .as_ref()
+                .is_some_and(|st| st.samples.iter().any(|s| s.active.is_some()));
+        if !probed {
             // A trace keeps 0 for MLX's figures where there were none.
             for s in &mut samples {
                 s.mlx = None;
@@ -211,7 +218,7 @@ impl Recording {
             gpu_unavailable: end.gpu_unavailable,
             probe: end
                 .probe
-                .or_else(|| job.probe.then(super::ProbeReport::default)),
+                .or_else(|| probed.then(super::ProbeReport::default)),
             checkpoint,
             checkpoint_error,
             findings: Vec::new(),
