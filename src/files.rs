@@ -343,7 +343,9 @@ fn output_target(path: &Path) -> Result<OutputTarget, FileError> {
         match std::fs::metadata(path) {
             Ok(meta) => meta,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err(protected("it is a link to a file that does not exist".into()));
+                return Err(protected(
+                    "it is a link to a file that does not exist".into(),
+                ));
             }
             Err(e) => return Err(FileError::io("write", path, e)),
         }
@@ -493,7 +495,9 @@ fn write_in_place(
                 FileError::io("write", named, e)
             }
         })?;
-    let opened = file.metadata().map_err(|e| FileError::io("write", named, e))?;
+    let opened = file
+        .metadata()
+        .map_err(|e| FileError::io("write", named, e))?;
     if (opened.dev(), opened.ino()) != identity {
         return Err(FileError::io(
             "write",
@@ -590,7 +594,9 @@ pub fn open_journal(path: &Path) -> Result<std::fs::File, FileError> {
             let meta =
                 std::fs::symlink_metadata(path).map_err(|e| FileError::io("write", path, e))?;
             if meta.file_type().is_symlink() {
-                return Err(protected("it is a link; a journal is never written through one".into()));
+                return Err(protected(
+                    "it is a link; a journal is never written through one".into(),
+                ));
             }
             if let Some(kind) = irregular_kind(meta.file_type()) {
                 return Err(protected(format!("it is {kind}, not a file")));
@@ -603,7 +609,9 @@ pub fn open_journal(path: &Path) -> Result<std::fs::File, FileError> {
         }
         Err(e) => return Err(FileError::io("write", path, e)),
     };
-    let opened = file.metadata().map_err(|e| FileError::io("write", path, e))?;
+    let opened = file
+        .metadata()
+        .map_err(|e| FileError::io("write", path, e))?;
     if let Some(kind) = irregular_kind(opened.file_type()) {
         return Err(protected(format!("it is {kind}, not a file")));
     }

@@ -1,6 +1,7 @@
 //! Any bytes as a GGUF file's header: a result, never a panic or an
 //! allocation of what a damaged header claims; what is accepted is
-//! consistent (every tensor in the data section, whole blocks); reading
+//! consistent (every tensor in the data section, whole blocks, counts that
+//! do not wrap); reading
 //! ahead (as local files are read) gives the same header or error.
 #![no_main]
 
@@ -18,8 +19,17 @@ fuzz_target!(|data: &[u8]| {
         for t in &header.tensors {
             assert!(t.offset >= header.data_start, "{}", t.name);
             if let Some(kind) = t.ggml_type() {
-                let values: u64 = t.shape.iter().product();
-                assert_eq!(t.bytes, values / kind.block_values * kind.block_bytes);
+                // An accepted tensor's counts fit: its values, and its bytes
+                // (an F32 of 2^62+1 values once "fit" in 4 bytes).
+                let values = t
+                    .shape
+                    .iter()
+                    .try_fold(1u64, |n, &d| n.checked_mul(d))
+                    .expect("an accepted shape's value count fits in 64 bits");
+                let bytes = (values / kind.block_values)
+                    .checked_mul(kind.block_bytes)
+                    .expect("an accepted tensor's byte count fits in 64 bits");
+                assert_eq!(t.bytes, bytes);
             }
         }
         let _ = header.refused_by();

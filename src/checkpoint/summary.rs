@@ -651,9 +651,8 @@ impl Checkpoint {
             // (from the weights whose shapes divide exactly) comes before
             // this tensor's shapes alone: a [576, 7168] weight with [5, 56]
             // scales is 128x128 in a 128x128 model, not 116x128.
-            let fits_configured = configured.is_some_and(|b| {
-                fp8_block(t.shape(), scale.shape(), Some(b)) == Some(b)
-            });
+            let fits_configured =
+                configured.is_some_and(|b| fp8_block(t.shape(), scale.shape(), Some(b)) == Some(b));
             let candidate = if fits_configured {
                 configured
             } else {
@@ -788,7 +787,7 @@ impl Checkpoint {
             let tensors = self.tensors();
             let mut counts = BlockCounts::default();
             let mut name = String::new();
-            for t in tensors.iter() {
+            for t in tensors {
                 if Fp8Format::of(t.dtype()).is_none() {
                     continue;
                 }

@@ -382,17 +382,17 @@ pub fn write_summary(r: &Recording, out: &mut dyn Write) -> std::io::Result<()> 
             ""
         }
     )?;
-    if let Some(p) = &r.probe {
-        if p.dropped_events + p.dropped_definitions + p.thinned_samples > 0 {
-            writeln!(
-                out,
-                "  the probes sent more than is kept: {} events past the cap of {} counted, not kept; {} frames or stacks past their caps; {} samples thinned out (every new high kept)",
-                p.dropped_events,
-                crate::profile::record::MAX_PROBE_EVENTS,
-                p.dropped_definitions,
-                p.thinned_samples
-            )?;
-        }
+    if let Some(p) = &r.probe
+        && p.dropped_events + p.dropped_definitions + p.thinned_samples > 0
+    {
+        writeln!(
+            out,
+            "  the probes sent more than is kept: {} events past the cap of {} counted, not kept; {} frames or stacks past their caps; {} samples thinned out (every new high kept)",
+            p.dropped_events,
+            crate::profile::record::MAX_PROBE_EVENTS,
+            p.dropped_definitions,
+            p.thinned_samples
+        )?;
     }
     match (&r.probe, r.peak_mlx_active_bytes) {
         (Some(p), Some(active)) => {

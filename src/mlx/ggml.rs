@@ -540,7 +540,13 @@ fn blocks_of(len: i64, kind: &str, rows: i32, cols: i32) -> Result<(i32, i32), M
 pub fn decode(bytes: &[u8], kind: &str, rows: i32, cols: i32) -> Result<Array, MlxError> {
     let len = i64::try_from(bytes.len()).unwrap_or(i64::MAX);
     let (n, width) = blocks_of(len, kind, rows, cols)?;
-    decode_blocks(&super::bytes_array(bytes, &[n, width])?, kind, n, rows, cols)
+    decode_blocks(
+        &super::bytes_array(bytes, &[n, width])?,
+        kind,
+        n,
+        rows,
+        cols,
+    )
 }
 
 /// [`decode`] of bytes already in an MLX `uint8` array (any shape: a

@@ -183,7 +183,10 @@ pub(crate) fn bytes_array(bytes: &[u8], shape: &[i32]) -> Result<Array, MlxError
     let (Some(&rows), Some(rest)) = (shape.first(), shape.get(1..)) else {
         return Err(refused("no axis to split".into()));
     };
-    let row = rest.iter().map(|&d| usize::try_from(d).unwrap_or(0)).product::<usize>();
+    let row = rest
+        .iter()
+        .map(|&d| usize::try_from(d).unwrap_or(0))
+        .product::<usize>();
     let per_band = most.checked_div(row).unwrap_or(0);
     if per_band == 0 || rows <= 0 {
         return Err(refused(format!("a row of {row} values (over 2^31-1)")));

@@ -140,7 +140,8 @@ impl ShardMap {
             }
             None => byte_shape.push(i32::try_from(item).unwrap_or(0)),
         }
-        let raw = super::bytes_array(&bytes, &byte_shape).map_err(|e| failed(format!("{name}: {e}")))?;
+        let raw =
+            super::bytes_array(&bytes, &byte_shape).map_err(|e| failed(format!("{name}: {e}")))?;
         drop(bytes);
         let typed = if stored.dtype == mlx_rs::Dtype::Uint8 {
             raw

@@ -862,6 +862,7 @@ impl Journal {
     /// The last line: the run ended; `job` says how (its status and what
     /// the recorder knew then). Returns the journal's open file (its lock
     /// held), to remove the journal later only if it is still this file.
+    #[must_use]
     pub fn end(mut self, job: Option<&JobInfo>) -> std::fs::File {
         self.write(&JournalRow::End {
             exit_code: job.and_then(|j| j.exit_code),

@@ -43,7 +43,9 @@ pub fn folder() -> Option<PathBuf> {
 fn ours(meta: &std::fs::Metadata) -> bool {
     use std::os::unix::fs::MetadataExt as _;
     let me = std::fs::metadata("/proc/self").map(|m| m.uid());
-    !meta.file_type().is_symlink() && me.is_ok_and(|me| meta.uid() == me) && meta.mode() & 0o022 == 0
+    !meta.file_type().is_symlink()
+        && me.is_ok_and(|me| meta.uid() == me)
+        && meta.mode() & 0o022 == 0
 }
 
 /// Whether every folder from the cache root down to `path`'s folder, and
@@ -245,14 +247,11 @@ fn cache_commits(root: &Path) -> Vec<CommitEntry> {
     };
     for repo in repos.flatten() {
         let repo_path = repo.path();
-        let named = repo
-            .file_name()
-            .to_str()
-            .is_some_and(|n| {
-                !n.starts_with('.')
-                    && n.bytes()
-                        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'%'))
-            });
+        let named = repo.file_name().to_str().is_some_and(|n| {
+            !n.starts_with('.')
+                && n.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'%'))
+        });
         if !named || !is_ours_dir(&repo_path) {
             continue;
         }
@@ -263,7 +262,9 @@ fn cache_commits(root: &Path) -> Vec<CommitEntry> {
             let name = commit.file_name();
             let is_commit = name.to_str().is_some_and(|n| {
                 n == "refs"
-                    || (n.len() == 40 && n.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)))
+                    || (n.len() == 40
+                        && n.bytes()
+                            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)))
             });
             let commit_path = commit.path();
             if !is_commit || !is_ours_dir(&commit_path) {
@@ -272,7 +273,11 @@ fn cache_commits(root: &Path) -> Vec<CommitEntry> {
             let mut bytes = 0_u64;
             let mut newest = std::time::SystemTime::UNIX_EPOCH;
             let mut files = Vec::new();
-            for file in std::fs::read_dir(&commit_path).into_iter().flatten().flatten() {
+            for file in std::fs::read_dir(&commit_path)
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
                 let path = file.path();
                 let Ok(meta) = std::fs::symlink_metadata(&path) else {
                     continue;

@@ -99,7 +99,11 @@ impl Native for MlxNative {
                     Ok(dtype) => (dtype, None),
                     Err(name) => (crate::mlx::Dtype::Uint8, Some(name)),
                 };
-                let oversized_axis = t.shape().iter().copied().find(|&d| i32::try_from(d).is_err());
+                let oversized_axis = t
+                    .shape()
+                    .iter()
+                    .copied()
+                    .find(|&d| i32::try_from(d).is_err());
                 let shape = if checkpoint.ggml_block_at(t.position()).is_some() {
                     // A ggml block type: its bytes as [rows, bytes a row]
                     // (whole rows are whole blocks), decoded above this layer.

@@ -702,6 +702,51 @@ impl Recorder {
         self.probe.get_or_insert_with(ProbeReport::default)
     }
 
+    /// A `sample` (MLX's figures and the stacks) or `stack` line of `pid`.
+    fn probe_sample(&mut self, at: Instant, pid: u32, line: ProbeLine, updates: &mut Vec<Update>) {
+        let active = (line.kind == "sample").then(|| line.active.unwrap_or(0));
+        if let Some(active) = active {
+            let figures = MlxFigures {
+                active_bytes: active,
+                cache_bytes: line.cache.unwrap_or(0),
+                peak_bytes: line.peak.unwrap_or(0),
+            };
+            if self.gone.contains(&pid) {
+                self.gone_mlx_peak = self.gone_mlx_peak.max(Some(active.max(figures.peak_bytes)));
+            } else {
+                self.mlx.insert(pid, figures);
+            }
+        }
+        let t = self.secs(at);
+        let threads = line.threads.unwrap_or_default();
+        match self.stacks.sample(t, pid, line.stack, &threads, active) {
+            Some(update) => updates.push(Update::Stacks(update)),
+            None => self.report().thinned_samples += 1,
+        }
+    }
+
+    /// Whether one more probe event is kept (else it is counted).
+    fn keep_event(&mut self) -> bool {
+        if self.probe_events >= MAX_PROBE_EVENTS {
+            self.report().dropped_events += 1;
+            return false;
+        }
+        self.probe_events += 1;
+        true
+    }
+
+    /// A frame or stack definition's update, or its count past the caps.
+    fn defined(
+        &mut self,
+        defined: Result<Option<stacks::StackUpdate>, stacks::Full>,
+        updates: &mut Vec<Update>,
+    ) {
+        match defined {
+            Ok(update) => updates.extend(update.map(Update::Stacks)),
+            Err(stacks::Full) => self.report().dropped_definitions += 1,
+        }
+    }
+
     fn probe_line(&mut self, at: Instant, text: &str, updates: &mut Vec<Update>) {
         let report = self.probe.get_or_insert_with(ProbeReport::default);
         report.lines += 1;
@@ -728,29 +773,7 @@ impl Recorder {
                 }
                 return;
             }
-            "sample" | "stack" => {
-                let active = (line.kind == "sample").then(|| line.active.unwrap_or(0));
-                if let Some(active) = active {
-                    let figures = MlxFigures {
-                        active_bytes: active,
-                        cache_bytes: line.cache.unwrap_or(0),
-                        peak_bytes: line.peak.unwrap_or(0),
-                    };
-                    if self.gone.contains(&pid) {
-                        self.gone_mlx_peak =
-                            self.gone_mlx_peak.max(Some(active.max(figures.peak_bytes)));
-                    } else {
-                        self.mlx.insert(pid, figures);
-                    }
-                }
-                let t = self.secs(at);
-                let threads = line.threads.unwrap_or_default();
-                match self.stacks.sample(t, pid, line.stack, &threads, active) {
-                    Some(update) => updates.push(Update::Stacks(update)),
-                    None => self.report().thinned_samples += 1,
-                }
-                return;
-            }
+            "sample" | "stack" => return self.probe_sample(at, pid, line, updates),
             "frame" => {
                 if let (Some(id), Some(file)) = (line.id, line.file) {
                     let frame = stacks::Frame {
@@ -759,19 +782,15 @@ impl Recorder {
                         function: line.function.unwrap_or_default(),
                         text: line.text.unwrap_or_default(),
                     };
-                    match self.stacks.define_frame(pid, id, frame) {
-                        Ok(update) => updates.extend(update.map(Update::Stacks)),
-                        Err(stacks::Full) => self.report().dropped_definitions += 1,
-                    }
+                    let defined = self.stacks.define_frame(pid, id, frame);
+                    self.defined(defined, updates);
                 }
                 return;
             }
             "stack-def" => {
                 if let (Some(id), Some(frames)) = (line.id, line.frames) {
-                    match self.stacks.define_stack(pid, id, &frames) {
-                        Ok(update) => updates.extend(update.map(Update::Stacks)),
-                        Err(stacks::Full) => self.report().dropped_definitions += 1,
-                    }
+                    let defined = self.stacks.define_stack(pid, id, &frames);
+                    self.defined(defined, updates);
                 }
                 return;
             }
@@ -783,11 +802,9 @@ impl Recorder {
             ),
             "mark" => (MarkKind::JobMark, line.text.unwrap_or_default(), 0),
             "exception" => {
-                if self.probe_events >= MAX_PROBE_EVENTS {
-                    self.report().dropped_events += 1;
+                if !self.keep_event() {
                     return;
                 }
-                self.probe_events += 1;
                 let t = at;
                 let frames: Vec<stacks::Frame> = line
                     .traceback
@@ -808,11 +825,9 @@ impl Recorder {
             }
             _ => return, // a kind from a newer client
         };
-        if self.probe_events >= MAX_PROBE_EVENTS {
-            self.report().dropped_events += 1;
+        if !self.keep_event() {
             return;
         }
-        self.probe_events += 1;
         let event = self.event(at, kind, target);
         event.bytes = bytes;
         updates.push(Update::Event(event.clone()));

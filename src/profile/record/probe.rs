@@ -272,9 +272,12 @@ fn private_fallback(temp: &Path, uid: u32) -> std::io::Result<PathBuf> {
     let prefix = format!("weightscope-{uid}-");
     if let Ok(entries) = std::fs::read_dir(temp) {
         for entry in entries.flatten() {
-            let ours = entry.file_name().to_str().is_some_and(|n| n.starts_with(&prefix))
+            let ours = entry
+                .file_name()
+                .to_str()
+                .is_some_and(|n| n.starts_with(&prefix))
                 && std::fs::symlink_metadata(entry.path()).is_ok_and(|m| {
-                    m.file_type().is_dir() && m.uid() == uid && m.mode() & 0o077 == 0
+                    m.file_type().is_dir() && m.uid() == uid && m.mode().trailing_zeros() >= 6
                 });
             if ours {
                 return Ok(entry.path());

@@ -637,12 +637,12 @@ impl Ledger {
                 let taken = drop.min(*bytes);
                 *bytes -= taken;
                 drop -= taken;
-                if let Some(k) = *k {
-                    if let Some(held) = self.held_now.get_mut(&k) {
-                        *held -= taken.min(*held);
-                        if *held == 0 {
-                            self.held_now.remove(&k);
-                        }
+                if let Some(k) = *k
+                    && let Some(held) = self.held_now.get_mut(&k)
+                {
+                    *held -= taken.min(*held);
+                    if *held == 0 {
+                        self.held_now.remove(&k);
                     }
                 }
                 if *bytes == 0 {
@@ -784,7 +784,10 @@ impl Replay {
             self.active.insert(s.pid, now);
         }
         if uses_mlx {
-            let total = self.active.values().fold(0_u64, |a, &b| a.saturating_add(b));
+            let total = self
+                .active
+                .values()
+                .fold(0_u64, |a, &b| a.saturating_add(b));
             self.level(s.t, total);
         }
         self.current.insert(s.pid, working);
