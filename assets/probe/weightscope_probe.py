@@ -32,6 +32,8 @@ _fd = None
 # Whether stacks are sampled (WEIGHTSCOPE_PROBE_STACKS=0: not, for a
 # measure of what they cost).
 _stacks = os.environ.get("WEIGHTSCOPE_PROBE_STACKS", "1") != "0"
+# Whether the held-by walks run (WEIGHTSCOPE_PROBE_HELD=0: not).
+_held_on = os.environ.get("WEIGHTSCOPE_PROBE_HELD", "1") != "0"
 _main_ident = threading.main_thread().ident
 _interval = 0.05
 _mlx = None
@@ -337,6 +339,302 @@ def _sample():
         (os.getpid(),) + counters + (stack, threads)
     )
     _write(line.encode())
+    if _held_on:
+        _maybe_walk_held(counters[0])
+
+
+# Who holds MLX memory: at a new high of MLX active memory (at most one walk
+# a second, at most _HELD_BUDGET seconds each), the probe walks down from the
+# roots the job's code wrote (every thread's function locals, modules'
+# globals, sys.last_traceback) to the live mx.array objects, and sends each
+# root with the bytes of the arrays it reaches first. Nothing of the job's is
+# kept after a walk: the walk's lists are let go of before it returns.
+_HELD_BUDGET = 0.05
+_HELD_EVERY = 1.0
+_HELD_ROOTS_SENT = 12
+_held_state = {"last": -1e9, "high": 0, "pending": False}
+_CO_OPTIMIZED = 0x1
+_ATOMS = (int, float, complex, str, bytes, bytearray, bool, type(None), range)
+
+
+def _is_library(file):
+    f = (file or "").replace("\\", "/")
+    return (
+        f.startswith("<")
+        or "/site-packages/" in f
+        or "/dist-packages/" in f
+        or "/lib/python3" in f
+        or "/mlx/" in f
+        or "/mlx_lm/" in f
+        or f.endswith("weightscope_probe.py")
+        or f.endswith("sitecustomize.py")
+    )
+
+
+def _maybe_walk_held(active):
+    """Walks at a new high of MLX active memory, at most once a second (a
+    high reached meanwhile is walked when the second is over, if memory is
+    still at least there)."""
+    state = _held_state
+    now = time.monotonic()
+    if active > state["high"] + (1 << 20):
+        state["pending"] = True
+    if not state["pending"] or now - state["last"] < _HELD_EVERY:
+        return
+    state["pending"] = False
+    state["last"] = now
+    state["high"] = max(state["high"], active)
+    try:
+        line = _held_walk(active)
+    except Exception:
+        line = None
+    if line is not None:
+        _write(line)
+
+
+def _frame_roots():
+    """(name, kind, function, file, line, object) for every local of every
+    thread's function frames, the main thread first, innermost first."""
+    own = threading.get_ident()
+    frames = sys._current_frames()
+    order = sorted(frames.items(), key=lambda kv: kv[0] != _main_ident)
+    roots = []
+    for ident, frame in order:
+        if ident == own or ident == _sampler_ident:
+            continue
+        while frame is not None:
+            code = frame.f_code
+            if code.co_flags & _CO_OPTIMIZED and code.co_filename != _own_file:
+                where = (getattr(code, "co_qualname", code.co_name), code.co_filename, frame.f_lineno)
+                local = frame.f_locals
+                items = list(local.items())
+                # Python 3.11 keeps the dict f_locals made in the frame: emptied
+                # at once, so it keeps nothing of the job's alive.
+                local.clear()
+                for name, value in items:
+                    if not isinstance(value, _ATOMS):
+                        roots.append((name, "local") + where + (value,))
+                items = local = None
+            frame = frame.f_back
+    frames = frame = None
+    return roots
+
+
+def _module_roots():
+    """Module globals: the job's own modules first, then libraries'."""
+    user, library = [], []
+    for name, module in list(sys.modules.items()):
+        file = getattr(module, "__file__", None) or ""
+        space = getattr(module, "__dict__", None)
+        if not isinstance(space, dict) or name == __name__:
+            continue
+        mine = name == "__main__" or (file and not _is_library(file))
+        into = user if mine else library
+        for key, value in list(space.items()):
+            if key.startswith("__") or isinstance(value, _ATOMS) or isinstance(value, type(sys)):
+                continue
+            label = key if mine else name + "." + key
+            into.append((label, "global", "<module>", file, 0, value))
+    return user + library
+
+
+def _held_walk(active):
+    """One walk; the line to send (bytes), or None."""
+    mx = _mlx
+    if mx is None:
+        return None
+    array_type = mx.array
+    started = time.perf_counter()
+    interval = sys.getswitchinterval()
+    # The walk holds the GIL (at most _HELD_BUDGET): the job does not move
+    # under it, so what it reads is one moment.
+    sys.setswitchinterval(max(interval, 1.0))
+    try:
+        return _walk(active, array_type, started)
+    finally:
+        sys.setswitchinterval(interval)
+
+
+def _walk(active, array_type, started):
+    roots = _frame_roots()
+    last_tb = getattr(sys, "last_traceback", None)
+    if last_tb is not None:
+        roots.append(("sys.last_traceback", "traceback", "", "", 0, last_tb))
+    roots += _module_roots()
+    last_tb = None
+    seen = set()
+    owner = {}
+    groups = {}
+    order = []
+    visited = 0
+    partial = False
+    import types
+
+    function_type = types.FunctionType
+    generator_types = (types.GeneratorType, types.CoroutineType, types.AsyncGeneratorType)
+    skipped_types = (types.ModuleType, type, types.BuiltinFunctionType, types.CodeType)
+    for name, kind, function, file, line, value in roots:
+        if partial:
+            break
+        stack = [(value, name, None, None)]
+        while stack:
+            obj, path, group, group_kind = stack.pop()
+            visited += 1
+            if visited % 512 == 0 and time.perf_counter() - started > _HELD_BUDGET:
+                partial = True
+                break
+            key = id(obj)
+            if key in seen:
+                continue
+            seen.add(key)
+            label = group or name
+            if isinstance(obj, array_type):
+                g = groups.get((label, group_kind or kind))
+                if g is None:
+                    g = [label, group_kind or kind, function, file, line, 0, 0, path, type(value).__name__]
+                    groups[(label, group_kind or kind)] = g
+                    order.append(g)
+                g[5] += obj.nbytes
+                g[6] += 1
+                continue
+            push = stack.append
+            if isinstance(obj, skipped_types):
+                continue
+            if isinstance(obj, dict):
+                for k, v in list(obj.items())[:100000]:
+                    if not isinstance(v, _ATOMS):
+                        push((v, "%s[%r]" % (path, k) if isinstance(k, (str, int)) else path + "[...]", group, group_kind))
+            elif isinstance(obj, (list, tuple)):
+                for i, v in enumerate(obj[:100000]):
+                    if not isinstance(v, _ATOMS):
+                        push((v, "%s[%d]" % (path, i), group, group_kind))
+            elif isinstance(obj, (set, frozenset)):
+                for v in list(obj)[:100000]:
+                    if not isinstance(v, _ATOMS):
+                        push((v, path + "{...}", group, group_kind))
+            elif isinstance(obj, function_type):
+                if _is_library(obj.__code__.co_filename):
+                    continue
+                qual = getattr(obj, "__qualname__", "?")
+                names = obj.__code__.co_freevars
+                for cell_name, cell in zip(names, obj.__closure__ or ()):
+                    try:
+                        v = cell.cell_contents
+                    except ValueError:
+                        continue
+                    if not isinstance(v, _ATOMS):
+                        g = group or "%s (closure over %s)" % (qual, cell_name)
+                        push((v, "%s.<closure %s>" % (path, cell_name), g, group_kind or "closure"))
+                defaults = obj.__defaults__ or ()
+                args = obj.__code__.co_varnames[: obj.__code__.co_argcount]
+                for arg, v in zip(args[len(args) - len(defaults):], defaults):
+                    if not isinstance(v, _ATOMS):
+                        g = group or "%s (default %s)" % (qual, arg)
+                        push((v, "%s.<default %s>" % (path, arg), g, group_kind or "default"))
+                for arg, v in (obj.__kwdefaults__ or {}).items():
+                    if not isinstance(v, _ATOMS):
+                        g = group or "%s (default %s)" % (qual, arg)
+                        push((v, "%s.<default %s>" % (path, arg), g, group_kind or "default"))
+            elif isinstance(obj, generator_types):
+                frame = getattr(obj, "gi_frame", None) or getattr(obj, "cr_frame", None) or getattr(obj, "ag_frame", None)
+                if frame is not None:
+                    local = frame.f_locals
+                    items = list(local.items())
+                    if frame.f_code.co_flags & _CO_OPTIMIZED:
+                        local.clear()
+                    local = None
+                    for k, v in items:
+                        if not isinstance(v, _ATOMS):
+                            push((v, "%s.<suspended %s>" % (path, k), group or name, group_kind or "generator"))
+                    items = None
+                frame = None
+            elif isinstance(obj, BaseException):
+                tb = obj.__traceback__
+                if tb is not None:
+                    push((tb, path + ".__traceback__", group or name, group_kind or "traceback"))
+                for extra in (obj.__context__, obj.__cause__):
+                    if extra is not None:
+                        push((extra, path + ".__context__", group, group_kind))
+                tb = None
+            elif isinstance(obj, types.TracebackType):
+                entry = obj
+                depth = 0
+                while entry is not None and depth < 100:
+                    frame = entry.tb_frame
+                    if frame.f_code.co_flags & _CO_OPTIMIZED and frame.f_code.co_filename != _own_file:
+                        local = frame.f_locals
+                        items = list(local.items())
+                        for k, v in items:
+                            if not isinstance(v, _ATOMS):
+                                push((v, "%s<frame %s>.%s" % (path, frame.f_code.co_name, k), group or name, group_kind or "traceback"))
+                        items = local = None
+                    frame = None
+                    entry = entry.tb_next
+                    depth += 1
+                entry = None
+            else:
+                # The instance's own namespace, read without calling its
+                # code (no __getattr__, no properties).
+                try:
+                    space = object.__getattribute__(obj, "__dict__")
+                except (AttributeError, TypeError):
+                    space = None
+                if isinstance(space, dict):
+                    for k, v in list(space.items()):
+                        if not isinstance(v, _ATOMS):
+                            g = group or "%s.%s" % (name, k)
+                            push((v, "%s.%s" % (path, k), g, group_kind or "attribute"))
+                if isinstance(obj, types.MethodType):
+                    push((obj.__self__, path + ".__self__", group, group_kind))
+                    push((obj.__func__, path + ".__func__", group, group_kind))
+                for slot in getattr(type(obj), "__slots__", ()) or ():
+                    if isinstance(slot, str):
+                        try:
+                            v = object.__getattribute__(obj, slot)
+                        except (AttributeError, TypeError):
+                            v = None
+                        if v is not None and not isinstance(v, _ATOMS):
+                            g = group or "%s.%s" % (name, slot)
+                            push((v, "%s.%s" % (path, slot), g, group_kind or "attribute"))
+        stack = None
+        obj = None
+    roots = None
+    seen = None
+    millis = (time.perf_counter() - started) * 1000
+    order.sort(key=lambda g: -g[5])
+    reached = sum(g[5] for g in order)
+    out = []
+    for g in order[:_HELD_ROOTS_SENT]:
+        out.append(
+            {
+                "root": g[0][:200],
+                "kind": g[1],
+                "function": g[2][:120],
+                "file": g[3][-300:],
+                "line": g[4],
+                "bytes": g[5],
+                "arrays": g[6],
+                "path": g[7][:300],
+                "type": g[8][:60],
+            }
+        )
+    order = groups = None
+    report = {
+        "kind": "held",
+        "pid": os.getpid(),
+        "active": active,
+        "reached": reached,
+        "roots_total": len(out),
+        "partial": partial,
+        "objects": visited,
+        "millis": round(millis, 3),
+        "roots": out,
+    }
+    line = json.dumps(report, separators=(",", ":"))
+    while len(line) > _MAX_LINE and report["roots"]:
+        report["roots"].pop()
+        line = json.dumps(report, separators=(",", ":"))
+    return (line + "\n").encode() if len(line) <= _MAX_LINE else None
 
 
 def _bye():

@@ -279,6 +279,8 @@ pub fn summary_json(r: &Recording) -> Value {
         "peak_stack": r.peak_stack,
         "last_stack": r.last_stack,
         "lines": r.lines,
+        "held_by": r.held_by.as_ref().map_or(Value::Array(Vec::new()), |w| json!(w.roots)),
+        "held_by_walk": r.held_by.as_ref().map(walk_json),
         "phases": r.phases,
         "files_loaded": r.files_loaded,
     })
@@ -310,6 +312,23 @@ fn killed_json(r: &Recording) -> Value {
         "last_sample_age_secs": (r.elapsed_secs - last).max(0.0),
         "line": own_line,
         "files_not_released": r.files_not_released(),
+        "held_by": r.held_last.as_ref().map_or(Value::Array(Vec::new()), |w| json!(w.roots)),
+        "held_by_walk": r.held_last.as_ref().map(walk_json),
+    })
+}
+
+/// A held-by walk's figures beside its roots: when, which process, MLX
+/// active then, what the roots reached and what no root reached.
+fn walk_json(w: &crate::profile::record::held::HeldWalk) -> Value {
+    json!({
+        "t": w.t_secs,
+        "pid": w.pid,
+        "mlx_active_bytes": w.active_bytes,
+        "reached_bytes": w.reached_bytes,
+        "unreached_bytes": w.unreached_bytes(),
+        "partial": w.partial,
+        "objects": w.objects,
+        "millis": w.millis,
     })
 }
 
@@ -542,8 +561,42 @@ fn write_ledger(r: &Recording, out: &mut dyn Write) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Who held MLX memory at the peak: the probe's walk there, root by root.
+fn write_held(r: &Recording, out: &mut dyn Write) -> std::io::Result<()> {
+    let Some(w) = &r.held_by else { return Ok(()) };
+    writeln!(
+        out,
+        "  held by (the walk at {:.1} s, MLX active {}{}):",
+        w.t_secs,
+        human_bytes(w.active_bytes),
+        if w.partial { ", partial: the walk stopped at its time budget" } else { "" }
+    )?;
+    for root in w.roots.iter().take(8) {
+        writeln!(
+            out,
+            "    {:>10}  {} ({}, {}; {} array{}) e.g. {}",
+            human_bytes(root.bytes),
+            crate::units::printable(&root.root),
+            root.kind,
+            crate::units::printable(&root.place()),
+            root.arrays,
+            if root.arrays == 1 { "" } else { "s" },
+            crate::units::printable(&root.path)
+        )?;
+    }
+    if w.unreached_bytes() > 0 {
+        writeln!(
+            out,
+            "    {:>10}  not reached from Python (held by MLX's graph: arrays not yet evaluated, or kept by other computations)",
+            human_bytes(w.unreached_bytes())
+        )?;
+    }
+    Ok(())
+}
+
 /// The stack at the peak and the lines that grew memory most.
 fn write_lines(r: &Recording, out: &mut dyn Write) -> std::io::Result<()> {
+    write_held(r, out)?;
     if r.peak_stack.is_empty() && r.lines.is_empty() {
         return Ok(());
     }

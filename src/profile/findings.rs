@@ -35,6 +35,8 @@ pub enum FindingKind {
     JobFailed,
     /// The recorded job came near the machine's memory.
     NearMachineMemory,
+    /// Who held a recorded job's MLX memory at its peak (the probe's walk).
+    HeldBy,
 }
 
 impl FindingKind {

@@ -765,6 +765,10 @@ enum JournalRow {
         pid: u32,
         rank: u32,
     },
+    /// A held-by walk of a probe (who held MLX memory then).
+    Held {
+        walk: super::record::held::HeldWalk,
+    },
     /// The last line: the run ended (the job's status, when it had one, and
     /// what the recorder knew then).
     End {
@@ -855,6 +859,7 @@ impl Journal {
             StackUpdate::Stack(id, frames) => JournalRow::Stack { id, frames },
             StackUpdate::Sample(sample) => JournalRow::Probe { sample },
             StackUpdate::Rank { pid, rank } => JournalRow::Rank { pid, rank },
+            StackUpdate::Held(walk) => JournalRow::Held { walk },
         };
         self.write(&row);
     }
@@ -925,6 +930,9 @@ impl Trace {
                 }
                 JournalRow::Rank { pid, rank } => {
                     stacks(&mut trace, StackUpdate::Rank { pid, rank });
+                }
+                JournalRow::Held { walk } => {
+                    stacks(&mut trace, StackUpdate::Held(walk));
                 }
                 JournalRow::End { exit_code, ended } => {
                     trace.cut_short = false;

@@ -15,12 +15,32 @@ const SMALL_BYTES: u64 = 64 << 20;
 pub fn record_findings(recording: &Recording) -> Vec<Finding> {
     let mut found = Vec::new();
     job_failed(recording, &mut found);
+    held_by(recording, &mut found);
     accumulated(recording, &mut found);
     files_held_open(recording, &mut found);
     cache_at_peak(recording, &mut found);
     host_copies(recording, &mut found);
     near_machine_memory(recording, MachineMemory::read(), &mut found);
     found
+}
+
+/// Who held the memory at the peak (the probe's walk), with the line that
+/// allocated it when that is another place.
+fn held_by(r: &Recording, found: &mut Vec<Finding>) {
+    let Some(walk) = &r.held_by else { return };
+    let Some(top) = walk.roots.first() else { return };
+    if top.bytes < SMALL_BYTES / 16 {
+        return;
+    }
+    let allocated = r.lines.first().map(|l| l.frame.label());
+    let Some(text) = super::held::sentence(walk, allocated.as_deref()) else {
+        return;
+    };
+    found.push(Finding {
+        kind: FindingKind::HeldBy,
+        text,
+        t_secs: Some(walk.t_secs),
+    });
 }
 
 fn job_failed(r: &Recording, found: &mut Vec<Finding>) {

@@ -8,6 +8,7 @@
 //! one clock as a [`Trace`] like a walk's, plus the richer [`Recording`].
 
 mod findings;
+pub mod held;
 #[cfg(target_os = "linux")]
 pub mod gpu;
 #[cfg(target_os = "linux")]
@@ -277,6 +278,11 @@ pub struct Recording {
     /// A distributed job's ranks (`MLX_RANK` from their probes): each
     /// one's peak MLX active and its stack then, by rank.
     pub ranks: Vec<RankPeak>,
+    /// Who held MLX memory at the peak: the probe's walk made at the
+    /// highest MLX active memory.
+    pub held_by: Option<held::HeldWalk>,
+    /// The probe's last walk (for a job killed: what held memory then).
+    pub held_last: Option<held::HeldWalk>,
 }
 
 /// One rank of a distributed MLX job at its peak.
@@ -774,6 +780,20 @@ impl Recorder {
                 return;
             }
             "sample" | "stack" => return self.probe_sample(at, pid, line, updates),
+            "held" => {
+                let walk = held::HeldWalk {
+                    t_secs: self.secs(at),
+                    pid,
+                    active_bytes: line.active.unwrap_or(0),
+                    reached_bytes: line.reached.unwrap_or(0),
+                    partial: line.partial.unwrap_or(false),
+                    objects: line.objects.unwrap_or(0),
+                    millis: line.millis.unwrap_or(0.0),
+                    roots: line.roots.unwrap_or_default().into_iter().take(64).collect(),
+                };
+                updates.push(Update::Stacks(self.stacks.held(walk)));
+                return;
+            }
             "frame" => {
                 if let (Some(id), Some(file)) = (line.id, line.file) {
                     let frame = stacks::Frame {

@@ -143,6 +143,21 @@ pub struct ProbeLine {
     /// function, the line's code.
     #[serde(default)]
     pub traceback: Option<Vec<(String, u32, String, String)>>,
+    /// `held`: the roots and what each holds.
+    #[serde(default)]
+    pub roots: Option<Vec<super::held::HeldRoot>>,
+    /// `held`: the bytes every root reached.
+    #[serde(default)]
+    pub reached: Option<u64>,
+    /// `held`: whether the walk stopped at its budget.
+    #[serde(default)]
+    pub partial: Option<bool>,
+    /// `held`: Python objects visited.
+    #[serde(default)]
+    pub objects: Option<u64>,
+    /// `held`: milliseconds the walk took.
+    #[serde(default)]
+    pub millis: Option<f64>,
 }
 
 impl ProbeLine {

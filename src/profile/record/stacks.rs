@@ -142,6 +142,10 @@ pub struct TraceStacks {
     /// `(pid, MLX_RANK)` of each rank of a distributed job.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ranks: Vec<(u32, u32)>,
+    /// The probes' held-by walks, in time order (at most
+    /// [`super::held::KEPT_WALKS`] and the one at the highest memory).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub held: Vec<super::held::HeldWalk>,
 }
 
 /// Something the probes sent, in the order a trace keeps it.
@@ -160,6 +164,8 @@ pub enum StackUpdate {
         /// Its `MLX_RANK`.
         rank: u32,
     },
+    /// A held-by walk of a probe.
+    Held(super::held::HeldWalk),
 }
 
 impl TraceStacks {
@@ -178,6 +184,19 @@ impl TraceStacks {
             }
             StackUpdate::Sample(sample) => self.samples.push(sample),
             StackUpdate::Rank { pid, rank } => self.ranks.push((pid, rank)),
+            StackUpdate::Held(walk) => {
+                // Bounded: past the cap the oldest walk goes, unless it is
+                // the one at the highest memory.
+                if self.held.len() >= super::held::KEPT_WALKS {
+                    let keep = super::held::at_peak(&self.held)
+                        .map(|w| (w.t_secs, w.pid))
+                        .unwrap_or_default();
+                    if let Some(i) = self.held.iter().position(|w| (w.t_secs, w.pid) != keep) {
+                        self.held.remove(i);
+                    }
+                }
+                self.held.push(walk);
+            }
         }
     }
 
@@ -405,6 +424,11 @@ impl Stacks {
         let halves = (kept - MAX_SAMPLES) / (MAX_SAMPLES / 2);
         let stride = 2_u64 << halves.min(40);
         self.past_cap.is_multiple_of(stride)
+    }
+
+    /// A held-by walk of a probe.
+    pub fn held(&mut self, walk: super::held::HeldWalk) -> StackUpdate {
+        self.applied(StackUpdate::Held(walk))
     }
 
     /// A process said its rank.

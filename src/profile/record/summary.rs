@@ -186,6 +186,11 @@ impl Recording {
             sample,
             files: end.mapped_files.clone(),
         });
+        let held_by = trace
+            .stacks
+            .as_ref()
+            .and_then(|st| super::held::at_peak(&st.held).cloned());
+        let held_last = trace.stacks.as_ref().and_then(|st| st.held.last().cloned());
         let gpu = samples.iter().filter_map(|s| s.gpu);
         let mut recording = Self {
             command: job.command,
@@ -235,6 +240,8 @@ impl Recording {
             output: end.output,
             ledger,
             ranks,
+            held_by,
+            held_last,
             samples,
             events,
         };

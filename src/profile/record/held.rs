@@ -1,0 +1,220 @@
+//! Who holds MLX memory: the probe's walks from the roots the job's code
+//! wrote (a function's local, a module's global, an attribute, a closure, a
+//! default argument, a kept traceback, a suspended generator) down to the
+//! live `mx.array` objects, each root with the bytes of the arrays it
+//! reaches first. A walk is made at a new high of MLX active memory, at most
+//! once a second; the recording keeps them all (bounded) and names the
+//! walk nearest the peak, and the last one when the job was killed.
+
+use serde::{Deserialize, Serialize};
+
+use crate::units::human_bytes;
+
+/// One root and what it holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeldRoot {
+    /// How the job's code names it: `kept`, `CACHE`, `folder.cache`,
+    /// `load (closure over cache)`, `f (default seen)`, `sys.last_traceback`.
+    pub root: String,
+    /// `local`, `global`, `attribute`, `closure`, `default`, `traceback`,
+    /// `generator`.
+    pub kind: String,
+    /// The function whose local it is (`<module>` for a global).
+    #[serde(default)]
+    pub function: String,
+    /// Its file.
+    #[serde(default)]
+    pub file: String,
+    /// The line that function was executing (0 for a global).
+    #[serde(default)]
+    pub line: u32,
+    /// Bytes of the arrays it reaches first (`nbytes` of each array once).
+    pub bytes: u64,
+    /// How many arrays.
+    pub arrays: u64,
+    /// One path from the root to one of them: `kept[3][1]['w']`.
+    #[serde(default)]
+    pub path: String,
+    /// The Python type of the root's value (`list`, `dict`, `Folder`).
+    #[serde(default, rename = "type")]
+    pub type_name: String,
+}
+
+impl HeldRoot {
+    /// Where the root lives, in words: "a list in main, fold.py:21", "a
+    /// global dict of fold.py".
+    #[must_use]
+    pub fn place(&self) -> String {
+        let file = self.file.rsplit(['/', '\\']).next().unwrap_or(&self.file);
+        let what = if self.type_name.is_empty() {
+            "a value".to_owned()
+        } else {
+            format!("{} {}", article(&self.type_name), self.type_name)
+        };
+        match self.kind.as_str() {
+            "global" if file.is_empty() => format!("a module global ({what})"),
+            "global" => format!("a global of {file} ({what})"),
+            _ if self.function.is_empty() => what,
+            _ => format!("{what} in {}, {file}:{}", self.function, self.line),
+        }
+    }
+}
+
+fn article(word: &str) -> &'static str {
+    if word.starts_with(['a', 'e', 'i', 'o', 'u', 'A', 'E', 'I', 'O', 'U']) {
+        "an"
+    } else {
+        "a"
+    }
+}
+
+/// One walk of the probe.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HeldWalk {
+    /// When it arrived, on the recording's clock.
+    pub t_secs: f64,
+    /// The process walked.
+    pub pid: u32,
+    /// That process's MLX active memory when it walked.
+    pub active_bytes: u64,
+    /// The bytes every root reached together.
+    pub reached_bytes: u64,
+    /// Whether it stopped at its time budget before every root was walked.
+    #[serde(default)]
+    pub partial: bool,
+    /// Python objects visited.
+    #[serde(default)]
+    pub objects: u64,
+    /// How long it held the job (milliseconds).
+    #[serde(default)]
+    pub millis: f64,
+    /// The roots, most bytes first (at most a dozen).
+    pub roots: Vec<HeldRoot>,
+}
+
+impl HeldWalk {
+    /// MLX memory no root reached: held by MLX's graph (arrays not yet
+    /// evaluated, or kept by other arrays' computations), or by objects the
+    /// walk does not enter (C extensions).
+    #[must_use]
+    pub fn unreached_bytes(&self) -> u64 {
+        self.active_bytes.saturating_sub(self.reached_bytes)
+    }
+}
+
+/// The walks a recording keeps: the last [`KEPT_WALKS`] and the one at the
+/// highest MLX active memory.
+pub const KEPT_WALKS: usize = 600;
+
+/// The walk to name for the peak: the one made at the highest MLX active
+/// memory (the latest of equals).
+#[must_use]
+pub fn at_peak(walks: &[HeldWalk]) -> Option<&HeldWalk> {
+    walks
+        .iter()
+        .filter(|w| !w.roots.is_empty() || w.active_bytes > 0)
+        .max_by(|a, b| {
+            a.active_bytes
+                .cmp(&b.active_bytes)
+                .then(a.t_secs.total_cmp(&b.t_secs))
+        })
+}
+
+/// The finding's sentence for `walk`: the root holding most, with its
+/// bytes and an example path, and, when `allocated` (the line that held
+/// most at the peak) is another place, that line too.
+#[must_use]
+pub fn sentence(walk: &HeldWalk, allocated: Option<&str>) -> Option<String> {
+    let top = walk.roots.first()?;
+    let share = if walk.active_bytes > 0 {
+        format!(
+            " ({:.0} % of MLX's {})",
+            100.0 * top.bytes as f64 / walk.active_bytes as f64,
+            human_bytes(walk.active_bytes)
+        )
+    } else {
+        String::new()
+    };
+    let advice = match top.kind.as_str() {
+        "local" | "global" => "drop each entry when you are done with it (or `del` it)",
+        "attribute" => "clear that attribute when its arrays are no longer needed",
+        "closure" => "the function keeps its closure's arrays for as long as it lives",
+        "default" => "a default argument lives as long as the function: use None and make it inside",
+        "traceback" => "a kept exception keeps its frames' locals: drop it (or `sys.last_traceback`)",
+        "generator" => "a suspended generator keeps its locals: finish or close it",
+        _ => "drop it when done",
+    };
+    let mut text = format!(
+        "At the peak, {} of MLX memory was held by `{}` ({}; {} array{}, e.g. `{}`){share}: {advice}.",
+        human_bytes(top.bytes),
+        top.root,
+        top.place(),
+        top.arrays,
+        if top.arrays == 1 { "" } else { "s" },
+        top.path
+    );
+    if let Some(line) = allocated {
+        use std::fmt::Write as _;
+        let _ = write!(text, " The line that allocated it: {line}.");
+    }
+    if walk.partial {
+        text.push_str(" (The walk stopped at its time budget: partial.)");
+    }
+    Some(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn root(name: &str, kind: &str, bytes: u64) -> HeldRoot {
+        HeldRoot {
+            root: name.into(),
+            kind: kind.into(),
+            function: "main".into(),
+            file: "/work/fold.py".into(),
+            line: 21,
+            bytes,
+            arrays: 2,
+            path: format!("{name}[1]"),
+            type_name: "list".into(),
+        }
+    }
+
+    #[test]
+    fn the_walk_at_the_highest_memory_is_the_peaks() {
+        let walk = |t, active| HeldWalk {
+            t_secs: t,
+            pid: 1,
+            active_bytes: active,
+            reached_bytes: active,
+            partial: false,
+            objects: 10,
+            millis: 1.0,
+            roots: vec![root("kept", "local", active)],
+        };
+        let walks = [walk(1.0, 100), walk(2.0, 300), walk(3.0, 200), walk(4.0, 300)];
+        assert_eq!(at_peak(&walks).map(|w| w.t_secs), Some(4.0));
+        assert_eq!(at_peak(&[]), None);
+    }
+
+    #[test]
+    fn the_sentence_names_the_root_its_place_and_the_allocating_line() {
+        let walk = HeldWalk {
+            t_secs: 1.0,
+            pid: 1,
+            active_bytes: 2 << 30,
+            reached_bytes: 1 << 30,
+            partial: false,
+            objects: 10,
+            millis: 1.0,
+            roots: vec![root("kept", "local", 1 << 30)],
+        };
+        assert_eq!(walk.unreached_bytes(), 1 << 30);
+        let text = sentence(&walk, Some("fold.py:12 in main")).expect("a sentence");
+        assert!(text.contains("held by `kept` (a list in main, fold.py:21; 2 arrays"), "{text}");
+        assert!(text.contains("1.00 GiB"), "{text}");
+        assert!(text.contains("50 %"), "{text}");
+        assert!(text.contains("The line that allocated it: fold.py:12 in main"), "{text}");
+    }
+}
