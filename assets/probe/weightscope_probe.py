@@ -352,7 +352,8 @@ def _sample():
 _HELD_BUDGET = 0.05
 _HELD_EVERY = 1.0
 _HELD_ROOTS_SENT = 12
-_held_state = {"last": -1e9, "high": 0, "pending": False}
+_BIG = 10000
+_held_state = {"last": -1e9, "high": 0, "pending": False, "settled": True}
 _CO_OPTIMIZED = 0x1
 _ATOMS = (int, float, complex, str, bytes, bytearray, bool, type(None), range)
 
@@ -373,17 +374,26 @@ def _is_library(file):
 
 def _maybe_walk_held(active):
     """Walks at a new high of MLX active memory, at most once a second (a
-    high reached meanwhile is walked when the second is over, if memory is
-    still at least there)."""
+    high reached meanwhile is walked when the second is over), and once more
+    when memory has stayed at that high for a second: the walk at the
+    moment of the high often finds the arrays still in the locals of the
+    function that made them; the one a second later finds where they are
+    kept."""
     state = _held_state
     now = time.monotonic()
     if active > state["high"] + (1 << 20):
         state["pending"] = True
-    if not state["pending"] or now - state["last"] < _HELD_EVERY:
+    if now - state["last"] < _HELD_EVERY:
         return
-    state["pending"] = False
+    if state["pending"]:
+        state["pending"] = False
+        state["settled"] = False
+        state["high"] = max(state["high"], active)
+    elif not state["settled"] and active * 20 >= state["high"] * 19 and state["high"] > 0:
+        state["settled"] = True
+    else:
+        return
     state["last"] = now
-    state["high"] = max(state["high"], active)
     try:
         line = _held_walk(active)
     except Exception:
@@ -462,8 +472,10 @@ def _walk(active, array_type, started):
         roots.append(("sys.last_traceback", "traceback", "", "", 0, last_tb))
     roots += _module_roots()
     last_tb = None
-    seen = set()
-    owner = {}
+    # id -> the root that reached it first (ids only: nothing kept alive).
+    seen = {}
+    # (root, kind) -> other roots whose arrays it also reaches.
+    also = {}
     groups = {}
     order = []
     visited = 0
@@ -473,140 +485,188 @@ def _walk(active, array_type, started):
     function_type = types.FunctionType
     generator_types = (types.GeneratorType, types.CoroutineType, types.AsyncGeneratorType)
     skipped_types = (types.ModuleType, type, types.BuiltinFunctionType, types.CodeType)
-    for name, kind, function, file, line, value in roots:
-        if partial:
-            break
-        stack = [(value, name, None, None)]
-        while stack:
-            obj, path, group, group_kind = stack.pop()
-            visited += 1
-            if visited % 512 == 0 and time.perf_counter() - started > _HELD_BUDGET:
-                partial = True
+    # Containers of over _BIG items are walked after every root's smaller
+    # parts: a list of a million small objects must not spend the whole
+    # budget before the arrays kept beside it are found.
+    work = [(root, [(root[5], root[0], None, None)]) for root in roots]
+    deferred = []
+    for phase in (0, 1):
+        if phase == 1:
+            work, deferred = deferred, []
+        for (name, kind, function, file, line, value), stack in work:
+            if partial:
                 break
-            key = id(obj)
-            if key in seen:
-                continue
-            seen.add(key)
-            label = group or name
-            if isinstance(obj, array_type):
-                g = groups.get((label, group_kind or kind))
-                if g is None:
-                    g = [label, group_kind or kind, function, file, line, 0, 0, path, type(value).__name__]
-                    groups[(label, group_kind or kind)] = g
-                    order.append(g)
-                g[5] += obj.nbytes
-                g[6] += 1
-                continue
-            push = stack.append
-            if isinstance(obj, skipped_types):
-                continue
-            if isinstance(obj, dict):
-                for k, v in list(obj.items())[:100000]:
-                    if not isinstance(v, _ATOMS):
-                        push((v, "%s[%r]" % (path, k) if isinstance(k, (str, int)) else path + "[...]", group, group_kind))
-            elif isinstance(obj, (list, tuple)):
-                for i, v in enumerate(obj[:100000]):
-                    if not isinstance(v, _ATOMS):
-                        push((v, "%s[%d]" % (path, i), group, group_kind))
-            elif isinstance(obj, (set, frozenset)):
-                for v in list(obj)[:100000]:
-                    if not isinstance(v, _ATOMS):
-                        push((v, path + "{...}", group, group_kind))
-            elif isinstance(obj, function_type):
-                if _is_library(obj.__code__.co_filename):
+            while stack:
+                obj, path, group, group_kind = stack.pop()
+                visited += 1
+                if visited % 512 == 0 and time.perf_counter() - started > _HELD_BUDGET:
+                    partial = True
+                    break
+                key = id(obj)
+                label = group or name
+                first = seen.get(key)
+                if first is not None:
+                    if first != label and not isinstance(obj, _ATOMS):
+                        others = also.setdefault((label, group_kind or kind, function, file, line, type(value).__name__), [])
+                        if first not in others and len(others) < 3:
+                            others.append(first)
                     continue
-                qual = getattr(obj, "__qualname__", "?")
-                names = obj.__code__.co_freevars
-                for cell_name, cell in zip(names, obj.__closure__ or ()):
-                    try:
-                        v = cell.cell_contents
-                    except ValueError:
+                seen[key] = label
+                if isinstance(obj, array_type):
+                    g = groups.get((label, group_kind or kind))
+                    if g is None:
+                        g = [label, group_kind or kind, function, file, line, 0, 0, path, type(value).__name__]
+                        groups[(label, group_kind or kind)] = g
+                        order.append(g)
+                    g[5] += obj.nbytes
+                    g[6] += 1
+                    continue
+                push = stack.append
+                if isinstance(obj, skipped_types):
+                    continue
+                if isinstance(obj, (dict, list, tuple, set, frozenset)):
+                    if phase == 0 and len(obj) > _BIG:
+                        del seen[key]
+                        deferred.append(((name, kind, function, file, line, value), [(obj, path, group, group_kind)]))
                         continue
-                    if not isinstance(v, _ATOMS):
-                        g = group or "%s (closure over %s)" % (qual, cell_name)
-                        push((v, "%s.<closure %s>" % (path, cell_name), g, group_kind or "closure"))
-                defaults = obj.__defaults__ or ()
-                args = obj.__code__.co_varnames[: obj.__code__.co_argcount]
-                for arg, v in zip(args[len(args) - len(defaults):], defaults):
-                    if not isinstance(v, _ATOMS):
-                        g = group or "%s (default %s)" % (qual, arg)
-                        push((v, "%s.<default %s>" % (path, arg), g, group_kind or "default"))
-                for arg, v in (obj.__kwdefaults__ or {}).items():
-                    if not isinstance(v, _ATOMS):
-                        g = group or "%s (default %s)" % (qual, arg)
-                        push((v, "%s.<default %s>" % (path, arg), g, group_kind or "default"))
-            elif isinstance(obj, generator_types):
-                frame = getattr(obj, "gi_frame", None) or getattr(obj, "cr_frame", None) or getattr(obj, "ag_frame", None)
-                if frame is not None:
-                    local = frame.f_locals
-                    items = list(local.items())
-                    if frame.f_code.co_flags & _CO_OPTIMIZED:
-                        local.clear()
-                    local = None
-                    for k, v in items:
-                        if not isinstance(v, _ATOMS):
-                            push((v, "%s.<suspended %s>" % (path, k), group or name, group_kind or "generator"))
+                    # Big containers: the clock is read every 4,096 items too.
+                    if isinstance(obj, dict):
+                        items = obj.items()
+                    elif isinstance(obj, (list, tuple)):
+                        items = enumerate(obj)
+                    else:
+                        items = ((None, v) for v in obj)
+                    n = 0
+                    try:
+                        for k, v in items:
+                            n += 1
+                            if n & 4095 == 0 and time.perf_counter() - started > _HELD_BUDGET:
+                                partial = True
+                                break
+                            if isinstance(v, _ATOMS):
+                                continue
+                            if k is None:
+                                step = path + "{...}"
+                            elif isinstance(k, (str, int)):
+                                step = "%s[%r]" % (path, k)
+                            else:
+                                step = path + "[...]"
+                            push((v, step, group, group_kind))
+                    except RuntimeError:
+                        pass  # changed size under us (another thread): what was read
                     items = None
-                frame = None
-            elif isinstance(obj, BaseException):
-                tb = obj.__traceback__
-                if tb is not None:
-                    push((tb, path + ".__traceback__", group or name, group_kind or "traceback"))
-                for extra in (obj.__context__, obj.__cause__):
-                    if extra is not None:
-                        push((extra, path + ".__context__", group, group_kind))
-                tb = None
-            elif isinstance(obj, types.TracebackType):
-                entry = obj
-                depth = 0
-                while entry is not None and depth < 100:
-                    frame = entry.tb_frame
-                    if frame.f_code.co_flags & _CO_OPTIMIZED and frame.f_code.co_filename != _own_file:
+                    if partial:
+                        break
+                elif isinstance(obj, function_type):
+                    if _is_library(obj.__code__.co_filename):
+                        continue
+                    qual = getattr(obj, "__qualname__", "?")
+                    names = obj.__code__.co_freevars
+                    for cell_name, cell in zip(names, obj.__closure__ or ()):
+                        try:
+                            v = cell.cell_contents
+                        except ValueError:
+                            continue
+                        if not isinstance(v, _ATOMS):
+                            g = group or "%s (closure over %s)" % (qual, cell_name)
+                            push((v, "%s.<closure %s>" % (path, cell_name), g, group_kind or "closure"))
+                    defaults = obj.__defaults__ or ()
+                    args = obj.__code__.co_varnames[: obj.__code__.co_argcount]
+                    for arg, v in zip(args[len(args) - len(defaults):], defaults):
+                        if not isinstance(v, _ATOMS):
+                            g = group or "%s (default %s)" % (qual, arg)
+                            push((v, "%s.<default %s>" % (path, arg), g, group_kind or "default"))
+                    for arg, v in (obj.__kwdefaults__ or {}).items():
+                        if not isinstance(v, _ATOMS):
+                            g = group or "%s (default %s)" % (qual, arg)
+                            push((v, "%s.<default %s>" % (path, arg), g, group_kind or "default"))
+                elif isinstance(obj, generator_types):
+                    frame = getattr(obj, "gi_frame", None) or getattr(obj, "cr_frame", None) or getattr(obj, "ag_frame", None)
+                    if frame is not None:
                         local = frame.f_locals
                         items = list(local.items())
+                        if frame.f_code.co_flags & _CO_OPTIMIZED:
+                            local.clear()
+                        local = None
                         for k, v in items:
                             if not isinstance(v, _ATOMS):
-                                push((v, "%s<frame %s>.%s" % (path, frame.f_code.co_name, k), group or name, group_kind or "traceback"))
-                        items = local = None
+                                push((v, "%s.<suspended %s>" % (path, k), group or name, group_kind or "generator"))
+                        items = None
                     frame = None
-                    entry = entry.tb_next
-                    depth += 1
-                entry = None
-            else:
-                # The instance's own namespace, read without calling its
-                # code (no __getattr__, no properties).
-                try:
-                    space = object.__getattribute__(obj, "__dict__")
-                except (AttributeError, TypeError):
-                    space = None
-                if isinstance(space, dict):
-                    for k, v in list(space.items()):
-                        if not isinstance(v, _ATOMS):
-                            g = group or "%s.%s" % (name, k)
-                            push((v, "%s.%s" % (path, k), g, group_kind or "attribute"))
-                if isinstance(obj, types.MethodType):
-                    push((obj.__self__, path + ".__self__", group, group_kind))
-                    push((obj.__func__, path + ".__func__", group, group_kind))
-                for slot in getattr(type(obj), "__slots__", ()) or ():
-                    if isinstance(slot, str):
-                        try:
-                            v = object.__getattribute__(obj, slot)
-                        except (AttributeError, TypeError):
-                            v = None
-                        if v is not None and not isinstance(v, _ATOMS):
-                            g = group or "%s.%s" % (name, slot)
-                            push((v, "%s.%s" % (path, slot), g, group_kind or "attribute"))
-        stack = None
-        obj = None
-    roots = None
+                elif isinstance(obj, BaseException):
+                    tb = obj.__traceback__
+                    if tb is not None:
+                        push((tb, path + ".__traceback__", group or name, group_kind or "traceback"))
+                    for extra in (obj.__context__, obj.__cause__):
+                        if extra is not None:
+                            push((extra, path + ".__context__", group, group_kind))
+                    tb = None
+                elif isinstance(obj, types.TracebackType):
+                    entry = obj
+                    depth = 0
+                    while entry is not None and depth < 100:
+                        frame = entry.tb_frame
+                        if frame.f_code.co_flags & _CO_OPTIMIZED and frame.f_code.co_filename != _own_file:
+                            local = frame.f_locals
+                            items = list(local.items())
+                            for k, v in items:
+                                if not isinstance(v, _ATOMS):
+                                    push((v, "%s<frame %s>.%s" % (path, frame.f_code.co_name, k), group or name, group_kind or "traceback"))
+                            items = local = None
+                        frame = None
+                        entry = entry.tb_next
+                        depth += 1
+                    entry = None
+                else:
+                    # The instance's own namespace, read without calling its
+                    # code (no __getattr__, no properties).
+                    try:
+                        space = object.__getattribute__(obj, "__dict__")
+                    except (AttributeError, TypeError):
+                        space = None
+                    if isinstance(space, dict):
+                        for k, v in list(space.items()):
+                            if not isinstance(v, _ATOMS):
+                                g = group or "%s.%s" % (name, k)
+                                push((v, "%s.%s" % (path, k), g, group_kind or "attribute"))
+                    if isinstance(obj, types.MethodType):
+                        push((obj.__self__, path + ".__self__", group, group_kind))
+                        push((obj.__func__, path + ".__func__", group, group_kind))
+                    for slot in getattr(type(obj), "__slots__", ()) or ():
+                        if isinstance(slot, str):
+                            try:
+                                v = object.__getattribute__(obj, slot)
+                            except (AttributeError, TypeError):
+                                v = None
+                            if v is not None and not isinstance(v, _ATOMS):
+                                g = group or "%s.%s" % (name, slot)
+                                push((v, "%s.%s" % (path, slot), g, group_kind or "attribute"))
+            stack = None
+            obj = value = None
+    work = deferred = roots = None
     seen = None
     millis = (time.perf_counter() - started) * 1000
+    # Roots that reach only what an earlier root holds: listed with 0 bytes,
+    # saying whose they are.
+    holding = {g[0] for g in order if g[5] > 0}
+    for (label, kind_, function_, file_, line_, type_), others in also.items():
+        others = [o for o in others if o in holding and o != label]
+        if not others:
+            continue
+        g = groups.get((label, kind_))
+        if g is None:
+            g = [label, kind_, function_, file_, line_, 0, 0, "", type_]
+            groups[(label, kind_)] = g
+            order.append(g)
+        g.append(others)
+    also = None
     order.sort(key=lambda g: -g[5])
     reached = sum(g[5] for g in order)
     out = []
     for g in order[:_HELD_ROOTS_SENT]:
         out.append(
             {
+                "also": g[9] if len(g) > 9 else [],
                 "root": g[0][:200],
                 "kind": g[1],
                 "function": g[2][:120],

@@ -569,19 +569,35 @@ fn write_held(r: &Recording, out: &mut dyn Write) -> std::io::Result<()> {
         "  held by (the walk at {:.1} s, MLX active {}{}):",
         w.t_secs,
         human_bytes(w.active_bytes),
-        if w.partial { ", partial: the walk stopped at its time budget" } else { "" }
+        if w.partial {
+            ", partial: the walk stopped at its time budget"
+        } else {
+            ""
+        }
     )?;
     for root in w.roots.iter().take(8) {
+        let example = if root.path.is_empty() {
+            String::new()
+        } else {
+            format!(" e.g. {}", root.path)
+        };
+        let also = if root.also.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "; also reaches what {} holds (counted there)",
+                root.also.join(", ")
+            )
+        };
         writeln!(
             out,
-            "    {:>10}  {} ({}, {}; {} array{}) e.g. {}",
+            "    {:>10}  {} ({}, {}; {} array{}{also}){example}",
             human_bytes(root.bytes),
             crate::units::printable(&root.root),
             root.kind,
             crate::units::printable(&root.place()),
             root.arrays,
             if root.arrays == 1 { "" } else { "s" },
-            crate::units::printable(&root.path)
         )?;
     }
     if w.unreached_bytes() > 0 {

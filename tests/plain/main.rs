@@ -10,6 +10,7 @@ mod common;
 mod attack;
 mod checkpoint_open;
 mod checkpoint_roundtrip;
+mod held;
 mod layers;
 mod record;
 mod reliability;

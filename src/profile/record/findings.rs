@@ -28,12 +28,15 @@ pub fn record_findings(recording: &Recording) -> Vec<Finding> {
 /// allocated it when that is another place.
 fn held_by(r: &Recording, found: &mut Vec<Finding>) {
     let Some(walk) = &r.held_by else { return };
-    let Some(top) = walk.roots.first() else { return };
+    let Some(top) = walk.roots.first() else {
+        return;
+    };
     if top.bytes < SMALL_BYTES / 16 {
         return;
     }
     let allocated = r.lines.first().map(|l| l.frame.label());
-    let Some(text) = super::held::sentence(walk, allocated.as_deref()) else {
+    let Some(text) = super::held::sentence(walk, allocated.as_deref(), r.peak_mlx_active_bytes)
+    else {
         return;
     };
     found.push(Finding {
@@ -435,6 +438,8 @@ mod tests {
             output: Vec::new(),
             ledger: None,
             ranks: Vec::new(),
+            held_by: None,
+            held_last: None,
         }
     }
 

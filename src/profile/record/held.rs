@@ -38,6 +38,9 @@ pub struct HeldRoot {
     /// The Python type of the root's value (`list`, `dict`, `Folder`).
     #[serde(default, rename = "type")]
     pub type_name: String,
+    /// Earlier roots whose arrays this one reaches too (counted there, once).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub also: Vec<String>,
 }
 
 impl HeldRoot {
@@ -106,26 +109,40 @@ impl HeldWalk {
 /// highest MLX active memory.
 pub const KEPT_WALKS: usize = 600;
 
-/// The walk to name for the peak: the one made at the highest MLX active
-/// memory (the latest of equals).
+/// The walk to name for the peak: the latest of those made within 5 % of
+/// the highest MLX active memory a walk saw (the probe walks at a new high
+/// and once more a second later, when the arrays have left the locals of
+/// the function that made them for where they are kept).
 #[must_use]
 pub fn at_peak(walks: &[HeldWalk]) -> Option<&HeldWalk> {
+    let highest = walks.iter().map(|w| w.active_bytes).max()?;
     walks
         .iter()
-        .filter(|w| !w.roots.is_empty() || w.active_bytes > 0)
-        .max_by(|a, b| {
-            a.active_bytes
-                .cmp(&b.active_bytes)
-                .then(a.t_secs.total_cmp(&b.t_secs))
-        })
+        .filter(|w| u128::from(w.active_bytes) * 20 >= u128::from(highest) * 19)
+        .max_by(|a, b| a.t_secs.total_cmp(&b.t_secs))
 }
 
 /// The finding's sentence for `walk`: the root holding most, with its
 /// bytes and an example path, and, when `allocated` (the line that held
 /// most at the peak) is another place, that line too.
 #[must_use]
-pub fn sentence(walk: &HeldWalk, allocated: Option<&str>) -> Option<String> {
+pub fn sentence(
+    walk: &HeldWalk,
+    allocated: Option<&str>,
+    peak_bytes: Option<u64>,
+) -> Option<String> {
     let top = walk.roots.first()?;
+    // A walk well below the peak (the job grew faster than the walks, at
+    // most one a second) says when it was.
+    let when = match peak_bytes {
+        Some(peak) if u128::from(walk.active_bytes) * 10 < u128::from(peak) * 9 => format!(
+            "At {:.1} s, the last walk before the peak of {} (MLX active {} then)",
+            walk.t_secs,
+            human_bytes(peak),
+            human_bytes(walk.active_bytes)
+        ),
+        _ => "At the peak".to_owned(),
+    };
     let share = if walk.active_bytes > 0 {
         format!(
             " ({:.0} % of MLX's {})",
@@ -139,13 +156,17 @@ pub fn sentence(walk: &HeldWalk, allocated: Option<&str>) -> Option<String> {
         "local" | "global" => "drop each entry when you are done with it (or `del` it)",
         "attribute" => "clear that attribute when its arrays are no longer needed",
         "closure" => "the function keeps its closure's arrays for as long as it lives",
-        "default" => "a default argument lives as long as the function: use None and make it inside",
-        "traceback" => "a kept exception keeps its frames' locals: drop it (or `sys.last_traceback`)",
+        "default" => {
+            "a default argument lives as long as the function: use None and make it inside"
+        }
+        "traceback" => {
+            "a kept exception keeps its frames' locals: drop it (or `sys.last_traceback`)"
+        }
         "generator" => "a suspended generator keeps its locals: finish or close it",
         _ => "drop it when done",
     };
     let mut text = format!(
-        "At the peak, {} of MLX memory was held by `{}` ({}; {} array{}, e.g. `{}`){share}: {advice}.",
+        "{when}, {} of MLX memory was held by `{}` ({}; {} array{}, e.g. `{}`){share}: {advice}.",
         human_bytes(top.bytes),
         top.root,
         top.place(),
@@ -178,6 +199,7 @@ mod tests {
             arrays: 2,
             path: format!("{name}[1]"),
             type_name: "list".into(),
+            also: Vec::new(),
         }
     }
 
@@ -193,8 +215,18 @@ mod tests {
             millis: 1.0,
             roots: vec![root("kept", "local", active)],
         };
-        let walks = [walk(1.0, 100), walk(2.0, 300), walk(3.0, 200), walk(4.0, 300)];
-        assert_eq!(at_peak(&walks).map(|w| w.t_secs), Some(4.0));
+        let walks = [
+            walk(1.0, 100),
+            walk(2.0, 300),
+            walk(3.0, 200),
+            walk(4.0, 296),
+            walk(5.0, 250),
+        ];
+        assert_eq!(
+            at_peak(&walks).map(|w| w.t_secs),
+            Some(4.0),
+            "the latest near the highest"
+        );
         assert_eq!(at_peak(&[]), None);
     }
 
@@ -211,10 +243,22 @@ mod tests {
             roots: vec![root("kept", "local", 1 << 30)],
         };
         assert_eq!(walk.unreached_bytes(), 1 << 30);
-        let text = sentence(&walk, Some("fold.py:12 in main")).expect("a sentence");
-        assert!(text.contains("held by `kept` (a list in main, fold.py:21; 2 arrays"), "{text}");
+        let text = sentence(&walk, Some("fold.py:12 in main"), Some(2 << 30)).expect("a sentence");
+        assert!(text.starts_with("At the peak"), "{text}");
+        let early = sentence(&walk, None, Some(4 << 30)).expect("a sentence");
+        assert!(
+            early.starts_with("At 1.0 s, the last walk before the peak of 4.00 GiB"),
+            "{early}"
+        );
+        assert!(
+            text.contains("held by `kept` (a list in main, fold.py:21; 2 arrays"),
+            "{text}"
+        );
         assert!(text.contains("1.00 GiB"), "{text}");
         assert!(text.contains("50 %"), "{text}");
-        assert!(text.contains("The line that allocated it: fold.py:12 in main"), "{text}");
+        assert!(
+            text.contains("The line that allocated it: fold.py:12 in main"),
+            "{text}"
+        );
     }
 }

@@ -8,9 +8,9 @@
 //! one clock as a [`Trace`] like a walk's, plus the richer [`Recording`].
 
 mod findings;
-pub mod held;
 #[cfg(target_os = "linux")]
 pub mod gpu;
+pub mod held;
 #[cfg(target_os = "linux")]
 mod job;
 pub mod probe;
@@ -789,7 +789,12 @@ impl Recorder {
                     partial: line.partial.unwrap_or(false),
                     objects: line.objects.unwrap_or(0),
                     millis: line.millis.unwrap_or(0.0),
-                    roots: line.roots.unwrap_or_default().into_iter().take(64).collect(),
+                    roots: line
+                        .roots
+                        .unwrap_or_default()
+                        .into_iter()
+                        .take(64)
+                        .collect(),
                 };
                 updates.push(Update::Stacks(self.stacks.held(walk)));
                 return;

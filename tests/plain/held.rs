@@ -1,0 +1,200 @@
+//! Issue #44: who holds MLX memory at a job's peak. Real Python jobs
+//! (`tests/record/held_jobs.py`), each keeping 64 MiB of MLX arrays in a
+//! known place, recorded by `weightscope record`: the root's name, kind and
+//! bytes (within 5 %) in `held_by`, and in words in the findings.
+
+use crate::common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use serde_json::Value;
+
+const MIB: u64 = 1 << 20;
+const HELD: u64 = 64 * MIB;
+
+fn held_jobs() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/record/held_jobs.py")
+}
+
+/// Records `held_jobs.py MODE` (through `sh -c PREFIX` when given) and
+/// returns its output and summary.
+fn record(mode: &str, prefix: Option<&str>) -> (Output, Value) {
+    let dir = tempfile::tempdir().expect("dir");
+    let json = dir.path().join("summary.json");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_weightscope"));
+    cmd.args(["record", "--interval-ms", "20", "--json"])
+        .arg(&json)
+        .arg("--");
+    if let Some(prefix) = prefix {
+        cmd.args(["sh", "-c", prefix, "sh"]);
+    }
+    cmd.arg(common::venv_python()).arg(held_jobs()).arg(mode);
+    let output = cmd
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .stdout(Stdio::piped())
+        .output()
+        .expect("runs");
+    let summary: Value =
+        serde_json::from_slice(&std::fs::read(&json).unwrap_or_default()).unwrap_or(Value::Null);
+    (output, summary)
+}
+
+fn near(bytes: u64, expected: u64) -> bool {
+    bytes.abs_diff(expected) * 20 <= expected
+}
+
+/// The root named `name` in `roots`, which must be of `kind` and hold
+/// about `bytes`.
+fn assert_root(roots: &Value, name: &str, kind: &str, bytes: u64) {
+    let all = roots.as_array().expect("held_by is a list");
+    let root = all
+        .iter()
+        .find(|r| r["root"] == name)
+        .unwrap_or_else(|| panic!("no root `{name}` in {roots:#}"));
+    assert_eq!(root["kind"], kind, "{root:#}");
+    let held = root["bytes"].as_u64().expect("bytes");
+    assert!(
+        near(held, bytes),
+        "`{name}` holds {held}, not about {bytes}: {root:#}"
+    );
+    assert!(
+        root["path"].as_str().is_some_and(|p| !p.is_empty()),
+        "an example path: {root:#}"
+    );
+}
+
+fn check(mode: &str, name: &str, kind: &str) -> Value {
+    let (output, summary) = record(mode, None);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{mode}: {stderr}");
+    assert_root(&summary["held_by"], name, kind, HELD);
+    // What was reached is MLX active memory then: nothing unexplained.
+    let walk = &summary["held_by_walk"];
+    let unreached = walk["unreached_bytes"].as_u64().expect("unreached");
+    assert!(unreached * 20 <= HELD, "{mode}: {walk:#}");
+    assert!(
+        stderr.contains(&format!("held by `{name}`")),
+        "{mode}: {stderr}"
+    );
+    summary
+}
+
+#[test]
+fn a_list_local_of_the_fold_is_named_with_its_function_and_the_allocating_line() {
+    let summary = check("fold", "kept", "local");
+    let root = &summary["held_by"][0];
+    assert_eq!(root["function"], "fold");
+    assert_eq!(root["type"], "list");
+    assert_eq!(root["arrays"], 16);
+    let finding = summary["findings"]
+        .as_array()
+        .expect("findings")
+        .iter()
+        .filter_map(|f| f["message"].as_str())
+        .find(|t| t.contains("held by `kept`"))
+        .expect("a finding names the root");
+    assert!(
+        finding.contains("The line that allocated it: held_jobs.py:"),
+        "{finding}"
+    );
+}
+
+#[test]
+fn a_module_level_cache_dict_is_a_global() {
+    check("global", "CACHE", "global");
+}
+
+#[test]
+fn an_instance_attribute_is_named_as_an_attribute() {
+    check("attribute", "self.cache", "attribute");
+}
+
+#[test]
+fn a_closure_over_a_dict_is_a_closure() {
+    check(
+        "closure",
+        "make_keeper.<locals>.keep (closure over kept)",
+        "closure",
+    );
+}
+
+#[test]
+fn a_default_argument_is_a_default() {
+    check("default", "remember (default seen)", "default");
+}
+
+#[test]
+fn an_exception_kept_after_its_except_block_holds_its_frames_locals() {
+    check("exception", "saved", "traceback");
+}
+
+#[test]
+fn a_suspended_generator_holds_its_locals() {
+    check("generator", "gen", "generator");
+}
+
+#[test]
+fn arrays_reached_from_two_roots_are_counted_once_for_the_first() {
+    let summary = check("two-roots", "first", "local");
+    let second = summary["held_by"]
+        .as_array()
+        .expect("roots")
+        .iter()
+        .find(|r| r["root"] == "second")
+        .expect("the second root is said");
+    assert_eq!(second["bytes"], 0, "{second:#}");
+    assert_eq!(second["also"], serde_json::json!(["first"]), "{second:#}");
+}
+
+#[test]
+fn a_million_small_objects_bound_the_walk_which_says_partial() {
+    let summary = check("objects", "kept", "local");
+    let walk = &summary["held_by_walk"];
+    assert_eq!(walk["partial"], true, "{walk:#}");
+    // The budget is 50 ms; the clock is read every few thousand objects.
+    assert!(
+        walk["millis"].as_f64().is_some_and(|m| m < 200.0),
+        "{walk:#}"
+    );
+}
+
+#[test]
+fn a_job_killed_for_memory_says_what_held_it_at_the_last_walk() {
+    let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    let Some(path) = own
+        .lines()
+        .find_map(|l| l.split_once(":memory:").map(|(_, p)| p.to_owned()))
+    else {
+        eprintln!("skipped: no cgroup v1 memory controller here");
+        return;
+    };
+    let cgroup = Path::new("/sys/fs/cgroup/memory")
+        .join(path.trim_start_matches('/'))
+        .join(format!("weightscope-held-{}", std::process::id()));
+    if std::fs::create_dir(&cgroup).is_err() {
+        eprintln!("skipped: no writable cgroup v1 memory controller here");
+        return;
+    }
+    let limit = 200 * MIB;
+    std::fs::write(cgroup.join("memory.limit_in_bytes"), limit.to_string()).expect("limit");
+    let _ = std::fs::write(
+        cgroup.join("memory.memsw.limit_in_bytes"),
+        limit.to_string(),
+    );
+    let prefix = format!("echo $$ > {}/cgroup.procs && exec \"$@\"", cgroup.display());
+    let (output, summary) = record("killed", Some(&prefix));
+    let _ = std::fs::remove_dir(&cgroup);
+    assert_ne!(output.status.code(), Some(0), "the job was killed");
+    let killed = &summary["killed"];
+    assert!(killed.is_object(), "{summary:#}");
+    assert_root(&killed["held_by"], "kept", "local", HELD);
+    let more = killed["held_by"]
+        .as_array()
+        .expect("roots")
+        .iter()
+        .find(|r| r["root"] == "more")
+        .expect("the growing list is a root");
+    assert_eq!(more["kind"], "local");
+}

@@ -1,0 +1,172 @@
+"""Jobs that hold a known amount of MLX memory in a known place, for the
+held-by tests (tests/plain/held.rs). Each makes 16 arrays of 4 MiB (64 MiB),
+keeps them where its mode says, and stays at that peak for 1.5 s (the probe
+walks at most once a second) before it lets go and exits.
+
+    python held_jobs.py MODE
+
+MODE: fold (a list local of main), global (a module dict), attribute
+(self.cache of an instance), closure (a dict a closure keeps), default (a
+default argument's dict), exception (an exception kept in a local after its
+except block, its traceback's frame holding the arrays), generator (a
+suspended generator's local), two-roots (one list reached from two locals:
+counted once, for the first), objects (a million small Python objects
+beside the arrays: the walk stops at its budget and says partial), killed
+(the fold, then it allocates until the memory cgroup's limit kills it).
+"""
+
+import sys
+import time
+
+import mlx.core as mx
+
+MIB = 1 << 20
+COUNT = 16
+SIZE = 4 * MIB // 4  # float32 values in 4 MiB
+
+
+def arrays():
+    made = [mx.ones((SIZE,), dtype=mx.float32) * i for i in range(COUNT)]
+    mx.eval(made)
+    return made
+
+
+def hold():
+    # At the peak long enough for a walk (at most one a second); a small
+    # evaluation now and then keeps the probe's samples coming.
+    end = time.monotonic() + 1.5
+    while time.monotonic() < end:
+        time.sleep(0.05)
+
+
+CACHE = {}
+
+
+class Folder:
+    def __init__(self):
+        self.cache = {}
+
+    def fold(self):
+        for i, a in enumerate(arrays()):
+            self.cache["layer.%d" % i] = a
+        hold()
+
+
+def make_keeper():
+    kept = {}
+
+    def keep(name, a):
+        kept[name] = a
+
+    return keep
+
+
+def remember(a, seen={}):  # noqa: B006 - the default is the point
+    seen[len(seen)] = a
+
+
+def fold():
+    kept = []
+    for a in arrays():
+        kept.append(a)
+    del a
+    hold()
+
+
+def global_cache():
+    for i, a in enumerate(arrays()):
+        CACHE["layer.%d" % i] = a
+    del a
+    hold()
+
+
+def attribute():
+    folder = Folder()
+    folder.fold()
+
+
+def closure():
+    keep = make_keeper()
+    for i, a in enumerate(arrays()):
+        keep("layer.%d" % i, a)
+    del a
+    hold()
+
+
+def default():
+    for a in arrays():
+        remember(a)
+    del a
+    hold()
+
+
+def failing():
+    held = arrays()
+    raise RuntimeError("failed with %d arrays" % len(held))
+
+
+def exception():
+    saved = None
+    try:
+        failing()
+    except RuntimeError as err:
+        saved = err
+    hold()
+    return saved
+
+
+def producer():
+    held = arrays()
+    yield len(held)
+    yield 0
+
+
+def generator():
+    gen = producer()
+    next(gen)
+    hold()
+    gen.close()
+
+
+def two_roots():
+    first = arrays()
+    second = first
+    hold()
+    return second
+
+
+def objects():
+    junk = [[i, str(i)] for i in range(1_000_000)]
+    kept = arrays()
+    hold()
+    return len(junk) + len(kept)
+
+
+def killed():
+    kept = arrays()
+    hold()
+    more = []
+    while True:
+        # 80 MiB a second: the probe walks at least once while it grows.
+        more.append(mx.ones((SIZE,), dtype=mx.float32))
+        mx.eval(more[-1])
+        time.sleep(0.05)
+    return kept
+
+
+MODES = {
+    "fold": fold,
+    "global": global_cache,
+    "attribute": attribute,
+    "closure": closure,
+    "default": default,
+    "exception": exception,
+    "generator": generator,
+    "two-roots": two_roots,
+    "objects": objects,
+    "killed": killed,
+}
+
+if __name__ == "__main__":
+    MODES[sys.argv[1]]()
+    print("done", sys.argv[1], flush=True)
