@@ -7,6 +7,13 @@
 //! Prints the probe's own CPU time as a share of one core for each (its
 //! sampling thread measures itself with `time.thread_time`), and their
 //! difference: what stacks add. The target is at most 1 % of a core in all.
+//!
+//! Then the held-by walks: a fold that imports mlx_lm and transformers (600+
+//! modules) and keeps each of 8 shards (a new high every half second, so
+//! the probe walks as often as it may: once a second, and once more when
+//! memory settles), recorded with the walks and without them
+//! (`WEIGHTSCOPE_PROBE_HELD=0`): the probe's cost for each, and the walks'
+//! own time from the recording.
 //! Run with `cargo bench --bench probe_cost` after `mlx-glue/setup test`.
 
 use std::path::Path;
@@ -28,6 +35,61 @@ def deep(n):
 
 print(deep(46))
 ";
+
+const FOLD: &str = r"
+import sys, time
+import mlx.core as mx
+import mlx_lm, transformers
+
+def main(shards):
+    kept = []
+    for i in range(shards):
+        w = {'layers.%d.%d' % (i, j): mx.ones((1024, 1024)) for j in range(8)}
+        mx.eval(list(w.values()))
+        kept.append(w)
+        end = time.monotonic() + 0.5
+        x = mx.ones((128, 128))
+        while time.monotonic() < end:
+            x = (x @ x) / 128.0
+            mx.eval(x)
+    return len(kept)
+
+print(main(int(sys.argv[1])))
+";
+
+fn held_cost(python: &Path, held: bool) -> (f64, usize, f64) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let json = dir.path().join("summary.json");
+    let trace = dir.path().join("trace.json");
+    let job = dir.path().join("fold.py");
+    std::fs::write(&job, FOLD).expect("job written");
+    let status = Command::new(env!("CARGO_BIN_EXE_weightscope"))
+        .args(["record", "--interval-ms", "50", "--json"])
+        .arg(&json)
+        .arg("--trace")
+        .arg(&trace)
+        .arg("--")
+        .arg(python)
+        .arg(&job)
+        .arg("8")
+        .env("WEIGHTSCOPE_PROBE_HELD", if held { "1" } else { "0" })
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .expect("weightscope runs");
+    assert!(status.success(), "the job ran");
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("summary")).expect("JSON");
+    let percent = summary["probe_info"]["cpu_percent_of_a_core"]
+        .as_f64()
+        .expect("the probe's cost");
+    let saved: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&trace).expect("trace")).expect("JSON");
+    let walks = saved["stacks"]["held"].as_array().cloned().unwrap_or_default();
+    let millis: f64 = walks.iter().filter_map(|w| w["millis"].as_f64()).sum();
+    (percent, walks.len(), millis)
+}
 
 fn cost(python: &Path, stacks: bool, seconds: &str) -> (f64, usize) {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -84,4 +146,19 @@ fn main() {
         w - wo,
         w / wo.max(1e-9)
     );
+    let mut with = Vec::new();
+    let mut without = Vec::new();
+    let (mut walks, mut millis) = (0, 0.0);
+    for _ in 0..3 {
+        let (w, n, ms) = held_cost(&python, true);
+        with.push(w);
+        walks = n;
+        millis = ms;
+        without.push(held_cost(&python, false).0);
+    }
+    let (w, wo) = (median(&mut with), median(&mut without));
+    println!("held-by walks, a fold of 8 shards importing mlx_lm and transformers (median of 3)");
+    println!("  with walks:    {w:.3} % of a core ({walks} walks, {millis:.1} ms in all, last run)");
+    println!("  without walks: {wo:.3} % of a core");
+    println!("  walks add:     {:.3} % of a core", w - wo);
 }

@@ -430,22 +430,24 @@ def _frame_roots():
     return roots
 
 
-def _module_roots():
-    """Module globals: the job's own modules first, then libraries'."""
-    user, library = [], []
+def _module_roots(libraries):
+    """Module globals: the job's own modules', or (`libraries`) the
+    installed libraries' (a job importing transformers has thousands)."""
+    roots = []
     for name, module in list(sys.modules.items()):
         file = getattr(module, "__file__", None) or ""
         space = getattr(module, "__dict__", None)
         if not isinstance(space, dict) or name == __name__:
             continue
-        mine = name == "__main__" or (file and not _is_library(file))
-        into = user if mine else library
+        mine = name == "__main__" or bool(file and not _is_library(file))
+        if mine == libraries:
+            continue
         for key, value in list(space.items()):
             if key.startswith("__") or isinstance(value, _ATOMS) or isinstance(value, type(sys)):
                 continue
             label = key if mine else name + "." + key
-            into.append((label, "global", "<module>", file, 0, value))
-    return user + library
+            roots.append((label, "global", "<module>", file, 0, value))
+    return roots
 
 
 def _held_walk(active):
@@ -470,7 +472,7 @@ def _walk(active, array_type, started):
     last_tb = getattr(sys, "last_traceback", None)
     if last_tb is not None:
         roots.append(("sys.last_traceback", "traceback", "", "", 0, last_tb))
-    roots += _module_roots()
+    roots += _module_roots(False)
     last_tb = None
     # id -> the root that reached it first (ids only: nothing kept alive).
     seen = {}
@@ -490,8 +492,14 @@ def _walk(active, array_type, started):
     # budget before the arrays kept beside it are found.
     work = [(root, [(root[5], root[0], None, None)]) for root in roots]
     deferred = []
-    for phase in (0, 1):
-        if phase == 1:
+    # Phases: the job's roots, their big containers; then, only when they
+    # do not account for MLX's memory, the libraries' globals and theirs.
+    for phase in (0, 1, 2, 3):
+        if phase == 2:
+            if partial or sum(g[5] for g in order) * 10 >= active * 9:
+                break
+            work = [(root, [(root[5], root[0], None, None)]) for root in _module_roots(True)]
+        elif phase in (1, 3):
             work, deferred = deferred, []
         for (name, kind, function, file, line, value), stack in work:
             if partial:
@@ -525,7 +533,7 @@ def _walk(active, array_type, started):
                 if isinstance(obj, skipped_types):
                     continue
                 if isinstance(obj, (dict, list, tuple, set, frozenset)):
-                    if phase == 0 and len(obj) > _BIG:
+                    if phase in (0, 2) and len(obj) > _BIG:
                         del seen[key]
                         deferred.append(((name, kind, function, file, line, value), [(obj, path, group, group_kind)]))
                         continue

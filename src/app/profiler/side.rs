@@ -16,6 +16,7 @@ impl ProfilerPanel {
                 self.findings_ui(ui);
                 ui.separator();
                 self.lines_ui(ui);
+                self.held_ui(ui);
                 self.recordings_ui(ui);
                 ui.separator();
                 self.fit_ui(ui, inputs);
@@ -102,6 +103,30 @@ impl ProfilerPanel {
                     ui.end_row();
                 }
             });
+        ui.separator();
+    }
+
+    /// Who held the recorded job's MLX memory at its peak: the probe's
+    /// walk there, root by root (each expandable to one path to an array).
+    fn held_ui(&self, ui: &mut egui::Ui) {
+        let Some(super::FinishedRun {
+            run: Run::Record(r),
+            ..
+        }) = &self.last
+        else {
+            return;
+        };
+        let Some(walk) = &r.held_by else {
+            return;
+        };
+        ui.heading("Held by");
+        ui.label(format!(
+            "The walk at {:.2} s (MLX active {}){}",
+            walk.t_secs,
+            human_bytes(walk.active_bytes),
+            if walk.partial { ", partial" } else { "" }
+        ));
+        held_roots_ui(ui, walk, "record-held");
         ui.separator();
     }
 
@@ -298,6 +323,17 @@ fn recorded_moment_ui(ui: &mut egui::Ui, trace: &Trace, t: f64) {
     let Some(stacks) = trace.stacks.as_ref() else {
         return;
     };
+    // The held-by walk made last by then, when the probe made one.
+    if let Some(walk) = stacks.held.iter().rev().find(|w| w.t_secs <= t) {
+        egui::CollapsingHeader::new(format!(
+            "Held by, the walk at {:.2} s (MLX active {})",
+            walk.t_secs,
+            human_bytes(walk.active_bytes)
+        ))
+        .id_salt("record-held-moment")
+        .default_open(true)
+        .show(ui, |ui| held_roots_ui(ui, walk, "record-held-moment-grid"));
+    }
     let Some(stack) = stacks.at(t) else {
         return;
     };
@@ -315,6 +351,57 @@ fn recorded_moment_ui(ui: &mut egui::Ui, trace: &Trace, t: f64) {
                 }
             });
     }
+}
+
+/// A held-by walk's roots: bytes, share of MLX active, root, kind and
+/// where; each root's example path on hover; what no root reached.
+fn held_roots_ui(ui: &mut egui::Ui, walk: &crate::profile::record::held::HeldWalk, id: &str) {
+    egui::Grid::new(id).num_columns(4).striped(true).show(ui, |ui| {
+        ui.strong("bytes");
+        ui.strong("share");
+        ui.strong("root");
+        ui.strong("kind, where");
+        ui.end_row();
+        for root in walk.roots.iter().take(12) {
+            ui.label(human_bytes(root.bytes));
+            let share = if walk.active_bytes > 0 {
+                100.0 * root.bytes as f64 / walk.active_bytes as f64
+            } else {
+                0.0
+            };
+            ui.label(format!("{share:.0} %"));
+            let mut hover = format!("{} array(s), e.g. {}", root.arrays, root.path);
+            if !root.also.is_empty() {
+                hover.push_str(&format!(
+                    "\nalso reaches what {} holds (counted there)",
+                    root.also.join(", ")
+                ));
+            }
+            ui.add(
+                egui::Label::new(
+                    egui::RichText::new(crate::units::printable(&root.root)).monospace().strong(),
+                )
+                .truncate(),
+            )
+            .on_hover_text(crate::units::printable(&hover));
+            ui.add(
+                egui::Label::new(format!(
+                    "{}, {}",
+                    root.kind,
+                    crate::units::printable(&root.place())
+                ))
+                .truncate(),
+            );
+            ui.end_row();
+        }
+        if walk.unreached_bytes() > 0 {
+            ui.label(human_bytes(walk.unreached_bytes()));
+            ui.label("");
+            ui.label("not reached");
+            ui.label("MLX's graph, or objects the walk does not enter");
+            ui.end_row();
+        }
+    });
 }
 
 /// A stack's frames, the job's own in bold, libraries' weak.
