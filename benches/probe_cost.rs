@@ -8,7 +8,7 @@
 //! sampling thread measures itself with `time.thread_time`), and their
 //! difference: what stacks add. The target is at most 1 % of a core in all.
 //!
-//! Then the held-by walks: a fold that imports mlx_lm and transformers (600+
+//! Then the held-by walks: a fold that imports `mlx_lm` and transformers (600+
 //! modules) and keeps each of 8 shards (a new high every half second, so
 //! the probe walks as often as it may: once a second, and once more when
 //! memory settles), recorded with the walks and without them
@@ -86,7 +86,10 @@ fn held_cost(python: &Path, held: bool) -> (f64, usize, f64) {
         .expect("the probe's cost");
     let saved: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&trace).expect("trace")).expect("JSON");
-    let walks = saved["stacks"]["held"].as_array().cloned().unwrap_or_default();
+    let walks = saved["stacks"]["held"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
     let millis: f64 = walks.iter().filter_map(|w| w["millis"].as_f64()).sum();
     (percent, walks.len(), millis)
 }
@@ -158,7 +161,9 @@ fn main() {
     }
     let (w, wo) = (median(&mut with), median(&mut without));
     println!("held-by walks, a fold of 8 shards importing mlx_lm and transformers (median of 3)");
-    println!("  with walks:    {w:.3} % of a core ({walks} walks, {millis:.1} ms in all, last run)");
+    println!(
+        "  with walks:    {w:.3} % of a core ({walks} walks, {millis:.1} ms in all, last run)"
+    );
     println!("  without walks: {wo:.3} % of a core");
     println!("  walks add:     {:.3} % of a core", w - wo);
 }

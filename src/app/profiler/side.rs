@@ -356,52 +356,59 @@ fn recorded_moment_ui(ui: &mut egui::Ui, trace: &Trace, t: f64) {
 /// A held-by walk's roots: bytes, share of MLX active, root, kind and
 /// where; each root's example path on hover; what no root reached.
 fn held_roots_ui(ui: &mut egui::Ui, walk: &crate::profile::record::held::HeldWalk, id: &str) {
-    egui::Grid::new(id).num_columns(4).striped(true).show(ui, |ui| {
-        ui.strong("bytes");
-        ui.strong("share");
-        ui.strong("root");
-        ui.strong("kind, where");
-        ui.end_row();
-        for root in walk.roots.iter().take(12) {
-            ui.label(human_bytes(root.bytes));
-            let share = if walk.active_bytes > 0 {
-                100.0 * root.bytes as f64 / walk.active_bytes as f64
-            } else {
-                0.0
-            };
-            ui.label(format!("{share:.0} %"));
-            let mut hover = format!("{} array(s), e.g. {}", root.arrays, root.path);
-            if !root.also.is_empty() {
-                hover.push_str(&format!(
-                    "\nalso reaches what {} holds (counted there)",
-                    root.also.join(", ")
-                ));
-            }
-            ui.add(
-                egui::Label::new(
-                    egui::RichText::new(crate::units::printable(&root.root)).monospace().strong(),
+    egui::Grid::new(id)
+        .num_columns(4)
+        .striped(true)
+        .show(ui, |ui| {
+            ui.strong("bytes");
+            ui.strong("share");
+            ui.strong("root");
+            ui.strong("kind, where");
+            ui.end_row();
+            for root in walk.roots.iter().take(12) {
+                ui.label(human_bytes(root.bytes));
+                let share = if walk.active_bytes > 0 {
+                    100.0 * root.bytes as f64 / walk.active_bytes as f64
+                } else {
+                    0.0
+                };
+                ui.label(format!("{share:.0} %"));
+                let also = if root.also.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        "\nalso reaches what {} holds (counted there)",
+                        root.also.join(", ")
+                    )
+                };
+                let hover = format!("{} array(s), e.g. {}{also}", root.arrays, root.path);
+                ui.add(
+                    egui::Label::new(
+                        egui::RichText::new(crate::units::printable(&root.root))
+                            .monospace()
+                            .strong(),
+                    )
+                    .truncate(),
                 )
-                .truncate(),
-            )
-            .on_hover_text(crate::units::printable(&hover));
-            ui.add(
-                egui::Label::new(format!(
-                    "{}, {}",
-                    root.kind,
-                    crate::units::printable(&root.place())
-                ))
-                .truncate(),
-            );
-            ui.end_row();
-        }
-        if walk.unreached_bytes() > 0 {
-            ui.label(human_bytes(walk.unreached_bytes()));
-            ui.label("");
-            ui.label("not reached");
-            ui.label("MLX's graph, or objects the walk does not enter");
-            ui.end_row();
-        }
-    });
+                .on_hover_text(crate::units::printable(&hover));
+                ui.add(
+                    egui::Label::new(format!(
+                        "{}, {}",
+                        root.kind,
+                        crate::units::printable(&root.place())
+                    ))
+                    .truncate(),
+                );
+                ui.end_row();
+            }
+            if walk.unreached_bytes() > 0 {
+                ui.label(human_bytes(walk.unreached_bytes()));
+                ui.label("");
+                ui.label("not reached");
+                ui.label("MLX's graph, or objects the walk does not enter");
+                ui.end_row();
+            }
+        });
 }
 
 /// A stack's frames, the job's own in bold, libraries' weak.

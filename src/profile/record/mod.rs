@@ -781,21 +781,7 @@ impl Recorder {
             }
             "sample" | "stack" => return self.probe_sample(at, pid, line, updates),
             "held" => {
-                let walk = held::HeldWalk {
-                    t_secs: self.secs(at),
-                    pid,
-                    active_bytes: line.active.unwrap_or(0),
-                    reached_bytes: line.reached.unwrap_or(0),
-                    partial: line.partial.unwrap_or(false),
-                    objects: line.objects.unwrap_or(0),
-                    millis: line.millis.unwrap_or(0.0),
-                    roots: line
-                        .roots
-                        .unwrap_or_default()
-                        .into_iter()
-                        .take(64)
-                        .collect(),
-                };
+                let walk = held::HeldWalk::from_line(self.secs(at), pid, line);
                 updates.push(Update::Stacks(self.stacks.held(walk)));
                 return;
             }

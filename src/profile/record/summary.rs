@@ -186,11 +186,7 @@ impl Recording {
             sample,
             files: end.mapped_files.clone(),
         });
-        let held_by = trace
-            .stacks
-            .as_ref()
-            .and_then(|st| super::held::at_peak(&st.held).cloned());
-        let held_last = trace.stacks.as_ref().and_then(|st| st.held.last().cloned());
+        let (held_by, held_last) = held_walks(trace.stacks.as_ref());
         let gpu = samples.iter().filter_map(|s| s.gpu);
         let mut recording = Self {
             command: job.command,
@@ -248,6 +244,18 @@ impl Recording {
         recording.findings = record_findings(&recording);
         recording
     }
+}
+
+/// The walk named for the peak, and the last walk.
+fn held_walks(
+    stacks: Option<&stacks::TraceStacks>,
+) -> (Option<super::held::HeldWalk>, Option<super::held::HeldWalk>) {
+    stacks.map_or((None, None), |st| {
+        (
+            super::held::at_peak(&st.held).cloned(),
+            st.held.last().cloned(),
+        )
+    })
 }
 
 /// The checkpoint a recording is measured against: the one named (else
