@@ -422,7 +422,7 @@ def _frame_roots():
                 # at once, so it keeps nothing of the job's alive.
                 local.clear()
                 for name, value in items:
-                    if not isinstance(value, _ATOMS):
+                    if not issubclass(type(value), _ATOMS):
                         roots.append((name, "local") + where + (value,))
                 items = local = None
             frame = frame.f_back
@@ -437,13 +437,13 @@ def _module_roots(libraries):
     for name, module in list(sys.modules.items()):
         file = getattr(module, "__file__", None) or ""
         space = getattr(module, "__dict__", None)
-        if not isinstance(space, dict) or name == __name__:
+        if not issubclass(type(space), dict) or name == __name__:
             continue
         mine = name == "__main__" or bool(file and not _is_library(file))
         if mine == libraries:
             continue
         for key, value in list(space.items()):
-            if key.startswith("__") or isinstance(value, _ATOMS) or isinstance(value, type(sys)):
+            if key.startswith("__") or issubclass(type(value), _ATOMS) or issubclass(type(value), type(sys)):
                 continue
             label = key if mine else name + "." + key
             roots.append((label, "global", "<module>", file, 0, value))
@@ -468,6 +468,8 @@ def _held_walk(active):
 
 
 def _walk(active, array_type, started):
+    # Types are tested with issubclass(type(x), ...), never isinstance, which
+    # reads x.__class__: a proxy's __getattr__ would run the job's code.
     roots = _frame_roots()
     last_tb = getattr(sys, "last_traceback", None)
     if last_tb is not None:
@@ -514,13 +516,13 @@ def _walk(active, array_type, started):
                 label = group or name
                 first = seen.get(key)
                 if first is not None:
-                    if first != label and not isinstance(obj, _ATOMS):
+                    if first != label and not issubclass(type(obj), _ATOMS):
                         others = also.setdefault((label, group_kind or kind, function, file, line, type(value).__name__), [])
                         if first not in others and len(others) < 3:
                             others.append(first)
                     continue
                 seen[key] = label
-                if isinstance(obj, array_type):
+                if issubclass(type(obj), array_type):
                     g = groups.get((label, group_kind or kind))
                     if g is None:
                         g = [label, group_kind or kind, function, file, line, 0, 0, path, type(value).__name__]
@@ -530,17 +532,17 @@ def _walk(active, array_type, started):
                     g[6] += 1
                     continue
                 push = stack.append
-                if isinstance(obj, skipped_types):
+                if issubclass(type(obj), skipped_types):
                     continue
-                if isinstance(obj, (dict, list, tuple, set, frozenset)):
+                if issubclass(type(obj), (dict, list, tuple, set, frozenset)):
                     if phase in (0, 2) and len(obj) > _BIG:
                         del seen[key]
                         deferred.append(((name, kind, function, file, line, value), [(obj, path, group, group_kind)]))
                         continue
                     # Big containers: the clock is read every 4,096 items too.
-                    if isinstance(obj, dict):
+                    if issubclass(type(obj), dict):
                         items = obj.items()
-                    elif isinstance(obj, (list, tuple)):
+                    elif issubclass(type(obj), (list, tuple)):
                         items = enumerate(obj)
                     else:
                         items = ((None, v) for v in obj)
@@ -551,11 +553,11 @@ def _walk(active, array_type, started):
                             if n & 4095 == 0 and time.perf_counter() - started > _HELD_BUDGET:
                                 partial = True
                                 break
-                            if isinstance(v, _ATOMS):
+                            if issubclass(type(v), _ATOMS):
                                 continue
                             if k is None:
                                 step = path + "{...}"
-                            elif isinstance(k, (str, int)):
+                            elif issubclass(type(k), (str, int)):
                                 step = "%s[%r]" % (path, k)
                             else:
                                 step = path + "[...]"
@@ -565,7 +567,7 @@ def _walk(active, array_type, started):
                     items = None
                     if partial:
                         break
-                elif isinstance(obj, function_type):
+                elif issubclass(type(obj), function_type):
                     if _is_library(obj.__code__.co_filename):
                         continue
                     qual = getattr(obj, "__qualname__", "?")
@@ -575,20 +577,20 @@ def _walk(active, array_type, started):
                             v = cell.cell_contents
                         except ValueError:
                             continue
-                        if not isinstance(v, _ATOMS):
+                        if not issubclass(type(v), _ATOMS):
                             g = group or "%s (closure over %s)" % (qual, cell_name)
                             push((v, "%s.<closure %s>" % (path, cell_name), g, group_kind or "closure"))
                     defaults = obj.__defaults__ or ()
                     args = obj.__code__.co_varnames[: obj.__code__.co_argcount]
                     for arg, v in zip(args[len(args) - len(defaults):], defaults):
-                        if not isinstance(v, _ATOMS):
+                        if not issubclass(type(v), _ATOMS):
                             g = group or "%s (default %s)" % (qual, arg)
                             push((v, "%s.<default %s>" % (path, arg), g, group_kind or "default"))
                     for arg, v in (obj.__kwdefaults__ or {}).items():
-                        if not isinstance(v, _ATOMS):
+                        if not issubclass(type(v), _ATOMS):
                             g = group or "%s (default %s)" % (qual, arg)
                             push((v, "%s.<default %s>" % (path, arg), g, group_kind or "default"))
-                elif isinstance(obj, generator_types):
+                elif issubclass(type(obj), generator_types):
                     frame = getattr(obj, "gi_frame", None) or getattr(obj, "cr_frame", None) or getattr(obj, "ag_frame", None)
                     if frame is not None:
                         local = frame.f_locals
@@ -597,11 +599,11 @@ def _walk(active, array_type, started):
                             local.clear()
                         local = None
                         for k, v in items:
-                            if not isinstance(v, _ATOMS):
+                            if not issubclass(type(v), _ATOMS):
                                 push((v, "%s.<suspended %s>" % (path, k), group or name, group_kind or "generator"))
                         items = None
                     frame = None
-                elif isinstance(obj, BaseException):
+                elif issubclass(type(obj), BaseException):
                     tb = obj.__traceback__
                     if tb is not None:
                         push((tb, path + ".__traceback__", group or name, group_kind or "traceback"))
@@ -609,7 +611,7 @@ def _walk(active, array_type, started):
                         if extra is not None:
                             push((extra, path + ".__context__", group, group_kind))
                     tb = None
-                elif isinstance(obj, types.TracebackType):
+                elif issubclass(type(obj), types.TracebackType):
                     entry = obj
                     depth = 0
                     while entry is not None and depth < 100:
@@ -618,7 +620,7 @@ def _walk(active, array_type, started):
                             local = frame.f_locals
                             items = list(local.items())
                             for k, v in items:
-                                if not isinstance(v, _ATOMS):
+                                if not issubclass(type(v), _ATOMS):
                                     push((v, "%s<frame %s>.%s" % (path, frame.f_code.co_name, k), group or name, group_kind or "traceback"))
                             items = local = None
                         frame = None
@@ -632,21 +634,21 @@ def _walk(active, array_type, started):
                         space = object.__getattribute__(obj, "__dict__")
                     except (AttributeError, TypeError):
                         space = None
-                    if isinstance(space, dict):
+                    if issubclass(type(space), dict):
                         for k, v in list(space.items()):
-                            if not isinstance(v, _ATOMS):
+                            if not issubclass(type(v), _ATOMS):
                                 g = group or "%s.%s" % (name, k)
                                 push((v, "%s.%s" % (path, k), g, group_kind or "attribute"))
-                    if isinstance(obj, types.MethodType):
+                    if issubclass(type(obj), types.MethodType):
                         push((obj.__self__, path + ".__self__", group, group_kind))
                         push((obj.__func__, path + ".__func__", group, group_kind))
                     for slot in getattr(type(obj), "__slots__", ()) or ():
-                        if isinstance(slot, str):
+                        if issubclass(type(slot), str):
                             try:
                                 v = object.__getattribute__(obj, slot)
                             except (AttributeError, TypeError):
                                 v = None
-                            if v is not None and not isinstance(v, _ATOMS):
+                            if v is not None and not issubclass(type(v), _ATOMS):
                                 g = group or "%s.%s" % (name, slot)
                                 push((v, "%s.%s" % (path, slot), g, group_kind or "attribute"))
             stack = None

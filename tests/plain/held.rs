@@ -20,6 +20,10 @@ fn held_jobs() -> PathBuf {
 /// Records `held_jobs.py MODE` (through `sh -c PREFIX` when given) and
 /// returns its output and summary.
 fn record(mode: &str, prefix: Option<&str>) -> (Output, Value) {
+    record_with(mode, prefix, &[])
+}
+
+fn record_with(mode: &str, prefix: Option<&str>, extra: &[&Path]) -> (Output, Value) {
     let dir = tempfile::tempdir().expect("dir");
     let json = dir.path().join("summary.json");
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_weightscope"));
@@ -29,7 +33,10 @@ fn record(mode: &str, prefix: Option<&str>) -> (Output, Value) {
     if let Some(prefix) = prefix {
         cmd.args(["sh", "-c", prefix, "sh"]);
     }
-    cmd.arg(common::venv_python()).arg(held_jobs()).arg(mode);
+    cmd.arg(common::venv_python())
+        .arg(held_jobs())
+        .arg(mode)
+        .args(extra);
     let output = cmd
         .stdin(Stdio::null())
         .stderr(Stdio::piped())
@@ -157,6 +164,25 @@ fn a_million_small_objects_bound_the_walk_which_says_partial() {
     assert!(
         walk["millis"].as_f64().is_some_and(|m| m < 200.0),
         "{walk:#}"
+    );
+}
+
+#[test]
+fn the_walk_never_runs_the_jobs_code() {
+    let dir = tempfile::tempdir().expect("dir");
+    let marker = dir.path().join("ran");
+    let (output, summary) = record_with("proxy", None, &[&marker]);
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_root(&summary["held_by"], "trap.layers", "attribute", HELD);
+    assert!(
+        !marker.exists(),
+        "the walk ran the job's __getattr__ or __class__: {:?}",
+        std::fs::read_to_string(&marker)
     );
 }
 

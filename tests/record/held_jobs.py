@@ -12,7 +12,9 @@ except block, its traceback's frame holding the arrays), generator (a
 suspended generator's local), two-roots (one list reached from two locals:
 counted once, for the first), objects (a million small Python objects
 beside the arrays: the walk stops at its budget and says partial), killed
-(the fold, then it allocates until the memory cgroup's limit kills it).
+(the fold, then it allocates until the memory cgroup's limit kills it),
+proxy MARKER (arrays in an object whose __getattr__ and __class__ write to
+MARKER: the walk must not run them).
 """
 
 import sys
@@ -154,6 +156,33 @@ def killed():
     return kept
 
 
+class Trap:
+    """Runs code when anything it lacks is asked for: the walk must never
+    run it (it reads __dict__ directly and types by type())."""
+
+    def __init__(self, marker):
+        self.__dict__["marker"] = marker
+        self.__dict__["layers"] = arrays()
+
+    def __getattr__(self, name):
+        with open(self.__dict__["marker"], "a") as f:
+            f.write("asked for %s\n" % name)
+        raise AttributeError(name)
+
+    @property
+    def __class__(self):
+        with open(self.__dict__["marker"], "a") as f:
+            f.write("asked for __class__\n")
+        return Trap
+
+
+def proxy():
+    marker = sys.argv[2]
+    trap = Trap(marker)
+    hold()
+    return trap
+
+
 MODES = {
     "fold": fold,
     "global": global_cache,
@@ -165,6 +194,7 @@ MODES = {
     "two-roots": two_roots,
     "objects": objects,
     "killed": killed,
+    "proxy": proxy,
 }
 
 if __name__ == "__main__":

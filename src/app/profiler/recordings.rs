@@ -281,6 +281,7 @@ fn difference_ui(ui: &mut egui::Ui, a: &Recording, b: &Recording) {
         human_bytes(pa),
         human_bytes(u64::try_from(change.unsigned_abs()).unwrap_or(u64::MAX))
     ));
+    roots_difference_ui(ui, a, b);
     let lines = stacks::line_differences(&a.lines, &b.lines);
     if lines.is_empty() {
         return;
@@ -304,6 +305,40 @@ fn difference_ui(ui: &mut egui::Ui, a: &Recording, b: &Recording) {
                     human_bytes(u64::try_from(c.unsigned_abs()).unwrap_or(u64::MAX))
                 ));
                 ui.add(egui::Label::new(crate::units::printable(&d.frame.label())).truncate());
+                ui.end_row();
+            }
+        });
+}
+
+/// The difference of two recordings' holders at the peak, root by root.
+fn roots_difference_ui(ui: &mut egui::Ui, a: &Recording, b: &Recording) {
+    let roots =
+        crate::profile::record::held::root_differences(a.held_by.as_ref(), b.held_by.as_ref());
+    if roots.is_empty() {
+        return;
+    }
+    egui::Grid::new("record-held-difference")
+        .num_columns(4)
+        .striped(true)
+        .show(ui, |ui| {
+            ui.strong("shown");
+            ui.strong("compared");
+            ui.strong("change");
+            ui.strong("held by (at the peak)");
+            ui.end_row();
+            for d in roots.iter().take(10) {
+                ui.label(human_bytes(d.a_bytes));
+                ui.label(human_bytes(d.b_bytes));
+                let c = d.change();
+                ui.label(format!(
+                    "{}{}",
+                    if c < 0 { "−" } else { "+" },
+                    human_bytes(u64::try_from(c.unsigned_abs()).unwrap_or(u64::MAX))
+                ));
+                ui.add(
+                    egui::Label::new(format!("{} ({})", crate::units::printable(&d.root), d.kind))
+                        .truncate(),
+                );
                 ui.end_row();
             }
         });

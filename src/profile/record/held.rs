@@ -125,6 +125,64 @@ impl HeldWalk {
     }
 }
 
+/// One root's bytes at the peak in two recordings (by name and kind).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RootDifference {
+    /// The root's name.
+    pub root: String,
+    /// Its kind.
+    pub kind: String,
+    /// Held at the peak in the first.
+    pub a_bytes: u64,
+    /// Held at the peak in the second.
+    pub b_bytes: u64,
+}
+
+impl RootDifference {
+    /// The second's bytes less the first's.
+    #[must_use]
+    pub fn change(&self) -> i128 {
+        i128::from(self.b_bytes) - i128::from(self.a_bytes)
+    }
+}
+
+/// Where two recordings' holders at the peak differ, root by root (the
+/// same name and kind in both), most changed first; roots holding nothing
+/// in either are left out.
+#[must_use]
+pub fn root_differences(a: Option<&HeldWalk>, b: Option<&HeldWalk>) -> Vec<RootDifference> {
+    let mut by: Vec<RootDifference> = Vec::new();
+    for (walk, first) in [(a, true), (b, false)] {
+        for root in walk.map_or(&[][..], |w| &w.roots) {
+            let at = by
+                .iter()
+                .position(|d| d.root == root.root && d.kind == root.kind)
+                .unwrap_or_else(|| {
+                    by.push(RootDifference {
+                        root: root.root.clone(),
+                        kind: root.kind.clone(),
+                        a_bytes: 0,
+                        b_bytes: 0,
+                    });
+                    by.len() - 1
+                });
+            if first {
+                by[at].a_bytes = by[at].a_bytes.saturating_add(root.bytes);
+            } else {
+                by[at].b_bytes = by[at].b_bytes.saturating_add(root.bytes);
+            }
+        }
+    }
+    by.retain(|d| d.a_bytes > 0 || d.b_bytes > 0);
+    by.sort_by(|x, y| {
+        y.change()
+            .unsigned_abs()
+            .cmp(&x.change().unsigned_abs())
+            .then_with(|| x.root.cmp(&y.root))
+    });
+    by
+}
+
 /// The walks a recording keeps: the last [`KEPT_WALKS`] and the one at the
 /// highest MLX active memory.
 pub const KEPT_WALKS: usize = 600;
@@ -248,6 +306,29 @@ mod tests {
             "the latest near the highest"
         );
         assert_eq!(at_peak(&[]), None);
+    }
+
+    #[test]
+    fn two_recordings_compare_root_by_root() {
+        let walk = |roots: Vec<HeldRoot>| HeldWalk {
+            t_secs: 1.0,
+            pid: 1,
+            active_bytes: 100,
+            reached_bytes: 100,
+            partial: false,
+            objects: 1,
+            millis: 1.0,
+            roots,
+        };
+        let a = walk(vec![
+            root("kept", "local", 100),
+            root("CACHE", "global", 10),
+        ]);
+        let b = walk(vec![root("kept", "local", 20), root("out", "local", 50)]);
+        let d = root_differences(Some(&a), Some(&b));
+        let names: Vec<(&str, i128)> = d.iter().map(|d| (d.root.as_str(), d.change())).collect();
+        assert_eq!(names, [("kept", -80), ("out", 50), ("CACHE", -10)]);
+        assert!(root_differences(None, None).is_empty());
     }
 
     #[test]
