@@ -296,6 +296,8 @@ pub struct RankPeak {
     pub peak_mlx_active_bytes: u64,
     /// Its stack then, innermost frame first.
     pub peak_stack: Vec<stacks::Frame>,
+    /// Who held its MLX memory at its peak (its probe's walk there).
+    pub held_by: Vec<held::HeldRoot>,
 }
 
 /// What every byte was at the job's highest sampled RSS: that sample (RSS
