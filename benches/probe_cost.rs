@@ -57,12 +57,19 @@ def main(shards):
 print(main(int(sys.argv[1])))
 ";
 
-fn held_cost(python: &Path, held: bool) -> (f64, usize, f64) {
+/// Records `job` (Python source) run with `arg`, with `switch` set as
+/// given, at 20 Hz; returns the summary and the saved trace.
+fn record(
+    python: &Path,
+    job: &str,
+    arg: &str,
+    switch: (&str, bool),
+) -> (serde_json::Value, serde_json::Value) {
     let dir = tempfile::tempdir().expect("tempdir");
     let json = dir.path().join("summary.json");
     let trace = dir.path().join("trace.json");
-    let job = dir.path().join("fold.py");
-    std::fs::write(&job, FOLD).expect("job written");
+    let file = dir.path().join("job.py");
+    std::fs::write(&file, job).expect("job written");
     let status = Command::new(env!("CARGO_BIN_EXE_weightscope"))
         .args(["record", "--interval-ms", "50", "--json"])
         .arg(&json)
@@ -70,56 +77,42 @@ fn held_cost(python: &Path, held: bool) -> (f64, usize, f64) {
         .arg(&trace)
         .arg("--")
         .arg(python)
-        .arg(&job)
-        .arg("8")
-        .env("WEIGHTSCOPE_PROBE_HELD", if held { "1" } else { "0" })
+        .arg(&file)
+        .arg(arg)
+        .env(switch.0, if switch.1 { "1" } else { "0" })
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status()
         .expect("weightscope runs");
     assert!(status.success(), "the job ran");
-    let summary: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).expect("summary")).expect("JSON");
-    let percent = summary["probe_info"]["cpu_percent_of_a_core"]
+    let read = |path: &Path| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(path).expect("written")).expect("JSON")
+    };
+    (read(&json), read(&trace))
+}
+
+/// The probe's own CPU time in % of a core, from a summary.
+fn percent(summary: &serde_json::Value) -> f64 {
+    summary["probe_info"]["cpu_percent_of_a_core"]
         .as_f64()
-        .expect("the probe's cost");
-    let saved: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&trace).expect("trace")).expect("JSON");
+        .expect("the probe's cost")
+}
+
+fn held_cost(python: &Path, held: bool) -> (f64, usize, f64) {
+    let (summary, saved) = record(python, FOLD, "8", ("WEIGHTSCOPE_PROBE_HELD", held));
     let walks = saved["stacks"]["held"]
         .as_array()
         .cloned()
         .unwrap_or_default();
     let millis: f64 = walks.iter().filter_map(|w| w["millis"].as_f64()).sum();
-    (percent, walks.len(), millis)
+    (percent(&summary), walks.len(), millis)
 }
 
 fn cost(python: &Path, stacks: bool, seconds: &str) -> (f64, usize) {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let json = dir.path().join("summary.json");
-    let job = dir.path().join("job.py");
-    std::fs::write(&job, JOB).expect("job written");
-    let status = Command::new(env!("CARGO_BIN_EXE_weightscope"))
-        .args(["record", "--interval-ms", "50", "--json"])
-        .arg(&json)
-        .arg("--")
-        .arg(python)
-        .arg(&job)
-        .arg(seconds)
-        .env("WEIGHTSCOPE_PROBE_STACKS", if stacks { "1" } else { "0" })
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .expect("weightscope runs");
-    assert!(status.success(), "the job ran");
-    let summary: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).expect("summary")).expect("JSON");
-    let percent = summary["probe_info"]["cpu_percent_of_a_core"]
-        .as_f64()
-        .expect("the probe's cost");
+    let (summary, _) = record(python, JOB, seconds, ("WEIGHTSCOPE_PROBE_STACKS", stacks));
     let depth = summary["peak_stack"].as_array().map_or(0, Vec::len);
-    (percent, depth)
+    (percent(&summary), depth)
 }
 
 fn main() {

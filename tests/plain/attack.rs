@@ -62,6 +62,29 @@ fn run_bounded(mut cmd: Command, limit: Duration) -> Output {
     }
 }
 
+/// `output` ended with exit status `code` and its stderr says `said`.
+fn ends_saying(output: &Output, code: i32, said: &str) {
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(code), "{stderr}");
+    assert!(stderr.contains(said), "{stderr}");
+}
+
+/// Starts `cmd` (stdout piped, stderr dropped) and waits for its first
+/// line, which must be "ready".
+fn start_until_ready(cmd: &mut Command) -> std::process::Child {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("starts");
+    let mut ready = String::new();
+    BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut ready)
+        .expect("a first line");
+    assert_eq!(ready.trim(), "ready");
+    child
+}
+
 fn file_type(path: &Path) -> std::fs::FileType {
     std::fs::symlink_metadata(path).expect("stat").file_type()
 }
@@ -141,12 +164,7 @@ fn outputs_that_are_devices_or_fifos_are_written_in_place_or_refused() {
         .args(["record", "--json", "/dev/full", "--", "true"])
         .output()
         .expect("runs");
-    assert_eq!(output.status.code(), Some(1), "{}", text(&output.stderr));
-    assert!(
-        text(&output.stderr).contains("/dev/full"),
-        "{}",
-        text(&output.stderr)
-    );
+    ends_saying(&output, 1, "/dev/full");
     assert!(file_type(Path::new("/dev/full")).is_char_device());
     // /dev/stdout (a link through /proc to our pipe): the summary arrives
     // on stdout, the link stays.
@@ -165,12 +183,7 @@ fn outputs_that_are_devices_or_fifos_are_written_in_place_or_refused() {
         .arg(&marker)
         .output()
         .expect("runs");
-    assert_eq!(output.status.code(), Some(2), "{}", text(&output.stderr));
-    assert!(
-        text(&output.stderr).contains("device"),
-        "{}",
-        text(&output.stderr)
-    );
+    ends_saying(&output, 2, "device");
     assert!(!marker.exists(), "the job ran");
     // A FIFO nobody reads: an error, not a wait.
     let fifo = dir.path().join("fifo");
@@ -186,12 +199,7 @@ fn outputs_that_are_devices_or_fifos_are_written_in_place_or_refused() {
         .arg(&fifo)
         .args(["--", "true"]);
     let output = run_bounded(cmd, Duration::from_mins(2));
-    assert_eq!(output.status.code(), Some(1), "{}", text(&output.stderr));
-    assert!(
-        text(&output.stderr).contains("nobody is reading"),
-        "{}",
-        text(&output.stderr)
-    );
+    ends_saying(&output, 1, "nobody is reading");
     assert!(file_type(&fifo).is_fifo());
 }
 
@@ -312,20 +320,12 @@ fn two_recordings_on_one_trace_the_second_refuses_and_the_first_is_whole() {
             .success()
     );
     let script = format!("echo ready; read x < {}", go.display());
-    let mut first = weightscope()
-        .args(["record", "--interval-ms", "5", "--trace"])
+    let mut cmd = weightscope();
+    cmd.args(["record", "--interval-ms", "5", "--trace"])
         .arg(&trace)
         .args(["--", "sh", "-c", &script])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("starts");
-    let mut ready = String::new();
-    BufReader::new(first.stdout.take().expect("stdout"))
-        .read_line(&mut ready)
-        .expect("the first job is running");
-    assert_eq!(ready.trim(), "ready");
+        .stdin(Stdio::null());
+    let mut first = start_until_ready(&mut cmd);
     let second = weightscope()
         .args(["record", "--trace"])
         .arg(&trace)
@@ -472,12 +472,7 @@ fn a_server_sending_a_byte_a_second_meets_the_request_deadline() {
         .env("WEIGHTSCOPE_HTTP_TIMEOUT", "2")
         .env("WEIGHTSCOPE_HTTP_RETRIES", "0");
     let output = run_bounded(cmd, Duration::from_mins(2));
-    assert_eq!(output.status.code(), Some(2), "{}", text(&output.stderr));
-    assert!(
-        text(&output.stderr).contains("deadline"),
-        "{}",
-        text(&output.stderr)
-    );
+    ends_saying(&output, 2, "deadline");
 }
 
 #[test]
@@ -820,12 +815,7 @@ fn a_repo_listing_a_million_files_against_an_index_of_200k_shards_opens_linearly
         .env("HF_HOME", cache.path().join("no-hf-home"));
     // Quadratic, this took about 6 minutes; linear, seconds.
     let output = run_bounded(cmd, Duration::from_mins(2));
-    assert_eq!(output.status.code(), Some(2), "{}", text(&output.stderr));
-    assert!(
-        text(&output.stderr).contains("model-000000-of-200000.safetensors"),
-        "{}",
-        text(&output.stderr)
-    );
+    ends_saying(&output, 2, "model-000000-of-200000.safetensors");
 }
 
 #[test]
@@ -833,22 +823,14 @@ fn a_journal_cut_short_keeps_the_mlx_peak_its_samples_hold() {
     let dir = tempfile::tempdir().expect("dir");
     let trace = dir.path().join("run.jsonl");
     let script = "import mlx.core as mx, sys, time\nx = mx.zeros((4 << 20,), dtype=mx.float32)\nmx.eval(x)\nprint('ready', flush=True)\nsys.stdin.read()\n";
-    let mut recorder = weightscope()
-        .args(["record", "--interval-ms", "5", "--trace"])
+    let mut cmd = weightscope();
+    cmd.args(["record", "--interval-ms", "5", "--trace"])
         .arg(&trace)
         .arg("--")
         .arg(venv_python())
         .args(["-c", script])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("starts");
-    let mut ready = String::new();
-    BufReader::new(recorder.stdout.take().expect("stdout"))
-        .read_line(&mut ready)
-        .expect("ready");
-    assert_eq!(ready.trim(), "ready");
+        .stdin(Stdio::piped());
+    let mut recorder = start_until_ready(&mut cmd);
     // Until the journal holds a sample with the 16 MiB the job made.
     let sixteen = (16u64 << 20).to_string();
     loop {

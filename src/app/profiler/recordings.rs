@@ -283,28 +283,44 @@ fn difference_ui(ui: &mut egui::Ui, a: &Recording, b: &Recording) {
     ));
     roots_difference_ui(ui, a, b);
     let lines = stacks::line_differences(&a.lines, &b.lines);
-    if lines.is_empty() {
+    let rows: Vec<(u64, u64, String)> = lines
+        .iter()
+        .take(10)
+        .map(|d| {
+            (
+                d.a_bytes,
+                d.b_bytes,
+                crate::units::printable(&d.frame.label()).into_owned(),
+            )
+        })
+        .collect();
+    difference_grid(ui, "record-difference", "line (held at the peak)", &rows);
+}
+
+/// Rows of (shown, compared, what) bytes with their change.
+fn difference_grid(ui: &mut egui::Ui, id: &str, what: &str, rows: &[(u64, u64, String)]) {
+    if rows.is_empty() {
         return;
     }
-    egui::Grid::new("record-difference")
+    egui::Grid::new(id)
         .num_columns(4)
         .striped(true)
         .show(ui, |ui| {
             ui.strong("shown");
             ui.strong("compared");
             ui.strong("change");
-            ui.strong("line (held at the peak)");
+            ui.strong(what);
             ui.end_row();
-            for d in lines.iter().take(10) {
-                ui.label(human_bytes(d.a_bytes));
-                ui.label(human_bytes(d.b_bytes));
-                let c = d.change();
+            for (a, b, label) in rows {
+                ui.label(human_bytes(*a));
+                ui.label(human_bytes(*b));
+                let c = i128::from(*b) - i128::from(*a);
                 ui.label(format!(
                     "{}{}",
                     if c < 0 { "−" } else { "+" },
                     human_bytes(u64::try_from(c.unsigned_abs()).unwrap_or(u64::MAX))
                 ));
-                ui.add(egui::Label::new(crate::units::printable(&d.frame.label())).truncate());
+                ui.add(egui::Label::new(label.as_str()).truncate());
                 ui.end_row();
             }
         });
@@ -314,34 +330,18 @@ fn difference_ui(ui: &mut egui::Ui, a: &Recording, b: &Recording) {
 fn roots_difference_ui(ui: &mut egui::Ui, a: &Recording, b: &Recording) {
     let roots =
         crate::profile::record::held::root_differences(a.held_by.as_ref(), b.held_by.as_ref());
-    if roots.is_empty() {
-        return;
-    }
-    egui::Grid::new("record-held-difference")
-        .num_columns(4)
-        .striped(true)
-        .show(ui, |ui| {
-            ui.strong("shown");
-            ui.strong("compared");
-            ui.strong("change");
-            ui.strong("held by (at the peak)");
-            ui.end_row();
-            for d in roots.iter().take(10) {
-                ui.label(human_bytes(d.a_bytes));
-                ui.label(human_bytes(d.b_bytes));
-                let c = d.change();
-                ui.label(format!(
-                    "{}{}",
-                    if c < 0 { "−" } else { "+" },
-                    human_bytes(u64::try_from(c.unsigned_abs()).unwrap_or(u64::MAX))
-                ));
-                ui.add(
-                    egui::Label::new(format!("{} ({})", crate::units::printable(&d.root), d.kind))
-                        .truncate(),
-                );
-                ui.end_row();
-            }
-        });
+    let rows: Vec<(u64, u64, String)> = roots
+        .iter()
+        .take(10)
+        .map(|d| {
+            (
+                d.a_bytes,
+                d.b_bytes,
+                format!("{} ({})", crate::units::printable(&d.root), d.kind),
+            )
+        })
+        .collect();
+    difference_grid(ui, "record-held-difference", "held by (at the peak)", &rows);
 }
 
 /// The lines between the job's marks.

@@ -64,11 +64,7 @@ impl ProfilerPanel {
     /// A recorded job's lines: the stack at its peak, and its lines by what
     /// they held at the peak (from inside the job: its probe's stacks).
     fn lines_ui(&self, ui: &mut egui::Ui) {
-        let Some(super::FinishedRun {
-            run: Run::Record(r),
-            ..
-        }) = &self.last
-        else {
+        let Some((r, _)) = self.last_recording() else {
             return;
         };
         if r.lines.is_empty() && r.peak_stack.is_empty() {
@@ -109,11 +105,7 @@ impl ProfilerPanel {
     /// Who held the recorded job's MLX memory at its peak: the probe's
     /// walk there, root by root (each expandable to one path to an array).
     fn held_ui(&self, ui: &mut egui::Ui) {
-        let Some(super::FinishedRun {
-            run: Run::Record(r),
-            ..
-        }) = &self.last
-        else {
+        let Some((r, _)) = self.last_recording() else {
             return;
         };
         let Some(walk) = &r.held_by else {
