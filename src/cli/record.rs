@@ -279,7 +279,7 @@ pub fn summary_json(r: &Recording) -> Value {
         "peak_stack": r.peak_stack,
         "last_stack": r.last_stack,
         "lines": r.lines,
-        "held_by": r.held_by.as_ref().map_or(Value::Array(Vec::new()), |w| json!(w.roots)),
+        "held_by": held_json(r.held_by.as_ref()),
         "held_by_walk": r.held_by.as_ref().map(walk_json),
         "phases": r.phases,
         "files_loaded": r.files_loaded,
@@ -312,9 +312,32 @@ fn killed_json(r: &Recording) -> Value {
         "last_sample_age_secs": (r.elapsed_secs - last).max(0.0),
         "line": own_line,
         "files_not_released": r.files_not_released(),
-        "held_by": r.held_last.as_ref().map_or(Value::Array(Vec::new()), |w| json!(w.roots)),
+        "held_by": held_json(r.held_last.as_ref()),
         "held_by_walk": r.held_last.as_ref().map(walk_json),
     })
+}
+
+/// A walk's roots, and what no root reached as a last entry of kind
+/// `unreachable` (held by MLX's graph, or not reachable from Python).
+fn held_json(walk: Option<&crate::profile::record::held::HeldWalk>) -> Value {
+    let Some(w) = walk else {
+        return Value::Array(Vec::new());
+    };
+    let mut roots: Vec<Value> = w.roots.iter().map(|r| json!(r)).collect();
+    if w.unreached_bytes() > 0 {
+        roots.push(json!({
+            "root": "not reachable from Python",
+            "kind": "unreachable",
+            "function": "",
+            "file": "",
+            "line": 0,
+            "bytes": w.unreached_bytes(),
+            "arrays": 0,
+            "path": "",
+            "type": "",
+        }));
+    }
+    Value::Array(roots)
 }
 
 /// A held-by walk's figures beside its roots: when, which process, MLX

@@ -128,7 +128,10 @@ impl CommitCache {
         if record.len() as u64 > CAP_BYTES {
             return None;
         }
-        Some(u64::from_le_bytes(*record.first_chunk::<8>()?))
+        let size = u64::from_le_bytes(*record.first_chunk::<8>()?);
+        // Checked against what it claims: it cannot hold more bytes of the
+        // file than the file has (else it is not what it says; fetched again).
+        (record.len() as u64 - 8 <= size).then_some(size)
     }
 
     /// The entry kept for `file` under `what`, opened and read past its
@@ -139,7 +142,9 @@ impl CommitCache {
         let mut opened = open_trusted(&self.root, &self.path(what, file))?;
         let mut size = [0u8; 8];
         opened.read_exact(&mut size).ok()?;
-        Some((u64::from_le_bytes(size), opened))
+        let size = u64::from_le_bytes(size);
+        let held = opened.metadata().ok()?.len().saturating_sub(8);
+        (held <= size).then_some((size, opened))
     }
 
     /// Whether something is kept for `file` under `what`.

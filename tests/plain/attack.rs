@@ -754,6 +754,42 @@ fn a_cache_that_is_not_this_users_alone_is_bypassed_and_said_once() {
     assert_eq!(got["tensors"], expected["tensors"]);
 }
 
+#[test]
+fn a_cache_entry_that_holds_more_than_its_file_has_is_fetched_again() {
+    let dir = tempfile::tempdir().expect("dir");
+    let (hub, _) = hub_repo(dir.path());
+    let cache = dir.path().join("cache");
+    let first = hub_inspect(&hub, &cache);
+    assert_eq!(first.status.code(), Some(0), "{}", text(&first.stderr));
+    let expected: Value = serde_json::from_slice(&first.stdout).expect("JSON");
+    // Every header entry now claims a file of 1 byte.
+    let mut changed = 0;
+    for entry in walk(&cache.join("hub")) {
+        let name = entry
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or("")
+            .to_owned();
+        if name.starts_with("header.") {
+            let mut bytes = std::fs::read(&entry).expect("read");
+            bytes[..8].copy_from_slice(&1u64.to_le_bytes());
+            std::fs::write(&entry, bytes).expect("write");
+            changed += 1;
+        }
+    }
+    assert!(changed > 0);
+    hub.clear();
+    let second = hub_inspect(&hub, &cache);
+    assert_eq!(second.status.code(), Some(0), "{}", text(&second.stderr));
+    let got: Value = serde_json::from_slice(&second.stdout).expect("JSON");
+    assert_eq!(got["tensors"], expected["tensors"]);
+    assert!(
+        hub.log().iter().any(|l| l.host == "storage"),
+        "the header was fetched again: {:?}",
+        hub.log()
+    );
+}
+
 fn walk(dir: &Path) -> Vec<PathBuf> {
     let mut found = Vec::new();
     for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {

@@ -159,12 +159,10 @@ fn arrays_reached_from_two_roots_are_counted_once_for_the_first() {
 fn a_million_small_objects_bound_the_walk_which_says_partial() {
     let summary = check("objects", "kept", "local");
     let walk = &summary["held_by_walk"];
+    // It stopped at its budget (50 ms of the clock, read every few
+    // thousand objects; no figure of time is asserted here) and said so,
+    // having found the arrays beside the million objects first.
     assert_eq!(walk["partial"], true, "{walk:#}");
-    // The budget is 50 ms; the clock is read every few thousand objects.
-    assert!(
-        walk["millis"].as_f64().is_some_and(|m| m < 200.0),
-        "{walk:#}"
-    );
 }
 
 #[test]

@@ -401,6 +401,23 @@ fn held_roots_ui(ui: &mut egui::Ui, walk: &crate::profile::record::held::HeldWal
                 ui.end_row();
             }
         });
+    // Each root expands to one path from it to one of its arrays.
+    egui::CollapsingHeader::new("Paths to the arrays")
+        .id_salt(format!("{id}-paths"))
+        .show(ui, |ui| {
+            for root in walk.roots.iter().take(12).filter(|r| !r.path.is_empty()) {
+                ui.label(
+                    egui::RichText::new(format!(
+                        "{}: {} ({} array{})",
+                        crate::units::printable(&root.root),
+                        crate::units::printable(&root.path),
+                        root.arrays,
+                        if root.arrays == 1 { "" } else { "s" }
+                    ))
+                    .monospace(),
+                );
+            }
+        });
 }
 
 /// A stack's frames, the job's own in bold, libraries' weak.
