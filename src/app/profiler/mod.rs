@@ -432,7 +432,6 @@ impl ProfilerPanel {
     }
 
     /// The last recording and its findings.
-    #[cfg(any(test, feature = "test-hooks"))]
     pub(super) fn last_recording(&self) -> Option<(&Recording, &[Finding])> {
         self.last.as_ref().and_then(|w| match &w.run {
             Run::Record(recording) => Some((recording.as_ref(), w.findings.as_slice())),
