@@ -221,4 +221,8 @@ fn a_job_killed_for_memory_says_what_held_it_at_the_last_walk() {
         .find(|r| r["root"] == "more")
         .expect("the growing list is a root");
     assert_eq!(more["kind"], "local");
+    // Asked for near the limit: the last walk is close to the kill (the
+    // job grew 400 MiB a second; a walk a second would have missed it).
+    let more_bytes = more["bytes"].as_u64().expect("bytes");
+    assert!(more_bytes >= 32 * MIB, "{more:#}");
 }

@@ -514,6 +514,9 @@ struct Recorder {
     address_space_limit: Option<u64>,
     /// Events the probes sent that were kept (at most [`MAX_PROBE_EVENTS`]).
     probe_events: usize,
+    /// The file that asks the probe for a held-by walk now, and when it was
+    /// last asked.
+    walk_request: Option<(PathBuf, Option<Instant>)>,
     /// The job's last output lines, when captured.
     output: std::collections::VecDeque<OutputLine>,
     /// Resident bytes by mapped file near the RSS peak, the RSS they were
@@ -544,6 +547,7 @@ impl Recorder {
             cgroups: HashMap::new(),
             address_space_limit: None,
             probe_events: 0,
+            walk_request: None,
             output: std::collections::VecDeque::new(),
             peak_files: (Vec::new(), 0, None),
         }
@@ -930,8 +934,33 @@ impl Recorder {
         self.files(now, open, updates);
         sample.mlx = self.mlx_now();
         self.read_mapped_files(tree, sample.process.rss_bytes, now);
+        self.near_limit_walk(sample.process.rss_bytes, now);
         self.samples.push(sample);
         Some(sample)
+    }
+
+    /// Near a memory cgroup's limit (the tree at 85 % of it) the next
+    /// moment may be the job's last: the probe is asked for a held-by walk
+    /// now (at most twice a second), so a job the kernel kills has its
+    /// holders from just before the kill.
+    #[cfg(target_os = "linux")]
+    fn near_limit_walk(&mut self, rss: u64, now: Instant) {
+        let near = self.cgroups.values().any(|(_, c)| {
+            c.limit_bytes
+                .is_some_and(|limit| u128::from(rss) * 100 >= u128::from(limit) * 85)
+        });
+        let Some((path, last)) = &mut self.walk_request else {
+            return;
+        };
+        if !near || last.is_some_and(|t| now.duration_since(t) < Duration::from_millis(500)) {
+            return;
+        }
+        *last = Some(now);
+        // A new file each time (its inode changes): the probe compares.
+        let temp = path.with_extension("new");
+        if std::fs::write(&temp, b"walk").is_ok() {
+            let _ = std::fs::rename(&temp, &*path);
+        }
     }
 
     /// Processes read before and not now are gone: their MLX figures leave
@@ -1144,6 +1173,7 @@ fn install_probe(
     if fifo.is_some() {
         command.env(probe::PATH_VAR, &named);
     }
+    command.env(probe::WALK_VAR, installed.dir().join("walk"));
     Ok((installed, fifo))
 }
 
@@ -1391,6 +1421,7 @@ pub fn record(
     let lines_rx = lines;
     let mut announced = false;
     let mut rec = Recorder::new(origin);
+    rec.walk_request = python_probe.as_ref().map(|p| (p.dir().join("walk"), None));
     let mut updates = Vec::new();
     rec.event(origin, MarkKind::JobStart, command.clone());
     updates.push(Update::Event(rec.events[0].clone()));

@@ -27,6 +27,10 @@ pub const INO_VAR: &str = "WEIGHTSCOPE_PROBE_INO";
 /// which a process that did not inherit the pipe's descriptor (the ranks
 /// `mlx.launch` starts) opens by path.
 pub const PATH_VAR: &str = "WEIGHTSCOPE_PROBE_PATH";
+/// The environment variable naming a file in the probe's private folder
+/// that the recorder rewrites to ask for a held-by walk now (the job is
+/// near its memory limit: the next moment may be its last).
+pub const WALK_VAR: &str = "WEIGHTSCOPE_PROBE_WALK";
 /// The environment variable holding the sampling interval in milliseconds.
 pub const INTERVAL_VAR: &str = "WEIGHTSCOPE_PROBE_INTERVAL_MS";
 
