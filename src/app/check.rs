@@ -143,9 +143,10 @@ impl CheckPanel {
         }
         if let Some(scan) = &self.scan {
             ui.label(format!(
-                "Values: {} of {} tensors read{}; peak MLX active {} (bound {})",
+                "Values: {} of {} tensors read{}{}; peak MLX active {} (bound {})",
                 scan.scanned,
                 scan.total,
+                scan.unreadable_note(),
                 if scan.cancelled { ", cancelled" } else { "" },
                 human_bytes(scan.peak_mlx_active_bytes),
                 human_bytes(scan.bound_bytes)

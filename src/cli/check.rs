@@ -51,6 +51,8 @@ pub struct CheckReport {
 pub struct ValuesSummary {
     /// Tensors read.
     pub scanned: usize,
+    /// Of them, those that could not be read (`values.unreadable`).
+    pub unreadable: usize,
     /// Tensors to read.
     pub total: usize,
     /// Whether it stopped early.
@@ -74,6 +76,7 @@ impl CheckReport {
             infos: count(Severity::Info),
             values: values.map(|v| ValuesSummary {
                 scanned: v.scanned,
+                unreadable: v.unreadable(),
                 total: v.total,
                 cancelled: v.cancelled,
                 peak_mlx_active_bytes: v.peak_mlx_active_bytes,
@@ -174,9 +177,14 @@ pub fn write_text(report: &CheckReport, out: &mut impl Write) -> std::io::Result
     if let Some(v) = &report.values {
         writeln!(
             out,
-            "values: {} of {} tensors read{}, peak MLX active {} (bound {})",
+            "values: {} of {} tensors read{}{}, peak MLX active {} (bound {})",
             v.scanned,
             v.total,
+            if v.unreadable > 0 {
+                format!(" ({} could not be read)", v.unreadable)
+            } else {
+                String::new()
+            },
             if v.cancelled { " (cancelled)" } else { "" },
             human_bytes(v.peak_mlx_active_bytes),
             human_bytes(v.bound_bytes)

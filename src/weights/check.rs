@@ -28,6 +28,27 @@ pub struct ValueScan {
     pub bound_bytes: u64,
 }
 
+impl ValueScan {
+    /// Of the tensors scanned, those that could not be read (each a
+    /// `values.unreadable` finding).
+    #[must_use]
+    pub fn unreadable(&self) -> usize {
+        self.findings
+            .iter()
+            .filter(|f| f.code == "values.unreadable")
+            .count()
+    }
+
+    /// ", N could not be read" when some could not, else nothing.
+    #[must_use]
+    pub fn unreadable_note(&self) -> String {
+        match self.unreadable() {
+            0 => String::new(),
+            n => format!(" ({n} could not be read)"),
+        }
+    }
+}
+
 /// Reads every parameter tensor of `weights` (with its scales) in walk
 /// order, releasing each shard as soon as nothing left needs it; `cancel` is
 /// checked before each tensor.

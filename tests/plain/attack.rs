@@ -606,11 +606,16 @@ fn gguf_shapes_that_wrap_or_that_mlx_cannot_hold_are_one_line_errors() {
     // I8 (type 24) of 2^31+32 values: legal, an axis MLX cannot hold.
     let long = dir.path().join("long.gguf");
     hand_gguf(&long, &[(1 << 31) + 32], 24, (1 << 31) + 32);
-    let cases: [(&Path, &[&str], &str); 5] = [
+    let cases: [(&Path, &[&str], &str); 6] = [
         (&wraps, &["inspect"], "more bytes than a file can hold"),
         (&wraps, &["check"], "more bytes than a file can hold"),
         (&long, &["tensor"], "MLX's axes hold at most"),
         (&long, &["check", "--values"], "MLX's axes hold at most"),
+        (
+            &long,
+            &["check", "--values"],
+            "1 of 1 tensors read (1 could not be read)",
+        ),
         (
             &long,
             &["walk", "--policy", "release-shard"],
