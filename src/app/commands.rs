@@ -64,6 +64,8 @@ pub enum AppCommand {
     Record(Target, Option<PathBuf>),
     /// Stop the recorded job (SIGINT, then SIGTERM, SIGKILL) or detach.
     StopRecording,
+    /// Ask the recorded job's probe who holds MLX's memory now.
+    AskWhoHolds,
     /// Sample memory at this interval.
     SetSampleInterval(Duration),
     /// Save the profiler's trace here (`replace`: over a file already

@@ -294,6 +294,11 @@ impl WeightscopeApp {
                     let _ = recorder.control.stop();
                 }
             }
+            AppCommand::AskWhoHolds => {
+                if let Some(recorder) = &self.recorder {
+                    recorder.control.ask_for_walk();
+                }
+            }
             AppCommand::SetSampleInterval(interval) => {
                 if let Some(sampler) = &self.sampler {
                     sampler.set_interval(interval);

@@ -226,3 +226,69 @@ fn a_job_killed_for_memory_says_what_held_it_at_the_last_walk() {
     let more_bytes = more["bytes"].as_u64().expect("bytes");
     assert!(more_bytes >= 32 * MIB, "{more:#}");
 }
+
+#[test]
+fn a_walk_asked_for_while_the_job_runs_arrives() {
+    use weightscope::profile::record::stacks::StackUpdate;
+    use weightscope::profile::record::{JobSpec, RecordControl, RecordOptions, Target, Update};
+    let dir = tempfile::tempdir().expect("dir");
+    let go = dir.path().join("go");
+    assert!(
+        Command::new("mkfifo")
+            .arg(&go)
+            .status()
+            .expect("mkfifo")
+            .success()
+    );
+    // Holds 64 MiB, says so, and waits for the test (no second high, and
+    // no settled walk before the test lets it go: it waits on the FIFO).
+    let script = format!(
+        "import mlx.core as mx\nx = [mx.ones((1 << 20,)) for _ in range(16)]\nmx.eval(x)\nprint('ready', flush=True)\nopen({:?}).read()\n",
+        go.display().to_string()
+    );
+    let target = Target::Spawn(JobSpec {
+        capture_output: true,
+        argv: vec![common::venv_python().into(), "-c".into(), script.into()],
+        cwd: None,
+        env: Vec::new(),
+    });
+    let options = RecordOptions {
+        interval: std::time::Duration::from_millis(20),
+        checkpoint: None,
+        python_probe: true,
+    };
+    let control = RecordControl::new();
+    let asked = control.clone();
+    // Without asking, this job gets two walks: at its high, and once more
+    // when memory has stayed there a second; asked, a third.
+    let mut walks = 0;
+    let mut ready = false;
+    let mut released = false;
+    let started = std::time::Instant::now();
+    let recording = weightscope::profile::record::record(&target, &options, &control, |update| {
+        match &update {
+            Update::Output(line) if line.text == "ready" => {
+                ready = true;
+                asked.ask_for_walk();
+            }
+            Update::Stacks(StackUpdate::Held(_)) => walks += 1,
+            _ => {}
+        }
+        // Let the job go once the third walk came (or, as a watchdog,
+        // after a minute: then the assertion below fails).
+        let overdue = started.elapsed() > std::time::Duration::from_secs(60);
+        if !released && ready && (walks >= 3 || overdue) {
+            released = true;
+            let _ = std::fs::write(&go, b"go");
+        }
+    })
+    .expect("recorded");
+    assert!(walks >= 3, "{walks} walks: the one asked for did not come");
+    let walk = recording.held_by.expect("a walk at the peak");
+    assert_root(
+        &serde_json::to_value(&walk.roots).expect("JSON"),
+        "x",
+        "global",
+        HELD,
+    );
+}

@@ -713,6 +713,12 @@ impl ProfilerPanel {
                     live.stopping = true;
                     commands.send(AppCommand::StopRecording);
                 }
+                let ask = ui
+                    .button("Who holds it now?")
+                    .on_hover_text("Ask the job's Python probe for a held-by walk now: the variables keeping MLX's memory alive (select the moment to see it).");
+                if ask.clicked() {
+                    commands.send(AppCommand::AskWhoHolds);
+                }
             });
             // Keep the elapsed time and the live graph moving.
             ui.ctx().request_repaint_after(Duration::from_millis(100));

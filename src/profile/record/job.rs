@@ -220,6 +220,8 @@ struct ControlInner {
     detach: AtomicBool,
     /// When a signal to the recorder was passed on to the job.
     forwarded: std::sync::Mutex<Option<std::time::Instant>>,
+    /// A held-by walk was asked for and not yet passed to the probe.
+    walk_asked: AtomicBool,
 }
 
 /// How long a job has to end after a signal to the recorder was passed on
@@ -298,5 +300,16 @@ impl RecordControl {
     #[must_use]
     pub fn stop_requested(&self) -> bool {
         self.inner.detach.load(Ordering::SeqCst)
+    }
+
+    /// Asks the job's Python probe for a held-by walk now (who holds MLX's
+    /// memory at this moment); it arrives as the walks at highs do.
+    pub fn ask_for_walk(&self) {
+        self.inner.walk_asked.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether a walk was asked for since the last call.
+    pub(super) fn take_walk_request(&self) -> bool {
+        self.inner.walk_asked.swap(false, Ordering::SeqCst)
     }
 }

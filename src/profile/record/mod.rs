@@ -442,6 +442,9 @@ impl RecordControl {
     pub fn stop(&self) -> Option<i32> {
         None
     }
+
+    /// Nothing runs: no probe to ask.
+    pub fn ask_for_walk(&self) {}
 }
 
 /// Recording needs `/proc`: elsewhere it says so.
@@ -949,10 +952,18 @@ impl Recorder {
             c.limit_bytes
                 .is_some_and(|limit| u128::from(rss) * 100 >= u128::from(limit) * 85)
         });
+        if near {
+            self.ask_probe_to_walk(now);
+        }
+    }
+
+    /// Asks the Python probe for a held-by walk now, at most twice a second.
+    #[cfg(target_os = "linux")]
+    fn ask_probe_to_walk(&mut self, now: Instant) {
         let Some((path, last)) = &mut self.walk_request else {
             return;
         };
-        if !near || last.is_some_and(|t| now.duration_since(t) < Duration::from_millis(500)) {
+        if last.is_some_and(|t| now.duration_since(t) < Duration::from_millis(500)) {
             return;
         }
         *last = Some(now);
@@ -1434,6 +1445,9 @@ pub fn record(
         tick += 1;
         if let Some(sample) = rec.sample_tree(&tree, now, &mut updates) {
             updates.push(Update::Sample(sample));
+        }
+        if control.take_walk_request() {
+            rec.ask_probe_to_walk(now);
         }
         // Said after the first sample: whoever waits for it to begin knows
         // the process has been seen at least once.
