@@ -417,6 +417,21 @@ def _maybe_walk_held(active):
         _write(line)
 
 
+def _frame_locals(frame):
+    """A function frame's locals as (name, value) pairs. Python 3.11 makes a
+    dict of them (`frame.f_locals`) and keeps it in the frame, where it
+    would keep values alive after the job rebinds them: it is emptied at
+    once, unless the job holds that dict itself (it kept its own `locals()`,
+    which already keeps them, and must not change under it)."""
+    local = frame.f_locals
+    items = list(local.items())
+    # The frame's reference, ours, and getrefcount's argument: nobody else.
+    if frame.f_code.co_flags & _CO_OPTIMIZED and sys.getrefcount(local) <= 3:
+        local.clear()
+    local = None
+    return items
+
+
 def _frame_roots():
     """(name, kind, function, file, line, object) for every local of every
     thread's function frames, the main thread first, innermost first."""
@@ -431,15 +446,11 @@ def _frame_roots():
             code = frame.f_code
             if code.co_flags & _CO_OPTIMIZED and code.co_filename != _own_file:
                 where = (getattr(code, "co_qualname", code.co_name), code.co_filename, frame.f_lineno)
-                local = frame.f_locals
-                items = list(local.items())
-                # Python 3.11 keeps the dict f_locals made in the frame: emptied
-                # at once, so it keeps nothing of the job's alive.
-                local.clear()
+                items = _frame_locals(frame)
                 for name, value in items:
                     if not issubclass(type(value), _ATOMS):
                         roots.append((name, "local") + where + (value,))
-                items = local = None
+                items = None
             frame = frame.f_back
     frames = frame = None
     return roots
@@ -608,11 +619,7 @@ def _walk(active, array_type, started):
                 elif issubclass(type(obj), generator_types):
                     frame = getattr(obj, "gi_frame", None) or getattr(obj, "cr_frame", None) or getattr(obj, "ag_frame", None)
                     if frame is not None:
-                        local = frame.f_locals
-                        items = list(local.items())
-                        if frame.f_code.co_flags & _CO_OPTIMIZED:
-                            local.clear()
-                        local = None
+                        items = _frame_locals(frame)
                         for k, v in items:
                             if not issubclass(type(v), _ATOMS):
                                 push((v, "%s.<suspended %s>" % (path, k), group or name, group_kind or "generator"))
@@ -632,12 +639,11 @@ def _walk(active, array_type, started):
                     while entry is not None and depth < 100:
                         frame = entry.tb_frame
                         if frame.f_code.co_flags & _CO_OPTIMIZED and frame.f_code.co_filename != _own_file:
-                            local = frame.f_locals
-                            items = list(local.items())
+                            items = _frame_locals(frame)
                             for k, v in items:
                                 if not issubclass(type(v), _ATOMS):
                                     push((v, "%s<frame %s>.%s" % (path, frame.f_code.co_name, k), group or name, group_kind or "traceback"))
-                            items = local = None
+                            items = None
                         frame = None
                         entry = entry.tb_next
                         depth += 1
