@@ -62,6 +62,26 @@ fn run_bounded(mut cmd: Command, limit: Duration) -> Output {
     }
 }
 
+/// Records `hostile_jobs.py ARGS` with `--json` (and `extra` record
+/// options) under a watchdog of `limit`; the output and the summary.
+fn record_hostile(extra: &[&str], args: &[&std::ffi::OsStr], limit: Duration) -> (Output, Value) {
+    let dir = tempfile::tempdir().expect("dir");
+    let json = dir.path().join("summary.json");
+    let mut cmd = weightscope();
+    cmd.arg("record")
+        .args(extra)
+        .arg("--json")
+        .arg(&json)
+        .arg("--")
+        .arg(venv_python())
+        .arg(hostile_jobs())
+        .args(args);
+    let output = run_bounded(cmd, limit);
+    let summary =
+        serde_json::from_slice(&std::fs::read(&json).unwrap_or_default()).unwrap_or(Value::Null);
+    (output, summary)
+}
+
 /// `output` ended with exit status `code` and its stderr says `said`.
 fn ends_saying(output: &Output, code: i32, said: &str) {
     let stderr = text(&output.stderr);
@@ -107,16 +127,11 @@ fn small_model(dir: &Path) -> PathBuf {
 fn the_probe_never_writes_into_a_file_the_job_opened_on_its_descriptor() {
     let dir = tempfile::tempdir().expect("dir");
     let out = dir.path().join("job-output.txt");
-    let json = dir.path().join("summary.json");
-    let mut cmd = weightscope();
-    cmd.args(["record", "--interval-ms", "1", "--json"])
-        .arg(&json)
-        .arg("--")
-        .arg(venv_python())
-        .arg(hostile_jobs())
-        .arg("closefds")
-        .arg(&out);
-    let output = run_bounded(cmd, Duration::from_mins(5));
+    let (output, summary) = record_hostile(
+        &["--interval-ms", "1"],
+        &["closefds".as_ref(), out.as_os_str()],
+        Duration::from_mins(5),
+    );
     assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
     let written = std::fs::read_to_string(&out).expect("the job's file");
     let lines: Vec<&str> = written.lines().collect();
@@ -126,8 +141,6 @@ fn the_probe_never_writes_into_a_file_the_job_opened_on_its_descriptor() {
         "a probe line in the job's file: {written}"
     );
     // The probe went on through its named pipe.
-    let summary: Value =
-        serde_json::from_slice(&std::fs::read(&json).expect("json")).expect("JSON");
     let marks: Vec<&str> = summary["marks"]
         .as_array()
         .expect("marks")
@@ -477,19 +490,12 @@ fn a_server_sending_a_byte_a_second_meets_the_request_deadline() {
 
 #[test]
 fn a_flood_of_probe_lines_is_bounded_and_counted() {
-    let dir = tempfile::tempdir().expect("dir");
-    let json = dir.path().join("summary.json");
-    let mut cmd = weightscope();
-    cmd.args(["record", "--json"])
-        .arg(&json)
-        .arg("--")
-        .arg(venv_python())
-        .arg(hostile_jobs())
-        .args(["marks", "3"]);
-    let output = run_bounded(cmd, Duration::from_mins(5));
+    let (output, summary) = record_hostile(
+        &[],
+        &["marks".as_ref(), "3".as_ref()],
+        Duration::from_mins(5),
+    );
     assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
-    let summary: Value =
-        serde_json::from_slice(&std::fs::read(&json).expect("json")).expect("JSON");
     let marks = summary["marks"].as_array().expect("marks").len();
     // The cap of 20,000 probe events, and the recorder's own start and end.
     assert!(marks <= 20_002, "{marks} marks kept");
@@ -510,19 +516,8 @@ fn a_flood_of_probe_lines_is_bounded_and_counted() {
 
 #[test]
 fn a_job_filling_the_named_pipe_with_the_old_end_line_does_not_hang_record() {
-    let dir = tempfile::tempdir().expect("dir");
-    let json = dir.path().join("summary.json");
-    let mut cmd = weightscope();
-    cmd.args(["record", "--json"])
-        .arg(&json)
-        .arg("--")
-        .arg(venv_python())
-        .arg(hostile_jobs())
-        .arg("fillfifo");
-    let output = run_bounded(cmd, Duration::from_mins(2));
+    let (output, summary) = record_hostile(&[], &["fillfifo".as_ref()], Duration::from_mins(2));
     assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
-    let summary: Value =
-        serde_json::from_slice(&std::fs::read(&json).expect("json")).expect("JSON");
     assert!(
         summary["marks"]
             .as_array()
