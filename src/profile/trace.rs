@@ -786,11 +786,12 @@ enum JournalRow {
 /// goes on.
 #[derive(Debug)]
 pub struct Journal {
-    file: Option<std::fs::File>,
-    /// The same open file, kept when a write fails: its lock keeps another
-    /// recording off this journal until the end, and it tells whether the
+    /// The journal, open (and locked) to the end even when a write fails:
+    /// its lock keeps another recording off it, and it tells whether the
     /// file at the path is still this one.
-    owned: std::fs::File,
+    file: std::fs::File,
+    /// A write failed: nothing more is written.
+    failed: bool,
 }
 
 impl Journal {
@@ -802,17 +803,10 @@ impl Journal {
     /// # Errors
     /// When the file cannot be created or written.
     pub fn create(path: &Path, trace: &Trace) -> Result<Self, TraceError> {
-        let owned = crate::files::open_journal(path).map_err(TraceError::File)?;
-        let file = owned.try_clone().map_err(|source| {
-            TraceError::File(crate::files::FileError::Io {
-                action: "write",
-                path: path.to_path_buf(),
-                source,
-            })
-        })?;
+        let file = crate::files::open_journal(path).map_err(TraceError::File)?;
         let mut journal = Self {
-            file: Some(file),
-            owned,
+            file,
+            failed: false,
         };
         journal.write(&JournalRow::Meta {
             version: TRACE_VERSION,
@@ -821,7 +815,7 @@ impl Journal {
             device: trace.device.clone(),
             job: trace.job.clone(),
         });
-        if journal.file.is_none() {
+        if journal.failed {
             return Err(TraceError::Format {
                 problem: "cannot write the journal".into(),
                 path: path.to_path_buf(),
@@ -831,13 +825,15 @@ impl Journal {
     }
 
     fn write(&mut self, row: &JournalRow) {
-        let Some(file) = &mut self.file else { return };
+        if self.failed {
+            return;
+        }
         let Ok(mut line) = serde_json::to_vec(row) else {
             return;
         };
         line.push(b'\n');
-        if std::io::Write::write_all(file, &line).is_err() {
-            self.file = None;
+        if std::io::Write::write_all(&mut self.file, &line).is_err() {
+            self.failed = true;
         }
     }
 
@@ -873,7 +869,7 @@ impl Journal {
             exit_code: job.and_then(|j| j.exit_code),
             ended: job.and_then(|j| j.ended.clone()),
         });
-        self.owned
+        self.file
     }
 }
 

@@ -192,10 +192,14 @@ pub const KEPT_WALKS: usize = 600;
 /// and once more a second later, when the arrays have left the locals of
 /// the function that made them for where they are kept).
 #[must_use]
-pub fn at_peak(walks: &[HeldWalk]) -> Option<&HeldWalk> {
-    let highest = walks.iter().map(|w| w.active_bytes).max()?;
+pub fn at_peak<'a, I>(walks: I) -> Option<&'a HeldWalk>
+where
+    I: IntoIterator<Item = &'a HeldWalk>,
+    I::IntoIter: Clone,
+{
+    let walks = walks.into_iter();
+    let highest = walks.clone().map(|w| w.active_bytes).max()?;
     walks
-        .iter()
         .filter(|w| u128::from(w.active_bytes) * 20 >= u128::from(highest) * 19)
         .max_by(|a, b| a.t_secs.total_cmp(&b.t_secs))
 }
@@ -305,7 +309,7 @@ mod tests {
             Some(4.0),
             "the latest near the highest"
         );
-        assert_eq!(at_peak(&[]), None);
+        assert_eq!(at_peak(&[] as &[HeldWalk]), None);
     }
 
     #[test]

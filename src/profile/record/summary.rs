@@ -331,18 +331,12 @@ fn rank_peaks(stacks: Option<&stacks::TraceStacks>, analysis: &stacks::Analysis)
                 .find(|p| p.0 == pid)
                 .map(|p| (p.1, p.2.clone()))
                 .unwrap_or_default();
-            let own: Vec<super::held::HeldWalk> = stacks
-                .held
-                .iter()
-                .filter(|w| w.pid == pid)
-                .cloned()
-                .collect();
             RankPeak {
                 rank,
                 pid,
                 peak_mlx_active_bytes: peak,
                 peak_stack: stack,
-                held_by: super::held::at_peak(&own)
+                held_by: super::held::at_peak(stacks.held.iter().filter(|w| w.pid == pid))
                     .map(|w| w.roots.clone())
                     .unwrap_or_default(),
             }
