@@ -32,8 +32,10 @@ _fd = None
 # Whether stacks are sampled (WEIGHTSCOPE_PROBE_STACKS=0: not, for a
 # measure of what they cost).
 _stacks = os.environ.get("WEIGHTSCOPE_PROBE_STACKS", "1") != "0"
-# Whether the held-by walks run (WEIGHTSCOPE_PROBE_HELD=0: not).
-_held_on = os.environ.get("WEIGHTSCOPE_PROBE_HELD", "1") != "0"
+# Whether the held-by walks run: only when asked (WEIGHTSCOPE_PROBE_HELD=1)
+# until a walk is shown never to change the job's memory (a streaming test
+# job once kept a shard too many while walked).
+_held_on = os.environ.get("WEIGHTSCOPE_PROBE_HELD", "0") == "1"
 _main_ident = threading.main_thread().ident
 _interval = 0.05
 _mlx = None
@@ -421,12 +423,12 @@ def _frame_locals(frame):
     """A function frame's locals as (name, value) pairs. Python 3.11 makes a
     dict of them (`frame.f_locals`) and keeps it in the frame, where it
     would keep values alive after the job rebinds them: it is emptied at
-    once, unless the job holds that dict itself (it kept its own `locals()`,
-    which already keeps them, and must not change under it)."""
+    once. (A function that keeps its own `locals()` dict sees it emptied;
+    leaving it when others hold it let a streaming job keep a shard too
+    many, so the job's memory comes first.)"""
     local = frame.f_locals
     items = list(local.items())
-    # The frame's reference, ours, and getrefcount's argument: nobody else.
-    if frame.f_code.co_flags & _CO_OPTIMIZED and sys.getrefcount(local) <= 3:
+    if frame.f_code.co_flags & _CO_OPTIMIZED:
         local.clear()
     local = None
     return items

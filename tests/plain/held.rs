@@ -33,7 +33,8 @@ fn record_with(mode: &str, prefix: Option<&str>, extra: &[&Path]) -> (Output, Va
     if let Some(prefix) = prefix {
         cmd.args(["sh", "-c", prefix, "sh"]);
     }
-    cmd.arg(common::venv_python())
+    cmd.env("WEIGHTSCOPE_PROBE_HELD", "1")
+        .arg(common::venv_python())
         .arg(held_jobs())
         .arg(mode)
         .args(extra);
@@ -250,7 +251,7 @@ fn a_walk_asked_for_while_the_job_runs_arrives() {
         capture_output: true,
         argv: vec![common::venv_python().into(), "-c".into(), script.into()],
         cwd: None,
-        env: Vec::new(),
+        env: vec![("WEIGHTSCOPE_PROBE_HELD".into(), "1".into())],
     });
     let options = RecordOptions {
         interval: std::time::Duration::from_millis(20),
