@@ -5,7 +5,8 @@
 //! off (`WEIGHTSCOPE_PROBE_STACKS=0`). The job holds a 50-frame Python stack
 //! and keeps MLX busy for a few seconds, so every sample walks 50 frames.
 //! Prints the probe's own CPU time as a share of one core for each (its
-//! sampling thread measures itself with `time.thread_time`), and their
+//! sampling thread measures itself with `time.thread_time`, the held-by
+//! walks, which run in the job's main thread, measure theirs), and their
 //! difference: what stacks add. The target is at most 1 % of a core in all.
 //!
 //! Then the held-by walks: a fold that imports `mlx_lm` and transformers (600+

@@ -32,10 +32,8 @@ _fd = None
 # Whether stacks are sampled (WEIGHTSCOPE_PROBE_STACKS=0: not, for a
 # measure of what they cost).
 _stacks = os.environ.get("WEIGHTSCOPE_PROBE_STACKS", "1") != "0"
-# Whether the held-by walks run: only when asked (WEIGHTSCOPE_PROBE_HELD=1)
-# until a walk is shown never to change the job's memory (a streaming test
-# job once kept a shard too many while walked).
-_held_on = os.environ.get("WEIGHTSCOPE_PROBE_HELD", "0") == "1"
+# Whether the held-by walks run (WEIGHTSCOPE_PROBE_HELD=0: not).
+_held_on = os.environ.get("WEIGHTSCOPE_PROBE_HELD", "1") != "0"
 _main_ident = threading.main_thread().ident
 _interval = 0.05
 _mlx = None
@@ -386,6 +384,14 @@ def _maybe_walk_held(active):
     kept."""
     state = _held_state
     now = time.monotonic()
+    queued = _pending.get("queued")
+    if queued is not None and now - queued >= _HELD_WAIT:
+        # The main thread has run no Python since the walk was asked of it:
+        # the sampling thread walks (unless the pending call just took the
+        # walk), and the pending call, when it runs, finds nothing to do.
+        if _pending.pop("queued", None) is not None:
+            _walk_and_send(False)
+        return
     if active > state["high"] + (1 << 20):
         state["pending"] = True
     asked = None
@@ -411,10 +417,80 @@ def _maybe_walk_held(active):
     else:
         return
     state["last"] = now
+    if threading.get_ident() == _main_ident or not _queue_main_walk():
+        _walk_and_send(False)
+
+
+# A walk holds references to what it walks until it returns. Were the job to
+# run meanwhile, what it lets go of (last shard's arrays) would stay alive
+# while it makes the next: the walk would raise the very peak it explains.
+# So a walk runs in the job's main thread, between two of its bytecodes (a
+# pending call, as Python runs signal handlers), where the job does not move
+# until the walk returns. Only when the main thread runs no Python for
+# _HELD_WAIT seconds (it waits in C: a join, a long evaluation, a
+# collective) does the sampling thread walk instead, and it gives up as soon
+# as any thread of the job moved (the walk is not one moment then, and its
+# references must go at once).
+_HELD_WAIT = 0.5
+_pending = {"callback": None, "queued": None, "api": None}
+_walk_cpu = [0.0]
+
+
+def _queue_main_walk():
+    """Asks the main thread to walk at its next bytecode; whether asked (or
+    already asked). False where Python offers no pending calls."""
+    if _pending.get("queued") is not None:
+        return True
     try:
-        line = _held_walk(active)
+        callback = _pending["callback"]
+        if callback is None:
+            import ctypes
+
+            kind = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
+            callback = kind(_walk_in_main)
+            api = ctypes.pythonapi.Py_AddPendingCall
+            api.argtypes = [kind, ctypes.c_void_p]
+            api.restype = ctypes.c_int
+            _pending["callback"], _pending["api"] = callback, api
+        _pending["queued"] = time.monotonic()
+        if _pending["api"](callback, None) != 0:
+            _pending["queued"] = None
+            return False
     except Exception:
-        line = None
+        _pending["queued"] = None
+        return False
+    return True
+
+
+def _walk_in_main(_arg):
+    """The pending call: runs in the main thread, the job paused."""
+    try:
+        # Taken in one step (atomic under the GIL): the sampling thread
+        # may have taken the walk meanwhile.
+        if _pending.pop("queued", None) is not None:
+            _walk_and_send(True)
+    except BaseException:
+        pass
+    return 0
+
+
+def _walk_and_send(in_main):
+    mx = _mlx
+    if mx is None or _fd is None:
+        return
+    cpu = time.thread_time()
+    line = None
+    try:
+        with _reading:
+            active = mx.get_active_memory()
+        line = _held_walk(active, in_main)
+    except _Moved:
+        # The job moved under the walk: again soon, from where it is then.
+        _held_state["pending"] = True
+        _held_state["last"] = time.monotonic() - _HELD_EVERY + 0.1
+    except Exception:
+        pass
+    _walk_cpu[0] += time.thread_time() - cpu
     if line is not None:
         _write(line)
 
@@ -423,12 +499,14 @@ def _frame_locals(frame):
     """A function frame's locals as (name, value) pairs. Python 3.11 makes a
     dict of them (`frame.f_locals`) and keeps it in the frame, where it
     would keep values alive after the job rebinds them: it is emptied at
-    once. (A function that keeps its own `locals()` dict sees it emptied;
-    leaving it when others hold it let a streaming job keep a shard too
-    many, so the job's memory comes first.)"""
+    once, unless the job's code holds that dict itself (a function that
+    keeps its own `locals()`), which then reads what any tracer or debugger
+    on Python 3.11 leaves there: the current values."""
     local = frame.f_locals
     items = list(local.items())
-    if frame.f_code.co_flags & _CO_OPTIMIZED:
+    # Three references when only the frame holds it: the frame's, `local`
+    # and getrefcount's argument.
+    if frame.f_code.co_flags & _CO_OPTIMIZED and sys.getrefcount(local) <= 3:
         local.clear()
     local = None
     return items
@@ -437,12 +515,13 @@ def _frame_locals(frame):
 def _frame_roots():
     """(name, kind, function, file, line, object) for every local of every
     thread's function frames, the main thread first, innermost first."""
-    own = threading.get_ident()
     frames = sys._current_frames()
     order = sorted(frames.items(), key=lambda kv: kv[0] != _main_ident)
     roots = []
     for ident, frame in order:
-        if ident == own or ident == _sampler_ident:
+        # The probe's own frames (the walk's, in whichever thread) are
+        # left out below by their file.
+        if ident == _sampler_ident:
             continue
         while frame is not None:
             code = frame.f_code
@@ -454,7 +533,11 @@ def _frame_roots():
                         roots.append((name, "local") + where + (value,))
                 items = None
             frame = frame.f_back
-    frames = frame = None
+    # The frames must go before returning: this function's own frame is
+    # among them, and holding it from its own locals is a cycle that would
+    # keep the job's arrays (in `roots`) alive until the garbage collector
+    # next runs.
+    frames = order = frame = None
     return roots
 
 
@@ -478,24 +561,42 @@ def _module_roots(libraries):
     return roots
 
 
-def _held_walk(active):
-    """One walk; the line to send (bytes), or None."""
+def _held_walk(active, in_main):
+    """One walk; the line to send (bytes), or None. `in_main`: the walk runs
+    in the main thread (the job paused at a bytecode); otherwise in the
+    sampling thread, given up (None) as soon as a thread of the job moves."""
     mx = _mlx
     if mx is None:
         return None
     array_type = mx.array
     started = time.perf_counter()
     interval = sys.getswitchinterval()
-    # The walk holds the GIL (at most _HELD_BUDGET): the job does not move
-    # under it, so what it reads is one moment.
+    # The walk keeps the GIL as long as Python lets it (at most
+    # _HELD_BUDGET): the job's other threads do not move under it.
     sys.setswitchinterval(max(interval, 1.0))
     try:
-        return _walk(active, array_type, started)
+        return _walk(active, array_type, started, None if in_main else _moment())
     finally:
         sys.setswitchinterval(interval)
 
 
-def _walk(active, array_type, started):
+def _moment():
+    """Where each thread of the job is (frame and instruction), to tell
+    whether one moved."""
+    own = threading.get_ident()
+    frames = sys._current_frames()
+    where = tuple(
+        sorted((ident, id(frame), frame.f_lasti) for ident, frame in frames.items() if ident != own)
+    )
+    frames = None
+    return where
+
+
+class _Moved(Exception):
+    """A thread of the job moved during a walk from the sampling thread."""
+
+
+def _walk(active, array_type, started, moment):
     # Types are tested with issubclass(type(x), ...), never isinstance, which
     # reads x.__class__: a proxy's __getattr__ would run the job's code.
     roots = _frame_roots()
@@ -537,9 +638,12 @@ def _walk(active, array_type, started):
             while stack:
                 obj, path, group, group_kind = stack.pop()
                 visited += 1
-                if visited % 512 == 0 and time.perf_counter() - started > _HELD_BUDGET:
-                    partial = True
-                    break
+                if visited % 512 == 0:
+                    if time.perf_counter() - started > _HELD_BUDGET:
+                        partial = True
+                        break
+                    if moment is not None and _moment() != moment:
+                        raise _Moved()
                 key = id(obj)
                 label = group or name
                 first = seen.get(key)
@@ -678,6 +782,8 @@ def _walk(active, array_type, started):
             obj = value = None
     work = deferred = roots = None
     seen = None
+    if moment is not None and _moment() != moment:
+        raise _Moved()
     millis = (time.perf_counter() - started) * 1000
     # Roots that reach only what an earlier root holds: listed with 0 bytes,
     # saying whose they are.
@@ -738,7 +844,7 @@ def _bye():
     _send(
         {
             "kind": "bye",
-            "probe_cpu_secs": _probe_cpu[0],
+            "probe_cpu_secs": _probe_cpu[0] + _walk_cpu[0],
             "wall_secs": time.monotonic() - _started,
         }
     )

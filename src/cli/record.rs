@@ -349,6 +349,7 @@ fn walk_json(w: &crate::profile::record::held::HeldWalk) -> Value {
         "mlx_active_bytes": w.active_bytes,
         "reached_bytes": w.reached_bytes,
         "unreached_bytes": w.unreached_bytes(),
+        "counted_beyond_active_bytes": w.counted_beyond_active_bytes(),
         "partial": w.partial,
         "objects": w.objects,
         "millis": w.millis,
@@ -628,6 +629,13 @@ fn write_held(r: &Recording, out: &mut dyn Write) -> std::io::Result<()> {
             out,
             "    {:>10}  not reached from Python (held by MLX's graph: arrays not yet evaluated, or kept by other computations)",
             human_bytes(w.unreached_bytes())
+        )?;
+    }
+    if w.counted_beyond_active_bytes() > 0 {
+        writeln!(
+            out,
+            "    the roots' arrays add up to {} more than MLX held: arrays that share a buffer (views, slices) or hold none yet (not evaluated, as mx.load's until used) are counted each",
+            human_bytes(w.counted_beyond_active_bytes())
         )?;
     }
     Ok(())

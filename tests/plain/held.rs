@@ -33,8 +33,7 @@ fn record_with(mode: &str, prefix: Option<&str>, extra: &[&Path]) -> (Output, Va
     if let Some(prefix) = prefix {
         cmd.args(["sh", "-c", prefix, "sh"]);
     }
-    cmd.env("WEIGHTSCOPE_PROBE_HELD", "1")
-        .arg(common::venv_python())
+    cmd.arg(common::venv_python())
         .arg(held_jobs())
         .arg(mode)
         .args(extra);
@@ -186,6 +185,57 @@ fn the_walk_never_runs_the_jobs_code() {
 }
 
 #[test]
+fn a_walk_leaves_every_object_with_the_references_it_had() {
+    // The walk called directly (in the main thread, and from another while
+    // the main one waits), the garbage collector off: a cycle through the
+    // walk's frames would keep the job's arrays alive after it returns (a
+    // streaming job then held the last shard while loading the next).
+    let output = Command::new(common::venv_python())
+        .arg(held_jobs())
+        .arg("refs")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/probe"))
+        .output()
+        .expect("runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success() && stdout.contains("refs unchanged 18"),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+#[test]
+fn views_sharing_a_buffer_are_said_to_be_counted_beyond_mlx_active() {
+    // MLX's Python API does not say which arrays share a buffer: the
+    // slices are counted by their size, and the excess over MLX active is
+    // said, never shown as memory MLX held.
+    let (output, summary) = record("views", None);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert_root(&summary["held_by"], "base", "local", HELD);
+    let walk = &summary["held_by_walk"];
+    let beyond = walk["counted_beyond_active_bytes"].as_u64().expect("bytes");
+    assert!(near(beyond, HELD), "{walk:#}");
+    assert_eq!(walk["unreached_bytes"], 0, "{walk:#}");
+    assert!(
+        stderr.contains("64.00 MiB more than MLX held: arrays that share a buffer"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_threads_local_is_named_while_the_main_thread_waits_in_join() {
+    let summary = check("thread", "held", "local");
+    let root = summary["held_by"]
+        .as_array()
+        .expect("held_by")
+        .iter()
+        .find(|r| r["root"] == "held")
+        .expect("held");
+    assert_eq!(root["function"], "worker", "{root:#}");
+}
+
+#[test]
 fn a_job_killed_for_memory_says_what_held_it_at_the_last_walk() {
     let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
     let Some(path) = own
@@ -251,7 +301,7 @@ fn a_walk_asked_for_while_the_job_runs_arrives() {
         capture_output: true,
         argv: vec![common::venv_python().into(), "-c".into(), script.into()],
         cwd: None,
-        env: vec![("WEIGHTSCOPE_PROBE_HELD".into(), "1".into())],
+        env: vec![],
     });
     let options = RecordOptions {
         interval: std::time::Duration::from_millis(20),
@@ -261,18 +311,21 @@ fn a_walk_asked_for_while_the_job_runs_arrives() {
     let control = RecordControl::new();
     let asked = control.clone();
     // Without asking, this job gets two walks: at its high, and once more
-    // when memory has stayed there a second; asked, a third.
+    // when memory has stayed there a second; then none. Asked after those
+    // two, a third.
     let mut walks = 0;
     let mut ready = false;
     let mut released = false;
     let started = std::time::Instant::now();
     let recording = weightscope::profile::record::record(&target, &options, &control, |update| {
         match &update {
-            Update::Output(line) if line.text == "ready" => {
-                ready = true;
-                asked.ask_for_walk();
+            Update::Output(line) if line.text == "ready" => ready = true,
+            Update::Stacks(StackUpdate::Held(_)) => {
+                walks += 1;
+                if walks == 2 {
+                    asked.ask_for_walk();
+                }
             }
-            Update::Stacks(StackUpdate::Held(_)) => walks += 1,
             _ => {}
         }
         // Let the job go once the third walk came (or, as a watchdog,

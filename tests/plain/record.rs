@@ -855,6 +855,16 @@ fn each_rank_of_mlx_launch_is_recorded_apart() {
             .iter()
             .any(|f| f["function"] == "dist");
         assert!(own, "rank {r}'s stack at its peak: {}", rank["peak_stack"]);
+        // Who held it, in that rank's own process: its local `held`.
+        let root = rank["held_by"]
+            .as_array()
+            .expect("held_by")
+            .iter()
+            .find(|root| root["root"] == "held")
+            .unwrap_or_else(|| panic!("rank {r}: {}", rank["held_by"]));
+        assert_eq!(root["kind"], "local");
+        assert_eq!(root["function"], "dist");
+        assert_eq!(root["bytes"].as_u64(), Some(held), "rank {r}: {root}");
     }
 }
 

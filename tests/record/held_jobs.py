@@ -11,10 +11,17 @@ default argument's dict), exception (an exception kept in a local after its
 except block, its traceback's frame holding the arrays), generator (a
 suspended generator's local), two-roots (one list reached from two locals:
 counted once, for the first), objects (a million small Python objects
-beside the arrays: the walk stops at its budget and says partial), killed
+beside the arrays: the walk stops at its budget and says partial), views (one 64 MiB array and 16 slices of it
+that share its buffer: counted each, and said to be beyond MLX active),
+thread (a list local of a
+thread's function while the main thread waits in join(): the main thread
+runs no Python, so the probe's own thread walks), killed
 (the fold, then it allocates until the memory cgroup's limit kills it),
 proxy MARKER (arrays in an object whose __getattr__ and __class__ write to
-MARKER: the walk must not run them).
+MARKER: the walk must not run them), refs PROBE_DIR (no probe started: the
+walk called directly, in the main thread and from another, with the garbage
+collector off; every object it saw must have the references it had before,
+and a function's own `locals()` dict must keep what it holds).
 """
 
 import sys
@@ -102,6 +109,29 @@ def default():
     hold()
 
 
+def views():
+    base = mx.ones((COUNT * SIZE,), dtype=mx.float32)
+    mx.eval(base)
+    parts = [base[i * SIZE : (i + 1) * SIZE] for i in range(COUNT)]
+    mx.eval(parts)
+    hold()
+    return len(parts)
+
+
+def worker():
+    held = arrays()
+    hold()
+    return len(held)
+
+
+def thread():
+    import threading
+
+    t = threading.Thread(target=worker, name="worker")
+    t.start()
+    t.join()
+
+
 def failing():
     held = arrays()
     raise RuntimeError("failed with %d arrays" % len(held))
@@ -184,6 +214,31 @@ def proxy():
     return trap
 
 
+def refs():
+    import gc
+    import threading
+
+    sys.path.insert(0, sys.argv[2])
+    import weightscope_probe as probe
+
+    probe._mlx = mx
+    gc.disable()
+    kept = arrays()
+    cache = {"layer.%d" % i: a for i, a in enumerate(kept)}
+    mine = locals()
+    watched = [kept, cache] + kept
+    before = [sys.getrefcount(x) for x in watched]
+    lines = [probe._held_walk(mx.get_active_memory(), True)]
+    walker = threading.Thread(target=lambda: lines.append(probe._held_walk(mx.get_active_memory(), False)))
+    walker.start()
+    walker.join()
+    after = [sys.getrefcount(x) for x in watched]
+    assert all(line and b'"root":"kept"' in line for line in lines), lines
+    assert before == after, (before, after)
+    assert mine["kept"] is kept and mine["cache"] is cache, sorted(mine)
+    print("refs unchanged", len(watched), flush=True)
+
+
 MODES = {
     "fold": fold,
     "global": global_cache,
@@ -194,8 +249,11 @@ MODES = {
     "generator": generator,
     "two-roots": two_roots,
     "objects": objects,
+    "views": views,
+    "thread": thread,
     "killed": killed,
     "proxy": proxy,
+    "refs": refs,
 }
 
 if __name__ == "__main__":

@@ -400,6 +400,14 @@ fn held_roots_ui(ui: &mut egui::Ui, walk: &crate::profile::record::held::HeldWal
                 ui.label("MLX's graph, or objects the walk does not enter");
                 ui.end_row();
             }
+            if walk.counted_beyond_active_bytes() > 0 {
+                ui.label(format!("-{}", human_bytes(walk.counted_beyond_active_bytes())));
+                ui.label("");
+                ui.label("counted twice")
+                    .on_hover_text("Arrays that share a buffer (views, slices) or hold none yet (not evaluated) are counted each by their size: MLX's Python API says neither");
+                ui.label("beyond MLX active: views or arrays not yet evaluated");
+                ui.end_row();
+            }
         });
     // Each root expands to one path from it to one of its arrays.
     egui::CollapsingHeader::new("Paths to the arrays")

@@ -123,6 +123,15 @@ impl HeldWalk {
     pub fn unreached_bytes(&self) -> u64 {
         self.active_bytes.saturating_sub(self.reached_bytes)
     }
+
+    /// What the roots' arrays add up to beyond MLX active memory: arrays
+    /// that share a buffer (views, slices) or hold none yet (not
+    /// evaluated: `mx.load`'s until used) are counted each by `nbytes`, as
+    /// MLX's Python API says neither.
+    #[must_use]
+    pub fn counted_beyond_active_bytes(&self) -> u64 {
+        self.reached_bytes.saturating_sub(self.active_bytes)
+    }
 }
 
 /// One root's bytes at the peak in two recordings (by name and kind).
