@@ -221,6 +221,11 @@ fn views_sharing_a_buffer_are_said_to_be_counted_beyond_mlx_active() {
         stderr.contains("64.00 MiB more than MLX held: arrays that share a buffer"),
         "{stderr}"
     );
+    // The finding that names the first root says so too.
+    assert!(
+        stderr.contains("(The roots add up to 64.00 MiB more than MLX held"),
+        "{stderr}"
+    );
 }
 
 #[test]

@@ -1619,3 +1619,42 @@ fn the_status_bar_names_a_mixed_recipe_by_its_layers() {
         "config.json's default is no layer's"
     );
 }
+
+/// Who held it, in the window: a recording whose job kept one array and 16
+/// slices of it shows the Held by table with the root, and the slices'
+/// bytes as counted beyond MLX active (never as memory MLX held).
+#[test]
+fn a_recording_shows_who_held_its_memory() {
+    let _lock = common::mlx_memory_lock();
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let trace = dir.path().join("views.json");
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_weightscope"))
+        .args(["record", "--interval-ms", "20", "--trace"])
+        .arg(&trace)
+        .arg("--")
+        .arg(root.join("mlx-glue/test-venv/bin/python"))
+        .arg(root.join("tests/record/held_jobs.py"))
+        .arg("views")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .expect("weightscope runs");
+    assert!(status.success(), "recorded");
+    let demo = demo::ensure_demo(&dir.path().join("demo")).expect("demo");
+    let mut harness = Harness::builder()
+        .with_size(egui::vec2(1400.0, 2400.0))
+        .build_ui_state(|ui, app: &mut WeightscopeApp| app.ui(ui), open_app(&demo));
+    harness.run();
+    harness
+        .state_mut()
+        .execute(AppCommand::ShowTab(Tab::Profiler));
+    harness.state_mut().execute(AppCommand::LoadTrace(trace));
+    harness.state_mut().wait_for_trace();
+    harness.run();
+    harness.get_by_label("Held by");
+    harness.get_by_label("base");
+    harness.get_by_label("counted twice");
+    harness.get_by_label("-64.00 MiB");
+}

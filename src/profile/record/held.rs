@@ -272,6 +272,14 @@ pub fn sentence(
     if walk.partial {
         text.push_str(" (The walk stopped at its time budget: partial.)");
     }
+    if walk.counted_beyond_active_bytes() > 0 {
+        use std::fmt::Write as _;
+        let _ = write!(
+            text,
+            " (The roots add up to {} more than MLX held: some of their arrays share a buffer, as views and slices do, or are not evaluated yet; MLX's Python API does not say which.)",
+            human_bytes(walk.counted_beyond_active_bytes())
+        );
+    }
     Some(text)
 }
 
