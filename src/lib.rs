@@ -16,17 +16,35 @@
 //! - [`files`]: bounded reads of the files a user names, and writes that never
 //!   land on a checkpoint or leave half a file (every layer uses it).
 //!
+//! Cargo features choose how far up the layers build: none gives the format
+//! layer alone (`checkpoint`, `units`, `par`, `files`); `remote` adds the
+//! network; `mlx` (with `remote`) adds `mlx`, `memory`, `weights`,
+//! `profile` and `worker`; `app` (the default) adds `app` and `cli`.
+//!
 //! `docs/ARCHITECTURE.md` describes the data flow and the threads.
 
-pub mod app;
+// The format layer and what it stands on: always built, never MLX, egui
+// or the network (`cargo test --no-default-features`).
 pub mod checkpoint;
-pub mod cli;
 pub mod files;
-pub mod memory;
-pub mod mlx;
 pub mod par;
-pub mod profile;
-pub mod remote;
 pub mod units;
+
+#[cfg(feature = "remote")]
+pub mod remote;
+
+#[cfg(feature = "mlx")]
+pub mod memory;
+#[cfg(feature = "mlx")]
+pub mod mlx;
+#[cfg(feature = "mlx")]
+pub mod profile;
+#[cfg(feature = "mlx")]
 pub mod weights;
+#[cfg(feature = "mlx")]
 pub mod worker;
+
+#[cfg(feature = "app")]
+pub mod app;
+#[cfg(feature = "app")]
+pub mod cli;

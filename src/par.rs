@@ -5,6 +5,7 @@
 //! `inspect`'s ordered output) is built on it. A thread that cannot start,
 //! or that panics (a bug), gives `None`: its caller does that part itself,
 //! so a machine out of threads is slower, never wrong.
+#![forbid(unsafe_code)]
 
 use std::num::NonZero;
 

@@ -1,5 +1,6 @@
 //! Human-readable numbers for people (never for machine-readable output),
 //! and the one byte-level text helper the layers share (JSON string runs).
+#![forbid(unsafe_code)]
 
 /// `1536` → `"1.50 KiB"`; exact bytes below 1 KiB.
 #[must_use]

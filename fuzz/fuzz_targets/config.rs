@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use libfuzzer_sys::fuzz_target;
-use weightscope_fuzz::checkpoint::parse_config;
+use weightscope::checkpoint::parse_config;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(config) = parse_config(Path::new("config.json"), data) else {

@@ -6,11 +6,11 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use weightscope_fuzz::checkpoint::gguf::GgufHeader;
+use weightscope::checkpoint::gguf::GgufHeader;
 
 fuzz_target!(|data: &[u8]| {
     let read_ahead = 1 + usize::from(data.first().copied().unwrap_or(0) % 64);
-    assert!(weightscope_fuzz::checkpoint::gguf::read_ahead_agrees(
+    assert!(weightscope::checkpoint::gguf::read_ahead_agrees(
         data, read_ahead
     ));
     if let Ok(header) = GgufHeader::from_reader(std::io::Cursor::new(data)) {

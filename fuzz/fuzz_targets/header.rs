@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use libfuzzer_sys::fuzz_target;
-use weightscope_fuzz::checkpoint::{parse_file_bytes, scanner_agrees_with_serde};
+use weightscope::checkpoint::{parse_file_bytes, scanner_agrees_with_serde};
 
 fuzz_target!(|data: &[u8]| {
     // The header bytes alone, as the scanner sees them after the length

@@ -5,7 +5,7 @@
 use std::path::{Component, Path};
 
 use libfuzzer_sys::fuzz_target;
-use weightscope_fuzz::checkpoint::{index_scanner_agrees_with_serde, parse_config, parse_index};
+use weightscope::checkpoint::{index_scanner_agrees_with_serde, parse_config, parse_index};
 
 fuzz_target!(|data: &[u8]| {
     // The fast scanner never changes what an index reads as.

@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use libfuzzer_sys::fuzz_target;
-use weightscope_fuzz::viewfile::{ViewError, ViewFile};
+use weightscope::checkpoint::viewfile::{ViewError, ViewFile};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {

@@ -43,7 +43,7 @@ fn short(value: &MetaValue) -> Option<String> {
 
 impl Checkpoint {
     /// Opens the GGUF file at `path` as a one-shard checkpoint.
-    pub(super) fn open_gguf(path: &Path) -> Result<Self, CheckpointError> {
+    pub(crate) fn open_gguf(path: &Path) -> Result<Self, CheckpointError> {
         let header = GgufHeader::read(path).map_err(|e| CheckpointError::Unreadable {
             path: path.to_path_buf(),
             reason: e.to_string(),
@@ -60,7 +60,7 @@ impl Checkpoint {
 
     /// The checkpoint of a GGUF file of `file_bytes` bytes whose header is
     /// `header`, shown as `path` (its name in its folder: `file`).
-    pub(super) fn from_gguf(
+    pub(crate) fn from_gguf(
         header: GgufHeader,
         file_bytes: u64,
         path: PathBuf,

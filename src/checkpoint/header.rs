@@ -51,7 +51,7 @@ pub struct ShardHeader {
     pub tensors: ShardTensors,
     /// Each tensor's name hashed for the tensor table, in the same order
     /// (computed once, for the duplicate check here).
-    pub(super) name_hashes: Vec<u64>,
+    pub(crate) name_hashes: Vec<u64>,
 }
 
 impl ShardHeader {
@@ -72,7 +72,7 @@ pub fn read_header(path: &Path) -> Result<ShardHeader, CheckpointError> {
 
 /// [`read_header`] with `buf` for the header bytes: a thread parsing many
 /// shards reuses one buffer instead of touching fresh memory per file.
-pub(super) fn read_header_with(
+pub(crate) fn read_header_with(
     path: &Path,
     buf: &mut Vec<u8>,
 ) -> Result<ShardHeader, CheckpointError> {
@@ -125,7 +125,7 @@ pub fn parse_file_bytes(path: &Path, bytes: &[u8]) -> Result<ShardHeader, Checkp
 /// # Errors
 /// As [`read_header`]; fewer bytes than the header needs is
 /// [`CheckpointError::Unreadable`].
-pub(super) fn parse_prefix(
+pub(crate) fn parse_prefix(
     path: &Path,
     file_bytes: u64,
     bytes: &[u8],

@@ -154,7 +154,7 @@ fn folded_agrees(path: &Path, bytes: &[u8], piece: usize) -> bool {
 ///
 /// # Errors
 /// As [`read_index`].
-pub(super) fn read_index_folded<T: Default>(
+pub(crate) fn read_index_folded<T: Default>(
     path: &Path,
     add: impl FnMut(&mut T, &str),
 ) -> Result<(Index, Vec<T>), CheckpointError> {
@@ -187,7 +187,9 @@ pub(super) fn read_index_folded<T: Default>(
 ///
 /// # Errors
 /// As [`parse_index`].
-pub(super) fn fold_index_bytes<T: Default>(
+// Used by the remote layer (an index read over the network).
+#[cfg_attr(not(feature = "remote"), allow(dead_code))]
+pub(crate) fn fold_index_bytes<T: Default>(
     path: &Path,
     bytes: &[u8],
     add: impl FnMut(&mut T, &str),
@@ -201,7 +203,9 @@ pub(super) fn fold_index_bytes<T: Default>(
 ///
 /// # Errors
 /// As [`parse_index`].
-pub(super) fn fold_index_reader<T: Default>(
+// Used by the remote layer (an index read over the network).
+#[cfg_attr(not(feature = "remote"), allow(dead_code))]
+pub(crate) fn fold_index_reader<T: Default>(
     path: &Path,
     reader: impl std::io::Read,
     whole: impl FnOnce() -> Result<Vec<u8>, CheckpointError>,

@@ -5,19 +5,21 @@
 //! [`Checkpoint::open`] takes a folder with an index, a folder of
 //! `*.safetensors` files, or one file. A bad shard does not stop the others:
 //! it is reported in [`Checkpoint::problems`] beside what did load.
+#![forbid(unsafe_code)]
 
 pub mod check;
-mod config;
+pub(crate) mod config;
 mod dtype;
 mod error;
 pub mod gguf;
-mod gguf_checkpoint;
-mod header;
-mod index;
-mod remote;
+pub(crate) mod gguf_checkpoint;
+pub(crate) mod header;
+pub(crate) mod index;
 mod scan;
+mod source;
 mod summary;
-mod table;
+pub(crate) mod table;
+pub mod viewfile;
 
 pub use config::{
     Fp8Config, ModelConfig, QuantConfig, QuantMode, QuantParams, ScaleFormat, parse_config,
@@ -35,7 +37,7 @@ pub use summary::{
     QuantizedTensor, Summary, layer_of,
 };
 
-pub use remote::ShardBytes;
+pub use source::{ByteSource, ShardBytes};
 pub use table::{PartnerGuess, ShardTensors, TensorInfo, TensorRef, TensorTable};
 
 use std::collections::BTreeMap;
@@ -108,10 +110,10 @@ pub struct Checkpoint {
     layout: Layout,
     shards: Vec<Shard>,
     tensors: TensorTable,
-    config: Option<ModelConfig>,
-    problems: Vec<CheckpointError>,
+    pub(crate) config: Option<ModelConfig>,
+    pub(crate) problems: Vec<CheckpointError>,
     /// Where the files are when they are not on this machine.
-    remote: Option<std::sync::Arc<crate::remote::Remote>>,
+    pub(crate) remote: Option<std::sync::Arc<dyn ByteSource>>,
     /// A GGUF file's ggml type per tensor position.
     ggml: Option<std::sync::Arc<[gguf::GgmlType]>>,
     /// A GGUF file's header.
@@ -122,32 +124,23 @@ pub struct Checkpoint {
 }
 
 impl Checkpoint {
-    /// Opens the checkpoint at `path`: a folder (with or without an index),
-    /// one safetensors file, or a Hub repo or URL (`hf://ORG/REPO`, see
-    /// `docs/remote.md`; its progress on stderr when that is a terminal).
-    /// Shard headers are parsed in parallel.
+    /// Opens the checkpoint at `path` on this machine: a folder (with or
+    /// without an index), one safetensors file, or a GGUF file. Shard
+    /// headers are parsed in parallel. (A Hub repo or a URL opens through
+    /// the remote layer, `remote::open_checkpoint`, which gives this layer
+    /// a [`ByteSource`].)
     ///
     /// # Errors
     /// When nothing can be opened at all: the path is unreadable, the folder
     /// holds no safetensors file, or the index is unusable. Problems with
     /// single shards are not errors here: see [`Checkpoint::problems`].
     pub fn open(path: &Path) -> Result<Self, CheckpointError> {
-        use std::io::IsTerminal as _;
-        let remote = path.to_str().is_some_and(crate::remote::is_address);
-        if remote && std::io::stderr().is_terminal() {
-            // A remote open takes seconds: its progress on the terminal.
-            let shown = crate::units::without_password(&path.display().to_string()).into_owned();
-            return Self::open_reporting(path, &move |parsed, total| {
-                let end = if parsed == total { "\n" } else { "" };
-                eprint!("\r{shown}: headers {parsed}/{total}{end}");
-            });
-        }
         Self::open_reporting(path, &|_, _| {})
     }
 
     /// [`Checkpoint::open`], calling `report(parsed, total)` as shard
     /// headers are parsed (from the parsing threads; `total` counts the
-    /// shard files found).
+    /// shard files found). Nothing is printed: progress goes to `report`.
     ///
     /// # Errors
     /// As [`Checkpoint::open`].
@@ -155,16 +148,6 @@ impl Checkpoint {
         path: &Path,
         report: &(dyn Fn(usize, usize) + Sync),
     ) -> Result<Self, CheckpointError> {
-        if let Some(text) = path.to_str()
-            && let Some(location) =
-                crate::remote::Location::parse(text, &crate::remote::endpoint_from_env())
-        {
-            let location = location.map_err(|reason| CheckpointError::Unreadable {
-                path: PathBuf::from(crate::units::without_password(text).into_owned()),
-                reason,
-            })?;
-            return Self::open_remote(location, report);
-        }
         let meta = std::fs::metadata(path).map_err(|e| CheckpointError::unreadable(path, &e))?;
         if meta.is_dir() {
             Self::open_folder(path, report)
@@ -296,7 +279,7 @@ impl Checkpoint {
     /// Builds the tensor table from parsed headers (one per file, in order),
     /// with each opened shard's [`NameDigest`] (`None` for a shard that had
     /// names left out as duplicates).
-    fn assemble_parsed(
+    pub(crate) fn assemble_parsed(
         root: PathBuf,
         layout: Layout,
         files: Vec<(String, PathBuf)>,
@@ -383,7 +366,7 @@ impl Checkpoint {
     /// for it (`index_digests` in index file order, `shard_digests` in shard
     /// order); only when one differs is the index read again and every
     /// entry looked up, to say which.
-    fn check_index(
+    pub(crate) fn check_index(
         &mut self,
         index_digests: &[NameDigest],
         shard_digests: &[Option<NameDigest>],
@@ -585,14 +568,14 @@ impl Checkpoint {
 /// the exclusive or of their [`name_hash`]es. Two sets that differ give
 /// different digests except by a 64-bit coincidence in both sums at once.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-struct NameDigest {
+pub(crate) struct NameDigest {
     count: u64,
     sum: u64,
     xor: u64,
 }
 
 impl NameDigest {
-    fn add(&mut self, hash: u64) {
+    pub(crate) fn add(&mut self, hash: u64) {
         self.count += 1;
         self.sum = self.sum.wrapping_add(hash);
         self.xor ^= hash;
@@ -610,7 +593,7 @@ fn parse_index_hashed<'a>(
 }
 
 /// A shard's parsed header with its tensor names' [`name_hash`]es.
-type Parsed = Result<(ShardHeader, Vec<u64>), CheckpointError>;
+pub(crate) type Parsed = Result<(ShardHeader, Vec<u64>), CheckpointError>;
 
 /// Reads a shard header with `buf` and hashes its names.
 fn read_hashed(path: &Path, buf: &mut Vec<u8>) -> Parsed {
@@ -621,7 +604,7 @@ fn read_hashed(path: &Path, buf: &mut Vec<u8>) -> Parsed {
 
 /// Reads one shard's header (given its name and path, and a buffer it may
 /// reuse).
-type ReadHeader<'a> = dyn Fn(&(String, PathBuf), &mut Vec<u8>) -> Parsed + Sync + 'a;
+pub(crate) type ReadHeader<'a> = dyn Fn(&(String, PathBuf), &mut Vec<u8>) -> Parsed + Sync + 'a;
 
 /// [`read_hashed`] on a file of this machine.
 fn read_local(file: &(String, PathBuf), buf: &mut Vec<u8>) -> Parsed {
@@ -633,7 +616,7 @@ fn read_local(file: &(String, PathBuf), buf: &mut Vec<u8>) -> Parsed {
 /// the others (a shard in a subfolder) parsed now, `workers` at a time,
 /// where `exists(file, path)` says they are, else reported missing.
 #[allow(clippy::too_many_arguments)]
-fn in_index_order(
+pub(crate) fn in_index_order(
     index: &Index,
     index_path: &Path,
     listed: Vec<(String, PathBuf)>,
@@ -685,7 +668,7 @@ fn in_index_order(
 /// may reuse), spreading files over at most `workers` threads;
 /// `report(parsed, total)` after each file. One thread runs `first` before
 /// it takes a file.
-fn parse_all(
+pub(crate) fn parse_all(
     files: &[(String, PathBuf)],
     report: &(dyn Fn(usize, usize) + Sync),
     first: &(dyn Fn() + Sync),

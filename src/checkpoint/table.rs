@@ -745,7 +745,7 @@ fn unpack(key: u64) -> (usize, usize) {
 /// The hash the table files a tensor name under. Deterministic, so the
 /// threads that parse headers and the index compute it while they parse,
 /// leaving the serial assembly only table work.
-pub(super) fn name_hash(name: &str) -> u64 {
+pub(crate) fn name_hash(name: &str) -> u64 {
     std::hash::BuildHasher::hash_one(&foldhash::fast::FixedState::default(), name)
 }
 

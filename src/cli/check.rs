@@ -10,7 +10,6 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::checkpoint::Checkpoint;
 use crate::checkpoint::check::{Finding, Severity, check_headers};
 use crate::units::{human_bytes, printable};
 use crate::weights::{MlxNative, ValueScan, Weights, scan_values};
@@ -99,7 +98,7 @@ impl CheckReport {
 /// # Errors
 /// When the checkpoint cannot be opened at all (one line naming the file).
 pub fn run(args: &CheckArgs) -> Result<CheckReport, super::CliError> {
-    let checkpoint = Checkpoint::open(&args.path)?;
+    let checkpoint = super::open_checkpoint(&args.path)?;
     if let Some(&problem) = checkpoint.fatal_problems().first() {
         return Err(problem.clone().into());
     }

@@ -9,7 +9,6 @@ use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
-use crate::checkpoint::Checkpoint;
 use crate::units::human_bytes;
 use crate::units::printable;
 use crate::weights::{DiffReport, MlxNative, ViewChoice, Weights, snr_text};
@@ -45,7 +44,7 @@ pub struct DiffArgs {
 /// # Errors
 /// One line naming the file and the problem.
 fn open_side(path: &std::path::Path, choice: &ViewChoice) -> Result<Weights, CliError> {
-    let checkpoint = Checkpoint::open(path)?;
+    let checkpoint = super::open_checkpoint(path)?;
     if let Some(&problem) = checkpoint.fatal_problems().first() {
         return Err(problem.clone().into());
     }

@@ -135,7 +135,9 @@ pub fn write_json(
     });
     let doc = JsonInspect {
         path: checkpoint.root().display().to_string(),
-        commit: checkpoint.remote().and_then(crate::remote::Remote::commit),
+        commit: checkpoint
+            .remote()
+            .and_then(crate::checkpoint::ByteSource::commit),
         layout: layout_name(checkpoint.layout()),
         model_type: checkpoint.config().and_then(|c| c.model_type.as_deref()),
         shards: shards
@@ -642,7 +644,10 @@ pub fn write_text(
 ) -> io::Result<()> {
     let shards = checkpoint.shards();
     writeln!(out, "checkpoint   {}", checkpoint.root().display())?;
-    if let Some(commit) = checkpoint.remote().and_then(crate::remote::Remote::commit) {
+    if let Some(commit) = checkpoint
+        .remote()
+        .and_then(crate::checkpoint::ByteSource::commit)
+    {
         writeln!(out, "commit       {}", printable(commit))?;
     }
     writeln!(
@@ -903,7 +908,7 @@ pub fn main(args: &InspectArgs) -> u8 {
         return super::gguf::main(path, json);
     }
     ready_allocator_for_parsing();
-    let checkpoint = match crate::checkpoint::Checkpoint::open(path) {
+    let checkpoint = match super::open_checkpoint(path) {
         Ok(checkpoint) => checkpoint,
         Err(err) => {
             super::say(format_args!("{err}"));

@@ -209,6 +209,27 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Invocation, cla
 }
 
 /// Whether `path` exists here or is a remote address (`hf://`, `http(s)://`).
+/// Opens the checkpoint a command names, on this machine or at an address
+/// (a Hub repo or a URL, through the remote layer); an address takes
+/// seconds, so its progress goes to stderr when that is a terminal.
+///
+/// # Errors
+/// As [`crate::remote::open_checkpoint`].
+pub fn open_checkpoint(
+    path: &std::path::Path,
+) -> Result<crate::checkpoint::Checkpoint, crate::checkpoint::CheckpointError> {
+    use std::io::IsTerminal as _;
+    let remote = path.to_str().is_some_and(crate::remote::is_address);
+    if remote && std::io::stderr().is_terminal() {
+        let shown = crate::units::without_password(&path.display().to_string()).into_owned();
+        return crate::remote::open_checkpoint(path, &move |parsed, total| {
+            let end = if parsed == total { "\n" } else { "" };
+            eprint!("\r{shown}: headers {parsed}/{total}{end}");
+        });
+    }
+    crate::remote::open_checkpoint(path, &|_, _| {})
+}
+
 fn names_a_checkpoint(path: &std::path::Path) -> bool {
     path.exists() || path.to_str().is_some_and(crate::remote::is_address)
 }

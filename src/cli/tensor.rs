@@ -307,7 +307,7 @@ pub struct TensorArgs {
 pub fn main(args: &TensorArgs) -> u8 {
     let (path, name, repeat) = (args.path.as_path(), args.name.as_str(), args.repeat);
     let json = args.json.then_some(args.cells);
-    let checkpoint = match crate::checkpoint::Checkpoint::open(path) {
+    let checkpoint = match super::open_checkpoint(path) {
         Ok(checkpoint) => checkpoint,
         Err(err) => {
             super::say(format_args!("{err}"));

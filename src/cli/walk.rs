@@ -9,7 +9,6 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use crate::checkpoint::Checkpoint;
 use crate::memory::{MachineMemory, Policy};
 use crate::mlx;
 use crate::profile::{self, Finding, Recorded, Sampler, Trace, TraceEvent, Transform, WalkOutcome};
@@ -94,7 +93,7 @@ pub fn check_outputs(args: &WalkArgs) -> Result<(), crate::files::FileError> {
 /// [`WalkError::Failed`] when the sampler or the memory limit fails.
 pub fn run(args: &WalkArgs, cancel: &AtomicBool) -> Result<WalkReport, WalkError> {
     let checkpoint =
-        Checkpoint::open(&args.path).map_err(|e| WalkError::BadInput(e.to_string()))?;
+        super::open_checkpoint(&args.path).map_err(|e| WalkError::BadInput(e.to_string()))?;
     if let Some(problem) = checkpoint.fatal_problems().first() {
         return Err(WalkError::BadInput(problem.to_string()));
     }

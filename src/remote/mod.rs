@@ -6,10 +6,12 @@
 //! (one request); headers, the index and `config.json` then come through
 //! [`Remote::header_into`] and [`Remote::whole`], from the on-disk
 //! [`cache`] when this commit was read before; tensor bytes through
-//! [`Remote::read_at`]. The checkpoint layer builds a
-//! `Checkpoint` from them (the layer above).
+//! [`Remote::read_at`]. [`open_checkpoint`] builds a `Checkpoint` from
+//! them (this layer sits above the checkpoint layer, which reads a remote
+//! checkpoint's tensor bytes through the `ByteSource` that `Remote` is).
 
 pub mod cache;
+mod checkpoint;
 pub mod http;
 pub mod location;
 
@@ -450,4 +452,38 @@ impl Remote {
             cache::trim(cache::CAP_BYTES);
         }
     }
+}
+
+impl crate::checkpoint::ByteSource for Remote {
+    fn read_at(&self, file: &str, range: Range<u64>) -> Result<Vec<u8>, String> {
+        Remote::read_at(self, file, range).map_err(|e| e.message)
+    }
+
+    fn commit(&self) -> Option<&str> {
+        Remote::commit(self)
+    }
+}
+
+/// Opens the checkpoint at `path`, on this machine or (an address: a Hub
+/// repo or a URL, see `docs/remote.md`) through range requests, calling
+/// `report(parsed, total)` as shard headers are parsed.
+///
+/// # Errors
+/// As [`crate::checkpoint::Checkpoint::open`]; for an address, the request
+/// that failed, in one line naming it.
+pub fn open_checkpoint(
+    path: &std::path::Path,
+    report: &(dyn Fn(usize, usize) + Sync),
+) -> Result<crate::checkpoint::Checkpoint, crate::checkpoint::CheckpointError> {
+    use crate::checkpoint::{Checkpoint, CheckpointError};
+    if let Some(text) = path.to_str()
+        && let Some(location) = Location::parse(text, &endpoint_from_env())
+    {
+        let location = location.map_err(|reason| CheckpointError::Unreadable {
+            path: std::path::PathBuf::from(crate::units::without_password(text).into_owned()),
+            reason,
+        })?;
+        return Checkpoint::open_remote(location, report);
+    }
+    Checkpoint::open_reporting(path, report)
 }

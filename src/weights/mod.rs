@@ -22,7 +22,7 @@ mod prefetch;
 mod preview;
 mod rules;
 mod view;
-pub mod viewfile;
+pub use crate::checkpoint::viewfile;
 mod walker;
 
 pub use check::{ValueScan, scan_values};
@@ -192,7 +192,7 @@ impl Weights<MlxNative> {
     /// When the headers cannot be read, or MLX cannot open a shard (every
     /// map already opened is released first).
     pub fn open(path: &Path) -> Result<Self, WeightsError> {
-        Self::open_with(Checkpoint::open(path)?, MlxNative)
+        Self::open_with(crate::remote::open_checkpoint(path, &|_, _| {})?, MlxNative)
     }
 
     /// [`Weights::open`], calling `report` as headers are parsed and as
@@ -204,7 +204,7 @@ impl Weights<MlxNative> {
         path: &Path,
         report: &(dyn Fn(OpenStep) + Sync),
     ) -> Result<Self, WeightsError> {
-        let checkpoint = Checkpoint::open_reporting(path, &|parsed, total| {
+        let checkpoint = crate::remote::open_checkpoint(path, &|parsed, total| {
             report(OpenStep::Headers { parsed, total });
         })?;
         Self::open_with_reporting(checkpoint, MlxNative, report)
@@ -218,7 +218,7 @@ impl Weights<MlxNative> {
     /// problem (only an unusable `config.json` is tolerated), or the view
     /// cannot be made or installed; one line naming the file and the problem.
     pub fn open_viewed(path: &Path, choice: &ViewChoice) -> Result<Self, WeightsError> {
-        let checkpoint = Checkpoint::open(path)?;
+        let checkpoint = crate::remote::open_checkpoint(path, &|_, _| {})?;
         if let Some(problem) = checkpoint.fatal_problems().first() {
             return Err(WeightsError::Checkpoint((*problem).clone()));
         }

@@ -9,7 +9,6 @@ mod common;
 
 mod attack;
 mod checkpoint_open;
-mod checkpoint_roundtrip;
 mod held;
 mod layers;
 mod record;

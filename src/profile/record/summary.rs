@@ -374,7 +374,7 @@ fn peak_rss(samples: &[Sample], hwm: u64) -> (u64, Option<usize>) {
 /// Reads the checkpoint's headers for the figures a recording is measured
 /// against.
 fn checkpoint_facts(path: &Path) -> Result<CheckpointFacts, crate::checkpoint::CheckpointError> {
-    let checkpoint = crate::checkpoint::Checkpoint::open(path)?;
+    let checkpoint = crate::remote::open_checkpoint(path, &|_, _| {})?;
     let plan = crate::profile::walk::WalkPlan::from_checkpoint(
         &checkpoint,
         crate::profile::walk::Transform::None,

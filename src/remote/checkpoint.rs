@@ -5,9 +5,11 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::{Checkpoint, CheckpointError, Layout, NameDigest, Parsed, config, header, index};
+use super::{Location, Remote, in_folder};
+use crate::checkpoint::{
+    Checkpoint, CheckpointError, Layout, NameDigest, Parsed, config, header, index,
+};
 use crate::files::has_suffix;
-use crate::remote::{Location, Remote, in_folder};
 
 /// Headers fetched at once: a few, as the Hub's own viewer does.
 const PARALLEL_FETCHES: usize = 8;
@@ -188,7 +190,7 @@ fn indexed(
     index_file: &str,
     shown: &dyn Fn(&str) -> PathBuf,
     report: &(dyn Fn(usize, usize) + Sync),
-    read: &super::ReadHeader<'_>,
+    read: &crate::checkpoint::ReadHeader<'_>,
 ) -> Result<Indexed, CheckpointError> {
     let index_path = shown(index_file);
     let listed: Vec<(String, PathBuf)> = shards_listed(remote, folder)
@@ -205,7 +207,7 @@ fn indexed(
                 reason: e.message,
             })
     };
-    let fold = |d: &mut NameDigest, name: &str| d.add(super::table::name_hash(name));
+    let fold = |d: &mut NameDigest, name: &str| d.add(crate::checkpoint::table::name_hash(name));
     // From the cache a piece at a time, as a local index is read (no 8 MB
     // buffer); else fetched whole.
     let read_index = || match remote.whole_kept(index_file) {
@@ -216,7 +218,7 @@ fn indexed(
     };
     let index_read = std::sync::OnceLock::new();
     let workers = header_workers(remote, &listed);
-    let listed_headers = super::parse_all(
+    let listed_headers = crate::checkpoint::parse_all(
         &listed,
         report,
         &|| {
@@ -233,7 +235,7 @@ fn indexed(
     let in_repo = |file: &str, _: &Path| {
         listing.is_empty() || listing.contains(in_folder(folder, file).as_str())
     };
-    let (files, headers, problems) = super::in_index_order(
+    let (files, headers, problems) = crate::checkpoint::in_index_order(
         &index,
         &index_path,
         listed,
@@ -267,7 +269,7 @@ fn shards_listed<'a>(remote: &'a Remote, folder: &'a str) -> impl Iterator<Item 
 
 impl Checkpoint {
     /// Opens a checkpoint in a Hub repo or at a URL (see `docs/remote.md`).
-    pub(super) fn open_remote(
+    pub(crate) fn open_remote(
         location: Location,
         report: &(dyn Fn(usize, usize) + Sync),
     ) -> Result<Self, CheckpointError> {
@@ -309,13 +311,13 @@ impl Checkpoint {
         let (layout, files, headers, problems) = match &plan.layout {
             PlanLayout::Single(name) => {
                 let files = vec![(name.clone(), root.clone())];
-                let headers = super::parse_all(&files, report, &|| {}, 1, &read);
+                let headers = crate::checkpoint::parse_all(&files, report, &|| {}, 1, &read);
                 (Layout::SingleFile, files, headers, Vec::new())
             }
             PlanLayout::Folder(names) => {
                 let files: Vec<_> = names.iter().map(|n| (n.clone(), shown(n))).collect();
                 let workers = header_workers(&remote, &files);
-                let headers = super::parse_all(&files, report, &|| {}, workers, &read);
+                let headers = crate::checkpoint::parse_all(&files, report, &|| {}, workers, &read);
                 (Layout::Folder, files, headers, Vec::new())
             }
             PlanLayout::Indexed(index_file) => {
@@ -363,8 +365,8 @@ impl Checkpoint {
             reason,
         };
         let (size, header) = remote
-            .prefix_with(name, super::gguf::MAX_HEADER_BYTES, |reader| {
-                super::gguf::GgufHeader::from_reader(reader).map_err(|e| e.to_string())
+            .prefix_with(name, crate::checkpoint::gguf::MAX_HEADER_BYTES, |reader| {
+                crate::checkpoint::gguf::GgufHeader::from_reader(reader).map_err(|e| e.to_string())
             })
             .map_err(failed)?;
         header.fits(size).map_err(|e| failed(e.to_string()))?;
@@ -372,67 +374,5 @@ impl Checkpoint {
         remote.trim_cache();
         checkpoint.remote = Some(remote);
         Ok(checkpoint)
-    }
-
-    /// The remote repo or URL the checkpoint is read from; `None` for a
-    /// checkpoint on this machine.
-    #[must_use]
-    pub fn remote(&self) -> Option<&Remote> {
-        self.remote.as_deref()
-    }
-
-    /// What reads shard `shard`'s bytes (owned: a read-through map keeps it).
-    #[must_use]
-    pub fn shard_bytes(&self, shard: super::ShardId) -> ShardBytes {
-        let s = self.shard(shard);
-        ShardBytes {
-            path: s.path.clone(),
-            file: s.file.clone(),
-            remote: self.remote.clone(),
-        }
-    }
-
-    /// The bytes `range` (offsets in the file) of shard `shard`.
-    ///
-    /// # Errors
-    /// As [`ShardBytes::read`].
-    pub fn read_bytes(
-        &self,
-        shard: super::ShardId,
-        range: std::ops::Range<u64>,
-    ) -> Result<Vec<u8>, CheckpointError> {
-        self.shard_bytes(shard).read(range)
-    }
-}
-
-/// Reads a shard's bytes: from its file, or by range requests.
-#[derive(Debug, Clone)]
-pub struct ShardBytes {
-    path: PathBuf,
-    file: String,
-    remote: Option<Arc<Remote>>,
-}
-
-impl ShardBytes {
-    /// The bytes `range` (offsets in the file).
-    ///
-    /// # Errors
-    /// The file or the request failed; one line naming the shard.
-    pub fn read(&self, range: std::ops::Range<u64>) -> Result<Vec<u8>, CheckpointError> {
-        use std::os::unix::fs::FileExt as _;
-        if let Some(remote) = &self.remote {
-            return remote
-                .read_at(&self.file, range)
-                .map_err(|e| CheckpointError::Unreadable {
-                    path: self.path.clone(),
-                    reason: e.message,
-                });
-        }
-        let file = std::fs::File::open(&self.path)
-            .map_err(|e| CheckpointError::unreadable(&self.path, &e))?;
-        let mut bytes = vec![0; usize::try_from(range.end - range.start).unwrap_or(0)];
-        file.read_exact_at(&mut bytes, range.start)
-            .map_err(|e| CheckpointError::unreadable(&self.path, &e))?;
-        Ok(bytes)
     }
 }
