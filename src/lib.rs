@@ -1,16 +1,20 @@
 //! weightscope: a checkpoint browser and memory profiler for MLX.
 //!
-//! The layers, each depending only on those listed before it:
-//! - [`checkpoint`]: safetensors headers and indexes, validation, byte accounting
-//!   (pure Rust; never reads tensor bytes);
-//! - [`mlx`]: the only code that touches MLX (lazy loads, evaluation, memory counters);
-//! - [`memory`]: one vocabulary for memory at a moment (samples, events,
-//!   release policies), below everything that records memory;
-//! - [`weights`]: the Weights core, model directory to lazy MLX arrays;
-//! - [`profile`]: memory sampling, walks and traces, as plain data;
-//! - [`worker`]: the MLX worker thread, which owns every array and runs walks;
-//! - [`app`]: the egui user interface;
-//! - [`cli`]: command-line parsing and output formats;
+//! The layers, each depending only on those listed before it (and on
+//! `units`, `par` and `files`, at the bottom):
+//! - [`checkpoint`]: safetensors and GGUF headers, indexes, validation, byte
+//!   accounting (pure Rust; never reads tensor bytes unless asked; no
+//!   network: remote bytes come through its `ByteSource` trait);
+//! - `remote`: Hub repos and URLs, read by range requests;
+//! - `memory`: one vocabulary for memory at a moment (samples, events,
+//!   release policies), plain data, below everything that records memory;
+//! - `mlx`: the only code that touches MLX (lazy loads, evaluation, memory
+//!   counters read into `memory`'s figures);
+//! - `weights`: the Weights core, model directory to lazy MLX arrays;
+//! - `profile`: memory sampling, walks and traces, as plain data;
+//! - `worker`: the MLX worker thread, which owns every array and runs walks;
+//! - `app`: the egui user interface;
+//! - `cli`: command-line parsing and output formats;
 //! - [`units`]: human-readable numbers, shared by the app and the CLI;
 //! - [`par`]: the one way work runs on several cores (named scoped threads);
 //! - [`files`]: bounded reads of the files a user names, and writes that never

@@ -525,7 +525,7 @@ fn run(
             Ok(listening) => listening,
             Err(payload) => {
                 let message = panic_message(payload.as_ref());
-                send(reply.event(message), None, Sample::now())
+                send(reply.event(message), None, crate::mlx::sample_now())
             }
         };
         if token.is_some()
@@ -641,14 +641,14 @@ fn diff_job(
 ) -> bool {
     let Some(w) = weights else {
         let kind = EventKind::DiffFinished(Err(JobError::NotOpen));
-        return send(kind, None, Sample::now());
+        return send(kind, None, crate::mlx::sample_now());
     };
     let result = Weights::open_viewed(other, view)
         .map_err(JobError::from)
         .map(|mut b| {
             let mut listener = Listener::new(send, cancel);
             let report = crate::weights::diff(w, &mut b, cancel, &mut |p| {
-                listener.send(EventKind::Diffed(p), None, Sample::now());
+                listener.send(EventKind::Diffed(p), None, crate::mlx::sample_now());
             });
             Box::new(report)
         });
@@ -662,7 +662,11 @@ fn diff_job(
         )),
         Err(e) => Mark::new(MarkKind::DiffEnd, "diff").detail(format!("failed: {e}")),
     };
-    send(EventKind::DiffFinished(result), Some(mark), Sample::now())
+    send(
+        EventKind::DiffFinished(result),
+        Some(mark),
+        crate::mlx::sample_now(),
+    )
 }
 
 /// Opens one tensor of a diff of the open checkpoint against `other`.
@@ -696,7 +700,7 @@ fn walk_job(
         return send(
             failed(Job::Walk, "walk", JobError::NotOpen),
             None,
-            Sample::now(),
+            crate::mlx::sample_now(),
         );
     };
     let mut listener = Listener::new(send, cancel);
@@ -707,7 +711,7 @@ fn walk_job(
     send(
         EventKind::WalkFinished(Box::new(outcome)),
         None,
-        Sample::now(),
+        crate::mlx::sample_now(),
     )
 }
 
@@ -716,11 +720,11 @@ fn walk_job(
 fn scan_job(weights: Option<&mut Weights>, cancel: &AtomicBool, send: &SendEvent<'_>) -> bool {
     let Some(w) = weights else {
         let kind = EventKind::ScanFinished(Err(JobError::NotOpen));
-        return send(kind, None, Sample::now());
+        return send(kind, None, crate::mlx::sample_now());
     };
     let mut listener = Listener::new(send, cancel);
     let scan = crate::weights::scan_values(w, cancel, &mut |p| {
-        listener.send(EventKind::Scanned(p), None, Sample::now());
+        listener.send(EventKind::Scanned(p), None, crate::mlx::sample_now());
     });
     let mark = Mark::new(MarkKind::CheckEnd, "check values").detail(format!(
         "{} of {} tensors read, {} findings{}",
@@ -732,7 +736,7 @@ fn scan_job(weights: Option<&mut Weights>, cancel: &AtomicBool, send: &SendEvent
     send(
         EventKind::ScanFinished(Ok(Box::new(scan))),
         Some(mark),
-        Sample::now(),
+        crate::mlx::sample_now(),
     )
 }
 
@@ -831,12 +835,12 @@ fn open_job(
                 step,
             },
             None,
-            Sample::now(),
+            crate::mlx::sample_now(),
         );
     };
     let kind = open(weights, path.to_path_buf(), choice, &report);
     let mark = mark_of(&kind, weights.as_ref());
-    send(kind, mark, Sample::now())
+    send(kind, mark, crate::mlx::sample_now())
 }
 
 /// Opens `path` and installs the chosen view; a view that cannot be made
@@ -934,7 +938,7 @@ fn handle(
         }
     };
     let mark = mark_of(&kind, weights.as_ref());
-    send(kind, mark, Sample::now())
+    send(kind, mark, crate::mlx::sample_now())
 }
 
 /// The event of a command that failed, for `target`.

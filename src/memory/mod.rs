@@ -37,24 +37,6 @@ pub struct MlxFigures {
     pub peak_bytes: u64,
 }
 
-impl MlxFigures {
-    /// This process's MLX figures now, `None` when MLX cannot say.
-    #[must_use]
-    pub fn read() -> Option<Self> {
-        crate::mlx::memory().ok().map(Self::from)
-    }
-}
-
-impl From<crate::mlx::MemoryStats> for MlxFigures {
-    fn from(stats: crate::mlx::MemoryStats) -> Self {
-        Self {
-            active_bytes: stats.active_bytes,
-            cache_bytes: stats.cache_bytes,
-            peak_bytes: stats.peak_bytes,
-        }
-    }
-}
-
 /// GPU memory as the driver (NVML) reports it, in bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct GpuFigures {
@@ -79,11 +61,12 @@ pub struct Sample<T = f64> {
 }
 
 impl Sample<Instant> {
-    /// This process now: the OS's figures and MLX's.
+    /// This process now: the OS's figures, with MLX's as the caller read
+    /// them (the mlx layer's `sample_now` reads both; this layer takes MLX's
+    /// figures as plain data).
     #[must_use]
-    pub fn now() -> Self {
+    pub fn now_with(mlx: Option<MlxFigures>) -> Self {
         let process = ProcessFigures::read();
-        let mlx = MlxFigures::read();
         Self {
             at: Instant::now(),
             process,
@@ -274,7 +257,7 @@ mod tests {
 
     #[test]
     fn a_live_sample_reads_this_process() {
-        let sample = Sample::now();
+        let sample = Sample::now_with(None);
         assert!(sample.process.rss_bytes > 1 << 20);
         assert_eq!(sample.process.processes, 1);
         let later = sample.on_clock(sample.at);

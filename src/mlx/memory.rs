@@ -35,6 +35,28 @@ pub fn memory() -> Result<MemoryStats, MlxError> {
     })
 }
 
+impl From<MemoryStats> for crate::memory::MlxFigures {
+    fn from(stats: MemoryStats) -> Self {
+        Self {
+            active_bytes: stats.active_bytes,
+            cache_bytes: stats.cache_bytes,
+            peak_bytes: stats.peak_bytes,
+        }
+    }
+}
+
+/// This process's MLX figures now, `None` when MLX cannot say.
+#[must_use]
+pub fn figures() -> Option<crate::memory::MlxFigures> {
+    memory().ok().map(Into::into)
+}
+
+/// This process's memory now: the OS's figures and MLX's.
+#[must_use]
+pub fn sample_now() -> crate::memory::Sample<std::time::Instant> {
+    crate::memory::Sample::now_with(figures())
+}
+
 /// Starts a new peak measurement from the current active memory.
 ///
 /// # Errors

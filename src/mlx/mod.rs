@@ -19,7 +19,8 @@ mod transform;
 pub use device::{DeviceInfo, DeviceKind, GPU_BACKEND, default_device, gpu_available};
 pub use kernel::{AffineWords, keep_kernel_cache_private, leave_kernel_cache_out};
 pub use memory::{
-    MemoryStats, clear_cache, memory, reset_peak, set_cache_limit, set_memory_limit, trim_host_heap,
+    MemoryStats, clear_cache, figures, memory, reset_peak, sample_now, set_cache_limit,
+    set_memory_limit, trim_host_heap,
 };
 pub use mlx_rs::{Array, Dtype};
 pub use quant::{ByteFloat, decode_bytes, dequantize, mlx_from_fp8, quantize_mode, scale_blocks};

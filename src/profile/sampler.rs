@@ -97,7 +97,7 @@ impl Sampler {
                 let mut next = Instant::now();
                 loop {
                     let began = Instant::now();
-                    let sample = Sample::now();
+                    let sample = crate::mlx::sample_now();
                     let spent = u64::try_from(began.elapsed().as_nanos()).unwrap_or(u64::MAX);
                     thread_cost.busy_nanos.fetch_add(spent, Ordering::Relaxed);
                     thread_cost.count.fetch_add(1, Ordering::Relaxed);

@@ -366,7 +366,7 @@ pub fn walk<N: Native>(
         mark: Mark::new(MarkKind::WalkEnd, policy.as_str())
             .bytes(walked.peak_mlx_active_bytes)
             .detail(end_detail),
-        memory: Sample::now(),
+        memory: crate::mlx::sample_now(),
         progress: (done, total),
     });
     WalkOutcome {

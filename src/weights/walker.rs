@@ -87,7 +87,7 @@ impl Walking {
 
     /// Memory now, counted toward the walk's peaks.
     pub fn sample(&mut self) -> Sample<Instant> {
-        let sample = Sample::now();
+        let sample = crate::mlx::sample_now();
         self.highest_rss = self.highest_rss.max(sample.process.rss_bytes);
         self.highest_active = self.highest_active.max(sample.mlx_or_zero().active_bytes);
         self.sampled = true;
