@@ -246,165 +246,220 @@ fn write_mlx_verdict(
     Ok(())
 }
 
-/// The JSON report less its `tensors` and `version` (see [`write_json`]):
-/// `format`, `metadata` (arrays as `{element, len, first}`), `by_type`
-/// (with `mlx_load`), `mlx_refused_by`. Fields in sorted order, as
-/// `serde_json`'s maps write them.
+/// A GGUF file's facts that every format has, in `inspect --json`'s one
+/// schema (`docs/inspect.schema.json`; the safetensors side is
+/// `inspect::write_json`): the file is a one-shard checkpoint, each
+/// tensor's `dtype` its ggml type's name; what only GGUF has is under
+/// `gguf` (the file's) and each tensor's `gguf` (its type id, offset and
+/// what `mx.load` does with it).
 #[derive(serde::Serialize)]
-pub struct Report<'a> {
-    alignment: u64,
-    by_type: Vec<serde_json::Value>,
-    bytes: u64,
-    data_start: u64,
+struct Report<'a> {
     format: &'static str,
-    metadata: serde_json::Map<String, serde_json::Value>,
-    mlx_refused_by: Option<&'a str>,
-    parameters: u64,
     path: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    commit: Option<&'a str>,
+    layout: &'static str,
+    model_type: Option<&'a str>,
+    shards: [Shard<'a>; 1],
+    tensor_count: usize,
+    total_bytes: u64,
+    file_bytes: u64,
+    params_by_dtype: std::collections::BTreeMap<String, u64>,
+    logical_params: u64,
+    bits_per_weight: f64,
+    gguf: FileFacts<'a>,
 }
 
-/// Writes the JSON report of `header`: [`Report`], then `tensors` (each
-/// `{bytes, mlx_load, name, offset, shape, type, type_id}`) and `version`.
-/// The 90k-entry list of a large file is written by hand, byte for byte as
-/// `serde_json` writes it, on every core (see
-/// [`super::inspect::write_in_pieces`]): through `serde_json` it took 1.8x
-/// the time of the same layout as safetensors shards.
+#[derive(serde::Serialize)]
+struct Shard<'a> {
+    file: &'a str,
+    bytes: u64,
+    data_bytes: u64,
+    header_bytes: u64,
+    tensors: usize,
+}
+
+/// What only a GGUF file has: `metadata` (arrays as `{element, len,
+/// first}`), `by_type` (with `mlx_load`), `mlx_refused_by`.
+#[derive(serde::Serialize)]
+struct FileFacts<'a> {
+    version: u32,
+    alignment: u64,
+    data_start: u64,
+    metadata: serde_json::Map<String, serde_json::Value>,
+    by_type: Vec<serde_json::Value>,
+    mlx_refused_by: Option<&'a str>,
+}
+
+#[derive(serde::Serialize)]
+struct Tensor<'a> {
+    name: &'a str,
+    dtype: String,
+    shape: &'a [u64],
+    bytes: u64,
+    shard: &'a str,
+    gguf: TensorFacts,
+}
+
+#[derive(serde::Serialize)]
+struct TensorFacts {
+    type_id: u32,
+    offset: u64,
+    mlx_load: &'static str,
+}
+
+fn meta_json(value: &MetaValue) -> serde_json::Value {
+    match value {
+        MetaValue::Int(n) => i64::try_from(*n)
+            .map(serde_json::Value::from)
+            .or_else(|_| u64::try_from(*n).map(serde_json::Value::from))
+            .unwrap_or_else(|_| n.to_string().into()),
+        MetaValue::Float(x) => (*x).into(),
+        MetaValue::Bool(b) => (*b).into(),
+        MetaValue::Str(s) => s.clone().into(),
+        MetaValue::Array {
+            element,
+            len,
+            first,
+        } => serde_json::json!({
+            "element": element, "len": len, "first": first.iter().map(meta_json).collect::<Vec<_>>(),
+        }),
+    }
+}
+
+/// Where a GGUF file was read: shown as the user named it, the file's own
+/// name, its size, and the Hub commit (a Hub repo only).
+pub struct Place<'a> {
+    /// The path or address as the user gave it.
+    pub path: &'a Path,
+    /// The whole file's size in bytes.
+    pub file_bytes: u64,
+    /// The Hub commit the file was read at.
+    pub commit: Option<&'a str>,
+}
+
+fn to_json<'a>(place: &Place<'a>, file: &'a str, header: &'a GgufHeader) -> Report<'a> {
+    let rows = by_type(header);
+    let values: u64 = header
+        .tensors
+        .iter()
+        .map(crate::checkpoint::gguf::GgufTensor::values)
+        .sum();
+    let bytes: u64 = header.tensors.iter().map(|t| t.bytes).sum();
+    let model_type = header.metadata.iter().find_map(|(k, v)| match v {
+        MetaValue::Str(s) if k == "general.architecture" => Some(s.as_str()),
+        _ => None,
+    });
+    Report {
+        format: "gguf",
+        path: place.path.display().to_string(),
+        commit: place.commit,
+        layout: "file",
+        model_type,
+        shards: [Shard {
+            file,
+            bytes: place.file_bytes,
+            data_bytes: place.file_bytes.saturating_sub(header.data_start),
+            header_bytes: header.data_start,
+            tensors: header.tensors.len(),
+        }],
+        tensor_count: header.tensors.len(),
+        total_bytes: bytes,
+        file_bytes: place.file_bytes,
+        params_by_dtype: rows.iter().map(|r| (type_name(r), r.values)).collect(),
+        logical_params: values,
+        bits_per_weight: bits(bytes, values),
+        gguf: FileFacts {
+            version: header.version,
+            alignment: header.alignment,
+            data_start: header.data_start,
+            metadata: header
+                .metadata
+                .iter()
+                .map(|(k, v)| (k.clone(), meta_json(v)))
+                .collect(),
+            by_type: rows
+                .iter()
+                .map(|r| {
+                    serde_json::json!({
+                        "type": type_name(r),
+                        "type_id": r.type_id,
+                        "tensors": r.tensors,
+                        "parameters": r.values,
+                        "bytes": r.bytes,
+                        "bits_per_weight": bits(r.bytes, r.values),
+                        "mlx_load": mlx_of(r).map_or("unknown", MlxLoad::key),
+                    })
+                })
+                .collect(),
+            mlx_refused_by: header.refused_by().map(|t| t.name.as_str()),
+        },
+    }
+}
+
+/// The `tensors` element of `t`, read from `file`.
+fn tensor<'a>(t: &'a crate::checkpoint::gguf::GgufTensor, file: &'a str) -> Tensor<'a> {
+    let ggml = t.ggml_type();
+    Tensor {
+        name: &t.name,
+        dtype: ggml.map_or_else(|| format!("type {}", t.type_id), |g| g.name.to_owned()),
+        shape: &t.shape,
+        bytes: t.bytes,
+        shard: file,
+        gguf: TensorFacts {
+            type_id: t.type_id,
+            offset: t.offset,
+            mlx_load: ggml.map_or("unknown", |g| g.mlx_load().key()),
+        },
+    }
+}
+
+/// Writes the JSON report of `header`, in the schema every format's
+/// `inspect --json` shares (`docs/inspect.schema.json`): the file's facts,
+/// then the `tensors` list, serialized piece by piece on every core
+/// (`super::pieces`, as the safetensors list is).
 ///
 /// # Errors
 /// When writing fails.
-pub fn write_json(path: &Path, header: &GgufHeader, out: &mut impl Write) -> std::io::Result<()> {
-    let mut head = serde_json::to_vec(&to_json(path, header))?;
-    head.pop(); // the closing `}`
+pub fn write_json(
+    place: &Place<'_>,
+    header: &GgufHeader,
+    out: &mut impl Write,
+) -> std::io::Result<()> {
+    let file = place
+        .path
+        .to_str()
+        .and_then(|p| p.rsplit('/').next())
+        .filter(|f| !f.is_empty())
+        .map_or_else(|| place.path.display().to_string(), str::to_owned);
+    let mut head = serde_json::to_vec(&to_json(place, &file, header))?;
+    head.pop(); // the closing `}`: the list goes last
     out.write_all(&head)?;
     out.write_all(b",\"tensors\":[")?;
     let tensors = &header.tensors;
     let serialize = |piece: std::ops::Range<usize>, buf: &mut Vec<u8>| {
-        let mut recent = RecentFields::default();
         for (i, t) in tensors.get(piece).unwrap_or_default().iter().enumerate() {
             if i > 0 {
                 buf.push(b',');
             }
-            push_tensor(buf, t, &mut recent);
+            // Writing into a Vec fails only for a value serde cannot
+            // write, which these plain fields never are.
+            let _ = serde_json::to_writer(&mut *buf, &tensor(t, &file));
         }
     };
-    super::inspect::write_in_pieces(tensors.len(), b",", &serialize, out)?;
-    let mut digits = itoa::Buffer::new();
-    out.write_all(b"],\"version\":")?;
-    out.write_all(digits.format(header.version).as_bytes())?;
-    out.write_all(b"}\n")
-}
-
-/// `name` as a JSON string, for the type names and load keys of this
-/// module: identifiers with nothing to escape (a test checks every one).
-fn push_identifier(buf: &mut Vec<u8>, name: &str) {
-    buf.push(b'"');
-    buf.extend_from_slice(name.as_bytes());
-    buf.push(b'"');
-}
-
-/// The text written lately before and after a tensor's name and offset
-/// (see [`super::inspect::Recent`]): its bytes and load key, keyed by
-/// bytes and type; its shape and type, keyed by shape and type.
-#[derive(Default)]
-struct RecentFields<'a> {
-    head: super::inspect::Recent<(u64, u32)>,
-    tail: super::inspect::Recent<(&'a [u64], u32)>,
-}
-
-/// One element of the `tensors` list, as `serde_json` writes a struct of
-/// these fields in this order.
-fn push_tensor<'a>(
-    buf: &mut Vec<u8>,
-    t: &'a crate::checkpoint::gguf::GgufTensor,
-    recent: &mut RecentFields<'a>,
-) {
-    use super::inspect::push_json_str;
-    let ggml = t.ggml_type();
-    recent.head.write(buf, (t.bytes, t.type_id), |buf| {
-        buf.extend_from_slice(b"{\"bytes\":");
-        buf.extend_from_slice(itoa::Buffer::new().format(t.bytes).as_bytes());
-        buf.extend_from_slice(b",\"mlx_load\":");
-        push_identifier(buf, ggml.map_or("unknown", |g| g.mlx_load().key()));
-    });
-    buf.extend_from_slice(b",\"name\":");
-    push_json_str(buf, &t.name);
-    buf.extend_from_slice(b",\"offset\":");
-    buf.extend_from_slice(itoa::Buffer::new().format(t.offset).as_bytes());
-    recent.tail.write(buf, (&t.shape, t.type_id), |buf| {
-        buf.extend_from_slice(b",\"shape\":");
-        super::inspect::push_naturals(buf, &t.shape);
-        buf.extend_from_slice(b",\"type\":");
-        match ggml {
-            Some(g) => push_identifier(buf, g.name),
-            None => buf.extend_from_slice(b"null"),
-        }
-        buf.extend_from_slice(b",\"type_id\":");
-        buf.extend_from_slice(itoa::Buffer::new().format(t.type_id).as_bytes());
-        buf.push(b'}');
-    });
-}
-
-/// The JSON report of `header` (see [`Report`]).
-#[must_use]
-pub fn to_json<'a>(path: &Path, header: &'a GgufHeader) -> Report<'a> {
-    fn meta(value: &MetaValue) -> serde_json::Value {
-        match value {
-            MetaValue::Int(n) => i64::try_from(*n)
-                .map(serde_json::Value::from)
-                .or_else(|_| u64::try_from(*n).map(serde_json::Value::from))
-                .unwrap_or_else(|_| n.to_string().into()),
-            MetaValue::Float(x) => (*x).into(),
-            MetaValue::Bool(b) => (*b).into(),
-            MetaValue::Str(s) => s.clone().into(),
-            MetaValue::Array {
-                element,
-                len,
-                first,
-            } => serde_json::json!({
-                "element": element, "len": len, "first": first.iter().map(meta).collect::<Vec<_>>(),
-            }),
-        }
-    }
-    let rows = by_type(header);
-    Report {
-        alignment: header.alignment,
-        by_type: rows
-            .iter()
-            .map(|r| {
-                serde_json::json!({
-                    "type": type_name(r),
-                    "type_id": r.type_id,
-                    "tensors": r.tensors,
-                    "parameters": r.values,
-                    "bytes": r.bytes,
-                    "bits_per_weight": bits(r.bytes, r.values),
-                    "mlx_load": mlx_of(r).map_or("unknown", MlxLoad::key),
-                })
-            })
-            .collect(),
-        bytes: header.tensors.iter().map(|t| t.bytes).sum(),
-        data_start: header.data_start,
-        format: "gguf",
-        metadata: header
-            .metadata
-            .iter()
-            .map(|(k, v)| (k.clone(), meta(v)))
-            .collect(),
-        mlx_refused_by: header.refused_by().map(|t| t.name.as_str()),
-        parameters: header
-            .tensors
-            .iter()
-            .map(crate::checkpoint::gguf::GgufTensor::values)
-            .sum(),
-        path: path.display().to_string(),
-    }
+    super::pieces::write_in_pieces(tensors.len(), b",", &serialize, out)?;
+    out.write_all(b"]}\n")
 }
 
 /// `weightscope inspect FILE.gguf`.
 #[must_use]
 pub fn main(path: &Path, json: bool) -> u8 {
-    let header = match GgufHeader::read(path) {
-        Ok(h) => h,
+    let read = GgufHeader::read(path).and_then(|h| {
+        let size = std::fs::metadata(path)?.len();
+        Ok((h, size))
+    });
+    let (header, file_bytes) = match read {
+        Ok(read) => read,
         Err(err) => {
             super::say(format_args!(
                 "{}: {err}",
@@ -413,22 +468,26 @@ pub fn main(path: &Path, json: bool) -> u8 {
             return super::BAD_INPUT;
         }
     };
-    let status = report(path, &header, json);
-    // The process ends here: freeing 90k names one by one would only add
-    // time the OS spends better reclaiming the pages at once.
-    std::mem::forget(header);
-    status
+    report(
+        &Place {
+            path,
+            file_bytes,
+            commit: None,
+        },
+        &header,
+        json,
+    )
 }
 
-/// Writes the report of a GGUF file's `header` (`path` as shown: a local
+/// Writes the report of a GGUF file's `header` (read at `place`: a local
 /// file or a remote address) and returns the exit status.
 #[must_use]
-pub fn report(path: &Path, header: &GgufHeader, json: bool) -> u8 {
+pub fn report(place: &Place<'_>, header: &GgufHeader, json: bool) -> u8 {
     let mut out = super::big_output();
     let written = if json {
-        write_json(path, header, &mut out)
+        write_json(place, header, &mut out)
     } else {
-        write_text(path, header, &mut out)
+        write_text(place.path, header, &mut out)
     }
     .and_then(|()| out.flush());
     match super::output_status(written) {
@@ -442,81 +501,51 @@ mod tests {
     use super::*;
     use crate::checkpoint::gguf::GgufTensor;
 
-    /// The tensor list as `serde_json` writes it, for the comparison.
-    #[derive(serde::Serialize)]
-    struct Serde<'a> {
-        bytes: u64,
-        mlx_load: &'static str,
-        name: &'a str,
-        offset: u64,
-        shape: &'a [u64],
-        #[serde(rename = "type")]
-        kind: Option<&'static str>,
-        type_id: u32,
-    }
-
     #[test]
-    fn type_names_and_load_keys_need_no_escape() {
-        let plain = |s: &str| crate::units::json_plain_run(s.as_bytes()) == s.len();
-        assert!(plain("unknown"));
-        for g in crate::checkpoint::gguf::GgmlType::all() {
-            assert!(plain(g.name) && plain(g.mlx_load().key()), "{}", g.name);
-        }
-    }
-
-    #[test]
-    fn the_json_report_is_what_serde_json_writes() {
-        let names = [
-            "blk.0.attn_q.weight",
-            "q\"uote\\back\nline\t\u{1}\u{7f}",
-            "ünïcode 名前 \u{1F600}",
-            "\u{fffd}",
-            "",
-        ];
-        // Known types (F32, Q4_K, BF16), and one no reader knows.
-        let tensors: Vec<GgufTensor> = (0..3000)
+    fn the_json_report_has_the_facts_every_format_has() {
+        let tensors: Vec<GgufTensor> = (0..4)
             .map(|i| GgufTensor {
-                name: format!("{}{i}", names[i % names.len()]),
-                type_id: [0, 12, 30, 4242][i % 4],
-                shape: [vec![], vec![7], vec![u64::MAX, 0, 1]][i % 3]
-                    .clone()
-                    .into(),
-                offset: 32 * i as u64,
-                bytes: (1 << 40) + i as u64,
+                name: format!("blk.{i}.w"),
+                type_id: [0, 12, 4242, 0][i],
+                shape: vec![256, 4].into(),
+                offset: 4096 + 4096 * i as u64,
+                bytes: [4096, 576, 100, 4096][i],
             })
             .collect();
         let header = GgufHeader {
             version: 3,
-            metadata: vec![("general.name".into(), MetaValue::Str("x\"y".into()))],
+            metadata: vec![(
+                "general.architecture".into(),
+                MetaValue::Str("qwen3".into()),
+            )],
             tensors,
             data_start: 4096,
             alignment: 32,
             header_bytes: 4000,
         };
-        let path = Path::new("/m/model.gguf");
-        let mut ours = Vec::new();
-        write_json(path, &header, &mut ours).expect("write");
-        let mut theirs = serde_json::to_value(to_json(path, &header)).expect("head");
-        let list: Vec<Serde<'_>> = header
-            .tensors
-            .iter()
-            .map(|t| Serde {
-                bytes: t.bytes,
-                mlx_load: t.ggml_type().map_or("unknown", |g| g.mlx_load().key()),
-                name: &t.name,
-                offset: t.offset,
-                shape: &t.shape,
-                kind: t.ggml_type().map(|g| g.name),
-                type_id: t.type_id,
-            })
-            .collect();
-        theirs["tensors"] = serde_json::to_value(list).expect("list");
-        theirs["version"] = 3.into();
-        let mut theirs = serde_json::to_vec(&theirs).expect("serialize");
-        theirs.push(b'\n');
-        assert_eq!(
-            String::from_utf8_lossy(&ours),
-            String::from_utf8_lossy(&theirs)
-        );
+        let place = Place {
+            path: Path::new("hf://org/repo/model.gguf"),
+            file_bytes: 20000,
+            commit: Some("abc"),
+        };
+        let mut out = Vec::new();
+        write_json(&place, &header, &mut out).expect("write");
+        let v: serde_json::Value = serde_json::from_slice(&out).expect("JSON");
+        assert_eq!(v["format"], "gguf");
+        assert_eq!(v["model_type"], "qwen3");
+        assert_eq!(v["commit"], "abc");
+        assert_eq!(v["tensor_count"], 4);
+        assert_eq!(v["total_bytes"], 4096 * 2 + 576 + 100);
+        assert_eq!(v["logical_params"], 4 * 1024);
+        assert_eq!(v["params_by_dtype"]["F32"], 2048);
+        assert_eq!(v["params_by_dtype"]["Q4_K"], 1024);
+        assert_eq!(v["shards"][0]["file"], "model.gguf");
+        assert_eq!(v["shards"][0]["data_bytes"], 20000 - 4096);
+        assert_eq!(v["tensors"][1]["dtype"], "Q4_K");
+        assert_eq!(v["tensors"][1]["shard"], "model.gguf");
+        assert_eq!(v["tensors"][1]["gguf"]["mlx_load"], "expand_f16");
+        assert_eq!(v["tensors"][2]["dtype"], "type 4242");
+        assert_eq!(v["gguf"]["version"], 3);
+        assert_eq!(v["gguf"]["mlx_refused_by"], "blk.2.w");
     }
 }

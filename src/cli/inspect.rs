@@ -2,8 +2,6 @@
 
 use std::collections::BTreeMap;
 use std::io::{self, Write};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Mutex, mpsc};
 
 use serde::Serialize;
 
@@ -76,6 +74,9 @@ struct JsonLayer {
 
 #[derive(Serialize)]
 struct JsonInspect<'a> {
+    /// `safetensors` here; `gguf` from `super::gguf` (one schema for both:
+    /// `docs/inspect.schema.json`).
+    format: &'static str,
     path: String,
     /// The Hub commit the files were read at (a Hub repo only).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -134,6 +135,7 @@ pub fn write_json(
         inferred: q.tensors.iter().any(|t| t.inferred),
     });
     let doc = JsonInspect {
+        format: "safetensors",
         path: checkpoint.root().display().to_string(),
         commit: checkpoint
             .remote()
@@ -198,12 +200,19 @@ pub fn write_json(
     out.write_all(b"]}\n")
 }
 
-/// Tensors per piece of the streamed list (about 150 KB of JSON).
-const TENSORS_PER_PIECE: usize = 1024;
-
 /// Writes the `tensors` array's elements to `out`, in order. The list (14 MB
 /// for 90k tensors) is serialized piece by piece on every core and written as
-/// the pieces come in order (see [`write_in_pieces`]).
+/// the pieces come in order (see [`super::pieces::write_in_pieces`]).
+///
+/// A speed trick that earns its keep: the entries are written by hand
+/// ([`push_tensor`], [`push_role`]), each run of fields that repeats
+/// (dtype, shape, bytes; an FP8 weight's packing) copied from the last
+/// time it was rendered ([`Recent`], the one memo). Through borrowed
+/// `Serialize` structs on every core instead (as GGUF's list is written),
+/// the whole `inspect --json` process took 1.28-1.36x as long on the
+/// bench's 90k-tensor layout (27.4 against 21.1 ms, alternating runs,
+/// 2026-12-03). The unit tests below pin every field to what `serde_json`
+/// writes.
 fn write_tensor_list(
     checkpoint: &Checkpoint,
     summary: &Summary,
@@ -235,111 +244,7 @@ fn write_tensor_list(
             buf.push(b'}');
         }
     };
-    write_in_pieces(tensors.len(), b",", &serialize, out)
-}
-
-/// Writes items `0..count` to `out` in order, `separator` between pieces of
-/// [`TENSORS_PER_PIECE`]: each piece is serialized by `serialize(range, buf)`
-/// (appending to an empty `buf`) on every core and written as the pieces
-/// come in order, through a few reused buffers: never whole in memory, where
-/// its fresh pages alone would cost more than writing it.
-pub(super) fn write_in_pieces(
-    count: usize,
-    separator: &[u8],
-    serialize: &(dyn Fn(std::ops::Range<usize>, &mut Vec<u8>) + Sync),
-    out: &mut impl Write,
-) -> io::Result<()> {
-    let pieces: Vec<std::ops::Range<usize>> = (0..count)
-        .step_by(TENSORS_PER_PIECE)
-        .map(|start| start..(start + TENSORS_PER_PIECE).min(count))
-        .collect();
-    let workers = crate::par::cores().min(pieces.len());
-    let next = AtomicUsize::new(0);
-    let stop = AtomicBool::new(false);
-    let spare: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
-    // Pieces written so far: a worker starts piece `i` only below `written +
-    // window`, so a main thread that gets little of the cores never has more
-    // than `window` pieces (about 200 KB each) waiting in memory. The piece
-    // to write next is always inside the window: no wait can block it.
-    let window = 2 * workers;
-    let written_so_far = (Mutex::new(0usize), std::sync::Condvar::new());
-    // A piece, or `None`: a worker is done (sent as it ends, even by a
-    // panic, so that the writer below never waits for a worker gone).
-    let (done, arrived) = mpsc::channel::<Option<(usize, Vec<u8>)>>();
-    let serialize_pieces = |_k: usize| {
-        let done = done.clone();
-        let _last_word = Finished(done.clone());
-        while !stop.load(Ordering::Relaxed) {
-            let i = next.fetch_add(1, Ordering::Relaxed);
-            let Some(piece) = pieces.get(i) else { break };
-            wait_for_turn(&written_so_far, i, window, &stop);
-            let mut buf = spare
-                .lock()
-                .ok()
-                .and_then(|mut s| s.pop())
-                .unwrap_or_else(|| Vec::with_capacity(TENSORS_PER_PIECE * 192));
-            buf.clear();
-            serialize(piece.clone(), &mut buf);
-            if done.send(Some((i, buf))).is_err() {
-                break;
-            }
-        }
-    };
-    let write_in_order = |started: usize| -> io::Result<usize> {
-        let mut waiting = BTreeMap::new();
-        let mut written = 0;
-        let mut ended = 0;
-        while ended < started {
-            let Ok(message) = arrived.recv() else { break };
-            let Some((i, buf)) = message else {
-                ended += 1;
-                continue;
-            };
-            waiting.insert(i, buf);
-            while let Some(buf) = waiting.remove(&written) {
-                let result = if written > 0 {
-                    out.write_all(separator)
-                } else {
-                    Ok(())
-                }
-                .and_then(|()| out.write_all(&buf));
-                if let Err(err) = result {
-                    stop.store(true, Ordering::Relaxed);
-                    written_so_far.1.notify_all();
-                    return Err(err);
-                }
-                if let Ok(mut spare) = spare.lock() {
-                    spare.push(buf);
-                }
-                written += 1;
-                publish(&written_so_far, written);
-            }
-        }
-        Ok(written)
-    };
-    let (_, written) =
-        crate::par::on_workers(workers, "list-out", &serialize_pieces, write_in_order);
-    let written = written?;
-    // What no worker wrote (none could start): here, in order.
-    let mut buf = Vec::new();
-    for (i, piece) in pieces.iter().enumerate().skip(written) {
-        buf.clear();
-        serialize(piece.clone(), &mut buf);
-        if i > 0 {
-            out.write_all(separator)?;
-        }
-        out.write_all(&buf)?;
-    }
-    Ok(())
-}
-
-/// Tells the writer a `list-out` worker ended, however it ends.
-struct Finished(mpsc::Sender<Option<(usize, Vec<u8>)>>);
-
-impl Drop for Finished {
-    fn drop(&mut self) {
-        let _ = self.0.send(None);
-    }
+    super::pieces::write_in_pieces(tensors.len(), b",", &serialize, out)
 }
 
 /// What a tensor's list entry says beyond its header fields.
@@ -420,7 +325,7 @@ fn roles(checkpoint: &Checkpoint, summary: &Summary) -> Roles {
 /// checkpoint repeats a handful of dtypes and shapes over thousands of
 /// entries (every expert's projections), whose numbers need not be
 /// formatted each time.
-pub(super) struct Recent<K> {
+struct Recent<K> {
     slots: Vec<(K, Vec<u8>)>,
     /// The slot the next new key replaces, once all are taken.
     next: usize,
@@ -442,7 +347,7 @@ const RECENT_KEPT: usize = 8;
 impl<K: PartialEq> Recent<K> {
     /// Appends the text for `key`: what `render` wrote for it lately, else
     /// what it writes now (and keeps).
-    pub(super) fn write(&mut self, buf: &mut Vec<u8>, key: K, render: impl FnOnce(&mut Vec<u8>)) {
+    fn write(&mut self, buf: &mut Vec<u8>, key: K, render: impl FnOnce(&mut Vec<u8>)) {
         if let Some((_, text)) = self.slots.iter().find(|(k, _)| *k == key) {
             buf.extend_from_slice(text);
             return;
@@ -543,32 +448,6 @@ fn push_role<'a>(
     }
 }
 
-/// Blocks until piece `i` is within `window` of the pieces written (or the
-/// writing stopped).
-fn wait_for_turn(
-    (lock, turn): &(Mutex<usize>, std::sync::Condvar),
-    i: usize,
-    window: usize,
-    stop: &AtomicBool,
-) {
-    if let Ok(mut written) = lock.lock() {
-        while i >= *written + window && !stop.load(Ordering::Relaxed) {
-            match turn.wait(written) {
-                Ok(w) => written = w,
-                Err(_) => break,
-            }
-        }
-    }
-}
-
-/// Records that `written` pieces are out and wakes the waiting workers.
-fn publish((lock, turn): &(Mutex<usize>, std::sync::Condvar), written: usize) {
-    if let Ok(mut so_far) = lock.lock() {
-        *so_far = written;
-    }
-    turn.notify_all();
-}
-
 /// One element of the `tensors` list without its closing brace:
 /// `{"name":..,"dtype":..,"shape":[..],"bytes":..,"shard":..`, written by
 /// hand (a third of serde's time on 90k entries), byte for byte as
@@ -596,7 +475,7 @@ fn push_tensor<'a>(
 }
 
 /// `values` as a JSON array, as `serde_json` writes one.
-pub(super) fn push_naturals(buf: &mut Vec<u8>, values: &[u64]) {
+fn push_naturals(buf: &mut Vec<u8>, values: &[u64]) {
     let mut digits = itoa::Buffer::new();
     buf.push(b'[');
     for (i, v) in values.iter().enumerate() {
@@ -622,7 +501,7 @@ fn push_name(buf: &mut Vec<u8>, tensor: TensorRef<'_>) {
 
 /// `text` as a JSON string: copied as is when it needs no escape (names
 /// nearly always), else through `serde_json` for its exact escapes.
-pub(super) fn push_json_str(buf: &mut Vec<u8>, text: &str) {
+fn push_json_str(buf: &mut Vec<u8>, text: &str) {
     if json_plain_run(text.as_bytes()) == text.len() {
         buf.push(b'"');
         buf.extend_from_slice(text.as_bytes());
@@ -809,7 +688,7 @@ fn write_tensor_rows(checkpoint: &Checkpoint, out: &mut impl Write) -> io::Resul
             buf.push(b'\n');
         }
     };
-    write_in_pieces(tensors.len(), b"", &rows, out)
+    super::pieces::write_in_pieces(tensors.len(), b"", &rows, out)
 }
 
 /// The NAME column's width: the longest printable name, 4 to 72 characters.
@@ -907,7 +786,6 @@ pub fn main(args: &InspectArgs) -> u8 {
     if path.is_file() && crate::checkpoint::gguf::is_gguf(path) {
         return super::gguf::main(path, json);
     }
-    ready_allocator_for_parsing();
     let checkpoint = match super::open_checkpoint(path) {
         Ok(checkpoint) => checkpoint,
         Err(err) => {
@@ -927,7 +805,14 @@ pub fn main(args: &InspectArgs) -> u8 {
     }
     // A GGUF file on the Hub or at a URL: the same report as a local one.
     if let Some(header) = checkpoint.gguf_header() {
-        return super::gguf::report(path, header, json);
+        let place = super::gguf::Place {
+            path,
+            file_bytes: checkpoint.shards().first().map_or(0, |s| s.file_bytes),
+            commit: checkpoint
+                .remote()
+                .and_then(crate::checkpoint::ByteSource::commit),
+        };
+        return super::gguf::report(&place, header, json);
     }
     let summary = checkpoint.summary();
     let mut out = super::big_output();
@@ -937,47 +822,7 @@ pub fn main(args: &InspectArgs) -> u8 {
         write_text(&checkpoint, &summary, &mut out)
     };
     let flushed = written.and_then(|()| std::io::Write::flush(&mut out));
-    // The process ends here: freeing 90k names one by one would only add
-    // time the OS spends better reclaiming the pages at once.
-    std::mem::forget(summary);
-    std::mem::forget(checkpoint);
     super::output_status(flushed).map_or_else(|code| code, |()| 0)
-}
-
-/// Room each parsing thread's heap gets before it starts: more than a
-/// thread keeps of a 90k-tensor checkpoint's headers (about 4.5 MB each on
-/// two cores). Address space only: no page is touched.
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
-const PARSING_HEAP_BYTES: usize = 12 << 20;
-
-/// Readies glibc's allocator for the header-parsing threads of this
-/// short-lived process. Each thread allocates from its own heap, which
-/// glibc grows by exactly what an allocation lacks, one `mprotect` each:
-/// about 600 for the 163-shard layout, each a TLB shootdown on the other
-/// core while it parses. Here allocations below 32 MiB are kept off
-/// `mmap` (freed memory still goes back as before), and one thread per
-/// core grows a heap by [`PARSING_HEAP_BYTES`] at once and ends; glibc
-/// hands heaps of ended threads to the next threads started, the parsers.
-/// The process then makes about 30 `mprotect` calls (1 ms less in
-/// alternating runs on 2026-12-03, 2 ms less CPU; peak RSS unchanged, 26
-/// MB). Only `inspect` does this: its process ends after one listing, and
-/// it never holds MLX buffers, whose release the other commands measure.
-fn ready_allocator_for_parsing() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    {
-        // SAFETY: `mallopt` sets two of the allocator's thresholds; it takes
-        // plain integers and locks the allocator itself.
-        #[allow(unsafe_code)]
-        unsafe {
-            libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
-        }
-        let grow = |_: usize| {
-            drop(std::hint::black_box(Vec::<u8>::with_capacity(
-                PARSING_HEAP_BYTES,
-            )));
-        };
-        let _ = crate::par::on_workers(crate::par::cores(), "heap-ready", &grow, |_| ());
-    }
 }
 
 #[cfg(test)]

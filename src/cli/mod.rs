@@ -4,6 +4,7 @@ pub mod check;
 pub mod diff;
 pub mod gguf;
 pub mod inspect;
+pub mod pieces;
 pub mod record;
 pub mod report;
 pub mod signals;

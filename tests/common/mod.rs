@@ -105,3 +105,23 @@ pub fn assert_all_freed() {
         "every MLX array was freed"
     );
 }
+
+/// Fails unless `output` (an `inspect --json` document) validates against
+/// `docs/inspect.schema.json`, the one schema of every format.
+pub fn assert_inspect_schema(output: &serde_json::Value) {
+    let errors = inspect_schema_errors(output);
+    assert!(errors.is_empty(), "not the inspect schema: {errors:#?}");
+}
+
+/// Where `output` breaks `docs/inspect.schema.json` (the first ten).
+pub fn inspect_schema_errors(output: &serde_json::Value) -> Vec<String> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/inspect.schema.json");
+    let schema: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&path).expect("the schema")).expect("JSON");
+    let validator = jsonschema::validator_for(&schema).expect("a valid schema");
+    validator
+        .iter_errors(output)
+        .take(10)
+        .map(|e| format!("{} at {}", e, e.instance_path()))
+        .collect()
+}

@@ -112,16 +112,32 @@ fn inspect_reads_a_gguf_file_and_says_what_mx_load_will_do() {
         serde_json::from_slice::<Value>(&output.stdout).expect("JSON")
     };
     let mixed = run("mixed.gguf");
+    // The schema every format's `inspect --json` shares.
+    common::assert_inspect_schema(&mixed);
     assert_eq!(mixed["format"], "gguf");
     // 64x256 + 64x256 + 64x512 + 256 + 4096x512.
-    assert_eq!(
-        mixed["parameters"],
-        64 * 256 * 2 + 64 * 512 + 256 + 4096 * 512
-    );
-    assert_eq!(mixed["metadata"]["tokenizer.ggml.tokens"]["len"], 1000);
-    assert_eq!(mixed["metadata"]["general.name"], "tiny");
-    assert!(mixed["mlx_refused_by"].is_null());
-    let q4k = mixed["by_type"]
+    let parameters = 64 * 256 * 2 + 64 * 512 + 256 + 4096 * 512;
+    assert_eq!(mixed["logical_params"], parameters);
+    let stored: u64 = mixed["tensors"]
+        .as_array()
+        .expect("tensors")
+        .iter()
+        .map(|t| t["bytes"].as_u64().expect("bytes"))
+        .sum();
+    assert_eq!(mixed["total_bytes"], stored);
+    let q4k_tensor = mixed["tensors"]
+        .as_array()
+        .expect("tensors")
+        .iter()
+        .find(|t| t["dtype"] == "Q4_K")
+        .expect("a Q4_K tensor");
+    assert_eq!(q4k_tensor["shard"], "mixed.gguf");
+    assert_eq!(q4k_tensor["gguf"]["mlx_load"], "expand_f16");
+    let gguf = &mixed["gguf"];
+    assert_eq!(gguf["metadata"]["tokenizer.ggml.tokens"]["len"], 1000);
+    assert_eq!(gguf["metadata"]["general.name"], "tiny");
+    assert!(gguf["mlx_refused_by"].is_null());
+    let q4k = gguf["by_type"]
         .as_array()
         .expect("rows")
         .iter()
@@ -130,7 +146,7 @@ fn inspect_reads_a_gguf_file_and_says_what_mx_load_will_do() {
     assert_eq!(q4k["mlx_load"], "expand_f16");
     assert_eq!(q4k["bits_per_weight"], 4.5);
     // One Q5_0 tensor: mx.load refuses the file, and says which tensor.
-    assert_eq!(run("type_Q5_0.gguf")["mlx_refused_by"], "w");
+    assert_eq!(run("type_Q5_0.gguf")["gguf"]["mlx_refused_by"], "w");
     // Text: the verdict in words.
     let text = Process::new(env!("CARGO_BIN_EXE_weightscope"))
         .arg("inspect")

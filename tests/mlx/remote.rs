@@ -107,6 +107,7 @@ fn a_hub_repo_inspects_as_the_local_folder_in_one_request_per_shard_and_one_when
         &[],
     );
     let remote = json_of(&remote_out);
+    common::assert_inspect_schema(&remote);
     let strip = without_location;
     assert_eq!(remote["path"], "hf://org/model");
     assert_eq!(remote["commit"], common::hub::COMMIT, "the commit read at");
@@ -422,8 +423,12 @@ fn a_gguf_file_in_a_hub_repo_reads_as_the_local_file() {
         &["inspect", "--json", address],
         &[],
     ));
+    common::assert_inspect_schema(&remote);
+    assert_eq!(remote["commit"], common::hub::COMMIT, "the commit read at");
     let strip = |mut v: Value| {
-        v.as_object_mut().expect("object").remove("path");
+        let fields = v.as_object_mut().expect("object");
+        fields.remove("path");
+        fields.remove("commit");
         v
     };
     assert_eq!(

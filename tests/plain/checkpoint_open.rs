@@ -300,6 +300,30 @@ fn inspect_json_has_the_contract_keys_and_writes_nothing() {
         String::from_utf8_lossy(&out.stderr)
     );
     let doc: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    common::assert_inspect_schema(&doc);
+    // The schema holds what it says: a document without a common fact, or
+    // with GGUF's facts on a safetensors checkpoint, is not one.
+    for broken in [
+        {
+            let mut d = doc.clone();
+            d.as_object_mut().expect("object").remove("tensor_count");
+            d
+        },
+        {
+            let mut d = doc.clone();
+            d["gguf"] = serde_json::json!({});
+            d
+        },
+        {
+            let mut d = doc.clone();
+            d["tensors"][0]["dtype"] = Value::Null;
+            d
+        },
+    ] {
+        assert!(!common::inspect_schema_errors(&broken).is_empty());
+    }
+    assert_eq!(doc["format"], "safetensors");
+    assert_eq!(doc["layout"], "indexed");
     assert_eq!(doc["tensor_count"], 6);
     assert_eq!(doc["total_bytes"], 5248);
     assert_eq!(doc["params_by_dtype"]["BF16"], 64 * 16 + 2 * 16 * 16);
@@ -317,6 +341,12 @@ fn inspect_json_has_the_contract_keys_and_writes_nothing() {
     assert_eq!(head["bytes"], 2048);
     assert_eq!(head["shard"], "model-00003-of-00003.safetensors");
     assert!(doc.get("quantization").is_none());
+    // One file of it alone: the same schema.
+    let single = inspect(&dir.path().join("model-00003-of-00003.safetensors"), true);
+    let single: Value = serde_json::from_slice(&single.stdout).expect("JSON");
+    common::assert_inspect_schema(&single);
+    assert_eq!(single["layout"], "file");
+    assert_eq!(single["tensor_count"], 1);
 
     let text = inspect(dir.path(), false);
     assert_eq!(text.status.code(), Some(0));
@@ -392,6 +422,7 @@ fn mlx_quantized_weights_count_their_logical_parameters() {
     let out = inspect(dir.path(), true);
     assert_eq!(out.status.code(), Some(0));
     let doc: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    common::assert_inspect_schema(&doc);
     assert_eq!(doc["logical_params"], logical + 256);
     assert_eq!(doc["quantization"]["bits"], 4);
     assert_eq!(doc["quantization"]["group_size"], 64);
