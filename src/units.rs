@@ -338,7 +338,7 @@ mod printable_tests {
 
 /// One line on stderr, `weightscope: ` first, with names and messages from
 /// files made printable (the CLI's and the window's start-up messages).
-pub fn say(message: std::fmt::Arguments<'_>) {
+pub fn stderr_line(message: std::fmt::Arguments<'_>) {
     eprintln!("weightscope: {}", printable(&message.to_string()));
 }
 

@@ -1,7 +1,7 @@
 //! The MLX worker: one named thread that owns every MLX array.
 //!
 //! MLX arrays are `Send` but not `Sync`, and evaluation can take seconds, so
-//! the UI never touches them: it sends typed [`Command`]s and receives
+//! the UI never touches them: it sends typed [`Request`]s and receives
 //! [`Event`]s carrying summaries (never arrays). The worker wakes its listener
 //! through a plain callback after each event, so this layer does not depend on
 //! egui. It sits above `profile` because it also runs walks, streaming their
@@ -16,7 +16,7 @@ use std::time::Instant;
 
 use crate::checkpoint::Checkpoint;
 use crate::checkpoint::ShardId;
-use crate::checkpoint::check::{Finding, check_headers};
+use crate::checkpoint::check::{Diagnostic, check_headers};
 use crate::memory::{ExpectedPeaks, Mark, MarkKind, Policy, Sample};
 use crate::mlx::{self, MemoryStats};
 use crate::profile::{self, Recorded, Transform, WalkOutcome, WalkPlan};
@@ -27,7 +27,7 @@ use crate::weights::{
 
 /// What the worker is asked to do.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Command {
+pub enum Request {
     /// Open the checkpoint at this path (headers, then lazy MLX maps), closing
     /// any open one, with the view picked automatically.
     Open(PathBuf),
@@ -49,7 +49,7 @@ pub enum Command {
     /// Set MLX's cache limit, in bytes.
     SetCacheLimit(u64),
     /// Walk every tensor in shard order under a policy (progress comes as
-    /// [`EventKind::Walked`]; its token stops it between tensors).
+    /// [`EventKind::WalkEnd`]; its token stops it between tensors).
     Walk {
         /// What to release, when.
         policy: Policy,
@@ -184,7 +184,7 @@ impl From<mlx::MlxError> for JobError {
 
 /// Which kind of command a failure is about (the app routes on it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Job {
+pub enum JobKind {
     /// Materializing a tensor.
     Materialize,
     /// Releasing a tensor, a shard or everything.
@@ -212,7 +212,7 @@ pub enum EventKind {
         /// then open without one).
         view_error: Option<JobError>,
         /// What `weightscope check` finds in its headers, config and folder.
-        findings: Vec<Finding>,
+        findings: Vec<Diagnostic>,
         /// Figures the panels show, computed here.
         facts: Box<OpenedFacts>,
     },
@@ -236,7 +236,7 @@ pub enum EventKind {
     /// A command about one tensor or shard failed; the worker goes on.
     Failed {
         /// The command that failed.
-        job: Job,
+        job: JobKind,
         /// The tensor or shard (or the setting).
         target: String,
         /// Why.
@@ -269,7 +269,7 @@ pub enum EventKind {
         limit: u64,
     },
     /// A moment of a walk (start, step, release, end).
-    Walked(Box<Recorded>),
+    WalkEnd(Box<Recorded>),
     /// A walk ended (finished, cancelled or stopped by an error).
     WalkFinished(Box<WalkOutcome>),
     /// A diff compared one more tensor.
@@ -307,7 +307,7 @@ pub struct WorkerGone;
 /// Handle to the MLX worker thread. Dropping it stops the thread after the
 /// commands already sent.
 pub struct Worker {
-    commands: Option<SyncSender<Command>>,
+    commands: Option<SyncSender<Request>>,
     events: Receiver<Event>,
     thread: Option<JoinHandle<()>>,
     /// The token of the job running now, cancelled when the handle drops.
@@ -368,7 +368,7 @@ impl Worker {
     /// # Errors
     /// When the thread cannot be started.
     pub fn spawn(wake: impl Fn() + Send + Sync + 'static) -> std::io::Result<Self> {
-        let (command_tx, command_rx) = mpsc::sync_channel::<Command>(COMMAND_QUEUE);
+        let (command_tx, command_rx) = mpsc::sync_channel::<Request>(COMMAND_QUEUE);
         let (event_tx, event_rx) = mpsc::sync_channel::<Event>(EVENT_QUEUE);
         let running = Arc::new(std::sync::Mutex::new(None));
         let shutdown = Arc::new(AtomicBool::new(false));
@@ -409,7 +409,7 @@ impl Worker {
     ///
     /// # Errors
     /// [`WorkerGone`] when the thread has stopped.
-    pub fn send(&self, command: Command) -> Result<(), WorkerGone> {
+    pub fn send(&self, command: Request) -> Result<(), WorkerGone> {
         self.commands
             .as_ref()
             .ok_or(WorkerGone)?
@@ -423,7 +423,7 @@ impl Worker {
     /// [`SendError::Full`] when the queue is full (the command is dropped;
     /// the worker is far behind), [`SendError::Gone`] when the thread has
     /// stopped.
-    pub fn try_send(&self, command: Command) -> Result<(), SendError> {
+    pub fn try_send(&self, command: Request) -> Result<(), SendError> {
         let sender = self.commands.as_ref().ok_or(SendError::Gone)?;
         sender.try_send(command).map_err(|e| match e {
             mpsc::TrySendError::Full(_) => SendError::Full,
@@ -478,7 +478,7 @@ impl Drop for Worker {
 }
 
 fn run(
-    commands: &Receiver<Command>,
+    commands: &Receiver<Request>,
     events: &SyncSender<Event>,
     wake: &(dyn Fn() + Send + Sync),
     running: &std::sync::Mutex<Option<CancelToken>>,
@@ -501,9 +501,9 @@ fn run(
     };
     for command in commands {
         let token = match &command {
-            Command::Walk { cancel, .. }
-            | Command::Diff { cancel, .. }
-            | Command::ScanValues { cancel } => Some(cancel.clone()),
+            Request::Walk { cancel, .. }
+            | Request::Diff { cancel, .. }
+            | Request::ScanValues { cancel } => Some(cancel.clone()),
             _ => None,
         };
         if let Some(token) = &token {
@@ -554,27 +554,29 @@ fn run(
 /// panicked instead.
 enum PanicReply {
     Open(PathBuf),
-    Failed(Job, String),
+    Failed(JobKind, String),
     Diff,
     DiffTensor(String),
     Scan,
 }
 
 impl PanicReply {
-    fn of(command: &Command) -> Self {
+    fn of(command: &Request) -> Self {
         match command {
-            Command::Open(path) | Command::OpenWithView(path, _) => Self::Open(path.clone()),
-            Command::Materialize(name) => Self::Failed(Job::Materialize, name.clone()),
-            Command::Release(name) => Self::Failed(Job::Release, name.clone()),
-            Command::ReleaseShard(shard) => Self::Failed(Job::Release, format!("shard {shard:?}")),
-            Command::ReleaseAll | Command::Close => Self::Failed(Job::Release, String::new()),
-            Command::ClearCache => Self::Failed(Job::ClearCache, String::new()),
-            Command::SetMemoryLimit(_) => Self::Failed(Job::Limit, "memory limit".into()),
-            Command::SetCacheLimit(_) => Self::Failed(Job::Limit, "cache limit".into()),
-            Command::Walk { .. } => Self::Failed(Job::Walk, "walk".into()),
-            Command::Diff { .. } => Self::Diff,
-            Command::DiffTensor { name, .. } => Self::DiffTensor(name.clone()),
-            Command::ScanValues { .. } => Self::Scan,
+            Request::Open(path) | Request::OpenWithView(path, _) => Self::Open(path.clone()),
+            Request::Materialize(name) => Self::Failed(JobKind::Materialize, name.clone()),
+            Request::Release(name) => Self::Failed(JobKind::Release, name.clone()),
+            Request::ReleaseShard(shard) => {
+                Self::Failed(JobKind::Release, format!("shard {shard:?}"))
+            }
+            Request::ReleaseAll | Request::Close => Self::Failed(JobKind::Release, String::new()),
+            Request::ClearCache => Self::Failed(JobKind::ClearCache, String::new()),
+            Request::SetMemoryLimit(_) => Self::Failed(JobKind::Limit, "memory limit".into()),
+            Request::SetCacheLimit(_) => Self::Failed(JobKind::Limit, "cache limit".into()),
+            Request::Walk { .. } => Self::Failed(JobKind::Walk, "walk".into()),
+            Request::Diff { .. } => Self::Diff,
+            Request::DiffTensor { name, .. } => Self::DiffTensor(name.clone()),
+            Request::ScanValues { .. } => Self::Scan,
         }
     }
 
@@ -698,7 +700,7 @@ fn walk_job(
 ) -> bool {
     let Some(w) = weights else {
         return send(
-            failed(Job::Walk, "walk", JobError::NotOpen),
+            failed(JobKind::Walk, "walk", JobError::NotOpen),
             None,
             crate::mlx::sample_now(),
         );
@@ -706,7 +708,7 @@ fn walk_job(
     let mut listener = Listener::new(send, cancel);
     let outcome = profile::walk(w, policy, transform, cancel, &mut |recorded| {
         let (mark, sample) = (recorded.mark.clone(), recorded.memory);
-        listener.send(EventKind::Walked(Box::new(recorded)), Some(mark), sample);
+        listener.send(EventKind::WalkEnd(Box::new(recorded)), Some(mark), sample);
     });
     send(
         EventKind::WalkFinished(Box::new(outcome)),
@@ -795,7 +797,7 @@ fn mark_of(kind: &EventKind, weights: Option<&Weights>) -> Option<Mark> {
         EventKind::Closed => Mark::new(MarkKind::Close, ""),
         EventKind::OpenFailed { .. }
         | EventKind::OpenProgress { .. }
-        | EventKind::Walked(_)
+        | EventKind::WalkEnd(_)
         | EventKind::WalkFinished(_)
         | EventKind::Diffed(_)
         | EventKind::DiffDetail(..)
@@ -897,42 +899,42 @@ fn open(
 /// Runs one command: a job streams its own events; any other command makes
 /// one event, sent with its mark. Returns whether anybody still listens.
 fn handle(
-    command: Command,
+    command: Request,
     weights: &mut Option<Weights>,
     options: &PreviewOptions,
     send: &SendEvent<'_>,
 ) -> bool {
     let kind = match command {
-        Command::ScanValues { cancel } => return scan_job(weights.as_mut(), cancel.flag(), send),
-        Command::Walk {
+        Request::ScanValues { cancel } => return scan_job(weights.as_mut(), cancel.flag(), send),
+        Request::Walk {
             policy,
             transform,
             cancel,
         } => return walk_job(weights.as_mut(), policy, transform, cancel.flag(), send),
-        Command::Diff {
+        Request::Diff {
             other,
             view,
             cancel,
         } => return diff_job(weights.as_mut(), &other, &view, cancel.flag(), send),
-        Command::DiffTensor { other, view, name } => {
+        Request::DiffTensor { other, view, name } => {
             diff_detail(weights.as_mut(), &other, &view, name, options)
         }
-        Command::Open(path) => return open_job(weights, &path, &ViewChoice::Auto, send),
-        Command::OpenWithView(path, choice) => return open_job(weights, &path, &choice, send),
-        Command::Materialize(name) => materialize(weights.as_mut(), name, options),
-        Command::Release(name) => release(weights.as_mut(), name),
-        Command::ReleaseShard(shard) => release_shard(weights.as_mut(), shard),
-        Command::ReleaseAll => release_all(weights.as_mut()),
-        Command::ClearCache => clear_cache(),
-        Command::SetMemoryLimit(bytes) => match mlx::set_memory_limit(bytes) {
+        Request::Open(path) => return open_job(weights, &path, &ViewChoice::Auto, send),
+        Request::OpenWithView(path, choice) => return open_job(weights, &path, &choice, send),
+        Request::Materialize(name) => materialize(weights.as_mut(), name, options),
+        Request::Release(name) => release(weights.as_mut(), name),
+        Request::ReleaseShard(shard) => release_shard(weights.as_mut(), shard),
+        Request::ReleaseAll => release_all(weights.as_mut()),
+        Request::ClearCache => clear_cache(),
+        Request::SetMemoryLimit(bytes) => match mlx::set_memory_limit(bytes) {
             Ok(previous) => EventKind::MemoryLimitSet { previous },
-            Err(err) => failed(Job::Limit, "memory limit", err),
+            Err(err) => failed(JobKind::Limit, "memory limit", err),
         },
-        Command::SetCacheLimit(bytes) => match mlx::set_cache_limit(bytes) {
+        Request::SetCacheLimit(bytes) => match mlx::set_cache_limit(bytes) {
             Ok(_) => EventKind::CacheLimitSet { limit: bytes },
-            Err(err) => failed(Job::Limit, "cache limit", err),
+            Err(err) => failed(JobKind::Limit, "cache limit", err),
         },
-        Command::Close => {
+        Request::Close => {
             *weights = None;
             EventKind::Closed
         }
@@ -942,7 +944,7 @@ fn handle(
 }
 
 /// The event of a command that failed, for `target`.
-fn failed(job: Job, target: impl Into<String>, error: impl Into<JobError>) -> EventKind {
+fn failed(job: JobKind, target: impl Into<String>, error: impl Into<JobError>) -> EventKind {
     EventKind::Failed {
         job,
         target: target.into(),
@@ -952,17 +954,17 @@ fn failed(job: Job, target: impl Into<String>, error: impl Into<JobError>) -> Ev
 
 fn materialize(weights: Option<&mut Weights>, name: String, options: &PreviewOptions) -> EventKind {
     let Some(w) = weights else {
-        return failed(Job::Materialize, name, JobError::NotOpen);
+        return failed(JobKind::Materialize, name, JobError::NotOpen);
     };
     match w.preview(&name, options) {
         Ok(preview) => EventKind::Materialized(Box::new(preview)),
-        Err(err) => failed(Job::Materialize, name, err),
+        Err(err) => failed(JobKind::Materialize, name, err),
     }
 }
 
 fn release(weights: Option<&mut Weights>, name: String) -> EventKind {
     let Some(w) = weights else {
-        return failed(Job::Release, name, JobError::NotOpen);
+        return failed(JobKind::Release, name, JobError::NotOpen);
     };
     w.release(&name);
     EventKind::Released(name)
@@ -971,7 +973,7 @@ fn release(weights: Option<&mut Weights>, name: String) -> EventKind {
 fn release_shard(weights: Option<&mut Weights>, shard: ShardId) -> EventKind {
     let Some(w) = weights else {
         return failed(
-            Job::Release,
+            JobKind::Release,
             format!("shard {}", shard.index()),
             JobError::NotOpen,
         );
@@ -983,7 +985,7 @@ fn release_shard(weights: Option<&mut Weights>, shard: ShardId) -> EventKind {
         .map(|s| s.file.clone())
     else {
         let error = JobError::NoShard(shard.index());
-        return failed(Job::Release, format!("shard {}", shard.index()), error);
+        return failed(JobKind::Release, format!("shard {}", shard.index()), error);
     };
     let freed_bytes = w.release_shard(shard);
     EventKind::ShardReleased { file, freed_bytes }
@@ -991,7 +993,7 @@ fn release_shard(weights: Option<&mut Weights>, shard: ShardId) -> EventKind {
 
 fn release_all(weights: Option<&mut Weights>) -> EventKind {
     let Some(w) = weights else {
-        return failed(Job::Release, "", JobError::NotOpen);
+        return failed(JobKind::Release, "", JobError::NotOpen);
     };
     w.release_all();
     EventKind::ReleasedAll
@@ -1002,6 +1004,6 @@ fn clear_cache() -> EventKind {
         Ok(()) => EventKind::CacheCleared {
             trimmed: mlx::trim_host_heap(),
         },
-        Err(err) => failed(Job::ClearCache, "cache", err),
+        Err(err) => failed(JobKind::ClearCache, "cache", err),
     }
 }

@@ -5,7 +5,7 @@
 
 use std::time::Instant;
 
-use crate::checkpoint::check::{Finding, Severity};
+use crate::checkpoint::check::{Diagnostic, Severity};
 use crate::units::{human_bytes, printable};
 use crate::weights::{Progress, ValueScan};
 use crate::worker::{CancelToken, JobError};
@@ -15,7 +15,7 @@ use super::commands::{AppCommand, CommandSender};
 /// The Check tab's state.
 #[derive(Default)]
 pub struct CheckPanel {
-    header: Vec<Finding>,
+    header: Vec<Diagnostic>,
     scan: Option<Box<ValueScan>>,
     running: Option<(Progress, Instant)>,
     error: Option<String>,
@@ -25,7 +25,7 @@ pub struct CheckPanel {
 
 impl CheckPanel {
     /// A checkpoint opened with these header findings: the last scan is gone.
-    pub fn opened(&mut self, findings: Vec<Finding>) {
+    pub fn opened(&mut self, findings: Vec<Diagnostic>) {
         *self = Self {
             header: findings,
             ..Self::default()
@@ -77,8 +77,8 @@ impl CheckPanel {
 
     /// Every finding so far, errors first.
     #[must_use]
-    pub fn findings(&self) -> Vec<&Finding> {
-        let mut all: Vec<&Finding> = self
+    pub fn findings(&self) -> Vec<&Diagnostic> {
+        let mut all: Vec<&Diagnostic> = self
             .header
             .iter()
             .chain(self.scan.iter().flat_map(|s| s.findings.iter()))
@@ -166,7 +166,7 @@ impl CheckPanel {
 }
 
 /// The list of findings; a click on a tensor selects it.
-fn findings_ui(ui: &mut egui::Ui, findings: &[&Finding], commands: &CommandSender) {
+fn findings_ui(ui: &mut egui::Ui, findings: &[&Diagnostic], commands: &CommandSender) {
     egui::ScrollArea::vertical()
         .id_salt("check-scroll")
         .auto_shrink([false, false])

@@ -15,7 +15,7 @@ use crate::profile::Transform;
 use crate::profile::record::Target;
 use crate::weights::ViewChoice;
 
-use super::{Action, Tab};
+use super::{Dialog, Tab};
 
 /// Something the window should do.
 #[derive(Debug, Clone)]
@@ -79,9 +79,26 @@ pub enum AppCommand {
     /// Load the trace saved here and overlay it.
     LoadTrace(PathBuf),
     /// Ask the shell for a file dialog.
-    Dialog(Action),
+    Dialog(Dialog),
     /// Show this tab.
     ShowTab(Tab),
+    /// Focus the checkpoint path field with this text typed (Ctrl+O, the
+    /// top bar's "Open Hub repo…").
+    FocusPath(String),
+    /// Walk the open checkpoint with the profiler's own policy and
+    /// transform (Ctrl+Shift+W); said in the notice line when there is no
+    /// checkpoint or a walk runs.
+    StartWalk,
+    /// Show the Diff tab with its B field focused (Ctrl+Shift+D).
+    FocusDiff,
+    /// Show the Check tab and read every value, unless they are being read
+    /// (Ctrl+Shift+R).
+    CheckValues,
+    /// Show the keyboard shortcuts (F1).
+    ShowShortcuts,
+    /// Show the Tensors tab with the tensor at this position selected and
+    /// materialized (the palette).
+    SelectTensor(usize),
     /// Show the Tensors tab with this stored tensor selected and materialized.
     SelectStored(String),
 }

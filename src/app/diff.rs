@@ -285,7 +285,7 @@ impl DiffPanel {
             let entered = field.lost_focus()
                 && ui.input_mut(|i| i.consume_key(egui::Modifiers::NONE, egui::Key::Enter));
             if ui.button("Choose B…").clicked() {
-                commands.send(AppCommand::Dialog(super::Action::PickDiffFolder));
+                commands.send(AppCommand::Dialog(super::Dialog::PickDiffFolder));
             }
             let label = ui.label("B's view");
             ui.add(
@@ -554,7 +554,7 @@ impl DiffPanel {
                 (Key::PageDown, page),
                 (Key::PageUp, -page),
             ] {
-                while i.consume_key(Modifiers::NONE, key) {
+                for _ in 0..i.count_and_consume_key(Modifiers::NONE, key) {
                     at = Some(at.map_or(0, |p| p.saturating_add_signed(step).min(last)));
                 }
             }

@@ -219,6 +219,12 @@ impl WeightscopeApp {
         self.palette.is_open()
     }
 
+    /// The palette's highlighted row, as it reads in the list.
+    #[must_use]
+    pub fn palette_chosen(&self) -> Option<String> {
+        self.palette.chosen_label(self.checkpoint.as_deref())
+    }
+
     /// The selected tensor's stored name in the Tensors tab.
     #[must_use]
     pub fn selected_tensor(&self) -> Option<&str> {

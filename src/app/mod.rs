@@ -30,7 +30,7 @@ use crate::mlx::{DeviceInfo, MemoryStats};
 use crate::profile::record::{RecordControl, RecordError, RecordOptions, Target};
 use crate::profile::{DEFAULT_INTERVAL, Sampler, Timeline};
 use crate::weights::{BUILTIN_VIEWS, OpenStep, ViewChoice, ViewInfo};
-use crate::worker::{CancelToken, Command, Event, EventKind, OpenedFacts, Worker};
+use crate::worker::{CancelToken, Event, EventKind, OpenedFacts, Request, Worker};
 
 use check::CheckPanel;
 pub use commands::{AppCommand, CommandSender};
@@ -43,9 +43,10 @@ use shards::ShardsPanel;
 use status_bar::{StatusBar, StatusInputs};
 use tensors::TensorsPanel;
 
-/// Something the UI asks its shell to do (the UI itself never opens dialogs).
+/// A file dialog the UI asks its shell for (the UI itself never opens
+/// dialogs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Action {
+pub enum Dialog {
     /// Show a folder picker; the shell calls [`WeightscopeApp::picked`].
     PickFolder,
     /// Show a `.safetensors` file picker.
@@ -142,8 +143,8 @@ pub struct WeightscopeApp {
     settings: settings::Settings,
     /// Set when `settings` changed and the shell should save them.
     settings_dirty: bool,
-    /// Requests for the shell.
-    actions: Vec<Action>,
+    /// File dialogs for the shell to show.
+    dialogs: Vec<Dialog>,
     /// A one-line notice (for example, that no file dialog could open).
     notice: Option<String>,
     /// The view to open checkpoints with.
@@ -198,7 +199,7 @@ impl WeightscopeApp {
             tab: Tab::Tensors,
             settings: settings::Settings::default(),
             settings_dirty: false,
-            actions: Vec::new(),
+            dialogs: Vec::new(),
             notice: None,
             view_choice: ViewChoice::Auto,
             view_file_input: String::new(),
@@ -237,14 +238,14 @@ impl WeightscopeApp {
         match command {
             AppCommand::Open(path) => self.open(path),
             AppCommand::Materialize(name) => self.materialize(&name),
-            AppCommand::ReleaseShard(shard) => self.send(Command::ReleaseShard(shard)),
-            AppCommand::ReleaseAll => self.send(Command::ReleaseAll),
-            AppCommand::ClearCache => self.send(Command::ClearCache),
-            AppCommand::SetMemoryLimit(bytes) => self.send(Command::SetMemoryLimit(bytes)),
-            AppCommand::SetCacheLimit(bytes) => self.send(Command::SetCacheLimit(bytes)),
+            AppCommand::ReleaseShard(shard) => self.send(Request::ReleaseShard(shard)),
+            AppCommand::ReleaseAll => self.send(Request::ReleaseAll),
+            AppCommand::ClearCache => self.send(Request::ClearCache),
+            AppCommand::SetMemoryLimit(bytes) => self.send(Request::SetMemoryLimit(bytes)),
+            AppCommand::SetCacheLimit(bytes) => self.send(Request::SetCacheLimit(bytes)),
             AppCommand::Walk { policy, transform } => {
                 let cancel = CancelToken::new();
-                let command = Command::Walk {
+                let command = Request::Walk {
                     policy,
                     transform,
                     cancel: cancel.clone(),
@@ -258,7 +259,7 @@ impl WeightscopeApp {
             }
             AppCommand::Diff { other, view } => {
                 let cancel = CancelToken::new();
-                let command = Command::Diff {
+                let command = Request::Diff {
                     other,
                     view,
                     cancel: cancel.clone(),
@@ -269,7 +270,7 @@ impl WeightscopeApp {
                 }
             }
             AppCommand::DiffTensor { other, view, name } => {
-                let command = Command::DiffTensor {
+                let command = Request::DiffTensor {
                     other,
                     view,
                     name: name.clone(),
@@ -283,7 +284,7 @@ impl WeightscopeApp {
             }
             AppCommand::ScanValues => {
                 let cancel = CancelToken::new();
-                self.send(Command::ScanValues {
+                self.send(Request::ScanValues {
                     cancel: cancel.clone(),
                 });
                 self.check.scan_started(cancel);
@@ -311,7 +312,18 @@ impl WeightscopeApp {
                 let loading = jobs::load_trace(path.clone(), Arc::clone(&self.wake));
                 self.profiler.load_trace(&path, loading);
             }
-            AppCommand::Dialog(action) => self.actions.push(action),
+            AppCommand::Dialog(dialog) => self.dialogs.push(dialog),
+            AppCommand::FocusPath(typed) => self.focus_path = Some(typed),
+            AppCommand::StartWalk => self.walk_from_keys(),
+            AppCommand::FocusDiff => {
+                if self.needs_checkpoint() {
+                    self.tab = Tab::Diff;
+                    self.diff.focus_other();
+                }
+            }
+            AppCommand::CheckValues => self.check_values(),
+            AppCommand::ShowShortcuts => self.show_shortcuts = true,
+            AppCommand::SelectTensor(position) => self.select_tensor(position),
             AppCommand::ShowTab(tab) => self.tab = tab,
             AppCommand::SelectStored(stored) => {
                 self.tab = Tab::Tensors;
@@ -329,7 +341,7 @@ impl WeightscopeApp {
         self.path_input = path.display().to_string();
         self.open_error = None;
         self.notice = None;
-        let command = Command::OpenWithView(path.clone(), self.view_choice.clone());
+        let command = Request::OpenWithView(path.clone(), self.view_choice.clone());
         match self.worker.try_send(command) {
             Ok(()) => {
                 self.opening = Some(path);
@@ -358,27 +370,27 @@ impl WeightscopeApp {
         std::mem::take(&mut self.settings_dirty).then_some(&self.settings)
     }
 
-    /// Requests for the shell (file dialogs), oldest first.
-    pub fn take_actions(&mut self) -> Vec<Action> {
-        std::mem::take(&mut self.actions)
+    /// The file dialogs asked for since the last call, oldest first.
+    pub fn take_dialogs(&mut self) -> Vec<Dialog> {
+        std::mem::take(&mut self.dialogs)
     }
 
     /// What the file dialog of `action` returned: opens, saves or loads
     /// it, or explains an empty answer. (A dialog asked before replacing a
     /// file: the trace is saved over one.)
-    pub fn picked_for(&mut self, action: Action, path: Option<PathBuf>) {
+    pub fn picked_for(&mut self, action: Dialog, path: Option<PathBuf>) {
         match (action, path) {
-            (Action::SaveTrace, Some(path)) => {
+            (Dialog::SaveTrace, Some(path)) => {
                 self.execute(AppCommand::SaveTrace {
                     path,
                     replace: true,
                 });
             }
-            (Action::OpenTrace, Some(path)) => self.execute(AppCommand::LoadTrace(path)),
-            (Action::SaveTrace | Action::OpenTrace, None) => self.profiler.nothing_chosen(),
-            (Action::PickDiffFolder, Some(path)) => self.diff.set_other(&path),
-            (Action::PickDiffFolder, None) => self.diff.nothing_chosen(),
-            (Action::PickFolder | Action::PickFile, path) => self.picked(path),
+            (Dialog::OpenTrace, Some(path)) => self.execute(AppCommand::LoadTrace(path)),
+            (Dialog::SaveTrace | Dialog::OpenTrace, None) => self.profiler.nothing_chosen(),
+            (Dialog::PickDiffFolder, Some(path)) => self.diff.set_other(&path),
+            (Dialog::PickDiffFolder, None) => self.diff.nothing_chosen(),
+            (Dialog::PickFolder | Dialog::PickFile, path) => self.picked(path),
         }
     }
 
@@ -466,7 +478,7 @@ impl WeightscopeApp {
             }
             EventKind::Materialized(preview) => self.inspector.materialized(preview),
             EventKind::Failed { job, target, error } => {
-                if job == crate::worker::Job::Walk {
+                if job == crate::worker::JobKind::Walk {
                     self.profiler.walk_failed(&error.to_string());
                 }
                 self.inspector.worker_failed(&target, &error.to_string());
@@ -478,7 +490,7 @@ impl WeightscopeApp {
                 self.shards = ShardsPanel::default();
                 self.inspector.clear();
             }
-            EventKind::Walked(recorded) => {
+            EventKind::WalkEnd(recorded) => {
                 self.profiler.apply_walk_progress(&recorded, &self.timeline);
             }
             EventKind::WalkFinished(outcome) => {
@@ -526,7 +538,7 @@ impl WeightscopeApp {
 
     /// Materializes `name` on the worker; the inspector shows it when ready.
     fn materialize(&mut self, name: &str) {
-        match self.worker.try_send(Command::Materialize(name.to_owned())) {
+        match self.worker.try_send(Request::Materialize(name.to_owned())) {
             Ok(()) => self.inspector.pending(name),
             Err(err) => self.inspector.failed(name, err.to_string()),
         }
@@ -534,7 +546,7 @@ impl WeightscopeApp {
 
     /// Queues `command` without ever blocking the frame; a full queue or a
     /// stopped worker is said in the error line.
-    fn send(&mut self, command: Command) {
+    fn send(&mut self, command: Request) {
         if let Err(err) = self.worker.try_send(command) {
             self.open_error = Some(err.to_string());
         }
@@ -548,8 +560,8 @@ impl WeightscopeApp {
         let chosen = self
             .palette
             .ui(&ctx, self.checkpoint.as_deref(), &self.settings.recent);
-        if let Some(entry) = chosen {
-            self.run_palette(entry);
+        if let Some(command) = chosen.and_then(|entry| entry.command()) {
+            self.commands.send(command);
         }
         egui::Panel::top("top").show(ui, |ui| self.top_bar_ui(ui));
         egui::Panel::bottom("status").show(ui, |ui| {
@@ -658,67 +670,60 @@ impl WeightscopeApp {
         if let Some(typed) = palette.or_else(|| other_palette.then(String::new)) {
             self.palette.toggle(&typed);
         }
-        for (pressed, action) in [
-            (walk, palette::Action::Walk),
-            (diff, palette::Action::Diff),
-            (check, palette::Action::Check),
+        for (pressed, command) in [
+            (walk, AppCommand::StartWalk),
+            (diff, AppCommand::FocusDiff),
+            (check, AppCommand::CheckValues),
         ] {
             if pressed {
-                self.run_action(action);
+                self.commands.send(command);
             }
         }
     }
 
-    /// Does what the palette's `entry` names.
-    fn run_palette(&mut self, entry: palette::Entry) {
-        match entry {
-            palette::Entry::Action(action, _, _) => self.run_action(action),
-            palette::Entry::Recent(path) => self.open(path),
-            palette::Entry::Tensor(i) => {
-                self.tab = Tab::Tensors;
-                if let Some(checkpoint) = self.checkpoint.clone()
-                    && let Some(name) = self.tensors.select(&checkpoint, i)
-                {
-                    self.materialize(&name);
-                }
-            }
-        }
-    }
-
-    /// An action of the palette or of its key; one that needs an open
-    /// checkpoint, or a job already running, says so in the notice line.
-    fn run_action(&mut self, action: palette::Action) {
-        use palette::Action;
-        let needs_checkpoint = matches!(action, Action::Walk | Action::Diff | Action::Check);
-        if needs_checkpoint && self.checkpoint.is_none() {
+    /// What the palette's keys, the palette and the top bar ask that needs
+    /// an open checkpoint; without one, says so in the notice line.
+    fn needs_checkpoint(&mut self) -> bool {
+        if self.checkpoint.is_none() {
             self.notice = Some("Open a checkpoint first (Ctrl+O).".to_owned());
+            return false;
+        }
+        true
+    }
+
+    /// [`AppCommand::StartWalk`].
+    fn walk_from_keys(&mut self) {
+        if !self.needs_checkpoint() {
             return;
         }
-        match action {
-            Action::Open => self.focus_path = Some(String::new()),
-            Action::OpenHub => self.focus_path = Some("hf://".into()),
-            Action::Walk => {
-                self.tab = Tab::Profiler;
-                if self.profiler.running().is_some() {
-                    self.notice = Some("A walk is already running (Profiler tab).".to_owned());
-                } else {
-                    self.with_profiler(|profiler, inputs| profiler.start_walk(inputs));
-                }
-            }
-            Action::Diff => {
-                self.tab = Tab::Diff;
-                self.diff.focus_other();
-            }
-            Action::Check => {
-                self.tab = Tab::Check;
-                if self.check.is_scanning() {
-                    self.notice = Some("The values are already being read (Check tab).".to_owned());
-                } else {
-                    self.commands.send(AppCommand::ScanValues);
-                }
-            }
-            Action::Show(tab) => self.tab = tab,
-            Action::Shortcuts => self.show_shortcuts = true,
+        self.tab = Tab::Profiler;
+        if self.profiler.running().is_some() {
+            self.notice = Some("A walk is already running (Profiler tab).".to_owned());
+        } else {
+            self.with_profiler(|profiler, inputs| profiler.start_walk(inputs));
+        }
+    }
+
+    /// [`AppCommand::CheckValues`].
+    fn check_values(&mut self) {
+        if !self.needs_checkpoint() {
+            return;
+        }
+        self.tab = Tab::Check;
+        if self.check.is_scanning() {
+            self.notice = Some("The values are already being read (Check tab).".to_owned());
+        } else {
+            self.run(AppCommand::ScanValues);
+        }
+    }
+
+    /// [`AppCommand::SelectTensor`].
+    fn select_tensor(&mut self, position: usize) {
+        self.tab = Tab::Tensors;
+        if let Some(checkpoint) = self.checkpoint.clone()
+            && let Some(name) = self.tensors.select(&checkpoint, position)
+        {
+            self.materialize(&name);
         }
     }
 
@@ -730,7 +735,7 @@ impl WeightscopeApp {
             (egui::Key::Num4, Tab::Check),
         ] {
             if ui.input_mut(|i| i.consume_key(egui::Modifiers::COMMAND, key)) {
-                self.tab = tab;
+                self.commands.send(AppCommand::ShowTab(tab));
             }
         }
         ui.horizontal(|ui| {
@@ -901,7 +906,7 @@ impl WeightscopeApp {
         // A folder or file dropped on the window opens like a typed path.
         let dropped = ui.input(|i| i.raw.dropped_files.first().map(|f| f.path().to_path_buf()));
         if let Some(path) = dropped {
-            self.open(path);
+            self.commands.send(AppCommand::Open(path));
         }
         // Wraps on a narrow window: every control stays on screen.
         ui.horizontal_wrapped(|ui| {
@@ -912,14 +917,14 @@ impl WeightscopeApp {
                 .on_hover_text("Choose a model folder")
                 .clicked()
             {
-                self.actions.push(Action::PickFolder);
+                self.commands.send(AppCommand::Dialog(Dialog::PickFolder));
             }
             if ui
                 .button("Open file…")
                 .on_hover_text("Choose one .safetensors file")
                 .clicked()
             {
-                self.actions.push(Action::PickFile);
+                self.commands.send(AppCommand::Dialog(Dialog::PickFile));
             }
             if ui
                 .button("Open Hub repo…")
@@ -929,7 +934,7 @@ impl WeightscopeApp {
                 )
                 .clicked()
             {
-                self.focus_path = Some("hf://".into());
+                self.commands.send(AppCommand::FocusPath("hf://".into()));
             }
             let mut chosen = None;
             ui.add_enabled_ui(!self.settings.recent.is_empty(), |ui| {
@@ -942,7 +947,7 @@ impl WeightscopeApp {
                 });
             });
             if let Some(path) = chosen {
-                self.open(path);
+                self.commands.send(AppCommand::Open(path));
             }
             ui.separator();
             let field = ui.add(
@@ -962,7 +967,7 @@ impl WeightscopeApp {
                 && ui.input_mut(|i| i.consume_key(egui::Modifiers::NONE, egui::Key::Enter));
             if ui.button("Open").clicked() || entered {
                 let path = PathBuf::from(self.path_input.trim());
-                self.open(path);
+                self.commands.send(AppCommand::Open(path));
             }
             if let Some(path) = &self.opening {
                 ui.spinner();

@@ -6,58 +6,74 @@ use std::path::PathBuf;
 
 use crate::checkpoint::Checkpoint;
 
-use super::Tab;
+use super::{AppCommand, Tab};
 
 /// How many tensors a query lists (the best matches).
 const TENSORS_LISTED: usize = 200;
 
-/// What the palette can do besides opening a checkpoint or a tensor.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Action {
-    /// Focus the checkpoint path field.
-    Open,
-    /// Focus the path field with `hf://` typed.
-    OpenHub,
-    /// Walk the open checkpoint with the profiler's policy.
-    Walk,
-    /// Focus the Diff tab's B field (or run the diff when B is set).
-    Diff,
-    /// Read every value (the Check tab).
-    Check,
-    /// Show a tab.
-    Show(Tab),
-    /// The keyboard shortcuts.
-    Shortcuts,
-}
-
 /// One entry of the list.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Entry {
-    /// An action, with its label and key.
-    Action(Action, &'static str, &'static str),
+    /// An action: its position in [`actions`].
+    Action(usize),
     /// A recent checkpoint.
     Recent(PathBuf),
     /// A tensor of the open checkpoint (its position).
     Tensor(usize),
 }
 
-/// The actions, in the order they are listed, with their keys.
-const ACTIONS: &[(Action, &str, &str)] = &[
-    (Action::Open, "Open a checkpoint (path field)", "Ctrl+O"),
-    (Action::OpenHub, "Open a Hub repo (hf://ORG/REPO)", ""),
-    (
-        Action::Walk,
-        "Walk the checkpoint (the profiler's policy)",
-        "Ctrl+Shift+W",
-    ),
-    (Action::Diff, "Diff with another checkpoint", "Ctrl+Shift+D"),
-    (Action::Check, "Check: read every value", "Ctrl+Shift+R"),
-    (Action::Show(Tab::Tensors), "Show Tensors", "Ctrl+1"),
-    (Action::Show(Tab::Profiler), "Show Profiler", "Ctrl+2"),
-    (Action::Show(Tab::Diff), "Show Diff", "Ctrl+3"),
-    (Action::Show(Tab::Check), "Show Check", "Ctrl+4"),
-    (Action::Shortcuts, "Keyboard shortcuts", "F1"),
-];
+impl Entry {
+    /// What choosing it asks of the app: one command of the bus, as its
+    /// key or button would send.
+    pub(super) fn command(&self) -> Option<AppCommand> {
+        Some(match self {
+            Self::Action(i) => actions().into_iter().nth(*i)?.0,
+            Self::Recent(path) => AppCommand::Open(path.clone()),
+            Self::Tensor(i) => AppCommand::SelectTensor(*i),
+        })
+    }
+}
+
+/// The actions, in the order they are listed, with their labels and keys:
+/// the commands the keys and buttons send.
+pub(super) fn actions() -> [(AppCommand, &'static str, &'static str); 10] {
+    [
+        (
+            AppCommand::FocusPath(String::new()),
+            "Open a checkpoint (path field)",
+            "Ctrl+O",
+        ),
+        (
+            AppCommand::FocusPath("hf://".into()),
+            "Open a Hub repo (hf://ORG/REPO)",
+            "",
+        ),
+        (
+            AppCommand::StartWalk,
+            "Walk the checkpoint (the profiler's policy)",
+            "Ctrl+Shift+W",
+        ),
+        (
+            AppCommand::FocusDiff,
+            "Diff with another checkpoint",
+            "Ctrl+Shift+D",
+        ),
+        (
+            AppCommand::CheckValues,
+            "Check: read every value",
+            "Ctrl+Shift+R",
+        ),
+        (AppCommand::ShowTab(Tab::Tensors), "Show Tensors", "Ctrl+1"),
+        (
+            AppCommand::ShowTab(Tab::Profiler),
+            "Show Profiler",
+            "Ctrl+2",
+        ),
+        (AppCommand::ShowTab(Tab::Diff), "Show Diff", "Ctrl+3"),
+        (AppCommand::ShowTab(Tab::Check), "Show Check", "Ctrl+4"),
+        (AppCommand::ShowShortcuts, "Keyboard shortcuts", "F1"),
+    ]
+}
 
 /// The palette's state while it is open.
 #[derive(Debug, Default)]
@@ -72,41 +88,165 @@ pub(super) struct Palette {
     computed_for: Option<(String, usize)>,
     /// Focus the field in the next frame.
     focus: bool,
+    /// How far the list was scrolled in the last frame.
+    list_offset: f32,
 }
 
-/// How well `query` (lower case) matches `text` as a subsequence, higher is
-/// better; `None` when it does not. Runs of consecutive letters and letters
-/// at the start of a word (after `.`, `_`, `/`, `-` or a space) count more,
-/// long texts a little less.
+/// Whether `c` separates words in a name (`model.layers.0.mlp`,
+/// `gate_proj`, a path).
+fn separates(c: char) -> bool {
+    matches!(c, '.' | '_' | '/' | '-' | ' ' | ':')
+}
+
+/// How a query was found contiguous in a text, best last: somewhere, from
+/// a word's start, or as whole words (`mlp` in `layers.0.mlp.up_proj`).
+/// Letters found only scattered rank below all three (rank 0).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Found {
+    Contiguous = 1,
+    AtWordStart = 2,
+    WholeWords = 3,
+}
+
+/// How `query` (lower case) was found in `text` when it appears there
+/// contiguously, the best of its occurrences.
+fn contiguous(query: &str, text: &str) -> Option<Found> {
+    let lower = text.to_ascii_lowercase();
+    let mut best = None;
+    let mut from = 0;
+    while let Some(at) = lower.get(from..).and_then(|rest| rest.find(query)) {
+        let start = from + at;
+        let end = start + query.len();
+        let starts_word = lower[..start].chars().next_back().is_none_or(separates);
+        let ends_word = lower[end..].chars().next().is_none_or(separates);
+        let found = match (starts_word, ends_word) {
+            (true, true) => Found::WholeWords,
+            (true, false) => Found::AtWordStart,
+            _ => Found::Contiguous,
+        };
+        best = best.max(Some(found));
+        if found == Found::WholeWords {
+            break;
+        }
+        from = start + lower[start..].chars().next().map_or(1, char::len_utf8);
+    }
+    best
+}
+
+/// The letters of `query` matched in order in `text`, each letter taken
+/// where it continues a run, else at the next word start that has it when
+/// `word_starts_first`, else at its next occurrence; scored with runs of
+/// consecutive letters, word starts and whole words (a run from a word's
+/// start to its end: the `1` of `layers.1.`, not of `layers.10.`) counting
+/// more. `None` when the letters are not all there in order.
+fn subsequence_score(query: &str, text: &[char], word_starts_first: bool) -> Option<i64> {
+    let at_word_start = |p: usize| p == 0 || separates(text[p - 1]);
+    let at_word_end = |p: usize| p + 1 == text.len() || separates(text[p + 1]);
+    let mut at = Vec::with_capacity(query.len());
+    let mut next = 0;
+    for wanted in query.chars() {
+        let same = |p: usize| text[p].to_ascii_lowercase() == wanted;
+        let continuing = at.last().is_some_and(|&l: &usize| l + 1 == next);
+        let p = if continuing && next < text.len() && same(next) {
+            next
+        } else {
+            let start = (next..text.len()).find(|&p| same(p) && at_word_start(p));
+            match start {
+                Some(p) if word_starts_first => p,
+                _ => (next..text.len()).find(|&p| same(p))?,
+            }
+        };
+        at.push(p);
+        next = p + 1;
+    }
+    // Letters far apart count less: `l1gate` finds layer 1's gate before
+    // expert 1's gate in layer 0.
+    let span = at
+        .last()
+        .zip(at.first())
+        .map_or(0, |(last, first)| last - first);
+    let gaps = i64::try_from(span + 1 - at.len()).unwrap_or(i64::MAX);
+    let mut score = 0_i64;
+    let mut run = 0_i64;
+    let mut run_from_word_start = false;
+    for (k, &p) in at.iter().enumerate() {
+        let continues = k > 0 && at[k - 1] + 1 == p;
+        if continues {
+            run += 1;
+        } else {
+            run = 1;
+            run_from_word_start = at_word_start(p);
+        }
+        score += 1 + 2 * (run - 1);
+        if !continues && run_from_word_start {
+            score += 3;
+        }
+        let run_ends = at.get(k + 1).is_none_or(|&q| q != p + 1);
+        if run_ends && run_from_word_start && at_word_end(p) {
+            score += 3;
+        }
+    }
+    Some(score * 16 - gaps.min(15))
+}
+
+/// How well `query` (lower case) matches `text`, higher is better; `None`
+/// when its letters are not all in `text` in order. Whole words rank
+/// first (`mlp` finds the MLP's tensors before `model.layers` matches
+/// its letters), then the query contiguous from a word start, contiguous
+/// anywhere (equal within each), and last its letters scattered, scored
+/// by runs, word starts and how close together they are. Equal scores are ordered by the caller (a weight before its
+/// scales, shorter names first).
 #[must_use]
 pub(super) fn fuzzy_score(query: &str, text: &str) -> Option<i64> {
     if query.is_empty() {
         return Some(0);
     }
-    let mut score = 0_i64;
-    let mut wanted = query.chars().peekable();
-    let mut previous: Option<char> = None;
-    let mut run = 0_i64;
-    for c in text.chars() {
-        let Some(&w) = wanted.peek() else { break };
-        let lower = c.to_ascii_lowercase();
-        if lower == w {
-            wanted.next();
-            run += 1;
-            score += 1 + 2 * (run - 1);
-            if previous.is_none_or(|p| matches!(p, '.' | '_' | '/' | '-' | ' ')) {
-                score += 3;
-            }
-        } else {
-            run = 0;
-        }
-        previous = Some(c);
+    if let Some(found) = contiguous(query, text) {
+        return Some(found as i64 * 1_000_000);
     }
-    if wanted.peek().is_some() {
-        return None;
+    let chars: Vec<char> = text.chars().collect();
+    subsequence_score(query, &chars, true).max(subsequence_score(query, &chars, false))
+}
+
+/// Whether a tensor's name is a companion of another (a quantized
+/// weight's scales or biases, an FP8 weight's scale): listed after the
+/// tensor it belongs to when both match as well.
+fn is_companion(name: &str) -> bool {
+    [
+        ".scales",
+        ".biases",
+        "_scale_inv",
+        ".weight_scale",
+        ".weight_scale_2",
+        ".input_scale",
+        ".global_scale",
+    ]
+    .iter()
+    .any(|suffix| name.ends_with(suffix))
+}
+
+/// The tensors whose names match `query` (lower case), best first: by
+/// [`fuzzy_score`], then a weight before its companions, then shorter
+/// names, then the checkpoint's order; at most `limit`.
+pub(super) fn rank_names<'a>(
+    query: &str,
+    names: impl Iterator<Item = &'a str>,
+    limit: usize,
+) -> Vec<usize> {
+    let mut found: Vec<(std::cmp::Reverse<i64>, bool, usize, usize)> = names
+        .enumerate()
+        .filter_map(|(i, name)| {
+            fuzzy_score(query, name)
+                .map(|s| (std::cmp::Reverse(s), is_companion(name), name.len(), i))
+        })
+        .collect();
+    let limit = limit.min(found.len());
+    if limit < found.len() {
+        found.select_nth_unstable(limit);
+        found.truncate(limit);
     }
-    let length = i64::try_from(text.len()).unwrap_or(i64::MAX);
-    Some(score * 8 - length / 8)
+    found.sort_unstable();
+    found.into_iter().map(|(.., i)| i).collect()
 }
 
 impl Palette {
@@ -128,6 +268,13 @@ impl Palette {
         self.open
     }
 
+    /// The highlighted row's text.
+    #[cfg(any(test, feature = "test-hooks"))]
+    pub(super) fn chosen_label(&self, checkpoint: Option<&Checkpoint>) -> Option<String> {
+        let entry = self.entries.get(self.chosen)?;
+        Some(Self::label_of(entry, checkpoint))
+    }
+
     fn recompute(&mut self, checkpoint: Option<&Checkpoint>, recent: &[PathBuf]) {
         let key = (
             self.query.clone(),
@@ -137,10 +284,11 @@ impl Palette {
             return;
         }
         let query = self.query.trim().to_lowercase();
-        let mut entries: Vec<(i64, Entry)> = ACTIONS
+        let mut entries: Vec<(i64, Entry)> = actions()
             .iter()
-            .filter_map(|&(action, label, key)| {
-                fuzzy_score(&query, label).map(|s| (s, Entry::Action(action, label, key)))
+            .enumerate()
+            .filter_map(|(i, (_, label, _))| {
+                fuzzy_score(&query, label).map(|s| (s, Entry::Action(i)))
             })
             .collect();
         entries.sort_by_key(|(s, _)| std::cmp::Reverse(*s));
@@ -154,18 +302,14 @@ impl Palette {
         if let Some(checkpoint) = checkpoint
             && !query.is_empty()
         {
-            let mut tensors: Vec<(i64, usize)> = checkpoint
+            let names = checkpoint
                 .tensors()
                 .iter()
-                .enumerate()
-                .filter_map(|(i, t)| fuzzy_score(&query, t.name()).map(|s| (s, i)))
-                .collect();
-            tensors.sort_by_key(|&(s, i)| (std::cmp::Reverse(s), i));
+                .map(crate::checkpoint::TensorRef::name);
             out.extend(
-                tensors
+                rank_names(&query, names, TENSORS_LISTED)
                     .into_iter()
-                    .take(TENSORS_LISTED)
-                    .map(|(_, i)| Entry::Tensor(i)),
+                    .map(Entry::Tensor),
             );
         }
         self.entries = out;
@@ -187,8 +331,9 @@ impl Palette {
         }
         let (up, down, enter, escape) = ctx.input_mut(|i| {
             (
-                i.consume_key(Modifiers::NONE, Key::ArrowUp),
-                i.consume_key(Modifiers::NONE, Key::ArrowDown),
+                // Every press, however fast they came.
+                i.count_and_consume_key(Modifiers::NONE, Key::ArrowUp),
+                i.count_and_consume_key(Modifiers::NONE, Key::ArrowDown),
                 i.consume_key(Modifiers::NONE, Key::Enter),
                 i.consume_key(Modifiers::NONE, Key::Escape),
             )
@@ -198,19 +343,19 @@ impl Palette {
             return None;
         }
         self.recompute(checkpoint, recent);
-        if down {
-            self.chosen = (self.chosen + 1).min(self.entries.len().saturating_sub(1));
-        }
-        if up {
-            self.chosen = self.chosen.saturating_sub(1);
-        }
+        self.chosen = (self.chosen + down)
+            .saturating_sub(up)
+            .min(self.entries.len().saturating_sub(1));
+        let (up, down) = (up > 0, down > 0);
         let mut picked = enter.then_some(self.chosen);
         let width = (ctx.content_rect().width() - 40.0).clamp(200.0, 640.0);
         egui::Window::new("Command palette")
             .collapsible(false)
             .resizable(false)
             .title_bar(false)
-            .fixed_size(egui::vec2(width, 0.0))
+            .default_width(width)
+            .min_width(width)
+            .max_width(width)
             .anchor(egui::Align2::CENTER_TOP, egui::vec2(0.0, 60.0))
             .show(ctx, |ui| {
                 let field = ui.add(
@@ -235,24 +380,39 @@ impl Palette {
                     self.recompute(checkpoint, recent);
                 }
                 let row_height = ui.text_style_height(&egui::TextStyle::Body) + 6.0;
-                let height = (ctx.content_rect().height() * 0.6).clamp(80.0, 420.0);
-                egui::ScrollArea::vertical()
+                let spacing = ui.spacing().item_spacing.y;
+                // Room for at least 10 rows, most of the window when taller.
+                let height = (ctx.content_rect().height() - 180.0)
+                    .clamp(4.0 * (row_height + spacing), 26.0 * (row_height + spacing));
+                let mut scroll = egui::ScrollArea::vertical()
+                    .id_salt("palette-list")
                     .max_height(height)
-                    .auto_shrink([false, true])
-                    .show_rows(ui, row_height, self.entries.len(), |ui, range| {
-                        for index in range {
-                            let text = Self::label_of(&self.entries[index], checkpoint);
-                            let selected = index == self.chosen;
-                            let response =
-                                ui.add(egui::Button::selectable(selected, text).truncate());
-                            if selected && (up || down) {
-                                response.scroll_to_me(None);
-                            }
-                            if response.clicked() {
-                                picked = Some(index);
-                            }
+                    .min_scrolled_height(height)
+                    .auto_shrink([false, true]);
+                if up || down {
+                    // Keep the highlighted row in view: only the rows in
+                    // view are drawn, so a row cannot scroll itself there.
+                    let offset = self.list_offset;
+                    #[allow(clippy::cast_precision_loss)]
+                    let top = self.chosen as f32 * (row_height + spacing);
+                    let bottom = top + row_height + spacing;
+                    if top < offset {
+                        scroll = scroll.vertical_scroll_offset(top);
+                    } else if bottom > offset + height {
+                        scroll = scroll.vertical_scroll_offset(bottom - height);
+                    }
+                }
+                let shown = scroll.show_rows(ui, row_height, self.entries.len(), |ui, range| {
+                    for index in range {
+                        let text = Self::label_of(&self.entries[index], checkpoint);
+                        let selected = index == self.chosen;
+                        let response = ui.add(egui::Button::selectable(selected, text).truncate());
+                        if response.clicked() {
+                            picked = Some(index);
                         }
-                    });
+                    }
+                });
+                self.list_offset = shown.state.clamped_offset().y;
                 if self.entries.is_empty() {
                     ui.label("Nothing matches.");
                 }
@@ -266,7 +426,9 @@ impl Palette {
 
     fn label_of(entry: &Entry, checkpoint: Option<&Checkpoint>) -> String {
         match entry {
-            Entry::Action(_, label, key) => format!("{label}    {key}"),
+            Entry::Action(i) => actions()
+                .get(*i)
+                .map_or_else(String::new, |(_, label, key)| format!("{label}    {key}")),
             Entry::Recent(path) => format!(
                 "Open recent: {}",
                 crate::units::printable(&path.display().to_string())
@@ -283,7 +445,7 @@ impl Palette {
 
 #[cfg(test)]
 mod tests {
-    use super::fuzzy_score;
+    use super::{fuzzy_score, rank_names};
 
     #[test]
     fn letters_in_order_match_and_word_starts_rank_first() {
@@ -293,5 +455,100 @@ mod tests {
         let scattered = fuzzy_score("o_proj", "layers.3.o_gate_up_proj.weight").expect("matches");
         assert!(whole > scattered, "{whole} <= {scattered}");
         assert_eq!(fuzzy_score("", "anything"), Some(0));
+    }
+
+    /// Names as a DeepSeek-V3-shaped checkpoint has them (FP8 weights with
+    /// `weight_scale_inv`), three layers of them, and an mlx-lm
+    /// quantization's (`.scales`, `.biases`).
+    fn names() -> Vec<String> {
+        let mut names = vec!["model.embed_tokens.weight".to_owned()];
+        for layer in 0..3 {
+            let at = format!("model.layers.{layer}");
+            names.push(format!("{at}.input_layernorm.weight"));
+            for proj in [
+                "q_a_proj",
+                "q_b_proj",
+                "kv_a_proj_with_mqa",
+                "kv_b_proj",
+                "o_proj",
+            ] {
+                names.push(format!("{at}.self_attn.{proj}.weight"));
+                names.push(format!("{at}.self_attn.{proj}.weight_scale_inv"));
+            }
+            names.push(format!("{at}.post_attention_layernorm.weight"));
+            for expert in 0..4 {
+                for proj in ["gate_proj", "up_proj", "down_proj"] {
+                    let base = format!("{at}.mlp.experts.{expert}.{proj}");
+                    names.push(format!("{base}.weight"));
+                    names.push(format!("{base}.weight_scale_inv"));
+                }
+            }
+            names.push(format!("{at}.mlp.gate.weight"));
+            for proj in ["gate_proj", "up_proj", "down_proj"] {
+                for part in ["biases", "scales", "weight"] {
+                    names.push(format!("{at}.mlp.shared_experts.{proj}.{part}"));
+                }
+            }
+        }
+        for layer in 10..13 {
+            names.push(format!("model.layers.{layer}.mlp.gate.weight"));
+        }
+        names.push("lm_head.weight".to_owned());
+        names
+    }
+
+    fn ranked(query: &str, limit: usize) -> Vec<String> {
+        let names = names();
+        rank_names(query, names.iter().map(String::as_str), limit)
+            .into_iter()
+            .map(|i| names[i].clone())
+            .collect()
+    }
+
+    #[test]
+    fn a_whole_word_ranks_above_letters_across_the_name() {
+        // `mlp` as letters at word starts: model.layers...proj. The MLP's
+        // own tensors come first, every one of them.
+        let mlp_tensors = names().iter().filter(|n| n.contains(".mlp.")).count();
+        let found = ranked("mlp", usize::MAX);
+        assert!(found.len() > mlp_tensors, "letters match elsewhere too");
+        for name in &found[..mlp_tensors] {
+            assert!(name.contains(".mlp."), "{name} ranked among the MLP's");
+        }
+        // The shortest first at the same rank.
+        assert_eq!(found[0], "model.layers.0.mlp.gate.weight");
+    }
+
+    #[test]
+    fn a_weight_ranks_above_its_scales_and_biases_and_shorter_names_first() {
+        // Layer 1's gate first; weights before their scales (which match
+        // as well, and as short as `.biases` is to `.weight`).
+        let found = ranked("l1gate", 4);
+        assert_eq!(found[0], "model.layers.1.mlp.gate.weight");
+        assert!(found.iter().all(|n| n.ends_with(".weight")), "{found:?}");
+        let found = ranked("shared_experts.gate", 3);
+        assert_eq!(
+            found[0],
+            "model.layers.0.mlp.shared_experts.gate_proj.weight"
+        );
+        assert!(
+            found[1..].iter().all(|n| n.ends_with(".weight")),
+            "{found:?}"
+        );
+        let found = ranked("kv_b_proj", 2);
+        assert_eq!(
+            found,
+            [
+                "model.layers.0.self_attn.kv_b_proj.weight",
+                "model.layers.1.self_attn.kv_b_proj.weight",
+            ]
+        );
+    }
+
+    #[test]
+    fn the_limit_keeps_the_best() {
+        let all = ranked("proj", usize::MAX);
+        let some = ranked("proj", 7);
+        assert_eq!(some, all[..7]);
     }
 }

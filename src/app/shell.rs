@@ -6,7 +6,7 @@ use std::sync::mpsc::{self, Receiver, Sender};
 use std::time::{Duration, Instant};
 
 use super::settings::Settings;
-use super::{Action, WeightscopeApp};
+use super::{Dialog, WeightscopeApp};
 use crate::mlx::DeviceInfo;
 
 /// Wraps [`WeightscopeApp`] for eframe.
@@ -16,8 +16,8 @@ pub struct Shell {
     exit_after_frames: Option<u64>,
     settings_path: Option<PathBuf>,
     /// Answers of file dialogs, which run on their own threads (rfd blocks).
-    picked_tx: Sender<(Action, Option<PathBuf>)>,
-    picked_rx: Receiver<(Action, Option<PathBuf>)>,
+    picked_tx: Sender<(Dialog, Option<PathBuf>)>,
+    picked_rx: Receiver<(Dialog, Option<PathBuf>)>,
     /// When the process started, and when the first frame and the first frame
     /// with the checkpoint open were drawn (reported by the smoke run).
     launched: Instant,
@@ -26,28 +26,28 @@ pub struct Shell {
 }
 
 impl Shell {
-    fn perform(&self, action: Action, ctx: &egui::Context) {
+    fn perform(&self, action: Dialog, ctx: &egui::Context) {
         let ctx = ctx.clone();
         let wake: super::jobs::Wake = std::sync::Arc::new(move || ctx.request_repaint());
         let started =
             super::jobs::spawn_into("file-dialog", self.picked_tx.clone(), wake, move |send| {
                 let dialog = rfd::FileDialog::new();
                 let picked = match action {
-                    Action::PickFolder => dialog.set_title("Open checkpoint").pick_folder(),
-                    Action::PickDiffFolder => {
+                    Dialog::PickFolder => dialog.set_title("Open checkpoint").pick_folder(),
+                    Dialog::PickDiffFolder => {
                         dialog.set_title("Checkpoint to compare with").pick_folder()
                     }
-                    Action::PickFile => dialog
+                    Dialog::PickFile => dialog
                         .set_title("Open checkpoint")
                         .add_filter("safetensors", &["safetensors"])
                         .pick_file(),
-                    Action::SaveTrace => dialog
+                    Dialog::SaveTrace => dialog
                         .set_title("Save trace")
                         .add_filter("JSON trace", &["json"])
                         .add_filter("CSV trace", &["csv"])
                         .set_file_name("weightscope-trace.json")
                         .save_file(),
-                    Action::OpenTrace => dialog
+                    Dialog::OpenTrace => dialog
                         .set_title("Open trace")
                         .add_filter("trace", &["json", "csv", "jsonl"])
                         .pick_file(),
@@ -70,7 +70,7 @@ impl eframe::App for Shell {
     fn logic(&mut self, ctx: &egui::Context, _frame: &mut eframe::Frame) {
         // At most ~10 ms of events per frame; the worker wakes us for more.
         self.app.drain_events(Duration::from_millis(10));
-        for action in self.app.take_actions() {
+        for action in self.app.take_dialogs() {
             self.perform(action, ctx);
         }
         while let Ok((action, picked)) = self.picked_rx.try_recv() {
@@ -136,14 +136,14 @@ pub fn main(path: Option<PathBuf>, launched: Instant) -> u8 {
         None => match crate::weights::demo::ensure_demo(&crate::weights::demo::demo_dir()) {
             Ok(dir) => dir,
             Err(err) => {
-                crate::units::say(format_args!("{err}"));
+                crate::units::stderr_line(format_args!("{err}"));
                 return 1;
             }
         },
     };
     let device = crate::mlx::default_device();
     if let Err(err) = run(Some(path), device, launched) {
-        crate::units::say(format_args!("{err:#}"));
+        crate::units::stderr_line(format_args!("{err:#}"));
         return 1;
     }
     0

@@ -675,17 +675,39 @@ impl TensorsPanel {
         });
     }
 
-    /// The name shown for row `i`: canonical and stored side by side when a
-    /// view renamed it. Names from the file are shown escaped: no line
-    /// breaks, no right-to-left overrides, no NULs in a label.
-    fn row_name(&self, checkpoint: &Checkpoint, i: usize) -> String {
+    /// The names of row `i`: the one the view gives (canonical), and the
+    /// stored one when the view renamed it. Names from the file are shown
+    /// escaped: no line breaks, no right-to-left overrides, no NULs in a
+    /// label.
+    fn row_names(&self, checkpoint: &Checkpoint, i: usize) -> (String, Option<String>) {
         let t = checkpoint.tensors().at(i);
         let canonical = display_name(self.view.as_deref(), checkpoint, i).unwrap_or("");
         if canonical == t.name() {
-            printable(t.name()).into_owned()
+            (printable(t.name()).into_owned(), None)
         } else {
-            format!("{}  <-  {}", printable(canonical), printable(t.name()))
+            (
+                printable(canonical).into_owned(),
+                Some(printable(t.name()).into_owned()),
+            )
         }
+    }
+}
+
+/// Between a renamed tensor's canonical name and its stored one.
+const RENAMED_FROM: &str = "  <-  ";
+
+/// What a name cell shows in `fits` characters: the canonical name first,
+/// cut in the middle when it must be; the stored name after it, cut in the
+/// middle too, only when at least a few of its characters fit beside it.
+fn shown_names(canonical: &str, stored: Option<&str>, fits: usize) -> String {
+    const STORED_AT_LEAST: usize = 12;
+    let first = canonical.chars().count();
+    match stored {
+        Some(stored) if first + RENAMED_FROM.len() + STORED_AT_LEAST <= fits => format!(
+            "{canonical}{RENAMED_FROM}{}",
+            crate::units::fit_name(stored, fits - first - RENAMED_FROM.len())
+        ),
+        _ => crate::units::fit_name(canonical, fits).into_owned(),
     }
 }
 
@@ -768,10 +790,15 @@ impl TensorsPanel {
         // A narrow table keeps the name and the size; how it is stored and
         // its shape show on hover of the name.
         let compact = width < COMPACT_BELOW;
+        // Labels that select text would take a click meant for the row.
+        let selectable =
+            std::mem::replace(&mut ui.style_mut().interaction.selectable_labels, false);
         let mut builder = TableBuilder::new(ui)
             .id_salt(("tensors-table", band))
             .striped(true)
             .resizable(true)
+            // Every cell of a row selects it, blank space and sizes too.
+            .sense(egui::Sense::click())
             .auto_shrink([false, false])
             .column(
                 Column::remainder()
@@ -825,11 +852,17 @@ impl TensorsPanel {
                         return;
                     };
                     row.set_selected(self.cursor == Some(line));
-                    if let Some(c) = self.line_ui(&mut row, checkpoint, line, compact) {
+                    let on_widget = self.line_ui(&mut row, checkpoint, line, compact);
+                    let on_row = row.response().clicked().then_some(match line {
+                        Line::Layer(_) => Clicked::Toggle(line),
+                        Line::Tensor(_) | Line::Part(_) => Clicked::Tensor(line),
+                    });
+                    if let Some(c) = on_widget.or(on_row) {
                         clicked = Some(c);
                     }
                 });
             });
+        ui.style_mut().interaction.selectable_labels = selectable;
         if let Some(column) = sort_clicked {
             let same = self.sort == column;
             if same {
@@ -959,20 +992,25 @@ impl TensorsPanel {
         let room = ui.available_width() - 2.0 * ui.spacing().button_padding.x;
         #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
         let fits = (room / char_width).floor().max(8.0) as usize;
-        let name = self.row_name(checkpoint, i);
-        let shown = crate::units::fit_name(&name, fits);
-        let button =
-            egui::Button::selectable(selected, egui::RichText::new(shown.as_ref()).monospace());
+        let (canonical, stored) = self.row_names(checkpoint, i);
+        let shown = shown_names(&canonical, stored.as_deref(), fits);
+        let button = egui::Button::selectable(selected, egui::RichText::new(shown).monospace());
         let (shape, _) = self.shape_of(checkpoint, i);
-        // Screen readers (and tests) read the whole name, not the cut one.
-        let full = name.clone();
+        // Screen readers (and tests) read the whole names, not the cut ones.
+        let full = match &stored {
+            Some(stored) => format!("{canonical}{RENAMED_FROM}{stored}"),
+            None => canonical.clone(),
+        };
         let response = ui.add(button);
         response.widget_info(|| {
             egui::WidgetInfo::selected(egui::Role::Button, true, selected, full.clone())
         });
+        let names = match &stored {
+            Some(stored) => format!("{canonical}\nstored as {stored}"),
+            None => canonical.clone(),
+        };
         let response = response.on_hover_text(format!(
-            "{}\n{} {shape}, {}\n{}",
-            printable(t.name()),
+            "{names}\n{} {shape}, {}\n{}",
             self.encoding_of(checkpoint, i),
             human_bytes(self.bytes_of(checkpoint, i)),
             checkpoint.shard(t.shard()).file
@@ -1019,7 +1057,7 @@ impl TensorsPanel {
                 (Key::PageDown, page),
                 (Key::PageUp, -page),
             ] {
-                while i.consume_key(egui::Modifiers::NONE, key) {
+                for _ in 0..i.count_and_consume_key(egui::Modifiers::NONE, key) {
                     let from = moved.or(position);
                     moved = Some(match from {
                         None => 0,
@@ -1069,5 +1107,33 @@ impl TensorsPanel {
             }
             Line::Tensor(i) | Line::Part(i) => self.materialize_row(checkpoint, i),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shown_names;
+
+    #[test]
+    fn a_renamed_tensor_shows_its_canonical_name_first_and_whole() {
+        let canonical = "model.layers.0.mlp.down_proj.weight";
+        let stored = "blk.0.ffn_down.weight";
+        // Room for both.
+        assert_eq!(
+            shown_names(canonical, Some(stored), 80),
+            format!("{canonical}  <-  {stored}")
+        );
+        // Room for the canonical name and a few of the stored one's
+        // characters: the stored one is cut, its end (what differs) kept.
+        let shown = shown_names(canonical, Some(stored), 55);
+        assert!(shown.starts_with(&format!("{canonical}  <-  ")), "{shown}");
+        assert!(shown.ends_with("weight"), "{shown}");
+        assert_eq!(shown.chars().count(), 55);
+        // Less: the canonical name alone, whole.
+        assert_eq!(shown_names(canonical, Some(stored), 40), canonical);
+        // Less still: the canonical name cut, its end kept.
+        let shown = shown_names(canonical, Some(stored), 20);
+        assert!(shown.ends_with("down_proj.weight"), "{shown}");
+        assert!(shown.chars().count() <= 20, "{shown}");
     }
 }

@@ -38,7 +38,7 @@ impl Severity {
 
 /// One thing wrong (or worth knowing) about a checkpoint.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Finding {
+pub struct Diagnostic {
     /// How bad.
     pub severity: Severity,
     /// A stable code (`quant.missing-scales`; docs/check.md lists them all).
@@ -53,7 +53,7 @@ pub struct Finding {
     pub file: Option<String>,
 }
 
-impl Finding {
+impl Diagnostic {
     fn new(severity: Severity, code: &'static str, message: String) -> Self {
         Self {
             severity,
@@ -118,14 +118,14 @@ pub fn severity_of(code: &str) -> Severity {
 
 /// A finding with the severity its code has.
 #[must_use]
-pub fn finding(code: &'static str, message: String) -> Finding {
-    Finding::new(severity_of(code), code, message)
+pub fn finding(code: &'static str, message: String) -> Diagnostic {
+    Diagnostic::new(severity_of(code), code, message)
 }
 
 /// The findings of a GGUF file's header: what MLX's `mx.load` (0.32.2)
 /// will do with it, said before anything is loaded.
 #[must_use]
-pub fn check_gguf(header: &super::gguf::GgufHeader) -> Vec<Finding> {
+pub fn check_gguf(header: &super::gguf::GgufHeader) -> Vec<Diagnostic> {
     use super::gguf::MlxLoad;
     let mut findings = Vec::new();
     if let Some(t) = header.refused_by() {
@@ -185,7 +185,7 @@ pub fn check_gguf(header: &super::gguf::GgufHeader) -> Vec<Finding> {
 /// first, in tensor order within a severity: a GGUF file's are what MLX's
 /// `mx.load` will do with it ([`check_gguf`]).
 #[must_use]
-pub fn check_headers(checkpoint: &Checkpoint, summary: &Summary) -> Vec<Finding> {
+pub fn check_headers(checkpoint: &Checkpoint, summary: &Summary) -> Vec<Diagnostic> {
     if let Some(header) = checkpoint.gguf_header() {
         return check_gguf(header);
     }
@@ -213,7 +213,7 @@ fn shard_file(checkpoint: &Checkpoint, position: usize) -> &str {
     &checkpoint.shard_of(checkpoint.tensors().at(position)).file
 }
 
-fn quantization(checkpoint: &Checkpoint, out: &mut Vec<Finding>) {
+fn quantization(checkpoint: &Checkpoint, out: &mut Vec<Diagnostic>) {
     let tensors = checkpoint.tensors();
     let config = checkpoint.config().and_then(|c| c.quantization.as_ref());
     let find = |name: &str| checkpoint.tensor(name);
@@ -267,7 +267,7 @@ fn packed_layer(
     checkpoint: &Checkpoint,
     q: &super::QuantizedTensor,
     configured: bool,
-    out: &mut Vec<Finding>,
+    out: &mut Vec<Diagnostic>,
 ) {
     let tensors = checkpoint.tensors();
     let t = tensors.at(q.weight);
@@ -360,7 +360,7 @@ fn packed_layer(
     }
 }
 
-fn fp8(checkpoint: &Checkpoint, out: &mut Vec<Finding>) {
+fn fp8(checkpoint: &Checkpoint, out: &mut Vec<Diagnostic>) {
     let tensors = checkpoint.tensors();
     let block_config = checkpoint
         .config()
@@ -448,7 +448,7 @@ fn fp8_blocks(
     checkpoint: &Checkpoint,
     configured: Option<[u64; 2]>,
     scaled: usize,
-    out: &mut Vec<Finding>,
+    out: &mut Vec<Diagnostic>,
 ) {
     if scaled == 0 {
         return;
@@ -479,7 +479,7 @@ fn fp8_blocks(
     }
 }
 
-fn index_totals(checkpoint: &Checkpoint, summary: &Summary, out: &mut Vec<Finding>) {
+fn index_totals(checkpoint: &Checkpoint, summary: &Summary, out: &mut Vec<Diagnostic>) {
     let Layout::Indexed { index_path, index } = checkpoint.layout() else {
         return;
     };
@@ -519,7 +519,7 @@ fn index_totals(checkpoint: &Checkpoint, summary: &Summary, out: &mut Vec<Findin
     }
 }
 
-fn stray_shards(checkpoint: &Checkpoint, out: &mut Vec<Finding>) {
+fn stray_shards(checkpoint: &Checkpoint, out: &mut Vec<Diagnostic>) {
     let Layout::Indexed { index, .. } = checkpoint.layout() else {
         return;
     };
@@ -544,7 +544,7 @@ fn stray_shards(checkpoint: &Checkpoint, out: &mut Vec<Finding>) {
     }
 }
 
-fn lm_head(checkpoint: &Checkpoint, out: &mut Vec<Finding>) {
+fn lm_head(checkpoint: &Checkpoint, out: &mut Vec<Diagnostic>) {
     let Some(config) = checkpoint.config() else {
         return;
     };
@@ -565,7 +565,7 @@ fn lm_head(checkpoint: &Checkpoint, out: &mut Vec<Finding>) {
 /// Float tensors whose dtype differs from the one most parameters use, when
 /// they are few (one F32 tensor in a bf16 model): a conversion that missed
 /// them, or a deliberate exception worth knowing.
-fn stray_dtypes(checkpoint: &Checkpoint, out: &mut Vec<Finding>) {
+fn stray_dtypes(checkpoint: &Checkpoint, out: &mut Vec<Diagnostic>) {
     let floats = [Dtype::F16, Dtype::BF16, Dtype::F32, Dtype::F64];
     let tensors = checkpoint.tensors();
     let may_encode = checkpoint.may_have_encodings();

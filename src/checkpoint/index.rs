@@ -7,7 +7,7 @@ use std::path::{Component, Path};
 use serde::Deserialize;
 
 use super::error::CheckpointError;
-use super::scan::{self, MetaValue};
+use super::scan::{self, IndexMetaValue};
 
 /// A parsed index, less its per-tensor entries (those are checked against
 /// the shards at open and not kept: the tensor table already says where each
@@ -324,14 +324,14 @@ fn parse_index_with<'a>(
 
 /// Scanned metadata values as serde's.
 fn metadata_values(
-    scanned: Option<BTreeMap<String, MetaValue>>,
+    scanned: Option<BTreeMap<String, IndexMetaValue>>,
 ) -> Option<BTreeMap<String, serde_json::Value>> {
     scanned.map(|map| {
         map.into_iter()
             .map(|(key, value)| {
                 let value = match value {
-                    MetaValue::Text(text) => serde_json::Value::String(text),
-                    MetaValue::Nat(n) => serde_json::Value::from(n),
+                    IndexMetaValue::Text(text) => serde_json::Value::String(text),
+                    IndexMetaValue::Nat(n) => serde_json::Value::from(n),
                 };
                 (key, value)
             })

@@ -150,14 +150,14 @@ fn starts_with(rest: &[u8], text: &[u8]) -> bool {
 
 /// A value of an index's `metadata`, as scanned.
 #[derive(Debug, PartialEq, Eq)]
-pub(super) enum MetaValue {
+pub(super) enum IndexMetaValue {
     Text(String),
     Nat(u64),
 }
 
 /// What an index scan returns besides the pairs: `metadata`, if present.
 pub(super) struct ScannedIndex {
-    pub metadata: Option<BTreeMap<String, MetaValue>>,
+    pub metadata: Option<BTreeMap<String, IndexMetaValue>>,
 }
 
 /// Scans an index `{"metadata": {..}, "weight_map": {"tensor": "file", ..}}`
@@ -531,7 +531,7 @@ impl<'a> Scanner<'a> {
     }
 
     /// An index's `metadata` object of strings and naturals.
-    fn index_metadata(&mut self) -> Option<BTreeMap<String, MetaValue>> {
+    fn index_metadata(&mut self) -> Option<BTreeMap<String, IndexMetaValue>> {
         let mut map = BTreeMap::new();
         self.expect(b'{')?;
         if self.eat(b'}') {
@@ -542,9 +542,9 @@ impl<'a> Scanner<'a> {
             self.expect(b':')?;
             self.skip_space();
             let value = if self.bytes().get(self.at) == Some(&b'"') {
-                MetaValue::Text(self.string()?.to_owned())
+                IndexMetaValue::Text(self.string()?.to_owned())
             } else {
-                MetaValue::Nat(self.natural()?)
+                IndexMetaValue::Nat(self.natural()?)
             };
             map.insert(key.to_owned(), value);
             if self.eat(b'}') {

@@ -13,8 +13,12 @@ pub trait ByteSource: std::fmt::Debug + Send + Sync {
     /// checkpoint's folder.
     ///
     /// # Errors
-    /// One line saying why the bytes could not be read.
-    fn read_at(&self, file: &str, range: std::ops::Range<u64>) -> Result<Vec<u8>, String>;
+    /// The source's own error (a request that failed), as it is.
+    fn read_at(
+        &self,
+        file: &str,
+        range: std::ops::Range<u64>,
+    ) -> Result<Vec<u8>, Box<dyn std::error::Error + Send + Sync>>;
 
     /// The revision the files are read at, when the source has one (a Hub
     /// commit).
@@ -75,7 +79,7 @@ impl ShardBytes {
             return source.read_at(&self.file, range).map_err(|reason| {
                 CheckpointError::Unreadable {
                     path: self.path.clone(),
-                    reason,
+                    reason: reason.to_string(),
                 }
             });
         }

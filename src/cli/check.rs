@@ -10,9 +10,9 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::checkpoint::check::{Finding, Severity, check_headers};
+use crate::checkpoint::check::{Diagnostic, Severity, check_headers};
 use crate::units::{human_bytes, printable};
-use crate::weights::{MlxNative, ValueScan, Weights, scan_values};
+use crate::weights::{MlxLoader, ValueScan, Weights, scan_values};
 
 /// What `weightscope check` was asked for.
 #[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
@@ -33,7 +33,7 @@ pub struct CheckReport {
     /// The checkpoint checked.
     pub path: String,
     /// Every finding, errors first.
-    pub findings: Vec<Finding>,
+    pub findings: Vec<Diagnostic>,
     /// Findings of severity error.
     pub errors: usize,
     /// Findings of severity warning.
@@ -65,7 +65,7 @@ pub struct ValuesSummary {
 impl CheckReport {
     /// A report of `findings` (sorted errors first here).
     #[must_use]
-    pub fn new(path: &Path, mut findings: Vec<Finding>, values: Option<&ValueScan>) -> Self {
+    pub fn new(path: &Path, mut findings: Vec<Diagnostic>, values: Option<&ValueScan>) -> Self {
         findings.sort_by_key(|f| f.severity);
         let count = |s: Severity| findings.iter().filter(|f| f.severity == s).count();
         Self {
@@ -109,7 +109,7 @@ pub fn run(args: &CheckArgs) -> Result<CheckReport, super::CliError> {
     if args.values {
         // A shard MLX cannot load (a dtype it refuses) is a finding: the
         // header findings still stand.
-        let mut weights = match Weights::open_with(checkpoint, MlxNative) {
+        let mut weights = match Weights::open_with(checkpoint, MlxLoader) {
             Ok(weights) => weights,
             Err(err) => {
                 findings.push(crate::checkpoint::check::finding(
@@ -212,7 +212,7 @@ pub fn main(args: &CheckArgs) -> u8 {
     let report = match run(args) {
         Ok(report) => report,
         Err(err) => {
-            super::say(format_args!("{err}"));
+            super::stderr_line(format_args!("{err}"));
             return super::BAD_INPUT;
         }
     };

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use crate::units::human_bytes;
 use crate::units::printable;
-use crate::weights::{DiffReport, MlxNative, ViewChoice, Weights, snr_text};
+use crate::weights::{DiffReport, MlxLoader, ViewChoice, Weights, snr_text};
 
 use super::CliError;
 
@@ -48,7 +48,7 @@ fn open_side(path: &std::path::Path, choice: &ViewChoice) -> Result<Weights, Cli
     if let Some(&problem) = checkpoint.fatal_problems().first() {
         return Err(problem.clone().into());
     }
-    let mut weights = Weights::open_with(checkpoint, MlxNative)?;
+    let mut weights = Weights::open_with(checkpoint, MlxLoader)?;
     weights.install_choice(choice)?;
     Ok(weights)
 }
@@ -356,7 +356,7 @@ pub fn main(args: &DiffArgs) -> u8 {
     // SIGINT, SIGTERM, SIGHUP: the diff stops after the tensor at hand and
     // prints what it compared, marked as cut short.
     if let Err(err) = super::signals::watch(true, |_| {}) {
-        super::say(format_args!("cannot catch termination signals: {err}"));
+        super::stderr_line(format_args!("cannot catch termination signals: {err}"));
     }
     if let Some(name) = &args.tensor {
         return tensor_main(args, name);
@@ -364,7 +364,7 @@ pub fn main(args: &DiffArgs) -> u8 {
     let report = match run(args, &super::signals::CUT_SHORT) {
         Ok(report) => report,
         Err(err) => {
-            super::say(format_args!("{err}"));
+            super::stderr_line(format_args!("{err}"));
             return super::BAD_INPUT;
         }
     };
@@ -379,7 +379,7 @@ pub fn main(args: &DiffArgs) -> u8 {
     };
     drop(out);
     if let Some(signal) = super::signals::received() {
-        super::say(format_args!(
+        super::stderr_line(format_args!(
             "the diff was cut short by {}; the report above covers the tensors compared before it",
             super::signals::name(signal)
         ));
@@ -396,7 +396,7 @@ fn tensor_main(args: &DiffArgs, name: &str) -> u8 {
     let detail = match run_tensor(args, name) {
         Ok(d) => d,
         Err(err) => {
-            super::say(format_args!("{err}"));
+            super::stderr_line(format_args!("{err}"));
             return super::BAD_INPUT;
         }
     };

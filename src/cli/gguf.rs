@@ -461,7 +461,7 @@ pub fn main(path: &Path, json: bool) -> u8 {
     let (header, file_bytes) = match read {
         Ok(read) => read,
         Err(err) => {
-            super::say(format_args!(
+            super::stderr_line(format_args!(
                 "{}: {err}",
                 printable(&path.display().to_string())
             ));

@@ -789,19 +789,19 @@ pub fn main(args: &InspectArgs) -> u8 {
     let checkpoint = match super::open_checkpoint(path) {
         Ok(checkpoint) => checkpoint,
         Err(err) => {
-            super::say(format_args!("{err}"));
+            super::stderr_line(format_args!("{err}"));
             return super::BAD_INPUT;
         }
     };
     let fatal = checkpoint.fatal_problems();
     if !fatal.is_empty() {
         for problem in fatal {
-            super::say(format_args!("{problem}"));
+            super::stderr_line(format_args!("{problem}"));
         }
         return super::BAD_INPUT;
     }
     for problem in checkpoint.problems() {
-        super::say(format_args!("warning: {problem}"));
+        super::stderr_line(format_args!("warning: {problem}"));
     }
     // A GGUF file on the Hub or at a URL: the same report as a local one.
     if let Some(header) = checkpoint.gguf_header() {

@@ -296,7 +296,7 @@ fn device(json: bool) -> u8 {
             output_status(written).map_or_else(|code| code, |()| 0)
         }
         Err(err) => {
-            say(format_args!("{err}"));
+            stderr_line(format_args!("{err}"));
             1
         }
     }
@@ -341,7 +341,7 @@ fn output_status(written: std::io::Result<()>) -> Result<(), u8> {
         Ok(()) => Ok(()),
         Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
         Err(err) => {
-            say(format_args!("cannot write the output: {err}"));
+            stderr_line(format_args!("cannot write the output: {err}"));
             Err(1)
         }
     }
@@ -391,7 +391,7 @@ pub enum ArgError {
 /// Exit status for bad input or usage (the CLI contract).
 pub const BAD_INPUT: u8 = 2;
 
-pub use crate::units::say;
+pub use crate::units::stderr_line;
 
 /// Ends the process with `code`: a probe folder a recorder thread still
 /// holds (the window closed while recording) is removed first, then the
@@ -431,7 +431,7 @@ pub fn apply_env_limits() -> Result<(), u8> {
             .ok_or_else(|| format!("WEIGHTSCOPE_MEMORY_LIMIT=`{text}` is not a size such as 8G"))
             .and_then(|bytes| crate::mlx::set_memory_limit(bytes).map_err(|e| e.to_string()));
         if let Err(err) = set {
-            say(format_args!("{err}"));
+            stderr_line(format_args!("{err}"));
             return Err(BAD_INPUT);
         }
     }
@@ -443,7 +443,7 @@ pub fn apply_env_limits() -> Result<(), u8> {
             .ok_or_else(|| format!("WEIGHTSCOPE_CACHE_LIMIT=`{text}` is not a size such as 1G"))
             .and_then(|bytes| crate::mlx::set_cache_limit(bytes).map_err(|e| e.to_string()));
         if let Err(err) = set {
-            say(format_args!("{err}"));
+            stderr_line(format_args!("{err}"));
             return Err(BAD_INPUT);
         }
     }

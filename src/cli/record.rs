@@ -748,7 +748,7 @@ fn write_files_and_findings(r: &Recording, out: &mut dyn Write) -> std::io::Resu
 #[must_use]
 pub fn main(args: &RecordArgs) -> u8 {
     if let Err(err) = check_outputs(args) {
-        super::say(format_args!("{err}"));
+        super::stderr_line(format_args!("{err}"));
         return super::BAD_INPUT;
     }
     let control = crate::profile::record::RecordControl::new();
@@ -758,29 +758,29 @@ pub fn main(args: &RecordArgs) -> u8 {
     // then what was seen is written. Attached, the recording just ends.
     let forward = control.clone();
     if let Err(err) = super::signals::watch(false, move |signal| forward.forward(signal)) {
-        super::say(format_args!("cannot catch termination signals: {err}"));
+        super::stderr_line(format_args!("cannot catch termination signals: {err}"));
     }
     let journal = match open_journal(args) {
         Ok(journal) => journal,
         Err(err) => {
-            super::say(format_args!("{err}"));
+            super::stderr_line(format_args!("{err}"));
             return super::BAD_INPUT;
         }
     };
     let (recording, journal) = match run(args, &control, journal) {
         Ok(done) => done,
         Err(err) => {
-            super::say(format_args!("{err}"));
+            super::stderr_line(format_args!("{err}"));
             return super::BAD_INPUT;
         }
     };
     let _ = write_summary(&recording, &mut std::io::stderr().lock());
     let saved = save(&recording, args, journal.as_ref());
     if let Err(err) = &saved {
-        super::say(format_args!("{err}"));
+        super::stderr_line(format_args!("{err}"));
     }
     if let Some(signal) = super::signals::received() {
-        super::say(format_args!(
+        super::stderr_line(format_args!(
             "the recording was cut short by {} (passed on to the job); what was seen is written",
             super::signals::name(signal)
         ));

@@ -21,15 +21,23 @@ pub struct ReportArgs {
 ///
 /// # Errors
 /// A line naming the file: unreadable, not a trace, or a walk's trace.
-pub fn load(args: &ReportArgs) -> Result<Recording, String> {
-    let trace = Trace::load(&args.trace).map_err(|e| e.to_string())?;
+pub fn load(args: &ReportArgs) -> Result<Recording, ReportError> {
+    let trace = Trace::load(&args.trace)?;
     if trace.job.is_none() {
-        return Err(format!(
-            "{}: a walk's trace, not a recording (open it in the window to see it)",
-            args.trace.display()
-        ));
+        return Err(ReportError::NotARecording(args.trace.clone()));
     }
     Ok(Recording::from_trace(trace))
+}
+
+/// Why `report` has nothing to say.
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    /// The file is not a trace (or cannot be read).
+    #[error(transparent)]
+    Trace(#[from] crate::profile::TraceError),
+    /// A walk's trace: no job was recorded in it.
+    #[error("{}: a walk's trace, not a recording (open it in the window to see it)", .0.display())]
+    NotARecording(std::path::PathBuf),
 }
 
 /// Prints the summary; exit 0, or 2 when the file is not a recording.
@@ -38,7 +46,7 @@ pub fn main(args: &ReportArgs) -> u8 {
     let recording = match load(args) {
         Ok(r) => r,
         Err(err) => {
-            super::say(format_args!("{err}"));
+            super::stderr_line(format_args!("{err}"));
             return super::BAD_INPUT;
         }
     };

@@ -310,7 +310,7 @@ pub fn main(args: &TensorArgs) -> u8 {
     let checkpoint = match super::open_checkpoint(path) {
         Ok(checkpoint) => checkpoint,
         Err(err) => {
-            super::say(format_args!("{err}"));
+            super::stderr_line(format_args!("{err}"));
             return super::BAD_INPUT;
         }
     };
@@ -318,27 +318,32 @@ pub fn main(args: &TensorArgs) -> u8 {
     if checkpoint.tensor(name).is_none() {
         let problems = checkpoint.fatal_problems();
         if let Some(problem) = problems.first() {
-            super::say(format_args!("{problem}"));
+            super::stderr_line(format_args!("{problem}"));
         } else {
             let names = checkpoint
                 .tensors()
                 .iter()
                 .map(crate::checkpoint::TensorRef::name);
             match super::closest(name, names) {
-                Some(close) => super::say(format_args!(
+                Some(close) => super::stderr_line(format_args!(
                     "no tensor named `{name}` (did you mean `{close}`?): {}",
                     path.display()
                 )),
-                None => super::say(format_args!("no tensor named `{name}`: {}", path.display())),
+                None => {
+                    super::stderr_line(format_args!(
+                        "no tensor named `{name}`: {}",
+                        path.display()
+                    ));
+                }
             }
         }
         return super::BAD_INPUT;
     }
     let mut weights =
-        match crate::weights::Weights::open_with(checkpoint, crate::weights::MlxNative) {
+        match crate::weights::Weights::open_with(checkpoint, crate::weights::MlxLoader) {
             Ok(weights) => weights,
             Err(err) => {
-                super::say(format_args!("{err}"));
+                super::stderr_line(format_args!("{err}"));
                 return super::BAD_INPUT;
             }
         };
@@ -372,7 +377,7 @@ pub fn main(args: &TensorArgs) -> u8 {
                 }
             }
             Err(err) => {
-                super::say(format_args!("tensor `{name}`: {err}"));
+                super::stderr_line(format_args!("tensor `{name}`: {err}"));
                 return 1;
             }
         }

@@ -13,7 +13,7 @@ use crate::memory::{MachineMemory, Policy};
 use crate::mlx;
 use crate::profile::{self, Finding, Recorded, Sampler, Trace, TraceEvent, Transform, WalkOutcome};
 use crate::units::human_bytes;
-use crate::weights::{MlxNative, Weights};
+use crate::weights::{MlxLoader, Weights};
 
 /// What `weightscope walk` was asked for.
 #[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
@@ -103,7 +103,7 @@ pub fn run(args: &WalkArgs, cancel: &AtomicBool) -> Result<WalkReport, WalkError
     if let Some(limit) = args.cache_limit {
         mlx::set_cache_limit(limit).map_err(|e| WalkError::Failed(e.to_string()))?;
     }
-    let mut weights = Weights::open_with(checkpoint, MlxNative)
+    let mut weights = Weights::open_with(checkpoint, MlxLoader)
         .map_err(|e| WalkError::BadInput(e.to_string()))?;
     let sampler = Sampler::spawn(args.interval, || {})
         .map_err(|e| WalkError::Failed(format!("cannot start the memory sampler: {e}")))?;
@@ -317,22 +317,22 @@ impl WalkReport {
 #[must_use]
 pub fn main(args: &WalkArgs) -> u8 {
     if let Err(err) = check_outputs(args) {
-        super::say(format_args!("{err}"));
+        super::stderr_line(format_args!("{err}"));
         return super::BAD_INPUT;
     }
     // SIGINT, SIGTERM, SIGHUP: the walk stops after the tensor at hand and
     // what it recorded is written and printed.
     if let Err(err) = super::signals::watch(true, |_| {}) {
-        super::say(format_args!("cannot catch termination signals: {err}"));
+        super::stderr_line(format_args!("cannot catch termination signals: {err}"));
     }
     let report = match run(args, &super::signals::CUT_SHORT) {
         Ok(report) => report,
         Err(WalkError::BadInput(err)) => {
-            super::say(format_args!("{err}"));
+            super::stderr_line(format_args!("{err}"));
             return super::BAD_INPUT;
         }
         Err(WalkError::Failed(err)) => {
-            super::say(format_args!("{err}"));
+            super::stderr_line(format_args!("{err}"));
             return 1;
         }
     };
@@ -350,11 +350,11 @@ pub fn main(args: &WalkArgs) -> u8 {
     drop(out);
     if let Err(errors) = &saved {
         for err in errors {
-            super::say(format_args!("{err}"));
+            super::stderr_line(format_args!("{err}"));
         }
     }
     if let Some(signal) = super::signals::received() {
-        super::say(format_args!(
+        super::stderr_line(format_args!(
             "the walk was cut short by {} after {} of {} tensors; what it recorded is above{}",
             super::signals::name(signal),
             report.outcome.steps_done,
@@ -374,7 +374,7 @@ pub fn main(args: &WalkArgs) -> u8 {
         return 1;
     }
     if let Some(error) = &report.outcome.error {
-        super::say(format_args!("the walk stopped: {error}"));
+        super::stderr_line(format_args!("the walk stopped: {error}"));
         return 1;
     }
     0

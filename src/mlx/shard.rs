@@ -24,8 +24,12 @@ pub struct ShardMap {
     through: Option<Through>,
 }
 
+/// Why bytes could not be read: the reader's own error (a checkpoint's
+/// `CheckpointError`, naming the file), kept as it is.
+pub type ReadError = Box<dyn std::error::Error + Send + Sync>;
+
 /// Reads the bytes in a range of offsets of the file, or says why not.
-pub type ReadBytes = Box<dyn Fn(std::ops::Range<u64>) -> Result<Vec<u8>, String> + Send>;
+pub type ReadBytes = Box<dyn Fn(std::ops::Range<u64>) -> Result<Vec<u8>, ReadError> + Send>;
 
 /// A tensor to read through: how to make an MLX array of its bytes.
 #[derive(Debug, Clone)]
@@ -115,7 +119,7 @@ impl ShardMap {
                 "{name}: {dtype} values are not decoded yet (MLX's loader refuses them too)"
             )));
         }
-        let bytes = (through.read)(stored.bytes.clone()).map_err(failed)?;
+        let bytes = (through.read)(stored.bytes.clone()).map_err(|e| failed(e.to_string()))?;
         if bytes.len() as u64 != stored.bytes.end - stored.bytes.start {
             return Err(failed(format!(
                 "{name}: {} bytes came of {}",

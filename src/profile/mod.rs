@@ -6,8 +6,11 @@
 //! after it and with what its shard holds by the Weights core's bookkeeping.
 
 mod findings;
+pub mod held;
+mod job_end;
 pub mod record;
 mod sampler;
+pub mod stacks;
 mod timeline;
 mod trace;
 mod walk;
@@ -20,5 +23,5 @@ pub use trace::{
     TRACE_VERSION, Trace, TraceError, TraceEvent, residency_steps, resident_at,
 };
 pub use walk::{
-    PlannedShard, Q4_GROUP_SIZE, Recorded, Transform, WalkError, WalkOutcome, WalkPlan, walk,
+    PlannedShard, Q4_GROUP_SIZE, Recorded, Transform, WalkOutcome, WalkPlan, WalkStopped, walk,
 };

@@ -92,7 +92,7 @@ pub struct JobInfo {
     /// What the recorder knew when the job ended (none in a journal cut
     /// short, or a trace of an older version).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ended: Option<super::record::JobEnd>,
+    pub ended: Option<super::job_end::JobEnd>,
 }
 
 /// Samples and events of one run, with what it was.
@@ -124,7 +124,7 @@ pub struct Trace {
     pub samples: Vec<Sample>,
     /// A recorded job's Python stacks (JSON only; the CSV form has none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub stacks: Option<super::record::stacks::TraceStacks>,
+    pub stacks: Option<super::stacks::TraceStacks>,
     /// A journal (`.jsonl`) that ended without its last line: the recorder
     /// was killed (or the machine stopped) before the job ended.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -752,14 +752,14 @@ enum JournalRow {
     Frame {
         id: u32,
         #[serde(flatten)]
-        frame: super::record::stacks::Frame,
+        frame: super::stacks::Frame,
     },
     Stack {
         id: u32,
         frames: Vec<u32>,
     },
     Probe {
-        sample: super::record::stacks::StackSample,
+        sample: super::stacks::StackSample,
     },
     Rank {
         pid: u32,
@@ -767,7 +767,7 @@ enum JournalRow {
     },
     /// A held-by walk of a probe (who held MLX memory then).
     Held {
-        walk: super::record::held::HeldWalk,
+        walk: super::held::HeldWalk,
     },
     /// The last line: the run ended (the job's status, when it had one, and
     /// what the recorder knew then).
@@ -775,7 +775,7 @@ enum JournalRow {
         #[serde(default)]
         exit_code: Option<i32>,
         #[serde(default)]
-        ended: Option<super::record::JobEnd>,
+        ended: Option<super::job_end::JobEnd>,
     },
 }
 
@@ -848,8 +848,8 @@ impl Journal {
     }
 
     /// A frame, stack, probe sample or rank from the job's probes.
-    pub fn stacks(&mut self, update: &super::record::stacks::StackUpdate) {
-        use super::record::stacks::StackUpdate;
+    pub fn stacks(&mut self, update: &super::stacks::StackUpdate) {
+        use super::stacks::StackUpdate;
         let row = match update.clone() {
             StackUpdate::Frame(id, frame) => JournalRow::Frame { id, frame },
             StackUpdate::Stack(id, frames) => JournalRow::Stack { id, frames },
@@ -881,7 +881,7 @@ impl Trace {
     /// # Errors
     /// A line (other than a partial last one) that is not a journal row.
     pub fn from_journal(text: &str) -> Result<Self, CsvError> {
-        use super::record::stacks::{StackUpdate, TraceStacks};
+        use super::stacks::{StackUpdate, TraceStacks};
         fn stacks(trace: &mut Trace, update: StackUpdate) {
             trace
                 .stacks

@@ -14,7 +14,9 @@ use std::time::Instant;
 
 use crate::checkpoint::{Checkpoint, Dtype, ShardId, TensorRef};
 use crate::mlx::{self, Array};
-use crate::weights::{Native, Release, Released, Visitor, Walker, Walking, Weights, WeightsError};
+use crate::weights::{
+    Release, Released, ShardLoader, Visitor, WalkProgress, Walker, Weights, WeightsError,
+};
 
 use crate::memory::{ExpectedPeaks, Mark, MarkKind, Policy, Sample};
 
@@ -138,7 +140,7 @@ pub struct WalkPlan {
 impl WalkPlan {
     /// The plan for walking `weights` (through its view, if any) with `transform`.
     #[must_use]
-    pub fn new<N: Native>(weights: &Weights<N>, transform: Transform) -> Self {
+    pub fn new<N: ShardLoader>(weights: &Weights<N>, transform: Transform) -> Self {
         let mut shards: Vec<PlannedShard> = Vec::new();
         for name in weights.walk_order() {
             let Some(info) = weights.info(&name) else {
@@ -256,14 +258,14 @@ pub struct Recorded {
 /// The tensor whose step stopped a walk, and why.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("{tensor}: {error}")]
-pub struct WalkError {
+pub struct WalkStopped {
     /// The tensor.
     pub tensor: String,
     /// Why (shared: outcomes are cloned into events and traces).
     pub error: std::sync::Arc<WeightsError>,
 }
 
-impl PartialEq for WalkError {
+impl PartialEq for WalkStopped {
     fn eq(&self, other: &Self) -> bool {
         self.tensor == other.tensor && self.error.to_string() == other.error.to_string()
     }
@@ -283,7 +285,7 @@ pub struct WalkOutcome {
     /// Whether it was cancelled.
     pub cancelled: bool,
     /// The error that stopped it, if one did.
-    pub error: Option<WalkError>,
+    pub error: Option<WalkStopped>,
     /// MLX's own peak counter over the walk (reset when it began).
     pub peak_mlx_active_bytes: u64,
     /// The process's peak RSS over the walk (`VmHWM`, reset when it began,
@@ -318,7 +320,7 @@ impl WalkOutcome {
 /// cached is released and MLX's cache cleared first, so the walk starts
 /// from nothing; `cancel` is checked before each tensor. MLX failures stop
 /// the walk and are reported in the outcome.
-pub fn walk<N: Native>(
+pub fn walk<N: ShardLoader>(
     weights: &mut Weights<N>,
     policy: Policy,
     transform: Transform,
@@ -333,7 +335,7 @@ pub fn walk<N: Native>(
         Policy::ReleaseShard => Release::Shard,
     };
     let names: Vec<String> = plan.shards.iter().flat_map(|s| s.names.clone()).collect();
-    let mut visitor = Steps {
+    let mut visitor = ProfileVisitor {
         policy,
         transform,
         shards: plan.shards.len(),
@@ -351,7 +353,7 @@ pub fn walk<N: Native>(
         fresh
     };
     let walked = planned.run(weights, &mut visitor, &mut |_| {});
-    let error = walked.stopped.map(|(tensor, error)| WalkError {
+    let error = walked.stopped.map(|(tensor, error)| WalkStopped {
         tensor,
         error: std::sync::Arc::new(error),
     });
@@ -389,7 +391,7 @@ pub fn walk<N: Native>(
 /// The walk's visitor: reads and transforms each tensor, keeps the outputs
 /// of the shard at hand (all of them under `retain`), records a mark after
 /// each step and release.
-struct Steps<'e> {
+struct ProfileVisitor<'e> {
     policy: Policy,
     transform: Transform,
     shards: usize,
@@ -399,8 +401,8 @@ struct Steps<'e> {
     emit: &'e mut dyn FnMut(Recorded),
 }
 
-impl Steps<'_> {
-    fn record(&mut self, mark: Mark, walking: &mut Walking, done: usize) {
+impl ProfileVisitor<'_> {
+    fn record(&mut self, mark: Mark, walking: &mut WalkProgress, done: usize) {
         let memory = walking.sample();
         (self.emit)(Recorded {
             mark,
@@ -409,14 +411,14 @@ impl Steps<'_> {
         });
     }
 
-    fn failed(&mut self, name: &str, err: &WeightsError, walking: &mut Walking) {
+    fn failed(&mut self, name: &str, err: &WeightsError, walking: &mut WalkProgress) {
         let mark = Mark::new(MarkKind::Error, name).detail(err.to_string());
         self.record(mark, walking, walking.done());
     }
 }
 
-impl<N: Native> Visitor<Weights<N>> for Steps<'_> {
-    fn begin(&mut self, _weights: &mut Weights<N>, walking: &mut Walking) {
+impl<N: ShardLoader> Visitor<Weights<N>> for ProfileVisitor<'_> {
+    fn begin(&mut self, _weights: &mut Weights<N>, walking: &mut WalkProgress) {
         let mark = Mark::new(MarkKind::WalkStart, self.policy.as_str())
             .bytes(self.expected)
             .detail(format!(
@@ -432,7 +434,7 @@ impl<N: Native> Visitor<Weights<N>> for Steps<'_> {
         &mut self,
         weights: &mut Weights<N>,
         name: &str,
-        walking: &mut Walking,
+        walking: &mut WalkProgress,
     ) -> Result<(), WeightsError> {
         // A tensor past MLX's memory limit is refused before the reader
         // streams its bytes from disk (100 GB of them, maybe).
@@ -445,7 +447,7 @@ impl<N: Native> Visitor<Weights<N>> for Steps<'_> {
         &mut self,
         weights: &mut Weights<N>,
         name: &str,
-        walking: &mut Walking,
+        walking: &mut WalkProgress,
     ) -> Result<(), WeightsError> {
         let (bytes, output_bytes, shard) = read_one(weights, name, self.transform, &mut self.kept)
             .inspect_err(|err| self.failed(name, err, walking))?;
@@ -468,7 +470,12 @@ impl<N: Native> Visitor<Weights<N>> for Steps<'_> {
         Ok(())
     }
 
-    fn released(&mut self, weights: &mut Weights<N>, what: Released<'_>, walking: &mut Walking) {
+    fn released(
+        &mut self,
+        weights: &mut Weights<N>,
+        what: Released<'_>,
+        walking: &mut WalkProgress,
+    ) {
         let done = walking.done();
         match what {
             Released::Tensor(name) => {
@@ -504,7 +511,7 @@ impl<N: Native> Visitor<Weights<N>> for Steps<'_> {
 /// Materializes `name`, applies the transform and evaluates its outputs
 /// (kept in `kept`). Returns the source's and the outputs' bytes, and the
 /// source's shard.
-fn read_one<N: Native>(
+fn read_one<N: ShardLoader>(
     weights: &mut Weights<N>,
     name: &str,
     transform: Transform,

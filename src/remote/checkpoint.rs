@@ -366,9 +366,9 @@ impl Checkpoint {
         };
         let (size, header) = remote
             .prefix_with(name, crate::checkpoint::gguf::MAX_HEADER_BYTES, |reader| {
-                crate::checkpoint::gguf::GgufHeader::from_reader(reader).map_err(|e| e.to_string())
+                crate::checkpoint::gguf::GgufHeader::from_reader(reader)
             })
-            .map_err(failed)?;
+            .map_err(|e| failed(e.to_string()))?;
         header.fits(size).map_err(|e| failed(e.to_string()))?;
         let mut checkpoint = Self::from_gguf(header, size, root.to_path_buf(), name.to_owned())?;
         remote.trim_cache();

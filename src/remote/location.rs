@@ -88,7 +88,7 @@ impl Location {
     ///
     /// # Errors
     /// A remote address that names no repo or file, in words.
-    pub fn parse(text: &str, endpoint: &str) -> Option<Result<Self, String>> {
+    pub fn parse(text: &str, endpoint: &str) -> Option<Result<Self, LocationError>> {
         if let Some(rest) = text.strip_prefix("hf://") {
             return Some(parse_hf(rest, endpoint).map(Self::Hub));
         }
@@ -168,7 +168,36 @@ fn segments(path: &str) -> Vec<&str> {
     path.split('/').filter(|s| !s.is_empty()).collect()
 }
 
-fn checked_name(part: &str) -> Result<(), String> {
+/// Why a text that looks like an address names no repo or file.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LocationError {
+    /// A repo's org or name with characters the Hub does not allow.
+    #[error("`{0}` is not a Hub repo name")]
+    BadName(String),
+    /// `.` or `..` in the path inside a repo.
+    #[error("`{0}` in a repo path")]
+    DotInPath(String),
+    /// `hf://spaces/…`.
+    #[error("Spaces hold apps, not checkpoints: hf://ORG/REPO names a model repo")]
+    Space,
+    /// `hf://ORG/REPO@` with nothing after the `@`.
+    #[error("no revision after `@`: {USAGE}")]
+    NoRevision,
+    /// `hf://` alone.
+    #[error("no repo: {USAGE}")]
+    NoRepo,
+    /// More or fewer parts than ORG/REPO.
+    #[error("`{0}` is not ORG/REPO: {USAGE}")]
+    NotOrgRepo(String),
+    /// A URL that is neither a Hub page nor a checkpoint file (shown
+    /// without its query or password).
+    #[error("not a Hub repo address nor a .safetensors or .gguf file: {0}")]
+    NotACheckpoint(String),
+}
+
+const USAGE: &str = "a Hub repo is hf://ORG/REPO[@REVISION][/PATH]";
+
+fn checked_name(part: &str) -> Result<(), LocationError> {
     let ok = !part.is_empty()
         && part != "."
         && part != ".."
@@ -178,24 +207,23 @@ fn checked_name(part: &str) -> Result<(), String> {
     if ok {
         Ok(())
     } else {
-        Err(format!("`{part}` is not a Hub repo name"))
+        Err(LocationError::BadName(part.to_owned()))
     }
 }
 
-fn checked_path(parts: &[&str]) -> Result<String, String> {
+fn checked_path(parts: &[&str]) -> Result<String, LocationError> {
     if let Some(bad) = parts.iter().find(|p| **p == "." || **p == "..") {
-        return Err(format!("`{bad}` in a repo path"));
+        return Err(LocationError::DotInPath((*bad).to_owned()));
     }
     Ok(parts.join("/"))
 }
 
 /// `[datasets/]ORG/REPO[@REV][/PATH]` after `hf://`.
-fn parse_hf(rest: &str, endpoint: &str) -> Result<RepoPath, String> {
-    let usage = "a Hub repo is hf://ORG/REPO[@REVISION][/PATH]";
+fn parse_hf(rest: &str, endpoint: &str) -> Result<RepoPath, LocationError> {
     let (kind, rest) = if let Some(r) = rest.strip_prefix("datasets/") {
         (RepoKind::Dataset, r)
     } else if rest.starts_with("spaces/") {
-        return Err("Spaces hold apps, not checkpoints: hf://ORG/REPO names a model repo".into());
+        return Err(LocationError::Space);
     } else {
         (RepoKind::Model, rest)
     };
@@ -205,14 +233,14 @@ fn parse_hf(rest: &str, endpoint: &str) -> Result<RepoPath, String> {
         let parts = segments(after);
         let take = if parts.first() == Some(&"refs") { 3 } else { 1 };
         if parts.len() < take {
-            return Err(format!("no revision after `@`: {usage}"));
+            return Err(LocationError::NoRevision);
         }
         let revision = percent_decode(&parts[..take].join("/"));
         (repo.to_owned(), Some(revision), parts[take..].to_vec())
     } else {
         let parts = segments(rest);
         if parts.is_empty() {
-            return Err(format!("no repo: {usage}"));
+            return Err(LocationError::NoRepo);
         }
         // ORG/NAME, unless the second part is a file (a legacy one-part
         // repo such as `gpt2/model.safetensors`).
@@ -224,7 +252,7 @@ fn parse_hf(rest: &str, endpoint: &str) -> Result<RepoPath, String> {
     };
     let repo_parts = segments(&repo_part);
     if repo_parts.is_empty() || repo_parts.len() > 2 {
-        return Err(format!("`{repo_part}` is not ORG/REPO: {usage}"));
+        return Err(LocationError::NotOrgRepo(repo_part));
     }
     for part in &repo_parts {
         checked_name(part)?;
@@ -239,7 +267,12 @@ fn parse_hf(rest: &str, endpoint: &str) -> Result<RepoPath, String> {
 }
 
 /// `scheme://host/…`: a Hub page or `resolve` address, else one file.
-fn parse_url(text: &str, scheme: &str, rest: &str, endpoint: &str) -> Result<Location, String> {
+fn parse_url(
+    text: &str,
+    scheme: &str,
+    rest: &str,
+    endpoint: &str,
+) -> Result<Location, LocationError> {
     let (host, path) = rest.split_once('/').unwrap_or((rest, ""));
     let path = path.split(['?', '#']).next().unwrap_or_default();
     let origin = format!("{scheme}://{host}");
@@ -258,15 +291,14 @@ fn parse_url(text: &str, scheme: &str, rest: &str, endpoint: &str) -> Result<Loc
     if is_file_name(path) && !crate::files::has_suffix(path, ".json") {
         Ok(Location::Url(text.to_owned()))
     } else {
-        Err(format!(
-            "not a Hub repo address nor a .safetensors or .gguf file: {}",
-            crate::units::without_password(text.split('?').next().unwrap_or(text))
+        Err(LocationError::NotACheckpoint(
+            crate::units::without_password(text.split('?').next().unwrap_or(text)).into_owned(),
         ))
     }
 }
 
 /// `ORG/REPO`, `ORG/REPO/tree/REV[/PATH]`, `…/blob|resolve/REV/FILE`.
-fn hub_page(parts: &[&str], endpoint: &str) -> Result<Option<RepoPath>, String> {
+fn hub_page(parts: &[&str], endpoint: &str) -> Result<Option<RepoPath>, LocationError> {
     let (kind, parts) = match parts.split_first() {
         Some((&"datasets", rest)) => (RepoKind::Dataset, rest),
         _ => (RepoKind::Model, parts),

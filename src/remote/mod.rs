@@ -18,7 +18,7 @@ pub mod location;
 use std::ops::Range;
 
 pub use http::{Client, Counters, Fetched, HttpError};
-pub use location::{Location, RepoKind, RepoPath, endpoint_from_env, is_address};
+pub use location::{Location, LocationError, RepoKind, RepoPath, endpoint_from_env, is_address};
 
 /// A remote file read from its start, for a parser that reads a header
 /// of unknown length: each read past what was fetched fetches the next
@@ -390,12 +390,12 @@ impl Remote {
     ///
     /// # Errors
     /// A request's failure, or `parse`'s error, in one line.
-    pub fn prefix_with<T>(
+    pub fn prefix_with<T, E: std::fmt::Display>(
         &self,
         file: &str,
         cap: u64,
-        parse: impl FnOnce(&mut RangeReader<'_>) -> Result<T, String>,
-    ) -> Result<(u64, T), String> {
+        parse: impl FnOnce(&mut RangeReader<'_>) -> Result<T, E>,
+    ) -> Result<(u64, T), PrefixError<E>> {
         let kept = self
             .cache
             .as_ref()
@@ -414,12 +414,10 @@ impl Remote {
         };
         let parsed = parse(&mut reader);
         if let Some(err) = reader.failed.take() {
-            return Err(err.message);
+            return Err(PrefixError::Request(err));
         }
-        let parsed = parsed?;
-        let total = reader
-            .total
-            .ok_or("the server did not say the file's size")?;
+        let parsed = parsed.map_err(PrefixError::Parse)?;
+        let total = reader.total.ok_or(PrefixError::NoSize)?;
         if !from_cache && let Some(c) = &self.cache {
             c.put("prefix", &self.in_folder(file), total, &reader.bytes);
         }
@@ -455,8 +453,12 @@ impl Remote {
 }
 
 impl crate::checkpoint::ByteSource for Remote {
-    fn read_at(&self, file: &str, range: Range<u64>) -> Result<Vec<u8>, String> {
-        Remote::read_at(self, file, range).map_err(|e| e.message)
+    fn read_at(
+        &self,
+        file: &str,
+        range: Range<u64>,
+    ) -> Result<Vec<u8>, Box<dyn std::error::Error + Send + Sync>> {
+        Remote::read_at(self, file, range).map_err(Into::into)
     }
 
     fn commit(&self) -> Option<&str> {
@@ -481,9 +483,23 @@ pub fn open_checkpoint(
     {
         let location = location.map_err(|reason| CheckpointError::Unreadable {
             path: std::path::PathBuf::from(crate::units::without_password(text).into_owned()),
-            reason,
+            reason: reason.to_string(),
         })?;
         return Checkpoint::open_remote(location, report);
     }
     Checkpoint::open_reporting(path, report)
+}
+
+/// Why [`Remote::prefix_with`] gave no result.
+#[derive(Debug, thiserror::Error)]
+pub enum PrefixError<E: std::fmt::Display> {
+    /// A request failed (the reader stopped there).
+    #[error("{}", .0.message)]
+    Request(HttpError),
+    /// The bytes read did not parse.
+    #[error("{0}")]
+    Parse(E),
+    /// The server never said how long the file is.
+    #[error("the server did not say the file's size")]
+    NoSize,
 }

@@ -5,16 +5,16 @@
 
 use std::sync::atomic::AtomicBool;
 
-use crate::checkpoint::check::{Finding, finding};
+use crate::checkpoint::check::{Diagnostic, finding};
 use crate::mlx::{self, ValueCounts};
 
-use super::{Native, Progress, Release, Visitor, Walker, Walking, Weights};
+use super::{Progress, Release, ShardLoader, Visitor, WalkProgress, Walker, Weights};
 
 /// What a value scan found.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ValueScan {
-    /// Findings, in walk order.
-    pub findings: Vec<Finding>,
+    /// What the scan found, in walk order.
+    pub findings: Vec<Diagnostic>,
     /// Tensors read.
     pub scanned: usize,
     /// Tensors to read.
@@ -52,7 +52,7 @@ impl ValueScan {
 /// Reads every parameter tensor of `weights` (with its scales) in walk
 /// order, releasing each shard as soon as nothing left needs it; `cancel` is
 /// checked before each tensor.
-pub fn scan_values<N: Native>(
+pub fn scan_values<N: ShardLoader>(
     weights: &mut Weights<N>,
     cancel: &AtomicBool,
     progress: &mut dyn FnMut(Progress),
@@ -65,7 +65,7 @@ pub fn scan_values<N: Native>(
         .map(|s| s.data_bytes)
         .max()
         .unwrap_or(0);
-    let mut findings = Findings(Vec::new());
+    let mut findings = ValueScanVisitor(Vec::new());
     let walked = Walker::new(names, Release::Shard, cancel).with_parts().run(
         weights,
         &mut findings,
@@ -84,14 +84,14 @@ pub fn scan_values<N: Native>(
 
 /// The scan's visitor: counts each tensor's values band by band; a tensor
 /// that cannot be read is a finding, and the scan goes on.
-struct Findings(Vec<Finding>);
+struct ValueScanVisitor(Vec<Diagnostic>);
 
-impl<N: Native> Visitor<Weights<N>> for Findings {
+impl<N: ShardLoader> Visitor<Weights<N>> for ValueScanVisitor {
     fn visit(
         &mut self,
         weights: &mut Weights<N>,
         name: &str,
-        _walking: &mut Walking,
+        _walking: &mut WalkProgress,
     ) -> Result<(), super::WeightsError> {
         if let Err(err) = scan_one(weights, name, &mut self.0) {
             self.0.push(located(
@@ -107,7 +107,7 @@ impl<N: Native> Visitor<Weights<N>> for Findings {
     }
 }
 
-fn located<N: Native>(weights: &Weights<N>, name: &str, mut f: Finding) -> Finding {
+fn located<N: ShardLoader>(weights: &Weights<N>, name: &str, mut f: Diagnostic) -> Diagnostic {
     if let Some(info) = weights.info(name) {
         f.tensor = Some(info.name().to_owned());
         f.file = Some(weights.checkpoint().shard(info.shard()).file.clone());
@@ -115,10 +115,10 @@ fn located<N: Native>(weights: &Weights<N>, name: &str, mut f: Finding) -> Findi
     f
 }
 
-fn scan_one<N: Native>(
+fn scan_one<N: ShardLoader>(
     weights: &mut Weights<N>,
     name: &str,
-    out: &mut Vec<Finding>,
+    out: &mut Vec<Diagnostic>,
 ) -> Result<(), super::WeightsError> {
     let values = weights.bands(name)?;
     let mut counts = ValueCounts::default();

@@ -9,7 +9,7 @@ use crate::checkpoint::{
 };
 use crate::mlx::{self, Array, ByteFloat};
 
-use super::{Native, Weights, WeightsError};
+use super::{ShardLoader, Weights, WeightsError};
 
 /// How the values shown were obtained from the stored bytes, when that is
 /// more than reading them.
@@ -152,7 +152,7 @@ fn fp8_codes(format: Fp8Format) -> ByteFloat {
     }
 }
 
-impl<N: Native> Weights<N> {
+impl<N: ShardLoader> Weights<N> {
     /// How the stored tensor behind canonical `name` is encoded.
     #[must_use]
     pub fn encoding(&self, name: &str) -> Option<Encoding> {
@@ -673,7 +673,7 @@ impl mlx::RowBands for Bands {
     }
 }
 
-impl<N: Native> Weights<N> {
+impl<N: ShardLoader> Weights<N> {
     /// The values of canonical `name` band by band (see [`Bands`]); the
     /// view's fix-up applies to plain tensors.
     ///

@@ -21,8 +21,8 @@ use crate::mlx;
 
 use super::decode::band_rows;
 use super::{
-    Decoding, Native, Pair, Progress, Release, Sides as _, Visitor, Walker, Walking, Weights,
-    WeightsError,
+    Decoding, InStep, Progress, Release, ShardLoader, Visitor, WalkProgress, Walkable as _, Walker,
+    Weights, WeightsError,
 };
 
 /// The changed tensors of one module kind stored one way in B.
@@ -389,10 +389,10 @@ impl DiffReport {
 
 /// Compares every tensor the two sides share, calling `progress` after each;
 /// `cancel` is checked between tensors. The walker walks both sides in step
-/// ([`Pair`]): everything cached on both is released first and MLX's cache
+/// ([`InStep`]): everything cached on both is released first and MLX's cache
 /// cleared, so the peak is the diff's own, and each side's shard goes once
 /// no comparison left needs it.
-pub fn diff<N: Native, M: Native>(
+pub fn diff<N: ShardLoader, M: ShardLoader>(
     a: &mut Weights<N>,
     b: &mut Weights<M>,
     cancel: &AtomicBool,
@@ -440,7 +440,7 @@ pub fn diff<N: Native, M: Native>(
         non_finite: Vec::new(),
         worst: Vec::new(),
     };
-    let mut pair = Pair { a, b };
+    let mut pair = InStep { a, b };
     let walked = Walker::new(common, Release::Shard, cancel)
         .with_parts()
         .run(&mut pair, &mut report, progress);
@@ -455,12 +455,12 @@ pub fn diff<N: Native, M: Native>(
 
 /// The diff's visitor is its report: each tensor compared band by band and
 /// filed as changed, common or failed.
-impl<N: Native, M: Native> Visitor<Pair<'_, N, M>> for DiffReport {
+impl<N: ShardLoader, M: ShardLoader> Visitor<InStep<'_, N, M>> for DiffReport {
     fn visit(
         &mut self,
-        pair: &mut Pair<'_, N, M>,
+        pair: &mut InStep<'_, N, M>,
         name: &str,
-        _walking: &mut Walking,
+        _walking: &mut WalkProgress,
     ) -> Result<(), WeightsError> {
         match compare(pair.a, pair.b, name) {
             Ok(Outcome::Changed(changed)) => self.changed.push(changed),
@@ -502,7 +502,7 @@ enum Outcome {
     Common(Common),
 }
 
-fn compare<N: Native, M: Native>(
+fn compare<N: ShardLoader, M: ShardLoader>(
     a: &mut Weights<N>,
     b: &mut Weights<M>,
     name: &str,
@@ -551,7 +551,11 @@ fn compare<N: Native, M: Native>(
 }
 
 /// The stored dtype of `name`, with how it is decoded.
-fn described_dtype<N: Native>(w: &Weights<N>, name: &str, decoding: Option<&Decoding>) -> String {
+fn described_dtype<N: ShardLoader>(
+    w: &Weights<N>,
+    name: &str,
+    decoding: Option<&Decoding>,
+) -> String {
     let dtype = w.info(name).map_or("?", |i| i.dtype().name());
     match decoding {
         Some(Decoding::Quantized { params, .. }) => format!(
@@ -568,7 +572,7 @@ fn described_dtype<N: Native>(w: &Weights<N>, name: &str, decoding: Option<&Deco
     }
 }
 
-fn largest_shard<N: Native>(weights: &Weights<N>) -> u64 {
+fn largest_shard<N: ShardLoader>(weights: &Weights<N>) -> u64 {
     weights
         .checkpoint()
         .shards()
@@ -679,7 +683,7 @@ fn lcm_rows(a: i32, b: i32) -> i32 {
 ///
 /// # Errors
 /// When a side cannot read the tensor, the shapes differ, or MLX fails.
-pub fn detail<N: Native, M: Native>(
+pub fn detail<N: ShardLoader, M: ShardLoader>(
     a: &mut Weights<N>,
     b: &mut Weights<M>,
     name: &str,

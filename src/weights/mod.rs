@@ -31,14 +31,16 @@ pub use diff::{
     Changed, Common, DiffFailure, DiffReport, GroupError, GroupErrors, KindSummary, PairDetail,
     WORST_GROUPS, detail as diff_detail, diff, module_kind, snr_text,
 };
-pub use native::{MlxNative, Native};
+pub use native::{MlxLoader, ShardLoader};
 pub use preview::{PreviewOptions, QuantMaps, TensorPreview};
 pub use rules::{
     BUILTIN_VIEWS, CompiledView, DropRule, FixupOp, FixupRule, RenameRule, ViewChoice, ViewError,
     ViewInfo, ViewRules,
 };
 pub use view::{Fixup, View};
-pub use walker::{Pair, Progress, Release, Released, Sides, Visitor, Walked, Walker, Walking};
+pub use walker::{
+    InStep, Progress, Release, Released, Visitor, WalkEnd, WalkProgress, Walkable, Walker,
+};
 
 /// How far opening a checkpoint has come.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -159,7 +161,7 @@ fn fingerprint(path: &Path) -> std::io::Result<(u64, std::time::SystemTime)> {
 }
 
 /// A checkpoint opened for reading tensors through MLX.
-pub struct Weights<N: Native = MlxNative> {
+pub struct Weights<N: ShardLoader = MlxLoader> {
     /// Shared with the UI, which lists tensors while this layer owns the arrays.
     checkpoint: Arc<Checkpoint>,
     native: N,
@@ -184,7 +186,7 @@ pub struct Weights<N: Native = MlxNative> {
     fingerprints: Vec<Fingerprint>,
 }
 
-impl Weights<MlxNative> {
+impl Weights<MlxLoader> {
     /// Opens the checkpoint at `path`: parses every header and opens every
     /// shard's native MLX map (lazily: no tensor bytes are read).
     ///
@@ -192,7 +194,7 @@ impl Weights<MlxNative> {
     /// When the headers cannot be read, or MLX cannot open a shard (every
     /// map already opened is released first).
     pub fn open(path: &Path) -> Result<Self, WeightsError> {
-        Self::open_with(crate::remote::open_checkpoint(path, &|_, _| {})?, MlxNative)
+        Self::open_with(crate::remote::open_checkpoint(path, &|_, _| {})?, MlxLoader)
     }
 
     /// [`Weights::open`], calling `report` as headers are parsed and as
@@ -207,7 +209,7 @@ impl Weights<MlxNative> {
         let checkpoint = crate::remote::open_checkpoint(path, &|parsed, total| {
             report(OpenStep::Headers { parsed, total });
         })?;
-        Self::open_with_reporting(checkpoint, MlxNative, report)
+        Self::open_with_reporting(checkpoint, MlxLoader, report)
     }
 
     /// Opens `path` whole and installs the chosen view: the B side of a
@@ -227,13 +229,13 @@ impl Weights<MlxNative> {
                 path: path.to_owned(),
             });
         }
-        let mut weights = Self::open_with(checkpoint, MlxNative)?;
+        let mut weights = Self::open_with(checkpoint, MlxLoader)?;
         weights.install_choice(choice)?;
         Ok(weights)
     }
 }
 
-impl<N: Native> Weights<N> {
+impl<N: ShardLoader> Weights<N> {
     /// Opens every shard of `checkpoint` through `native`. If shard N fails,
     /// the maps of shards 1..N-1 are freed before the error is returned.
     ///
@@ -640,7 +642,7 @@ impl<N: Native> Weights<N> {
     }
 }
 
-impl<N: Native> Drop for Weights<N> {
+impl<N: ShardLoader> Drop for Weights<N> {
     fn drop(&mut self) {
         self.release_all();
     }

@@ -6,8 +6,8 @@ use crate::checkpoint::{Checkpoint, Dtype, ShardId};
 use crate::mlx::{Array, MlxError, ShardMap, Stored};
 
 /// The native MLX calls the Weights core makes. Production uses
-/// [`MlxNative`]; tests wrap it to inject a failure at shard N and count frees.
-pub trait Native {
+/// [`MlxLoader`]; tests wrap it to inject a failure at shard N and count frees.
+pub trait ShardLoader {
     /// Opens shard `shard` of `checkpoint` lazily.
     ///
     /// # Errors
@@ -33,7 +33,7 @@ pub trait Native {
 /// dtypes it reads; otherwise (a remote file, an `F8_E5M2`, `F64` or
 /// sub-byte tensor) each tensor's bytes read into an MLX-owned array.
 #[derive(Debug, Default, Clone, Copy)]
-pub struct MlxNative;
+pub struct MlxLoader;
 
 /// The MLX array type a stored dtype is read as (`None`: MLX's loader
 /// refuses it and its bytes are read as `uint8`).
@@ -74,7 +74,7 @@ fn through_dtype(dtype: Dtype) -> Result<crate::mlx::Dtype, &'static str> {
     }
 }
 
-impl Native for MlxNative {
+impl ShardLoader for MlxLoader {
     fn open_shard(
         &mut self,
         checkpoint: &Checkpoint,
@@ -136,7 +136,11 @@ impl Native for MlxNative {
             })
             .collect();
         let bytes = checkpoint.shard_bytes(shard);
-        let read = Box::new(move |range| bytes.read(range).map_err(|e| e.to_string()));
+        let read = Box::new(move |range| {
+            bytes
+                .read(range)
+                .map_err(|e| -> crate::mlx::ReadError { Box::new(e) })
+        });
         Ok(ShardMap::read_through(s.path.clone(), stored, read))
     }
 }

@@ -6,7 +6,7 @@ use std::time::Instant;
 use crate::checkpoint::Dtype;
 use crate::mlx::{self, ValueSummary};
 
-use super::{Decoding, Native, Weights, WeightsError};
+use super::{Decoding, ShardLoader, Weights, WeightsError};
 use crate::checkpoint::{Encoding, Fp8Tensor};
 
 /// How much of the values a preview copies to the host.
@@ -88,7 +88,7 @@ pub struct QuantMaps {
     pub biases: Option<mlx::Heatmap>,
 }
 
-impl<N: Native> Weights<N> {
+impl<N: ShardLoader> Weights<N> {
     /// Materializes `name` (cached like [`Weights::tensor`]) and summarizes its
     /// values with MLX on the default device. A packed MLX-quantized or
     /// block-scaled FP8 weight is decoded chunk by chunk inside the summary,
@@ -162,7 +162,7 @@ struct Decoded {
     summary_start: Instant,
 }
 
-impl<N: Native> Weights<N> {
+impl<N: ShardLoader> Weights<N> {
     /// Reads `name`'s stored bytes and summarizes its values. Packed and
     /// block-scaled weights are decoded chunk by chunk inside the summary:
     /// the stored bytes are all that is read, and the whole tensor never

@@ -6,7 +6,7 @@
 //! released, MLX's cache cleared, peaks reset), the release policy, waits
 //! for the shard prefetcher, cancel, progress and peak tracking. What a job
 //! does with each tensor is a [`Visitor`]; a new whole-model job is one more
-//! visitor. It walks one checkpoint ([`Weights`]) or two in step ([`Pair`]).
+//! visitor. It walks one checkpoint ([`Weights`]) or two in step ([`InStep`]).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -18,7 +18,7 @@ use crate::memory::{ProcessFigures, Sample, reset_peak_rss};
 use crate::mlx;
 
 use super::prefetch::Prefetcher;
-use super::{Native, Weights, WeightsError};
+use super::{ShardLoader, Weights, WeightsError};
 
 /// What the walker lets go of, and when.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,7 +64,7 @@ pub struct Progress {
 /// The walk in progress, as a visitor sees it: counts, and memory samples
 /// that count toward the walk's peaks.
 #[derive(Debug)]
-pub struct Walking {
+pub struct WalkProgress {
     done: usize,
     total: usize,
     highest_rss: u64,
@@ -72,7 +72,7 @@ pub struct Walking {
     sampled: bool,
 }
 
-impl Walking {
+impl WalkProgress {
     /// Tensors visited so far.
     #[must_use]
     pub fn done(&self) -> usize {
@@ -95,7 +95,7 @@ impl Walking {
     }
 }
 
-impl Walking {
+impl WalkProgress {
     /// MLX's peak active memory and the process's peak RSS over the walk:
     /// the counters where they were reset when it began (never below what
     /// was sampled), else the highest sampled.
@@ -115,7 +115,7 @@ impl Walking {
 
 /// How a walk went.
 #[derive(Debug)]
-pub struct Walked {
+pub struct WalkEnd {
     /// Tensors visited.
     pub done: usize,
     /// Tensors to visit.
@@ -140,7 +140,7 @@ pub struct Walked {
 /// has a default that does nothing.
 pub trait Visitor<S: ?Sized> {
     /// Before the first tensor, with everything released.
-    fn begin(&mut self, _sides: &mut S, _walking: &mut Walking) {}
+    fn begin(&mut self, _sides: &mut S, _walking: &mut WalkProgress) {}
 
     /// Before the prefetcher is waited on for `name`: an error stops the
     /// walk before its bytes are streamed from disk.
@@ -151,7 +151,7 @@ pub trait Visitor<S: ?Sized> {
         &mut self,
         _sides: &mut S,
         _name: &str,
-        _walking: &mut Walking,
+        _walking: &mut WalkProgress,
     ) -> Result<(), WeightsError> {
         Ok(())
     }
@@ -165,11 +165,11 @@ pub trait Visitor<S: ?Sized> {
         &mut self,
         sides: &mut S,
         name: &str,
-        walking: &mut Walking,
+        walking: &mut WalkProgress,
     ) -> Result<(), WeightsError>;
 
     /// After the walker released something (see [`Released`]).
-    fn released(&mut self, _sides: &mut S, _what: Released<'_>, _walking: &mut Walking) {}
+    fn released(&mut self, _sides: &mut S, _what: Released<'_>, _walking: &mut WalkProgress) {}
 
     /// The walk is leaving shard `shard` of the first side (the next tensor
     /// is in another, or there is none), before that shard is released.
@@ -177,7 +177,7 @@ pub trait Visitor<S: ?Sized> {
 }
 
 /// What the walker walks: one checkpoint, or two in step.
-pub trait Sides {
+pub trait Walkable {
     /// Drops every cached array and map.
     fn release_all(&mut self);
     /// Drops the cached array of `name` on every side.
@@ -193,7 +193,7 @@ pub trait Sides {
     fn info(&self, name: &str) -> Option<TensorRef<'_>>;
 }
 
-impl<N: Native> Sides for Weights<N> {
+impl<N: ShardLoader> Walkable for Weights<N> {
     fn release_all(&mut self) {
         Weights::release_all(self);
     }
@@ -228,14 +228,14 @@ impl<N: Native> Sides for Weights<N> {
 }
 
 /// Two checkpoints walked in step (the diff): side 0 is `a`, side 1 `b`.
-pub struct Pair<'a, N: Native, M: Native> {
+pub struct InStep<'a, N: ShardLoader, M: ShardLoader> {
     /// Side A.
     pub a: &'a mut Weights<N>,
     /// Side B.
     pub b: &'a mut Weights<M>,
 }
 
-impl<N: Native, M: Native> Sides for Pair<'_, N, M> {
+impl<N: ShardLoader, M: ShardLoader> Walkable for InStep<'_, N, M> {
     fn release_all(&mut self) {
         self.a.release_all();
         self.b.release_all();
@@ -247,9 +247,9 @@ impl<N: Native, M: Native> Sides for Pair<'_, N, M> {
     }
 
     fn needs(&self, name: &str, parts: bool, out: &mut Vec<(usize, ShardId)>) {
-        Sides::needs(&*self.a, name, parts, out);
+        Walkable::needs(&*self.a, name, parts, out);
         let from = out.len();
-        Sides::needs(&*self.b, name, parts, out);
+        Walkable::needs(&*self.b, name, parts, out);
         for need in &mut out[from..] {
             need.0 = 1;
         }
@@ -257,9 +257,9 @@ impl<N: Native, M: Native> Sides for Pair<'_, N, M> {
 
     fn release_shard(&mut self, side: usize, shard: ShardId) -> u64 {
         if side == 0 {
-            Sides::release_shard(&mut *self.a, 0, shard)
+            Walkable::release_shard(&mut *self.a, 0, shard)
         } else {
-            Sides::release_shard(&mut *self.b, 0, shard)
+            Walkable::release_shard(&mut *self.b, 0, shard)
         }
     }
 
@@ -327,12 +327,12 @@ impl<'c> Walker<'c> {
     /// Walks: releases everything, clears MLX's cache and resets the peaks,
     /// then visits each tensor, releasing as the policy says, and calls
     /// `progress` after each.
-    pub fn run<S: Sides + ?Sized, V: Visitor<S> + ?Sized>(
+    pub fn run<S: Walkable + ?Sized, V: Visitor<S> + ?Sized>(
         self,
         sides: &mut S,
         visitor: &mut V,
         progress: &mut dyn FnMut(Progress),
-    ) -> Walked {
+    ) -> WalkEnd {
         let started = Instant::now();
         let mut left = self.needs(sides);
         sides.release_all();
@@ -342,7 +342,7 @@ impl<'c> Walker<'c> {
         // the highest MLX active sampled is reported instead.
         let mlx_reset = mlx::reset_peak().is_ok();
         let rss_reset = reset_peak_rss();
-        let mut walking = Walking {
+        let mut walking = WalkProgress {
             done: 0,
             total: self.names.len(),
             highest_rss: 0,
@@ -375,7 +375,7 @@ impl<'c> Walker<'c> {
         }
         drop(prefetcher);
         let (peak_mlx_active_bytes, peak_rss_bytes) = walking.peaks(mlx_reset, rss_reset);
-        Walked {
+        WalkEnd {
             done: walking.done,
             total: walking.total,
             cancelled: matches!(end, End::Cancelled),
@@ -392,11 +392,11 @@ impl<'c> Walker<'c> {
 
     /// Before the prefetcher's wait for `name`: the visitor's `ready`, the
     /// wait, and the cancel flag after it.
-    fn wait<S: Sides + ?Sized, V: Visitor<S> + ?Sized>(
+    fn wait<S: Walkable + ?Sized, V: Visitor<S> + ?Sized>(
         &self,
         sides: &mut S,
         visitor: &mut V,
-        walking: &mut Walking,
+        walking: &mut WalkProgress,
         name: &str,
         wait: impl FnOnce(),
     ) -> End {
@@ -411,11 +411,11 @@ impl<'c> Walker<'c> {
     }
 
     /// Visits `names[i]` (unless cancelled), then releases by the policy.
-    fn visit<S: Sides + ?Sized, V: Visitor<S> + ?Sized>(
+    fn visit<S: Walkable + ?Sized, V: Visitor<S> + ?Sized>(
         &self,
         sides: &mut S,
         visitor: &mut V,
-        walking: &mut Walking,
+        walking: &mut WalkProgress,
         i: usize,
         left: &mut HashMap<(usize, ShardId), usize>,
     ) -> End {
@@ -437,11 +437,11 @@ impl<'c> Walker<'c> {
 
     /// After the visit of `names[i]`: releases by the policy and tells the
     /// visitor when the walk leaves a shard.
-    fn after<S: Sides + ?Sized, V: Visitor<S> + ?Sized>(
+    fn after<S: Walkable + ?Sized, V: Visitor<S> + ?Sized>(
         &self,
         sides: &mut S,
         visitor: &mut V,
-        walking: &mut Walking,
+        walking: &mut WalkProgress,
         i: usize,
         left: &mut HashMap<(usize, ShardId), usize>,
     ) {
@@ -482,7 +482,7 @@ impl<'c> Walker<'c> {
     }
 
     /// How many visits still need each `(side, shard)`.
-    fn needs<S: Sides + ?Sized>(&self, sides: &S) -> HashMap<(usize, ShardId), usize> {
+    fn needs<S: Walkable + ?Sized>(&self, sides: &S) -> HashMap<(usize, ShardId), usize> {
         let mut left = HashMap::new();
         if self.release != Release::Shard {
             return left;
@@ -500,7 +500,7 @@ impl<'c> Walker<'c> {
 
     /// The prefetcher over the first side's shards in walk order, and for
     /// each tensor its shard's position in that order and its last byte.
-    fn stream<S: Sides + ?Sized>(
+    fn stream<S: Walkable + ?Sized>(
         &self,
         sides: &S,
     ) -> (Option<Prefetcher>, Vec<Option<(usize, u64)>>) {

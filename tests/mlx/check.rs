@@ -14,18 +14,18 @@ use std::sync::atomic::AtomicBool;
 use common::convert::{Recipe, convert, convert_with, float_model, save, write_config, write_fp8};
 use common::{Tensor, mlx_memory_lock, write_safetensors};
 use serde_json::{Value, json};
-use weightscope::checkpoint::check::{CODES, Finding, Severity, check_headers};
+use weightscope::checkpoint::check::{CODES, Diagnostic, Severity, check_headers};
 use weightscope::checkpoint::{Checkpoint, QuantMode};
 use weightscope::mlx::{self, Array, Dtype};
 use weightscope::weights::{Weights, scan_values};
 
-fn header_findings(dir: &Path) -> Vec<Finding> {
+fn header_findings(dir: &Path) -> Vec<Diagnostic> {
     let checkpoint = Checkpoint::open(dir).expect("opens");
     let summary = checkpoint.summary();
     check_headers(&checkpoint, &summary)
 }
 
-fn value_findings(dir: &Path) -> Vec<Finding> {
+fn value_findings(dir: &Path) -> Vec<Diagnostic> {
     let mut weights = Weights::open(dir).expect("weights");
     let scan = scan_values(&mut weights, &AtomicBool::new(false), &mut |_| {});
     assert_eq!(scan.scanned, scan.total);
@@ -39,8 +39,8 @@ fn value_findings(dir: &Path) -> Vec<Finding> {
 }
 
 /// The one finding of `code`, checked for severity, tensor and file.
-fn expect(findings: &[Finding], code: &str, tensor: Option<&str>, file: Option<&str>) {
-    let found: Vec<&Finding> = findings
+fn expect(findings: &[Diagnostic], code: &str, tensor: Option<&str>, file: Option<&str>) {
+    let found: Vec<&Diagnostic> = findings
         .iter()
         .filter(|f| f.code == code && (tensor.is_none() || f.tensor.as_deref() == tensor))
         .collect();
@@ -59,7 +59,7 @@ fn expect(findings: &[Finding], code: &str, tensor: Option<&str>, file: Option<&
     assert_eq!(f.file.as_deref(), file, "{code}: file");
 }
 
-fn errors(findings: &[Finding]) -> Vec<&Finding> {
+fn errors(findings: &[Diagnostic]) -> Vec<&Diagnostic> {
     findings
         .iter()
         .filter(|f| f.severity == Severity::Error)
@@ -579,12 +579,12 @@ fn a_value_scan_cancelled_between_tensors_stops_and_says_so() {
 
 #[test]
 fn the_worker_honours_a_scan_cancelled_before_it_starts_and_one_jobs_cancel_spares_another() {
-    use weightscope::worker::{CancelToken, Command, EventKind, Worker};
+    use weightscope::worker::{CancelToken, EventKind, Request, Worker};
     let _lock = mlx_memory_lock();
     let dir = broken(Recipe::of(QuantMode::Affine, 4), |_, _| {});
     let worker = Worker::spawn(|| {}).expect("worker");
     worker
-        .send(Command::Open(dir.path().to_path_buf()))
+        .send(Request::Open(dir.path().to_path_buf()))
         .expect("send");
     assert!(matches!(
         worker.recv().expect("event").kind,
@@ -594,10 +594,10 @@ fn the_worker_honours_a_scan_cancelled_before_it_starts_and_one_jobs_cancel_spar
     early.cancel();
     let other = CancelToken::new();
     worker
-        .send(Command::ScanValues { cancel: early })
+        .send(Request::ScanValues { cancel: early })
         .expect("send");
     worker
-        .send(Command::ScanValues {
+        .send(Request::ScanValues {
             cancel: other.clone(),
         })
         .expect("send");

@@ -13,7 +13,7 @@ use weightscope::memory::{Policy, process_rss_bytes};
 use weightscope::mlx;
 use weightscope::profile::Transform;
 use weightscope::weights::{ViewChoice, Weights, diff};
-use weightscope::worker::{CancelToken, Command, Event, EventKind, Worker};
+use weightscope::worker::{CancelToken, Event, EventKind, Request, Worker};
 
 const MIB: usize = 1 << 20;
 
@@ -40,7 +40,7 @@ fn recv(worker: &Worker) -> Event {
 
 fn materialize(worker: &Worker, name: &str) -> Result<(), String> {
     worker
-        .send(Command::Materialize(name.to_owned()))
+        .send(Request::Materialize(name.to_owned()))
         .expect("send");
     match recv(worker).kind {
         EventKind::Materialized(_) => Ok(()),
@@ -56,7 +56,7 @@ fn a_shard_truncated_rewritten_or_deleted_after_opening_is_an_error_not_a_crash(
     write_model(dir.path(), 4, 2);
     let worker = Worker::spawn(|| {}).expect("worker");
     worker
-        .send(Command::Open(dir.path().to_path_buf()))
+        .send(Request::Open(dir.path().to_path_buf()))
         .expect("send");
     assert!(matches!(recv(&worker).kind, EventKind::Opened { .. }));
 
@@ -98,7 +98,7 @@ fn a_shard_truncated_rewritten_or_deleted_after_opening_is_an_error_not_a_crash(
 
     // The next click on an untouched shard works.
     materialize(&worker, "layers.3.w1").expect("an untouched shard still materializes");
-    worker.send(Command::Close).expect("send");
+    worker.send(Request::Close).expect("send");
     assert!(matches!(recv(&worker).kind, EventKind::Closed));
 }
 
@@ -109,12 +109,12 @@ fn materializing_past_the_memory_limit_is_refused_and_the_next_click_works() {
     write_model(dir.path(), 2, 2);
     let worker = Worker::spawn(|| {}).expect("worker");
     worker
-        .send(Command::Open(dir.path().to_path_buf()))
+        .send(Request::Open(dir.path().to_path_buf()))
         .expect("send");
     assert!(matches!(recv(&worker).kind, EventKind::Opened { .. }));
     let before = mlx::memory().expect("memory").limit_bytes;
     let tight = mlx::memory().expect("memory").active_bytes + (MIB as u64) / 2;
-    worker.send(Command::SetMemoryLimit(tight)).expect("send");
+    worker.send(Request::SetMemoryLimit(tight)).expect("send");
     assert!(matches!(
         recv(&worker).kind,
         EventKind::MemoryLimitSet { .. }
@@ -126,7 +126,7 @@ fn materializing_past_the_memory_limit_is_refused_and_the_next_click_works() {
         0,
         "nothing was read"
     );
-    worker.send(Command::SetMemoryLimit(before)).expect("send");
+    worker.send(Request::SetMemoryLimit(before)).expect("send");
     assert!(matches!(
         recv(&worker).kind,
         EventKind::MemoryLimitSet { .. }
@@ -134,11 +134,11 @@ fn materializing_past_the_memory_limit_is_refused_and_the_next_click_works() {
     materialize(&worker, "layers.0.w0").expect("works under the old limit");
     // A walk under a tight limit stops with the error and says so.
     worker
-        .send(Command::SetMemoryLimit(tight + (MIB as u64)))
+        .send(Request::SetMemoryLimit(tight + (MIB as u64)))
         .expect("send");
     let _ = recv(&worker);
     worker
-        .send(Command::Walk {
+        .send(Request::Walk {
             policy: Policy::Retain,
             transform: Transform::None,
             cancel: CancelToken::new(),
@@ -156,9 +156,9 @@ fn materializing_past_the_memory_limit_is_refused_and_the_next_click_works() {
             .is_some_and(|e| e.to_string().contains("memory limit")),
         "{outcome:?}"
     );
-    worker.send(Command::SetMemoryLimit(before)).expect("send");
+    worker.send(Request::SetMemoryLimit(before)).expect("send");
     let _ = recv(&worker);
-    worker.send(Command::Close).expect("send");
+    worker.send(Request::Close).expect("send");
     let _ = recv(&worker);
     common::assert_all_freed();
 }
@@ -225,7 +225,7 @@ fn a_full_session_writes_nothing_in_the_model_folder() {
 
     let worker = Worker::spawn(|| {}).expect("worker");
     worker
-        .send(Command::Open(dir.path().to_path_buf()))
+        .send(Request::Open(dir.path().to_path_buf()))
         .expect("send");
     let _ = recv(&worker);
     for name in &names {
@@ -233,7 +233,7 @@ fn a_full_session_writes_nothing_in_the_model_folder() {
     }
     for policy in Policy::ALL {
         worker
-            .send(Command::Walk {
+            .send(Request::Walk {
                 policy,
                 transform: Transform::Q4,
                 cancel: CancelToken::new(),
@@ -242,16 +242,16 @@ fn a_full_session_writes_nothing_in_the_model_folder() {
         while !matches!(recv(&worker).kind, EventKind::WalkFinished(_)) {}
     }
     worker
-        .send(Command::Diff {
+        .send(Request::Diff {
             other: dir.path().to_path_buf(),
             view: ViewChoice::Identity,
             cancel: CancelToken::new(),
         })
         .expect("send");
     while !matches!(recv(&worker).kind, EventKind::DiffFinished(_)) {}
-    worker.send(Command::ReleaseAll).expect("send");
+    worker.send(Request::ReleaseAll).expect("send");
     let _ = recv(&worker);
-    worker.send(Command::Close).expect("send");
+    worker.send(Request::Close).expect("send");
     let _ = recv(&worker);
     drop(worker);
     // A trace exported elsewhere by the walk command, on the same folder.
@@ -286,11 +286,11 @@ fn long_sessions_return_memory() {
     let worker = Worker::spawn(|| {}).expect("worker");
     for cycle in 0..100 {
         worker
-            .send(Command::Open(dir.path().to_path_buf()))
+            .send(Request::Open(dir.path().to_path_buf()))
             .expect("send");
         assert!(matches!(recv(&worker).kind, EventKind::Opened { .. }));
         materialize(&worker, &names[cycle % names.len()]).expect("materialize");
-        worker.send(Command::Close).expect("send");
+        worker.send(Request::Close).expect("send");
         assert!(matches!(recv(&worker).kind, EventKind::Closed));
     }
     assert_eq!(
@@ -301,7 +301,7 @@ fn long_sessions_return_memory() {
 
     // 1,000 rapid materialize/release clicks.
     worker
-        .send(Command::Open(dir.path().to_path_buf()))
+        .send(Request::Open(dir.path().to_path_buf()))
         .expect("send");
     let _ = recv(&worker);
     // Ten clicks ahead of the answers, as a fast hand would be (the
@@ -310,9 +310,9 @@ fn long_sessions_return_memory() {
     for click in 0..1000 {
         let name = &names[(click * 7) % names.len()];
         worker
-            .send(Command::Materialize(name.clone()))
+            .send(Request::Materialize(name.clone()))
             .expect("send");
-        worker.send(Command::Release(name.clone())).expect("send");
+        worker.send(Request::Release(name.clone())).expect("send");
         pending += 2;
         while pending > 20 {
             let event = recv(&worker);
@@ -332,16 +332,16 @@ fn long_sessions_return_memory() {
             event.kind
         );
     }
-    worker.send(Command::ReleaseAll).expect("send");
+    worker.send(Request::ReleaseAll).expect("send");
     let _ = recv(&worker);
-    worker.send(Command::ClearCache).expect("send");
+    worker.send(Request::ClearCache).expect("send");
     let cleared = recv(&worker);
     assert_eq!(
         cleared.memory.active_bytes, 0,
         "after 1,000 clicks and release all"
     );
     assert_eq!(cleared.memory.cache_bytes, 0);
-    worker.send(Command::Close).expect("send");
+    worker.send(Request::Close).expect("send");
     let _ = recv(&worker);
     drop(worker);
     let _ = mlx::trim_host_heap();

@@ -15,7 +15,7 @@ use weightscope::profile::{
     self, FindingKind, Recorded, Trace, TraceEvent, Transform, WalkOutcome, WalkPlan,
 };
 use weightscope::weights::Weights;
-use weightscope::worker::{CancelToken, Command, EventKind, Worker};
+use weightscope::worker::{CancelToken, EventKind, Request, Worker};
 
 const MIB: u64 = 1 << 20;
 const SHARDS: usize = 8;
@@ -308,14 +308,14 @@ fn the_worker_streams_a_walk_and_cancels_it() {
     write_model(dir.path());
     let worker = Worker::spawn(|| {}).expect("worker");
     worker
-        .send(Command::Open(dir.path().to_path_buf()))
+        .send(Request::Open(dir.path().to_path_buf()))
         .expect("send");
     assert!(matches!(
         worker.recv().expect("event").kind,
         EventKind::Opened { .. }
     ));
     worker
-        .send(Command::Walk {
+        .send(Request::Walk {
             policy: Policy::ReleaseShard,
             transform: Transform::None,
             cancel: CancelToken::new(),
@@ -325,7 +325,7 @@ fn the_worker_streams_a_walk_and_cancels_it() {
     let outcome = loop {
         let event = worker.recv().expect("event");
         match event.kind {
-            EventKind::Walked(recorded) => marks.push(recorded.mark.kind),
+            EventKind::WalkEnd(recorded) => marks.push(recorded.mark.kind),
             EventKind::WalkFinished(outcome) => break outcome,
             other => panic!("unexpected {other:?}"),
         }
@@ -351,7 +351,7 @@ fn the_worker_streams_a_walk_and_cancels_it() {
     let early = CancelToken::new();
     early.cancel();
     worker
-        .send(Command::Walk {
+        .send(Request::Walk {
             policy: Policy::Retain,
             transform: Transform::None,
             cancel: early,
@@ -365,7 +365,7 @@ fn the_worker_streams_a_walk_and_cancels_it() {
     assert!(outcome.cancelled, "cancelled before it started");
     assert_eq!(outcome.steps_done, 0);
 
-    worker.send(Command::Close).expect("send");
+    worker.send(Request::Close).expect("send");
     assert!(matches!(
         worker.recv().expect("event").kind,
         EventKind::Closed

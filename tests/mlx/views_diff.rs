@@ -10,7 +10,7 @@ use std::sync::atomic::AtomicBool;
 use common::mlx_memory_lock;
 use weightscope::mlx::{self, Array};
 use weightscope::weights::{PreviewOptions, ViewChoice, ViewRules, Weights, WeightsError, diff};
-use weightscope::worker::{Command, EventKind, Worker};
+use weightscope::worker::{EventKind, Request, Worker};
 
 fn save(path: &Path, tensors: &[(&str, Array)]) {
     let pairs: Vec<(&str, &Array)> = tensors.iter().map(|(n, a)| (*n, a)).collect();
@@ -236,7 +236,7 @@ fn a_view_file_with_an_error_names_the_line_and_the_rule() {
     // Through the worker: the checkpoint opens without a view and says why.
     let worker = Worker::spawn(|| {}).expect("worker");
     worker
-        .send(Command::OpenWithView(
+        .send(Request::OpenWithView(
             dir.path().to_path_buf(),
             ViewChoice::File(file.clone()),
         ))

@@ -13,7 +13,8 @@ use common::{Tensor, mlx_memory_lock, write_safetensors};
 use weightscope::checkpoint::{Checkpoint, ShardId};
 use weightscope::mlx::{self, Array, MlxError, ShardMap};
 use weightscope::weights::{
-    MlxNative, Native, Release, Released, View, Visitor, Walker, Walking, Weights, WeightsError,
+    MlxLoader, Release, Released, ShardLoader, View, Visitor, WalkProgress, Walker, Weights,
+    WeightsError,
 };
 
 const MIB: u64 = 1024 * 1024;
@@ -108,7 +109,7 @@ struct Failing {
     freed: Arc<Mutex<Vec<PathBuf>>>,
 }
 
-impl Native for Failing {
+impl ShardLoader for Failing {
     fn open_shard(
         &mut self,
         checkpoint: &Checkpoint,
@@ -121,7 +122,7 @@ impl Native for Failing {
                 message: "injected failure".into(),
             });
         }
-        MlxNative.open_shard(checkpoint, shard)
+        MlxLoader.open_shard(checkpoint, shard)
     }
 
     fn free_shard(&mut self, map: ShardMap) {
@@ -263,12 +264,12 @@ struct Ledger {
     left: Vec<ShardId>,
 }
 
-impl<N: Native> Visitor<Weights<N>> for Ledger {
+impl<N: ShardLoader> Visitor<Weights<N>> for Ledger {
     fn visit(
         &mut self,
         weights: &mut Weights<N>,
         name: &str,
-        _walking: &mut Walking,
+        _walking: &mut WalkProgress,
     ) -> Result<(), WeightsError> {
         if name == "s2.t1" {
             return Err(WeightsError::NoTensor("refused by the ledger".into()));
@@ -279,7 +280,12 @@ impl<N: Native> Visitor<Weights<N>> for Ledger {
         Ok(())
     }
 
-    fn released(&mut self, weights: &mut Weights<N>, what: Released<'_>, _walking: &mut Walking) {
+    fn released(
+        &mut self,
+        weights: &mut Weights<N>,
+        what: Released<'_>,
+        _walking: &mut WalkProgress,
+    ) {
         self.released.push(match what {
             Released::Tensor(name) => name.to_owned(),
             Released::Shard { shard, freed, .. } => {

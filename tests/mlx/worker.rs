@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use common::{Tensor, mlx_memory_lock, write_safetensors};
 use weightscope::mlx;
 use weightscope::weights::OpenStep;
-use weightscope::worker::{Command, EventKind, Worker};
+use weightscope::worker::{EventKind, Request, Worker};
 
 const MIB: u64 = 1024 * 1024;
 
@@ -55,14 +55,14 @@ fn commands_in_summaries_out() {
     .expect("spawn");
 
     worker
-        .send(Command::Materialize("s0.t0".into()))
+        .send(Request::Materialize("s0.t0".into()))
         .expect("send");
     assert!(
         matches!(worker.recv().expect("event").kind, EventKind::Failed { error, .. } if error.to_string().contains("no checkpoint"))
     );
 
     worker
-        .send(Command::Open(dir.path().to_path_buf()))
+        .send(Request::Open(dir.path().to_path_buf()))
         .expect("send");
     // Open progress first (headers and maps of two shards), then the answer.
     let (opened, progress) = recv_after_progress(&worker);
@@ -74,7 +74,7 @@ fn commands_in_summaries_out() {
     assert_eq!(opened.memory.active_bytes, base, "opening is lazy");
 
     worker
-        .send(Command::Materialize("s1.t1".into()))
+        .send(Request::Materialize("s1.t1".into()))
         .expect("send");
     let event = worker.recv().expect("event");
     let EventKind::Materialized(preview) = event.kind else {
@@ -88,14 +88,14 @@ fn commands_in_summaries_out() {
     );
 
     worker
-        .send(Command::Materialize("missing".into()))
+        .send(Request::Materialize("missing".into()))
         .expect("send");
     assert!(
         matches!(worker.recv().expect("event").kind, EventKind::Failed { target, .. } if target == "missing")
     );
 
     // The trap and the fix, seen from the UI's side.
-    worker.send(Command::Release("s1.t1".into())).expect("send");
+    worker.send(Request::Release("s1.t1".into())).expect("send");
     let released = worker.recv().expect("event");
     assert!(matches!(released.kind, EventKind::Released(_)));
     assert!(
@@ -103,7 +103,7 @@ fn commands_in_summaries_out() {
         "release alone frees nothing"
     );
     worker
-        .send(Command::ReleaseShard(weightscope::checkpoint::ShardId(1)))
+        .send(Request::ReleaseShard(weightscope::checkpoint::ShardId(1)))
         .expect("send");
     let freed = worker.recv().expect("event");
     assert!(
@@ -117,19 +117,19 @@ fn commands_in_summaries_out() {
         "releasing the shard frees it"
     );
 
-    worker.send(Command::ClearCache).expect("send");
+    worker.send(Request::ClearCache).expect("send");
     let cleared = worker.recv().expect("event");
     assert!(matches!(cleared.kind, EventKind::CacheCleared { .. }));
     assert_eq!(cleared.memory.cache_bytes, 0);
 
     worker
-        .send(Command::Open(dir.path().join("nope")))
+        .send(Request::Open(dir.path().join("nope")))
         .expect("send");
     assert!(
         matches!(worker.recv().expect("event").kind, EventKind::OpenFailed { error, .. } if error.to_string().contains("nope"))
     );
 
-    worker.send(Command::Close).expect("send");
+    worker.send(Request::Close).expect("send");
     assert!(matches!(
         worker.recv().expect("event").kind,
         EventKind::Closed
@@ -151,7 +151,7 @@ fn opening_reports_headers_then_maps_then_opens() {
     }
     let worker = Worker::spawn(|| {}).expect("spawn");
     worker
-        .send(Command::Open(dir.path().to_path_buf()))
+        .send(Request::Open(dir.path().to_path_buf()))
         .expect("send");
     let mut steps = Vec::new();
     loop {

@@ -4,8 +4,8 @@
 use crate::common;
 
 use egui_kittest::Harness;
-use egui_kittest::kittest::Queryable;
-use weightscope::app::{Action, AppCommand, Tab, WeightscopeApp};
+use egui_kittest::kittest::{NodeT, Queryable};
+use weightscope::app::{AppCommand, Dialog, Tab, WeightscopeApp};
 use weightscope::mlx;
 use weightscope::weights::demo;
 
@@ -187,7 +187,7 @@ fn a_path_that_cannot_open_says_why_and_another_can_be_typed() {
     // The dialogs are the shell's job: the UI asks, and explains an empty answer.
     harness.get_by_label("Open checkpoint…").click();
     harness.run();
-    assert_eq!(harness.state_mut().take_actions(), [Action::PickFolder]);
+    assert_eq!(harness.state_mut().take_dialogs(), [Dialog::PickFolder]);
     harness.state_mut().picked(None);
     harness.run();
     harness.get_by_label_contains("type the path above or drop a folder");
@@ -363,8 +363,8 @@ fn the_profiler_walks_finds_the_trap_and_keeps_the_trace() {
     // Dialog actions go to the shell; an empty answer is explained.
     harness.get_by_label("Save trace…").click();
     harness.run();
-    assert_eq!(harness.state_mut().take_actions(), [Action::SaveTrace]);
-    harness.state_mut().picked_for(Action::SaveTrace, None);
+    assert_eq!(harness.state_mut().take_dialogs(), [Dialog::SaveTrace]);
+    harness.state_mut().picked_for(Dialog::SaveTrace, None);
     harness.run();
     harness.get_by_label_contains("No file was chosen");
 
@@ -1657,4 +1657,103 @@ fn a_recording_shows_who_held_its_memory() {
     harness.get_by_label("base");
     harness.get_by_label("counted twice");
     harness.get_by_label("-64.00 MiB");
+}
+
+/// A click anywhere on a tensor's row selects it and shows it: on its
+/// size, on its shape, on the blank space after its name.
+#[test]
+fn every_cell_of_a_row_selects_it() {
+    let _lock = common::mlx_memory_lock();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut harness = harness(open_app(&five_tensors(dir.path())));
+    // The size of b.weight (16 f32 values).
+    harness.get_by_label("64 B").click();
+    settle_preview(&mut harness);
+    assert_eq!(harness.state().selected_tensor(), Some("b.weight"));
+    assert_eq!(harness.state().inspected_name(), Some("b.weight"));
+    // The shape of layers.1.y.
+    harness.get_by_label("[2, 4]").click();
+    settle_preview(&mut harness);
+    assert_eq!(harness.state().selected_tensor(), Some("layers.1.y"));
+    // Blank space in the name cell of c.bias: right of its name, left of
+    // the next column.
+    let name = harness.get_by_label("c.bias").rect();
+    let stored = harness.get_by_label("Stored as").rect();
+    let blank = egui::pos2(f32::midpoint(name.right(), stored.left()), name.center().y);
+    assert!(
+        blank.x > name.right() + 4.0,
+        "no blank space: {name:?} {stored:?}"
+    );
+    harness.hover_at(blank);
+    harness.event(egui::Event::PointerButton {
+        pos: blank,
+        button: egui::PointerButton::Primary,
+        pressed: true,
+        modifiers: egui::Modifiers::NONE,
+    });
+    harness.event(egui::Event::PointerButton {
+        pos: blank,
+        button: egui::PointerButton::Primary,
+        pressed: false,
+        modifiers: egui::Modifiers::NONE,
+    });
+    settle_preview(&mut harness);
+    assert_eq!(harness.state().selected_tensor(), Some("c.bias"));
+    assert_eq!(harness.state().inspected_name(), Some("c.bias"));
+}
+
+/// The palette on the 163-shard layout's 90k names: `mlp` lists the
+/// MLP's tensors first, at least ten rows show at 1400x900, and the row
+/// chosen with the arrows stays in view.
+#[test]
+fn the_palette_finds_what_was_meant_in_the_163_shard_layout() {
+    let _lock = common::mlx_memory_lock();
+    let dir = tempfile::tempdir().expect("tempdir");
+    crate::layout::generate(dir.path());
+    let mut harness = Harness::builder()
+        .with_size(egui::vec2(1400.0, 900.0))
+        .build_ui_state(
+            |ui, app: &mut WeightscopeApp| app.ui(ui),
+            open_app(dir.path()),
+        );
+    harness.run();
+    harness.key_press_modifiers(egui::Modifiers::COMMAND, egui::Key::K);
+    harness.run();
+    harness.get_by_label("Go to").type_text("mlp");
+    harness.run();
+    let screen = egui::Rect::from_min_size(egui::Pos2::ZERO, egui::vec2(1400.0, 900.0));
+    let rows: Vec<(String, egui::Rect)> = harness
+        .get_all_by(|node| node.label().is_some_and(|l| l.starts_with("Tensor: ")))
+        .map(|node| {
+            let label = node.accesskit_node().label().unwrap_or_default();
+            (label, node.rect())
+        })
+        .collect();
+    assert!(rows.len() >= 10, "{} rows listed", rows.len());
+    let shown = rows
+        .iter()
+        .filter(|(_, rect)| screen.contains_rect(*rect))
+        .count();
+    assert!(shown >= 10, "{shown} rows on screen");
+    for (name, _) in &rows {
+        assert!(name.contains(".mlp."), "{name} listed for mlp");
+    }
+    // Down past the rows in view: the chosen row is drawn, on screen.
+    for _ in 0..40 {
+        harness.key_press(egui::Key::ArrowDown);
+    }
+    harness.run();
+    let chosen = harness.state().palette_chosen().expect("a row chosen");
+    assert!(chosen.contains(".mlp."), "{chosen}");
+    assert_ne!(chosen, rows[0].0, "the highlight moved");
+    let rect = harness.get_by_label(&chosen).rect();
+    assert!(screen.contains_rect(rect), "{chosen} off screen: {rect:?}");
+    // And back up to the first: in view again.
+    for _ in 0..40 {
+        harness.key_press(egui::Key::ArrowUp);
+    }
+    harness.run();
+    let first = harness.state().palette_chosen().expect("a row chosen");
+    assert_eq!(first, rows[0].0);
+    assert!(screen.contains_rect(harness.get_by_label(&first).rect()));
 }

@@ -17,7 +17,7 @@ use crate::profile::{self, Finding, Sampler, Timeline, Trace, Transform, WalkOut
 use crate::units::human_bytes;
 use crate::worker::CancelToken;
 
-use super::Action;
+use super::Dialog;
 use super::commands::{AppCommand, CommandSender};
 use super::record::{FormKind, LiveRecording, RecordForm};
 
@@ -868,7 +868,7 @@ impl ProfilerPanel {
                 )
                 .clicked()
             {
-                commands.send(AppCommand::Dialog(Action::SaveTrace));
+                commands.send(AppCommand::Dialog(Dialog::SaveTrace));
             }
             if ui
                 .button("Open trace…")
@@ -877,7 +877,7 @@ impl ProfilerPanel {
                 )
                 .clicked()
             {
-                commands.send(AppCommand::Dialog(Action::OpenTrace));
+                commands.send(AppCommand::Dialog(Dialog::OpenTrace));
             }
             let label = ui.label("Trace path");
             let field = ui.add(

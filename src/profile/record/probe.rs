@@ -380,6 +380,28 @@ pub fn remove_installed() {
     }
 }
 
+impl super::held::HeldWalk {
+    /// A probe's `held` line of process `pid`, arrived at `t_secs`.
+    #[must_use]
+    pub fn from_line(t_secs: f64, pid: u32, line: ProbeLine) -> Self {
+        Self {
+            t_secs,
+            pid,
+            active_bytes: line.active.unwrap_or(0),
+            reached_bytes: line.reached.unwrap_or(0),
+            partial: line.partial.unwrap_or(false),
+            objects: line.objects.unwrap_or(0),
+            millis: line.millis.unwrap_or(0.0),
+            roots: line
+                .roots
+                .unwrap_or_default()
+                .into_iter()
+                .take(64)
+                .collect(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

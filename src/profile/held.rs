@@ -96,26 +96,6 @@ pub struct HeldWalk {
 }
 
 impl HeldWalk {
-    /// A probe's `held` line of process `pid`, arrived at `t_secs`.
-    #[must_use]
-    pub fn from_line(t_secs: f64, pid: u32, line: super::probe::ProbeLine) -> Self {
-        Self {
-            t_secs,
-            pid,
-            active_bytes: line.active.unwrap_or(0),
-            reached_bytes: line.reached.unwrap_or(0),
-            partial: line.partial.unwrap_or(false),
-            objects: line.objects.unwrap_or(0),
-            millis: line.millis.unwrap_or(0.0),
-            roots: line
-                .roots
-                .unwrap_or_default()
-                .into_iter()
-                .take(64)
-                .collect(),
-        }
-    }
-
     /// MLX memory no root reached: held by MLX's graph (arrays not yet
     /// evaluated, or kept by other arrays' computations), or by objects the
     /// walk does not enter (C extensions).

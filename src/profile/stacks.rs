@@ -613,7 +613,7 @@ pub fn line_differences(a: &[LineGrowth], b: &[LineGrowth]) -> Vec<LineDifferenc
 /// first fall after a new high (until then the state is the peak's), so a
 /// long rise costs one copy, not one per sample.
 #[derive(Debug, Default, Clone)]
-struct Ledger {
+struct LineLedger {
     entries: Vec<(Option<usize>, u64)>,
     /// What each key holds now (the sum of its entries).
     held_now: HashMap<usize, u64>,
@@ -632,7 +632,7 @@ struct Ledger {
     grew_in_phase: HashMap<(usize, usize), u64>,
 }
 
-impl Ledger {
+impl LineLedger {
     /// The figure is `now`, with `key` executing (none: no key is charged,
     /// but the growth is held in order).
     fn record(&mut self, key: Option<usize>, now: u64, phase: usize) {
@@ -726,9 +726,9 @@ const LOAD_NOISE: u64 = 1 << 20;
 /// The replay's state.
 #[derive(Default)]
 struct Replay {
-    mlx: HashMap<u32, Ledger>,
+    mlx: HashMap<u32, LineLedger>,
     active: HashMap<u32, u64>,
-    rss: Ledger,
+    rss: LineLedger,
     current: HashMap<u32, Option<u32>>,
     last_pid: Option<u32>,
     /// The job's memory now (MLX active with MLX, else RSS).
@@ -738,7 +738,7 @@ struct Replay {
     loads: Vec<(String, f64, u64, bool, Option<f64>)>,
     /// The growth since each load, by the load last made (a fall takes
     /// back the latest growth first).
-    by_load: Ledger,
+    by_load: LineLedger,
     phase: usize,
     /// Each phase's highest level.
     phase_peaks: Vec<u64>,
@@ -977,7 +977,7 @@ impl Replay {
 
     /// The phases between the job's marks: each one's peak (from the
     /// recorder's samples) and its lines by growth.
-    fn phases(&self, st: &TraceStacks, main: &Ledger, samples: &[Sample]) -> Vec<Phase> {
+    fn phases(&self, st: &TraceStacks, main: &LineLedger, samples: &[Sample]) -> Vec<Phase> {
         if self.marks.is_empty() {
             return Vec::new();
         }
