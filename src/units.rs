@@ -68,6 +68,17 @@ pub fn grouped(n: u64) -> String {
     out
 }
 
+/// `n` things in words: "1 shard", "163 shards" (`one` and `many` are the
+/// singular and the plural).
+#[must_use]
+pub fn count_of(n: usize, one: &str, many: &str) -> String {
+    if n == 1 {
+        format!("1 {one}")
+    } else {
+        format!("{n} {many}")
+    }
+}
+
 /// `7_241_732_096` → `"7.24B"`: parameter counts as people say them.
 #[must_use]
 pub fn short_count(n: u64) -> String {

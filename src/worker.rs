@@ -757,8 +757,8 @@ fn mark_of(kind: &EventKind, weights: Option<&Weights>) -> Option<Mark> {
             view,
             ..
         } => Mark::new(MarkKind::Open, path.display().to_string()).detail(format!(
-            "{} shards, view {}",
-            checkpoint.shards().len(),
+            "{}, view {}",
+            crate::units::count_of(checkpoint.shards().len(), "shard", "shards"),
             view.as_ref().map_or("none", |v| v.name.as_str())
         )),
         EventKind::Materialized(p) => Mark::new(MarkKind::Materialize, p.name.as_str())

@@ -250,7 +250,8 @@ fn preview_ui(
     }
     facts_ui(ui, p);
     if let Some(decoding) = &p.decoding {
-        ui.colored_label(ui.visuals().warn_fg_color, decoding.describe());
+        // How the values were decoded: a fact, not a warning.
+        ui.label(decoding.describe());
     }
     if !p.fixups.is_empty() {
         ui.colored_label(

@@ -95,9 +95,10 @@ impl StatusBar {
             if let Some((count, bytes)) = self.totals {
                 ui.separator();
                 ui.label(format!(
-                    "{count} tensors, {} in {} shards",
+                    "{}, {} in {}",
+                    crate::units::count_of(count, "tensor", "tensors"),
                     human_bytes(bytes),
-                    checkpoint.shards().len()
+                    crate::units::count_of(checkpoint.shards().len(), "shard", "shards")
                 ));
             }
             if let Some((logical, note)) = &self.params {

@@ -317,20 +317,25 @@ impl TensorsPanel {
             None => Some(tensors.at(i).name()),
         };
         let mut rows = std::mem::take(&mut self.rows);
+        // From the file's order, sorted stably: ties keep the file's order
+        // in either direction (layers 0, 1, 2… among equal sizes).
+        rows.sort_unstable();
         let this = &*self;
+        let descending = self.descending;
         match self.sort {
-            SortBy::Stored => rows.sort_unstable(),
-            SortBy::Name => crate::par::sort_by_key(&mut rows, &|i| name(i)),
+            SortBy::Stored => {
+                if descending {
+                    rows.reverse();
+                }
+            }
+            SortBy::Name => sort_rows(&mut rows, descending, &|i| name(i)),
             SortBy::Encoding => {
-                crate::par::sort_by_key(&mut rows, &|i| this.encoding_key(checkpoint, i));
+                sort_rows(&mut rows, descending, &|i| this.encoding_key(checkpoint, i));
             }
             SortBy::Elements => {
-                crate::par::sort_by_key(&mut rows, &|i| this.elements_of(checkpoint, i));
+                sort_rows(&mut rows, descending, &|i| this.elements_of(checkpoint, i));
             }
-            SortBy::Bytes => crate::par::sort_by_key(&mut rows, &|i| this.bytes_of(checkpoint, i)),
-        }
-        if self.descending {
-            rows.reverse();
+            SortBy::Bytes => sort_rows(&mut rows, descending, &|i| this.bytes_of(checkpoint, i)),
         }
         self.rows = rows;
         self.relayout(checkpoint);
@@ -711,6 +716,20 @@ fn shown_names(canonical: &str, stored: Option<&str>, fits: usize) -> String {
     }
 }
 
+/// `rows` sorted stably by `key`, largest first when `descending` (equal
+/// keys keep their order either way).
+fn sort_rows<K: Ord + Send>(
+    rows: &mut Vec<usize>,
+    descending: bool,
+    key: &(dyn Fn(usize) -> K + Sync),
+) {
+    if descending {
+        crate::par::sort_by_key(rows, &|i| std::cmp::Reverse(key(i)));
+    } else {
+        crate::par::sort_by_key(rows, key);
+    }
+}
+
 /// Room at the right of the last column for the scroll bar drawn over it.
 fn scroll_bar_room(ui: &egui::Ui) -> f32 {
     ui.spacing().scroll.bar_width + ui.spacing().scroll.bar_outer_margin
@@ -872,13 +891,7 @@ impl TensorsPanel {
                 // Largest first for sizes, A to Z for words.
                 self.descending = matches!(column, SortBy::Bytes | SortBy::Elements);
             }
-            if same {
-                // Only the direction changed: the rows are reversed.
-                self.rows.reverse();
-                self.relayout(checkpoint);
-            } else {
-                self.resort(checkpoint);
-            }
+            self.resort(checkpoint);
             self.scroll_to_cursor = true;
         }
         clicked

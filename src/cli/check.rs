@@ -17,7 +17,7 @@ use crate::weights::{MlxLoader, ValueScan, Weights, scan_values};
 /// What `weightscope check` was asked for.
 #[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
 pub struct CheckArgs {
-    /// A folder, one `.safetensors` file, or one `.gguf` file.
+    /// A folder, one `.safetensors` or `.gguf` file, a Hub repo (`hf://ORG/REPO[@REV]`) or an `https://` address of one file.
     pub path: PathBuf,
     /// One JSON object instead of text.
     #[arg(long)]

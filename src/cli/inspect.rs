@@ -772,7 +772,7 @@ fn write_encodings(summary: &Summary, out: &mut impl Write) -> io::Result<()> {
 /// What `weightscope inspect` was asked for.
 #[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
 pub struct InspectArgs {
-    /// A folder, one `.safetensors` file, or one `.gguf` file.
+    /// A folder, one `.safetensors` or `.gguf` file, a Hub repo (`hf://ORG/REPO[@REV]`) or an `https://` address of one file.
     pub path: std::path::PathBuf,
     /// One JSON object instead of text.
     #[arg(long)]

@@ -42,7 +42,8 @@ pub enum Invocation {
 /// weightscope: checkpoint browser, doctor and memory profiler for MLX.
 ///
 /// With no subcommand it opens the window on PATH (a folder of sharded
-/// safetensors or one `.safetensors` file), or on the bundled demo.
+/// safetensors, one `.safetensors` or `.gguf` file, a Hub repo
+/// `hf://ORG/REPO[@REV]` or an `https://` address), or on the bundled demo.
 #[derive(Debug, Parser)]
 #[command(
     name = "weightscope",
@@ -53,7 +54,7 @@ pub enum Invocation {
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
-    /// A folder or one `.safetensors` file to open in the window (none: the bundled demo).
+    /// A folder, one `.safetensors` or `.gguf` file, `hf://ORG/REPO[@REV]` or an `https://` address to open in the window (none: the bundled demo).
     path: Option<PathBuf>,
 }
 

@@ -715,12 +715,12 @@ fn write_files_and_findings(r: &Recording, out: &mut dyn Write) -> std::io::Resu
     if let Some(c) = &r.checkpoint {
         writeln!(
             out,
-            "  checkpoint {}: {} in {} shards; a walk would peak at {} (retain), {} (release-tensor), {} (release-shard)",
+            "  checkpoint {}: {} in {}; a walk would peak at {} (retain), {} (release-tensor), {} (release-shard)",
             crate::units::printable(&crate::units::without_password(
                 &c.path.display().to_string()
             )),
             human_bytes(c.total_bytes),
-            c.shards,
+            crate::units::count_of(c.shards, "shard", "shards"),
             human_bytes(c.expected.retain),
             human_bytes(c.expected.release_tensor),
             human_bytes(c.expected.release_shard)

@@ -279,7 +279,7 @@ fn quantized_json(decoding: &Decoding) -> Option<serde_json::Value> {
 /// What `weightscope tensor` was asked for.
 #[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
 pub struct TensorArgs {
-    /// A folder, one `.safetensors` file, or one `.gguf` file.
+    /// A folder, one `.safetensors` or `.gguf` file, a Hub repo (`hf://ORG/REPO[@REV]`) or an `https://` address of one file.
     pub path: std::path::PathBuf,
     /// The tensor's name (as stored).
     pub name: String,

@@ -18,7 +18,7 @@ use crate::weights::{MlxLoader, Weights};
 /// What `weightscope walk` was asked for.
 #[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
 pub struct WalkArgs {
-    /// A folder or one `.safetensors` file.
+    /// A folder, one `.safetensors` or `.gguf` file, a Hub repo (`hf://ORG/REPO[@REV]`) or an `https://` address of one file.
     pub path: PathBuf,
     /// What to release as the walk goes.
     #[arg(long, value_parser = super::policy_parser())]

@@ -422,10 +422,10 @@ impl<N: ShardLoader> Visitor<Weights<N>> for ProfileVisitor<'_> {
         let mark = Mark::new(MarkKind::WalkStart, self.policy.as_str())
             .bytes(self.expected)
             .detail(format!(
-                "transform {}, {} tensors in {} shards; everything released and MLX's cache cleared first",
+                "transform {}, {} in {}; everything released and MLX's cache cleared first",
                 self.transform.as_str(),
-                walking.total(),
-                self.shards
+                crate::units::count_of(walking.total(), "tensor", "tensors"),
+                crate::units::count_of(self.shards, "shard", "shards")
             ));
         self.record(mark, walking, 0);
     }

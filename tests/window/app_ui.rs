@@ -1757,3 +1757,33 @@ fn the_palette_finds_what_was_meant_in_the_163_shard_layout() {
     assert_eq!(first, rows[0].0);
     assert!(screen.contains_rect(harness.get_by_label(&first).rect()));
 }
+
+/// Sorted by size, largest first, tensors of equal size keep the file's
+/// order (layers 0 then 1), and so they do smallest first.
+#[test]
+fn a_size_sort_keeps_ties_in_file_order() {
+    let _lock = common::mlx_memory_lock();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut harness = harness(open_app(&five_tensors(dir.path())));
+    let order = |harness: &Harness<'static, WeightscopeApp>| {
+        let mut rows: Vec<(f32, &str)> =
+            ["a.weight", "b.weight", "c.bias", "layers.0.x", "layers.1.y"]
+                .into_iter()
+                .map(|name| (harness.get_by_label(name).rect().top(), name))
+                .collect();
+        rows.sort_by(|a, b| a.0.total_cmp(&b.0));
+        rows.into_iter().map(|(_, name)| name).collect::<Vec<_>>()
+    };
+    harness.get_by_label("Size").click();
+    harness.run();
+    assert_eq!(
+        order(&harness),
+        ["b.weight", "layers.0.x", "layers.1.y", "c.bias", "a.weight"]
+    );
+    harness.get_by_label_contains("Size").click();
+    harness.run();
+    assert_eq!(
+        order(&harness),
+        ["a.weight", "c.bias", "layers.0.x", "layers.1.y", "b.weight"]
+    );
+}
