@@ -816,7 +816,7 @@ fn pair_ui(
         egui::Color32::from_rgba_unmultiplied(90, 150, 240, 150),
         egui::Color32::from_rgba_unmultiplied(240, 150, 60, 150),
     ];
-    egui_plot::Plot::new(("diff-histograms", opened))
+    super::axes::histogram_axes(egui_plot::Plot::new(("diff-histograms", opened)))
         .height(140.0)
         .allow_zoom(false)
         .allow_drag(false)

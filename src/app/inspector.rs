@@ -387,7 +387,7 @@ fn histogram_ui(ui: &mut egui::Ui, h: &Histogram, s: &Stats) {
         .enumerate()
         .map(|(i, &c)| egui_plot::Bar::new(h.min + (i as f64 + 0.5) * width, c as f64).width(width))
         .collect();
-    egui_plot::Plot::new("histogram")
+    super::axes::histogram_axes(egui_plot::Plot::new("histogram"))
         .height(140.0)
         .allow_zoom(false)
         .allow_drag(false)

@@ -54,6 +54,18 @@ impl MemoryStrip {
         let from = last.at - self.window_secs;
         let samples = timeline.samples();
         let first = samples.partition_point(|s| s.at < from);
+        let top_mib = samples
+            .range(first..)
+            .map(|s| {
+                let mlx = s.mlx_or_zero();
+                s.process
+                    .rss_bytes
+                    .max(mlx.active_bytes)
+                    .max(mlx.cache_bytes)
+            })
+            .max()
+            .unwrap_or(0) as f64
+            / MIB;
         let line = |f| sample_line(samples.range(first..), f);
         let rss = line(|s| s.process.rss_bytes);
         let active = line(|s| s.mlx_or_zero().active_bytes);
@@ -76,19 +88,25 @@ impl MemoryStrip {
         }
         // The plot takes what the panel leaves it (never less than 30
         // points): on a short window the strip stays short.
-        Plot::new("memory-strip")
-            .min_size(egui::vec2(64.0, 30.0))
-            .height(ui.available_height().max(30.0))
-            .include_y(0.0)
-            .allow_scroll(false)
-            .show(ui, |plot| {
-                use super::widgets::series_colors as c;
-                plot.line(Line::new("process RSS", rss).color(c::RSS));
-                plot.line(Line::new("MLX active", active).color(c::MLX_ACTIVE));
-                plot.line(Line::new("MLX cache", cache).color(c::MLX_CACHE));
-                for t in marker_times(events.range(first_event..), 300) {
-                    plot.vline(VLine::new("events", t).width(1.0).color(c::EVENTS));
-                }
-            });
+        let unit = super::axes::MemoryUnit::for_top(top_mib);
+        unit.y_axis(
+            Plot::new("memory-strip")
+                .set_margin_fraction(egui::vec2(0.0, 0.0))
+                .y_axis_min_width(56.0),
+            top_mib,
+            0.1,
+        )
+        .min_size(egui::vec2(64.0, 30.0))
+        .height(ui.available_height().max(30.0))
+        .allow_scroll(false)
+        .show(ui, |plot| {
+            use super::widgets::series_colors as c;
+            plot.line(Line::new("process RSS", rss).color(c::RSS));
+            plot.line(Line::new("MLX active", active).color(c::MLX_ACTIVE));
+            plot.line(Line::new("MLX cache", cache).color(c::MLX_CACHE));
+            for t in marker_times(events.range(first_event..), 300) {
+                plot.vline(VLine::new("events", t).width(1.0).color(c::EVENTS));
+            }
+        });
     }
 }

@@ -3,6 +3,7 @@
 //! thin eframe edge. Every MLX array lives on the MLX worker thread: the UI
 //! sends commands and draws the summaries that come back.
 
+mod axes;
 mod check;
 pub mod commands;
 mod diff;

@@ -149,6 +149,12 @@ fn the_163_shard_layout_at_three_sizes() {
         harness.run();
         harness.snapshot_options(format!("layout-163-{width}x{height}"), &options());
         results.extend_harness(&mut harness);
+        // The profiler before any walk: the expected peaks of 627 GiB on a
+        // memory axis in GiB from zero, every axis labelled.
+        harness.key_press_modifiers(egui::Modifiers::COMMAND, egui::Key::Num2);
+        harness.run();
+        harness.snapshot_options(format!("layout-163-profiler-{width}x{height}"), &options());
+        results.extend_harness(&mut harness);
     }
     results.unwrap();
 }

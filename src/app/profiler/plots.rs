@@ -20,9 +20,9 @@ const COMPACT_PLOT_HEIGHT: f32 = 400.0;
 /// their times line up.
 const X_MARGIN: f32 = 0.02;
 
-/// The y axes' width in both plots (room for `700000` MiB), the same so that
+/// The y axes' width in both plots (room for `1500 MiB`), the same so that
 /// their plot areas start at one x.
-const Y_AXIS_WIDTH: f32 = 48.0;
+const Y_AXIS_WIDTH: f32 = 64.0;
 
 /// Shards with their own band in the residency plot; the rest share one.
 const BANDS: usize = 24;
@@ -39,8 +39,12 @@ fn timeline_plot(compact: bool, x_span: Option<(f64, f64)>) -> Plot<'static> {
         Some((from, to)) => plot.include_x(from).include_x(to),
         None => plot,
     };
+    // No margin under zero (memory is never negative): the room above the
+    // curves is the memory axis's headroom.
+    let plot = plot.set_margin_fraction(egui::vec2(X_MARGIN, 0.0));
+    let plot = time_axis(plot);
     if compact {
-        plot.set_margin_fraction(egui::vec2(X_MARGIN, 0.05))
+        plot
     } else {
         // Room above the curves for the legend, which is see-through.
         // Top left: walks and jobs start low and peak later, to the right.
@@ -49,8 +53,30 @@ fn timeline_plot(compact: bool, x_span: Option<(f64, f64)>) -> Plot<'static> {
                 .position(egui_plot::Corner::LeftTop)
                 .background_alpha(0.6),
         )
-        .set_margin_fraction(egui::vec2(X_MARGIN, 0.35))
     }
+}
+
+/// The seconds axis shared by the profiler's plots: round marks, each
+/// labelled.
+fn time_axis(plot: Plot<'_>) -> Plot<'_> {
+    plot.x_grid_spacer(crate::app::axes::value_grid)
+        .x_axis_formatter(|mark, _| crate::app::axes::value_label(mark.value, mark.step_size))
+}
+
+/// The highest of the figures the timeline draws for `samples`, in MiB.
+fn samples_top_mib<'a>(samples: impl Iterator<Item = &'a Sample>) -> f64 {
+    let top = samples
+        .map(|s| {
+            let mlx = s.mlx_or_zero();
+            s.process
+                .rss_bytes
+                .max(s.process.anon_bytes)
+                .max(mlx.active_bytes)
+                .max(mlx.cache_bytes)
+        })
+        .max()
+        .unwrap_or(0);
+    top as f64 / MIB
 }
 
 /// The first and last time of `samples` (in time order).
@@ -100,6 +126,39 @@ impl ProfilerPanel {
             _ => None,
         };
         (expected, ceiling)
+    }
+
+    /// The highest figure the timeline draws, in MiB: the samples shown,
+    /// the overlays, the expected peaks drawn.
+    fn timeline_top_mib(
+        &self,
+        walk: Option<&Trace>,
+        overlays_only: bool,
+        inputs: &ProfilerInputs<'_>,
+        expected: Option<ExpectedPeaks>,
+        ceiling: Option<u64>,
+    ) -> f64 {
+        let mut top = match walk {
+            Some(trace) => samples_top_mib(trace.samples.iter()),
+            None if overlays_only => 0.0,
+            None => samples_top_mib(inputs.timeline.samples().iter()),
+        };
+        for trace in self
+            .overlays
+            .iter()
+            .chain(self.compared.as_ref().map(|(_, t)| t))
+        {
+            top = top.max(samples_top_mib(trace.samples.iter()));
+        }
+        if let Some(expected) = expected {
+            for p in Policy::ALL {
+                let bytes = p.expected(&expected);
+                if ceiling.is_none_or(|c| bytes <= c) {
+                    top = top.max(bytes as f64 / MIB);
+                }
+            }
+        }
+        top
     }
 }
 
@@ -264,16 +323,20 @@ impl ProfilerPanel {
             .as_ref()
             .map_or("unknown device", DeviceInfo::mlx_memory_place);
         let height = (room * 0.62).max(160.0);
-        ui.label(if self.recording.is_some() {
-            "Memory (MiB) of the recorded job over seconds since it started (live); grey lines: events"
-        } else if walk_view {
-            "Memory (MiB) over seconds since the walk or job started; dashed: overlaid traces; grey lines: events; click to select a moment"
-        } else if overlays_only {
-            "Memory (MiB) of the overlaid traces (dashed) over seconds since each started; no walk or job has run in this session"
-        } else {
-            "Memory (MiB) over seconds since the app started; grey lines: events; click to select a moment"
-        });
+        // One unit for the axis, chosen by the highest figure drawn.
+        let top = self.timeline_top_mib(walk, overlays_only, inputs, expected, ceiling);
+        let unit = crate::app::axes::MemoryUnit::for_top(top);
         let mlx_active = format!("MLX active ({place})");
+        let unit_name = unit.name();
+        ui.label(if self.recording.is_some() {
+            format!("Memory ({unit_name}) of the recorded job over seconds since it started (live); grey lines: events")
+        } else if walk_view {
+            format!("Memory ({unit_name}) over seconds since the walk or job started; dashed: overlaid traces; grey lines: events; click to select a moment")
+        } else if overlays_only {
+            format!("Memory ({unit_name}) of the overlaid traces (dashed) over seconds since each started; no walk or job has run in this session")
+        } else {
+            format!("Memory ({unit_name}) over seconds since the app started; grey lines: events; click to select a moment")
+        });
         // A legend inside a short plot (a small window) would cover the
         // curves: then it is one line of names above the plot instead.
         let compact = height < COMPACT_PLOT_HEIGHT;
@@ -283,6 +346,8 @@ impl ProfilerPanel {
         // Both plots over the same times (their x axes are linked, but each
         // would fit its own data until the user drags one): the samples'
         // span and the residency changes'.
+        // Nothing yet on the clock: its first ten seconds (else the plot
+        // would size time by the expected peaks' lines).
         let x_span = span_of(
             match walk {
                 Some(trace) => time_span(trace.samples.iter()),
@@ -293,8 +358,10 @@ impl ProfilerPanel {
                 .as_ref()
                 .and_then(|(_, r)| Some((r.changes.first()?.t_secs, r.changes.last()?.t_secs))),
         );
-        let response = timeline_plot(compact, x_span)
-            .include_y(0.0)
+        let x_span = x_span.or(Some((0.0, 10.0)));
+        let headroom = if compact { 0.05 } else { 0.5 };
+        let response = unit
+            .y_axis(timeline_plot(compact, x_span), top, headroom)
             .height(height)
             .allow_scroll(false)
             .show(ui, |plot| {
@@ -411,13 +478,22 @@ impl ProfilerPanel {
             return;
         };
         let recorded = shown.is_some_and(|t| t.job.is_some());
-        ui.label(if recorded {
-            "Shard files the job held open (MiB): one band a file, its size while open"
-        } else {
-            "Resident bytes per shard (MiB), by the Weights core's bookkeeping"
-        });
         let shards = &residency.shards;
         let picked = residency.sampled(600);
+        let most = picked
+            .iter()
+            .map(|(_, bytes)| bytes.iter().sum::<u64>())
+            .max()
+            .unwrap_or(0);
+        let unit = crate::app::axes::MemoryUnit::for_top_bytes(most);
+        let unit_name = unit.name();
+        ui.label(if recorded {
+            format!(
+                "Shard files the job held open ({unit_name}): one band a file, its size while open"
+            )
+        } else {
+            format!("Resident bytes per shard ({unit_name}), by the Weights core's bookkeeping")
+        });
         // Each change drawn as a riser a hair before it, so bands are steps.
         let span = picked.last().map_or(0.0, |l| l.0) - picked.first().map_or(0.0, |f| f.0);
         let riser = (span * 1e-4).max(1e-9);
@@ -438,42 +514,40 @@ impl ProfilerPanel {
         let plot = Plot::new("profiler-residency")
             .link_axis(egui::Id::unique("profiler-time"), [true, false])
             .y_axis_min_width(Y_AXIS_WIDTH)
-            .set_margin_fraction(egui::vec2(X_MARGIN, 0.05));
+            .set_margin_fraction(egui::vec2(X_MARGIN, 0.0));
+        let plot = unit.y_axis(time_axis(plot), most as f64 / MIB, 0.05);
         let plot = match x_span {
             Some((from, to)) => plot.include_x(from).include_x(to),
             None => plot,
         };
-        plot.height(height)
-            .include_y(0.0)
-            .allow_scroll(false)
-            .show(ui, |plot| {
-                let mut lower = vec![0.0; xs.len()];
-                for k in 0..bands {
-                    let (name, range) = if k < BANDS || shards.len() == BANDS + 1 {
-                        (shards[k].clone(), k..k + 1)
-                    } else {
-                        (
-                            format!("{} more shards", shards.len() - BANDS),
-                            k..shards.len(),
-                        )
-                    };
-                    let upper: Vec<f64> = rows
-                        .iter()
-                        .zip(&lower)
-                        .map(|(row, low)| {
-                            let band: u64 = row.get(range.clone()).map_or(0, |b| b.iter().sum());
-                            low + band as f64 / MIB
-                        })
-                        .collect();
-                    let hue = (k as f32 * 0.618_034).fract();
-                    let color = egui::ecolor::Hsva::new(hue, 0.65, 0.8, 0.85);
-                    plot.add(
-                        egui_plot::FilledArea::new(name, &xs, &lower, &upper)
-                            .fill_color(egui::Color32::from(color)),
-                    );
-                    lower = upper;
-                }
-            });
+        plot.height(height).allow_scroll(false).show(ui, |plot| {
+            let mut lower = vec![0.0; xs.len()];
+            for k in 0..bands {
+                let (name, range) = if k < BANDS || shards.len() == BANDS + 1 {
+                    (shards[k].clone(), k..k + 1)
+                } else {
+                    (
+                        format!("{} more shards", shards.len() - BANDS),
+                        k..shards.len(),
+                    )
+                };
+                let upper: Vec<f64> = rows
+                    .iter()
+                    .zip(&lower)
+                    .map(|(row, low)| {
+                        let band: u64 = row.get(range.clone()).map_or(0, |b| b.iter().sum());
+                        low + band as f64 / MIB
+                    })
+                    .collect();
+                let hue = (k as f32 * 0.618_034).fract();
+                let color = egui::ecolor::Hsva::new(hue, 0.65, 0.8, 0.85);
+                plot.add(
+                    egui_plot::FilledArea::new(name, &xs, &lower, &upper)
+                        .fill_color(egui::Color32::from(color)),
+                );
+                lower = upper;
+            }
+        });
     }
 }
 
@@ -494,7 +568,6 @@ fn kinds_plot_ui<'a>(
     x_span: Option<(f64, f64)>,
 ) {
     use crate::app::widgets::series_colors as c;
-    ui.label("Resident memory by kind (MiB), stacked; its top is RSS. The host band is the anonymous memory less MLX's, as on MLX's CPU backend, where MLX's arrays are anonymous memory.");
     // At most 2,000 points a band: every n-th sample.
     let step = samples.len().div_ceil(2000).max(1);
     let picked: Vec<&Sample> = samples.step_by(step).collect();
@@ -509,6 +582,13 @@ fn kinds_plot_ui<'a>(
             })
         })
         .collect();
+    let top = kinds
+        .iter()
+        .map(|k| k.mlx_active + k.mlx_cache + k.host_not_mlx + k.file_backed)
+        .max()
+        .unwrap_or(0);
+    let unit = crate::app::axes::MemoryUnit::for_top_bytes(top);
+    ui.label(format!("Resident memory by kind ({}), stacked; its top is RSS. The host band is the anonymous memory less MLX's, as on MLX's CPU backend, where MLX's arrays are anonymous memory.", unit.name()));
     let bands: [Band; 4] = [
         ("MLX active", |k| k.mlx_active, c::MLX_ACTIVE),
         ("MLX cache", |k| k.mlx_cache, c::MLX_CACHE),
@@ -518,14 +598,14 @@ fn kinds_plot_ui<'a>(
     let plot = Plot::new("profiler-kinds")
         .link_axis(egui::Id::unique("profiler-time"), [true, false])
         .y_axis_min_width(Y_AXIS_WIDTH)
-        .set_margin_fraction(egui::vec2(X_MARGIN, 0.05))
+        .set_margin_fraction(egui::vec2(X_MARGIN, 0.0))
         .legend(Legend::default().position(egui_plot::Corner::LeftTop));
+    let plot = unit.y_axis(time_axis(plot), top as f64 / MIB, 0.35);
     let plot = match x_span {
         Some((from, to)) => plot.include_x(from).include_x(to),
         None => plot,
     };
     plot.height(room.max(120.0))
-        .include_y(0.0)
         .allow_scroll(false)
         .show(ui, |plot| {
             let mut lower = vec![0.0; xs.len()];
