@@ -21,8 +21,8 @@ use crate::memory::{ExpectedPeaks, Mark, MarkKind, Policy, Sample};
 use crate::mlx::{self, MemoryStats};
 use crate::profile::{self, Recorded, Transform, WalkOutcome, WalkPlan};
 use crate::weights::{
-    DiffReport, OpenStep, PreviewOptions, Progress, TensorPreview, ValueScan, ViewChoice, ViewInfo,
-    Weights, WeightsError,
+    DiffReport, OpenStep, PreviewBudget, PreviewOptions, Progress, TensorPreview, ValueScan,
+    ViewChoice, ViewInfo, Weights, WeightsError,
 };
 
 /// What the worker is asked to do.
@@ -44,6 +44,11 @@ pub enum Request {
     ReleaseAll,
     /// Return MLX's cached buffers to the system allocator.
     ClearCache,
+    /// Keep the previews within this many bytes (the least recently shown
+    /// let go first).
+    SetPreviewBudget(u64),
+    /// Pin this tensor's preview (kept whatever the budget), or unpin it.
+    PinPreview(String, bool),
     /// Set MLX's memory limit, in bytes.
     SetMemoryLimit(u64),
     /// Set MLX's cache limit, in bytes.
@@ -105,6 +110,8 @@ pub struct Event {
     pub mark: Option<Mark>,
     /// When it finished.
     pub at: Instant,
+    /// What the previews hold after it, and their budget.
+    pub previews: crate::weights::PreviewsHeld,
 }
 
 /// Figures about a checkpoint that just opened, computed on the worker so
@@ -253,6 +260,11 @@ pub enum EventKind {
     },
     /// Every array and map was dropped.
     ReleasedAll,
+    /// A preview was let go to keep the previews within their budget.
+    Forgotten(crate::weights::Forgotten),
+    /// The previews' budget or pins changed (the event says what the
+    /// previews hold now).
+    PreviewsChanged,
     /// MLX's cache was cleared and the host heap trimmed.
     CacheCleared {
         /// Whether the C allocator returned memory to the OS.
@@ -485,12 +497,16 @@ fn run(
     shutdown: &AtomicBool,
 ) {
     let mut weights: Option<Weights> = None;
+    let mut budget = PreviewBudget::default();
+    // What the previews hold, as each event says it.
+    let held = std::sync::Mutex::new(budget.held_nothing());
     let options = PreviewOptions::default();
     let mut warmed = false;
     let send = |kind: EventKind, mark: Option<Mark>, sample: Sample<Instant>| {
         let event = Event {
             kind,
             memory: mlx::memory().unwrap_or_default(),
+            previews: held.lock().map(|h| h.clone()).unwrap_or_default(),
             at: sample.at,
             sample,
             mark,
@@ -520,7 +536,11 @@ fn run(
         // made is dropped as the panic unwinds; what was open stays open).
         let reply = PanicReply::of(&command);
         let listening = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            handle(command, &mut weights, &options, &send)
+            let mut previews = Previews {
+                budget: &mut budget,
+                held: &held,
+            };
+            handle(command, &mut weights, &mut previews, &options, &send)
         })) {
             Ok(listening) => listening,
             Err(payload) => {
@@ -565,12 +585,15 @@ impl PanicReply {
         match command {
             Request::Open(path) | Request::OpenWithView(path, _) => Self::Open(path.clone()),
             Request::Materialize(name) => Self::Failed(JobKind::Materialize, name.clone()),
-            Request::Release(name) => Self::Failed(JobKind::Release, name.clone()),
+            Request::Release(name) | Request::PinPreview(name, _) => {
+                Self::Failed(JobKind::Release, name.clone())
+            }
             Request::ReleaseShard(shard) => {
                 Self::Failed(JobKind::Release, format!("shard {shard:?}"))
             }
             Request::ReleaseAll | Request::Close => Self::Failed(JobKind::Release, String::new()),
             Request::ClearCache => Self::Failed(JobKind::ClearCache, String::new()),
+            Request::SetPreviewBudget(_) => Self::Failed(JobKind::Limit, "preview budget".into()),
             Request::SetMemoryLimit(_) => Self::Failed(JobKind::Limit, "memory limit".into()),
             Request::SetCacheLimit(_) => Self::Failed(JobKind::Limit, "cache limit".into()),
             Request::Walk { .. } => Self::Failed(JobKind::Walk, "walk".into()),
@@ -780,6 +803,15 @@ fn mark_of(kind: &EventKind, weights: Option<&Weights>) -> Option<Mark> {
                 .resident(file.as_str(), 0)
         }
         EventKind::ReleasedAll => Mark::new(MarkKind::ReleaseAll, ""),
+        EventKind::Forgotten(f) => {
+            let mut mark = Mark::new(MarkKind::Release, f.name.as_str())
+                .bytes(f.freed_bytes)
+                .detail("preview budget: let go, least recently shown");
+            if let Some(file) = weights.and_then(|w| w.file_of(&f.name)) {
+                mark = mark.resident(file, resident_of(file));
+            }
+            mark
+        }
         EventKind::CacheCleared { trimmed } => {
             Mark::new(MarkKind::ClearCache, "").detail(if *trimmed {
                 "heap trimmed: yes"
@@ -796,6 +828,7 @@ fn mark_of(kind: &EventKind, weights: Option<&Weights>) -> Option<Mark> {
         }
         EventKind::Closed => Mark::new(MarkKind::Close, ""),
         EventKind::OpenFailed { .. }
+        | EventKind::PreviewsChanged
         | EventKind::OpenProgress { .. }
         | EventKind::WalkEnd(_)
         | EventKind::WalkFinished(_)
@@ -896,9 +929,119 @@ fn open(
     }
 }
 
+/// The previews' budget, and what each event says they hold.
+struct Previews<'a> {
+    budget: &'a mut PreviewBudget,
+    held: &'a std::sync::Mutex<crate::weights::PreviewsHeld>,
+}
+
+impl Previews<'_> {
+    /// Brings what events say the previews hold up to date.
+    fn update(&self, weights: Option<&Weights>) {
+        let now = match weights {
+            Some(w) => self.budget.held(w),
+            None => self.budget.held_nothing(),
+        };
+        if let Ok(mut held) = self.held.lock() {
+            *held = now;
+        }
+    }
+}
+
+/// Shows `name`, keeps the previews within their budget, and sends each
+/// preview let go (with its mark), then the one shown: every event says
+/// what the previews hold after both.
+fn materialize_within_budget(
+    weights: &mut Option<Weights>,
+    previews: &mut Previews<'_>,
+    name: &str,
+    options: &PreviewOptions,
+    send: &SendEvent<'_>,
+) -> bool {
+    let kind = materialize(weights.as_mut(), name.to_owned(), options);
+    if let (EventKind::Materialized(_), Some(w)) = (&kind, weights.as_mut()) {
+        let forgotten = previews.budget.shown(w, name);
+        previews.update(weights.as_ref());
+        if !send_forgotten(weights.as_ref(), forgotten, send) {
+            return false;
+        }
+    }
+    let mark = mark_of(&kind, weights.as_ref());
+    send(kind, mark, crate::mlx::sample_now())
+}
+
+/// Sends each preview let go (or why letting go failed).
+fn send_forgotten(
+    weights: Option<&Weights>,
+    forgotten: Result<Vec<crate::weights::Forgotten>, WeightsError>,
+    send: &SendEvent<'_>,
+) -> bool {
+    match forgotten {
+        Ok(list) => list.into_iter().all(|f| {
+            let kind = EventKind::Forgotten(f);
+            let mark = mark_of(&kind, weights);
+            send(kind, mark, crate::mlx::sample_now())
+        }),
+        Err(err) => send(
+            failed(JobKind::Release, "preview budget", err),
+            None,
+            crate::mlx::sample_now(),
+        ),
+    }
+}
+
 /// Runs one command: a job streams its own events; any other command makes
 /// one event, sent with its mark. Returns whether anybody still listens.
 fn handle(
+    command: Request,
+    weights: &mut Option<Weights>,
+    previews: &mut Previews<'_>,
+    options: &PreviewOptions,
+    send: &SendEvent<'_>,
+) -> bool {
+    let listening = match command {
+        Request::Materialize(name) => {
+            return materialize_within_budget(weights, previews, &name, options, send);
+        }
+        Request::SetPreviewBudget(_) | Request::PinPreview(..) => {
+            match command {
+                Request::SetPreviewBudget(bytes) => previews.budget.set_limit(bytes),
+                Request::PinPreview(name, pinned) => previews.budget.pin(&name, pinned),
+                _ => {}
+            }
+            let budget = &mut *previews.budget;
+            let forgotten = weights
+                .as_mut()
+                .map_or(Ok(Vec::new()), |w| budget.enforce(w));
+            previews.update(weights.as_ref());
+            send_forgotten(weights.as_ref(), forgotten, send)
+                && send(EventKind::PreviewsChanged, None, crate::mlx::sample_now())
+        }
+        Request::Open(_) | Request::OpenWithView(..) | Request::Close => {
+            previews.budget.clear();
+            previews.update(None);
+            handle_plain(command, weights, options, send)
+        }
+        Request::ReleaseShard(_) | Request::ReleaseAll => {
+            // The release may take previews with it: its event says so.
+            let kind = match command {
+                Request::ReleaseShard(shard) => release_shard(weights.as_mut(), shard),
+                _ => release_all(weights.as_mut()),
+            };
+            previews.update(weights.as_ref());
+            let mark = mark_of(&kind, weights.as_ref());
+            return send(kind, mark, crate::mlx::sample_now());
+        }
+        command => handle_plain(command, weights, options, send),
+    };
+    // A walk or a scan releases what it read: the next event says what
+    // the previews still hold.
+    previews.update(weights.as_ref());
+    listening
+}
+
+/// [`handle`] for the commands the budget has no part in.
+fn handle_plain(
     command: Request,
     weights: &mut Option<Weights>,
     options: &PreviewOptions,
@@ -922,6 +1065,7 @@ fn handle(
         Request::Open(path) => return open_job(weights, &path, &ViewChoice::Auto, send),
         Request::OpenWithView(path, choice) => return open_job(weights, &path, &choice, send),
         Request::Materialize(name) => materialize(weights.as_mut(), name, options),
+        Request::SetPreviewBudget(_) | Request::PinPreview(..) => return true,
         Request::Release(name) => release(weights.as_mut(), name),
         Request::ReleaseShard(shard) => release_shard(weights.as_mut(), shard),
         Request::ReleaseAll => release_all(weights.as_mut()),

@@ -34,6 +34,10 @@ pub enum AppCommand {
     SetMemoryLimit(u64),
     /// Set MLX's buffer-cache limit.
     SetCacheLimit(u64),
+    /// Keep the previews within this many bytes (saved in the settings).
+    SetPreviewBudget(u64),
+    /// Pin a tensor's preview (kept whatever the budget), or unpin it.
+    PinPreview(String, bool),
     /// Walk the open checkpoint under a release policy.
     Walk {
         /// What to release.

@@ -213,6 +213,12 @@ impl WeightscopeApp {
         self.run_commands();
     }
 
+    /// What the previews hold, by the worker's last word.
+    #[must_use]
+    pub fn previews_held(&self) -> &crate::weights::PreviewsHeld {
+        &self.previews
+    }
+
     /// Whether the command palette is open.
     #[must_use]
     pub fn palette_is_open(&self) -> bool {

@@ -130,7 +130,12 @@ impl InspectorPanel {
     }
 
     /// Draws the tensor waited for, its error, or its preview.
-    pub(super) fn ui(&mut self, ui: &mut egui::Ui) {
+    pub(super) fn ui(
+        &mut self,
+        ui: &mut egui::Ui,
+        pinned: &[String],
+        commands: &super::commands::CommandSender,
+    ) {
         ui.heading("Inspector");
         ui.separator();
         match &self.inspected {
@@ -161,6 +166,14 @@ impl InspectorPanel {
                 let texture = &mut self.heatmap_texture;
                 let generation = self.preview_generation;
                 let pooling = &mut self.pooling;
+                let mut pin = pinned.contains(&preview.name);
+                if ui
+                    .checkbox(&mut pin, "Pin: keep it in memory")
+                    .on_hover_text("The previews are kept within a budget (the status bar says how much they hold), the least recently shown let go first; a pinned tensor stays")
+                    .changed()
+                {
+                    commands.send(super::AppCommand::PinPreview(preview.name.clone(), pin));
+                }
                 // Keyed by the tensor: a new tensor opens at the top. Wide
                 // content wraps or scrolls; it never widens the panel. No
                 // edge fade: over a heatmap cut by the panel it reads as a

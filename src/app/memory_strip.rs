@@ -26,8 +26,15 @@ impl Default for MemoryStrip {
 
 impl MemoryStrip {
     /// Draws the last `window_secs` of `timeline`; `gpu` says that MLX's
-    /// figures are device memory, not host memory.
-    pub(super) fn ui(&self, ui: &mut egui::Ui, timeline: &Timeline, gpu: bool) {
+    /// figures are device memory, not host memory; `budget` is the
+    /// previews' budget, drawn while previews are kept.
+    pub(super) fn ui(
+        &self,
+        ui: &mut egui::Ui,
+        timeline: &Timeline,
+        gpu: bool,
+        budget: Option<u64>,
+    ) {
         let Some(last) = timeline.last_sample().copied() else {
             ui.label("Memory: waiting for the first sample");
             return;
@@ -64,7 +71,8 @@ impl MemoryStrip {
                     .max(mlx.cache_bytes)
             })
             .max()
-            .unwrap_or(0) as f64
+            .unwrap_or(0)
+            .max(budget.unwrap_or(0)) as f64
             / MIB;
         let line = |f| sample_line(samples.range(first..), f);
         let rss = line(|s| s.process.rss_bytes);
@@ -83,6 +91,7 @@ impl MemoryStrip {
                     ("MLX active", c::MLX_ACTIVE),
                     ("MLX cache", c::MLX_CACHE),
                     ("events", c::EVENTS),
+                    ("- - previews' budget", c::MLX_ACTIVE),
                 ],
             );
         }
@@ -104,6 +113,14 @@ impl MemoryStrip {
             plot.line(Line::new("process RSS", rss).color(c::RSS));
             plot.line(Line::new("MLX active", active).color(c::MLX_ACTIVE));
             plot.line(Line::new("MLX cache", cache).color(c::MLX_CACHE));
+            if let Some(budget) = budget {
+                plot.hline(
+                    egui_plot::HLine::new("previews' budget", budget as f64 / MIB)
+                        .color(c::MLX_ACTIVE)
+                        .style(egui_plot::LineStyle::dashed_loose())
+                        .width(1.0),
+                );
+            }
             for t in marker_times(events.range(first_event..), 300) {
                 plot.vline(VLine::new("events", t).width(1.0).color(c::EVENTS));
             }

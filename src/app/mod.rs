@@ -154,6 +154,8 @@ pub struct WeightscopeApp {
     view_file_input: String,
     /// What is open now (reopened when the view changes).
     opened_path: Option<PathBuf>,
+    /// What the previews hold, by the worker's last word.
+    previews: crate::weights::PreviewsHeld,
     /// Where panels push commands, and the app's end of that queue.
     commands: CommandSender,
     queue: std::sync::mpsc::Receiver<AppCommand>,
@@ -205,6 +207,7 @@ impl WeightscopeApp {
             view_choice: ViewChoice::Auto,
             view_file_input: String::new(),
             opened_path: None,
+            previews: crate::weights::PreviewsHeld::default(),
             commands,
             queue,
         };
@@ -244,6 +247,8 @@ impl WeightscopeApp {
             AppCommand::ClearCache => self.send(Request::ClearCache),
             AppCommand::SetMemoryLimit(bytes) => self.send(Request::SetMemoryLimit(bytes)),
             AppCommand::SetCacheLimit(bytes) => self.send(Request::SetCacheLimit(bytes)),
+            AppCommand::SetPreviewBudget(bytes) => self.set_preview_budget(bytes),
+            AppCommand::PinPreview(name, pinned) => self.send(Request::PinPreview(name, pinned)),
             AppCommand::Walk { policy, transform } => {
                 let cancel = CancelToken::new();
                 let command = Request::Walk {
@@ -361,8 +366,12 @@ impl WeightscopeApp {
         }
     }
 
-    /// Starts from saved `settings` (recent checkpoints).
+    /// Starts from saved `settings` (recent checkpoints, the previews'
+    /// budget).
     pub fn set_settings(&mut self, settings: settings::Settings) {
+        if let Some(bytes) = settings.preview_budget {
+            self.send(Request::SetPreviewBudget(bytes));
+        }
         self.settings = settings;
     }
 
@@ -447,6 +456,7 @@ impl WeightscopeApp {
 
     fn apply(&mut self, event: Event) {
         self.memory = event.memory;
+        self.previews = event.previews;
         if let Some(mark) = &event.mark {
             self.timeline.push_event(mark, &event.sample);
             // One source for residency: the worker's bookkeeping, carried in
@@ -505,6 +515,8 @@ impl WeightscopeApp {
             EventKind::Scanned(progress) => self.check.progress(progress),
             EventKind::ScanFinished(result) => self.check.finished(result),
             EventKind::Released(_)
+            | EventKind::Forgotten(_)
+            | EventKind::PreviewsChanged
             | EventKind::CacheCleared { .. }
             | EventKind::MemoryLimitSet { .. }
             | EventKind::CacheLimitSet { .. } => {}
@@ -535,6 +547,13 @@ impl WeightscopeApp {
         self.profiler
             .checkpoint_opened(facts.expected.clone(), facts.largest_shard_bytes);
         self.checkpoint = Some(checkpoint);
+    }
+
+    /// Keeps the previews within `bytes` from now on, and in the settings.
+    fn set_preview_budget(&mut self, bytes: u64) {
+        self.settings.preview_budget = Some(bytes);
+        self.settings_dirty = true;
+        self.send(Request::SetPreviewBudget(bytes));
     }
 
     /// Materializes `name` on the worker; the inspector shows it when ready.
@@ -573,6 +592,7 @@ impl WeightscopeApp {
                 check_counts: self.check.counts(),
                 opening: self.opening.as_deref(),
                 open_error: self.open_error.as_deref(),
+                previews: &self.previews,
             };
             self.status.ui(ui, &inputs, &self.commands);
         });
@@ -592,7 +612,10 @@ impl WeightscopeApp {
                 .resizable(true)
                 .default_size(150.0_f32.min(height * 0.16))
                 .size_range(60.0..=(height * 0.25).max(60.0))
-                .show(ui, |ui| self.strip.ui(ui, &self.timeline, gpu));
+                .show(ui, |ui| {
+                    let budget = (self.previews.kept > 0).then_some(self.previews.limit_bytes);
+                    self.strip.ui(ui, &self.timeline, gpu, budget);
+                });
         }
         if let Some(checkpoint) = self.checkpoint.clone() {
             egui::Panel::left("shards")
@@ -603,7 +626,9 @@ impl WeightscopeApp {
                 egui::Panel::right("inspector")
                     .default_size(420.0_f32.min(width * 0.3))
                     .size_range(180.0..=(width * 0.35).max(180.0))
-                    .show(ui, |ui| self.inspector.ui(ui));
+                    .show(ui, |ui| {
+                        self.inspector.ui(ui, &self.previews.pinned, &self.commands);
+                    });
             }
         }
         egui::CentralPanel::default().show(ui, |ui| {

@@ -14,6 +14,9 @@ pub struct Settings {
     /// Checkpoints opened, newest first.
     #[serde(default)]
     pub recent: Vec<PathBuf>,
+    /// The previews' budget in bytes (none: the default, 512 MiB).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preview_budget: Option<u64>,
 }
 
 impl Settings {

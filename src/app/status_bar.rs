@@ -21,6 +21,8 @@ pub(super) struct StatusInputs<'a> {
     pub opening: Option<&'a std::path::Path>,
     /// Why the last open failed (what is shown stays open).
     pub open_error: Option<&'a str>,
+    /// What the previews hold, and their budget.
+    pub previews: &'a crate::weights::PreviewsHeld,
 }
 
 /// The status bar. Its own state is what it computed once per checkpoint
@@ -92,6 +94,7 @@ impl StatusBar {
             if badge_ui(ui, inputs.check_counts) {
                 commands.send(AppCommand::ShowTab(super::Tab::Check));
             }
+            previews_ui(ui, inputs.previews, commands);
             if let Some((count, bytes)) = self.totals {
                 ui.separator();
                 ui.label(format!(
@@ -174,4 +177,50 @@ fn params_note(summary: &Summary) -> Option<String> {
             summary.bits_per_weight
         )
     })
+}
+
+/// "previews 212 MiB of 512 MiB": what the previews hold against their
+/// budget; a click sets the budget.
+fn previews_ui(
+    ui: &mut egui::Ui,
+    previews: &crate::weights::PreviewsHeld,
+    commands: &CommandSender,
+) {
+    ui.separator();
+    let pinned = match previews.pinned.len() {
+        0 => String::new(),
+        n => format!(
+            ", {} pinned",
+            crate::units::count_of(n, "tensor", "tensors")
+        ),
+    };
+    let text = format!(
+        "previews {} of {}{pinned}",
+        human_bytes(previews.used_bytes),
+        human_bytes(previews.limit_bytes)
+    );
+    let id = ui.make_persistent_id("preview-budget-field");
+    ui.menu_button(text, |ui| {
+        ui.label("Tensors shown stay in MLX memory, so that a second look is instant, within this budget; the least recently shown are let go first (pinned ones stay).");
+        let mut typed: String = ui
+            .data_mut(|d| d.get_temp::<String>(id))
+            .unwrap_or_else(|| human_bytes(previews.limit_bytes));
+        ui.horizontal(|ui| {
+            let field = ui.add(
+                egui::TextEdit::singleline(&mut typed)
+                    .desired_width(90.0)
+                    .hint_text("e.g. 512M"),
+            );
+            let field = field.labelled_by(ui.label("Budget").id);
+            let enter = field.lost_focus() && ui.input(|i| i.key_pressed(egui::Key::Enter));
+            let parsed = crate::units::parse_size(&typed);
+            if (ui.add_enabled(parsed.is_some(), egui::Button::new("Set")).clicked() || enter)
+                && let Some(bytes) = parsed
+            {
+                commands.send(AppCommand::SetPreviewBudget(bytes));
+                ui.close();
+            }
+        });
+        ui.data_mut(|d| d.insert_temp(id, typed));
+    });
 }

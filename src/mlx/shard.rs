@@ -162,6 +162,34 @@ impl ShardMap {
         Ok(Some(array))
     }
 
+    /// Lets go of the evaluated bytes of stored tensor `name` (into MLX's
+    /// cache, once nothing else holds the array): a map read through drops
+    /// it and reads its bytes again when asked; MLX's own map takes a fresh,
+    /// lazy handle for it from the file's header (read again: a few
+    /// milliseconds for a header of thousands of tensors). Other tensors'
+    /// handles are kept as they are. Nothing to do for a name not evaluated
+    /// or not in the file.
+    ///
+    /// # Errors
+    /// When MLX cannot read the header again.
+    pub fn forget(&mut self, name: &str) -> Result<(), MlxError> {
+        if self.through.is_some() {
+            self.arrays.remove(name);
+            return Ok(());
+        }
+        if !self.arrays.contains_key(name) {
+            return Ok(());
+        }
+        let mut fresh = Array::load_safetensors(&self.path).map_err(|e| MlxError::Load {
+            path: self.path.clone(),
+            message: super::clean_message(&e.to_string()),
+        })?;
+        if let Some(array) = fresh.remove(name) {
+            self.arrays.insert(name.to_owned(), array);
+        }
+        Ok(())
+    }
+
     /// Whether the map reads its tensors through (not MLX's own loader).
     #[must_use]
     pub fn reads_through(&self) -> bool {

@@ -13,6 +13,7 @@
 //! while its shard is open. Streaming whole-model transforms must call
 //! [`Weights::release_shard`] as they leave each shard.
 
+mod budget;
 mod check;
 mod decode;
 pub mod demo;
@@ -25,6 +26,7 @@ mod view;
 pub use crate::checkpoint::viewfile;
 mod walker;
 
+pub use budget::{DEFAULT_PREVIEW_BUDGET, Forgotten, PreviewBudget, PreviewsHeld};
 pub use check::{ValueScan, scan_values};
 pub use decode::{Decoding, Values};
 pub use diff::{
@@ -176,6 +178,10 @@ pub struct Weights<N: ShardLoader = MlxLoader> {
     /// Shard position → the sum of its `resident` bytes, kept as they
     /// change (a walk asks after every tensor: summing would be quadratic).
     resident_totals: HashMap<ShardId, u64>,
+    /// Canonical name → the stored tensors evaluating it made resident (its
+    /// own, a quantized weight's scales and biases): what
+    /// [`Weights::forget`] lets go of.
+    made_resident: HashMap<String, Vec<String>>,
     view: Option<View>,
     /// What the installed rule view did to the names (for people).
     view_info: Option<Arc<ViewInfo>>,
@@ -285,6 +291,7 @@ impl<N: ShardLoader> Weights<N> {
             arrays: HashMap::new(),
             resident: HashMap::new(),
             resident_totals: HashMap::new(),
+            made_resident: HashMap::new(),
             view: None,
             view_info: None,
             fixed: std::collections::HashSet::new(),
@@ -482,7 +489,7 @@ impl<N: ShardLoader> Weights<N> {
         let array = self.tensor(name)?;
         crate::mlx::evaluate(&array)?;
         if let Some(stored) = self.source(name).map(str::to_owned) {
-            self.note_resident(&stored);
+            self.note_resident(name, &stored);
         }
         Ok(array)
     }
@@ -531,8 +538,8 @@ impl<N: ShardLoader> Weights<N> {
     }
 
     /// Records that the stored tensor `stored_name` was evaluated from its
-    /// shard's map (which now holds its bytes).
-    fn note_resident(&mut self, stored_name: &str) {
+    /// shard's map (which now holds its bytes) for canonical `name`.
+    pub(crate) fn note_resident(&mut self, name: &str, stored_name: &str) {
         if let Some(info) = self.checkpoint.tensor(stored_name) {
             let (shard, bytes) = (info.shard(), info.bytes());
             let tensors = self.resident.entry(shard).or_default();
@@ -541,7 +548,69 @@ impl<N: ShardLoader> Weights<N> {
                 tensors.insert(stored_name.to_owned(), bytes);
                 *self.resident_totals.entry(shard).or_default() += bytes;
             }
+            let made = self.made_resident.entry(name.to_owned()).or_default();
+            if !made.iter().any(|s| s == stored_name) {
+                made.push(stored_name.to_owned());
+            }
         }
+    }
+
+    /// Bytes that showing canonical `name` holds resident (its stored
+    /// tensors still evaluated in their maps), by the core's bookkeeping.
+    #[must_use]
+    pub fn resident_bytes_of(&self, name: &str) -> u64 {
+        let Some(made) = self.made_resident.get(name) else {
+            return 0;
+        };
+        made.iter()
+            .filter_map(|stored| {
+                let shard = self.checkpoint.tensor(stored)?.shard();
+                self.resident.get(&shard)?.get(stored).copied()
+            })
+            .sum()
+    }
+
+    /// Lets go of what materializing canonical `name` made resident: its
+    /// cached array, and its stored tensors' evaluated bytes in their
+    /// shards' maps (each map keeps a fresh, lazy handle: asking again
+    /// reads the bytes again), unless another name still shown uses them
+    /// (a view that splits one stored tensor). The bytes go to MLX's cache.
+    /// Unlike [`Weights::release`], this frees while the shard stays open;
+    /// the budget of the window's previews is kept with it. Returns the
+    /// bytes freed by the core's bookkeeping.
+    ///
+    /// # Errors
+    /// When MLX cannot read a shard's header again for the fresh handle
+    /// (the bytes are then let go with the whole map).
+    pub fn forget(&mut self, name: &str) -> Result<u64, WeightsError> {
+        self.arrays.remove(name);
+        let Some(made) = self.made_resident.remove(name) else {
+            return Ok(0);
+        };
+        let mut freed = 0;
+        for stored in made {
+            if self.made_resident.values().any(|m| m.contains(&stored)) {
+                continue;
+            }
+            let Some(shard) = self.checkpoint.tensor(&stored).map(TensorRef::shard) else {
+                continue;
+            };
+            if let Some(tensors) = self.resident.get_mut(&shard)
+                && let Some(bytes) = tensors.remove(&stored)
+            {
+                freed += bytes;
+                if let Some(total) = self.resident_totals.get_mut(&shard) {
+                    *total = total.saturating_sub(bytes);
+                }
+            }
+            if let Some(map) = self.maps.get_mut(&shard)
+                && let Err(err) = self.native.forget(map, &stored)
+            {
+                self.release_shard(shard);
+                return Err(err.into());
+            }
+        }
+        Ok(freed)
     }
 
     /// Bytes the live map of shard `shard` (a position in the checkpoint's
@@ -622,12 +691,18 @@ impl<N: ShardLoader> Weights<N> {
         }
         self.resident.remove(&shard);
         self.resident_totals.remove(&shard);
+        let checkpoint = &self.checkpoint;
+        self.made_resident.retain(|_, made| {
+            made.retain(|s| checkpoint.tensor(s).is_some_and(|t| t.shard() != shard));
+            !made.is_empty()
+        });
         freed
     }
 
     /// Drops every cached array and every map.
     pub fn release_all(&mut self) {
         self.arrays.clear();
+        self.made_resident.clear();
         self.resident.clear();
         self.resident_totals.clear();
         for (_, map) in self.maps.drain() {

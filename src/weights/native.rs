@@ -20,6 +20,16 @@ pub trait ShardLoader {
         drop(map);
     }
 
+    /// Lets go of the evaluated bytes of stored tensor `name` in `map`: the
+    /// next [`ShardLoader::get`] reads them again.
+    ///
+    /// # Errors
+    /// When the map cannot make a fresh handle (MLX cannot read the
+    /// header again).
+    fn forget(&mut self, map: &mut ShardMap, name: &str) -> Result<(), MlxError> {
+        map.forget(name)
+    }
+
     /// A new handle to the stored tensor `name` of `map`.
     ///
     /// # Errors

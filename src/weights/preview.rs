@@ -194,7 +194,7 @@ impl<N: ShardLoader> Weights<N> {
             self.check_room(name, mlx::summary_scratch_bytes())?;
             bands.materialize()?;
             for stored in &bands.stored {
-                self.note_resident(stored);
+                self.note_resident(name, stored);
             }
             let quant_maps = match &bands.scales {
                 Some(scales) => Some(QuantMaps {
@@ -226,7 +226,7 @@ impl<N: ShardLoader> Weights<N> {
         self.check_room(name, logical)?;
         mlx::evaluate(&values.array)?;
         for stored in &values.stored {
-            self.note_resident(stored);
+            self.note_resident(name, stored);
         }
         let quant_maps = match &values.scales {
             Some(scales) => Some(QuantMaps {

@@ -359,3 +359,78 @@ fn the_walker_releases_shards_as_it_leaves_them_and_stops_on_an_error() {
         0
     );
 }
+
+/// `forget` frees what showing one tensor made resident while its shard
+/// stays open (unlike `release`, the trap), and the tensor reads again,
+/// the same values.
+#[test]
+fn forgetting_a_tensor_frees_it_while_its_shard_stays_open() {
+    let _lock = mlx_memory_lock();
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_model(dir.path());
+    mlx::clear_cache().expect("clear");
+    let base = active();
+    let mut weights = Weights::open(dir.path()).expect("open");
+    drop(weights.materialize("s0.t0").expect("t0"));
+    drop(weights.materialize("s0.t1").expect("t1"));
+    assert_eq!(active() - base, 2 * MIB);
+    assert_eq!(weights.resident_bytes_of("s0.t0"), MIB);
+    assert_eq!(weights.forget("s0.t0").expect("forget"), MIB);
+    assert_eq!(active() - base, MIB, "t0's bytes freed, t1's kept");
+    assert!(weights.is_shard_open(ShardId(0)), "the shard stays open");
+    assert_eq!(weights.resident_bytes(ShardId(0)), MIB);
+    assert_eq!(weights.resident_bytes_of("s0.t0"), 0);
+    assert_eq!(weights.forget("s0.t0").expect("twice"), 0, "nothing left");
+    // Asked again: read again, the same values.
+    let again = weights.materialize("s0.t0").expect("again");
+    assert_eq!(active() - base, 2 * MIB);
+    assert_eq!(mlx::to_f32_vec(&again).expect("values")[..3], [0.0; 3]);
+    drop(again);
+    // A released shard leaves nothing to forget.
+    weights.release_shard(ShardId(0));
+    assert_eq!(weights.forget("s0.t1").expect("released"), 0);
+    assert_eq!(active(), base);
+}
+
+/// The previews' budget: showing more tensors than it holds keeps MLX
+/// active memory within it, the least recently shown let go first; a
+/// pinned one stays; a smaller budget lets go at once.
+#[test]
+fn previews_stay_within_their_budget_and_a_pinned_one_stays() {
+    use weightscope::weights::{PreviewBudget, PreviewOptions};
+    let _lock = mlx_memory_lock();
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_model(dir.path());
+    mlx::clear_cache().expect("clear");
+    let base = active();
+    let mut weights = Weights::open(dir.path()).expect("open");
+    let mut budget = PreviewBudget::new(3 * MIB);
+    let options = PreviewOptions::default();
+    let names = ["s0.t0", "s0.t1", "s1.t0", "s1.t1", "s2.t0", "s2.t1"];
+    budget.pin("s0.t0", true);
+    for (k, name) in names.iter().enumerate() {
+        weights.preview(name, &options).expect("preview");
+        let forgotten = budget.shown(&mut weights, name).expect("budget");
+        let held = budget.held(&weights);
+        assert!(held.used_bytes <= 3 * MIB, "{name}: {held:?}");
+        assert!(
+            active() - base <= 3 * MIB,
+            "{name}: {} MiB active",
+            (active() - base) / MIB
+        );
+        if k >= 3 {
+            assert_eq!(forgotten.len(), 1, "{name}: one let go: {forgotten:?}");
+            assert_ne!(forgotten[0].name, "s0.t0", "the pinned one stays");
+        }
+    }
+    assert_eq!(weights.resident_bytes_of("s0.t0"), MIB, "pinned");
+    assert_eq!(weights.resident_bytes_of("s2.t1"), MIB, "the newest");
+    assert_eq!(weights.resident_bytes_of("s1.t0"), 0, "let go");
+    // A smaller budget lets go at once, oldest first; the newest stays.
+    budget.set_limit(MIB);
+    budget.pin("s0.t0", false);
+    let forgotten = budget.enforce(&mut weights).expect("enforce");
+    let names: Vec<&str> = forgotten.iter().map(|f| f.name.as_str()).collect();
+    assert_eq!(names, ["s0.t0", "s2.t0"]);
+    assert_eq!(active() - base, MIB);
+}

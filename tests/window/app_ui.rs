@@ -1787,3 +1787,48 @@ fn a_size_sort_keeps_ties_in_file_order() {
         ["a.weight", "c.bias", "layers.0.x", "layers.1.y", "b.weight"]
     );
 }
+
+/// Browsing keeps MLX memory within the previews' budget: arrowing through
+/// more tensors than it holds lets the least recently shown go (MLX's own
+/// counters say so), the status bar says what they hold, and a pinned
+/// tensor stays.
+#[test]
+fn browsing_stays_within_the_previews_budget() {
+    const MIB: u64 = 1 << 20;
+    let _lock = common::mlx_memory_lock();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let tensors: Vec<common::Tensor> = (0..8)
+        .map(|i| common::Tensor::f32(&format!("t{i}"), &[512, 512], &vec![i as f32; 512 * 512]))
+        .collect();
+    let path = dir.path().join("m.safetensors");
+    common::write_safetensors(&path, &tensors);
+    mlx::clear_cache().expect("clear");
+    let base = mlx::memory().expect("memory").active_bytes;
+    let mut harness = harness(open_app(&path));
+    harness
+        .state_mut()
+        .execute(AppCommand::SetPreviewBudget(3 * MIB));
+    harness.get_by_label("t0").click();
+    assert_eq!(settle_preview(&mut harness).as_deref(), Some("t0"));
+    // Pin the first one shown.
+    harness.get_by_label("Pin: keep it in memory").click();
+    harness.run();
+    harness.state_mut().wait_for_worker().expect("pinned");
+    for i in 1..8 {
+        harness.key_press(egui::Key::ArrowDown);
+        assert_eq!(
+            settle_preview(&mut harness).as_deref(),
+            Some(format!("t{i}").as_str())
+        );
+        while harness.state().previews_held().kept < i.min(3) {
+            harness.state_mut().wait_for_worker().expect("held");
+        }
+        let active = mlx::memory().expect("memory").active_bytes - base;
+        assert!(active <= 3 * MIB, "after t{i}: {active} bytes active");
+    }
+    harness.run();
+    let held = harness.state().previews_held().clone();
+    assert_eq!(held.used_bytes, 3 * MIB, "{held:?}");
+    assert_eq!(held.pinned, ["t0"]);
+    harness.get_by_label_contains("previews 3.00 MiB of 3.00 MiB, 1 tensor pinned");
+}
