@@ -213,6 +213,18 @@ impl WeightscopeApp {
         self.run_commands();
     }
 
+    /// The checkpoint open now, as it was asked for.
+    #[must_use]
+    pub fn opened_path(&self) -> Option<&std::path::Path> {
+        self.opened_path.as_deref()
+    }
+
+    /// The profiler's overlays, as their chips name them.
+    #[must_use]
+    pub fn overlay_names(&self) -> Vec<String> {
+        self.profiler.overlay_names()
+    }
+
     /// What the previews hold, by the worker's last word.
     #[must_use]
     pub fn previews_held(&self) -> &crate::weights::PreviewsHeld {

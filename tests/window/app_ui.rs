@@ -1832,3 +1832,55 @@ fn browsing_stays_within_the_previews_budget() {
     assert_eq!(held.pinned, ["t0"]);
     harness.get_by_label_contains("previews 3.00 MiB of 3.00 MiB, 1 tensor pinned");
 }
+
+/// A moment selected and an overlay made on one checkpoint's run stay
+/// with it: opening another checkpoint shows its runs alone; an overlay
+/// chosen names its run and checkpoint.
+#[test]
+fn a_selection_and_overlays_belong_to_the_run_they_were_made_on() {
+    let _lock = common::mlx_memory_lock();
+    let a = tempfile::tempdir().expect("tempdir");
+    write_eight_shards(a.path());
+    let b = tempfile::tempdir().expect("tempdir");
+    let b_path = five_tensors(b.path());
+    let mut harness = harness(open_app(a.path()));
+    harness.get_by_label("Profiler").click();
+    harness.run();
+    harness.get_by_label("Run walk").click();
+    harness.step();
+    harness.step();
+    finish_walk(&mut harness);
+    harness.state_mut().select_moment(1.0);
+    harness.get_by_label("Overlay this run").click();
+    harness.run();
+    let names = harness.state().overlay_names();
+    assert_eq!(names.len(), 1);
+    let a_name = a
+        .path()
+        .file_name()
+        .expect("name")
+        .to_string_lossy()
+        .into_owned();
+    assert!(names[0].ends_with(&format!("on {a_name}")), "{names:?}");
+    assert!(names[0].starts_with("release-shard none"), "{names:?}");
+    harness.get_by_label_contains(&format!("x {}", names[0]));
+    // A second walk of the same checkpoint: the moment selected on the
+    // first is gone, the overlay chosen stays.
+    harness.get_by_label("Run walk").click();
+    harness.step();
+    assert_eq!(harness.state().selected_moment(), None);
+    harness.step();
+    finish_walk(&mut harness);
+    assert_eq!(harness.state().overlay_names(), names);
+    // Another checkpoint: no moment, no overlay of the old one.
+    harness.state_mut().select_moment(1.0);
+    harness
+        .state_mut()
+        .execute(AppCommand::Open(b_path.clone()));
+    while harness.state().opened_path() != Some(b_path.as_path()) {
+        harness.state_mut().wait_for_worker().expect("opened");
+    }
+    harness.run();
+    assert_eq!(harness.state().selected_moment(), None);
+    assert!(harness.state().overlay_names().is_empty());
+}

@@ -230,6 +230,17 @@ impl ProfilerPanel {
         self.largest_shard_bytes = largest_shard_bytes;
         self.machine = MachineMemory::read();
         self.running = None;
+        // Overlays and a selected moment belong to the checkpoint's runs
+        // they were made on.
+        self.overlays.clear();
+        self.run_changed();
+    }
+
+    /// What is shown changed run: a moment selected on the old one is not
+    /// a moment of the new one.
+    fn run_changed(&mut self) {
+        self.selected_secs = None;
+        self.resident = None;
     }
 
     fn expected_now(&self) -> Option<ExpectedPeaks> {
@@ -297,18 +308,17 @@ impl ProfilerPanel {
         });
         // The walk is what the user came to study: show it at walk time.
         self.walk_view = true;
+        self.run_changed();
     }
 
     /// A recording of `command` began at `start_secs` (session clock).
     pub(super) fn recording_started(&mut self, command: String, start_secs: f64) {
         self.recording = Some(LiveRecording::new(command, start_secs));
         self.message = None;
-        // The last run's findings belong to it: it stays on screen as a
-        // dashed overlay to compare the new one with, its findings go.
-        if let Some(last) = self.last.take() {
-            self.overlays.push(last.trace);
-        }
-        self.resident = None;
+        // The new run shows itself alone (with the overlays the user
+        // chose); the last run's findings belong to it.
+        self.last = None;
+        self.run_changed();
     }
 
     /// What the recorder sent.
@@ -356,8 +366,8 @@ impl ProfilerPanel {
             trace,
             start_secs,
         });
-        self.resident = None;
         self.walk_view = true;
+        self.run_changed();
     }
 
     /// The recording in progress, in a few words (the tab bar shows it on
@@ -401,6 +411,10 @@ impl ProfilerPanel {
         inputs: &ProfilerInputs<'_>,
     ) {
         self.cancel = Some(cancel);
+        // The walk shows itself as it runs, on the session's clock from its
+        // start (not the last run, not the session before it).
+        self.walk_view = false;
+        self.run_changed();
         self.running = Some(RunningWalk {
             policy,
             transform,
@@ -552,10 +566,6 @@ impl ProfilerPanel {
                         ""
                     }
                 ));
-                // The last run stays, dashed, to compare with.
-                if let Some(last) = self.last.take() {
-                    self.overlays.push(last.trace);
-                }
                 self.show_recording(Arc::new(recording), trace, 0.0);
             }
             Ok((trace, None)) => {
@@ -584,6 +594,12 @@ impl ProfilerPanel {
     #[cfg(any(test, feature = "test-hooks"))]
     pub(super) fn selected_moment(&self) -> Option<f64> {
         self.selected_secs
+    }
+
+    /// The overlays, as their chips name them.
+    #[cfg(any(test, feature = "test-hooks"))]
+    pub(super) fn overlay_names(&self) -> Vec<String> {
+        self.overlays.iter().map(overlay_name).collect()
     }
 
     /// Selects a moment (as clicking an event row does).
@@ -921,14 +937,34 @@ impl ProfilerPanel {
                 commands.send(AppCommand::LoadTrace(path));
             }
             ui.separator();
-            ui.checkbox(&mut self.walk_view, "Last run view").on_hover_text(
-                "The last walk or recording and the overlaid traces, on one clock from its start (off: the whole session)",
-            );
+            if ui
+                .checkbox(&mut self.walk_view, "Last run view")
+                .on_hover_text(
+                    "The last walk or recording and the overlaid traces, on one clock from its start (off: the whole session)",
+                )
+                .changed()
+            {
+                self.run_changed();
+            }
+            if let Some(last) = &self.last
+                && ui
+                    .small_button("Overlay this run")
+                    .on_hover_text("Keep the last run on the plot, dashed, to compare the next runs of this checkpoint with")
+                    .clicked()
+            {
+                self.overlays.push(last.trace.clone());
+            }
             let mut remove = None;
+            let palette = crate::app::widgets::series_colors::OVERLAYS;
             for (i, trace) in self.overlays.iter().enumerate() {
+                let colour = palette[i % palette.len()];
+                let text = egui::RichText::new(format!("x {}", overlay_name(trace))).color(colour);
                 if ui
-                    .small_button(format!("x {}", crate::units::printable(&trace.label)))
-                    .on_hover_text("Remove this overlay")
+                    .small_button(text)
+                    .on_hover_text(format!(
+                        "Remove this overlay: {}",
+                        crate::units::printable(&trace.checkpoint)
+                    ))
                     .clicked()
                 {
                     remove = Some(i);
@@ -938,6 +974,20 @@ impl ProfilerPanel {
                 self.overlays.remove(i);
             }
         });
+    }
+}
+
+/// An overlay as its chip and legend name it: its run, and the checkpoint
+/// (or job) it was made on.
+pub(super) fn overlay_name(trace: &Trace) -> String {
+    let place = std::path::Path::new(&trace.checkpoint)
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .filter(|n| !n.is_empty());
+    let label = crate::units::printable(&trace.label);
+    match place {
+        Some(place) => format!("{label} on {}", crate::units::printable(&place)),
+        None => label.into_owned(),
     }
 }
 

@@ -95,7 +95,12 @@ fn span_of(a: Option<(f64, f64)>, b: Option<(f64, f64)>) -> Option<(f64, f64)> {
 }
 
 /// The timeline's legend as a row above it (see `COMPACT_PLOT_HEIGHT`).
-fn timeline_legend_row(ui: &mut egui::Ui, mlx_active: &str, expected: bool) {
+fn timeline_legend_row(
+    ui: &mut egui::Ui,
+    mlx_active: &str,
+    expected: bool,
+    overlays: &[(String, egui::Color32)],
+) {
     use crate::app::widgets::series_colors as c;
     let mut items = vec![
         ("process RSS (host)", c::RSS),
@@ -108,10 +113,45 @@ fn timeline_legend_row(ui: &mut egui::Ui, mlx_active: &str, expected: bool) {
             items.push((expected_label(p), color));
         }
     }
+    for (name, colour) in overlays {
+        items.push((name.as_str(), *colour));
+    }
     crate::app::widgets::legend_row(ui, &items);
 }
 
 impl ProfilerPanel {
+    /// Where the session's plot starts: a running walk's start (the walk
+    /// shows itself as it runs), else the session's.
+    fn session_from(&self) -> f64 {
+        self.running
+            .as_ref()
+            .map_or(f64::NEG_INFINITY, |r| r.start_secs)
+    }
+
+    /// The overlays' legend entries, each in its colour.
+    fn overlay_legend(&self) -> Vec<(String, egui::Color32)> {
+        let palette = crate::app::widgets::series_colors::OVERLAYS;
+        self.overlays
+            .iter()
+            .chain(self.compared.as_ref().map(|(_, t)| t))
+            .enumerate()
+            .map(|(i, t)| {
+                let name = format!("- - {}", super::overlay_name(t));
+                (name, palette[i % palette.len()])
+            })
+            .collect()
+    }
+
+    /// The session's samples from [`Self::session_from`].
+    fn session_samples<'a>(
+        &self,
+        inputs: &'a ProfilerInputs<'_>,
+    ) -> std::collections::vec_deque::Iter<'a, Sample> {
+        let samples = inputs.timeline.samples();
+        let first = samples.partition_point(|s| s.at < self.session_from());
+        samples.range(first..)
+    }
+
     /// The expected peaks to draw over `shown` (a run's trace, else the
     /// session), and the highest worth drawing. A recorded job is drawn to
     /// its own scale: the open checkpoint's predictions are not its, and
@@ -141,7 +181,7 @@ impl ProfilerPanel {
         let mut top = match walk {
             Some(trace) => samples_top_mib(trace.samples.iter()),
             None if overlays_only => 0.0,
-            None => samples_top_mib(inputs.timeline.samples().iter()),
+            None => samples_top_mib(self.session_samples(inputs)),
         };
         for trace in self
             .overlays
@@ -166,7 +206,7 @@ impl ProfilerPanel {
 /// moment.
 fn draw_markers(
     plot: &mut egui_plot::PlotUi<'_>,
-    walk: Option<&Trace>,
+    (walk, from): (Option<&Trace>, f64),
     overlays_only: bool,
     inputs: &ProfilerInputs<'_>,
     selected: Option<f64>,
@@ -174,7 +214,11 @@ fn draw_markers(
     let marked: Vec<f64> = match walk {
         Some(trace) => marker_times(trace.events.iter(), 400).collect(),
         None if overlays_only => Vec::new(),
-        None => marker_times(inputs.timeline.events().iter(), 400).collect(),
+        None => {
+            let events = inputs.timeline.events();
+            let first = events.partition_point(|e| e.t_secs < from);
+            marker_times(events.range(first..), 400).collect()
+        }
     };
     for t in marked {
         plot.vline(
@@ -275,9 +319,10 @@ fn draw_overlays<'a>(plot: &mut egui_plot::PlotUi<'_>, overlays: impl Iterator<I
     let palette = crate::app::widgets::series_colors::OVERLAYS;
     for (i, trace) in overlays.enumerate() {
         let color = palette[i % palette.len()];
+        let name = super::overlay_name(trace);
         plot.line(
             Line::new(
-                format!("{}: MLX active", crate::units::printable(&trace.label)),
+                format!("{name}: MLX active"),
                 sample_line(trace.samples.iter(), |s| s.mlx_or_zero().active_bytes),
             )
             .color(color)
@@ -285,7 +330,7 @@ fn draw_overlays<'a>(plot: &mut egui_plot::PlotUi<'_>, overlays: impl Iterator<I
         );
         plot.line(
             Line::new(
-                format!("{}: RSS", crate::units::printable(&trace.label)),
+                format!("{name}: RSS"),
                 sample_line(trace.samples.iter(), |s| s.process.rss_bytes),
             )
             .color(color)
@@ -341,8 +386,10 @@ impl ProfilerPanel {
         // curves: then it is one line of names above the plot instead.
         let compact = height < COMPACT_PLOT_HEIGHT;
         if compact {
-            timeline_legend_row(ui, &mlx_active, expected.is_some());
+            let overlays = self.overlay_legend();
+            timeline_legend_row(ui, &mlx_active, expected.is_some(), &overlays);
         }
+        let from = self.session_from();
         // Both plots over the same times (their x axes are linked, but each
         // would fit its own data until the user drags one): the samples'
         // span and the residency changes'.
@@ -352,7 +399,7 @@ impl ProfilerPanel {
             match walk {
                 Some(trace) => time_span(trace.samples.iter()),
                 None if overlays_only => None,
-                None => time_span(inputs.timeline.samples().iter()),
+                None => time_span(self.session_samples(inputs)),
             },
             self.residency
                 .as_ref()
@@ -369,7 +416,7 @@ impl ProfilerPanel {
                 let line = |f: fn(&Sample) -> u64| match walk {
                     Some(trace) => sample_line(trace.samples.iter(), f),
                     None if overlays_only => sample_line([].iter(), f),
-                    None => sample_line(inputs.timeline.samples().iter(), f),
+                    None => sample_line(self.session_samples(inputs), f),
                 };
                 plot.line(
                     Line::new("process RSS (host)", line(|s| s.process.rss_bytes)).color(c::RSS),
@@ -404,7 +451,7 @@ impl ProfilerPanel {
                         );
                     }
                 }
-                draw_markers(plot, walk, overlays_only, inputs, selected);
+                draw_markers(plot, (walk, from), overlays_only, inputs, selected);
                 plot.pointer_coordinate()
             });
         if let (true, Some(point)) = (response.response.clicked(), response.inner) {
@@ -435,7 +482,7 @@ impl ProfilerPanel {
             Below::Files => self.residency_plot_ui(ui, room, x_span),
             Below::Kinds => match self.shown() {
                 Some((trace, _)) => kinds_plot_ui(ui, trace.samples.iter(), room, x_span),
-                None => kinds_plot_ui(ui, inputs.timeline.samples().iter(), room, x_span),
+                None => kinds_plot_ui(ui, self.session_samples(inputs), room, x_span),
             },
         }
     }

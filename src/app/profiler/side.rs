@@ -155,12 +155,14 @@ impl ProfilerPanel {
             ui.label("Click the graph or an event to select a moment.");
             return;
         };
-        let recorded = shown(self.recording.as_ref(), self.last.as_ref(), self.walk_view)
-            .filter(|(trace, _)| trace.job.is_some());
-        let events = EventList::new(recorded.map(|(t, _)| t), inputs.timeline);
-        let key = (events.len(), t.to_bits(), recorded.is_some(), self.runs);
+        // The run shown, on its own clock (the plot's); a recorded job's
+        // "shards" are the files it held open.
+        let run = shown(self.recording.as_ref(), self.last.as_ref(), self.walk_view);
+        let recorded = run.filter(|(trace, _)| trace.job.is_some());
+        let events = EventList::new(run.map(|(t, _)| t), inputs.timeline);
+        let key = (events.len(), t.to_bits(), run.is_some(), self.runs);
         if self.resident.as_ref().is_none_or(|(k, _)| *k != key) {
-            let shards = match recorded {
+            let shards = match run {
                 Some((trace, start)) => profile::resident_at(&trace.events, t - start),
                 None => profile::resident_at(inputs.timeline.events(), t),
             };
@@ -171,9 +173,11 @@ impl ProfilerPanel {
         };
         let total: u64 = shards.iter().map(|s| s.bytes).sum();
         // On the clock of what is shown: the recording's own when it is one.
-        let (shown_t, what) = match recorded {
-            Some((_, start)) => (t - start, "shard files open"),
-            None => (t, "shards"),
+        let shown_t = run.map_or(t, |(_, start)| t - start);
+        let what = if recorded.is_some() {
+            "shard files open"
+        } else {
+            "shards"
         };
         ui.label(format!(
             "at {shown_t:.2} s: {} in {} {what}",
@@ -221,17 +225,18 @@ impl ProfilerPanel {
         ui.heading("Events");
         // A recording's own events (its loads, marks, files) when one is
         // shown, on its clock; else the session's.
-        let recorded = shown(self.recording.as_ref(), self.last.as_ref(), self.walk_view)
-            .filter(|(trace, _)| trace.job.is_some());
-        let offset = recorded.map_or(0.0, |(_, start)| start);
-        let events = EventList::new(recorded.map(|(t, _)| t), inputs.timeline);
+        // The run shown (a walk's or a recording's own events) on its own
+        // clock, the plot's; else the session's.
+        let run = shown(self.recording.as_ref(), self.last.as_ref(), self.walk_view);
+        let offset = run.map_or(0.0, |(_, start)| start);
+        let events = EventList::new(run.map(|(t, _)| t), inputs.timeline);
         ui.label(format!(
             "{} events{}; click one to select its moment",
             events.len(),
-            if recorded.is_some() {
-                " of the job"
-            } else {
-                ""
+            match run {
+                Some((trace, _)) if trace.job.is_some() => " of the job",
+                Some(_) => " of the run shown",
+                None => "",
             }
         ));
         let row_height = ui.text_style_height(&egui::TextStyle::Body) + 4.0;
