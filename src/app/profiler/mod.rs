@@ -84,6 +84,10 @@ impl ProfilerInputs<'_> {
     }
 }
 
+/// How often the window redraws a live recording at most (the recorder's
+/// wakes come when samples arrive, throttled to this too).
+pub(super) const LIVE_FRAME: Duration = Duration::from_millis(250);
+
 /// The profiler tab: its controls, the running and last walks, overlays
 /// and the selected moment. Samples and events are the app's timeline,
 /// passed in each frame; the caches derived from them are keyed by the
@@ -720,7 +724,11 @@ impl ProfilerPanel {
     fn record_status_ui(&mut self, ui: &mut egui::Ui, commands: &CommandSender) {
         if let Some(live) = &mut self.recording {
             ui.horizontal_wrapped(|ui| {
-                ui.spinner();
+                // A still mark, not a spinner: a spinner redraws the window
+                // every frame, which a recorded job on a small machine pays
+                // for (the window redraws a live recording a few times a
+                // second, when samples come).
+                ui.colored_label(egui::Color32::from_rgb(235, 60, 60), "\u{25cf} REC");
                 ui.label(live.status_text());
                 let stop = ui
                     .button("Stop")
@@ -736,8 +744,8 @@ impl ProfilerPanel {
                     commands.send(AppCommand::AskWhoHolds);
                 }
             });
-            // Keep the elapsed time and the live graph moving.
-            ui.ctx().request_repaint_after(Duration::from_millis(100));
+            // Keep the elapsed time moving between the recorder's wakes.
+            ui.ctx().request_repaint_after(LIVE_FRAME);
         }
         if let Some((target, checkpoint)) = self.record_form.ui(ui.ctx()) {
             commands.send(AppCommand::Record(target, checkpoint));
