@@ -33,6 +33,29 @@ pub(crate) fn nice_step(span: f64, ticks: f64) -> f64 {
     nice * power
 }
 
+/// The smallest round step (1, 2 or 5 times a power of ten) of at least
+/// `least`.
+#[must_use]
+fn round_step_at_least(least: f64) -> f64 {
+    if !(least.is_finite() && least > 0.0) {
+        return 0.0;
+    }
+    let power = 10_f64.powf(least.log10().floor());
+    [1.0, 2.0, 5.0, 10.0]
+        .into_iter()
+        .map(|m| m * power)
+        .find(|&s| s >= least * (1.0 - 1e-9))
+        .unwrap_or(10.0 * power)
+}
+
+/// `egui_plot` draws a y label only when marks are 20 points apart (fully
+/// from 30), an x label from 60 (fully from 80); `base_step_size` is 8
+/// points' worth of value. A step at least that far apart keeps every
+/// mark labelled on a short or narrow plot (fewer marks there).
+fn labelled_step(input: &GridInput, step: f64, points: f64) -> f64 {
+    step.max(round_step_at_least(input.base_step_size / 8.0 * points))
+}
+
 /// Marks every `step` within `bounds`, none below `floor`.
 fn marks(bounds: (f64, f64), step: f64, floor: f64) -> Vec<GridMark> {
     if !(step.is_finite() && step > 0.0) {
@@ -56,7 +79,11 @@ fn marks(bounds: (f64, f64), step: f64, floor: f64) -> Vec<GridMark> {
 #[must_use]
 #[allow(clippy::needless_pass_by_value)] // egui_plot's spacer signature
 pub(crate) fn value_grid(input: GridInput) -> Vec<GridMark> {
-    let step = nice_step(input.bounds.1 - input.bounds.0, 5.0);
+    let step = labelled_step(
+        &input,
+        nice_step(input.bounds.1 - input.bounds.0, 5.0),
+        80.0,
+    );
     marks(input.bounds, step, f64::NEG_INFINITY)
 }
 
@@ -65,6 +92,7 @@ pub(crate) fn value_grid(input: GridInput) -> Vec<GridMark> {
 #[allow(clippy::needless_pass_by_value)] // egui_plot's spacer signature
 pub(crate) fn count_grid(input: GridInput) -> Vec<GridMark> {
     let step = nice_step(input.bounds.1 - input.bounds.0.max(0.0), 4.0).max(1.0);
+    let step = labelled_step(&input, step, 30.0);
     marks(input.bounds, step, 0.0)
 }
 
@@ -187,7 +215,8 @@ impl MemoryUnit {
             .include_y(top * (1.0 + headroom.max(0.05)))
             .y_grid_spacer(move |input| {
                 let span = (input.bounds.1 - input.bounds.0.max(0.0)) / mib;
-                marks(input.bounds, nice_step(span, 4.0) * mib, 0.0)
+                let least = round_step_at_least(input.base_step_size / 8.0 * 30.0 / mib);
+                marks(input.bounds, nice_step(span, 4.0).max(least) * mib, 0.0)
             })
             .y_axis_formatter(move |mark, _| {
                 if mark.value < 0.0 {
@@ -233,6 +262,14 @@ mod tests {
             assert_eq!(distinct.len(), shown.len(), "{bounds:?}: {shown:?}");
         }
         assert_eq!(labels((-5.3, 5.3)), ["-4", "-2", "0", "2", "4"]);
+        // On a plot 40 points tall (2.5 a point: 20 in egui_plot's 8-point
+        // base) a count axis keeps its marks 30 points apart: 0 and 100.
+        let short = count_grid(GridInput {
+            bounds: (0.0, 100.0),
+            base_step_size: 20.0,
+        });
+        let values: Vec<f64> = short.iter().map(|m| m.value).collect();
+        assert_eq!(values, [0.0, 100.0]);
         assert_eq!(
             labels((-0.036, 0.036)),
             ["-0.03", "-0.02", "-0.01", "0", "0.01", "0.02", "0.03"]

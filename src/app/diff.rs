@@ -541,7 +541,8 @@ impl DiffPanel {
     /// to open.
     fn keyboard(&mut self, ui: &egui::Ui, page: usize) -> (bool, Option<String>) {
         use egui::{Key, Modifiers};
-        if ui.memory(|m| m.focused().is_some()) || self.rows.is_empty() {
+        // Typing in a text field; a focused button leaves the keys here.
+        if ui.ctx().text_edit_focused() || self.rows.is_empty() {
             return (false, None);
         }
         let last = self.rows.len() - 1;

@@ -1034,6 +1034,10 @@ impl TensorsPanel {
                 ui.close();
             }
         });
+        if response.clicked() {
+            // The table's keys go on working after a click on a name.
+            response.surrender_focus();
+        }
         response.clicked()
     }
 
@@ -1054,8 +1058,10 @@ impl TensorsPanel {
     /// Returns the tensor to materialize now.
     fn keyboard(&mut self, ui: &egui::Ui, checkpoint: &Checkpoint) -> Option<String> {
         use egui::Key;
-        if ui.memory(|m| m.focused().is_some()) || self.lines.is_empty() {
-            return None; // typing in a text field
+        // Typing in a text field; a button focused by a click (a row's
+        // name) leaves the keys to the table.
+        if ui.ctx().text_edit_focused() || self.lines.is_empty() {
+            return None;
         }
         let last = self.lines.len() - 1;
         let position = self

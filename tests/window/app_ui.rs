@@ -1700,6 +1700,12 @@ fn every_cell_of_a_row_selects_it() {
     settle_preview(&mut harness);
     assert_eq!(harness.state().selected_tensor(), Some("c.bias"));
     assert_eq!(harness.state().inspected_name(), Some("c.bias"));
+    // A click on a name, then the arrows: the table still takes them.
+    harness.get_by_label("a.weight").click();
+    settle_preview(&mut harness);
+    assert_eq!(harness.state().selected_tensor(), Some("a.weight"));
+    harness.key_press(egui::Key::ArrowDown);
+    assert_eq!(settle_preview(&mut harness).as_deref(), Some("b.weight"));
 }
 
 /// The palette on the 163-shard layout's 90k names: `mlp` lists the
