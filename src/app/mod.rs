@@ -783,7 +783,7 @@ impl WeightscopeApp {
             if self.tab != Tab::Profiler
                 && let Some(brief) = self.profiler.recording_brief()
             {
-                ui.colored_label(egui::Color32::from_rgb(235, 60, 60), "\u{25cf}");
+                ui.colored_label(egui::Color32::from_rgb(235, 60, 60), "REC");
                 ui.label(brief)
                     .on_hover_text("Ctrl+2: the live graph and Stop");
                 ui.ctx()

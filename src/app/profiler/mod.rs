@@ -728,7 +728,7 @@ impl ProfilerPanel {
                 // every frame, which a recorded job on a small machine pays
                 // for (the window redraws a live recording a few times a
                 // second, when samples come).
-                ui.colored_label(egui::Color32::from_rgb(235, 60, 60), "\u{25cf} REC");
+                ui.colored_label(egui::Color32::from_rgb(235, 60, 60), "REC");
                 ui.label(live.status_text());
                 let stop = ui
                     .button("Stop")
