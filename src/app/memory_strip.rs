@@ -39,7 +39,9 @@ impl MemoryStrip {
             ui.label("Memory: waiting for the first sample");
             return;
         };
-        ui.horizontal(|ui| {
+        // One line of figures and the last event (wrapped in a narrow
+        // window): the plot below keeps the height for labelled marks.
+        ui.horizontal_wrapped(|ui| {
             ui.label(format!(
                 "Memory (MiB, seconds since start): process RSS {:.1} (anonymous {:.1}), MLX active {:.1}, MLX cache {:.1}",
                 last.process.rss_bytes as f64 / MIB,
@@ -50,14 +52,14 @@ impl MemoryStrip {
             if gpu {
                 ui.label("(MLX figures are GPU memory; RSS is host memory only)");
             }
+            if let Some(event) = timeline.events().back() {
+                ui.label(format!(
+                    "| last event at {:.1} s: {}",
+                    event.t_secs,
+                    event.label()
+                ));
+            }
         });
-        if let Some(event) = timeline.events().back() {
-            ui.label(format!(
-                "last event at {:.1} s: {}",
-                event.t_secs,
-                event.label()
-            ));
-        }
         let from = last.at - self.window_secs;
         let samples = timeline.samples();
         let first = samples.partition_point(|s| s.at < from);
