@@ -6,7 +6,7 @@ use egui_plot::{Line, Plot, VLine};
 
 use crate::profile::Timeline;
 
-use super::profiler::{marker_times, sample_line};
+use super::profiler::{marker_times, sample_line, samples_top_mib};
 
 const MIB: f64 = 1024.0 * 1024.0;
 
@@ -63,19 +63,8 @@ impl MemoryStrip {
         let from = last.at - self.window_secs;
         let samples = timeline.samples();
         let first = samples.partition_point(|s| s.at < from);
-        let top_mib = samples
-            .range(first..)
-            .map(|s| {
-                let mlx = s.mlx_or_zero();
-                s.process
-                    .rss_bytes
-                    .max(mlx.active_bytes)
-                    .max(mlx.cache_bytes)
-            })
-            .max()
-            .unwrap_or(0)
-            .max(budget.unwrap_or(0)) as f64
-            / MIB;
+        #[allow(clippy::cast_precision_loss)]
+        let top_mib = samples_top_mib(samples.range(first..)).max(budget.unwrap_or(0) as f64 / MIB);
         let line = |f| sample_line(samples.range(first..), f);
         let rss = line(|s| s.process.rss_bytes);
         let active = line(|s| s.mlx_or_zero().active_bytes);

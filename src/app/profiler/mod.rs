@@ -25,7 +25,7 @@ mod plots;
 mod recordings;
 mod side;
 
-pub(super) use plots::{marker_times, sample_line};
+pub(super) use plots::{marker_times, sample_line, samples_top_mib};
 
 /// A walk in progress, as the UI knows it.
 #[derive(Debug, Clone)]

@@ -64,7 +64,7 @@ fn time_axis(plot: Plot<'_>) -> Plot<'_> {
 }
 
 /// The highest of the figures the timeline draws for `samples`, in MiB.
-fn samples_top_mib<'a>(samples: impl Iterator<Item = &'a Sample>) -> f64 {
+pub(in crate::app) fn samples_top_mib<'a>(samples: impl Iterator<Item = &'a Sample>) -> f64 {
     let top = samples
         .map(|s| {
             let mlx = s.mlx_or_zero();
