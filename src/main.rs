@@ -18,13 +18,23 @@ fn main() {
             let _ = err.print();
             cli::exit_code(&err)
         }
-        Ok(invocation) => match cli::apply_env_limits() {
-            Err(code) => code,
-            Ok(()) => match invocation {
-                Invocation::Window(path) => shell::main(path, launched),
-                Invocation::Run(command) => cli::run(command),
-            },
-        },
+        Ok(invocation) => {
+            if matches!(invocation, Invocation::Window(_)) {
+                #[allow(unsafe_code)]
+                // SAFETY: no thread has started yet (parsing the arguments
+                // starts none; MLX's limits are set after this).
+                unsafe {
+                    shell::prepare_window_process();
+                }
+            }
+            match cli::apply_env_limits() {
+                Err(code) => code,
+                Ok(()) => match invocation {
+                    Invocation::Window(path) => shell::main(path, launched),
+                    Invocation::Run(command) => cli::run(command),
+                },
+            }
+        }
     };
     cli::exit(code)
 }

@@ -66,6 +66,12 @@ pub enum AppCommand {
     ScanValues,
     /// Record a job or a running process, against a checkpoint.
     Record(Target, Option<PathBuf>),
+    /// Show the Profiler with the "Record a command" form open, the
+    /// keyboard in its command line (`attach`: the "Attach to process" form).
+    OpenRecordForm {
+        /// The attach form rather than the command form.
+        attach: bool,
+    },
     /// Stop the recorded job (SIGINT, then SIGTERM, SIGKILL) or detach.
     StopRecording,
     /// Ask the recorded job's probe who holds MLX's memory now.

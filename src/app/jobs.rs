@@ -69,19 +69,19 @@ pub(super) fn record(
     options: RecordOptions,
     control: RecordControl,
     wake: Wake,
+    samples: super::SampleWakes,
 ) -> std::io::Result<Receiver<RecorderEvent>> {
     // The window is woken when a sample came, at most a few times a
-    // second (every update would redraw it 20+ times a second, which the
-    // recorded job pays for on a small machine), and when the job ended.
+    // second in all with its own sampler's wakes (every update would
+    // redraw it 20+ times a second, which the recorded job pays for on a
+    // small machine), and when the job ended.
     let quiet: Wake = Arc::new(|| {});
     spawn("recorder", quiet, move |send| {
-        let mut woken: Option<std::time::Instant> = None;
         let result = crate::profile::record::record(&target, &options, &control, |update| {
             let sample = matches!(update, Update::Sample(_) | Update::Started(_));
             send(RecorderEvent::Update(update));
-            if sample && woken.is_none_or(|t| t.elapsed() >= super::profiler::LIVE_FRAME) {
-                woken = Some(std::time::Instant::now());
-                wake();
+            if sample {
+                samples.wake_at_most(super::profiler::LIVE_FRAME);
             }
         });
         send(RecorderEvent::Finished(result.map(Box::new)));

@@ -87,14 +87,33 @@ struct RecorderHandle {
 /// themselves.
 const SAMPLE_WAKE: std::time::Duration = std::time::Duration::from_millis(500);
 
-/// `wake` called at most once per [`SAMPLE_WAKE`].
-fn throttled(wake: impl Fn() + Send + Sync + 'static) -> impl Fn() + Send + 'static {
-    let last = std::sync::Mutex::new(None::<std::time::Instant>);
-    move || {
-        let Ok(mut last) = last.lock() else { return };
-        if last.is_none_or(|t| t.elapsed() >= SAMPLE_WAKE) {
+/// The window's wakes by samples, the memory sampler's and a recorded
+/// job's, on one clock: each source wakes it only when no wake of either
+/// came within its own interval, so that a live recording redraws a few
+/// times a second in all (software OpenGL draws a frame in ~0.1 s of CPU,
+/// which the recorded job would pay for).
+#[derive(Clone)]
+pub(super) struct SampleWakes {
+    wake: Arc<dyn Fn() + Send + Sync>,
+    last: Arc<std::sync::Mutex<Option<std::time::Instant>>>,
+}
+
+impl SampleWakes {
+    fn new(wake: Arc<dyn Fn() + Send + Sync>) -> Self {
+        Self {
+            wake,
+            last: Arc::default(),
+        }
+    }
+
+    /// Wakes the window unless a sample woke it within `every`.
+    pub(super) fn wake_at_most(&self, every: std::time::Duration) {
+        let Ok(mut last) = self.last.lock() else {
+            return;
+        };
+        if last.is_none_or(|t| t.elapsed() >= every) {
             *last = Some(std::time::Instant::now());
-            wake();
+            (self.wake)();
         }
     }
 }
@@ -129,6 +148,8 @@ pub struct WeightscopeApp {
     timeline: Timeline,
     /// Wakes the UI (a repaint request) from other threads.
     wake: Arc<dyn Fn() + Send + Sync>,
+    /// Wakes by samples (the memory sampler's, a recorded job's), capped.
+    sample_wakes: SampleWakes,
     /// The recording in progress, if any.
     recorder: Option<RecorderHandle>,
     tensors: TensorsPanel,
@@ -173,7 +194,11 @@ impl WeightscopeApp {
         wake: impl Fn() + Clone + Send + Sync + 'static,
     ) -> std::io::Result<Self> {
         let worker = Worker::spawn(wake.clone())?;
-        let sampler = Sampler::spawn(DEFAULT_INTERVAL, throttled(wake.clone())).ok();
+        let sample_wakes = SampleWakes::new(Arc::new(wake.clone()));
+        let sampler = {
+            let wakes = sample_wakes.clone();
+            Sampler::spawn(DEFAULT_INTERVAL, move || wakes.wake_at_most(SAMPLE_WAKE)).ok()
+        };
         let (commands, queue) = commands::channel();
         let mut app = Self {
             worker,
@@ -190,6 +215,7 @@ impl WeightscopeApp {
             sampler,
             timeline: Timeline::new(Instant::now()),
             wake: Arc::new(wake),
+            sample_wakes,
             recorder: None,
             tensors: TensorsPanel::default(),
             inspector: InspectorPanel::default(),
@@ -329,6 +355,10 @@ impl WeightscopeApp {
             }
             AppCommand::CheckValues => self.check_values(),
             AppCommand::ShowShortcuts => self.show_shortcuts = true,
+            AppCommand::OpenRecordForm { attach } => {
+                self.tab = Tab::Profiler;
+                self.profiler.open_record_form(attach);
+            }
             AppCommand::SelectTensor(position) => self.select_tensor(position),
             AppCommand::ShowTab(tab) => self.tab = tab,
             AppCommand::SelectStored(stored) => {
@@ -610,7 +640,9 @@ impl WeightscopeApp {
         if self.tab != Tab::Profiler {
             egui::Panel::bottom("memory")
                 .resizable(true)
-                .default_size(150.0_f32.min(height * 0.16))
+                // A fifth of the window (at 1400x900, room for three
+                // labelled marks on its memory axis), up to 180 points.
+                .default_size(180.0_f32.min(height * 0.2))
                 .size_range(60.0..=(height * 0.25).max(60.0))
                 .show(ui, |ui| {
                     let budget = (self.previews.kept > 0).then_some(self.previews.limit_bytes);
@@ -892,7 +924,13 @@ impl WeightscopeApp {
             checkpoint,
             ..RecordOptions::default()
         };
-        let spawned = jobs::record(target, options, control.clone(), Arc::clone(&self.wake));
+        let spawned = jobs::record(
+            target,
+            options,
+            control.clone(),
+            Arc::clone(&self.wake),
+            self.sample_wakes.clone(),
+        );
         match spawned {
             Ok(events) => {
                 let start_secs = self.timeline.secs(Instant::now());

@@ -36,7 +36,7 @@ impl Entry {
 
 /// The actions, in the order they are listed, with their labels and keys:
 /// the commands the keys and buttons send.
-pub(super) fn actions() -> [(AppCommand, &'static str, &'static str); 10] {
+pub(super) fn actions() -> [(AppCommand, &'static str, &'static str); 12] {
     [
         (
             AppCommand::FocusPath(String::new()),
@@ -62,6 +62,16 @@ pub(super) fn actions() -> [(AppCommand, &'static str, &'static str); 10] {
             AppCommand::CheckValues,
             "Check: read every value",
             "Ctrl+Shift+R",
+        ),
+        (
+            AppCommand::OpenRecordForm { attach: false },
+            "Record a command (a job's memory)",
+            "",
+        ),
+        (
+            AppCommand::OpenRecordForm { attach: true },
+            "Attach to a running process",
+            "",
         ),
         (AppCommand::ShowTab(Tab::Tensors), "Show Tensors", "Ctrl+1"),
         (

@@ -111,14 +111,21 @@ impl RecordForm {
     fn command_fields_ui(&mut self, ui: &mut egui::Ui, focus: bool) -> bool {
         ui.label("Runs the command and records its memory until it exits: RSS of its processes, the shard files they hold open, and MLX's counters and source lines from inside Python jobs.");
         let label = ui.label("Command line (run by sh -c)");
+        // Focused before it is drawn, so that letters typed in the frame the
+        // form opens land in it.
+        let id = ui.make_persistent_id("record command line");
+        if focus {
+            ui.memory_mut(|m| m.request_focus(id));
+        }
         let field = ui.add(
             egui::TextEdit::singleline(&mut self.command)
+                .id(id)
                 .hint_text("python -m mlx_lm convert --hf-path ./model -q")
                 .desired_width(f32::INFINITY),
         );
         let field = field.labelled_by(label.id);
         if focus {
-            field.request_focus();
+            Self::keep_typed(ui, &field, &mut self.command, &mut self.focus_pending);
         }
         let label = ui.label("Working folder");
         ui.add(
@@ -137,14 +144,40 @@ impl RecordForm {
         field.lost_focus() && ui.input(|i| i.key_pressed(egui::Key::Enter))
     }
 
+    /// On a frame the form asked for the keyboard: a new window's first
+    /// frame only measures itself and takes no keys, so the field cannot
+    /// have it yet. Letters typed then are the field's all the same, and
+    /// it asks again on the next frame.
+    fn keep_typed(ui: &egui::Ui, field: &egui::Response, text: &mut String, pending: &mut bool) {
+        if field.has_focus() || !ui.is_sizing_pass() {
+            return;
+        }
+        ui.input(|i| {
+            for event in &i.events {
+                if let egui::Event::Text(typed) = event {
+                    text.push_str(typed);
+                }
+            }
+        });
+        *pending = true;
+    }
+
     /// The pid field; `true` when Enter was pressed in it.
     fn attach_fields_ui(&mut self, ui: &mut egui::Ui, focus: bool) -> bool {
         ui.label("Follows a running process and its children from outside (RSS, open shard files) until it exits or you press Stop.");
         let label = ui.label("Process id");
-        let field = ui.add(egui::TextEdit::singleline(&mut self.pid).desired_width(120.0));
+        let id = ui.make_persistent_id("record pid");
+        if focus {
+            ui.memory_mut(|m| m.request_focus(id));
+        }
+        let field = ui.add(
+            egui::TextEdit::singleline(&mut self.pid)
+                .id(id)
+                .desired_width(120.0),
+        );
         let field = field.labelled_by(label.id);
         if focus {
-            field.request_focus();
+            Self::keep_typed(ui, &field, &mut self.pid, &mut self.focus_pending);
         }
         field.lost_focus() && ui.input(|i| i.key_pressed(egui::Key::Enter))
     }

@@ -9,6 +9,30 @@ use super::settings::Settings;
 use super::{Dialog, WeightscopeApp};
 use crate::mlx::DeviceInfo;
 
+/// Mesa's software OpenGL (llvmpipe) draws each frame on as many threads
+/// as the machine has cores; a frame of this window costs it ~0.1 s of CPU
+/// at 1400x900. On a small machine those bursts take the cores from the
+/// job being recorded (a job recorded from the window ran 1.44x as long as
+/// under the CLI on 2 cores; with one drawing thread, 1.02x). So the
+/// window draws on a quarter of the cores (at least one), unless
+/// `LP_NUM_THREADS` says otherwise; jobs it records never see the
+/// variable. No other OpenGL driver reads it.
+///
+/// # Safety
+/// Sets an environment variable: call it before the process has any other
+/// thread.
+#[allow(unsafe_code)]
+pub unsafe fn prepare_window_process() {
+    const VAR: &str = "LP_NUM_THREADS";
+    if std::env::var_os(VAR).is_some() {
+        return;
+    }
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    // SAFETY: passed on from the caller.
+    unsafe { std::env::set_var(VAR, (cores / 4).max(1).to_string()) };
+    crate::profile::record::keep_from_jobs(vec![VAR]);
+}
+
 /// Wraps [`WeightscopeApp`] for eframe.
 pub struct Shell {
     app: WeightscopeApp,
@@ -63,7 +87,7 @@ impl Shell {
 impl eframe::App for Shell {
     // Closing the window stops the running walk, diff or scan before its
     // next tensor and skips queued ones, so the window closes at once.
-    fn on_exit(&mut self) {
+    fn on_exit(&mut self, _gl: Option<&eframe::glow::Context>) {
         self.app.stop_jobs();
     }
 
@@ -161,40 +185,56 @@ pub fn run(
     let exit_after_frames = std::env::var("WEIGHTSCOPE_EXIT_AFTER_FRAMES")
         .ok()
         .and_then(|v| v.parse().ok());
-    let options = eframe::NativeOptions {
-        viewport: egui::ViewportBuilder::default()
-            .with_title("weightscope")
-            .with_app_id("weightscope")
-            .with_icon(window_icon())
-            .with_inner_size([1400.0, 860.0])
-            .with_min_inner_size([800.0, 500.0]),
-        ..Default::default()
-    };
-    eframe::run_native(
-        "weightscope",
-        options,
-        Box::new(move |cc| {
-            let ctx = cc.egui_ctx.clone();
-            let mut app = WeightscopeApp::new(path, device, move || ctx.request_repaint())?;
-            let settings_path = Settings::default_path();
-            if let Some(file) = &settings_path {
-                app.set_settings(Settings::load(file));
-            }
-            let (picked_tx, picked_rx) = mpsc::channel();
-            Ok(Box::new(Shell {
-                app,
-                frames: 0,
-                exit_after_frames,
-                settings_path,
-                picked_tx,
-                picked_rx,
-                launched,
-                first_frame: None,
-                first_open_frame: None,
-            }))
-        }),
-    )
-    .map_err(|e| {
+    // glow (OpenGL) first: under software rendering it draws a frame five
+    // times faster than wgpu (docs/app.md); wgpu when no OpenGL context
+    // can be made.
+    let inputs = std::rc::Rc::new(std::cell::RefCell::new(Some((path, device))));
+    let mut result = Ok(());
+    for renderer in [eframe::Renderer::Glow, eframe::Renderer::Wgpu] {
+        let Some(_) = inputs.borrow().as_ref() else {
+            break;
+        };
+        let options = eframe::NativeOptions {
+            viewport: egui::ViewportBuilder::default()
+                .with_title("weightscope")
+                .with_app_id("weightscope")
+                .with_icon(window_icon())
+                .with_inner_size([1400.0, 860.0])
+                .with_min_inner_size([800.0, 500.0]),
+            renderer,
+            ..Default::default()
+        };
+        let inputs = std::rc::Rc::clone(&inputs);
+        result = eframe::run_native(
+            "weightscope",
+            options,
+            Box::new(move |cc| {
+                let (path, device) = inputs.borrow_mut().take().ok_or("created twice")?;
+                let ctx = cc.egui_ctx.clone();
+                let mut app = WeightscopeApp::new(path, device, move || ctx.request_repaint())?;
+                let settings_path = Settings::default_path();
+                if let Some(file) = &settings_path {
+                    app.set_settings(Settings::load(file));
+                }
+                let (picked_tx, picked_rx) = mpsc::channel();
+                Ok(Box::new(Shell {
+                    app,
+                    frames: 0,
+                    exit_after_frames,
+                    settings_path,
+                    picked_tx,
+                    picked_rx,
+                    launched,
+                    first_frame: None,
+                    first_open_frame: None,
+                }))
+            }),
+        );
+        if result.is_ok() {
+            break;
+        }
+    }
+    result.map_err(|e| {
         anyhow::anyhow!(
             "cannot open a window: {e} (is DISPLAY set? use `xvfb-run` on a machine without a display, or the `inspect` command)"
         )

@@ -1424,6 +1424,23 @@ fn the_palette_and_the_action_keys() {
     harness.run();
     assert!(!harness.state().palette_is_open());
     assert_eq!(harness.state().tab(), Tab::Check);
+    // "record a": the Profiler with the record form open, the keyboard in
+    // its command line, ready to type.
+    harness.key_press_modifiers(egui::Modifiers::COMMAND, egui::Key::K);
+    harness.run();
+    harness.get_by_label("Go to").type_text("record a");
+    harness.run();
+    harness.key_press(egui::Key::Enter);
+    harness.step();
+    // Letters typed in the frame the form opens are its command's first.
+    harness.event(egui::Event::Text("echo".into()));
+    harness.run();
+    assert_eq!(harness.state().tab(), Tab::Profiler);
+    let field = harness.get_by_label("Command line (run by sh -c)");
+    assert!(field.is_focused());
+    assert_eq!(field.value().as_deref(), Some("echo"));
+    harness.key_press(egui::Key::Escape);
+    harness.run();
     // Ctrl+Shift+D: the Diff tab with B's field focused, ready to type.
     harness.key_press_modifiers(
         egui::Modifiers::COMMAND | egui::Modifiers::SHIFT,

@@ -699,6 +699,18 @@ impl ProfilerPanel {
         });
     }
 
+    /// Opens the record form (`attach`: the attach form), unless a
+    /// recording runs (the forms are off then, as their buttons are).
+    pub(super) fn open_record_form(&mut self, attach: bool) {
+        if self.recording.is_none() {
+            self.record_form.open(if attach {
+                FormKind::Attach
+            } else {
+                FormKind::Command
+            });
+        }
+    }
+
     /// "Record a command…" and "Attach to process…" (off while one runs).
     fn record_buttons_ui(&mut self, ui: &mut egui::Ui) {
         let busy = self.recording.is_some();
@@ -744,8 +756,9 @@ impl ProfilerPanel {
                     commands.send(AppCommand::AskWhoHolds);
                 }
             });
-            // Keep the elapsed time moving between the recorder's wakes.
-            ui.ctx().request_repaint_after(LIVE_FRAME);
+            // Keep the elapsed time moving should samples stop coming (the
+            // recorder's wakes redraw a live recording a few times a second).
+            ui.ctx().request_repaint_after(Duration::from_secs(1));
         }
         if let Some((target, checkpoint)) = self.record_form.ui(ui.ctx()) {
             commands.send(AppCommand::Record(target, checkpoint));

@@ -59,6 +59,17 @@ pub struct JobSpec {
     pub capture_output: bool,
 }
 
+/// Environment variables this process set for itself alone (the window's
+/// software-OpenGL threads): the jobs it starts get the environment it was
+/// started with.
+static OWN_VARIABLES: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
+
+/// Marks `names` as set by this process for itself alone: jobs it starts
+/// do not inherit them (the form's environment additions still apply).
+pub fn keep_from_jobs(names: Vec<&'static str>) {
+    let _ = OWN_VARIABLES.set(names);
+}
+
 /// The most output lines a recording keeps (the last ones).
 pub const OUTPUT_LINES: usize = 500;
 /// The longest output line kept, in bytes (longer ones are cut).
@@ -1232,6 +1243,9 @@ fn start(
                 let (installed, named) = install_probe(&mut command)?;
                 fifo = named;
                 python_probe = Some(installed);
+            }
+            for name in OWN_VARIABLES.get().map_or(&[][..], Vec::as_slice) {
+                command.env_remove(name);
             }
             for (key, value) in &spec.env {
                 command.env(key, value);
