@@ -107,6 +107,7 @@ const AFFINE_SOURCE: &str = r"
     const unsigned int mask = bits == 32 ? 0xffffffffu : ((1u << bits) - 1u);
     __shared__ unsigned int hist[MAX_SLOTS];
     __shared__ float cells[MAX_CELLS];
+    __shared__ unsigned int peaks[MAX_CELLS];
     __shared__ double red_d[2][THREADS];
     __shared__ float red_f[2][THREADS];
     __shared__ unsigned int red_u[2][THREADS];
@@ -134,7 +135,10 @@ const AFFINE_SOURCE: &str = r"
         }
         return;
     }
-    for (int i = t; i < out_cols; i += blockDim.x) cells[i] = 0.0f;
+    for (int i = t; i < out_cols; i += blockDim.x) {
+        cells[i] = 0.0f;
+        peaks[i] = 0u;
+    }
     __syncthreads();
     const double centre = (double)fp[0];
     const long long r0 = (long long)blockIdx.x * row_step;
@@ -150,14 +154,16 @@ const AFFINE_SOURCE: &str = r"
             const unsigned short s = scales[g], b = biases[g];
             int cell = col0 / col_step;
             int next = (cell + 1) * col_step;
-            float run = 0.0f;
+            float run = 0.0f, peak = 0.0f;
             for (int i = 0; i < pack; i++) {
                 const float v = ws_affine_value((word >> (bits * i)) & mask, s, b, bf16);
                 while (col0 + i >= next) {
                     atomicAdd(&cells[cell], run);
+                    if (peak > 0.0f) atomicMax(&peaks[cell], __float_as_uint(peak));
                     cell++;
                     next += col_step;
                     run = 0.0f;
+                    peak = 0.0f;
                 }
                 if (isfinite(v)) {
                     lo = fminf(lo, v);
@@ -166,6 +172,7 @@ const AFFINE_SOURCE: &str = r"
                     const double d = (double)v - centre;
                     squares += d * d;
                     run += v;
+                    peak = fmaxf(peak, fabsf(v));
                 } else if (isnan(v)) {
                     nans++;
                 } else {
@@ -173,6 +180,7 @@ const AFFINE_SOURCE: &str = r"
                 }
             }
             atomicAdd(&cells[cell], run);
+            if (peak > 0.0f) atomicMax(&peaks[cell], __float_as_uint(peak));
         }
     }
     red_d[0][t] = sum; red_d[1][t] = squares;
@@ -206,6 +214,7 @@ const AFFINE_SOURCE: &str = r"
     }
     for (int i = t; i < out_cols; i += blockDim.x) {
         fout[out_rows * 6 + (long long)blockIdx.x * out_cols + i] = cells[i];
+        uout[out_rows * 2 + (long long)blockIdx.x * out_cols + i] = peaks[i];
     }
 ";
 
@@ -325,8 +334,9 @@ impl AffineWords<'_> {
 /// Job 0 of [`AFFINE_SOURCE`] over `out_rows` rows of cells, each
 /// `row_step` rows by `col_step` columns, `out_cols` to a row: per cell row
 /// `[min, max, sum (2 halves), squares (2 halves)]` then the cells' sums
-/// (`f32`, `out_rows * (6 + out_cols)`), and `[nan, inf]` per cell row
-/// (`u32`), lazy.
+/// (`f32`, `out_rows * (6 + out_cols)`), and `[nan, inf]` per cell row then
+/// the cells' largest finite |value| as `f32` bits (`u32`,
+/// `out_rows * (2 + out_cols)`), lazy.
 ///
 /// # Errors
 /// When MLX refuses the kernel (not a CUDA device).
@@ -344,7 +354,7 @@ pub fn affine_stats(
     weights.launch(
         [centre, 0.0, 0.0],
         &weights.int_params(0, cells, 0),
-        [out_rows * (6 + out_cols), out_rows * 2],
+        [out_rows * (6 + out_cols), out_rows * (2 + out_cols)],
         i64::from(out_rows),
     )
 }

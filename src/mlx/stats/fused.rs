@@ -12,7 +12,7 @@ use super::kernel::Backend;
 use super::moments::{PartStats, centre_of};
 use super::{
     BinsOn, CENTRE_SAMPLE, Heatmap, Histogram, MlxError, Plan, RowBands, ValueSummary, combine,
-    evaluate, evaluate_all, kernel, op, to_f32_vec,
+    evaluate, evaluate_all, kernel, op,
 };
 
 /// Values the device takes the centre from (see `kernel::dense_centre`):
@@ -95,7 +95,13 @@ fn fused_affine_summary(
     let bins = Bins::launch(&stats, bins, |lo, scale, slots| {
         kernel::affine_counts(words, lo, scale, slots)
     })?;
+    // The cells are read on the host while the device counts the bins.
     let heatmap = grid.means(&floats[out_rows * 6..]);
+    let peaks = host_slice::<u32>(&count_out)?[out_rows * 2..]
+        .iter()
+        .map(|&b| f32::from_bits(b))
+        .collect();
+    let heatmap_max_abs = grid.heatmap(peaks);
     let histogram = bins.finish(&mut Phases::new())?;
     hand_back([float_out, count_out]);
     Ok(ValueSummary {
@@ -103,7 +109,7 @@ fn fused_affine_summary(
         stats,
         first,
         heatmap: Some(heatmap),
-        heatmap_max_abs: Some(max_abs_cells(bands, grid)?),
+        heatmap_max_abs: Some(heatmap_max_abs),
     })
 }
 
@@ -498,33 +504,6 @@ impl Bins {
             counts,
         })
     }
-}
-
-/// The largest |value| of each heatmap cell, from the weight dequantized
-/// by MLX a band of cell rows at a time (the kernel sums cells, it does not
-/// take their maxima).
-fn max_abs_cells(bands: &dyn RowBands, grid: Grid) -> Result<Heatmap, MlxError> {
-    let cols = i64::from(bands.cols());
-    // About 16M values (64 MiB as f32) a band, in whole rows of cells.
-    let per_band = ((1_i64 << 24) / cols.max(1)).max(1);
-    let step = i64::from(grid.row_step);
-    let band_rows = i32::try_from((per_band / step).max(1) * step).unwrap_or(grid.row_step);
-    let mut cells = Vec::new();
-    let mut r0 = 0;
-    while r0 < bands.rows() {
-        let r1 = (r0 + band_rows).min(bands.rows());
-        let x = op("reshape", bands.band(r0, r1)?.reshape(&[-1]))?;
-        let x = op("cast to f32", x.as_dtype(Dtype::Float32))?;
-        let part = super::Part {
-            start: i64::from(r0) * cols,
-            len: (r1 - r0) * bands.cols(),
-        };
-        let band = grid.band_max_abs(&x, part)?;
-        evaluate(&band)?;
-        cells.extend(to_f32_vec(&band)?);
-        r0 = r1;
-    }
-    Ok(grid.heatmap(cells))
 }
 
 /// Compiles the dense kernel for each dtype it reads (both jobs), on a

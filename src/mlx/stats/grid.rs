@@ -61,13 +61,6 @@ impl Grid {
         op("concatenate", ops::concatenate(&[sums, largest], 1))
     }
 
-    /// The largest |value| of each cell of `x` (as [`Self::band_cells`]
-    /// reads it), `[cell rows, out_cols]`, non-finite values as 0.
-    pub(super) fn band_max_abs(self, x: &Array, part: Part) -> Result<Array, MlxError> {
-        let blocks = self.blocks(x, part, true)?;
-        Self::block_max_abs(&blocks)
-    }
-
     fn block_max_abs(blocks: &Array) -> Result<Array, MlxError> {
         let magnitude = op("abs", blocks.abs())?;
         op(
