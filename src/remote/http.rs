@@ -134,6 +134,10 @@ impl Client {
             .timeout_recv_response(Some(timeout))
             .timeout_per_read(Some(timeout))
             .user_agent(concat!("weightscope/", env!("CARGO_PKG_VERSION")))
+            // A connection kept for each header fetch in flight (ureq keeps
+            // 3 a host by default: the others would reconnect every time).
+            .max_idle_connections(2 * super::checkpoint::PARALLEL_FETCHES)
+            .max_idle_connections_per_host(super::checkpoint::PARALLEL_FETCHES)
             .build()
             .new_agent();
         Self {

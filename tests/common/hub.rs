@@ -43,6 +43,11 @@ pub struct Logged {
 struct State {
     repos: BTreeMap<String, (PathBuf, Behaviour)>,
     log: Vec<Logged>,
+    /// How late every answer comes (a link's round trip).
+    delay: std::time::Duration,
+    /// Requests being answered now, and the most at once.
+    in_flight: usize,
+    peak_in_flight: usize,
 }
 
 /// The running server (it stops with the test process).
@@ -91,9 +96,23 @@ impl Hub {
         self.lock().log.clone()
     }
 
-    /// Forgets the requests seen so far.
+    /// Forgets the requests seen so far (and the peak of requests at once).
     pub fn clear(&self) {
-        self.lock().log.clear();
+        let mut state = self.lock();
+        state.log.clear();
+        state.peak_in_flight = 0;
+    }
+
+    /// Answers every request `delay` late from now on, as over a link with
+    /// that round trip.
+    pub fn set_delay(&self, delay: std::time::Duration) {
+        self.lock().delay = delay;
+    }
+
+    /// The most requests that were being answered at once since the last
+    /// [`Hub::clear`].
+    pub fn peak_in_flight(&self) -> usize {
+        self.lock().peak_in_flight
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -174,6 +193,16 @@ fn serve(mut stream: TcpStream, host: &'static str, state: &Mutex<State>, storag
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     };
     let path_only = path.split('?').next().unwrap_or(&path).to_owned();
+    let delay = {
+        let mut state = lock();
+        state.in_flight += 1;
+        state.peak_in_flight = state.peak_in_flight.max(state.in_flight);
+        state.delay
+    };
+    if !delay.is_zero() {
+        // The link's round trip, not a wait for anything.
+        std::thread::sleep(delay);
+    }
     let repos = lock().repos.clone();
     let parts: Vec<&str> = path_only.trim_start_matches('/').split('/').collect();
     let sent = if host == "storage" {
@@ -181,7 +210,9 @@ fn serve(mut stream: TcpStream, host: &'static str, state: &Mutex<State>, storag
     } else {
         answer_hub(&mut stream, &parts, authorized, &repos, storage)
     };
-    lock().log.push(Logged {
+    let mut state = lock();
+    state.in_flight -= 1;
+    state.log.push(Logged {
         host,
         path,
         range,

@@ -528,3 +528,40 @@ fn assert_each_tensor_fetched_once(hub: &Hub, dir: &std::path::Path) {
         hub.log()
     );
 }
+
+/// Over a slow link (every answer 20 ms late) the headers of a 64-shard
+/// repo are fetched many at once, never more than the bound (32 fetching
+/// threads, one request each), and read as the local folder is.
+#[test]
+fn a_slow_link_keeps_many_header_requests_in_flight_within_the_bound() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for shard in 0..64 {
+        write_safetensors(
+            &dir.path()
+                .join(format!("model-{:05}-of-00064.safetensors", shard + 1)),
+            &[Tensor::f32(&format!("layers.{shard}.w"), &[2, 2], &[1.0; 4])],
+        );
+    }
+    let hub = Hub::start();
+    hub.add("org/many", dir.path(), Behaviour::Normal);
+    hub.set_delay(std::time::Duration::from_millis(20));
+    let cache = tempfile::tempdir().expect("cache");
+    let remote = json_of(&weightscope(
+        &hub,
+        cache.path(),
+        &["inspect", "hf://org/many", "--json"],
+        &[],
+    ));
+    let peak = hub.peak_in_flight();
+    assert!(
+        (9..=32).contains(&peak),
+        "{peak} requests at once: more than the old 8, at most 32"
+    );
+    let local = json_of(&weightscope(
+        &hub,
+        cache.path(),
+        &["inspect", &dir.path().to_string_lossy(), "--json"],
+        &[],
+    ));
+    assert_eq!(without_location(remote), without_location(local));
+}
