@@ -367,7 +367,10 @@ impl ProfilerPanel {
             .device
             .as_ref()
             .map_or("unknown device", DeviceInfo::mlx_memory_place);
-        let height = (room * 0.62).max(160.0);
+        // The plot below keeps room for its caption and 120 points (with
+        // the job's output shown above, 62 % would push its axis out of
+        // view at 1400x900); in a small window the column scrolls.
+        let height = (room * 0.62).min(room - 250.0).max(160.0);
         // One unit for the axis, chosen by the highest figure drawn.
         let top = self.timeline_top_mib(walk, overlays_only, inputs, expected, ceiling);
         let unit = crate::app::axes::MemoryUnit::for_top(top);
