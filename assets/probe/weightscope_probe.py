@@ -185,6 +185,61 @@ def _wrap(mx):
             return result
 
         mx.clear_cache = traced_clear_cache
+    _wrap_distributed(mx)
+
+
+# Collective calls (`mx.distributed.all_sum`, ...) made since the last
+# evaluation: MLX's collectives are lazy, so a rank waits for the others in
+# the `mx.eval` that computes them. That evaluation is marked: "wait" when
+# it starts, "done" when it returns, numbered in order (every rank of a job
+# makes the same sequence), with the wall clock for merging the hosts.
+_COLLECTIVES = (
+    "all_sum", "all_gather", "all_max", "all_min", "sum_scatter", "send", "recv", "recv_like",
+)
+_pending_collectives = []
+_collective_step = [0]
+
+
+def _rank():
+    rank = os.environ.get("MLX_RANK", "")
+    return int(rank) if rank.isdigit() else None
+
+
+def _wrap_distributed(mx):
+    """Marks mx.distributed's collectives and the evaluations that run them."""
+    dist = getattr(mx, "distributed", None)
+    if dist is None:
+        return
+    for op in _COLLECTIVES:
+        original = getattr(dist, op, None)
+        if original is None or hasattr(original, "__wrapped__"):
+            continue
+
+        def traced(*args, _original=original, _op=op, **kwargs):
+            _pending_collectives.append(_op)
+            return _original(*args, **kwargs)
+
+        functools.update_wrapper(traced, original)
+        setattr(dist, op, traced)
+    evaluate = getattr(mx, "eval", None)
+    if evaluate is None or hasattr(evaluate, "__wrapped__"):
+        return
+
+    @functools.wraps(evaluate)
+    def traced_eval(*args, **kwargs):
+        if not _pending_collectives:
+            return evaluate(*args, **kwargs)
+        ops = sorted(set(_pending_collectives))
+        del _pending_collectives[:]
+        step = _collective_step[0]
+        _collective_step[0] += 1
+        line = {"kind": "collective", "ops": ops, "step": step, "rank": _rank()}
+        _send(dict(line, phase="wait", wall=time.time()))
+        result = evaluate(*args, **kwargs)
+        _send(dict(line, phase="done", wall=time.time()))
+        return result
+
+    mx.eval = traced_eval
 
 
 class _MlxImportHook:

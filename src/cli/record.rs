@@ -117,6 +117,7 @@ pub fn open_journal(
         command,
         ..crate::profile::JobInfo::default()
     });
+    meta.origin = Some(crate::profile::Origin::now());
     crate::profile::Journal::create(&journal_path(trace), &meta).map(Some)
 }
 

@@ -2,6 +2,7 @@
 //! (`record --trace`, a journal included, cut short or not), with the same
 //! figures `record` printed: the replay of its samples, stacks and events.
 
+use std::io::Write as _;
 use std::path::PathBuf;
 
 use crate::profile::Trace;
@@ -10,8 +11,10 @@ use crate::profile::record::Recording;
 /// What `weightscope report` was asked for.
 #[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
 pub struct ReportArgs {
-    /// A trace written by `record --trace` (JSON, CSV, or a `.jsonl` journal).
-    pub trace: PathBuf,
+    /// A trace written by `record --trace` (JSON, CSV, or a `.jsonl` journal);
+    /// several: the recordings of one distributed job's hosts, merged.
+    #[arg(required = true, num_args = 1..)]
+    pub traces: Vec<PathBuf>,
     /// The summary as JSON (the keys of `record --json`) on stdout.
     #[arg(long)]
     pub json: bool,
@@ -21,10 +24,10 @@ pub struct ReportArgs {
 ///
 /// # Errors
 /// A line naming the file: unreadable, not a trace, or a walk's trace.
-pub fn load(args: &ReportArgs) -> Result<Recording, ReportError> {
-    let trace = Trace::load(&args.trace)?;
+pub fn load(path: &std::path::Path) -> Result<Recording, ReportError> {
+    let trace = Trace::load(path)?;
     if trace.job.is_none() {
-        return Err(ReportError::NotARecording(args.trace.clone()));
+        return Err(ReportError::NotARecording(path.to_path_buf()));
     }
     Ok(Recording::from_trace(trace))
 }
@@ -43,14 +46,33 @@ pub enum ReportError {
 /// Prints the summary; exit 0, or 2 when the file is not a recording.
 #[must_use]
 pub fn main(args: &ReportArgs) -> u8 {
-    let recording = match load(args) {
-        Ok(r) => r,
-        Err(err) => {
-            super::stderr_line(format_args!("{err}"));
-            return super::BAD_INPUT;
+    let mut recordings = Vec::new();
+    for path in &args.traces {
+        match load(path) {
+            Ok(r) => recordings.push((path.display().to_string(), r)),
+            Err(err) => {
+                super::stderr_line(format_args!("{err}"));
+                return super::BAD_INPUT;
+            }
         }
-    };
+    }
     let mut out = std::io::stdout().lock();
+    if recordings.len() > 1 {
+        let merged = crate::profile::hosts::merge(&recordings);
+        let written = if args.json {
+            let text = serde_json::to_string_pretty(&merged).unwrap_or_default();
+            std::io::Write::write_all(&mut out, (text + "\n").as_bytes())
+        } else {
+            merged
+                .describe()
+                .iter()
+                .try_for_each(|line| writeln!(out, "{line}"))
+        };
+        return super::output_status(written).map_or_else(|code| code, |()| 0);
+    }
+    let Some((_, recording)) = recordings.pop() else {
+        return super::BAD_INPUT;
+    };
     let written = if args.json {
         let text = serde_json::to_string_pretty(&super::record::summary_json(&recording))
             .unwrap_or_default();

@@ -54,6 +54,12 @@ pub enum MarkKind {
     /// An exception ended the job (reported by its probe; target: its type
     /// and message; detail: the line that raised it).
     JobException,
+    /// A rank of a distributed job began an evaluation that runs
+    /// collectives (target: them; detail: `rank R, step K`): it waits there
+    /// for the other ranks.
+    CollectiveWait,
+    /// That evaluation returned (target and detail as for the wait).
+    CollectiveDone,
 }
 
 impl MarkKind {
@@ -83,13 +89,15 @@ impl MarkKind {
             Self::Load => "load",
             Self::JobMark => "job-mark",
             Self::JobException => "job-exception",
+            Self::CollectiveWait => "collective-wait",
+            Self::CollectiveDone => "collective-done",
         }
     }
 }
 
 /// Every kind, for the test that the file names and `as_str` agree.
 #[cfg(test)]
-const ALL_KINDS: [MarkKind; 22] = [
+const ALL_KINDS: [MarkKind; 24] = [
     MarkKind::Open,
     MarkKind::Materialize,
     MarkKind::Release,
@@ -112,6 +120,8 @@ const ALL_KINDS: [MarkKind; 22] = [
     MarkKind::Load,
     MarkKind::JobMark,
     MarkKind::JobException,
+    MarkKind::CollectiveWait,
+    MarkKind::CollectiveDone,
 ];
 
 /// An event, before it is placed on a clock.

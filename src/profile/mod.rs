@@ -7,6 +7,7 @@
 
 mod findings;
 pub mod held;
+pub mod hosts;
 mod job_end;
 pub mod record;
 mod sampler;
@@ -19,7 +20,7 @@ pub use findings::{Finding, FindingKind, FitReport, findings, fit_report};
 pub use sampler::{DEFAULT_INTERVAL, Sampler, Series};
 pub use timeline::{TIMELINE_EVENTS, TIMELINE_SAMPLES, Timeline};
 pub use trace::{
-    CsvError, JobInfo, Journal, Residency, ResidencyChange, ResidentShard, ResidentTensor,
+    CsvError, JobInfo, Journal, Origin, Residency, ResidencyChange, ResidentShard, ResidentTensor,
     TRACE_VERSION, Trace, TraceError, TraceEvent, residency_steps, resident_at,
 };
 pub use walk::{

@@ -131,6 +131,81 @@ pub struct Trace {
     pub cut_short: bool,
     /// Events, in time order.
     pub events: Vec<TraceEvent>,
+    /// Where and when a recording was taken (host, wall clock, rank): what
+    /// merging the journals of one job's hosts needs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<Origin>,
+}
+
+/// Where and when a recording was taken.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct Origin {
+    /// The recording machine's host name.
+    pub host: String,
+    /// Its wall clock at the trace's second 0 (Unix seconds). Hosts'
+    /// clocks differ: `report` of several journals aligns them by their
+    /// collectives.
+    pub wall_unix_secs: f64,
+    /// `MLX_RANK` in the recorder's environment (`mlx.launch` sets it for
+    /// each rank's command, the recorder included when it wraps the rank).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rank: Option<u32>,
+    /// The job's ranks in all: the entries of `MLX_HOSTFILE`'s list.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub world_size: Option<u32>,
+}
+
+/// A test-only shift of the wall clock a recording states, in seconds
+/// (`WEIGHTSCOPE_TEST_WALL_SHIFT_SECS`): one machine's journals then look
+/// taken on hosts whose clocks disagree.
+const WALL_SHIFT_VAR: &str = "WEIGHTSCOPE_TEST_WALL_SHIFT_SECS";
+
+impl Origin {
+    /// This machine, its wall clock now, and the rank and world size of
+    /// the environment.
+    #[must_use]
+    pub fn now() -> Self {
+        let wall = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
+        let shift = std::env::var(WALL_SHIFT_VAR)
+            .ok()
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .filter(|v| v.is_finite())
+            .unwrap_or(0.0);
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_owned())
+            .ok()
+            .filter(|h| !h.is_empty())
+            .or_else(|| std::env::var("HOSTNAME").ok())
+            .unwrap_or_else(|| "unknown".to_owned());
+        let rank = std::env::var("MLX_RANK")
+            .ok()
+            .and_then(|r| r.trim().parse().ok());
+        Self {
+            host: crate::units::printable(&host).chars().take(255).collect(),
+            wall_unix_secs: wall + shift,
+            rank,
+            world_size: world_size(),
+        }
+    }
+}
+
+/// The ranks `MLX_HOSTFILE` lists (a JSON list, one entry a rank: the ring
+/// backend's form), read up to 1 MiB.
+fn world_size() -> Option<u32> {
+    use std::io::Read as _;
+    let path = std::env::var_os("MLX_HOSTFILE")?;
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .ok()?
+        .take(1 << 20)
+        .read_to_string(&mut text)
+        .ok()?;
+    match serde_json::from_str::<serde_json::Value>(&text).ok()? {
+        serde_json::Value::Array(hosts) => u32::try_from(hosts.len()).ok(),
+        _ => None,
+    }
 }
 
 /// The largest trace file read (a day of samples at 50 ms is about 300 MB).
@@ -172,6 +247,7 @@ impl Trace {
             stacks: None,
             cut_short: false,
             events: Vec::new(),
+            origin: None,
         }
     }
 
@@ -744,6 +820,8 @@ enum JournalRow {
         device: String,
         #[serde(default)]
         job: Option<JobInfo>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        origin: Option<Origin>,
     },
     Sample(FlatSample),
     Event(TraceEvent),
@@ -814,6 +892,7 @@ impl Journal {
             checkpoint: trace.checkpoint.clone(),
             device: trace.device.clone(),
             job: trace.job.clone(),
+            origin: trace.origin.clone(),
         });
         if journal.failed {
             return Err(TraceError::Format {
@@ -906,12 +985,14 @@ impl Trace {
                     checkpoint,
                     device,
                     job,
+                    origin,
                 } => {
                     trace.version = version;
                     trace.label = label;
                     trace.checkpoint = checkpoint;
                     trace.device = device;
                     trace.job = job;
+                    trace.origin = origin;
                 }
                 JournalRow::Sample(s) => trace.samples.push(s.into()),
                 JournalRow::Event(e) => trace.events.push(e),

@@ -539,7 +539,11 @@ fn a_slow_link_keeps_many_header_requests_in_flight_within_the_bound() {
         write_safetensors(
             &dir.path()
                 .join(format!("model-{:05}-of-00064.safetensors", shard + 1)),
-            &[Tensor::f32(&format!("layers.{shard}.w"), &[2, 2], &[1.0; 4])],
+            &[Tensor::f32(
+                &format!("layers.{shard}.w"),
+                &[2, 2],
+                &[1.0; 4],
+            )],
         );
     }
     let hub = Hub::start();

@@ -10,6 +10,7 @@ mod common;
 mod attack;
 mod checkpoint_open;
 mod held;
+mod hosts;
 mod layers;
 mod record;
 mod reliability;

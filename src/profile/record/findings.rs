@@ -440,6 +440,7 @@ mod tests {
             ranks: Vec::new(),
             held_by: None,
             held_last: None,
+            origin: None,
         }
     }
 

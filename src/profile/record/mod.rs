@@ -250,6 +250,8 @@ pub struct Recording {
     pub held_by: Option<held::HeldWalk>,
     /// The probe's last walk (for a job killed: what held memory then).
     pub held_last: Option<held::HeldWalk>,
+    /// Where and when it was taken (host, wall clock, rank).
+    pub origin: Option<crate::profile::Origin>,
 }
 
 /// One rank of a distributed MLX job at its peak.
@@ -388,9 +390,38 @@ fn memory_kill(_rec: &Recorder) -> Option<MemoryKill> {
     None
 }
 
+/// A collective event's detail: `rank R, step K` (`step K` when the
+/// process did not say its rank), as [`collective_of`] reads it back.
+fn collective_detail(rank: Option<u32>, step: u64) -> String {
+    match rank {
+        Some(rank) => format!("rank {rank}, step {step}"),
+        None => format!("step {step}"),
+    }
+}
+
+/// The rank and step of a collective event's detail.
+#[must_use]
+pub fn collective_of(detail: &str) -> (Option<u32>, Option<u64>) {
+    let mut rank = None;
+    let mut step = None;
+    for part in detail.split(", ") {
+        if let Some(r) = part.strip_prefix("rank ") {
+            rank = r.parse().ok();
+        } else if let Some(k) = part.strip_prefix("step ") {
+            step = k.parse().ok();
+        }
+    }
+    (rank, step)
+}
+
 /// The running state of a recording: what was seen so far.
 struct Recorder {
     origin: Instant,
+    /// This machine's wall clock at `origin` (Unix seconds): the probe's
+    /// collective lines carry the job's wall clock, placed on ours by it.
+    origin_wall: f64,
+    /// The host, the wall clock and the rank the recording states.
+    where_when: Option<crate::profile::Origin>,
     samples: Vec<Sample>,
     events: Vec<TraceEvent>,
     /// Files open at the last sample, with their sizes.
@@ -440,6 +471,10 @@ impl Recorder {
     fn new(origin: Instant) -> Self {
         Self {
             origin,
+            origin_wall: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64()),
+            where_when: None,
             samples: Vec::new(),
             events: Vec::new(),
             open: BTreeMap::new(),
@@ -730,6 +765,38 @@ impl Recorder {
                 line.cache_before.unwrap_or(0),
             ),
             "mark" => (MarkKind::JobMark, line.text.unwrap_or_default(), 0),
+            "collective" => {
+                let (Some(wall), Some(step)) = (line.wall, line.step) else {
+                    return;
+                };
+                let kind = match line.phase.as_deref() {
+                    Some("wait") => MarkKind::CollectiveWait,
+                    Some("done") => MarkKind::CollectiveDone,
+                    _ => return,
+                };
+                if !self.keep_event() {
+                    return;
+                }
+                // The job's wall clock is this machine's: placed on the
+                // recording's clock exactly, not when the line arrived.
+                let after = wall - self.origin_wall;
+                let at = if after.is_finite() && after > 0.0 {
+                    self.origin + Duration::from_secs_f64(after.min(1e9))
+                } else {
+                    self.origin
+                };
+                let ops: Vec<String> = line
+                    .ops
+                    .unwrap_or_default()
+                    .iter()
+                    .take(8)
+                    .map(|o| crate::units::printable(o).chars().take(32).collect())
+                    .collect();
+                let event = self.event(at, kind, ops.join("+"));
+                event.detail = collective_detail(line.rank, step);
+                updates.push(Update::Event(event.clone()));
+                return;
+            }
             "exception" => {
                 if !self.keep_event() {
                     return;
@@ -1344,6 +1411,7 @@ pub fn record(
     let lines_rx = lines;
     let mut announced = false;
     let mut rec = Recorder::new(origin);
+    rec.where_when = Some(crate::profile::Origin::now());
     rec.walk_request = python_probe.as_ref().map(|p| (p.dir().join("walk"), None));
     let mut updates = Vec::new();
     rec.event(origin, MarkKind::JobStart, command.clone());
@@ -1491,6 +1559,7 @@ fn finish(
     trace.samples = rec.samples;
     trace.events = rec.events;
     trace.stacks = rec.stacks.to_trace();
+    trace.origin = rec.where_when;
     Recording::from_trace(trace)
 }
 

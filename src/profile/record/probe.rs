@@ -162,6 +162,18 @@ pub struct ProbeLine {
     /// `held`: milliseconds the walk took.
     #[serde(default)]
     pub millis: Option<f64>,
+    /// `collective`: the collectives the evaluation runs (`all_sum`, …).
+    #[serde(default)]
+    pub ops: Option<Vec<String>>,
+    /// `collective`: its number among the job's collective evaluations.
+    #[serde(default)]
+    pub step: Option<u64>,
+    /// `collective`: `wait` (the evaluation starts) or `done` (it returned).
+    #[serde(default)]
+    pub phase: Option<String>,
+    /// `collective`: the job's wall clock then (Unix seconds).
+    #[serde(default)]
+    pub wall: Option<f64>,
 }
 
 impl ProbeLine {

@@ -131,6 +131,7 @@ impl Recording {
         trace.stacks.clone_from(&self.stacks);
         trace.events.clone_from(&self.events);
         trace.cut_short = self.cut_short;
+        trace.origin.clone_from(&self.origin);
         trace
     }
 
@@ -240,6 +241,7 @@ impl Recording {
             held_last,
             samples,
             events,
+            origin: trace.origin,
         };
         recording.findings = record_findings(&recording);
         recording

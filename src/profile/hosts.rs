@@ -1,0 +1,452 @@
+//! Recordings of one distributed job taken on several hosts (each host's
+//! ranks under its own `weightscope record`), read as one: the hosts'
+//! clocks aligned by the job's collectives, each recording's memory as a
+//! lane, the job's total, which rank peaked and where, the straggler of
+//! each collective, and a rank killed while the others waited.
+//!
+//! The alignment: a collective's evaluation returns at the same moment on
+//! every rank (the last rank's data completes it for all), so for each
+//! recording the offset of its wall clock against the first recording's is
+//! the median, over the collective steps both saw, of the difference of
+//! their `collective-done` times; the residual is the largest disagreement
+//! left after it.
+
+use serde::Serialize;
+
+use super::record::{Recording, collective_of};
+use super::stacks;
+use crate::memory::MarkKind;
+
+/// One recording in the merged view.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Lane {
+    /// The file it was read from.
+    pub file: String,
+    /// The host it was taken on (`?` when the recording does not say).
+    pub host: String,
+    /// The ranks its collectives (or its environment) named.
+    pub ranks: Vec<u32>,
+    /// Seconds added to its own wall clock to put it on the first
+    /// recording's clock.
+    pub offset_secs: f64,
+    /// Collective steps the offset was solved from.
+    pub steps_matched: usize,
+    /// Its highest MLX active memory (RSS when it has no MLX figures).
+    pub peak_bytes: u64,
+    /// Whether `peak_bytes` is MLX active memory (else RSS).
+    pub mlx: bool,
+    /// When that was, in seconds on the merged clock.
+    pub peak_secs: f64,
+    /// Where its job was then (`file:line in function`).
+    pub peak_where: String,
+    /// Where its job was last seen (its last stack sample).
+    pub last_where: String,
+    /// How its job ended ("exit 0", "signal 9", "cut short").
+    pub ended: String,
+    /// When, on the merged clock.
+    pub end_secs: f64,
+    /// Killed by the kernel for memory (a memory cgroup's OOM kill, or
+    /// SIGKILL).
+    pub killed: bool,
+}
+
+/// One collective step where the ranks waited for one of them.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Straggler {
+    /// The step's number (every rank makes the same sequence).
+    pub step: u64,
+    /// Its collectives (`all_sum`, …).
+    pub ops: String,
+    /// The rank that came last.
+    pub rank: u32,
+    /// Its host.
+    pub host: String,
+    /// When it came, on the merged clock.
+    pub at_secs: f64,
+    /// How long the first rank there waited for it.
+    pub waited_secs: f64,
+}
+
+/// A rank that waited in a collective that never returned.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Stuck {
+    /// The rank.
+    pub rank: u32,
+    /// Its host.
+    pub host: String,
+    /// The collectives it waited in.
+    pub ops: String,
+    /// Since when, on the merged clock.
+    pub from_secs: f64,
+    /// Until its recording ended.
+    pub until_secs: f64,
+}
+
+/// The merged view.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Merged {
+    /// Each recording, in the order given.
+    pub lanes: Vec<Lane>,
+    /// The largest disagreement of a collective's return across lanes after
+    /// the alignment, in seconds (`None`: nothing to align by).
+    pub residual_secs: Option<f64>,
+    /// The lane (index) whose peak was highest.
+    pub peak_lane: Option<usize>,
+    /// The job's total (every lane's MLX active, else RSS, summed on the
+    /// merged clock) at its highest, and when.
+    pub total_peak_bytes: u64,
+    /// When the total was highest.
+    pub total_peak_secs: f64,
+    /// Steps where the first rank waited for the last, longest wait first
+    /// (at most 20).
+    pub stragglers: Vec<Straggler>,
+    /// Ranks left waiting in a collective that never returned.
+    pub stuck: Vec<Stuck>,
+}
+
+/// Collective events of a recording: (rank, step, ops, done, local secs).
+fn collectives(
+    recording: &Recording,
+    fallback_rank: Option<u32>,
+) -> Vec<(u32, u64, String, bool, f64)> {
+    recording
+        .events
+        .iter()
+        .filter(|e| matches!(e.kind, MarkKind::CollectiveWait | MarkKind::CollectiveDone))
+        .filter_map(|e| {
+            let (rank, step) = collective_of(&e.detail);
+            Some((
+                rank.or(fallback_rank)?,
+                step?,
+                e.target.clone(),
+                e.kind == MarkKind::CollectiveDone,
+                e.t_secs,
+            ))
+        })
+        .collect()
+}
+
+fn median(mut values: Vec<f64>) -> Option<f64> {
+    if values.is_empty() {
+        return None;
+    }
+    values.sort_by(f64::total_cmp);
+    Some(values[values.len() / 2])
+}
+
+/// A sample's memory: MLX active when the recording has MLX figures (its
+/// probe reported them), else RSS.
+fn memory_of(sample: &crate::memory::Sample, mlx: bool) -> u64 {
+    if mlx {
+        sample.mlx.map_or(0, |m| m.active_bytes)
+    } else {
+        sample.process.rss_bytes
+    }
+}
+
+fn has_mlx(recording: &Recording) -> bool {
+    recording.samples.iter().any(|s| s.mlx.is_some())
+}
+
+/// A recording's memory ([`memory_of`]) at `secs` of its own clock.
+fn memory_at(recording: &Recording, secs: f64) -> u64 {
+    let mlx = has_mlx(recording);
+    let i = recording.samples.partition_point(|s| s.at <= secs);
+    i.checked_sub(1)
+        .and_then(|i| recording.samples.get(i))
+        .map_or(0, |s| memory_of(s, mlx))
+}
+
+/// Merges `recordings` (file name, recording) of one job.
+#[must_use]
+#[allow(clippy::too_many_lines)]
+pub fn merge(recordings: &[(String, Recording)]) -> Merged {
+    let wall = |r: &Recording| r.origin.as_ref().map_or(0.0, |o| o.wall_unix_secs);
+    let fallback = |r: &Recording| {
+        r.origin
+            .as_ref()
+            .and_then(|o| o.rank)
+            .or_else(|| r.ranks.first().map(|p| p.rank))
+    };
+    let events: Vec<_> = recordings
+        .iter()
+        .map(|(_, r)| collectives(r, fallback(r)))
+        .collect();
+    // Each step's return on the first recording's wall clock.
+    let done_of = |i: usize| -> std::collections::BTreeMap<u64, f64> {
+        events[i]
+            .iter()
+            .filter(|e| e.3)
+            .map(|e| (e.1, wall(&recordings[i].1) + e.4))
+            .collect()
+    };
+    let reference = if recordings.is_empty() {
+        Default::default()
+    } else {
+        done_of(0)
+    };
+    let mut offsets = Vec::new();
+    let mut residual: Option<f64> = None;
+    for i in 0..recordings.len() {
+        let own = done_of(i);
+        let differences: Vec<f64> = own
+            .iter()
+            .filter_map(|(step, t)| Some(reference.get(step)? - t))
+            .collect();
+        let matched = differences.len();
+        let offset = median(differences.clone()).unwrap_or(0.0);
+        for d in &differences {
+            let off = (d - offset).abs();
+            residual = Some(residual.map_or(off, |r: f64| r.max(off)));
+        }
+        offsets.push((offset, matched));
+    }
+    // The merged clock: seconds since the earliest recording's start.
+    let start = recordings
+        .iter()
+        .zip(&offsets)
+        .map(|((_, r), (o, _))| wall(r) + o)
+        .fold(f64::INFINITY, f64::min);
+    let start = if start.is_finite() { start } else { 0.0 };
+    let to_merged = |i: usize, local: f64| wall(&recordings[i].1) + offsets[i].0 + local - start;
+
+    let mut lanes = Vec::new();
+    for (i, (file, r)) in recordings.iter().enumerate() {
+        let mut ranks: Vec<u32> = events[i].iter().map(|e| e.0).collect();
+        ranks.extend(fallback(r));
+        ranks.sort_unstable();
+        ranks.dedup();
+        let mlx = has_mlx(r);
+        let (peak_bytes, peak_local) = r
+            .samples
+            .iter()
+            .map(|s| (memory_of(s, mlx), s.at))
+            .max_by_key(|p| p.0)
+            .unwrap_or((0, 0.0));
+        let killed =
+            r.memory_kill.is_some() || matches!(r.exit, Some(super::record::JobExit::Signal(9)));
+        let ended = if r.cut_short {
+            "cut short".to_owned()
+        } else {
+            r.exit
+                .map_or_else(|| "detached".to_owned(), super::record::JobExit::describe)
+        };
+        let end_local = r
+            .samples
+            .last()
+            .map_or(r.elapsed_secs, |s| s.at.max(r.elapsed_secs));
+        lanes.push(Lane {
+            file: file.clone(),
+            host: r
+                .origin
+                .as_ref()
+                .map_or_else(|| "?".to_owned(), |o| o.host.clone()),
+            ranks,
+            offset_secs: offsets[i].0,
+            steps_matched: offsets[i].1,
+            peak_bytes,
+            mlx,
+            peak_secs: to_merged(i, peak_local),
+            peak_where: stacks::describe(&r.peak_stack),
+            last_where: stacks::describe(&r.last_stack),
+            ended,
+            end_secs: to_merged(i, end_local),
+            killed,
+        });
+    }
+    let peak_lane = lanes
+        .iter()
+        .enumerate()
+        .max_by_key(|(_, l)| l.peak_bytes)
+        .map(|(i, _)| i);
+
+    // The job's total at every sample time of every lane.
+    let mut total_peak_bytes = 0u64;
+    let mut total_peak_secs = 0.0;
+    for (i, (_, r)) in recordings.iter().enumerate() {
+        for s in &r.samples {
+            let t = to_merged(i, s.at);
+            let total: u64 = recordings
+                .iter()
+                .enumerate()
+                .map(|(j, (_, other))| {
+                    let local = t + start - wall(other) - offsets[j].0;
+                    if local < 0.0 {
+                        0
+                    } else {
+                        memory_at(other, local)
+                    }
+                })
+                .sum();
+            if total > total_peak_bytes {
+                total_peak_bytes = total;
+                total_peak_secs = t;
+            }
+        }
+    }
+
+    // Stragglers: at each step, the rank that began waiting last.
+    let mut waits: std::collections::BTreeMap<u64, Vec<(f64, u32, usize, String)>> =
+        std::collections::BTreeMap::new();
+    let mut stuck = Vec::new();
+    for (i, lane_events) in events.iter().enumerate() {
+        for (rank, step, ops, done, local) in lane_events {
+            if *done {
+                continue;
+            }
+            waits
+                .entry(*step)
+                .or_default()
+                .push((to_merged(i, *local), *rank, i, ops.clone()));
+            let returned = lane_events
+                .iter()
+                .any(|e| e.3 && e.0 == *rank && e.1 == *step);
+            if !returned {
+                stuck.push(Stuck {
+                    rank: *rank,
+                    host: lanes[i].host.clone(),
+                    ops: ops.clone(),
+                    from_secs: to_merged(i, *local),
+                    until_secs: lanes[i].end_secs,
+                });
+            }
+        }
+    }
+    let mut stragglers: Vec<Straggler> = waits
+        .into_iter()
+        .filter(|(_, w)| w.len() > 1)
+        .filter_map(|(step, w)| {
+            let first = w.iter().map(|x| x.0).fold(f64::INFINITY, f64::min);
+            let last = w.iter().max_by(|a, b| a.0.total_cmp(&b.0))?;
+            Some(Straggler {
+                step,
+                ops: last.3.clone(),
+                rank: last.1,
+                host: lanes[last.2].host.clone(),
+                at_secs: last.0,
+                waited_secs: last.0 - first,
+            })
+        })
+        .collect();
+    stragglers.sort_by(|a, b| b.waited_secs.total_cmp(&a.waited_secs));
+    stragglers.truncate(20);
+    Merged {
+        lanes,
+        residual_secs: residual,
+        peak_lane,
+        total_peak_bytes,
+        total_peak_secs,
+        stragglers,
+        stuck,
+    }
+}
+
+impl Merged {
+    /// The view in words, one fact a line.
+    #[must_use]
+    pub fn describe(&self) -> Vec<String> {
+        use crate::units::human_bytes;
+        let ranks = |l: &Lane| match l.ranks.as_slice() {
+            [] => "rank ?".to_owned(),
+            [one] => format!("rank {one}"),
+            many => format!(
+                "ranks {}",
+                many.iter()
+                    .map(u32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        };
+        let mut out = Vec::new();
+        out.push(match self.residual_secs {
+            Some(r) => format!(
+                "{} recordings aligned by their collectives (residual {:.1} ms)",
+                self.lanes.len(),
+                r * 1e3
+            ),
+            None => format!(
+                "{} recordings on their own wall clocks (no collective in common to align them by)",
+                self.lanes.len()
+            ),
+        });
+        for l in &self.lanes {
+            out.push(format!(
+                "{} ({}): peak {} {} at {:.2} s at {}; {} at {:.2} s; clock {:+.3} s ({} steps)",
+                ranks(l),
+                l.host,
+                if l.mlx { "MLX active" } else { "RSS" },
+                human_bytes(l.peak_bytes),
+                l.peak_secs,
+                if l.peak_where.is_empty() {
+                    "?"
+                } else {
+                    &l.peak_where
+                },
+                l.ended,
+                l.end_secs,
+                l.offset_secs,
+                l.steps_matched
+            ));
+        }
+        if let Some(l) = self.peak_lane.and_then(|i| self.lanes.get(i)) {
+            out.push(format!(
+                "highest: {} ({}) with {} at {:.2} s, at {}",
+                ranks(l),
+                l.host,
+                human_bytes(l.peak_bytes),
+                l.peak_secs,
+                if l.peak_where.is_empty() {
+                    "?"
+                } else {
+                    &l.peak_where
+                }
+            ));
+        }
+        out.push(format!(
+            "the job in all: {} at {:.2} s",
+            human_bytes(self.total_peak_bytes),
+            self.total_peak_secs
+        ));
+        if let Some(s) = self.stragglers.first() {
+            out.push(format!(
+                "straggler: rank {} ({}) came last to step {} ({}) at {:.2} s; the first rank there waited {:.3} s",
+                s.rank, s.host, s.step, s.ops, s.at_secs, s.waited_secs
+            ));
+        }
+        for killed in self.lanes.iter().filter(|l| l.killed) {
+            let waiting: Vec<&Stuck> = self
+                .stuck
+                .iter()
+                .filter(|s| !killed.ranks.contains(&s.rank))
+                .collect();
+            let mut line = format!(
+                "{} ({}) was killed for memory at {:.2} s while at {}",
+                ranks(killed),
+                killed.host,
+                killed.end_secs,
+                if killed.last_where.is_empty() {
+                    "?"
+                } else {
+                    &killed.last_where
+                }
+            );
+            if let Some(first) = waiting.first() {
+                let who: Vec<String> = waiting.iter().map(|s| s.rank.to_string()).collect();
+                line.push_str(&format!(
+                    "; rank{} {} waited in {} from {:.2} s until {} stopped",
+                    if who.len() == 1 { "" } else { "s" },
+                    who.join(", "),
+                    first.ops,
+                    first.from_secs,
+                    if who.len() == 1 {
+                        "it was"
+                    } else {
+                        "they were"
+                    }
+                ));
+            }
+            out.push(line);
+        }
+        out
+    }
+}

@@ -1,0 +1,146 @@
+//! One distributed job recorded as if on three hosts: three ranks started
+//! by hand as `mlx.launch` starts them on each host (`MLX_RANK`,
+//! `MLX_HOSTFILE`, MLX's ring backend over loopback), each under its own
+//! `weightscope record` writing its own journal, one of them with its
+//! wall clock shifted by seconds; `weightscope report` of the three
+//! journals reads them as one.
+
+use crate::common;
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use common::venv_python;
+use serde_json::Value;
+
+/// Four `all_sum` steps; rank 1 comes half a second late to step 2; rank 2
+/// keeps 4 MiB more at each step.
+const JOB: &str = r"
+import time
+import mlx.core as mx
+
+def run():
+    group = mx.distributed.init(backend='ring', strict=True)
+    rank = group.rank()
+    kept = []
+    for step in range(4):
+        x = mx.ones((256, 1024)) * (rank + 1)
+        if rank == 1 and step == 2:
+            time.sleep(0.5)
+        if rank == 2:
+            kept.append(mx.ones((1024, 1024)))
+            mx.eval(kept[-1])
+        y = mx.distributed.all_sum(x)
+        mx.eval(y)
+    return float(y[0, 0].item())
+
+print(run())
+";
+
+/// Three loopback addresses for the ring, on ports free now.
+fn hostfile(dir: &Path) -> std::path::PathBuf {
+    let listeners: Vec<std::net::TcpListener> = (0..3)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("a port"))
+        .collect();
+    let hosts: Vec<Vec<String>> = listeners
+        .iter()
+        .map(|l| vec![l.local_addr().expect("address").to_string()])
+        .collect();
+    let path = dir.join("hosts.json");
+    std::fs::write(&path, serde_json::to_string(&hosts).expect("json")).expect("hostfile");
+    path
+}
+
+#[test]
+fn three_hosts_journals_merge_into_one_view_with_the_straggler_and_the_peak() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let job = dir.path().join("job.py");
+    std::fs::write(&job, JOB).expect("job");
+    let hosts = hostfile(dir.path());
+    let journal = |rank: u32| dir.path().join(format!("rank{rank}.jsonl"));
+    let ranks: Vec<std::process::Child> = (0..3)
+        .map(|rank: u32| {
+            Command::new(env!("CARGO_BIN_EXE_weightscope"))
+                .args(["record", "--interval-ms", "20", "--trace"])
+                .arg(journal(rank))
+                .arg("--")
+                .arg(venv_python())
+                .arg(&job)
+                .env("MLX_RANK", rank.to_string())
+                .env("MLX_HOSTFILE", &hosts)
+                // Rank 2's host: a clock 7 s ahead.
+                .env(
+                    "WEIGHTSCOPE_TEST_WALL_SHIFT_SECS",
+                    if rank == 2 { "7" } else { "0" },
+                )
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("weightscope record")
+        })
+        .collect();
+    for (rank, child) in ranks.into_iter().enumerate() {
+        let out = child.wait_with_output().expect("recorded");
+        assert!(
+            out.status.success(),
+            "rank {rank}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_weightscope"))
+        .arg("report")
+        .args((0..3).map(journal))
+        .arg("--json")
+        .output()
+        .expect("report");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let merged: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let lanes = merged["lanes"].as_array().expect("lanes");
+    assert_eq!(lanes.len(), 3);
+    for (rank, lane) in lanes.iter().enumerate() {
+        assert_eq!(lane["ranks"], serde_json::json!([rank]), "{lane}");
+        assert_eq!(lane["steps_matched"], 4, "{lane}");
+    }
+    // The shifted clock is found from the collectives, within a few ms.
+    let offset = lanes[2]["offset_secs"].as_f64().expect("offset");
+    assert!((offset + 7.0).abs() < 0.05, "rank 2's clock: {offset}");
+    assert!(lanes[1]["offset_secs"].as_f64().expect("offset").abs() < 0.05);
+    let residual = merged["residual_secs"].as_f64().expect("aligned");
+    // (A busy machine may deschedule one rank between its return and its
+    // reading of the clock: the median offset keeps to the bound.)
+    assert!(residual < 0.25, "residual {residual}");
+    // Rank 1 came last to step 2; the first rank there waited for it. (At
+    // other steps a rank may come late too: a busy machine starts the
+    // processes unevenly.)
+    let straggler = merged["stragglers"]
+        .as_array()
+        .expect("stragglers")
+        .iter()
+        .find(|s| s["step"] == 2)
+        .unwrap_or_else(|| panic!("step 2: {}", merged["stragglers"]));
+    assert_eq!(straggler["rank"], 1, "{straggler}");
+    assert_eq!(straggler["ops"], "all_sum", "{straggler}");
+    let waited = straggler["waited_secs"].as_f64().expect("waited");
+    assert!((0.4..5.0).contains(&waited), "waited {waited}");
+    // Rank 2 held the most, at its own line.
+    assert_eq!(merged["peak_lane"], 2, "{merged}");
+    assert!(lanes[2]["mlx"].as_bool().expect("kind"));
+    let at = lanes[2]["peak_where"].as_str().expect("where");
+    assert!(at.starts_with("job.py:"), "{at}");
+    assert!(merged["stuck"].as_array().expect("stuck").is_empty());
+    // In words, as the terminal shows it.
+    let out = Command::new(env!("CARGO_BIN_EXE_weightscope"))
+        .arg("report")
+        .args((0..3).map(journal))
+        .output()
+        .expect("report");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("aligned by their collectives"), "{text}");
+    assert!(text.contains("straggler: rank "), "{text}");
+    assert!(text.contains("highest: rank 2"), "{text}");
+}
