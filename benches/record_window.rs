@@ -141,7 +141,7 @@ impl Bench {
             let _ = tx.send(read.map(|_| text));
         });
         let text = rx
-            .recv_timeout(std::time::Duration::from_secs(120))
+            .recv_timeout(std::time::Duration::from_mins(2))
             .unwrap_or_else(|_| panic!("no time from the job in 120 s ({})", fifo.display()))
             .expect("the job's time");
         text.trim().parse().expect("seconds")

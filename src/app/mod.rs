@@ -256,6 +256,12 @@ impl WeightscopeApp {
     }
 
     /// Runs every queued command, oldest first (after each frame).
+    /// The Profiler with the record form (`attach`: the attach form) open.
+    fn open_record_form(&mut self, attach: bool) {
+        self.tab = Tab::Profiler;
+        self.profiler.open_record_form(attach);
+    }
+
     fn run_commands(&mut self) {
         while let Ok(command) = self.queue.try_recv() {
             self.run(command);
@@ -355,10 +361,7 @@ impl WeightscopeApp {
             }
             AppCommand::CheckValues => self.check_values(),
             AppCommand::ShowShortcuts => self.show_shortcuts = true,
-            AppCommand::OpenRecordForm { attach } => {
-                self.tab = Tab::Profiler;
-                self.profiler.open_record_form(attach);
-            }
+            AppCommand::OpenRecordForm { attach } => self.open_record_form(attach),
             AppCommand::SelectTensor(position) => self.select_tensor(position),
             AppCommand::ShowTab(tab) => self.tab = tab,
             AppCommand::SelectStored(stored) => {

@@ -157,22 +157,57 @@ fn memory_at(recording: &Recording, secs: f64) -> u64 {
         .map_or(0, |s| memory_of(s, mlx))
 }
 
-/// Merges `recordings` (file name, recording) of one job.
-#[must_use]
-#[allow(clippy::too_many_lines)]
-pub fn merge(recordings: &[(String, Recording)]) -> Merged {
-    let wall = |r: &Recording| r.origin.as_ref().map_or(0.0, |o| o.wall_unix_secs);
-    let fallback = |r: &Recording| {
-        r.origin
-            .as_ref()
-            .and_then(|o| o.rank)
-            .or_else(|| r.ranks.first().map(|p| p.rank))
-    };
-    let events: Vec<_> = recordings
-        .iter()
-        .map(|(_, r)| collectives(r, fallback(r)))
-        .collect();
-    // Each step's return on the first recording's wall clock.
+/// The job's total (each lane's memory at the same moment, summed) at its
+/// highest over every sample time of every lane, and when (merged clock).
+/// `local(j, t)`: merged second `t` on lane `j`'s own clock; `merged(i, t)`:
+/// lane `i`'s own second `t` on the merged clock.
+fn total_peak(
+    recordings: &[(String, Recording)],
+    local: &dyn Fn(usize, f64) -> f64,
+    merged: &dyn Fn(usize, f64) -> f64,
+) -> (u64, f64) {
+    let mut best = (0u64, 0.0);
+    for (i, (_, r)) in recordings.iter().enumerate() {
+        for s in &r.samples {
+            let t = merged(i, s.at);
+            let total: u64 = recordings
+                .iter()
+                .enumerate()
+                .map(|(j, (_, other))| {
+                    let at = local(j, t);
+                    if at < 0.0 { 0 } else { memory_at(other, at) }
+                })
+                .sum();
+            if total > best.0 {
+                best = (total, t);
+            }
+        }
+    }
+    best
+}
+
+/// Collective events of one recording: (rank, step, ops, done, local secs).
+type Collectives = Vec<(u32, u64, String, bool, f64)>;
+
+fn wall(r: &Recording) -> f64 {
+    r.origin.as_ref().map_or(0.0, |o| o.wall_unix_secs)
+}
+
+/// The rank a recording's environment (or its probes) named.
+fn own_rank(r: &Recording) -> Option<u32> {
+    r.origin
+        .as_ref()
+        .and_then(|o| o.rank)
+        .or_else(|| r.ranks.first().map(|p| p.rank))
+}
+
+/// Each recording's offset against the first one's wall clock and the
+/// steps it was solved from, and the largest disagreement left.
+fn align(
+    recordings: &[(String, Recording)],
+    events: &[Collectives],
+) -> (Vec<(f64, usize)>, Option<f64>) {
+    // Each step's return on a recording's own wall clock.
     let done_of = |i: usize| -> std::collections::BTreeMap<u64, f64> {
         events[i]
             .iter()
@@ -181,111 +216,85 @@ pub fn merge(recordings: &[(String, Recording)]) -> Merged {
             .collect()
     };
     let reference = if recordings.is_empty() {
-        Default::default()
+        std::collections::BTreeMap::new()
     } else {
         done_of(0)
     };
     let mut offsets = Vec::new();
     let mut residual: Option<f64> = None;
     for i in 0..recordings.len() {
-        let own = done_of(i);
-        let differences: Vec<f64> = own
+        let differences: Vec<f64> = done_of(i)
             .iter()
             .filter_map(|(step, t)| Some(reference.get(step)? - t))
             .collect();
-        let matched = differences.len();
         let offset = median(differences.clone()).unwrap_or(0.0);
         for d in &differences {
             let off = (d - offset).abs();
             residual = Some(residual.map_or(off, |r: f64| r.max(off)));
         }
-        offsets.push((offset, matched));
+        offsets.push((offset, differences.len()));
     }
-    // The merged clock: seconds since the earliest recording's start.
-    let start = recordings
+    (offsets, residual)
+}
+
+/// One recording's lane; `merged(t)` puts its own second `t` on the
+/// merged clock.
+fn lane(
+    file: &str,
+    r: &Recording,
+    events: &Collectives,
+    offset: (f64, usize),
+    merged: &dyn Fn(f64) -> f64,
+) -> Lane {
+    let mut ranks: Vec<u32> = events.iter().map(|e| e.0).collect();
+    ranks.extend(own_rank(r));
+    ranks.sort_unstable();
+    ranks.dedup();
+    let mlx = has_mlx(r);
+    let (peak_bytes, peak_local) = r
+        .samples
         .iter()
-        .zip(&offsets)
-        .map(|((_, r), (o, _))| wall(r) + o)
-        .fold(f64::INFINITY, f64::min);
-    let start = if start.is_finite() { start } else { 0.0 };
-    let to_merged = |i: usize, local: f64| wall(&recordings[i].1) + offsets[i].0 + local - start;
-
-    let mut lanes = Vec::new();
-    for (i, (file, r)) in recordings.iter().enumerate() {
-        let mut ranks: Vec<u32> = events[i].iter().map(|e| e.0).collect();
-        ranks.extend(fallback(r));
-        ranks.sort_unstable();
-        ranks.dedup();
-        let mlx = has_mlx(r);
-        let (peak_bytes, peak_local) = r
-            .samples
-            .iter()
-            .map(|s| (memory_of(s, mlx), s.at))
-            .max_by_key(|p| p.0)
-            .unwrap_or((0, 0.0));
-        let killed =
-            r.memory_kill.is_some() || matches!(r.exit, Some(super::record::JobExit::Signal(9)));
-        let ended = if r.cut_short {
-            "cut short".to_owned()
-        } else {
-            r.exit
-                .map_or_else(|| "detached".to_owned(), super::record::JobExit::describe)
-        };
-        let end_local = r
-            .samples
-            .last()
-            .map_or(r.elapsed_secs, |s| s.at.max(r.elapsed_secs));
-        lanes.push(Lane {
-            file: file.clone(),
-            host: r
-                .origin
-                .as_ref()
-                .map_or_else(|| "?".to_owned(), |o| o.host.clone()),
-            ranks,
-            offset_secs: offsets[i].0,
-            steps_matched: offsets[i].1,
-            peak_bytes,
-            mlx,
-            peak_secs: to_merged(i, peak_local),
-            peak_where: stacks::describe(&r.peak_stack),
-            last_where: stacks::describe(&r.last_stack),
-            ended,
-            end_secs: to_merged(i, end_local),
-            killed,
-        });
+        .map(|s| (memory_of(s, mlx), s.at))
+        .max_by_key(|p| p.0)
+        .unwrap_or((0, 0.0));
+    let ended = if r.cut_short {
+        "cut short".to_owned()
+    } else {
+        r.exit
+            .map_or_else(|| "detached".to_owned(), super::record::JobExit::describe)
+    };
+    let end_local = r
+        .samples
+        .last()
+        .map_or(r.elapsed_secs, |s| s.at.max(r.elapsed_secs));
+    Lane {
+        file: file.to_owned(),
+        host: r
+            .origin
+            .as_ref()
+            .map_or_else(|| "?".to_owned(), |o| o.host.clone()),
+        ranks,
+        offset_secs: offset.0,
+        steps_matched: offset.1,
+        peak_bytes,
+        mlx,
+        peak_secs: merged(peak_local),
+        peak_where: stacks::describe(&r.peak_stack),
+        last_where: stacks::describe(&r.last_stack),
+        ended,
+        end_secs: merged(end_local),
+        killed: r.memory_kill.is_some()
+            || matches!(r.exit, Some(super::record::JobExit::Signal(9))),
     }
-    let peak_lane = lanes
-        .iter()
-        .enumerate()
-        .max_by_key(|(_, l)| l.peak_bytes)
-        .map(|(i, _)| i);
+}
 
-    // The job's total at every sample time of every lane.
-    let mut total_peak_bytes = 0u64;
-    let mut total_peak_secs = 0.0;
-    for (i, (_, r)) in recordings.iter().enumerate() {
-        for s in &r.samples {
-            let t = to_merged(i, s.at);
-            let total: u64 = recordings
-                .iter()
-                .enumerate()
-                .map(|(j, (_, other))| {
-                    let local = t + start - wall(other) - offsets[j].0;
-                    if local < 0.0 {
-                        0
-                    } else {
-                        memory_at(other, local)
-                    }
-                })
-                .sum();
-            if total > total_peak_bytes {
-                total_peak_bytes = total;
-                total_peak_secs = t;
-            }
-        }
-    }
-
-    // Stragglers: at each step, the rank that began waiting last.
+/// At each step, the rank that began waiting last (longest waits first,
+/// at most 20), and the waits that never returned.
+fn waits(
+    events: &[Collectives],
+    lanes: &[Lane],
+    merged: &dyn Fn(usize, f64) -> f64,
+) -> (Vec<Straggler>, Vec<Stuck>) {
     let mut waits: std::collections::BTreeMap<u64, Vec<(f64, u32, usize, String)>> =
         std::collections::BTreeMap::new();
     let mut stuck = Vec::new();
@@ -297,7 +306,7 @@ pub fn merge(recordings: &[(String, Recording)]) -> Merged {
             waits
                 .entry(*step)
                 .or_default()
-                .push((to_merged(i, *local), *rank, i, ops.clone()));
+                .push((merged(i, *local), *rank, i, ops.clone()));
             let returned = lane_events
                 .iter()
                 .any(|e| e.3 && e.0 == *rank && e.1 == *step);
@@ -306,7 +315,7 @@ pub fn merge(recordings: &[(String, Recording)]) -> Merged {
                     rank: *rank,
                     host: lanes[i].host.clone(),
                     ops: ops.clone(),
-                    from_secs: to_merged(i, *local),
+                    from_secs: merged(i, *local),
                     until_secs: lanes[i].end_secs,
                 });
             }
@@ -330,6 +339,41 @@ pub fn merge(recordings: &[(String, Recording)]) -> Merged {
         .collect();
     stragglers.sort_by(|a, b| b.waited_secs.total_cmp(&a.waited_secs));
     stragglers.truncate(20);
+    (stragglers, stuck)
+}
+
+/// Merges `recordings` (file name, recording) of one job.
+#[must_use]
+pub fn merge(recordings: &[(String, Recording)]) -> Merged {
+    let events: Vec<Collectives> = recordings
+        .iter()
+        .map(|(_, r)| collectives(r, own_rank(r)))
+        .collect();
+    let (offsets, residual) = align(recordings, &events);
+    // The merged clock: seconds since the earliest recording's start.
+    let start = recordings
+        .iter()
+        .zip(&offsets)
+        .map(|((_, r), (o, _))| wall(r) + o)
+        .fold(f64::INFINITY, f64::min);
+    let start = if start.is_finite() { start } else { 0.0 };
+    let to_merged = |i: usize, local: f64| wall(&recordings[i].1) + offsets[i].0 + local - start;
+    let lanes: Vec<Lane> = recordings
+        .iter()
+        .enumerate()
+        .map(|(i, (file, r))| lane(file, r, &events[i], offsets[i], &|t| to_merged(i, t)))
+        .collect();
+    let peak_lane = lanes
+        .iter()
+        .enumerate()
+        .max_by_key(|(_, l)| l.peak_bytes)
+        .map(|(i, _)| i);
+    let (total_peak_bytes, total_peak_secs) = total_peak(
+        recordings,
+        &|j, t| t + start - wall(&recordings[j].1) - offsets[j].0,
+        &to_merged,
+    );
+    let (stragglers, stuck) = waits(&events, &lanes, &to_merged);
     Merged {
         lanes,
         residual_secs: residual,
@@ -346,17 +390,7 @@ impl Merged {
     #[must_use]
     pub fn describe(&self) -> Vec<String> {
         use crate::units::human_bytes;
-        let ranks = |l: &Lane| match l.ranks.as_slice() {
-            [] => "rank ?".to_owned(),
-            [one] => format!("rank {one}"),
-            many => format!(
-                "ranks {}",
-                many.iter()
-                    .map(u32::to_string)
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-        };
+        let ranks = ranks_of;
         let mut out = Vec::new();
         out.push(match self.residual_secs {
             Some(r) => format!(
@@ -413,6 +447,13 @@ impl Merged {
                 s.rank, s.host, s.step, s.ops, s.at_secs, s.waited_secs
             ));
         }
+        self.killed_lines(&mut out);
+        out
+    }
+
+    /// A rank killed for memory, and the ranks it left waiting.
+    fn killed_lines(&self, out: &mut Vec<String>) {
+        use std::fmt::Write as _;
         for killed in self.lanes.iter().filter(|l| l.killed) {
             let waiting: Vec<&Stuck> = self
                 .stuck
@@ -421,7 +462,7 @@ impl Merged {
                 .collect();
             let mut line = format!(
                 "{} ({}) was killed for memory at {:.2} s while at {}",
-                ranks(killed),
+                ranks_of(killed),
                 killed.host,
                 killed.end_secs,
                 if killed.last_where.is_empty() {
@@ -432,7 +473,8 @@ impl Merged {
             );
             if let Some(first) = waiting.first() {
                 let who: Vec<String> = waiting.iter().map(|s| s.rank.to_string()).collect();
-                line.push_str(&format!(
+                let _ = write!(
+                    line,
                     "; rank{} {} waited in {} from {:.2} s until {} stopped",
                     if who.len() == 1 { "" } else { "s" },
                     who.join(", "),
@@ -443,10 +485,24 @@ impl Merged {
                     } else {
                         "they were"
                     }
-                ));
+                );
             }
             out.push(line);
         }
-        out
+    }
+}
+
+/// "rank 2", "ranks 0, 1", "rank ?".
+fn ranks_of(l: &Lane) -> String {
+    match l.ranks.as_slice() {
+        [] => "rank ?".to_owned(),
+        [one] => format!("rank {one}"),
+        many => format!(
+            "ranks {}",
+            many.iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
     }
 }

@@ -706,6 +706,39 @@ impl Recorder {
         }
     }
 
+    /// A `collective` line: the evaluation that runs a rank's collectives
+    /// began (`wait`) or returned (`done`), placed on the recording's clock
+    /// by the job's wall clock (this machine's), not when the line arrived.
+    fn collective_line(&mut self, line: ProbeLine, updates: &mut Vec<Update>) {
+        let (Some(wall), Some(step)) = (line.wall, line.step) else {
+            return;
+        };
+        let kind = match line.phase.as_deref() {
+            Some("wait") => MarkKind::CollectiveWait,
+            Some("done") => MarkKind::CollectiveDone,
+            _ => return,
+        };
+        if !self.keep_event() {
+            return;
+        }
+        let after = wall - self.origin_wall;
+        let at = if after.is_finite() && after > 0.0 {
+            self.origin + Duration::from_secs_f64(after.min(1e9))
+        } else {
+            self.origin
+        };
+        let ops: Vec<String> = line
+            .ops
+            .unwrap_or_default()
+            .iter()
+            .take(8)
+            .map(|o| crate::units::printable(o).chars().take(32).collect())
+            .collect();
+        let event = self.event(at, kind, ops.join("+"));
+        event.detail = collective_detail(line.rank, step);
+        updates.push(Update::Event(event.clone()));
+    }
+
     fn probe_line(&mut self, at: Instant, text: &str, updates: &mut Vec<Update>) {
         let report = self.probe.get_or_insert_with(ProbeReport::default);
         report.lines += 1;
@@ -765,38 +798,7 @@ impl Recorder {
                 line.cache_before.unwrap_or(0),
             ),
             "mark" => (MarkKind::JobMark, line.text.unwrap_or_default(), 0),
-            "collective" => {
-                let (Some(wall), Some(step)) = (line.wall, line.step) else {
-                    return;
-                };
-                let kind = match line.phase.as_deref() {
-                    Some("wait") => MarkKind::CollectiveWait,
-                    Some("done") => MarkKind::CollectiveDone,
-                    _ => return,
-                };
-                if !self.keep_event() {
-                    return;
-                }
-                // The job's wall clock is this machine's: placed on the
-                // recording's clock exactly, not when the line arrived.
-                let after = wall - self.origin_wall;
-                let at = if after.is_finite() && after > 0.0 {
-                    self.origin + Duration::from_secs_f64(after.min(1e9))
-                } else {
-                    self.origin
-                };
-                let ops: Vec<String> = line
-                    .ops
-                    .unwrap_or_default()
-                    .iter()
-                    .take(8)
-                    .map(|o| crate::units::printable(o).chars().take(32).collect())
-                    .collect();
-                let event = self.event(at, kind, ops.join("+"));
-                event.detail = collective_detail(line.rank, step);
-                updates.push(Update::Event(event.clone()));
-                return;
-            }
+            "collective" => return self.collective_line(line, updates),
             "exception" => {
                 if !self.keep_event() {
                     return;

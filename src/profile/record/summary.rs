@@ -194,11 +194,10 @@ impl Recording {
             pid: end.pid,
             attached: end.attached,
             exit,
-            elapsed_secs: if job.ended.is_some() {
-                end.elapsed_secs
-            } else {
-                samples.last().map_or(0.0, |s| s.at)
-            },
+            elapsed_secs: job.ended.as_ref().map_or_else(
+                || samples.last().map_or(0.0, |s| s.at),
+                |_| end.elapsed_secs,
+            ),
             files_seen: files_seen(&events),
             files_open_at_peak,
             peak_rss_bytes,
