@@ -76,10 +76,15 @@ pub struct Stuck {
     pub host: String,
     /// The collectives it waited in.
     pub ops: String,
+    /// The step it waited at.
+    pub step: u64,
     /// Since when, on the merged clock.
     pub from_secs: f64,
     /// Until its recording ended.
     pub until_secs: f64,
+    /// How its job ended ("exit 1": MLX's ring backend raises when a peer
+    /// is gone; "signal 2": stopped).
+    pub ended: String,
 }
 
 /// The merged view.
@@ -315,8 +320,10 @@ fn waits(
                     rank: *rank,
                     host: lanes[i].host.clone(),
                     ops: ops.clone(),
+                    step: *step,
                     from_secs: merged(i, *local),
                     until_secs: lanes[i].end_secs,
+                    ended: lanes[i].ended.clone(),
                 });
             }
         }
@@ -405,7 +412,7 @@ impl Merged {
         });
         for l in &self.lanes {
             out.push(format!(
-                "{} ({}): peak {} {} at {:.2} s at {}; {} at {:.2} s; clock {:+.3} s ({} steps)",
+                "{} ({}): peak {} {} at {:.2} s at {}; {} at {:.2} s; clock {:+.3} s ({} step{})",
                 ranks(l),
                 l.host,
                 if l.mlx { "MLX active" } else { "RSS" },
@@ -419,7 +426,8 @@ impl Merged {
                 l.ended,
                 l.end_secs,
                 l.offset_secs,
-                l.steps_matched
+                l.steps_matched,
+                if l.steps_matched == 1 { "" } else { "s" },
             ));
         }
         if let Some(l) = self.peak_lane.and_then(|i| self.lanes.get(i)) {
@@ -473,18 +481,18 @@ impl Merged {
             );
             if let Some(first) = waiting.first() {
                 let who: Vec<String> = waiting.iter().map(|s| s.rank.to_string()).collect();
+                let until = waiting.iter().map(|s| s.until_secs).fold(0.0, f64::max);
                 let _ = write!(
                     line,
-                    "; rank{} {} waited in {} from {:.2} s until {} stopped",
+                    "; rank{} {} waited in {} (step {}) from {:.2} s until {} ended at {:.2} s ({})",
                     if who.len() == 1 { "" } else { "s" },
                     who.join(", "),
                     first.ops,
+                    first.step,
                     first.from_secs,
-                    if who.len() == 1 {
-                        "it was"
-                    } else {
-                        "they were"
-                    }
+                    if who.len() == 1 { "it" } else { "they" },
+                    until,
+                    first.ended
                 );
             }
             out.push(line);

@@ -144,3 +144,128 @@ fn three_hosts_journals_merge_into_one_view_with_the_straggler_and_the_peak() {
     assert!(text.contains("straggler: rank "), "{text}");
     assert!(text.contains("highest: rank 2"), "{text}");
 }
+
+/// Three `all_sum` steps; at step 1 rank 1 grows past its memory cgroup's
+/// limit before its collective, while the others wait in theirs.
+const KILLED_JOB: &str = r"
+import mlx.core as mx
+
+def run():
+    group = mx.distributed.init(backend='ring', strict=True)
+    rank = group.rank()
+    grown = []
+    for step in range(3):
+        x = mx.ones((256, 1024)) * (rank + 1)
+        if rank == 1 and step == 1:
+            while True:
+                grown.append(mx.ones((16, 1024, 1024)))
+                mx.eval(grown[-1])
+        y = mx.distributed.all_sum(x)
+        mx.eval(y)
+
+run()
+";
+
+/// A memory cgroup (v1) for one test, with `limit` bytes; `None` (and a
+/// message) where there is none to write to.
+fn memory_cgroup(name: &str, limit: u64) -> Option<std::path::PathBuf> {
+    let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    let path = own
+        .lines()
+        .find_map(|l| l.split_once(":memory:").map(|(_, p)| p.to_owned()))?;
+    let cgroup = Path::new("/sys/fs/cgroup/memory")
+        .join(path.trim_start_matches('/'))
+        .join(format!("weightscope-{name}-{}", std::process::id()));
+    std::fs::create_dir(&cgroup).ok()?;
+    std::fs::write(cgroup.join("memory.limit_in_bytes"), limit.to_string()).ok()?;
+    let _ = std::fs::write(
+        cgroup.join("memory.memsw.limit_in_bytes"),
+        limit.to_string(),
+    );
+    Some(cgroup)
+}
+
+#[test]
+fn a_rank_killed_for_memory_is_told_with_the_ranks_it_left_waiting() {
+    let Some(cgroup) = memory_cgroup("hosts", 300 << 20) else {
+        eprintln!("skipped: no writable cgroup v1 memory controller here");
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let job = dir.path().join("job.py");
+    std::fs::write(&job, KILLED_JOB).expect("job");
+    let hosts = hostfile(dir.path());
+    let journal = |rank: u32| dir.path().join(format!("rank{rank}.jsonl"));
+    let enter = format!("echo $$ > {}/cgroup.procs && exec \"$@\"", cgroup.display());
+    let ranks: Vec<std::process::Child> = (0..3)
+        .map(|rank: u32| {
+            let mut command = Command::new(env!("CARGO_BIN_EXE_weightscope"));
+            command
+                .args(["record", "--interval-ms", "20", "--trace"])
+                .arg(journal(rank))
+                .arg("--");
+            if rank == 1 {
+                // Only rank 1's job goes into the cgroup.
+                command.args(["sh", "-c", &enter, "sh"]);
+            }
+            command
+                .arg(venv_python())
+                .arg(&job)
+                .env("MLX_RANK", rank.to_string())
+                .env("MLX_HOSTFILE", &hosts)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("weightscope record")
+        })
+        .collect();
+    for child in ranks {
+        // Rank 1 killed; the others fail when their peer is gone.
+        let _ = child.wait_with_output().expect("recorded");
+    }
+    let _ = std::fs::remove_dir(&cgroup);
+    let out = Command::new(env!("CARGO_BIN_EXE_weightscope"))
+        .arg("report")
+        .args((0..3).map(journal))
+        .arg("--json")
+        .output()
+        .expect("report");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let merged: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let lanes = merged["lanes"].as_array().expect("lanes");
+    assert_eq!(lanes[1]["killed"], true, "{merged}");
+    assert!(!lanes[0]["killed"].as_bool().expect("killed"), "{merged}");
+    let at = lanes[1]["last_where"].as_str().expect("where");
+    assert!(at.starts_with("job.py:"), "{at}");
+    let waiting: Vec<(u64, u64)> = merged["stuck"]
+        .as_array()
+        .expect("stuck")
+        .iter()
+        .map(|s| {
+            (
+                s["rank"].as_u64().expect("rank"),
+                s["step"].as_u64().expect("step"),
+            )
+        })
+        .collect();
+    assert_eq!(waiting, [(0, 1), (2, 1)], "{merged}");
+    let out = Command::new(env!("CARGO_BIN_EXE_weightscope"))
+        .arg("report")
+        .args((0..3).map(journal))
+        .output()
+        .expect("report");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("rank 1 (") && text.contains("was killed for memory at"),
+        "{text}"
+    );
+    assert!(
+        text.contains("ranks 0, 2 waited in all_sum (step 1)"),
+        "{text}"
+    );
+}
