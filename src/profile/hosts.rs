@@ -399,7 +399,12 @@ impl Merged {
         use crate::units::human_bytes;
         let ranks = ranks_of;
         let mut out = Vec::new();
+        let checked = self.lanes.iter().skip(1).any(|l| l.steps_matched > 1);
         out.push(match self.residual_secs {
+            Some(_) if !checked => format!(
+                "{} recordings aligned by one collective step (nothing left to check the alignment by)",
+                self.lanes.len()
+            ),
             Some(r) => format!(
                 "{} recordings aligned by their collectives (residual {:.1} ms)",
                 self.lanes.len(),
