@@ -556,14 +556,16 @@ fn run(
         if !listening {
             break; // nobody listens any more
         }
-        // On a GPU the first summary compiles kernels for seconds: do it
-        // after the first command (the open), not when a tensor is clicked.
+        // On a GPU the first summary compiles kernels: do it after the
+        // first command (the open), not when a tensor is clicked; ours on a
+        // thread of their own (a click meanwhile is summarized by MLX's
+        // ops, not kept waiting).
         if !warmed {
             warmed = true;
             // The window lives long: our kernels pay for their compilation
             // after a summary or two.
             mlx::use_summary_kernel(true);
-            mlx::warm_up_summaries();
+            mlx::warm_up_summaries_in_background();
         }
     }
     // Arrays and maps are freed here, on the thread that made them.

@@ -285,6 +285,10 @@ impl AffineWords<'_> {
         let (scales, biases) = self.inputs()?;
         let fp = parameters(Array::from_slice(&fp, &[3]));
         let name = kernel_name("weightscope_affine", AFFINE_SOURCE, AFFINE_HEADER)?;
+        // The words' and scales' shapes, which MLX hands the source-compiled
+        // kernel as `w_shape` and `scales_shape`.
+        let (w, g) = (self.weight.shape(), self.scales.shape());
+        let shape = [w[0], w[1], g[1]];
         let mut out = apply(
             &Launch {
                 name: &name,
@@ -303,6 +307,7 @@ impl AffineWords<'_> {
                 ],
                 blocks,
                 template_ints: &AFFINE_CONSTANTS,
+                ahead: Some((super::ahead::Which::Affine, &shape)),
             },
             Backend::Cuda,
         )?;
@@ -722,6 +727,7 @@ impl DenseValues<'_> {
                 ],
                 blocks,
                 template_ints: constants,
+                ahead: Some((super::ahead::Which::Dense, &[])),
             },
             self.backend,
         )?;
@@ -996,12 +1002,26 @@ struct Launch<'a> {
     outputs: &'a [(&'a std::ffi::CStr, i32, mlx_sys::mlx_dtype)],
     blocks: i64,
     template_ints: &'a [(&'a std::ffi::CStr, i32)],
+    /// The kernel compiled ahead of MLX (see `mlx::ahead`) and the ints
+    /// its function takes after the outputs; `None`: MLX compiles it.
+    ahead: Option<(super::ahead::Which, &'a [i32])>,
 }
 
 /// Builds and applies `launch` through MLX's custom-kernel interface for
 /// `backend` (`mlx_fast_cuda_kernel` or `mlx_fast_metal_kernel`, whose
 /// calls match one for one) on the current stream; the outputs, lazy.
 fn apply(launch: &Launch<'_>, backend: Backend) -> Result<Vec<Array>, MlxError> {
+    if backend == Backend::Cuda
+        && let Some((which, scalars)) = launch.ahead
+        && let Some(image) = super::ahead::image(which, || ahead_parts(which))
+    {
+        return apply_ahead(launch, image, scalars);
+    }
+    apply_source(launch, backend)
+}
+
+/// [`apply`] through MLX's own compile of the kernel's source.
+fn apply_source(launch: &Launch<'_>, backend: Backend) -> Result<Vec<Array>, MlxError> {
     let refused = |what: &str| MlxError::op("custom kernel", what);
     let grid = i32::try_from(launch.blocks * i64::from(THREADS)).map_err(|_| refused("grid"))?;
     let source = CString::new(launch.source).map_err(|_| refused("source"))?;
@@ -1112,6 +1132,105 @@ fn apply(launch: &Launch<'_>, backend: Backend) -> Result<Vec<Array>, MlxError> 
     }
 }
 
+/// Starts compiling our CUDA kernels ahead (or reading them from the
+/// cache) off this thread; until that ends, summaries use MLX's own ops
+/// rather than wait (see [`kernels_settled`]). `false` where it cannot run
+/// here (the kernels are then MLX's to compile, when first used).
+pub fn prepare_kernels_in_background() -> bool {
+    super::ahead::prepare_in_background(|| {
+        for which in [super::ahead::Which::Dense, super::ahead::Which::Affine] {
+            let _ = super::ahead::image(which, || ahead_parts(which));
+        }
+    })
+}
+
+/// Whether no kernel is being compiled ahead off this thread.
+pub fn kernels_settled() -> bool {
+    super::ahead::settled()
+}
+
+/// Our CUDA kernels as `mlx::ahead` compiles them: the same bodies, in a
+/// function of their own with the parameters MLX would generate.
+fn ahead_parts(which: super::ahead::Which) -> super::ahead::Parts {
+    match which {
+        super::ahead::Which::Dense => super::ahead::Parts {
+            base: "weightscope_dense",
+            header: DENSE_HEADER,
+            body: DENSE_SOURCE,
+            constants: &DENSE_CONSTANTS,
+            signature: "    const unsigned short* x,\n    const float* fp,\n    const int* ip,\n    \
+                        float* fout,\n    unsigned int* uout",
+            prologue: "",
+        },
+        super::ahead::Which::Affine => super::ahead::Parts {
+            base: "weightscope_affine",
+            header: AFFINE_HEADER,
+            body: AFFINE_SOURCE,
+            constants: &AFFINE_CONSTANTS,
+            signature: "    const unsigned int* w,\n    const unsigned short* scales,\n    \
+                        const unsigned short* biases,\n    const float* fp,\n    const int* ip,\n    \
+                        float* fout,\n    unsigned int* uout,\n    int w_rows,\n    int w_words,\n    \
+                        int s_groups",
+            prologue: "  const int w_shape[2] = {w_rows, w_words};\n  \
+                       const int scales_shape[2] = {w_rows, s_groups};\n",
+        },
+    }
+}
+
+/// [`apply`] for a kernel compiled ahead (`mlx::ahead`): MLX loads the
+/// cubin (once a process) and launches it as it launches the others.
+fn apply_ahead(
+    launch: &Launch<'_>,
+    image: &super::ahead::Image,
+    scalars: &[i32],
+) -> Result<Vec<Array>, MlxError> {
+    let refused = |what: &str| MlxError::op("custom kernel", what);
+    let grid = i32::try_from(launch.blocks * i64::from(THREADS)).map_err(|_| refused("grid"))?;
+    let stream = Stream::thread_local_or_default();
+    let lengths: Vec<i32> = launch.outputs.iter().map(|(_, len, _)| *len).collect();
+    let dtypes: Vec<mlx_sys::mlx_dtype> = launch.outputs.iter().map(|(_, _, d)| *d).collect();
+    let mut results = Vec::new();
+    #[allow(unsafe_code)]
+    // SAFETY: the image's name and bytes, the lengths, dtypes and scalars
+    // outlive the call (MLX copies what it keeps); the input arrays and
+    // `stream` are live mlx-rs handles; both vectors made here are freed
+    // here; each output taken out is a new reference `Array` owns.
+    let status = unsafe {
+        let inputs = mlx_sys::mlx_vector_array_new();
+        for (_, array) in launch.inputs {
+            mlx_sys::mlx_vector_array_append_value(inputs, array.as_ptr());
+        }
+        let mut outputs = mlx_sys::mlx_vector_array_new();
+        let status = mlx_sys::mlx_fast_cuda_kernel_precompiled_apply(
+            &raw mut outputs,
+            image.name.as_ptr(),
+            image.bytes.as_ptr().cast(),
+            image.bytes.len(),
+            inputs,
+            lengths.as_ptr(),
+            dtypes.as_ptr(),
+            lengths.len(),
+            scalars.as_ptr(),
+            scalars.len(),
+            grid,
+            THREADS,
+            0.0,
+            stream.as_ptr(),
+        );
+        if status == 0 {
+            results = super::arrays_of(outputs);
+        }
+        mlx_sys::mlx_vector_array_free(outputs);
+        mlx_sys::mlx_vector_array_free(inputs);
+        status
+    };
+    if status == 0 && results.len() == launch.outputs.len() {
+        Ok(results)
+    } else {
+        Err(refused("MLX refused the kernel compiled ahead"))
+    }
+}
+
 /// The variable MLX reads, once, for the folder where it keeps compiled
 /// CUDA kernels between processes.
 const KERNEL_CACHE_VAR: &str = "MLX_PTX_CACHE_DIR";
@@ -1177,5 +1296,34 @@ pub unsafe fn keep_kernel_cache_private() {
 pub fn leave_kernel_cache_out(command: &mut std::process::Command) {
     if CHOSE_KERNEL_CACHE.load(std::sync::atomic::Ordering::Relaxed) {
         command.env_remove(KERNEL_CACHE_VAR);
+    }
+}
+
+#[cfg(test)]
+mod ahead_tests {
+    /// Both kernels as `mlx::ahead` compiles them, by a real NVRTC (no GPU
+    /// needed to compile): `WEIGHTSCOPE_TEST_NVRTC` names its library (for
+    /// instance from NVIDIA's `nvidia-cuda-nvrtc` wheel, with
+    /// `nvidia-cuda-runtime` beside it for the headers). Skipped without.
+    #[test]
+    fn both_kernels_compile_ahead_with_nvrtc() {
+        let Some(path) = std::env::var_os("WEIGHTSCOPE_TEST_NVRTC") else {
+            eprintln!("skipped: WEIGHTSCOPE_TEST_NVRTC names no NVRTC library");
+            return;
+        };
+        let path = std::ffi::CString::new(path.into_encoded_bytes()).expect("a path");
+        #[allow(unsafe_code)]
+        // SAFETY: loading a library the tester named.
+        let lib = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL) };
+        assert!(!lib.is_null(), "NVRTC did not load");
+        for which in [
+            super::super::ahead::Which::Dense,
+            super::super::ahead::Which::Affine,
+        ] {
+            let bytes = super::super::ahead::compile_for_test(&super::ahead_parts(which), 9, 0)
+                .unwrap_or_else(|e| panic!("{e}"));
+            assert!(bytes.starts_with(b"\x7fELF"), "not a cubin");
+            eprintln!("compiled ahead: {} bytes", bytes.len());
+        }
     }
 }

@@ -5,6 +5,7 @@
 //! `f32`, and read or steer MLX's memory counters. Arrays never leave the thread
 //! that created them in the layers above (they are `Send`, not `Sync`).
 
+mod ahead;
 mod device;
 pub mod ggml;
 mod kernel;
@@ -27,7 +28,7 @@ pub use quant::{ByteFloat, decode_bytes, dequantize, mlx_from_fp8, quantize_mode
 pub use shard::{ReadBytes, ReadError, ShardMap, Stored};
 pub use stats::{
     Heatmap, Histogram, RowBands, Stats, ValueSummary, summarize, summarize_bands,
-    summary_scratch_bytes, use_summary_kernel, warm_up_summaries,
+    summary_scratch_bytes, use_summary_kernel, warm_up_summaries, warm_up_summaries_in_background,
 };
 pub use transform::{
     DiffSums, Difference, GroupSums, ValueCounts, abs_difference, add_scalar, concat_rows,

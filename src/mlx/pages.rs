@@ -46,6 +46,7 @@ type CurrentContext = unsafe extern "C" fn(*mut *mut c_void) -> c_int;
 type ContextDevice = unsafe extern "C" fn(*mut c_int) -> c_int;
 type CreateStream = unsafe extern "C" fn(*mut *mut c_void, c_uint) -> c_int;
 type Synchronize = unsafe extern "C" fn(*mut c_void) -> c_int;
+type CopyToHost = unsafe extern "C" fn(*mut c_void, u64, usize, *mut c_void) -> c_int;
 
 /// The driver's entry points this module uses, and its own stream.
 struct Driver {
@@ -54,6 +55,7 @@ struct Driver {
     device: ContextDevice,
     create_stream: CreateStream,
     synchronize: Synchronize,
+    copy_to_host: CopyToHost,
     stream: OnceLock<Option<usize>>,
 }
 
@@ -93,6 +95,9 @@ unsafe fn load() -> Option<Driver> {
             )?),
             synchronize: std::mem::transmute::<*mut c_void, Synchronize>(find(
                 c"cuStreamSynchronize",
+            )?),
+            copy_to_host: std::mem::transmute::<*mut c_void, CopyToHost>(find(
+                c"cuMemcpyDtoHAsync_v2",
             )?),
             stream: OnceLock::new(),
         })
@@ -153,6 +158,46 @@ impl Driver {
         // SAFETY: our own stream, made by the driver (see `target`).
         self.start(values) && unsafe { (self.synchronize)(stream) == 0 }
     }
+}
+
+/// Numbers any bytes are a value of (what [`copy_to_host`] copies).
+pub trait Plain: Copy {}
+impl Plain for f32 {}
+impl Plain for u32 {}
+
+/// A copy of `values` (an evaluated array's, which the device wrote) made
+/// by the device's copy engine, leaving its pages where they are: the host
+/// reading them in place would move them over one fault at a time (2 MiB
+/// of heatmap cells took 0.7-1.5 ms on an H200), and the next kernel
+/// output given the same buffer would fault them back. `None` where there
+/// is no CUDA driver or it refused (read the values in place then), and
+/// with `WEIGHTSCOPE_READ_BACK=fault`.
+pub fn copy_to_host<T: Plain>(values: &[T]) -> Option<Vec<T>> {
+    if std::env::var("WEIGHTSCOPE_READ_BACK").is_ok_and(|v| v == "fault") {
+        return None;
+    }
+    let driver = driver()?;
+    let (_, stream) = driver.target()?;
+    let bytes = std::mem::size_of_val(values);
+    let mut copy: Vec<T> = Vec::with_capacity(values.len());
+    // SAFETY: the copy writes `bytes` bytes into the vector's capacity, and
+    // the length is set only once the stream has finished it without
+    // error; the source is a live slice of managed (device-addressable)
+    // memory; our own stream (see `target`).
+    unsafe {
+        let copied = (driver.copy_to_host)(
+            copy.as_mut_ptr().cast(),
+            values.as_ptr() as u64,
+            bytes,
+            stream,
+        ) == 0
+            && (driver.synchronize)(stream) == 0;
+        if !copied {
+            return None;
+        }
+        copy.set_len(values.len());
+    }
+    Some(copy)
 }
 
 /// Moves the pages of an evaluated `f32`, `f16` or `bf16` array to the

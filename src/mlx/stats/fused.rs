@@ -90,14 +90,15 @@ fn fused_affine_summary(
     evaluate_all([&float_out, &count_out])?;
     let out_rows = usize::try_from(grid.out_rows).unwrap_or(0);
     let n = i64::from(bands.rows()) * i64::from(bands.cols());
-    let floats = host_slice::<f32>(&float_out)?;
-    let stats = block_stats(floats, host_slice(&count_out)?, out_rows, n, centre_value)?;
+    let floats = host_copy::<f32>(&float_out)?;
+    let counts = host_copy::<u32>(&count_out)?;
+    let stats = block_stats(&floats, &counts, out_rows, n, centre_value)?;
     let bins = Bins::launch(&stats, bins, |lo, scale, slots| {
         kernel::affine_counts(words, lo, scale, slots)
     })?;
     // The cells are read on the host while the device counts the bins.
     let heatmap = grid.means(&floats[out_rows * 6..]);
-    let peaks = host_slice::<u32>(&count_out)?[out_rows * 2..]
+    let peaks = counts[out_rows * 2..]
         .iter()
         .map(|&b| f32::from_bits(b))
         .collect();
@@ -197,11 +198,11 @@ fn fused_dense_summary(
     let centre = kernel::dense_centre(values, DEVICE_CENTRE_SAMPLE)?;
     let (float_out, count_out) = kernel::dense_stats(values, &centre, layout)?;
     evaluate_all([&head, &centre, &float_out, &count_out])?;
-    let centre_value = host_slice::<f32>(&centre)?
+    let centre_value = host_copy::<f32>(&centre)?
         .first()
         .copied()
         .ok_or_else(|| MlxError::op("summary kernel", "no centre"))?;
-    let first: Vec<f32> = host_slice::<f32>(&head)?
+    let first: Vec<f32> = host_copy::<f32>(&head)?
         .iter()
         .take(first_count)
         .copied()
@@ -209,11 +210,8 @@ fn fused_dense_summary(
     hand_back([head, centre]);
     phases.mark("stats kernel");
     let blocks = usize::try_from(layout.blocks()).unwrap_or(0);
-    let (floats, counts) = (
-        host_slice::<f32>(&float_out)?,
-        host_slice::<u32>(&count_out)?,
-    );
-    let stats = block_stats(floats, counts, blocks, n, centre_value)?;
+    let (floats, counts) = (host_copy::<f32>(&float_out)?, host_copy::<u32>(&count_out)?);
+    let stats = block_stats(&floats, &counts, blocks, n, centre_value)?;
     phases.mark("read back");
     let pending = Bins::launch(&stats, bins, |lo, scale, slots| {
         kernel::dense_counts(values, lo, scale, slots)
@@ -409,6 +407,16 @@ fn hand_back<const N: usize>(arrays: [Array; N]) {
     }
 }
 
+/// The values of an evaluated kernel output, copied by the device (see
+/// `pages::copy_to_host`) where there is one, else read in place.
+fn host_copy<T: mlx_rs::ArrayElement + crate::mlx::pages::Plain>(
+    array: &Array,
+) -> Result<std::borrow::Cow<'_, [T]>, MlxError> {
+    let values = host_slice::<T>(array)?;
+    Ok(crate::mlx::pages::copy_to_host(values)
+        .map_or(std::borrow::Cow::Borrowed(values), std::borrow::Cow::Owned))
+}
+
 /// The values of an evaluated array as the host sees them (on CUDA, MLX
 /// first moves its buffer where the host can read it).
 fn host_slice<T: mlx_rs::ArrayElement>(array: &Array) -> Result<&[T], MlxError> {
@@ -487,8 +495,8 @@ impl Bins {
         if let Some(slots) = self.slots {
             evaluate(&slots)?;
             phases.mark("bins kernel");
-            let read = host_slice::<u32>(&slots)?;
-            for (count, slot) in counts.iter_mut().zip(read) {
+            let read = host_copy::<u32>(&slots)?;
+            for (count, slot) in counts.iter_mut().zip(read.iter()) {
                 *count = u64::from(*slot);
             }
             // The maximum lands exactly on `bins`: it belongs to the last bin.

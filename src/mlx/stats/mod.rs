@@ -174,12 +174,12 @@ static KERNEL_FAILED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicB
 static KERNEL_WANTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Lets summaries on CUDA use our kernels (the fused dense and affine
-/// summaries, the histogram). Compiling them takes 1.3-2.4 s once per
-/// process: MLX 0.32.2 keeps no compiled kernel between processes (its
-/// kernel cache folder stayed empty on an H200), and they then make a
-/// summary several times faster. Worth it for the window (which compiles
-/// them at start-up, off the UI thread) and for `tensor --repeat` or
-/// `--warm-up`; a one-shot command uses MLX's own ops. Off by default.
+/// summaries, the histogram). Preparing them takes 42 ms from their cache
+/// and 118 ms to compile on an H200 (`mlx::ahead`; through MLX's own
+/// compile, 1.3-2.4 s each), and they then make a summary several times
+/// faster. Worth it for the window (which prepares them at start-up, off
+/// the UI thread) and for `tensor --repeat` or `--warm-up`; a one-shot
+/// command uses MLX's own ops. Off by default.
 pub fn use_summary_kernel(on: bool) {
     KERNEL_WANTED.store(on, std::sync::atomic::Ordering::Relaxed);
 }
@@ -211,6 +211,7 @@ impl Plan {
         let kernel = gpu
             && KERNEL_WANTED.load(std::sync::atomic::Ordering::Relaxed)
             && !KERNEL_FAILED.load(std::sync::atomic::Ordering::Relaxed)
+            && kernel::kernels_settled()
             && (kernel::Backend::BUILD == kernel::Backend::Cuda || fused::metal_agrees());
         let knob = std::env::var("WEIGHTSCOPE_SUMMARY_BINS").ok();
         let bins = match knob.as_deref() {
@@ -406,16 +407,34 @@ pub fn summarize(
 }
 
 /// Summarizes a small array once, so that a GPU compiles the summary's
-/// kernels (MLX's and, when [`use_summary_kernel`] allows it, ours: 2.5-3
-/// s on an H200 for both of ours) before the first tensor is clicked.
+/// kernels (MLX's and, when [`use_summary_kernel`] allows it, ours: 42-118
+/// ms on an H200 for both of ours, see `mlx::ahead`) before the first
+/// tensor is clicked.
 /// Nothing to do on the CPU.
 pub fn warm_up_summaries() {
+    warm_up(false);
+}
+
+/// [`warm_up_summaries`] for the window: MLX's own kernels here, ours
+/// compiled ahead (or read from their cache) on a thread of their own, so
+/// that a click in the meantime is summarized at once by MLX's ops instead
+/// of waiting. Where they cannot be compiled ahead, as
+/// [`warm_up_summaries`].
+pub fn warm_up_summaries_in_background() {
+    warm_up(true);
+}
+
+fn warm_up(background: bool) {
     let plan = Plan::for_default_device();
     if plan.gpu {
         let values: Vec<f32> = (0u16..512).map(|i| f32::from(i) / 512.0).collect();
         let small = Array::from_slice(&values, &[2, 256]);
         let _ = summarize(&small, 1, 64, 8);
-        if plan.bins == BinsOn::Kernel {
+        if plan.bins == BinsOn::Kernel
+            && !(background
+                && kernel::Backend::BUILD == kernel::Backend::Cuda
+                && kernel::prepare_kernels_in_background())
+        {
             // The kernels that summarize dense arrays (one per dtype) and
             // affine-packed weights (one for every bit width, group size
             // and shape).
