@@ -88,6 +88,8 @@ pub enum AppCommand {
     },
     /// Load the trace saved here and overlay it.
     LoadTrace(PathBuf),
+    /// Read the journals of one job's hosts and show them merged.
+    LoadTraces(Vec<PathBuf>),
     /// Ask the shell for a file dialog.
     Dialog(Dialog),
     /// Show this tab.

@@ -225,6 +225,12 @@ impl WeightscopeApp {
         self.profiler.overlay_names()
     }
 
+    /// The merged report of journals of several hosts, as shown.
+    #[must_use]
+    pub fn merged_report(&self) -> Vec<String> {
+        self.profiler.merged_report().to_vec()
+    }
+
     /// What the previews hold, by the worker's last word.
     #[must_use]
     pub fn previews_held(&self) -> &crate::weights::PreviewsHeld {

@@ -97,8 +97,22 @@ pub(super) fn record(
 pub(super) fn load_trace(
     path: PathBuf,
     wake: Wake,
-) -> std::io::Result<Receiver<super::profiler::LoadedTrace>> {
+) -> std::io::Result<Receiver<super::profiler::Loaded>> {
     spawn("trace-load", wake, move |send| {
-        send(super::profiler::read_trace(&path));
+        send(super::profiler::Loaded::One(super::profiler::read_trace(
+            &path,
+        )));
+    })
+}
+
+/// Reads and merges the journals at `paths` on a thread of its own.
+pub(super) fn load_traces(
+    paths: Vec<PathBuf>,
+    wake: Wake,
+) -> std::io::Result<Receiver<super::profiler::Loaded>> {
+    spawn("traces-merge", wake, move |send| {
+        send(super::profiler::Loaded::Several(
+            super::profiler::read_traces(&paths),
+        ));
     })
 }

@@ -346,10 +346,8 @@ impl WeightscopeApp {
             AppCommand::SaveTrace { path, replace } => {
                 self.with_profiler(|profiler, inputs| profiler.save_trace(&path, inputs, replace));
             }
-            AppCommand::LoadTrace(path) => {
-                let loading = jobs::load_trace(path.clone(), Arc::clone(&self.wake));
-                self.profiler.load_trace(&path, loading);
-            }
+            AppCommand::LoadTrace(path) => self.load_traces(vec![path]),
+            AppCommand::LoadTraces(paths) => self.load_traces(paths),
             AppCommand::Dialog(dialog) => self.dialogs.push(dialog),
             AppCommand::FocusPath(typed) => self.focus_path = Some(typed),
             AppCommand::StartWalk => self.walk_from_keys(),
@@ -418,10 +416,28 @@ impl WeightscopeApp {
         std::mem::take(&mut self.dialogs)
     }
 
+    /// Loads one trace (overlaid, or a recording shown as a run) or merges
+    /// several journals of one job, on a thread of its own.
+    fn load_traces(&mut self, mut paths: Vec<PathBuf>) {
+        if paths.len() == 1 {
+            let path = paths.swap_remove(0);
+            let loading = jobs::load_trace(path.clone(), Arc::clone(&self.wake));
+            self.profiler.load_trace(&path, loading);
+        } else {
+            let loading = jobs::load_traces(paths.clone(), Arc::clone(&self.wake));
+            self.profiler.load_traces(&paths, loading);
+        }
+    }
+
     /// What the file dialog of `action` returned: opens, saves or loads
     /// it, or explains an empty answer. (A dialog asked before replacing a
     /// file: the trace is saved over one.)
-    pub fn picked_for(&mut self, action: Dialog, path: Option<PathBuf>) {
+    pub fn picked_for(&mut self, action: Dialog, mut paths: Vec<PathBuf>) {
+        if action == Dialog::OpenTrace && !paths.is_empty() {
+            self.execute(AppCommand::LoadTraces(paths));
+            return;
+        }
+        let path = (!paths.is_empty()).then(|| paths.swap_remove(0));
         match (action, path) {
             (Dialog::SaveTrace, Some(path)) => {
                 self.execute(AppCommand::SaveTrace {

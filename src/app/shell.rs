@@ -40,8 +40,8 @@ pub struct Shell {
     exit_after_frames: Option<u64>,
     settings_path: Option<PathBuf>,
     /// Answers of file dialogs, which run on their own threads (rfd blocks).
-    picked_tx: Sender<(Dialog, Option<PathBuf>)>,
-    picked_rx: Receiver<(Dialog, Option<PathBuf>)>,
+    picked_tx: Sender<(Dialog, Vec<PathBuf>)>,
+    picked_rx: Receiver<(Dialog, Vec<PathBuf>)>,
     /// When the process started, and when the first frame and the first frame
     /// with the checkpoint open were drawn (reported by the smoke run).
     launched: Instant,
@@ -57,29 +57,36 @@ impl Shell {
             super::jobs::spawn_into("file-dialog", self.picked_tx.clone(), wake, move |send| {
                 let dialog = rfd::FileDialog::new();
                 let picked = match action {
-                    Dialog::PickFolder => dialog.set_title("Open checkpoint").pick_folder(),
-                    Dialog::PickDiffFolder => {
-                        dialog.set_title("Checkpoint to compare with").pick_folder()
-                    }
+                    Dialog::PickFolder => dialog
+                        .set_title("Open checkpoint")
+                        .pick_folder()
+                        .map(|p| vec![p]),
+                    Dialog::PickDiffFolder => dialog
+                        .set_title("Checkpoint to compare with")
+                        .pick_folder()
+                        .map(|p| vec![p]),
                     Dialog::PickFile => dialog
                         .set_title("Open checkpoint")
                         .add_filter("safetensors", &["safetensors"])
-                        .pick_file(),
+                        .pick_file()
+                        .map(|p| vec![p]),
                     Dialog::SaveTrace => dialog
                         .set_title("Save trace")
                         .add_filter("JSON trace", &["json"])
                         .add_filter("CSV trace", &["csv"])
                         .set_file_name("weightscope-trace.json")
-                        .save_file(),
+                        .save_file()
+                        .map(|p| vec![p]),
+                    // Several journals of one job's hosts open merged.
                     Dialog::OpenTrace => dialog
-                        .set_title("Open trace")
+                        .set_title("Open traces (several journals of one job merge)")
                         .add_filter("trace", &["json", "csv", "jsonl"])
-                        .pick_file(),
+                        .pick_files(),
                 };
-                send((action, picked));
+                send((action, picked.unwrap_or_default()));
             });
         if started.is_err() {
-            let _ = self.picked_tx.send((action, None));
+            let _ = self.picked_tx.send((action, Vec::new()));
         }
     }
 }

@@ -31,6 +31,8 @@ pub struct Lane {
     pub offset_secs: f64,
     /// Collective steps the offset was solved from.
     pub steps_matched: usize,
+    /// Its second 0 on the merged clock.
+    pub start_secs: f64,
     /// Its highest MLX active memory (RSS when it has no MLX figures).
     pub peak_bytes: u64,
     /// Whether `peak_bytes` is MLX active memory (else RSS).
@@ -281,6 +283,7 @@ fn lane(
         ranks,
         offset_secs: offset.0,
         steps_matched: offset.1,
+        start_secs: merged(0.0),
         peak_bytes,
         mlx,
         peak_secs: merged(peak_local),

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod convert;
+pub mod hosts;
 pub mod hub;
 
 use std::path::Path;

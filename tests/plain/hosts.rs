@@ -13,84 +13,13 @@ use std::process::{Command, Stdio};
 use common::venv_python;
 use serde_json::Value;
 
-/// Four `all_sum` steps; rank 1 comes half a second late to step 2; rank 2
-/// keeps 4 MiB more at each step.
-const JOB: &str = r"
-import time
-import mlx.core as mx
-
-def run():
-    group = mx.distributed.init(backend='ring', strict=True)
-    rank = group.rank()
-    kept = []
-    for step in range(4):
-        x = mx.ones((256, 1024)) * (rank + 1)
-        if rank == 1 and step == 2:
-            time.sleep(0.5)
-        if rank == 2:
-            kept.append(mx.ones((1024, 1024)))
-            mx.eval(kept[-1])
-        y = mx.distributed.all_sum(x)
-        mx.eval(y)
-    return float(y[0, 0].item())
-
-print(run())
-";
-
-/// Three loopback addresses for the ring, on ports free now.
-fn hostfile(dir: &Path) -> std::path::PathBuf {
-    let listeners: Vec<std::net::TcpListener> = (0..3)
-        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("a port"))
-        .collect();
-    let hosts: Vec<Vec<String>> = listeners
-        .iter()
-        .map(|l| vec![l.local_addr().expect("address").to_string()])
-        .collect();
-    let path = dir.join("hosts.json");
-    std::fs::write(&path, serde_json::to_string(&hosts).expect("json")).expect("hostfile");
-    path
-}
-
 #[test]
 fn three_hosts_journals_merge_into_one_view_with_the_straggler_and_the_peak() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let job = dir.path().join("job.py");
-    std::fs::write(&job, JOB).expect("job");
-    let hosts = hostfile(dir.path());
-    let journal = |rank: u32| dir.path().join(format!("rank{rank}.jsonl"));
-    let ranks: Vec<std::process::Child> = (0..3)
-        .map(|rank: u32| {
-            Command::new(env!("CARGO_BIN_EXE_weightscope"))
-                .args(["record", "--interval-ms", "20", "--trace"])
-                .arg(journal(rank))
-                .arg("--")
-                .arg(venv_python())
-                .arg(&job)
-                .env("MLX_RANK", rank.to_string())
-                .env("MLX_HOSTFILE", &hosts)
-                // Rank 2's host: a clock 7 s ahead.
-                .env(
-                    "WEIGHTSCOPE_TEST_WALL_SHIFT_SECS",
-                    if rank == 2 { "7" } else { "0" },
-                )
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::piped())
-                .spawn()
-                .expect("weightscope record")
-        })
-        .collect();
-    for (rank, child) in ranks.into_iter().enumerate() {
-        let out = child.wait_with_output().expect("recorded");
-        assert!(
-            out.status.success(),
-            "rank {rank}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
+    let journal = common::hosts::three_rank_journals(dir.path());
     let out = Command::new(env!("CARGO_BIN_EXE_weightscope"))
         .arg("report")
-        .args((0..3).map(journal))
+        .args((0..3).map(&journal))
         .arg("--json")
         .output()
         .expect("report");
@@ -136,7 +65,7 @@ fn three_hosts_journals_merge_into_one_view_with_the_straggler_and_the_peak() {
     // In words, as the terminal shows it.
     let out = Command::new(env!("CARGO_BIN_EXE_weightscope"))
         .arg("report")
-        .args((0..3).map(journal))
+        .args((0..3).map(&journal))
         .output()
         .expect("report");
     let text = String::from_utf8_lossy(&out.stdout);
@@ -194,7 +123,7 @@ fn a_rank_killed_for_memory_is_told_with_the_ranks_it_left_waiting() {
     let dir = tempfile::tempdir().expect("tempdir");
     let job = dir.path().join("job.py");
     std::fs::write(&job, KILLED_JOB).expect("job");
-    let hosts = hostfile(dir.path());
+    let hosts = common::hosts::hostfile(dir.path());
     let journal = |rank: u32| dir.path().join(format!("rank{rank}.jsonl"));
     let enter = format!("echo $$ > {}/cgroup.procs && exec \"$@\"", cgroup.display());
     let ranks: Vec<std::process::Child> = (0..3)
@@ -227,7 +156,7 @@ fn a_rank_killed_for_memory_is_told_with_the_ranks_it_left_waiting() {
     let _ = std::fs::remove_dir(&cgroup);
     let out = Command::new(env!("CARGO_BIN_EXE_weightscope"))
         .arg("report")
-        .args((0..3).map(journal))
+        .args((0..3).map(&journal))
         .arg("--json")
         .output()
         .expect("report");
@@ -256,7 +185,7 @@ fn a_rank_killed_for_memory_is_told_with_the_ranks_it_left_waiting() {
     assert_eq!(waiting, [(0, 1), (2, 1)], "{merged}");
     let out = Command::new(env!("CARGO_BIN_EXE_weightscope"))
         .arg("report")
-        .args((0..3).map(journal))
+        .args((0..3).map(&journal))
         .output()
         .expect("report");
     let text = String::from_utf8_lossy(&out.stdout);

@@ -364,7 +364,9 @@ fn the_profiler_walks_finds_the_trap_and_keeps_the_trace() {
     harness.get_by_label("Save trace…").click();
     harness.run();
     assert_eq!(harness.state_mut().take_dialogs(), [Dialog::SaveTrace]);
-    harness.state_mut().picked_for(Dialog::SaveTrace, None);
+    harness
+        .state_mut()
+        .picked_for(Dialog::SaveTrace, Vec::new());
     harness.run();
     harness.get_by_label_contains("No file was chosen");
 
@@ -1906,4 +1908,93 @@ fn a_selection_and_overlays_belong_to_the_run_they_were_made_on() {
     harness.run();
     assert_eq!(harness.state().selected_moment(), None);
     assert!(harness.state().overlay_names().is_empty());
+}
+
+#[test]
+fn journals_of_three_hosts_open_merged_with_each_rank_overlaid() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let journal = common::hosts::three_rank_journals(dir.path());
+    let _lock = common::mlx_memory_lock();
+    let demo = demo::ensure_demo(&dir.path().join("demo")).expect("demo");
+    let mut harness = harness(open_app(&demo));
+    harness
+        .state_mut()
+        .execute(AppCommand::ShowTab(Tab::Profiler));
+    harness.run();
+    // As the file dialog answers when three files are picked.
+    harness
+        .state_mut()
+        .picked_for(Dialog::OpenTrace, (0..3).map(&journal).collect());
+    harness.step(); // frames go on while the thread reads and merges
+    harness.state_mut().wait_for_trace();
+    harness.run();
+    harness.get_by_label_contains("merged 3 journals of one job: rank ");
+    let report = harness.state().merged_report();
+    assert!(
+        report[0].starts_with("3 recordings aligned by their collectives"),
+        "{report:?}"
+    );
+    // Rank 2 (its clock 7 s ahead) held the most, and its line is named.
+    assert!(
+        report
+            .iter()
+            .any(|l| l.starts_with("highest: rank 2 (") && l.contains("job.py:")),
+        "{report:?}"
+    );
+    // The journal that started first is shown as the run; the other ranks
+    // are overlays named by rank and host, on its clock (not 7 s away).
+    let overlays = harness.state().overlay_names();
+    assert_eq!(overlays.len(), 2, "{overlays:?}");
+    let shown: Vec<u32> = (0..3)
+        .filter(|r| {
+            !overlays
+                .iter()
+                .any(|o| o.starts_with(&format!("rank {r} (")))
+        })
+        .collect();
+    assert_eq!(shown.len(), 1, "{overlays:?}");
+    harness.get_by_label_contains(&format!("of one job: rank {} (", shown[0]));
+    for line in &report {
+        harness.get_by_label(line);
+    }
+    // A pattern typed in the trace path field merges the same journals.
+    let pattern = dir.path().join("rank*.jsonl");
+    harness
+        .get_by_label("Trace path")
+        .set_text_value_accesskit(&pattern.display().to_string());
+    harness.run();
+    harness.get_by_label("Open from path").click();
+    harness.step();
+    harness.state_mut().wait_for_trace();
+    harness.run();
+    harness.get_by_label_contains("merged 3 journals of one job: rank ");
+    assert_eq!(harness.state().merged_report(), report);
+    assert_eq!(harness.state().overlay_names(), overlays);
+    let none = dir.path().join("nothing-*.jsonl");
+    harness
+        .get_by_label("Trace path")
+        .set_text_value_accesskit(&none.display().to_string());
+    harness.run();
+    harness.get_by_label("Open from path").click();
+    harness.run();
+    harness.get_by_label_contains("nothing-*.jsonl: no file matches");
+    // One journal that is not a recording: said, naming the file.
+    let walk = dir.path().join("walk.json");
+    let walked = std::process::Command::new(env!("CARGO_BIN_EXE_weightscope"))
+        .arg("walk")
+        .arg(&demo)
+        .args(["--policy", "release-shard", "--trace"])
+        .arg(&walk)
+        .output()
+        .expect("walk runs");
+    assert!(walked.status.success());
+    harness
+        .state_mut()
+        .picked_for(Dialog::OpenTrace, vec![journal(0), walk]);
+    harness.step();
+    harness.state_mut().wait_for_trace();
+    harness.run();
+    harness.get_by_label_contains("walk.json: not a recording");
+    // The run shown is kept.
+    assert_eq!(harness.state().overlay_names().len(), 2);
 }

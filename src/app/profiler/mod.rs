@@ -103,6 +103,9 @@ pub(super) struct ProfilerPanel {
     recording: Option<LiveRecording>,
     /// Loaded traces drawn over the last walk.
     overlays: Vec<Trace>,
+    /// The merged report of the journals shown (see [`MergedTraces`]);
+    /// empty for any other run.
+    merged_report: Vec<String>,
     /// Recordings made or opened since the window opened, newest last.
     recordings: Vec<Arc<Recording>>,
     /// The recording compared with the shown one: its position in
@@ -149,7 +152,102 @@ pub(super) struct ProfilerPanel {
 /// A trace file read and parsed on a `trace-load` thread.
 struct TraceLoad {
     path: PathBuf,
-    result: std::sync::mpsc::Receiver<LoadedTrace>,
+    result: std::sync::mpsc::Receiver<Loaded>,
+}
+
+/// What a loading thread sends: one trace, or the journals of one job's
+/// hosts merged.
+pub(in crate::app) enum Loaded {
+    One(LoadedTrace),
+    Several(LoadedTraces),
+}
+
+/// The journals of one job's ranks (each host's `weightscope record`)
+/// merged by `profile::hosts`: the one that started first shown as a
+/// recording, the others overlaid on its clock (aligned by their
+/// collectives), and the merged report.
+pub(in crate::app) struct MergedTraces {
+    trace: Trace,
+    recording: Recording,
+    lanes: Vec<Trace>,
+    report: Vec<String>,
+}
+
+/// Journals merged, or why not (one line, naming the file).
+pub(in crate::app) type LoadedTraces = Result<MergedTraces, String>;
+
+/// Reads the journals at `paths` and merges them (see [`MergedTraces`]).
+pub(in crate::app) fn read_traces(paths: &[PathBuf]) -> LoadedTraces {
+    let mut journals: Vec<(String, Trace)> = Vec::new();
+    for path in paths {
+        let shown = crate::units::printable(&path.display().to_string()).into_owned();
+        let trace = Trace::load(path).map_err(|e| format!("{shown}: {e}"))?;
+        if trace.job.is_none() {
+            return Err(format!(
+                "{shown}: not a recording (only the journals of one job's ranks merge)"
+            ));
+        }
+        let name = path
+            .file_name()
+            .map_or_else(|| shown.clone(), |n| n.to_string_lossy().into_owned());
+        journals.push((name, trace));
+    }
+    let recordings: Vec<(String, Recording)> = journals
+        .iter()
+        .map(|(name, trace)| (name.clone(), Recording::from_trace(trace.clone())))
+        .collect();
+    let merged = crate::profile::hosts::merge(&recordings);
+    let first = merged
+        .lanes
+        .iter()
+        .enumerate()
+        .min_by(|a, b| a.1.start_secs.total_cmp(&b.1.start_secs))
+        .map_or(0, |(i, _)| i);
+    let base = merged.lanes.get(first).map_or(0.0, |l| l.start_secs);
+    let mut lanes = Vec::new();
+    let mut shown = None;
+    for (i, ((_, trace), lane)) in journals.into_iter().zip(&merged.lanes).enumerate() {
+        let trace = lane_trace(trace, lane, lane.start_secs - base);
+        if i == first {
+            shown = Some(trace);
+        } else {
+            lanes.push(trace);
+        }
+    }
+    let (trace, recording) = shown
+        .zip(recordings.into_iter().nth(first).map(|(_, r)| r))
+        .ok_or_else(|| "no journal to merge".to_owned())?;
+    Ok(MergedTraces {
+        trace,
+        recording,
+        lanes,
+        report: merged.describe(),
+    })
+}
+
+/// A journal's trace as a lane of the merged view: named by its ranks and
+/// host, its times moved by `shift` seconds onto the shown journal's clock.
+fn lane_trace(mut trace: Trace, lane: &crate::profile::hosts::Lane, shift: f64) -> Trace {
+    for sample in &mut trace.samples {
+        sample.at += shift;
+    }
+    for event in &mut trace.events {
+        event.t_secs += shift;
+    }
+    let ranks = match lane.ranks.as_slice() {
+        [] => "rank ?".to_owned(),
+        [one] => format!("rank {one}"),
+        many => format!(
+            "ranks {}",
+            many.iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    };
+    trace.label = format!("{ranks} ({})", lane.host);
+    trace.checkpoint = String::new();
+    trace
 }
 
 /// A trace as read: with its recording when it is one (the summary's
@@ -198,6 +296,7 @@ impl Default for ProfilerPanel {
             record_form: RecordForm::default(),
             recording: None,
             overlays: Vec::new(),
+            merged_report: Vec::new(),
             recordings: Vec::new(),
             compared: None,
             below: Below::Files,
@@ -243,6 +342,7 @@ impl ProfilerPanel {
     /// What is shown changed run: a moment selected on the old one is not
     /// a moment of the new one.
     fn run_changed(&mut self) {
+        self.merged_report.clear();
         self.selected_secs = None;
         self.resident = None;
     }
@@ -513,7 +613,7 @@ impl ProfilerPanel {
     pub(super) fn load_trace(
         &mut self,
         path: &std::path::Path,
-        spawned: std::io::Result<std::sync::mpsc::Receiver<LoadedTrace>>,
+        spawned: std::io::Result<std::sync::mpsc::Receiver<Loaded>>,
     ) {
         match spawned {
             Ok(result) => {
@@ -525,6 +625,34 @@ impl ProfilerPanel {
             }
             // No thread to be had: read it here rather than not at all.
             Err(_) => self.loaded(read_trace(path)),
+        }
+    }
+
+    /// Opens what the trace path field names: one trace, or the journals a
+    /// pattern matches, merged.
+    fn open_typed(&mut self, path: &std::path::Path, commands: &CommandSender) {
+        match typed_paths(path) {
+            Ok(paths) => commands.send(AppCommand::LoadTraces(paths)),
+            Err(why) => self.message = Some(why),
+        }
+    }
+
+    /// Starts showing the journals at `paths` merged (`spawned`: the thread
+    /// reading them).
+    pub(super) fn load_traces(
+        &mut self,
+        paths: &[PathBuf],
+        spawned: std::io::Result<std::sync::mpsc::Receiver<Loaded>>,
+    ) {
+        match spawned {
+            Ok(result) => {
+                self.message = Some(format!("merging {} journals…", paths.len()));
+                self.loading = Some(TraceLoad {
+                    path: paths.first().cloned().unwrap_or_default(),
+                    result,
+                });
+            }
+            Err(_) => self.loaded_several(read_traces(paths)),
         }
     }
 
@@ -545,7 +673,8 @@ impl ProfilerPanel {
         let path = load.path.clone();
         self.loading = None;
         match result {
-            Some(result) => self.loaded(result),
+            Some(Loaded::One(result)) => self.loaded(result),
+            Some(Loaded::Several(result)) => self.loaded_several(result),
             None => {
                 self.message = Some(format!(
                     "{}: the loading thread stopped",
@@ -554,6 +683,26 @@ impl ProfilerPanel {
             }
         }
         true
+    }
+
+    /// Shows journals merged: the first as a recording, the other ranks
+    /// overlaid (in place of any overlays), the report above the plots.
+    fn loaded_several(&mut self, result: LoadedTraces) {
+        match result {
+            Ok(merged) => {
+                let count = merged.lanes.len() + 1;
+                let shown = crate::units::printable(&merged.trace.label).into_owned();
+                let overlaid: Vec<String> = merged.lanes.iter().map(overlay_name).collect();
+                self.show_recording(Arc::new(merged.recording), merged.trace, 0.0);
+                self.overlays = merged.lanes;
+                self.message = Some(format!(
+                    "merged {count} journals of one job: {shown} shown as the run, {} overlaid",
+                    overlaid.join(", ")
+                ));
+                self.merged_report = merged.report;
+            }
+            Err(err) => self.message = Some(err),
+        }
     }
 
     fn loaded(&mut self, result: LoadedTrace) {
@@ -600,6 +749,12 @@ impl ProfilerPanel {
         self.selected_secs
     }
 
+    /// The merged report shown (journals of several hosts).
+    #[cfg(any(test, feature = "test-hooks"))]
+    pub(super) fn merged_report(&self) -> &[String] {
+        &self.merged_report
+    }
+
     /// The overlays, as their chips name them.
     #[cfg(any(test, feature = "test-hooks"))]
     pub(super) fn overlay_names(&self) -> Vec<String> {
@@ -639,6 +794,16 @@ impl ProfilerPanel {
         self.trace_controls_ui(ui, inputs.commands);
         if let Some(message) = &self.message {
             ui.label(message);
+        }
+        if !self.merged_report.is_empty() {
+            egui::CollapsingHeader::new("Merged view: the job across its hosts")
+                .id_salt("merged-report")
+                .default_open(true)
+                .show(ui, |ui| {
+                    for line in &self.merged_report {
+                        ui.label(line);
+                    }
+                });
         }
         ui.separator();
         // Beside the plot, never more than half of the tab's width.
@@ -908,9 +1073,9 @@ impl ProfilerPanel {
                 commands.send(AppCommand::Dialog(Dialog::SaveTrace));
             }
             if ui
-                .button("Open trace…")
+                .button("Open traces…")
                 .on_hover_text(
-                    "A walk's trace (from the app or `weightscope walk --csv/--trace`) is overlaid; a recording (`weightscope record --trace`, a journal cut short included) opens as a run: its lines, stacks, findings",
+                    "A walk's trace (from the app or `weightscope walk --csv/--trace`) is overlaid; a recording (`weightscope record --trace`, a journal cut short included) opens as a run: its lines, stacks, findings. Several journals of one job's ranks (one per host) open merged: aligned by their collectives, each rank overlaid, the peak, stragglers and ranks left waiting said",
                 )
                 .clicked()
             {
@@ -952,10 +1117,12 @@ impl ProfilerPanel {
             }
             if ui
                 .add_enabled(has_path, egui::Button::new("Open from path"))
-                .on_hover_text("A walk's trace is overlaid; a recording opens as a run")
+                .on_hover_text(
+                    "A walk's trace is overlaid; a recording opens as a run; a pattern (rank-*.jsonl) opens the journals of one job's hosts merged",
+                )
                 .clicked()
             {
-                commands.send(AppCommand::LoadTrace(path));
+                self.open_typed(&path, commands);
             }
             ui.separator();
             if ui
@@ -995,6 +1162,36 @@ impl ProfilerPanel {
                 self.overlays.remove(i);
             }
         });
+    }
+}
+
+/// The most journals a pattern opens merged.
+const MOST_MERGED: usize = 256;
+
+/// The trace path field's files: the path itself, or the files a pattern
+/// in its last part (`*`, `?`, `[...]`) names, in name order.
+fn typed_paths(path: &std::path::Path) -> Result<Vec<PathBuf>, String> {
+    let text = path.to_string_lossy();
+    let pattern = path
+        .file_name()
+        .is_some_and(|n| n.to_string_lossy().contains(['*', '?', '[']));
+    if !pattern {
+        return Ok(vec![path.to_path_buf()]);
+    }
+    let shown = crate::units::printable(&text).into_owned();
+    let matches = glob::glob(&text).map_err(|e| format!("{shown}: {e}"))?;
+    let mut paths: Vec<PathBuf> = matches
+        .filter_map(Result::ok)
+        .filter(|p| p.is_file())
+        .take(MOST_MERGED + 1)
+        .collect();
+    paths.sort();
+    match paths.len() {
+        0 => Err(format!("{shown}: no file matches")),
+        n if n > MOST_MERGED => Err(format!(
+            "{shown}: more than {MOST_MERGED} files match; name fewer"
+        )),
+        _ => Ok(paths),
     }
 }
 
