@@ -1,5 +1,5 @@
-//! One distributed job recorded as if on three hosts (see
-//! `tests/plain/hosts.rs`): three ranks started by hand as `mlx.launch`
+//! One distributed job recorded as if on four hosts (see
+//! `tests/plain/hosts.rs`): four ranks started by hand as `mlx.launch`
 //! starts them on each host, over MLX's ring backend on loopback, each
 //! under its own `weightscope record` writing its own journal; rank 2's
 //! wall clock shifted 7 s.
@@ -33,9 +33,12 @@ def run():
 print(run())
 ";
 
-/// Three loopback addresses for the ring, on ports free now.
-pub fn hostfile(dir: &Path) -> std::path::PathBuf {
-    let listeners: Vec<std::net::TcpListener> = (0..3)
+/// The job's ranks (hosts).
+pub const RANKS: u32 = 4;
+
+/// `ranks` loopback addresses for the ring, on ports free now.
+pub fn hostfile(dir: &Path, ranks: u32) -> std::path::PathBuf {
+    let listeners: Vec<std::net::TcpListener> = (0..ranks)
         .map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("a port"))
         .collect();
     let hosts: Vec<Vec<String>> = listeners
@@ -47,14 +50,14 @@ pub fn hostfile(dir: &Path) -> std::path::PathBuf {
     path
 }
 
-/// Records the three ranks into `dir` (`rank0.jsonl` …); the journal of
-/// each rank by its number.
-pub fn three_rank_journals(dir: &Path) -> impl Fn(u32) -> PathBuf {
+/// Records the [`RANKS`] ranks into `dir` (`rank0.jsonl` …); the journal
+/// of each rank by its number.
+pub fn rank_journals(dir: &Path) -> impl Fn(u32) -> PathBuf {
     let job = dir.join("job.py");
     std::fs::write(&job, JOB).expect("job");
-    let hosts = hostfile(dir);
+    let hosts = hostfile(dir, RANKS);
     let journal = |rank: u32| dir.join(format!("rank{rank}.jsonl"));
-    let ranks: Vec<std::process::Child> = (0..3)
+    let ranks: Vec<std::process::Child> = (0..RANKS)
         .map(|rank: u32| {
             Command::new(env!("CARGO_BIN_EXE_weightscope"))
                 .args(["record", "--interval-ms", "20", "--trace"])

@@ -1,4 +1,4 @@
-//! One distributed job recorded as if on three hosts: three ranks started
+//! One distributed job recorded as if on four hosts: four ranks started
 //! by hand as `mlx.launch` starts them on each host (`MLX_RANK`,
 //! `MLX_HOSTFILE`, MLX's ring backend over loopback), each under its own
 //! `weightscope record` writing its own journal, one of them with its
@@ -14,12 +14,12 @@ use common::venv_python;
 use serde_json::Value;
 
 #[test]
-fn three_hosts_journals_merge_into_one_view_with_the_straggler_and_the_peak() {
+fn four_hosts_journals_merge_into_one_view_with_the_straggler_and_the_peak() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let journal = common::hosts::three_rank_journals(dir.path());
+    let journal = common::hosts::rank_journals(dir.path());
     let out = Command::new(env!("CARGO_BIN_EXE_weightscope"))
         .arg("report")
-        .args((0..3).map(&journal))
+        .args((0..common::hosts::RANKS).map(&journal))
         .arg("--json")
         .output()
         .expect("report");
@@ -30,7 +30,7 @@ fn three_hosts_journals_merge_into_one_view_with_the_straggler_and_the_peak() {
     );
     let merged: Value = serde_json::from_slice(&out.stdout).expect("JSON");
     let lanes = merged["lanes"].as_array().expect("lanes");
-    assert_eq!(lanes.len(), 3);
+    assert_eq!(lanes.len(), 4);
     for (rank, lane) in lanes.iter().enumerate() {
         assert_eq!(lane["ranks"], serde_json::json!([rank]), "{lane}");
         assert_eq!(lane["steps_matched"], 4, "{lane}");
@@ -65,7 +65,7 @@ fn three_hosts_journals_merge_into_one_view_with_the_straggler_and_the_peak() {
     // In words, as the terminal shows it.
     let out = Command::new(env!("CARGO_BIN_EXE_weightscope"))
         .arg("report")
-        .args((0..3).map(&journal))
+        .args((0..common::hosts::RANKS).map(&journal))
         .output()
         .expect("report");
     let text = String::from_utf8_lossy(&out.stdout);
@@ -123,10 +123,10 @@ fn a_rank_killed_for_memory_is_told_with_the_ranks_it_left_waiting() {
     let dir = tempfile::tempdir().expect("tempdir");
     let job = dir.path().join("job.py");
     std::fs::write(&job, KILLED_JOB).expect("job");
-    let hosts = common::hosts::hostfile(dir.path());
+    let hosts = common::hosts::hostfile(dir.path(), common::hosts::RANKS);
     let journal = |rank: u32| dir.path().join(format!("rank{rank}.jsonl"));
     let enter = format!("echo $$ > {}/cgroup.procs && exec \"$@\"", cgroup.display());
-    let ranks: Vec<std::process::Child> = (0..3)
+    let ranks: Vec<std::process::Child> = (0..common::hosts::RANKS)
         .map(|rank: u32| {
             let mut command = Command::new(env!("CARGO_BIN_EXE_weightscope"));
             command
@@ -156,7 +156,7 @@ fn a_rank_killed_for_memory_is_told_with_the_ranks_it_left_waiting() {
     let _ = std::fs::remove_dir(&cgroup);
     let out = Command::new(env!("CARGO_BIN_EXE_weightscope"))
         .arg("report")
-        .args((0..3).map(&journal))
+        .args((0..common::hosts::RANKS).map(&journal))
         .arg("--json")
         .output()
         .expect("report");
@@ -182,10 +182,10 @@ fn a_rank_killed_for_memory_is_told_with_the_ranks_it_left_waiting() {
             )
         })
         .collect();
-    assert_eq!(waiting, [(0, 1), (2, 1)], "{merged}");
+    assert_eq!(waiting, [(0, 1), (2, 1), (3, 1)], "{merged}");
     let out = Command::new(env!("CARGO_BIN_EXE_weightscope"))
         .arg("report")
-        .args((0..3).map(&journal))
+        .args((0..common::hosts::RANKS).map(&journal))
         .output()
         .expect("report");
     let text = String::from_utf8_lossy(&out.stdout);
@@ -194,7 +194,7 @@ fn a_rank_killed_for_memory_is_told_with_the_ranks_it_left_waiting() {
         "{text}"
     );
     assert!(
-        text.contains("ranks 0, 2 waited in all_sum (step 1)"),
+        text.contains("ranks 0, 2, 3 waited in all_sum (step 1)"),
         "{text}"
     );
 }

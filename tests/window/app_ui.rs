@@ -1911,9 +1911,9 @@ fn a_selection_and_overlays_belong_to_the_run_they_were_made_on() {
 }
 
 #[test]
-fn journals_of_three_hosts_open_merged_with_each_rank_overlaid() {
+fn journals_of_four_hosts_open_merged_with_each_rank_overlaid() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let journal = common::hosts::three_rank_journals(dir.path());
+    let journal = common::hosts::rank_journals(dir.path());
     let _lock = common::mlx_memory_lock();
     let demo = demo::ensure_demo(&dir.path().join("demo")).expect("demo");
     let mut harness = harness(open_app(&demo));
@@ -1924,14 +1924,14 @@ fn journals_of_three_hosts_open_merged_with_each_rank_overlaid() {
     // As the file dialog answers when three files are picked.
     harness
         .state_mut()
-        .picked_for(Dialog::OpenTrace, (0..3).map(&journal).collect());
+        .picked_for(Dialog::OpenTrace, (0..4).map(&journal).collect());
     harness.step(); // frames go on while the thread reads and merges
     harness.state_mut().wait_for_trace();
     harness.run();
-    harness.get_by_label_contains("merged 3 journals of one job: rank ");
+    harness.get_by_label_contains("merged 4 journals of one job: rank ");
     let report = harness.state().merged_report();
     assert!(
-        report[0].starts_with("3 recordings aligned by their collectives"),
+        report[0].starts_with("4 recordings aligned by their collectives"),
         "{report:?}"
     );
     // Rank 2 (its clock 7 s ahead) held the most, and its line is named.
@@ -1944,8 +1944,8 @@ fn journals_of_three_hosts_open_merged_with_each_rank_overlaid() {
     // The journal that started first is shown as the run; the other ranks
     // are overlays named by rank and host, on its clock (not 7 s away).
     let overlays = harness.state().overlay_names();
-    assert_eq!(overlays.len(), 2, "{overlays:?}");
-    let shown: Vec<u32> = (0..3)
+    assert_eq!(overlays.len(), 3, "{overlays:?}");
+    let shown: Vec<u32> = (0..4)
         .filter(|r| {
             !overlays
                 .iter()
@@ -1967,7 +1967,7 @@ fn journals_of_three_hosts_open_merged_with_each_rank_overlaid() {
     harness.step();
     harness.state_mut().wait_for_trace();
     harness.run();
-    harness.get_by_label_contains("merged 3 journals of one job: rank ");
+    harness.get_by_label_contains("merged 4 journals of one job: rank ");
     assert_eq!(harness.state().merged_report(), report);
     assert_eq!(harness.state().overlay_names(), overlays);
     let none = dir.path().join("nothing-*.jsonl");
@@ -1996,5 +1996,5 @@ fn journals_of_three_hosts_open_merged_with_each_rank_overlaid() {
     harness.run();
     harness.get_by_label_contains("walk.json: not a recording");
     // The run shown is kept.
-    assert_eq!(harness.state().overlay_names().len(), 2);
+    assert_eq!(harness.state().overlay_names().len(), 3);
 }
