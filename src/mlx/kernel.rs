@@ -307,7 +307,11 @@ impl AffineWords<'_> {
                 ],
                 blocks,
                 template_ints: &AFFINE_CONSTANTS,
-                ahead: Some((super::ahead::Which::Affine, &shape)),
+                ahead: Some(Ahead {
+                    which: super::ahead::Which::Affine,
+                    scalars: &shape,
+                    zeroed: true,
+                }),
             },
             Backend::Cuda,
         )?;
@@ -690,6 +694,7 @@ impl DenseValues<'_> {
         ip: [i32; 10],
         lengths: [i32; 2],
         blocks: i64,
+        zeroed: bool,
     ) -> Result<(Array, Array), MlxError> {
         let refused = |what: &str| MlxError::op("summary kernel", what);
         let dt = dense_type(self.flat.dtype()).ok_or_else(|| refused("dtype"))?;
@@ -727,7 +732,11 @@ impl DenseValues<'_> {
                 ],
                 blocks,
                 template_ints: constants,
-                ahead: Some((super::ahead::Which::Dense, &[])),
+                ahead: Some(Ahead {
+                    which: super::ahead::Which::Dense,
+                    scalars: &[],
+                    zeroed,
+                }),
             },
             self.backend,
         )?;
@@ -877,6 +886,8 @@ pub fn dense_centre(values: &DenseValues<'_>, sample: i32) -> Result<Array, MlxE
         [2, values.rows, values.cols, 1, 1, 0, 1, 1, THREADS, sample],
         [3, 1],
         1,
+        // One block stores all four outputs.
+        false,
     )?;
     Ok(centre)
 }
@@ -920,6 +931,9 @@ pub fn dense_stats(
         ],
         [length(6)?, length(2)?],
         blocks,
+        // Each block stores its own figures, and its row of cells unless
+        // blocks share it (then they add into it).
+        layout.row_split * layout.col_split > 1,
     )
 }
 
@@ -953,6 +967,7 @@ pub fn dense_counts(
         [1, values.rows, values.cols, 1, 1, 0, 1, 1, THREADS, slots],
         [1, length],
         blocks,
+        true,
     )?;
     match values.backend {
         Backend::Cuda => Ok(counts),
@@ -1002,9 +1017,21 @@ struct Launch<'a> {
     outputs: &'a [(&'a std::ffi::CStr, i32, mlx_sys::mlx_dtype)],
     blocks: i64,
     template_ints: &'a [(&'a std::ffi::CStr, i32)],
-    /// The kernel compiled ahead of MLX (see `mlx::ahead`) and the ints
-    /// its function takes after the outputs; `None`: MLX compiles it.
-    ahead: Option<(super::ahead::Which, &'a [i32])>,
+    /// The kernel compiled ahead of MLX (see `mlx::ahead`); `None`: MLX
+    /// compiles it.
+    ahead: Option<Ahead<'a>>,
+}
+
+/// How a launch runs the kernel compiled ahead.
+#[derive(Clone, Copy)]
+struct Ahead<'a> {
+    which: super::ahead::Which,
+    /// The ints its function takes after the outputs.
+    scalars: &'a [i32],
+    /// Whether the outputs must start at zero (the kernel adds into
+    /// them); else the kernel stores every element and MLX's fill is
+    /// skipped (one kernel less in the evaluation).
+    zeroed: bool,
 }
 
 /// Builds and applies `launch` through MLX's custom-kernel interface for
@@ -1012,10 +1039,10 @@ struct Launch<'a> {
 /// calls match one for one) on the current stream; the outputs, lazy.
 fn apply(launch: &Launch<'_>, backend: Backend) -> Result<Vec<Array>, MlxError> {
     if backend == Backend::Cuda
-        && let Some((which, scalars)) = launch.ahead
-        && let Some(image) = super::ahead::image(which, || ahead_parts(which))
+        && let Some(ahead) = launch.ahead
+        && let Some(image) = super::ahead::image(ahead.which, || ahead_parts(ahead.which))
     {
-        return apply_ahead(launch, image, scalars);
+        return apply_ahead(launch, image, ahead);
     }
     apply_source(launch, backend)
 }
@@ -1182,8 +1209,9 @@ fn ahead_parts(which: super::ahead::Which) -> super::ahead::Parts {
 fn apply_ahead(
     launch: &Launch<'_>,
     image: &super::ahead::Image,
-    scalars: &[i32],
+    ahead: Ahead<'_>,
 ) -> Result<Vec<Array>, MlxError> {
+    let scalars = ahead.scalars;
     let refused = |what: &str| MlxError::op("custom kernel", what);
     let grid = i32::try_from(launch.blocks * i64::from(THREADS)).map_err(|_| refused("grid"))?;
     let stream = Stream::thread_local_or_default();
@@ -1215,6 +1243,7 @@ fn apply_ahead(
             grid,
             THREADS,
             0.0,
+            ahead.zeroed,
             stream.as_ptr(),
         );
         if status == 0 {

@@ -164,6 +164,8 @@ impl Driver {
 pub trait Plain: Copy {}
 impl Plain for f32 {}
 impl Plain for u32 {}
+impl Plain for half::f16 {}
+impl Plain for half::bf16 {}
 
 /// A copy of `values` (an evaluated array's, which the device wrote) made
 /// by the device's copy engine, leaving its pages where they are: the host

@@ -176,16 +176,23 @@ fn fused_dense_summary(
     crate::mlx::pages::array_to_device_now(values.flat);
     phases.mark("pages to the device");
     let n = i64::from(values.rows) * i64::from(values.cols);
-    // The first values, copied on the device (the cast copies `f16` and
-    // `bf16`; an `f32` slice is a view): the host reading a view of `flat`
-    // would move its pages off the device, and the kernel fault them back.
     let wanted = i64::try_from(first_count.max(1)).unwrap_or(i64::MAX);
     let first_len = i32::try_from(n.min(wanted)).unwrap_or(1);
-    let head = op("slice", values.flat.try_index(0..first_len))?;
-    let head = if values.flat.dtype() == Dtype::Float32 {
-        op("copy", head.multiply(Array::from_f32(1.0)))?
+    // The first values, copied from the tensor by the device's copy engine
+    // (its pages stay on the device). Where there is no such copy, an MLX
+    // copy of them evaluated with the rest (the cast copies `f16` and
+    // `bf16`; an `f32` slice is a view): the host reading a view of `flat`
+    // would move its pages off the device, and the kernel fault them back.
+    let copied = first_values(values.flat, usize::try_from(first_len).unwrap_or(1));
+    let head = if copied.is_some() {
+        None
     } else {
-        op("cast to f32", head.as_dtype(Dtype::Float32))?
+        let head = op("slice", values.flat.try_index(0..first_len))?;
+        Some(if values.flat.dtype() == Dtype::Float32 {
+            op("copy", head.multiply(Array::from_f32(1.0)))?
+        } else {
+            op("cast to f32", head.as_dtype(Dtype::Float32))?
+        })
     };
     let layout = kernel::DenseLayout::new(
         values.rows,
@@ -197,17 +204,24 @@ fn fused_dense_summary(
     // centre is worked out on the device from the first values.
     let centre = kernel::dense_centre(values, DEVICE_CENTRE_SAMPLE)?;
     let (float_out, count_out) = kernel::dense_stats(values, &centre, layout)?;
-    evaluate_all([&head, &centre, &float_out, &count_out])?;
+    evaluate_all(head.iter().chain([&centre, &float_out, &count_out]))?;
     let centre_value = host_copy::<f32>(&centre)?
         .first()
         .copied()
         .ok_or_else(|| MlxError::op("summary kernel", "no centre"))?;
-    let first: Vec<f32> = host_copy::<f32>(&head)?
-        .iter()
-        .take(first_count)
-        .copied()
-        .collect();
-    hand_back([head, centre]);
+    let first: Vec<f32> = match (copied, &head) {
+        (Some(first), _) => first,
+        (None, Some(head)) => host_copy::<f32>(head)?
+            .iter()
+            .take(first_count)
+            .copied()
+            .collect(),
+        (None, None) => Vec::new(),
+    };
+    if let Some(head) = head {
+        hand_back([head]);
+    }
+    hand_back([centre]);
     phases.mark("stats kernel");
     let blocks = usize::try_from(layout.blocks()).unwrap_or(0);
     let (floats, counts) = (host_copy::<f32>(&float_out)?, host_copy::<u32>(&count_out)?);
@@ -404,6 +418,21 @@ fn head_values(head: &Array, first_count: usize) -> Result<(f32, Vec<f32>), MlxE
 fn hand_back<const N: usize>(arrays: [Array; N]) {
     for array in arrays {
         crate::mlx::pages::array_to_device(&array);
+    }
+}
+
+/// The first `count` values of the evaluated `f32`, `f16` or `bf16` array
+/// `flat` as `f32` (every `f16` and `bf16` is one exactly), copied by the
+/// device's copy engine; `None` where there is no such copy.
+fn first_values(flat: &Array, count: usize) -> Option<Vec<f32>> {
+    use crate::mlx::pages::copy_to_host;
+    match flat.dtype() {
+        Dtype::Float32 => copy_to_host(flat.try_as_slice::<f32>().ok()?.get(..count)?),
+        Dtype::Float16 => copy_to_host(flat.try_as_slice::<half::f16>().ok()?.get(..count)?)
+            .map(|v| v.into_iter().map(half::f16::to_f32).collect()),
+        Dtype::Bfloat16 => copy_to_host(flat.try_as_slice::<half::bf16>().ok()?.get(..count)?)
+            .map(|v| v.into_iter().map(half::bf16::to_f32).collect()),
+        _ => None,
     }
 }
 
