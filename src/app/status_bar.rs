@@ -110,7 +110,9 @@ impl StatusBar {
                     Some(note) => format!("{} parameters ({note})", short_count(*logical)),
                     None => format!("{} parameters", short_count(*logical)),
                 };
-                ui.label(text).on_hover_text(
+                // Last in the bar: cut at its end (whole on hover) rather
+                // than split over two rows.
+                ui.add(egui::Label::new(text).truncate()).on_hover_text(
                     "Logical parameters as mlx-lm counts them: packed quantized words counted as the weights they hold; scales, biases and FP8 block scales are overhead.\nAffine layers store float scales and biases; mxfp4 and mxfp8 store E8M0 scales and nvfp4 E4M3 scales, without biases.\nBits/weight: every stored byte over the parameters (mlx-lm's figure).",
                 );
             }

@@ -113,7 +113,7 @@ impl ProfilerPanel {
         };
         ui.heading("Held by");
         ui.label(format!(
-            "The walk at {:.2} s (MLX active {}){}",
+            "The job's objects at {:.2} s, as the probe walked them (MLX active {}){}",
             walk.t_secs,
             human_bytes(walk.active_bytes),
             if walk.partial { ", partial" } else { "" }
