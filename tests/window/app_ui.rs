@@ -1957,6 +1957,10 @@ fn journals_of_four_hosts_open_merged_with_each_rank_overlaid() {
     for line in &report {
         harness.get_by_label(line);
     }
+    // Below the timeline, chosen by itself: each rank a band, stacked,
+    // the top the job's total (its caption is drawn only then).
+    harness.get_by_label("ranks");
+    harness.get_by_label_contains("Each rank's memory (");
     // A pattern typed in the trace path field merges the same journals.
     let pattern = dir.path().join("rank*.jsonl");
     harness

@@ -106,6 +106,9 @@ pub(super) struct ProfilerPanel {
     /// The merged report of the journals shown (see [`MergedTraces`]);
     /// empty for any other run.
     merged_report: Vec<String>,
+    /// Every rank's trace of the merged journals shown, on the shown one's
+    /// clock (the lanes below the timeline); empty for any other run.
+    merged_lanes: Vec<Trace>,
     /// Recordings made or opened since the window opened, newest last.
     recordings: Vec<Arc<Recording>>,
     /// The recording compared with the shown one: its position in
@@ -276,6 +279,9 @@ pub(super) enum Below {
     /// The memory by kind: MLX active, MLX cache, host memory that is not
     /// MLX's, file-backed.
     Kinds,
+    /// Journals of several hosts merged: each rank's memory a band,
+    /// stacked, the top the job's total.
+    Ranks,
 }
 
 /// What the resident list was computed from: event count, moment (bits),
@@ -297,6 +303,7 @@ impl Default for ProfilerPanel {
             recording: None,
             overlays: Vec::new(),
             merged_report: Vec::new(),
+            merged_lanes: Vec::new(),
             recordings: Vec::new(),
             compared: None,
             below: Below::Files,
@@ -343,6 +350,10 @@ impl ProfilerPanel {
     /// a moment of the new one.
     fn run_changed(&mut self) {
         self.merged_report.clear();
+        self.merged_lanes.clear();
+        if self.below == Below::Ranks {
+            self.below = Below::Files;
+        }
         self.selected_secs = None;
         self.resident = None;
     }
@@ -693,6 +704,9 @@ impl ProfilerPanel {
                 let count = merged.lanes.len() + 1;
                 let shown = crate::units::printable(&merged.trace.label).into_owned();
                 let overlaid: Vec<String> = merged.lanes.iter().map(overlay_name).collect();
+                let mut lanes = vec![merged.trace.clone()];
+                lanes.extend(merged.lanes.iter().cloned());
+                lanes.sort_by(|a, b| a.label.cmp(&b.label));
                 self.show_recording(Arc::new(merged.recording), merged.trace, 0.0);
                 self.overlays = merged.lanes;
                 self.message = Some(format!(
@@ -700,6 +714,8 @@ impl ProfilerPanel {
                     overlaid.join(", ")
                 ));
                 self.merged_report = merged.report;
+                self.merged_lanes = lanes;
+                self.below = Below::Ranks;
             }
             Err(err) => self.message = Some(err),
         }
@@ -794,16 +810,6 @@ impl ProfilerPanel {
         self.trace_controls_ui(ui, inputs.commands);
         if let Some(message) = &self.message {
             ui.label(message);
-        }
-        if !self.merged_report.is_empty() {
-            egui::CollapsingHeader::new("Merged view: the job across its hosts")
-                .id_salt("merged-report")
-                .default_open(true)
-                .show(ui, |ui| {
-                    for line in &self.merged_report {
-                        ui.label(line);
-                    }
-                });
         }
         ui.separator();
         // Beside the plot, never more than half of the tab's width.

@@ -479,6 +479,10 @@ impl ProfilerPanel {
                 .on_hover_text("Each shard file as a band: its bytes while held");
             ui.selectable_value(&mut self.below, Below::Kinds, "memory by kind")
                 .on_hover_text("Resident memory stacked by kind: MLX active, MLX cache, host memory that is not MLX's (anonymous less MLX's), file-backed and shared");
+            if !self.merged_lanes.is_empty() {
+                ui.selectable_value(&mut self.below, Below::Ranks, "ranks")
+                    .on_hover_text("Each rank's memory as a band, stacked on one clock: the top is the job's total");
+            }
         });
         let room = room - (ui.cursor().top() - top);
         match self.below {
@@ -487,6 +491,24 @@ impl ProfilerPanel {
                 Some((trace, _)) => kinds_plot_ui(ui, trace.samples.iter(), room, x_span),
                 None => kinds_plot_ui(ui, self.session_samples(inputs), room, x_span),
             },
+            Below::Ranks => {
+                // Each rank in its colour above: an overlay's, or the run's
+                // own MLX active colour for the rank shown as the run.
+                let palette = crate::app::widgets::series_colors::OVERLAYS;
+                let colours: Vec<egui::Color32> = self
+                    .merged_lanes
+                    .iter()
+                    .map(|lane| {
+                        self.overlays
+                            .iter()
+                            .position(|o| o.label == lane.label)
+                            .map_or(crate::app::widgets::series_colors::MLX_ACTIVE, |i| {
+                                palette[i % palette.len()]
+                            })
+                    })
+                    .collect();
+                ranks_plot_ui(ui, &self.merged_lanes, &colours, room, x_span);
+            }
         }
     }
 
@@ -611,6 +633,100 @@ type Band = (
 /// Resident memory stacked by kind over time (each sample's
 /// [`Sample::kinds`]): MLX active at the bottom, then MLX's cache, host
 /// memory that is not MLX's, and file-backed memory; its top is RSS.
+/// A rank's memory in a merged view: MLX active where its journal has
+/// the probe's figures, else RSS (as `profile::hosts` counts it).
+fn rank_memory(trace: &Trace) -> impl Fn(&Sample) -> u64 {
+    let mlx = trace.samples.iter().any(|s| s.mlx.is_some());
+    move |s: &Sample| {
+        if mlx {
+            s.mlx.map_or(0, |m| m.active_bytes)
+        } else {
+            s.process.rss_bytes
+        }
+    }
+}
+
+/// `trace`'s memory at `at` (its last sample at or before; nothing before
+/// its first or after its last).
+fn memory_at(trace: &Trace, memory: &dyn Fn(&Sample) -> u64, at: f64) -> u64 {
+    let samples = &trace.samples;
+    if samples.last().is_none_or(|last| at > last.at) {
+        return 0;
+    }
+    let i = samples.partition_point(|s| s.at <= at);
+    i.checked_sub(1).map_or(0, |i| memory(&samples[i]))
+}
+
+/// Each rank's memory as a band, stacked on the merged clock: the top is
+/// the job's total at each moment.
+fn ranks_plot_ui(
+    ui: &mut egui::Ui,
+    lanes: &[Trace],
+    colours: &[egui::Color32],
+    room: f32,
+    x_span: Option<(f64, f64)>,
+) {
+    let memories: Vec<_> = lanes.iter().map(rank_memory).collect();
+    // Every lane's sample times, at most 2,000 of them.
+    let mut xs: Vec<f64> = lanes
+        .iter()
+        .flat_map(|t| t.samples.iter().map(|s| s.at))
+        .collect();
+    xs.sort_by(f64::total_cmp);
+    xs.dedup();
+    let step = xs.len().div_ceil(2000).max(1);
+    let xs: Vec<f64> = xs.into_iter().step_by(step).collect();
+    let values: Vec<Vec<u64>> = lanes
+        .iter()
+        .zip(&memories)
+        .map(|(t, m)| xs.iter().map(|&x| memory_at(t, m, x)).collect())
+        .collect();
+    let top = (0..xs.len())
+        .map(|i| values.iter().map(|v| v[i]).sum::<u64>())
+        .max()
+        .unwrap_or(0);
+    let unit = crate::app::axes::MemoryUnit::for_top_bytes(top);
+    let before = ui.cursor().top();
+    ui.label(format!(
+        "Each rank's memory ({}), stacked on one clock (MLX active where the probe reported it, else RSS); the top is the job's total.",
+        unit.name()
+    ));
+    // The caption's rows come out of the plot's room.
+    let room = room - (ui.cursor().top() - before);
+    let plot = Plot::new("profiler-ranks")
+        .link_axis(egui::Id::unique("profiler-time"), [true, false])
+        .y_axis_min_width(Y_AXIS_WIDTH)
+        .set_margin_fraction(egui::vec2(X_MARGIN, 0.0))
+        .legend(Legend::default().position(egui_plot::Corner::LeftTop));
+    let plot = unit.y_axis(time_axis(plot), top as f64 / MIB, 0.35);
+    let plot = match x_span {
+        Some((from, to)) => plot.include_x(from).include_x(to),
+        None => plot,
+    };
+    plot.height(room.max(120.0))
+        .allow_scroll(false)
+        .show(ui, |plot| {
+            let mut lower = vec![0.0; xs.len()];
+            for ((trace, band), colour) in lanes.iter().zip(&values).zip(colours) {
+                let upper: Vec<f64> = band
+                    .iter()
+                    .zip(&lower)
+                    .map(|(v, low)| low + *v as f64 / MIB)
+                    .collect();
+                plot.add(
+                    egui_plot::FilledArea::new(
+                        crate::units::printable(&trace.label).into_owned(),
+                        &xs,
+                        &lower,
+                        &upper,
+                    )
+                    .fill_color(colour.gamma_multiply(0.85)),
+                );
+                lower = upper;
+            }
+        });
+}
+
 fn kinds_plot_ui<'a>(
     ui: &mut egui::Ui,
     samples: impl ExactSizeIterator<Item = &'a Sample>,
@@ -638,7 +754,10 @@ fn kinds_plot_ui<'a>(
         .max()
         .unwrap_or(0);
     let unit = crate::app::axes::MemoryUnit::for_top_bytes(top);
+    let before = ui.cursor().top();
     ui.label(format!("Resident memory by kind ({}), stacked; its top is RSS. The host band is the anonymous memory less MLX's, as on MLX's CPU backend, where MLX's arrays are anonymous memory.", unit.name()));
+    // The caption's rows come out of the plot's room.
+    let room = room - (ui.cursor().top() - before);
     let bands: [Band; 4] = [
         ("MLX active", |k| k.mlx_active, c::MLX_ACTIVE),
         ("MLX cache", |k| k.mlx_cache, c::MLX_CACHE),

@@ -13,6 +13,7 @@ impl ProfilerPanel {
         egui::ScrollArea::vertical()
             .id_salt("profiler-side-scroll")
             .show(ui, |ui| {
+                self.merged_ui(ui);
                 self.findings_ui(ui);
                 ui.separator();
                 self.lines_ui(ui);
@@ -25,6 +26,24 @@ impl ProfilerPanel {
                 ui.separator();
                 self.events_table_ui(ui, inputs);
             });
+    }
+
+    /// Journals of several hosts merged: the report, what the job did first
+    /// (the alignment, the highest rank, the total, the straggler, a rank
+    /// killed), then each rank's line.
+    fn merged_ui(&self, ui: &mut egui::Ui) {
+        if self.merged_report.is_empty() {
+            return;
+        }
+        ui.heading("Merged view: the job across its hosts");
+        let ranks = self.merged_lanes.len();
+        let report = &self.merged_report;
+        let (head, rest) = report.split_at(report.len().min(1));
+        let (each, summary) = rest.split_at(rest.len().min(ranks));
+        for line in head.iter().chain(summary).chain(each) {
+            ui.label(line);
+        }
+        ui.separator();
     }
 
     fn findings_ui(&mut self, ui: &mut egui::Ui) {
