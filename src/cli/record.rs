@@ -415,17 +415,24 @@ pub fn write_summary(r: &Recording, out: &mut dyn Write) -> std::io::Result<()> 
         r.elapsed_secs,
         r.samples.len()
     )?;
-    writeln!(
-        out,
-        "  peak RSS {} at {:.1} s (the whole process tree{}; VmHWM included)",
-        human_bytes(r.peak_rss_bytes),
-        r.peak_rss_secs,
-        if r.rss_is_pss {
-            ", as PSS: pages its processes share counted once"
-        } else {
-            ""
-        }
-    )?;
+    if r.samples.is_empty() {
+        writeln!(
+            out,
+            "  peak RSS not known: the job ended before the first sample (a shorter --interval-ms samples sooner)"
+        )?;
+    } else {
+        writeln!(
+            out,
+            "  peak RSS {} at {:.1} s (the whole process tree{}; VmHWM included)",
+            human_bytes(r.peak_rss_bytes),
+            r.peak_rss_secs,
+            if r.rss_is_pss {
+                ", as PSS: pages its processes share counted once"
+            } else {
+                ""
+            }
+        )?;
+    }
     if let Some(p) = &r.probe
         && p.dropped_events + p.dropped_definitions + p.thinned_samples > 0
     {

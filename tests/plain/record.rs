@@ -1079,3 +1079,24 @@ fn mlx_lm_convert_is_recorded_with_its_own_frames_at_the_peak() {
     );
     assert!(s["lines"].as_array().is_some_and(|l| !l.is_empty()));
 }
+
+#[test]
+fn a_job_that_ends_before_the_first_sample_says_its_peak_is_not_known() {
+    let out = weightscope()
+        .args(["record", "--interval-ms", "1000", "--", "true"])
+        .output()
+        .expect("record runs");
+    assert!(out.status.success());
+    // The summary goes where the terminal is: stdout or stderr.
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains(", 0 samples"), "{text}");
+    assert!(
+        text.contains("peak RSS not known: the job ended before the first sample"),
+        "{text}"
+    );
+    assert!(!text.contains("peak RSS 0 B"), "{text}");
+}

@@ -516,11 +516,15 @@ fn record_summary_ui(ui: &mut egui::Ui, r: &Recording) {
         || "no MLX figures from inside (no probe reported)".to_owned(),
         |b| format!("peak MLX active {}", human_bytes(b)),
     );
-    ui.label(format!(
-        "peak RSS {} at {:.1} s; {mlx}",
-        human_bytes(r.peak_rss_bytes),
-        r.peak_rss_secs
-    ));
+    ui.label(if r.samples.is_empty() {
+        format!("peak RSS not known: the job ended before the first sample; {mlx}")
+    } else {
+        format!(
+            "peak RSS {} at {:.1} s; {mlx}",
+            human_bytes(r.peak_rss_bytes),
+            r.peak_rss_secs
+        )
+    });
     let open: u64 = r.files_open_at_peak.iter().map(|f| f.bytes).sum();
     ui.label(format!(
         "{} shard files open at the peak ({}); {} used in all",
