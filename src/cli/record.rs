@@ -397,6 +397,23 @@ fn ledger_json(l: &crate::profile::record::Ledger) -> Value {
     })
 }
 
+/// The summary's peak RSS line (not known when no sample was taken).
+fn peak_rss_line(r: &Recording) -> String {
+    if r.samples.is_empty() {
+        return "peak RSS not known: the job ended before the first sample (a shorter --interval-ms samples sooner)".to_owned();
+    }
+    format!(
+        "peak RSS {} at {:.1} s (the whole process tree{}; VmHWM included)",
+        human_bytes(r.peak_rss_bytes),
+        r.peak_rss_secs,
+        if r.rss_is_pss {
+            ", as PSS: pages its processes share counted once"
+        } else {
+            ""
+        }
+    )
+}
+
 /// The summary for people (the CLI prints it on stderr).
 ///
 /// # Errors
@@ -415,24 +432,7 @@ pub fn write_summary(r: &Recording, out: &mut dyn Write) -> std::io::Result<()> 
         r.elapsed_secs,
         r.samples.len()
     )?;
-    if r.samples.is_empty() {
-        writeln!(
-            out,
-            "  peak RSS not known: the job ended before the first sample (a shorter --interval-ms samples sooner)"
-        )?;
-    } else {
-        writeln!(
-            out,
-            "  peak RSS {} at {:.1} s (the whole process tree{}; VmHWM included)",
-            human_bytes(r.peak_rss_bytes),
-            r.peak_rss_secs,
-            if r.rss_is_pss {
-                ", as PSS: pages its processes share counted once"
-            } else {
-                ""
-            }
-        )?;
-    }
+    writeln!(out, "  {}", peak_rss_line(r))?;
     if let Some(p) = &r.probe
         && p.dropped_events + p.dropped_definitions + p.thinned_samples > 0
     {
