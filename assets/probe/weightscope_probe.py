@@ -317,6 +317,21 @@ def _stack_of(pairs):
     return ident
 
 
+_threading_file = threading.__file__
+
+
+def _past_own(frame):
+    """The innermost frame of the job's own: past the probe's frames and
+    the threading module's frames the probe called (its sampler thread's
+    start waits in them), which are not the job's."""
+    f = frame
+    while f is not None and f.f_code.co_filename in (_own_file, _threading_file):
+        if f.f_code.co_filename == _own_file:
+            frame = f.f_back
+        f = f.f_back
+    return frame
+
+
 def _walk_threads():
     """Every thread's stack as (code, line) pairs, innermost first, with
     whether it is the main thread (the sampling thread and the calling one
@@ -333,8 +348,7 @@ def _walk_threads():
     for ident, frame in frames.items():
         if ident == _sampler_ident or (ident == own and ident != _main_ident):
             continue
-        while frame is not None and frame.f_code.co_filename == _own_file:
-            frame = frame.f_back
+        frame = _past_own(frame)
         pairs = []
         while frame is not None and len(pairs) < _MAX_FRAMES:
             pairs.append((frame.f_code, frame.f_lineno))

@@ -1093,10 +1093,20 @@ fn a_job_that_ends_before_the_first_sample_says_its_peak_is_not_known() {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(text.contains(", 0 samples"), "{text}");
-    assert!(
-        text.contains("peak RSS not known: the job ended before the first sample"),
-        "{text}"
-    );
-    assert!(!text.contains("peak RSS 0 B"), "{text}");
+    // `true` ends at once: almost always before the first sample (on a
+    // busy machine the sampler may still catch it, and then its peak is
+    // said as usual).
+    if text.contains(", 0 samples") {
+        assert!(
+            text.contains("peak RSS not known: the job ended before the first sample"),
+            "{text}"
+        );
+        assert!(!text.contains("peak RSS 0 B"), "{text}");
+    } else {
+        assert!(
+            text.contains("  peak RSS ") && text.contains(" at "),
+            "{text}"
+        );
+        assert!(!text.contains("not known"), "{text}");
+    }
 }
