@@ -45,7 +45,8 @@ struct State {
     log: Vec<Logged>,
     /// How late every answer comes (a link's round trip).
     delay: std::time::Duration,
-    /// Requests being answered now, and the most at once.
+    /// Requests received and not yet answered (their answer not started),
+    /// and the most at once.
     in_flight: usize,
     peak_in_flight: usize,
 }
@@ -203,6 +204,9 @@ fn serve(mut stream: TcpStream, host: &'static str, state: &Mutex<State>, storag
         // The link's round trip, not a wait for anything.
         std::thread::sleep(delay);
     }
+    // Counted out before the answer goes: once the client has it, it may
+    // ask again at once, before this thread would get here after sending.
+    lock().in_flight -= 1;
     let repos = lock().repos.clone();
     let parts: Vec<&str> = path_only.trim_start_matches('/').split('/').collect();
     let sent = if host == "storage" {
@@ -211,7 +215,6 @@ fn serve(mut stream: TcpStream, host: &'static str, state: &Mutex<State>, storag
         answer_hub(&mut stream, &parts, authorized, &repos, storage)
     };
     let mut state = lock();
-    state.in_flight -= 1;
     state.log.push(Logged {
         host,
         path,
