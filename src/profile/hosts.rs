@@ -142,8 +142,9 @@ fn median(mut values: Vec<f64>) -> Option<f64> {
 }
 
 /// A sample's memory: MLX active when the recording has MLX figures (its
-/// probe reported them), else RSS.
-fn memory_of(sample: &crate::memory::Sample, mlx: bool) -> u64 {
+/// probe reported them: [`has_mlx_figures`]), else RSS.
+#[must_use]
+pub fn memory_of(sample: &crate::memory::Sample, mlx: bool) -> u64 {
     if mlx {
         sample.mlx.map_or(0, |m| m.active_bytes)
     } else {
@@ -151,8 +152,15 @@ fn memory_of(sample: &crate::memory::Sample, mlx: bool) -> u64 {
     }
 }
 
+/// Whether any of `samples` has MLX figures (a lane is then counted in MLX
+/// active memory, else in RSS).
+#[must_use]
+pub fn has_mlx_figures(samples: &[crate::memory::Sample]) -> bool {
+    samples.iter().any(|s| s.mlx.is_some())
+}
+
 fn has_mlx(recording: &Recording) -> bool {
-    recording.samples.iter().any(|s| s.mlx.is_some())
+    has_mlx_figures(&recording.samples)
 }
 
 /// A recording's memory ([`memory_of`]) at `secs` of its own clock.
@@ -400,7 +408,7 @@ impl Merged {
     #[must_use]
     pub fn describe(&self) -> Vec<String> {
         use crate::units::human_bytes;
-        let ranks = ranks_of;
+        let ranks = Lane::ranks_name;
         let mut out = Vec::new();
         let checked = self.lanes.iter().skip(1).any(|l| l.steps_matched > 1);
         out.push(match self.residual_secs {
@@ -478,7 +486,7 @@ impl Merged {
                 .collect();
             let mut line = format!(
                 "{} ({}) was killed for memory at {:.2} s while at {}",
-                ranks_of(killed),
+                killed.ranks_name(),
                 killed.host,
                 killed.end_secs,
                 if killed.last_where.is_empty() {
@@ -508,17 +516,20 @@ impl Merged {
     }
 }
 
-/// "rank 2", "ranks 0, 1", "rank ?".
-fn ranks_of(l: &Lane) -> String {
-    match l.ranks.as_slice() {
-        [] => "rank ?".to_owned(),
-        [one] => format!("rank {one}"),
-        many => format!(
-            "ranks {}",
-            many.iter()
-                .map(u32::to_string)
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
+impl Lane {
+    /// Its ranks in words: "rank 2", "ranks 0, 1", "rank ?".
+    #[must_use]
+    pub fn ranks_name(&self) -> String {
+        match self.ranks.as_slice() {
+            [] => "rank ?".to_owned(),
+            [one] => format!("rank {one}"),
+            many => format!(
+                "ranks {}",
+                many.iter()
+                    .map(u32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        }
     }
 }

@@ -237,18 +237,7 @@ fn lane_trace(mut trace: Trace, lane: &crate::profile::hosts::Lane, shift: f64) 
     for event in &mut trace.events {
         event.t_secs += shift;
     }
-    let ranks = match lane.ranks.as_slice() {
-        [] => "rank ?".to_owned(),
-        [one] => format!("rank {one}"),
-        many => format!(
-            "ranks {}",
-            many.iter()
-                .map(u32::to_string)
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
-    };
-    trace.label = format!("{ranks} ({})", lane.host);
+    trace.label = format!("{} ({})", lane.ranks_name(), lane.host);
     trace.checkpoint = String::new();
     trace
 }

@@ -630,31 +630,40 @@ type Band = (
     egui::Color32,
 );
 
-/// Resident memory stacked by kind over time (each sample's
-/// [`Sample::kinds`]): MLX active at the bottom, then MLX's cache, host
-/// memory that is not MLX's, and file-backed memory; its top is RSS.
-/// A rank's memory in a merged view: MLX active where its journal has
-/// the probe's figures, else RSS (as `profile::hosts` counts it).
-fn rank_memory(trace: &Trace) -> impl Fn(&Sample) -> u64 {
-    let mlx = trace.samples.iter().any(|s| s.mlx.is_some());
-    move |s: &Sample| {
-        if mlx {
-            s.mlx.map_or(0, |m| m.active_bytes)
-        } else {
-            s.process.rss_bytes
-        }
-    }
+/// A plot of stacked bands below the timeline: on its time axis (linked
+/// to it), over `x_span`, the memory axis in `unit` up to `top` bytes,
+/// `room` points high (120 at least).
+fn stacked_plot(
+    id: &'static str,
+    unit: crate::app::axes::MemoryUnit,
+    top: u64,
+    x_span: Option<(f64, f64)>,
+    room: f32,
+) -> Plot<'static> {
+    let plot = Plot::new(id)
+        .link_axis(egui::Id::unique("profiler-time"), [true, false])
+        .y_axis_min_width(Y_AXIS_WIDTH)
+        .set_margin_fraction(egui::vec2(X_MARGIN, 0.0))
+        .legend(Legend::default().position(egui_plot::Corner::LeftTop));
+    let plot = unit.y_axis(time_axis(plot), top as f64 / MIB, 0.35);
+    let plot = match x_span {
+        Some((from, to)) => plot.include_x(from).include_x(to),
+        None => plot,
+    };
+    plot.height(room.max(120.0)).allow_scroll(false)
 }
 
 /// `trace`'s memory at `at` (its last sample at or before; nothing before
-/// its first or after its last).
-fn memory_at(trace: &Trace, memory: &dyn Fn(&Sample) -> u64, at: f64) -> u64 {
+/// its first or after its last), MLX active where its probe reported,
+/// else RSS (as `profile::hosts` counts a lane).
+fn memory_at(trace: &Trace, mlx: bool, at: f64) -> u64 {
     let samples = &trace.samples;
     if samples.last().is_none_or(|last| at > last.at) {
         return 0;
     }
     let i = samples.partition_point(|s| s.at <= at);
-    i.checked_sub(1).map_or(0, |i| memory(&samples[i]))
+    i.checked_sub(1)
+        .map_or(0, |i| crate::profile::hosts::memory_of(&samples[i], mlx))
 }
 
 /// Each rank's memory as a band, stacked on the merged clock: the top is
@@ -666,7 +675,10 @@ fn ranks_plot_ui(
     room: f32,
     x_span: Option<(f64, f64)>,
 ) {
-    let memories: Vec<_> = lanes.iter().map(rank_memory).collect();
+    let mlx: Vec<bool> = lanes
+        .iter()
+        .map(|t| crate::profile::hosts::has_mlx_figures(&t.samples))
+        .collect();
     // Every lane's sample times, at most 2,000 of them.
     let mut xs: Vec<f64> = lanes
         .iter()
@@ -678,8 +690,8 @@ fn ranks_plot_ui(
     let xs: Vec<f64> = xs.into_iter().step_by(step).collect();
     let values: Vec<Vec<u64>> = lanes
         .iter()
-        .zip(&memories)
-        .map(|(t, m)| xs.iter().map(|&x| memory_at(t, m, x)).collect())
+        .zip(&mlx)
+        .map(|(t, &m)| xs.iter().map(|&x| memory_at(t, m, x)).collect())
         .collect();
     let top = (0..xs.len())
         .map(|i| values.iter().map(|v| v[i]).sum::<u64>())
@@ -693,40 +705,31 @@ fn ranks_plot_ui(
     ));
     // The caption's rows come out of the plot's room.
     let room = room - (ui.cursor().top() - before);
-    let plot = Plot::new("profiler-ranks")
-        .link_axis(egui::Id::unique("profiler-time"), [true, false])
-        .y_axis_min_width(Y_AXIS_WIDTH)
-        .set_margin_fraction(egui::vec2(X_MARGIN, 0.0))
-        .legend(Legend::default().position(egui_plot::Corner::LeftTop));
-    let plot = unit.y_axis(time_axis(plot), top as f64 / MIB, 0.35);
-    let plot = match x_span {
-        Some((from, to)) => plot.include_x(from).include_x(to),
-        None => plot,
-    };
-    plot.height(room.max(120.0))
-        .allow_scroll(false)
-        .show(ui, |plot| {
-            let mut lower = vec![0.0; xs.len()];
-            for ((trace, band), colour) in lanes.iter().zip(&values).zip(colours) {
-                let upper: Vec<f64> = band
-                    .iter()
-                    .zip(&lower)
-                    .map(|(v, low)| low + *v as f64 / MIB)
-                    .collect();
-                plot.add(
-                    egui_plot::FilledArea::new(
-                        crate::units::printable(&trace.label).into_owned(),
-                        &xs,
-                        &lower,
-                        &upper,
-                    )
-                    .fill_color(colour.gamma_multiply(0.85)),
-                );
-                lower = upper;
-            }
-        });
+    stacked_plot("profiler-ranks", unit, top, x_span, room).show(ui, |plot| {
+        let mut lower = vec![0.0; xs.len()];
+        for ((trace, band), colour) in lanes.iter().zip(&values).zip(colours) {
+            let upper: Vec<f64> = band
+                .iter()
+                .zip(&lower)
+                .map(|(v, low)| low + *v as f64 / MIB)
+                .collect();
+            plot.add(
+                egui_plot::FilledArea::new(
+                    crate::units::printable(&trace.label).into_owned(),
+                    &xs,
+                    &lower,
+                    &upper,
+                )
+                .fill_color(colour.gamma_multiply(0.85)),
+            );
+            lower = upper;
+        }
+    });
 }
 
+/// Resident memory stacked by kind over time (each sample's
+/// [`Sample::kinds`]): MLX active at the bottom, then MLX's cache, host
+/// memory that is not MLX's, and file-backed memory; its top is RSS.
 fn kinds_plot_ui<'a>(
     ui: &mut egui::Ui,
     samples: impl ExactSizeIterator<Item = &'a Sample>,
@@ -764,33 +767,21 @@ fn kinds_plot_ui<'a>(
         ("host memory not MLX's", |k| k.host_not_mlx, c::RSS_ANON),
         ("file-backed and shared", |k| k.file_backed, c::EVENTS),
     ];
-    let plot = Plot::new("profiler-kinds")
-        .link_axis(egui::Id::unique("profiler-time"), [true, false])
-        .y_axis_min_width(Y_AXIS_WIDTH)
-        .set_margin_fraction(egui::vec2(X_MARGIN, 0.0))
-        .legend(Legend::default().position(egui_plot::Corner::LeftTop));
-    let plot = unit.y_axis(time_axis(plot), top as f64 / MIB, 0.35);
-    let plot = match x_span {
-        Some((from, to)) => plot.include_x(from).include_x(to),
-        None => plot,
-    };
-    plot.height(room.max(120.0))
-        .allow_scroll(false)
-        .show(ui, |plot| {
-            let mut lower = vec![0.0; xs.len()];
-            for (name, figure, color) in bands {
-                let upper: Vec<f64> = kinds
-                    .iter()
-                    .zip(&lower)
-                    .map(|(k, low)| low + figure(k) as f64 / MIB)
-                    .collect();
-                plot.add(
-                    egui_plot::FilledArea::new(name, &xs, &lower, &upper)
-                        .fill_color(color.gamma_multiply(0.85)),
-                );
-                lower = upper;
-            }
-        });
+    stacked_plot("profiler-kinds", unit, top, x_span, room).show(ui, |plot| {
+        let mut lower = vec![0.0; xs.len()];
+        for (name, figure, color) in bands {
+            let upper: Vec<f64> = kinds
+                .iter()
+                .zip(&lower)
+                .map(|(k, low)| low + figure(k) as f64 / MIB)
+                .collect();
+            plot.add(
+                egui_plot::FilledArea::new(name, &xs, &lower, &upper)
+                    .fill_color(color.gamma_multiply(0.85)),
+            );
+            lower = upper;
+        }
+    });
 }
 
 #[cfg(test)]
