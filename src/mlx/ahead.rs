@@ -254,7 +254,7 @@ fn keep(folder: &Path, file: &str, bytes: &[u8]) {
 }
 
 /// A library MLX already loaded, under the first of `names` found.
-fn loaded(names: &[&CStr]) -> Option<*mut c_void> {
+pub(super) fn loaded(names: &[&CStr]) -> Option<*mut c_void> {
     names.iter().find_map(|name| {
         // SAFETY: `RTLD_NOLOAD` only finds a library already in the process.
         let lib = unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD) };
@@ -266,7 +266,7 @@ fn loaded(names: &[&CStr]) -> Option<*mut c_void> {
 ///
 /// # Safety
 /// `T` must be the symbol's C signature.
-unsafe fn symbol<T: Copy>(lib: *mut c_void, name: &CStr) -> Option<T> {
+pub(super) unsafe fn symbol<T: Copy>(lib: *mut c_void, name: &CStr) -> Option<T> {
     // SAFETY: as the caller says; `dlsym` on a live handle.
     unsafe {
         let found = libc::dlsym(lib, name.as_ptr());

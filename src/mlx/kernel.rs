@@ -533,7 +533,12 @@ const DENSE_SOURCE: &str = r"
         for (int s = t; s < slots; s += threads) {
             unsigned int total = 0;
             if (own) {
-                for (int j = 0; j < threads; j++) total += counters[s * threads + j];
+                // Each thread starts its row at its own column (`j ^ s`,
+                // a permutation: `threads` is a power of two): rows are
+                // 512 bytes apart, so reading one column together put
+                // every thread of a warp on one bank of shared memory.
+                const int turn = s & (threads - 1);
+                for (int j = 0; j < threads; j++) total += counters[s * threads + (j ^ turn)];
             } else {
                 total = shared_hist[s];
             }
@@ -687,17 +692,9 @@ impl DenseValues<'_> {
                 .is_ok_and(|n| n == i64::from(self.rows) * i64::from(self.cols))
     }
 
-    /// One launch of [`DENSE_SOURCE`] with `blocks` blocks.
-    fn launch(
-        &self,
-        fp: &Array,
-        ip: [i32; 10],
-        lengths: [i32; 2],
-        blocks: i64,
-        zeroed: bool,
-    ) -> Result<(Array, Array), MlxError> {
+    /// One launch of [`DENSE_SOURCE`] as `job` says, reading `fp`.
+    fn launch(&self, fp: &Array, job: &DenseJob) -> Result<(Array, Array), MlxError> {
         let refused = |what: &str| MlxError::op("summary kernel", what);
-        let dt = dense_type(self.flat.dtype()).ok_or_else(|| refused("dtype"))?;
         let words = self
             .flat
             .view_dtype(mlx_rs::Dtype::Uint16)
@@ -717,9 +714,7 @@ impl DenseValues<'_> {
             ),
         };
         let name = kernel_name(base, source, header)?;
-        let mut params = ip.to_vec();
-        params.push(dt);
-        let ip = parameters(Array::from_slice(&params, &[11]));
+        let ip = parameters(Array::from_slice(&job.ip, &[11]));
         let mut out = apply(
             &Launch {
                 name: &name,
@@ -727,15 +722,15 @@ impl DenseValues<'_> {
                 header,
                 inputs: &[(c"x", &words), (c"fp", fp), (c"ip", &ip)],
                 outputs: &[
-                    (c"fout", lengths[0], mlx_sys::mlx_dtype__MLX_FLOAT32),
-                    (c"uout", lengths[1], mlx_sys::mlx_dtype__MLX_UINT32),
+                    (c"fout", job.lengths[0], mlx_sys::mlx_dtype__MLX_FLOAT32),
+                    (c"uout", job.lengths[1], mlx_sys::mlx_dtype__MLX_UINT32),
                 ],
-                blocks,
+                blocks: job.blocks,
                 template_ints: constants,
                 ahead: Some(Ahead {
                     which: super::ahead::Which::Dense,
                     scalars: &[],
-                    zeroed,
+                    zeroed: job.zeroed,
                 }),
             },
             self.backend,
@@ -744,6 +739,124 @@ impl DenseValues<'_> {
         let floats = out.pop().ok_or_else(|| refused("no output"))?;
         Ok((floats, uints))
     }
+
+    /// The ints of a launch (`ip` as [`DENSE_SOURCE`] reads it, the dtype
+    /// last).
+    fn ints(&self, ip: [i32; 10]) -> Result<[i32; 11], MlxError> {
+        let dt = dense_type(self.flat.dtype())
+            .ok_or_else(|| MlxError::op("summary kernel", "dtype"))?;
+        let mut all = [dt; 11];
+        all[..10].copy_from_slice(&ip);
+        Ok(all)
+    }
+
+    /// Job 2 (the centre from the first `sample` values): one block; its
+    /// outputs `[centre, 0, 0]` and `[0]`, every one stored.
+    ///
+    /// # Errors
+    /// For a dtype the kernel does not read.
+    pub fn centre_job(&self, sample: i32) -> Result<DenseJob, MlxError> {
+        Ok(DenseJob {
+            ip: self.ints([2, self.rows, self.cols, 1, 1, 0, 1, 1, THREADS, sample])?,
+            blocks: 1,
+            lengths: [3, 1],
+            zeroed: false,
+        })
+    }
+
+    /// Job 0 (statistics and cells) split as `layout` says.
+    ///
+    /// # Errors
+    /// For a dtype the kernel does not read, or a layout too large for one
+    /// launch.
+    pub fn stats_job(&self, layout: DenseLayout) -> Result<DenseJob, MlxError> {
+        let refused = |what: &str| MlxError::op("summary kernel", what);
+        if usize::try_from(layout.out_cols).map_or(true, |c| c > MAX_CELLS) {
+            return Err(refused("too many heatmap cells"));
+        }
+        let blocks = layout.blocks();
+        let cells = i64::from(layout.out_rows) * i64::from(layout.out_cols);
+        let length = |per_block: i64| {
+            i32::try_from(blocks * per_block + cells).map_err(|_| refused("too many blocks"))
+        };
+        Ok(DenseJob {
+            ip: self.ints([
+                0,
+                self.rows,
+                self.cols,
+                layout.row_step,
+                layout.col_step,
+                layout.out_cols,
+                layout.row_split,
+                layout.col_split,
+                layout.tx,
+                0,
+            ])?,
+            blocks,
+            lengths: [length(6)?, length(2)?],
+            // Each block stores its own figures, and its row of cells
+            // unless blocks share it (then they add into it).
+            zeroed: layout.row_split * layout.col_split > 1,
+        })
+    }
+
+    /// Job 1 (the counts of `slots` histogram slots, added into by every
+    /// block).
+    ///
+    /// # Errors
+    /// For a dtype the kernel does not read, or too many slots.
+    pub fn counts_job(&self, slots: usize) -> Result<DenseJob, MlxError> {
+        let refused = |what: &str| MlxError::op("histogram kernel", what);
+        let slots = i32::try_from(slots.min(MAX_SLOTS)).map_err(|_| refused("too many bins"))?;
+        let n = i64::from(self.rows) * i64::from(self.cols);
+        let most = match self.backend {
+            Backend::Cuda => MAX_BLOCKS,
+            Backend::Metal => METAL_BIN_BLOCKS,
+        };
+        // Each thread at least 64 values: a block's fixed work (zeroing
+        // and adding up its counters, adding them into the slots) is
+        // larger than a few dozen values' counting.
+        let blocks = (n / (i64::from(THREADS) * BIN_VALUES_PER_THREAD)).clamp(1, most);
+        let length = match self.backend {
+            Backend::Cuda => slots,
+            Backend::Metal => {
+                i32::try_from(blocks * i64::from(slots)).map_err(|_| refused("blocks"))?
+            }
+        };
+        Ok(DenseJob {
+            ip: self.ints([1, self.rows, self.cols, 1, 1, 0, 1, 1, THREADS, slots])?,
+            blocks,
+            lengths: [1, length],
+            zeroed: true,
+        })
+    }
+}
+
+/// One launch of [`DENSE_SOURCE`], as MLX's custom kernel or
+/// `mlx::direct` makes it: its ints, blocks of [`THREADS`] threads, the
+/// lengths of its two outputs (`f32`, `u32`), and whether they must start
+/// at zero (the kernel adds into them) or the kernel stores every element.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DenseJob {
+    /// `ip`: job, rows, cols, row step, column step, cells per row, row
+    /// split, column split, tx, slots, dtype.
+    pub ip: [i32; 11],
+    /// Blocks of [`THREADS`] threads.
+    pub blocks: i64,
+    /// Elements of `fout` and `uout`.
+    pub lengths: [i32; 2],
+    /// Whether the outputs start at zero.
+    pub zeroed: bool,
+}
+
+/// Threads in a block of our kernels.
+pub const BLOCK_THREADS: i32 = THREADS;
+
+/// The dense kernel compiled ahead (see `mlx::ahead`), where it is.
+pub(super) fn dense_image() -> Option<&'static super::ahead::Image> {
+    super::ahead::image(super::ahead::Which::Dense, || {
+        ahead_parts(super::ahead::Which::Dense)
+    })
 }
 
 /// The kernel's number for a dense dtype (see [`DENSE_HEADER`]).
@@ -844,6 +957,10 @@ impl DenseLayout {
     }
 }
 
+/// Values each thread of the bins job counts, at least (see
+/// [`DenseValues::counts_job`]).
+const BIN_VALUES_PER_THREAD: i64 = 64;
+
 /// Blocks a dense summary aims for without a heatmap: several per
 /// multiprocessor of any current GPU.
 const TARGET_BLOCKS: i64 = 2048;
@@ -883,11 +1000,7 @@ const METAL_DENSE_CONSTANTS: [(&std::ffi::CStr, i32); 3] = [
 pub fn dense_centre(values: &DenseValues<'_>, sample: i32) -> Result<Array, MlxError> {
     let (centre, _) = values.launch(
         &parameters(Array::from_slice(&[0.0f32, 0.0, 0.0], &[3])),
-        [2, values.rows, values.cols, 1, 1, 0, 1, 1, THREADS, sample],
-        [3, 1],
-        1,
-        // One block stores all four outputs.
-        false,
+        &values.centre_job(sample)?,
     )?;
     Ok(centre)
 }
@@ -906,35 +1019,7 @@ pub fn dense_stats(
     centre: &Array,
     layout: DenseLayout,
 ) -> Result<(Array, Array), MlxError> {
-    let refused = |what: &str| MlxError::op("summary kernel", what);
-    if usize::try_from(layout.out_cols).map_or(true, |c| c > MAX_CELLS) {
-        return Err(refused("too many heatmap cells"));
-    }
-    let blocks = layout.blocks();
-    let cells = i64::from(layout.out_rows) * i64::from(layout.out_cols);
-    let length = |per_block: i64| {
-        i32::try_from(blocks * per_block + cells).map_err(|_| refused("too many blocks"))
-    };
-    values.launch(
-        centre,
-        [
-            0,
-            values.rows,
-            values.cols,
-            layout.row_step,
-            layout.col_step,
-            layout.out_cols,
-            layout.row_split,
-            layout.col_split,
-            layout.tx,
-            0,
-        ],
-        [length(6)?, length(2)?],
-        blocks,
-        // Each block stores its own figures, and its row of cells unless
-        // blocks share it (then they add into it).
-        layout.row_split * layout.col_split > 1,
-    )
+    values.launch(centre, &values.stats_job(layout)?)
 }
 
 /// Job 1 of [`DENSE_SOURCE`]: the counts of `slots` histogram slots,
@@ -949,33 +1034,18 @@ pub fn dense_counts(
     slots: usize,
 ) -> Result<Array, MlxError> {
     let refused = |what: &str| MlxError::op("histogram kernel", what);
-    let slots = i32::try_from(slots.min(MAX_SLOTS)).map_err(|_| refused("too many bins"))?;
-    let n = i64::from(values.rows) * i64::from(values.cols);
-    let most = match values.backend {
-        Backend::Cuda => MAX_BLOCKS,
-        Backend::Metal => METAL_BIN_BLOCKS,
-    };
-    let blocks = (n / (i64::from(THREADS) * 16)).clamp(1, most);
-    let length = match values.backend {
-        Backend::Cuda => slots,
-        Backend::Metal => {
-            i32::try_from(blocks * i64::from(slots)).map_err(|_| refused("blocks"))?
-        }
-    };
+    let job = values.counts_job(slots)?;
     let (_, counts) = values.launch(
         &parameters(Array::from_slice(&[0.0, lo, scale], &[3])),
-        [1, values.rows, values.cols, 1, 1, 0, 1, 1, THREADS, slots],
-        [1, length],
-        blocks,
-        true,
+        &job,
     )?;
     match values.backend {
         Backend::Cuda => Ok(counts),
         // Each threadgroup's row of counts, summed.
         Backend::Metal => {
-            let rows = i32::try_from(blocks).map_err(|_| refused("blocks"))?;
+            let rows = i32::try_from(job.blocks).map_err(|_| refused("blocks"))?;
             let counts = counts
-                .reshape(&[rows, slots])
+                .reshape(&[rows, job.ip[9]])
                 .map_err(|e| MlxError::op("reshape bin counts", e))?;
             mlx_rs::ops::sum_axis(&counts, 0, false)
                 .and_then(|sums| sums.as_dtype(mlx_rs::Dtype::Uint32))

@@ -7,6 +7,7 @@
 
 mod ahead;
 mod device;
+mod direct;
 pub mod ggml;
 mod kernel;
 mod memory;

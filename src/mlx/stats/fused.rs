@@ -97,12 +97,7 @@ fn fused_affine_summary(
         kernel::affine_counts(words, lo, scale, slots)
     })?;
     // The cells are read on the host while the device counts the bins.
-    let heatmap = grid.means(&floats[out_rows * 6..]);
-    let peaks = counts[out_rows * 2..]
-        .iter()
-        .map(|&b| f32::from_bits(b))
-        .collect();
-    let heatmap_max_abs = grid.heatmap(peaks);
+    let (heatmap, heatmap_max_abs) = grid.heatmaps(&floats[out_rows * 6..], &counts[out_rows * 2..]);
     let histogram = bins.finish(&mut Phases::new())?;
     hand_back([float_out, count_out]);
     Ok(ValueSummary {
@@ -147,7 +142,7 @@ pub(super) fn fused_dense(
     {
         return None;
     }
-    let result = fused_dense_summary(&values, grid, first_count, bins);
+    let result = fused_dense_summary(&values, grid, first_count, bins, true);
     // Metal sums in pairs of `f32`: squares of values past 2^60 could
     // overflow them, so such a tensor goes to MLX's ops.
     if values.backend == Backend::Metal
@@ -164,11 +159,14 @@ pub(super) fn fused_dense(
     Some(result)
 }
 
+/// The summary of a dense array by our kernel: launched by us where
+/// `direct` and this process can (`mlx::direct`), else by MLX.
 fn fused_dense_summary(
     values: &kernel::DenseValues<'_>,
     grid: Option<Grid>,
     first_count: usize,
     bins: usize,
+    direct: bool,
 ) -> Result<ValueSummary, MlxError> {
     let mut phases = Phases::new();
     // A tensor just loaded is in pages the host wrote: moved over in bulk
@@ -178,6 +176,26 @@ fn fused_dense_summary(
     let n = i64::from(values.rows) * i64::from(values.cols);
     let wanted = i64::try_from(first_count.max(1)).unwrap_or(i64::MAX);
     let first_len = i32::try_from(n.min(wanted)).unwrap_or(1);
+    let layout = kernel::DenseLayout::new(
+        values.rows,
+        values.cols,
+        grid.map(|g| [g.row_step, g.col_step, g.out_rows, g.out_cols]),
+    )
+    .for_backend(values.backend);
+    if direct
+        && values.backend == Backend::Cuda
+        && let Some(done) = direct_dense_summary(
+            values,
+            grid,
+            layout,
+            usize::try_from(first_len).unwrap_or(1),
+            first_count,
+            bins,
+            &mut phases,
+        )
+    {
+        return done;
+    }
     // The first values, copied from the tensor by the device's copy engine
     // (its pages stay on the device). Where there is no such copy, an MLX
     // copy of them evaluated with the rest (the cast copies `f16` and
@@ -194,12 +212,6 @@ fn fused_dense_summary(
             op("cast to f32", head.as_dtype(Dtype::Float32))?
         })
     };
-    let layout = kernel::DenseLayout::new(
-        values.rows,
-        values.cols,
-        grid.map(|g| [g.row_step, g.col_step, g.out_rows, g.out_cols]),
-    )
-    .for_backend(values.backend);
     // The centre, the statistics and the cells in one evaluation: the
     // centre is worked out on the device from the first values.
     let centre = kernel::dense_centre(values, DEVICE_CENTRE_SAMPLE)?;
@@ -232,13 +244,7 @@ fn fused_dense_summary(
     })?;
     // The cells are read on the host while the device counts the bins.
     let (heatmap, heatmap_max_abs) = grid
-        .map(|g| {
-            let peaks = counts[blocks * 2..]
-                .iter()
-                .map(|&b| f32::from_bits(b))
-                .collect();
-            (g.means(&floats[blocks * 6..]), g.heatmap(peaks))
-        })
+        .map(|g| g.heatmaps(&floats[blocks * 6..], &counts[blocks * 2..]))
         .unzip();
     phases.mark("cells");
     let histogram = pending.finish(&mut phases)?;
@@ -309,7 +315,7 @@ fn twin_agrees(backend: Backend) -> bool {
             backend,
         };
         let grid = Grid::new(&shape, 64);
-        let fused = fused_dense_summary(&dense, grid, 8, 64)?;
+        let fused = fused_dense_summary(&dense, grid, 8, 64, false)?;
         let plan = Plan {
             chunk: 1 << 14,
             bins: BinsOn::Scatter,
@@ -395,6 +401,117 @@ impl Phases {
             eprintln!("summary phases: {} ({detail})", parts.join(", "));
         }
     }
+}
+
+/// [`fused_dense_summary`] with the kernel launched by us (`mlx::direct`):
+/// the same jobs, blocks and parameters, so the same figures. `None` where
+/// this process leaves the launches to MLX.
+fn direct_dense_summary(
+    values: &kernel::DenseValues<'_>,
+    grid: Option<Grid>,
+    layout: kernel::DenseLayout,
+    first_len: usize,
+    first_count: usize,
+    bins: usize,
+    phases: &mut Phases,
+) -> Option<Result<ValueSummary, MlxError>> {
+    let x = device_address(values.flat)?;
+    let item = values.flat.item_size();
+    let centre = values.centre_job(DEVICE_CENTRE_SAMPLE).ok()?;
+    let stats_job = values.stats_job(layout).ok()?;
+    let failed = |why: String| MlxError::op("summary kernel", why);
+    let mut run = match crate::mlx::direct::start(x, first_len * item, &centre, &stats_job)? {
+        Ok(run) => run,
+        Err(why) => return Some(Err(failed(why))),
+    };
+    let summary = (|| {
+        let n = i64::from(values.rows) * i64::from(values.cols);
+        let blocks = usize::try_from(stats_job.blocks).unwrap_or(0);
+        // The heatmaps' memory is made ready while the device works: one
+        // buffer during the statistics, the other during the bins.
+        let means_buffer = grid.map(Grid::heatmap_buffer);
+        phases.mark("heatmap memory");
+        let (stats, first) = {
+            let figures = run.figures().map_err(failed)?;
+            phases.mark("stats kernel");
+            let stats = block_stats(figures.floats, figures.counts, blocks, n, figures.centre)?;
+            (stats, first_of_bytes(figures.first, values.flat.dtype(), first_count))
+        };
+        phases.mark("read back");
+        let count = bins.min(kernel::MAX_SLOTS - 2);
+        if stats.finite > 0 && count > 0 {
+            let (lo, scale) = super::bins::bin_scale(&stats, count);
+            let job = values.counts_job(count + 2)?;
+            run.count_bins(&job, lo, scale).map_err(failed)?;
+        }
+        let (heatmap, heatmap_max_abs) = match grid.zip(means_buffer) {
+            Some((g, means_buffer)) => {
+                let peaks_buffer = g.heatmap_buffer();
+                phases.mark("heatmap memory");
+                let (sums, peaks) = run.cells().map_err(failed)?;
+                let (means, largest) = g.heatmaps_into(sums, peaks, [means_buffer, peaks_buffer]);
+                (Some(means), Some(largest))
+            }
+            None => (None, None),
+        };
+        phases.mark("cells");
+        let histogram = histogram_of(count, (stats.min, stats.max), run.slots().map_err(failed)?);
+        phases.mark("bins");
+        phases.say(&format!("{layout:?}, launched directly"));
+        Ok(ValueSummary {
+            stats,
+            histogram,
+            first,
+            heatmap,
+            heatmap_max_abs,
+        })
+    })();
+    Some(summary)
+}
+
+/// The device address of an evaluated `f32`, `f16` or `bf16` array's
+/// values (managed memory, which the device reads at the address the host
+/// sees).
+fn device_address(flat: &Array) -> Option<u64> {
+    let address = match flat.dtype() {
+        Dtype::Float32 => flat.try_as_slice::<f32>().ok()?.as_ptr() as usize,
+        Dtype::Float16 => flat.try_as_slice::<half::f16>().ok()?.as_ptr() as usize,
+        Dtype::Bfloat16 => flat.try_as_slice::<half::bf16>().ok()?.as_ptr() as usize,
+        _ => return None,
+    };
+    u64::try_from(address).ok()
+}
+
+/// The first `count` values of `bytes` (the start of a tensor of `dtype`)
+/// as `f32` (every `f16` and `bf16` is one exactly).
+fn first_of_bytes(bytes: &[u8], dtype: Dtype, count: usize) -> Vec<f32> {
+    let words = |size: usize| bytes.chunks_exact(size).take(count);
+    match dtype {
+        Dtype::Float32 => words(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect(),
+        Dtype::Float16 => words(2)
+            .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())
+            .collect(),
+        Dtype::Bfloat16 => words(2)
+            .map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32())
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// The histogram of `count` bins over `[min, max]` from a bin kernel's
+/// slot counts (`count + 2` of them; none without finite values).
+fn histogram_of(count: usize, (min, max): (f64, f64), slots: &[u32]) -> Histogram {
+    let mut counts = vec![0u64; count];
+    for (count, slot) in counts.iter_mut().zip(slots) {
+        *count = u64::from(*slot);
+    }
+    // The maximum lands exactly on `count`: it belongs to the last bin.
+    if let (Some(last), Some(top)) = (counts.last_mut(), slots.get(count)) {
+        *last += u64::from(*top);
+    }
+    Histogram { min, max, counts }
 }
 
 /// The centre the sums are taken around and the first `first_count`
@@ -520,26 +637,16 @@ impl Bins {
 
     /// Waits for the counts and reads them.
     fn finish(self, phases: &mut Phases) -> Result<Histogram, MlxError> {
-        let mut counts = vec![0u64; self.count];
-        if let Some(slots) = self.slots {
-            evaluate(&slots)?;
-            phases.mark("bins kernel");
-            let read = host_copy::<u32>(&slots)?;
-            for (count, slot) in counts.iter_mut().zip(read.iter()) {
-                *count = u64::from(*slot);
-            }
-            // The maximum lands exactly on `bins`: it belongs to the last bin.
-            if let (Some(last), Some(top)) = (counts.last_mut(), read.get(self.count)) {
-                *last += u64::from(*top);
-            }
-            hand_back([slots]);
-            phases.mark("bins read");
-        }
-        Ok(Histogram {
-            min: self.min,
-            max: self.max,
-            counts,
-        })
+        let range = (self.min, self.max);
+        let Some(slots) = self.slots else {
+            return Ok(histogram_of(self.count, range, &[]));
+        };
+        evaluate(&slots)?;
+        phases.mark("bins kernel");
+        let histogram = histogram_of(self.count, range, &host_copy::<u32>(&slots)?);
+        hand_back([slots]);
+        phases.mark("bins read");
+        Ok(histogram)
     }
 }
 
@@ -571,6 +678,8 @@ pub(super) fn warm_up_dense(small: &Array) -> Result<(), MlxError> {
         let slots = kernel::dense_counts(&values, 0.0, 1.0, 66)?;
         evaluate_all([&floats, &counts, &slots])?;
     }
+    // Our own launches' module, streams and buffers, made now too.
+    crate::mlx::direct::warm_up();
     Ok(())
 }
 
@@ -799,6 +908,69 @@ mod tests {
                     assert!(super::DENSE_FAILED.load(std::sync::atomic::Ordering::Relaxed));
                 }
                 None => panic!("a {dtype:?} array suits the fused summary"),
+            }
+        }
+    }
+
+    /// The dense kernel launched by us (`mlx::direct`) gives MLX's
+    /// launch's summary (the same jobs, blocks and parameters): statistics,
+    /// bins, first values and cell peaks exactly, cell means within `f32`
+    /// rounding (a block adds into its cells by atomics, in no fixed
+    /// order), for each dtype, with and without a heatmap; where this
+    /// process cannot launch it (no CUDA device, no kernel compiled ahead),
+    /// nothing is launched and the caller goes on through MLX.
+    #[test]
+    fn a_dense_summary_launched_by_us_is_mlxs() {
+        for (shape, dtype) in [
+            (vec![97, 300], mlx_rs::Dtype::Float32),
+            (vec![3, 40, 33], mlx_rs::Dtype::Float16),
+            (vec![1030, 70], mlx_rs::Dtype::Bfloat16),
+            (vec![20_000], mlx_rs::Dtype::Float32),
+        ] {
+            let n: i32 = shape.iter().product();
+            let values: Vec<f32> = (0..n)
+                .map(|i| match i {
+                    5 => f32::NAN,
+                    9 => f32::NEG_INFINITY,
+                    _ => ((i as f32) * 0.377).sin() * 3.0 + 0.25,
+                })
+                .collect();
+            let array = Array::from_slice(&values, &shape).as_dtype(dtype).unwrap();
+            let flat = array.reshape(&[-1]).unwrap();
+            flat.eval().unwrap();
+            let grid = super::Grid::new(&shape, 32);
+            let (rows, cols) = grid.map_or((1, n), |g| (g.rows, g.cols));
+            let dense = super::kernel::DenseValues {
+                flat: &flat,
+                rows,
+                cols,
+                backend: super::Backend::BUILD,
+            };
+            let layout = super::kernel::DenseLayout::new(
+                rows,
+                cols,
+                grid.map(|g| [g.row_step, g.col_step, g.out_rows, g.out_cols]),
+            );
+            let mut phases = super::Phases::new();
+            match super::direct_dense_summary(&dense, grid, layout, 16, 16, 64, &mut phases) {
+                Some(direct) => {
+                    let direct = direct.expect("the direct launch works where it starts");
+                    let by_mlx = super::fused_dense_summary(&dense, grid, 16, 64, false)
+                        .expect("MLX launches the same kernel");
+                    assert!(super::summaries_agree(&direct, &by_mlx), "{shape:?} {dtype:?}");
+                    assert!(direct.stats == by_mlx.stats, "{shape:?} {dtype:?}");
+                    assert!(
+                        direct.heatmap_max_abs == by_mlx.heatmap_max_abs,
+                        "{shape:?} {dtype:?}"
+                    );
+                    assert_eq!(direct.heatmap.is_some(), shape.len() > 1);
+                    assert_eq!((direct.stats.nan, direct.stats.inf), (1, 1));
+                    assert_eq!(direct.first.len(), 16);
+                }
+                None => assert!(
+                    !crate::mlx::gpu_available() || super::kernel::dense_image().is_none(),
+                    "a CUDA device with the kernel compiled ahead launches it"
+                ),
             }
         }
     }

@@ -113,6 +113,13 @@ impl Grid {
 
     /// The heatmap of means from the cell sums of every part, in order.
     pub(super) fn means(self, sums: &[f32]) -> Heatmap {
+        let mut values = vec![0.0; sums.len()];
+        self.means_into(sums, &mut values);
+        self.heatmap(values)
+    }
+
+    /// The means of the cells `sums` (whole rows of cells) into `out`.
+    fn means_into(self, sums: &[f32], out: &mut [f32]) {
         let to = |v: i32| usize::try_from(v).unwrap_or(0);
         let (cols, rs, cs) = (
             to(self.out_cols).max(1),
@@ -127,12 +134,52 @@ impl Grid {
         let widths: Vec<f32> = (0..cols)
             .map(|c| cs.min(total_cols.saturating_sub(c * cs)).max(1) as f32)
             .collect();
-        let mut values = Vec::with_capacity(sums.len());
-        for (r, row) in sums.chunks(cols).enumerate() {
+        for (r, (row, out)) in sums.chunks(cols).zip(out.chunks_mut(cols)).enumerate() {
             let in_rows = rs.min(total_rows.saturating_sub(r * rs)).max(1) as f32;
-            values.extend(row.iter().zip(&widths).map(|(sum, w)| sum / (in_rows * w)));
+            for ((out, sum), w) in out.iter_mut().zip(row).zip(&widths) {
+                *out = sum / (in_rows * w);
+            }
         }
-        self.heatmap(values)
+    }
+
+    /// A buffer for [`Self::heatmaps_into`], one value per cell, its
+    /// pages already touched: the first touch of 2 x 1 MiB of new memory
+    /// took about a quarter of a millisecond on an H200 machine's host, the
+    /// longest part of a small tensor's summary, so a summary makes its two
+    /// while the device is still at work.
+    pub(super) fn heatmap_buffer(self) -> Vec<f32> {
+        let cells = usize::try_from(self.out_rows).unwrap_or(0)
+            * usize::try_from(self.out_cols).unwrap_or(0);
+        let mut values = Vec::with_capacity(cells);
+        // Written, not `calloc`ed: the pages are mapped now, not at the
+        // first store into them.
+        values.resize(cells, 0.0);
+        values
+    }
+
+    /// Both heatmaps from a kernel's cells, into `buffers` (see
+    /// [`Self::heatmap_buffer`]): the means of the cell sums `sums` and
+    /// the largest |values| from their `f32` bits `peaks`.
+    pub(super) fn heatmaps_into(
+        self,
+        sums: &[f32],
+        peaks: &[u32],
+        buffers: [Vec<f32>; 2],
+    ) -> (Heatmap, Heatmap) {
+        let [mut means, mut largest] = buffers;
+        let n = sums.len().min(peaks.len());
+        means.resize(n, 0.0);
+        largest.resize(n, 0.0);
+        self.means_into(&sums[..n], &mut means);
+        for (out, bits) in largest.iter_mut().zip(peaks) {
+            *out = f32::from_bits(*bits);
+        }
+        (self.heatmap(means), self.heatmap(largest))
+    }
+
+    /// [`Self::heatmaps_into`] new buffers.
+    pub(super) fn heatmaps(self, sums: &[f32], peaks: &[u32]) -> (Heatmap, Heatmap) {
+        self.heatmaps_into(sums, peaks, [self.heatmap_buffer(), self.heatmap_buffer()])
     }
 
     /// A heatmap of this grid holding `values` (row-major cells).
@@ -145,5 +192,31 @@ impl Grid {
             col_step: to(self.col_step).max(1),
             values,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Grid;
+
+    /// Both heatmaps made at once into touched buffers are the ones made
+    /// apart: every mean divided by its own cell's size (the last row and
+    /// column of cells are narrower), every peak its bits' float.
+    #[test]
+    fn both_heatmaps_at_once_are_the_ones_made_apart() {
+        let grid = Grid::new(&[1001, 999], 512).expect("a 2-D grid");
+        let cells = usize::try_from(grid.out_rows * grid.out_cols).expect("cells");
+        let sums: Vec<f32> = (0..cells).map(|i| (i % 1013) as f32 * 0.37 - 90.0).collect();
+        let peaks: Vec<u32> = (0..cells).map(|i| ((i % 977) as f32 * 0.5).to_bits()).collect();
+        let buffers = [grid.heatmap_buffer(), grid.heatmap_buffer()];
+        assert!(buffers.iter().all(|b| b.len() == cells));
+        let (means, largest) = grid.heatmaps_into(&sums, &peaks, buffers);
+        assert_eq!(means, grid.means(&sums));
+        let want: Vec<f32> = peaks.iter().map(|&b| f32::from_bits(b)).collect();
+        assert_eq!(largest, grid.heatmap(want));
+        // The corner cell holds one row by one column of values (1001 =
+        // 500 x 2 + 1, 999 = 499 x 2 + 1), its mean its sum.
+        assert_eq!(means.values[cells - 1].to_bits(), sums[cells - 1].to_bits());
+        assert_eq!(means.values[0].to_bits(), (sums[0] / 4.0).to_bits());
     }
 }
