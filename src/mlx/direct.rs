@@ -187,7 +187,10 @@ impl Engine {
         // was made; out-pointers to locals; the module, streams and events
         // live as long as the process.
         unsafe {
-            checked("loading the kernel", (api.load)(&raw mut module, image.bytes.as_ptr().cast()))?;
+            checked(
+                "loading the kernel",
+                (api.load)(&raw mut module, image.bytes.as_ptr().cast()),
+            )?;
             checked(
                 "finding the kernel",
                 (api.function)(&raw mut function, module, image.name.as_ptr()),
@@ -237,7 +240,8 @@ impl Engine {
                 let mut device = 0;
                 let mut host = std::ptr::null_mut();
                 checked("device memory", (self.api.alloc)(&raw mut device, grown))?;
-                if let Err(e) = checked("pinned memory", (self.api.host_alloc)(&raw mut host, grown))
+                if let Err(e) =
+                    checked("pinned memory", (self.api.host_alloc)(&raw mut host, grown))
                 {
                     (self.api.free)(device);
                     return Err(e);
@@ -357,22 +361,38 @@ pub(super) struct Run {
     slots: usize,
 }
 
-/// Starts a dense summary of the `x_bytes` bytes at device address `x`
-/// (an evaluated MLX array's): the `centre` and `stats` jobs (as
+/// Set once a start failed: MLX launches the kernel from then on.
+static START_FAILED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Starts a dense summary of the tensor at device address `x` (an
+/// evaluated MLX array's): the `centre` and `stats` jobs (as
 /// `kernel::DenseValues` makes them) and the copies of their outputs and
-/// of the first `first_bytes` bytes of the tensor. `None` where this
-/// process launches nothing itself (see the module's notes).
+/// of the tensor's first `first_bytes` bytes. `None` where this process
+/// launches nothing itself (see the module's notes), and from the first
+/// start that failed (our buffers could not be had, say) on, said once on
+/// stderr: MLX then launches the kernel, as before.
 pub(super) fn start(
     x: u64,
     first_bytes: usize,
     centre: &DenseJob,
     stats: &DenseJob,
-) -> Option<Result<Run, String>> {
+) -> Option<Run> {
+    use std::sync::atomic::Ordering;
     let engine = engine()?;
-    if engine.api.context() != Some(engine.context) {
+    if START_FAILED.load(Ordering::Relaxed) || engine.api.context() != Some(engine.context) {
         return None;
     }
-    Some(Run::start(engine, x, first_bytes, centre, stats))
+    // A run that fails here has waited for whatever it enqueued (its
+    // drop), so MLX may take over at once.
+    match Run::start(engine, x, first_bytes, centre, stats) {
+        Ok(run) => Some(run),
+        Err(why) => {
+            if !START_FAILED.swap(true, Ordering::Relaxed) {
+                eprintln!("weightscope: dense summaries are launched by MLX from now on ({why})");
+            }
+            None
+        }
+    }
 }
 
 impl Run {
@@ -492,7 +512,13 @@ impl Run {
         self.engine.launch(
             centre,
             main,
-            [self.x, ip(24), ip(0), self.device(p.centre), self.device(p.centre + 12)],
+            [
+                self.x,
+                ip(24),
+                ip(0),
+                self.device(p.centre),
+                self.device(p.centre + 12),
+            ],
         )?;
         if stats.zeroed {
             self.zero(p.floats, self.lengths[0], main)?;

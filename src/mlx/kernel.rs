@@ -743,8 +743,8 @@ impl DenseValues<'_> {
     /// The ints of a launch (`ip` as [`DENSE_SOURCE`] reads it, the dtype
     /// last).
     fn ints(&self, ip: [i32; 10]) -> Result<[i32; 11], MlxError> {
-        let dt = dense_type(self.flat.dtype())
-            .ok_or_else(|| MlxError::op("summary kernel", "dtype"))?;
+        let dt =
+            dense_type(self.flat.dtype()).ok_or_else(|| MlxError::op("summary kernel", "dtype"))?;
         let mut all = [dt; 11];
         all[..10].copy_from_slice(&ip);
         Ok(all)

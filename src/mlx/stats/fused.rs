@@ -97,7 +97,8 @@ fn fused_affine_summary(
         kernel::affine_counts(words, lo, scale, slots)
     })?;
     // The cells are read on the host while the device counts the bins.
-    let (heatmap, heatmap_max_abs) = grid.heatmaps(&floats[out_rows * 6..], &counts[out_rows * 2..]);
+    let (heatmap, heatmap_max_abs) =
+        grid.heatmaps(&floats[out_rows * 6..], &counts[out_rows * 2..]);
     let histogram = bins.finish(&mut Phases::new())?;
     hand_back([float_out, count_out]);
     Ok(ValueSummary {
@@ -420,10 +421,7 @@ fn direct_dense_summary(
     let centre = values.centre_job(DEVICE_CENTRE_SAMPLE).ok()?;
     let stats_job = values.stats_job(layout).ok()?;
     let failed = |why: String| MlxError::op("summary kernel", why);
-    let mut run = match crate::mlx::direct::start(x, first_len * item, &centre, &stats_job)? {
-        Ok(run) => run,
-        Err(why) => return Some(Err(failed(why))),
-    };
+    let mut run = crate::mlx::direct::start(x, first_len * item, &centre, &stats_job)?;
     let summary = (|| {
         let n = i64::from(values.rows) * i64::from(values.cols);
         let blocks = usize::try_from(stats_job.blocks).unwrap_or(0);
@@ -435,7 +433,10 @@ fn direct_dense_summary(
             let figures = run.figures().map_err(failed)?;
             phases.mark("stats kernel");
             let stats = block_stats(figures.floats, figures.counts, blocks, n, figures.centre)?;
-            (stats, first_of_bytes(figures.first, values.flat.dtype(), first_count))
+            (
+                stats,
+                first_of_bytes(figures.first, values.flat.dtype(), first_count),
+            )
         };
         phases.mark("read back");
         let count = bins.min(kernel::MAX_SLOTS - 2);
@@ -957,7 +958,10 @@ mod tests {
                     let direct = direct.expect("the direct launch works where it starts");
                     let by_mlx = super::fused_dense_summary(&dense, grid, 16, 64, false)
                         .expect("MLX launches the same kernel");
-                    assert!(super::summaries_agree(&direct, &by_mlx), "{shape:?} {dtype:?}");
+                    assert!(
+                        super::summaries_agree(&direct, &by_mlx),
+                        "{shape:?} {dtype:?}"
+                    );
                     assert!(direct.stats == by_mlx.stats, "{shape:?} {dtype:?}");
                     assert!(
                         direct.heatmap_max_abs == by_mlx.heatmap_max_abs,

@@ -206,8 +206,12 @@ mod tests {
     fn both_heatmaps_at_once_are_the_ones_made_apart() {
         let grid = Grid::new(&[1001, 999], 512).expect("a 2-D grid");
         let cells = usize::try_from(grid.out_rows * grid.out_cols).expect("cells");
-        let sums: Vec<f32> = (0..cells).map(|i| (i % 1013) as f32 * 0.37 - 90.0).collect();
-        let peaks: Vec<u32> = (0..cells).map(|i| ((i % 977) as f32 * 0.5).to_bits()).collect();
+        let sums: Vec<f32> = (0..cells)
+            .map(|i| (i % 1013) as f32 * 0.37 - 90.0)
+            .collect();
+        let peaks: Vec<u32> = (0..cells)
+            .map(|i| ((i % 977) as f32 * 0.5).to_bits())
+            .collect();
         let buffers = [grid.heatmap_buffer(), grid.heatmap_buffer()];
         assert!(buffers.iter().all(|b| b.len() == cells));
         let (means, largest) = grid.heatmaps_into(&sums, &peaks, buffers);
