@@ -113,21 +113,31 @@ def _write(line):
 def _moved():
     """Our descriptor is no longer our pipe: the named pipe instead (once),
     or nothing. The number that was ours is not closed: it is the job's
-    file now."""
+    file now. Nothing is closed here at all: this runs beside the job's
+    threads, which may close any number at any moment and open their own
+    file on it (daemon-style code closes every descriptor past stderr), so
+    a number the probe closed could be the job's by the time it closed it.
+    The named pipe's first descriptor is left open (close-on-exec), as is a
+    copy that did not prove to be the pipe."""
+    import fcntl
+
     global _fd, _identity, _fallback_path
     _fd = None
     path, _fallback_path = _fallback_path, None
     if not path:
         return None
-    fd = _open_named_pipe(path)
-    if fd is None:
+    opened = _open_named_pipe(path, may_close=False)
+    if opened is None:
         return None
+    fd, identity = opened
     try:
-        copy, identity = _own_copy(fd)
+        copy = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 512)
+        st = os.fstat(copy)
     except OSError:
         return None
-    finally:
-        os.close(fd)
+    # Between the open and the copy the job may have taken the number.
+    if (st.st_dev, st.st_ino) != identity:
+        return None
     _fd, _identity = copy, identity
     return copy
 
@@ -956,32 +966,41 @@ def _inherited_pipe():
 def _named_pipe():
     """weightscope's FIFO named in WEIGHTSCOPE_PROBE_PATH (in its private
     folder), for a process that did not inherit the pipe (the ranks
-    `mlx.launch` starts), opened without blocking; else None."""
-    import stat
-
+    `mlx.launch` starts), opened without blocking, and its identity; else
+    None."""
     path = os.environ.get("WEIGHTSCOPE_PROBE_PATH")
     if not path:
         return None
     return _open_named_pipe(path)
 
 
-def _open_named_pipe(path):
+def _open_named_pipe(path, may_close=True):
+    """weightscope's FIFO at `path` opened for writing, and its identity
+    (device, inode), when the descriptor is that FIFO, this user's: else
+    None, the descriptor closed only where `may_close` (see `_moved`)."""
     import stat
 
     try:
+        at_path = os.stat(path)
         fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return None
     st = os.fstat(fd)
-    if not stat.S_ISFIFO(st.st_mode) or st.st_uid != os.getuid():
-        os.close(fd)
+    identity = (st.st_dev, st.st_ino)
+    if (
+        not stat.S_ISFIFO(st.st_mode)
+        or st.st_uid != os.getuid()
+        or identity != (at_path.st_dev, at_path.st_ino)
+    ):
+        if may_close:
+            os.close(fd)
         return None
     # Opened without blocking (no reader: an error, not a wait), written as
     # the inherited pipe is: a full pipe waits for weightscope's reader
     # rather than drop a frame a later stack names; with weightscope gone
     # a write fails and the probe goes quiet.
     os.set_blocking(fd, True)
-    return fd
+    return fd, identity
 
 
 def _report_exceptions():
@@ -1029,9 +1048,10 @@ def _start_from_environment():
         except OSError:
             fd = None
     if fd is None:
-        fd = _named_pipe()
-        if fd is None:
+        opened = _named_pipe()
+        if opened is None:
             return
+        fd = opened[0]
         try:
             _fd, _identity = _own_copy(fd)
         except OSError:
