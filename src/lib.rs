@@ -30,6 +30,7 @@
 // The format layer and what it stands on: always built, never MLX, egui
 // or the network (`cargo test --no-default-features`).
 pub mod checkpoint;
+pub mod environment;
 pub mod files;
 pub mod par;
 pub mod units;

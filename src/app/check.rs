@@ -6,7 +6,7 @@
 use std::time::Instant;
 
 use crate::checkpoint::check::{Diagnostic, Severity};
-use crate::units::{human_bytes, printable};
+use crate::units::{Shown, human_bytes};
 use crate::weights::{Progress, ValueScan};
 use crate::worker::{CancelToken, JobError};
 
@@ -181,8 +181,8 @@ fn findings_ui(ui: &mut egui::Ui, findings: &[&Diagnostic], commands: &CommandSe
                     ui.label(egui::RichText::new(f.severity.name()).color(color).strong());
                     ui.label(egui::RichText::new(f.code).monospace());
                     let place = match (&f.tensor, &f.file) {
-                        (Some(t), _) => printable(t).into_owned(),
-                        (None, Some(file)) => printable(file).into_owned(),
+                        (Some(t), _) => Shown::new(t).into_string(),
+                        (None, Some(file)) => Shown::new(file).into_string(),
                         (None, None) => String::new(),
                     };
                     if let Some(tensor) = &f.tensor {
@@ -197,7 +197,7 @@ fn findings_ui(ui: &mut egui::Ui, findings: &[&Diagnostic], commands: &CommandSe
                         ui.label(place);
                     }
                 });
-                ui.add(egui::Label::new(printable(&f.message)).wrap());
+                ui.add(egui::Label::new(Shown::new(&f.message)).wrap());
                 ui.add_space(4.0);
             }
         });

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use crate::units::printable;
+use crate::units::Shown;
 use crate::weights::{Common, DiffReport, PairDetail, Progress, ViewChoice};
 use crate::worker::{CancelToken, JobError};
 
@@ -268,7 +268,7 @@ impl DiffPanel {
         };
         ui.label(format!(
             "A: {} (the open checkpoint, through the view above)",
-            printable(&a.display().to_string())
+            Shown::new(&a.display().to_string())
         ));
         ui.horizontal_wrapped(|ui| {
             let label = ui.label("Compare with (B)");
@@ -512,10 +512,10 @@ impl DiffPanel {
                 let response = match typical {
                     Some(t) => response.on_hover_text(format!(
                         "{}\ntypical for {}: {t:.3e} (the median of its changed tensors)",
-                        printable(&c.name),
+                        Shown::new(&c.name),
                         c.b_dtype
                     )),
-                    None => response.on_hover_text(printable(&c.name).into_owned()),
+                    None => response.on_hover_text(Shown::new(&c.name).into_string()),
                 };
                 if response.clicked() {
                     clicked = Some(c.name.clone());
@@ -596,7 +596,7 @@ impl DiffPanel {
                         ui.spinner();
                         ui.label(format!(
                             "comparing {} … {:.1} s",
-                            printable(name),
+                            Shown::new(name),
                             since.elapsed().as_secs_f32()
                         ));
                     });
@@ -605,8 +605,8 @@ impl DiffPanel {
                 }
                 Detail::Failed { name, error } => {
                     close = ui.button("Close").clicked();
-                    ui.label(egui::RichText::new(printable(name)).monospace());
-                    ui.colored_label(ui.visuals().error_fg_color, printable(error));
+                    ui.label(egui::RichText::new(Shown::new(name)).monospace());
+                    ui.colored_label(ui.visuals().error_fg_color, Shown::new(error));
                 }
                 Detail::Ready(detail) => {
                     close = ui.button("Close").clicked();
@@ -642,7 +642,7 @@ fn row_text(c: &Common) -> String {
         c.rel_error,
         c.cosine,
         c.max_abs_diff,
-        printable(&c.name),
+        Shown::new(&c.name),
         c.a_dtype,
         c.b_dtype
     )
@@ -652,7 +652,7 @@ fn row_text(c: &Common) -> String {
 /// module kind and the per-layer plot (side by side where there is room).
 fn summary_ui(ui: &mut egui::Ui, report: &DiffReport, b: Option<&Path>) {
     if let Some(b) = b {
-        ui.label(format!("B: {}", printable(&b.display().to_string())));
+        ui.label(format!("B: {}", Shown::new(&b.display().to_string())));
     }
     let differing = report.differing().count();
     ui.label(format!(
@@ -665,7 +665,7 @@ fn summary_ui(ui: &mut egui::Ui, report: &DiffReport, b: Option<&Path>) {
         if report.cancelled { "; cancelled" } else { "" }
     ));
     if let Some(overall) = report.overall_text() {
-        ui.add(egui::Label::new(format!("Overall: {}", printable(&overall))).wrap());
+        ui.add(egui::Label::new(format!("Overall: {}", Shown::new(&overall))).wrap());
     }
     ui.label(format!(
         "Peak MLX active {} {} the bound {} (largest shard of A + of B {}, plus one band's decoding temporaries on each side)",
@@ -698,7 +698,7 @@ fn lists_ui(ui: &mut egui::Ui, report: &DiffReport) {
                 .id_salt(title)
                 .show(ui, |ui| {
                     for name in names.iter().take(1000) {
-                        ui.monospace(printable(name));
+                        ui.monospace(Shown::new(name));
                     }
                 });
         }
@@ -710,7 +710,7 @@ fn lists_ui(ui: &mut egui::Ui, report: &DiffReport) {
                 for c in report.changed.iter().take(1000) {
                     ui.monospace(format!(
                         "{}: {} {:?} -> {} {:?}",
-                        printable(&c.name),
+                        Shown::new(&c.name),
                         c.a_dtype,
                         c.a_shape,
                         c.b_dtype,
@@ -722,7 +722,7 @@ fn lists_ui(ui: &mut egui::Ui, report: &DiffReport) {
     for f in &report.failed {
         ui.colored_label(
             ui.visuals().error_fg_color,
-            format!("{}: {}", printable(&f.name), printable(&f.error)),
+            format!("{}: {}", Shown::new(&f.name), Shown::new(&f.error)),
         );
     }
 }
@@ -762,12 +762,12 @@ fn by_kind_ui(ui: &mut egui::Ui, report: &DiffReport) {
                             }
                             ui.end_row();
                             for k in &kinds {
-                                ui.monospace(printable(&k.kind));
+                                ui.monospace(Shown::new(&k.kind));
                                 ui.monospace(&k.b_dtype);
                                 ui.monospace(k.tensors.to_string());
                                 ui.monospace(format!("{:.3e}", k.median_rel_error));
                                 ui.monospace(format!("{:.3e}", k.worst_rel_error))
-                                    .on_hover_text(printable(&k.worst).into_owned());
+                                    .on_hover_text(Shown::new(&k.worst).into_string());
                                 ui.end_row();
                             }
                         });
@@ -783,7 +783,11 @@ fn pair_ui(
     (opened, pooling): (u64, &mut super::inspector::Pooling),
     textures: &mut HashMap<String, egui::TextureHandle>,
 ) {
-    ui.label(egui::RichText::new(printable(&d.name)).monospace().strong());
+    ui.label(
+        egui::RichText::new(Shown::new(&d.name))
+            .monospace()
+            .strong(),
+    );
     ui.label(format!("A: {}    B: {}", d.a_dtype, d.b_dtype));
     egui::Grid::new("diff-pair-stats")
         .striped(true)

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use std::time::Instant;
 
 use crate::mlx::{Heatmap, Histogram, Stats};
-use crate::units::{grouped, human_bytes, printable};
+use crate::units::{Shown, grouped, human_bytes};
 use crate::weights::TensorPreview;
 
 /// The tensor the inspector shows.
@@ -155,7 +155,7 @@ impl InspectorPanel {
                     .request_repaint_after(std::time::Duration::from_millis(100));
             }
             Inspected::Failed { name, error } => {
-                ui.label(egui::RichText::new(printable(name)).monospace());
+                ui.label(egui::RichText::new(Shown::new(name)).monospace());
                 ui.colored_label(
                     ui.visuals().error_fg_color,
                     format!("could not materialize: {error}"),
@@ -257,9 +257,13 @@ fn preview_ui(
     (generation, pooling): (u64, &mut Pooling),
     texture: &mut HashMap<String, egui::TextureHandle>,
 ) {
-    ui.label(egui::RichText::new(printable(&p.name)).monospace().strong());
+    ui.label(
+        egui::RichText::new(Shown::new(&p.name))
+            .monospace()
+            .strong(),
+    );
     if p.stored_name != p.name {
-        ui.label(format!("stored as {}", printable(&p.stored_name)));
+        ui.label(format!("stored as {}", Shown::new(&p.stored_name)));
     }
     facts_ui(ui, p);
     if let Some(decoding) = &p.decoding {

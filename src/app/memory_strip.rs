@@ -56,7 +56,7 @@ impl MemoryStrip {
                 ui.label(format!(
                     "| last event at {:.1} s: {}",
                     event.t_secs,
-                    event.label()
+                    crate::units::Shown::new(&event.label())
                 ));
             }
         });

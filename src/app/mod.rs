@@ -857,11 +857,11 @@ impl WeightscopeApp {
             let text = match (&self.opening, &self.open_error) {
                 (Some(path), _) => format!(
                     "Opening {}… (progress beside the path field)",
-                    crate::units::printable(&path.display().to_string())
+                    crate::units::Shown::new(&path.display().to_string())
                 ),
                 (None, Some(error)) => format!(
                     "Nothing is open: {}\nType another folder or .safetensors path above and press Enter.",
-                    crate::units::printable(error)
+                    crate::units::Shown::new(error)
                 ),
                 (None, None) => {
                     "Open a checkpoint: type a folder or .safetensors path above and press Enter."
@@ -1073,10 +1073,10 @@ impl WeightscopeApp {
         });
         self.view_bar_ui(ui);
         if let Some(error) = &self.open_error {
-            ui.colored_label(ui.visuals().error_fg_color, crate::units::printable(error));
+            ui.colored_label(ui.visuals().error_fg_color, crate::units::Shown::new(error));
         }
         if let Some(notice) = &self.notice {
-            ui.colored_label(ui.visuals().warn_fg_color, crate::units::printable(notice));
+            ui.colored_label(ui.visuals().warn_fg_color, crate::units::Shown::new(notice));
         }
     }
 

@@ -441,13 +441,13 @@ impl Palette {
                 .map_or_else(String::new, |(_, label, key)| format!("{label}    {key}")),
             Entry::Recent(path) => format!(
                 "Open recent: {}",
-                crate::units::printable(&path.display().to_string())
+                crate::units::Shown::new(&path.display().to_string())
             ),
             Entry::Tensor(i) => {
                 let name = checkpoint
                     .and_then(|c| c.tensors().get(*i))
                     .map_or("", crate::checkpoint::TensorRef::name);
-                format!("Tensor: {}", crate::units::printable(name))
+                format!("Tensor: {}", crate::units::Shown::new(name))
             }
         }
     }

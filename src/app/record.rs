@@ -214,7 +214,7 @@ impl RecordForm {
                 .labelled_by(label.id)
                 .on_hover_text("What the findings compare the job with: its size and what a walk of it would peak at");
                 if let Some(error) = &self.error {
-                    ui.colored_label(ui.visuals().error_fg_color, crate::units::printable(error));
+                    ui.colored_label(ui.visuals().error_fg_color, crate::units::Shown::new(error));
                 }
                 ui.horizontal(|ui| {
                     let text = match kind {
@@ -330,7 +330,7 @@ impl LiveRecording {
         let pid = self.pid.map_or(String::new(), |p| format!(" (pid {p})"));
         let mut text = format!(
             "recording `{}`{pid}: {:.1} s",
-            crate::units::printable(&self.command),
+            crate::units::Shown::new(&self.command),
             self.started.elapsed().as_secs_f64()
         );
         if let Some(s) = &self.last {

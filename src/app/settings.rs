@@ -45,11 +45,14 @@ impl Settings {
     /// # Errors
     /// When the folder or file cannot be written.
     pub fn save(&self, path: &Path) -> std::io::Result<()> {
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir)?;
-        }
+        let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+            return Err(std::io::Error::other("a settings path with no file name"));
+        };
+        // The settings folder is weightscope's own: whatever is at the
+        // settings file's name (a link) is replaced, never written through.
+        crate::files::private_dir(dir)?;
         let bytes = serde_json::to_vec_pretty(self).map_err(std::io::Error::other)?;
-        crate::files::write_atomic(path, &bytes).map_err(std::io::Error::other)
+        crate::files::replace_entry(dir, name, &bytes)
     }
 
     /// Puts `path` first in the recent list.

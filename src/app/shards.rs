@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 
 use crate::checkpoint::Checkpoint;
-use crate::units::{human_bytes, printable};
+use crate::units::{Shown, human_bytes};
 
 use super::commands::{AppCommand, CommandSender};
 use crate::checkpoint::ShardId;
@@ -108,7 +108,10 @@ impl ShardsPanel {
                     });
                 }
                 for problem in checkpoint.problems() {
-                    ui.colored_label(ui.visuals().error_fg_color, printable(&problem.to_string()));
+                    ui.colored_label(
+                        ui.visuals().error_fg_color,
+                        Shown::new(&problem.to_string()),
+                    );
                 }
             });
     }

@@ -189,9 +189,7 @@ pub fn run(
     device: Result<DeviceInfo, crate::mlx::MlxError>,
     launched: Instant,
 ) -> anyhow::Result<()> {
-    let exit_after_frames = std::env::var("WEIGHTSCOPE_EXIT_AFTER_FRAMES")
-        .ok()
-        .and_then(|v| v.parse().ok());
+    let exit_after_frames = crate::environment::get().exit_after_frames;
     // glow (OpenGL) first: under software rendering it draws a frame five
     // times faster than wgpu (docs/app.md); wgpu when no OpenGL context
     // can be made.

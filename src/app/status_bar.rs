@@ -72,14 +72,14 @@ impl StatusBar {
                 ui.spinner();
                 ui.label(format!(
                     "opening {}",
-                    crate::units::printable(&path.display().to_string())
+                    crate::units::Shown::new(&path.display().to_string())
                 ));
             }
             if let Some(error) = inputs.open_error {
                 ui.separator();
                 ui.colored_label(
                     ui.visuals().error_fg_color,
-                    format!("open failed: {}", crate::units::printable(error)),
+                    format!("open failed: {}", crate::units::Shown::new(error)),
                 )
                 .on_hover_text(if inputs.checkpoint.is_some() {
                     "The checkpoint shown stays open; its figures and check are its own"

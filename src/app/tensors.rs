@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use crate::checkpoint::{Checkpoint, TensorRef, layer_of};
-use crate::units::{human_bytes, printable};
+use crate::units::{Shown, human_bytes};
 use crate::weights::ViewInfo;
 
 use super::commands::{AppCommand, CommandSender};
@@ -688,11 +688,11 @@ impl TensorsPanel {
         let t = checkpoint.tensors().at(i);
         let canonical = display_name(self.view.as_deref(), checkpoint, i).unwrap_or("");
         if canonical == t.name() {
-            (printable(t.name()).into_owned(), None)
+            (Shown::new(t.name()).into_string(), None)
         } else {
             (
-                printable(canonical).into_owned(),
-                Some(printable(t.name()).into_owned()),
+                Shown::new(canonical).into_string(),
+                Some(Shown::new(t.name()).into_string()),
             )
         }
     }

@@ -21,7 +21,7 @@ pub(crate) fn job_progress(
     ui.add(egui::ProgressBar::new(fraction).text(format!(
         "{done} of {total} tensors{what}, {:.1} s {}",
         since.elapsed().as_secs_f64(),
-        crate::units::printable(name)
+        crate::units::Shown::new(name)
     )));
 }
 
@@ -209,4 +209,16 @@ pub(crate) mod series_colors {
         Color32::from_rgb(240, 130, 170),
         Color32::from_rgb(140, 220, 140),
     ];
+}
+
+impl From<crate::units::Shown<'_>> for egui::RichText {
+    fn from(shown: crate::units::Shown<'_>) -> Self {
+        Self::new(shown.into_string())
+    }
+}
+
+impl From<crate::units::Shown<'_>> for egui::WidgetText {
+    fn from(shown: crate::units::Shown<'_>) -> Self {
+        Self::from(shown.into_string())
+    }
 }

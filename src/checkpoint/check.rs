@@ -137,7 +137,7 @@ pub fn check_gguf(header: &super::gguf::GgufHeader) -> Vec<Diagnostic> {
                 "gguf.mlx-refuses",
                 format!(
                     "mx.load (MLX 0.32.2) refuses the whole file: `{}` is {kind}",
-                    crate::units::printable(&t.name)
+                    crate::units::Shown::new(&t.name)
                 ),
             )
             .tensor(&t.name),
@@ -159,7 +159,7 @@ pub fn check_gguf(header: &super::gguf::GgufHeader) -> Vec<Diagnostic> {
         }
     }
     for (kind, (load, count, bytes, f16_bytes, first)) in by_type {
-        let first = crate::units::printable(first);
+        let first = crate::units::Shown::new(first);
         let message = match load {
             MlxLoad::Dropped => format!(
                 "mx.load (MLX 0.32.2) leaves the {count} {kind} tensor(s) out of what it returns, without a word (`{first}` first)"

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CheckpointError {
     /// The file or folder could not be opened or read.
-    #[error("cannot read ({reason}): {}", path.display())]
+    #[error("cannot read ({reason}): {}", crate::units::Shown::path(path))]
     Unreadable {
         /// The file or folder.
         path: PathBuf,
@@ -15,7 +15,10 @@ pub enum CheckpointError {
         reason: String,
     },
     /// Fewer than the 8 bytes that hold the header length.
-    #[error("file is {file_bytes} bytes, too short for a safetensors header: {}", path.display())]
+    #[error(
+        "file is {file_bytes} bytes, too short for a safetensors header: {}",
+        crate::units::Shown::path(path)
+    )]
     TooShort {
         /// The shard.
         path: PathBuf,
@@ -26,7 +29,10 @@ pub enum CheckpointError {
     // The declared length is not printed: those are the file's first 8
     // bytes, and a file that fails this check may be no checkpoint at all
     // (a secret read through a link).
-    #[error("header length (the file's first 8 bytes) exceeds the {cap_bytes}-byte cap: {}", path.display())]
+    #[error(
+        "header length (the file's first 8 bytes) exceeds the {cap_bytes}-byte cap: {}",
+        crate::units::Shown::path(path)
+    )]
     HeaderTooLarge {
         /// The shard.
         path: PathBuf,
@@ -36,7 +42,10 @@ pub enum CheckpointError {
         cap_bytes: u64,
     },
     /// The header length runs past the end of the file.
-    #[error("header length (the file's first 8 bytes) runs past the end of the file ({file_bytes} bytes): {}", path.display())]
+    #[error(
+        "header length (the file's first 8 bytes) runs past the end of the file ({file_bytes} bytes): {}",
+        crate::units::Shown::path(path)
+    )]
     HeaderPastEnd {
         /// The shard.
         path: PathBuf,
@@ -46,7 +55,10 @@ pub enum CheckpointError {
         file_bytes: u64,
     },
     /// The header bytes are not UTF-8.
-    #[error("header is not UTF-8 (invalid byte at offset {offset}): {}", path.display())]
+    #[error(
+        "header is not UTF-8 (invalid byte at offset {offset}): {}",
+        crate::units::Shown::path(path)
+    )]
     HeaderNotUtf8 {
         /// The shard.
         path: PathBuf,
@@ -54,7 +66,7 @@ pub enum CheckpointError {
         offset: usize,
     },
     /// The header is not JSON at all.
-    #[error("header is not JSON ({reason}): {}", path.display())]
+    #[error("header is not JSON ({reason}): {}", crate::units::Shown::path(path))]
     HeaderNotJson {
         /// The shard.
         path: PathBuf,
@@ -62,7 +74,10 @@ pub enum CheckpointError {
         reason: String,
     },
     /// The header is JSON but not shaped like a safetensors header.
-    #[error("header is not a safetensors header ({reason}): {}", path.display())]
+    #[error(
+        "header is not a safetensors header ({reason}): {}",
+        crate::units::Shown::path(path)
+    )]
     HeaderShape {
         /// The shard.
         path: PathBuf,
@@ -70,7 +85,10 @@ pub enum CheckpointError {
         reason: String,
     },
     /// A tensor's dtype is not one the format defines.
-    #[error("tensor `{tensor}` has unknown dtype `{dtype}`: {}", path.display())]
+    #[error(
+        "tensor `{tensor}` has unknown dtype `{dtype}`: {}",
+        crate::units::Shown::path(path)
+    )]
     UnknownDtype {
         /// The shard.
         path: PathBuf,
@@ -80,7 +98,10 @@ pub enum CheckpointError {
         dtype: String,
     },
     /// A shape entry is not a non-negative integer.
-    #[error("tensor `{tensor}` has a bad shape ({reason}): {}", path.display())]
+    #[error(
+        "tensor `{tensor}` has a bad shape ({reason}): {}",
+        crate::units::Shown::path(path)
+    )]
     BadShape {
         /// The shard.
         path: PathBuf,
@@ -90,7 +111,10 @@ pub enum CheckpointError {
         reason: String,
     },
     /// `data_offsets` is not two ascending non-negative integers.
-    #[error("tensor `{tensor}` data_offsets must be two ascending integers, found {found}: {}", path.display())]
+    #[error(
+        "tensor `{tensor}` data_offsets must be two ascending integers, found {found}: {}",
+        crate::units::Shown::path(path)
+    )]
     BadOffsets {
         /// The shard.
         path: PathBuf,
@@ -100,7 +124,10 @@ pub enum CheckpointError {
         found: String,
     },
     /// A tensor's bytes run past the end of the data section.
-    #[error("tensor `{tensor}` ends at byte {end} of the data, past its end ({data_bytes} bytes): {}", path.display())]
+    #[error(
+        "tensor `{tensor}` ends at byte {end} of the data, past its end ({data_bytes} bytes): {}",
+        crate::units::Shown::path(path)
+    )]
     OffsetsPastEnd {
         /// The shard.
         path: PathBuf,
@@ -112,7 +139,10 @@ pub enum CheckpointError {
         data_bytes: u64,
     },
     /// Two tensors share bytes.
-    #[error("tensors `{first}` and `{second}` overlap in the data: {}", path.display())]
+    #[error(
+        "tensors `{first}` and `{second}` overlap in the data: {}",
+        crate::units::Shown::path(path)
+    )]
     Overlap {
         /// The shard.
         path: PathBuf,
@@ -122,7 +152,10 @@ pub enum CheckpointError {
         second: String,
     },
     /// Bytes of the data section belong to no tensor.
-    #[error("data bytes {start}..{end} belong to no tensor: {}", path.display())]
+    #[error(
+        "data bytes {start}..{end} belong to no tensor: {}",
+        crate::units::Shown::path(path)
+    )]
     Hole {
         /// The shard.
         path: PathBuf,
@@ -132,7 +165,10 @@ pub enum CheckpointError {
         end: u64,
     },
     /// Byte length differs from elements x dtype size.
-    #[error("tensor `{tensor}` holds {bytes} bytes but {dtype} x {shape:?} needs {expected}: {}", path.display())]
+    #[error(
+        "tensor `{tensor}` holds {bytes} bytes but {dtype} x {shape:?} needs {expected}: {}",
+        crate::units::Shown::path(path)
+    )]
     SizeMismatch {
         /// The shard.
         path: PathBuf,
@@ -148,7 +184,11 @@ pub enum CheckpointError {
         expected: String,
     },
     /// A tensor name appears twice.
-    #[error("tensor `{tensor}` appears twice, in {} and {}", first.display(), second.display())]
+    #[error(
+        "tensor `{tensor}` appears twice, in {} and {}",
+        crate::units::Shown::path(first),
+        crate::units::Shown::path(second)
+    )]
     DuplicateTensor {
         /// The tensor.
         tensor: String,
@@ -158,7 +198,7 @@ pub enum CheckpointError {
         second: PathBuf,
     },
     /// The index file is not JSON.
-    #[error("index is not JSON ({reason}): {}", path.display())]
+    #[error("index is not JSON ({reason}): {}", crate::units::Shown::path(path))]
     IndexNotJson {
         /// The index file.
         path: PathBuf,
@@ -166,7 +206,10 @@ pub enum CheckpointError {
         reason: String,
     },
     /// The index is JSON but not shaped like an index.
-    #[error("index is not a safetensors index ({reason}): {}", path.display())]
+    #[error(
+        "index is not a safetensors index ({reason}): {}",
+        crate::units::Shown::path(path)
+    )]
     IndexShape {
         /// The index file.
         path: PathBuf,
@@ -174,7 +217,10 @@ pub enum CheckpointError {
         reason: String,
     },
     /// The index names a shard file that does not exist.
-    #[error("index names shard `{shard}`, which does not exist: {}", index.display())]
+    #[error(
+        "index names shard `{shard}`, which does not exist: {}",
+        crate::units::Shown::path(index)
+    )]
     IndexMissingShard {
         /// The index file.
         index: PathBuf,
@@ -182,7 +228,7 @@ pub enum CheckpointError {
         shard: String,
     },
     /// The index names a tensor its shard does not hold.
-    #[error("index puts tensor `{tensor}` in `{shard}`, which does not hold it{}: {}", more_text(*more), index.display())]
+    #[error("index puts tensor `{tensor}` in `{shard}`, which does not hold it{}: {}", more_text(*more), crate::units::Shown::path(index))]
     IndexTensorNotInShard {
         /// The index file.
         index: PathBuf,
@@ -194,13 +240,19 @@ pub enum CheckpointError {
         more: usize,
     },
     /// A folder with no safetensors file in it.
-    #[error("no .safetensors files in the folder: {}", path.display())]
+    #[error(
+        "no .safetensors files in the folder: {}",
+        crate::units::Shown::path(path)
+    )]
     EmptyFolder {
         /// The folder.
         path: PathBuf,
     },
     /// `config.json` is present but unusable (the checkpoint still opens).
-    #[error("config.json is not usable ({reason}): {}", path.display())]
+    #[error(
+        "config.json is not usable ({reason}): {}",
+        crate::units::Shown::path(path)
+    )]
     BadConfig {
         /// The config file.
         path: PathBuf,

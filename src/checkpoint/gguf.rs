@@ -31,6 +31,12 @@ const MAX_STRING: u64 = 1 << 24;
 const MAX_DIMS: u32 = 8;
 /// Array elements kept to show (the rest are counted, skipped).
 const ARRAY_PREVIEW: usize = 8;
+/// The most bytes kept of one metadata string (a chat template is a few
+/// KB); a longer one keeps its first bytes and says its length.
+pub const STRING_KEPT: usize = 16 << 10;
+/// The most bytes of metadata strings kept in all: past it, strings keep
+/// no text, only their length (a 2 GB file of long strings shows MBs).
+const STRINGS_KEPT_IN_ALL: u64 = 16 << 20;
 
 /// A ggml tensor type: its id in the file, its name, and how many values a
 /// block holds in how many bytes.
@@ -188,6 +194,14 @@ pub enum MetaValue {
     Bool(bool),
     /// A string (escaped when shown).
     Str(String),
+    /// A string longer than what is kept ([`STRING_KEPT`], or past the
+    /// header's budget): its first bytes and its length.
+    Cut {
+        /// Its first bytes (whole characters), perhaps none.
+        prefix: String,
+        /// Its length in the file, in bytes.
+        bytes: u64,
+    },
     /// An array: its element type's name, its length, its first elements.
     Array {
         /// `u32`, `string`, ….
@@ -284,6 +298,8 @@ pub enum GgufError {
 struct Counted<R> {
     inner: R,
     at: u64,
+    /// Bytes of metadata strings kept so far.
+    kept: u64,
     /// Read ahead of the parser: `ahead[pos..end]`.
     ahead: Vec<u8>,
     pos: usize,
@@ -295,6 +311,7 @@ impl<R: Read + Seek> Counted<R> {
         Self {
             inner,
             at: 0,
+            kept: 0,
             ahead: vec![0; read_ahead],
             pos: 0,
             end: 0,
@@ -388,6 +405,46 @@ impl<R: Read + Seek> Counted<R> {
         self.at += n;
         Ok(())
     }
+    /// A metadata string: whole up to [`STRING_KEPT`] bytes while the
+    /// header's budget lasts, else its first bytes and its length.
+    fn meta_string(&mut self) -> Result<MetaValue, GgufError> {
+        let len = self.u64()?;
+        if len > MAX_STRING {
+            return Err(GgufError::TooLarge {
+                what: "a string of",
+                value: len,
+                limit: MAX_STRING,
+            });
+        }
+        let room = STRINGS_KEPT_IN_ALL.saturating_sub(self.kept);
+        let keep = len.min(STRING_KEPT as u64).min(room);
+        let mut buf = vec![0u8; usize::try_from(keep).unwrap_or(0)];
+        if let Some(ready) = self.take_buffered(buf.len()) {
+            buf.copy_from_slice(ready);
+        } else {
+            self.fill(&mut buf)?;
+        }
+        self.kept += keep;
+        self.skip(len - keep)?;
+        if keep == len {
+            return Ok(MetaValue::Str(String::from_utf8(buf).unwrap_or_else(
+                |bad| String::from_utf8_lossy(bad.as_bytes()).into_owned(),
+            )));
+        }
+        // Cut at a character's start, never inside one.
+        let text = match std::str::from_utf8(&buf) {
+            Ok(text) => text.to_owned(),
+            Err(e) if e.error_len().is_none() => {
+                String::from_utf8_lossy(&buf[..e.valid_up_to()]).into_owned()
+            }
+            Err(_) => String::from_utf8_lossy(&buf).into_owned(),
+        };
+        Ok(MetaValue::Cut {
+            prefix: text,
+            bytes: len,
+        })
+    }
+
     fn string(&mut self, what: &'static str) -> Result<String, GgufError> {
         let len = self.u64()?;
         if len > MAX_STRING {
@@ -441,7 +498,7 @@ fn scalar<R: Read + Seek>(r: &mut Counted<R>, kind: u32) -> Result<MetaValue, Gg
         5 => MetaValue::Int(i128::from(i32::from_le_bytes(r.bytes()?))),
         6 => MetaValue::Float(f64::from(f32::from_le_bytes(r.bytes()?))),
         7 => MetaValue::Bool(r.bytes::<1>()?[0] != 0),
-        8 => MetaValue::Str(r.string("a string of")?),
+        8 => r.meta_string()?,
         10 => MetaValue::Int(i128::from(r.u64()?)),
         11 => MetaValue::Int(i128::from(i64::from_le_bytes(r.bytes()?))),
         12 => MetaValue::Float(f64::from_le_bytes(r.bytes()?)),
@@ -585,17 +642,7 @@ impl GgufHeader {
                 return Err(GgufError::TooLarge { what, value, limit });
             }
         }
-        let mut metadata = Vec::new();
-        for _ in 0..key_count {
-            let key = r.string("a key of")?;
-            let kind = r.u32()?;
-            if value_type(kind).is_none() {
-                return Err(GgufError::Invalid(format!(
-                    "key `{key}`: unknown value type {kind}"
-                )));
-            }
-            metadata.push((key, value(&mut r, kind)?));
-        }
+        let metadata = read_metadata(&mut r, key_count)?;
         let alignment = metadata
             .iter()
             .find(|(k, _)| k == "general.alignment")
@@ -613,8 +660,14 @@ impl GgufHeader {
         // only once the whole list has been read (a file cut short says so
         // first) and the alignment found good.
         let mut first_bad = None;
+        let mut names = foldhash::HashSet::default();
         for _ in 0..tensor_count {
             let name = r.string("a tensor name of")?;
+            if !names.insert(name.clone()) && first_bad.is_none() {
+                first_bad = Some(GgufError::Invalid(format!(
+                    "tensor `{name}` appears twice (llama.cpp refuses such a file)"
+                )));
+            }
             let dims = r.u32()?;
             if dims > MAX_DIMS {
                 return Err(GgufError::Invalid(format!(
@@ -659,6 +712,39 @@ impl GgufHeader {
             header_bytes,
         })
     }
+}
+
+/// The key-values of a header: each key once, `general.alignment` a u32
+/// (as llama.cpp's reader requires), strings bounded ([`STRING_KEPT`]).
+fn read_metadata<R: Read + Seek>(
+    r: &mut Counted<R>,
+    key_count: u64,
+) -> Result<Vec<(String, MetaValue)>, GgufError> {
+    let mut metadata = Vec::new();
+    let mut keys = foldhash::HashSet::default();
+    for _ in 0..key_count {
+        let key = r.string("a key of")?;
+        let kind = r.u32()?;
+        let Some((type_name, _)) = value_type(kind) else {
+            return Err(GgufError::Invalid(format!(
+                "key `{key}`: unknown value type {kind}"
+            )));
+        };
+        // As llama.cpp's reader: the alignment is a u32 or the file is
+        // refused (taken as 32, every offset would be read wrong).
+        if key == "general.alignment" && kind != 4 {
+            return Err(GgufError::Invalid(format!(
+                "general.alignment must be of type u32, it is {type_name}"
+            )));
+        }
+        if !keys.insert(key.clone()) {
+            return Err(GgufError::Invalid(format!(
+                "key `{key}` appears twice (llama.cpp and gguf-py refuse such a file)"
+            )));
+        }
+        metadata.push((key, value(r, kind)?));
+    }
+    Ok(metadata)
 }
 
 /// A tensor's entry from its header fields: its bytes from its type's
@@ -780,6 +866,129 @@ mod tests {
             b.extend_from_slice(&(i * 32 * 41 * 4).to_le_bytes());
         }
         b
+    }
+
+    /// A GGUF v3 header of `keys` (key, type id, value bytes) and tensors
+    /// named `names` (one F32 value each, 32 bytes apart).
+    fn handmade(keys: &[(&str, u32, Vec<u8>)], names: &[&str]) -> Vec<u8> {
+        let mut b = Vec::new();
+        let string = |b: &mut Vec<u8>, s: &str| {
+            b.extend_from_slice(&(s.len() as u64).to_le_bytes());
+            b.extend_from_slice(s.as_bytes());
+        };
+        b.extend_from_slice(MAGIC);
+        b.extend_from_slice(&3u32.to_le_bytes());
+        b.extend_from_slice(&(names.len() as u64).to_le_bytes());
+        b.extend_from_slice(&(keys.len() as u64).to_le_bytes());
+        for (key, kind, value) in keys {
+            string(&mut b, key);
+            b.extend_from_slice(&kind.to_le_bytes());
+            b.extend_from_slice(value);
+        }
+        for (i, name) in names.iter().enumerate() {
+            string(&mut b, name);
+            b.extend_from_slice(&1u32.to_le_bytes());
+            b.extend_from_slice(&1u64.to_le_bytes());
+            b.extend_from_slice(&0u32.to_le_bytes());
+            b.extend_from_slice(&(i as u64 * 32).to_le_bytes());
+        }
+        b
+    }
+
+    fn string_value(text: &[u8]) -> Vec<u8> {
+        let mut v = (text.len() as u64).to_le_bytes().to_vec();
+        v.extend_from_slice(text);
+        v
+    }
+
+    fn read(data: &[u8]) -> Result<GgufHeader, GgufError> {
+        for read_ahead in [0, 7, 4096] {
+            assert!(
+                read_ahead_agrees(data, read_ahead),
+                "read ahead {read_ahead}"
+            );
+        }
+        GgufHeader::from_reader(std::io::Cursor::new(data))
+    }
+
+    #[test]
+    fn a_tensor_or_a_key_named_twice_is_refused() {
+        let err = read(&handmade(&[], &["a", "b", "a"])).expect_err("twice");
+        assert!(
+            err.to_string().contains("tensor `a` appears twice"),
+            "{err}"
+        );
+        let one = 7u32.to_le_bytes().to_vec();
+        let err =
+            read(&handmade(&[("k", 4, one.clone()), ("k", 4, one)], &["a"])).expect_err("twice");
+        assert!(err.to_string().contains("key `k` appears twice"), "{err}");
+    }
+
+    #[test]
+    fn an_alignment_that_is_not_a_u32_is_refused_as_llama_cpp_refuses_it() {
+        for (kind, value, named) in [
+            (5, 64i32.to_le_bytes().to_vec(), "i32"),
+            (10, 64u64.to_le_bytes().to_vec(), "u64"),
+            (8, string_value(b"64"), "string"),
+        ] {
+            let err = read(&handmade(&[("general.alignment", kind, value)], &["a"]))
+                .expect_err("not u32");
+            assert!(
+                err.to_string().contains(&format!(
+                    "general.alignment must be of type u32, it is {named}"
+                )),
+                "{err}"
+            );
+        }
+        let header = read(&handmade(
+            &[("general.alignment", 4, 64u32.to_le_bytes().to_vec())],
+            &["a"],
+        ))
+        .expect("a u32");
+        assert_eq!(header.alignment, 64);
+    }
+
+    #[test]
+    fn long_strings_keep_their_first_bytes_and_say_their_length() {
+        let long = "é".repeat(STRING_KEPT); // twice STRING_KEPT bytes
+        let header = read(&handmade(
+            &[("tokenizer.chat_template", 8, string_value(long.as_bytes()))],
+            &["a"],
+        ))
+        .expect("valid");
+        match &header.metadata[0].1 {
+            MetaValue::Cut { prefix, bytes } => {
+                assert_eq!(*bytes, 2 * STRING_KEPT as u64);
+                assert_eq!(prefix.len(), STRING_KEPT, "whole characters, to the limit");
+                assert!(prefix.chars().all(|c| c == 'é'));
+            }
+            other => panic!("{other:?}"),
+        }
+        // Past the budget for the whole header, strings keep no text: 1,100
+        // strings of 16 KiB keep 16 MiB, not 17.
+        let big = vec![b'x'; STRING_KEPT];
+        let keys: Vec<(String, u32, Vec<u8>)> = (0..1100)
+            .map(|i| (format!("k{i}"), 8, string_value(&big)))
+            .collect();
+        let keys: Vec<(&str, u32, Vec<u8>)> = keys
+            .iter()
+            .map(|(k, t, v)| (k.as_str(), *t, v.clone()))
+            .collect();
+        let header = read(&handmade(&keys, &["a"])).expect("valid");
+        let kept: usize = header
+            .metadata
+            .iter()
+            .map(|(_, v)| match v {
+                MetaValue::Str(s) => s.len(),
+                MetaValue::Cut { prefix, .. } => prefix.len(),
+                _ => 0,
+            })
+            .sum();
+        assert_eq!(kept as u64, STRINGS_KEPT_IN_ALL);
+        assert!(matches!(
+            &header.metadata[1099].1,
+            MetaValue::Cut { prefix, bytes } if prefix.is_empty() && *bytes == STRING_KEPT as u64
+        ));
     }
 
     #[test]

@@ -37,7 +37,7 @@ fn short(value: &MetaValue) -> Option<String> {
         MetaValue::Float(f) => f.to_string(),
         MetaValue::Bool(b) => b.to_string(),
         MetaValue::Str(s) if s.len() <= 200 => s.clone(),
-        MetaValue::Str(_) | MetaValue::Array { .. } => return None,
+        MetaValue::Str(_) | MetaValue::Cut { .. } | MetaValue::Array { .. } => return None,
     })
 }
 

@@ -461,11 +461,18 @@ impl Checkpoint {
     }
 
     fn read_config(&mut self, path: &Path) {
-        if !path.is_file() {
+        // Absent is fine; there but not a regular file (a FIFO, a folder)
+        // is a problem said as one, never silently passed over.
+        if std::fs::symlink_metadata(path).is_err() {
             return;
         }
         match read_config(path) {
             Ok(config) => self.config = Some(config),
+            // config.json that cannot be read is a config problem (the
+            // `config.unusable` finding), not a shard that failed.
+            Err(CheckpointError::Unreadable { path, reason }) => self
+                .problems
+                .push(CheckpointError::BadConfig { path, reason }),
             Err(err) => self.problems.push(err),
         }
     }

@@ -84,7 +84,10 @@ pub enum ViewError {
     #[error("no built-in view named `{0}` (there are: qwen3-next, llama-cpp)")]
     UnknownBuiltin(String),
     /// The view file cannot be read.
-    #[error("cannot read the view file {}: {source}", path.display())]
+    #[error(
+        "cannot read the view file {}: {source}",
+        crate::units::Shown::path(path)
+    )]
     Io {
         /// The file.
         path: PathBuf,
@@ -92,7 +95,10 @@ pub enum ViewError {
         source: std::io::Error,
     },
     /// The view file is not JSON of the right shape.
-    #[error("view file {}: line {line}: {message}", path.display())]
+    #[error(
+        "view file {}: line {line}: {message}",
+        crate::units::Shown::path(path)
+    )]
     Json {
         /// The file.
         path: PathBuf,
@@ -102,7 +108,10 @@ pub enum ViewError {
         message: String,
     },
     /// One rule of the view file is bad.
-    #[error("view file {}: line {line}: rule {rule}: {message}", path.display())]
+    #[error(
+        "view file {}: line {line}: rule {rule}: {message}",
+        crate::units::Shown::path(path)
+    )]
     Rule {
         /// The file.
         path: PathBuf,

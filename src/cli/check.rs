@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::checkpoint::check::{Diagnostic, Severity, check_headers};
-use crate::units::{human_bytes, printable};
+use crate::units::{Shown, human_bytes};
 use crate::weights::{MlxLoader, ValueScan, Weights, scan_values};
 
 /// What `weightscope check` was asked for.
@@ -69,7 +69,7 @@ impl CheckReport {
         findings.sort_by_key(|f| f.severity);
         let count = |s: Severity| findings.iter().filter(|f| f.severity == s).count();
         Self {
-            path: path.display().to_string(),
+            path: crate::units::location_data(&path.to_string_lossy()),
             errors: count(Severity::Error),
             warnings: count(Severity::Warning),
             infos: count(Severity::Info),
@@ -146,7 +146,7 @@ const PER_CODE: usize = 8;
 /// # Errors
 /// When `out` fails.
 pub fn write_text(report: &CheckReport, out: &mut impl Write) -> std::io::Result<()> {
-    writeln!(out, "check {}", printable(&report.path))?;
+    writeln!(out, "check {}", Shown::new(&report.path))?;
     let mut shown: BTreeMap<&str, usize> = BTreeMap::new();
     let mut hidden: BTreeMap<&str, usize> = BTreeMap::new();
     for f in &report.findings {
@@ -157,9 +157,9 @@ pub fn write_text(report: &CheckReport, out: &mut impl Write) -> std::io::Result
             continue;
         }
         let place = match (&f.tensor, &f.file) {
-            (Some(t), Some(file)) => format!("  [{} in {}]", printable(t), printable(file)),
-            (Some(t), None) => format!("  [{}]", printable(t)),
-            (None, Some(file)) => format!("  [{}]", printable(file)),
+            (Some(t), Some(file)) => format!("  [{} in {}]", Shown::new(t), Shown::new(file)),
+            (Some(t), None) => format!("  [{}]", Shown::new(t)),
+            (None, Some(file)) => format!("  [{}]", Shown::new(file)),
             (None, None) => String::new(),
         };
         writeln!(
@@ -167,7 +167,7 @@ pub fn write_text(report: &CheckReport, out: &mut impl Write) -> std::io::Result
             "{:<8}{:<26}{}{place}",
             f.severity.name(),
             f.code,
-            printable(&f.message)
+            Shown::new(&f.message)
         )?;
     }
     for (code, n) in hidden {
@@ -222,7 +222,8 @@ pub fn main(args: &CheckArgs) -> u8 {
             .map_err(std::io::Error::from)
             .and_then(|()| writeln!(out))
     } else {
-        write_text(&report, &mut out)
+        let mut shown = crate::units::ShownLines::new(&mut out);
+        write_text(&report, &mut shown).and_then(|()| shown.finish().map(drop))
     };
     if let Err(code) = super::output_status(written.and_then(|()| out.flush())) {
         return code;

@@ -9,8 +9,8 @@ use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
+use crate::units::Shown;
 use crate::units::human_bytes;
-use crate::units::printable;
 use crate::weights::{DiffReport, MlxLoader, ViewChoice, Weights, snr_text};
 
 use super::CliError;
@@ -81,8 +81,14 @@ pub fn run(args: &DiffArgs, cancel: &AtomicBool) -> Result<DiffReport, CliError>
 pub fn to_json(args: &DiffArgs, report: &DiffReport) -> serde_json::Value {
     let mut value = serde_json::to_value(report).unwrap_or_default();
     if let Some(map) = value.as_object_mut() {
-        map.insert("a".into(), args.a.display().to_string().into());
-        map.insert("b".into(), args.b.display().to_string().into());
+        map.insert(
+            "a".into(),
+            crate::units::location_data(&args.a.to_string_lossy()).into(),
+        );
+        map.insert(
+            "b".into(),
+            crate::units::location_data(&args.b.to_string_lossy()).into(),
+        );
         map.insert(
             "by_kind".into(),
             serde_json::to_value(report.by_kind()).unwrap_or_default(),
@@ -148,7 +154,7 @@ pub fn write_tensor_text(
     d: &crate::weights::PairDetail,
     out: &mut impl Write,
 ) -> std::io::Result<()> {
-    writeln!(out, "{}", printable(&d.name))?;
+    writeln!(out, "{}", Shown::new(&d.name))?;
     writeln!(out, "A: {}    B: {}", d.a_dtype, d.b_dtype)?;
     writeln!(out, "{:>6} {:>13} {:>13} {:>13}", "", "A", "B", "|a - b|")?;
     let sides = [&d.a.stats, &d.b.stats, &d.error.stats];
@@ -216,8 +222,8 @@ pub fn write_text(
     report: &DiffReport,
     out: &mut impl Write,
 ) -> std::io::Result<()> {
-    writeln!(out, "A: {}", printable(&args.a.display().to_string()))?;
-    writeln!(out, "B: {}", printable(&args.b.display().to_string()))?;
+    writeln!(out, "A: {}", Shown::new(&args.a.display().to_string()))?;
+    writeln!(out, "B: {}", Shown::new(&args.b.display().to_string()))?;
     let differing = report.differing().count();
     writeln!(
         out,
@@ -230,7 +236,7 @@ pub fn write_text(
         report.failed.len()
     )?;
     if let Some(overall) = report.overall_text() {
-        writeln!(out, "overall: {}", printable(&overall))?;
+        writeln!(out, "overall: {}", Shown::new(&overall))?;
     }
     writeln!(
         out,
@@ -257,18 +263,18 @@ pub fn write_text(
         Ok(())
     };
     for name in report.only_in_a.iter().take(TEXT_ROWS) {
-        writeln!(out, "only in A: {}", printable(name))?;
+        writeln!(out, "only in A: {}", Shown::new(name))?;
     }
     left_out(out, "only in A", report.only_in_a.len())?;
     for name in report.only_in_b.iter().take(TEXT_ROWS) {
-        writeln!(out, "only in B: {}", printable(name))?;
+        writeln!(out, "only in B: {}", Shown::new(name))?;
     }
     left_out(out, "only in B", report.only_in_b.len())?;
     for c in report.changed.iter().take(TEXT_ROWS) {
         writeln!(
             out,
             "changed: {} {} {:?} -> {} {:?}",
-            printable(&c.name),
+            Shown::new(&c.name),
             c.a_dtype,
             c.a_shape,
             c.b_dtype,
@@ -280,8 +286,8 @@ pub fn write_text(
         writeln!(
             out,
             "failed: {}: {}",
-            printable(&f.name),
-            printable(&f.error)
+            Shown::new(&f.name),
+            Shown::new(&f.error)
         )?;
     }
     left_out(out, "failed", report.failed.len())?;
@@ -298,7 +304,7 @@ pub fn write_text(
         writeln!(
             out,
             "  {}  rel {:.3e}  SNR {}  cos {:.6}  max |a-b| {:.3e}  {} -> {}{}{}",
-            printable(&c.name),
+            Shown::new(&c.name),
             c.rel_error,
             snr_text(c.snr_db),
             c.cosine,
@@ -332,7 +338,7 @@ fn write_kinds(report: &DiffReport, out: &mut impl Write) -> std::io::Result<()>
             writeln!(
                 out,
                 "  {:<24} {:<28} {:>5} tensors  median {:.3e}  worst {:.3e}",
-                printable(&k.kind),
+                Shown::new(&k.kind),
                 k.b_dtype,
                 k.tensors,
                 k.median_rel_error,
@@ -375,7 +381,8 @@ pub fn main(args: &DiffArgs) -> u8 {
             .map_err(std::io::Error::from)
             .and_then(|()| std::io::Write::write_all(&mut out, b"\n"))
     } else {
-        write_text(args, &report, &mut out)
+        let mut shown = crate::units::ShownLines::new(&mut out);
+        write_text(args, &report, &mut shown).and_then(|()| shown.finish().map(drop))
     };
     drop(out);
     if let Some(signal) = super::signals::received() {
@@ -407,7 +414,8 @@ fn tensor_main(args: &DiffArgs, name: &str) -> u8 {
             .map_err(std::io::Error::from)
             .and_then(|()| std::io::Write::write_all(&mut out, b"\n"))
     } else {
-        write_tensor_text(&detail, &mut out)
+        let mut shown = crate::units::ShownLines::new(&mut out);
+        write_tensor_text(&detail, &mut shown).and_then(|()| shown.finish().map(drop))
     };
     match super::output_status(written) {
         Ok(()) => 0,

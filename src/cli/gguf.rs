@@ -8,7 +8,7 @@ use std::io::Write;
 use std::path::Path;
 
 use crate::checkpoint::gguf::{GgmlType, GgufHeader, MetaValue, MlxLoad};
-use crate::units::{human_bytes, printable, short_count};
+use crate::units::{Shown, human_bytes, short_count};
 
 /// The tensors of one type, together.
 struct TypeRow {
@@ -68,7 +68,7 @@ fn shown(value: &MetaValue) -> String {
         MetaValue::Float(x) => format!("{x}"),
         MetaValue::Bool(b) => b.to_string(),
         MetaValue::Str(s) => {
-            let s = printable(s);
+            let s = Shown::new(s);
             if s.chars().count() > 80 {
                 format!(
                     "{:?}… ({} characters)",
@@ -78,6 +78,14 @@ fn shown(value: &MetaValue) -> String {
             } else {
                 format!("{s:?}")
             }
+        }
+        MetaValue::Cut { prefix, bytes } => {
+            let s = Shown::new(prefix);
+            format!(
+                "{:?}… ({bytes} bytes; the first {} kept)",
+                s.chars().take(77).collect::<String>(),
+                prefix.len()
+            )
         }
         MetaValue::Array {
             element,
@@ -115,7 +123,7 @@ pub fn write_text(path: &Path, header: &GgufHeader, out: &mut impl Write) -> std
         .map(crate::checkpoint::gguf::GgufTensor::values)
         .sum();
     let bytes: u64 = header.tensors.iter().map(|t| t.bytes).sum();
-    writeln!(out, "{}", printable(&path.display().to_string()))?;
+    writeln!(out, "{}", Shown::new(&path.display().to_string()))?;
     writeln!(
         out,
         "GGUF version {}, {} tensors, {} metadata keys, header {} (data from byte {}, aligned to {})",
@@ -135,7 +143,7 @@ pub fn write_text(path: &Path, header: &GgufHeader, out: &mut impl Write) -> std
     )?;
     writeln!(out, "metadata:")?;
     for (key, value) in &header.metadata {
-        writeln!(out, "  {}: {}", printable(key), shown(value))?;
+        writeln!(out, "  {}: {}", Shown::new(key), shown(value))?;
     }
     writeln!(out, "by type (most parameters first):")?;
     let rows = by_type(header);
@@ -166,7 +174,7 @@ pub fn write_text(path: &Path, header: &GgufHeader, out: &mut impl Write) -> std
         writeln!(
             out,
             "  {}  {name}  {:?}  {}  at byte {}",
-            printable(&t.name),
+            Shown::new(&t.name),
             t.shape,
             human_bytes(t.bytes),
             t.offset
@@ -188,7 +196,7 @@ fn write_mlx_verdict(
         writeln!(
             out,
             "mx.load (MLX 0.32.2) refuses this file: tensor `{}` is {name} (\"[load_gguf] gguf_tensor_to_f16 failed\")",
-            printable(&t.name)
+            Shown::new(&t.name)
         )?;
         return Ok(());
     }
@@ -317,6 +325,11 @@ fn meta_json(value: &MetaValue) -> serde_json::Value {
         MetaValue::Float(x) => (*x).into(),
         MetaValue::Bool(b) => (*b).into(),
         MetaValue::Str(s) => s.clone().into(),
+        // A string longer than what is kept: its first bytes and its
+        // length, never a value that was not read.
+        MetaValue::Cut { prefix, bytes } => serde_json::json!({
+            "prefix": prefix, "bytes": bytes,
+        }),
         MetaValue::Array {
             element,
             len,
@@ -352,7 +365,7 @@ fn to_json<'a>(place: &Place<'a>, file: &'a str, header: &'a GgufHeader) -> Repo
     });
     Report {
         format: "gguf",
-        path: place.path.display().to_string(),
+        path: crate::units::location_data(&place.path.to_string_lossy()),
         commit: place.commit,
         layout: "file",
         model_type,
@@ -431,7 +444,10 @@ pub fn write_json(
         .to_str()
         .and_then(|p| p.rsplit('/').next())
         .filter(|f| !f.is_empty())
-        .map_or_else(|| place.path.display().to_string(), str::to_owned);
+        .map_or_else(
+            || crate::units::location_data(&place.path.to_string_lossy()),
+            str::to_owned,
+        );
     let mut head = serde_json::to_vec(&to_json(place, &file, header))?;
     head.pop(); // the closing `}`: the list goes last
     out.write_all(&head)?;
@@ -463,7 +479,7 @@ pub fn main(path: &Path, json: bool) -> u8 {
         Err(err) => {
             super::stderr_line(format_args!(
                 "{}: {err}",
-                printable(&path.display().to_string())
+                Shown::new(&path.display().to_string())
             ));
             return super::BAD_INPUT;
         }
@@ -487,7 +503,8 @@ pub fn report(place: &Place<'_>, header: &GgufHeader, json: bool) -> u8 {
     let written = if json {
         write_json(place, header, &mut out)
     } else {
-        write_text(place.path, header, &mut out)
+        let mut shown = crate::units::ShownLines::new(&mut out);
+        write_text(place.path, header, &mut shown).and_then(|()| shown.finish().map(drop))
     }
     .and_then(|()| out.flush());
     match super::output_status(written) {

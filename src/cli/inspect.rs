@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use crate::checkpoint::{Checkpoint, Layout, Summary, TensorRef};
 use crate::units::json_plain_run;
-use crate::units::{grouped, human_bytes, printable, short_count, write_human_bytes};
+use crate::units::{Shown, grouped, human_bytes, short_count, write_human_bytes};
 
 #[derive(Serialize)]
 struct JsonShard<'a> {
@@ -136,7 +136,7 @@ pub fn write_json(
     });
     let doc = JsonInspect {
         format: "safetensors",
-        path: checkpoint.root().display().to_string(),
+        path: crate::units::location_data(&checkpoint.root().to_string_lossy()),
         commit: checkpoint
             .remote()
             .and_then(crate::checkpoint::ByteSource::commit),
@@ -522,12 +522,12 @@ pub fn write_text(
     out: &mut impl Write,
 ) -> io::Result<()> {
     let shards = checkpoint.shards();
-    writeln!(out, "checkpoint   {}", checkpoint.root().display())?;
+    writeln!(out, "checkpoint   {}", Shown::path(checkpoint.root()))?;
     if let Some(commit) = checkpoint
         .remote()
         .and_then(crate::checkpoint::ByteSource::commit)
     {
-        writeln!(out, "commit       {}", printable(commit))?;
+        writeln!(out, "commit       {}", Shown::new(commit))?;
     }
     writeln!(
         out,
@@ -584,7 +584,7 @@ pub fn write_text(
         writeln!(
             out,
             "{:<file_width$}  {:>12}  {:>8}",
-            printable(&s.file),
+            Shown::new(&s.file),
             human_bytes(s.file_bytes),
             s.tensors.len()
         )?;
@@ -649,8 +649,7 @@ fn write_tensor_rows(checkpoint: &Checkpoint, out: &mut impl Write) -> io::Resul
         "{:<name_width$}  {:<11}  {:<shape_width$}  {:>12}  SHARD",
         "NAME", "DTYPE", "SHAPE", "BYTES"
     )?;
-    let shard_names: Vec<std::borrow::Cow<'_, str>> =
-        shards.iter().map(|s| printable(&s.file)).collect();
+    let shard_names: Vec<Shown<'_>> = shards.iter().map(|s| Shown::new(&s.file)).collect();
     // The 90k rows, as the JSON list: in pieces on every core.
     // Padded by hand, byte for byte as `{:<w$}` and `{:>w$}` pad (by
     // characters): the formatter took most of the time of 90k rows.
@@ -659,7 +658,7 @@ fn write_tensor_rows(checkpoint: &Checkpoint, out: &mut impl Write) -> io::Resul
         let mut bytes = String::new();
         let mut digits = itoa::Buffer::new();
         for t in tensors.iter_range(piece) {
-            let name = printable(t.name());
+            let name = Shown::new(t.name());
             buf.extend_from_slice(name.as_bytes());
             pad(buf, name_width, name.chars().count());
             buf.extend_from_slice(b"  ");
@@ -696,7 +695,7 @@ fn name_column_width(checkpoint: &Checkpoint) -> usize {
     checkpoint
         .tensors()
         .iter()
-        .map(|t| printable(t.name()).chars().count())
+        .map(|t| Shown::new(t.name()).chars().count())
         .max()
         .unwrap_or(0)
         .clamp(4, 72)
@@ -819,7 +818,8 @@ pub fn main(args: &InspectArgs) -> u8 {
     let written = if json {
         write_json(&checkpoint, &summary, &mut out)
     } else {
-        write_text(&checkpoint, &summary, &mut out)
+        let mut shown = crate::units::ShownLines::new(&mut out);
+        write_text(&checkpoint, &summary, &mut shown).and_then(|()| shown.finish().map(drop))
     };
     let flushed = written.and_then(|()| std::io::Write::flush(&mut out));
     super::output_status(flushed).map_or_else(|code| code, |()| 0)
@@ -968,7 +968,7 @@ mod tests {
         for (t, row) in tensors.iter().zip(rows) {
             let want = format!(
                 "{:<name_width$}  {:<11}  {:<shape_width$}  {:>12}  {}",
-                printable(t.name()),
+                Shown::new(t.name()),
                 t.dtype().name(),
                 format!("{:?}", t.shape()),
                 human_bytes(t.bytes()),

@@ -123,6 +123,17 @@ fn positive_size(text: &str) -> Result<u64, ArgError> {
 fn view(text: &str) -> Result<ViewChoice, ArgError> {
     let choice = ViewChoice::parse(text);
     match &choice {
+        // Something that is there but is not a regular file (a FIFO, a
+        // folder) is said as what it is, never "does not exist".
+        ViewChoice::File(path) if std::fs::symlink_metadata(path).is_ok() && !path.is_file() => {
+            let kind = std::fs::metadata(path)
+                .ok()
+                .and_then(|m| crate::files::irregular_kind(m.file_type()))
+                .unwrap_or("not a file");
+            Err(ArgError::View(format!(
+                "the view file `{text}` is {kind}, not a regular file"
+            )))
+        }
         ViewChoice::File(path) if !path.is_file() => {
             let close = closest(
                 text,
@@ -223,7 +234,7 @@ pub fn open_checkpoint(
     use std::io::IsTerminal as _;
     let remote = path.to_str().is_some_and(crate::remote::is_address);
     if remote && std::io::stderr().is_terminal() {
-        let shown = crate::units::without_password(&path.display().to_string()).into_owned();
+        let shown = crate::units::location_data(&path.display().to_string());
         return crate::remote::open_checkpoint(path, &move |parsed, total| {
             let end = if parsed == total { "\n" } else { "" };
             eprint!("\r{shown}: headers {parsed}/{total}{end}");
@@ -425,28 +436,30 @@ pub unsafe fn prepare_process() {
 /// # Errors
 /// The exit status after saying which value is not a size.
 pub fn apply_env_limits() -> Result<(), u8> {
-    if let Some(limit) = std::env::var_os("WEIGHTSCOPE_MEMORY_LIMIT") {
-        let text = limit.to_string_lossy();
-        let set = crate::units::parse_size(&text)
-            .filter(|b| *b > 0)
-            .ok_or_else(|| format!("WEIGHTSCOPE_MEMORY_LIMIT=`{text}` is not a size such as 8G"))
-            .and_then(|bytes| crate::mlx::set_memory_limit(bytes).map_err(|e| e.to_string()));
-        if let Err(err) = set {
+    // The environment, read once here at the edge: a value that cannot be
+    // used is one line naming its variable, before any work.
+    let environment = match crate::environment::read() {
+        Ok(environment) => environment,
+        Err(err) => {
             stderr_line(format_args!("{err}"));
             return Err(BAD_INPUT);
         }
+    };
+    let (memory, cache) = (environment.memory_limit, environment.cache_limit);
+    crate::environment::install(environment);
+    if let Some(bytes) = memory
+        && let Err(err) = crate::mlx::set_memory_limit(bytes)
+    {
+        stderr_line(format_args!("WEIGHTSCOPE_MEMORY_LIMIT: {err}"));
+        return Err(BAD_INPUT);
     }
     // MLX's buffer cache (32 MB by default on the CPU backend): freed
     // buffers it keeps for reuse instead of returning them.
-    if let Some(limit) = std::env::var_os("WEIGHTSCOPE_CACHE_LIMIT") {
-        let text = limit.to_string_lossy();
-        let set = crate::units::parse_size(&text)
-            .ok_or_else(|| format!("WEIGHTSCOPE_CACHE_LIMIT=`{text}` is not a size such as 1G"))
-            .and_then(|bytes| crate::mlx::set_cache_limit(bytes).map_err(|e| e.to_string()));
-        if let Err(err) = set {
-            stderr_line(format_args!("{err}"));
-            return Err(BAD_INPUT);
-        }
+    if let Some(bytes) = cache
+        && let Err(err) = crate::mlx::set_cache_limit(bytes)
+    {
+        stderr_line(format_args!("WEIGHTSCOPE_CACHE_LIMIT: {err}"));
+        return Err(BAD_INPUT);
     }
     Ok(())
 }

@@ -143,15 +143,29 @@ pub fn journal_path(trace: &std::path::Path) -> PathBuf {
 ///
 /// # Errors
 /// A line naming the path and why.
-pub fn check_outputs(args: &RecordArgs) -> Result<(), crate::files::FileError> {
+pub fn check_outputs(args: &RecordArgs) -> Result<RecordOutputs, crate::files::FileError> {
     let inputs: Vec<&std::path::Path> = args.checkpoint.iter().map(PathBuf::as_path).collect();
-    for path in args.json.iter().chain(&args.trace) {
-        crate::files::check_output(path, &inputs)?;
-    }
+    let check = |path: &Option<PathBuf>| {
+        path.as_deref()
+            .map(|p| crate::files::check_output(p, &inputs))
+            .transpose()
+    };
+    let outputs = RecordOutputs {
+        json: check(&args.json)?,
+        trace: check(&args.trace)?,
+    };
     if let Some(trace) = &args.trace {
         crate::files::check_output(&journal_path(trace), &inputs)?;
     }
-    Ok(())
+    Ok(outputs)
+}
+
+/// The checked outputs of a recording (`--json`, `--trace`): written
+/// through these, which check again when they write.
+#[derive(Debug, Default)]
+pub struct RecordOutputs {
+    json: Option<crate::files::Output>,
+    trace: Option<crate::files::Output>,
 }
 
 /// Writes the files asked for (JSON summary, trace); each is written
@@ -161,22 +175,23 @@ pub fn check_outputs(args: &RecordArgs) -> Result<(), crate::files::FileError> {
 /// Each file that could not be written.
 pub fn save(
     recording: &Recording,
-    args: &RecordArgs,
+    outputs: &RecordOutputs,
     journal: Option<&std::fs::File>,
 ) -> Result<(), super::CliError> {
     let mut errors = Vec::new();
-    if let Some(path) = &args.json {
+    if let Some(out) = &outputs.json {
         let text = serde_json::to_string_pretty(&summary_json(recording)).unwrap_or_default();
-        if let Err(err) = crate::files::write_atomic(path, (text + "\n").as_bytes()) {
+        if let Err(err) = out.write((text + "\n").as_bytes()) {
             errors.push(err.into());
         }
     }
     let journal_file = journal;
-    if let Some(path) = &args.trace {
+    if let Some(out) = &outputs.trace {
+        let path = out.path();
         let journal = journal_path(path);
         // A journal trace is already written, line by line.
         if journal != *path {
-            match recording.to_trace().save(path) {
+            match recording.to_trace().save(out) {
                 Ok(()) => {
                     if let Some(file) = journal_file {
                         crate::files::remove_if_same(&journal, file);
@@ -259,7 +274,7 @@ pub fn summary_json(r: &Recording) -> Value {
         "marks": marks,
         "files_seen": files(&r.files_seen),
         "files_open_at_peak": files(&r.files_open_at_peak),
-        "checkpoint": r.checkpoint.as_ref().map(|c| crate::units::without_password(&c.path.display().to_string()).into_owned()),
+        "checkpoint": r.checkpoint.as_ref().map(|c| crate::units::location_data(&c.path.display().to_string())),
         "checkpoint_error": r.checkpoint_error,
         "checkpoint_bytes": r.checkpoint.as_ref().map(|c| c.total_bytes),
         "expected_peak_bytes": r.checkpoint.as_ref().map(|c| json!({
@@ -427,7 +442,7 @@ pub fn write_summary(r: &Recording, out: &mut dyn Write) -> std::io::Result<()> 
     writeln!(
         out,
         "recorded `{}` (pid {}): {ended} after {:.1} s, {} samples",
-        crate::units::printable(&r.command),
+        crate::units::Shown::new(&r.command),
         r.pid,
         r.elapsed_secs,
         r.samples.len()
@@ -495,7 +510,7 @@ pub fn write_summary(r: &Recording, out: &mut dyn Write) -> std::io::Result<()> 
             } else {
                 format!(
                     " at {}",
-                    crate::units::printable(&crate::profile::record::stacks::describe(
+                    crate::units::Shown::new(&crate::profile::record::stacks::describe(
                         &rank.peak_stack
                     ))
                 )
@@ -530,7 +545,7 @@ fn write_phases(r: &Recording, out: &mut dyn Write) -> std::io::Result<()> {
         let top = phase.lines.first().map_or(String::new(), |l| {
             format!(
                 "; most at {} ({:.0} %)",
-                crate::units::printable(&l.frame.label()),
+                crate::units::Shown::new(&l.frame.label()),
                 l.share * 100.0
             )
         });
@@ -539,7 +554,7 @@ fn write_phases(r: &Recording, out: &mut dyn Write) -> std::io::Result<()> {
             "    {:>6.1}-{:<6.1} s \"{}\": peak {}, grew {}{top}",
             phase.start_secs,
             phase.end_secs,
-            crate::units::printable(&phase.mark),
+            crate::units::Shown::new(&phase.mark),
             human_bytes(phase.peak_bytes),
             human_bytes(phase.grew_bytes)
         )?;
@@ -578,7 +593,7 @@ fn write_ledger(r: &Recording, out: &mut dyn Write) -> std::io::Result<()> {
             .take(4)
             .map(|(path, bytes)| {
                 let name = path.rsplit('/').next().unwrap_or(path);
-                format!("{} {}", crate::units::printable(name), human_bytes(*bytes))
+                format!("{} {}", crate::units::Shown::new(name), human_bytes(*bytes))
             })
             .collect();
         writeln!(out, "    mapped files: {}", files.join(", "))?;
@@ -625,9 +640,9 @@ fn write_held(r: &Recording, out: &mut dyn Write) -> std::io::Result<()> {
             out,
             "    {:>10}  {} ({}, {}; {} array{}{also}){example}",
             human_bytes(root.bytes),
-            crate::units::printable(&root.root),
+            crate::units::Shown::new(&root.root),
             root.kind,
-            crate::units::printable(&root.place()),
+            crate::units::Shown::new(&root.place()),
             root.arrays,
             if root.arrays == 1 { "" } else { "s" },
         )?;
@@ -659,7 +674,7 @@ fn write_lines(r: &Recording, out: &mut dyn Write) -> std::io::Result<()> {
         writeln!(
             out,
             "  at the peak the job was at {}",
-            crate::units::printable(&crate::profile::record::stacks::describe(&r.peak_stack))
+            crate::units::Shown::new(&crate::profile::record::stacks::describe(&r.peak_stack))
         )?;
     }
     writeln!(out, "  lines (held at the peak, share, all they grew):")?;
@@ -675,8 +690,8 @@ fn write_lines(r: &Recording, out: &mut dyn Write) -> std::io::Result<()> {
             human_bytes(line.held_at_peak_bytes),
             line.share * 100.0,
             human_bytes(line.grew_bytes),
-            crate::units::printable(&line.frame.label()),
-            crate::units::printable(&code)
+            crate::units::Shown::new(&line.frame.label()),
+            crate::units::Shown::new(&code)
         )?;
     }
     Ok(())
@@ -696,7 +711,7 @@ fn write_files_and_findings(r: &Recording, out: &mut dyn Write) -> std::io::Resu
         writeln!(
             out,
             "    {} {}",
-            crate::units::printable(&file.path.display().to_string()),
+            crate::units::Shown::new(&file.path.display().to_string()),
             human_bytes(file.bytes)
         )?;
     }
@@ -705,8 +720,8 @@ fn write_files_and_findings(r: &Recording, out: &mut dyn Write) -> std::io::Resu
             .files_loaded
             .iter()
             .filter(|f| f.held)
-            .map(|f| crate::units::printable(f.path.rsplit('/').next().unwrap_or(&f.path)))
-            .map(std::borrow::Cow::into_owned)
+            .map(|f| crate::units::Shown::new(f.path.rsplit('/').next().unwrap_or(&f.path)))
+            .map(crate::units::Shown::into_string)
             .collect();
         writeln!(
             out,
@@ -724,9 +739,7 @@ fn write_files_and_findings(r: &Recording, out: &mut dyn Write) -> std::io::Resu
         writeln!(
             out,
             "  checkpoint {}: {} in {}; a walk would peak at {} (retain), {} (release-tensor), {} (release-shard)",
-            crate::units::printable(&crate::units::without_password(
-                &c.path.display().to_string()
-            )),
+            crate::units::Shown::new(&crate::units::location_data(&c.path.display().to_string())),
             human_bytes(c.total_bytes),
             crate::units::count_of(c.shards, "shard", "shards"),
             human_bytes(c.expected.retain),
@@ -734,7 +747,7 @@ fn write_files_and_findings(r: &Recording, out: &mut dyn Write) -> std::io::Resu
             human_bytes(c.expected.release_shard)
         )?;
     } else if let Some(error) = &r.checkpoint_error {
-        writeln!(out, "  checkpoint: {}", crate::units::printable(error))?;
+        writeln!(out, "  checkpoint: {}", crate::units::Shown::new(error))?;
     }
     if r.findings.is_empty() {
         writeln!(out, "  no findings")?;
@@ -745,7 +758,7 @@ fn write_files_and_findings(r: &Recording, out: &mut dyn Write) -> std::io::Resu
                 out,
                 "  - {}: {}",
                 finding.kind.severity().name(),
-                crate::units::printable(&finding.text)
+                crate::units::Shown::new(&finding.text)
             )?;
         }
     }
@@ -755,10 +768,13 @@ fn write_files_and_findings(r: &Recording, out: &mut dyn Write) -> std::io::Resu
 /// Runs and records the job; exits with its status.
 #[must_use]
 pub fn main(args: &RecordArgs) -> u8 {
-    if let Err(err) = check_outputs(args) {
-        super::stderr_line(format_args!("{err}"));
-        return super::BAD_INPUT;
-    }
+    let outputs = match check_outputs(args) {
+        Ok(outputs) => outputs,
+        Err(err) => {
+            super::stderr_line(format_args!("{err}"));
+            return super::BAD_INPUT;
+        }
+    };
     let control = crate::profile::record::RecordControl::new();
     // Ctrl+C, SIGTERM, SIGHUP to weightscope: passed on to the job's
     // process group (when the job has the terminal, Ctrl+C goes there by
@@ -782,8 +798,9 @@ pub fn main(args: &RecordArgs) -> u8 {
             return super::BAD_INPUT;
         }
     };
-    let _ = write_summary(&recording, &mut std::io::stderr().lock());
-    let saved = save(&recording, args, journal.as_ref());
+    let mut shown = crate::units::ShownLines::new(std::io::stderr().lock());
+    let _ = write_summary(&recording, &mut shown).and_then(|()| shown.finish().map(drop));
+    let saved = save(&recording, &outputs, journal.as_ref());
     if let Err(err) = &saved {
         super::stderr_line(format_args!("{err}"));
     }

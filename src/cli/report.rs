@@ -39,7 +39,7 @@ pub enum ReportError {
     #[error(transparent)]
     Trace(#[from] crate::profile::TraceError),
     /// A walk's trace: no job was recorded in it.
-    #[error("{}: a walk's trace, not a recording (open it in the window to see it)", .0.display())]
+    #[error("{}: a walk's trace, not a recording (open it in the window to see it)", crate::units::Shown::path(.0))]
     NotARecording(std::path::PathBuf),
 }
 
@@ -63,10 +63,12 @@ pub fn main(args: &ReportArgs) -> u8 {
             let text = serde_json::to_string_pretty(&merged).unwrap_or_default();
             std::io::Write::write_all(&mut out, (text + "\n").as_bytes())
         } else {
+            let mut shown = crate::units::ShownLines::new(&mut out);
             merged
                 .describe()
                 .iter()
-                .try_for_each(|line| writeln!(out, "{line}"))
+                .try_for_each(|line| writeln!(shown, "{line}"))
+                .and_then(|()| shown.finish().map(drop))
         };
         return super::output_status(written).map_or_else(|code| code, |()| 0);
     }
@@ -78,7 +80,8 @@ pub fn main(args: &ReportArgs) -> u8 {
             .unwrap_or_default();
         std::io::Write::write_all(&mut out, (text + "\n").as_bytes())
     } else {
-        super::record::write_summary(&recording, &mut out)
+        let mut shown = crate::units::ShownLines::new(&mut out);
+        super::record::write_summary(&recording, &mut shown).and_then(|()| shown.finish().map(drop))
     };
     super::output_status(written).map_or_else(|code| code, |()| 0)
 }

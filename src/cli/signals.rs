@@ -39,6 +39,8 @@ pub fn watch(
         .spawn(move || {
             for signal in signals.forever() {
                 let earlier = RECEIVED.swap(signal, Ordering::SeqCst);
+                // A write blocked on a reader that stopped reading gives up.
+                crate::files::signal_arrived();
                 if exit_on_second && earlier != 0 {
                     eprintln!(
                         "weightscope: a second {}: stopping now, without writing",

@@ -4,7 +4,7 @@ use std::io::{self, Write};
 
 use serde::Serialize;
 
-use crate::units::{grouped, human_bytes, printable};
+use crate::units::{Shown, grouped, human_bytes};
 use crate::weights::{Decoding, TensorPreview};
 
 #[derive(Serialize)]
@@ -145,9 +145,9 @@ pub fn write_json(
 /// When writing fails.
 pub fn write_text(preview: &TensorPreview, out: &mut impl Write) -> io::Result<()> {
     let s = &preview.values.stats;
-    writeln!(out, "tensor      {}", printable(&preview.name))?;
+    writeln!(out, "tensor      {}", Shown::new(&preview.name))?;
     if preview.stored_name != preview.name {
-        writeln!(out, "stored as   {}", printable(&preview.stored_name))?;
+        writeln!(out, "stored as   {}", Shown::new(&preview.stored_name))?;
     }
     writeln!(
         out,
@@ -390,7 +390,8 @@ pub fn main(args: &TensorArgs) -> u8 {
     let written = if let Some(cells) = json {
         write_json(&preview, &timings, cells, &mut out)
     } else {
-        write_text(&preview, &mut out)
+        let mut shown = crate::units::ShownLines::new(&mut out);
+        write_text(&preview, &mut shown).and_then(|()| shown.finish().map(drop))
     };
     super::output_status(written).map_or_else(|code| code, |()| 0)
 }

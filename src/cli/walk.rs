@@ -72,16 +72,29 @@ pub enum WalkError {
     Failed(String),
 }
 
+/// The checked outputs of a walk (`--csv`, `--trace`).
+#[derive(Debug, Default)]
+pub struct WalkOutputs {
+    csv: Option<crate::files::Output>,
+    trace: Option<crate::files::Output>,
+}
+
 /// Refuses output paths inside the checkpoint or over a checkpoint file,
-/// before anything is read.
+/// before anything is read; what passes is written through the returned
+/// outputs, which check again when they write.
 ///
 /// # Errors
 /// A line naming the path and why.
-pub fn check_outputs(args: &WalkArgs) -> Result<(), crate::files::FileError> {
-    for path in args.csv.iter().chain(&args.trace) {
-        crate::files::check_output(path, &[&args.path])?;
-    }
-    Ok(())
+pub fn check_outputs(args: &WalkArgs) -> Result<WalkOutputs, crate::files::FileError> {
+    let check = |path: &Option<PathBuf>| {
+        path.as_deref()
+            .map(|p| crate::files::check_output(p, &[&args.path]))
+            .transpose()
+    };
+    Ok(WalkOutputs {
+        csv: check(&args.csv)?,
+        trace: check(&args.trace)?,
+    })
 }
 
 /// Runs the walk described by `args`, reporting progress on stderr when it is
@@ -114,7 +127,7 @@ pub fn run(args: &WalkArgs, cancel: &AtomicBool) -> Result<WalkReport, WalkError
         args.transform.as_str(),
         args.path.display()
     ));
-    trace.checkpoint = args.path.display().to_string();
+    trace.checkpoint = crate::units::location_data(&args.path.to_string_lossy());
     trace.device = mlx::default_device().map_or_else(|_| "unknown".into(), |d| d.name());
     trace.policy = Some(args.policy);
     trace.transform = Some(args.transform.as_str().into());
@@ -181,15 +194,15 @@ impl WalkReport {
     ///
     /// # Errors
     /// The errors of the files that could not be written.
-    pub fn save(&self, args: &WalkArgs) -> Result<(), Vec<profile::TraceError>> {
+    pub fn save(&self, outputs: &WalkOutputs) -> Result<(), Vec<profile::TraceError>> {
         let mut errors = Vec::new();
-        if let Some(path) = &args.csv
-            && let Err(err) = self.trace.save_as(path, true)
+        if let Some(out) = &outputs.csv
+            && let Err(err) = self.trace.save_as(out, true)
         {
             errors.push(err);
         }
-        if let Some(path) = &args.trace
-            && let Err(err) = self.trace.save_as(path, false)
+        if let Some(out) = &outputs.trace
+            && let Err(err) = self.trace.save_as(out, false)
         {
             errors.push(err);
         }
@@ -257,7 +270,11 @@ impl WalkReport {
             o.policy.as_str(),
             o.transform.as_str()
         )?;
-        writeln!(out, "checkpoint:  {}", self.trace.checkpoint)?;
+        writeln!(
+            out,
+            "checkpoint:  {}",
+            crate::units::Shown::new(&self.trace.checkpoint)
+        )?;
         writeln!(out, "device:      {}", self.trace.device)?;
         writeln!(
             out,
@@ -316,10 +333,13 @@ impl WalkReport {
 /// `weightscope walk`: runs it and returns the exit status.
 #[must_use]
 pub fn main(args: &WalkArgs) -> u8 {
-    if let Err(err) = check_outputs(args) {
-        super::stderr_line(format_args!("{err}"));
-        return super::BAD_INPUT;
-    }
+    let outputs = match check_outputs(args) {
+        Ok(outputs) => outputs,
+        Err(err) => {
+            super::stderr_line(format_args!("{err}"));
+            return super::BAD_INPUT;
+        }
+    };
     // SIGINT, SIGTERM, SIGHUP: the walk stops after the tensor at hand and
     // what it recorded is written and printed.
     if let Err(err) = super::signals::watch(true, |_| {}) {
@@ -337,7 +357,7 @@ pub fn main(args: &WalkArgs) -> u8 {
         }
     };
     // The report is printed even when a trace file could not be written.
-    let saved = report.save(args);
+    let saved = report.save(&outputs);
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     let written = if args.json {
@@ -345,7 +365,10 @@ pub fn main(args: &WalkArgs) -> u8 {
             .map_err(std::io::Error::from)
             .and_then(|()| std::io::Write::write_all(&mut out, b"\n"))
     } else {
-        report.write_text(&mut out)
+        let mut shown = crate::units::ShownLines::new(&mut out);
+        report
+            .write_text(&mut shown)
+            .and_then(|()| shown.finish().map(drop))
     };
     drop(out);
     if let Err(errors) = &saved {

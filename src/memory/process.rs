@@ -106,7 +106,7 @@ pub fn process_rss_bytes() -> u64 {
 pub fn reset_peak_rss() -> bool {
     #[cfg(target_os = "linux")]
     {
-        std::fs::write("/proc/self/clear_refs", "5").is_ok()
+        crate::files::write_proc_self("clear_refs", b"5").is_ok()
     }
     #[cfg(not(target_os = "linux"))]
     {

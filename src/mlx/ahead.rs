@@ -65,7 +65,7 @@ pub(super) fn image(which: Which, parts: impl FnOnce() -> Parts) -> Option<&'sta
         Which::Affine => &AFFINE,
     };
     slot.get_or_init(|| {
-        if std::env::var("WEIGHTSCOPE_KERNELS_AHEAD").is_ok_and(|v| v == "0") {
+        if !crate::environment::get().kernels_ahead {
             return None;
         }
         let parts = parts();
@@ -98,9 +98,7 @@ pub(super) fn settled() -> bool {
 /// `false`, with nothing started, where this process has no NVRTC or CUDA
 /// driver loaded or ahead compiling is off.
 pub(super) fn prepare_in_background(prepare: fn()) -> bool {
-    if std::env::var("WEIGHTSCOPE_KERNELS_AHEAD").is_ok_and(|v| v == "0")
-        || Driver::get().is_none()
-        || Nvrtc::get().is_none()
+    if !crate::environment::get().kernels_ahead || Driver::get().is_none() || Nvrtc::get().is_none()
     {
         return false;
     }
@@ -186,7 +184,7 @@ fn prepare(parts: &Parts) -> Result<Image, String> {
                 bytes,
             });
         }
-        let _ = std::fs::remove_file(folder.join(&file));
+        crate::files::remove_entry(&folder.join(&file));
     }
     let bytes = nvrtc.compile(&text, major, minor)?;
     if !driver.loads(&bytes) {
@@ -215,12 +213,8 @@ fn cache_folder() -> Option<PathBuf> {
 /// [`MOST_BYTES`].
 fn read_kept(path: &Path) -> Option<Vec<u8>> {
     use std::io::Read as _;
-    use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _};
-    let mut file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(path)
-        .ok()?;
+    use std::os::unix::fs::MetadataExt as _;
+    let mut file = crate::files::open_entry(path).ok()?;
     let meta = file.metadata().ok()?;
     let me = std::fs::metadata("/proc/self").ok()?.uid();
     if !meta.is_file() || meta.uid() != me || meta.len() > MOST_BYTES || meta.len() == 0 {
@@ -234,23 +228,11 @@ fn read_kept(path: &Path) -> Option<Vec<u8>> {
     Some(bytes)
 }
 
-/// Writes `bytes` as `folder/file` through a new file of our own (never
-/// an existing path or a link) renamed into place. Failing to keep it
-/// only means compiling again next time.
+/// Keeps `bytes` as `folder/file` through a new file of our own renamed
+/// into place (a link at the name is replaced, never written through).
+/// Failing to keep it only means compiling again next time.
 fn keep(folder: &Path, file: &str, bytes: &[u8]) {
-    use std::io::Write as _;
-    use std::os::unix::fs::OpenOptionsExt as _;
-    let temporary = folder.join(format!(".{file}.{}", std::process::id()));
-    let written = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(&temporary)
-        .and_then(|mut f| f.write_all(bytes).and_then(|()| f.sync_all()));
-    if written.is_err() || std::fs::rename(&temporary, folder.join(file)).is_err() {
-        let _ = std::fs::remove_file(&temporary);
-    }
+    let _ = crate::files::replace_entry(folder, std::ffi::OsStr::new(file), bytes);
 }
 
 /// A library MLX already loaded, under the first of `names` found.

@@ -161,7 +161,7 @@ fn engine() -> Option<&'static Engine> {
     static ENGINE: OnceLock<Option<Engine>> = OnceLock::new();
     ENGINE
         .get_or_init(|| {
-            if std::env::var("WEIGHTSCOPE_DIRECT").is_ok_and(|v| v == "0") {
+            if !crate::environment::get().direct {
                 return None;
             }
             let image = super::kernel::dense_image()?;

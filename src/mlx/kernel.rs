@@ -913,10 +913,8 @@ impl DenseLayout {
         // Each block at least 16 values a thread.
         let most = (n / (i64::from(THREADS) * 16)).max(1);
         // WEIGHTSCOPE_DENSE_BLOCKS: another aim, for benchmarks.
-        let target = std::env::var("WEIGHTSCOPE_DENSE_BLOCKS")
-            .ok()
-            .and_then(|v| v.parse::<i64>().ok())
-            .filter(|b| *b > 0)
+        let target = crate::environment::get()
+            .dense_blocks
             .unwrap_or(if out_cols > 0 {
                 TARGET_BLOCKS_CELLS
             } else {

@@ -43,7 +43,7 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 pub enum MlxError {
     /// MLX could not open a safetensors file into a lazy map.
-    #[error("mlx could not load {}: {message}", path.display())]
+    #[error("mlx could not load {}: {message}", crate::units::Shown::path(path))]
     Load {
         /// The file MLX was asked to open.
         path: PathBuf,

@@ -63,7 +63,7 @@ fn driver() -> Option<&'static Driver> {
     static DRIVER: OnceLock<Option<Driver>> = OnceLock::new();
     DRIVER
         .get_or_init(|| {
-            if std::env::var("WEIGHTSCOPE_PREFETCH").is_ok_and(|v| v == "0") {
+            if !crate::environment::get().prefetch {
                 return None;
             }
             // SAFETY: the names are the CUDA driver's (its documented C
@@ -175,7 +175,7 @@ impl Plain for half::bf16 {}
 /// is no CUDA driver or it refused (read the values in place then), and
 /// with `WEIGHTSCOPE_READ_BACK=fault`.
 pub fn copy_to_host<T: Plain>(values: &[T]) -> Option<Vec<T>> {
-    if std::env::var("WEIGHTSCOPE_READ_BACK").is_ok_and(|v| v == "fault") {
+    if crate::environment::get().read_back_fault {
         return None;
     }
     let driver = driver()?;

@@ -155,11 +155,6 @@ pub struct Origin {
     pub world_size: Option<u32>,
 }
 
-/// A test-only shift of the wall clock a recording states, in seconds
-/// (`WEIGHTSCOPE_TEST_WALL_SHIFT_SECS`): one machine's journals then look
-/// taken on hosts whose clocks disagree.
-const WALL_SHIFT_VAR: &str = "WEIGHTSCOPE_TEST_WALL_SHIFT_SECS";
-
 impl Origin {
     /// This machine, its wall clock now, and the rank and world size of
     /// the environment.
@@ -168,11 +163,7 @@ impl Origin {
         let wall = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0.0, |d| d.as_secs_f64());
-        let shift = std::env::var(WALL_SHIFT_VAR)
-            .ok()
-            .and_then(|v| v.trim().parse::<f64>().ok())
-            .filter(|v| v.is_finite())
-            .unwrap_or(0.0);
+        let shift = crate::environment::get().wall_shift_secs;
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
             .map(|h| h.trim().to_owned())
             .ok()
@@ -183,7 +174,7 @@ impl Origin {
             .ok()
             .and_then(|r| r.trim().parse().ok());
         Self {
-            host: crate::units::printable(&host).chars().take(255).collect(),
+            host: crate::units::Shown::new(&host).chars().take(255).collect(),
             wall_unix_secs: wall + shift,
             rank,
             world_size: world_size(),
@@ -192,16 +183,12 @@ impl Origin {
 }
 
 /// The ranks `MLX_HOSTFILE` lists (a JSON list, one entry a rank: the ring
-/// backend's form), read up to 1 MiB.
+/// backend's form), read up to 1 MiB, and only from a regular file: a FIFO
+/// or a process substitution (`<(...)`) is never opened (it would block,
+/// or take from the job what it is meant to read).
 fn world_size() -> Option<u32> {
-    use std::io::Read as _;
     let path = std::env::var_os("MLX_HOSTFILE")?;
-    let mut text = String::new();
-    std::fs::File::open(path)
-        .ok()?
-        .take(1 << 20)
-        .read_to_string(&mut text)
-        .ok()?;
+    let text = crate::files::read_bounded_text(Path::new(&path), 1 << 20, "MLX_HOSTFILE").ok()?;
     match serde_json::from_str::<serde_json::Value>(&text).ok()? {
         serde_json::Value::Array(hosts) => u32::try_from(hosts.len()).ok(),
         _ => None,
@@ -221,7 +208,10 @@ pub enum TraceError {
     #[error(transparent)]
     File(#[from] crate::files::FileError),
     /// The file is not a trace.
-    #[error("not a weightscope trace ({problem}): {}", path.display())]
+    #[error(
+        "not a weightscope trace ({problem}): {}",
+        crate::units::Shown::path(path)
+    )]
     Format {
         /// What is wrong, with a line number for CSV.
         problem: String,
@@ -236,7 +226,9 @@ impl Trace {
     pub fn new(label: impl Into<String>) -> Self {
         Self {
             version: TRACE_VERSION,
-            label: label.into(),
+            // A label names a checkpoint or a command: an address in it
+            // is kept without its credentials (traces are shared).
+            label: crate::units::location_data(&label.into()),
             checkpoint: String::new(),
             device: String::new(),
             policy: None,
@@ -363,19 +355,22 @@ impl Trace {
         String::from_utf8(bytes).unwrap_or_default()
     }
 
-    /// Writes the trace to `path`: CSV when it ends in `.csv`, else JSON.
+    /// Writes the trace to the checked output `out`: CSV when its name ends
+    /// in `.csv`, else JSON.
     ///
     /// # Errors
     /// When the file cannot be written.
-    pub fn save(&self, path: &Path) -> Result<(), TraceError> {
-        self.save_as(path, is_csv(path))
+    pub fn save(&self, out: &crate::files::Output) -> Result<(), TraceError> {
+        self.save_as(out, is_csv(out.path()))
     }
 
-    /// Writes the trace to `path` as CSV (`csv`) or JSON, whatever its name.
+    /// Writes the trace to the checked output `out` as CSV (`csv`) or JSON,
+    /// whatever its name.
     ///
     /// # Errors
     /// When the file cannot be written.
-    pub fn save_as(&self, path: &Path, csv: bool) -> Result<(), TraceError> {
+    pub fn save_as(&self, out: &crate::files::Output, csv: bool) -> Result<(), TraceError> {
+        let path = out.path();
         let text = if csv {
             self.to_csv()
         } else {
@@ -384,7 +379,7 @@ impl Trace {
                 path: path.to_path_buf(),
             })?
         };
-        crate::files::write_atomic(path, text.as_bytes()).map_err(TraceError::File)
+        out.write(text.as_bytes()).map_err(TraceError::File)
     }
 
     /// Reads a trace saved by [`Trace::save`] (CSV or JSON, by extension).
@@ -857,6 +852,38 @@ enum JournalRow {
     },
 }
 
+/// The earliest and latest times a journal may hold, in seconds on its
+/// clock: a year either side (a recording is hours; 10^300 is a forgery
+/// that would print a 300-digit time).
+const JOURNAL_CLOCK_SECS: f64 = 366.0 * 86_400.0;
+/// The latest wall clock a journal's origin may state (Unix seconds, the
+/// year 2200).
+const LATEST_WALL_SECS: f64 = 7_258_118_400.0;
+
+impl JournalRow {
+    /// What is wrong with the times this row holds, if anything.
+    fn clock_problem(&self) -> Option<String> {
+        let t = match self {
+            Self::Sample(s) => s.t_secs,
+            Self::Event(e) => e.t_secs,
+            Self::Probe { sample } => sample.t,
+            Self::Held { walk } => walk.t_secs,
+            Self::Meta {
+                origin: Some(origin),
+                ..
+            } => {
+                let wall = origin.wall_unix_secs;
+                return (!(wall.is_finite() && (0.0..=LATEST_WALL_SECS).contains(&wall))).then(
+                    || format!("a wall clock of {wall:.3e} s, not a time between 1970 and 2200"),
+                );
+            }
+            _ => return None,
+        };
+        (!(t.is_finite() && t.abs() <= JOURNAL_CLOCK_SECS))
+            .then(|| format!("a time of {t:.3e} s, more than a year from the recording's start"))
+    }
+}
+
 /// A trace written as it happens, one JSON object a line, each written
 /// whole with one `write` and never rewritten: a recording whose recorder
 /// is killed (by the OOM killer, a power cut) still opens, and says it was
@@ -975,9 +1002,14 @@ impl Trace {
             let number = u64::try_from(i + 1).unwrap_or(u64::MAX);
             let row = match serde_json::from_str::<JournalRow>(line) {
                 Ok(row) => row,
-                Err(_) if i + 1 == lines.len() && !text.ends_with('\n') => break,
+                // A last line cut mid-write is dropped; never the first
+                // (a journal whose description cannot be read is not one).
+                Err(_) if i > 0 && i + 1 == lines.len() && !text.ends_with('\n') => break,
                 Err(err) => return Err(CsvError::at(number, err.to_string())),
             };
+            if let Some(problem) = row.clock_problem() {
+                return Err(CsvError::at(number, problem));
+            }
             match row {
                 JournalRow::Meta {
                     version,
@@ -1134,7 +1166,9 @@ mod tests {
         let mut trace = sample_trace();
         trace.label = "é".repeat(10 << 20); // 20 MB
         let path = dir.path().join("big-label.json");
-        trace.save(&path).expect("saved");
+        trace
+            .save(&crate::files::check_output(&path, &[]).expect("checked"))
+            .expect("saved");
         let loaded = Trace::load(&path).expect("loads");
         assert!(loaded.label.len() <= MAX_TRACE_STRING + '…'.len_utf8());
         assert!(loaded.label.starts_with("éé") && loaded.label.ends_with('…'));

@@ -67,16 +67,12 @@ fn trusted(root: &Path, path: &Path) -> bool {
 /// An entry opened for reading only if it is trusted ([`trusted`]) and is
 /// still, once open, the regular file that was checked (`O_NOFOLLOW`).
 fn open_trusted(root: &Path, path: &Path) -> Option<std::fs::File> {
-    use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _};
+    use std::os::unix::fs::MetadataExt as _;
     if !trusted(root, path) {
         return None;
     }
     let checked = std::fs::symlink_metadata(path).ok()?;
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(path)
-        .ok()?;
+    let file = crate::files::open_entry(path).ok()?;
     let opened = file.metadata().ok()?;
     (opened.is_file() && opened.dev() == checked.dev() && opened.ino() == checked.ino())
         .then_some(file)
@@ -161,11 +157,21 @@ impl CommitCache {
         let mut record = Vec::with_capacity(8 + bytes.len());
         record.extend_from_slice(&size.to_le_bytes());
         record.extend_from_slice(bytes);
-        let _ = crate::files::write_atomic(&self.path(what, file), &record);
+        // Renamed over the entry's name: a link someone put there is
+        // replaced, never written through.
+        let _ = crate::files::replace_entry(
+            &self.dir,
+            std::ffi::OsStr::new(&Self::entry_name(what, file)),
+            &record,
+        );
     }
 
     fn path(&self, what: &str, file: &str) -> PathBuf {
-        self.dir.join(format!("{what}.{}", safe_name(file)))
+        self.dir.join(Self::entry_name(what, file))
+    }
+
+    fn entry_name(what: &str, file: &str) -> String {
+        format!("{what}.{}", safe_name(file))
     }
 }
 
@@ -185,7 +191,7 @@ pub fn keep_answer(repo_key: &str, revision: &str, body: &[u8]) {
         return;
     };
     if crate::files::private_dir(&dir).is_ok() {
-        let _ = crate::files::write_atomic(&dir.join(safe_name(revision)), body);
+        let _ = crate::files::replace_entry(&dir, std::ffi::OsStr::new(&safe_name(revision)), body);
     }
 }
 
@@ -228,10 +234,10 @@ pub fn trim(cap: u64) {
         for file in &files {
             // Checked again just before: still a regular file of ours.
             if std::fs::symlink_metadata(file).is_ok_and(|m| m.is_file() && ours(&m)) {
-                let _ = std::fs::remove_file(file);
+                crate::files::remove_entry(file);
             }
         }
-        let _ = std::fs::remove_dir(&dir);
+        crate::files::remove_empty_folder(&dir);
         total = total.saturating_sub(bytes);
     }
 }

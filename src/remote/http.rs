@@ -8,14 +8,6 @@ use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-/// How long the server may stay silent (before answering, or within a
-/// body) before a request counts as failed; `WEIGHTSCOPE_HTTP_TIMEOUT`
-/// (seconds) overrides it.
-const DEFAULT_TIMEOUT_S: u64 = 30;
-/// Attempts after the first for a failure that may pass (a time-out, a
-/// dropped connection, a truncated body, 429, 5xx);
-/// `WEIGHTSCOPE_HTTP_RETRIES` overrides it.
-const DEFAULT_RETRIES: u32 = 3;
 /// The first wait before a retry; each next one doubles.
 const BACKOFF: Duration = Duration::from_millis(250);
 /// Redirects followed per request (the Hub answers `resolve` with one).
@@ -120,13 +112,9 @@ impl Client {
     /// environment or `huggingface_hub`'s token file (see [`hub_token`]).
     #[must_use]
     pub fn for_hub(endpoint: &str) -> Self {
-        let timeout =
-            Duration::from_secs(env_number("WEIGHTSCOPE_HTTP_TIMEOUT", DEFAULT_TIMEOUT_S));
-        let retries = u32::try_from(env_number(
-            "WEIGHTSCOPE_HTTP_RETRIES",
-            DEFAULT_RETRIES.into(),
-        ))
-        .unwrap_or(DEFAULT_RETRIES);
+        let environment = crate::environment::get();
+        let timeout = environment.http_timeout;
+        let retries = environment.http_retries;
         let agent = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .max_redirects(0)
@@ -187,7 +175,8 @@ impl Client {
                 Err(err) if err.retry && tries < self.retries => {
                     tries += 1;
                     std::thread::sleep(wait);
-                    wait *= 2;
+                    // Doubling, to at most 8 s a wait.
+                    wait = (wait * 2).min(Duration::from_secs(8));
                 }
                 other => return other,
             }
@@ -523,13 +512,6 @@ fn join(from: &str, to: &str) -> String {
         let dir = path.rfind('/').map_or(path, |i| &path[..=i]);
         format!("{dir}{to}")
     }
-}
-
-fn env_number(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(default)
 }
 
 /// The Hub token as `huggingface_hub` finds it: `HF_TOKEN`, else the file at

@@ -105,9 +105,7 @@ impl Location {
     pub fn display(&self) -> String {
         match self {
             Self::Hub(repo) => repo.display(),
-            Self::Url(url) => {
-                crate::units::without_password(url.split('?').next().unwrap_or(url)).into_owned()
-            }
+            Self::Url(url) => crate::units::location_data(url.split('?').next().unwrap_or(url)),
         }
     }
 }
@@ -291,9 +289,9 @@ fn parse_url(
     if is_file_name(path) && !crate::files::has_suffix(path, ".json") {
         Ok(Location::Url(text.to_owned()))
     } else {
-        Err(LocationError::NotACheckpoint(
-            crate::units::without_password(text.split('?').next().unwrap_or(text)).into_owned(),
-        ))
+        Err(LocationError::NotACheckpoint(crate::units::location_data(
+            text.split('?').next().unwrap_or(text),
+        )))
     }
 }
 

@@ -482,7 +482,7 @@ pub fn open_checkpoint(
         && let Some(location) = Location::parse(text, &endpoint_from_env())
     {
         let location = location.map_err(|reason| CheckpointError::Unreadable {
-            path: std::path::PathBuf::from(crate::units::without_password(text).into_owned()),
+            path: std::path::PathBuf::from(crate::units::location_data(text)),
             reason: reason.to_string(),
         })?;
         return Checkpoint::open_remote(location, report);

@@ -32,14 +32,16 @@ pub fn ensure_demo(dir: &Path) -> Result<PathBuf, DemoError> {
     if done.is_file() {
         return Ok(dir.to_path_buf());
     }
-    std::fs::create_dir_all(dir).map_err(|e| DemoError::Io {
+    crate::files::private_dir(dir).map_err(|e| DemoError::Io {
         path: dir.to_path_buf(),
         reason: e.to_string(),
     })?;
     write_demo(dir)?;
-    std::fs::write(&done, b"").map_err(|e| DemoError::Io {
-        path: done.clone(),
-        reason: e.to_string(),
+    crate::files::replace_entry(dir, std::ffi::OsStr::new(".complete"), b"").map_err(|e| {
+        DemoError::Io {
+            path: done.clone(),
+            reason: e.to_string(),
+        }
     })?;
     Ok(dir.to_path_buf())
 }
@@ -48,7 +50,10 @@ pub fn ensure_demo(dir: &Path) -> Result<PathBuf, DemoError> {
 #[derive(Debug, thiserror::Error)]
 pub enum DemoError {
     /// The folder or a file could not be written.
-    #[error("cannot write the demo checkpoint ({reason}): {}", path.display())]
+    #[error(
+        "cannot write the demo checkpoint ({reason}): {}",
+        crate::units::Shown::path(path)
+    )]
     Io {
         /// The folder or file.
         path: PathBuf,
@@ -153,7 +158,13 @@ fn write_demo(dir: &Path) -> Result<(), DemoError> {
         ("config.json", config),
     ] {
         let path = dir.join(name);
-        std::fs::write(&path, doc.to_string()).map_err(|e| DemoError::Io {
+        crate::files::replace_entry_mode(
+            dir,
+            std::ffi::OsStr::new(name),
+            doc.to_string().as_bytes(),
+            0o644,
+        )
+        .map_err(|e| DemoError::Io {
             path: path.clone(),
             reason: e.to_string(),
         })?;

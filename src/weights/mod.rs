@@ -93,7 +93,10 @@ pub enum WeightsError {
     #[error("no tensor named `{0}`")]
     NoTensor(String),
     /// The header lists the tensor but MLX's map of its shard lacks it.
-    #[error("tensor `{name}` is missing from MLX's map of {}", path.display())]
+    #[error(
+        "tensor `{name}` is missing from MLX's map of {}",
+        crate::units::Shown::path(path)
+    )]
     MissingFromMap {
         /// Stored name.
         name: String,
@@ -104,13 +107,19 @@ pub enum WeightsError {
     #[error("a view must be installed before the first tensor is materialized")]
     ViewTooLate,
     /// The shard file changed (size or modification time) since it was opened.
-    #[error("the shard changed on disk since it was opened (reopen the checkpoint): {}", path.display())]
+    #[error(
+        "the shard changed on disk since it was opened (reopen the checkpoint): {}",
+        crate::units::Shown::path(path)
+    )]
     ShardChanged {
         /// The shard file.
         path: std::path::PathBuf,
     },
     /// The shard file is gone or unreadable since it was opened.
-    #[error("the shard cannot be read any more ({reason}): {}", path.display())]
+    #[error(
+        "the shard cannot be read any more ({reason}): {}",
+        crate::units::Shown::path(path)
+    )]
     ShardGone {
         /// The shard file.
         path: std::path::PathBuf,
@@ -147,7 +156,7 @@ pub enum WeightsError {
     #[error(transparent)]
     View(#[from] ViewError),
     /// A checkpoint to compare against holds no tensors.
-    #[error("no tensors to compare: {}", path.display())]
+    #[error("no tensors to compare: {}", crate::units::Shown::path(path))]
     NothingToCompare {
         /// The checkpoint.
         path: std::path::PathBuf,

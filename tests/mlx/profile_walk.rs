@@ -286,7 +286,9 @@ fn traces_round_trip_through_files() {
     let out = tempfile::tempdir().expect("tempdir");
     for file in ["trace.json", "trace.csv"] {
         let path = out.path().join(file);
-        trace.save(&path).expect("save");
+        trace
+            .save(&weightscope::files::check_output(&path, &[]).expect("checked"))
+            .expect("save");
         let loaded = Trace::load(&path).expect("load");
         assert_eq!(loaded, trace, "{file} round-trips");
         assert_eq!(

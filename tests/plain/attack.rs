@@ -18,7 +18,7 @@ use std::time::Duration;
 use common::{Tensor, venv_python, write_safetensors};
 use serde_json::Value;
 
-fn weightscope() -> Command {
+pub(crate) fn weightscope() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_weightscope"));
     cmd.env_remove("HF_TOKEN")
         .env_remove("HTTP_PROXY")
@@ -31,18 +31,18 @@ fn hostile_jobs() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/record/hostile_jobs.py")
 }
 
-fn text(bytes: &[u8]) -> String {
+pub(crate) fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
-fn is_root() -> bool {
+pub(crate) fn is_root() -> bool {
     use std::os::unix::fs::MetadataExt as _;
     std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
 }
 
 /// Runs `cmd` to its end; a run past `limit` (a hang) is killed and fails
 /// the test. The limit is a watchdog, far above what the run takes.
-fn run_bounded(mut cmd: Command, limit: Duration) -> Output {
+pub(crate) fn run_bounded(mut cmd: Command, limit: Duration) -> Output {
     let child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -105,12 +105,12 @@ fn start_until_ready(cmd: &mut Command) -> std::process::Child {
     child
 }
 
-fn file_type(path: &Path) -> std::fs::FileType {
+pub(crate) fn file_type(path: &Path) -> std::fs::FileType {
     std::fs::symlink_metadata(path).expect("stat").file_type()
 }
 
 /// A one-shard checkpoint of two small f32 tensors.
-fn small_model(dir: &Path) -> PathBuf {
+pub(crate) fn small_model(dir: &Path) -> PathBuf {
     let model = dir.join("model");
     std::fs::create_dir_all(&model).expect("mkdir");
     write_safetensors(
@@ -366,20 +366,23 @@ fn leftovers_of_a_killed_write_are_removed_by_the_next_write_there() {
     let mut gone = Command::new("true").spawn().expect("true");
     let gone_pid = gone.id();
     gone.wait().expect("true ends");
+    // Temporary names carry this host's, boot's and PID namespace's tag.
+    let tag = weightscope::files::temporary_tag();
     let stale = dir
         .path()
-        .join(format!(".weightscope-{gone_pid}-AbC123.part"));
+        .join(format!(".weightscope-{tag}-{gone_pid}-AbC123.part"));
     std::fs::write(&stale, vec![0u8; 1 << 20]).expect("write");
     // One of a live process, and a link shaped like a leftover: kept.
-    let live = dir
-        .path()
-        .join(format!(".weightscope-{}-XyZ789.part", std::process::id()));
+    let live = dir.path().join(format!(
+        ".weightscope-{tag}-{}-XyZ789.part",
+        std::process::id()
+    ));
     std::fs::write(&live, b"live").expect("write");
     let victim = dir.path().join("victim");
     std::fs::write(&victim, b"victim").expect("write");
     let link = dir
         .path()
-        .join(format!(".weightscope-{gone_pid}-LiNk00.part"));
+        .join(format!(".weightscope-{tag}-{gone_pid}-LiNk00.part"));
     std::os::unix::fs::symlink(&victim, &link).expect("symlink");
     let output = weightscope()
         .args(["record", "--json"])
@@ -641,14 +644,14 @@ fn gguf_shapes_that_wrap_or_that_mlx_cannot_hold_are_one_line_errors() {
 }
 
 /// A repo served by the loopback Hub of `common::hub`.
-fn hub_repo(dir: &Path) -> (common::hub::Hub, PathBuf) {
+pub(crate) fn hub_repo(dir: &Path) -> (common::hub::Hub, PathBuf) {
     let model = small_model(dir);
     let hub = common::hub::Hub::start();
     hub.add("org/repo", &model, common::hub::Behaviour::Normal);
     (hub, model)
 }
 
-fn hub_inspect(hub: &common::hub::Hub, cache: &Path) -> Output {
+pub(crate) fn hub_inspect(hub: &common::hub::Hub, cache: &Path) -> Output {
     weightscope()
         .args(["inspect", "hf://org/repo", "--json"])
         .env("HF_ENDPOINT", &hub.endpoint)

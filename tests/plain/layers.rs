@@ -11,20 +11,25 @@ use std::path::Path;
 /// A layer and the layers it may use.
 const ALLOWED: &[(&str, &[&str])] = &[
     ("units", &[]),
-    ("files", &[]),
+    ("files", &["units"]),
+    ("environment", &["units"]),
     ("par", &[]),
     // The format layer (no feature: no MLX, egui or network); the compiler
     // checks it too (`cargo test --no-default-features`).
-    ("checkpoint", &["units", "files", "par"]),
-    ("remote", &["units", "files", "par", "checkpoint"]),
+    ("checkpoint", &["units", "environment", "files", "par"]),
+    (
+        "remote",
+        &["units", "environment", "files", "par", "checkpoint"],
+    ),
     // Memory as plain data, below MLX: the mlx layer reads MLX's figures
     // into it.
-    ("memory", &["units", "files", "par"]),
-    ("mlx", &["units", "files", "par", "memory"]),
+    ("memory", &["units", "environment", "files", "par"]),
+    ("mlx", &["units", "environment", "files", "par", "memory"]),
     (
         "weights",
         &[
             "units",
+            "environment",
             "files",
             "par",
             "remote",
@@ -37,6 +42,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
         "profile",
         &[
             "units",
+            "environment",
             "files",
             "par",
             "remote",
@@ -50,6 +56,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
         "worker",
         &[
             "units",
+            "environment",
             "files",
             "par",
             "remote",
@@ -64,6 +71,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
         "app",
         &[
             "units",
+            "environment",
             "files",
             "par",
             "remote",
@@ -79,6 +87,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
         "cli",
         &[
             "units",
+            "environment",
             "files",
             "par",
             "remote",

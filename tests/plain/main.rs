@@ -8,9 +8,12 @@
 mod common;
 
 mod attack;
+mod bounded;
 mod checkpoint_open;
 mod held;
 mod hosts;
 mod layers;
 mod record;
 mod reliability;
+mod shown;
+mod writer;

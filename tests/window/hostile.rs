@@ -485,3 +485,126 @@ fn the_window_shows_each_problem_and_stays_usable() {
     harness.run();
     harness.get_by_label("mean");
 }
+
+/// Whether `text` holds a character that can hide, reorder or break text.
+fn raw_hostile(text: &str) -> bool {
+    text.chars().any(|c| {
+        c.is_control()
+            || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{200b}'..='\u{200f}' | '\u{feff}' | '\u{2028}' | '\u{2029}')
+    })
+}
+
+/// The labels (and values) of the window holding a hostile character raw;
+/// text fields (a path the person typed or chose, to edit) left out.
+fn raw_labels(harness: &Harness<'_, WeightscopeApp>) -> Vec<String> {
+    harness
+        .query_all(egui_kittest::kittest::By::new().predicate(|node| {
+            // A text field holds what the person typed or chose (the
+            // path itself, to edit), not text the window shows.
+            let input = |role| {
+                matches!(
+                    role,
+                    egui::accesskit::Role::TextInput | egui::accesskit::Role::MultilineTextInput
+                )
+            };
+            let field = input(node.role()) || node.parent().is_some_and(|p| input(p.role()));
+            !field
+                && (node.label().is_some_and(|l| raw_hostile(&l))
+                    || node.value().is_some_and(|v| raw_hostile(&v)))
+        }))
+        .map(|node| {
+            use egui_kittest::kittest::NodeT as _;
+            let inner = node.accesskit_node();
+            format!("{:?} {:?} {:?}", inner.role(), inner.label(), inner.value())
+        })
+        .collect()
+}
+
+#[test]
+fn no_label_of_the_window_shows_a_hostile_character_raw() {
+    let _lock = common::mlx_memory_lock();
+    let keep = tempfile::tempdir().expect("tempdir");
+    let model = keep.path().join("m\u{202e}\u{200b}");
+    std::fs::create_dir(&model).expect("mkdir");
+    let names = [
+        "esc\u{1b}[31m.weight",
+        "evil\u{202e}gnp.weight",
+        "q\u{200b}_proj.weight",
+        "z\u{200d}wj.weight",
+        "bom\u{feff}.weight",
+        "line\u{2028}sep.weight",
+        "para\u{2029}sep.weight",
+        "two\nlines.weight",
+    ];
+    let tensors: Vec<common::Tensor> = names
+        .iter()
+        .map(|n| common::Tensor::f32(n, &[2, 2], &[1.0, -1.0, 0.5, 2.0]))
+        .collect();
+    common::write_safetensors(&model.join("model.safetensors"), &tensors);
+    let app = WeightscopeApp::new(None, mlx::default_device(), || {}).expect("app");
+    let mut harness = Harness::builder()
+        .with_size(egui::vec2(1400.0, 860.0))
+        .build_ui_state(|ui, app: &mut WeightscopeApp| app.ui(ui), app);
+    harness.state_mut().execute(AppCommand::Open(model));
+    harness.state_mut().wait_for_worker().expect("opened");
+    harness.run();
+    for name in names {
+        harness
+            .state_mut()
+            .execute(AppCommand::Materialize(name.into()));
+        harness.state_mut().wait_for_worker().expect("materialized");
+        harness.run();
+        let raw = raw_labels(&harness);
+        assert!(
+            raw.is_empty(),
+            "{name:?}: labels with raw characters: {raw:?}"
+        );
+    }
+    // The profiler after a walk (its events name the tensors), the check
+    // tab after a value scan.
+    harness
+        .state_mut()
+        .execute(AppCommand::ShowTab(weightscope::app::Tab::Profiler));
+    harness.state_mut().execute(AppCommand::Walk {
+        policy: weightscope::memory::Policy::ReleaseTensor,
+        transform: weightscope::profile::Transform::None,
+    });
+    harness.step();
+    harness.step();
+    while harness.state().is_walking() {
+        harness.state_mut().wait_for_worker().expect("walk events");
+    }
+    // The profiler's live strip keeps drawing: frames, not `run`.
+    harness.run_steps(8);
+    let raw = raw_labels(&harness);
+    assert!(
+        raw.is_empty(),
+        "profiler: labels with raw characters: {raw:?}"
+    );
+    harness
+        .state_mut()
+        .execute(AppCommand::ShowTab(weightscope::app::Tab::Check));
+    harness.state_mut().execute(AppCommand::ScanValues);
+    harness.step();
+    while harness.state().is_checking_values() {
+        harness.state_mut().wait_for_worker().expect("scan events");
+    }
+    harness.run_steps(8);
+    let raw = raw_labels(&harness);
+    assert!(raw.is_empty(), "check: labels with raw characters: {raw:?}");
+    harness
+        .state_mut()
+        .execute(AppCommand::ShowTab(weightscope::app::Tab::Tensors));
+    harness.run_steps(8);
+    // The inspector names the selected tensor, escaped.
+    assert!(
+        harness
+            .query_all_by_label_contains("\\u{2028}")
+            .next()
+            .is_some()
+            || harness
+                .query_all_by_label_contains("\\u{2029}")
+                .next()
+                .is_some()
+    );
+}

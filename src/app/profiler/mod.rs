@@ -183,7 +183,7 @@ pub(in crate::app) type LoadedTraces = Result<MergedTraces, String>;
 pub(in crate::app) fn read_traces(paths: &[PathBuf]) -> LoadedTraces {
     let mut journals: Vec<(String, Trace)> = Vec::new();
     for path in paths {
-        let shown = crate::units::printable(&path.display().to_string()).into_owned();
+        let shown = crate::units::Shown::new(&path.display().to_string()).into_string();
         let trace = Trace::load(path).map_err(|e| format!("{shown}: {e}"))?;
         if trace.job.is_none() {
             return Err(format!(
@@ -443,7 +443,7 @@ impl ProfilerPanel {
                 trace.label = format!("record {} (at {:.1} s)", live.command, live.start_secs);
                 self.message = Some(format!(
                     "recorded `{}`: {}",
-                    crate::units::printable(&recording.command),
+                    crate::units::Shown::new(&recording.command),
                     recording.exit.map_or_else(
                         || "detached".to_owned(),
                         crate::profile::record::JobExit::describe
@@ -480,7 +480,7 @@ impl ProfilerPanel {
         self.recording.as_ref().map(|live| {
             format!(
                 "recording `{}`: {:.0} s",
-                crate::units::printable(&live.command),
+                crate::units::Shown::new(&live.command),
                 live.started.elapsed().as_secs_f64()
             )
         })
@@ -587,24 +587,27 @@ impl ProfilerPanel {
         self.confirm_overwrite = None;
         let inputs_read: Vec<&std::path::Path> =
             inputs.checkpoint.iter().map(|c| c.root()).collect();
-        if let Err(err) = crate::files::check_output(path, &inputs_read) {
-            self.message = Some(crate::units::printable(&err.to_string()).into_owned());
-            return;
-        }
+        let out = match crate::files::check_output(path, &inputs_read) {
+            Ok(out) => out,
+            Err(err) => {
+                self.message = Some(crate::units::Shown::new(&err.to_string()).into_string());
+                return;
+            }
+        };
         if !replace && std::fs::symlink_metadata(path).is_ok() {
             self.message = Some(format!(
                 "{} exists: replace it?",
-                crate::units::printable(&path.display().to_string())
+                crate::units::Shown::new(&path.display().to_string())
             ));
             self.confirm_overwrite = Some(path.to_path_buf());
             return;
         }
         self.message = Some(
-            crate::units::printable(&match self.trace_to_save(inputs).save(path) {
+            crate::units::Shown::new(&match self.trace_to_save(inputs).save(&out) {
                 Ok(()) => format!("trace saved to {}", path.display()),
                 Err(err) => err.to_string(),
             })
-            .into_owned(),
+            .into_string(),
         );
     }
 
@@ -678,7 +681,7 @@ impl ProfilerPanel {
             None => {
                 self.message = Some(format!(
                     "{}: the loading thread stopped",
-                    crate::units::printable(&path.display().to_string())
+                    crate::units::Shown::new(&path.display().to_string())
                 ));
             }
         }
@@ -691,7 +694,7 @@ impl ProfilerPanel {
         match result {
             Ok(merged) => {
                 let count = merged.lanes.len() + 1;
-                let shown = crate::units::printable(&merged.trace.label).into_owned();
+                let shown = crate::units::Shown::new(&merged.trace.label).into_string();
                 let overlaid: Vec<String> = merged.lanes.iter().map(overlay_name).collect();
                 let mut lanes = vec![merged.trace.clone()];
                 lanes.extend(merged.lanes.iter().cloned());
@@ -715,7 +718,7 @@ impl ProfilerPanel {
             Ok((trace, Some(recording))) => {
                 self.message = Some(format!(
                     "opened {} ({} samples, {} events){}",
-                    crate::units::printable(&trace.label),
+                    crate::units::Shown::new(&trace.label),
                     trace.samples.len(),
                     trace.events.len(),
                     if recording.cut_short {
@@ -729,14 +732,16 @@ impl ProfilerPanel {
             Ok((trace, None)) => {
                 self.message = Some(format!(
                     "overlaid {} ({} samples, {} events)",
-                    crate::units::printable(&trace.label),
+                    crate::units::Shown::new(&trace.label),
                     trace.samples.len(),
                     trace.events.len()
                 ));
                 self.overlays.push(trace);
                 self.walk_view = true;
             }
-            Err(err) => self.message = Some(crate::units::printable(&err.to_string()).into_owned()),
+            Err(err) => {
+                self.message = Some(crate::units::Shown::new(&err.to_string()).into_string());
+            }
         }
     }
 
@@ -852,7 +857,7 @@ impl ProfilerPanel {
                     let warn = ui.visuals().warn_fg_color;
                     for line in lines {
                         let text =
-                            egui::RichText::new(crate::units::printable(&line.text)).monospace();
+                            egui::RichText::new(crate::units::Shown::new(&line.text)).monospace();
                         ui.label(if line.stderr { text.color(warn) } else { text });
                     }
                 });
@@ -1146,7 +1151,7 @@ impl ProfilerPanel {
                     .small_button(text)
                     .on_hover_text(format!(
                         "Remove this overlay: {}",
-                        crate::units::printable(&trace.checkpoint)
+                        crate::units::Shown::new(&trace.checkpoint)
                     ))
                     .clicked()
                 {
@@ -1173,7 +1178,7 @@ fn typed_paths(path: &std::path::Path) -> Result<Vec<PathBuf>, String> {
     if !pattern {
         return Ok(vec![path.to_path_buf()]);
     }
-    let shown = crate::units::printable(&text).into_owned();
+    let shown = crate::units::Shown::new(&text).into_string();
     let matches = glob::glob(&text).map_err(|e| format!("{shown}: {e}"))?;
     let mut paths: Vec<PathBuf> = matches
         .filter_map(Result::ok)
@@ -1197,10 +1202,10 @@ pub(super) fn overlay_name(trace: &Trace) -> String {
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .filter(|n| !n.is_empty());
-    let label = crate::units::printable(&trace.label);
+    let label = crate::units::Shown::new(&trace.label);
     match place {
-        Some(place) => format!("{label} on {}", crate::units::printable(&place)),
-        None => label.into_owned(),
+        Some(place) => format!("{label} on {}", crate::units::Shown::new(&place)),
+        None => label.into_string(),
     }
 }
 

@@ -715,7 +715,7 @@ fn ranks_plot_ui(
                 .collect();
             plot.add(
                 egui_plot::FilledArea::new(
-                    crate::units::printable(&trace.label).into_owned(),
+                    crate::units::Shown::new(&trace.label).into_string(),
                     &xs,
                     &lower,
                     &upper,

@@ -170,13 +170,13 @@ impl ProfilerPanel {
                 {
                     let text = format!(
                         "{}\n{} ({:.0} %){}",
-                        crate::units::printable(&frame.label()),
+                        crate::units::Shown::new(&frame.label()),
                         human_bytes(*bytes),
                         fraction(*bytes, total) * 100.0,
                         if frame.text.is_empty() {
                             String::new()
                         } else {
-                            format!("\n{}", crate::units::printable(&frame.text))
+                            format!("\n{}", crate::units::Shown::new(&frame.text))
                         }
                     );
                     response.on_hover_text_at_pointer(text);
@@ -229,7 +229,7 @@ impl ProfilerPanel {
                             crate::profile::record::JobExit::describe,
                         )
                     };
-                    let text = format!("{}: {ended}", crate::units::printable(&r.command));
+                    let text = format!("{}: {ended}", crate::units::Shown::new(&r.command));
                     ui.add(egui::Label::new(text.as_str()).truncate())
                         .on_hover_text(text);
                     ui.end_row();
@@ -290,7 +290,7 @@ fn difference_ui(ui: &mut egui::Ui, a: &Recording, b: &Recording) {
             (
                 d.a_bytes,
                 d.b_bytes,
-                crate::units::printable(&d.frame.label()).into_owned(),
+                crate::units::Shown::new(&d.frame.label()).into_string(),
             )
         })
         .collect();
@@ -337,7 +337,7 @@ fn roots_difference_ui(ui: &mut egui::Ui, a: &Recording, b: &Recording) {
             (
                 d.a_bytes,
                 d.b_bytes,
-                format!("{} ({})", crate::units::printable(&d.root), d.kind),
+                format!("{} ({})", crate::units::Shown::new(&d.root), d.kind),
             )
         })
         .collect();
@@ -363,7 +363,7 @@ fn phases_ui(ui: &mut egui::Ui, r: &Recording) {
                     ui.strong("grew most at");
                     ui.end_row();
                     for p in &r.phases {
-                        ui.label(crate::units::printable(&p.mark));
+                        ui.label(crate::units::Shown::new(&p.mark));
                         ui.label(format!("{:.1}–{:.1}", p.start_secs, p.end_secs));
                         ui.label(format!(
                             "{} / {}",
@@ -374,7 +374,7 @@ fn phases_ui(ui: &mut egui::Ui, r: &Recording) {
                             egui::Label::new(p.lines.first().map_or(String::new(), |l| {
                                 format!(
                                     "{} ({:.0} %)",
-                                    crate::units::printable(&l.frame.label()),
+                                    crate::units::Shown::new(&l.frame.label()),
                                     l.share * 100.0
                                 )
                             }))
@@ -435,7 +435,7 @@ fn draw_nodes<'a>(
                 painter.with_clip_rect(rect).text(
                     rect.left_center() + egui::vec2(3.0, 0.0),
                     egui::Align2::LEFT_CENTER,
-                    crate::units::printable(&name),
+                    crate::units::Shown::new(&name),
                     egui::FontId::proportional(11.0),
                     egui::Color32::BLACK,
                 );

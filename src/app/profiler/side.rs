@@ -68,7 +68,7 @@ impl ProfilerPanel {
                 crate::checkpoint::check::Severity::Error => ui.visuals().error_fg_color,
                 _ => ui.visuals().warn_fg_color,
             };
-            let text = egui::RichText::new(crate::units::printable(&finding.text)).color(color);
+            let text = egui::RichText::new(crate::units::Shown::new(&finding.text)).color(color);
             let response = ui.add(egui::Label::new(text).sense(egui::Sense::click()));
             let response = response.on_hover_text("Click to select this moment");
             if let (true, Some(t)) = (response.clicked(), finding.t_secs) {
@@ -93,7 +93,7 @@ impl ProfilerPanel {
         if !r.peak_stack.is_empty() {
             ui.label(format!(
                 "At the peak: {}",
-                crate::units::printable(&stacks::describe(&r.peak_stack))
+                crate::units::Shown::new(&stacks::describe(&r.peak_stack))
             ));
         }
         egui::Grid::new("record-lines")
@@ -110,10 +110,10 @@ impl ProfilerPanel {
                     ui.label(format!("{:.0} %", line.share * 100.0));
                     ui.label(human_bytes(line.grew_bytes));
                     let label = ui.add(
-                        egui::Label::new(crate::units::printable(&line.frame.label())).truncate(),
+                        egui::Label::new(crate::units::Shown::new(&line.frame.label())).truncate(),
                     );
                     if !line.frame.text.is_empty() {
-                        label.on_hover_text(crate::units::printable(&line.frame.text));
+                        label.on_hover_text(crate::units::Shown::new(&line.frame.text));
                     }
                     ui.end_row();
                 }
@@ -211,7 +211,7 @@ impl ProfilerPanel {
                 // A file the job holds: its path and size, nothing inside.
                 ui.label(format!(
                     "{} {}",
-                    crate::units::printable(&shard.shard),
+                    crate::units::Shown::new(&shard.shard),
                     human_bytes(shard.bytes)
                 ));
                 continue;
@@ -271,7 +271,7 @@ impl ProfilerPanel {
                     let text = format!(
                         "{:>8.2} s  {}  active {}",
                         event.t_secs,
-                        crate::units::printable(&event.label()),
+                        crate::units::Shown::new(&event.label()),
                         human_bytes(event.mlx_active_bytes)
                     );
                     let at = event.t_secs + offset;
@@ -333,7 +333,7 @@ fn recorded_moment_ui(ui: &mut egui::Ui, trace: &Trace, t: f64) {
             "{} file{} loaded by then (mx.load), the last: {}",
             loaded.len(),
             if loaded.len() == 1 { "" } else { "s" },
-            crate::units::printable(loaded[loaded.len() - 1])
+            crate::units::Shown::new(loaded[loaded.len() - 1])
         ));
     }
     let Some(stacks) = trace.stacks.as_ref() else {
@@ -400,18 +400,18 @@ fn held_roots_ui(ui: &mut egui::Ui, walk: &crate::profile::record::held::HeldWal
                 let hover = format!("{} array(s), e.g. {}{also}", root.arrays, root.path);
                 ui.add(
                     egui::Label::new(
-                        egui::RichText::new(crate::units::printable(&root.root))
+                        egui::RichText::new(crate::units::Shown::new(&root.root))
                             .monospace()
                             .strong(),
                     )
                     .truncate(),
                 )
-                .on_hover_text(crate::units::printable(&hover));
+                .on_hover_text(crate::units::Shown::new(&hover));
                 ui.add(
                     egui::Label::new(format!(
                         "{}, {}",
                         root.kind,
-                        crate::units::printable(&root.place())
+                        crate::units::Shown::new(&root.place())
                     ))
                     .truncate(),
                 );
@@ -441,8 +441,8 @@ fn held_roots_ui(ui: &mut egui::Ui, walk: &crate::profile::record::held::HeldWal
                 ui.label(
                     egui::RichText::new(format!(
                         "{}: {} ({} array{})",
-                        crate::units::printable(&root.root),
-                        crate::units::printable(&root.path),
+                        crate::units::Shown::new(&root.root),
+                        crate::units::Shown::new(&root.path),
                         root.arrays,
                         if root.arrays == 1 { "" } else { "s" }
                     ))
@@ -455,14 +455,14 @@ fn held_roots_ui(ui: &mut egui::Ui, walk: &crate::profile::record::held::HeldWal
 /// A stack's frames, the job's own in bold, libraries' weak.
 fn frames_ui(ui: &mut egui::Ui, stack: &[&stacks::Frame]) {
     for frame in stack.iter().take(12) {
-        let text = egui::RichText::new(crate::units::printable(&frame.label())).monospace();
+        let text = egui::RichText::new(crate::units::Shown::new(&frame.label())).monospace();
         let label = ui.label(if frame.is_library() {
             text.weak()
         } else {
             text.strong()
         });
         if !frame.text.is_empty() {
-            label.on_hover_text(crate::units::printable(&frame.text));
+            label.on_hover_text(crate::units::Shown::new(&frame.text));
         }
     }
 }
@@ -509,7 +509,7 @@ fn record_summary_ui(ui: &mut egui::Ui, r: &Recording) {
     };
     ui.label(format!(
         "`{}`: {ended} after {:.1} s",
-        crate::units::printable(&r.command),
+        crate::units::Shown::new(&r.command),
         r.elapsed_secs
     ));
     let mlx = r.peak_mlx_active_bytes.map_or_else(
@@ -535,7 +535,7 @@ fn record_summary_ui(ui: &mut egui::Ui, r: &Recording) {
     if let Some(c) = &r.checkpoint {
         ui.label(format!(
             "checkpoint {}: {}; a release-shard walk would peak at {}",
-            crate::units::printable(&c.path.display().to_string()),
+            crate::units::Shown::new(&c.path.display().to_string()),
             human_bytes(c.total_bytes),
             human_bytes(c.expected.release_shard)
         ));

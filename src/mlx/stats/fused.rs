@@ -34,7 +34,7 @@ pub(super) static DENSE_FAILED: std::sync::atomic::AtomicBool =
 /// Whether fused summaries are wanted (`WEIGHTSCOPE_SUMMARY_FUSED=0`: the
 /// chunked path, to compare with).
 fn fused_wanted() -> bool {
-    std::env::var("WEIGHTSCOPE_SUMMARY_FUSED").map_or(true, |v| v != "0")
+    crate::environment::get().summary_fused
 }
 
 /// The summary of an affine-packed weight from its words, by our kernel
@@ -377,7 +377,7 @@ struct Phases {
 impl Phases {
     fn new() -> Self {
         Self {
-            on: std::env::var_os("WEIGHTSCOPE_SUMMARY_PHASES").is_some(),
+            on: crate::environment::get().summary_phases,
             last: std::time::Instant::now(),
             said: Vec::new(),
         }

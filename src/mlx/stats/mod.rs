@@ -213,12 +213,11 @@ impl Plan {
             && !KERNEL_FAILED.load(std::sync::atomic::Ordering::Relaxed)
             && kernel::kernels_settled()
             && (kernel::Backend::BUILD == kernel::Backend::Cuda || fused::metal_agrees());
-        let knob = std::env::var("WEIGHTSCOPE_SUMMARY_BINS").ok();
-        let bins = match knob.as_deref() {
-            Some("host") => BinsOn::Host,
-            Some("scatter") => BinsOn::Scatter,
-            Some("kernel") => BinsOn::Kernel,
-            Some("none") => BinsOn::Nowhere,
+        let bins = match crate::environment::get().summary_bins {
+            Some(crate::environment::BinsOn::Host) => BinsOn::Host,
+            Some(crate::environment::BinsOn::Scatter) => BinsOn::Scatter,
+            Some(crate::environment::BinsOn::Kernel) => BinsOn::Kernel,
+            Some(crate::environment::BinsOn::Nowhere) => BinsOn::Nowhere,
             _ if kernel => BinsOn::Kernel,
             _ if gpu => BinsOn::Scatter,
             _ => BinsOn::Host,
@@ -226,7 +225,7 @@ impl Plan {
         Self {
             chunk: chunk_for(gpu),
             bins,
-            forced: knob.is_some(),
+            forced: crate::environment::get().summary_bins.is_some(),
             gpu,
         }
     }

@@ -131,17 +131,7 @@ impl Drop for Job {
 /// # Errors
 /// The OS's error.
 pub fn make_fifo(path: &std::path::Path) -> std::io::Result<()> {
-    use std::os::unix::ffi::OsStrExt as _;
-    let name = std::ffi::CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| std::io::Error::other("a path with a NUL byte"))?;
-    #[allow(unsafe_code)]
-    // SAFETY: `name` is a valid NUL-terminated string that outlives the call.
-    let made = unsafe { libc::mkfifo(name.as_ptr(), 0o600) };
-    if made == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
+    crate::files::make_fifo(path)
 }
 
 /// Marks every descriptor above stderr close-on-exec (in the child, before

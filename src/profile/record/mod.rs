@@ -732,7 +732,7 @@ impl Recorder {
             .unwrap_or_default()
             .iter()
             .take(8)
-            .map(|o| crate::units::printable(o).chars().take(32).collect())
+            .map(|o| crate::units::Shown::new(o).chars().take(32).collect())
             .collect();
         let event = self.event(at, kind, ops.join("+"));
         event.detail = collective_detail(line.rank, step);
@@ -946,9 +946,8 @@ impl Recorder {
         }
         *last = Some(now);
         // A new file each time (its inode changes): the probe compares.
-        let temp = path.with_extension("new");
-        if std::fs::write(&temp, b"walk").is_ok() {
-            let _ = std::fs::rename(&temp, &*path);
+        if let (Some(dir), Some(name)) = (path.parent(), path.file_name()) {
+            let _ = crate::files::replace_entry(dir, name, b"walk");
         }
     }
 
@@ -1049,15 +1048,10 @@ struct NamedPipe {
 impl NamedPipe {
     /// Makes the FIFO at `path` and starts its reader.
     fn start(path: &Path) -> std::io::Result<Self> {
-        use std::os::unix::fs::OpenOptionsExt as _;
         job::make_fifo(path)?;
         // Opened for reading and writing, so the reader never sees an end
         // of file while ranks come and go; only ever read.
-        let fifo = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .custom_flags(libc::O_NONBLOCK)
-            .open(path)?;
+        let fifo = crate::files::open_own_fifo(path)?;
         let (stop_reader, stop) = std::io::pipe()?;
         let (tx, lines) = std::sync::mpsc::sync_channel(LINE_QUEUE);
         pump_probe_lines(
@@ -1550,7 +1544,7 @@ fn finish(
     let mut trace = Trace::new(format!("record: {command}"));
     trace.device = "job".into();
     if let Some(path) = &options.checkpoint {
-        trace.checkpoint = path.display().to_string();
+        trace.checkpoint = crate::units::location_data(&path.to_string_lossy());
     }
     trace.job = Some(JobInfo {
         command,

@@ -202,25 +202,16 @@ impl PythonProbe {
     /// # Errors
     /// When no private folder can be had, or a file cannot be written.
     pub fn install() -> std::io::Result<Self> {
-        use std::os::unix::fs::PermissionsExt as _;
         let base = private_base()?;
         remove_stale(&base);
-        let dir = tempfile::Builder::new()
-            .prefix(&format!("probe-{}-", std::process::id()))
-            .rand_bytes(16)
-            .permissions(std::fs::Permissions::from_mode(0o700))
-            .tempdir_in(&base)?
-            .keep();
+        let dir =
+            crate::files::new_private_folder(&base, &format!("probe-{}-", std::process::id()))?;
         if let Ok(mut installed) = INSTALLED.lock() {
             installed.push(dir.clone());
         }
         let probe = Self { dir };
         for (name, text) in PYTHON_PROBE {
-            let mut file = std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .open(probe.dir.join(name))?;
-            std::io::Write::write_all(&mut file, text.as_bytes())?;
+            crate::files::create_entry(&probe.dir, std::ffi::OsStr::new(name), text.as_bytes())?;
         }
         Ok(probe)
     }
@@ -234,7 +225,7 @@ impl PythonProbe {
 
 impl Drop for PythonProbe {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
+        crate::files::remove_own_tree(&self.dir);
         if let Ok(mut installed) = INSTALLED.lock() {
             installed.retain(|d| d != &self.dir);
         }
@@ -299,7 +290,7 @@ pub fn private_base() -> std::io::Result<PathBuf> {
 /// A private folder `weightscope-UID-XXXX` in `temp`: one made earlier
 /// (ours, a real folder, no access for others), else a new one.
 fn private_fallback(temp: &Path, uid: u32) -> std::io::Result<PathBuf> {
-    use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
+    use std::os::unix::fs::MetadataExt as _;
     let prefix = format!("weightscope-{uid}-");
     if let Ok(entries) = std::fs::read_dir(temp) {
         for entry in entries.flatten() {
@@ -315,12 +306,7 @@ fn private_fallback(temp: &Path, uid: u32) -> std::io::Result<PathBuf> {
             }
         }
     }
-    Ok(tempfile::Builder::new()
-        .prefix(&prefix)
-        .rand_bytes(12)
-        .permissions(std::fs::Permissions::from_mode(0o700))
-        .tempdir_in(temp)?
-        .keep())
+    crate::files::new_private_folder(temp, &prefix)
 }
 
 /// Removes probe folders in `base` left by a weightscope that was killed
@@ -340,39 +326,14 @@ fn remove_stale(base: &Path) {
             continue;
         };
         if !Path::new(&format!("/proc/{pid}")).exists() {
-            let _ = std::fs::remove_dir_all(entry.path());
+            crate::files::remove_own_tree(&entry.path());
         }
     }
 }
 
 /// Makes `base` a folder owned by `uid` with mode 0700, or says why not.
 fn make_private(base: &Path, uid: u32) -> std::io::Result<()> {
-    use std::os::unix::fs::{DirBuilderExt as _, MetadataExt as _, PermissionsExt as _};
-    if let Some(parent) = base.parent() {
-        std::fs::create_dir_all(parent)?;
-    }
-    match std::fs::DirBuilder::new().mode(0o700).create(base) {
-        Ok(()) => {}
-        Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => {}
-        Err(err) => return Err(err),
-    }
-    let meta = std::fs::symlink_metadata(base)?;
-    let refuse = |why: &str| {
-        Err(std::io::Error::new(
-            std::io::ErrorKind::PermissionDenied,
-            format!("{} {why}; refusing it for the probe", base.display()),
-        ))
-    };
-    if !meta.file_type().is_dir() {
-        return refuse("is not a folder (a symlink?)");
-    }
-    if meta.uid() != uid {
-        return refuse("belongs to another user");
-    }
-    if meta.mode().trailing_zeros() < 6 {
-        std::fs::set_permissions(base, std::fs::Permissions::from_mode(0o700))?;
-    }
-    Ok(())
+    crate::files::make_private(base, uid)
 }
 
 /// The folders of probes installed and not yet removed.
@@ -388,7 +349,7 @@ pub fn remove_installed() {
         .map(|mut installed| std::mem::take(&mut *installed))
         .unwrap_or_default();
     for dir in folders {
-        let _ = std::fs::remove_dir_all(dir);
+        crate::files::remove_own_tree(&dir);
     }
 }
 

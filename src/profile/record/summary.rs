@@ -118,7 +118,7 @@ impl Recording {
         let mut trace = Trace::new(format!("record: {}", self.command));
         trace.device = "job".into();
         if let Some(facts) = &self.checkpoint {
-            trace.checkpoint = facts.path.display().to_string();
+            trace.checkpoint = crate::units::location_data(&facts.path.to_string_lossy());
             trace.expected = Some(facts.expected);
         }
         trace.job = Some(JobInfo {

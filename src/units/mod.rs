@@ -1,6 +1,11 @@
 //! Human-readable numbers for people (never for machine-readable output),
-//! and the one byte-level text helper the layers share (JSON string runs).
+//! the one byte-level text helper the layers share (JSON string runs), and
+//! [`Shown`], the one type of text that reaches a person.
 #![forbid(unsafe_code)]
+
+mod shown;
+
+pub use shown::{Shown, ShownLines, location_data};
 
 /// `1536` → `"1.50 KiB"`; exact bytes below 1 KiB.
 #[must_use]
@@ -174,55 +179,6 @@ mod tests {
     }
 }
 
-/// An address as it may be shown: a password in it (`https://user:PASSWORD@host`)
-/// replaced by `***`. Text that is not an address is returned unchanged.
-#[must_use]
-pub fn without_password(text: &str) -> std::borrow::Cow<'_, str> {
-    let Some((scheme, rest)) = text.split_once("://") else {
-        return text.into();
-    };
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let authority = &rest[..authority_end];
-    let Some(at) = authority.rfind('@') else {
-        return text.into();
-    };
-    let user = authority[..at].split(':').next().unwrap_or("");
-    let hidden = if authority[..at].contains(':') {
-        format!("{user}:***")
-    } else {
-        // A token alone as the user name is a secret too.
-        "***".to_owned()
-    };
-    format!("{scheme}://{hidden}@{}", &rest[at + 1..]).into()
-}
-
-/// `text` safe to print on one line: control characters (NUL, line breaks,
-/// escape sequences) and bidirectional formatting characters (which can make
-/// `evil\u{202e}gnp.exe` read as `evilexe.png`) are written as escapes.
-/// Names and messages from files go through this before reaching a terminal
-/// or a label.
-#[must_use]
-pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
-    let hostile = |c: char| {
-        c.is_control()
-            || matches!(c, '\u{200e}' | '\u{200f}' | '\u{061c}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
-    };
-    // Tensor and file names are printable ASCII: one byte test each, no
-    // Unicode tables (the 90k names of a large checkpoint's listing).
-    if text.bytes().all(|b| (b' '..=b'~').contains(&b)) || !text.chars().any(hostile) {
-        return std::borrow::Cow::Borrowed(text);
-    }
-    let mut out = String::with_capacity(text.len() + 8);
-    for c in text.chars() {
-        if hostile(c) {
-            out.extend(c.escape_default());
-        } else {
-            out.push(c);
-        }
-    }
-    std::borrow::Cow::Owned(out)
-}
-
 /// `text` in at most `max` characters, cut in the middle with an ellipsis:
 /// the end of a tensor name (what tells `q_proj.weight` from
 /// `q_proj.scales`) stays, and so does its start (which layer). A third of
@@ -332,51 +288,8 @@ mod middle_ellipsis_tests {
     }
 }
 
-#[cfg(test)]
-mod printable_tests {
-    use super::printable;
-
-    #[test]
-    fn control_and_bidi_characters_are_escaped() {
-        assert_eq!(printable("model.layers.0.weight"), "model.layers.0.weight");
-        assert_eq!(printable("a\u{0}b"), "a\\u{0}b");
-        assert_eq!(printable("line\nbreak"), "line\\nbreak");
-        assert_eq!(printable("evil\u{202e}gnp.exe"), "evil\\u{202e}gnp.exe");
-        assert_eq!(printable("\u{1b}[31mred"), "\\u{1b}[31mred");
-        assert_eq!(printable("日本語 ok"), "日本語 ok");
-    }
-}
-
 /// One line on stderr, `weightscope: ` first, with names and messages from
 /// files made printable (the CLI's and the window's start-up messages).
 pub fn stderr_line(message: std::fmt::Arguments<'_>) {
-    eprintln!("weightscope: {}", printable(&message.to_string()));
-}
-
-#[cfg(test)]
-mod password_tests {
-    use super::without_password;
-
-    #[test]
-    fn passwords_in_addresses_are_never_shown() {
-        assert_eq!(
-            without_password("http://user:PASSWORD@127.0.0.1:9/x.safetensors"),
-            "http://user:***@127.0.0.1:9/x.safetensors"
-        );
-        assert_eq!(
-            without_password("https://hf_TOKEN@host/a"),
-            "https://***@host/a"
-        );
-        // An @ in the path is not a user.
-        assert_eq!(
-            without_password("https://host/org/repo@main/a"),
-            "https://host/org/repo@main/a"
-        );
-        assert_eq!(without_password("/local/model"), "/local/model");
-        assert_eq!(
-            without_password("http://u:p:q@h"),
-            "http://u:***@h",
-            "a colon in the password"
-        );
-    }
+    eprintln!("weightscope: {}", Shown::new(&message.to_string()));
 }

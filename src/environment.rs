@@ -1,0 +1,386 @@
+//! The environment, read once: every `WEIGHTSCOPE_*` variable weightscope
+//! reads, and the Hub token's form, parsed at the edge (`main`) into one
+//! typed [`Environment`]. A value that is junk or absurd (a timeout of
+//! 2^62 s or of 0, a retry count of a thousand, a token holding a line
+//! break) is one line naming the variable, exit status 2, before any work;
+//! never a panic, never a silent default.
+//!
+//! The layers read the configuration through [`get`]; the variables are
+//! listed once, in [`VARIABLES`] (docs/reliability.md prints the table).
+#![forbid(unsafe_code)]
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+/// A variable, what it takes, and its default.
+#[derive(Debug, Clone, Copy)]
+pub struct Variable {
+    /// Its name.
+    pub name: &'static str,
+    /// What values it takes, in words.
+    pub takes: &'static str,
+}
+
+/// Every variable [`read`] checks.
+pub const VARIABLES: &[Variable] = &[
+    Variable {
+        name: "WEIGHTSCOPE_HTTP_TIMEOUT",
+        takes: "whole seconds, 1 to 3600 (default 30)",
+    },
+    Variable {
+        name: "WEIGHTSCOPE_HTTP_RETRIES",
+        takes: "0 to 10 (default 3)",
+    },
+    Variable {
+        name: "WEIGHTSCOPE_MEMORY_LIMIT",
+        takes: "a size such as 24G, above 0",
+    },
+    Variable {
+        name: "WEIGHTSCOPE_CACHE_LIMIT",
+        takes: "a size such as 1G",
+    },
+    Variable {
+        name: "WEIGHTSCOPE_EXIT_AFTER_FRAMES",
+        takes: "1 to 1000000 (tests)",
+    },
+    Variable {
+        name: "WEIGHTSCOPE_DENSE_BLOCKS",
+        takes: "1 to 1048576 (benchmarks)",
+    },
+    Variable {
+        name: "WEIGHTSCOPE_SUMMARY_BINS",
+        takes: "host, scatter, kernel or none",
+    },
+    Variable {
+        name: "WEIGHTSCOPE_READ_BACK",
+        takes: "copy or fault",
+    },
+    Variable {
+        name: "WEIGHTSCOPE_SUMMARY_FUSED",
+        takes: "0 or 1 (default 1)",
+    },
+    Variable {
+        name: "WEIGHTSCOPE_SUMMARY_PHASES",
+        takes: "0 or 1 (default 0)",
+    },
+    Variable {
+        name: "WEIGHTSCOPE_DIRECT",
+        takes: "0 or 1 (default 1)",
+    },
+    Variable {
+        name: "WEIGHTSCOPE_KERNELS_AHEAD",
+        takes: "0 or 1 (default 1)",
+    },
+    Variable {
+        name: "WEIGHTSCOPE_PREFETCH",
+        takes: "0 or 1 (default 1)",
+    },
+    Variable {
+        name: "WEIGHTSCOPE_TEST_WALL_SHIFT_SECS",
+        takes: "seconds within ±10^9 (tests)",
+    },
+    Variable {
+        name: "HF_TOKEN",
+        takes: "one line of visible characters",
+    },
+];
+
+/// Where a value is kept for the summary's histogram.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BinsOn {
+    /// On the host.
+    Host,
+    /// MLX's scatter-add.
+    Scatter,
+    /// Our kernel.
+    Kernel,
+    /// Not counted (benchmarks).
+    Nowhere,
+}
+
+/// The configuration the environment gave.
+// Each switch is a variable of its own, on or off independently.
+#[allow(clippy::struct_excessive_bools)]
+#[derive(Debug, Clone)]
+pub struct Environment {
+    /// How long a server may stay silent (before answering, or within a
+    /// body) before a request counts as failed.
+    pub http_timeout: Duration,
+    /// Attempts after the first for a failure that may pass (a time-out, a
+    /// dropped connection, a truncated body, 429, 5xx).
+    pub http_retries: u32,
+    /// MLX's memory limit to set, in bytes.
+    pub memory_limit: Option<u64>,
+    /// MLX's cache limit to set, in bytes.
+    pub cache_limit: Option<u64>,
+    /// The window ends after this many frames (tests).
+    pub exit_after_frames: Option<u64>,
+    /// Another aim for the dense kernel's blocks (benchmarks).
+    pub dense_blocks: Option<i64>,
+    /// Where the summary's histogram is counted, when forced.
+    pub summary_bins: Option<BinsOn>,
+    /// Summaries' outputs read in place instead of copied.
+    pub read_back_fault: bool,
+    /// Fused summaries (off: the chunked path, to compare with).
+    pub summary_fused: bool,
+    /// Summary phases timed and printed.
+    pub summary_phases: bool,
+    /// Dense kernels launched by us on CUDA.
+    pub direct: bool,
+    /// Kernels compiled ahead on CUDA.
+    pub kernels_ahead: bool,
+    /// Prefetching through the CUDA driver.
+    pub prefetch: bool,
+    /// Seconds added to the wall clock a recording states (tests: one
+    /// machine's journals then look taken on hosts whose clocks disagree).
+    pub wall_shift_secs: f64,
+}
+
+impl Default for Environment {
+    fn default() -> Self {
+        Self {
+            http_timeout: Duration::from_secs(30),
+            http_retries: 3,
+            memory_limit: None,
+            cache_limit: None,
+            exit_after_frames: None,
+            dense_blocks: None,
+            summary_bins: None,
+            read_back_fault: false,
+            summary_fused: true,
+            summary_phases: false,
+            direct: true,
+            kernels_ahead: true,
+            prefetch: true,
+            wall_shift_secs: 0.0,
+        }
+    }
+}
+
+/// A variable whose value cannot be used: one line naming it.
+#[derive(Debug, thiserror::Error)]
+#[error("{name}=`{value}` is not usable: it takes {takes}")]
+pub struct EnvError {
+    /// The variable.
+    pub name: &'static str,
+    /// Its value, shown (escaped, cut to 40 characters; a token's never).
+    pub value: String,
+    /// What it takes.
+    pub takes: &'static str,
+}
+
+fn takes(name: &str) -> &'static str {
+    VARIABLES
+        .iter()
+        .find(|v| v.name == name)
+        .map_or("another value", |v| v.takes)
+}
+
+/// The value of `name` where it is set (an empty value is unset).
+fn raw(source: &dyn Fn(&str) -> Option<String>, name: &str) -> Option<String> {
+    source(name).filter(|v| !v.is_empty())
+}
+
+fn bad(name: &'static str, value: &str) -> EnvError {
+    let shown = crate::units::Shown::new(value);
+    let mut value: String = shown.chars().take(40).collect();
+    if shown.chars().count() > 40 {
+        value.push('…');
+    }
+    EnvError {
+        name,
+        value,
+        takes: takes(name),
+    }
+}
+
+fn number(
+    source: &dyn Fn(&str) -> Option<String>,
+    name: &'static str,
+    range: std::ops::RangeInclusive<u64>,
+) -> Result<Option<u64>, EnvError> {
+    let Some(value) = raw(source, name) else {
+        return Ok(None);
+    };
+    value
+        .trim()
+        .parse::<u64>()
+        .ok()
+        .filter(|n| range.contains(n))
+        .map(Some)
+        .ok_or_else(|| bad(name, &value))
+}
+
+fn switch(
+    source: &dyn Fn(&str) -> Option<String>,
+    name: &'static str,
+    default: bool,
+) -> Result<bool, EnvError> {
+    match raw(source, name).as_deref().map(str::trim) {
+        None => Ok(default),
+        Some("1" | "true" | "on" | "yes") => Ok(true),
+        Some("0" | "false" | "off" | "no") => Ok(false),
+        Some(other) => Err(bad(name, other)),
+    }
+}
+
+fn size(
+    source: &dyn Fn(&str) -> Option<String>,
+    name: &'static str,
+    at_least: u64,
+) -> Result<Option<u64>, EnvError> {
+    let Some(value) = raw(source, name) else {
+        return Ok(None);
+    };
+    crate::units::parse_size(&value)
+        .filter(|b| *b >= at_least)
+        .map(Some)
+        .ok_or_else(|| bad(name, &value))
+}
+
+/// Reads the configuration from `source` (the process's environment in
+/// [`read`]; a map in tests).
+///
+/// # Errors
+/// The first variable whose value cannot be used.
+pub fn read_from(source: &dyn Fn(&str) -> Option<String>) -> Result<Environment, EnvError> {
+    let defaults = Environment::default();
+    let summary_bins = match raw(source, "WEIGHTSCOPE_SUMMARY_BINS").as_deref() {
+        None => None,
+        Some("host") => Some(BinsOn::Host),
+        Some("scatter") => Some(BinsOn::Scatter),
+        Some("kernel") => Some(BinsOn::Kernel),
+        Some("none") => Some(BinsOn::Nowhere),
+        Some(other) => return Err(bad("WEIGHTSCOPE_SUMMARY_BINS", other)),
+    };
+    let read_back_fault = match raw(source, "WEIGHTSCOPE_READ_BACK").as_deref() {
+        None | Some("copy") => false,
+        Some("fault") => true,
+        Some(other) => return Err(bad("WEIGHTSCOPE_READ_BACK", other)),
+    };
+    let wall_shift_secs = match raw(source, "WEIGHTSCOPE_TEST_WALL_SHIFT_SECS") {
+        None => 0.0,
+        Some(value) => value
+            .trim()
+            .parse::<f64>()
+            .ok()
+            .filter(|v| v.is_finite() && v.abs() <= 1e9)
+            .ok_or_else(|| bad("WEIGHTSCOPE_TEST_WALL_SHIFT_SECS", &value))?,
+    };
+    // A token goes into an HTTP header: a line break or a control byte in
+    // it is a mistake (a file pasted whole), said by name, never echoed.
+    if let Some(token) = source("HF_TOKEN")
+        && token
+            .trim()
+            .chars()
+            .any(|c| c.is_control() || !(c.is_ascii_graphic() || c == ' '))
+    {
+        return Err(EnvError {
+            name: "HF_TOKEN",
+            value: "…".into(),
+            takes: takes("HF_TOKEN"),
+        });
+    }
+    Ok(Environment {
+        http_timeout: number(source, "WEIGHTSCOPE_HTTP_TIMEOUT", 1..=3600)?
+            .map_or(defaults.http_timeout, Duration::from_secs),
+        http_retries: number(source, "WEIGHTSCOPE_HTTP_RETRIES", 0..=10)?
+            .map_or(defaults.http_retries, |n| u32::try_from(n).unwrap_or(3)),
+        memory_limit: size(source, "WEIGHTSCOPE_MEMORY_LIMIT", 1)?,
+        cache_limit: size(source, "WEIGHTSCOPE_CACHE_LIMIT", 0)?,
+        exit_after_frames: number(source, "WEIGHTSCOPE_EXIT_AFTER_FRAMES", 1..=1_000_000)?,
+        dense_blocks: number(source, "WEIGHTSCOPE_DENSE_BLOCKS", 1..=1 << 20)?
+            .and_then(|n| i64::try_from(n).ok()),
+        summary_bins,
+        read_back_fault,
+        summary_fused: switch(source, "WEIGHTSCOPE_SUMMARY_FUSED", true)?,
+        summary_phases: switch(source, "WEIGHTSCOPE_SUMMARY_PHASES", false)?,
+        direct: switch(source, "WEIGHTSCOPE_DIRECT", true)?,
+        kernels_ahead: switch(source, "WEIGHTSCOPE_KERNELS_AHEAD", true)?,
+        prefetch: switch(source, "WEIGHTSCOPE_PREFETCH", true)?,
+        wall_shift_secs,
+    })
+}
+
+/// Reads the configuration from the process's environment.
+///
+/// # Errors
+/// As [`read_from`].
+pub fn read() -> Result<Environment, EnvError> {
+    read_from(&|name| std::env::var_os(name).map(|v| v.to_string_lossy().into_owned()))
+}
+
+static CONFIG: OnceLock<Environment> = OnceLock::new();
+
+/// Keeps `environment` as the process's configuration (at the edge, before
+/// any layer reads it). Later calls change nothing.
+pub fn install(environment: Environment) {
+    let _ = CONFIG.set(environment);
+}
+
+/// The process's configuration: the one installed at the edge; where none
+/// was (a library user, a test), the environment's, or the defaults when
+/// a value cannot be used.
+#[must_use]
+pub fn get() -> &'static Environment {
+    CONFIG.get_or_init(|| read().unwrap_or_default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with(pairs: &[(&str, &str)]) -> Result<Environment, EnvError> {
+        let pairs: Vec<(String, String)> = pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        read_from(&move |name| {
+            pairs
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.clone())
+        })
+    }
+
+    #[test]
+    fn junk_and_absurd_values_name_their_variable() {
+        for (name, value) in [
+            ("WEIGHTSCOPE_HTTP_TIMEOUT", "4611686018427387904"),
+            ("WEIGHTSCOPE_HTTP_TIMEOUT", "0"),
+            ("WEIGHTSCOPE_HTTP_TIMEOUT", "soon"),
+            ("WEIGHTSCOPE_HTTP_RETRIES", "1000"),
+            ("WEIGHTSCOPE_MEMORY_LIMIT", "lots"),
+            ("WEIGHTSCOPE_MEMORY_LIMIT", "0"),
+            ("WEIGHTSCOPE_DIRECT", "nope"),
+            ("WEIGHTSCOPE_SUMMARY_BINS", "gpu"),
+            ("WEIGHTSCOPE_TEST_WALL_SHIFT_SECS", "1e999"),
+        ] {
+            let err = with(&[(name, value)]).expect_err(value);
+            let line = err.to_string();
+            assert!(line.starts_with(name), "{line}");
+            assert!(line.contains("it takes"), "{line}");
+            assert!(!line.contains('\n'));
+        }
+        let env = with(&[
+            ("WEIGHTSCOPE_HTTP_TIMEOUT", "5"),
+            ("WEIGHTSCOPE_HTTP_RETRIES", "0"),
+            ("WEIGHTSCOPE_DIRECT", "0"),
+            ("WEIGHTSCOPE_MEMORY_LIMIT", "8G"),
+        ])
+        .expect("good values");
+        assert_eq!(env.http_timeout, Duration::from_secs(5));
+        assert_eq!(env.http_retries, 0);
+        assert!(!env.direct);
+        assert_eq!(env.memory_limit, Some(8 << 30));
+    }
+
+    #[test]
+    fn a_token_with_a_line_break_is_named_and_never_echoed() {
+        let err = with(&[("HF_TOKEN", "hf_SECRET\r\nX-Evil: 1")]).expect_err("a line break");
+        let line = err.to_string();
+        assert!(line.starts_with("HF_TOKEN="), "{line}");
+        assert!(!line.contains("SECRET"), "{line}");
+        assert!(with(&[("HF_TOKEN", "hf_abcDEF123")]).is_ok());
+    }
+}

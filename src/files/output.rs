@@ -1,0 +1,601 @@
+//! Outputs a person named (`--json`, `--csv`, `--trace`, the window's
+//! Save): checked before the work, and checked again at the moment of
+//! writing, against what was checked.
+//!
+//! What may be written:
+//! - nothing there, or a regular file of this user's with one name (one
+//!   hard link): a temporary file made new in the folder opened at the
+//!   check, renamed over the name (`renameat` replaces the folder entry and
+//!   never follows it: whatever appears at the name in the last instant is
+//!   replaced, not written through);
+//! - a link of this user's to such a file: the file is replaced in its own
+//!   folder (the link stays), only if the link still leads to it;
+//! - a FIFO, a terminal, `/dev/null`, `/dev/zero`, `/dev/full`, or a file
+//!   behind `/dev/stdout`, only when it was there when named: written in
+//!   place, with a deadline, giving up at a signal.
+//!
+//! Never: a checkpoint file, anything inside a checkpoint being read, a
+//! file of another user, a file with more than one name, any other device,
+//! a socket, a folder, a link to nothing, or anything that changed kind
+//! (a link, a FIFO) between the check and the write.
+
+use std::ffi::OsString;
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use rustix::fs::{AtFlags, FileType, OFlags};
+
+use super::FileError;
+
+/// How long an in-place write (a FIFO, a pipe, a terminal) may make no
+/// progress before it is given up.
+pub const STALL_LIMIT: Duration = Duration::from_secs(30);
+
+/// Termination signals seen so far ([`signal_arrived`]).
+static SIGNALS: AtomicU64 = AtomicU64::new(0);
+
+/// Tells blocked in-place writes that a termination signal arrived: a
+/// write that started before it gives up (the first signal's outputs are
+/// still written; a second signal stops a write nobody reads).
+pub fn signal_arrived() {
+    SIGNALS.fetch_add(1, Ordering::SeqCst);
+}
+
+/// An output path, checked: write it with [`Output::write`].
+#[derive(Debug)]
+pub struct Output {
+    /// As the person named it (every message says this, never a
+    /// temporary name).
+    named: PathBuf,
+    /// The checkpoints being read, resolved.
+    inputs: Vec<PathBuf>,
+    /// What the check found.
+    plan: Plan,
+}
+
+/// What is at an output path and how it is written.
+#[derive(Debug)]
+enum Plan {
+    /// Replaced whole through a temporary file in `folder`.
+    Replace {
+        /// The folder, opened.
+        folder: OwnedFd,
+        /// Its identity (device, inode).
+        folder_id: (u64, u64),
+        /// The entry's name in the folder.
+        name: OsString,
+        /// The regular file there (device, inode, mode), if any.
+        was: Option<(u64, u64, u32)>,
+        /// Reached through a link of the person's.
+        via_link: bool,
+    },
+    /// Written in place (a FIFO, a terminal, `/dev/null`, `/dev/stdout`).
+    InPlace {
+        /// The path to open.
+        path: PathBuf,
+        /// Device and inode: what is opened must be it.
+        identity: (u64, u64),
+        /// "a FIFO", "a terminal".
+        kind: &'static str,
+    },
+}
+
+impl Plan {
+    fn describe(&self) -> String {
+        match self {
+            Self::Replace {
+                was: None,
+                via_link: false,
+                ..
+            } => "nothing".into(),
+            Self::Replace {
+                via_link: false, ..
+            } => "a file".into(),
+            Self::Replace { via_link: true, .. } => "a link to a file".into(),
+            Self::InPlace { kind, .. } => (*kind).into(),
+        }
+    }
+}
+
+fn euid() -> u32 {
+    rustix::process::geteuid().as_raw()
+}
+
+/// The absolute, symlink-resolved form of a path that may not exist yet:
+/// its folder resolved, its name kept.
+pub(super) fn resolved(path: &Path) -> PathBuf {
+    if let Ok(full) = std::fs::canonicalize(path) {
+        return full;
+    }
+    let absolute = if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        std::env::current_dir().map_or_else(|_| path.to_path_buf(), |cwd| cwd.join(path))
+    };
+    match (absolute.parent(), absolute.file_name()) {
+        (Some(parent), Some(name)) => std::fs::canonicalize(parent)
+            .map_or_else(|_| absolute.clone(), |parent| parent.join(name)),
+        _ => absolute,
+    }
+}
+
+/// The character devices an output may be written into: the memory
+/// devices that discard (`/dev/null`, `/dev/zero`, `/dev/full`) and
+/// terminals. Any other device (a disk, `/dev/mem`) is refused.
+fn writable_device(rdev: u64) -> Option<&'static str> {
+    let major = ((rdev >> 8) & 0xfff) | ((rdev >> 32) & !0xfff);
+    let minor = (rdev & 0xff) | ((rdev >> 12) & !0xff);
+    if matches!((major, minor), (1, 3 | 5 | 7)) {
+        Some("a discarding device")
+    } else if matches!(major, 4 | 5 | 136..=143) {
+        Some("a terminal")
+    } else {
+        None
+    }
+}
+
+impl Output {
+    /// Checks `path` before any work: refused when it is inside (or is)
+    /// one of the checkpoints being read (`inputs`), names an existing
+    /// checkpoint file, is not something an output may be written to, or
+    /// its folder cannot be written.
+    ///
+    /// # Errors
+    /// [`FileError::Protected`] with the reason; [`FileError::Io`] for a
+    /// folder that cannot be written.
+    pub fn check(path: &Path, inputs: &[&Path]) -> Result<Self, FileError> {
+        let inputs: Vec<PathBuf> = inputs.iter().map(|p| resolved(p)).collect();
+        let plan = plan(path, &inputs)?;
+        if let Plan::Replace { folder, .. } = &plan {
+            writable(folder).map_err(|e| FileError::Io {
+                action: "write into the folder of",
+                path: path.to_path_buf(),
+                source: e,
+            })?;
+        }
+        Ok(Self {
+            named: path.to_path_buf(),
+            inputs,
+            plan,
+        })
+    }
+
+    /// The path as named.
+    #[must_use]
+    pub fn path(&self) -> &Path {
+        &self.named
+    }
+
+    /// Writes `bytes` whole, after checking again that what is at the path
+    /// is what was checked (or a regular file of this user's where there
+    /// was nothing) and still passes every check.
+    ///
+    /// # Errors
+    /// [`FileError::Protected`] when the path changed or no longer passes;
+    /// [`FileError::Io`] naming the path (never a temporary name).
+    pub fn write(&self, bytes: &[u8]) -> Result<(), FileError> {
+        let protected = |reason: String| FileError::Protected {
+            path: self.named.clone(),
+            reason,
+        };
+        let now = plan(&self.named, &self.inputs)?;
+        let changed = || {
+            protected(format!(
+                "it changed while the work ran (it was {}, it is now {}); nothing was written",
+                self.plan.describe(),
+                now.describe()
+            ))
+        };
+        match (&self.plan, &now) {
+            (
+                Plan::InPlace { identity: a, .. },
+                Plan::InPlace {
+                    path, identity: b, ..
+                },
+            ) if a == b => write_in_place(&self.named, path, *b, bytes),
+            (
+                Plan::Replace {
+                    folder,
+                    folder_id: checked_folder,
+                    via_link: false,
+                    ..
+                },
+                Plan::Replace {
+                    folder_id,
+                    name,
+                    was,
+                    via_link: false,
+                    ..
+                },
+            ) if folder_id == checked_folder => replace_in(&self.named, folder, name, *was, bytes),
+            (
+                Plan::Replace {
+                    folder,
+                    folder_id: checked_folder,
+                    was: Some(checked),
+                    via_link: true,
+                    ..
+                },
+                Plan::Replace {
+                    folder_id,
+                    name,
+                    was: Some(target),
+                    via_link: true,
+                    ..
+                },
+            ) if folder_id == checked_folder && checked.0 == target.0 && checked.1 == target.1 => {
+                replace_in(&self.named, folder, name, Some(*target), bytes)
+            }
+            _ => Err(changed()),
+        }
+    }
+}
+
+/// Checks and writes in one step (settings-like outputs with no work in
+/// between).
+///
+/// # Errors
+/// As [`Output::check`] and [`Output::write`].
+pub fn write_output(path: &Path, inputs: &[&Path], bytes: &[u8]) -> Result<(), FileError> {
+    Output::check(path, inputs)?.write(bytes)
+}
+
+/// Whether this process may make files in `folder` (a read-only mount or a
+/// folder of another user's says so now, not after the work).
+fn writable(folder: &OwnedFd) -> std::io::Result<()> {
+    rustix::fs::accessat(
+        folder,
+        ".",
+        rustix::fs::Access::WRITE_OK | rustix::fs::Access::EXEC_OK,
+        AtFlags::EACCESS,
+    )
+    .map_err(std::io::Error::from)?;
+    let vfs = rustix::fs::fstatvfs(folder)?;
+    if vfs.f_flag.contains(rustix::fs::StatVfsMountFlags::RDONLY) {
+        return Err(std::io::Error::from(rustix::io::Errno::ROFS));
+    }
+    Ok(())
+}
+
+fn open_folder(named: &Path, folder: &Path) -> Result<(OwnedFd, (u64, u64)), FileError> {
+    let folder = if folder.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        folder
+    };
+    let io = |e: std::io::Error| FileError::Io {
+        action: "write",
+        path: named.to_path_buf(),
+        source: e,
+    };
+    let fd = rustix::fs::openat(
+        rustix::fs::CWD,
+        folder,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )
+    .map_err(|e| io(e.into()))?;
+    let st = rustix::fs::fstat(&fd).map_err(|e| io(e.into()))?;
+    Ok((fd, (st.st_dev, st.st_ino)))
+}
+
+/// Decides how `named` is written, from what is there now, with every
+/// check.
+fn plan(named: &Path, inputs: &[PathBuf]) -> Result<Plan, FileError> {
+    use std::os::unix::fs::{FileTypeExt as _, MetadataExt as _};
+    let protected = |reason: String| FileError::Protected {
+        path: named.to_path_buf(),
+        reason,
+    };
+    let io = |e: std::io::Error| FileError::Io {
+        action: "write",
+        path: named.to_path_buf(),
+        source: e,
+    };
+    let out = resolved(named);
+    for input in inputs {
+        if out == *input || out.starts_with(input) {
+            return Err(protected(format!(
+                "it is inside the checkpoint being read ({})",
+                input.display()
+            )));
+        }
+    }
+    let parent = named.parent().unwrap_or(Path::new(""));
+    let Some(name) = named.file_name() else {
+        return Err(protected("it names no file".into()));
+    };
+    let link = match std::fs::symlink_metadata(named) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let (folder, folder_id) = open_folder(named, parent)?;
+            return Ok(Plan::Replace {
+                folder,
+                folder_id,
+                name: name.to_os_string(),
+                was: None,
+                via_link: false,
+            });
+        }
+        Err(e) => return Err(io(e)),
+    };
+    let via_link = link.file_type().is_symlink();
+    let meta = if via_link {
+        match std::fs::metadata(named) {
+            Ok(meta) => meta,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(protected(
+                    "it is a link to a file that does not exist".into(),
+                ));
+            }
+            Err(e) => return Err(io(e)),
+        }
+    } else {
+        link.clone()
+    };
+    let kind = meta.file_type();
+    // `/dev/stdout` and `/dev/fd/N` lead through /proc to a descriptor of
+    // ours: what is behind it is written where the descriptor is.
+    let through_proc = via_link
+        && (std::fs::read_link(named).is_ok_and(|t| t.starts_with("/proc"))
+            || std::fs::canonicalize(parent.join("."))
+                .is_ok_and(|folder| folder.starts_with("/proc")));
+    let in_place = |kind: &'static str| {
+        Ok(Plan::InPlace {
+            path: named.to_path_buf(),
+            identity: (meta.dev(), meta.ino()),
+            kind,
+        })
+    };
+    if kind.is_fifo() {
+        return in_place("a FIFO");
+    }
+    if kind.is_char_device() {
+        if let Some(what) = writable_device(meta.rdev()) {
+            return in_place(what);
+        }
+        return Err(protected("it is a device other than a terminal or /dev/null; outputs are written only to files, FIFOs, terminals and /dev/null".into()));
+    }
+    if kind.is_file() && through_proc {
+        return in_place("a file behind a descriptor");
+    }
+    if !kind.is_file() {
+        return Err(protected(match super::irregular_kind(kind) {
+            Some("a folder") => "it is a folder".into(),
+            Some("a device") => "it is a device other than a terminal or /dev/null; outputs are written only to files, FIFOs, terminals and /dev/null".into(),
+            Some(kind) => format!("it is {kind}, not a file"),
+            None => "it is not a file".into(),
+        }));
+    }
+    // A regular file, itself or through a link.
+    plan_file(named, name, &link, &meta)
+}
+
+/// How a regular file at `named` (itself, or the target of the link
+/// `link`) is replaced, after the checks a file must pass: the link and
+/// the file this user's, one name, not a checkpoint file.
+fn plan_file(
+    named: &Path,
+    name: &std::ffi::OsStr,
+    link: &std::fs::Metadata,
+    meta: &std::fs::Metadata,
+) -> Result<Plan, FileError> {
+    use std::os::unix::fs::MetadataExt as _;
+    let protected = |reason: String| FileError::Protected {
+        path: named.to_path_buf(),
+        reason,
+    };
+    let io = |e: std::io::Error| FileError::Io {
+        action: "write",
+        path: named.to_path_buf(),
+        source: e,
+    };
+    let via_link = link.file_type().is_symlink();
+    let me = euid();
+    if via_link && link.uid() != me {
+        return Err(protected(format!(
+            "it is a link made by another user (uid {}); weightscope follows only links of yours",
+            link.uid()
+        )));
+    }
+    if meta.uid() != me {
+        return Err(protected(format!(
+            "it belongs to another user (uid {}); weightscope replaces only files of yours",
+            meta.uid()
+        )));
+    }
+    if meta.nlink() > 1 {
+        return Err(protected(format!(
+            "it has {} names (hard links); weightscope replaces only a file with one, so that no other name of it changes",
+            meta.nlink()
+        )));
+    }
+    let target = if via_link {
+        std::fs::canonicalize(named).map_err(io)?
+    } else {
+        named.to_path_buf()
+    };
+    let target_name = target
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    if super::is_checkpoint_file_name(&target_name) {
+        return Err(protected(format!(
+            "it is an existing checkpoint file ({target_name})"
+        )));
+    }
+    let (folder, folder_id) = open_folder(named, target.parent().unwrap_or(Path::new("")))?;
+    Ok(Plan::Replace {
+        folder,
+        folder_id,
+        name: target.file_name().unwrap_or(name).to_os_string(),
+        was: Some((meta.dev(), meta.ino(), meta.mode() & 0o7777)),
+        via_link,
+    })
+}
+
+/// Writes `bytes` as `name` in `folder` through a temporary file: the entry
+/// found there at the last moment must be `was` (or nothing, where a new
+/// file of ours may be linked in without replacing anything).
+fn replace_in(
+    named: &Path,
+    folder: &OwnedFd,
+    name: &std::ffi::OsStr,
+    was: Option<(u64, u64, u32)>,
+    bytes: &[u8],
+) -> Result<(), FileError> {
+    use std::io::Write as _;
+    let io = |e: std::io::Error| FileError::Io {
+        action: "write",
+        path: named.to_path_buf(),
+        source: e,
+    };
+    super::temporary::remove_leftovers(folder);
+    let mut temp = super::temporary::create_in(folder).map_err(io)?;
+    let mode = was.map_or(0o666 & !super::umask(), |w| w.2);
+    let written = temp
+        .file
+        .write_all(bytes)
+        .and_then(|()| {
+            rustix::fs::fchmod(&temp.file, rustix::fs::Mode::from_raw_mode(mode))
+                .map_err(std::io::Error::from)
+        })
+        .and_then(|()| temp.file.sync_all());
+    let placed = written.map_err(io).and_then(|()| {
+        let there = rustix::fs::statat(folder, name, AtFlags::SYMLINK_NOFOLLOW);
+        match (there, was) {
+            (Err(rustix::io::Errno::NOENT), _) => link_new(folder, &temp.name, name).map_err(|e| {
+                if e.kind() == std::io::ErrorKind::AlreadyExists {
+                    FileError::Protected {
+                        path: named.to_path_buf(),
+                        reason: "something appeared at it while it was being written; nothing was replaced".into(),
+                    }
+                } else {
+                    io(e)
+                }
+            }),
+            (Ok(st), Some((dev, ino, _)))
+                if FileType::from_raw_mode(st.st_mode) == FileType::RegularFile
+                    && st.st_dev == dev
+                    && st.st_ino == ino =>
+            {
+                rustix::fs::renameat(folder, temp.name.as_os_str(), folder, name)
+                    .map_err(|e| io(e.into()))
+            }
+            (Ok(st), None)
+                if FileType::from_raw_mode(st.st_mode) == FileType::RegularFile
+                    && st.st_uid == euid()
+                    && st.st_nlink == 1 =>
+            {
+                rustix::fs::renameat(folder, temp.name.as_os_str(), folder, name)
+                    .map_err(|e| io(e.into()))
+            }
+            (Ok(_), _) => Err(FileError::Protected {
+                path: named.to_path_buf(),
+                reason: "it changed while it was being written; nothing was replaced".into(),
+            }),
+            (Err(e), _) => Err(io(e.into())),
+        }
+    });
+    if placed.is_err() {
+        super::temporary::remove(folder, &temp.name);
+    }
+    placed
+}
+
+/// Puts the temporary file `from` at `to` in `folder` without replacing
+/// anything there (`AlreadyExists` when something is).
+fn link_new(folder: &OwnedFd, from: &std::ffi::OsStr, to: &std::ffi::OsStr) -> std::io::Result<()> {
+    #[cfg(target_os = "linux")]
+    match rustix::fs::renameat_with(folder, from, folder, to, rustix::fs::RenameFlags::NOREPLACE) {
+        Ok(()) => return Ok(()),
+        // A file system without RENAME_NOREPLACE: a hard link, then the
+        // temporary name removed.
+        Err(rustix::io::Errno::INVAL | rustix::io::Errno::NOSYS) => {}
+        Err(e) => return Err(e.into()),
+    }
+    rustix::fs::linkat(folder, from, folder, to, AtFlags::empty())?;
+    super::temporary::remove(folder, from);
+    Ok(())
+}
+
+/// Writes into what is at `path` (a FIFO, a terminal, `/dev/null`, a file
+/// behind `/dev/stdout`) without creating, truncating or renaming
+/// anything. What is opened must be what was checked (`identity`); a FIFO
+/// with no reader is an error, not a wait; a reader that stops reading is
+/// given [`STALL_LIMIT`], and a termination signal ends the wait.
+fn write_in_place(
+    named: &Path,
+    path: &Path,
+    identity: (u64, u64),
+    bytes: &[u8],
+) -> Result<(), FileError> {
+    let io = |e: std::io::Error| FileError::Io {
+        action: "write",
+        path: named.to_path_buf(),
+        source: e,
+    };
+    let fd = rustix::fs::openat(
+        rustix::fs::CWD,
+        path,
+        OFlags::WRONLY | OFlags::APPEND | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )
+    .map_err(|e| {
+        if e == rustix::io::Errno::NXIO {
+            io(std::io::Error::other("it is a FIFO nobody is reading"))
+        } else {
+            io(e.into())
+        }
+    })?;
+    let st = rustix::fs::fstat(&fd).map_err(|e| io(e.into()))?;
+    if (st.st_dev, st.st_ino) != identity {
+        return Err(io(std::io::Error::other(
+            "it was replaced while being opened",
+        )));
+    }
+    write_with_deadline(&fd, bytes).map_err(io)
+}
+
+/// Writes all of `bytes` to a non-blocking descriptor, waiting for room at
+/// most [`STALL_LIMIT`] at a time, and giving up at a termination signal
+/// that arrives meanwhile.
+pub(super) fn write_with_deadline(fd: &OwnedFd, mut bytes: &[u8]) -> std::io::Result<()> {
+    let signals = SIGNALS.load(Ordering::SeqCst);
+    let mut stalled_since = std::time::Instant::now();
+    while !bytes.is_empty() {
+        match rustix::io::write(fd, bytes) {
+            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(n) => {
+                bytes = bytes.get(n..).unwrap_or_default();
+                stalled_since = std::time::Instant::now();
+            }
+            Err(rustix::io::Errno::AGAIN | rustix::io::Errno::INTR) => {
+                if SIGNALS.load(Ordering::SeqCst) != signals {
+                    return Err(std::io::Error::other(
+                        "stopped by a signal while nobody read it",
+                    ));
+                }
+                if stalled_since.elapsed() >= STALL_LIMIT {
+                    return Err(std::io::Error::other(format!(
+                        "nobody read it for {} s",
+                        STALL_LIMIT.as_secs()
+                    )));
+                }
+                let mut fds = [rustix::event::PollFd::new(
+                    fd,
+                    rustix::event::PollFlags::OUT,
+                )];
+                let slice = rustix::event::Timespec {
+                    tv_sec: 0,
+                    tv_nsec: 100_000_000,
+                };
+                let _ = rustix::event::poll(&mut fds, Some(&slice));
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
