@@ -3,7 +3,6 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::fs::File;
 use std::io::Read;
 use std::path::Path;
 
@@ -77,7 +76,13 @@ pub(crate) fn read_header_with(
     buf: &mut Vec<u8>,
 ) -> Result<ShardHeader, CheckpointError> {
     super::require_regular(path)?;
-    let mut file = File::open(path).map_err(|e| CheckpointError::unreadable(path, &e))?;
+    // Opened without blocking, and checked again once open: a FIFO
+    // swapped in after the check above is refused, not waited on.
+    let (mut file, _) =
+        crate::files::open_regular(path).map_err(|e| CheckpointError::Unreadable {
+            path: path.to_path_buf(),
+            reason: e.reason(),
+        })?;
     let meta = file
         .metadata()
         .map_err(|e| CheckpointError::unreadable(path, &e))?;

@@ -158,11 +158,14 @@ pub(crate) fn read_index_folded<T: Default>(
     path: &Path,
     add: impl FnMut(&mut T, &str),
 ) -> Result<(Index, Vec<T>), CheckpointError> {
-    let file = std::fs::File::open(path).map_err(|e| CheckpointError::unreadable(path, &e))?;
-    let size = file
-        .metadata()
-        .map_err(|e| CheckpointError::unreadable(path, &e))?
-        .len();
+    // A regular file only, opened without blocking (a FIFO there would
+    // hang the open).
+    let (file, meta) =
+        crate::files::open_regular(path).map_err(|e| CheckpointError::Unreadable {
+            path: path.to_path_buf(),
+            reason: e.reason(),
+        })?;
+    let size = meta.len();
     if size > MAX_INDEX_BYTES {
         return Err(CheckpointError::Unreadable {
             path: path.to_path_buf(),

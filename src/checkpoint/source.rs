@@ -83,8 +83,11 @@ impl ShardBytes {
                 }
             });
         }
-        let file = std::fs::File::open(&self.path)
-            .map_err(|e| CheckpointError::unreadable(&self.path, &e))?;
+        let (file, _) =
+            crate::files::open_regular(&self.path).map_err(|e| CheckpointError::Unreadable {
+                path: self.path.clone(),
+                reason: e.reason(),
+            })?;
         let mut bytes = vec![0; usize::try_from(range.end - range.start).unwrap_or(0)];
         file.read_exact_at(&mut bytes, range.start)
             .map_err(|e| CheckpointError::unreadable(&self.path, &e))?;

@@ -184,7 +184,7 @@ fn read_shards(paths: &[PathBuf], shared: &Shared) {
         }
         shared.changed.notify_all();
         // A shard that cannot be read is the walk's to report.
-        if let Ok(mut file) = std::fs::File::open(path) {
+        if let Ok((mut file, _)) = crate::files::open_regular(path) {
             loop {
                 {
                     let mut state = shared.lock();

@@ -85,6 +85,32 @@ fn hostile_names_reach_no_terminal_raw() {
             "{args:?} printed a raw character:\n{said}"
         );
     }
+    // A job's command line, recorded and reported.
+    let journal = dir.path().join("job.jsonl");
+    let (said, output) = run(&[
+        "record".as_ref(),
+        "--trace".as_ref(),
+        journal.as_os_str(),
+        "--".as_ref(),
+        "sh".as_ref(),
+        "-c".as_ref(),
+        ":".as_ref(),
+        "arg\u{202e}\u{200b}\u{2028}x".as_ref(),
+    ]);
+    assert_eq!(output.status.code(), Some(0), "{said}");
+    assert_eq!(
+        raw_hostile(&said),
+        None,
+        "record printed a raw character:\n{said}"
+    );
+    let (said, output) = run(&["report".as_ref(), journal.as_os_str()]);
+    assert_eq!(output.status.code(), Some(0), "{said}");
+    assert_eq!(
+        raw_hostile(&said),
+        None,
+        "report printed a raw character:\n{said}"
+    );
+    assert!(said.contains("\\u{202e}"), "{said}");
     // Every class is shown as an escape that tells the names apart.
     let (said, _) = run(&["inspect".as_ref(), m]);
     for escape in [
