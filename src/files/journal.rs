@@ -23,11 +23,7 @@ pub fn open_journal(path: &Path) -> Result<std::fs::File, FileError> {
         path: path.to_path_buf(),
         reason,
     };
-    let io = |e: std::io::Error| FileError::Io {
-        action: "write",
-        path: path.to_path_buf(),
-        source: e,
-    };
+    let io = FileError::writing(path);
     let flags =
         OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
     let mode = Mode::from_raw_mode(0o666 & !super::umask());

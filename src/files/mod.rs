@@ -121,6 +121,12 @@ impl FileError {
         }
     }
 
+    /// A writer of `path`'s errors: the OS's error, naming the path as the
+    /// person named it (never a temporary name).
+    fn writing(path: &Path) -> impl Fn(std::io::Error) -> Self + Copy + '_ {
+        move |source| Self::io("write", path, source)
+    }
+
     fn io(action: &'static str, path: &Path, source: std::io::Error) -> Self {
         Self::Io {
             action,

@@ -265,11 +265,7 @@ fn open_folder(named: &Path, folder: &Path) -> Result<(OwnedFd, (u64, u64)), Fil
     } else {
         folder
     };
-    let io = |e: std::io::Error| FileError::Io {
-        action: "write",
-        path: named.to_path_buf(),
-        source: e,
-    };
+    let io = FileError::writing(named);
     let fd = rustix::fs::openat(
         rustix::fs::CWD,
         folder,
@@ -289,11 +285,7 @@ fn plan(named: &Path, inputs: &[PathBuf]) -> Result<Plan, FileError> {
         path: named.to_path_buf(),
         reason,
     };
-    let io = |e: std::io::Error| FileError::Io {
-        action: "write",
-        path: named.to_path_buf(),
-        source: e,
-    };
+    let io = FileError::writing(named);
     let out = resolved(named);
     for input in inputs {
         if out == *input || out.starts_with(input) {
@@ -387,11 +379,7 @@ fn plan_file(
         path: named.to_path_buf(),
         reason,
     };
-    let io = |e: std::io::Error| FileError::Io {
-        action: "write",
-        path: named.to_path_buf(),
-        source: e,
-    };
+    let io = FileError::writing(named);
     let via_link = link.file_type().is_symlink();
     let me = euid();
     if via_link && link.uid() != me {
@@ -447,11 +435,7 @@ fn replace_in(
     bytes: &[u8],
 ) -> Result<(), FileError> {
     use std::io::Write as _;
-    let io = |e: std::io::Error| FileError::Io {
-        action: "write",
-        path: named.to_path_buf(),
-        source: e,
-    };
+    let io = FileError::writing(named);
     super::temporary::remove_leftovers(folder);
     let mut temp = super::temporary::create_in(folder).map_err(io)?;
     let mode = was.map_or(0o666 & !super::umask(), |w| w.2);
@@ -532,11 +516,7 @@ fn write_in_place(
     identity: (u64, u64),
     bytes: &[u8],
 ) -> Result<(), FileError> {
-    let io = |e: std::io::Error| FileError::Io {
-        action: "write",
-        path: named.to_path_buf(),
-        source: e,
-    };
+    let io = FileError::writing(named);
     let fd = rustix::fs::openat(
         rustix::fs::CWD,
         path,

@@ -141,6 +141,22 @@ pub fn read_bounded_text(path: &Path, cap: u64, what: &'static str) -> Result<St
     })
 }
 
+/// Opens `path` read-only with `extra` flags, never blocking, never
+/// following a link at its last component, closed on exec.
+fn open_without_following(
+    path: &Path,
+    extra: rustix::fs::OFlags,
+) -> std::io::Result<std::fs::File> {
+    use rustix::fs::OFlags;
+    let fd = rustix::fs::openat(
+        rustix::fs::CWD,
+        path,
+        extra | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )?;
+    Ok(std::fs::File::from(fd))
+}
+
 /// Opens an entry weightscope keeps (a cache record, a compiled kernel)
 /// for reading, without following a link at its last component and
 /// without blocking: the caller checks what the returned file is.
@@ -148,17 +164,7 @@ pub fn read_bounded_text(path: &Path, cap: u64, what: &'static str) -> Result<St
 /// # Errors
 /// The open's error (`ELOOP` for a link).
 pub fn open_entry(path: &Path) -> std::io::Result<std::fs::File> {
-    let fd = rustix::fs::openat(
-        rustix::fs::CWD,
-        path,
-        rustix::fs::OFlags::RDONLY
-            | rustix::fs::OFlags::NOFOLLOW
-            | rustix::fs::OFlags::NONBLOCK
-            | rustix::fs::OFlags::NOCTTY
-            | rustix::fs::OFlags::CLOEXEC,
-        rustix::fs::Mode::empty(),
-    )?;
-    Ok(std::fs::File::from(fd))
+    open_without_following(path, rustix::fs::OFlags::RDONLY)
 }
 
 /// Opens a FIFO that weightscope made (in a private folder) for reading,
@@ -168,19 +174,10 @@ pub fn open_entry(path: &Path) -> std::io::Result<std::fs::File> {
 /// # Errors
 /// The open's error; a path that is not a FIFO.
 pub fn open_own_fifo(path: &Path) -> std::io::Result<std::fs::File> {
-    let fd = rustix::fs::openat(
-        rustix::fs::CWD,
-        path,
-        rustix::fs::OFlags::RDWR
-            | rustix::fs::OFlags::NOFOLLOW
-            | rustix::fs::OFlags::NONBLOCK
-            | rustix::fs::OFlags::NOCTTY
-            | rustix::fs::OFlags::CLOEXEC,
-        rustix::fs::Mode::empty(),
-    )?;
-    let stat = rustix::fs::fstat(&fd)?;
+    let file = open_without_following(path, rustix::fs::OFlags::RDWR)?;
+    let stat = rustix::fs::fstat(&file)?;
     if rustix::fs::FileType::from_raw_mode(stat.st_mode) != rustix::fs::FileType::Fifo {
         return Err(std::io::Error::other("not a FIFO"));
     }
-    Ok(std::fs::File::from(fd))
+    Ok(file)
 }

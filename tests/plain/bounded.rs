@@ -162,7 +162,8 @@ fn journals_with_absurd_clocks_or_versions_are_named_not_printed() {
     }
 }
 
-fn mkfifo(path: &Path) {
+/// Makes a FIFO at `path` (the `mkfifo` command).
+pub(crate) fn mkfifo(path: &Path) {
     assert!(
         Command::new("mkfifo")
             .arg(path)

@@ -101,7 +101,8 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ),
 ];
 
-fn rust_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+/// Every `.rs` file below `dir`.
+pub(crate) fn rust_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
     for entry in std::fs::read_dir(dir).expect("read src") {
         let path = entry.expect("entry").path();
         if path.is_dir() {

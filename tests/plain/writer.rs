@@ -35,17 +35,6 @@ const WRITES: &[&str] = &[
     "persist(",
 ];
 
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).expect("read src") {
-        let path = entry.expect("entry").path();
-        if path.is_dir() {
-            rust_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
-}
-
 /// The code of a source file without its test module.
 fn code_of(text: &str) -> &str {
     text.find("#[cfg(test)]\nmod ")
@@ -113,6 +102,8 @@ fn the_one_writer_scan_finds_a_write_where_there_is_one() {
 use super::attack::{
     file_type, hub_inspect, hub_repo, is_root, run_bounded, small_model, text, weightscope,
 };
+use super::bounded::mkfifo;
+use super::layers::rust_files;
 
 /// Every file under `dir` (not following links), with its bytes.
 fn cache_files(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -253,29 +244,21 @@ fn a_file_with_another_name_is_never_emptied_or_replaced() {
     let model = small_model(dir.path());
     let shard = model.join("model.safetensors");
     let before = std::fs::read(&shard).expect("read");
-    let journal = dir.path().join("journal.jsonl");
-    std::fs::hard_link(&shard, &journal).expect("ln");
-    let output = weightscope()
-        .args(["record", "--trace"])
-        .arg(&journal)
-        .args(["--", "true"])
-        .output()
-        .expect("runs");
-    let stderr = text(&output.stderr);
-    assert_eq!(output.status.code(), Some(2), "{stderr}");
-    assert!(stderr.contains("hard links"), "{stderr}");
-    // An output (`--json`) too: the file is another name of the shard.
-    let json = dir.path().join("summary.json");
-    std::fs::hard_link(&shard, &json).expect("ln");
-    let output = weightscope()
-        .args(["record", "--json"])
-        .arg(&json)
-        .args(["--", "true"])
-        .output()
-        .expect("runs");
-    let stderr = text(&output.stderr);
-    assert_eq!(output.status.code(), Some(2), "{stderr}");
-    assert!(stderr.contains("hard links"), "{stderr}");
+    // A journal (`--trace`) and an output (`--json`) that are another name
+    // of the shard.
+    for (option, name) in [("--trace", "journal.jsonl"), ("--json", "summary.json")] {
+        let path = dir.path().join(name);
+        std::fs::hard_link(&shard, &path).expect("ln");
+        let output = weightscope()
+            .args(["record", option])
+            .arg(&path)
+            .args(["--", "true"])
+            .output()
+            .expect("runs");
+        let stderr = text(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{option}: {stderr}");
+        assert!(stderr.contains("hard links"), "{option}: {stderr}");
+    }
     assert_eq!(std::fs::read(&shard).expect("read"), before);
 }
 
@@ -344,13 +327,7 @@ fn record_blocked_on_a_stalled_fifo_gives_up_at_a_signal() {
     use std::os::unix::fs::OpenOptionsExt as _;
     let dir = tempfile::tempdir().expect("dir");
     let fifo = dir.path().join("summary.fifo");
-    assert!(
-        Command::new("mkfifo")
-            .arg(&fifo)
-            .status()
-            .expect("mkfifo")
-            .success()
-    );
+    mkfifo(&fifo);
     // A reader that reads the first bytes and then stops reading.
     let mut reader = std::fs::OpenOptions::new()
         .read(true)
@@ -417,13 +394,7 @@ fn record_blocked_on_a_stalled_fifo_gives_up_at_a_signal() {
 fn a_fifo_as_mlx_hostfile_does_not_hang_record() {
     let dir = tempfile::tempdir().expect("dir");
     let fifo = dir.path().join("hosts.json");
-    assert!(
-        Command::new("mkfifo")
-            .arg(&fifo)
-            .status()
-            .expect("mkfifo")
-            .success()
-    );
+    mkfifo(&fifo);
     let mut cmd = weightscope();
     cmd.args(["record", "--json"])
         .arg(dir.path().join("summary.json"))
