@@ -50,9 +50,8 @@ impl Settings {
         };
         // The settings folder is weightscope's own: whatever is at the
         // settings file's name (a link) is replaced, never written through.
-        crate::files::private_dir(dir)?;
         let bytes = serde_json::to_vec_pretty(self).map_err(std::io::Error::other)?;
-        crate::files::replace_entry(dir, name, &bytes)
+        crate::files::replace_settings(dir, name, &bytes)
     }
 
     /// Puts `path` first in the recent list.
@@ -85,5 +84,25 @@ mod tests {
             Settings::default(),
             "a broken file is ignored"
         );
+    }
+
+    #[test]
+    fn a_link_at_the_settings_name_is_replaced_and_a_shared_folder_still_saves() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let folder = dir.path().join("weightscope");
+        std::fs::create_dir(&folder).expect("mkdir");
+        // Made under umask 002 by an earlier version.
+        std::fs::set_permissions(&folder, std::fs::Permissions::from_mode(0o775)).expect("chmod");
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, b"keep").expect("write");
+        let file = folder.join("settings.json");
+        std::os::unix::fs::symlink(&victim, &file).expect("symlink");
+        let mut settings = Settings::default();
+        settings.remember(Path::new("/m"));
+        settings.save(&file).expect("save");
+        assert_eq!(std::fs::read(&victim).expect("read"), b"keep");
+        assert!(std::fs::symlink_metadata(&file).expect("stat").is_file());
+        assert_eq!(Settings::load(&file), settings);
     }
 }

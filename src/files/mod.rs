@@ -30,7 +30,8 @@ pub use journal::{open_journal, remove_if_same};
 pub use output::{Output, STALL_LIMIT, signal_arrived, write_output};
 pub use private::{
     create_entry, make_fifo, make_private, new_private_folder, private_dir, remove_empty_folder,
-    remove_entry, remove_own_tree, replace_entry, replace_entry_mode, write_proc_self,
+    remove_entry, remove_own_tree, replace_entry, replace_entry_mode, replace_settings,
+    write_proc_self,
 };
 pub use read::{
     ensure_regular, irregular_kind, open_entry, open_own_fifo, open_regular, read_bounded,

@@ -89,8 +89,10 @@ pub fn new_private_folder(base: &Path, prefix: &str) -> std::io::Result<PathBuf>
         .keep())
 }
 
-/// Opens a folder of this user's alone (checked on the open folder).
-fn open_private(dir: &Path) -> std::io::Result<OwnedFd> {
+/// Opens a folder of this user's alone (checked on the open folder);
+/// `shared` also takes a folder of this user's that others may write
+/// (the settings folder, made under umask 002).
+fn open_private(dir: &Path, shared: bool) -> std::io::Result<OwnedFd> {
     let fd = rustix::fs::openat(
         rustix::fs::CWD,
         dir,
@@ -98,7 +100,7 @@ fn open_private(dir: &Path) -> std::io::Result<OwnedFd> {
         Mode::empty(),
     )?;
     let st = rustix::fs::fstat(&fd)?;
-    if st.st_uid != euid() || st.st_mode & 0o022 != 0 {
+    if st.st_uid != euid() || (!shared && st.st_mode & 0o022 != 0) {
         return Err(std::io::Error::new(
             std::io::ErrorKind::PermissionDenied,
             "not a folder of this user's alone",
@@ -127,10 +129,31 @@ pub fn replace_entry_mode(
     bytes: &[u8],
     mode: u32,
 ) -> std::io::Result<()> {
+    replace_in(&open_private(dir, false)?, name, bytes, mode)
+}
+
+/// Keeps the settings file `name` in `dir`, a folder of this user's (made
+/// 0700 when missing; one that others may write, made by an earlier
+/// version under umask 002, is used as it is): replaced by rename, never
+/// written through.
+///
+/// # Errors
+/// When `dir` is not a folder of this user's, or the write fails.
+pub fn replace_settings(dir: &Path, name: &OsStr, bytes: &[u8]) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt as _;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)?;
+    replace_in(&open_private(dir, true)?, name, bytes, 0o600)
+}
+
+/// Writes `bytes` as `name` in `folder` through a temporary file renamed
+/// over the name.
+fn replace_in(folder: &OwnedFd, name: &OsStr, bytes: &[u8], mode: u32) -> std::io::Result<()> {
     use std::io::Write as _;
-    let folder = open_private(dir)?;
-    super::temporary::remove_leftovers(&folder);
-    let mut temp = super::temporary::create_in(&folder)?;
+    super::temporary::remove_leftovers(folder);
+    let mut temp = super::temporary::create_in(folder)?;
     let done = temp
         .file
         .write_all(bytes)
@@ -139,10 +162,10 @@ pub fn replace_entry_mode(
         })
         .and_then(|()| temp.file.sync_all())
         .and_then(|()| {
-            rustix::fs::renameat(&folder, temp.name.as_os_str(), &folder, name).map_err(Into::into)
+            rustix::fs::renameat(folder, temp.name.as_os_str(), folder, name).map_err(Into::into)
         });
     if done.is_err() {
-        super::temporary::remove(&folder, &temp.name);
+        super::temporary::remove(folder, &temp.name);
     }
     done
 }
@@ -154,7 +177,7 @@ pub fn replace_entry_mode(
 /// When anything is at the name already, or the write fails.
 pub fn create_entry(dir: &Path, name: &OsStr, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write as _;
-    let folder = open_private(dir)?;
+    let folder = open_private(dir, false)?;
     let fd = rustix::fs::openat(
         &folder,
         name,
