@@ -117,7 +117,7 @@ impl FileError {
             } => {
                 format!("{what} of {size} bytes is larger than the {cap}-byte limit")
             }
-            Self::Io { source, .. } => source.to_string(),
+            Self::Io { source, .. } => io_reason(source),
             Self::Protected { reason, .. } => reason.clone(),
         }
     }
