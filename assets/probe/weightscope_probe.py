@@ -28,6 +28,16 @@ import sys
 import threading
 import time
 
+# The probe's own clocks and sleep, bound here at import, before the job's
+# code runs: a job that freezes or mocks time (freezegun, a test's patch of
+# time.monotonic or time.sleep) changes its own clocks, never the probe's,
+# whose budgets and intervals stay true.
+_monotonic = time.monotonic
+_perf_counter = time.perf_counter
+_thread_time = time.thread_time
+_wall = time.time
+_sleep = time.sleep
+
 _fd = None
 # Whether stacks are sampled (WEIGHTSCOPE_PROBE_STACKS=0: not, for a
 # measure of what they cost).
@@ -206,7 +216,10 @@ def _wrap(mx):
 _COLLECTIVES = (
     "all_sum", "all_gather", "all_max", "all_min", "sum_scatter", "send", "recv", "recv_like",
 )
-_pending_collectives = []
+# The names of the collectives called since the last evaluation: a set of at
+# most len(_COLLECTIVES) names, however many calls no evaluation follows (a
+# collective read by `.item()` is evaluated without mx.eval).
+_pending_collectives = set()
 _collective_step = [0]
 
 
@@ -226,11 +239,19 @@ def _wrap_distributed(mx):
             continue
 
         def traced(*args, _original=original, _op=op, **kwargs):
-            _pending_collectives.append(_op)
+            _pending_collectives.add(_op)
+            # mx.eval is wrapped only in a job that calls a collective: in
+            # every other job it stays MLX's own function.
+            _wrap_eval(mx)
             return _original(*args, **kwargs)
 
         functools.update_wrapper(traced, original)
         setattr(dist, op, traced)
+
+
+def _wrap_eval(mx):
+    """Marks the evaluations that run collectives (once a collective was
+    called), calling the original unchanged."""
     evaluate = getattr(mx, "eval", None)
     if evaluate is None or hasattr(evaluate, "__wrapped__"):
         return
@@ -239,14 +260,14 @@ def _wrap_distributed(mx):
     def traced_eval(*args, **kwargs):
         if not _pending_collectives:
             return evaluate(*args, **kwargs)
-        ops = sorted(set(_pending_collectives))
-        del _pending_collectives[:]
+        ops = sorted(_pending_collectives)
+        _pending_collectives.clear()
         step = _collective_step[0]
         _collective_step[0] += 1
         line = {"kind": "collective", "ops": ops, "step": step, "rank": _rank()}
-        _send(dict(line, phase="wait", wall=time.time()))
+        _send(dict(line, phase="wait", wall=_wall()))
         result = evaluate(*args, **kwargs)
-        _send(dict(line, phase="done", wall=time.time()))
+        _send(dict(line, phase="done", wall=_wall()))
         return result
 
     mx.eval = traced_eval
@@ -438,6 +459,103 @@ _held_state = {"last": -1e9, "high": 0, "pending": False, "settled": True, "aske
 _walk_request = os.environ.get("WEIGHTSCOPE_PROBE_WALK")
 _CO_OPTIMIZED = 0x1
 _ATOMS = (int, float, complex, str, bytes, bytearray, bool, type(None), range)
+# The most characters of a dict key shown in a path: a prompt cache keyed by
+# a 4 MB prompt must not make a 4 MB path for each array under it.
+_KEY_SHOWN = 60
+_C_CONTAINERS = (__import__("collections").deque, functools.partial)
+
+# The walk reads the job's objects only through the exact built-in types'
+# own slots, never through a method, property, __getattr__, __iter__,
+# __len__, __repr__ or __str__ of the job's (a subclass's override of any of
+# them would run the job's code inside the walk: a lock taken, a slow or
+# raising call). These are those slots, bound here once.
+_type_dict = type.__dict__["__dict__"].__get__
+_type_mro = type.__dict__["__mro__"].__get__
+_getset = type(type.__dict__["__dict__"])
+
+
+class _Slotted:
+    __slots__ = ("slot",)
+
+
+_member = type(_Slotted.__dict__["slot"])
+_exc_traceback = BaseException.__dict__["__traceback__"].__get__
+_exc_context = BaseException.__dict__["__context__"].__get__
+_exc_cause = BaseException.__dict__["__cause__"].__get__
+_module_dict = type(sys).__dict__["__dict__"].__get__
+
+
+_type_name_of = type.__dict__["__name__"].__get__
+
+
+def _type_name(obj):
+    """The name of `obj`'s type, through type's own slot (never a
+    metaclass's property)."""
+    return _exact_str(_type_name_of(type(obj)), 60)
+
+
+def _exact_str(text, most=200):
+    """A str (or subclass) as an exact str of at most `most` characters,
+    read through str's own slots."""
+    return str.__str__(str.__getitem__(text, slice(0, most)))
+
+
+def _shown_key(key):
+    """A dict key as a path shows it: a str or int by the built-in repr of
+    the exact type, cut to _KEY_SHOWN characters; anything else `...`."""
+    kind = type(key)
+    if issubclass(kind, str):
+        shown = str.__repr__(_exact_str(key, _KEY_SHOWN))
+        if str.__len__(key) > _KEY_SHOWN:
+            shown = shown[:-1] + "..." + shown[-1]
+        return shown
+    if issubclass(kind, int) and not issubclass(kind, bool):
+        return int.__repr__(key) if int.bit_length(key) <= 128 else "<int>"
+    return "..."
+
+
+def _own_attribute(obj, name, descriptor_type):
+    """Whether `name` of `obj`'s type is the built-in descriptor of that
+    name (found first along the type's MRO), not a property of the job's."""
+    for klass in _type_mro(type(obj)):
+        entry = _type_dict(klass).get(name)
+        if entry is not None:
+            return type(entry) is descriptor_type
+    return False
+
+
+def _instance_dict(obj):
+    """`obj.__dict__` when it is the instance's own namespace (the built-in
+    descriptor), else None: never a `__dict__` property of the job's."""
+    if not _own_attribute(obj, "__dict__", _getset):
+        return None
+    try:
+        space = object.__getattribute__(obj, "__dict__")
+    except (AttributeError, TypeError):
+        return None
+    return space if type(space) is dict else None
+
+
+def _slots(obj):
+    """(name, value) of `obj`'s slots, read through their member
+    descriptors only."""
+    out = []
+    for klass in _type_mro(type(obj)):
+        names = _type_dict(klass).get("__slots__")
+        if names is None:
+            continue
+        if issubclass(type(names), str):
+            names = (names,)
+        if type(names) not in (tuple, list):
+            continue
+        for slot in names:
+            if type(slot) is not str or not _own_attribute(obj, slot, _member):
+                continue
+            try:
+                out.append((slot, object.__getattribute__(obj, slot)))
+            except (AttributeError, TypeError):
+                pass
+    return out
 
 
 def _is_library(file):
@@ -462,7 +580,7 @@ def _maybe_walk_held(active):
     function that made them; the one a second later finds where they are
     kept."""
     state = _held_state
-    now = time.monotonic()
+    now = _monotonic()
     queued = _pending.get("queued")
     if queued is not None and now - queued >= _HELD_WAIT:
         # The main thread has run no Python since the walk was asked of it:
@@ -531,7 +649,7 @@ def _queue_main_walk():
             api.argtypes = [kind, ctypes.c_void_p]
             api.restype = ctypes.c_int
             _pending["callback"], _pending["api"] = callback, api
-        _pending["queued"] = time.monotonic()
+        _pending["queued"] = _monotonic()
         if _pending["api"](callback, None) != 0:
             _pending["queued"] = None
             return False
@@ -542,22 +660,53 @@ def _queue_main_walk():
 
 
 def _walk_in_main(_arg):
-    """The pending call: runs in the main thread, the job paused."""
+    """The pending call: runs in the main thread, the job paused. The job's
+    trace and profile functions are suspended while it runs (the job's
+    tracer, coverage or debugger never sees the probe's frames) and put
+    back after."""
+    trace, profile = sys.gettrace(), sys.getprofile()
+    if trace is not None:
+        sys.settrace(None)
+    if profile is not None:
+        sys.setprofile(None)
     try:
+        # A tracer or profiler writes a frame's f_locals dict back into the
+        # frame after its callback (Python 3.11, 3.12): that dict is then
+        # never emptied by the walk.
+        _traced[0] = trace is not None or profile is not None
         # Taken in one step (atomic under the GIL): the sampling thread
         # may have taken the walk meanwhile.
         if _pending.pop("queued", None) is not None:
             _walk_and_send(True)
     except BaseException:
         pass
+    finally:
+        if profile is not None:
+            sys.setprofile(profile)
+        if trace is not None:
+            sys.settrace(trace)
     return 0
+
+
+# Whether the job's main thread had a trace or profile function when it was
+# last seen (by the pending call), or any thread may get one (threading's
+# hooks): f_locals dicts are then left as they are.
+_traced = [False]
+
+
+def _may_empty_locals():
+    try:
+        hooks = threading.gettrace() is not None or threading.getprofile() is not None
+    except AttributeError:
+        hooks = False
+    return not (_traced[0] or hooks or sys.gettrace() is not None or sys.getprofile() is not None)
 
 
 def _walk_and_send(in_main):
     mx = _mlx
     if mx is None or _fd is None:
         return
-    cpu = time.thread_time()
+    cpu = _thread_time()
     line = None
     try:
         with _reading:
@@ -566,27 +715,38 @@ def _walk_and_send(in_main):
     except _Moved:
         # The job moved under the walk: again soon, from where it is then.
         _held_state["pending"] = True
-        _held_state["last"] = time.monotonic() - _HELD_EVERY + 0.1
+        _held_state["last"] = _monotonic() - _HELD_EVERY + 0.1
     except Exception:
         pass
-    _walk_cpu[0] += time.thread_time() - cpu
+    _walk_cpu[0] += _thread_time() - cpu
     if line is not None:
         _write(line)
 
 
 def _frame_locals(frame):
-    """A function frame's locals as (name, value) pairs. Python 3.11 makes a
-    dict of them (`frame.f_locals`) and keeps it in the frame, where it
-    would keep values alive after the job rebinds them: it is emptied at
-    once, unless the job's code holds that dict itself (a function that
-    keeps its own `locals()`), which then reads what any tracer or debugger
-    on Python 3.11 leaves there: the current values."""
+    """A function frame's locals as (name, value) pairs. Python 3.11 and
+    3.12 make a dict of them (`frame.f_locals`) and keep it in the frame,
+    where it would keep values alive after the job rebinds them: it is
+    emptied at once, unless the job's code holds that dict itself (a
+    function that keeps its own `locals()`), or a tracer or profiler may
+    write it back into the frame after its callback (emptied, the frame's
+    locals would be unbound). Python 3.13's `FrameLocalsProxy` reads the
+    frame itself and keeps nothing: read, never emptied."""
     local = frame.f_locals
-    items = list(local.items())
-    # Three references when only the frame holds it: the frame's, `local`
-    # and getrefcount's argument.
-    if frame.f_code.co_flags & _CO_OPTIMIZED and sys.getrefcount(local) <= 3:
-        local.clear()
+    if type(local) is dict:
+        items = list(dict.items(local))
+        # Three references when only the frame holds it: the frame's,
+        # `local` and getrefcount's argument.
+        if (
+            frame.f_code.co_flags & _CO_OPTIMIZED
+            and sys.getrefcount(local) <= 3
+            and _may_empty_locals()
+        ):
+            dict.clear(local)
+    elif type(local).__name__ == "FrameLocalsProxy":
+        items = list(local.items())
+    else:
+        items = []
     local = None
     return items
 
@@ -624,15 +784,26 @@ def _module_roots(libraries):
     """Module globals: the job's own modules', or (`libraries`) the
     installed libraries' (a job importing transformers has thousands)."""
     roots = []
-    for name, module in list(sys.modules.items()):
-        file = getattr(module, "__file__", None) or ""
-        space = getattr(module, "__dict__", None)
-        if not issubclass(type(space), dict) or name == __name__:
+    modules = sys.modules
+    if not issubclass(type(modules), dict):
+        return roots
+    for name, module in list(dict.items(modules)):
+        # A module's namespace through the module type's own slot: an
+        # object put in sys.modules that is not a module is passed over.
+        if not issubclass(type(module), type(sys)) or type(name) is not str:
             continue
+        space = _module_dict(module)
+        if type(space) is not dict or name == __name__:
+            continue
+        file = dict.get(space, "__file__")
+        file = _exact_str(file, 4096) if issubclass(type(file), str) else ""
         mine = name == "__main__" or bool(file and not _is_library(file))
         if mine == libraries:
             continue
-        for key, value in list(space.items()):
+        for key, value in list(dict.items(space)):
+            if not issubclass(type(key), str):
+                continue
+            key = _exact_str(key)
             if key.startswith("__") or issubclass(type(value), _ATOMS) or issubclass(type(value), type(sys)):
                 continue
             label = key if mine else name + "." + key
@@ -648,7 +819,7 @@ def _held_walk(active, in_main):
     if mx is None:
         return None
     array_type = mx.array
-    started = time.perf_counter()
+    started = _perf_counter()
     interval = sys.getswitchinterval()
     # The walk keeps the GIL as long as Python lets it (at most
     # _HELD_BUDGET): the job's other threads do not move under it.
@@ -694,6 +865,8 @@ def _walk(active, array_type, started, moment):
     partial = False
     import types
 
+    import gc
+
     function_type = types.FunctionType
     generator_types = (types.GeneratorType, types.CoroutineType, types.AsyncGeneratorType)
     skipped_types = (types.ModuleType, type, types.BuiltinFunctionType, types.CodeType)
@@ -718,7 +891,7 @@ def _walk(active, array_type, started, moment):
                 obj, path, group, group_kind = stack.pop()
                 visited += 1
                 if visited % 512 == 0:
-                    if time.perf_counter() - started > _HELD_BUDGET:
+                    if _perf_counter() - started > _HELD_BUDGET:
                         partial = True
                         break
                     if moment is not None and _moment() != moment:
@@ -728,7 +901,7 @@ def _walk(active, array_type, started, moment):
                 first = seen.get(key)
                 if first is not None:
                     if first != label and not issubclass(type(obj), _ATOMS):
-                        others = also.setdefault((label, group_kind or kind, function, file, line, type(value).__name__), [])
+                        others = also.setdefault((label, group_kind or kind, function, file, line, _type_name(value)), [])
                         if first not in others and len(others) < 3:
                             others.append(first)
                     continue
@@ -736,7 +909,7 @@ def _walk(active, array_type, started, moment):
                 if issubclass(type(obj), array_type):
                     g = groups.get((label, group_kind or kind))
                     if g is None:
-                        g = [label, group_kind or kind, function, file, line, 0, 0, path, type(value).__name__]
+                        g = [label, group_kind or kind, function, file, line, 0, 0, path, _type_name(value)]
                         groups[(label, group_kind or kind)] = g
                         order.append(g)
                     g[5] += obj.nbytes
@@ -745,33 +918,38 @@ def _walk(active, array_type, started, moment):
                 push = stack.append
                 if issubclass(type(obj), skipped_types):
                     continue
-                if issubclass(type(obj), (dict, list, tuple, set, frozenset)):
-                    if phase in (0, 2) and len(obj) > _BIG:
+                base = None
+                for candidate in (dict, list, tuple, set, frozenset):
+                    if issubclass(type(obj), candidate):
+                        base = candidate
+                        break
+                if base is not None:
+                    # Through the built-in type's own slots (a subclass's
+                    # __len__, __iter__ or items() are never called).
+                    if phase in (0, 2) and base.__len__(obj) > _BIG:
                         del seen[key]
                         deferred.append(((name, kind, function, file, line, value), [(obj, path, group, group_kind)]))
                         continue
                     # Big containers: the clock is read every 4,096 items too.
-                    if issubclass(type(obj), dict):
-                        items = obj.items()
-                    elif issubclass(type(obj), (list, tuple)):
-                        items = enumerate(obj)
+                    if base is dict:
+                        items = dict.items(obj)
+                    elif base is list or base is tuple:
+                        items = enumerate(base.__iter__(obj))
                     else:
-                        items = ((None, v) for v in obj)
+                        items = ((None, v) for v in base.__iter__(obj))
                     n = 0
                     try:
                         for k, v in items:
                             n += 1
-                            if n & 4095 == 0 and time.perf_counter() - started > _HELD_BUDGET:
+                            if n & 4095 == 0 and _perf_counter() - started > _HELD_BUDGET:
                                 partial = True
                                 break
                             if issubclass(type(v), _ATOMS):
                                 continue
                             if k is None:
                                 step = path + "{...}"
-                            elif issubclass(type(k), (str, int)):
-                                step = "%s[%r]" % (path, k)
                             else:
-                                step = path + "[...]"
+                                step = "%s[%s]" % (path, _shown_key(k))
                             push((v, step, group, group_kind))
                     except RuntimeError:
                         pass  # changed size under us (another thread): what was read
@@ -781,7 +959,8 @@ def _walk(active, array_type, started, moment):
                 elif issubclass(type(obj), function_type):
                     if _is_library(obj.__code__.co_filename):
                         continue
-                    qual = getattr(obj, "__qualname__", "?")
+                    qual = obj.__qualname__
+                    qual = _exact_str(qual) if issubclass(type(qual), str) else "?"
                     names = obj.__code__.co_freevars
                     for cell_name, cell in zip(names, obj.__closure__ or ()):
                         try:
@@ -797,7 +976,7 @@ def _walk(active, array_type, started, moment):
                         if not issubclass(type(v), _ATOMS):
                             g = group or "%s (default %s)" % (qual, arg)
                             push((v, "%s.<default %s>" % (path, arg), g, group_kind or "default"))
-                    for arg, v in (obj.__kwdefaults__ or {}).items():
+                    for arg, v in dict.items(obj.__kwdefaults__ or {}):
                         if not issubclass(type(v), _ATOMS):
                             g = group or "%s (default %s)" % (qual, arg)
                             push((v, "%s.<default %s>" % (path, arg), g, group_kind or "default"))
@@ -811,10 +990,10 @@ def _walk(active, array_type, started, moment):
                         items = None
                     frame = None
                 elif issubclass(type(obj), BaseException):
-                    tb = obj.__traceback__
+                    tb = _exc_traceback(obj)
                     if tb is not None:
                         push((tb, path + ".__traceback__", group or name, group_kind or "traceback"))
-                    for extra in (obj.__context__, obj.__cause__):
+                    for extra in (_exc_context(obj), _exc_cause(obj)):
                         if extra is not None:
                             push((extra, path + ".__context__", group, group_kind))
                     tb = None
@@ -836,34 +1015,35 @@ def _walk(active, array_type, started, moment):
                 else:
                     # The instance's own namespace, read without calling its
                     # code (no __getattr__, no properties).
-                    try:
-                        space = object.__getattribute__(obj, "__dict__")
-                    except (AttributeError, TypeError):
-                        space = None
-                    if issubclass(type(space), dict):
-                        for k, v in list(space.items()):
-                            if not issubclass(type(v), _ATOMS):
+                    space = _instance_dict(obj)
+                    if space is not None:
+                        for k, v in list(dict.items(space)):
+                            if not issubclass(type(v), _ATOMS) and issubclass(type(k), str):
+                                k = _exact_str(k, _KEY_SHOWN)
                                 g = group or "%s.%s" % (name, k)
                                 push((v, "%s.%s" % (path, k), g, group_kind or "attribute"))
-                    if issubclass(type(obj), types.MethodType):
+                    space = None
+                    if type(obj) is types.MethodType:
                         push((obj.__self__, path + ".__self__", group, group_kind))
                         push((obj.__func__, path + ".__func__", group, group_kind))
-                    for slot in getattr(type(obj), "__slots__", ()) or ():
-                        if issubclass(type(slot), str):
-                            try:
-                                v = object.__getattribute__(obj, slot)
-                            except (AttributeError, TypeError):
-                                v = None
-                            if v is not None and not issubclass(type(v), _ATOMS):
-                                g = group or "%s.%s" % (name, slot)
-                                push((v, "%s.%s" % (path, slot), g, group_kind or "attribute"))
+                    elif issubclass(type(obj), _C_CONTAINERS):
+                        # Containers Python code cannot look into without
+                        # their methods: what they hold, as the collector
+                        # sees it (their C traversal, no code of the job's).
+                        for v in gc.get_referents(obj):
+                            if not issubclass(type(v), _ATOMS) and not issubclass(type(v), type):
+                                push((v, path + "{...}", group, group_kind))
+                    for slot, v in _slots(obj):
+                        if v is not None and not issubclass(type(v), _ATOMS):
+                            g = group or "%s.%s" % (name, slot)
+                            push((v, "%s.%s" % (path, slot), g, group_kind or "attribute"))
             stack = None
             obj = value = None
     work = deferred = roots = None
     seen = None
     if moment is not None and _moment() != moment:
         raise _Moved()
-    millis = (time.perf_counter() - started) * 1000
+    millis = (_perf_counter() - started) * 1000
     # Roots that reach only what an earlier root holds: listed with 0 bytes,
     # saying whose they are.
     holding = {g[0] for g in order if g[5] > 0}
@@ -924,7 +1104,7 @@ def _bye():
         {
             "kind": "bye",
             "probe_cpu_secs": _probe_cpu[0] + _walk_cpu[0],
-            "wall_secs": time.monotonic() - _started,
+            "wall_secs": _monotonic() - _started,
         }
     )
 
@@ -939,11 +1119,17 @@ _sampler_ident = None
 def _sampler():
     global _sampler_ident
     _sampler_ident = threading.get_ident()
-    start = time.thread_time()
+    start = _thread_time()
     while _fd is not None:
+        # A job that traces every thread (threading.settrace_all_threads)
+        # never sees the probe's own thread.
+        if sys.gettrace() is not None:
+            sys.settrace(None)
+        if sys.getprofile() is not None:
+            sys.setprofile(None)
         _sample()
-        _probe_cpu[0] = time.thread_time() - start
-        time.sleep(_interval)
+        _probe_cpu[0] = _thread_time() - start
+        _sleep(_interval)
 
 
 def _inherited_pipe():
@@ -1059,7 +1245,7 @@ def _start_from_environment():
         finally:
             os.close(fd)
     _interval = max(0.005, int(os.environ.get("WEIGHTSCOPE_PROBE_INTERVAL_MS", "50")) / 1000)
-    _started = time.monotonic()
+    _started = _monotonic()
     hello = {"v": 1, "kind": "hello", "client": "python"}
     rank = os.environ.get("MLX_RANK", "")
     if rank.isdigit():

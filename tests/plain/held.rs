@@ -351,3 +351,184 @@ fn a_walk_asked_for_while_the_job_runs_arrives() {
         HELD,
     );
 }
+
+// Issue #57: a probe the job cannot notice.
+
+#[test]
+fn a_walk_under_a_pure_python_profiler_leaves_the_jobs_locals_bound() {
+    // Python 3.11 writes a frame's f_locals dict back into the frame after
+    // a profile callback: emptied by the walk, `kept` became unbound.
+    let (output, summary) = record("profiled", None);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(stdout.contains("profiled, kept bound: 16"), "{stdout}");
+    assert_root(&summary["held_by"], "kept", "local", HELD);
+}
+
+#[test]
+fn the_jobs_tracer_never_sees_the_probes_frames() {
+    let (output, summary) = record("traced", None);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(0), "{stdout}");
+    assert!(
+        summary["held_by_walk"]["objects"].as_u64().unwrap_or(0) > 0,
+        "a walk ran: {summary:#}"
+    );
+    // The job's loop: about 30 sleeps, a few events each. A walk traced
+    // would add an event for each of its lines (hundreds of thousands).
+    let events: u64 = stdout
+        .split("traced events: ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .expect("the job's count");
+    assert!(events < 2000, "the job's tracer saw {events} events");
+}
+
+#[test]
+fn the_walk_reads_containers_keys_and_namespaces_only_through_built_in_slots() {
+    let dir = tempfile::tempdir().expect("dir");
+    let marker = dir.path().join("ran");
+    let (output, summary) = record_with("hostile-objects", None, &[&marker]);
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        !marker.exists(),
+        "the walk ran the job's code: {:?}",
+        std::fs::read_to_string(&marker)
+    );
+    // Four arrays each: a dict subclass under str-subclass keys, a list
+    // subclass, a deque and a partial (read through the collector).
+    for name in ["table", "rows", "queue", "later"] {
+        assert_root(&summary["held_by"], name, "local", HELD / 4);
+    }
+}
+
+#[test]
+fn a_four_megabyte_key_over_a_thousand_arrays_costs_no_gigabytes() {
+    let (output, summary) = record("long-key", None);
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_root(&summary["held_by"], "cache", "local", HELD + 4 * MIB);
+    let peak = summary["peak_rss_bytes"].as_u64().expect("peak RSS");
+    assert!(
+        peak < 1 << 30,
+        "peak RSS {peak} (a path per array held the key)"
+    );
+    let roots = summary["held_by"].as_array().expect("roots");
+    assert!(
+        roots
+            .iter()
+            .all(|r| r["path"].as_str().unwrap_or("").len() <= 300),
+        "{roots:?}"
+    );
+}
+
+#[test]
+fn frozen_clocks_and_a_mocked_sleep_leave_the_probes_own() {
+    let (output, summary) = record("frozen-clocks", None);
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_root(&summary["held_by"], "kept", "local", HELD);
+    let walk = &summary["held_by_walk"];
+    assert!(
+        walk["millis"].as_f64().unwrap_or(0.0) > 0.0,
+        "the walk timed itself: {walk:#}"
+    );
+    // The sampler sleeps its interval (20 ms): not a line per spin.
+    let lines = summary["probe_info"]["lines"].as_u64().expect("lines");
+    let secs = summary["elapsed_secs"].as_f64().expect("elapsed");
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    let most = (secs / 0.02 * 2.0) as u64 + 300;
+    assert!(lines <= most, "{lines} probe lines in {secs} s");
+}
+
+#[test]
+fn pending_collectives_stay_bounded_and_eval_is_wrapped_only_when_used() {
+    let output = Command::new(common::venv_python())
+        .arg(held_jobs())
+        .arg("collectives")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/probe"))
+        .output()
+        .expect("runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success() && stdout.contains("pending 1"),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// The Pythons pyenv has here (3.11, 3.12, 3.13), for the stand-in walk.
+fn pyenv_pythons() -> Vec<PathBuf> {
+    let Some(home) = std::env::var_os("PYENV_ROOT")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".pyenv")))
+    else {
+        return Vec::new();
+    };
+    let mut found = Vec::new();
+    for minor in ["3.11", "3.12", "3.13"] {
+        let Ok(entries) = std::fs::read_dir(home.join("versions")) else {
+            continue;
+        };
+        let mut versions: Vec<PathBuf> = entries
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with(&format!("{minor}.")))
+            })
+            .collect();
+        versions.sort();
+        if let Some(python) = versions.last().map(|v| v.join("bin/python"))
+            && python.exists()
+        {
+            found.push(python);
+        }
+    }
+    found
+}
+
+#[test]
+fn the_walk_reads_locals_on_python_3_11_3_12_and_3_13_under_a_profiler() {
+    let pythons = pyenv_pythons();
+    if pythons.is_empty() {
+        eprintln!("skipped: no pyenv Pythons here");
+        return;
+    }
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/record/stand_in_walk.py");
+    let probe = Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/probe");
+    for python in pythons {
+        let output = Command::new(&python)
+            .arg(&script)
+            .arg(&probe)
+            .output()
+            .expect("runs");
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            output.status.success() && stdout.contains("walked"),
+            "{}: {stdout}{}",
+            python.display(),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+}

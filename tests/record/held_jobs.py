@@ -239,6 +239,174 @@ def refs():
     print("refs unchanged", len(watched), flush=True)
 
 
+def profiled():
+    # A pure-Python profiler (as cProfile's pure cousins, tracers and
+    # coverage tools are): the walk runs in its callback; the locals it
+    # reads must stay bound.
+    events = [0]
+
+    def profile(frame, event, arg):
+        events[0] += 1
+
+    sys.setprofile(profile)
+    kept = []
+    for a in arrays():
+        kept.append(a)
+    end = time.monotonic() + 1.5
+    while time.monotonic() < end:
+        assert len(kept) == COUNT
+        time.sleep(0.02)
+    sys.setprofile(None)
+    print("profiled, kept bound:", len(kept), flush=True)
+
+
+def traced():
+    # The job's own tracer counts what it sees: its own lines, never the
+    # probe's.
+    events = [0]
+
+    def tracer(frame, event, arg):
+        events[0] += 1
+        return tracer
+
+    kept = arrays()
+    sys.settrace(tracer)
+    end = time.monotonic() + 1.5
+    while time.monotonic() < end:
+        time.sleep(0.05)
+    sys.settrace(None)
+    print("traced events:", events[0], len(kept), flush=True)
+
+
+class Sneaky(str):
+    """A key whose own methods tell on the walk (a str Enum's repr, say)."""
+
+    def __repr__(self):
+        tell("Sneaky.__repr__")
+        return str.__repr__(self)
+
+    def __str__(self):
+        tell("Sneaky.__str__")
+        return str.__str__(self)
+
+    def __radd__(self, other):
+        tell("Sneaky.__radd__")
+        return str.__add__(other, self)
+
+
+def tell(what):
+    with open(sys.argv[2], "a") as f:
+        f.write(what + "\n")
+
+
+class Tattling(dict):
+    def __len__(self):
+        tell("Tattling.__len__")
+        return dict.__len__(self)
+
+    def __iter__(self):
+        tell("Tattling.__iter__")
+        return dict.__iter__(self)
+
+    def items(self):
+        tell("Tattling.items")
+        return dict.items(self)
+
+
+class TattlingList(list):
+    def __iter__(self):
+        tell("TattlingList.__iter__")
+        return list.__iter__(self)
+
+    def __len__(self):
+        tell("TattlingList.__len__")
+        return list.__len__(self)
+
+
+class Meta(type):
+    @property
+    def __name__(cls):
+        tell("Meta.__name__")
+        return "Named"
+
+
+class Guarded(metaclass=Meta):
+    @property
+    def __dict__(self):
+        tell("Guarded.__dict__")
+        return {}
+
+
+class Failed(Exception):
+    @property
+    def __traceback__(self):
+        tell("Failed.__traceback__")
+        return None
+
+
+class NotAModule:
+    def __getattr__(self, name):
+        tell("NotAModule." + name)
+        raise AttributeError(name)
+
+
+def hostile_objects():
+    import collections
+    import functools
+
+    made = arrays()
+    table = Tattling()
+    for i in range(4):
+        table[Sneaky("layer.%d" % i)] = made[i]
+    rows = TattlingList(made[4:8])
+    queue = collections.deque(made[8:12])
+    later = functools.partial(print, *made[12:16])
+    del made
+    guarded = Guarded()
+    failed = Failed("x")
+    sys.modules["not_a_module"] = NotAModule()
+    hold()
+    return table, rows, queue, later, guarded, failed
+
+
+def long_key():
+    # A prompt cache keyed by a 4 MB prompt, a thousand arrays under it.
+    key = "p" * (4 << 20)
+    cache = {key: [mx.ones((1024,), dtype=mx.float32) for _ in range(1000)], "big": arrays()}
+    mx.eval(cache[key])
+    hold()
+    return cache
+
+
+def frozen_clocks():
+    # The job freezes its clocks and mocks sleep (as freezegun and test
+    # patches do); the probe keeps its own.
+    real_monotonic, real_sleep = time.monotonic, time.sleep
+    time.perf_counter = lambda: 0.0
+    time.monotonic = lambda: 1000.0
+    time.sleep = lambda seconds: None
+    kept = arrays()
+    for _ in range(3):
+        end = real_monotonic() + 1.2
+        while real_monotonic() < end:
+            real_sleep(0.05)
+    return kept
+
+
+def collectives():
+    sys.path.insert(0, sys.argv[2])
+    import weightscope_probe as probe
+
+    evaluate = mx.eval
+    probe._wrap(mx)
+    assert mx.eval is evaluate, "mx.eval wrapped in a job with no collective"
+    for _ in range(20000):
+        mx.distributed.all_sum(mx.array(1.0)).item()
+    assert len(probe._pending_collectives) <= len(probe._COLLECTIVES), len(probe._pending_collectives)
+    assert mx.eval is not evaluate, "mx.eval marked once a collective was called"
+    print("pending", len(probe._pending_collectives), flush=True)
+
+
 MODES = {
     "fold": fold,
     "global": global_cache,
@@ -254,6 +422,12 @@ MODES = {
     "killed": killed,
     "proxy": proxy,
     "refs": refs,
+    "profiled": profiled,
+    "traced": traced,
+    "hostile-objects": hostile_objects,
+    "long-key": long_key,
+    "frozen-clocks": frozen_clocks,
+    "collectives": collectives,
 }
 
 if __name__ == "__main__":
