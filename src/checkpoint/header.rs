@@ -78,20 +78,12 @@ pub(crate) fn read_header_with(
     super::require_regular(path)?;
     // Opened without blocking, and checked again once open: a FIFO
     // swapped in after the check above is refused, not waited on.
-    let (mut file, _) =
+    // A folder is said as such ("is a folder, not a regular file").
+    let (mut file, meta) =
         crate::files::open_regular(path).map_err(|e| CheckpointError::Unreadable {
             path: path.to_path_buf(),
             reason: e.reason(),
         })?;
-    let meta = file
-        .metadata()
-        .map_err(|e| CheckpointError::unreadable(path, &e))?;
-    if meta.is_dir() {
-        return Err(CheckpointError::Unreadable {
-            path: path.to_path_buf(),
-            reason: "is a folder, not a file".into(),
-        });
-    }
     let file_bytes = meta.len();
     let mut prefix = [0u8; 8];
     if file_bytes >= 8 {

@@ -346,7 +346,7 @@ fn cases() -> Vec<Case> {
                 std::fs::create_dir(d.join("model.safetensors")).expect("mkdir");
                 d.to_path_buf()
             },
-            expect: Expect::Problem("is a folder, not a file"),
+            expect: Expect::Problem("is a folder, not a regular file"),
         },
         Case {
             name: "a symlink loop",
