@@ -303,6 +303,10 @@ class _MlxImportHook:
 # line) -> frame id; tuple of frame ids (innermost first) -> stack id.
 _frame_ids = {}
 _stack_ids = {}
+# At most this many of each (as many as the recorder keeps): a job that
+# makes code in a loop (exec, compile) must not have the probe keep every
+# code object alive; past it, a new stack is sent as none.
+_MAX_IDS = 100000
 # The deepest stack sent: the innermost frames are the ones that say where.
 _MAX_FRAMES = 50
 _own_file = __file__
@@ -313,6 +317,8 @@ def _frame_id(code, line):
     known = _frame_ids.get(key)
     if known is not None:
         return known
+    if len(_frame_ids) >= _MAX_IDS:
+        return None
     ident = len(_frame_ids)
     _frame_ids[key] = ident
     text = ""
@@ -339,9 +345,13 @@ def _stack_of(pairs):
     if not pairs:
         return -1
     ids = tuple(_frame_id(code, line) for code, line in pairs)
+    if None in ids:
+        return -1
     known = _stack_ids.get(ids)
     if known is not None:
         return known
+    if len(_stack_ids) >= _MAX_IDS:
+        return -1
     ident = len(_stack_ids)
     _stack_ids[ids] = ident
     _send({"kind": "stack-def", "id": ident, "frames": list(ids)})

@@ -532,3 +532,19 @@ fn the_walk_reads_locals_on_python_3_11_3_12_and_3_13_under_a_profiler() {
         );
     }
 }
+
+#[test]
+fn the_probes_tables_of_frames_and_stacks_stay_bounded() {
+    let output = Command::new(common::venv_python())
+        .arg(held_jobs())
+        .arg("frames")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/probe"))
+        .output()
+        .expect("runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success() && stdout.contains("frames bounded 100000"),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}

@@ -407,6 +407,20 @@ def collectives():
     print("pending", len(probe._pending_collectives), flush=True)
 
 
+def frames():
+    # Code made in a loop: the probe's tables of frames and stacks stay
+    # bounded, and the code objects it keeps are at most that many.
+    sys.path.insert(0, sys.argv[2])
+    import weightscope_probe as probe
+
+    for i in range(probe._MAX_IDS + 5000):
+        code = compile("x = %d" % i, "<made %d>" % i, "exec")
+        probe._stack_of([(code, 1)])
+    assert len(probe._frame_ids) <= probe._MAX_IDS, len(probe._frame_ids)
+    assert len(probe._stack_ids) <= probe._MAX_IDS, len(probe._stack_ids)
+    print("frames bounded", len(probe._frame_ids), flush=True)
+
+
 MODES = {
     "fold": fold,
     "global": global_cache,
@@ -428,6 +442,7 @@ MODES = {
     "long-key": long_key,
     "frozen-clocks": frozen_clocks,
     "collectives": collectives,
+    "frames": frames,
 }
 
 if __name__ == "__main__":
