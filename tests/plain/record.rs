@@ -1110,3 +1110,36 @@ fn a_job_that_ends_before_the_first_sample_says_its_peak_is_not_known() {
         assert!(!text.contains("not known"), "{text}");
     }
 }
+
+#[test]
+fn a_job_with_thousands_of_descriptors_still_has_its_shard_seen() {
+    // 18,000 descriptors (this machine's hard limit is 20,000; the issue's
+    // 100,000 cost the sampler a core): the table is read as often as keeps
+    // the reading under a twentieth of the time, its last answer between.
+    let name = format!("model-00001-of-{SHARDS:05}.safetensors");
+    let shard = checkpoint().join(&name);
+    let script = "import os, sys, time\n\
+                  held = [os.open('/dev/null', os.O_RDONLY) for _ in range(18000)]\n\
+                  shard = open(sys.argv[1], 'rb')\n\
+                  end = time.monotonic() + 1.5\n\
+                  while time.monotonic() < end:\n    time.sleep(0.05)\n\
+                  print('held', len(held), flush=True)\n";
+    let (output, summary) = record(
+        &["--no-probe"],
+        &[
+            venv_python().as_os_str(),
+            "-c".as_ref(),
+            script.as_ref(),
+            shard.as_os_str(),
+        ],
+    );
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert!(
+        stdout(&output).contains("held 18000"),
+        "{}",
+        stdout(&output)
+    );
+    let summary = summary.expect("a summary");
+    let seen = summary["files_seen"].to_string();
+    assert!(seen.contains(&name), "{seen}");
+}

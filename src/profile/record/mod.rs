@@ -440,6 +440,8 @@ struct Recorder {
     probe: Option<ProbeReport>,
     /// Highest `VmHWM` per process.
     hwm: HashMap<u32, u64>,
+    /// When each process's descriptor table was last read, and what it held.
+    fd_scans: procfs::FdScans,
     /// Sizes of files already seen (one stat per file).
     sizes: HashMap<PathBuf, u64>,
     /// NVML, where the NVIDIA driver is.
@@ -485,6 +487,7 @@ impl Recorder {
             gone_mlx_peak: None,
             probe: None,
             hwm: HashMap::new(),
+            fd_scans: procfs::FdScans::default(),
             sizes: HashMap::new(),
             #[cfg(target_os = "linux")]
             gpu: gpu::GpuMemory::init(),
@@ -897,7 +900,7 @@ impl Recorder {
             }
             let hwm = self.hwm.entry(pid).or_insert(0);
             *hwm = (*hwm).max(figures.memory.peak_rss_bytes);
-            for path in figures.open_files {
+            for path in self.fd_scans.open_files(pid, now) {
                 let bytes = *self
                     .sizes
                     .entry(path.clone())
@@ -909,6 +912,7 @@ impl Recorder {
             return None;
         }
         tree_figures.peak_rss_bytes = self.hwm.values().copied().max().unwrap_or(0);
+        self.fd_scans.retain(&alive);
         self.forget_gone(alive);
         tree_figures.open_files = open.len();
         tree_figures.open_file_bytes = open.values().sum();

@@ -14,8 +14,6 @@ pub struct ProcessReading {
     /// `rchar` of `/proc/PID/io`: bytes read through read calls (page cache
     /// hits included; pages of a mapped file are not counted).
     pub read_bytes: u64,
-    /// The `.safetensors` files among its open descriptors.
-    pub open_files: Vec<PathBuf>,
 }
 
 /// The figures of `pid`, or `None` when it is gone (or not ours to read).
@@ -35,8 +33,15 @@ pub fn read_process(pid: u32) -> Option<ProcessReading> {
         .ok()
         .and_then(|io| parse_io_rchar(&io))
         .unwrap_or(0);
+    Some(ProcessReading { memory, read_bytes })
+}
+
+/// The `.safetensors` files among `pid`'s open descriptors (every one of
+/// them read: see [`FdScans`] for how often).
+#[must_use]
+pub fn open_safetensors(pid: u32) -> Vec<PathBuf> {
     let mut open_files = Vec::new();
-    if let Ok(fds) = std::fs::read_dir(base.join("fd")) {
+    if let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) {
         for fd in fds.flatten() {
             let Ok(target) = std::fs::read_link(fd.path()) else {
                 continue;
@@ -48,11 +53,52 @@ pub fn read_process(pid: u32) -> Option<ProcessReading> {
     }
     open_files.sort();
     open_files.dedup();
-    Some(ProcessReading {
-        memory,
-        read_bytes,
-        open_files,
-    })
+    open_files
+}
+
+/// Each process's descriptor table, read at most as often as keeps the
+/// reading under a twentieth of the time since the last: a job with a few
+/// descriptors is read every sample; one with 100,000 (a table that takes
+/// the better part of a second to list and read) every few seconds, its
+/// last answer used between, so the sampler keeps its interval.
+#[derive(Debug, Default)]
+pub struct FdScans {
+    by_pid: HashMap<u32, FdScan>,
+}
+
+#[derive(Debug)]
+struct FdScan {
+    at: std::time::Instant,
+    cost: std::time::Duration,
+    files: Vec<PathBuf>,
+}
+
+impl FdScans {
+    /// `pid`'s open `.safetensors` files at `now`: read again, or the last
+    /// reading while reading again would cost more than a twentieth.
+    pub fn open_files(&mut self, pid: u32, now: std::time::Instant) -> Vec<PathBuf> {
+        if let Some(last) = self.by_pid.get(&pid)
+            && now.saturating_duration_since(last.at) < last.cost * 19
+        {
+            return last.files.clone();
+        }
+        let started = std::time::Instant::now();
+        let files = open_safetensors(pid);
+        self.by_pid.insert(
+            pid,
+            FdScan {
+                at: now,
+                cost: started.elapsed(),
+                files: files.clone(),
+            },
+        );
+        files
+    }
+
+    /// Forgets the processes not in `alive`.
+    pub fn retain(&mut self, alive: &HashSet<u32>) {
+        self.by_pid.retain(|pid, _| alive.contains(pid));
+    }
 }
 
 /// A process's proportional set size from `/proc/PID/smaps_rollup`: each
