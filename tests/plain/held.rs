@@ -48,6 +48,23 @@ fn record_with(mode: &str, prefix: Option<&str>, extra: &[&Path]) -> (Output, Va
     (output, summary)
 }
 
+/// Runs `held_jobs.py MODE PROBE_DIR` (a job that imports the probe
+/// itself and calls it directly), which must succeed and print `said`.
+fn run_with_the_probe(mode: &str, said: &str) {
+    let output = Command::new(common::venv_python())
+        .arg(held_jobs())
+        .arg(mode)
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/probe"))
+        .output()
+        .expect("runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success() && stdout.contains(said),
+        "{mode}: {stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
 fn near(bytes: u64, expected: u64) -> bool {
     bytes.abs_diff(expected) * 20 <= expected
 }
@@ -190,18 +207,7 @@ fn a_walk_leaves_every_object_with_the_references_it_had() {
     // the main one waits), the garbage collector off: a cycle through the
     // walk's frames would keep the job's arrays alive after it returns (a
     // streaming job then held the last shard while loading the next).
-    let output = Command::new(common::venv_python())
-        .arg(held_jobs())
-        .arg("refs")
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/probe"))
-        .output()
-        .expect("runs");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success() && stdout.contains("refs unchanged 18"),
-        "{stdout}{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    run_with_the_probe("refs", "refs unchanged 18");
 }
 
 #[test]
@@ -462,18 +468,7 @@ fn frozen_clocks_and_a_mocked_sleep_leave_the_probes_own() {
 
 #[test]
 fn pending_collectives_stay_bounded_and_eval_is_wrapped_only_when_used() {
-    let output = Command::new(common::venv_python())
-        .arg(held_jobs())
-        .arg("collectives")
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/probe"))
-        .output()
-        .expect("runs");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success() && stdout.contains("pending 1"),
-        "{stdout}{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    run_with_the_probe("collectives", "pending 1");
 }
 
 /// The Pythons pyenv has here (3.11, 3.12, 3.13), for the stand-in walk.
@@ -535,16 +530,5 @@ fn the_walk_reads_locals_on_python_3_11_3_12_and_3_13_under_a_profiler() {
 
 #[test]
 fn the_probes_tables_of_frames_and_stacks_stay_bounded() {
-    let output = Command::new(common::venv_python())
-        .arg(held_jobs())
-        .arg("frames")
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/probe"))
-        .output()
-        .expect("runs");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success() && stdout.contains("frames bounded 100000"),
-        "{stdout}{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    run_with_the_probe("frames", "frames bounded 100000");
 }
