@@ -504,6 +504,22 @@ def _type_name(obj):
     return _exact_str(_type_name_of(type(obj)), 60)
 
 
+def _path_text(node):
+    """A path as text, made only for what is reported. Paths are kept as
+    (parent, kind, step) nodes while the walk runs (kind 0: a dict key,
+    shown here by _shown_key; 1: text), so a wide or deep container costs a
+    small tuple an item, never a string of its whole path."""
+    parts = []
+    depth = 0
+    while type(node) is tuple and depth < 64:
+        parent, kind, step = node
+        parts.append("[%s]" % _shown_key(step) if kind == 0 else step)
+        node = parent
+        depth += 1
+    parts.append("..." if type(node) is tuple else node)
+    return "".join(reversed(parts))[:300]
+
+
 def _exact_str(text, most=200):
     """A str (or subclass) as an exact str of at most `most` characters,
     read through str's own slots."""
@@ -957,9 +973,9 @@ def _walk(active, array_type, started, moment):
                             if issubclass(type(v), _ATOMS):
                                 continue
                             if k is None:
-                                step = path + "{...}"
+                                step = (path, 1, "{...}")
                             else:
-                                step = "%s[%s]" % (path, _shown_key(k))
+                                step = (path, 0, k)
                             push((v, step, group, group_kind))
                     except RuntimeError:
                         pass  # changed size under us (another thread): what was read
@@ -979,33 +995,33 @@ def _walk(active, array_type, started, moment):
                             continue
                         if not issubclass(type(v), _ATOMS):
                             g = group or "%s (closure over %s)" % (qual, cell_name)
-                            push((v, "%s.<closure %s>" % (path, cell_name), g, group_kind or "closure"))
+                            push((v, (path, 1, ".<closure %s>" % cell_name), g, group_kind or "closure"))
                     defaults = obj.__defaults__ or ()
                     args = obj.__code__.co_varnames[: obj.__code__.co_argcount]
                     for arg, v in zip(args[len(args) - len(defaults):], defaults):
                         if not issubclass(type(v), _ATOMS):
                             g = group or "%s (default %s)" % (qual, arg)
-                            push((v, "%s.<default %s>" % (path, arg), g, group_kind or "default"))
+                            push((v, (path, 1, ".<default %s>" % arg), g, group_kind or "default"))
                     for arg, v in dict.items(obj.__kwdefaults__ or {}):
                         if not issubclass(type(v), _ATOMS):
                             g = group or "%s (default %s)" % (qual, arg)
-                            push((v, "%s.<default %s>" % (path, arg), g, group_kind or "default"))
+                            push((v, (path, 1, ".<default %s>" % arg), g, group_kind or "default"))
                 elif issubclass(type(obj), generator_types):
                     frame = getattr(obj, "gi_frame", None) or getattr(obj, "cr_frame", None) or getattr(obj, "ag_frame", None)
                     if frame is not None:
                         items = _frame_locals(frame)
                         for k, v in items:
                             if not issubclass(type(v), _ATOMS):
-                                push((v, "%s.<suspended %s>" % (path, k), group or name, group_kind or "generator"))
+                                push((v, (path, 1, ".<suspended %s>" % k), group or name, group_kind or "generator"))
                         items = None
                     frame = None
                 elif issubclass(type(obj), BaseException):
                     tb = _exc_traceback(obj)
                     if tb is not None:
-                        push((tb, path + ".__traceback__", group or name, group_kind or "traceback"))
+                        push((tb, (path, 1, ".__traceback__"), group or name, group_kind or "traceback"))
                     for extra in (_exc_context(obj), _exc_cause(obj)):
                         if extra is not None:
-                            push((extra, path + ".__context__", group, group_kind))
+                            push((extra, (path, 1, ".__context__"), group, group_kind))
                     tb = None
                 elif issubclass(type(obj), types.TracebackType):
                     entry = obj
@@ -1016,7 +1032,7 @@ def _walk(active, array_type, started, moment):
                             items = _frame_locals(frame)
                             for k, v in items:
                                 if not issubclass(type(v), _ATOMS):
-                                    push((v, "%s<frame %s>.%s" % (path, frame.f_code.co_name, k), group or name, group_kind or "traceback"))
+                                    push((v, (path, 1, "<frame %s>.%s" % (frame.f_code.co_name, k)), group or name, group_kind or "traceback"))
                             items = None
                         frame = None
                         entry = entry.tb_next
@@ -1031,22 +1047,22 @@ def _walk(active, array_type, started, moment):
                             if not issubclass(type(v), _ATOMS) and issubclass(type(k), str):
                                 k = _exact_str(k, _KEY_SHOWN)
                                 g = group or "%s.%s" % (name, k)
-                                push((v, "%s.%s" % (path, k), g, group_kind or "attribute"))
+                                push((v, (path, 1, "." + k), g, group_kind or "attribute"))
                     space = None
                     if type(obj) is types.MethodType:
-                        push((obj.__self__, path + ".__self__", group, group_kind))
-                        push((obj.__func__, path + ".__func__", group, group_kind))
+                        push((obj.__self__, (path, 1, ".__self__"), group, group_kind))
+                        push((obj.__func__, (path, 1, ".__func__"), group, group_kind))
                     elif issubclass(type(obj), _C_CONTAINERS):
                         # Containers Python code cannot look into without
                         # their methods: what they hold, as the collector
                         # sees it (their C traversal, no code of the job's).
                         for v in gc.get_referents(obj):
                             if not issubclass(type(v), _ATOMS) and not issubclass(type(v), type):
-                                push((v, path + "{...}", group, group_kind))
+                                push((v, (path, 1, "{...}"), group, group_kind))
                     for slot, v in _slots(obj):
                         if v is not None and not issubclass(type(v), _ATOMS):
                             g = group or "%s.%s" % (name, slot)
-                            push((v, "%s.%s" % (path, slot), g, group_kind or "attribute"))
+                            push((v, (path, 1, "." + slot), g, group_kind or "attribute"))
             stack = None
             obj = value = None
     work = deferred = roots = None
@@ -1082,7 +1098,7 @@ def _walk(active, array_type, started, moment):
                 "line": g[4],
                 "bytes": g[5],
                 "arrays": g[6],
-                "path": g[7][:300],
+                "path": _path_text(g[7]) if g[7] else "",
                 "type": g[8][:60],
             }
         )
