@@ -460,6 +460,9 @@ def _sample():
 # root with the bytes of the arrays it reaches first. Nothing of the job's is
 # kept after a walk: the walk's lists are let go of before it returns.
 _HELD_BUDGET = 0.05
+# And at most this many objects, whatever the clocks say (the ids it keeps
+# meanwhile are its memory).
+_HELD_OBJECTS = 500000
 _HELD_EVERY = 1.0
 _HELD_ROOTS_SENT = 12
 _BIG = 10000
@@ -917,7 +920,7 @@ def _walk(active, array_type, started, moment):
                 obj, path, group, group_kind = stack.pop()
                 visited += 1
                 if visited % 512 == 0:
-                    if _perf_counter() - started > _HELD_BUDGET:
+                    if _perf_counter() - started > _HELD_BUDGET or visited > _HELD_OBJECTS:
                         partial = True
                         break
                     if moment is not None and _moment() != moment:
@@ -967,7 +970,10 @@ def _walk(active, array_type, started, moment):
                     try:
                         for k, v in items:
                             n += 1
-                            if n & 4095 == 0 and _perf_counter() - started > _HELD_BUDGET:
+                            if n & 4095 == 0 and (
+                                _perf_counter() - started > _HELD_BUDGET
+                                or visited + n > _HELD_OBJECTS
+                            ):
                                 partial = True
                                 break
                             if issubclass(type(v), _ATOMS):

@@ -532,3 +532,8 @@ fn the_walk_reads_locals_on_python_3_11_3_12_and_3_13_under_a_profiler() {
 fn the_probes_tables_of_frames_and_stacks_stay_bounded() {
     run_with_the_probe("frames", "frames bounded 100000");
 }
+
+#[test]
+fn the_walk_stops_at_its_object_budget_whatever_its_clock_says() {
+    run_with_the_probe("budget", "budget held 700000 16");
+}

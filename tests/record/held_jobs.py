@@ -421,6 +421,24 @@ def frames():
     print("frames bounded", len(probe._frame_ids), flush=True)
 
 
+def budget():
+    # The walk's object budget holds whatever its clock says.
+    import json
+
+    sys.path.insert(0, sys.argv[2])
+    import weightscope_probe as probe
+
+    probe._mlx = mx
+    probe._HELD_BUDGET = 1e9
+    many = [[i] for i in range(700000)]
+    kept = arrays()
+    line = probe._held_walk(mx.get_active_memory(), True)
+    report = json.loads(line)
+    assert report["partial"], report
+    assert any(r["root"] == "kept" for r in report["roots"]), report
+    print("budget held", len(many), len(kept), flush=True)
+
+
 MODES = {
     "fold": fold,
     "global": global_cache,
@@ -443,6 +461,7 @@ MODES = {
     "frozen-clocks": frozen_clocks,
     "collectives": collectives,
     "frames": frames,
+    "budget": budget,
 }
 
 if __name__ == "__main__":
