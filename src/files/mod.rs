@@ -27,7 +27,7 @@ mod read;
 mod temporary;
 
 pub use journal::{open_journal, remove_if_same};
-pub use output::{Output, STALL_LIMIT, signal_arrived, write_output};
+pub use output::{Output, STALL_LIMIT, signal_arrived};
 pub use private::{
     create_entry, make_fifo, make_private, new_private_folder, private_dir, remove_empty_folder,
     remove_entry, remove_own_tree, replace_entry, replace_entry_mode, replace_settings,
@@ -265,17 +265,23 @@ mod tests {
     fn atomic_writes_replace_whole_files_and_leave_nothing_on_failure() {
         let dir = tempfile::tempdir().expect("dir");
         let path = dir.path().join("trace.json");
-        write_output(&path, &[], b"first").expect("write");
+        check_output(&path, &[])
+            .and_then(|out| out.write(b"first"))
+            .expect("write");
         {
             use std::os::unix::fs::PermissionsExt as _;
             let mode = std::fs::metadata(&path).expect("stat").permissions().mode() & 0o777;
             assert_eq!(mode, 0o666 & !umask(), "as a file written the usual way");
         }
-        write_output(&path, &[], b"second").expect("rewrite");
+        check_output(&path, &[])
+            .and_then(|out| out.write(b"second"))
+            .expect("rewrite");
         assert_eq!(std::fs::read(&path).expect("read"), b"second");
         // A folder that does not exist: an error naming the path, no file.
         let missing = dir.path().join("missing/trace.json");
-        let err = write_output(&missing, &[], b"x").expect_err("no folder");
+        let err = check_output(&missing, &[])
+            .and_then(|out| out.write(b"x"))
+            .expect_err("no folder");
         assert!(err.to_string().contains("missing/trace.json"), "{err}");
         let names: Vec<_> = std::fs::read_dir(dir.path())
             .expect("list")

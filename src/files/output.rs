@@ -233,15 +233,6 @@ impl Output {
     }
 }
 
-/// Checks and writes in one step (settings-like outputs with no work in
-/// between).
-///
-/// # Errors
-/// As [`Output::check`] and [`Output::write`].
-pub fn write_output(path: &Path, inputs: &[&Path], bytes: &[u8]) -> Result<(), FileError> {
-    Output::check(path, inputs)?.write(bytes)
-}
-
 /// Whether this process may make files in `folder` (a read-only mount or a
 /// folder of another user's says so now, not after the work).
 fn writable(folder: &OwnedFd) -> std::io::Result<()> {

@@ -57,13 +57,6 @@ impl Shown<'static> {
             Shown::new(&path.to_string_lossy()).into_string(),
         ))
     }
-
-    /// Text made of parts that were shown already, or made here (an
-    /// error's whole message): made shown as a whole.
-    #[must_use]
-    pub fn owned(text: &str) -> Self {
-        Self(Cow::Owned(Shown::new(text).into_string()))
-    }
 }
 
 impl fmt::Display for Shown<'_> {

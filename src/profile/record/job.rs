@@ -124,16 +124,6 @@ impl Drop for Job {
     }
 }
 
-/// Makes a FIFO at `path` with mode 0600 (in the probe's private folder:
-/// the processes of a job that closes inherited descriptors, as
-/// `mlx.launch` does for its ranks, open it by path).
-///
-/// # Errors
-/// The OS's error.
-pub fn make_fifo(path: &std::path::Path) -> std::io::Result<()> {
-    crate::files::make_fifo(path)
-}
-
 /// Marks every descriptor above stderr close-on-exec (in the child, before
 /// exec): `close_range` where the kernel has it (5.11+), else one `fcntl` a
 /// descriptor up to the limit (at most 65536).

@@ -1052,7 +1052,7 @@ struct NamedPipe {
 impl NamedPipe {
     /// Makes the FIFO at `path` and starts its reader.
     fn start(path: &Path) -> std::io::Result<Self> {
-        job::make_fifo(path)?;
+        crate::files::make_fifo(path)?;
         // Opened for reading and writing, so the reader never sees an end
         // of file while ranks come and go; only ever read.
         let fifo = crate::files::open_own_fifo(path)?;

@@ -275,7 +275,7 @@ pub fn private_base() -> std::io::Result<PathBuf> {
     let temp = std::env::temp_dir();
     candidates.push(temp.join(format!("weightscope-{uid}")));
     for base in candidates {
-        if make_private(&base, uid).is_ok() {
+        if crate::files::make_private(&base, uid).is_ok() {
             return Ok(base);
         }
     }
@@ -329,11 +329,6 @@ fn remove_stale(base: &Path) {
             crate::files::remove_own_tree(&entry.path());
         }
     }
-}
-
-/// Makes `base` a folder owned by `uid` with mode 0700, or says why not.
-fn make_private(base: &Path, uid: u32) -> std::io::Result<()> {
-    crate::files::make_private(base, uid)
 }
 
 /// The folders of probes installed and not yet removed.
@@ -442,16 +437,16 @@ mod tests {
         let uid = std::fs::metadata("/proc/self").expect("proc").uid();
         // Made here: mode 0700.
         let mine = dir.path().join("mine");
-        make_private(&mine, uid).expect("made");
+        crate::files::make_private(&mine, uid).expect("made");
         let meta = std::fs::metadata(&mine).expect("stat");
         assert_eq!(meta.permissions().mode() & 0o777, 0o700);
         // A symlink to a folder is not a folder.
         let link = dir.path().join("link");
         std::os::unix::fs::symlink(&mine, &link).expect("symlink");
-        let err = make_private(&link, uid).expect_err("a symlink");
+        let err = crate::files::make_private(&link, uid).expect_err("a symlink");
         assert!(err.to_string().contains("not a folder"), "{err}");
         // Another uid's folder (as when another user made it first).
-        let err = make_private(&mine, uid + 1).expect_err("another user's");
+        let err = crate::files::make_private(&mine, uid + 1).expect_err("another user's");
         assert!(err.to_string().contains("another user"), "{err}");
     }
 
