@@ -175,12 +175,24 @@ def mark(text):
 
 
 def _file_name(file):
-    """An absolute path (the recorder runs elsewhere), or a repr for a
-    file object."""
+    """An absolute path (the recorder runs elsewhere) for a str, bytes or
+    one of pathlib's own path types; for anything else only its type's name:
+    the job's `__fspath__`, `__str__` or `__repr__` is never called."""
+    kind = type(file)
     try:
-        return os.path.abspath(os.fsdecode(os.fspath(file)))
-    except TypeError:
-        return repr(file)
+        if kind is str or kind is bytes:
+            return os.path.abspath(os.fsdecode(file))
+        pathlib = sys.modules.get("pathlib")
+        if pathlib is not None and kind in (
+            getattr(pathlib, "PosixPath", None),
+            getattr(pathlib, "PurePosixPath", None),
+            getattr(pathlib, "WindowsPath", None),
+            getattr(pathlib, "PureWindowsPath", None),
+        ):
+            return os.path.abspath(pathlib.PurePath.__fspath__(file))
+    except (TypeError, ValueError):
+        pass
+    return "<%s object>" % _type_name(file)
 
 
 def _wrap(mx):
@@ -464,9 +476,14 @@ _HELD_BUDGET = 0.05
 # meanwhile are its memory).
 _HELD_OBJECTS = 500000
 _HELD_EVERY = 1.0
+# And the walks together take at most this share of the job's time: after a
+# walk that took t seconds the next waits at least t / _HELD_SHARE (a job
+# with a million-object dict, whose walks use their whole budget, is walked
+# every 5 s, not every second).
+_HELD_SHARE = 0.01
 _HELD_ROOTS_SENT = 12
 _BIG = 10000
-_held_state = {"last": -1e9, "high": 0, "pending": False, "settled": True, "asked": None}
+_held_state = {"last": -1e9, "high": 0, "pending": False, "settled": True, "asked": None, "cost": 0.0}
 # The file weightscope replaces to ask for a walk now (the job is near its
 # memory limit); in weightscope's private folder.
 _walk_request = os.environ.get("WEIGHTSCOPE_PROBE_WALK")
@@ -496,6 +513,11 @@ _exc_traceback = BaseException.__dict__["__traceback__"].__get__
 _exc_context = BaseException.__dict__["__context__"].__get__
 _exc_cause = BaseException.__dict__["__cause__"].__get__
 _module_dict = type(sys).__dict__["__dict__"].__get__
+_exc_args = BaseException.__dict__["args"].__get__
+_type_flags = type.__dict__["__flags__"].__get__
+# Py_TPFLAGS_HEAPTYPE: a class made by a class statement (the job's or a
+# library's), not one of the interpreter's built-in types.
+_HEAP_TYPE = 1 << 9
 
 
 _type_name_of = type.__dict__["__name__"].__get__
@@ -632,7 +654,7 @@ def _maybe_walk_held(active):
         state["asked"] = asked
         state["pending"] = True
         state["last"] = -1e9
-    if now - state["last"] < _HELD_EVERY:
+    if now - state["last"] < max(_HELD_EVERY, state["cost"] / _HELD_SHARE):
         return
     if state["pending"]:
         state["pending"] = False
@@ -736,6 +758,7 @@ def _walk_and_send(in_main):
     if mx is None or _fd is None:
         return
     cpu = _thread_time()
+    began = _monotonic()
     line = None
     try:
         with _reading:
@@ -748,6 +771,7 @@ def _walk_and_send(in_main):
     except Exception:
         pass
     _walk_cpu[0] += _thread_time() - cpu
+    _held_state["cost"] = _monotonic() - began
     if line is not None:
         _write(line)
 
@@ -778,6 +802,18 @@ def _frame_locals(frame):
         items = []
     local = None
     return items
+
+
+def _holders_first(items, array_type):
+    """A frame's (name, value) locals ordered for the walk's stack (the
+    last pushed is walked first): the locals that name an array directly
+    (the value a generator last yielded, a loop variable) are walked after
+    the containers, so the bytes are said to be held by the list or dict
+    that keeps them, not by the local that names one of them for a moment."""
+    bare = [kv for kv in items if issubclass(type(kv[1]), array_type)]
+    if not bare:
+        return items
+    return bare + [kv for kv in items if not issubclass(type(kv[1]), array_type)]
 
 
 def _frame_roots():
@@ -907,6 +943,11 @@ def _walk(active, array_type, started, moment):
     # Phases: the job's roots, their big containers; then, only when they
     # do not account for MLX's memory, the libraries' globals and theirs.
     for phase in (0, 1, 2, 3):
+        if phase == 1 and sum(g[5] for g in order) * 10 >= active * 9:
+            # MLX's memory is accounted for without them: the big
+            # containers (a million-entry dict beside the weights) are
+            # not walked at all, and the walk stays a millisecond.
+            break
         if phase == 2:
             if partial or sum(g[5] for g in order) * 10 >= active * 9:
                 break
@@ -1015,7 +1056,7 @@ def _walk(active, array_type, started, moment):
                 elif issubclass(type(obj), generator_types):
                     frame = getattr(obj, "gi_frame", None) or getattr(obj, "cr_frame", None) or getattr(obj, "ag_frame", None)
                     if frame is not None:
-                        items = _frame_locals(frame)
+                        items = _holders_first(_frame_locals(frame), array_type)
                         for k, v in items:
                             if not issubclass(type(v), _ATOMS):
                                 push((v, (path, 1, ".<suspended %s>" % k), group or name, group_kind or "generator"))
@@ -1221,6 +1262,32 @@ def _open_named_pipe(path, may_close=True):
     return fd, identity
 
 
+def _exception_text(kind, value):
+    """`Kind: message` without running the job's code: the message only
+    when the exception's `__str__` is a built-in type's and its arguments
+    are exact str or numbers (what those `__str__` would show); otherwise
+    the type's name alone (Python's own hook prints the rest after)."""
+    name = _exact_str(_type_name_of(kind), 200) if issubclass(type(kind), type) else "?"
+    text = None
+    for klass in _type_mro(type(value)):
+        found = _type_dict(klass).get("__str__")
+        if found is None:
+            continue
+        if not _type_flags(klass) & _HEAP_TYPE:
+            args = _exc_args(value)
+            if type(args) is tuple and all(type(a) in (str, int, float, bool) for a in args):
+                if len(args) == 1 and type(args[0]) is str and klass is not KeyError:
+                    text = args[0][:900]
+                elif len(args) == 1:
+                    text = type(args[0]).__repr__(args[0])[:900]
+                elif args:
+                    text = "(" + ", ".join(type(a).__repr__(a)[:200] for a in args) + ")"
+                else:
+                    text = ""
+        break
+    return name if text is None else (name + ": " + text if text else name)
+
+
 def _report_exceptions():
     """An exception that ends the job (uncaught in its main thread) is sent
     with the line that raised it, then handled as before: the hook that was
@@ -1243,7 +1310,7 @@ def _report_exceptions():
                 {
                     "kind": "exception",
                     "pid": os.getpid(),
-                    "text": (kind.__name__ + ": " + str(value))[:1000],
+                    "text": _exception_text(kind, value)[:1000],
                     "traceback": entries[::-1][:_MAX_FRAMES],
                 }
             )

@@ -160,6 +160,25 @@ def generator():
     gen.close()
 
 
+def producing():
+    # Keeps what it made in a list and yields each: the list holds the
+    # bytes, `w` only names the last one for a moment.
+    pending_outputs = []
+    for i in range(COUNT):
+        w = mx.ones((SIZE,), dtype=mx.float32) * i
+        mx.eval(w)
+        pending_outputs.append(w)
+        yield w
+
+
+def yielding():
+    gen = producing()
+    for _ in range(COUNT):
+        next(gen)
+    hold()
+    gen.close()
+
+
 def two_roots():
     first = arrays()
     second = first
@@ -430,8 +449,11 @@ def budget():
 
     probe._mlx = mx
     probe._HELD_BUDGET = 1e9
+    # Arrays in the big list too: what the first phase finds does not
+    # account for MLX's memory, so the list is walked.
     many = [[i] for i in range(700000)]
     kept = arrays()
+    many.append(arrays())
     line = probe._held_walk(mx.get_active_memory(), True)
     report = json.loads(line)
     assert report["partial"], report
@@ -439,7 +461,70 @@ def budget():
     print("budget held", len(many), len(kept), flush=True)
 
 
+class Telling:
+    """A path-like object and an exception whose own methods tell."""
+
+    def __fspath__(self):
+        tell("Telling.__fspath__")
+        return "/nowhere"
+
+    def __repr__(self):
+        tell("Telling.__repr__")
+        return "Telling()"
+
+
+class TellingError(Exception):
+    def __str__(self):
+        tell("TellingError.__str__")
+        return "told"
+
+
+def no_job_code():
+    # The probe's load mark and its exception hook name what they are
+    # given without calling its methods.
+    sys.path.insert(0, sys.argv[2])
+    import weightscope_probe as probe
+
+    sys.argv[2:3] = [sys.argv[3]]
+    assert probe._file_name(Telling()) == "<Telling object>", probe._file_name(Telling())
+    assert probe._file_name("w.safetensors").endswith("/w.safetensors")
+    import pathlib
+
+    assert probe._file_name(pathlib.Path("/m/w.safetensors")) == "/m/w.safetensors"
+    error = TellingError("x")
+    assert probe._exception_text(TellingError, error) == "TellingError", probe._exception_text(TellingError, error)
+    error = ValueError("bad shape", 3)
+    assert probe._exception_text(ValueError, error) == "ValueError: ('bad shape', 3)"
+    assert probe._exception_text(KeyError, KeyError("w")) == "KeyError: 'w'"
+    assert probe._exception_text(RuntimeError, RuntimeError("no memory")) == "RuntimeError: no memory"
+    print("no job code", flush=True)
+
+
+def walk_share():
+    # After a walk that took t, the next waits t / 1 %: the walks take at
+    # most 1 % of the job's time, whatever its containers.
+    sys.path.insert(0, sys.argv[2])
+    import weightscope_probe as probe
+
+    walks = []
+    probe._walk_and_send = lambda in_main: walks.append(in_main)
+    state = probe._held_state
+    state.update(pending=True, last=probe._monotonic() - 1.5, cost=0.05)
+    probe._maybe_walk_held(1 << 30)
+    assert walks == [], "walked 1.5 s after a 50 ms walk"
+    state.update(last=probe._monotonic() - 5.1)
+    probe._maybe_walk_held(1 << 30)
+    assert len(walks) == 1, "no walk 5.1 s after a 50 ms walk"
+    state.update(pending=True, last=probe._monotonic() - 1.1, cost=0.001)
+    probe._maybe_walk_held(2 << 30)
+    assert len(walks) == 2, "no walk 1.1 s after a 1 ms walk"
+    print("walk share", len(walks), flush=True)
+
+
 MODES = {
+    "yielding": yielding,
+    "no-job-code": no_job_code,
+    "walk-share": walk_share,
     "fold": fold,
     "global": global_cache,
     "attribute": attribute,
