@@ -37,6 +37,9 @@ pub enum FindingKind {
     NearMachineMemory,
     /// Who held a recorded job's MLX memory at its peak (the probe's walk).
     HeldBy,
+    /// The probe's MLX figures stopped coming for a while: a gap in the
+    /// series, said rather than concluded from.
+    MlxGap,
 }
 
 impl FindingKind {

@@ -1,6 +1,8 @@
 """Python MLX jobs that tests/record.rs records with `weightscope record`.
 
-    python jobs.py make FOLDER SHARDS   write a checkpoint with MLX's own writer
+    python jobs.py make FOLDER SHARDS [ROWS COLS]
+                                        write a checkpoint with MLX's own writer
+                                        (two ROWS x COLS float32 tensors a shard)
     python jobs.py keep FOLDER          keep every evaluated array (accumulates)
     python jobs.py release FOLDER       one shard at a time, cache cleared
     python jobs.py fail FOLDER          like release, exits 3 half way
@@ -38,14 +40,14 @@ import time
 import mlx.core as mx
 
 
-def make(folder, shards):
+def make(folder, shards, rows=1024, cols=2048):
     os.makedirs(folder, exist_ok=True)
     weight_map = {}
     mx.random.seed(7)
     for s in range(shards):
         name = f"model-{s + 1:05d}-of-{shards:05d}.safetensors"
         arrays = {
-            f"model.layers.{2 * s + i}.mlp.weight": mx.random.normal((1024, 2048))
+            f"model.layers.{2 * s + i}.mlp.weight": mx.random.normal((rows, cols))
             for i in range(2)
         }
         mx.save_safetensors(os.path.join(folder, name), arrays)
@@ -210,7 +212,7 @@ def hold(journal):
 if __name__ == "__main__":
     mode = sys.argv[1]
     if mode == "make":
-        make(sys.argv[2], int(sys.argv[3]))
+        make(sys.argv[2], int(sys.argv[3]), *(int(n) for n in sys.argv[4:6]))
     elif mode == "keep":
         keep(sys.argv[2])
     elif mode == "release":

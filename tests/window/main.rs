@@ -14,4 +14,5 @@ mod layout;
 
 mod app_ui;
 mod hostile;
+mod recording;
 mod snapshots;

@@ -300,6 +300,34 @@ pub(in crate::app) fn sample_line<'a>(
     PlotPoints::from(decimate(samples.map(|s| [s.at, field(s) as f64 / MIB])))
 }
 
+/// An MLX series as its segments: broken where a sample has no MLX
+/// figures (the probe's were stale, or not there yet), so a gap is drawn
+/// as a gap, never as a flat line or a fall to zero. A trace with no MLX
+/// figures at all is one line of zeros, as before.
+pub(in crate::app) fn mlx_segments<'a>(
+    samples: impl ExactSizeIterator<Item = &'a Sample> + Clone,
+    field: fn(&Sample) -> u64,
+) -> Vec<PlotPoints<'static>> {
+    if !samples.clone().any(|s| s.mlx.is_some()) {
+        return vec![sample_line(samples, field)];
+    }
+    let mut segments = Vec::new();
+    let mut points = Vec::new();
+    for s in samples {
+        if s.mlx.is_some() {
+            points.push([s.at, field(s) as f64 / MIB]);
+        } else if !points.is_empty() {
+            segments.push(PlotPoints::from(decimate(
+                std::mem::take(&mut points).into_iter(),
+            )));
+        }
+    }
+    if !points.is_empty() {
+        segments.push(PlotPoints::from(decimate(points.into_iter())));
+    }
+    segments
+}
+
 /// The times of the newest `limit` events worth a marker (walk steps and
 /// tensor releases are too many; the table lists them), newest first.
 pub(in crate::app) fn marker_times<'a>(
@@ -427,14 +455,17 @@ impl ProfilerPanel {
                 plot.line(
                     Line::new("RSS anonymous", line(|s| s.process.anon_bytes)).color(c::RSS_ANON),
                 );
-                plot.line(
-                    Line::new(mlx_active.as_str(), line(|s| s.mlx_or_zero().active_bytes))
-                        .color(c::MLX_ACTIVE),
-                );
-                plot.line(
-                    Line::new("MLX cache", line(|s| s.mlx_or_zero().cache_bytes))
-                        .color(c::MLX_CACHE),
-                );
+                let segments = |f: fn(&Sample) -> u64| match walk {
+                    Some(trace) => mlx_segments(trace.samples.iter(), f),
+                    None if overlays_only => Vec::new(),
+                    None => mlx_segments(self.session_samples(inputs), f),
+                };
+                for points in segments(|s| s.mlx_or_zero().active_bytes) {
+                    plot.line(Line::new(mlx_active.as_str(), points).color(c::MLX_ACTIVE));
+                }
+                for points in segments(|s| s.mlx_or_zero().cache_bytes) {
+                    plot.line(Line::new("MLX cache", points).color(c::MLX_CACHE));
+                }
                 draw_overlays(
                     plot,
                     self.overlays

@@ -20,6 +20,7 @@ pub fn record_findings(recording: &Recording) -> Vec<Finding> {
     files_held_open(recording, &mut found);
     cache_at_peak(recording, &mut found);
     host_copies(recording, &mut found);
+    mlx_gap(recording, &mut found);
     near_machine_memory(recording, MachineMemory::read(), &mut found);
     found
 }
@@ -305,6 +306,46 @@ fn cache_at_peak(r: &Recording, found: &mut Vec<Finding>) {
             human_bytes(total)
         ),
         t_secs: Some(t),
+    });
+}
+
+/// The longest stretch, between the probe's first and last figures, of
+/// samples without MLX figures (theirs were older than ten samples): said,
+/// so that nothing is read into the flat or missing stretch of the series.
+fn mlx_gap(r: &Recording, found: &mut Vec<Finding>) {
+    let with = |s: &&crate::memory::Sample| s.mlx.is_some();
+    let (Some(first), Some(last)) = (
+        r.samples.iter().position(|s| with(&s)),
+        r.samples.iter().rposition(|s| with(&s)),
+    ) else {
+        return;
+    };
+    let Some(inner) = r.samples.get(first..=last) else {
+        return;
+    };
+    let mut longest: Option<(f64, f64)> = None;
+    let mut start: Option<f64> = None;
+    let mut previous = 0.0;
+    for s in inner {
+        match (s.mlx.is_some(), start) {
+            (false, None) => start = Some(previous),
+            (true, Some(from)) => {
+                if longest.is_none_or(|(a, b)| s.at - from > b - a) {
+                    longest = Some((from, s.at));
+                }
+                start = None;
+            }
+            _ => {}
+        }
+        previous = s.at;
+    }
+    let Some((from, to)) = longest else { return };
+    found.push(Finding {
+        kind: FindingKind::MlxGap,
+        text: format!(
+            "MLX's figures are missing from {from:.1} s to {to:.1} s: the probe inside the job sent none (its thread got no time: a loaded machine, or Python's lock held through a long call). The series has a gap there; what RSS held then is not attributed."
+        ),
+        t_secs: Some(from),
     });
 }
 

@@ -427,8 +427,13 @@ struct Recorder {
     /// Files open at the last sample, with their sizes.
     open: BTreeMap<PathBuf, u64>,
     files_seen: Vec<OpenFile>,
-    /// The latest MLX figures per reporting process (while it lives).
+    /// The latest MLX figures per reporting process (while it lives), and
+    /// when they came.
     mlx: HashMap<u32, MlxFigures>,
+    mlx_at: HashMap<u32, Instant>,
+    /// Figures older than this are not drawn as the present (a gap in the
+    /// MLX series instead): see [`Recorder::mlx_fresh`].
+    mlx_stale: Duration,
     /// Processes of the tree read at least once, and those since gone:
     /// a gone process's MLX figures leave the series (its last report,
     /// and any that comes after it is gone, count for the peak only).
@@ -482,6 +487,8 @@ impl Recorder {
             open: BTreeMap::new(),
             files_seen: Vec::new(),
             mlx: HashMap::new(),
+            mlx_at: HashMap::new(),
+            mlx_stale: Duration::from_secs(1),
             alive: std::collections::HashSet::new(),
             gone: std::collections::HashSet::new(),
             gone_mlx_peak: None,
@@ -534,7 +541,18 @@ impl Recorder {
         lines: &std::sync::mpsc::Receiver<(Instant, String)>,
         updates: &mut Vec<Update>,
     ) -> bool {
-        use std::sync::mpsc::RecvTimeoutError;
+        use std::sync::mpsc::{RecvTimeoutError, TryRecvError};
+        // What is waiting is taken first, the deadline passed or not: a
+        // sample that took longer than the interval (a loaded machine, a
+        // tree of processes) must not leave the probe's lines queued until
+        // the machine is idle again, the MLX series frozen meanwhile.
+        for _ in 0..WAITING_BATCH {
+            match lines.try_recv() {
+                Ok((at, line)) => self.probe_line(at, &line, updates),
+                Err(TryRecvError::Empty) => break,
+                Err(TryRecvError::Disconnected) => return false,
+            }
+        }
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
@@ -624,6 +642,19 @@ impl Recorder {
         secs_since(self.origin, at)
     }
 
+    /// [`Self::mlx_now`] when every process's figures are recent; `None`
+    /// (a gap in the series) when one's last report is older than
+    /// `mlx_stale`: its probe's thread got no time (a loaded machine, the
+    /// GIL held in a long call). A stale figure drawn as the present froze
+    /// the series while the job grew, and the findings then took the
+    /// difference for host memory.
+    fn mlx_fresh(&self, now: Instant) -> Option<MlxFigures> {
+        let stale = self.mlx_at.iter().any(|(pid, at)| {
+            self.mlx.contains_key(pid) && now.saturating_duration_since(*at) > self.mlx_stale
+        });
+        if stale { None } else { self.mlx_now() }
+    }
+
     fn mlx_now(&self) -> Option<MlxFigures> {
         (!self.mlx.is_empty()).then(|| {
             self.mlx
@@ -677,6 +708,7 @@ impl Recorder {
                 self.gone_mlx_peak = self.gone_mlx_peak.max(Some(active.max(figures.peak_bytes)));
             } else {
                 self.mlx.insert(pid, figures);
+                self.mlx_at.insert(pid, at);
             }
         }
         let t = self.secs(at);
@@ -861,17 +893,26 @@ impl Recorder {
         // Over a tree of processes (forked workers share their parent's
         // pages), RSS would count each shared page once per process: the
         // proportional set size counts it once in all, read so that no
-        // process exits midway (its shares would move to the others).
-        let shares: std::collections::HashMap<u32, (u64, u64, u64)> = if tree.len() > 1 {
+        // process exits midway (its shares would move to the others). Read
+        // only when two processes are big enough to share much: PSS walks
+        // every page of a process, and over `sh -c python …` (a shell of a
+        // few hundred KiB beside a job of gigabytes) it made each sample
+        // slower than the interval on a loaded machine, for nothing.
+        let readings: Vec<(u32, procfs::ProcessReading)> = tree
+            .iter()
+            .filter_map(|&pid| procfs::read_process(pid).map(|r| (pid, r)))
+            .collect();
+        let big = readings
+            .iter()
+            .filter(|(_, r)| r.memory.rss_bytes >= PSS_WORTH_BYTES)
+            .count();
+        let shares: std::collections::HashMap<u32, (u64, u64, u64)> = if big > 1 {
             consistent_pss(tree).into_iter().collect()
         } else {
             std::collections::HashMap::new()
         };
         let tree_figures = &mut sample.process;
-        for &pid in tree {
-            let Some(figures) = procfs::read_process(pid) else {
-                continue;
-            };
+        for (pid, figures) in readings {
             alive.insert(pid);
             tree_figures.processes += 1;
             if let Some(&(pss, anon, file)) = shares.get(&pid) {
@@ -917,7 +958,7 @@ impl Recorder {
         tree_figures.open_files = open.len();
         tree_figures.open_file_bytes = open.values().sum();
         self.files(now, open, updates);
-        sample.mlx = self.mlx_now();
+        sample.mlx = self.mlx_fresh(now);
         self.read_mapped_files(tree, sample.process.rss_bytes, now);
         self.near_limit_walk(sample.process.rss_bytes, now);
         self.samples.push(sample);
@@ -960,6 +1001,7 @@ impl Recorder {
     fn forget_gone(&mut self, alive: std::collections::HashSet<u32>) {
         let gone: Vec<u32> = self.alive.difference(&alive).copied().collect();
         for pid in gone {
+            self.mlx_at.remove(&pid);
             if let Some(m) = self.mlx.remove(&pid) {
                 self.gone_mlx_peak = self
                     .gone_mlx_peak
@@ -1034,6 +1076,10 @@ const WAITING_BATCH: usize = 20_000;
 /// (and the job's probe with it), so memory stays bounded.
 #[cfg(target_os = "linux")]
 const LINE_QUEUE: usize = 8_192;
+
+/// A process of a recorded tree this big or bigger may share much with
+/// another: two of them and the tree's memory is read as PSS.
+const PSS_WORTH_BYTES: u64 = 64 << 20;
 
 /// The probe's named pipe and the `probe-fifo` thread that reads it.
 ///
@@ -1411,6 +1457,8 @@ pub fn record(
     let lines_rx = lines;
     let mut announced = false;
     let mut rec = Recorder::new(origin);
+    // Ten samples without a word from the probe, and a second at least.
+    rec.mlx_stale = (options.interval * 10).max(Duration::from_secs(1));
     rec.where_when = Some(crate::profile::Origin::now());
     rec.walk_request = python_probe.as_ref().map(|p| (p.dir().join("walk"), None));
     let mut updates = Vec::new();
@@ -1582,7 +1630,7 @@ fn consistent_pss(tree: &[u32]) -> Vec<(u32, (u64, u64, u64))> {
         let survivors: Vec<u32> = read
             .iter()
             .map(|&(pid, _)| pid)
-            .filter(|&pid| procfs::read_pss(pid).is_some())
+            .filter(|&pid| procfs::is_alive(pid))
             .collect();
         if read.len() == pids.len() && survivors.len() == pids.len() {
             break;
