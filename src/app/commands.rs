@@ -22,8 +22,15 @@ use super::{Dialog, Tab};
 pub enum AppCommand {
     /// Open this checkpoint (with the chosen view); what was open closes.
     Open(PathBuf),
-    /// Materialize this tensor and show it in the inspector.
+    /// Materialize this tensor and show it in the inspector (an explicit
+    /// Enter or click: whatever its size).
     Materialize(String),
+    /// Show this tensor because the selection moved onto it (arrows, Page
+    /// Down, Home, End, a palette jump): materialized when it fits the
+    /// preview budget and what MLX has left, else its size is said and
+    /// Enter or a click materializes it. The bytes are its materialized
+    /// size as the headers give it.
+    Preview(String, u64),
     /// Release this shard's map and arrays.
     ReleaseShard(ShardId),
     /// Release every shard.

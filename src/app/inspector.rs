@@ -12,9 +12,21 @@ use crate::weights::TensorPreview;
 /// The tensor the inspector shows.
 enum Inspected {
     Nothing,
-    Pending { name: String, since: Instant },
+    Pending {
+        name: String,
+        since: Instant,
+    },
     Ready(Box<TensorPreview>),
-    Failed { name: String, error: String },
+    Failed {
+        name: String,
+        error: String,
+    },
+    /// Selected by moving, too big to materialize unasked.
+    HeldBack {
+        name: String,
+        bytes: u64,
+        limit: u64,
+    },
 }
 
 /// The inspector panel: the tensor asked for, its preview when the worker
@@ -74,6 +86,17 @@ impl InspectorPanel {
         };
     }
 
+    /// `name` was selected by moving onto it, and its `bytes` are over the
+    /// `limit` a preview may take unasked: its size is said, and a button
+    /// (or Enter in the table) materializes it.
+    pub(super) fn held_back(&mut self, name: &str, bytes: u64, limit: u64) {
+        self.inspected = Inspected::HeldBack {
+            name: name.to_owned(),
+            bytes,
+            limit,
+        };
+    }
+
     /// The worker reported an error about `target`: shown when it is the
     /// tensor waited for.
     pub(super) fn worker_failed(&mut self, target: &str, error: &str) {
@@ -116,7 +139,9 @@ impl InspectorPanel {
     pub(super) fn name(&self) -> Option<&str> {
         match &self.inspected {
             Inspected::Nothing => None,
-            Inspected::Pending { name, .. } | Inspected::Failed { name, .. } => Some(name),
+            Inspected::Pending { name, .. }
+            | Inspected::Failed { name, .. }
+            | Inspected::HeldBack { name, .. } => Some(name),
             Inspected::Ready(preview) => Some(&preview.name),
         }
     }
@@ -153,6 +178,23 @@ impl InspectorPanel {
                 // Keep the elapsed time moving while the worker works.
                 ui.ctx()
                     .request_repaint_after(std::time::Duration::from_millis(100));
+            }
+            Inspected::HeldBack { name, bytes, limit } => {
+                ui.label(egui::RichText::new(Shown::new(name)).monospace());
+                ui.label(format!(
+                    "{} to materialize: more than a preview takes unasked ({}, the preview budget or what MLX's limit leaves). Enter or a click materializes it.",
+                    crate::units::human_bytes(*bytes),
+                    crate::units::human_bytes(*limit)
+                ));
+                if ui
+                    .button(format!(
+                        "Materialize ({})",
+                        crate::units::human_bytes(*bytes)
+                    ))
+                    .clicked()
+                {
+                    commands.send(super::AppCommand::Materialize(name.clone()));
+                }
             }
             Inspected::Failed { name, error } => {
                 ui.label(egui::RichText::new(Shown::new(name)).monospace());

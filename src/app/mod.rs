@@ -274,6 +274,7 @@ impl WeightscopeApp {
         match command {
             AppCommand::Open(path) => self.open(path),
             AppCommand::Materialize(name) => self.materialize(&name),
+            AppCommand::Preview(name, bytes) => self.preview(&name, bytes),
             AppCommand::ReleaseShard(shard) => self.send(Request::ReleaseShard(shard)),
             AppCommand::ReleaseAll => self.send(Request::ReleaseAll),
             AppCommand::ClearCache => self.send(Request::ClearCache),
@@ -364,10 +365,11 @@ impl WeightscopeApp {
             AppCommand::ShowTab(tab) => self.tab = tab,
             AppCommand::SelectStored(stored) => {
                 self.tab = Tab::Tensors;
-                if let Some(checkpoint) = self.checkpoint.clone()
-                    && let Some(name) = self.tensors.select_stored(&checkpoint, &stored)
-                {
-                    self.materialize(&name);
+                let position = self.checkpoint.as_ref().and_then(|checkpoint| {
+                    checkpoint.tensors().iter().position(|t| t.name() == stored)
+                });
+                if let Some(position) = position {
+                    self.select_tensor(position);
                 }
             }
         }
@@ -484,6 +486,13 @@ impl WeightscopeApp {
         let start = Instant::now();
         while let Some(sample) = self.sampler.as_ref().and_then(Sampler::try_recv) {
             self.timeline.push_sample(&sample);
+            // The status bar's MLX figures move with the sampler too: during
+            // a long materialization the worker sends nothing until it ends.
+            if let Some(mlx) = sample.mlx {
+                self.memory.active_bytes = mlx.active_bytes;
+                self.memory.cache_bytes = mlx.cache_bytes;
+                self.memory.peak_bytes = self.memory.peak_bytes.max(mlx.peak_bytes);
+            }
         }
         while start.elapsed() < budget {
             let Some(event) = self.worker.try_recv() else {
@@ -603,6 +612,33 @@ impl WeightscopeApp {
         self.settings.preview_budget = Some(bytes);
         self.settings_dirty = true;
         self.send(Request::SetPreviewBudget(bytes));
+    }
+
+    /// The most a preview the selection merely moved onto may take: the
+    /// preview budget, and what MLX's memory limit leaves.
+    fn preview_limit_bytes(&self) -> u64 {
+        let budget = match self.previews.limit_bytes {
+            0 => crate::weights::DEFAULT_PREVIEW_BUDGET,
+            limit => limit,
+        };
+        let left = match self.memory.limit_bytes {
+            0 => u64::MAX,
+            limit => limit.saturating_sub(self.memory.active_bytes),
+        };
+        budget.min(left)
+    }
+
+    /// [`AppCommand::Preview`]: materializes `name` when its `bytes` fit
+    /// [`Self::preview_limit_bytes`]; else the inspector says its size and
+    /// waits for Enter or a click (moving through a table never starts
+    /// gigabytes of work).
+    fn preview(&mut self, name: &str, bytes: u64) {
+        let limit = self.preview_limit_bytes();
+        if bytes <= limit {
+            self.materialize(name);
+        } else {
+            self.inspector.held_back(name, bytes, limit);
+        }
     }
 
     /// Materializes `name` on the worker; the inspector shows it when ready.
@@ -800,7 +836,8 @@ impl WeightscopeApp {
         if let Some(checkpoint) = self.checkpoint.clone()
             && let Some(name) = self.tensors.select(&checkpoint, position)
         {
-            self.materialize(&name);
+            let bytes = self.tensors.materialized_bytes(&checkpoint, position);
+            self.preview(&name, bytes);
         }
     }
 

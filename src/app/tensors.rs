@@ -489,13 +489,17 @@ impl TensorsPanel {
             }
             None => {}
         }
-        // The keyboard's preview, once the selection has rested.
+        // The keyboard's preview, once the selection has rested: within
+        // the preview budget only (the app decides; Enter asks for any).
+        let mut moved_onto = None;
         if let Some((i, at)) = self.preview_at {
             let now = ui.input(|input| input.time);
             if now >= at {
                 self.preview_at = None;
-                if self.selected() == Some(i) {
-                    action = action.or(self.materialize_row(checkpoint, i));
+                if self.selected() == Some(i) && action.is_none() {
+                    moved_onto = self
+                        .materialize_row(checkpoint, i)
+                        .map(|name| (name, self.materialized_bytes(checkpoint, i)));
                 }
             } else {
                 ui.ctx()
@@ -504,6 +508,24 @@ impl TensorsPanel {
         }
         if let Some(name) = action {
             commands.send(AppCommand::Materialize(name));
+        } else if let Some((name, bytes)) = moved_onto {
+            commands.send(AppCommand::Preview(name, bytes));
+        }
+    }
+
+    /// What materializing tensor `i` makes, as the headers give it: a
+    /// packed or scaled weight dequantized to float32 (its logical shape),
+    /// else its stored bytes.
+    pub(super) fn materialized_bytes(&self, checkpoint: &Checkpoint, i: usize) -> u64 {
+        let stored = checkpoint.tensors().get(i).map_or(0, TensorRef::bytes);
+        match self.encodings.weights.get(&i) {
+            Some(e) => e
+                .logical_shape
+                .iter()
+                .try_fold(4_u64, |n, &d| n.checked_mul(d))
+                .unwrap_or(u64::MAX)
+                .max(stored),
+            None => stored,
         }
     }
 
@@ -592,22 +614,9 @@ impl TensorsPanel {
         display_name(self.view.as_deref(), checkpoint, i).map(str::to_owned)
     }
 
-    /// Selects the tensor stored as `stored` (the check panel, the palette):
-    /// its layer opens, a folded part shows under its weight, the table
-    /// scrolls to it. Returns the name to materialize it by.
-    pub(super) fn select_stored(
-        &mut self,
-        checkpoint: &Checkpoint,
-        stored: &str,
-    ) -> Option<String> {
-        let position = checkpoint
-            .tensors()
-            .iter()
-            .position(|t| t.name() == stored)?;
-        self.select(checkpoint, position)
-    }
-
-    /// Selects tensor `i` as [`Self::select_stored`] does.
+    /// Selects tensor `i` (the check panel, the palette): its layer
+    /// opens, a folded part shows under its weight, the table scrolls to
+    /// it. Returns the name to materialize it by.
     pub(super) fn select(&mut self, checkpoint: &Checkpoint, i: usize) -> Option<String> {
         let weight = self.encodings.parts.get(&i).copied().filter(|_| self.fold);
         let row = weight.unwrap_or(i);

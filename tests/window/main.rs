@@ -14,5 +14,6 @@ mod layout;
 
 mod app_ui;
 mod hostile;
+mod navigation;
 mod recording;
 mod snapshots;

@@ -1,0 +1,97 @@
+//! Issue #58: moving through the tensor table (arrows, Page Down, Home,
+//! End, a palette jump) previews small tensors and never starts gigabytes
+//! of work: a tensor over the preview budget is materialized only on an
+//! explicit Enter or click, its size said first.
+
+use crate::common;
+
+use egui_kittest::Harness;
+use egui_kittest::kittest::Queryable;
+use weightscope::app::{AppCommand, WeightscopeApp};
+use weightscope::mlx;
+
+/// Two small tensors and, last by name, one of 2 MiB.
+fn with_a_big_one(dir: &std::path::Path) -> std::path::PathBuf {
+    let path = dir.join("m.safetensors");
+    common::write_safetensors(
+        &path,
+        &[
+            common::Tensor::f32("a.weight", &[2], &[1.0, 2.0]),
+            common::Tensor::f32("b.weight", &[4, 4], &[0.5; 16]),
+            common::Tensor::f32("z.big", &[512, 1024], &vec![0.25; 512 * 1024]),
+        ],
+    );
+    path
+}
+
+fn open(path: &std::path::Path) -> Harness<'static, WeightscopeApp> {
+    let mut app = WeightscopeApp::new(Some(path.to_path_buf()), mlx::default_device(), || {})
+        .expect("worker");
+    app.wait_for_worker().expect("opened");
+    // A preview budget of 1 MiB: the 2 MiB tensor is over it.
+    app.execute(AppCommand::SetPreviewBudget(1 << 20));
+    app.wait_for_worker().expect("budget set");
+    let mut harness = Harness::builder()
+        .with_size(egui::vec2(1400.0, 860.0))
+        .build_ui_state(|ui, app: &mut WeightscopeApp| app.ui(ui), app);
+    harness.run();
+    harness
+}
+
+/// Two frames (the preview waits for the selection to rest; a step is a
+/// quarter second of the harness's clock), then whatever was asked done.
+fn settle(harness: &mut Harness<'static, WeightscopeApp>) {
+    harness.step();
+    harness.step();
+    while harness.state().is_materializing() {
+        harness.state_mut().wait_for_worker().expect("materialized");
+    }
+    harness.run();
+}
+
+#[test]
+fn end_on_a_tensor_over_the_preview_budget_says_its_size_and_enter_materializes_it() {
+    let _lock = common::mlx_memory_lock();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut harness = open(&with_a_big_one(dir.path()));
+    // A small one previews as the selection moves onto it.
+    harness.key_press(egui::Key::Home);
+    settle(&mut harness);
+    assert_eq!(harness.state().inspected_name(), Some("a.weight"));
+    harness.get_by_label_contains("min");
+    // End: the big one is selected, not materialized; its size is said.
+    harness.key_press(egui::Key::End);
+    settle(&mut harness);
+    assert_eq!(harness.state().inspected_name(), Some("z.big"));
+    assert!(!harness.state().is_materializing());
+    harness.get_by_label_contains("2.00 MiB to materialize");
+    harness.get_by_label("Materialize (2.00 MiB)");
+    assert!(
+        harness.query_by_label_contains("min").is_none(),
+        "no values were shown for a tensor nobody asked for"
+    );
+    // Enter asks for it: materialized whatever its size.
+    harness.key_press(egui::Key::Enter);
+    settle(&mut harness);
+    assert_eq!(harness.state().inspected_name(), Some("z.big"));
+    harness.get_by_label_contains("min");
+}
+
+#[test]
+fn a_palette_jump_to_a_big_tensor_holds_it_back_and_the_button_materializes_it() {
+    let _lock = common::mlx_memory_lock();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut harness = open(&with_a_big_one(dir.path()));
+    harness.state_mut().execute(AppCommand::SelectTensor(2));
+    settle(&mut harness);
+    assert_eq!(harness.state().inspected_name(), Some("z.big"));
+    assert!(!harness.state().is_materializing());
+    harness.get_by_label("Materialize (2.00 MiB)").click();
+    settle(&mut harness);
+    harness.get_by_label_contains("min");
+    // A small one by the palette: at once.
+    harness.state_mut().execute(AppCommand::SelectTensor(1));
+    settle(&mut harness);
+    assert_eq!(harness.state().inspected_name(), Some("b.weight"));
+    harness.get_by_label_contains("min");
+}
