@@ -142,6 +142,12 @@ impl WeightscopeApp {
         self.inspector.is_pending()
     }
 
+    /// The text in the checkpoint path field.
+    #[must_use]
+    pub fn path_input(&self) -> &str {
+        &self.path_input
+    }
+
     /// The inspector's tensor (shown, pending or failed).
     #[must_use]
     pub fn inspected_name(&self) -> Option<&str> {

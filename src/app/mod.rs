@@ -544,6 +544,13 @@ impl WeightscopeApp {
             EventKind::OpenFailed { error, .. } => {
                 self.opening = None;
                 self.open_error = Some(error.to_string());
+                // The field shows what is open, not the path that failed
+                // (the error names that one).
+                if self.checkpoint.is_some()
+                    && let Some(open) = &self.opened_path
+                {
+                    self.path_input = open.display().to_string();
+                }
             }
             EventKind::Materialized(preview) => self.inspector.materialized(preview),
             EventKind::Failed { job, target, error } => {
@@ -1109,8 +1116,18 @@ impl WeightscopeApp {
             }
         });
         self.view_bar_ui(ui);
-        if let Some(error) = &self.open_error {
-            ui.colored_label(ui.visuals().error_fg_color, crate::units::Shown::new(error));
+        // Said here while what was open stays shown (the centre says it
+        // when nothing is open): one line, never one per place.
+        if let Some(error) = &self.open_error
+            && self.checkpoint.is_some()
+        {
+            ui.colored_label(
+                ui.visuals().error_fg_color,
+                format!(
+                    "open failed: {} (the checkpoint shown is still the one that was open)",
+                    crate::units::Shown::new(error)
+                ),
+            );
         }
         if let Some(notice) = &self.notice {
             ui.colored_label(ui.visuals().warn_fg_color, crate::units::Shown::new(notice));

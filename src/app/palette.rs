@@ -218,6 +218,24 @@ pub(super) fn fuzzy_score(query: &str, text: &str) -> Option<i64> {
     subsequence_score(query, &chars, true).max(subsequence_score(query, &chars, false))
 }
 
+/// [`fuzzy_score`] for a query of several words ("open recent", "l3
+/// q_proj"): each word must match on its own, in any order; the scores
+/// add, and the query found whole (spaces and all, as in a label) ranks
+/// above its words found apart.
+#[must_use]
+pub(super) fn words_score(query: &str, text: &str) -> Option<i64> {
+    let mut words = query.split_whitespace().peekable();
+    let first = words.next()?;
+    if words.peek().is_none() {
+        return fuzzy_score(first, text);
+    }
+    let mut total = contiguous(query, text).map_or(0, |found| found as i64 * 10_000_000);
+    for word in query.split_whitespace() {
+        total = total.saturating_add(fuzzy_score(word, text)?);
+    }
+    Some(total)
+}
+
 /// Whether a tensor's name is a companion of another (a quantized
 /// weight's scales or biases, an FP8 weight's scale): listed after the
 /// tensor it belongs to when both match as well.
@@ -246,7 +264,7 @@ pub(super) fn rank_names<'a>(
     let mut found: Vec<(std::cmp::Reverse<i64>, bool, usize, usize)> = names
         .enumerate()
         .filter_map(|(i, name)| {
-            fuzzy_score(query, name)
+            words_score(query, name)
                 .map(|s| (std::cmp::Reverse(s), is_companion(name), name.len(), i))
         })
         .collect();
@@ -298,7 +316,9 @@ impl Palette {
             .iter()
             .enumerate()
             .filter_map(|(i, (_, label, _))| {
-                fuzzy_score(&query, label).map(|s| (s, Entry::Action(i)))
+                words_score(&query, label)
+                    .or_else(|| query.is_empty().then_some(0))
+                    .map(|s| (s, Entry::Action(i)))
             })
             .collect();
         entries.sort_by_key(|(s, _)| std::cmp::Reverse(*s));
@@ -306,7 +326,11 @@ impl Palette {
         out.extend(
             recent
                 .iter()
-                .filter(|p| fuzzy_score(&query, &p.display().to_string()).is_some())
+                // Matched against what the row shows, "Open recent: PATH".
+                .filter(|p| {
+                    query.is_empty()
+                        || words_score(&query, &format!("open recent: {}", p.display())).is_some()
+                })
                 .map(|p| Entry::Recent(p.clone())),
         );
         if let Some(checkpoint) = checkpoint
@@ -455,7 +479,23 @@ impl Palette {
 
 #[cfg(test)]
 mod tests {
-    use super::{fuzzy_score, rank_names};
+    use super::{fuzzy_score, rank_names, words_score};
+
+    #[test]
+    fn a_query_of_several_words_matches_each_word() {
+        assert!(words_score("open recent", "Open recent: /models/m").is_some());
+        assert!(words_score("l3 q_proj", "model.layers.3.self_attn.q_proj.weight").is_some());
+        assert!(words_score("l3 k_proj", "model.layers.3.self_attn.q_proj.weight").is_none());
+        let whole = words_score("open recent", "Open recent: /m").expect("whole");
+        let apart = words_score("recent open", "Open recent: /m").expect("apart");
+        assert!(whole > apart);
+        let ranked = rank_names(
+            "l3 q_proj",
+            ["layers.3.k_proj.weight", "layers.3.q_proj.weight"].into_iter(),
+            10,
+        );
+        assert_eq!(ranked, vec![1]);
+    }
 
     #[test]
     fn letters_in_order_match_and_word_starts_rank_first() {

@@ -75,18 +75,8 @@ impl StatusBar {
                     crate::units::Shown::new(&path.display().to_string())
                 ));
             }
-            if let Some(error) = inputs.open_error {
-                ui.separator();
-                ui.colored_label(
-                    ui.visuals().error_fg_color,
-                    format!("open failed: {}", crate::units::Shown::new(error)),
-                )
-                .on_hover_text(if inputs.checkpoint.is_some() {
-                    "The checkpoint shown stays open; its figures and check are its own"
-                } else {
-                    "No checkpoint is open: type another path above"
-                });
-            }
+            // A failed open is said once: under the path field while a
+            // checkpoint stays open, in the centre when none is.
             let Some(checkpoint) = inputs.checkpoint else {
                 return;
             };

@@ -88,6 +88,9 @@ pub(super) struct TensorsPanel {
     preview_at: Option<(usize, f64)>,
     /// Lines that fit in the table (for Page Up and Page Down).
     page_lines: usize,
+    /// A new checkpoint: the table starts at its top, not where the last
+    /// one's was scrolled.
+    scroll_to_top: bool,
     /// The installed view: rows show canonical names beside stored ones,
     /// and dropped tensors are not rows.
     pub(super) view: Option<Arc<ViewInfo>>,
@@ -246,6 +249,7 @@ impl TensorsPanel {
             encodings: Encodings::of(checkpoint, summary),
             fold: true,
             page_lines: 20,
+            scroll_to_top: true,
             ..Self::default()
         };
         panel.refilter(checkpoint);
@@ -328,7 +332,11 @@ impl TensorsPanel {
                     rows.reverse();
                 }
             }
-            SortBy::Name => sort_rows(&mut rows, descending, &|i| name(i)),
+            SortBy::Name => {
+                sort_rows(&mut rows, descending, &|i| {
+                    name(i).map(crate::units::Natural)
+                });
+            }
             SortBy::Encoding => {
                 sort_rows(&mut rows, descending, &|i| this.encoding_key(checkpoint, i));
             }
@@ -827,13 +835,16 @@ impl TensorsPanel {
             .resizable(true)
             // Every cell of a row selects it, blank space and sizes too.
             .sense(egui::Sense::click())
-            .auto_shrink([false, false])
-            .column(
-                Column::remainder()
-                    .at_least(100.0)
-                    .clip(true)
-                    .resizable(false),
-            );
+            .auto_shrink([false, false]);
+        if std::mem::take(&mut self.scroll_to_top) {
+            builder = builder.vertical_scroll_offset(0.0);
+        }
+        builder = builder.column(
+            Column::remainder()
+                .at_least(100.0)
+                .clip(true)
+                .resizable(false),
+        );
         if !compact {
             builder = builder
                 .column(Column::initial(stored_w).at_least(40.0).clip(true))

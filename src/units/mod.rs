@@ -3,8 +3,10 @@
 //! [`Shown`], the one type of text that reaches a person.
 #![forbid(unsafe_code)]
 
+mod natural;
 mod shown;
 
+pub use natural::Natural;
 pub use shown::{Shown, ShownLines, location_data};
 
 /// `1536` → `"1.50 KiB"`; exact bytes below 1 KiB.
