@@ -669,9 +669,15 @@ impl WeightscopeApp {
         let ctx = ui.ctx().clone();
         self.shortcuts_ui(&ctx);
         self.global_keys(&ctx);
-        let chosen = self
-            .palette
-            .ui(&ctx, self.checkpoint.as_deref(), &self.settings.recent);
+        let chosen = self.palette.ui(
+            &ctx,
+            self.checkpoint.as_deref(),
+            &self.settings.recent,
+            &|i| match self.checkpoint.as_deref() {
+                Some(checkpoint) => self.tensors.facts(checkpoint, i),
+                None => crate::checkpoint::query::TensorFacts::default(),
+            },
+        );
         if let Some(command) = chosen.and_then(|entry| entry.command()) {
             self.commands.send(command);
         }
@@ -683,7 +689,6 @@ impl WeightscopeApp {
                 checkpoint: self.checkpoint.as_deref(),
                 check_counts: self.check.counts(),
                 opening: self.opening.as_deref(),
-                open_error: self.open_error.as_deref(),
                 previews: &self.previews,
             };
             self.status.ui(ui, &inputs, &self.commands);

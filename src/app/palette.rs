@@ -261,11 +261,27 @@ pub(super) fn rank_names<'a>(
     names: impl Iterator<Item = &'a str>,
     limit: usize,
 ) -> Vec<usize> {
+    rank_names_where(query, names, &|_| true, limit)
+}
+
+/// [`rank_names`] among the tensors `keep` keeps (by position); an empty
+/// `query` ranks them all equal (shorter names first).
+pub(super) fn rank_names_where<'a>(
+    query: &str,
+    names: impl Iterator<Item = &'a str>,
+    keep: &dyn Fn(usize) -> bool,
+    limit: usize,
+) -> Vec<usize> {
     let mut found: Vec<(std::cmp::Reverse<i64>, bool, usize, usize)> = names
         .enumerate()
+        .filter(|&(i, _)| keep(i))
         .filter_map(|(i, name)| {
-            words_score(query, name)
-                .map(|s| (std::cmp::Reverse(s), is_companion(name), name.len(), i))
+            let score = if query.trim().is_empty() {
+                Some(0)
+            } else {
+                words_score(query, name)
+            };
+            score.map(|s| (std::cmp::Reverse(s), is_companion(name), name.len(), i))
         })
         .collect();
     let limit = limit.min(found.len());
@@ -276,6 +292,10 @@ pub(super) fn rank_names<'a>(
     found.sort_unstable();
     found.into_iter().map(|(.., i)| i).collect()
 }
+
+/// What the filter's terms read of the tensor at a position (the tensor
+/// table's facts: its dtype, shapes, bytes and encoding).
+pub(super) type Facts<'a> = dyn Fn(usize) -> crate::checkpoint::query::TensorFacts<'a> + 'a;
 
 impl Palette {
     /// Opens the palette with `typed` in its field (or closes it when
@@ -303,7 +323,12 @@ impl Palette {
         Some(Self::label_of(entry, checkpoint))
     }
 
-    fn recompute(&mut self, checkpoint: Option<&Checkpoint>, recent: &[PathBuf]) {
+    fn recompute(
+        &mut self,
+        checkpoint: Option<&Checkpoint>,
+        recent: &[PathBuf],
+        facts: &Facts<'_>,
+    ) {
         let key = (
             self.query.clone(),
             checkpoint.map_or(0, |c| c.tensors().len()),
@@ -340,11 +365,19 @@ impl Palette {
                 .tensors()
                 .iter()
                 .map(crate::checkpoint::TensorRef::name);
-            out.extend(
-                rank_names(&query, names, TENSORS_LISTED)
-                    .into_iter()
-                    .map(Entry::Tensor),
-            );
+            // The table filter's terms (`shape:`, `dtype:`, `mode:`,
+            // `size>`) keep tensors; the words rank them.
+            let ranked = match crate::checkpoint::query::TensorQuery::parse(&query) {
+                Ok(parsed) if parsed.has_terms() => rank_names_where(
+                    &parsed.words_text(),
+                    names,
+                    &|i| parsed.matches_terms(&facts(i)),
+                    TENSORS_LISTED,
+                ),
+                Ok(_) => rank_names(&query, names, TENSORS_LISTED),
+                Err(_) => Vec::new(),
+            };
+            out.extend(ranked.into_iter().map(Entry::Tensor));
         }
         self.entries = out;
         self.chosen = self.chosen.min(self.entries.len().saturating_sub(1));
@@ -358,6 +391,7 @@ impl Palette {
         ctx: &egui::Context,
         checkpoint: Option<&Checkpoint>,
         recent: &[PathBuf],
+        facts: &Facts<'_>,
     ) -> Option<Entry> {
         use egui::{Key, Modifiers};
         if !self.open {
@@ -376,7 +410,7 @@ impl Palette {
             self.open = false;
             return None;
         }
-        self.recompute(checkpoint, recent);
+        self.recompute(checkpoint, recent, facts);
         self.chosen = (self.chosen + down)
             .saturating_sub(up)
             .min(self.entries.len().saturating_sub(1));
@@ -411,7 +445,7 @@ impl Palette {
                 }
                 if field.changed() {
                     self.chosen = 0;
-                    self.recompute(checkpoint, recent);
+                    self.recompute(checkpoint, recent, facts);
                 }
                 let row_height = ui.text_style_height(&egui::TextStyle::Body) + 6.0;
                 let spacing = ui.spacing().item_spacing.y;

@@ -19,8 +19,6 @@ pub(super) struct StatusInputs<'a> {
     pub check_counts: (usize, usize),
     /// A checkpoint being opened.
     pub opening: Option<&'a std::path::Path>,
-    /// Why the last open failed (what is shown stays open).
-    pub open_error: Option<&'a str>,
     /// What the previews hold, and their budget.
     pub previews: &'a crate::weights::PreviewsHeld,
 }

@@ -214,17 +214,6 @@ fn matching(len: usize, keep: &(dyn Fn(usize) -> bool + Sync)) -> Vec<usize> {
     .concat()
 }
 
-/// Whether `text` contains `needle` (lower case) ignoring case, without
-/// building a lower-case copy of a name that has no capital letter (most
-/// tensor names).
-fn contains_ignoring_case(text: &str, needle: &str) -> bool {
-    if text.is_ascii() && !text.bytes().any(|b| b.is_ascii_uppercase()) {
-        text.contains(needle)
-    } else {
-        text.to_lowercase().contains(needle)
-    }
-}
-
 /// The name the graph asks for: canonical under a view, else stored.
 pub(super) fn display_name<'a>(
     view: Option<&'a ViewInfo>,
@@ -296,12 +285,23 @@ impl TensorsPanel {
                 }
             }
         } else {
-            let needle = self.filter.to_lowercase();
+            // Words match names; `shape:`, `dtype:`, `mode:` and `size>`
+            // terms what the headers say (checkpoint::query).
+            let query = match crate::checkpoint::query::TensorQuery::parse(&self.filter) {
+                Ok(query) => query,
+                Err(err) => {
+                    self.regex_error = Some(err.to_string());
+                    return;
+                }
+            };
+            let this = &*self;
             self.rows = matching(tensors.len(), &|i| match names(i) {
                 (Some(canonical), stored) => {
-                    needle.is_empty()
-                        || contains_ignoring_case(canonical, &needle)
-                        || (canonical != stored && contains_ignoring_case(stored, &needle))
+                    query.is_empty()
+                        || query.matches(&crate::checkpoint::query::TensorFacts {
+                            names: [Some(canonical), (canonical != stored).then_some(stored)],
+                            ..this.facts(checkpoint, i)
+                        })
                 }
                 (None, _) => false,
             });
@@ -518,6 +518,26 @@ impl TensorsPanel {
             commands.send(AppCommand::Materialize(name));
         } else if let Some((name, bytes)) = moved_onto {
             commands.send(AppCommand::Preview(name, bytes));
+        }
+    }
+
+    /// What the filter reads of row `i` (its names aside).
+    pub(super) fn facts<'a>(
+        &'a self,
+        checkpoint: &'a Checkpoint,
+        i: usize,
+    ) -> crate::checkpoint::query::TensorFacts<'a> {
+        let tensor = checkpoint.tensors().get(i);
+        let encoded = self.encodings.weights.get(&i);
+        crate::checkpoint::query::TensorFacts {
+            names: [None, None],
+            dtype: tensor.map_or("", |t| t.dtype().name()),
+            shapes: [
+                tensor.map(TensorRef::shape),
+                encoded.map(|e| e.logical_shape.as_slice()),
+            ],
+            bytes: self.bytes_of(checkpoint, i),
+            mode: encoded.map(|e| e.encoding.as_str()),
         }
     }
 

@@ -15,6 +15,7 @@ pub mod gguf;
 pub(crate) mod gguf_checkpoint;
 pub(crate) mod header;
 pub(crate) mod index;
+pub mod query;
 mod scan;
 mod source;
 mod summary;

@@ -98,6 +98,9 @@ struct JsonInspect<'a> {
     metadata: BTreeMap<String, String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     index_metadata: Option<&'a BTreeMap<String, String>>,
+    /// `inspect --filter`: the query and how many tensors `tensors` lists.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    filter: Option<JsonFilter<'a>>,
 }
 
 fn layout_name(layout: &Layout) -> &'static str {
@@ -108,6 +111,63 @@ fn layout_name(layout: &Layout) -> &'static str {
     }
 }
 
+/// The tensors `inspect --filter` lists: its text and, by position,
+/// whether each is kept.
+pub struct Kept {
+    /// The filter as typed.
+    pub text: String,
+    /// Whether the tensor at each position is listed.
+    pub keep: Vec<bool>,
+}
+
+/// `filter` in the JSON: the query and how many tensors it kept.
+#[derive(Serialize)]
+struct JsonFilter<'a> {
+    query: &'a str,
+    matched: usize,
+}
+
+/// Whether each tensor passes `query`: its name, stored dtype and shape,
+/// bytes, and, for a packed or FP8 weight, its logical shape and mode.
+fn kept_by(
+    checkpoint: &Checkpoint,
+    summary: &Summary,
+    query: &crate::checkpoint::query::TensorQuery,
+) -> Vec<bool> {
+    let tensors = checkpoint.tensors();
+    let mut encoded: Vec<Option<(String, &[u64])>> = vec![None; tensors.len()];
+    if let Some(q) = &summary.quantization {
+        for t in &q.tensors {
+            if let Some(slot) = encoded.get_mut(t.weight) {
+                *slot = Some((t.params.mode.name().to_owned(), t.logical_shape.as_slice()));
+            }
+        }
+    }
+    if let Some(f) = &summary.fp8 {
+        for t in &f.tensors {
+            if let Some(slot) = encoded.get_mut(t.weight) {
+                *slot = Some(("fp8".to_owned(), &[][..]));
+            }
+        }
+    }
+    tensors
+        .iter()
+        .map(|t| {
+            let e = encoded.get(t.position()).and_then(Option::as_ref);
+            query.matches(&crate::checkpoint::query::TensorFacts {
+                names: [Some(t.name()), None],
+                dtype: t.dtype().name(),
+                shapes: [
+                    Some(t.shape()),
+                    e.map(|(_, shape)| *shape).filter(|s| !s.is_empty()),
+                ],
+                bytes: t.bytes(),
+                mode: e.map(|(mode, _)| mode.as_str()),
+            })
+        })
+        .collect()
+}
+
 /// Writes the JSON summary of `checkpoint` to `out`.
 ///
 /// # Errors
@@ -115,6 +175,20 @@ fn layout_name(layout: &Layout) -> &'static str {
 pub fn write_json(
     checkpoint: &Checkpoint,
     summary: &Summary,
+    out: &mut impl Write,
+) -> io::Result<()> {
+    write_json_kept(checkpoint, summary, None, out)
+}
+
+/// [`write_json`] listing only the tensors `kept` keeps (the figures are
+/// the whole checkpoint's), with `filter` saying so.
+///
+/// # Errors
+/// When writing fails.
+pub fn write_json_kept(
+    checkpoint: &Checkpoint,
+    summary: &Summary,
+    kept: Option<&Kept>,
     out: &mut impl Write,
 ) -> io::Result<()> {
     let shards = checkpoint.shards();
@@ -189,6 +263,10 @@ pub fn write_json(
             Layout::Indexed { index, .. } => Some(&index.metadata),
             _ => None,
         },
+        filter: kept.map(|k| JsonFilter {
+            query: &k.text,
+            matched: k.keep.iter().filter(|&&b| b).count(),
+        }),
     };
     // The summary object, then `"tensors": [...]` spliced in before its
     // closing brace: the 90k-entry list is serialized on every core.
@@ -196,7 +274,13 @@ pub fn write_json(
     head.pop(); // the closing `}`
     out.write_all(&head)?;
     out.write_all(b",\"tensors\":[")?;
-    write_tensor_list(checkpoint, summary, &roles(checkpoint, summary), out)?;
+    write_tensor_list(
+        checkpoint,
+        summary,
+        &roles(checkpoint, summary),
+        kept.map(|k| k.keep.as_slice()),
+        out,
+    )?;
     out.write_all(b"]}\n")
 }
 
@@ -217,6 +301,7 @@ fn write_tensor_list(
     checkpoint: &Checkpoint,
     summary: &Summary,
     roles: &Roles,
+    keep: Option<&[bool]>,
     out: &mut impl Write,
 ) -> io::Result<()> {
     let tensors = checkpoint.tensors();
@@ -233,10 +318,15 @@ fn write_tensor_list(
     let serialize = |piece: std::ops::Range<usize>, buf: &mut Vec<u8>| {
         let first = piece.start;
         let mut recent = RecentFields::default();
+        let mut listed = 0;
         for (i, t) in tensors.iter_range(piece).enumerate() {
-            if i > 0 {
+            if keep.is_some_and(|k| !k.get(first + i).copied().unwrap_or(false)) {
+                continue;
+            }
+            if listed > 0 {
                 buf.push(b',');
             }
+            listed += 1;
             push_tensor(buf, t, &shard_names[t.shard().index()], &mut recent);
             if let Some(role) = roles.get(first + i) {
                 push_role(buf, role, t, checkpoint, summary, &mut recent);
@@ -521,6 +611,19 @@ pub fn write_text(
     summary: &Summary,
     out: &mut impl Write,
 ) -> io::Result<()> {
+    write_text_kept(checkpoint, summary, None, out)
+}
+
+/// [`write_text`] with only the tensors `kept` keeps in the table.
+///
+/// # Errors
+/// When writing fails.
+pub fn write_text_kept(
+    checkpoint: &Checkpoint,
+    summary: &Summary,
+    kept: Option<&Kept>,
+    out: &mut impl Write,
+) -> io::Result<()> {
     let shards = checkpoint.shards();
     writeln!(out, "checkpoint   {}", Shown::path(checkpoint.root()))?;
     if let Some(commit) = checkpoint
@@ -592,7 +695,16 @@ pub fn write_text(
 
     write_layers(summary, out)?;
     writeln!(out)?;
-    write_tensor_rows(checkpoint, out)
+    if let Some(k) = kept {
+        writeln!(
+            out,
+            "filter       {}: {} of {} tensors",
+            Shown::new(&k.text),
+            k.keep.iter().filter(|&&b| b).count(),
+            k.keep.len()
+        )?;
+    }
+    write_tensor_rows(checkpoint, kept.map(|k| k.keep.as_slice()), out)
 }
 
 /// The per-layer table: parameters, bytes, bits per weight, and how the
@@ -634,7 +746,11 @@ fn write_layers(summary: &Summary, out: &mut impl Write) -> io::Result<()> {
 }
 
 /// The table of every tensor: name, dtype, shape, bytes, shard.
-fn write_tensor_rows(checkpoint: &Checkpoint, out: &mut impl Write) -> io::Result<()> {
+fn write_tensor_rows(
+    checkpoint: &Checkpoint,
+    keep: Option<&[bool]>,
+    out: &mut impl Write,
+) -> io::Result<()> {
     let shards = checkpoint.shards();
     let tensors = checkpoint.tensors();
     let name_width = name_column_width(checkpoint);
@@ -658,6 +774,9 @@ fn write_tensor_rows(checkpoint: &Checkpoint, out: &mut impl Write) -> io::Resul
         let mut bytes = String::new();
         let mut digits = itoa::Buffer::new();
         for t in tensors.iter_range(piece) {
+            if keep.is_some_and(|k| !k.get(t.position()).copied().unwrap_or(false)) {
+                continue;
+            }
             let name = Shown::new(t.name());
             buf.extend_from_slice(name.as_bytes());
             pad(buf, name_width, name.chars().count());
@@ -776,13 +895,28 @@ pub struct InspectArgs {
     /// One JSON object instead of text.
     #[arg(long)]
     pub json: bool,
+    /// List only the tensors this filter keeps, as the window's table
+    /// filter reads it: name words, `shape:2048x7168` (`*` any size),
+    /// `dtype:bf16`, `mode:nvfp4`, `size>100M` (docs/app.md).
+    #[arg(long, value_name = "QUERY")]
+    pub filter: Option<String>,
 }
 
 /// `weightscope inspect`: runs it and returns the exit status.
 #[must_use]
 pub fn main(args: &InspectArgs) -> u8 {
     let (path, json) = (args.path.as_path(), args.json);
+    let gguf_filter = || {
+        super::stderr_line(format_args!(
+            "--filter: {}: a GGUF file's tensors are listed whole (the filter reads safetensors checkpoints for now)",
+            Shown::path(path)
+        ));
+        super::BAD_INPUT
+    };
     if path.is_file() && crate::checkpoint::gguf::is_gguf(path) {
+        if args.filter.is_some() {
+            return gguf_filter();
+        }
         return super::gguf::main(path, json);
     }
     let checkpoint = match super::open_checkpoint(path) {
@@ -804,6 +938,9 @@ pub fn main(args: &InspectArgs) -> u8 {
     }
     // A GGUF file on the Hub or at a URL: the same report as a local one.
     if let Some(header) = checkpoint.gguf_header() {
+        if args.filter.is_some() {
+            return gguf_filter();
+        }
         let place = super::gguf::Place {
             path,
             file_bytes: checkpoint.shards().first().map_or(0, |s| s.file_bytes),
@@ -814,12 +951,26 @@ pub fn main(args: &InspectArgs) -> u8 {
         return super::gguf::report(&place, header, json);
     }
     let summary = checkpoint.summary();
+    let kept = match &args.filter {
+        None => None,
+        Some(text) => match crate::checkpoint::query::TensorQuery::parse(text) {
+            Ok(query) => Some(Kept {
+                text: text.clone(),
+                keep: kept_by(&checkpoint, &summary, &query),
+            }),
+            Err(err) => {
+                super::stderr_line(format_args!("--filter: {err}"));
+                return super::BAD_INPUT;
+            }
+        },
+    };
     let mut out = super::big_output();
     let written = if json {
-        write_json(&checkpoint, &summary, &mut out)
+        write_json_kept(&checkpoint, &summary, kept.as_ref(), &mut out)
     } else {
         let mut shown = crate::units::ShownLines::new(&mut out);
-        write_text(&checkpoint, &summary, &mut shown).and_then(|()| shown.finish().map(drop))
+        write_text_kept(&checkpoint, &summary, kept.as_ref(), &mut shown)
+            .and_then(|()| shown.finish().map(drop))
     };
     let flushed = written.and_then(|()| std::io::Write::flush(&mut out));
     super::output_status(flushed).map_or_else(|code| code, |()| 0)

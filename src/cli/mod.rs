@@ -560,6 +560,7 @@ mod tests {
         let want = Invocation::Run(Command::Inspect(InspectArgs {
             path: PathBuf::from("m"),
             json: true,
+            filter: None,
         }));
         assert_eq!(parse_strs(&["inspect", "m", "--json"]).expect("ok"), want);
         assert_eq!(parse_strs(&["inspect", "--json", "m"]).expect("ok"), want);

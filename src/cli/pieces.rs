@@ -61,10 +61,13 @@ pub fn write_in_pieces(
             }
         }
     };
-    let write_in_order = |started: usize| -> io::Result<usize> {
+    let write_in_order = |started: usize| -> io::Result<(usize, bool)> {
         let mut waiting = BTreeMap::new();
         let mut written = 0;
         let mut ended = 0;
+        // A piece may be empty (every tensor of it filtered out): no
+        // separator before or after it.
+        let mut any = false;
         while ended < started {
             let Ok(message) = arrived.recv() else { break };
             let Some((i, buf)) = message else {
@@ -73,12 +76,14 @@ pub fn write_in_pieces(
             };
             waiting.insert(i, buf);
             while let Some(buf) = waiting.remove(&written) {
-                let result = if written > 0 {
-                    out.write_all(separator)
-                } else {
+                let result = if buf.is_empty() {
                     Ok(())
-                }
-                .and_then(|()| out.write_all(&buf));
+                } else if any {
+                    out.write_all(separator).and_then(|()| out.write_all(&buf))
+                } else {
+                    out.write_all(&buf)
+                };
+                any |= !buf.is_empty();
                 if let Err(err) = result {
                     stop.store(true, Ordering::Relaxed);
                     written_so_far.1.notify_all();
@@ -91,20 +96,24 @@ pub fn write_in_pieces(
                 publish(&written_so_far, written);
             }
         }
-        Ok(written)
+        Ok((written, any))
     };
     let (_, written) =
         crate::par::on_workers(workers, "list-out", &serialize_pieces, write_in_order);
-    let written = written?;
+    let (written, mut any) = written?;
     // What no worker wrote (none could start): here, in order.
     let mut buf = Vec::new();
-    for (i, piece) in pieces.iter().enumerate().skip(written) {
+    for piece in pieces.iter().skip(written) {
         buf.clear();
         serialize(piece.clone(), &mut buf);
-        if i > 0 {
+        if buf.is_empty() {
+            continue;
+        }
+        if any {
             out.write_all(separator)?;
         }
         out.write_all(&buf)?;
+        any = true;
     }
     Ok(())
 }

@@ -375,3 +375,97 @@ fn the_diff_by_module_kind_is_the_median_of_its_rows() {
     let modes = full["typical_by_mode"].as_array().expect("modes");
     assert_eq!(modes.len(), 2, "{modes:?}");
 }
+
+/// `inspect --filter` (issue #58): the window's filter language on what
+/// mlx-lm wrote: words, `mode:`, `shape:` (the logical shape of a packed
+/// weight), `dtype:` and `size`, the same tensors whichever way they are
+/// named.
+#[test]
+fn inspect_filter_keeps_what_the_query_names() {
+    let _lock = mlx_memory_lock();
+    let out = tempfile::tempdir().expect("tempdir");
+    write_models(out.path());
+    let path = out.path().join("nvfp4");
+    let inspect = |filter: &str| {
+        let output = Process::new(env!("CARGO_BIN_EXE_weightscope"))
+            .arg("inspect")
+            .arg(&path)
+            .args(["--json", "--filter", filter])
+            .output()
+            .expect("weightscope runs");
+        assert!(
+            output.status.success(),
+            "{filter}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let doc: Value = serde_json::from_slice(&output.stdout).expect("JSON");
+        let names: Vec<String> = doc["tensors"]
+            .as_array()
+            .expect("tensors")
+            .iter()
+            .map(|t| t["name"].as_str().expect("name").to_owned())
+            .collect();
+        assert_eq!(doc["filter"]["matched"].as_u64(), Some(names.len() as u64));
+        assert_eq!(doc["filter"]["query"], filter);
+        (doc, names)
+    };
+    let (doc, q_proj) = inspect("mode:nvfp4 q_proj");
+    assert!(!q_proj.is_empty());
+    for t in doc["tensors"].as_array().expect("tensors") {
+        let name = t["name"].as_str().expect("name");
+        assert!(
+            name.contains("q_proj") && name.ends_with(".weight"),
+            "{name}"
+        );
+        assert_eq!(t["quantized"]["mode"], "nvfp4", "{t}");
+    }
+    // The same weights by their logical shape and stored dtype.
+    let logical = &doc["tensors"][0]["quantized"]["shape"];
+    let shape = logical
+        .as_array()
+        .expect("logical shape")
+        .iter()
+        .map(|d| d.as_u64().expect("size").to_string())
+        .collect::<Vec<_>>()
+        .join("x");
+    let (_, by_shape) = inspect(&format!("shape:{shape} dtype:u32 q_proj"));
+    assert_eq!(by_shape, q_proj);
+    // Scales are not nvfp4 weights; every tensor is at most its size.
+    let (_, scales) = inspect("mode:nvfp4 .scales");
+    assert!(scales.is_empty(), "{scales:?}");
+    let (all, _) = inspect("size>=0");
+    assert_eq!(all["filter"]["matched"], all["tensor_count"]);
+    let (_, none) = inspect("size>1T");
+    assert!(none.is_empty());
+    // A term that cannot be read: one line, exit 2, nothing on stdout.
+    let bad = Process::new(env!("CARGO_BIN_EXE_weightscope"))
+        .arg("inspect")
+        .arg(&path)
+        .args(["--filter", "shape:2048by64"])
+        .output()
+        .expect("weightscope runs");
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(bad.stdout.is_empty());
+    let stderr = String::from_utf8_lossy(&bad.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("shape:2048by64"), "{stderr}");
+    // The text table lists the same tensors, after a line saying so.
+    let text = Process::new(env!("CARGO_BIN_EXE_weightscope"))
+        .arg("inspect")
+        .arg(&path)
+        .args(["--filter", "mode:nvfp4 q_proj"])
+        .output()
+        .expect("weightscope runs");
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains(&format!(
+            "filter       mode:nvfp4 q_proj: {} of",
+            q_proj.len()
+        )),
+        "{text}"
+    );
+    for name in &q_proj {
+        assert!(text.contains(name.as_str()), "{name}");
+    }
+    assert!(!text.contains("k_proj.weight "), "{text}");
+}

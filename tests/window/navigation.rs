@@ -95,3 +95,44 @@ fn a_palette_jump_to_a_big_tensor_holds_it_back_and_the_button_materializes_it()
     assert_eq!(harness.state().inspected_name(), Some("b.weight"));
     harness.get_by_label_contains("min");
 }
+
+#[test]
+fn the_filter_reads_size_dtype_and_shape_terms_beside_name_words() {
+    let _lock = common::mlx_memory_lock();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut harness = open(&with_a_big_one(dir.path()));
+    for (filter, shown, hidden) in [
+        ("size>1M", &["z.big"][..], &["a.weight", "b.weight"][..]),
+        (
+            "weight dtype:F32 shape:4x4",
+            &["b.weight"][..],
+            &["a.weight", "z.big"][..],
+        ),
+        (
+            "shape:*x1024",
+            &["z.big"][..],
+            &["a.weight", "b.weight"][..],
+        ),
+        (
+            "SIZE<=64 weight",
+            &["a.weight", "b.weight"][..],
+            &["z.big"][..],
+        ),
+    ] {
+        harness.state_mut().set_filter(filter);
+        harness.run();
+        for name in shown {
+            harness.get_by_label_contains(name);
+        }
+        for name in hidden {
+            assert!(
+                harness.query_by_label_contains(name).is_none(),
+                "{filter}: {name} shown"
+            );
+        }
+    }
+    // A term that cannot be read is said; the rows stay as they were.
+    harness.state_mut().set_filter("shape:4by4");
+    harness.run();
+    harness.get_by_label_contains("a shape is sizes joined by x");
+}
