@@ -16,4 +16,5 @@ mod app_ui;
 mod hostile;
 mod navigation;
 mod recording;
+mod recordings_list;
 mod snapshots;

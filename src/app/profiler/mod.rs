@@ -111,6 +111,11 @@ pub(super) struct ProfilerPanel {
     merged_lanes: Vec<Trace>,
     /// Recordings made or opened since the window opened, newest last.
     recordings: Vec<Arc<Recording>>,
+    /// Each recording's name in the list (what the user typed, or their
+    /// own name for it) and when it started on the session clock.
+    listed: Vec<Listed>,
+    /// The recording being renamed, and the name typed so far.
+    renaming: Option<(usize, String)>,
     /// The recording compared with the shown one: its position in
     /// `recordings` and its trace (drawn over the shown one).
     compared: Option<(usize, Trace)>,
@@ -294,6 +299,8 @@ impl Default for ProfilerPanel {
             merged_report: Vec::new(),
             merged_lanes: Vec::new(),
             recordings: Vec::new(),
+            listed: Vec::new(),
+            renaming: None,
             compared: None,
             below: Below::Files,
             icicle_held: true,
@@ -440,10 +447,14 @@ impl ProfilerPanel {
         match result {
             Ok(recording) => {
                 let mut trace = recording.to_trace();
-                trace.label = format!("record {} (at {:.1} s)", live.command, live.start_secs);
+                trace.label = format!(
+                    "record {} (at {:.1} s)",
+                    typed_name(&live.command),
+                    live.start_secs
+                );
                 self.message = Some(format!(
                     "recorded `{}`: {}",
-                    crate::units::Shown::new(&recording.command),
+                    crate::units::Shown::new(&typed_name(&recording.command)),
                     recording.exit.map_or_else(
                         || "detached".to_owned(),
                         crate::profile::record::JobExit::describe
@@ -455,13 +466,35 @@ impl ProfilerPanel {
         }
     }
 
+    /// A recording of the list shown again: the last run, the list as it
+    /// was.
+    fn show_listed_recording(&mut self, recording: Arc<Recording>, trace: Trace) {
+        self.runs += 1;
+        self.last = Some(FinishedRun {
+            findings: recording.findings.clone(),
+            run: Run::Record(recording),
+            trace,
+            start_secs: 0.0,
+        });
+        self.walk_view = true;
+        self.run_changed();
+    }
+
     /// `recording` (with its trace, which starts at `start_secs` on the
     /// session clock) becomes the last run and joins the list.
     fn show_recording(&mut self, recording: Arc<Recording>, trace: Trace, start_secs: f64) {
         if self.recordings.len() == RECORDINGS_KEPT {
             self.recordings.remove(0);
+            if !self.listed.is_empty() {
+                self.listed.remove(0);
+            }
             self.compared = None;
+            self.renaming = None;
         }
+        self.listed.push(Listed {
+            name: typed_name(&recording.command),
+            start_secs,
+        });
         self.recordings.push(Arc::clone(&recording));
         self.runs += 1;
         self.last = Some(FinishedRun {
@@ -1144,25 +1177,55 @@ impl ProfilerPanel {
             }
             let mut remove = None;
             let palette = crate::app::widgets::series_colors::OVERLAYS;
+            let drawn: Vec<*const Trace> = self.drawn_overlays().map(std::ptr::from_ref).collect();
+            let mut colour_at = 0;
             for (i, trace) in self.overlays.iter().enumerate() {
-                let colour = palette[i % palette.len()];
-                let text = egui::RichText::new(format!("x {}", overlay_name(trace))).color(colour);
-                if ui
-                    .small_button(text)
-                    .on_hover_text(format!(
-                        "Remove this overlay: {}",
-                        crate::units::Shown::new(&trace.checkpoint)
-                    ))
-                    .clicked()
-                {
+                let is_drawn = drawn.contains(&std::ptr::from_ref(trace));
+                let text = if is_drawn {
+                    let colour = palette[colour_at % palette.len()];
+                    colour_at += 1;
+                    egui::RichText::new(format!("x {}", overlay_name(trace))).color(colour)
+                } else {
+                    egui::RichText::new(format!("x {} (not drawn here)", overlay_name(trace))).weak()
+                };
+                let hover = if is_drawn {
+                    format!("Remove this overlay: {}", crate::units::Shown::new(&trace.checkpoint))
+                } else {
+                    "Remove this overlay; it is a walk's and a recorded job is shown (or the other way round), so it is not drawn over it".to_owned()
+                };
+                if ui.small_button(text).on_hover_text(hover).clicked() {
                     remove = Some(i);
                 }
             }
             if let Some(i) = remove {
                 self.overlays.remove(i);
             }
+            if !self.overlays.is_empty()
+                && ui
+                    .small_button("Clear overlays")
+                    .on_hover_text("Remove every overlaid trace")
+                    .clicked()
+            {
+                self.overlays.clear();
+            }
         });
     }
+}
+
+/// A recording as the list names it.
+#[derive(Debug, Clone)]
+struct Listed {
+    /// What the user typed (the form's line, not the `sh -c` that ran
+    /// it), or the name they gave it.
+    name: String,
+    /// When it started, on the session clock (0 for one opened from disk).
+    start_secs: f64,
+}
+
+/// A recorded command as the user typed it: the form runs a line through
+/// `sh -c`, which says nothing.
+fn typed_name(command: &str) -> String {
+    command.strip_prefix("sh -c ").unwrap_or(command).to_owned()
 }
 
 /// The most journals a pattern opens merged.

@@ -128,12 +128,22 @@ impl ProfilerPanel {
             .map_or(f64::NEG_INFINITY, |r| r.start_secs)
     }
 
+    /// The overlays drawn over what is shown: walks over a walk, recorded
+    /// jobs over a recorded job (an earlier walk's overlay is not drawn
+    /// over an unrelated job, nor sets its axes), all of them over the
+    /// session; then the recording compared with the shown one.
+    pub(super) fn drawn_overlays(&self) -> impl Iterator<Item = &Trace> {
+        let shown_job = self.shown().map(|(t, _)| t.job.is_some());
+        self.overlays
+            .iter()
+            .filter(move |t| shown_job.is_none_or(|job| t.job.is_some() == job))
+            .chain(self.compared.as_ref().map(|(_, t)| t))
+    }
+
     /// The overlays' legend entries, each in its colour.
     fn overlay_legend(&self) -> Vec<(String, egui::Color32)> {
         let palette = crate::app::widgets::series_colors::OVERLAYS;
-        self.overlays
-            .iter()
-            .chain(self.compared.as_ref().map(|(_, t)| t))
+        self.drawn_overlays()
             .enumerate()
             .map(|(i, t)| {
                 let name = format!("- - {}", super::overlay_name(t));
@@ -183,11 +193,7 @@ impl ProfilerPanel {
             None if overlays_only => 0.0,
             None => samples_top_mib(self.session_samples(inputs)),
         };
-        for trace in self
-            .overlays
-            .iter()
-            .chain(self.compared.as_ref().map(|(_, t)| t))
-        {
+        for trace in self.drawn_overlays() {
             top = top.max(samples_top_mib(trace.samples.iter()));
         }
         if let Some(expected) = expected {
@@ -466,12 +472,7 @@ impl ProfilerPanel {
                 for points in segments(|s| s.mlx_or_zero().cache_bytes) {
                     plot.line(Line::new("MLX cache", points).color(c::MLX_CACHE));
                 }
-                draw_overlays(
-                    plot,
-                    self.overlays
-                        .iter()
-                        .chain(self.compared.as_ref().map(|(_, t)| t)),
-                );
+                draw_overlays(plot, self.drawn_overlays());
                 if let Some(expected) = expected {
                     for (p, color) in Policy::ALL.into_iter().zip(c::EXPECTED) {
                         if ceiling.is_some_and(|top| p.expected(&expected) > top) {

@@ -195,6 +195,8 @@ impl ProfilerPanel {
         ui.label("Since the window opened (newest last). Show one, or compare one with the shown one: drawn over it, its peak's difference by line.");
         let mut show = None;
         let mut compare = None;
+        let mut rename: Option<(usize, String)> = None;
+        let mut start_rename = None;
         egui::Grid::new("record-list")
             .num_columns(4)
             .striped(true)
@@ -229,26 +231,84 @@ impl ProfilerPanel {
                             crate::profile::record::JobExit::describe,
                         )
                     };
-                    let text = format!("{}: {ended}", crate::units::Shown::new(&r.command));
-                    ui.add(egui::Label::new(text.as_str()).truncate())
-                        .on_hover_text(text);
+                    let listed = self.listed.get(i).cloned().unwrap_or_else(|| super::Listed {
+                        name: super::typed_name(&r.command),
+                        start_secs: 0.0,
+                    });
+                    match &mut self.renaming {
+                        Some((at, typed)) if *at == i => {
+                            ui.horizontal(|ui| {
+                                let label = ui.label("Name");
+                                let field = ui
+                                    .add(
+                                        egui::TextEdit::singleline(typed)
+                                            .desired_width(240.0)
+                                            .hint_text("a name for this recording"),
+                                    )
+                                    .labelled_by(label.id);
+                                field.request_focus();
+                            });
+                            if ui.input(|input| input.key_pressed(egui::Key::Enter)) {
+                                rename = Some((i, typed.trim().to_owned()));
+                            } else if ui.input(|input| input.key_pressed(egui::Key::Escape)) {
+                                rename = Some((i, String::new()));
+                            }
+                        }
+                        _ => {
+                            let when = if listed.start_secs > 0.0 {
+                                format!(", started at {:.0} s", listed.start_secs)
+                            } else {
+                                String::new()
+                            };
+                            let text = format!(
+                                "{}: {ended}{when}",
+                                crate::units::Shown::new(&listed.name)
+                            );
+                            ui.horizontal(|ui| {
+                                if ui
+                                    .small_button("rename")
+                                    .on_hover_text("Give this recording a name of your own (Enter keeps it, Esc leaves it)")
+                                    .clicked()
+                                {
+                                    start_rename = Some((i, listed.name.clone()));
+                                }
+                                ui.add(egui::Label::new(text.as_str()).truncate())
+                                    .on_hover_text(format!(
+                                        "{text}\nran: {}",
+                                        crate::units::Shown::new(&r.command)
+                                    ));
+                            });
+                        }
+                    }
                     ui.end_row();
                 }
             });
+        if let Some(start) = start_rename {
+            self.renaming = Some(start);
+        }
+        if let Some((i, name)) = rename {
+            self.renaming = None;
+            if let (false, Some(listed)) = (name.is_empty(), self.listed.get_mut(i)) {
+                listed.name = name;
+            }
+        }
         if let Some(i) = show {
+            // Shown in its place: the list keeps its order, and the run
+            // that was shown is not overlaid unasked ("Overlay this run"
+            // does that).
             let r = Arc::clone(&self.recordings[i]);
-            self.recordings.remove(i);
             self.compared = None;
             let trace = r.to_trace();
-            if let Some(last) = self.last.take() {
-                self.overlays.push(last.trace);
-            }
-            self.show_recording(r, trace, 0.0);
+            self.show_listed_recording(r, trace);
         }
         match compare {
             Some(Some(i)) => {
                 let mut trace = self.recordings[i].to_trace();
-                trace.label = format!("compared: {}", self.recordings[i].command);
+                let name = self
+                    .listed
+                    .get(i)
+                    .map_or_else(|| self.recordings[i].command.clone(), |l| l.name.clone());
+                trace.label = format!("compared: {name}");
                 self.compared = Some((i, trace));
             }
             Some(None) => self.compared = None,

@@ -509,7 +509,7 @@ fn record_summary_ui(ui: &mut egui::Ui, r: &Recording) {
     };
     ui.label(format!(
         "`{}`: {ended} after {:.1} s",
-        crate::units::Shown::new(&r.command),
+        crate::units::Shown::new(&super::typed_name(&r.command)),
         r.elapsed_secs
     ));
     let mlx = r.peak_mlx_active_bytes.map_or_else(
