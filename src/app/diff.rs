@@ -500,7 +500,13 @@ impl DiffPanel {
             for (position, &i) in rows[range.clone()].iter().enumerate() {
                 let position = range.start + position;
                 let c = &report.common[i];
-                let text = row_text(c);
+                let text = row_text(
+                    c,
+                    crate::app::widgets::monospace_chars(
+                        ui,
+                        ui.available_width() - 2.0 * ui.spacing().button_padding.x,
+                    ),
+                );
                 let colour = self.row_kind(c).colour(ui);
                 let button = egui::Button::selectable(
                     opened == Some(c.name.as_str()) || cursor == Some(position),
@@ -625,7 +631,10 @@ impl DiffPanel {
 }
 
 /// A row of the table: its figures, name and dtypes, aligned.
-fn row_text(c: &Common) -> String {
+/// A result row in `fits` monospace characters: its figures, its name cut
+/// where it must be (its end and layer number kept, never the
+/// `…self_attn.v_…` a cut at the end made), its dtypes.
+fn row_text(c: &Common, fits: usize) -> String {
     let flags = match (c.nan, c.inf) {
         (true, true) => " NaN Inf",
         (true, false) => " NaN",
@@ -637,14 +646,16 @@ fn row_text(c: &Common) -> String {
     } else {
         format!("{:.1}", c.snr_db)
     };
+    let figures = format!(
+        "{:>10.3e} {snr:>9} {:>9.6} {:>10.3e}{flags:8}  ",
+        c.rel_error, c.cosine, c.max_abs_diff
+    );
+    let dtypes = format!("  ({} -> {})", c.a_dtype, c.b_dtype);
+    let name = Shown::new(&c.name).into_string();
+    let room = fits.saturating_sub(figures.chars().count() + dtypes.chars().count());
     format!(
-        "{:>10.3e} {snr:>9} {:>9.6} {:>10.3e}{flags:8}  {}  ({} -> {})",
-        c.rel_error,
-        c.cosine,
-        c.max_abs_diff,
-        Shown::new(&c.name),
-        c.a_dtype,
-        c.b_dtype
+        "{figures}{}{dtypes}",
+        crate::units::fit_name(&name, room.max(12))
     )
 }
 

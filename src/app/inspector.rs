@@ -168,10 +168,13 @@ impl InspectorPanel {
                 ui.label("Click a tensor (or select it with the arrows and press Enter) to materialize it through MLX.");
             }
             Inspected::Pending { name, since } => {
+                // The name on its own line, cut to the panel: a long one
+                // never widens it.
+                super::widgets::name_label(ui, name, false);
                 ui.horizontal(|ui| {
                     ui.spinner();
                     ui.label(format!(
-                        "materializing {name} ... {:.1} s",
+                        "materializing ... {:.1} s",
                         since.elapsed().as_secs_f32()
                     ));
                 });
@@ -180,7 +183,7 @@ impl InspectorPanel {
                     .request_repaint_after(std::time::Duration::from_millis(100));
             }
             Inspected::HeldBack { name, bytes, limit } => {
-                ui.label(egui::RichText::new(Shown::new(name)).monospace());
+                super::widgets::name_label(ui, name, false);
                 ui.label(format!(
                     "{} to materialize: more than a preview takes unasked ({}, the preview budget or what MLX's limit leaves). Enter or a click materializes it.",
                     crate::units::human_bytes(*bytes),
@@ -197,7 +200,7 @@ impl InspectorPanel {
                 }
             }
             Inspected::Failed { name, error } => {
-                ui.label(egui::RichText::new(Shown::new(name)).monospace());
+                super::widgets::name_label(ui, name, false);
                 ui.colored_label(
                     ui.visuals().error_fg_color,
                     format!("could not materialize: {error}"),

@@ -709,7 +709,13 @@ impl WeightscopeApp {
                 .resizable(true)
                 // A fifth of the window (at 1400x900, room for three
                 // labelled marks on its memory axis), up to 180 points.
-                .default_size(180.0_f32.min(height * 0.2))
+                // In a short window (800x500) the strip keeps to 60
+                // points: the table's rows come first.
+                .default_size(if height < 600.0 {
+                    60.0
+                } else {
+                    180.0_f32.min(height * 0.2)
+                })
                 .size_range(60.0..=(height * 0.25).max(60.0))
                 .show(ui, |ui| {
                     let budget = (self.previews.kept > 0).then_some(self.previews.limit_bytes);

@@ -91,6 +91,9 @@ pub(super) struct TensorsPanel {
     /// A new checkpoint: the table starts at its top, not where the last
     /// one's was scrolled.
     scroll_to_top: bool,
+    /// The longest name the rows show, in characters (the name column
+    /// takes what it needs, not the whole width of a 4K window).
+    widest_name: usize,
     /// The installed view: rows show canonical names beside stored ones,
     /// and dropped tensors are not rows.
     pub(super) view: Option<Arc<ViewInfo>>,
@@ -306,6 +309,21 @@ impl TensorsPanel {
                 (None, _) => false,
             });
         }
+        self.widest_name = self
+            .rows
+            .iter()
+            .map(|&i| {
+                let (canonical, stored) = names(i);
+                let canonical = canonical.unwrap_or(stored);
+                canonical.chars().count()
+                    + if canonical == stored {
+                        0
+                    } else {
+                        RENAMED_FROM.len() + stored.chars().count()
+                    }
+            })
+            .max()
+            .unwrap_or(0);
         self.resort(checkpoint);
     }
 
@@ -849,6 +867,19 @@ impl TensorsPanel {
         // Labels that select text would take a click meant for the row.
         let selectable =
             std::mem::replace(&mut ui.style_mut().interaction.selectable_labels, false);
+        // The name column takes what the longest name needs (and the
+        // group triangle), the last column the rest: on a 4K window no
+        // 1,700-point gap opens beside the names.
+        let others = if compact {
+            size_w
+        } else {
+            stored_w + shape_w + size_w
+        };
+        let font = egui::TextStyle::Monospace.resolve(ui.style());
+        let char_width = ui.fonts_mut(|f| f.glyph_width(&font, 'm')).max(1.0);
+        #[allow(clippy::cast_precision_loss)]
+        let name_needs = self.widest_name as f32 * char_width + 48.0;
+        let spare = width - others - scroll_bar_room(ui) - 24.0 > name_needs;
         let mut builder = TableBuilder::new(ui)
             .id_salt(("tensors-table", band))
             .striped(true)
@@ -859,18 +890,24 @@ impl TensorsPanel {
         if std::mem::take(&mut self.scroll_to_top) {
             builder = builder.vertical_scroll_offset(0.0);
         }
-        builder = builder.column(
+        builder = builder.column(if spare {
+            Column::exact(name_needs).clip(true).resizable(false)
+        } else {
             Column::remainder()
                 .at_least(100.0)
                 .clip(true)
-                .resizable(false),
-        );
+                .resizable(false)
+        });
         if !compact {
             builder = builder
                 .column(Column::initial(stored_w).at_least(40.0).clip(true))
                 .column(Column::initial(shape_w).at_least(40.0).clip(true));
         }
-        let mut builder = builder.column(Column::initial(size_w).at_least(40.0).clip(true));
+        let mut builder = builder.column(if spare {
+            Column::remainder().at_least(size_w).clip(true)
+        } else {
+            Column::initial(size_w).at_least(40.0).clip(true)
+        });
         if std::mem::take(&mut self.scroll_to_cursor)
             && let Some(position) = self
                 .cursor

@@ -222,3 +222,33 @@ impl From<crate::units::Shown<'_>> for egui::WidgetText {
         Self::from(shown.into_string())
     }
 }
+
+/// How many monospace characters fit in `width` points (at least 8).
+pub(crate) fn monospace_chars(ui: &egui::Ui, width: f32) -> usize {
+    let font = egui::TextStyle::Monospace.resolve(ui.style());
+    let char_width = ui.fonts_mut(|f| f.glyph_width(&font, 'm')).max(1.0);
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    let fits = (width / char_width).floor().max(8.0) as usize;
+    fits
+}
+
+/// A tensor or variable name in monospace, cut where it must be so that
+/// what tells it from its neighbours stays (its end, its layer number:
+/// [`crate::units::fit_name`]), in the width left; the whole name on hover
+/// and for screen readers.
+pub(crate) fn name_label(ui: &mut egui::Ui, name: &str, strong: bool) -> egui::Response {
+    let shown = crate::units::Shown::new(name).into_string();
+    let fits = monospace_chars(ui, ui.available_width());
+    let cut = crate::units::fit_name(&shown, fits);
+    let mut text = egui::RichText::new(cut.as_ref()).monospace();
+    if strong {
+        text = text.strong();
+    }
+    let response = ui.add(egui::Label::new(text));
+    response.widget_info(|| egui::WidgetInfo::labeled(egui::Role::Label, true, &shown));
+    if cut.as_ref() == shown {
+        response
+    } else {
+        response.on_hover_text(shown)
+    }
+}

@@ -136,3 +136,33 @@ fn the_filter_reads_size_dtype_and_shape_terms_beside_name_words() {
     harness.run();
     harness.get_by_label_contains("a shape is sizes joined by x");
 }
+
+#[test]
+fn at_800x500_the_profilers_graph_comes_first_and_the_table_keeps_its_rows() {
+    use egui_kittest::kittest::NodeT;
+    let _lock = common::mlx_memory_lock();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let demo = weightscope::weights::demo::ensure_demo(dir.path()).expect("demo");
+    let mut app = WeightscopeApp::new(Some(demo), mlx::default_device(), || {}).expect("worker");
+    app.wait_for_worker().expect("opened");
+    let mut harness = Harness::builder()
+        .with_size(egui::vec2(800.0, 500.0))
+        .build_ui_state(|ui, app: &mut WeightscopeApp| app.ui(ui), app);
+    harness.run();
+    // The tensor table shows every row of the demo's 8 (the memory strip
+    // keeps to its least).
+    let rows = harness
+        .query_all_by(|n| n.label().is_some_and(|l| l.contains(".weight") || l.contains("_norm")))
+        .count();
+    assert!(rows >= 7, "{rows} rows at 800x500");
+    harness.key_press_modifiers(egui::Modifiers::COMMAND, egui::Key::Num2);
+    harness.run();
+    // The graph's caption and its plot start in the top half of the
+    // window, the controls under it.
+    let caption = harness.get_by_label_contains("Memory (");
+    let top = caption.accesskit_node().bounding_box().expect("placed").y0;
+    assert!(top < 250.0, "the graph starts at {top}");
+    let walk = harness.get_by_label("Run walk");
+    let walk_top = walk.accesskit_node().bounding_box().expect("placed").y0;
+    assert!(walk_top > top, "the controls come after the graph");
+}

@@ -821,6 +821,46 @@ impl ProfilerPanel {
         if self.poll_trace_load(false) && self.loading.is_some() {
             ui.ctx().request_repaint_after(Duration::from_millis(50));
         }
+        // A small window (800x500): the graph first, most of the height,
+        // then the controls and the findings, in one column that scrolls.
+        if ui.available_height() < SMALL_BELOW_HEIGHT || ui.available_width() < SMALL_BELOW_WIDTH {
+            let room = ui.available_height();
+            egui::ScrollArea::vertical()
+                .id_salt("profiler-small")
+                .auto_shrink(false)
+                .show(ui, |ui| {
+                    // timeline_ui gives the plot min(62 %, room - 250): this
+                    // room makes it 85 % of what is visible.
+                    self.timeline_ui(ui, inputs, room * 0.85 + 250.0);
+                    ui.separator();
+                    self.controls_ui(ui, inputs);
+                    ui.separator();
+                    self.profiler_side_ui(ui, inputs);
+                });
+            return;
+        }
+        self.controls_ui(ui, inputs);
+        ui.separator();
+        // Beside the plot, never more than half of the tab's width.
+        let width = ui.available_width();
+        egui::Panel::right("profiler-side")
+            .default_size(430.0_f32.min(width * 0.45))
+            .size_range(200.0..=(width * 0.5).max(200.0))
+            .show(ui, |ui| self.profiler_side_ui(ui, inputs));
+        egui::CentralPanel::default().show(ui, |ui| {
+            // In a small window the plots keep a usable height and the
+            // column scrolls (the plots never take the wheel).
+            let room = ui.available_height();
+            egui::ScrollArea::vertical()
+                .id_salt("profiler-plots")
+                .auto_shrink(false)
+                .show(ui, |ui| self.timeline_ui(ui, inputs, room));
+        });
+    }
+
+    /// The walk and record controls, the job's output, the limits, the
+    /// trace buttons and the last message.
+    fn controls_ui(&mut self, ui: &mut egui::Ui, inputs: &ProfilerInputs<'_>) {
         if inputs.checkpoint.is_some() {
             self.walk_controls_ui(ui, inputs);
         } else {
@@ -838,22 +878,6 @@ impl ProfilerPanel {
         if let Some(message) = &self.message {
             ui.label(message);
         }
-        ui.separator();
-        // Beside the plot, never more than half of the tab's width.
-        let width = ui.available_width();
-        egui::Panel::right("profiler-side")
-            .default_size(430.0_f32.min(width * 0.45))
-            .size_range(200.0..=(width * 0.5).max(200.0))
-            .show(ui, |ui| self.profiler_side_ui(ui, inputs));
-        egui::CentralPanel::default().show(ui, |ui| {
-            // In a small window the plots keep a usable height and the
-            // column scrolls (the plots never take the wheel).
-            let room = ui.available_height();
-            egui::ScrollArea::vertical()
-                .id_salt("profiler-plots")
-                .auto_shrink(false)
-                .show(ui, |ui| self.timeline_ui(ui, inputs, room));
-        });
     }
 
     /// The recorded job's output (stdout and stderr, the last lines), while
@@ -1211,6 +1235,12 @@ impl ProfilerPanel {
         });
     }
 }
+
+/// Below this height or width of the tab, the graph comes first and the
+/// rest scrolls under it (at 800x500 the controls above it left 120 points
+/// of graph).
+const SMALL_BELOW_HEIGHT: f32 = 520.0;
+const SMALL_BELOW_WIDTH: f32 = 760.0;
 
 /// A recording as the list names it.
 #[derive(Debug, Clone)]

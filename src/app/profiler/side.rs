@@ -397,16 +397,14 @@ fn held_roots_ui(ui: &mut egui::Ui, walk: &crate::profile::record::held::HeldWal
                         root.also.join(", ")
                     )
                 };
-                let hover = format!("{} array(s), e.g. {}{also}", root.arrays, root.path);
-                ui.add(
-                    egui::Label::new(
-                        egui::RichText::new(crate::units::Shown::new(&root.root))
-                            .monospace()
-                            .strong(),
-                    )
-                    .truncate(),
-                )
-                .on_hover_text(crate::units::Shown::new(&hover));
+                let hover = format!(
+                    "{}: {} array(s), e.g. {}{also}",
+                    root.root, root.arrays, root.path
+                );
+                // Cut in the middle (`conv.con…` told nothing): the end
+                // of a long name stays.
+                crate::app::widgets::name_label(ui, &root.root, true)
+                    .on_hover_text(crate::units::Shown::new(&hover));
                 ui.add(
                     egui::Label::new(format!(
                         "{}, {}",
