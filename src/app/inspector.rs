@@ -42,6 +42,25 @@ pub(super) struct InspectorPanel {
     /// The values heatmap's cells: each block's mean, or its largest
     /// |value| (where a mean hides an outlier).
     pooling: Pooling,
+    /// Colours clipped to the 1st-99th percentile (an outlier no longer
+    /// whitens the rest).
+    clip: bool,
+    /// The histogram or heatmap opened large, in a window of its own.
+    large: Option<Large>,
+}
+
+/// What is opened large.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Large {
+    Histogram,
+    Heatmap,
+}
+
+/// How the preview's plots are drawn (the user's choices).
+pub(super) struct Look<'a> {
+    pooling: &'a mut Pooling,
+    clip: &'a mut bool,
+    large: &'a mut Option<Large>,
 }
 
 /// What a heatmap cell shows of its block.
@@ -59,6 +78,8 @@ impl Default for InspectorPanel {
             heatmap_texture: HashMap::new(),
             preview_generation: 0,
             pooling: Pooling::Mean,
+            clip: false,
+            large: None,
         }
     }
 }
@@ -210,7 +231,11 @@ impl InspectorPanel {
                 // Disjoint fields: the preview is borrowed, not copied each frame.
                 let texture = &mut self.heatmap_texture;
                 let generation = self.preview_generation;
-                let pooling = &mut self.pooling;
+                let mut look = Look {
+                    pooling: &mut self.pooling,
+                    clip: &mut self.clip,
+                    large: &mut self.large,
+                };
                 let mut pin = pinned.contains(&preview.name);
                 if ui
                     .checkbox(&mut pin, "Pin: keep it in memory")
@@ -231,10 +256,62 @@ impl InspectorPanel {
                         .id_salt(("inspector-scroll", generation, preview.name.as_str()))
                         .auto_shrink([false, false])
                         .show(ui, |ui| {
-                            preview_ui(ui, preview, (generation, pooling), texture);
+                            preview_ui(ui, preview, (generation, &mut look), texture);
                         });
                 });
             }
+        }
+        self.large_ui(ui.ctx());
+    }
+
+    /// The histogram or heatmap opened large, in a window of its own (Esc
+    /// or its close button closes it).
+    fn large_ui(&mut self, ctx: &egui::Context) {
+        let (Some(kind), Inspected::Ready(preview)) = (self.large, &self.inspected) else {
+            return;
+        };
+        let mut open = !ctx.input(|i| i.key_pressed(egui::Key::Escape));
+        let what = match kind {
+            Large::Histogram => "Histogram",
+            Large::Heatmap => "Heatmap",
+        };
+        let texture = &mut self.heatmap_texture;
+        let generation = self.preview_generation;
+        let clip = self.clip;
+        let pooling = self.pooling;
+        egui::Window::new(format!("{what}: {}", Shown::new(&preview.name)))
+            .id(egui::Id::unique("inspector-large"))
+            .open(&mut open)
+            .default_size([900.0, 640.0])
+            .show(ctx, |ui| match kind {
+                Large::Histogram => histogram_ui(
+                    ui,
+                    &preview.values.histogram,
+                    &preview.values.stats,
+                    (ui.available_height() - 30.0).max(300.0),
+                ),
+                Large::Heatmap => {
+                    let largest = preview.values.heatmap_max_abs.as_ref();
+                    let chosen = match (pooling, largest) {
+                        (Pooling::MaxAbs, Some(m)) => Some((m, "max-abs")),
+                        _ => preview.values.heatmap.as_ref().map(|h| (h, "mean")),
+                    };
+                    if let Some((heatmap, key)) = chosen {
+                        heatmap_with(
+                            ui,
+                            heatmap,
+                            &format!("{generation}:{}#values-{key}", preview.name),
+                            texture,
+                            HeatmapLook {
+                                clip,
+                                max_side: (ui.available_height() - 80.0).max(300.0),
+                            },
+                        );
+                    }
+                }
+            });
+        if !open {
+            self.large = None;
         }
     }
 }
@@ -299,9 +376,10 @@ fn facts_ui(ui: &mut egui::Ui, p: &TensorPreview) {
 fn preview_ui(
     ui: &mut egui::Ui,
     p: &TensorPreview,
-    (generation, pooling): (u64, &mut Pooling),
+    (generation, look): (u64, &mut Look<'_>),
     texture: &mut HashMap<String, egui::TextureHandle>,
 ) {
+    let pooling = &mut *look.pooling;
     ui.label(
         egui::RichText::new(Shown::new(&p.name))
             .monospace()
@@ -337,9 +415,17 @@ fn preview_ui(
     if let Some(before) = &p.before_fixup {
         ui.label("Before the fix-ups (as stored):");
         stats_ui(ui, "stats-before", &before.stats);
+    } else if !p.fixups.is_empty() {
+        ui.label(format!(
+            "Before the fix-ups: not shown (stored as {} codes, which are values only once decoded)",
+            p.dtype.name()
+        ));
     }
     ui.separator();
-    histogram_ui(ui, &p.values.histogram, &p.values.stats);
+    histogram_ui(ui, &p.values.histogram, &p.values.stats, 140.0);
+    if ui.small_button("Open the histogram large").clicked() {
+        *look.large = Some(Large::Histogram);
+    }
 
     if let Some(mean) = &p.values.heatmap {
         ui.separator();
@@ -361,12 +447,20 @@ fn preview_ui(
             "Heatmap ({} x {} cells, each {what} of {} x {} values)",
             heatmap.rows, heatmap.cols, heatmap.row_step, heatmap.col_step
         ));
-        heatmap_ui(
+        heatmap_look_ui(ui, heatmap, look.clip);
+        heatmap_with(
             ui,
             heatmap,
             &format!("{generation}:{}#values-{key}", p.name),
             texture,
+            HeatmapLook {
+                clip: *look.clip,
+                max_side: 400.0,
+            },
         );
+        if ui.small_button("Open the heatmap large").clicked() {
+            *look.large = Some(Large::Heatmap);
+        }
     }
     quant_maps_ui(ui, p, generation, texture);
 
@@ -420,7 +514,7 @@ fn stats_ui(ui: &mut egui::Ui, id: &str, s: &Stats) {
     });
 }
 
-fn histogram_ui(ui: &mut egui::Ui, h: &Histogram, s: &Stats) {
+fn histogram_ui(ui: &mut egui::Ui, h: &Histogram, s: &Stats, height: f32) {
     ui.label("Histogram (finite values)");
     // An empty or one-bar histogram says why in words.
     if s.finite == 0 {
@@ -442,15 +536,41 @@ fn histogram_ui(ui: &mut egui::Ui, h: &Histogram, s: &Stats) {
         );
     }
     let bins = h.counts.len().max(1);
-    let width = (h.max - h.min) / bins as f64;
+    // One value: a bar of its own width around it, and an x range a little
+    // wider (an empty range made the plot pick +-5e8).
+    #[allow(clippy::float_cmp)]
+    let constant = h.min == h.max;
+    let span = if constant {
+        (h.min.abs() * 0.02).max(1e-6)
+    } else {
+        h.max - h.min
+    };
+    let width = span / bins as f64;
     let bars: Vec<egui_plot::Bar> = h
         .counts
         .iter()
         .enumerate()
-        .map(|(i, &c)| egui_plot::Bar::new(h.min + (i as f64 + 0.5) * width, c as f64).width(width))
+        .map(|(i, &c)| {
+            let centre = if constant {
+                h.min
+            } else {
+                h.min + (i as f64 + 0.5) * width
+            };
+            egui_plot::Bar::new(centre, c as f64).width(if constant { span / 4.0 } else { width })
+        })
+        .filter(|b| b.value > 0.0 || !constant)
         .collect();
-    super::axes::histogram_axes(egui_plot::Plot::new("histogram"))
-        .height(140.0)
+    let (left, right) = if constant {
+        (h.min - span, h.max + span)
+    } else {
+        (h.min, h.max)
+    };
+    super::axes::histogram_axes(egui_plot::Plot::new(("histogram", height.to_bits())))
+        .x_axis_label("value")
+        .y_axis_label("count")
+        .include_x(left)
+        .include_x(right)
+        .height(height)
         .allow_zoom(false)
         .allow_drag(false)
         .allow_scroll(false)
@@ -494,6 +614,57 @@ impl ColourScale {
             Self::Diverging {
                 extent: lo.abs().max(hi.abs()),
             }
+        }
+    }
+
+    /// [`Self::for_values`] over the 1st to 99th percentile of the finite
+    /// values (of |values| for a signed set): one outlier no longer sets
+    /// the scale; the rest is drawn at its ends.
+    pub(super) fn clipped(values: &[f32]) -> Self {
+        let mut finite: Vec<f32> = values.iter().copied().filter(|v| v.is_finite()).collect();
+        if finite.len() < 3 {
+            return Self::for_values(values);
+        }
+        let at = |sorted: &mut [f32], q: f64| -> f32 {
+            #[allow(
+                clippy::cast_possible_truncation,
+                clippy::cast_sign_loss,
+                clippy::cast_precision_loss
+            )]
+            let k = ((sorted.len() - 1) as f64 * q).round() as usize;
+            *sorted.select_nth_unstable_by(k, f32::total_cmp).1
+        };
+        match Self::for_values(&finite) {
+            Self::Diverging { .. } => {
+                for v in &mut finite {
+                    *v = v.abs();
+                }
+                let extent = at(&mut finite, 0.99);
+                if extent > 0.0 {
+                    Self::Diverging { extent }
+                } else {
+                    Self::for_values(values)
+                }
+            }
+            Self::Sequential { .. } => {
+                let (lo, hi) = (at(&mut finite, 0.01), at(&mut finite, 0.99));
+                if hi > lo {
+                    Self::Sequential { lo, hi }
+                } else {
+                    Self::for_values(values)
+                }
+            }
+            constant @ Self::Constant(_) => constant,
+        }
+    }
+
+    /// How far the scale reaches: the largest |value| of a diverging one,
+    /// the range of a sequential one, 0 for one colour.
+    pub(super) fn extent(self) -> f32 {
+        match self {
+            Self::Diverging { extent } => extent,
+            Self::Sequential { lo, hi } => hi - lo,
+            Self::Constant(_) => 0.0,
         }
     }
 
@@ -604,7 +775,61 @@ pub(super) fn heatmap_ui(
     name: &str,
     cache: &mut HashMap<String, egui::TextureHandle>,
 ) {
-    let scale = ColourScale::for_values(&heatmap.values);
+    heatmap_with(ui, heatmap, name, cache, HeatmapLook::default());
+}
+
+/// How big a heatmap is drawn, and whether its colours are clipped.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct HeatmapLook {
+    /// Colours over the 1st-99th percentile of the cells.
+    pub clip: bool,
+    /// The longest side, in points.
+    pub max_side: f32,
+}
+
+impl Default for HeatmapLook {
+    fn default() -> Self {
+        Self {
+            clip: false,
+            max_side: 400.0,
+        }
+    }
+}
+
+/// The clip choice under a heatmap, and a word when an outlier sets its
+/// scale (most cells then look white).
+fn heatmap_look_ui(ui: &mut egui::Ui, heatmap: &Heatmap, clip: &mut bool) {
+    let whole = ColourScale::for_values(&heatmap.values);
+    let clipped = ColourScale::clipped(&heatmap.values);
+    ui.checkbox(clip, "Clip colours to the 1st-99th percentile")
+        .on_hover_text("The colour scale over the 1st to 99th percentile of the cells: an outlier no longer whitens the rest; cells beyond are drawn at the ends");
+    if !*clip && whole.extent() > 10.0 * clipped.extent() {
+        ui.colored_label(
+            ui.visuals().warn_fg_color,
+            format!(
+                "An outlier sets the colours: 98 % of the cells are within {:.3e} of {:.3e}; clip to see them.",
+                clipped.extent(),
+                whole.extent()
+            ),
+        );
+    }
+}
+
+/// [`heatmap_ui`] as `look` says: with ticks of the rows and columns the
+/// cells stand for.
+pub(super) fn heatmap_with(
+    ui: &mut egui::Ui,
+    heatmap: &Heatmap,
+    name: &str,
+    cache: &mut HashMap<String, egui::TextureHandle>,
+    look: HeatmapLook,
+) {
+    let scale = if look.clip {
+        ColourScale::clipped(&heatmap.values)
+    } else {
+        ColourScale::for_values(&heatmap.values)
+    };
+    let name = &format!("{name}{}", if look.clip { "#clipped" } else { "" });
     // Built once per preview and kept: uploading 512 x 512 texels every frame
     // would cost more than the rest of the window.
     if !cache.contains_key(name) {
@@ -624,12 +849,60 @@ pub(super) fn heatmap_ui(
     let Some(texture) = cache.get(name) else {
         return;
     };
-    let side = ui.available_width().min(400.0);
+    // Row ticks at the left, column ticks under it.
+    let font = egui::TextStyle::Small.resolve(ui.style());
+    let rows_total = heatmap.rows * heatmap.row_step;
+    let cols_total = heatmap.cols * heatmap.col_step;
+    let tick_room = ui.fonts_mut(|f| f.glyph_width(&font, '0')).max(1.0)
+        * (rows_total.to_string().len() as f32 + 1.0);
+    let side = (ui.available_width() - tick_room)
+        .min(look.max_side)
+        .max(40.0);
     let aspect = heatmap.rows as f32 / heatmap.cols.max(1) as f32;
-    let image_size = egui::vec2(side, (side * aspect).clamp(40.0, 400.0));
-    let response = ui.add(egui::Image::new((texture.id(), image_size)).sense(egui::Sense::hover()));
-    if let Some(pos) = response.hover_pos() {
-        let rel = (pos - response.rect.min) / response.rect.size();
+    let image_size = egui::vec2(side, (side * aspect).clamp(40.0, look.max_side));
+    let line = font.size + 2.0;
+    let (area, response) = ui.allocate_exact_size(
+        egui::vec2(tick_room + image_size.x, image_size.y + line),
+        egui::Sense::hover(),
+    );
+    let image_rect = egui::Rect::from_min_size(area.min + egui::vec2(tick_room, 0.0), image_size);
+    egui::Image::new((texture.id(), image_size)).paint_at(ui, image_rect);
+    let painter = ui.painter();
+    let colour = ui.visuals().weak_text_color();
+    for (k, align) in [
+        (0, egui::Align2::RIGHT_TOP),
+        (1, egui::Align2::RIGHT_CENTER),
+        (2, egui::Align2::RIGHT_BOTTOM),
+    ] {
+        #[allow(clippy::cast_precision_loss)]
+        let y = image_rect.top() + image_rect.height() * k as f32 / 2.0;
+        let row = rows_total * k / 2;
+        painter.text(
+            egui::pos2(image_rect.left() - 3.0, y),
+            align,
+            row.to_string(),
+            font.clone(),
+            colour,
+        );
+    }
+    for (k, align) in [
+        (0, egui::Align2::LEFT_TOP),
+        (1, egui::Align2::CENTER_TOP),
+        (2, egui::Align2::RIGHT_TOP),
+    ] {
+        #[allow(clippy::cast_precision_loss)]
+        let x = image_rect.left() + image_rect.width() * k as f32 / 2.0;
+        let col = cols_total * k / 2;
+        painter.text(
+            egui::pos2(x, image_rect.bottom() + 1.0),
+            align,
+            col.to_string(),
+            font.clone(),
+            colour,
+        );
+    }
+    if let Some(pos) = response.hover_pos().filter(|p| image_rect.contains(*p)) {
+        let rel = (pos - image_rect.min) / image_rect.size();
         #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
         let (c, r) = (
             ((rel.x * heatmap.cols as f32) as usize).min(heatmap.cols - 1),
@@ -688,6 +961,27 @@ mod colour_tests {
 
     fn brightness(c: egui::Color32) -> u32 {
         u32::from(c.r()) + u32::from(c.g()) + u32::from(c.b())
+    }
+
+    #[test]
+    fn clipping_takes_the_scale_from_the_1st_to_99th_percentile() {
+        // 999 small values and one outlier: the whole scale is the
+        // outlier's, the clipped one the rest's.
+        let mut values: Vec<f32> = (0..999).map(|i| (i as f32 - 499.0) / 499.0).collect();
+        values.push(1000.0);
+        let whole = ColourScale::for_values(&values);
+        let clipped = ColourScale::clipped(&values);
+        assert_eq!(whole.extent(), 1000.0);
+        assert!(clipped.extent() <= 1.0 && clipped.extent() > 0.9, "{clipped:?}");
+        // The small values get colours again.
+        assert_ne!(clipped.colour(0.5), egui::Color32::WHITE);
+        assert!(brightness(whole.colour(0.5)) > 740);
+        // Positive only: sequential between the percentiles.
+        let scales: Vec<f32> = (1..=100).map(|i| i as f32).chain([1e6]).collect();
+        assert!(matches!(ColourScale::clipped(&scales), ColourScale::Sequential { lo, hi } if lo <= 3.0 && hi <= 100.0));
+        // Too few or constant values: as before.
+        assert_eq!(ColourScale::clipped(&[2.0, 2.0, 2.0]), ColourScale::Constant(2.0));
+        assert_eq!(ColourScale::clipped(&[1.0]), ColourScale::for_values(&[1.0]));
     }
 
     #[test]

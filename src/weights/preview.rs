@@ -121,9 +121,21 @@ impl<N: ShardLoader> Weights<N> {
                 .view_info()
                 .map(|v| v.fixups_for(name).into_iter().map(str::to_owned).collect())
                 .unwrap_or_default();
-            let raw = self.stored_of(name)?;
-            let before = mlx::summarize(&raw, options.first, options.bins, options.heatmap)?;
-            (rules, Some(before))
+            // The stored array is values only when nothing decodes it: a
+            // packed, block-quantized (GGUF) or FP8 tensor's are codes
+            // (min 0, max 255 of its bytes), never shown as values.
+            let before = if decoding.is_none() {
+                let raw = self.stored_of(name)?;
+                Some(mlx::summarize(
+                    &raw,
+                    options.first,
+                    options.bins,
+                    options.heatmap,
+                )?)
+            } else {
+                None
+            };
+            (rules, before)
         } else {
             (Vec::new(), None)
         };

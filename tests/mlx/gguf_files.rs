@@ -395,3 +395,56 @@ fn a_gguf_file_diffs_against_its_hugging_face_source() {
         );
     }
 }
+
+/// Issue #58: under a view that fixes a GGUF tensor up, "before the
+/// fix-ups" is never its block bytes shown as values (it read min 0, max
+/// 255): a block-typed tensor has no stored values to show; a plain one
+/// does.
+#[test]
+fn before_the_fixups_a_block_typed_tensor_shows_no_byte_codes() {
+    use weightscope::weights::{PreviewOptions, ViewChoice, Weights};
+    let _lock = common::mlx_memory_lock();
+    let out = tempfile::tempdir().expect("tempdir");
+    let lines = write_files(out.path());
+    let mut checked = (0, 0);
+    for line in lines.iter().filter(|l| l.get("file").is_some()) {
+        let path = Path::new(line["file"].as_str().expect("file"));
+        let view = out.path().join("add-zero.json");
+        std::fs::write(&view, r#"{"fixup": [{"match": ".", "add": 0.0}]}"#).expect("view");
+        let mut weights = Weights::open(path).expect("opens");
+        let rules = ViewChoice::File(view)
+            .resolve(weights.checkpoint())
+            .expect("resolves")
+            .expect("a view");
+        weights
+            .install(rules.compile(weights.checkpoint()).expect("compiles"))
+            .expect("installed");
+        for t in line["tensors"].as_array().expect("tensors") {
+            let (name, kind) = (
+                t["name"].as_str().expect("name"),
+                t["type"].as_str().expect("type"),
+            );
+            let Ok(preview) = weights.preview(name, &PreviewOptions::default()) else {
+                continue;
+            };
+            if preview.fixups.is_empty() {
+                continue;
+            }
+            match kind {
+                "F32" | "F16" => {
+                    assert!(preview.before_fixup.is_some(), "{kind} {name}");
+                    checked.0 += 1;
+                }
+                _ if preview.decoding.is_some() => {
+                    assert!(
+                        preview.before_fixup.is_none(),
+                        "{kind} {name}: byte codes shown as values"
+                    );
+                    checked.1 += 1;
+                }
+                _ => {}
+            }
+        }
+    }
+    assert!(checked.0 > 0 && checked.1 > 0, "{checked:?}");
+}

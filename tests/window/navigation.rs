@@ -152,7 +152,10 @@ fn at_800x500_the_profilers_graph_comes_first_and_the_table_keeps_its_rows() {
     // The tensor table shows every row of the demo's 8 (the memory strip
     // keeps to its least).
     let rows = harness
-        .query_all_by(|n| n.label().is_some_and(|l| l.contains(".weight") || l.contains("_norm")))
+        .query_all_by(|n| {
+            n.label()
+                .is_some_and(|l| l.contains(".weight") || l.contains("_norm"))
+        })
         .count();
     assert!(rows >= 7, "{rows} rows at 800x500");
     harness.key_press_modifiers(egui::Modifiers::COMMAND, egui::Key::Num2);
@@ -165,4 +168,49 @@ fn at_800x500_the_profilers_graph_comes_first_and_the_table_keeps_its_rows() {
     let walk = harness.get_by_label("Run walk");
     let walk_top = walk.accesskit_node().bounding_box().expect("placed").y0;
     assert!(walk_top > top, "the controls come after the graph");
+}
+
+#[test]
+fn an_outlier_heavy_heatmap_offers_clipping_and_opens_large() {
+    let _lock = common::mlx_memory_lock();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("m.safetensors");
+    let mut values = vec![0.01_f32; 64 * 64];
+    for (i, v) in values.iter_mut().enumerate() {
+        #[allow(clippy::cast_precision_loss)]
+        let x = (i % 64) as f32 / 64.0 - 0.5;
+        *v = x * 0.02;
+    }
+    values[0] = 1000.0;
+    common::write_safetensors(
+        &path,
+        &[
+            common::Tensor::f32("outlier", &[64, 64], &values),
+            common::Tensor::f32("same", &[8, 8], &[3.0; 64]),
+        ],
+    );
+    let mut harness = open(&path);
+    harness.get_by_label_contains("outlier").click();
+    settle(&mut harness);
+    harness.get_by_label_contains("An outlier sets the colours");
+    harness.get_by_label("Clip colours to the 1st-99th percentile").click();
+    harness.run();
+    assert!(harness.query_by_label_contains("An outlier sets the colours").is_none());
+    harness.get_by_label("Open the heatmap large").scroll_to_me();
+    harness.run();
+    harness.get_by_label("Open the heatmap large").click();
+    harness.run();
+    harness.get_by_label_contains("Heatmap: outlier");
+    harness.key_press(egui::Key::Escape);
+    harness.run();
+    assert!(harness.query_by_label_contains("Heatmap: outlier").is_none());
+    // A constant tensor: said in words, its histogram opens large too.
+    harness.get_by_label_contains("same").click();
+    settle(&mut harness);
+    harness.get_by_label_contains("All finite values are 3.000000e0.");
+    harness.get_by_label("Open the histogram large").scroll_to_me();
+    harness.run();
+    harness.get_by_label("Open the histogram large").click();
+    harness.run();
+    harness.get_by_label_contains("Histogram: same");
 }
