@@ -37,6 +37,8 @@ pub enum AppCommand {
     ReleaseAll,
     /// Free MLX's buffer cache (and trim the host heap).
     ClearCache,
+    /// Light, dark, or as the system's (`None`); saved in the settings.
+    SetTheme(Option<egui::Theme>),
     /// Set MLX's memory limit.
     SetMemoryLimit(u64),
     /// Set MLX's buffer-cache limit.

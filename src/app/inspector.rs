@@ -972,16 +972,27 @@ mod colour_tests {
         let whole = ColourScale::for_values(&values);
         let clipped = ColourScale::clipped(&values);
         assert_eq!(whole.extent(), 1000.0);
-        assert!(clipped.extent() <= 1.0 && clipped.extent() > 0.9, "{clipped:?}");
+        assert!(
+            clipped.extent() <= 1.0 && clipped.extent() > 0.9,
+            "{clipped:?}"
+        );
         // The small values get colours again.
         assert_ne!(clipped.colour(0.5), egui::Color32::WHITE);
         assert!(brightness(whole.colour(0.5)) > 740);
         // Positive only: sequential between the percentiles.
         let scales: Vec<f32> = (1..=100).map(|i| i as f32).chain([1e6]).collect();
-        assert!(matches!(ColourScale::clipped(&scales), ColourScale::Sequential { lo, hi } if lo <= 3.0 && hi <= 100.0));
+        assert!(
+            matches!(ColourScale::clipped(&scales), ColourScale::Sequential { lo, hi } if lo <= 3.0 && hi <= 100.0)
+        );
         // Too few or constant values: as before.
-        assert_eq!(ColourScale::clipped(&[2.0, 2.0, 2.0]), ColourScale::Constant(2.0));
-        assert_eq!(ColourScale::clipped(&[1.0]), ColourScale::for_values(&[1.0]));
+        assert_eq!(
+            ColourScale::clipped(&[2.0, 2.0, 2.0]),
+            ColourScale::Constant(2.0)
+        );
+        assert_eq!(
+            ColourScale::clipped(&[1.0]),
+            ColourScale::for_values(&[1.0])
+        );
     }
 
     #[test]

@@ -165,6 +165,8 @@ pub struct WeightscopeApp {
     settings: settings::Settings,
     /// Set when `settings` changed and the shell should save them.
     settings_dirty: bool,
+    /// Whether the saved zoom and theme were put on the context.
+    look_applied: bool,
     /// File dialogs for the shell to show.
     dialogs: Vec<Dialog>,
     /// A one-line notice (for example, that no file dialog could open).
@@ -228,6 +230,7 @@ impl WeightscopeApp {
             tab: Tab::Tensors,
             settings: settings::Settings::default(),
             settings_dirty: false,
+            look_applied: false,
             dialogs: Vec::new(),
             notice: None,
             view_choice: ViewChoice::Auto,
@@ -275,6 +278,14 @@ impl WeightscopeApp {
             AppCommand::Open(path) => self.open(path),
             AppCommand::Materialize(name) => self.materialize(&name),
             AppCommand::Preview(name, bytes) => self.preview(&name, bytes),
+            AppCommand::SetTheme(theme) => {
+                self.settings.theme = theme.map(|t| match t {
+                    egui::Theme::Light => "light".to_owned(),
+                    egui::Theme::Dark => "dark".to_owned(),
+                });
+                self.settings_dirty = true;
+                self.look_applied = false;
+            }
             AppCommand::ReleaseShard(shard) => self.send(Request::ReleaseShard(shard)),
             AppCommand::ReleaseAll => self.send(Request::ReleaseAll),
             AppCommand::ClearCache => self.send(Request::ClearCache),
@@ -406,6 +417,7 @@ impl WeightscopeApp {
             self.send(Request::SetPreviewBudget(bytes));
         }
         self.settings = settings;
+        self.look_applied = false;
     }
 
     /// The settings, when they changed since the last call (for the shell to save).
@@ -664,9 +676,41 @@ impl WeightscopeApp {
         }
     }
 
+    /// The saved zoom and theme, put on the context once (and again after
+    /// a change); a zoom the user makes (Ctrl+plus, Ctrl+minus, Ctrl+0)
+    /// is saved.
+    fn apply_look(&mut self, ctx: &egui::Context) {
+        if !self.look_applied {
+            self.look_applied = true;
+            if let Some(percent) = self
+                .settings
+                .zoom_percent
+                .filter(|p| (50..=300).contains(p))
+            {
+                #[allow(clippy::cast_precision_loss)]
+                ctx.set_zoom_factor(percent as f32 / 100.0);
+            }
+            let preference = match self.settings.theme.as_deref() {
+                Some("light") => egui::ThemePreference::Light,
+                Some("dark") => egui::ThemePreference::Dark,
+                _ => egui::ThemePreference::System,
+            };
+            ctx.options_mut(|o| o.theme_preference = preference);
+            return;
+        }
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        let percent = (ctx.zoom_factor() * 100.0).round() as u32;
+        let saved = self.settings.zoom_percent.unwrap_or(100);
+        if percent != saved {
+            self.settings.zoom_percent = (percent != 100).then_some(percent);
+            self.settings_dirty = true;
+        }
+    }
+
     /// Draws the whole window into `ui`.
     pub fn ui(&mut self, ui: &mut egui::Ui) {
         let ctx = ui.ctx().clone();
+        self.apply_look(&ctx);
         self.shortcuts_ui(&ctx);
         self.global_keys(&ctx);
         let chosen = self.palette.ui(

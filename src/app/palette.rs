@@ -36,8 +36,19 @@ impl Entry {
 
 /// The actions, in the order they are listed, with their labels and keys:
 /// the commands the keys and buttons send.
-pub(super) fn actions() -> [(AppCommand, &'static str, &'static str); 12] {
+pub(super) fn actions() -> [(AppCommand, &'static str, &'static str); 15] {
     [
+        (
+            AppCommand::SetTheme(Some(egui::Theme::Light)),
+            "Theme: light",
+            "",
+        ),
+        (
+            AppCommand::SetTheme(Some(egui::Theme::Dark)),
+            "Theme: dark",
+            "",
+        ),
+        (AppCommand::SetTheme(None), "Theme: as the system's", ""),
         (
             AppCommand::FocusPath(String::new()),
             "Open a checkpoint (path field)",

@@ -17,6 +17,12 @@ pub struct Settings {
     /// The previews' budget in bytes (none: the default, 512 MiB).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preview_budget: Option<u64>,
+    /// The window's zoom in percent (Ctrl+plus, Ctrl+minus; none: 100).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zoom_percent: Option<u32>,
+    /// `light` or `dark`; none: as the system's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub theme: Option<String>,
 }
 
 impl Settings {

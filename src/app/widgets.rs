@@ -145,15 +145,15 @@ pub(crate) const SHORTCUTS: &[(&str, &str)] = &[
     ),
     (
         "Up, Down",
-        "move in the table; the tensor there shows once you stop",
+        "move in the table; the tensor there shows once you stop (within the preview budget)",
     ),
     (
         "Page Up, Page Down, Home, End",
-        "move a page, to the first or last row",
+        "move a page, to the first or last row (a tensor over the budget waits for Enter)",
     ),
     (
         "Enter, Space",
-        "show the selected tensor now; open or close a layer group",
+        "show the selected tensor now, whatever its size; open or close a layer group",
     ),
     (
         "Right, Left",
@@ -162,6 +162,10 @@ pub(crate) const SHORTCUTS: &[(&str, &str)] = &[
     (
         "Ctrl+C",
         "copy the selected tensor's name (right click: Copy name)",
+    ),
+    (
+        "Ctrl+plus, Ctrl+minus, Ctrl+0",
+        "zoom the window in, out, back to 100 % (remembered)",
     ),
     (
         "Diff tab: Up, Down, …, Enter",

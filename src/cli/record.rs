@@ -723,16 +723,25 @@ fn write_files_and_findings(r: &Recording, out: &mut dyn Write) -> std::io::Resu
             .map(|f| crate::units::Shown::new(f.path.rsplit('/').next().unwrap_or(&f.path)))
             .map(crate::units::Shown::into_string)
             .collect();
+        let loaded = r.files_loaded.len();
+        let until_exit = r.files_loaded.iter().filter(|f| f.until_exit).count();
+        let said = if held.is_empty() {
+            "every one released while the job ran (MLX's total fell back to where it was at each load)".to_owned()
+        } else if until_exit == loaded {
+            format!(
+                "{} held until the job ended (MLX's total fell back to where it was at each load only as it exited)",
+                if loaded == 1 { "it was" } else { "all were" }
+            )
+        } else {
+            format!(
+                "estimated not released while the job ran (MLX's total never fell back to where it was at the load): {}",
+                held.join(", ")
+            )
+        };
         writeln!(
             out,
-            "  loaded through mx.load: {} file{}; estimated not released (MLX's total never fell back to where it was at the load): {}",
-            r.files_loaded.len(),
-            if r.files_loaded.len() == 1 { "" } else { "s" },
-            if held.is_empty() {
-                "none".to_owned()
-            } else {
-                held.join(", ")
-            }
+            "  loaded through mx.load: {loaded} file{}; {said}",
+            if loaded == 1 { "" } else { "s" },
         )?;
     }
     if let Some(c) = &r.checkpoint {

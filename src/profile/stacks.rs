@@ -513,9 +513,16 @@ pub struct FileHeld {
     /// never materialized).
     pub released_secs: Option<f64>,
     /// Whether memory rose past the level after the load and had not
-    /// fallen back to it at the last sample.
+    /// fallen back to it at the last sample, or fell back only as the job
+    /// ended (with every other file, after the last load).
     pub held: bool,
+    /// Held until the job ended (not released while it ran).
+    pub until_exit: bool,
 }
+
+/// Releases of several files this close together after the last load are
+/// one moment: the job ending with all of them.
+const ENDED_TOGETHER_SECS: f64 = 0.1;
 
 /// What the stacks say about a recording: the replay's results.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -939,18 +946,41 @@ impl Replay {
         // Held: memory never fell back to the file's level, or what grew
         // after it (by the ledger) is still there.
         let by_load = self.by_load.held();
+        // Files whose arrays all went at one moment after the last load
+        // (two or more together: a job that kept them, ending) were held
+        // until the job ended, not released while it ran. A file released
+        // alone after the last load is a job releasing its last file.
+        let last_load = self
+            .loads
+            .iter()
+            .map(|l| l.1)
+            .fold(f64::NEG_INFINITY, f64::max);
+        let after: Vec<f64> = self
+            .loads
+            .iter()
+            .filter(|l| l.3)
+            .filter_map(|l| l.4)
+            .filter(|&r| r >= last_load)
+            .collect();
+        let first_after = after.iter().copied().fold(f64::INFINITY, f64::min);
+        let together = after.len() >= 2
+            && after
+                .iter()
+                .all(|&r| r - first_after <= ENDED_TOGETHER_SECS);
         let files_loaded = self
             .loads
             .iter()
             .enumerate()
             .map(|(i, (path, t, level, risen, released))| {
                 let still = by_load.get(&i).is_some_and(|&b| b > LOAD_NOISE);
+                let at_exit = together && *risen && released.is_some_and(|r| r >= last_load);
                 FileHeld {
                     path: path.clone(),
                     loaded_secs: *t,
                     level_bytes: *level,
                     released_secs: if still { None } else { *released },
-                    held: still || (*risen && released.is_none()),
+                    held: still || (*risen && released.is_none()) || at_exit,
+                    until_exit: at_exit || (*risen && released.is_none()),
                 }
             })
             .collect();

@@ -116,7 +116,24 @@ fn a_job_that_keeps_every_array_is_seen_accumulating() {
     // Sampled every 5 ms, so that the probe sees the job's lines as it goes.
     let (output, summary) = record(&["--interval-ms", "5"], &as_refs(&python_job("keep")));
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    // Every file's arrays kept until the job ended: said so (#58: it read
+    // "estimated not released: none").
+    assert!(
+        stderr(&output)
+            .contains("loaded through mx.load: 8 files; all were held until the job ended"),
+        "{}",
+        stderr(&output)
+    );
     let s = summary.expect("summary written");
+    assert!(
+        s["files_loaded"]
+            .as_array()
+            .expect("files_loaded")
+            .iter()
+            .all(|f| f["held"] == true && f["until_exit"] == true),
+        "{}",
+        s["files_loaded"]
+    );
     assert_eq!(s["exit_code"], 0);
     assert_eq!(s["probe"], true, "MLX counters came from inside the job");
     assert_eq!(s["probe_info"]["client"], "python");

@@ -193,24 +193,87 @@ fn an_outlier_heavy_heatmap_offers_clipping_and_opens_large() {
     harness.get_by_label_contains("outlier").click();
     settle(&mut harness);
     harness.get_by_label_contains("An outlier sets the colours");
-    harness.get_by_label("Clip colours to the 1st-99th percentile").click();
+    harness
+        .get_by_label("Clip colours to the 1st-99th percentile")
+        .click();
     harness.run();
-    assert!(harness.query_by_label_contains("An outlier sets the colours").is_none());
-    harness.get_by_label("Open the heatmap large").scroll_to_me();
+    assert!(
+        harness
+            .query_by_label_contains("An outlier sets the colours")
+            .is_none()
+    );
+    harness
+        .get_by_label("Open the heatmap large")
+        .scroll_to_me();
     harness.run();
     harness.get_by_label("Open the heatmap large").click();
     harness.run();
     harness.get_by_label_contains("Heatmap: outlier");
     harness.key_press(egui::Key::Escape);
     harness.run();
-    assert!(harness.query_by_label_contains("Heatmap: outlier").is_none());
+    assert!(
+        harness
+            .query_by_label_contains("Heatmap: outlier")
+            .is_none()
+    );
     // A constant tensor: said in words, its histogram opens large too.
     harness.get_by_label_contains("same").click();
     settle(&mut harness);
     harness.get_by_label_contains("All finite values are 3.000000e0.");
-    harness.get_by_label("Open the histogram large").scroll_to_me();
+    harness
+        .get_by_label("Open the histogram large")
+        .scroll_to_me();
     harness.run();
     harness.get_by_label("Open the histogram large").click();
     harness.run();
     harness.get_by_label_contains("Histogram: same");
+}
+
+#[test]
+fn the_zoom_and_the_theme_are_remembered() {
+    let _lock = common::mlx_memory_lock();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut harness = open(&with_a_big_one(dir.path()));
+    // Ctrl+plus as egui zooms: saved in percent.
+    harness.ctx.set_zoom_factor(1.5);
+    harness.run();
+    let saved = harness
+        .state_mut()
+        .take_changed_settings()
+        .cloned()
+        .expect("saved");
+    assert_eq!(saved.zoom_percent, Some(150));
+    // A theme chosen in the palette: put on the window and saved.
+    harness
+        .state_mut()
+        .execute(AppCommand::SetTheme(Some(egui::Theme::Light)));
+    harness.run();
+    assert_eq!(
+        harness.ctx.options(|o| o.theme_preference),
+        egui::ThemePreference::Light
+    );
+    let saved = harness
+        .state_mut()
+        .take_changed_settings()
+        .cloned()
+        .expect("saved");
+    assert_eq!(saved.theme.as_deref(), Some("light"));
+    // A new window with those settings starts zoomed, in that theme.
+    let mut app = WeightscopeApp::new(
+        Some(dir.path().join("m.safetensors")),
+        mlx::default_device(),
+        || {},
+    )
+    .expect("worker");
+    app.wait_for_worker().expect("opened");
+    app.set_settings(saved);
+    let mut again = Harness::builder()
+        .with_size(egui::vec2(1400.0, 860.0))
+        .build_ui_state(|ui, app: &mut WeightscopeApp| app.ui(ui), app);
+    again.run();
+    assert!((again.ctx.zoom_factor() - 1.5).abs() < 1e-6);
+    assert_eq!(
+        again.ctx.options(|o| o.theme_preference),
+        egui::ThemePreference::Light
+    );
 }
