@@ -517,8 +517,10 @@ impl DiffPanel {
                 let response = ui.add(button);
                 let response = match typical {
                     Some(t) => response.on_hover_text(format!(
-                        "{}\ntypical for {}: {t:.3e} (the median of its changed tensors)",
+                        "{} ({} -> {})\ntypical for {}: {t:.3e} (the median of its changed tensors)",
                         Shown::new(&c.name),
+                        c.a_dtype,
+                        c.b_dtype,
                         c.b_dtype
                     )),
                     None => response.on_hover_text(Shown::new(&c.name).into_string()),
@@ -652,11 +654,19 @@ fn row_text(c: &Common, fits: usize) -> String {
     );
     let dtypes = format!("  ({} -> {})", c.a_dtype, c.b_dtype);
     let name = Shown::new(&c.name).into_string();
-    let room = fits.saturating_sub(figures.chars().count() + dtypes.chars().count());
-    format!(
-        "{figures}{}{dtypes}",
-        crate::units::fit_name(&name, room.max(12))
-    )
+    // The name first: the dtypes only where the whole name fits beside
+    // them (they are in the row's tooltip too).
+    let (figures_n, name_n, dtypes_n) = (
+        figures.chars().count(),
+        name.chars().count(),
+        dtypes.chars().count(),
+    );
+    if figures_n + name_n + dtypes_n <= fits {
+        format!("{figures}{name}{dtypes}")
+    } else {
+        let room = fits.saturating_sub(figures_n).max(12);
+        format!("{figures}{}", crate::units::fit_name(&name, room))
+    }
 }
 
 /// The report's counts, overall figure, memory, lists, the summary by

@@ -878,7 +878,8 @@ impl TensorsPanel {
         let font = egui::TextStyle::Monospace.resolve(ui.style());
         let char_width = ui.fonts_mut(|f| f.glyph_width(&font, 'm')).max(1.0);
         #[allow(clippy::cast_precision_loss)]
-        let name_needs = self.widest_name as f32 * char_width + 48.0;
+        // The group triangle, a part's indent and the button's padding.
+        let name_needs = self.widest_name as f32 * char_width + 96.0;
         let spare = width - others - scroll_bar_room(ui) - 24.0 > name_needs;
         let mut builder = TableBuilder::new(ui)
             .id_salt(("tensors-table", band))

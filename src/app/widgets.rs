@@ -241,8 +241,19 @@ pub(crate) fn monospace_chars(ui: &egui::Ui, width: f32) -> usize {
 /// [`crate::units::fit_name`]), in the width left; the whole name on hover
 /// and for screen readers.
 pub(crate) fn name_label(ui: &mut egui::Ui, name: &str, strong: bool) -> egui::Response {
-    let shown = crate::units::Shown::new(name).into_string();
     let fits = monospace_chars(ui, ui.available_width());
+    name_label_in(ui, name, strong, fits)
+}
+
+/// [`name_label`] in at most `fits` characters (a grid's cell, whose width
+/// comes from what it holds).
+pub(crate) fn name_label_in(
+    ui: &mut egui::Ui,
+    name: &str,
+    strong: bool,
+    fits: usize,
+) -> egui::Response {
+    let shown = crate::units::Shown::new(name).into_string();
     let cut = crate::units::fit_name(&shown, fits);
     let mut text = egui::RichText::new(cut.as_ref()).monospace();
     if strong {

@@ -372,6 +372,9 @@ fn recorded_moment_ui(ui: &mut egui::Ui, trace: &Trace, t: f64) {
 /// A held-by walk's roots: bytes, share of MLX active, root, kind and
 /// where; each root's example path on hover; what no root reached.
 fn held_roots_ui(ui: &mut egui::Ui, walk: &crate::profile::record::held::HeldWalk, id: &str) {
+    // A grid's cell has no width of its own to cut to: the root column
+    // gets two fifths of the panel.
+    let root_chars = crate::app::widgets::monospace_chars(ui, ui.available_width() * 0.4);
     egui::Grid::new(id)
         .num_columns(4)
         .striped(true)
@@ -403,7 +406,7 @@ fn held_roots_ui(ui: &mut egui::Ui, walk: &crate::profile::record::held::HeldWal
                 );
                 // Cut in the middle (`conv.con…` told nothing): the end
                 // of a long name stays.
-                crate::app::widgets::name_label(ui, &root.root, true)
+                crate::app::widgets::name_label_in(ui, &root.root, true, root_chars)
                     .on_hover_text(crate::units::Shown::new(&hover));
                 ui.add(
                     egui::Label::new(format!(
