@@ -325,6 +325,24 @@ impl DiffPanel {
         // The opened row beside the results (above them on a narrow window).
         if !matches!(self.detail, Detail::Nothing) {
             let width = ui.available_width();
+            if width < 900.0 && ui.available_height() < 420.0 {
+                // A small window (800x500): the opened row takes the tab,
+                // the results come back with the button (or Esc), rather
+                // than both squeezed over each other.
+                if ui
+                    .button("Back to the results")
+                    .on_hover_text("Esc")
+                    .clicked()
+                {
+                    self.detail = Detail::Nothing;
+                    return;
+                }
+                egui::ScrollArea::vertical()
+                    .id_salt("diff-detail-small")
+                    .auto_shrink(false)
+                    .show(ui, |ui| self.detail_ui(ui));
+                return;
+            }
             if width >= 900.0 {
                 egui::Panel::right("diff-detail")
                     .default_size(width * 0.42)

@@ -81,6 +81,10 @@ struct RecorderHandle {
     events: std::sync::mpsc::Receiver<RecorderEvent>,
 }
 
+/// Below this height of the window's middle, the memory strip is not
+/// drawn under the Tensors, Diff and Check tabs.
+const STRIP_FROM_HEIGHT: f32 = 480.0;
+
 /// The memory sampler samples every 50 ms; the window is woken by its
 /// samples at most this often (the strip's live line), so an idle window
 /// costs two frames a second, not twenty. Jobs and clicks wake it
@@ -748,18 +752,14 @@ impl WeightscopeApp {
             .is_ok_and(|d| d.kind == crate::mlx::DeviceKind::Gpu);
         // The Profiler tab plots the same series larger: no strip there,
         // its room goes to the plot.
-        if self.tab != Tab::Profiler {
+        // Nor in a short window (800x500): the table's rows come first, and
+        // the status bar keeps MLX's figures live.
+        if self.tab != Tab::Profiler && height >= STRIP_FROM_HEIGHT {
             egui::Panel::bottom("memory")
                 .resizable(true)
                 // A fifth of the window (at 1400x900, room for three
                 // labelled marks on its memory axis), up to 180 points.
-                // In a short window (800x500) the strip keeps to 60
-                // points: the table's rows come first.
-                .default_size(if height < 600.0 {
-                    60.0
-                } else {
-                    180.0_f32.min(height * 0.2)
-                })
+                .default_size(180.0_f32.min(height * 0.2))
                 .size_range(60.0..=(height * 0.25).max(60.0))
                 .show(ui, |ui| {
                     let budget = (self.previews.kept > 0).then_some(self.previews.limit_bytes);

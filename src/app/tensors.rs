@@ -94,6 +94,8 @@ pub(super) struct TensorsPanel {
     /// The longest name the rows show, in characters (the name column
     /// takes what it needs, not the whole width of a 4K window).
     widest_name: usize,
+    /// Whether the table ends with an empty column taking the room left.
+    spare_column: bool,
     /// The installed view: rows show canonical names beside stored ones,
     /// and dropped tensors are not rows.
     pub(super) view: Option<Arc<ViewInfo>>,
@@ -882,7 +884,7 @@ impl TensorsPanel {
         let name_needs = self.widest_name as f32 * char_width + 96.0;
         let spare = width - others - scroll_bar_room(ui) - 24.0 > name_needs;
         let mut builder = TableBuilder::new(ui)
-            .id_salt(("tensors-table", band))
+            .id_salt(("tensors-table", band, spare))
             .striped(true)
             .resizable(true)
             // Every cell of a row selects it, blank space and sizes too.
@@ -904,11 +906,12 @@ impl TensorsPanel {
                 .column(Column::initial(stored_w).at_least(40.0).clip(true))
                 .column(Column::initial(shape_w).at_least(40.0).clip(true));
         }
-        let mut builder = builder.column(if spare {
-            Column::remainder().at_least(size_w).clip(true)
-        } else {
-            Column::initial(size_w).at_least(40.0).clip(true)
-        });
+        let mut builder = builder.column(Column::initial(size_w).at_least(40.0).clip(true));
+        // The room the columns leave, as an empty last column.
+        self.spare_column = spare;
+        if spare {
+            builder = builder.column(Column::remainder());
+        }
         if std::mem::take(&mut self.scroll_to_cursor)
             && let Some(position) = self
                 .cursor
@@ -941,6 +944,9 @@ impl TensorsPanel {
                             sort_clicked = Some(column);
                         }
                     });
+                }
+                if self.spare_column {
+                    header.col(|_| {});
                 }
             })
             .body(|body| {
@@ -1012,6 +1018,9 @@ impl TensorsPanel {
                         ui.monospace(human_bytes(bytes));
                     });
                 });
+                if self.spare_column {
+                    row.col(|_| {});
+                }
                 return clicked;
             }
             Line::Tensor(i) | Line::Part(i) => i,
@@ -1063,6 +1072,9 @@ impl TensorsPanel {
                 ui.monospace(human_bytes(self.bytes_of(checkpoint, i)));
             });
         });
+        if self.spare_column {
+            row.col(|_| {});
+        }
         clicked
     }
 

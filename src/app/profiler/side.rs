@@ -258,7 +258,12 @@ impl ProfilerPanel {
                 None => "",
             }
         ));
-        let row_height = ui.text_style_height(&egui::TextStyle::Body) + 4.0;
+        // A selectable label's own height (show_rows adds the spacing):
+        // a guess off by a point or two made the list, stuck to its
+        // bottom, move a row every frame.
+        let row_height = (ui.text_style_height(&egui::TextStyle::Body)
+            + 2.0 * ui.spacing().button_padding.y)
+            .max(ui.spacing().interact_size.y);
         let mut select = None;
         ui.style_mut().wrap_mode = Some(egui::TextWrapMode::Truncate);
         egui::ScrollArea::vertical()
