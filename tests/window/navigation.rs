@@ -277,3 +277,62 @@ fn the_zoom_and_the_theme_are_remembered() {
         egui::ThemePreference::Light
     );
 }
+
+/// `n` small tensors named `t.000` .. in one file.
+fn many(dir: &std::path::Path, prefix: &str, n: usize) -> std::path::PathBuf {
+    let path = dir.join(format!("{prefix}.safetensors"));
+    let tensors: Vec<common::Tensor> = (0..n)
+        .map(|i| common::Tensor::f32(&format!("{prefix}.{i:03}"), &[1], &[1.0]))
+        .collect();
+    common::write_safetensors(&path, &tensors);
+    path
+}
+
+#[test]
+fn a_new_checkpoint_opens_at_the_top_of_its_table_and_names_sort_as_numbers() {
+    use egui_kittest::kittest::NodeT;
+    let _lock = common::mlx_memory_lock();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let a = many(dir.path(), "a", 200);
+    let b = many(dir.path(), "b", 200);
+    let mut harness = open(&a);
+    // To the bottom of A.
+    harness.key_press(egui::Key::End);
+    settle(&mut harness);
+    assert!(harness.query_all_by_label("a.199").count() >= 1);
+    assert!(harness.query_by_label("a.000").is_none());
+    // B opens at its top, not where A was scrolled.
+    harness.state_mut().execute(AppCommand::Open(b.clone()));
+    while harness.state().opened_path() != Some(b.as_path()) {
+        harness.state_mut().wait_for_worker().expect("opened");
+    }
+    harness.run();
+    let first = harness.get_by_label("b.000");
+    assert!(first.accesskit_node().bounding_box().is_some_and(|r| r.y0 < 400.0));
+    // Name order: numbers as numbers (`layers.2` before `layers.10`).
+    let c = dir.path().join("c.safetensors");
+    common::write_safetensors(
+        &c,
+        &[
+            common::Tensor::f32("layers.10.w", &[1], &[1.0]),
+            common::Tensor::f32("layers.2.w", &[1], &[1.0]),
+            common::Tensor::f32("layers.1.w", &[1], &[1.0]),
+        ],
+    );
+    harness.state_mut().execute(AppCommand::Open(c.clone()));
+    while harness.state().opened_path() != Some(c.as_path()) {
+        harness.state_mut().wait_for_worker().expect("opened");
+    }
+    harness.run();
+    harness.get_by_label("Name").click();
+    harness.run();
+    let y = |name: &str| {
+        harness
+            .get_by_label(name)
+            .accesskit_node()
+            .bounding_box()
+            .expect("placed")
+            .y0
+    };
+    assert!(y("layers.1.w") < y("layers.2.w") && y("layers.2.w") < y("layers.10.w"));
+}
