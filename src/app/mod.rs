@@ -282,14 +282,7 @@ impl WeightscopeApp {
             AppCommand::Open(path) => self.open(path),
             AppCommand::Materialize(name) => self.materialize(&name),
             AppCommand::Preview(name, bytes) => self.preview(&name, bytes),
-            AppCommand::SetTheme(theme) => {
-                self.settings.theme = theme.map(|t| match t {
-                    egui::Theme::Light => "light".to_owned(),
-                    egui::Theme::Dark => "dark".to_owned(),
-                });
-                self.settings_dirty = true;
-                self.look_applied = false;
-            }
+            AppCommand::SetTheme(theme) => self.set_theme(theme),
             AppCommand::ReleaseShard(shard) => self.send(Request::ReleaseShard(shard)),
             AppCommand::ReleaseAll => self.send(Request::ReleaseAll),
             AppCommand::ClearCache => self.send(Request::ClearCache),
@@ -378,15 +371,7 @@ impl WeightscopeApp {
             AppCommand::OpenRecordForm { attach } => self.open_record_form(attach),
             AppCommand::SelectTensor(position) => self.select_tensor(position),
             AppCommand::ShowTab(tab) => self.tab = tab,
-            AppCommand::SelectStored(stored) => {
-                self.tab = Tab::Tensors;
-                let position = self.checkpoint.as_ref().and_then(|checkpoint| {
-                    checkpoint.tensors().iter().position(|t| t.name() == stored)
-                });
-                if let Some(position) = position {
-                    self.select_tensor(position);
-                }
-            }
+            AppCommand::SelectStored(stored) => self.select_stored(&stored),
         }
     }
 
@@ -680,6 +665,16 @@ impl WeightscopeApp {
         }
     }
 
+    /// [`AppCommand::SetTheme`]: saved, and put on the window next frame.
+    fn set_theme(&mut self, theme: Option<egui::Theme>) {
+        self.settings.theme = theme.map(|t| match t {
+            egui::Theme::Light => "light".to_owned(),
+            egui::Theme::Dark => "dark".to_owned(),
+        });
+        self.settings_dirty = true;
+        self.look_applied = false;
+    }
+
     /// The saved zoom and theme, put on the context once (and again after
     /// a change); a zoom the user makes (Ctrl+plus, Ctrl+minus, Ctrl+0)
     /// is saved.
@@ -889,6 +884,19 @@ impl WeightscopeApp {
             self.notice = Some("The values are already being read (Check tab).".to_owned());
         } else {
             self.run(AppCommand::ScanValues);
+        }
+    }
+
+    /// [`AppCommand::SelectStored`]: the tensor stored as `stored`, as
+    /// [`Self::select_tensor`] selects it.
+    fn select_stored(&mut self, stored: &str) {
+        self.tab = Tab::Tensors;
+        let position = self
+            .checkpoint
+            .as_ref()
+            .and_then(|c| c.tensors().iter().position(|t| t.name() == stored));
+        if let Some(position) = position {
+            self.select_tensor(position);
         }
     }
 

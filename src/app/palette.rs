@@ -229,8 +229,8 @@ pub(super) fn fuzzy_score(query: &str, text: &str) -> Option<i64> {
     subsequence_score(query, &chars, true).max(subsequence_score(query, &chars, false))
 }
 
-/// [`fuzzy_score`] for a query of several words ("open recent", "l3
-/// q_proj"): each word must match on its own, in any order; the scores
+/// [`fuzzy_score`] for a query of several words (`open recent`,
+/// `l3 q_proj`): each word must match on its own, in any order; the scores
 /// add, and the query found whole (spaces and all, as in a label) ranks
 /// above its words found apart.
 #[must_use]

@@ -851,6 +851,26 @@ impl TensorsPanel {
     /// The table: name (cut in the middle so its end shows), how it is
     /// stored, its shape (logical for a packed weight) and its size; a
     /// click on a header sorts by it. Only the visible lines are laid out.
+    /// The name column's width when the longest name needs less than the
+    /// room the other columns leave (the rest then goes to an empty last
+    /// column: on a 4K window no 1,700-point gap opens beside the names),
+    /// and whether it does.
+    fn name_column(&self, ui: &egui::Ui, width: f32, compact: bool) -> (f32, bool) {
+        let [stored_w, shape_w, size_w] = Self::column_widths(width);
+        let others = if compact {
+            size_w
+        } else {
+            stored_w + shape_w + size_w
+        };
+        let font = egui::TextStyle::Monospace.resolve(ui.style());
+        let char_width = ui.fonts_mut(|f| f.glyph_width(&font, 'm')).max(1.0);
+        // The group triangle, a part's indent and the button's padding.
+        #[allow(clippy::cast_precision_loss)]
+        let name_needs = self.widest_name as f32 * char_width + 96.0;
+        let spare = width - others - scroll_bar_room(ui) - 24.0 > name_needs;
+        (name_needs, spare)
+    }
+
     fn table_ui(&mut self, ui: &mut egui::Ui, checkpoint: &Checkpoint) -> Option<Clicked> {
         use egui_extras::{Column, TableBuilder};
         let row_height = ui.text_style_height(&egui::TextStyle::Monospace) + 6.0;
@@ -869,20 +889,7 @@ impl TensorsPanel {
         // Labels that select text would take a click meant for the row.
         let selectable =
             std::mem::replace(&mut ui.style_mut().interaction.selectable_labels, false);
-        // The name column takes what the longest name needs (and the
-        // group triangle), the last column the rest: on a 4K window no
-        // 1,700-point gap opens beside the names.
-        let others = if compact {
-            size_w
-        } else {
-            stored_w + shape_w + size_w
-        };
-        let font = egui::TextStyle::Monospace.resolve(ui.style());
-        let char_width = ui.fonts_mut(|f| f.glyph_width(&font, 'm')).max(1.0);
-        #[allow(clippy::cast_precision_loss)]
-        // The group triangle, a part's indent and the button's padding.
-        let name_needs = self.widest_name as f32 * char_width + 96.0;
-        let spare = width - others - scroll_bar_room(ui) - 24.0 > name_needs;
+        let (name_needs, spare) = self.name_column(ui, width, compact);
         let mut builder = TableBuilder::new(ui)
             .id_salt(("tensors-table", band, spare))
             .striped(true)
@@ -967,18 +974,22 @@ impl TensorsPanel {
             });
         ui.style_mut().interaction.selectable_labels = selectable;
         if let Some(column) = sort_clicked {
-            let same = self.sort == column;
-            if same {
-                self.descending = !self.descending;
-            } else {
-                self.sort = column;
-                // Largest first for sizes, A to Z for words.
-                self.descending = matches!(column, SortBy::Bytes | SortBy::Elements);
-            }
-            self.resort(checkpoint);
-            self.scroll_to_cursor = true;
+            self.sort_by_header(checkpoint, column);
         }
         clicked
+    }
+
+    /// A click on a column's header: sorts by it, or reverses it.
+    fn sort_by_header(&mut self, checkpoint: &Checkpoint, column: SortBy) {
+        if self.sort == column {
+            self.descending = !self.descending;
+        } else {
+            self.sort = column;
+            // Largest first for sizes, A to Z for words.
+            self.descending = matches!(column, SortBy::Bytes | SortBy::Elements);
+        }
+        self.resort(checkpoint);
+        self.scroll_to_cursor = true;
     }
 
     /// One line's cells; returns what a click on it asked for.

@@ -945,45 +945,7 @@ impl Replay {
         peaks_by_pid.sort_by_key(|p| p.0);
         // Held: memory never fell back to the file's level, or what grew
         // after it (by the ledger) is still there.
-        let by_load = self.by_load.held();
-        // Files whose arrays all went at one moment after the last load
-        // (two or more together: a job that kept them, ending) were held
-        // until the job ended, not released while it ran. A file released
-        // alone after the last load is a job releasing its last file.
-        let last_load = self
-            .loads
-            .iter()
-            .map(|l| l.1)
-            .fold(f64::NEG_INFINITY, f64::max);
-        let after: Vec<f64> = self
-            .loads
-            .iter()
-            .filter(|l| l.3)
-            .filter_map(|l| l.4)
-            .filter(|&r| r >= last_load)
-            .collect();
-        let first_after = after.iter().copied().fold(f64::INFINITY, f64::min);
-        let together = after.len() >= 2
-            && after
-                .iter()
-                .all(|&r| r - first_after <= ENDED_TOGETHER_SECS);
-        let files_loaded = self
-            .loads
-            .iter()
-            .enumerate()
-            .map(|(i, (path, t, level, risen, released))| {
-                let still = by_load.get(&i).is_some_and(|&b| b > LOAD_NOISE);
-                let at_exit = together && *risen && released.is_some_and(|r| r >= last_load);
-                FileHeld {
-                    path: path.clone(),
-                    loaded_secs: *t,
-                    level_bytes: *level,
-                    released_secs: if still { None } else { *released },
-                    held: still || (*risen && released.is_none()) || at_exit,
-                    until_exit: at_exit || (*risen && released.is_none()),
-                }
-            })
-            .collect();
+        let files_loaded = self.files_loaded();
         let mut by_stack: Vec<StackGrowth> = main
             .grew
             .iter()
@@ -1007,6 +969,50 @@ impl Replay {
 
     /// The phases between the job's marks: each one's peak (from the
     /// recorder's samples) and its lines by growth.
+    /// Each `mx.load`: whether its arrays were still held at the end, or
+    /// went only as the job ended. Held: memory never fell back to the
+    /// file's level, or what grew after it (by the ledger) is still there.
+    fn files_loaded(&self) -> Vec<FileHeld> {
+        let by_load = self.by_load.held();
+        // Files whose arrays all went at one moment after the last load
+        // (two or more together: a job that kept them, ending) were held
+        // until the job ended, not released while it ran. A file released
+        // alone after the last load is a job releasing its last file.
+        let last_load = self
+            .loads
+            .iter()
+            .map(|l| l.1)
+            .fold(f64::NEG_INFINITY, f64::max);
+        let after: Vec<f64> = self
+            .loads
+            .iter()
+            .filter(|l| l.3)
+            .filter_map(|l| l.4)
+            .filter(|&r| r >= last_load)
+            .collect();
+        let first_after = after.iter().copied().fold(f64::INFINITY, f64::min);
+        let together = after.len() >= 2
+            && after
+                .iter()
+                .all(|&r| r - first_after <= ENDED_TOGETHER_SECS);
+        self.loads
+            .iter()
+            .enumerate()
+            .map(|(i, (path, t, level, risen, released))| {
+                let still = by_load.get(&i).is_some_and(|&b| b > LOAD_NOISE);
+                let at_exit = together && *risen && released.is_some_and(|r| r >= last_load);
+                FileHeld {
+                    path: path.clone(),
+                    loaded_secs: *t,
+                    level_bytes: *level,
+                    released_secs: if still { None } else { *released },
+                    held: still || (*risen && released.is_none()) || at_exit,
+                    until_exit: at_exit || (*risen && released.is_none()),
+                }
+            })
+            .collect()
+    }
+
     fn phases(&self, st: &TraceStacks, main: &LineLedger, samples: &[Sample]) -> Vec<Phase> {
         if self.marks.is_empty() {
             return Vec::new();

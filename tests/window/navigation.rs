@@ -308,7 +308,12 @@ fn a_new_checkpoint_opens_at_the_top_of_its_table_and_names_sort_as_numbers() {
     }
     harness.run();
     let first = harness.get_by_label("b.000");
-    assert!(first.accesskit_node().bounding_box().is_some_and(|r| r.y0 < 400.0));
+    assert!(
+        first
+            .accesskit_node()
+            .bounding_box()
+            .is_some_and(|r| r.y0 < 400.0)
+    );
     // Name order: numbers as numbers (`layers.2` before `layers.10`).
     let c = dir.path().join("c.safetensors");
     common::write_safetensors(

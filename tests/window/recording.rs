@@ -86,6 +86,7 @@ fn kinds(findings: impl Iterator<Item = String>) -> Vec<String> {
 }
 
 #[test]
+#[allow(clippy::too_many_lines)] // one scripted comparison, read top to bottom
 fn a_job_recorded_from_the_window_under_load_equals_the_clis_recording() {
     let _lock = common::mlx_memory_lock();
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));

@@ -858,6 +858,47 @@ impl ProfilerPanel {
         });
     }
 
+    /// A chip per overlay (a click removes it; one not drawn over what is
+    /// shown says so), and "Clear overlays".
+    fn overlay_chips_ui(&mut self, ui: &mut egui::Ui) {
+        let mut remove = None;
+        let palette = crate::app::widgets::series_colors::OVERLAYS;
+        let drawn: Vec<*const Trace> = self.drawn_overlays().map(std::ptr::from_ref).collect();
+        let mut colour_at = 0;
+        for (i, trace) in self.overlays.iter().enumerate() {
+            let is_drawn = drawn.contains(&std::ptr::from_ref(trace));
+            let text = if is_drawn {
+                let colour = palette[colour_at % palette.len()];
+                colour_at += 1;
+                egui::RichText::new(format!("x {}", overlay_name(trace))).color(colour)
+            } else {
+                egui::RichText::new(format!("x {} (not drawn here)", overlay_name(trace))).weak()
+            };
+            let hover = if is_drawn {
+                format!(
+                    "Remove this overlay: {}",
+                    crate::units::Shown::new(&trace.checkpoint)
+                )
+            } else {
+                "Remove this overlay; it is a walk's and a recorded job is shown (or the other way round), so it is not drawn over it".to_owned()
+            };
+            if ui.small_button(text).on_hover_text(hover).clicked() {
+                remove = Some(i);
+            }
+        }
+        if let Some(i) = remove {
+            self.overlays.remove(i);
+        }
+        if !self.overlays.is_empty()
+            && ui
+                .small_button("Clear overlays")
+                .on_hover_text("Remove every overlaid trace")
+                .clicked()
+        {
+            self.overlays.clear();
+        }
+    }
+
     /// The walk and record controls, the job's output, the limits, the
     /// trace buttons and the last message.
     fn controls_ui(&mut self, ui: &mut egui::Ui, inputs: &ProfilerInputs<'_>) {
@@ -1199,39 +1240,7 @@ impl ProfilerPanel {
             {
                 self.overlays.push(last.trace.clone());
             }
-            let mut remove = None;
-            let palette = crate::app::widgets::series_colors::OVERLAYS;
-            let drawn: Vec<*const Trace> = self.drawn_overlays().map(std::ptr::from_ref).collect();
-            let mut colour_at = 0;
-            for (i, trace) in self.overlays.iter().enumerate() {
-                let is_drawn = drawn.contains(&std::ptr::from_ref(trace));
-                let text = if is_drawn {
-                    let colour = palette[colour_at % palette.len()];
-                    colour_at += 1;
-                    egui::RichText::new(format!("x {}", overlay_name(trace))).color(colour)
-                } else {
-                    egui::RichText::new(format!("x {} (not drawn here)", overlay_name(trace))).weak()
-                };
-                let hover = if is_drawn {
-                    format!("Remove this overlay: {}", crate::units::Shown::new(&trace.checkpoint))
-                } else {
-                    "Remove this overlay; it is a walk's and a recorded job is shown (or the other way round), so it is not drawn over it".to_owned()
-                };
-                if ui.small_button(text).on_hover_text(hover).clicked() {
-                    remove = Some(i);
-                }
-            }
-            if let Some(i) = remove {
-                self.overlays.remove(i);
-            }
-            if !self.overlays.is_empty()
-                && ui
-                    .small_button("Clear overlays")
-                    .on_hover_text("Remove every overlaid trace")
-                    .clicked()
-            {
-                self.overlays.clear();
-            }
+            self.overlay_chips_ui(ui);
         });
     }
 }

@@ -235,50 +235,13 @@ impl ProfilerPanel {
                         name: super::typed_name(&r.command),
                         start_secs: 0.0,
                     });
-                    match &mut self.renaming {
-                        Some((at, typed)) if *at == i => {
-                            ui.horizontal(|ui| {
-                                let label = ui.label("Name");
-                                let field = ui
-                                    .add(
-                                        egui::TextEdit::singleline(typed)
-                                            .desired_width(240.0)
-                                            .hint_text("a name for this recording"),
-                                    )
-                                    .labelled_by(label.id);
-                                field.request_focus();
-                            });
-                            if ui.input(|input| input.key_pressed(egui::Key::Enter)) {
-                                rename = Some((i, typed.trim().to_owned()));
-                            } else if ui.input(|input| input.key_pressed(egui::Key::Escape)) {
-                                rename = Some((i, String::new()));
-                            }
-                        }
-                        _ => {
-                            let when = if listed.start_secs > 0.0 {
-                                format!(", started at {:.0} s", listed.start_secs)
-                            } else {
-                                String::new()
-                            };
-                            let text = format!(
-                                "{}: {ended}{when}",
-                                crate::units::Shown::new(&listed.name)
-                            );
-                            ui.horizontal(|ui| {
-                                if ui
-                                    .small_button("rename")
-                                    .on_hover_text("Give this recording a name of your own (Enter keeps it, Esc leaves it)")
-                                    .clicked()
-                                {
-                                    start_rename = Some((i, listed.name.clone()));
-                                }
-                                ui.add(egui::Label::new(text.as_str()).truncate())
-                                    .on_hover_text(format!(
-                                        "{text}\nran: {}",
-                                        crate::units::Shown::new(&r.command)
-                                    ));
-                            });
-                        }
+                    let (renamed, started) =
+                        name_cell_ui(ui, &mut self.renaming, i, &listed, r, &ended);
+                    if renamed.is_some() {
+                        rename = renamed;
+                    }
+                    if started.is_some() {
+                        start_rename = started;
                     }
                     ui.end_row();
                 }
@@ -512,5 +475,67 @@ fn draw_nodes<'a>(
             );
         }
         x += w;
+    }
+}
+
+/// A recording's name in the list (with when it started and how it
+/// ended), or the field that renames it; returns a finished rename (empty:
+/// left as it was) and a rename asked for.
+#[allow(clippy::type_complexity)]
+fn name_cell_ui(
+    ui: &mut egui::Ui,
+    renaming: &mut Option<(usize, String)>,
+    i: usize,
+    listed: &super::Listed,
+    r: &Recording,
+    ended: &str,
+) -> (Option<(usize, String)>, Option<(usize, String)>) {
+    match renaming {
+        Some((at, typed)) if *at == i => {
+            ui.horizontal(|ui| {
+                let label = ui.label("Name");
+                let field = ui
+                    .add(
+                        egui::TextEdit::singleline(typed)
+                            .desired_width(240.0)
+                            .hint_text("a name for this recording"),
+                    )
+                    .labelled_by(label.id);
+                field.request_focus();
+            });
+            if ui.input(|input| input.key_pressed(egui::Key::Enter)) {
+                (Some((i, typed.trim().to_owned())), None)
+            } else if ui.input(|input| input.key_pressed(egui::Key::Escape)) {
+                (Some((i, String::new())), None)
+            } else {
+                (None, None)
+            }
+        }
+        _ => {
+            let when = if listed.start_secs > 0.0 {
+                format!(", started at {:.0} s", listed.start_secs)
+            } else {
+                String::new()
+            };
+            let text = format!("{}: {ended}{when}", crate::units::Shown::new(&listed.name));
+            let mut start = None;
+            ui.horizontal(|ui| {
+                if ui
+                    .small_button("rename")
+                    .on_hover_text(
+                        "Give this recording a name of your own (Enter keeps it, Esc leaves it)",
+                    )
+                    .clicked()
+                {
+                    start = Some((i, listed.name.clone()));
+                }
+                ui.add(egui::Label::new(text.as_str()).truncate())
+                    .on_hover_text(format!(
+                        "{text}\nran: {}",
+                        crate::units::Shown::new(&r.command)
+                    ));
+            });
+            (None, start)
+        }
     }
 }
