@@ -508,6 +508,44 @@ mod tests {
     }
 
     #[test]
+    fn a_gap_in_the_mlx_series_is_said_and_not_taken_for_host_memory() {
+        // The probe's figures stopped from 1 s to 4 s while RSS grew: the
+        // stretch is a gap (no figures), said; nothing there is called
+        // host memory, and what the fresh samples show stays true.
+        let samples = vec![
+            sample(0.0, 300 * MIB, Some((200 * MIB, 0))),
+            sample(1.0, 400 * MIB, Some((300 * MIB, 0))),
+            sample(2.0, 1500 * MIB, None),
+            sample(3.0, 1900 * MIB, None),
+            sample(4.0, 450 * MIB, Some((350 * MIB, 0))),
+        ];
+        let found = kinds(&recording(samples));
+        assert!(found.contains(&FindingKind::MlxGap), "{found:?}");
+        assert!(!found.contains(&FindingKind::HostCopies), "{found:?}");
+        let text = record_findings(&recording(vec![
+            sample(0.0, 300 * MIB, Some((200 * MIB, 0))),
+            sample(1.0, 400 * MIB, Some((300 * MIB, 0))),
+            sample(2.5, 900 * MIB, None),
+            sample(4.0, 450 * MIB, Some((350 * MIB, 0))),
+        ]))
+        .into_iter()
+        .find(|f| f.kind == FindingKind::MlxGap)
+        .expect("the gap")
+        .text;
+        assert!(
+            text.starts_with("MLX's figures are missing from 1.0 s to 4.0 s"),
+            "{text}"
+        );
+        // No gap: no such finding (figures only before the probe's first
+        // line are not a gap).
+        let clean = kinds(&recording(vec![
+            sample(0.0, 100 * MIB, None),
+            sample(1.0, 400 * MIB, Some((300 * MIB, 0))),
+        ]));
+        assert!(!clean.contains(&FindingKind::MlxGap), "{clean:?}");
+    }
+
+    #[test]
     fn files_held_open_at_the_peak_are_named() {
         let mut r = recording(vec![sample(5.0, 400 * MIB, None)]);
         let file = |n: u32| OpenFile {
