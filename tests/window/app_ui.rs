@@ -795,15 +795,12 @@ fn the_profiler_records_a_users_job_and_shows_what_it_did() {
     harness.get_by_label("Record a command…").click();
     harness.run();
 
-    let command = [python.as_path(), jobs.as_path()]
-        .iter()
-        .map(|p| shell_words::quote(&p.to_string_lossy()).into_owned())
-        .chain([
-            "keep".to_owned(),
-            shell_words::quote(&checkpoint.to_string_lossy()).into_owned(),
-        ])
-        .collect::<Vec<_>>()
-        .join(" ");
+    let command = crate::typed_line(&[
+        python.as_os_str(),
+        jobs.as_os_str(),
+        "keep".as_ref(),
+        checkpoint.as_os_str(),
+    ]);
     harness.get_by_label("Command line (run by sh -c)").focus();
     harness.run();
     harness

@@ -18,3 +18,43 @@ mod navigation;
 mod recording;
 mod recordings_list;
 mod snapshots;
+
+/// `app` in a harness `size` points big, its first frames run.
+fn window_of(
+    app: weightscope::app::WeightscopeApp,
+    size: egui::Vec2,
+) -> egui_kittest::Harness<'static, weightscope::app::WeightscopeApp> {
+    let mut harness = egui_kittest::Harness::builder()
+        .with_size(size)
+        .build_ui_state(
+            |ui, app: &mut weightscope::app::WeightscopeApp| app.ui(ui),
+            app,
+        );
+    harness.run();
+    harness
+}
+
+/// The window on the checkpoint at `path` (opened), `size` points big.
+fn window_on(
+    path: &std::path::Path,
+    size: egui::Vec2,
+) -> egui_kittest::Harness<'static, weightscope::app::WeightscopeApp> {
+    let mut app = weightscope::app::WeightscopeApp::new(
+        Some(path.to_path_buf()),
+        weightscope::mlx::default_device(),
+        || {},
+    )
+    .expect("worker");
+    app.wait_for_worker().expect("opened");
+    window_of(app, size)
+}
+
+/// A command line as a user types it into "Record a command…": each
+/// part quoted for `sh -c`.
+fn typed_line(parts: &[&std::ffi::OsStr]) -> String {
+    parts
+        .iter()
+        .map(|p| shell_words::quote(&p.to_string_lossy()).into_owned())
+        .collect::<Vec<_>>()
+        .join(" ")
+}

@@ -31,11 +31,7 @@ fn open(path: &std::path::Path) -> Harness<'static, WeightscopeApp> {
     // A preview budget of 1 MiB: the 2 MiB tensor is over it.
     app.execute(AppCommand::SetPreviewBudget(1 << 20));
     app.wait_for_worker().expect("budget set");
-    let mut harness = Harness::builder()
-        .with_size(egui::vec2(1400.0, 860.0))
-        .build_ui_state(|ui, app: &mut WeightscopeApp| app.ui(ui), app);
-    harness.run();
-    harness
+    crate::window_of(app, egui::vec2(1400.0, 860.0))
 }
 
 /// Two frames (the preview waits for the selection to rest; a step is a
@@ -143,12 +139,7 @@ fn at_800x500_the_profilers_graph_comes_first_and_the_table_keeps_its_rows() {
     let _lock = common::mlx_memory_lock();
     let dir = tempfile::tempdir().expect("tempdir");
     let demo = weightscope::weights::demo::ensure_demo(dir.path()).expect("demo");
-    let mut app = WeightscopeApp::new(Some(demo), mlx::default_device(), || {}).expect("worker");
-    app.wait_for_worker().expect("opened");
-    let mut harness = Harness::builder()
-        .with_size(egui::vec2(800.0, 500.0))
-        .build_ui_state(|ui, app: &mut WeightscopeApp| app.ui(ui), app);
-    harness.run();
+    let mut harness = crate::window_on(&demo, egui::vec2(800.0, 500.0));
     // The tensor table shows every row of the demo's 8 (the memory strip
     // keeps to its least).
     let rows = harness
@@ -267,10 +258,7 @@ fn the_zoom_and_the_theme_are_remembered() {
     .expect("worker");
     app.wait_for_worker().expect("opened");
     app.set_settings(saved);
-    let mut again = Harness::builder()
-        .with_size(egui::vec2(1400.0, 860.0))
-        .build_ui_state(|ui, app: &mut WeightscopeApp| app.ui(ui), app);
-    again.run();
+    let again = crate::window_of(app, egui::vec2(1400.0, 860.0));
     assert!((again.ctx.zoom_factor() - 1.5).abs() < 1e-6);
     assert_eq!(
         again.ctx.options(|o| o.theme_preference),

@@ -7,14 +7,11 @@
 
 use crate::common;
 
-use egui_kittest::Harness;
 use egui_kittest::kittest::Queryable;
 use serde_json::Value;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use weightscope::app::WeightscopeApp;
 use weightscope::memory::Sample;
-use weightscope::mlx;
 use weightscope::weights::demo;
 
 const MIB: u64 = 1 << 20;
@@ -125,25 +122,17 @@ fn a_job_recorded_from_the_window_under_load_equals_the_clis_recording() {
 
     // The window: the line typed into "Record a command…" (run by sh -c).
     let demo = demo::ensure_demo(&dir.path().join("demo")).expect("demo");
-    let mut app = WeightscopeApp::new(Some(demo), mlx::default_device(), || {}).expect("worker");
-    app.wait_for_worker().expect("opened");
-    let mut harness = Harness::builder()
-        .with_size(egui::vec2(1400.0, 860.0))
-        .build_ui_state(|ui, app: &mut WeightscopeApp| app.ui(ui), app);
-    harness.run();
+    let mut harness = crate::window_on(&demo, egui::vec2(1400.0, 860.0));
     harness.key_press_modifiers(egui::Modifiers::COMMAND, egui::Key::Num2);
     harness.run();
     harness.get_by_label("Record a command…").click();
     harness.run();
-    let line = [python.as_path(), jobs.as_path()]
-        .iter()
-        .map(|p| shell_words::quote(&p.to_string_lossy()).into_owned())
-        .chain([
-            "keep".to_owned(),
-            shell_words::quote(&checkpoint.to_string_lossy()).into_owned(),
-        ])
-        .collect::<Vec<_>>()
-        .join(" ");
+    let line = crate::typed_line(&[
+        python.as_os_str(),
+        jobs.as_os_str(),
+        "keep".as_ref(),
+        checkpoint.as_os_str(),
+    ]);
     harness.get_by_label("Command line (run by sh -c)").focus();
     harness.run();
     harness

@@ -9,7 +9,6 @@ use crate::common;
 use egui_kittest::Harness;
 use egui_kittest::kittest::{NodeT, Queryable};
 use weightscope::app::{AppCommand, WeightscopeApp};
-use weightscope::mlx;
 use weightscope::profile::record::{JobSpec, Target};
 use weightscope::weights::demo;
 
@@ -31,12 +30,7 @@ fn recordings_are_named_by_what_was_typed_and_show_keeps_the_list_and_overlays()
     let _lock = common::mlx_memory_lock();
     let dir = tempfile::tempdir().expect("tempdir");
     let demo = demo::ensure_demo(dir.path()).expect("demo");
-    let mut app = WeightscopeApp::new(Some(demo), mlx::default_device(), || {}).expect("worker");
-    app.wait_for_worker().expect("opened");
-    let mut harness = Harness::builder()
-        .with_size(egui::vec2(1400.0, 900.0))
-        .build_ui_state(|ui, app: &mut WeightscopeApp| app.ui(ui), app);
-    harness.run();
+    let mut harness = crate::window_on(&demo, egui::vec2(1400.0, 900.0));
     harness.key_press_modifiers(egui::Modifiers::COMMAND, egui::Key::Num2);
     harness.run();
     // A walk, overlaid.
