@@ -801,14 +801,7 @@ fn the_profiler_records_a_users_job_and_shows_what_it_did() {
         "keep".as_ref(),
         checkpoint.as_os_str(),
     ]);
-    harness.get_by_label("Command line (run by sh -c)").focus();
-    harness.run();
-    harness
-        .get_by_label("Command line (run by sh -c)")
-        .type_text(&command);
-    harness.run();
-    harness.get_by_label("Start").click();
-    harness.step();
+    crate::start_in_form(&mut harness, &command);
     assert!(harness.state().is_recording());
     harness.step();
     harness.get_by_label_contains("recording `");

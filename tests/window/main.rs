@@ -58,3 +58,20 @@ fn typed_line(parts: &[&std::ffi::OsStr]) -> String {
         .collect::<Vec<_>>()
         .join(" ")
 }
+
+/// Types `line` into the open "Record a command…" form and presses Start
+/// (one frame stepped: the recording has begun).
+fn start_in_form(
+    harness: &mut egui_kittest::Harness<'static, weightscope::app::WeightscopeApp>,
+    line: &str,
+) {
+    use egui_kittest::kittest::Queryable;
+    harness.get_by_label("Command line (run by sh -c)").focus();
+    harness.run();
+    harness
+        .get_by_label("Command line (run by sh -c)")
+        .type_text(line);
+    harness.run();
+    harness.get_by_label("Start").click();
+    harness.step();
+}

@@ -133,14 +133,7 @@ fn a_job_recorded_from_the_window_under_load_equals_the_clis_recording() {
         "keep".as_ref(),
         checkpoint.as_os_str(),
     ]);
-    harness.get_by_label("Command line (run by sh -c)").focus();
-    harness.run();
-    harness
-        .get_by_label("Command line (run by sh -c)")
-        .type_text(&line);
-    harness.run();
-    harness.get_by_label("Start").click();
-    harness.step();
+    crate::start_in_form(&mut harness, &line);
     assert!(harness.state_mut().wait_for_recording());
     drop(hogs);
     let (window, window_findings) = harness.state().last_recording().expect("a recording");
