@@ -182,14 +182,18 @@ def _file_name(file):
     try:
         if kind is str or kind is bytes:
             return os.path.abspath(os.fsdecode(file))
-        pathlib = sys.modules.get("pathlib")
-        if pathlib is not None and kind in (
-            getattr(pathlib, "PosixPath", None),
-            getattr(pathlib, "PurePosixPath", None),
-            getattr(pathlib, "WindowsPath", None),
-            getattr(pathlib, "PureWindowsPath", None),
-        ):
-            return os.path.abspath(pathlib.PurePath.__fspath__(file))
+        # pathlib's own types, read from its module's namespace through
+        # the module type's slot (never a lookup that could run the job's
+        # code: sys.modules or the module itself may be the job's objects).
+        modules = sys.modules
+        pathlib = dict.get(modules, "pathlib") if type(modules) is dict else None
+        space = _module_dict(pathlib) if type(pathlib) is type(sys) else None
+        if type(space) is dict:
+            own = [dict.get(space, n) for n in ("PosixPath", "PurePosixPath", "WindowsPath", "PureWindowsPath")]
+            pure = dict.get(space, "PurePath")
+            # `is`, never `in`: a metaclass's __eq__ is the job's code.
+            if any(kind is t for t in own) and type(pure) is type and issubclass(kind, pure):
+                return os.path.abspath(pure.__fspath__(file))
     except (TypeError, ValueError):
         pass
     return "<%s object>" % _type_name(file)

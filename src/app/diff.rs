@@ -51,7 +51,7 @@ pub(super) struct DiffPanel {
     /// The opened row.
     detail: Detail,
     /// Heatmap textures of opened rows.
-    textures: HashMap<String, egui::TextureHandle>,
+    textures: super::inspector::Heatmaps,
     /// Counts rows opened: part of the textures' keys.
     opened: u64,
     /// The error heatmap's cells: mean or largest |a - b|.
@@ -820,7 +820,7 @@ fn pair_ui(
     ui: &mut egui::Ui,
     d: &PairDetail,
     (opened, pooling): (u64, &mut super::inspector::Pooling),
-    textures: &mut HashMap<String, egui::TextureHandle>,
+    textures: &mut super::inspector::Heatmaps,
 ) {
     ui.label(
         egui::RichText::new(Shown::new(&d.name))

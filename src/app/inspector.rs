@@ -36,7 +36,7 @@ pub(super) struct InspectorPanel {
     /// Heatmap textures keyed by preview (its generation), tensor and kind:
     /// a new preview, of a new checkpoint or view above all, can never show
     /// an old one's picture.
-    heatmap_texture: HashMap<String, egui::TextureHandle>,
+    heatmap_texture: Heatmaps,
     /// Counts previews shown: part of the heatmap textures' keys.
     preview_generation: u64,
     /// The values heatmap's cells: each block's mean, or its largest
@@ -316,6 +316,55 @@ impl InspectorPanel {
     }
 }
 
+/// The values heatmap: its cells' pooling, the clip choice, the map and
+/// the button that opens it large.
+fn values_heatmap_ui(
+    ui: &mut egui::Ui,
+    p: &TensorPreview,
+    mean: &Heatmap,
+    (generation, look): (u64, &mut Look<'_>),
+    texture: &mut Heatmaps,
+) {
+    let pooling = &mut *look.pooling;
+    ui.separator();
+    let largest = p.values.heatmap_max_abs.as_ref();
+    ui.horizontal_wrapped(|ui| {
+        ui.label("Cells:");
+        ui.selectable_value(pooling, Pooling::Mean, "mean")
+            .on_hover_text("Each cell the mean of its block (signed)");
+        ui.add_enabled_ui(largest.is_some(), |ui| {
+            ui.selectable_value(pooling, Pooling::MaxAbs, "max |x|")
+                .on_hover_text("Each cell the largest |value| of its block: outliers show");
+        });
+    });
+    let (heatmap, what, key) = match (*pooling, largest) {
+        (Pooling::MaxAbs, Some(m)) => (m, "the largest |value|", "max-abs"),
+        _ => (mean, "the mean", "mean"),
+    };
+    ui.label(format!(
+        "Heatmap ({} x {} cells, each {what} of {} x {} values)",
+        heatmap.rows, heatmap.cols, heatmap.row_step, heatmap.col_step
+    ));
+    let name = format!("{generation}:{}#values-{key}", p.name);
+    if let Some(drawn) = painted(ui, heatmap, &name, texture, *look.clip) {
+        let extents = (drawn.whole_extent, drawn.clipped_extent);
+        heatmap_look_ui(ui, extents, look.clip);
+    }
+    heatmap_with(
+        ui,
+        heatmap,
+        &name,
+        texture,
+        HeatmapLook {
+            clip: *look.clip,
+            max_side: 400.0,
+        },
+    );
+    if ui.small_button("Open the heatmap large").clicked() {
+        *look.large = Some(Large::Heatmap);
+    }
+}
+
 /// The summary as plain text (what "Copy" puts on the clipboard).
 fn summary_text(p: &TensorPreview) -> String {
     let s = &p.values.stats;
@@ -377,9 +426,8 @@ fn preview_ui(
     ui: &mut egui::Ui,
     p: &TensorPreview,
     (generation, look): (u64, &mut Look<'_>),
-    texture: &mut HashMap<String, egui::TextureHandle>,
+    texture: &mut Heatmaps,
 ) {
-    let pooling = &mut *look.pooling;
     ui.label(
         egui::RichText::new(Shown::new(&p.name))
             .monospace()
@@ -428,39 +476,7 @@ fn preview_ui(
     }
 
     if let Some(mean) = &p.values.heatmap {
-        ui.separator();
-        let largest = p.values.heatmap_max_abs.as_ref();
-        ui.horizontal_wrapped(|ui| {
-            ui.label("Cells:");
-            ui.selectable_value(pooling, Pooling::Mean, "mean")
-                .on_hover_text("Each cell the mean of its block (signed)");
-            ui.add_enabled_ui(largest.is_some(), |ui| {
-                ui.selectable_value(pooling, Pooling::MaxAbs, "max |x|")
-                    .on_hover_text("Each cell the largest |value| of its block: outliers show");
-            });
-        });
-        let (heatmap, what, key) = match (*pooling, largest) {
-            (Pooling::MaxAbs, Some(m)) => (m, "the largest |value|", "max-abs"),
-            _ => (mean, "the mean", "mean"),
-        };
-        ui.label(format!(
-            "Heatmap ({} x {} cells, each {what} of {} x {} values)",
-            heatmap.rows, heatmap.cols, heatmap.row_step, heatmap.col_step
-        ));
-        heatmap_look_ui(ui, heatmap, look.clip);
-        heatmap_with(
-            ui,
-            heatmap,
-            &format!("{generation}:{}#values-{key}", p.name),
-            texture,
-            HeatmapLook {
-                clip: *look.clip,
-                max_side: 400.0,
-            },
-        );
-        if ui.small_button("Open the heatmap large").clicked() {
-            *look.large = Some(Large::Heatmap);
-        }
+        values_heatmap_ui(ui, p, mean, (generation, look), texture);
     }
     quant_maps_ui(ui, p, generation, texture);
 
@@ -736,12 +752,7 @@ fn sequential(t: f32) -> egui::Color32 {
 
 /// Heatmaps of a quantized weight's per-group scales (decoded) and biases,
 /// or of an FP8 weight's block scales.
-fn quant_maps_ui(
-    ui: &mut egui::Ui,
-    p: &TensorPreview,
-    generation: u64,
-    texture: &mut HashMap<String, egui::TextureHandle>,
-) {
+fn quant_maps_ui(ui: &mut egui::Ui, p: &TensorPreview, generation: u64, texture: &mut Heatmaps) {
     let Some(maps) = &p.quant_maps else {
         return;
     };
@@ -769,14 +780,22 @@ fn quant_maps_ui(
     }
 }
 
-pub(super) fn heatmap_ui(
-    ui: &mut egui::Ui,
-    heatmap: &Heatmap,
-    name: &str,
-    cache: &mut HashMap<String, egui::TextureHandle>,
-) {
+pub(super) fn heatmap_ui(ui: &mut egui::Ui, heatmap: &Heatmap, name: &str, cache: &mut Heatmaps) {
     heatmap_with(ui, heatmap, name, cache, HeatmapLook::default());
 }
+
+/// A heatmap drawn once: its texture and its colour scale, with the
+/// extents of its whole and its clipped scales (each computed once, never
+/// per frame: the clipped one is a selection over 262k cells).
+pub(super) struct Painted {
+    texture: egui::TextureHandle,
+    scale: ColourScale,
+    whole_extent: f32,
+    clipped_extent: f32,
+}
+
+/// The heatmaps drawn, by preview, tensor and kind.
+pub(super) type Heatmaps = HashMap<String, Painted>;
 
 /// How big a heatmap is drawn, and whether its colours are clipped.
 #[derive(Debug, Clone, Copy)]
@@ -798,21 +817,57 @@ impl Default for HeatmapLook {
 
 /// The clip choice under a heatmap, and a word when an outlier sets its
 /// scale (most cells then look white).
-fn heatmap_look_ui(ui: &mut egui::Ui, heatmap: &Heatmap, clip: &mut bool) {
-    let whole = ColourScale::for_values(&heatmap.values);
-    let clipped = ColourScale::clipped(&heatmap.values);
+fn heatmap_look_ui(ui: &mut egui::Ui, (whole, clipped): (f32, f32), clip: &mut bool) {
     ui.checkbox(clip, "Clip colours to the 1st-99th percentile")
         .on_hover_text("The colour scale over the 1st to 99th percentile of the cells: an outlier no longer whitens the rest; cells beyond are drawn at the ends");
-    if !*clip && whole.extent() > 10.0 * clipped.extent() {
+    if !*clip && whole > 10.0 * clipped {
         ui.colored_label(
             ui.visuals().warn_fg_color,
             format!(
-                "An outlier sets the colours: 98 % of the cells are within {:.3e} of {:.3e}; clip to see them.",
-                clipped.extent(),
-                whole.extent()
+                "An outlier sets the colours: 98 % of the cells are within {clipped:.3e} of {whole:.3e}; clip to see them."
             ),
         );
     }
+}
+
+/// The heatmap `name` drawn as `clip` says, built on first use and kept.
+fn painted<'a>(
+    ui: &egui::Ui,
+    heatmap: &Heatmap,
+    name: &str,
+    cache: &'a mut Heatmaps,
+    clip: bool,
+) -> Option<&'a Painted> {
+    let name = &format!("{name}{}", if clip { "#clipped" } else { "" });
+    // Built once per preview and kept: uploading 512 x 512 texels (and
+    // choosing their scale) every frame would cost more than the rest of
+    // the window.
+    if !cache.contains_key(name) {
+        // A few previews' maps at most: older textures are dropped.
+        if cache.len() >= 6 {
+            cache.clear();
+        }
+        let whole = ColourScale::for_values(&heatmap.values);
+        let clipped = ColourScale::clipped(&heatmap.values);
+        let scale = if clip { clipped } else { whole };
+        let pixels: Vec<egui::Color32> = heatmap.values.iter().map(|&v| scale.colour(v)).collect();
+        let image = egui::ColorImage::new([heatmap.cols, heatmap.rows], pixels);
+        let texture = ui.ctx().load_texture(
+            format!("heatmap:{name}"),
+            image,
+            egui::TextureOptions::NEAREST,
+        );
+        cache.insert(
+            name.to_owned(),
+            Painted {
+                texture,
+                scale,
+                whole_extent: whole.extent(),
+                clipped_extent: clipped.extent(),
+            },
+        );
+    }
+    cache.get(name)
 }
 
 /// [`heatmap_ui`] as `look` says: with ticks of the rows and columns the
@@ -821,34 +876,13 @@ pub(super) fn heatmap_with(
     ui: &mut egui::Ui,
     heatmap: &Heatmap,
     name: &str,
-    cache: &mut HashMap<String, egui::TextureHandle>,
+    cache: &mut Heatmaps,
     look: HeatmapLook,
 ) {
-    let scale = if look.clip {
-        ColourScale::clipped(&heatmap.values)
-    } else {
-        ColourScale::for_values(&heatmap.values)
-    };
-    let name = &format!("{name}{}", if look.clip { "#clipped" } else { "" });
-    // Built once per preview and kept: uploading 512 x 512 texels every frame
-    // would cost more than the rest of the window.
-    if !cache.contains_key(name) {
-        // A few previews' maps at most: older textures are dropped.
-        if cache.len() >= 6 {
-            cache.clear();
-        }
-        let pixels: Vec<egui::Color32> = heatmap.values.iter().map(|&v| scale.colour(v)).collect();
-        let image = egui::ColorImage::new([heatmap.cols, heatmap.rows], pixels);
-        let handle = ui.ctx().load_texture(
-            format!("heatmap:{name}"),
-            image,
-            egui::TextureOptions::NEAREST,
-        );
-        cache.insert(name.to_owned(), handle);
-    }
-    let Some(texture) = cache.get(name) else {
+    let Some(drawn) = painted(ui, heatmap, name, cache, look.clip) else {
         return;
     };
+    let (texture, scale) = (drawn.texture.clone(), drawn.scale);
     // Row ticks at the left, column ticks under it.
     let font = egui::TextStyle::Small.resolve(ui.style());
     let rows_total = heatmap.rows * heatmap.row_step;

@@ -498,7 +498,12 @@ impl TensorsPanel {
         let mut action = self.toolbar_ui(ui, checkpoint);
         self.view_summary_ui(ui, checkpoint);
         if let Some(error) = &self.regex_error {
-            ui.colored_label(ui.visuals().error_fg_color, format!("regex: {error}"));
+            // The error quotes what was typed: shown escaped.
+            let what = if self.regex { "regex" } else { "filter" };
+            ui.colored_label(
+                ui.visuals().error_fg_color,
+                format!("{what}: {}", crate::units::Shown::new(error)),
+            );
         }
         ui.separator();
         action = action.or(self.keyboard(ui, checkpoint));
@@ -1101,11 +1106,8 @@ impl TensorsPanel {
         selected: bool,
     ) -> bool {
         let t = checkpoint.tensors().at(i);
-        let font = egui::TextStyle::Monospace.resolve(ui.style());
-        let char_width = ui.fonts_mut(|f| f.glyph_width(&font, 'm')).max(1.0);
         let room = ui.available_width() - 2.0 * ui.spacing().button_padding.x;
-        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-        let fits = (room / char_width).floor().max(8.0) as usize;
+        let fits = super::widgets::monospace_chars(ui, room);
         let (canonical, stored) = self.row_names(checkpoint, i);
         let shown = shown_names(&canonical, stored.as_deref(), fits);
         let button = egui::Button::selectable(selected, egui::RichText::new(shown).monospace());
