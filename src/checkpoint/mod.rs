@@ -15,11 +15,13 @@ pub mod gguf;
 pub(crate) mod gguf_checkpoint;
 pub(crate) mod header;
 pub(crate) mod index;
+pub mod pytorch;
 pub mod query;
 mod scan;
 mod source;
 mod summary;
 pub(crate) mod table;
+pub mod torch_checkpoint;
 pub mod viewfile;
 
 pub use config::{
@@ -119,6 +121,11 @@ pub struct Checkpoint {
     ggml: Option<std::sync::Arc<[gguf::GgmlType]>>,
     /// A GGUF file's header.
     gguf: Option<std::sync::Arc<gguf::GgufHeader>>,
+    /// PyTorch files' strides, storages and pickle globals.
+    torch: Option<std::sync::Arc<torch_checkpoint::TorchSide>>,
+    /// Files of the folder that were not read because another format's
+    /// files were (a `pytorch_model.bin` beside the safetensors).
+    pub(crate) not_read: Vec<String>,
     /// The FP8 block the shapes say (see [`Checkpoint::fp8_shape_blocks`]),
     /// found once when first asked.
     fp8_blocks: std::sync::OnceLock<summary::Fp8ShapeBlocks>,
@@ -154,6 +161,8 @@ impl Checkpoint {
             Self::open_folder(path, report)
         } else if gguf::is_gguf(path) {
             Self::open_gguf(path)
+        } else if pytorch::is_torch(path) {
+            Self::open_torch(path)
         } else {
             let file = path.file_name().map_or_else(
                 || path.display().to_string(),
@@ -180,6 +189,7 @@ impl Checkpoint {
         let entries = std::fs::read_dir(dir).map_err(|e| CheckpointError::unreadable(dir, &e))?;
         let mut shard_files = Vec::new();
         let mut index_files = Vec::new();
+        let mut torch_files = Vec::new();
         for entry in entries {
             let entry = entry.map_err(|e| CheckpointError::unreadable(dir, &e))?;
             let name = entry.file_name().to_string_lossy().into_owned();
@@ -187,10 +197,16 @@ impl Checkpoint {
                 index_files.push(name);
             } else if name.ends_with(".safetensors") {
                 shard_files.push(name);
+            } else if name.ends_with(".bin.index.json") || torch_checkpoint::is_torch_name(&name) {
+                torch_files.push(name);
             }
         }
         index_files.sort_unstable();
         shard_files.sort_unstable();
+        torch_files.sort_unstable();
+        if index_files.is_empty() && shard_files.is_empty() && !torch_files.is_empty() {
+            return Self::open_torch_folder(dir, torch_files, report);
+        }
         let mut checkpoint = if let Some(index_name) = index_files.first() {
             let index_path = dir.join(index_name);
             require_regular(&index_path)?;
@@ -261,6 +277,10 @@ impl Checkpoint {
                 .collect();
             Self::assemble(dir.to_path_buf(), Layout::Folder, files, Vec::new(), report)
         };
+        checkpoint.not_read = torch_files
+            .into_iter()
+            .filter(|n| !n.ends_with(".index.json"))
+            .collect();
         checkpoint.read_config(&dir.join("config.json"));
         Ok(checkpoint)
     }
@@ -357,6 +377,8 @@ impl Checkpoint {
             remote: None,
             ggml: None,
             gguf: None,
+            torch: None,
+            not_read: Vec::new(),
             fp8_blocks: std::sync::OnceLock::new(),
         };
         (checkpoint, digests)

@@ -315,7 +315,13 @@ impl Summary {
         for part in parts {
             all.merge(part);
         }
-        let total_bytes = all.total_bytes;
+        // Torch files hold whole storages (a slice's storage whole): their
+        // bytes are the storages', each once.
+        let total_bytes = if checkpoint.is_torch() {
+            checkpoint.shards().iter().map(|s| s.data_bytes).sum()
+        } else {
+            all.total_bytes
+        };
         let params_by_dtype: BTreeMap<Dtype, u64> = Dtype::ALL
             .into_iter()
             .filter(|&d| all.per_dtype[d as usize] > 0)
@@ -388,6 +394,14 @@ impl Counts {
         let mut counts = Self::default();
         let mut partners = Partners::default();
         for t in tensors.iter_range(range) {
+            // A torch tensor on another's storage (a tied weight, a view)
+            // holds no bytes or parameters of its own: counted once.
+            if checkpoint
+                .torch_tensor_at(t.position())
+                .is_some_and(|at| at.tied_to.is_some())
+            {
+                continue;
+            }
             match checkpoint.ggml_block_at(t.position()) {
                 Some(kind) => *counts.per_ggml.entry(kind.name).or_default() += t.elements(),
                 None => counts.per_dtype[t.dtype() as usize] += t.elements(),

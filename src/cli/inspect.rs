@@ -101,6 +101,75 @@ struct JsonInspect<'a> {
     /// `inspect --filter`: the query and how many tensors `tensors` lists.
     #[serde(skip_serializing_if = "Option::is_none")]
     filter: Option<JsonFilter<'a>>,
+    /// What only PyTorch files have: each file's pickle and format.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pytorch: Option<JsonTorch<'a>>,
+    /// Files of the folder not read because another format's were.
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    not_read: &'a [String],
+}
+
+/// `pytorch` in the JSON.
+#[derive(Serialize)]
+struct JsonTorch<'a> {
+    pickle: JsonPickle<'a>,
+    files: Vec<JsonTorchFile<'a>>,
+}
+
+/// The pickles' verdict: the worst class of any global any file imports.
+#[derive(Serialize)]
+struct JsonPickle<'a> {
+    verdict: crate::checkpoint::pytorch::Safety,
+    /// Every global imported, each once: `module.name`.
+    globals: Vec<&'a str>,
+    /// The globals that are not innocuous, with their class, worst first.
+    flagged: Vec<crate::checkpoint::pytorch::Imported>,
+}
+
+#[derive(Serialize)]
+struct JsonTorchFile<'a> {
+    file: &'a str,
+    format: &'static str,
+    verdict: crate::checkpoint::pytorch::Safety,
+    pickle_bytes: u64,
+    storages: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    version: Option<&'a str>,
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    skipped: &'a [String],
+}
+
+fn json_torch(checkpoint: &Checkpoint) -> Option<JsonTorch<'_>> {
+    let (verdict, flagged) = checkpoint.torch_verdict()?;
+    let mut globals: Vec<&str> = Vec::new();
+    let mut files = Vec::new();
+    for (k, shard) in checkpoint.shards().iter().enumerate() {
+        let Some(torch) = checkpoint.torch_shard(crate::checkpoint::ShardId(k)) else {
+            continue;
+        };
+        for g in &torch.globals {
+            if !globals.contains(&g.global.as_str()) {
+                globals.push(&g.global);
+            }
+        }
+        files.push(JsonTorchFile {
+            file: &shard.file,
+            format: torch.format.name(),
+            verdict: torch.verdict(),
+            pickle_bytes: torch.pickle_bytes,
+            storages: torch.storages.len(),
+            version: torch.version.as_deref(),
+            skipped: &torch.skipped,
+        });
+    }
+    Some(JsonTorch {
+        pickle: JsonPickle {
+            verdict,
+            globals,
+            flagged,
+        },
+        files,
+    })
 }
 
 fn layout_name(layout: &Layout) -> &'static str {
@@ -209,7 +278,11 @@ pub fn write_json_kept(
         inferred: q.tensors.iter().any(|t| t.inferred),
     });
     let doc = JsonInspect {
-        format: "safetensors",
+        format: if checkpoint.is_torch() {
+            "pytorch"
+        } else {
+            "safetensors"
+        },
         path: crate::units::location_data(&checkpoint.root().to_string_lossy()),
         commit: checkpoint
             .remote()
@@ -267,6 +340,8 @@ pub fn write_json_kept(
             query: &k.text,
             matched: k.keep.iter().filter(|&&b| b).count(),
         }),
+        pytorch: json_torch(checkpoint),
+        not_read: checkpoint.not_read(),
     };
     // The summary object, then `"tensors": [...]` spliced in before its
     // closing brace: the 90k-entry list is serialized on every core.
@@ -330,6 +405,9 @@ fn write_tensor_list(
             push_tensor(buf, t, &shard_names[t.shard().index()], &mut recent);
             if let Some(role) = roles.get(first + i) {
                 push_role(buf, role, t, checkpoint, summary, &mut recent);
+            }
+            if let Some(at) = checkpoint.torch_tensor_at(first + i) {
+                push_torch(buf, at, checkpoint);
             }
             buf.push(b'}');
         }
@@ -564,6 +642,95 @@ fn push_tensor<'a>(
     buf.extend_from_slice(shard_name);
 }
 
+/// The lines only PyTorch files have: the format, the pickle's verdict
+/// with every global that is not innocuous, the tensors on another's
+/// storage; and files of the folder that were not read.
+fn write_torch(checkpoint: &Checkpoint, out: &mut impl Write) -> io::Result<()> {
+    for file in checkpoint.not_read() {
+        writeln!(
+            out,
+            "not read     {} (the safetensors files are read, as transformers reads them)",
+            Shown::new(file)
+        )?;
+    }
+    let Some((verdict, flagged)) = checkpoint.torch_verdict() else {
+        return Ok(());
+    };
+    let formats: std::collections::BTreeSet<&str> = (0..checkpoint.shards().len())
+        .filter_map(|k| checkpoint.torch_shard(crate::checkpoint::ShardId(k)))
+        .map(|t| t.format.name())
+        .collect();
+    let formats: Vec<&str> = formats.into_iter().collect();
+    writeln!(
+        out,
+        "format       pytorch ({}), read without running its pickle",
+        formats.join(", ")
+    )?;
+    if flagged.is_empty() {
+        writeln!(
+            out,
+            "pickle       {}: every global it imports is one the reader understands",
+            verdict.name()
+        )?;
+    }
+    for g in &flagged {
+        writeln!(
+            out,
+            "pickle       {}: imports `{}` (never called here; torch.load would call it)",
+            g.safety.name(),
+            Shown::new(&g.global)
+        )?;
+    }
+    let tensors = checkpoint.tensors();
+    let mut tied = 0;
+    for t in tensors.iter() {
+        let Some(at) = checkpoint.torch_tensor_at(t.position()) else {
+            continue;
+        };
+        let Some(other) = at.tied_to.and_then(|i| tensors.get(i)) else {
+            continue;
+        };
+        tied += 1;
+        if tied <= 20 {
+            let how = if at.same_view {
+                "tied to"
+            } else {
+                "a view of the storage of"
+            };
+            writeln!(
+                out,
+                "shared       {} is {how} {} (counted once)",
+                Shown::new(t.name()),
+                Shown::new(other.name())
+            )?;
+        }
+    }
+    if tied > 20 {
+        writeln!(out, "shared       and {} more", tied - 20)?;
+    }
+    Ok(())
+}
+
+/// A torch tensor's `,"tied_to":..,"storage":{..}` (its storage key,
+/// element offset and strides).
+fn push_torch(
+    buf: &mut Vec<u8>,
+    at: &crate::checkpoint::torch_checkpoint::TorchAt,
+    checkpoint: &Checkpoint,
+) {
+    if let Some(other) = at.tied_to.and_then(|i| checkpoint.tensors().get(i)) {
+        buf.extend_from_slice(b",\"tied_to\":");
+        push_name(buf, other);
+    }
+    buf.extend_from_slice(b",\"storage\":{\"key\":");
+    push_json_str(buf, &at.storage_key);
+    buf.extend_from_slice(b",\"offset\":");
+    buf.extend_from_slice(itoa::Buffer::new().format(at.offset).as_bytes());
+    buf.extend_from_slice(b",\"stride\":");
+    push_naturals(buf, &at.stride);
+    buf.push(b'}');
+}
+
 /// `values` as a JSON array, as `serde_json` writes one.
 fn push_naturals(buf: &mut Vec<u8>, values: &[u64]) {
     let mut digits = itoa::Buffer::new();
@@ -667,6 +834,7 @@ pub fn write_text_kept(
         summary.bits_per_weight
     )?;
     write_encodings(summary, out)?;
+    write_torch(checkpoint, out)?;
     for (key, value) in checkpoint.metadata() {
         writeln!(out, "metadata     {key} = {value}")?;
     }

@@ -46,6 +46,9 @@ pub struct Stored {
     /// An axis of the tensor that no MLX array can have (over 2^31-1):
     /// asking for it is an error naming it.
     pub oversized_axis: Option<u64>,
+    /// A view of the bytes (a PyTorch tensor's strides): its elements are
+    /// gathered from `bytes` into row-major order before MLX sees them.
+    pub strided: Option<crate::checkpoint::pytorch::Strided>,
 }
 
 struct Through {
@@ -127,6 +130,12 @@ impl ShardMap {
                 stored.bytes.end - stored.bytes.start
             )));
         }
+        let bytes = match &stored.strided {
+            Some(view) => view
+                .gather(&bytes)
+                .ok_or_else(|| failed(format!("{name}: its strides reach past its bytes")))?,
+            None => bytes,
+        };
         // The bytes in the tensor's own shape, its last axis counted in
         // bytes (an axis of MLX's is an i32; a tensor of over 2^31 bytes,
         // a stack of experts, fits as long as each axis does).

@@ -84,6 +84,33 @@ fn through_dtype(dtype: Dtype) -> Result<crate::mlx::Dtype, &'static str> {
     }
 }
 
+/// A torch tensor's bytes: the span of its storage its elements reach,
+/// and, for a view (a transposed weight, a column slice), its strides.
+fn torch_view(
+    checkpoint: &Checkpoint,
+    t: crate::checkpoint::TensorRef<'_>,
+) -> Option<(
+    std::ops::Range<u64>,
+    Option<crate::checkpoint::pytorch::Strided>,
+)> {
+    let at = checkpoint.torch_tensor_at(t.position())?;
+    let item = t.dtype().bits().div_ceil(8);
+    if at.contiguous {
+        return None;
+    }
+    let view = crate::checkpoint::pytorch::Strided {
+        item_bytes: item,
+        shape: t.shape().to_vec(),
+        stride: at.stride.clone(),
+    };
+    let (first, end) = view.reach(at.offset)?;
+    let span = at
+        .storage_file_offset
+        .checked_add(first.checked_mul(item)?)?
+        ..at.storage_file_offset.checked_add(end.checked_mul(item)?)?;
+    Some((span, Some(view)))
+}
+
 impl ShardLoader for MlxLoader {
     fn open_shard(
         &mut self,
@@ -98,7 +125,11 @@ impl ShardLoader for MlxLoader {
                 .iter_range(s.tensors.clone())
                 .any(|t| mlx_dtype(t.dtype()).is_none())
         };
-        if checkpoint.remote().is_none() && !checkpoint.is_gguf() && !refused() {
+        if checkpoint.remote().is_none()
+            && !checkpoint.is_gguf()
+            && !checkpoint.is_torch()
+            && !refused()
+        {
             return ShardMap::open(&s.path);
         }
         let start = s.data_start();
@@ -135,12 +166,15 @@ impl ShardLoader for MlxLoader {
                         .map(|&d| i32::try_from(d).unwrap_or(i32::MAX))
                         .collect()
                 };
+                let (bytes, strided) =
+                    torch_view(checkpoint, t).unwrap_or((start + a..start + b, None));
                 let stored = Stored {
                     dtype,
                     shape,
-                    bytes: start + a..start + b,
+                    bytes,
                     undecoded,
                     oversized_axis,
+                    strided,
                 };
                 (t.name().to_owned(), stored)
             })

@@ -1,0 +1,726 @@
+//! PyTorch checkpoints (`pytorch_model.bin`, `.pth`, `.pt`) read without
+//! running their pickle: the zip format `torch.save` writes since 1.6 and
+//! the legacy format before it.
+//!
+//! The pickle is read by [`pickle`], which calls nothing; the tensors it
+//! names are listed with their dtype (from the storage type), shape,
+//! strides and storage offset, and each storage's bytes are located in the
+//! file (a zip entry stored uncompressed, or the legacy file's storage
+//! section) so that a tensor's bytes are read in place, never inflated.
+//! Every global the pickle imports is listed with its class
+//! ([`verdict::Safety`]).
+
+pub mod pickle;
+pub mod verdict;
+
+use std::collections::BTreeMap;
+use std::io::Read as _;
+use std::path::Path;
+
+use pickle::{Persistent, Unpickled, Value};
+pub use verdict::Safety;
+
+use super::Dtype;
+
+/// The most bytes of pickle read from one file (a 90k-tensor state dict's
+/// `data.pkl` is about 10 MB).
+pub const MAX_PICKLE_BYTES: u64 = 256 << 20;
+/// At most this many non-tensor values kept as metadata.
+const MAX_METADATA: usize = 10_000;
+/// At most this deep a key path.
+const MAX_DEPTH: usize = 64;
+/// A metadata value is cut to this many characters.
+const MAX_VALUE_CHARS: usize = 200;
+
+/// The first bytes of a legacy `torch.save` file: a pickle of its magic
+/// number (protocol 2, `LONG1` of 0x1950a86a20f9469cfc6c).
+const LEGACY_MAGIC: &[u8] = b"\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19\x2e";
+
+/// Which of torch's two file formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TorchFormat {
+    /// A zip archive: `<name>/data.pkl`, `<name>/data/<key>`.
+    Zip,
+    /// Pickles and storages one after the other (before torch 1.6, or
+    /// `_use_new_zipfile_serialization=False`).
+    Legacy,
+}
+
+impl TorchFormat {
+    /// Its name in one word.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Zip => "zip",
+            Self::Legacy => "legacy",
+        }
+    }
+}
+
+/// Whether the file at `path` starts as a torch file (zip or legacy).
+#[must_use]
+pub fn is_torch(path: &Path) -> bool {
+    use std::os::unix::fs::FileExt as _;
+    let Ok((file, _)) = crate::files::open_regular(path) else {
+        return false;
+    };
+    let mut head = [0_u8; 15];
+    let Ok(n) = file.read_at(&mut head, 0) else {
+        return false;
+    };
+    starts_as_torch(head.get(..n).unwrap_or_default())
+}
+
+/// Whether `head` (a file's first bytes) is a zip's or a legacy torch
+/// file's start.
+#[must_use]
+pub fn starts_as_torch(head: &[u8]) -> bool {
+    head.starts_with(b"PK\x03\x04") || head.starts_with(LEGACY_MAGIC)
+}
+
+/// One global the pickle imports, with its class.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Imported {
+    /// `module.name`.
+    pub global: String,
+    /// Its class.
+    pub safety: Safety,
+}
+
+/// A storage: where its bytes are in the file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Storage {
+    /// Its key (`data/<key>` in the zip).
+    pub key: String,
+    /// Offset of its first byte in the file.
+    pub file_offset: u64,
+    /// Its bytes.
+    pub bytes: u64,
+}
+
+/// One tensor of a torch file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TorchTensor {
+    /// Its key path, joined by `.`.
+    pub name: String,
+    /// Its element type.
+    pub dtype: Dtype,
+    /// Its shape.
+    pub shape: Vec<u64>,
+    /// Its strides, in elements.
+    pub stride: Vec<u64>,
+    /// Elements of its storage before its first.
+    pub offset: u64,
+    /// Its storage, a position in [`TorchFile::storages`].
+    pub storage: usize,
+}
+
+impl TorchTensor {
+    /// Whether its elements are its storage's from `offset` in row-major
+    /// order (no view but a plain slice of the storage).
+    #[must_use]
+    pub fn contiguous(&self) -> bool {
+        let mut expected = 1_u64;
+        for (&d, &s) in self.shape.iter().zip(&self.stride).rev() {
+            if d != 1 && s != expected {
+                return false;
+            }
+            expected = expected.saturating_mul(d);
+        }
+        true
+    }
+
+    /// Elements it has.
+    #[must_use]
+    pub fn elements(&self) -> u64 {
+        self.shape.iter().product()
+    }
+
+    /// The storage elements it reaches: from its offset to one past its
+    /// last element (`None` when that overflows).
+    #[must_use]
+    pub fn reach(&self) -> Option<(u64, u64)> {
+        Strided {
+            item_bytes: 1,
+            shape: self.shape.clone(),
+            stride: self.stride.clone(),
+        }
+        .reach(self.offset)
+    }
+}
+
+/// A strided view of bytes: where each element of a tensor is, from the
+/// first byte of the span its elements reach.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Strided {
+    /// Bytes an element.
+    pub item_bytes: u64,
+    /// The tensor's shape.
+    pub shape: Vec<u64>,
+    /// Its strides, in elements.
+    pub stride: Vec<u64>,
+}
+
+impl Strided {
+    /// The storage elements a view from element `offset` reaches: its
+    /// first, and one past its last (`None` when that overflows).
+    #[must_use]
+    pub fn reach(&self, offset: u64) -> Option<(u64, u64)> {
+        if self.shape.contains(&0) {
+            return Some((offset, offset));
+        }
+        let last = self
+            .shape
+            .iter()
+            .zip(&self.stride)
+            .try_fold(0_u64, |acc, (&d, &s)| {
+                acc.checked_add((d - 1).checked_mul(s)?)
+            })?;
+        Some((offset, offset.checked_add(last)?.checked_add(1)?))
+    }
+
+    /// The elements of the view, in row-major order, gathered from `span`
+    /// (whose first byte is the view's first element); `None` when a
+    /// stride reaches past `span`.
+    #[must_use]
+    pub fn gather(&self, span: &[u8]) -> Option<Vec<u8>> {
+        let item = usize::try_from(self.item_bytes).ok()?;
+        let elements: u64 = self.shape.iter().product();
+        let mut out = Vec::with_capacity(usize::try_from(elements).ok()?.checked_mul(item)?);
+        if elements == 0 {
+            return Some(out);
+        }
+        let dims = self.shape.len();
+        let mut index = vec![0_u64; dims];
+        loop {
+            let at: u64 = index.iter().zip(&self.stride).map(|(i, s)| i * s).sum();
+            let start = usize::try_from(at).ok()?.checked_mul(item)?;
+            out.extend_from_slice(span.get(start..start.checked_add(item)?)?);
+            // The next index, last axis fastest.
+            let mut axis = dims;
+            loop {
+                if axis == 0 {
+                    return Some(out);
+                }
+                axis -= 1;
+                index[axis] += 1;
+                if index[axis] < self.shape[axis] {
+                    break;
+                }
+                index[axis] = 0;
+            }
+        }
+    }
+}
+
+/// A torch file read header-only: its tensors, its storages, its pickle's
+/// globals and the values that are not tensors.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TorchFile {
+    /// Zip or legacy.
+    pub format: TorchFormat,
+    /// Tensors in the order the pickle names them.
+    pub tensors: Vec<TorchTensor>,
+    /// Storages, each once.
+    pub storages: Vec<Storage>,
+    /// Every global the pickle imports, each once.
+    pub globals: Vec<Imported>,
+    /// Non-tensor values by key path (`epoch`, `lr`), cut to one line.
+    pub metadata: BTreeMap<String, String>,
+    /// Values that could not be listed, each said once (a tensor of an
+    /// unknown storage type, a call never made).
+    pub skipped: Vec<String>,
+    /// Bytes of the pickle.
+    pub pickle_bytes: u64,
+    /// The archive's `version` record, when it has one.
+    pub version: Option<String>,
+}
+
+impl TorchFile {
+    /// The worst class among the pickle's globals.
+    #[must_use]
+    pub fn verdict(&self) -> Safety {
+        self.globals
+            .iter()
+            .map(|g| g.safety)
+            .max()
+            .unwrap_or(Safety::Innocuous)
+    }
+
+    /// The globals that are not innocuous, worst first.
+    #[must_use]
+    pub fn unsafe_globals(&self) -> Vec<&Imported> {
+        let mut out: Vec<_> = self
+            .globals
+            .iter()
+            .filter(|g| g.safety != Safety::Innocuous)
+            .collect();
+        out.sort_by_key(|g| std::cmp::Reverse(g.safety));
+        out
+    }
+}
+
+/// Why a torch file cannot be read (one line; the caller names the file).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TorchError {
+    /// The file could not be read.
+    #[error("{0}")]
+    Io(String),
+    /// The zip archive is not one torch writes.
+    #[error("not a torch archive: {0}")]
+    Archive(String),
+    /// The pickle cannot be read.
+    #[error("its pickle cannot be read: {0}")]
+    Pickle(#[from] pickle::PickleError),
+    /// Big-endian tensor bytes.
+    #[error("its tensors are big-endian (byteorder `{0}`), which is not decoded")]
+    BigEndian(String),
+    /// A storage entry is compressed.
+    #[error(
+        "storage `{0}` is compressed in the archive; torch stores it uncompressed, and it is not inflated here"
+    )]
+    Compressed(String),
+    /// A storage the pickle names is not in the file, or is too short.
+    #[error("storage `{key}` {what}")]
+    Storage {
+        /// Its key.
+        key: String,
+        /// What is wrong.
+        what: String,
+    },
+    /// The pickle names no tensor and is not a state dict.
+    #[error("the pickle holds no tensor")]
+    NoTensor,
+}
+
+/// Reads the torch file at `path` (zip or legacy), header-only: the
+/// pickle, the archive's directory, the storages' places.
+///
+/// # Errors
+/// The file cannot be read, is no torch file, or its pickle or storages
+/// are malformed.
+pub fn read(path: &Path) -> Result<TorchFile, TorchError> {
+    let (file, meta) = crate::files::open_regular(path).map_err(|e| TorchError::Io(e.reason()))?;
+    let mut head = [0_u8; 15];
+    {
+        use std::os::unix::fs::FileExt as _;
+        let n = file
+            .read_at(&mut head, 0)
+            .map_err(|e| TorchError::Io(super::io_reason(&e)))?;
+        if n < 4 {
+            return Err(TorchError::Archive("too short".into()));
+        }
+    }
+    if head.starts_with(b"PK\x03\x04") {
+        read_zip(file, meta.len())
+    } else if head.starts_with(LEGACY_MAGIC) {
+        read_legacy(&file, meta.len())
+    } else {
+        Err(TorchError::Archive(
+            "neither a zip archive nor a legacy torch file".into(),
+        ))
+    }
+}
+
+fn read_zip(file: std::fs::File, file_bytes: u64) -> Result<TorchFile, TorchError> {
+    let archive_err = |e: zip::result::ZipError| TorchError::Archive(e.to_string());
+    let mut zip = zip::ZipArchive::new(std::io::BufReader::new(file)).map_err(archive_err)?;
+    // One top folder holds every record: `<name>/data.pkl`.
+    let pkl_name = zip
+        .file_names()
+        .filter_map(Result::ok)
+        .find(|n| n.ends_with("/data.pkl") && n.matches('/').count() == 1)
+        .map(|n| n.into_owned())
+        .ok_or_else(|| TorchError::Archive("no `<name>/data.pkl` record".into()))?;
+    let prefix = pkl_name.trim_end_matches("data.pkl").to_owned();
+    let read_record = |zip: &mut zip::ZipArchive<_>, name: &str, cap: u64| {
+        let Some(i) = zip.index_for_name(name) else {
+            return Ok(None);
+        };
+        let entry = zip.by_index_raw(i).map_err(archive_err)?;
+        if entry.compression() != zip::CompressionMethod::Stored {
+            return Err(TorchError::Compressed(name.to_owned()));
+        }
+        if entry.size() > cap {
+            return Err(TorchError::Archive(format!(
+                "record `{name}` is {} bytes, over the {cap}-byte cap",
+                entry.size()
+            )));
+        }
+        let mut bytes = Vec::new();
+        entry
+            .take(cap)
+            .read_to_end(&mut bytes)
+            .map_err(|e| TorchError::Io(super::io_reason(&e)))?;
+        Ok(Some(bytes))
+    };
+    if let Some(order) = read_record(&mut zip, &format!("{prefix}byteorder"), 64)? {
+        let order = String::from_utf8_lossy(&order).trim().to_owned();
+        if order != "little" {
+            return Err(TorchError::BigEndian(order));
+        }
+    }
+    let version = read_record(&mut zip, &format!("{prefix}version"), 64)?
+        .map(|v| String::from_utf8_lossy(&v).trim().to_owned());
+    let pkl = read_record(&mut zip, &pkl_name, MAX_PICKLE_BYTES)?.unwrap_or_default();
+    let unpickled = pickle::unpickle(&pkl, Persistent::Zip)?;
+    let mut listed = list(&unpickled);
+    let mut storages = Vec::with_capacity(listed.storages.len());
+    for (key, needed) in &listed.storages {
+        let name = format!("{prefix}data/{key}");
+        let i = zip
+            .index_for_name(&name)
+            .ok_or_else(|| TorchError::Storage {
+                key: key.clone(),
+                what: "is not in the archive".into(),
+            })?;
+        let entry = zip.by_index_raw(i).map_err(archive_err)?;
+        if entry.compression() != zip::CompressionMethod::Stored {
+            return Err(TorchError::Compressed(name));
+        }
+        let start = entry.data_start().ok_or_else(|| TorchError::Storage {
+            key: key.clone(),
+            what: "has no data offset".into(),
+        })?;
+        let bytes = entry.size();
+        if bytes < *needed || start.checked_add(bytes).is_none_or(|end| end > file_bytes) {
+            return Err(TorchError::Storage {
+                key: key.clone(),
+                what: format!(
+                    "is {bytes} bytes; its tensors need {needed} within the file's {file_bytes}"
+                ),
+            });
+        }
+        storages.push(Storage {
+            key: key.clone(),
+            file_offset: start,
+            bytes,
+        });
+    }
+    Ok(TorchFile {
+        format: TorchFormat::Zip,
+        tensors: std::mem::take(&mut listed.tensors),
+        storages,
+        globals: imported(&unpickled),
+        metadata: listed.metadata,
+        skipped: listed.skipped,
+        pickle_bytes: pkl.len() as u64,
+        version,
+    })
+}
+
+fn read_legacy(file: &std::fs::File, file_bytes: u64) -> Result<TorchFile, TorchError> {
+    use std::os::unix::fs::FileExt as _;
+    let io = |e: &std::io::Error| TorchError::Io(super::io_reason(e));
+    // The five pickles come first; their length is known only by reading
+    // them, so the head is read growing until they all parse.
+    let mut len = (1_u64 << 20).min(file_bytes);
+    let (pickles, head_end, head) = loop {
+        let mut head = vec![0_u8; usize::try_from(len).unwrap_or(usize::MAX)];
+        file.read_exact_at(&mut head, 0).map_err(|e| io(&e))?;
+        match legacy_pickles(&head) {
+            Ok((pickles, end)) => break (pickles, end, head),
+            Err(pickle::PickleError::Truncated(_) | pickle::PickleError::NoStop)
+                if len < file_bytes.min(MAX_PICKLE_BYTES) =>
+            {
+                len = (len * 4).min(file_bytes).min(MAX_PICKLE_BYTES);
+            }
+            Err(e) => return Err(e.into()),
+        }
+    };
+    drop(head);
+    let [_, _, sys_info, object, keys] = pickles;
+    if let Some(Value::Dict(id)) = sys_info.root {
+        let little = sys_info.pairs(id).iter().find_map(|(k, v)| match (k, v) {
+            (Value::Str(k), Value::Bool(b)) if &**k == "little_endian" => Some(*b),
+            _ => None,
+        });
+        if little == Some(false) {
+            return Err(TorchError::BigEndian("big".into()));
+        }
+    }
+    let mut listed = list(&object);
+    let Some(Value::List(keys_id)) = keys.root else {
+        return Err(TorchError::Archive(
+            "the storage keys are not a list".into(),
+        ));
+    };
+    let element_bytes: BTreeMap<&str, u64> = listed
+        .storage_kinds
+        .iter()
+        .map(|(k, size)| (k.as_str(), *size))
+        .collect();
+    let mut places = BTreeMap::new();
+    let mut at = head_end as u64;
+    for key in keys.items(keys_id) {
+        let Value::Str(key) = key else {
+            return Err(TorchError::Archive("a storage key is not text".into()));
+        };
+        let mut count = [0_u8; 8];
+        file.read_exact_at(&mut count, at).map_err(|e| io(&e))?;
+        let numel = u64::from_le_bytes(count);
+        let size = element_bytes.get(&**key).copied().unwrap_or(1);
+        let bytes = numel.checked_mul(size).ok_or_else(|| TorchError::Storage {
+            key: key.to_string(),
+            what: "has a size that overflows".into(),
+        })?;
+        let start = at + 8;
+        let end = start
+            .checked_add(bytes)
+            .filter(|&e| e <= file_bytes)
+            .ok_or_else(|| TorchError::Storage {
+                key: key.to_string(),
+                what: format!("runs past the end of the file ({file_bytes} bytes)"),
+            })?;
+        places.insert(key.to_string(), (start, bytes));
+        at = end;
+    }
+    let mut storages = Vec::with_capacity(listed.storages.len());
+    for (key, needed) in &listed.storages {
+        let &(start, bytes) = places.get(key).ok_or_else(|| TorchError::Storage {
+            key: key.clone(),
+            what: "is not in the file's storage list".into(),
+        })?;
+        if bytes < *needed {
+            return Err(TorchError::Storage {
+                key: key.clone(),
+                what: format!("is {bytes} bytes; its tensors need {needed}"),
+            });
+        }
+        storages.push(Storage {
+            key: key.clone(),
+            file_offset: start,
+            bytes,
+        });
+    }
+    Ok(TorchFile {
+        format: TorchFormat::Legacy,
+        tensors: std::mem::take(&mut listed.tensors),
+        storages,
+        globals: imported(&object),
+        metadata: listed.metadata,
+        skipped: listed.skipped,
+        pickle_bytes: head_end as u64,
+        version: None,
+    })
+}
+
+/// The legacy file's five pickles (magic, protocol, system, object,
+/// storage keys) and where they end.
+fn legacy_pickles(head: &[u8]) -> Result<([Unpickled; 5], usize), pickle::PickleError> {
+    let mut at = 0;
+    let mut next = || -> Result<Unpickled, pickle::PickleError> {
+        let rest = head.get(at..).unwrap_or_default();
+        let u = pickle::unpickle(rest, Persistent::Legacy)?;
+        at += u.end;
+        Ok(u)
+    };
+    let out = [next()?, next()?, next()?, next()?, next()?];
+    Ok((out, at))
+}
+
+fn imported(u: &Unpickled) -> Vec<Imported> {
+    u.globals
+        .iter()
+        .map(|g| Imported {
+            global: g.clone(),
+            safety: verdict::classify(g),
+        })
+        .collect()
+}
+
+/// The safetensors dtype of a torch storage type, with its element bytes.
+#[must_use]
+pub fn storage_dtype(kind: &str) -> Option<Dtype> {
+    Some(match kind {
+        "FloatStorage" => Dtype::F32,
+        "DoubleStorage" => Dtype::F64,
+        "HalfStorage" => Dtype::F16,
+        "BFloat16Storage" => Dtype::BF16,
+        "LongStorage" => Dtype::I64,
+        "IntStorage" => Dtype::I32,
+        "ShortStorage" => Dtype::I16,
+        "CharStorage" => Dtype::I8,
+        "ByteStorage" | "UntypedStorage" => Dtype::U8,
+        "BoolStorage" => Dtype::BOOL,
+        "UInt16Storage" => Dtype::U16,
+        "UInt32Storage" => Dtype::U32,
+        "UInt64Storage" => Dtype::U64,
+        "ComplexFloatStorage" => Dtype::C64,
+        "Float8_e4m3fnStorage" => Dtype::F8_E4M3,
+        "Float8_e5m2Storage" => Dtype::F8_E5M2,
+        _ => return None,
+    })
+}
+
+/// What walking the pickle's value found.
+#[derive(Default)]
+struct Listed {
+    tensors: Vec<TorchTensor>,
+    /// Storage key → bytes its tensors need, in first-seen order.
+    storages: Vec<(String, u64)>,
+    /// Storage key → element bytes.
+    storage_kinds: Vec<(String, u64)>,
+    metadata: BTreeMap<String, String>,
+    skipped: Vec<String>,
+}
+
+fn list(u: &Unpickled) -> Listed {
+    let mut out = Listed::default();
+    let mut positions: BTreeMap<String, usize> = BTreeMap::new();
+    // Storages named by persistent ids, even those no listed tensor uses
+    // (the legacy file's storage section needs every element size).
+    let mut visited = vec![false; u.nodes.len()];
+    if let Some(root) = &u.root {
+        walk(
+            u,
+            root,
+            &mut String::new(),
+            0,
+            &mut visited,
+            &mut |path, value| {
+                visit(path, value, &mut out, &mut positions);
+            },
+        );
+    }
+    out
+}
+
+fn visit(path: &str, value: &Value, out: &mut Listed, positions: &mut BTreeMap<String, usize>) {
+    match value {
+        Value::Tensor(t) => {
+            let Some(dtype) = storage_dtype(&t.storage.kind) else {
+                out.skipped.push(format!(
+                    "{path}: storage type {} is not decoded",
+                    t.storage.kind
+                ));
+                return;
+            };
+            let size = dtype.bits().div_ceil(8);
+            let tensor_at = |storage| TorchTensor {
+                name: path.to_owned(),
+                dtype,
+                shape: t.shape.clone(),
+                stride: t.stride.clone(),
+                offset: t.offset,
+                storage,
+            };
+            let key = t.storage.key.to_string();
+            let storage = *positions.entry(key.clone()).or_insert_with(|| {
+                out.storages.push((key.clone(), 0));
+                out.storage_kinds.push((key.clone(), size));
+                out.storages.len() - 1
+            });
+            let tensor = tensor_at(storage);
+            let Some(needed) = tensor
+                .reach()
+                .and_then(|(_, end)| end.max(t.storage.numel).checked_mul(size))
+            else {
+                out.skipped
+                    .push(format!("{path}: its shape and strides overflow"));
+                return;
+            };
+            if let Some(s) = out.storages.get_mut(storage) {
+                s.1 = s.1.max(needed);
+            }
+            out.tensors.push(tensor);
+        }
+        Value::Storage(s) => {
+            if let Some(dtype) = storage_dtype(&s.kind) {
+                let key = s.key.to_string();
+                if !out.storage_kinds.iter().any(|(k, _)| *k == key) {
+                    out.storage_kinds.push((key, dtype.bits().div_ceil(8)));
+                }
+            }
+        }
+        Value::Opaque(what) => {
+            let line = format!("{path}: made by `{what}`, which is not called");
+            if out.skipped.len() < MAX_METADATA && !out.skipped.contains(&line) {
+                out.skipped.push(line);
+            }
+        }
+        scalar => {
+            if out.metadata.len() < MAX_METADATA
+                && let Some(text) = scalar_text(scalar)
+            {
+                out.metadata.insert(path.to_owned(), text);
+            }
+        }
+    }
+}
+
+/// A scalar in one short line (`None` for containers).
+fn scalar_text(value: &Value) -> Option<String> {
+    let text = match value {
+        Value::None => "None".to_owned(),
+        Value::Bool(b) => if *b { "True" } else { "False" }.to_owned(),
+        Value::Int(i) => i.to_string(),
+        Value::BigInt => "(an integer over 64 bits)".to_owned(),
+        Value::Float(f) => f.to_string(),
+        Value::Str(s) => s.chars().take(MAX_VALUE_CHARS).collect(),
+        Value::Bytes(n) => format!("({n} bytes)"),
+        Value::Global(g) => g.to_string(),
+        _ => return None,
+    };
+    Some(text)
+}
+
+/// Calls `f(path, leaf)` for every value under `value` that is not a dict,
+/// list or tuple, with its key path joined by `.`. Each container is
+/// visited once (a pickle may refer to one from two places, or to itself).
+fn walk(
+    u: &Unpickled,
+    value: &Value,
+    path: &mut String,
+    depth: usize,
+    visited: &mut [bool],
+    f: &mut dyn FnMut(&str, &Value),
+) {
+    let enter = |visited: &mut [bool], id: pickle::NodeId| {
+        let slot = visited.get_mut(id as usize);
+        match slot {
+            Some(seen) if !*seen => {
+                *seen = true;
+                true
+            }
+            _ => false,
+        }
+    };
+    match value {
+        Value::Dict(id) if depth < MAX_DEPTH => {
+            if !enter(visited, *id) {
+                return;
+            }
+            for (k, v) in u.pairs(*id) {
+                let key = match k {
+                    Value::Str(s) => s.to_string(),
+                    Value::Int(i) => i.to_string(),
+                    _ => continue,
+                };
+                let len = path.len();
+                if !path.is_empty() {
+                    path.push('.');
+                }
+                path.push_str(&key);
+                walk(u, v, path, depth + 1, visited, f);
+                path.truncate(len);
+            }
+        }
+        Value::List(id) | Value::Tuple(id) if depth < MAX_DEPTH => {
+            if !enter(visited, *id) {
+                return;
+            }
+            for (i, v) in u.items(*id).iter().enumerate() {
+                let len = path.len();
+                if !path.is_empty() {
+                    path.push('.');
+                }
+                path.push_str(&i.to_string());
+                walk(u, v, path, depth + 1, visited, f);
+                path.truncate(len);
+            }
+        }
+        Value::Set(_) | Value::Dict(_) | Value::List(_) | Value::Tuple(_) | Value::Mark => {}
+        leaf => f(path, leaf),
+    }
+}
