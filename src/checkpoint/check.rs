@@ -105,6 +105,10 @@ pub const CODES: &[(&str, Severity)] = &[
     ("gguf.mlx-refuses", Severity::Warning),
     ("gguf.mlx-drops", Severity::Warning),
     ("gguf.mlx-expands", Severity::Info),
+    ("pickle.dangerous", Severity::Error),
+    ("pickle.suspicious", Severity::Error),
+    ("pickle.not-listed", Severity::Info),
+    ("files.not-read", Severity::Info),
 ];
 
 /// The severity a code is reported with.
@@ -196,6 +200,7 @@ pub fn check_headers(checkpoint: &Checkpoint, summary: &Summary) -> Vec<Diagnost
     stray_shards(checkpoint, &mut findings);
     lm_head(checkpoint, &mut findings);
     stray_dtypes(checkpoint, &mut findings);
+    torch_pickles(checkpoint, &mut findings);
     for problem in checkpoint.problems() {
         if let CheckpointError::BadConfig { .. } = problem {
             findings.push(finding("config.unusable", problem.to_string()).file("config.json"));
@@ -207,6 +212,67 @@ pub fn check_headers(checkpoint: &Checkpoint, summary: &Summary) -> Vec<Diagnost
     }
     findings.sort_by_key(|f| f.severity);
     findings
+}
+
+/// A torch file's pickle imports a callable the reader does not
+/// understand: named (never called), with its class; values that could not
+/// be listed; files of the folder left unread.
+fn torch_pickles(checkpoint: &Checkpoint, out: &mut Vec<Diagnostic>) {
+    use super::pytorch::Safety;
+    use crate::units::Shown;
+    for file in checkpoint.not_read() {
+        out.push(
+            finding(
+                "files.not-read",
+                format!(
+                    "`{}` is not read: the folder's safetensors files are (as transformers reads them)",
+                    Shown::new(file)
+                ),
+            )
+            .file(file),
+        );
+    }
+    for (k, shard) in checkpoint.shards().iter().enumerate() {
+        let Some(torch) = checkpoint.torch_shard(super::ShardId(k)) else {
+            continue;
+        };
+        for g in &torch.globals {
+            let code = match g.safety {
+                Safety::Innocuous => continue,
+                Safety::Suspicious => "pickle.suspicious",
+                Safety::Dangerous => "pickle.dangerous",
+            };
+            out.push(
+                finding(
+                    code,
+                    format!(
+                        "the pickle imports `{}` ({}): torch.load would call it; it was not called here",
+                        Shown::new(&g.global),
+                        g.safety.name()
+                    ),
+                )
+                .file(&shard.file),
+            );
+        }
+        if let Some(first) = torch.skipped.first() {
+            let more = torch.skipped.len() - 1;
+            out.push(
+                finding(
+                    "pickle.not-listed",
+                    format!(
+                        "{}{}",
+                        Shown::new(first),
+                        if more > 0 {
+                            format!(" (and {more} more values not listed)")
+                        } else {
+                            String::new()
+                        }
+                    ),
+                )
+                .file(&shard.file),
+            );
+        }
+    }
 }
 
 fn shard_file(checkpoint: &Checkpoint, position: usize) -> &str {

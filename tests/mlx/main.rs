@@ -15,6 +15,7 @@ mod gguf_files;
 mod mlx_lm_writer;
 mod mlx_real;
 mod profile_walk;
+mod pytorch_files;
 mod real_checkpoints;
 mod remote;
 mod tensor_preview;

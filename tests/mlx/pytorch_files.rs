@@ -1,0 +1,280 @@
+//! PyTorch files written by torch.save itself (Debian's torch 1.13 in a
+//! venv of its own, tests/pytorch/write_torch.py): weightscope lists them
+//! without running their pickle, reads every tensor (every dtype, views
+//! with strides and offsets, tied names, the legacy format, a training
+//! checkpoint's nested keys) with torch.load's values, opens a sharded
+//! folder by its index, diffs it against its safetensors twin to exactly
+//! zero, walks it shard by shard, and says of a malicious pickle what
+//! picklescan says, without ever running its command.
+
+use crate::common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command as Process;
+
+use serde_json::Value;
+
+/// The torch venv's Python (Debian's torch, picklescan pinned).
+fn torch_python() -> PathBuf {
+    let python = Path::new(env!("CARGO_MANIFEST_DIR")).join("mlx-glue/test-venv-torch/bin/python");
+    assert!(
+        python.exists(),
+        "{} is missing: run `mlx-glue/setup test` (the README's test command does)",
+        python.display()
+    );
+    python
+}
+
+/// Writes the files; every line the writer printed.
+fn write_files(out: &Path) -> Vec<Value> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/pytorch/write_torch.py");
+    let output = Process::new(torch_python())
+        .arg(&script)
+        .arg(out)
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .output()
+        .expect("the torch venv's python runs");
+    assert!(
+        output.status.success(),
+        "write_torch.py failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
+        .collect()
+}
+
+fn weightscope(args: &[&str], path: &Path) -> std::process::Output {
+    let mut cmd = Process::new(env!("CARGO_BIN_EXE_weightscope"));
+    cmd.arg(args[0]).args(&args[1..]).arg(path);
+    cmd.output().expect("weightscope runs")
+}
+
+fn json_of(output: &std::process::Output) -> Value {
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).expect("JSON")
+}
+
+#[test]
+fn every_tensor_reads_as_torch_load_reads_it() {
+    let out = tempfile::tempdir().expect("tempdir");
+    let lines = write_files(out.path());
+    let mut read = 0;
+    for line in lines.iter().filter(|l| l.get("name").is_some()) {
+        let path = Path::new(line["file"].as_str().expect("file"));
+        let name = line["name"].as_str().expect("name");
+        let output = Process::new(env!("CARGO_BIN_EXE_weightscope"))
+            .args(["tensor", "--json"])
+            .arg(path)
+            .arg(name)
+            .output()
+            .expect("weightscope runs");
+        let ours = json_of(&output);
+        assert_eq!(ours["dtype"], line["dtype"], "{name} in {}", path.display());
+        assert_eq!(ours["shape"], line["shape"], "{name}");
+        let want: Vec<f64> = line["values"]
+            .as_array()
+            .expect("values")
+            .iter()
+            .map(|v| v.as_f64().expect("number"))
+            .collect();
+        let first: Vec<f64> = ours["first"]
+            .as_array()
+            .expect("first")
+            .iter()
+            .map(|v| v.as_f64().expect("number"))
+            .collect();
+        assert_eq!(first.len(), want.len().min(64), "{name}");
+        for (i, (a, b)) in first.iter().zip(&want).enumerate() {
+            // `first` is f32: f64 and i64 values are compared at f32.
+            assert_eq!(*a as f32, *b as f32, "{name}[{i}] in {}", path.display());
+        }
+        let max = want.iter().copied().fold(f64::MIN, f64::max);
+        assert_eq!(
+            ours["stats"]["max"].as_f64().expect("max") as f32,
+            max as f32,
+            "{name}"
+        );
+        read += 1;
+    }
+    // 10 dtypes x 5 names in two formats, 19 Llama tensors, the checkpoint's.
+    assert!(read >= 100 + 19 + 8, "{read}");
+}
+
+#[test]
+fn inspect_lists_dtypes_views_and_tied_names_from_the_pickle_alone() {
+    let out = tempfile::tempdir().expect("tempdir");
+    write_files(out.path());
+    for file in ["dtypes.bin", "legacy.bin"] {
+        let doc = json_of(&weightscope(&["inspect", "--json"], &out.path().join(file)));
+        common::assert_inspect_schema(&doc);
+        assert_eq!(doc["format"], "pytorch");
+        assert_eq!(doc["pytorch"]["pickle"]["verdict"], "innocuous", "{file}");
+        assert_eq!(doc["tensor_count"], 50, "{file}");
+        let tensors = doc["tensors"].as_array().expect("tensors");
+        let by_name = |n: &str| {
+            tensors
+                .iter()
+                .find(|t| t["name"] == n)
+                .unwrap_or_else(|| panic!("{n} listed in {file}"))
+        };
+        let t = by_name("bf16.transposed");
+        assert_eq!(t["shape"], serde_json::json!([10, 6]));
+        assert_eq!(t["storage"]["stride"], serde_json::json!([1, 10]));
+        assert_eq!(t["tied_to"], "bf16.weight");
+        let t = by_name("i16.offset");
+        assert_eq!(t["storage"]["offset"], 30);
+        assert_eq!(by_name("bool.tied")["tied_to"], "bool.weight");
+        assert!(by_name("f32.weight").get("tied_to").is_none());
+        // Each storage once: ten 6x10 matrices.
+        let bytes: u64 = [4, 2, 2, 8, 1, 2, 4, 8, 1, 1].iter().map(|b| b * 60).sum();
+        assert_eq!(doc["total_bytes"], bytes, "{file}");
+        assert_eq!(doc["logical_params"], 600, "{file}");
+        let format = if file == "legacy.bin" {
+            "legacy"
+        } else {
+            "zip"
+        };
+        assert_eq!(doc["pytorch"]["files"][0]["format"], format);
+    }
+    let doc = json_of(&weightscope(
+        &["inspect", "--json"],
+        &out.path().join("checkpoint.pth"),
+    ));
+    common::assert_inspect_schema(&doc);
+    assert_eq!(doc["metadata"]["epoch"], "5");
+    assert_eq!(doc["metadata"]["lr"], "0.01");
+    let names: Vec<&str> = doc["tensors"]
+        .as_array()
+        .expect("tensors")
+        .iter()
+        .map(|t| t["name"].as_str().expect("name"))
+        .collect();
+    assert!(names.contains(&"model.weight"), "{names:?}");
+    assert!(names.contains(&"optimizer.state.0.exp_avg"), "{names:?}");
+}
+
+#[test]
+fn a_sharded_bin_folder_opens_by_its_index_diffs_to_zero_and_walks_by_shard() {
+    let out = tempfile::tempdir().expect("tempdir");
+    write_files(out.path());
+    let sharded = out.path().join("sharded");
+    let doc = json_of(&weightscope(&["inspect", "--json"], &sharded));
+    common::assert_inspect_schema(&doc);
+    assert_eq!(doc["layout"], "indexed");
+    assert_eq!(doc["shards"].as_array().expect("shards").len(), 2);
+    assert_eq!(doc["tensor_count"], 19);
+    let head = doc["tensors"]
+        .as_array()
+        .expect("tensors")
+        .iter()
+        .find(|t| t["name"] == "lm_head.weight")
+        .expect("lm_head");
+    assert_eq!(head["tied_to"], "model.embed_tokens.weight");
+    // The index's total_size counts the tied storage once, as we do.
+    let check = weightscope(&["check", "--json"], &sharded);
+    assert_eq!(
+        check.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&check.stdout)
+    );
+
+    let diff = Process::new(env!("CARGO_BIN_EXE_weightscope"))
+        .args(["diff", "--json"])
+        .arg(&sharded)
+        .arg(out.path().join("sharded.safetensors"))
+        .output()
+        .expect("diff runs");
+    let diff = json_of(&diff);
+    let common_tensors = diff["common"].as_array().expect("common");
+    assert_eq!(common_tensors.len(), 19);
+    for t in common_tensors {
+        assert_eq!(t["max_abs_diff"], 0.0, "{}", t["name"]);
+    }
+    assert!(diff["only_in_a"].as_array().expect("a").is_empty());
+
+    let walk = json_of(&weightscope(
+        &["walk", "--policy", "release-shard", "--json"],
+        &sharded,
+    ));
+    assert_eq!(walk["policy"], "release-shard");
+    assert_eq!(walk["tensors"], 19);
+}
+
+#[test]
+fn safetensors_beside_a_bin_are_read_and_the_bin_is_said() {
+    let out = tempfile::tempdir().expect("tempdir");
+    write_files(out.path());
+    let both = out.path().join("both");
+    let doc = json_of(&weightscope(&["inspect", "--json"], &both));
+    assert_eq!(doc["format"], "safetensors");
+    assert_eq!(doc["not_read"], serde_json::json!(["pytorch_model.bin"]));
+    let check = weightscope(&["check"], &both);
+    let text = String::from_utf8_lossy(&check.stdout);
+    assert!(text.contains("files.not-read"), "{text}");
+    assert_eq!(check.status.code(), Some(0), "{text}");
+}
+
+#[test]
+fn a_malicious_pickle_is_named_never_run_and_judged_as_picklescan_judges() {
+    let out = tempfile::tempdir().expect("tempdir");
+    let lines = write_files(out.path());
+    let evil = out.path().join("evil.bin");
+    let pwned = out.path().join("PWNED");
+    let inspect = json_of(&weightscope(&["inspect", "--json"], &evil));
+    assert_eq!(inspect["pytorch"]["pickle"]["verdict"], "dangerous");
+    assert_eq!(
+        inspect["pytorch"]["pickle"]["flagged"][0]["global"],
+        "posix.system"
+    );
+    // What can be listed safely still is.
+    assert_eq!(inspect["tensor_count"], 1);
+    let check = weightscope(&["check", "--json"], &evil);
+    assert_eq!(check.status.code(), Some(1));
+    let findings: Value = serde_json::from_slice(&check.stdout).expect("JSON");
+    let flagged = findings["findings"]
+        .as_array()
+        .expect("findings")
+        .iter()
+        .find(|f| f["code"] == "pickle.dangerous")
+        .expect("a pickle.dangerous finding");
+    assert_eq!(flagged["severity"], "error");
+    assert!(
+        flagged["message"]
+            .as_str()
+            .expect("message")
+            .contains("posix.system")
+    );
+    let tensor = Process::new(env!("CARGO_BIN_EXE_weightscope"))
+        .args(["tensor"])
+        .arg(&evil)
+        .arg("w")
+        .output()
+        .expect("tensor runs");
+    assert!(tensor.status.success());
+    assert!(String::from_utf8_lossy(&tensor.stderr).contains("posix.system"));
+    assert!(!pwned.exists(), "the pickle's command ran");
+
+    // File by file, the verdict picklescan gives.
+    let mut compared = 0;
+    for line in lines.iter().filter(|l| l.get("picklescan").is_some()) {
+        let path = Path::new(line["file"].as_str().expect("file"));
+        let doc = json_of(&weightscope(&["inspect", "--json"], path));
+        assert_eq!(
+            doc["pytorch"]["pickle"]["verdict"],
+            line["picklescan"],
+            "{}",
+            path.display()
+        );
+        compared += 1;
+    }
+    assert_eq!(compared, 5);
+    assert!(!pwned.exists(), "the pickle's command ran");
+}
