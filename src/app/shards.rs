@@ -105,7 +105,16 @@ impl ShardsPanel {
                                 commands.send(AppCommand::ReleaseShard(ShardId(i)));
                             }
                         });
+                        if let Some(torch) = checkpoint.torch_shard(ShardId(i)) {
+                            torch_ui(ui, torch);
+                        }
                     });
+                }
+                for file in checkpoint.not_read() {
+                    ui.label(format!(
+                        "{} is not read: the safetensors files are (as transformers reads them)",
+                        Shown::new(file)
+                    ));
                 }
                 for problem in checkpoint.problems() {
                     ui.colored_label(
@@ -114,5 +123,39 @@ impl ShardsPanel {
                     );
                 }
             });
+    }
+}
+
+/// A PyTorch file's format and its pickle's verdict, with each global it
+/// imports that the reader does not understand (never called).
+fn torch_ui(ui: &mut egui::Ui, torch: &crate::checkpoint::torch_checkpoint::TorchShard) {
+    use crate::checkpoint::pytorch::Safety;
+    let colour = |ui: &egui::Ui, safety: Safety| match safety {
+        Safety::Innocuous => ui.visuals().text_color(),
+        Safety::Suspicious => ui.visuals().warn_fg_color,
+        Safety::Dangerous => ui.visuals().error_fg_color,
+    };
+    let verdict = torch.verdict();
+    ui.colored_label(
+        colour(ui, verdict),
+        format!(
+            "PyTorch ({}), pickle {}: read without running it",
+            torch.format.name(),
+            verdict.name()
+        ),
+    );
+    for g in torch
+        .globals
+        .iter()
+        .filter(|g| g.safety != Safety::Innocuous)
+    {
+        ui.colored_label(
+            colour(ui, g.safety),
+            format!(
+                "imports {} ({}): never called here; torch.load would call it",
+                Shown::new(&g.global),
+                g.safety.name()
+            ),
+        );
     }
 }

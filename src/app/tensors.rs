@@ -461,6 +461,16 @@ impl TensorsPanel {
                 weight.rsplit('.').nth(1).unwrap_or(weight)
             );
         }
+        // A PyTorch tensor on another's storage: a tied weight or a view.
+        if let Some(at) = checkpoint.torch_tensor_at(i) {
+            if let Some(other) = at.tied_to.and_then(|o| checkpoint.tensors().get(o)) {
+                let how = if at.same_view { "tied to" } else { "view of" };
+                return format!("{} {how} {}", t.dtype().name(), other.name());
+            }
+            if !at.contiguous {
+                return format!("{} strided", t.dtype().name());
+            }
+        }
         t.dtype().name().to_owned()
     }
 

@@ -15,6 +15,7 @@ mod layout;
 mod app_ui;
 mod hostile;
 mod navigation;
+mod pytorch;
 mod recording;
 mod recordings_list;
 mod snapshots;
