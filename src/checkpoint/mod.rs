@@ -9,6 +9,7 @@
 
 pub mod check;
 pub(crate) mod config;
+pub mod convert;
 mod dtype;
 mod error;
 pub mod gguf;

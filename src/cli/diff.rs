@@ -270,6 +270,14 @@ pub fn write_text(
         writeln!(out, "only in B: {}", Shown::new(name))?;
     }
     left_out(out, "only in B", report.only_in_b.len())?;
+    for (name, first) in report.tied.iter().take(TEXT_ROWS) {
+        writeln!(
+            out,
+            "tied: {} is {} under a second name (compared as it)",
+            Shown::new(name),
+            Shown::new(first)
+        )?;
+    }
     for c in report.changed.iter().take(TEXT_ROWS) {
         writeln!(
             out,
@@ -451,6 +459,7 @@ mod tests {
         let report = DiffReport {
             only_in_a: Vec::new(),
             only_in_b: (0..23).map(|i| format!("extra.{i}")).collect(),
+            tied: Vec::new(),
             changed: Vec::new(),
             common: (0..25).map(row).collect(),
             failed: Vec::new(),

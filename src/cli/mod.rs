@@ -1,6 +1,7 @@
 //! Command-line parsing and output formats.
 
 pub mod check;
+pub mod convert;
 pub mod diff;
 pub mod gguf;
 pub mod inspect;
@@ -72,6 +73,8 @@ pub enum Command {
     Diff(DiffArgs),
     /// What is wrong with a checkpoint that opens (exit 1 when errors are found).
     Check(CheckArgs),
+    /// PyTorch .bin/.pth files to safetensors, sharded as the source, without running their pickle.
+    Convert(convert::ConvertArgs),
     /// Run CMD and record its memory until it exits: RSS of its process tree, the shard files it holds open, MLX's counters from inside Python jobs; findings at the end.
     #[command(
         after_help = "Examples:\n  weightscope record --json job.json -- python -m mlx_lm convert --hf-path ./model -q\n  weightscope record --pid 4242\nThe exit status is the job's (128+N when signal N ended it); 2 when it cannot start.\nDocs: docs/record.md."
@@ -166,12 +169,13 @@ pub fn closest<'a>(text: &str, candidates: impl IntoIterator<Item = &'a str>) ->
 }
 
 /// Names of the subcommands (for "did you mean" on a mistyped one).
-const SUBCOMMANDS: [&str; 9] = [
+const SUBCOMMANDS: [&str; 10] = [
     "inspect",
     "tensor",
     "walk",
     "diff",
     "check",
+    "convert",
     "record",
     "report",
     "device",
@@ -476,6 +480,7 @@ pub fn run(command: Command) -> u8 {
         Command::Walk(args) => walk::main(&args),
         Command::Diff(args) => diff::main(&args),
         Command::Check(args) => check::main(&args),
+        Command::Convert(args) => convert::main(&args),
         Command::Record(args) => record::main(&args),
         Command::Report(args) => report::main(&args),
     }

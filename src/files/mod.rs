@@ -47,6 +47,50 @@ pub fn check_output(path: &Path, inputs: &[&Path]) -> Result<Output, FileError> 
     Output::check(path, inputs)
 }
 
+/// Makes the output folder `path` a person named (`convert OUT`), or takes
+/// it as it is when it is a folder already: refused when it is inside (or
+/// is) one of the `inputs` being read, or is a link or anything but a
+/// folder. Its files are then written each through [`Output`].
+///
+/// # Errors
+/// [`FileError::Protected`] with the reason; [`FileError::Io`] when it
+/// cannot be made.
+pub fn make_output_folder(path: &Path, inputs: &[&Path]) -> Result<(), FileError> {
+    let protected = |reason: String| FileError::Protected {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let out = output::resolved(path);
+    for input in inputs {
+        let input = output::resolved(input);
+        if out == input || out.starts_with(&input) {
+            return Err(protected(format!(
+                "it is inside the checkpoint being read ({})",
+                input.display()
+            )));
+        }
+    }
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if meta.is_dir() => Ok(()),
+        Ok(meta) if meta.file_type().is_symlink() => {
+            Err(protected("it is a link; name the folder itself".into()))
+        }
+        Ok(_) => Err(protected("it is not a folder".into())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            std::fs::create_dir(path).map_err(|e| FileError::Io {
+                action: "make the folder",
+                path: path.to_path_buf(),
+                source: e,
+            })
+        }
+        Err(e) => Err(FileError::Io {
+            action: "read",
+            path: path.to_path_buf(),
+            source: e,
+        }),
+    }
+}
+
 /// Clears `O_NONBLOCK` on an open file (set only so that opening a FIFO
 /// never waits).
 fn set_blocking(file: &std::fs::File) -> std::io::Result<()> {

@@ -176,6 +176,20 @@ impl Output {
     /// [`FileError::Protected`] when the path changed or no longer passes;
     /// [`FileError::Io`] naming the path (never a temporary name).
     pub fn write(&self, bytes: &[u8]) -> Result<(), FileError> {
+        self.write_with(&mut |w| w.write_all(bytes))
+    }
+
+    /// [`Output::write`] of what `fill` writes (a file too large to hold:
+    /// a converted shard, streamed tensor by tensor). A replaced file is
+    /// whole or not there: `fill` writes a temporary file that is renamed
+    /// into place only when it returns `Ok`.
+    ///
+    /// # Errors
+    /// As [`Output::write`]; `fill`'s error, naming the path.
+    pub fn write_with(
+        &self,
+        fill: &mut dyn FnMut(&mut dyn std::io::Write) -> std::io::Result<()>,
+    ) -> Result<(), FileError> {
         let protected = |reason: String| FileError::Protected {
             path: self.named.clone(),
             reason,
@@ -194,7 +208,7 @@ impl Output {
                 Plan::InPlace {
                     path, identity: b, ..
                 },
-            ) if a == b => write_in_place(&self.named, path, *b, bytes),
+            ) if a == b => write_in_place(&self.named, path, *b, fill),
             (
                 Plan::Replace {
                     folder,
@@ -209,7 +223,7 @@ impl Output {
                     via_link: false,
                     ..
                 },
-            ) if folder_id == checked_folder => replace_in(&self.named, folder, name, *was, bytes),
+            ) if folder_id == checked_folder => replace_in(&self.named, folder, name, *was, fill),
             (
                 Plan::Replace {
                     folder,
@@ -226,7 +240,7 @@ impl Output {
                     ..
                 },
             ) if folder_id == checked_folder && checked.0 == target.0 && checked.1 == target.1 => {
-                replace_in(&self.named, folder, name, Some(*target), bytes)
+                replace_in(&self.named, folder, name, Some(*target), fill)
             }
             _ => Err(changed()),
         }
@@ -423,21 +437,22 @@ fn replace_in(
     folder: &OwnedFd,
     name: &std::ffi::OsStr,
     was: Option<(u64, u64, u32)>,
-    bytes: &[u8],
+    fill: &mut dyn FnMut(&mut dyn std::io::Write) -> std::io::Result<()>,
 ) -> Result<(), FileError> {
     use std::io::Write as _;
     let io = FileError::writing(named);
     super::temporary::remove_leftovers(folder);
     let mut temp = super::temporary::create_in(folder).map_err(io)?;
     let mode = was.map_or(0o666 & !super::umask(), |w| w.2);
-    let written = temp
-        .file
-        .write_all(bytes)
-        .and_then(|()| {
-            rustix::fs::fchmod(&temp.file, rustix::fs::Mode::from_raw_mode(mode))
-                .map_err(std::io::Error::from)
-        })
-        .and_then(|()| temp.file.sync_all());
+    let written = {
+        let mut buffered = std::io::BufWriter::with_capacity(1 << 20, &mut temp.file);
+        fill(&mut buffered).and_then(|()| buffered.flush())
+    }
+    .and_then(|()| {
+        rustix::fs::fchmod(&temp.file, rustix::fs::Mode::from_raw_mode(mode))
+            .map_err(std::io::Error::from)
+    })
+    .and_then(|()| temp.file.sync_all());
     let placed = written.map_err(io).and_then(|()| {
         let there = rustix::fs::statat(folder, name, AtFlags::SYMLINK_NOFOLLOW);
         match (there, was) {
@@ -505,7 +520,7 @@ fn write_in_place(
     named: &Path,
     path: &Path,
     identity: (u64, u64),
-    bytes: &[u8],
+    fill: &mut dyn FnMut(&mut dyn std::io::Write) -> std::io::Result<()>,
 ) -> Result<(), FileError> {
     let io = FileError::writing(named);
     let fd = rustix::fs::openat(
@@ -527,7 +542,22 @@ fn write_in_place(
             "it was replaced while being opened",
         )));
     }
-    write_with_deadline(&fd, bytes).map_err(io)
+    fill(&mut DeadlineWriter(&fd)).map_err(io)
+}
+
+/// Writes through [`write_with_deadline`]: a stalled reader is waited for
+/// at most [`STALL_LIMIT`] at a time.
+struct DeadlineWriter<'a>(&'a OwnedFd);
+
+impl std::io::Write for DeadlineWriter<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        write_with_deadline(self.0, buf)?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// Writes all of `bytes` to a non-blocking descriptor, waiting for room at

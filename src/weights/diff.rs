@@ -144,6 +144,11 @@ pub struct DiffReport {
     pub only_in_a: Vec<String>,
     /// Canonical names only B has, sorted.
     pub only_in_b: Vec<String>,
+    /// Names one side has only as a tied name (a PyTorch file's second name
+    /// for the same view of one storage, `lm_head` tied to `embed_tokens`)
+    /// whose first name both sides have: (tied name, its first name). Not
+    /// a difference: safetensors writers keep such a name once.
+    pub tied: Vec<(String, String)>,
     /// Names with a different shape or dtype.
     pub changed: Vec<Changed>,
     /// Names compared value by value, in A's walk order.
@@ -387,6 +392,15 @@ impl DiffReport {
     }
 }
 
+/// The first name of tensor `name` when it is a tied name of it (a
+/// PyTorch file's same view of one storage under a second name).
+fn tied_first(checkpoint: &crate::checkpoint::Checkpoint, name: &str) -> Option<String> {
+    let t = checkpoint.tensor(name)?;
+    let at = checkpoint.torch_tensor_at(t.position())?;
+    let first = at.tied_to.filter(|_| at.same_view)?;
+    Some(checkpoint.tensors().get(first)?.name().to_owned())
+}
+
 /// Compares every tensor the two sides share, calling `progress` after each;
 /// `cancel` is checked between tensors. The walker walks both sides in step
 /// ([`InStep`]): everything cached on both is released first and MLX's cache
@@ -416,10 +430,31 @@ pub fn diff<N: ShardLoader, M: ShardLoader>(
         .filter(|n| names_b.contains(*n))
         .cloned()
         .collect();
+    let mut tied = Vec::new();
+    let (only_in_a, only_in_b) = {
+        let both = |n: &str| set_a.contains(n) && names_b.contains(n);
+        let mut untie = |names: Vec<String>, checkpoint: &crate::checkpoint::Checkpoint| {
+            names
+                .into_iter()
+                .filter(|n| match tied_first(checkpoint, n) {
+                    Some(first) if both(&first) => {
+                        tied.push((n.clone(), first));
+                        false
+                    }
+                    _ => true,
+                })
+                .collect::<Vec<_>>()
+        };
+        (
+            untie(only_in_a, a.checkpoint()),
+            untie(only_in_b, b.checkpoint()),
+        )
+    };
     let two_shards_bytes = largest_shard(a) + largest_shard(b);
     let mut report = DiffReport {
         only_in_a,
         only_in_b,
+        tied,
         changed: Vec::new(),
         common: Vec::new(),
         failed: Vec::new(),

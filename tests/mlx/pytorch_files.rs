@@ -278,3 +278,94 @@ fn a_malicious_pickle_is_named_never_run_and_judged_as_picklescan_judges() {
     assert_eq!(compared, 5);
     assert!(!pwned.exists(), "the pickle's command ran");
 }
+
+#[test]
+fn convert_writes_safetensors_sharded_as_the_source_that_diff_to_zero() {
+    let out = tempfile::tempdir().expect("tempdir");
+    write_files(out.path());
+    let sharded = out.path().join("sharded");
+    let converted = out.path().join("converted");
+    let run = |from: &Path, to: &Path| {
+        Process::new(env!("CARGO_BIN_EXE_weightscope"))
+            .args(["convert", "--json"])
+            .arg(from)
+            .arg(to)
+            .output()
+            .expect("convert runs")
+    };
+    let report = json_of(&run(&sharded, &converted));
+    assert_eq!(report["tensors"], 18);
+    assert_eq!(
+        report["tied"],
+        serde_json::json!([["lm_head.weight", "model.embed_tokens.weight"]])
+    );
+    assert_eq!(report["copied"], serde_json::json!(["config.json"]));
+    let doc = json_of(&weightscope(&["inspect", "--json"], &converted));
+    assert_eq!(doc["format"], "safetensors");
+    assert_eq!(doc["layout"], "indexed");
+    let shards: Vec<&str> = doc["shards"]
+        .as_array()
+        .expect("shards")
+        .iter()
+        .map(|s| s["file"].as_str().expect("file"))
+        .collect();
+    assert_eq!(
+        shards,
+        [
+            "model-00001-of-00002.safetensors",
+            "model-00002-of-00002.safetensors"
+        ]
+    );
+    // The index's total_size agrees with the files (check's index.total-size).
+    let check = weightscope(&["check"], &converted);
+    assert_eq!(
+        check.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&check.stdout)
+    );
+    let diff = Process::new(env!("CARGO_BIN_EXE_weightscope"))
+        .args(["diff", "--json"])
+        .arg(&sharded)
+        .arg(&converted)
+        .output()
+        .expect("diff runs");
+    let diff = json_of(&diff);
+    assert_eq!(diff["common"].as_array().expect("common").len(), 18);
+    for t in diff["common"].as_array().expect("common") {
+        assert_eq!(t["max_abs_diff"], 0.0, "{}", t["name"]);
+    }
+    assert!(diff["only_in_a"].as_array().expect("a").is_empty());
+    assert_eq!(
+        diff["tied"],
+        serde_json::json!([["lm_head.weight", "model.embed_tokens.weight"]])
+    );
+
+    // Views are written contiguous, with their values.
+    let single = out.path().join("single");
+    json_of(&run(&out.path().join("dtypes.bin"), &single));
+    let diff = Process::new(env!("CARGO_BIN_EXE_weightscope"))
+        .args(["diff", "--json"])
+        .arg(out.path().join("dtypes.bin"))
+        .arg(single.join("dtypes.safetensors"))
+        .output()
+        .expect("diff runs");
+    let diff = json_of(&diff);
+    assert_eq!(diff["common"].as_array().expect("common").len(), 40);
+    assert!(
+        diff["common"]
+            .as_array()
+            .expect("common")
+            .iter()
+            .all(|t| t["max_abs_diff"] == 0.0)
+    );
+
+    // Never inside what it reads; never from what is not PyTorch.
+    let inside = run(&sharded, &sharded.join("out"));
+    assert_eq!(inside.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&inside.stderr).contains("inside the checkpoint"));
+    assert!(!sharded.join("out").exists());
+    let again = run(&converted, &out.path().join("again"));
+    assert_eq!(again.status.code(), Some(2));
+    assert_eq!(String::from_utf8_lossy(&again.stderr).lines().count(), 1);
+}

@@ -519,6 +519,19 @@ fn legacy_pickles(head: &[u8]) -> Result<([Unpickled; 5], usize), pickle::Pickle
     Ok((out, at))
 }
 
+/// The tensors and globals of one pickle (a zip archive's `data.pkl`),
+/// with no storage located: for the fuzz target and tests of the machine.
+///
+/// # Errors
+/// As [`pickle::unpickle`].
+pub fn pickle_tensors(
+    data: &[u8],
+) -> Result<(Vec<TorchTensor>, Vec<Imported>), pickle::PickleError> {
+    let unpickled = pickle::unpickle(data, Persistent::Zip)?;
+    let listed = list(&unpickled);
+    Ok((listed.tensors, imported(&unpickled)))
+}
+
 fn imported(u: &Unpickled) -> Vec<Imported> {
     u.globals
         .iter()
