@@ -46,9 +46,21 @@ pub struct Stored {
     /// An axis of the tensor that no MLX array can have (over 2^31-1):
     /// asking for it is an error naming it.
     pub oversized_axis: Option<u64>,
-    /// A view of the bytes (a PyTorch tensor's strides): its elements are
-    /// gathered from `bytes` into row-major order before MLX sees them.
-    pub strided: Option<crate::checkpoint::pytorch::Strided>,
+    /// What turns the bytes read into the tensor's row-major bytes (a
+    /// PyTorch view's elements gathered through its strides) before MLX
+    /// sees them; `None`: the bytes are the tensor's as they are.
+    pub rearrange: Option<Rearrange>,
+}
+
+/// Rearranges a tensor's bytes once read, or says (`None`) that they do
+/// not hold what it needs. Made by the layer that knows the format.
+#[derive(Clone)]
+pub struct Rearrange(pub std::sync::Arc<dyn Fn(&[u8]) -> Option<Vec<u8>> + Send + Sync>);
+
+impl std::fmt::Debug for Rearrange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Rearrange(..)")
+    }
 }
 
 struct Through {
@@ -130,9 +142,8 @@ impl ShardMap {
                 stored.bytes.end - stored.bytes.start
             )));
         }
-        let bytes = match &stored.strided {
-            Some(view) => view
-                .gather(&bytes)
+        let bytes = match &stored.rearrange {
+            Some(rearrange) => (rearrange.0)(&bytes)
                 .ok_or_else(|| failed(format!("{name}: its strides reach past its bytes")))?,
             None => bytes,
         };

@@ -89,10 +89,7 @@ fn through_dtype(dtype: Dtype) -> Result<crate::mlx::Dtype, &'static str> {
 fn torch_view(
     checkpoint: &Checkpoint,
     t: crate::checkpoint::TensorRef<'_>,
-) -> Option<(
-    std::ops::Range<u64>,
-    Option<crate::checkpoint::pytorch::Strided>,
-)> {
+) -> Option<(std::ops::Range<u64>, Option<crate::mlx::Rearrange>)> {
     let at = checkpoint.torch_tensor_at(t.position())?;
     let item = t.dtype().bits().div_ceil(8);
     if at.contiguous {
@@ -108,7 +105,11 @@ fn torch_view(
         .storage_file_offset
         .checked_add(first.checked_mul(item)?)?
         ..at.storage_file_offset.checked_add(end.checked_mul(item)?)?;
-    Some((span, Some(view)))
+    let gather = move |bytes: &[u8]| view.gather(bytes);
+    Some((
+        span,
+        Some(crate::mlx::Rearrange(std::sync::Arc::new(gather))),
+    ))
 }
 
 impl ShardLoader for MlxLoader {
@@ -166,7 +167,7 @@ impl ShardLoader for MlxLoader {
                         .map(|&d| i32::try_from(d).unwrap_or(i32::MAX))
                         .collect()
                 };
-                let (bytes, strided) =
+                let (bytes, rearrange) =
                     torch_view(checkpoint, t).unwrap_or((start + a..start + b, None));
                 let stored = Stored {
                     dtype,
@@ -174,7 +175,7 @@ impl ShardLoader for MlxLoader {
                     bytes,
                     undecoded,
                     oversized_axis,
-                    strided,
+                    rearrange,
                 };
                 (t.name().to_owned(), stored)
             })
