@@ -190,6 +190,9 @@ impl Encodings {
                     t.weight,
                     Encoded {
                         encoding: match t.block {
+                            Some([r, c]) if t.block_inferred => {
+                                format!("{} {r}x{c} inferred", t.format.name())
+                            }
                             Some([r, c]) => format!("{} {r}x{c}", t.format.name()),
                             None => t.format.name().to_owned(),
                         },

@@ -117,6 +117,9 @@ pub struct Fp8Tensor {
     /// a scale present: the scale does not fit the weight and the values
     /// cannot be decoded.
     pub block: Option<[u64; 2]>,
+    /// Whether [`Fp8Tensor::block`] was inferred from the shapes (no
+    /// `weight_block_size` in `config.json` that fits).
+    pub block_inferred: bool,
 }
 
 /// Which part of a layer an auxiliary tensor is.
@@ -655,6 +658,7 @@ impl Checkpoint {
         }
         let format = Fp8Format::of(t.dtype())?;
         let scale = tensors.partner(t, t.name(), "_scale_inv", &mut partners.fp8_scale);
+        let mut block_inferred = false;
         let block = scale.and_then(|s| {
             let configured = self
                 .config()
@@ -672,6 +676,7 @@ impl Checkpoint {
             } else {
                 self.fp8_shape_blocks().block.or(configured)
             };
+            block_inferred = !fits_configured;
             fp8_block(t.shape(), scale.shape(), candidate)
         });
         Some(Encoding::Fp8(Fp8Tensor {
@@ -679,6 +684,7 @@ impl Checkpoint {
             format,
             scale,
             block,
+            block_inferred: block_inferred && block.is_some(),
         }))
     }
 
@@ -782,9 +788,10 @@ fn infer(words: u64, groups: u64, fp_scales: bool) -> Option<QuantParams> {
     })
 }
 
-/// The FP8 block sizes a checkpoint's shapes say: from each FP8 weight
-/// whose rows and columns divide exactly by its scale's, the most common
-/// (the model's one block size), and whether the weights disagree.
+/// The FP8 block sizes a checkpoint's shapes say: each FP8 weight's block
+/// as its shapes give it ([`fp8_block`] with no configured block: a power
+/// of two on each axis where one fits), the most common (the model's one
+/// block size), and whether the weights disagree.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Fp8ShapeBlocks {
     /// The most common exact block (the largest of those tied).
@@ -811,13 +818,8 @@ impl Checkpoint {
                 let Some(scale) = tensors.find(&name) else {
                     continue;
                 };
-                if let ([.., rows, cols], [.., s_rows, s_cols]) = (t.shape(), scale.shape())
-                    && *s_rows > 0
-                    && *s_cols > 0
-                    && rows % s_rows == 0
-                    && cols % s_cols == 0
-                {
-                    counts.add([rows / s_rows, cols / s_cols]);
+                if let Some(block) = fp8_block(t.shape(), scale.shape(), None) {
+                    counts.add(block);
                 }
             }
             let disagreeing = if counts.0.len() > 1 {
@@ -836,8 +838,10 @@ impl Checkpoint {
 }
 
 /// The FP8 block (rows, cols per scale) of a weight of `shape` with a scale
-/// of `scale_shape`: the configured block when it fits, else the smallest
-/// block that gives the scale's shape (`ceil(dim / block) == scale dim`).
+/// of `scale_shape`: the configured block when it fits, else on each axis
+/// the power of two that gives the scale's shape (`ceil(dim / block) ==
+/// scale dim`: a ragged [576, 256] weight with [5, 2] scales is 128x128, as
+/// FP8 checkpoints are blocked), else the smallest block that does.
 fn fp8_block(shape: &[u64], scale_shape: &[u64], configured: Option<[u64; 2]>) -> Option<[u64; 2]> {
     let ([.., rows, cols], [.., s_rows, s_cols]) = (shape, scale_shape) else {
         return None;
@@ -851,7 +855,18 @@ fn fp8_block(shape: &[u64], scale_shape: &[u64], configured: Option<[u64; 2]>) -
     if *s_rows == 0 || *s_cols == 0 {
         return None;
     }
-    let inferred = [rows.div_ceil(*s_rows), cols.div_ceil(*s_cols)];
+    let axis = |dim: u64, scales: u64| {
+        let smallest = dim.div_ceil(scales);
+        // The powers of two from the smallest block that fits up: the
+        // first whose grid is still `scales` long.
+        let power = smallest.checked_next_power_of_two()?;
+        Some(if dim.div_ceil(power) == scales {
+            power
+        } else {
+            smallest
+        })
+    };
+    let inferred = [axis(*rows, *s_rows)?, axis(*cols, *s_cols)?];
     fits(inferred).then_some(inferred)
 }
 
@@ -1013,9 +1028,13 @@ mod tests {
         // The config's block does not fit: the shapes decide.
         assert_eq!(
             fp8_block(&[300, 256], &[3, 2], Some([64, 64])),
-            Some([100, 128])
+            Some([128, 128])
         );
-        assert_eq!(fp8_block(&[300, 256], &[3, 2], None), Some([100, 128]));
+        // 128 rows make a grid of 3 too (300 / 128 = 2.3): the power of two.
+        assert_eq!(fp8_block(&[300, 256], &[3, 2], None), Some([128, 128]));
+        assert_eq!(fp8_block(&[576, 256], &[5, 2], None), Some([128, 128]));
+        // No power of two gives 3 scales over 100 rows (32 gives 4, 64 2).
+        assert_eq!(fp8_block(&[100, 256], &[3, 2], None), Some([34, 128]));
         assert_eq!(fp8_block(&[300, 256], &[0, 2], None), None);
         assert_eq!(fp8_block(&[300], &[3], None), None);
     }

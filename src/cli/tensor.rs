@@ -259,11 +259,13 @@ fn quantized_json(decoding: &Decoding) -> Option<serde_json::Value> {
         Decoding::Fp8 {
             format,
             block,
+            block_inferred,
             shape,
         } => Some(serde_json::json!({
             "mode": "fp8",
             "format": format.name(),
             "block": block,
+            "block_inferred": block_inferred,
             "shape": shape,
         })),
         Decoding::Ggml { kind, shape } => Some(serde_json::json!({

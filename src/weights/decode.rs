@@ -28,6 +28,9 @@ pub enum Decoding {
         format: Fp8Format,
         /// Rows and columns per scale block (`None`: no scale).
         block: Option<[u64; 2]>,
+        /// Whether the block was inferred from the shapes (no
+        /// `weight_block_size` in config.json that fits).
+        block_inferred: bool,
         /// The shape (as stored).
         shape: Vec<u64>,
     },
@@ -69,15 +72,22 @@ impl Decoding {
             Self::Fp8 {
                 format,
                 block: Some([r, c]),
+                block_inferred,
                 shape,
             } => format!(
-                "FP8 {} decoded and multiplied by its {r}x{c} block scale (weight_scale_inv), shape {shape:?}",
-                format.name().to_uppercase()
+                "FP8 {} decoded and multiplied by its {r}x{c} block scale (weight_scale_inv{}), shape {shape:?}",
+                format.name().to_uppercase(),
+                if *block_inferred {
+                    "; block inferred from the shapes: no weight_block_size in config.json"
+                } else {
+                    ""
+                }
             ),
             Self::Fp8 {
                 format,
                 block: None,
                 shape,
+                ..
             } => format!(
                 "FP8 {} decoded (no block scale), shape {shape:?}",
                 format.name().to_uppercase()
@@ -394,6 +404,7 @@ impl<N: ShardLoader> Weights<N> {
             decoding: Some(Decoding::Fp8 {
                 format: f.format,
                 block: f.block.filter(|_| scale.is_some()),
+                block_inferred: f.block_inferred && scale.is_some(),
                 shape: info.shape().to_vec(),
             }),
             scales: scale,
@@ -712,6 +723,7 @@ impl<N: ShardLoader> Weights<N> {
                     decoding: Some(Decoding::Fp8 {
                         format: f.format,
                         block: Some(block),
+                        block_inferred: f.block_inferred,
                         shape: info.shape().to_vec(),
                     }),
                     scales: Some(scale.clone()),

@@ -599,8 +599,12 @@ fn described_dtype<N: ShardLoader>(
         ),
         Some(Decoding::Fp8 {
             block: Some([r, c]),
+            block_inferred,
             ..
-        }) => format!("{dtype} block {r}x{c}"),
+        }) => format!(
+            "{dtype} block {r}x{c}{}",
+            if *block_inferred { " (inferred)" } else { "" }
+        ),
         // A GGUF block type: the table holds its bytes as U8.
         Some(Decoding::Ggml { kind, .. }) => kind.name.to_owned(),
         _ => dtype.to_owned(),

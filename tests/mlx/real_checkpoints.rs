@@ -369,6 +369,7 @@ fn block_scaled_fp8_is_decoded_and_scaled() {
         Some(Decoding::Fp8 {
             format: weightscope::checkpoint::Fp8Format::E4M3,
             block: Some([128, 128]),
+            block_inferred: false,
             shape: vec![300, 256]
         })
     );
@@ -399,8 +400,69 @@ fn block_scaled_fp8_is_decoded_and_scaled() {
     assert_eq!(doc["dtype"], "F8_E4M3");
     assert_eq!(
         doc["quantized"],
-        json!({"mode": "fp8", "format": "e4m3", "block": [128, 128], "shape": [300, 256]})
+        json!({"mode": "fp8", "format": "e4m3", "block": [128, 128], "block_inferred": false, "shape": [300, 256]})
     );
+}
+
+/// Without config.json, a ragged FP8 weight (300 rows, 3 row scales: both
+/// 100 and 128 rows a block give that grid) decodes with the power-of-two
+/// block FP8 checkpoints use, and `tensor`, `diff` and the window say the
+/// block was inferred.
+#[test]
+fn a_ragged_fp8_weight_without_config_takes_the_power_of_two_block_and_says_inferred() {
+    let _lock = mlx_memory_lock();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (expected, _) = write_fp8(dir.path());
+    std::fs::remove_file(dir.path().join("config.json")).expect("no config");
+    let mut weights = Weights::open(dir.path()).expect("weights");
+    let preview = weights
+        .preview(
+            "model.layers.0.mlp.down_proj.weight",
+            &PreviewOptions::default(),
+        )
+        .expect("preview");
+    let decoding = preview.decoding.clone().expect("decoded");
+    assert!(
+        matches!(
+            decoding,
+            Decoding::Fp8 {
+                block: Some([128, 128]),
+                block_inferred: true,
+                ..
+            }
+        ),
+        "{decoding:?}"
+    );
+    assert!(decoding.describe().contains("inferred"));
+    for (got, want) in preview.values.first.iter().zip(&expected) {
+        assert_eq!(got, want);
+    }
+    let (min, max, _) = host_stats(&expected);
+    close(preview.values.stats.min, min, "min");
+    close(preview.values.stats.max, max, "max");
+    let output = Process::new(env!("CARGO_BIN_EXE_weightscope"))
+        .args(["tensor", "--json"])
+        .arg(dir.path())
+        .arg("model.layers.0.mlp.down_proj.weight")
+        .output()
+        .expect("runs");
+    let doc: Value = serde_json::from_slice(&output.stdout).expect("json");
+    assert_eq!(doc["quantized"]["block"], json!([128, 128]));
+    assert_eq!(doc["quantized"]["block_inferred"], true);
+    let output = Process::new(env!("CARGO_BIN_EXE_weightscope"))
+        .args(["diff", "--json"])
+        .arg(dir.path())
+        .arg(dir.path())
+        .output()
+        .expect("runs");
+    let doc: Value = serde_json::from_slice(&output.stdout).expect("json");
+    let row = doc["common"]
+        .as_array()
+        .expect("common")
+        .iter()
+        .find(|c| c["name"] == "model.layers.0.mlp.down_proj.weight")
+        .expect("compared");
+    assert_eq!(row["a_dtype"], "F8_E4M3 block 128x128 (inferred)");
 }
 
 #[test]
