@@ -161,6 +161,40 @@ pub fn to_f32_vec(array: &Array) -> Result<Vec<f32>, MlxError> {
         .map_err(|e| MlxError::op("read values", e))
 }
 
+/// An MLX array of `dtype` made of `bytes` (little-endian, row-major) in
+/// `shape`, evaluated: a band of a tensor read from its file.
+///
+/// # Errors
+/// A shape that does not fit the bytes; an MLX failure.
+pub fn typed_array(bytes: &[u8], dtype: Dtype, shape: &[i32]) -> Result<Array, MlxError> {
+    let item = bytes.len()
+        / shape
+            .iter()
+            .map(|&d| usize::try_from(d).unwrap_or(0))
+            .product::<usize>()
+            .max(1);
+    let mut byte_shape = shape.to_vec();
+    match byte_shape.last_mut() {
+        Some(last) => {
+            *last = i32::try_from(i64::from(*last) * i64::try_from(item).unwrap_or(0))
+                .map_err(|e| MlxError::op("make an array", e))?;
+        }
+        None => byte_shape.push(i32::try_from(item).unwrap_or(0)),
+    }
+    let raw = bytes_array(bytes, &byte_shape)?;
+    let typed = if dtype == Dtype::Uint8 {
+        raw
+    } else {
+        raw.view_dtype(dtype)
+            .map_err(|e| MlxError::op("view the bytes as values", e))?
+    };
+    let array = typed
+        .reshape(shape)
+        .map_err(|e| MlxError::op("reshape", e))?;
+    evaluate(&array)?;
+    Ok(array)
+}
+
 /// An MLX array of `bytes` (`uint8`) in `shape`, or why not, never a panic:
 /// the shape must hold exactly that many values with every axis an `i32`
 /// (MLX's); past 2^31-1 values (mlx-rs multiplies a shape in `i32`) it is

@@ -496,6 +496,14 @@ enum Source {
     },
     /// A ggml block type's bytes, `[rows, bytes per row]`, decoded per band.
     Ggml { raw: Array, kind: &'static str },
+    /// A plain tensor too large to hold, each band's rows read from its
+    /// file when asked (`start`: its first byte; `row_bytes` a row).
+    Read {
+        bytes: crate::checkpoint::ShardBytes,
+        start: u64,
+        row_bytes: u64,
+        dtype: crate::mlx::Dtype,
+    },
     /// FP8 codes `[rows, cols]` with a block scale `[rows / r, cols / c]`.
     ScaledFp8 {
         codes: Array,
@@ -529,6 +537,18 @@ impl Bands {
     pub fn band(&self, r0: i32, r1: i32) -> Result<Array, crate::mlx::MlxError> {
         match &self.source {
             Source::Plain(a) => mlx::slice_rows(a, r0, r1),
+            Source::Read {
+                bytes,
+                start,
+                row_bytes,
+                dtype,
+            } => {
+                let rows = |r: i32| u64::try_from(r).unwrap_or(0) * row_bytes;
+                let read = bytes
+                    .read(start + rows(r0)..start + rows(r1))
+                    .map_err(|e| crate::mlx::MlxError::op("read a band", e))?;
+                mlx::typed_array(&read, *dtype, &[r1 - r0, self.cols])
+            }
             Source::Bytes(a, format) => mlx::decode_bytes(&mlx::slice_rows(a, r0, r1)?, *format),
             Source::Ggml { raw, kind } => {
                 let cols = self.cols;
@@ -639,6 +659,8 @@ impl Bands {
                     .chain(global.iter().map(|(g, _)| g)),
             ),
             Source::ScaledFp8 { codes, scale, .. } => mlx::evaluate_all([codes, scale]),
+            // Read a band at a time when summarized: nothing to hold now.
+            Source::Read { .. } => Ok(()),
         }
     }
 }
@@ -738,6 +760,9 @@ impl<N: ShardLoader> Weights<N> {
                 })
             }
             _ => {
+                if let Some(read) = self.read_bands(name, &info) {
+                    return Ok(read);
+                }
                 // Plain tensors, unscaled FP8, fp-mode scales, E8M0: what
                 // `values` decodes element by element, cut into bands here.
                 let values = self.values(name)?;
@@ -770,6 +795,68 @@ impl<N: ShardLoader> Weights<N> {
                 })
             }
         }
+    }
+
+    /// A plain tensor of more values than an MLX axis holds (2^31-1), read
+    /// from its file a band of rows at a time: only a band is ever in
+    /// memory, never the whole tensor (MLX's loader reads a tensor whole).
+    /// `None` for anything a band cannot be read of as bytes: a tensor a
+    /// view fixes up, an encoded or strided one, a dtype MLX has not.
+    fn read_bands(&self, name: &str, info: &TensorInfo) -> Option<Bands> {
+        let elements: u64 = info.shape().iter().product();
+        if elements <= i32::MAX as u64 || self.has_fixup(name) {
+            return None;
+        }
+        let checkpoint = &self.checkpoint;
+        let position = checkpoint.tensors().position(info.name())?;
+        if checkpoint.ggml_block_at(position).is_some()
+            || checkpoint
+                .torch_tensor_at(position)
+                .is_some_and(|t| !t.contiguous)
+        {
+            return None;
+        }
+        use crate::checkpoint::Dtype as D;
+        use crate::mlx::Dtype as M;
+        let dtype = match info.dtype() {
+            D::F32 => M::Float32,
+            D::F16 => M::Float16,
+            D::BF16 => M::Bfloat16,
+            D::F64 => M::Float64,
+            D::I8 => M::Int8,
+            D::I16 => M::Int16,
+            D::I32 => M::Int32,
+            D::I64 => M::Int64,
+            D::U8 => M::Uint8,
+            D::U16 => M::Uint16,
+            D::U32 => M::Uint32,
+            D::U64 => M::Uint64,
+            D::BOOL => M::Bool,
+            _ => return None,
+        };
+        let shape = i32_shape(info.shape());
+        if shape.iter().any(|&d| d == i32::MAX) {
+            return None;
+        }
+        let (rows, cols) = rows_cols(&shape);
+        let shard = info.shard();
+        let start = checkpoint.shard(shard).data_start()
+            + checkpoint.tensors().at(position).data_offsets().0;
+        Some(Bands {
+            rows,
+            cols,
+            align: 1,
+            decoding: None,
+            scales: None,
+            stored: Vec::new(),
+            source: Source::Read {
+                bytes: checkpoint.shard_bytes(shard),
+                start,
+                row_bytes: u64::try_from(cols).ok()? * info.dtype().bits() / 8,
+                dtype,
+            },
+            shape,
+        })
     }
 
     /// A GGUF block-typed tensor, decoded band by band (whole rows are

@@ -196,7 +196,12 @@ impl<N: ShardLoader> Weights<N> {
         // dequantizes slowly, and per band it does so once per pass: there
         // the whole tensor is decoded once unless it is large.
         let gpu = mlx::default_device().is_ok_and(|d| d.kind == mlx::DeviceKind::Gpu);
-        let per_band = decoded_bytes.is_some_and(|b| gpu || b > WHOLE_DECODE_BYTES);
+        // A tensor of more values than an MLX axis holds (2^31-1) cannot be
+        // flattened whole: it is summarized in bands of rows, as `check
+        // --values`, `walk` and `diff` read it.
+        let elements: u64 = self.info(name).map_or(0, |i| i.shape().iter().product());
+        let per_band = elements > i32::MAX as u64
+            || decoded_bytes.is_some_and(|b| gpu || b > WHOLE_DECODE_BYTES);
         let map = |a: &mlx::Array| -> Result<Option<mlx::Heatmap>, WeightsError> {
             Ok(mlx::summarize(a, 1, 2, options.heatmap)?.heatmap)
         };

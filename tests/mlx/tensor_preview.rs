@@ -592,3 +592,66 @@ fn the_device_command_says_units_and_json_says_bytes() {
         "{line} vs {limit}"
     );
 }
+
+/// A tensor of more values than an MLX axis holds (an I8 `[46341, 46341]`,
+/// 2^31 + 4,634 values, written sparse with a few known bytes) is summarized
+/// in bands read from its file: the statistics are the values', the whole
+/// tensor is never in MLX's memory (MLX's loader would read all 2 GiB, and
+/// flattening it failed), and `tensor` agrees.
+#[test]
+fn a_tensor_of_more_values_than_an_axis_holds_is_read_a_band_at_a_time() {
+    use std::io::{Seek, SeekFrom, Write};
+    let _lock = common::mlx_memory_lock();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("big.safetensors");
+    let side: u64 = 46_341;
+    let n = side * side;
+    assert!(n > i32::MAX as u64);
+    let header =
+        format!(r#"{{"big":{{"dtype":"I8","shape":[{side},{side}],"data_offsets":[0,{n}]}}}}"#);
+    let mut header = header.into_bytes();
+    header.resize(header.len().div_ceil(8) * 8, b' ');
+    let mut file = std::fs::File::create(&path).expect("create");
+    file.write_all(&(header.len() as u64).to_le_bytes())
+        .expect("write");
+    file.write_all(&header).expect("write");
+    let data = 8 + header.len() as u64;
+    // -100 at the first value, 100 in the middle, 7 at the last.
+    for (at, v) in [(0, -100_i8), (n / 2, 100), (n - 1, 7)] {
+        file.seek(SeekFrom::Start(data + at)).expect("seek");
+        file.write_all(&v.to_le_bytes()).expect("write");
+    }
+    drop(file);
+    mlx::clear_cache().expect("clear");
+    mlx::reset_peak().expect("reset");
+    let mut weights = Weights::open(dir.path()).expect("weights");
+    let preview = weights
+        .preview("big", &PreviewOptions::default())
+        .expect("previewed");
+    let s = &preview.values.stats;
+    assert_eq!((s.min, s.max), (-100.0, 100.0));
+    let mean = 7.0 / n as f64;
+    assert!((s.mean - mean).abs() < 1e-12, "{} vs {mean}", s.mean);
+    assert_eq!(preview.values.first[0], -100.0);
+    let peak = mlx::memory().expect("memory").peak_bytes;
+    assert!(
+        peak < 256 << 20,
+        "peak MLX memory {peak} bytes: the tensor was read whole"
+    );
+    drop(weights);
+    common::assert_all_freed();
+    let output = Command::new(env!("CARGO_BIN_EXE_weightscope"))
+        .args(["tensor", "--json"])
+        .arg(&path)
+        .arg("big")
+        .output()
+        .expect("runs");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&output.stdout).expect("json");
+    assert_eq!(doc["stats"]["max"], 100.0);
+    assert_eq!(doc["stats"]["min"], -100.0);
+}
