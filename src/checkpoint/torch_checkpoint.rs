@@ -88,7 +88,7 @@ pub fn is_torch_name(name: &str) -> bool {
 /// Reads torch files into shard headers, keeping each file's torch facts
 /// aside (by path) for [`Checkpoint::attach_torch`].
 #[derive(Debug, Default)]
-pub(crate) struct TorchReader {
+pub struct TorchReader {
     files: Mutex<Vec<(PathBuf, TorchFile)>>,
 }
 
@@ -103,6 +103,23 @@ impl TorchReader {
             .map_err(|e| CheckpointError::unreadable(path, &e))?
             .len();
         let torch = pytorch::read(path).map_err(|e| unreadable(e.to_string()))?;
+        let (header, hashes) = shard_header(&torch, file_bytes).map_err(unreadable)?;
+        if let Ok(mut files) = self.files.lock() {
+            files.push((path.to_path_buf(), torch));
+        }
+        Ok((header, hashes))
+    }
+
+    /// Reads the torch file `source` (shown as `path`) as one shard header.
+    pub(crate) fn read_source(&self, path: &Path, source: &dyn pytorch::Source) -> Parsed {
+        let unreadable = |reason: String| CheckpointError::Unreadable {
+            path: path.to_path_buf(),
+            reason,
+        };
+        let file_bytes = source
+            .size()
+            .map_err(|e| unreadable(super::io_reason(&e)))?;
+        let torch = pytorch::read_from(source).map_err(|e| unreadable(e.to_string()))?;
         let (header, hashes) = shard_header(&torch, file_bytes).map_err(unreadable)?;
         if let Ok(mut files) = self.files.lock() {
             files.push((path.to_path_buf(), torch));

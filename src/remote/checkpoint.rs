@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::{Location, Remote, in_folder};
+use crate::checkpoint::torch_checkpoint::is_torch_name;
 use crate::checkpoint::{
     Checkpoint, CheckpointError, Layout, NameDigest, Parsed, config, header, index,
 };
@@ -38,6 +39,9 @@ struct Plan {
     layout: PlanLayout,
     /// Whether that folder has a `config.json`.
     config: bool,
+    /// Whether the files are PyTorch files (`.bin`, `.pth`, `.pt`) rather
+    /// than safetensors.
+    torch: bool,
 }
 
 enum PlanLayout {
@@ -66,10 +70,12 @@ fn plan(remote: &Remote, root: &Path) -> Result<Plan, CheckpointError> {
         Location::Url(url) => {
             let path = url.split(['?', '#']).next().unwrap_or(url);
             let name = path.rsplit('/').next().unwrap_or(path).to_owned();
+            let torch = is_torch_name(&name);
             return Ok(Plan {
                 folder: String::new(),
                 layout: PlanLayout::Single(name),
                 config: false,
+                torch,
             });
         }
         Location::Hub(repo) => repo,
@@ -83,6 +89,7 @@ fn plan(remote: &Remote, root: &Path) -> Result<Plan, CheckpointError> {
             ));
         }
         let config = listed(&in_folder(&folder, "config.json"));
+        let torch = is_torch_name(&name) || has_suffix(&name, ".bin.index.json");
         let layout = if has_suffix(&name, ".json") {
             PlanLayout::Indexed(name)
         } else {
@@ -92,6 +99,7 @@ fn plan(remote: &Remote, root: &Path) -> Result<Plan, CheckpointError> {
             folder,
             layout,
             config,
+            torch,
         });
     }
     let folder = repo.path.clone();
@@ -116,6 +124,7 @@ fn plan(remote: &Remote, root: &Path) -> Result<Plan, CheckpointError> {
             layout: PlanLayout::Indexed((*index).to_owned()),
             folder,
             config,
+            torch: false,
         });
     }
     let shards: Vec<String> = children
@@ -128,6 +137,29 @@ fn plan(remote: &Remote, root: &Path) -> Result<Plan, CheckpointError> {
             folder,
             layout: PlanLayout::Folder(shards),
             config,
+            torch: false,
+        });
+    }
+    // A repo with only PyTorch files: their index, else each file.
+    if let Some(index) = children.iter().find(|f| f.ends_with(".bin.index.json")) {
+        return Ok(Plan {
+            layout: PlanLayout::Indexed((*index).to_owned()),
+            folder,
+            config,
+            torch: true,
+        });
+    }
+    let torch_files: Vec<String> = children
+        .iter()
+        .filter(|f| is_torch_name(f))
+        .map(|f| (*f).to_owned())
+        .collect();
+    if !torch_files.is_empty() {
+        return Ok(Plan {
+            folder,
+            layout: PlanLayout::Folder(torch_files),
+            config,
+            torch: true,
         });
     }
     Err(nothing_to_open(remote, &children, &prefix, root))
@@ -189,8 +221,10 @@ struct Indexed {
 /// files (the API listed them) are fetched while the first fetching thread
 /// reads and parses the index (8 MB for a 90k-tensor repo), which then
 /// picks its shards, in its order.
+#[allow(clippy::too_many_arguments)]
 fn indexed(
     remote: &Remote,
+    torch: bool,
     folder: &str,
     index_file: &str,
     shown: &dyn Fn(&str) -> PathBuf,
@@ -198,7 +232,7 @@ fn indexed(
     read: &crate::checkpoint::ReadHeader<'_>,
 ) -> Result<Indexed, CheckpointError> {
     let index_path = shown(index_file);
-    let listed: Vec<(String, PathBuf)> = shards_listed(remote, folder)
+    let listed: Vec<(String, PathBuf)> = shards_listed(remote, folder, torch)
         .map(|name| {
             let path = shown(&name);
             (name, path)
@@ -261,14 +295,23 @@ fn indexed(
 
 /// The `.safetensors` files directly in `folder` of the repo, as the API
 /// listed them (names in the folder).
-fn shards_listed<'a>(remote: &'a Remote, folder: &'a str) -> impl Iterator<Item = String> + 'a {
+fn shards_listed<'a>(
+    remote: &'a Remote,
+    folder: &'a str,
+    torch: bool,
+) -> impl Iterator<Item = String> + 'a {
     remote.files().iter().filter_map(move |path| {
         let name = if folder.is_empty() {
             path.as_str()
         } else {
             path.strip_prefix(folder)?.strip_prefix('/')?
         };
-        (!name.contains('/') && has_suffix(name, ".safetensors")).then(|| name.to_owned())
+        let shard = if torch {
+            is_torch_name(name)
+        } else {
+            has_suffix(name, ".safetensors")
+        };
+        (!name.contains('/') && shard).then(|| name.to_owned())
     })
 }
 
@@ -304,7 +347,12 @@ impl Checkpoint {
             PlanLayout::Single(_) => root.clone(),
             _ => PathBuf::from(format!("{}/{name}", hub_root.display())),
         };
+        let torch = crate::checkpoint::torch_checkpoint::TorchReader::default();
         let read = |(file, path): &(String, PathBuf), buf: &mut Vec<u8>| -> Parsed {
+            if plan.torch {
+                let source = super::RemoteFile::new(&remote, file);
+                return torch.read_source(path, &source);
+            }
             let (size, at) = remote
                 .header_into(file, header::HEADER_CAP_BYTES, buf)
                 .map_err(|e| failed(path, e))?;
@@ -326,13 +374,24 @@ impl Checkpoint {
                 (Layout::Folder, files, headers, Vec::new())
             }
             PlanLayout::Indexed(index_file) => {
-                let read = indexed(&remote, &plan.folder, index_file, &shown, report, &read)?;
+                let read = indexed(
+                    &remote,
+                    plan.torch,
+                    &plan.folder,
+                    index_file,
+                    &shown,
+                    report,
+                    &read,
+                )?;
                 index_digests = Some((index_file, read.index_digests));
                 (read.layout, read.files, read.headers, read.problems)
             }
         };
         let (mut checkpoint, shard_digests) =
             Self::assemble_parsed(hub_root.clone(), layout, files, headers, problems);
+        if plan.torch {
+            checkpoint.attach_torch(&torch);
+        }
         if let Some((index_file, digests)) = index_digests {
             // Read again only when a shard disagrees (from the cache).
             let reread = |path: &Path| {

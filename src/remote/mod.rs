@@ -91,6 +91,51 @@ impl std::io::Seek for RangeReader<'_> {
     }
 }
 
+/// A file of a remote checkpoint as a torch reader's source: its size from
+/// the first range request, its bytes by range requests.
+pub(crate) struct RemoteFile<'a> {
+    remote: &'a Remote,
+    file: &'a str,
+    size: std::sync::OnceLock<u64>,
+}
+
+impl<'a> RemoteFile<'a> {
+    pub(crate) fn new(remote: &'a Remote, file: &'a str) -> Self {
+        Self {
+            remote,
+            file,
+            size: std::sync::OnceLock::new(),
+        }
+    }
+}
+
+impl crate::checkpoint::pytorch::Source for RemoteFile<'_> {
+    fn size(&self) -> std::io::Result<u64> {
+        if let Some(size) = self.size.get() {
+            return Ok(*size);
+        }
+        let first = self
+            .remote
+            .client
+            .get(&self.remote.url(self.file), Some(&(0..1)), 1)
+            .map_err(|e| std::io::Error::other(e.message))?;
+        let size = first
+            .total
+            .ok_or_else(|| std::io::Error::other("the server did not say the file's size"))?;
+        Ok(*self.size.get_or_init(|| size))
+    }
+
+    fn read_at(&self, range: Range<u64>) -> std::io::Result<Vec<u8>> {
+        let end = range.end.min(self.size()?);
+        if range.start >= end {
+            return Ok(Vec::new());
+        }
+        self.remote
+            .read_at(self.file, range.start..end)
+            .map_err(|e| std::io::Error::other(e.message))
+    }
+}
+
 /// Bytes asked for first from each shard: a header longer than this costs
 /// a second request (the Hub's viewer reads the same amount).
 pub const FIRST_READ_BYTES: u64 = 100_000;

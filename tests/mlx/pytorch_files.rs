@@ -369,3 +369,120 @@ fn convert_writes_safetensors_sharded_as_the_source_that_diff_to_zero() {
     assert_eq!(again.status.code(), Some(2));
     assert_eq!(String::from_utf8_lossy(&again.stderr).lines().count(), 1);
 }
+
+/// The CLI with the Hub at `hub`, a private cache and no token.
+fn weightscope_hub(hub: &common::hub::Hub, cache: &Path, args: &[&str]) -> std::process::Output {
+    Process::new(env!("CARGO_BIN_EXE_weightscope"))
+        .args(args)
+        .env("HF_ENDPOINT", &hub.endpoint)
+        .env("WEIGHTSCOPE_CACHE_DIR", cache)
+        .env("HF_HOME", cache.join("no-hf-home"))
+        .env_remove("HF_TOKEN")
+        .env_remove("HF_TOKEN_PATH")
+        .output()
+        .expect("weightscope runs")
+}
+
+/// A Hub repo that only has sharded `.bin` files opens as the local folder
+/// does, by range requests (the zip's end and central directory, `data.pkl`;
+/// never a whole file), and a tensor's values come from its own bytes. The
+/// data offsets predicted from the central directory are the local
+/// headers' on torch's own files.
+#[test]
+fn a_hub_repo_of_bin_files_reads_by_ranges_as_the_local_folder() {
+    use common::hub::{Behaviour, Hub};
+    let out = tempfile::tempdir().expect("tempdir");
+    write_files(out.path());
+    let sharded = out.path().join("sharded");
+    for file in [
+        out.path().join("dtypes.bin"),
+        sharded.join("pytorch_model-00001-of-00002.bin"),
+        out.path().join("checkpoint.pth"),
+    ] {
+        assert_eq!(
+            weightscope::checkpoint::pytorch::predicted_offsets_agree(&file),
+            Ok(true),
+            "{}",
+            file.display()
+        );
+    }
+    let hub = Hub::start();
+    hub.add("org/bin", &sharded, Behaviour::Normal);
+    let cache = tempfile::tempdir().expect("cache");
+    let local = json_of(&weightscope(&["inspect", "--json"], &sharded));
+    let remote = json_of(&weightscope_hub(
+        &hub,
+        cache.path(),
+        &["inspect", "--json", "hf://org/bin"],
+    ));
+    common::assert_inspect_schema(&remote);
+    let strip = |mut v: Value| {
+        let fields = v.as_object_mut().expect("object");
+        fields.remove("path");
+        fields.remove("commit");
+        v
+    };
+    assert_eq!(strip(remote), strip(local), "the same report as the folder");
+    assert!(
+        hub.log()
+            .iter()
+            .filter(|l| l.host == "storage" && l.path.ends_with(".bin"))
+            .all(|l| l.range.is_some()),
+        "every .bin read by ranges: {:#?}",
+        hub.log()
+    );
+    // A 16 MiB file: its end, its directory and its pickle are fetched,
+    // not its tensors' bytes.
+    let big = tempfile::tempdir().expect("tempdir");
+    let script = format!(
+        "import collections, torch\n\
+         torch.save(collections.OrderedDict((f'w{{i}}', torch.ones(1024, 1024)) for i in range(4)), '{}')\n",
+        big.path().join("pytorch_model.bin").display()
+    );
+    let made = Process::new(torch_python())
+        .args(["-c", &script])
+        .output()
+        .expect("python runs");
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    hub.add("org/big", big.path(), Behaviour::Normal);
+    hub.clear();
+    let doc = json_of(&weightscope_hub(
+        &hub,
+        cache.path(),
+        &["inspect", "--json", "hf://org/big"],
+    ));
+    assert_eq!(doc["format"], "pytorch");
+    assert_eq!(doc["tensor_count"], 4);
+    let fetched: u64 = hub
+        .log()
+        .iter()
+        .filter(|l| l.host == "storage")
+        .map(|l| l.body_bytes)
+        .sum();
+    assert!(
+        fetched < 1 << 20,
+        "{fetched} bytes of 16 MiB: {:#?}",
+        hub.log()
+    );
+    let name = "model.layers.1.mlp.down_proj.weight";
+    let local_t = json_of(
+        &Process::new(env!("CARGO_BIN_EXE_weightscope"))
+            .args(["tensor", "--json"])
+            .arg(&sharded)
+            .arg(name)
+            .output()
+            .expect("runs"),
+    );
+    let remote_t = json_of(&weightscope_hub(
+        &hub,
+        cache.path(),
+        &["tensor", "--json", "hf://org/bin", name],
+    ));
+    for key in ["stats", "histogram", "first", "shape", "dtype"] {
+        assert_eq!(remote_t[key], local_t[key], "{key}");
+    }
+}

@@ -293,6 +293,110 @@ pub enum TorchError {
     NoTensor,
 }
 
+/// Where a torch file's bytes are read: a file on this machine, or a
+/// remote one by range requests.
+pub trait Source {
+    /// The file's size in bytes.
+    ///
+    /// # Errors
+    /// The source's failure, as an I/O error.
+    fn size(&self) -> std::io::Result<u64>;
+    /// The bytes `range` (fewer only at the end of the file).
+    ///
+    /// # Errors
+    /// The source's failure, as an I/O error.
+    fn read_at(&self, range: std::ops::Range<u64>) -> std::io::Result<Vec<u8>>;
+    /// Whether a read costs little (a local file): the zip's local headers
+    /// are then read for each storage rather than predicted.
+    fn is_local(&self) -> bool {
+        false
+    }
+}
+
+/// A file on this machine as a [`Source`].
+struct LocalFile(std::fs::File, u64);
+
+impl Source for LocalFile {
+    fn size(&self) -> std::io::Result<u64> {
+        Ok(self.1)
+    }
+
+    fn read_at(&self, range: std::ops::Range<u64>) -> std::io::Result<Vec<u8>> {
+        use std::os::unix::fs::FileExt as _;
+        let end = range.end.min(self.1);
+        let mut bytes = vec![0; usize::try_from(end.saturating_sub(range.start)).unwrap_or(0)];
+        self.0.read_exact_at(&mut bytes, range.start)?;
+        Ok(bytes)
+    }
+
+    fn is_local(&self) -> bool {
+        true
+    }
+}
+
+/// Bytes a block of [`SourceReader`].
+const BLOCK_BYTES: u64 = 256 << 10;
+/// Blocks a [`SourceReader`] keeps.
+const KEPT_BLOCKS: usize = 64;
+
+/// A [`Source`] read and sought as the zip reader wants, a block at a time,
+/// the last blocks kept: the central directory at the end and `data.pkl`
+/// at the start cost a request or two each.
+struct SourceReader<'a> {
+    source: &'a dyn Source,
+    size: u64,
+    pos: u64,
+    blocks: Vec<(u64, Vec<u8>)>,
+}
+
+impl SourceReader<'_> {
+    fn block(&mut self, index: u64) -> std::io::Result<&[u8]> {
+        if let Some(k) = self.blocks.iter().position(|(i, _)| *i == index) {
+            return Ok(&self.blocks[k].1);
+        }
+        let start = index * BLOCK_BYTES;
+        let bytes = self
+            .source
+            .read_at(start..(start + BLOCK_BYTES).min(self.size))?;
+        if self.blocks.len() >= KEPT_BLOCKS {
+            self.blocks.remove(0);
+        }
+        self.blocks.push((index, bytes));
+        Ok(&self.blocks[self.blocks.len() - 1].1)
+    }
+}
+
+impl std::io::Read for SourceReader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.pos >= self.size || buf.is_empty() {
+            return Ok(0);
+        }
+        let index = self.pos / BLOCK_BYTES;
+        let within = usize::try_from(self.pos % BLOCK_BYTES).unwrap_or(0);
+        let block = self.block(index)?;
+        let available = block.get(within..).unwrap_or_default();
+        let n = available.len().min(buf.len());
+        if n == 0 {
+            return Ok(0);
+        }
+        buf[..n].copy_from_slice(&available[..n]);
+        self.pos += n as u64;
+        Ok(n)
+    }
+}
+
+impl std::io::Seek for SourceReader<'_> {
+    fn seek(&mut self, to: std::io::SeekFrom) -> std::io::Result<u64> {
+        let at = match to {
+            std::io::SeekFrom::Start(n) => Some(n),
+            std::io::SeekFrom::Current(d) => self.pos.checked_add_signed(d),
+            std::io::SeekFrom::End(d) => self.size.checked_add_signed(d),
+        };
+        self.pos = at.ok_or_else(|| std::io::Error::other("seek out of the file"))?;
+        Ok(self.pos)
+    }
+}
+
 /// Reads the torch file at `path` (zip or legacy), header-only: the
 /// pickle, the archive's directory, the storages' places.
 ///
@@ -301,20 +405,26 @@ pub enum TorchError {
 /// are malformed.
 pub fn read(path: &Path) -> Result<TorchFile, TorchError> {
     let (file, meta) = crate::files::open_regular(path).map_err(|e| TorchError::Io(e.reason()))?;
-    let mut head = [0_u8; 15];
-    {
-        use std::os::unix::fs::FileExt as _;
-        let n = file
-            .read_at(&mut head, 0)
-            .map_err(|e| TorchError::Io(super::io_reason(&e)))?;
-        if n < 4 {
-            return Err(TorchError::Archive("too short".into()));
-        }
+    read_from(&LocalFile(file, meta.len()))
+}
+
+/// [`read`] from any [`Source`] (a Hub repo's file by range requests:
+/// the zip's end, its central directory and `data.pkl`, never the whole
+/// file).
+///
+/// # Errors
+/// As [`read`].
+pub fn read_from(source: &dyn Source) -> Result<TorchFile, TorchError> {
+    let io = |e: std::io::Error| TorchError::Io(super::io_reason(&e));
+    let size = source.size().map_err(io)?;
+    let head = source.read_at(0..15.min(size)).map_err(io)?;
+    if head.len() < 4 {
+        return Err(TorchError::Archive("too short".into()));
     }
     if head.starts_with(b"PK\x03\x04") {
-        read_zip(file, meta.len())
+        read_zip(source, size)
     } else if head.starts_with(LEGACY_MAGIC) {
-        read_legacy(&file, meta.len())
+        read_legacy(source, size)
     } else {
         Err(TorchError::Archive(
             "neither a zip archive nor a legacy torch file".into(),
@@ -322,9 +432,83 @@ pub fn read(path: &Path) -> Result<TorchFile, TorchError> {
     }
 }
 
-fn read_zip(file: std::fs::File, file_bytes: u64) -> Result<TorchFile, TorchError> {
+/// Where each entry's data starts, from the central directory alone: torch
+/// writes its records one after the other, so an entry's data ends where
+/// the next entry's local header begins (the central directory after the
+/// last), less a data descriptor when the entry has one; and it aligns
+/// every record's data to 64 bytes. A start that is not so aligned, or
+/// falls inside its own local header, is `None`: read the header then.
+fn predicted_data_starts<R: std::io::Read + std::io::Seek>(
+    zip: &zip::ZipArchive<R>,
+) -> Vec<Option<u64>> {
+    let mut order: Vec<(u64, usize)> = (0..zip.len())
+        .filter_map(|i| zip.by_index_data(i).ok().map(|e| (e.header_start(), i)))
+        .collect();
+    order.sort_unstable();
+    let mut starts = vec![None; zip.len()];
+    for (k, &(header, i)) in order.iter().enumerate() {
+        let next = order
+            .get(k + 1)
+            .map_or(zip.central_directory_start(), |&(h, _)| h);
+        let Ok(entry) = zip.by_index_data(i) else {
+            continue;
+        };
+        let descriptor = if entry.flags().is_using_data_descriptor() {
+            if entry.compressed_size() >= u64::from(u32::MAX) {
+                24
+            } else {
+                16
+            }
+        } else {
+            0
+        };
+        let name = entry.name_raw().len() as u64;
+        let start = next
+            .checked_sub(entry.compressed_size())
+            .and_then(|s| s.checked_sub(descriptor));
+        starts[i] = start.filter(|&s| s % 64 == 0 && s >= header + 30 + name);
+    }
+    starts
+}
+
+/// Whether [`predicted_data_starts`] gives the local headers' own data
+/// offsets for every storage of the zip-format torch file at `path` (for
+/// the tests against torch's writer).
+///
+/// # Errors
+/// The file cannot be read as a zip archive.
+pub fn predicted_offsets_agree(path: &Path) -> Result<bool, TorchError> {
+    let (file, meta) = crate::files::open_regular(path).map_err(|e| TorchError::Io(e.reason()))?;
+    let source = LocalFile(file, meta.len());
+    let reader = SourceReader {
+        source: &source,
+        size: meta.len(),
+        pos: 0,
+        blocks: Vec::new(),
+    };
+    let mut zip = zip::ZipArchive::new(reader).map_err(|e| TorchError::Archive(e.to_string()))?;
+    let predicted = predicted_data_starts(&zip);
+    for (i, want) in predicted.into_iter().enumerate() {
+        let entry = zip
+            .by_index_raw(i)
+            .map_err(|e| TorchError::Archive(e.to_string()))?;
+        if want.is_none() || entry.data_start() != want {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+fn read_zip(source: &dyn Source, file_bytes: u64) -> Result<TorchFile, TorchError> {
     let archive_err = |e: zip::result::ZipError| TorchError::Archive(e.to_string());
-    let mut zip = zip::ZipArchive::new(std::io::BufReader::new(file)).map_err(archive_err)?;
+    let reader = SourceReader {
+        source,
+        size: file_bytes,
+        pos: 0,
+        blocks: Vec::new(),
+    };
+    let mut zip = zip::ZipArchive::new(reader).map_err(archive_err)?;
+    let predicted = predicted_data_starts(&zip);
     // One top folder holds every record: `<name>/data.pkl`.
     let pkl_name = zip
         .file_names()
@@ -374,15 +558,31 @@ fn read_zip(file: std::fs::File, file_bytes: u64) -> Result<TorchFile, TorchErro
                 key: key.clone(),
                 what: "is not in the archive".into(),
             })?;
-        let entry = zip.by_index_raw(i).map_err(archive_err)?;
-        if entry.compression() != zip::CompressionMethod::Stored {
+        let (compression, bytes) = {
+            let entry = zip.by_index_data(i).map_err(archive_err)?;
+            (entry.compression(), entry.size())
+        };
+        if compression != zip::CompressionMethod::Stored {
             return Err(TorchError::Compressed(name));
         }
-        let start = entry.data_start().ok_or_else(|| TorchError::Storage {
-            key: key.clone(),
-            what: "has no data offset".into(),
-        })?;
-        let bytes = entry.size();
+        // A local file's header is read (cheap); a remote one's is
+        // predicted from the central directory, else read.
+        let known = predicted
+            .get(i)
+            .copied()
+            .flatten()
+            .filter(|_| !source.is_local());
+        let start = match known {
+            Some(start) => start,
+            None => zip
+                .by_index_raw(i)
+                .map_err(archive_err)?
+                .data_start()
+                .ok_or_else(|| TorchError::Storage {
+                    key: key.clone(),
+                    what: "has no data offset".into(),
+                })?,
+        };
         if bytes < *needed || start.checked_add(bytes).is_none_or(|end| end > file_bytes) {
             return Err(TorchError::Storage {
                 key: key.clone(),
@@ -409,15 +609,13 @@ fn read_zip(file: std::fs::File, file_bytes: u64) -> Result<TorchFile, TorchErro
     })
 }
 
-fn read_legacy(file: &std::fs::File, file_bytes: u64) -> Result<TorchFile, TorchError> {
-    use std::os::unix::fs::FileExt as _;
+fn read_legacy(source: &dyn Source, file_bytes: u64) -> Result<TorchFile, TorchError> {
     let io = |e: &std::io::Error| TorchError::Io(super::io_reason(e));
     // The five pickles come first; their length is known only by reading
     // them, so the head is read growing until they all parse.
     let mut len = (1_u64 << 20).min(file_bytes);
     let (pickles, head_end, head) = loop {
-        let mut head = vec![0_u8; usize::try_from(len).unwrap_or(usize::MAX)];
-        file.read_exact_at(&mut head, 0).map_err(|e| io(&e))?;
+        let head = source.read_at(0..len).map_err(|e| io(&e))?;
         match legacy_pickles(&head) {
             Ok((pickles, end)) => break (pickles, end, head),
             Err(pickle::PickleError::Truncated(_) | pickle::PickleError::NoStop)
@@ -456,9 +654,14 @@ fn read_legacy(file: &std::fs::File, file_bytes: u64) -> Result<TorchFile, Torch
         let Value::Str(key) = key else {
             return Err(TorchError::Archive("a storage key is not text".into()));
         };
-        let mut count = [0_u8; 8];
-        file.read_exact_at(&mut count, at).map_err(|e| io(&e))?;
-        let numel = u64::from_le_bytes(count);
+        let count = source.read_at(at..at + 8).map_err(|e| io(&e))?;
+        let numel = count
+            .first_chunk::<8>()
+            .map(|c| u64::from_le_bytes(*c))
+            .ok_or_else(|| TorchError::Storage {
+                key: key.to_string(),
+                what: "has no element count: the file ends".into(),
+            })?;
         let size = element_bytes.get(&**key).copied().unwrap_or(1);
         let bytes = numel.checked_mul(size).ok_or_else(|| TorchError::Storage {
             key: key.to_string(),
