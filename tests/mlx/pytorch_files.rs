@@ -486,3 +486,63 @@ fn a_hub_repo_of_bin_files_reads_by_ranges_as_the_local_folder() {
         assert_eq!(remote_t[key], local_t[key], "{key}");
     }
 }
+
+/// Archives torch would not write, made from one it did: big-endian bytes
+/// (a `byteorder` record of `big`), a compressed storage, a file cut short,
+/// a pickle cut short. Each is one line naming the file (exit status 2),
+/// never a panic, a hang or a value read from the wrong bytes.
+#[test]
+fn archives_torch_would_not_write_are_one_line_errors() {
+    let out = tempfile::tempdir().expect("tempdir");
+    write_files(out.path());
+    let source = out.path().join("dtypes.bin");
+    let script = r#"
+import sys, zipfile
+src, out = sys.argv[1], sys.argv[2]
+zin = zipfile.ZipFile(src)
+prefix = [n for n in zin.namelist() if n.endswith('/data.pkl')][0][:-len('data.pkl')]
+def remake(path, change):
+    with zipfile.ZipFile(path, 'w', zipfile.ZIP_STORED) as z:
+        for info in zin.infolist():
+            data = zin.read(info.filename)
+            kind = zipfile.ZIP_STORED
+            name, data, kind = change(info.filename, data, kind)
+            z.writestr(name, data, compress_type=kind)
+        if path.endswith('big.bin'):
+            z.writestr(prefix + 'byteorder', b'big')
+remake(out + '/big.bin', lambda n, d, k: (n, d, k))
+remake(out + '/deflated.bin', lambda n, d, k: (n, d, zipfile.ZIP_DEFLATED if n.endswith('data/0') else k))
+remake(out + '/short-pickle.bin', lambda n, d, k: (n, d[: len(d) // 2] if n.endswith('data.pkl') else d, k))
+raw = open(src, 'rb').read()
+open(out + '/cut.bin', 'wb').write(raw[: len(raw) // 2])
+"#;
+    let made = Process::new(torch_python())
+        .args(["-c", script])
+        .arg(&source)
+        .arg(out.path())
+        .output()
+        .expect("python runs");
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    for (file, says) in [
+        ("big.bin", "big-endian"),
+        ("deflated.bin", "compressed"),
+        ("short-pickle.bin", "pickle"),
+        ("cut.bin", "cut.bin"),
+    ] {
+        let path = out.path().join(file);
+        for command in ["inspect", "check"] {
+            let run = weightscope(&[command], &path);
+            let err = String::from_utf8_lossy(&run.stderr);
+            assert_eq!(run.status.code(), Some(2), "{command} {file}: {err}");
+            assert_eq!(err.lines().count(), 1, "{command} {file}: {err}");
+            assert!(
+                err.contains(says) && err.contains(file),
+                "{command} {file}: {err}"
+            );
+        }
+    }
+}
