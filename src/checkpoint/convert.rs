@@ -234,8 +234,11 @@ fn copy_side_files(
         .filter_map(Result::ok)
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .filter(|n| {
-            let side = n.ends_with(".json") || n.ends_with(".txt") || n.ends_with(".model");
-            side && !n.ends_with(".index.json")
+            let lower = n.to_ascii_lowercase();
+            let side = [".json", ".txt", ".model"]
+                .iter()
+                .any(|ext| lower.ends_with(ext));
+            side && !lower.ends_with(".index.json")
         })
         .collect();
     names.sort();

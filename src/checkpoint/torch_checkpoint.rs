@@ -111,6 +111,10 @@ impl TorchReader {
     }
 
     /// Reads the torch file `source` (shown as `path`) as one shard header.
+    ///
+    /// # Errors
+    /// The file cannot be read as a torch file (one line naming `path`).
+    #[cfg_attr(not(feature = "remote"), allow(dead_code))] // the remote layer's
     pub(crate) fn read_source(&self, path: &Path, source: &dyn pytorch::Source) -> Parsed {
         let unreadable = |reason: String| CheckpointError::Unreadable {
             path: path.to_path_buf(),
@@ -234,15 +238,15 @@ impl Checkpoint {
                     d.add(name_hash(name));
                 })?;
             // Only the files the index names are read.
-            let named: Vec<(String, PathBuf)> = listed
+            let in_index: Vec<(String, PathBuf)> = listed
                 .into_iter()
                 .filter(|(f, _)| index.shard_files.contains(f))
                 .collect();
-            let headers = super::parse_all(&named, report, &|| {}, crate::par::cores(), &read);
+            let headers = super::parse_all(&in_index, report, &|| {}, crate::par::cores(), &read);
             let (files, headers, problems) = super::in_index_order(
                 &index,
                 &index_path,
-                named,
+                in_index,
                 headers,
                 &|file| dir.join(file),
                 &|_, path| path.exists(),

@@ -212,6 +212,38 @@ pub fn write_tensor_text(
 /// Rows of each list the text report prints.
 const TEXT_ROWS: usize = 20;
 
+/// The names only one side has, and the tied names one side keeps once,
+/// [`TEXT_ROWS`] of each at most.
+fn write_names(report: &DiffReport, out: &mut impl Write) -> std::io::Result<()> {
+    let left_out = |out: &mut dyn Write, what: &str, total: usize| -> std::io::Result<()> {
+        if total > TEXT_ROWS {
+            writeln!(
+                out,
+                "  … {} more {what} not shown (--json lists all)",
+                total - TEXT_ROWS
+            )?;
+        }
+        Ok(())
+    };
+    for name in report.only_in_a.iter().take(TEXT_ROWS) {
+        writeln!(out, "only in A: {}", Shown::new(name))?;
+    }
+    left_out(out, "only in A", report.only_in_a.len())?;
+    for name in report.only_in_b.iter().take(TEXT_ROWS) {
+        writeln!(out, "only in B: {}", Shown::new(name))?;
+    }
+    left_out(out, "only in B", report.only_in_b.len())?;
+    for (name, first) in report.tied.iter().take(TEXT_ROWS) {
+        writeln!(
+            out,
+            "tied: {} is {} under a second name (compared as it)",
+            Shown::new(name),
+            Shown::new(first)
+        )?;
+    }
+    Ok(())
+}
+
 /// The text report: counts, the overall figure, then the tensors that differ
 /// most, saying how many rows each list left out.
 ///
@@ -252,6 +284,7 @@ pub fn write_text(
         report.elapsed_secs,
         if report.cancelled { ", cancelled" } else { "" }
     )?;
+    write_names(report, out)?;
     let left_out = |out: &mut dyn Write, what: &str, total: usize| -> std::io::Result<()> {
         if total > TEXT_ROWS {
             writeln!(
@@ -262,22 +295,6 @@ pub fn write_text(
         }
         Ok(())
     };
-    for name in report.only_in_a.iter().take(TEXT_ROWS) {
-        writeln!(out, "only in A: {}", Shown::new(name))?;
-    }
-    left_out(out, "only in A", report.only_in_a.len())?;
-    for name in report.only_in_b.iter().take(TEXT_ROWS) {
-        writeln!(out, "only in B: {}", Shown::new(name))?;
-    }
-    left_out(out, "only in B", report.only_in_b.len())?;
-    for (name, first) in report.tied.iter().take(TEXT_ROWS) {
-        writeln!(
-            out,
-            "tied: {} is {} under a second name (compared as it)",
-            Shown::new(name),
-            Shown::new(first)
-        )?;
-    }
     for c in report.changed.iter().take(TEXT_ROWS) {
         writeln!(
             out,

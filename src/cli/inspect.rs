@@ -683,7 +683,7 @@ fn write_torch(checkpoint: &Checkpoint, out: &mut impl Write) -> io::Result<()> 
     }
     let tensors = checkpoint.tensors();
     let mut tied = 0;
-    for t in tensors.iter() {
+    for t in tensors {
         let Some(at) = checkpoint.torch_tensor_at(t.position()) else {
             continue;
         };

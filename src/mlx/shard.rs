@@ -55,7 +55,10 @@ pub struct Stored {
 /// Rearranges a tensor's bytes once read, or says (`None`) that they do
 /// not hold what it needs. Made by the layer that knows the format.
 #[derive(Clone)]
-pub struct Rearrange(pub std::sync::Arc<dyn Fn(&[u8]) -> Option<Vec<u8>> + Send + Sync>);
+pub struct Rearrange(pub std::sync::Arc<RearrangeFn>);
+
+/// What a [`Rearrange`] calls: the bytes read in, the tensor's out.
+pub type RearrangeFn = dyn Fn(&[u8]) -> Option<Vec<u8>> + Send + Sync;
 
 impl std::fmt::Debug for Rearrange {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

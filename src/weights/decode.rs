@@ -803,8 +803,10 @@ impl<N: ShardLoader> Weights<N> {
     /// `None` for anything a band cannot be read of as bytes: a tensor a
     /// view fixes up, an encoded or strided one, a dtype MLX has not.
     fn read_bands(&self, name: &str, info: &TensorInfo) -> Option<Bands> {
+        use crate::checkpoint::Dtype as D;
+        use crate::mlx::Dtype as M;
         let elements: u64 = info.shape().iter().product();
-        if elements <= i32::MAX as u64 || self.has_fixup(name) {
+        if i32::try_from(elements).is_ok() || self.has_fixup(name) {
             return None;
         }
         let checkpoint = &self.checkpoint;
@@ -816,8 +818,6 @@ impl<N: ShardLoader> Weights<N> {
         {
             return None;
         }
-        use crate::checkpoint::Dtype as D;
-        use crate::mlx::Dtype as M;
         let dtype = match info.dtype() {
             D::F32 => M::Float32,
             D::F16 => M::Float16,
@@ -835,7 +835,7 @@ impl<N: ShardLoader> Weights<N> {
             _ => return None,
         };
         let shape = i32_shape(info.shape());
-        if shape.iter().any(|&d| d == i32::MAX) {
+        if shape.contains(&i32::MAX) {
             return None;
         }
         let (rows, cols) = rows_cols(&shape);

@@ -527,6 +527,65 @@ pub fn predicted_offsets_agree(path: &Path) -> Result<bool, TorchError> {
     Ok(true)
 }
 
+/// Where each storage's bytes are in a zip archive: a local file's from its
+/// entry's local header (cheap), a remote one's from `predicted` (the
+/// central directory), else from its local header.
+fn locate_storages<R: std::io::Read + std::io::Seek>(
+    zip: &mut zip::ZipArchive<R>,
+    predicted: &[Option<u64>],
+    wanted: &[(String, u64)],
+    prefix: &str,
+    local: bool,
+    file_bytes: u64,
+) -> Result<Vec<Storage>, TorchError> {
+    let archive_err = |e: zip::result::ZipError| TorchError::Archive(e.to_string());
+    let mut storages = Vec::with_capacity(wanted.len());
+    for (key, needed) in wanted {
+        let name = format!("{prefix}data/{key}");
+        let i = zip
+            .index_for_name(&name)
+            .ok_or_else(|| TorchError::Storage {
+                key: key.clone(),
+                what: "is not in the archive".into(),
+            })?;
+        let (compression, bytes) = {
+            let entry = zip.by_index_data(i).map_err(archive_err)?;
+            (entry.compression(), entry.size())
+        };
+        if compression != zip::CompressionMethod::Stored {
+            return Err(TorchError::Compressed(name));
+        }
+        // A local file's header is read (cheap); a remote one's is
+        // predicted from the central directory, else read.
+        let known = predicted.get(i).copied().flatten().filter(|_| !local);
+        let start = match known {
+            Some(start) => start,
+            None => zip
+                .by_index_raw(i)
+                .map_err(archive_err)?
+                .data_start()
+                .ok_or_else(|| TorchError::Storage {
+                    key: key.clone(),
+                    what: "has no data offset".into(),
+                })?,
+        };
+        if bytes < *needed || start.checked_add(bytes).is_none_or(|end| end > file_bytes) {
+            return Err(TorchError::Storage {
+                key: key.clone(),
+                what: format!(
+                    "is {bytes} bytes; its tensors need {needed} within the file's {file_bytes}"
+                ),
+            });
+        }
+        storages.push(Storage {
+            key: key.clone(),
+            file_offset: start,
+            bytes,
+        });
+    }
+    Ok(storages)
+}
+
 fn read_zip(source: &dyn Source, file_bytes: u64) -> Result<TorchFile, TorchError> {
     let archive_err = |e: zip::result::ZipError| TorchError::Archive(e.to_string());
     let reader = SourceReader {
@@ -542,7 +601,7 @@ fn read_zip(source: &dyn Source, file_bytes: u64) -> Result<TorchFile, TorchErro
         .file_names()
         .filter_map(Result::ok)
         .find(|n| n.ends_with("/data.pkl") && n.matches('/').count() == 1)
-        .map(|n| n.into_owned())
+        .map(std::borrow::Cow::into_owned)
         .ok_or_else(|| TorchError::Archive("no `<name>/data.pkl` record".into()))?;
     let prefix = pkl_name.trim_end_matches("data.pkl").to_owned();
     let read_record = |zip: &mut zip::ZipArchive<_>, name: &str, cap: u64| {
@@ -577,54 +636,14 @@ fn read_zip(source: &dyn Source, file_bytes: u64) -> Result<TorchFile, TorchErro
     let pkl = read_record(&mut zip, &pkl_name, MAX_PICKLE_BYTES)?.unwrap_or_default();
     let unpickled = pickle::unpickle(&pkl, Persistent::Zip)?;
     let mut listed = list(&unpickled);
-    let mut storages = Vec::with_capacity(listed.storages.len());
-    for (key, needed) in &listed.storages {
-        let name = format!("{prefix}data/{key}");
-        let i = zip
-            .index_for_name(&name)
-            .ok_or_else(|| TorchError::Storage {
-                key: key.clone(),
-                what: "is not in the archive".into(),
-            })?;
-        let (compression, bytes) = {
-            let entry = zip.by_index_data(i).map_err(archive_err)?;
-            (entry.compression(), entry.size())
-        };
-        if compression != zip::CompressionMethod::Stored {
-            return Err(TorchError::Compressed(name));
-        }
-        // A local file's header is read (cheap); a remote one's is
-        // predicted from the central directory, else read.
-        let known = predicted
-            .get(i)
-            .copied()
-            .flatten()
-            .filter(|_| !source.is_local());
-        let start = match known {
-            Some(start) => start,
-            None => zip
-                .by_index_raw(i)
-                .map_err(archive_err)?
-                .data_start()
-                .ok_or_else(|| TorchError::Storage {
-                    key: key.clone(),
-                    what: "has no data offset".into(),
-                })?,
-        };
-        if bytes < *needed || start.checked_add(bytes).is_none_or(|end| end > file_bytes) {
-            return Err(TorchError::Storage {
-                key: key.clone(),
-                what: format!(
-                    "is {bytes} bytes; its tensors need {needed} within the file's {file_bytes}"
-                ),
-            });
-        }
-        storages.push(Storage {
-            key: key.clone(),
-            file_offset: start,
-            bytes,
-        });
-    }
+    let storages = locate_storages(
+        &mut zip,
+        &predicted,
+        &listed.storages,
+        &prefix,
+        source.is_local(),
+        file_bytes,
+    )?;
     Ok(TorchFile {
         format: TorchFormat::Zip,
         tensors: std::mem::take(&mut listed.tensors),

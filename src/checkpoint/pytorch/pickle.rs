@@ -368,7 +368,7 @@ impl Machine<'_> {
     }
 
     fn set_items(&mut self, values: Vec<Value>) -> Result<(), PickleError> {
-        if values.len() % 2 != 0 {
+        if !values.len().is_multiple_of(2) {
             return Err(self.malformed("odd number of dict items"));
         }
         self.count(values.len() / 2)?;
@@ -434,7 +434,7 @@ impl Machine<'_> {
                 b'J' => {
                     let v = self.le(4)?;
                     #[allow(clippy::cast_possible_truncation)] // four bytes
-                    self.push(Value::Int(i64::from(v as u32 as i32)))?;
+                    self.push(Value::Int(i64::from((v as u32).cast_signed())))?;
                 }
                 b'K' => {
                     let v = self.le(1)?;
@@ -843,6 +843,7 @@ fn as_u64(v: &Value) -> Option<u64> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
