@@ -63,17 +63,9 @@ pub fn main(args: &ConvertArgs) -> u8 {
             return super::BAD_INPUT;
         }
     };
-    let stdout = std::io::stdout();
-    let mut out = stdout.lock();
-    let written = if args.json {
-        serde_json::to_writer(&mut out, &report)
-            .map_err(std::io::Error::from)
-            .and_then(|()| std::io::Write::write_all(&mut out, b"\n"))
-    } else {
-        let mut shown = crate::units::ShownLines::new(&mut out);
-        write_text(&args.out, &report, &mut shown).and_then(|()| shown.finish().map(drop))
-    };
-    drop(out);
+    let written = super::print_report(args.json.then_some(&report), |mut out| {
+        write_text(&args.out, &report, &mut out)
+    });
     if let Some(signal) = super::signals::received() {
         super::stderr_line(format_args!(
             "convert was cut short by {}; the files listed are whole, the rest were not written",

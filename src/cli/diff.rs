@@ -212,19 +212,22 @@ pub fn write_tensor_text(
 /// Rows of each list the text report prints.
 const TEXT_ROWS: usize = 20;
 
+/// "… N more WHAT not shown" when a list of `total` rows was cut to
+/// [`TEXT_ROWS`].
+fn left_out(out: &mut dyn Write, what: &str, total: usize) -> std::io::Result<()> {
+    if total > TEXT_ROWS {
+        writeln!(
+            out,
+            "  … {} more {what} not shown (--json lists all)",
+            total - TEXT_ROWS
+        )?;
+    }
+    Ok(())
+}
+
 /// The names only one side has, and the tied names one side keeps once,
 /// [`TEXT_ROWS`] of each at most.
 fn write_names(report: &DiffReport, out: &mut impl Write) -> std::io::Result<()> {
-    let left_out = |out: &mut dyn Write, what: &str, total: usize| -> std::io::Result<()> {
-        if total > TEXT_ROWS {
-            writeln!(
-                out,
-                "  … {} more {what} not shown (--json lists all)",
-                total - TEXT_ROWS
-            )?;
-        }
-        Ok(())
-    };
     for name in report.only_in_a.iter().take(TEXT_ROWS) {
         writeln!(out, "only in A: {}", Shown::new(name))?;
     }
@@ -285,16 +288,6 @@ pub fn write_text(
         if report.cancelled { ", cancelled" } else { "" }
     )?;
     write_names(report, out)?;
-    let left_out = |out: &mut dyn Write, what: &str, total: usize| -> std::io::Result<()> {
-        if total > TEXT_ROWS {
-            writeln!(
-                out,
-                "  … {} more {what} not shown (--json lists all)",
-                total - TEXT_ROWS
-            )?;
-        }
-        Ok(())
-    };
     for c in report.changed.iter().take(TEXT_ROWS) {
         writeln!(
             out,
@@ -399,17 +392,8 @@ pub fn main(args: &DiffArgs) -> u8 {
             return super::BAD_INPUT;
         }
     };
-    let stdout = std::io::stdout();
-    let mut out = stdout.lock();
-    let written = if args.json {
-        serde_json::to_writer(&mut out, &to_json(args, &report))
-            .map_err(std::io::Error::from)
-            .and_then(|()| std::io::Write::write_all(&mut out, b"\n"))
-    } else {
-        let mut shown = crate::units::ShownLines::new(&mut out);
-        write_text(args, &report, &mut shown).and_then(|()| shown.finish().map(drop))
-    };
-    drop(out);
+    let json = args.json.then(|| to_json(args, &report));
+    let written = super::print_report(json.as_ref(), |mut out| write_text(args, &report, &mut out));
     if let Some(signal) = super::signals::received() {
         super::stderr_line(format_args!(
             "the diff was cut short by {}; the report above covers the tensors compared before it",

@@ -349,6 +349,25 @@ fn widen_pipe(stdout: &std::io::Stdout) {
     let _ = unsafe { libc::fcntl(fd, libc::F_SETPIPE_SZ, 1 << 20) };
 }
 
+/// Prints a command's report to standard output: `json` as one line when
+/// given, else what `text` writes, each line escaped through
+/// [`crate::units::ShownLines`].
+fn print_report<T: serde::Serialize>(
+    json: Option<&T>,
+    text: impl FnOnce(&mut dyn std::io::Write) -> std::io::Result<()>,
+) -> std::io::Result<()> {
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    if let Some(value) = json {
+        serde_json::to_writer(&mut out, value)
+            .map_err(std::io::Error::from)
+            .and_then(|()| std::io::Write::write_all(&mut out, b"\n"))
+    } else {
+        let mut shown = crate::units::ShownLines::new(&mut out);
+        text(&mut shown).and_then(|()| shown.finish().map(drop))
+    }
+}
+
 /// What a failed write of a report means for the exit status, the same for
 /// every subcommand: a closed pipe (`| head`, `| true`) is the reader's
 /// choice and not a failure; anything else (a full disk) is said and gives 1.

@@ -74,6 +74,18 @@ pub fn venv_python() -> std::path::PathBuf {
     python
 }
 
+/// The torch test venv's Python (Debian's torch 1.13, picklescan pinned;
+/// made by `mlx-glue/setup test`), for files `torch.save` writes.
+pub fn torch_python() -> std::path::PathBuf {
+    let python = Path::new(env!("CARGO_MANIFEST_DIR")).join("mlx-glue/test-venv-torch/bin/python");
+    assert!(
+        python.exists(),
+        "{} is missing: run `mlx-glue/setup test` (the README's test command does)",
+        python.display()
+    );
+    python
+}
+
 /// Runs the test venv's Python on `script` (a path under the repository)
 /// with `out` as its argument; the JSON objects it printed, one per line.
 pub fn run_venv_writer(script: &str, out: &Path) -> Vec<serde_json::Value> {

@@ -9,26 +9,15 @@
 
 use crate::common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command as Process;
 
 use serde_json::Value;
 
-/// The torch venv's Python (Debian's torch, picklescan pinned).
-fn torch_python() -> PathBuf {
-    let python = Path::new(env!("CARGO_MANIFEST_DIR")).join("mlx-glue/test-venv-torch/bin/python");
-    assert!(
-        python.exists(),
-        "{} is missing: run `mlx-glue/setup test` (the README's test command does)",
-        python.display()
-    );
-    python
-}
-
 /// Writes the files; every line the writer printed.
 fn write_files(out: &Path) -> Vec<Value> {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/pytorch/write_torch.py");
-    let output = Process::new(torch_python())
+    let output = Process::new(common::torch_python())
         .arg(&script)
         .arg(out)
         .env("PYTHONDONTWRITEBYTECODE", "1")
@@ -59,6 +48,25 @@ fn json_of(output: &std::process::Output) -> Value {
         String::from_utf8_lossy(&output.stderr)
     );
     serde_json::from_slice(&output.stdout).expect("JSON")
+}
+
+/// `diff --json A B`, asserting every common tensor (`common` of them) is
+/// exactly equal and nothing is only in A; the report.
+fn diff_to_zero(a: &Path, b: &Path, common: usize) -> Value {
+    let output = Process::new(env!("CARGO_BIN_EXE_weightscope"))
+        .args(["diff", "--json"])
+        .arg(a)
+        .arg(b)
+        .output()
+        .expect("diff runs");
+    let diff = json_of(&output);
+    let rows = diff["common"].as_array().expect("common");
+    assert_eq!(rows.len(), common, "{}", b.display());
+    for t in rows {
+        assert_eq!(t["max_abs_diff"], 0.0, "{}", t["name"]);
+    }
+    assert!(diff["only_in_a"].as_array().expect("a").is_empty());
+    diff
 }
 
 // `first` is f32: values are compared at f32, exactly (torch's values are
@@ -189,19 +197,7 @@ fn a_sharded_bin_folder_opens_by_its_index_diffs_to_zero_and_walks_by_shard() {
         String::from_utf8_lossy(&check.stdout)
     );
 
-    let diff = Process::new(env!("CARGO_BIN_EXE_weightscope"))
-        .args(["diff", "--json"])
-        .arg(&sharded)
-        .arg(out.path().join("sharded.safetensors"))
-        .output()
-        .expect("diff runs");
-    let diff = json_of(&diff);
-    let common_tensors = diff["common"].as_array().expect("common");
-    assert_eq!(common_tensors.len(), 19);
-    for t in common_tensors {
-        assert_eq!(t["max_abs_diff"], 0.0, "{}", t["name"]);
-    }
-    assert!(diff["only_in_a"].as_array().expect("a").is_empty());
+    diff_to_zero(&sharded, &out.path().join("sharded.safetensors"), 19);
 
     let walk = json_of(&weightscope(
         &["walk", "--policy", "release-shard", "--json"],
@@ -327,18 +323,7 @@ fn convert_writes_safetensors_sharded_as_the_source_that_diff_to_zero() {
         "{}",
         String::from_utf8_lossy(&check.stdout)
     );
-    let diff = Process::new(env!("CARGO_BIN_EXE_weightscope"))
-        .args(["diff", "--json"])
-        .arg(&sharded)
-        .arg(&converted)
-        .output()
-        .expect("diff runs");
-    let diff = json_of(&diff);
-    assert_eq!(diff["common"].as_array().expect("common").len(), 18);
-    for t in diff["common"].as_array().expect("common") {
-        assert_eq!(t["max_abs_diff"], 0.0, "{}", t["name"]);
-    }
-    assert!(diff["only_in_a"].as_array().expect("a").is_empty());
+    let diff = diff_to_zero(&sharded, &converted, 18);
     assert_eq!(
         diff["tied"],
         serde_json::json!([["lm_head.weight", "model.embed_tokens.weight"]])
@@ -347,21 +332,13 @@ fn convert_writes_safetensors_sharded_as_the_source_that_diff_to_zero() {
     // Views are written contiguous, with their values.
     let single = out.path().join("single");
     json_of(&run(&out.path().join("dtypes.bin"), &single));
-    let diff = Process::new(env!("CARGO_BIN_EXE_weightscope"))
-        .args(["diff", "--json"])
-        .arg(out.path().join("dtypes.bin"))
-        .arg(single.join("dtypes.safetensors"))
-        .output()
-        .expect("diff runs");
-    let diff = json_of(&diff);
-    assert_eq!(diff["common"].as_array().expect("common").len(), 40);
-    assert!(
-        diff["common"]
-            .as_array()
-            .expect("common")
-            .iter()
-            .all(|t| t["max_abs_diff"] == 0.0)
+    // Ten tied names are written once and said under `tied`.
+    let diff = diff_to_zero(
+        &out.path().join("dtypes.bin"),
+        &single.join("dtypes.safetensors"),
+        40,
     );
+    assert_eq!(diff["tied"].as_array().expect("tied").len(), 10);
 
     // Never inside what it reads; never from what is not PyTorch.
     let inside = run(&sharded, &sharded.join("out"));
@@ -442,7 +419,7 @@ fn a_hub_repo_of_bin_files_reads_by_ranges_as_the_local_folder() {
          torch.save(collections.OrderedDict((f'w{{i}}', torch.ones(1024, 1024)) for i in range(4)), '{}')\n",
         big.path().join("pytorch_model.bin").display()
     );
-    let made = Process::new(torch_python())
+    let made = Process::new(common::torch_python())
         .args(["-c", &script])
         .output()
         .expect("python runs");
@@ -519,7 +496,7 @@ remake(out + '/short-pickle.bin', lambda n, d, k: (n, d[: len(d) // 2] if n.ends
 raw = open(src, 'rb').read()
 open(out + '/cut.bin', 'wb').write(raw[: len(raw) // 2])
 ";
-    let made = Process::new(torch_python())
+    let made = Process::new(common::torch_python())
         .args(["-c", script])
         .arg(&source)
         .arg(out.path())
