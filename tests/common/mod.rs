@@ -89,8 +89,13 @@ pub fn torch_python() -> std::path::PathBuf {
 /// Runs the test venv's Python on `script` (a path under the repository)
 /// with `out` as its argument; the JSON objects it printed, one per line.
 pub fn run_venv_writer(script: &str, out: &Path) -> Vec<serde_json::Value> {
+    run_writer(&venv_python(), script, out)
+}
+
+/// [`run_venv_writer`] with `python` (the torch venv's, say).
+pub fn run_writer(python: &Path, script: &str, out: &Path) -> Vec<serde_json::Value> {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join(script);
-    let output = std::process::Command::new(venv_python())
+    let output = std::process::Command::new(python)
         .arg(&script)
         .arg(out)
         .env("PYTHONDONTWRITEBYTECODE", "1")

@@ -16,29 +16,20 @@ use serde_json::Value;
 
 /// Writes the files; every line the writer printed.
 fn write_files(out: &Path) -> Vec<Value> {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/pytorch/write_torch.py");
-    let output = Process::new(common::torch_python())
-        .arg(&script)
-        .arg(out)
-        .env("PYTHONDONTWRITEBYTECODE", "1")
-        .output()
-        .expect("the torch venv's python runs");
-    assert!(
-        output.status.success(),
-        "write_torch.py failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8_lossy(&output.stdout)
-        .lines()
-        .filter(|l| l.starts_with('{'))
-        .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
-        .collect()
+    common::run_writer(&common::torch_python(), "tests/pytorch/write_torch.py", out)
 }
 
 fn weightscope(args: &[&str], path: &Path) -> std::process::Output {
-    let mut cmd = Process::new(env!("CARGO_BIN_EXE_weightscope"));
-    cmd.arg(args[0]).args(&args[1..]).arg(path);
-    cmd.output().expect("weightscope runs")
+    weightscope_with(args, &[path.as_os_str()])
+}
+
+/// The CLI with `args`, then `more` (paths, names).
+fn weightscope_with(args: &[&str], more: &[&std::ffi::OsStr]) -> std::process::Output {
+    Process::new(env!("CARGO_BIN_EXE_weightscope"))
+        .args(args)
+        .args(more)
+        .output()
+        .expect("weightscope runs")
 }
 
 fn json_of(output: &std::process::Output) -> Value {
@@ -53,12 +44,7 @@ fn json_of(output: &std::process::Output) -> Value {
 /// `diff --json A B`, asserting every common tensor (`common` of them) is
 /// exactly equal and nothing is only in A; the report.
 fn diff_to_zero(a: &Path, b: &Path, common: usize) -> Value {
-    let output = Process::new(env!("CARGO_BIN_EXE_weightscope"))
-        .args(["diff", "--json"])
-        .arg(a)
-        .arg(b)
-        .output()
-        .expect("diff runs");
+    let output = weightscope_with(&["diff", "--json"], &[a.as_os_str(), b.as_os_str()]);
     let diff = json_of(&output);
     let rows = diff["common"].as_array().expect("common");
     assert_eq!(rows.len(), common, "{}", b.display());
@@ -80,12 +66,7 @@ fn every_tensor_reads_as_torch_load_reads_it() {
     for line in lines.iter().filter(|l| l.get("name").is_some()) {
         let path = Path::new(line["file"].as_str().expect("file"));
         let name = line["name"].as_str().expect("name");
-        let output = Process::new(env!("CARGO_BIN_EXE_weightscope"))
-            .args(["tensor", "--json"])
-            .arg(path)
-            .arg(name)
-            .output()
-            .expect("weightscope runs");
+        let output = weightscope_with(&["tensor", "--json"], &[path.as_os_str(), name.as_ref()]);
         let ours = json_of(&output);
         assert_eq!(ours["dtype"], line["dtype"], "{name} in {}", path.display());
         assert_eq!(ours["shape"], line["shape"], "{name}");
@@ -251,12 +232,7 @@ fn a_malicious_pickle_is_named_never_run_and_judged_as_picklescan_judges() {
             .expect("message")
             .contains("posix.system")
     );
-    let tensor = Process::new(env!("CARGO_BIN_EXE_weightscope"))
-        .args(["tensor"])
-        .arg(&evil)
-        .arg("w")
-        .output()
-        .expect("tensor runs");
+    let tensor = weightscope_with(&["tensor"], &[evil.as_os_str(), "w".as_ref()]);
     assert!(tensor.status.success());
     assert!(String::from_utf8_lossy(&tensor.stderr).contains("posix.system"));
     assert!(!pwned.exists(), "the pickle's command ran");
@@ -285,12 +261,7 @@ fn convert_writes_safetensors_sharded_as_the_source_that_diff_to_zero() {
     let sharded = out.path().join("sharded");
     let converted = out.path().join("converted");
     let run = |from: &Path, to: &Path| {
-        Process::new(env!("CARGO_BIN_EXE_weightscope"))
-            .args(["convert", "--json"])
-            .arg(from)
-            .arg(to)
-            .output()
-            .expect("convert runs")
+        weightscope_with(&["convert", "--json"], &[from.as_os_str(), to.as_os_str()])
     };
     let report = json_of(&run(&sharded, &converted));
     assert_eq!(report["tensors"], 18);
@@ -449,14 +420,10 @@ fn a_hub_repo_of_bin_files_reads_by_ranges_as_the_local_folder() {
         hub.log()
     );
     let name = "model.layers.1.mlp.down_proj.weight";
-    let local_t = json_of(
-        &Process::new(env!("CARGO_BIN_EXE_weightscope"))
-            .args(["tensor", "--json"])
-            .arg(&sharded)
-            .arg(name)
-            .output()
-            .expect("runs"),
-    );
+    let local_t = json_of(&weightscope_with(
+        &["tensor", "--json"],
+        &[sharded.as_os_str(), name.as_ref()],
+    ));
     let remote_t = json_of(&weightscope_hub(
         &hub,
         cache.path(),
