@@ -12,7 +12,8 @@ use crate::profile::{Sampler, Timeline};
 use crate::weights::{DiffReport, ViewInfo};
 use crate::worker::{EventKind, WorkerGone};
 
-use super::{RecorderEvent, Tab, WeightscopeApp};
+use super::jobs::RecorderEvent;
+use super::{Tab, WeightscopeApp};
 
 impl WeightscopeApp {
     /// Blocks until the worker's next event and applies it. For tests and
