@@ -9,6 +9,8 @@
 //! listed once, in [`VARIABLES`] (docs/reliability.md prints the table).
 #![forbid(unsafe_code)]
 
+use std::ffi::OsString;
+use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -134,6 +136,85 @@ pub struct Environment {
     /// Seconds added to the wall clock a recording states (tests: one
     /// machine's journals then look taken on hosts whose clocks disagree).
     pub wall_shift_secs: f64,
+    /// The variables of the world outside weightscope it reads.
+    pub outside: Outside,
+}
+
+/// Variables of the world outside weightscope that it reads (where its
+/// files go, the Hub, a distributed job's host and rank), as they were
+/// when the process started; each `None` where unset or empty.
+#[derive(Debug, Clone, Default)]
+pub struct Outside {
+    /// `HOME`.
+    pub home: Option<PathBuf>,
+    /// `XDG_CACHE_HOME`.
+    pub xdg_cache_home: Option<PathBuf>,
+    /// `XDG_CONFIG_HOME`.
+    pub xdg_config_home: Option<PathBuf>,
+    /// `XDG_RUNTIME_DIR`.
+    pub xdg_runtime_dir: Option<PathBuf>,
+    /// `WEIGHTSCOPE_CACHE_DIR`: weightscope's cache folder, when chosen.
+    pub cache_dir: Option<PathBuf>,
+    /// `HOSTNAME` (when the kernel's hostname cannot be read).
+    pub hostname: Option<String>,
+    /// `MLX_RANK`: a distributed job's rank.
+    pub mlx_rank: Option<String>,
+    /// `MLX_HOSTFILE`: a distributed job's hosts.
+    pub mlx_hostfile: Option<PathBuf>,
+    /// `PYTHONPATH`, which a recorded job's gets the probe's folder before.
+    pub pythonpath: Option<OsString>,
+    /// `HF_ENDPOINT`.
+    pub hf_endpoint: Option<String>,
+    /// `HF_HUB_OFFLINE`.
+    pub hf_hub_offline: Option<String>,
+    /// `HF_TOKEN`.
+    pub hf_token: Option<String>,
+    /// `HF_TOKEN_PATH`.
+    pub hf_token_path: Option<PathBuf>,
+    /// `HF_HOME`.
+    pub hf_home: Option<PathBuf>,
+}
+
+impl Outside {
+    /// Reads them from `source` (the process's environment in [`read`]).
+    #[must_use]
+    pub fn read_from(source: &dyn Fn(&str) -> Option<OsString>) -> Self {
+        let os = |name: &str| source(name).filter(|v| !v.is_empty());
+        let path = |name: &str| os(name).map(PathBuf::from);
+        let text = |name: &str| os(name).map(|v| v.to_string_lossy().into_owned());
+        Self {
+            home: path("HOME"),
+            xdg_cache_home: path("XDG_CACHE_HOME"),
+            xdg_config_home: path("XDG_CONFIG_HOME"),
+            xdg_runtime_dir: path("XDG_RUNTIME_DIR"),
+            cache_dir: path("WEIGHTSCOPE_CACHE_DIR"),
+            hostname: text("HOSTNAME"),
+            mlx_rank: text("MLX_RANK"),
+            mlx_hostfile: path("MLX_HOSTFILE"),
+            pythonpath: os("PYTHONPATH"),
+            hf_endpoint: text("HF_ENDPOINT"),
+            hf_hub_offline: text("HF_HUB_OFFLINE"),
+            hf_token: text("HF_TOKEN"),
+            hf_token_path: path("HF_TOKEN_PATH"),
+            hf_home: path("HF_HOME"),
+        }
+    }
+
+    /// `$XDG_CACHE_HOME`, else `$HOME/.cache`.
+    #[must_use]
+    pub fn user_cache(&self) -> Option<PathBuf> {
+        self.xdg_cache_home
+            .clone()
+            .or_else(|| self.home.as_ref().map(|h| h.join(".cache")))
+    }
+
+    /// `$XDG_CONFIG_HOME`, else `$HOME/.config`.
+    #[must_use]
+    pub fn user_config(&self) -> Option<PathBuf> {
+        self.xdg_config_home
+            .clone()
+            .or_else(|| self.home.as_ref().map(|h| h.join(".config")))
+    }
 }
 
 impl Default for Environment {
@@ -153,6 +234,7 @@ impl Default for Environment {
             kernels_ahead: true,
             prefetch: true,
             wall_shift_secs: 0.0,
+            outside: Outside::default(),
         }
     }
 }
@@ -299,6 +381,7 @@ pub fn read_from(source: &dyn Fn(&str) -> Option<String>) -> Result<Environment,
         kernels_ahead: switch(source, "WEIGHTSCOPE_KERNELS_AHEAD", true)?,
         prefetch: switch(source, "WEIGHTSCOPE_PREFETCH", true)?,
         wall_shift_secs,
+        outside: Outside::default(),
     })
 }
 
@@ -307,7 +390,10 @@ pub fn read_from(source: &dyn Fn(&str) -> Option<String>) -> Result<Environment,
 /// # Errors
 /// As [`read_from`].
 pub fn read() -> Result<Environment, EnvError> {
-    read_from(&|name| std::env::var_os(name).map(|v| v.to_string_lossy().into_owned()))
+    let mut environment =
+        read_from(&|name| std::env::var_os(name).map(|v| v.to_string_lossy().into_owned()))?;
+    environment.outside = Outside::read_from(&|name| std::env::var_os(name));
+    Ok(environment)
 }
 
 static CONFIG: OnceLock<Environment> = OnceLock::new();
@@ -323,7 +409,12 @@ pub fn install(environment: Environment) {
 /// a value cannot be used.
 #[must_use]
 pub fn get() -> &'static Environment {
-    CONFIG.get_or_init(|| read().unwrap_or_default())
+    CONFIG.get_or_init(|| {
+        read().unwrap_or_else(|_| Environment {
+            outside: Outside::read_from(&|name| std::env::var_os(name)),
+            ..Environment::default()
+        })
+    })
 }
 
 #[cfg(test)]

@@ -29,9 +29,9 @@ impl Settings {
     /// `$XDG_CONFIG_HOME/weightscope/settings.json` (or `~/.config/...`).
     #[must_use]
     pub fn default_path() -> Option<PathBuf> {
-        std::env::var_os("XDG_CONFIG_HOME")
-            .map(PathBuf::from)
-            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")))
+        crate::environment::get()
+            .outside
+            .user_config()
             .map(|base| base.join("weightscope").join("settings.json"))
     }
 

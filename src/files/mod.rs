@@ -220,16 +220,11 @@ fn umask() -> u32 {
 /// `$XDG_CACHE_HOME/weightscope`, else `~/.cache/weightscope`.
 #[must_use]
 pub fn cache_dir() -> Option<std::path::PathBuf> {
-    let var = |name: &str| {
-        std::env::var_os(name)
-            .filter(|v| !v.is_empty())
-            .map(std::path::PathBuf::from)
-    };
-    var("WEIGHTSCOPE_CACHE_DIR").or_else(|| {
-        var("XDG_CACHE_HOME")
-            .or_else(|| var("HOME").map(|h| h.join(".cache")))
-            .map(|c| c.join("weightscope"))
-    })
+    let outside = &crate::environment::get().outside;
+    outside
+        .cache_dir
+        .clone()
+        .or_else(|| outside.user_cache().map(|c| c.join("weightscope")))
 }
 
 /// The OS message without Rust's " (os error N)" suffix, lower-cased first letter.

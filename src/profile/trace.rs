@@ -168,10 +168,12 @@ impl Origin {
             .map(|h| h.trim().to_owned())
             .ok()
             .filter(|h| !h.is_empty())
-            .or_else(|| std::env::var("HOSTNAME").ok())
+            .or_else(|| crate::environment::get().outside.hostname.clone())
             .unwrap_or_else(|| "unknown".to_owned());
-        let rank = std::env::var("MLX_RANK")
-            .ok()
+        let rank = crate::environment::get()
+            .outside
+            .mlx_rank
+            .as_deref()
             .and_then(|r| r.trim().parse().ok());
         Self {
             host: crate::units::Shown::new(&host).chars().take(255).collect(),
@@ -187,8 +189,8 @@ impl Origin {
 /// or a process substitution (`<(...)`) is never opened (it would block,
 /// or take from the job what it is meant to read).
 fn world_size() -> Option<u32> {
-    let path = std::env::var_os("MLX_HOSTFILE")?;
-    let text = crate::files::read_bounded_text(Path::new(&path), 1 << 20, "MLX_HOSTFILE").ok()?;
+    let path = crate::environment::get().outside.mlx_hostfile.as_ref()?;
+    let text = crate::files::read_bounded_text(path, 1 << 20, "MLX_HOSTFILE").ok()?;
     match serde_json::from_str::<serde_json::Value>(&text).ok()? {
         serde_json::Value::Array(hosts) => u32::try_from(hosts.len()).ok(),
         _ => None,

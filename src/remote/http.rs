@@ -100,11 +100,15 @@ pub struct Client {
 /// then use what weightscope's cache kept and request nothing.
 #[must_use]
 pub fn offline() -> bool {
-    std::env::var("HF_HUB_OFFLINE").is_ok_and(|v| {
-        ["1", "ON", "YES", "TRUE"]
-            .iter()
-            .any(|t| v.eq_ignore_ascii_case(t))
-    })
+    crate::environment::get()
+        .outside
+        .hf_hub_offline
+        .as_ref()
+        .is_some_and(|v| {
+            ["1", "ON", "YES", "TRUE"]
+                .iter()
+                .any(|t| v.eq_ignore_ascii_case(t))
+        })
 }
 
 impl Client {
@@ -523,21 +527,17 @@ pub fn hub_token() -> Option<String> {
         let t = t.trim().to_owned();
         (!t.is_empty()).then_some(t)
     };
-    if let Some(token) = std::env::var("HF_TOKEN").ok().and_then(nonempty) {
+    let outside = &crate::environment::get().outside;
+    if let Some(token) = outside.hf_token.clone().and_then(nonempty) {
         return Some(token);
     }
-    let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
-    let path = var("HF_TOKEN_PATH")
-        .map(std::path::PathBuf::from)
-        .or_else(|| {
-            let home = var("HF_HOME").map(std::path::PathBuf::from).or_else(|| {
-                var("XDG_CACHE_HOME")
-                    .map(std::path::PathBuf::from)
-                    .or_else(|| var("HOME").map(|h| std::path::Path::new(&h).join(".cache")))
-                    .map(|cache| cache.join("huggingface"))
-            })?;
-            Some(home.join("token"))
-        })?;
+    let path = outside.hf_token_path.clone().or_else(|| {
+        let home = outside
+            .hf_home
+            .clone()
+            .or_else(|| outside.user_cache().map(|cache| cache.join("huggingface")))?;
+        Some(home.join("token"))
+    })?;
     crate::files::read_bounded_text(&path, 4096, "the Hub token")
         .ok()
         .and_then(nonempty)

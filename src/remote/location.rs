@@ -122,8 +122,10 @@ pub fn is_address(text: &str) -> bool {
 /// `HF_ENDPOINT` without a trailing slash, or the Hub's own address.
 #[must_use]
 pub fn endpoint_from_env() -> String {
-    std::env::var("HF_ENDPOINT")
-        .ok()
+    crate::environment::get()
+        .outside
+        .hf_endpoint
+        .as_deref()
         .map(|e| e.trim().trim_end_matches('/').to_owned())
         .filter(|e| !e.is_empty())
         .unwrap_or_else(|| DEFAULT_ENDPOINT.to_owned())

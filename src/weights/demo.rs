@@ -14,9 +14,9 @@ const DEMO_VERSION: u32 = 1;
 /// `~/.cache/...`, or the temp folder).
 #[must_use]
 pub fn demo_dir() -> PathBuf {
-    let base = std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+    let base = crate::environment::get()
+        .outside
+        .user_cache()
         .unwrap_or_else(std::env::temp_dir);
     base.join("weightscope")
         .join(format!("demo-v{DEMO_VERSION}"))

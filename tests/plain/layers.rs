@@ -11,8 +11,9 @@ use std::path::Path;
 /// A layer and the layers it may use.
 const ALLOWED: &[(&str, &[&str])] = &[
     ("units", &[]),
-    ("files", &["units"]),
     ("environment", &["units"]),
+    // Where weightscope's cache is comes from the environment read once.
+    ("files", &["units", "environment"]),
     ("par", &[]),
     // The format layer (no feature: no MLX, egui or network); the compiler
     // checks it too (`cargo test --no-default-features`).

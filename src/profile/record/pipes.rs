@@ -121,7 +121,7 @@ pub(super) fn install_probe(
 ) -> std::io::Result<(probe::PythonProbe, Option<NamedPipe>)> {
     let installed = probe::PythonProbe::install()?;
     let mut path = OsString::from(installed.dir());
-    if let Some(old) = std::env::var_os("PYTHONPATH").filter(|p| !p.is_empty()) {
+    if let Some(old) = &crate::environment::get().outside.pythonpath {
         path.push(":");
         path.push(old);
     }

@@ -254,18 +254,21 @@ pub fn private_base() -> std::io::Result<PathBuf> {
             })
     };
     let mut candidates = Vec::new();
-    if let Some(runtime) = std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from)
+    let outside = &crate::environment::get().outside;
+    if let Some(runtime) = outside.xdg_runtime_dir.clone()
         && runtime.is_absolute()
         && owned_private(&runtime)
     {
         candidates.push(runtime.join("weightscope"));
     }
-    let cache = std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
+    let cache = outside
+        .xdg_cache_home
+        .clone()
         .filter(|p| p.is_absolute())
         .or_else(|| {
-            std::env::var_os("HOME")
-                .map(PathBuf::from)
+            outside
+                .home
+                .clone()
                 .filter(|p| p.is_absolute())
                 .map(|home| home.join(".cache"))
         });
