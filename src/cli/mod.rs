@@ -340,13 +340,8 @@ fn big_output() -> std::io::BufWriter<Box<dyn std::io::Write>> {
 /// hundred wake-ups of the reader instead of thousands. Where it cannot
 /// grow (a pipe limit, not a pipe at all), nothing changes.
 fn widen_pipe(stdout: &std::io::Stdout) {
-    use std::os::fd::AsRawFd as _;
-    let fd = std::os::fd::AsFd::as_fd(&stdout).as_raw_fd();
-    #[allow(unsafe_code)]
-    // SAFETY: fcntl on a descriptor this process owns, with an integer
-    // argument; it fails harmlessly (EBADF, EINVAL, EPERM) where it does
-    // not apply.
-    let _ = unsafe { libc::fcntl(fd, libc::F_SETPIPE_SZ, 1 << 20) };
+    // Fails harmlessly (EBADF, EINVAL, EPERM) where it does not apply.
+    let _ = rustix::pipe::fcntl_setpipe_size(stdout, 1 << 20);
 }
 
 /// Prints a command's report to standard output: `json` as one line when

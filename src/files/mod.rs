@@ -260,11 +260,12 @@ mod tests {
         #[cfg(target_os = "linux")]
         {
             let fifo = dir.path().join("fifo");
-            let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).expect("c");
-            #[allow(unsafe_code)]
-            // SAFETY: mkfifo on a NUL-terminated path in our own folder.
-            let made = unsafe { libc::mkfifo(c.as_ptr(), 0o600) };
-            assert_eq!(made, 0);
+            rustix::fs::mkfifoat(
+                rustix::fs::CWD,
+                &fifo,
+                rustix::fs::Mode::from_raw_mode(0o600),
+            )
+            .expect("mkfifo");
             let err = read_bounded(&fifo, 10, "a view").expect_err("a FIFO");
             assert!(err.to_string().contains("a FIFO"), "{err}");
         }

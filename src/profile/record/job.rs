@@ -116,10 +116,7 @@ impl Job {
 impl Drop for Job {
     fn drop(&mut self) {
         if self.took_terminal {
-            #[allow(unsafe_code)]
-            // SAFETY: getpgrp cannot fail.
-            let own = unsafe { libc::getpgrp() };
-            set_terminal_group(own);
+            set_terminal_group(rustix::process::getpgrp().as_raw_pid());
         }
     }
 }

@@ -67,7 +67,6 @@ pub(super) const FIFO_DRAIN: Duration = Duration::from_secs(1);
 #[cfg(target_os = "linux")]
 impl std::io::Read for StoppableFifo {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        use std::os::fd::AsRawFd as _;
         loop {
             if self.until.is_some_and(|t| Instant::now() >= t) {
                 return Ok(0);
@@ -84,29 +83,15 @@ impl std::io::Read for StoppableFifo {
                 Err(e) => return Err(e),
             }
             let mut fds = [
-                libc::pollfd {
-                    fd: self.fifo.as_raw_fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                },
-                libc::pollfd {
-                    fd: self.stop.as_raw_fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                },
+                rustix::event::PollFd::new(&self.fifo, rustix::event::PollFlags::IN),
+                rustix::event::PollFd::new(&self.stop, rustix::event::PollFlags::IN),
             ];
-            #[allow(unsafe_code)]
-            // SAFETY: `fds` is a valid array of two pollfd structs, alive
-            // for the call; both descriptors are owned by `self`.
-            let ready = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
-            if ready < 0 {
-                let err = std::io::Error::last_os_error();
-                if err.kind() == std::io::ErrorKind::Interrupted {
-                    continue;
-                }
-                return Err(err);
+            match rustix::event::poll(&mut fds, None) {
+                Ok(_) => {}
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(e) => return Err(e.into()),
             }
-            if fds[1].revents != 0 {
+            if !fds[1].revents().is_empty() {
                 self.until = Some(Instant::now() + FIFO_DRAIN);
             }
         }
