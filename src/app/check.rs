@@ -8,7 +8,7 @@ use std::time::Instant;
 use crate::checkpoint::check::{Diagnostic, Severity};
 use crate::units::{Shown, human_bytes};
 use crate::weights::{Progress, ValueScan};
-use crate::worker::{CancelToken, JobError};
+use crate::worker::{CancelToken, RequestError};
 
 use super::commands::{AppCommand, CommandSender};
 
@@ -54,7 +54,7 @@ impl CheckPanel {
     }
 
     /// A scan ended.
-    pub fn finished(&mut self, result: Result<Box<ValueScan>, JobError>) {
+    pub fn finished(&mut self, result: Result<Box<ValueScan>, RequestError>) {
         self.running = None;
         match result {
             Ok(scan) => self.scan = Some(scan),

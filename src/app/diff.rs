@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use crate::units::Shown;
 use crate::weights::{Common, DiffReport, PairDetail, Progress, ViewChoice};
-use crate::worker::{CancelToken, JobError};
+use crate::worker::{CancelToken, RequestError};
 
 use super::commands::{AppCommand, CommandSender};
 
@@ -203,7 +203,7 @@ impl DiffPanel {
     }
 
     /// The worker's diff ended (or B could not be opened).
-    pub fn finished(&mut self, result: Result<Box<DiffReport>, JobError>) {
+    pub fn finished(&mut self, result: Result<Box<DiffReport>, RequestError>) {
         self.running = None;
         match result {
             Ok(report) => {
@@ -228,7 +228,11 @@ impl DiffPanel {
     }
 
     /// The worker opened `name` (or could not).
-    pub(super) fn detail_arrived(&mut self, name: &str, result: Result<Box<PairDetail>, JobError>) {
+    pub(super) fn detail_arrived(
+        &mut self,
+        name: &str,
+        result: Result<Box<PairDetail>, RequestError>,
+    ) {
         // Only the row asked for last: an older answer is dropped.
         if !matches!(&self.detail, Detail::Pending { name: asked, .. } if asked == name) {
             return;

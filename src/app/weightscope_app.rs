@@ -534,7 +534,7 @@ impl WeightscopeApp {
             }
             EventKind::Materialized(preview) => self.inspector.materialized(preview),
             EventKind::Failed { job, target, error } => {
-                if job == crate::worker::JobKind::Walk {
+                if job == crate::worker::RequestKind::Walk {
                     self.profiler.walk_failed(&error.to_string());
                 }
                 self.inspector.worker_failed(&target, &error.to_string());

@@ -557,7 +557,7 @@ fn killed(r: &Recording) -> Option<JsonKilled<'_>> {
 
 /// A walk's roots, and what no root reached as a last entry of kind
 /// `unreachable` (held by MLX's graph, or not reachable from Python).
-fn held_roots(walk: Option<&crate::profile::record::held::HeldWalk>) -> Vec<HeldRoot> {
+fn held_roots(walk: Option<&crate::profile::record::held::Census>) -> Vec<HeldRoot> {
     let Some(w) = walk else {
         return Vec::new();
     };
@@ -580,7 +580,7 @@ fn held_roots(walk: Option<&crate::profile::record::held::HeldWalk>) -> Vec<Held
 }
 
 /// A held-by walk's figures beside its roots.
-fn walk(w: &crate::profile::record::held::HeldWalk) -> JsonWalk {
+fn walk(w: &crate::profile::record::held::Census) -> JsonWalk {
     JsonWalk {
         t: w.t_secs,
         pid: w.pid,

@@ -73,7 +73,7 @@ fn article(word: &str) -> &'static str {
 
 /// One walk of the probe.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct HeldWalk {
+pub struct Census {
     /// When it arrived, on the recording's clock.
     pub t_secs: f64,
     /// The process walked.
@@ -95,7 +95,7 @@ pub struct HeldWalk {
     pub roots: Vec<HeldRoot>,
 }
 
-impl HeldWalk {
+impl Census {
     /// MLX memory no root reached: held by MLX's graph (arrays not yet
     /// evaluated, or kept by other arrays' computations), or by objects the
     /// walk does not enter (C extensions).
@@ -139,7 +139,7 @@ impl RootDifference {
 /// same name and kind in both), most changed first; roots holding nothing
 /// in either are left out.
 #[must_use]
-pub fn root_differences(a: Option<&HeldWalk>, b: Option<&HeldWalk>) -> Vec<RootDifference> {
+pub fn root_differences(a: Option<&Census>, b: Option<&Census>) -> Vec<RootDifference> {
     let mut by: Vec<RootDifference> = Vec::new();
     for (walk, first) in [(a, true), (b, false)] {
         for root in walk.map_or(&[][..], |w| &w.roots) {
@@ -181,9 +181,9 @@ pub const KEPT_WALKS: usize = 600;
 /// and once more a second later, when the arrays have left the locals of
 /// the function that made them for where they are kept).
 #[must_use]
-pub fn at_peak<'a, I>(walks: I) -> Option<&'a HeldWalk>
+pub fn at_peak<'a, I>(walks: I) -> Option<&'a Census>
 where
-    I: IntoIterator<Item = &'a HeldWalk>,
+    I: IntoIterator<Item = &'a Census>,
     I::IntoIter: Clone,
 {
     let walks = walks.into_iter();
@@ -197,11 +197,7 @@ where
 /// bytes and an example path, and, when `allocated` (the line that held
 /// most at the peak) is another place, that line too.
 #[must_use]
-pub fn sentence(
-    walk: &HeldWalk,
-    allocated: Option<&str>,
-    peak_bytes: Option<u64>,
-) -> Option<String> {
+pub fn sentence(walk: &Census, allocated: Option<&str>, peak_bytes: Option<u64>) -> Option<String> {
     let top = walk.roots.first()?;
     // A walk well below the peak (the job grew faster than the walks, at
     // most one a second) says when it was.
@@ -284,7 +280,7 @@ mod tests {
 
     #[test]
     fn the_walk_at_the_highest_memory_is_the_peaks() {
-        let walk = |t, active| HeldWalk {
+        let walk = |t, active| Census {
             t_secs: t,
             pid: 1,
             active_bytes: active,
@@ -306,12 +302,12 @@ mod tests {
             Some(4.0),
             "the latest near the highest"
         );
-        assert_eq!(at_peak(&[] as &[HeldWalk]), None);
+        assert_eq!(at_peak(&[] as &[Census]), None);
     }
 
     #[test]
     fn two_recordings_compare_root_by_root() {
-        let walk = |roots: Vec<HeldRoot>| HeldWalk {
+        let walk = |roots: Vec<HeldRoot>| Census {
             t_secs: 1.0,
             pid: 1,
             active_bytes: 100,
@@ -334,7 +330,7 @@ mod tests {
 
     #[test]
     fn the_sentence_names_the_root_its_place_and_the_allocating_line() {
-        let walk = HeldWalk {
+        let walk = Census {
             t_secs: 1.0,
             pid: 1,
             active_bytes: 2 << 30,

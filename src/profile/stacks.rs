@@ -145,7 +145,7 @@ pub struct TraceStacks {
     /// The probes' held-by walks, in time order (at most
     /// [`super::held::KEPT_WALKS`] and the one at the highest memory).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub held: Vec<super::held::HeldWalk>,
+    pub held: Vec<super::held::Census>,
 }
 
 /// Something the probes sent, in the order a trace keeps it.
@@ -165,7 +165,7 @@ pub enum StackUpdate {
         rank: u32,
     },
     /// A held-by walk of a probe.
-    Held(super::held::HeldWalk),
+    Held(super::held::Census),
 }
 
 impl TraceStacks {
@@ -427,7 +427,7 @@ impl Stacks {
     }
 
     /// A held-by walk of a probe.
-    pub fn held(&mut self, walk: super::held::HeldWalk) -> StackUpdate {
+    pub fn held(&mut self, walk: super::held::Census) -> StackUpdate {
         self.applied(StackUpdate::Held(walk))
     }
 
@@ -620,7 +620,7 @@ pub fn line_differences(a: &[LineGrowth], b: &[LineGrowth]) -> Vec<LineDifferenc
 /// first fall after a new high (until then the state is the peak's), so a
 /// long rise costs one copy, not one per sample.
 #[derive(Debug, Default, Clone)]
-struct LineLedger {
+struct LineCharges {
     entries: Vec<(Option<usize>, u64)>,
     /// What each key holds now (the sum of its entries).
     held_now: HashMap<usize, u64>,
@@ -639,7 +639,7 @@ struct LineLedger {
     grew_in_phase: HashMap<(usize, usize), u64>,
 }
 
-impl LineLedger {
+impl LineCharges {
     /// The figure is `now`, with `key` executing (none: no key is charged,
     /// but the growth is held in order).
     fn record(&mut self, key: Option<usize>, now: u64, phase: usize) {
@@ -733,9 +733,9 @@ const LOAD_NOISE: u64 = 1 << 20;
 /// The replay's state.
 #[derive(Default)]
 struct Replay {
-    mlx: HashMap<u32, LineLedger>,
+    mlx: HashMap<u32, LineCharges>,
     active: HashMap<u32, u64>,
-    rss: LineLedger,
+    rss: LineCharges,
     current: HashMap<u32, Option<u32>>,
     last_pid: Option<u32>,
     /// The job's memory now (MLX active with MLX, else RSS).
@@ -745,7 +745,7 @@ struct Replay {
     loads: Vec<(String, f64, u64, bool, Option<f64>)>,
     /// The growth since each load, by the load last made (a fall takes
     /// back the latest growth first).
-    by_load: LineLedger,
+    by_load: LineCharges,
     phase: usize,
     /// Each phase's highest level.
     phase_peaks: Vec<u64>,
@@ -1013,7 +1013,7 @@ impl Replay {
             .collect()
     }
 
-    fn phases(&self, st: &TraceStacks, main: &LineLedger, samples: &[Sample]) -> Vec<Phase> {
+    fn phases(&self, st: &TraceStacks, main: &LineCharges, samples: &[Sample]) -> Vec<Phase> {
         if self.marks.is_empty() {
             return Vec::new();
         }

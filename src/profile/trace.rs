@@ -842,7 +842,7 @@ enum JournalRow {
     },
     /// A held-by walk of a probe (who held MLX memory then).
     Held {
-        walk: super::held::HeldWalk,
+        walk: super::held::Census,
     },
     /// The last line: the run ended (the job's status, when it had one, and
     /// what the recorder knew then).

@@ -43,7 +43,7 @@ pub use rules::{
 };
 pub use view::{Fixup, View};
 pub use walker::{
-    InStep, Progress, Release, Released, Visitor, WalkEnd, WalkProgress, Walkable, Walker,
+    InStep, Progress, Release, Released, Visitor, WalkProgress, Walkable, Walked, Walker,
 };
 mod weights_core;
 pub use weights_core::{OpenStep, Weights, WeightsError};

@@ -115,7 +115,7 @@ impl WalkProgress {
 
 /// How a walk went.
 #[derive(Debug)]
-pub struct WalkEnd {
+pub struct Walked {
     /// Tensors visited.
     pub done: usize,
     /// Tensors to visit.
@@ -332,7 +332,7 @@ impl<'c> Walker<'c> {
         sides: &mut S,
         visitor: &mut V,
         progress: &mut dyn FnMut(Progress),
-    ) -> WalkEnd {
+    ) -> Walked {
         let started = Instant::now();
         let mut left = self.needs(sides);
         sides.release_all();
@@ -375,7 +375,7 @@ impl<'c> Walker<'c> {
         }
         drop(prefetcher);
         let (peak_mlx_active_bytes, peak_rss_bytes) = walking.peaks(mlx_reset, rss_reset);
-        WalkEnd {
+        Walked {
             done: walking.done,
             total: walking.total,
             cancelled: matches!(end, End::Cancelled),

@@ -14,7 +14,7 @@ use crate::mlx::{self};
 use crate::profile::{self, Transform};
 use crate::weights::{OpenStep, PreviewBudget, PreviewOptions, ViewChoice, Weights, WeightsError};
 
-use super::{CancelToken, Event, EventKind, JobError, JobKind, OpenedFacts, Request};
+use super::{CancelToken, Event, EventKind, OpenedFacts, Request, RequestError, RequestKind};
 
 pub(super) fn run(
     commands: &Receiver<Request>,
@@ -103,7 +103,7 @@ pub(super) fn run(
 /// panicked instead.
 enum PanicReply {
     Open(PathBuf),
-    Failed(JobKind, String),
+    Failed(RequestKind, String),
     Diff,
     DiffTensor(String),
     Scan,
@@ -113,19 +113,23 @@ impl PanicReply {
     fn of(command: &Request) -> Self {
         match command {
             Request::Open(path) | Request::OpenWithView(path, _) => Self::Open(path.clone()),
-            Request::Materialize(name) => Self::Failed(JobKind::Materialize, name.clone()),
+            Request::Materialize(name) => Self::Failed(RequestKind::Materialize, name.clone()),
             Request::Release(name) | Request::PinPreview(name, _) => {
-                Self::Failed(JobKind::Release, name.clone())
+                Self::Failed(RequestKind::Release, name.clone())
             }
             Request::ReleaseShard(shard) => {
-                Self::Failed(JobKind::Release, format!("shard {shard:?}"))
+                Self::Failed(RequestKind::Release, format!("shard {shard:?}"))
             }
-            Request::ReleaseAll | Request::Close => Self::Failed(JobKind::Release, String::new()),
-            Request::ClearCache => Self::Failed(JobKind::ClearCache, String::new()),
-            Request::SetPreviewBudget(_) => Self::Failed(JobKind::Limit, "preview budget".into()),
-            Request::SetMemoryLimit(_) => Self::Failed(JobKind::Limit, "memory limit".into()),
-            Request::SetCacheLimit(_) => Self::Failed(JobKind::Limit, "cache limit".into()),
-            Request::Walk { .. } => Self::Failed(JobKind::Walk, "walk".into()),
+            Request::ReleaseAll | Request::Close => {
+                Self::Failed(RequestKind::Release, String::new())
+            }
+            Request::ClearCache => Self::Failed(RequestKind::ClearCache, String::new()),
+            Request::SetPreviewBudget(_) => {
+                Self::Failed(RequestKind::Limit, "preview budget".into())
+            }
+            Request::SetMemoryLimit(_) => Self::Failed(RequestKind::Limit, "memory limit".into()),
+            Request::SetCacheLimit(_) => Self::Failed(RequestKind::Limit, "cache limit".into()),
+            Request::Walk { .. } => Self::Failed(RequestKind::Walk, "walk".into()),
             Request::Diff { .. } => Self::Diff,
             Request::DiffTensor { name, .. } => Self::DiffTensor(name.clone()),
             Request::ScanValues { .. } => Self::Scan,
@@ -133,7 +137,7 @@ impl PanicReply {
     }
 
     fn event(self, message: String) -> EventKind {
-        let error = JobError::Panicked(message);
+        let error = RequestError::Panicked(message);
         match self {
             Self::Open(path) => EventKind::OpenFailed { path, error },
             Self::Failed(job, target) => failed(job, target, error),
@@ -194,11 +198,11 @@ fn diff_job(
     send: &SendEvent<'_>,
 ) -> bool {
     let Some(w) = weights else {
-        let kind = EventKind::DiffFinished(Err(JobError::NotOpen));
+        let kind = EventKind::DiffFinished(Err(RequestError::NotOpen));
         return send(kind, None, crate::mlx::sample_now());
     };
     let result = Weights::open_viewed(other, view)
-        .map_err(JobError::from)
+        .map_err(RequestError::from)
         .map(|mut b| {
             let mut listener = Listener::new(send, cancel);
             let report = crate::weights::diff(w, &mut b, cancel, &mut |p| {
@@ -232,12 +236,12 @@ fn diff_detail(
     options: &PreviewOptions,
 ) -> EventKind {
     let Some(a) = weights else {
-        return EventKind::DiffDetail(name, Err(JobError::NotOpen));
+        return EventKind::DiffDetail(name, Err(RequestError::NotOpen));
     };
     let result = Weights::open_viewed(other, view)
         .and_then(|mut b| crate::weights::diff_detail(a, &mut b, &name, options.heatmap / 2))
         .map(Box::new)
-        .map_err(JobError::from);
+        .map_err(RequestError::from);
     EventKind::DiffDetail(name, result)
 }
 
@@ -252,7 +256,7 @@ fn walk_job(
 ) -> bool {
     let Some(w) = weights else {
         return send(
-            failed(JobKind::Walk, "walk", JobError::NotOpen),
+            failed(RequestKind::Walk, "walk", RequestError::NotOpen),
             None,
             crate::mlx::sample_now(),
         );
@@ -273,7 +277,7 @@ fn walk_job(
 /// returns whether anybody still listens.
 fn scan_job(weights: Option<&mut Weights>, cancel: &AtomicBool, send: &SendEvent<'_>) -> bool {
     let Some(w) = weights else {
-        let kind = EventKind::ScanFinished(Err(JobError::NotOpen));
+        let kind = EventKind::ScanFinished(Err(RequestError::NotOpen));
         return send(kind, None, crate::mlx::sample_now());
     };
     let mut listener = Listener::new(send, cancel);
@@ -512,7 +516,7 @@ fn send_forgotten(
             send(kind, mark, crate::mlx::sample_now())
         }),
         Err(err) => send(
-            failed(JobKind::Release, "preview budget", err),
+            failed(RequestKind::Release, "preview budget", err),
             None,
             crate::mlx::sample_now(),
         ),
@@ -601,11 +605,11 @@ fn handle_plain(
         Request::ClearCache => clear_cache(),
         Request::SetMemoryLimit(bytes) => match mlx::set_memory_limit(bytes) {
             Ok(previous) => EventKind::MemoryLimitSet { previous },
-            Err(err) => failed(JobKind::Limit, "memory limit", err),
+            Err(err) => failed(RequestKind::Limit, "memory limit", err),
         },
         Request::SetCacheLimit(bytes) => match mlx::set_cache_limit(bytes) {
             Ok(_) => EventKind::CacheLimitSet { limit: bytes },
-            Err(err) => failed(JobKind::Limit, "cache limit", err),
+            Err(err) => failed(RequestKind::Limit, "cache limit", err),
         },
         Request::Close => {
             *weights = None;
@@ -617,7 +621,11 @@ fn handle_plain(
 }
 
 /// The event of a command that failed, for `target`.
-fn failed(job: JobKind, target: impl Into<String>, error: impl Into<JobError>) -> EventKind {
+fn failed(
+    job: RequestKind,
+    target: impl Into<String>,
+    error: impl Into<RequestError>,
+) -> EventKind {
     EventKind::Failed {
         job,
         target: target.into(),
@@ -627,17 +635,17 @@ fn failed(job: JobKind, target: impl Into<String>, error: impl Into<JobError>) -
 
 fn materialize(weights: Option<&mut Weights>, name: String, options: &PreviewOptions) -> EventKind {
     let Some(w) = weights else {
-        return failed(JobKind::Materialize, name, JobError::NotOpen);
+        return failed(RequestKind::Materialize, name, RequestError::NotOpen);
     };
     match w.preview(&name, options) {
         Ok(preview) => EventKind::Materialized(Box::new(preview)),
-        Err(err) => failed(JobKind::Materialize, name, err),
+        Err(err) => failed(RequestKind::Materialize, name, err),
     }
 }
 
 fn release(weights: Option<&mut Weights>, name: String) -> EventKind {
     let Some(w) = weights else {
-        return failed(JobKind::Release, name, JobError::NotOpen);
+        return failed(RequestKind::Release, name, RequestError::NotOpen);
     };
     w.release(&name);
     EventKind::Released(name)
@@ -646,9 +654,9 @@ fn release(weights: Option<&mut Weights>, name: String) -> EventKind {
 fn release_shard(weights: Option<&mut Weights>, shard: ShardId) -> EventKind {
     let Some(w) = weights else {
         return failed(
-            JobKind::Release,
+            RequestKind::Release,
             format!("shard {}", shard.index()),
-            JobError::NotOpen,
+            RequestError::NotOpen,
         );
     };
     let Some(file) = w
@@ -657,8 +665,12 @@ fn release_shard(weights: Option<&mut Weights>, shard: ShardId) -> EventKind {
         .get(shard.index())
         .map(|s| s.file.clone())
     else {
-        let error = JobError::NoShard(shard.index());
-        return failed(JobKind::Release, format!("shard {}", shard.index()), error);
+        let error = RequestError::NoShard(shard.index());
+        return failed(
+            RequestKind::Release,
+            format!("shard {}", shard.index()),
+            error,
+        );
     };
     let freed_bytes = w.release_shard(shard);
     EventKind::ShardReleased { file, freed_bytes }
@@ -666,7 +678,7 @@ fn release_shard(weights: Option<&mut Weights>, shard: ShardId) -> EventKind {
 
 fn release_all(weights: Option<&mut Weights>) -> EventKind {
     let Some(w) = weights else {
-        return failed(JobKind::Release, "", JobError::NotOpen);
+        return failed(RequestKind::Release, "", RequestError::NotOpen);
     };
     w.release_all();
     EventKind::ReleasedAll
@@ -677,6 +689,6 @@ fn clear_cache() -> EventKind {
         Ok(()) => EventKind::CacheCleared {
             trimmed: mlx::trim_host_heap(),
         },
-        Err(err) => failed(JobKind::ClearCache, "cache", err),
+        Err(err) => failed(RequestKind::ClearCache, "cache", err),
     }
 }

@@ -14,7 +14,7 @@
 mod jobs;
 mod protocol;
 
-pub use protocol::{Event, EventKind, JobError, JobKind, OpenedFacts, Request};
+pub use protocol::{Event, EventKind, OpenedFacts, Request, RequestError, RequestKind};
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -146,7 +146,7 @@ impl OpenedFacts {
 /// Why a command or job failed on the worker (shared, so that events stay
 /// cheap to clone).
 #[derive(Debug, Clone, thiserror::Error)]
-pub enum JobError {
+pub enum RequestError {
     /// It needs a checkpoint and none is open.
     #[error("no checkpoint is open")]
     NotOpen,
@@ -168,13 +168,13 @@ pub enum JobError {
     Panicked(String),
 }
 
-impl From<WeightsError> for JobError {
+impl From<WeightsError> for RequestError {
     fn from(err: WeightsError) -> Self {
         Self::Weights(Arc::new(err))
     }
 }
 
-impl From<mlx::MlxError> for JobError {
+impl From<mlx::MlxError> for RequestError {
     fn from(err: mlx::MlxError) -> Self {
         Self::Mlx(Arc::new(err))
     }
@@ -182,7 +182,7 @@ impl From<mlx::MlxError> for JobError {
 
 /// Which kind of command a failure is about (the app routes on it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum JobKind {
+pub enum RequestKind {
     /// Materializing a tensor.
     Materialize,
     /// Releasing a tensor, a shard or everything.
@@ -208,7 +208,7 @@ pub enum EventKind {
         view: Option<Arc<ViewInfo>>,
         /// Why the chosen view could not be installed (the checkpoint is
         /// then open without one).
-        view_error: Option<JobError>,
+        view_error: Option<RequestError>,
         /// What `weightscope check` finds in its headers, config and folder.
         findings: Vec<Diagnostic>,
         /// Figures the panels show, computed here.
@@ -227,18 +227,18 @@ pub enum EventKind {
         /// What was asked for.
         path: PathBuf,
         /// What went wrong, naming the file.
-        error: JobError,
+        error: RequestError,
     },
     /// A tensor was materialized.
     Materialized(Box<TensorPreview>),
     /// A command about one tensor or shard failed; the worker goes on.
     Failed {
         /// The command that failed.
-        job: JobKind,
+        job: RequestKind,
         /// The tensor or shard (or the setting).
         target: String,
         /// Why.
-        error: JobError,
+        error: RequestError,
     },
     /// A cached tensor was dropped.
     Released(String),
@@ -278,13 +278,16 @@ pub enum EventKind {
     /// A diff compared one more tensor.
     Diffed(Progress),
     /// A diff ended (or B could not be opened).
-    DiffFinished(Result<Box<DiffReport>, JobError>),
+    DiffFinished(Result<Box<DiffReport>, RequestError>),
     /// One tensor of a diff, opened (or why it could not be).
-    DiffDetail(String, Result<Box<crate::weights::PairDetail>, JobError>),
+    DiffDetail(
+        String,
+        Result<Box<crate::weights::PairDetail>, RequestError>,
+    ),
     /// A value scan read one more tensor.
     Scanned(Progress),
     /// A value scan ended (finished or cancelled), or could not start.
-    ScanFinished(Result<Box<ValueScan>, JobError>),
+    ScanFinished(Result<Box<ValueScan>, RequestError>),
     /// The checkpoint was closed.
     Closed,
 }

@@ -376,7 +376,7 @@ fn recorded_moment_ui(ui: &mut egui::Ui, trace: &Trace, t: f64) {
 
 /// A held-by walk's roots: bytes, share of MLX active, root, kind and
 /// where; each root's example path on hover; what no root reached.
-fn held_roots_ui(ui: &mut egui::Ui, walk: &crate::profile::record::held::HeldWalk, id: &str) {
+fn held_roots_ui(ui: &mut egui::Ui, walk: &crate::profile::record::held::Census, id: &str) {
     // A grid's cell has no width of its own to cut to: the root column
     // gets two fifths of the panel.
     let root_chars = crate::app::widgets::monospace_chars(ui, ui.available_width() * 0.4);

@@ -253,9 +253,9 @@ pub struct Recording {
     pub ranks: Vec<RankPeak>,
     /// Who held MLX memory at the peak: the probe's walk made at the
     /// highest MLX active memory.
-    pub held_by: Option<held::HeldWalk>,
+    pub held_by: Option<held::Census>,
     /// The probe's last walk (for a job killed: what held memory then).
-    pub held_last: Option<held::HeldWalk>,
+    pub held_last: Option<held::Census>,
     /// Where and when it was taken (host, wall clock, rank).
     pub origin: Option<crate::profile::Origin>,
 }

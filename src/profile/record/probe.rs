@@ -351,7 +351,7 @@ pub fn remove_installed() {
     }
 }
 
-impl super::held::HeldWalk {
+impl super::held::Census {
     /// A probe's `held` line of process `pid`, arrived at `t_secs`.
     #[must_use]
     pub fn from_line(t_secs: f64, pid: u32, line: ProbeLine) -> Self {

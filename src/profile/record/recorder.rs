@@ -427,7 +427,7 @@ impl Recorder {
             }
             "sample" | "stack" => return self.probe_sample(at, pid, line, updates),
             "held" => {
-                let walk = held::HeldWalk::from_line(self.secs(at), pid, line);
+                let walk = held::Census::from_line(self.secs(at), pid, line);
                 updates.push(Update::Stacks(self.stacks.held(walk)));
                 return;
             }

@@ -250,7 +250,7 @@ impl Recording {
 /// The walk named for the peak, and the last walk.
 fn held_walks(
     stacks: Option<&stacks::TraceStacks>,
-) -> (Option<super::held::HeldWalk>, Option<super::held::HeldWalk>) {
+) -> (Option<super::held::Census>, Option<super::held::Census>) {
     stacks.map_or((None, None), |st| {
         (
             super::held::at_peak(&st.held).cloned(),
