@@ -162,7 +162,9 @@ pub fn to_f32_vec(array: &Array) -> Result<Vec<f32>, MlxError> {
 }
 
 /// An MLX array of `dtype` made of `bytes` (little-endian, row-major) in
-/// `shape`, evaluated: a band of a tensor read from its file.
+/// `shape`, evaluated: a tensor read through, or a band of one. Its last
+/// axis is counted in bytes first (an MLX axis is an `i32`: a tensor of
+/// over 2^31 bytes, a stack of experts, fits as long as each axis does).
 ///
 /// # Errors
 /// A shape that does not fit the bytes; an MLX failure.
@@ -177,7 +179,7 @@ pub fn typed_array(bytes: &[u8], dtype: Dtype, shape: &[i32]) -> Result<Array, M
     match byte_shape.last_mut() {
         Some(last) => {
             *last = i32::try_from(i64::from(*last) * i64::try_from(item).unwrap_or(0))
-                .map_err(|e| MlxError::op("make an array", e))?;
+                .map_err(|_| MlxError::op("make an array", "a row of over 2^31 bytes"))?;
         }
         None => byte_shape.push(i32::try_from(item).unwrap_or(0)),
     }

@@ -150,37 +150,11 @@ impl ShardMap {
                 .ok_or_else(|| failed(format!("{name}: its strides reach past its bytes")))?,
             None => bytes,
         };
-        // The bytes in the tensor's own shape, its last axis counted in
-        // bytes (an axis of MLX's is an i32; a tensor of over 2^31 bytes,
-        // a stack of experts, fits as long as each axis does).
-        let elements: usize = stored
-            .shape
-            .iter()
-            .map(|&d| usize::try_from(d).unwrap_or(0))
-            .product();
-        let item = bytes.len() / elements.max(1);
-        let mut byte_shape = stored.shape.clone();
-        match byte_shape.last_mut() {
-            Some(last) => {
-                *last = i32::try_from(i64::from(*last) * i64::try_from(item).unwrap_or(0))
-                    .map_err(|_| failed(format!("{name}: a row of over 2^31 bytes")))?;
-            }
-            None => byte_shape.push(i32::try_from(item).unwrap_or(0)),
-        }
-        let raw =
-            super::bytes_array(&bytes, &byte_shape).map_err(|e| failed(format!("{name}: {e}")))?;
+        // Made and evaluated now: the bytes live in MLX's memory, not in
+        // `bytes`.
+        let array = super::typed_array(&bytes, stored.dtype, &stored.shape)
+            .map_err(|e| failed(format!("{name}: {e}")))?;
         drop(bytes);
-        let typed = if stored.dtype == mlx_rs::Dtype::Uint8 {
-            raw
-        } else {
-            raw.view_dtype(stored.dtype)
-                .map_err(|e| failed(super::clean_message(&e.to_string())))?
-        };
-        let array = typed
-            .reshape(&stored.shape)
-            .map_err(|e| failed(super::clean_message(&e.to_string())))?;
-        // Evaluated now: the bytes live in MLX's memory, not in `bytes`.
-        super::evaluate(&array)?;
         self.arrays.insert(name.to_owned(), array.clone());
         Ok(Some(array))
     }
