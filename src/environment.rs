@@ -46,36 +46,12 @@ pub const VARIABLES: &[Variable] = &[
         takes: "1 to 1000000 (tests)",
     },
     Variable {
-        name: "WEIGHTSCOPE_DENSE_BLOCKS",
-        takes: "1 to 1048576 (benchmarks)",
-    },
-    Variable {
-        name: "WEIGHTSCOPE_SUMMARY_BINS",
-        takes: "host, scatter, kernel or none",
-    },
-    Variable {
-        name: "WEIGHTSCOPE_READ_BACK",
-        takes: "copy or fault",
-    },
-    Variable {
-        name: "WEIGHTSCOPE_SUMMARY_FUSED",
-        takes: "0 or 1 (default 1)",
+        name: "WEIGHTSCOPE_SUMMARY",
+        takes: "auto or ops (default auto)",
     },
     Variable {
         name: "WEIGHTSCOPE_SUMMARY_PHASES",
         takes: "0 or 1 (default 0)",
-    },
-    Variable {
-        name: "WEIGHTSCOPE_DIRECT",
-        takes: "0 or 1 (default 1)",
-    },
-    Variable {
-        name: "WEIGHTSCOPE_KERNELS_AHEAD",
-        takes: "0 or 1 (default 1)",
-    },
-    Variable {
-        name: "WEIGHTSCOPE_PREFETCH",
-        takes: "0 or 1 (default 1)",
     },
     Variable {
         name: "WEIGHTSCOPE_TEST_WALL_SHIFT_SECS",
@@ -86,19 +62,6 @@ pub const VARIABLES: &[Variable] = &[
         takes: "one line of visible characters",
     },
 ];
-
-/// Where a value is kept for the summary's histogram.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BinsOn {
-    /// On the host.
-    Host,
-    /// MLX's scatter-add.
-    Scatter,
-    /// Our kernel.
-    Kernel,
-    /// Not counted (benchmarks).
-    Nowhere,
-}
 
 /// The configuration the environment gave.
 // Each switch is a variable of its own, on or off independently.
@@ -117,22 +80,12 @@ pub struct Environment {
     pub cache_limit: Option<u64>,
     /// The window ends after this many frames (tests).
     pub exit_after_frames: Option<u64>,
-    /// Another aim for the dense kernel's blocks (benchmarks).
-    pub dense_blocks: Option<i64>,
-    /// Where the summary's histogram is counted, when forced.
-    pub summary_bins: Option<BinsOn>,
-    /// Summaries' outputs read in place instead of copied.
-    pub read_back_fault: bool,
-    /// Fused summaries (off: the chunked path, to compare with).
-    pub summary_fused: bool,
+    /// `WEIGHTSCOPE_SUMMARY=ops`: value summaries by MLX's own ops even
+    /// where our kernels would run (the fallback path, for diagnosis and
+    /// to compare with).
+    pub summary_ops: bool,
     /// Summary phases timed and printed.
     pub summary_phases: bool,
-    /// Dense kernels launched by us on CUDA.
-    pub direct: bool,
-    /// Kernels compiled ahead on CUDA.
-    pub kernels_ahead: bool,
-    /// Prefetching through the CUDA driver.
-    pub prefetch: bool,
     /// Seconds added to the wall clock a recording states (tests: one
     /// machine's journals then look taken on hosts whose clocks disagree).
     pub wall_shift_secs: f64,
@@ -173,6 +126,11 @@ pub struct Outside {
     pub hf_token_path: Option<PathBuf>,
     /// `HF_HOME`.
     pub hf_home: Option<PathBuf>,
+    /// `WEIGHTSCOPE_KERNEL_CACHE`: where our compiled CUDA kernels are
+    /// kept, when chosen.
+    pub kernel_cache: Option<PathBuf>,
+    /// `CUDA_HOME` and `CUDA_PATH`, where CUDA's headers may be.
+    pub cuda_homes: Vec<PathBuf>,
 }
 
 impl Outside {
@@ -197,6 +155,11 @@ impl Outside {
             hf_token: text("HF_TOKEN"),
             hf_token_path: path("HF_TOKEN_PATH"),
             hf_home: path("HF_HOME"),
+            kernel_cache: path("WEIGHTSCOPE_KERNEL_CACHE"),
+            cuda_homes: ["CUDA_HOME", "CUDA_PATH"]
+                .iter()
+                .filter_map(|name| path(name))
+                .collect(),
         }
     }
 
@@ -225,14 +188,8 @@ impl Default for Environment {
             memory_limit: None,
             cache_limit: None,
             exit_after_frames: None,
-            dense_blocks: None,
-            summary_bins: None,
-            read_back_fault: false,
-            summary_fused: true,
+            summary_ops: false,
             summary_phases: false,
-            direct: true,
-            kernels_ahead: true,
-            prefetch: true,
             wall_shift_secs: 0.0,
             outside: Outside::default(),
         }
@@ -327,18 +284,10 @@ fn size(
 /// The first variable whose value cannot be used.
 pub fn read_from(source: &dyn Fn(&str) -> Option<String>) -> Result<Environment, EnvError> {
     let defaults = Environment::default();
-    let summary_bins = match raw(source, "WEIGHTSCOPE_SUMMARY_BINS").as_deref() {
-        None => None,
-        Some("host") => Some(BinsOn::Host),
-        Some("scatter") => Some(BinsOn::Scatter),
-        Some("kernel") => Some(BinsOn::Kernel),
-        Some("none") => Some(BinsOn::Nowhere),
-        Some(other) => return Err(bad("WEIGHTSCOPE_SUMMARY_BINS", other)),
-    };
-    let read_back_fault = match raw(source, "WEIGHTSCOPE_READ_BACK").as_deref() {
-        None | Some("copy") => false,
-        Some("fault") => true,
-        Some(other) => return Err(bad("WEIGHTSCOPE_READ_BACK", other)),
+    let summary_ops = match raw(source, "WEIGHTSCOPE_SUMMARY").as_deref().map(str::trim) {
+        None | Some("auto") => false,
+        Some("ops") => true,
+        Some(other) => return Err(bad("WEIGHTSCOPE_SUMMARY", other)),
     };
     let wall_shift_secs = match raw(source, "WEIGHTSCOPE_TEST_WALL_SHIFT_SECS") {
         None => 0.0,
@@ -371,15 +320,8 @@ pub fn read_from(source: &dyn Fn(&str) -> Option<String>) -> Result<Environment,
         memory_limit: size(source, "WEIGHTSCOPE_MEMORY_LIMIT", 1)?,
         cache_limit: size(source, "WEIGHTSCOPE_CACHE_LIMIT", 0)?,
         exit_after_frames: number(source, "WEIGHTSCOPE_EXIT_AFTER_FRAMES", 1..=1_000_000)?,
-        dense_blocks: number(source, "WEIGHTSCOPE_DENSE_BLOCKS", 1..=1 << 20)?
-            .and_then(|n| i64::try_from(n).ok()),
-        summary_bins,
-        read_back_fault,
-        summary_fused: switch(source, "WEIGHTSCOPE_SUMMARY_FUSED", true)?,
+        summary_ops,
         summary_phases: switch(source, "WEIGHTSCOPE_SUMMARY_PHASES", false)?,
-        direct: switch(source, "WEIGHTSCOPE_DIRECT", true)?,
-        kernels_ahead: switch(source, "WEIGHTSCOPE_KERNELS_AHEAD", true)?,
-        prefetch: switch(source, "WEIGHTSCOPE_PREFETCH", true)?,
         wall_shift_secs,
         outside: Outside::default(),
     })
@@ -443,8 +385,8 @@ mod tests {
             ("WEIGHTSCOPE_HTTP_RETRIES", "1000"),
             ("WEIGHTSCOPE_MEMORY_LIMIT", "lots"),
             ("WEIGHTSCOPE_MEMORY_LIMIT", "0"),
-            ("WEIGHTSCOPE_DIRECT", "nope"),
-            ("WEIGHTSCOPE_SUMMARY_BINS", "gpu"),
+            ("WEIGHTSCOPE_SUMMARY_PHASES", "nope"),
+            ("WEIGHTSCOPE_SUMMARY", "gpu"),
             ("WEIGHTSCOPE_TEST_WALL_SHIFT_SECS", "1e999"),
         ] {
             let err = with(&[(name, value)]).expect_err(value);
@@ -456,13 +398,13 @@ mod tests {
         let env = with(&[
             ("WEIGHTSCOPE_HTTP_TIMEOUT", "5"),
             ("WEIGHTSCOPE_HTTP_RETRIES", "0"),
-            ("WEIGHTSCOPE_DIRECT", "0"),
+            ("WEIGHTSCOPE_SUMMARY", "ops"),
             ("WEIGHTSCOPE_MEMORY_LIMIT", "8G"),
         ])
         .expect("good values");
         assert_eq!(env.http_timeout, Duration::from_secs(5));
         assert_eq!(env.http_retries, 0);
-        assert!(!env.direct);
+        assert!(env.summary_ops);
         assert_eq!(env.memory_limit, Some(8 << 30));
     }
 

@@ -27,7 +27,7 @@ pub const MAX_SLOTS: usize = 4096;
 pub enum Backend {
     /// `mlx_fast_cuda_kernel`: [`DENSE_SOURCE`] (run on H200s).
     Cuda,
-    /// `mlx_fast_metal_kernel`: `metal_source::METAL_DENSE_SOURCE` (never
+    /// `mlx_fast_metal_kernel`: [`METAL_DENSE_SOURCE`] (never
     /// run on a device: used only where `stats::fused::metal_agrees`).
     Metal,
 }
@@ -70,22 +70,7 @@ pub fn histogram_counts(x: &Array, lo: f32, scale: f32, slots: usize) -> Result<
 /// computed as MLX's CUDA dequantization computes it (`scale * q + bias`
 /// in the scales' own 16-bit type, then widened), so that statistics and
 /// bins are those of the values MLX would give.
-const AFFINE_HEADER: &str = r"
-#include <cuda_fp16.h>
-#include <cuda_bf16.h>
-
-__device__ __forceinline__ float ws_affine_value(
-    unsigned int q, unsigned short s, unsigned short b, int bf16) {
-  if (bf16) {
-    const __nv_bfloat16 scale = __ushort_as_bfloat16(s);
-    const __nv_bfloat16 bias = __ushort_as_bfloat16(b);
-    return __bfloat162float(scale * __uint2bfloat16_rn(q) + bias);
-  }
-  const __half scale = __ushort_as_half(s);
-  const __half bias = __ushort_as_half(b);
-  return __half2float(scale * __uint2half_rn(q) + bias);
-}
-";
+const AFFINE_HEADER: &str = include_str!("../../assets/kernels/affine_header.cuh");
 
 /// Summaries of an affine-packed weight read straight from its words: job 0
 /// computes, for each row of heatmap cells (one thread block each), the
@@ -97,126 +82,7 @@ __device__ __forceinline__ float ws_affine_value(
 /// `ip`: job, bits, group size, rows per cell, columns per cell, cells per
 /// row, scales are bf16 (else f16), slots. `fp`: centre, lowest value,
 /// scale of the bins.
-const AFFINE_SOURCE: &str = r"
-    const int job = ip[0], bits = ip[1], group = ip[2];
-    const int row_step = ip[3], col_step = ip[4], out_cols = ip[5];
-    const int bf16 = ip[6], slots = ip[7];
-    const long long rows = w_shape[0], words = w_shape[1];
-    const long long groups = scales_shape[1];
-    const int pack = 32 / bits;
-    const unsigned int mask = bits == 32 ? 0xffffffffu : ((1u << bits) - 1u);
-    __shared__ unsigned int hist[MAX_SLOTS];
-    __shared__ float cells[MAX_CELLS];
-    __shared__ unsigned int peaks[MAX_CELLS];
-    __shared__ double red_d[2][THREADS];
-    __shared__ float red_f[2][THREADS];
-    __shared__ unsigned int red_u[2][THREADS];
-    const int t = threadIdx.x;
-    if (job == 1) {
-        for (int i = t; i < slots; i += blockDim.x) hist[i] = 0;
-        __syncthreads();
-        const float lo = fp[1], scale = fp[2];
-        for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
-            for (int wi = t; wi < words; wi += blockDim.x) {
-                const unsigned int word = w[row * words + wi];
-                const long long g = row * groups + (wi * pack) / group;
-                const unsigned short s = scales[g], b = biases[g];
-                for (int i = 0; i < pack; i++) {
-                    const float v = ws_affine_value((word >> (bits * i)) & mask, s, b, bf16);
-                    int slot = slots - 1;
-                    if (isfinite(v)) slot = (int)fminf((v - lo) * scale, (float)(slots - 2));
-                    atomicAdd(&hist[slot], 1u);
-                }
-            }
-        }
-        __syncthreads();
-        for (int i = t; i < slots; i += blockDim.x) {
-            if (hist[i] != 0) atomicAdd(&uout[i], hist[i]);
-        }
-        return;
-    }
-    for (int i = t; i < out_cols; i += blockDim.x) {
-        cells[i] = 0.0f;
-        peaks[i] = 0u;
-    }
-    __syncthreads();
-    const double centre = (double)fp[0];
-    const long long r0 = (long long)blockIdx.x * row_step;
-    const long long r1 = r0 + row_step < rows ? r0 + row_step : rows;
-    float lo = __int_as_float(0x7f800000), hi = __int_as_float(0xff800000);
-    double sum = 0.0, squares = 0.0;
-    unsigned int nans = 0, infs = 0;
-    for (long long row = r0; row < r1; row++) {
-        for (int wi = t; wi < words; wi += blockDim.x) {
-            const unsigned int word = w[row * words + wi];
-            const int col0 = wi * pack;
-            const long long g = row * groups + col0 / group;
-            const unsigned short s = scales[g], b = biases[g];
-            int cell = col0 / col_step;
-            int next = (cell + 1) * col_step;
-            float run = 0.0f, peak = 0.0f;
-            for (int i = 0; i < pack; i++) {
-                const float v = ws_affine_value((word >> (bits * i)) & mask, s, b, bf16);
-                while (col0 + i >= next) {
-                    atomicAdd(&cells[cell], run);
-                    if (peak > 0.0f) atomicMax(&peaks[cell], __float_as_uint(peak));
-                    cell++;
-                    next += col_step;
-                    run = 0.0f;
-                    peak = 0.0f;
-                }
-                if (isfinite(v)) {
-                    lo = fminf(lo, v);
-                    hi = fmaxf(hi, v);
-                    sum += (double)v;
-                    const double d = (double)v - centre;
-                    squares += d * d;
-                    run += v;
-                    peak = fmaxf(peak, fabsf(v));
-                } else if (isnan(v)) {
-                    nans++;
-                } else {
-                    infs++;
-                }
-            }
-            atomicAdd(&cells[cell], run);
-            if (peak > 0.0f) atomicMax(&peaks[cell], __float_as_uint(peak));
-        }
-    }
-    red_d[0][t] = sum; red_d[1][t] = squares;
-    red_f[0][t] = lo; red_f[1][t] = hi;
-    red_u[0][t] = nans; red_u[1][t] = infs;
-    __syncthreads();
-    for (int step = blockDim.x / 2; step > 0; step /= 2) {
-        if (t < step) {
-            red_d[0][t] += red_d[0][t + step];
-            red_d[1][t] += red_d[1][t + step];
-            red_f[0][t] = fminf(red_f[0][t], red_f[0][t + step]);
-            red_f[1][t] = fmaxf(red_f[1][t], red_f[1][t + step]);
-            red_u[0][t] += red_u[0][t + step];
-            red_u[1][t] += red_u[1][t + step];
-        }
-        __syncthreads();
-    }
-    const long long out_rows = gridDim.x;
-    if (t == 0) {
-        float* mine = fout + blockIdx.x * 6;
-        const float sum_hi = (float)red_d[0][0];
-        const float sq_hi = (float)red_d[1][0];
-        mine[0] = red_f[0][0];
-        mine[1] = red_f[1][0];
-        mine[2] = sum_hi;
-        mine[3] = (float)(red_d[0][0] - (double)sum_hi);
-        mine[4] = sq_hi;
-        mine[5] = (float)(red_d[1][0] - (double)sq_hi);
-        uout[blockIdx.x * 2] = red_u[0][0];
-        uout[blockIdx.x * 2 + 1] = red_u[1][0];
-    }
-    for (int i = t; i < out_cols; i += blockDim.x) {
-        fout[out_rows * 6 + (long long)blockIdx.x * out_cols + i] = cells[i];
-        uout[out_rows * 2 + (long long)blockIdx.x * out_cols + i] = peaks[i];
-    }
-";
+const AFFINE_SOURCE: &str = include_str!("../../assets/kernels/affine_body.cu");
 
 /// Largest row of heatmap cells [`AFFINE_SOURCE`] keeps in shared memory.
 pub const MAX_CELLS: usize = 1024;
@@ -308,7 +174,7 @@ impl AffineWords<'_> {
                 blocks,
                 template_ints: &AFFINE_CONSTANTS,
                 ahead: Some(Ahead {
-                    which: super::ahead::Which::Affine,
+                    which: super::cuda::Which::Affine,
                     scalars: &shape,
                     zeroed: true,
                 }),
@@ -398,17 +264,7 @@ pub fn affine_counts(
 /// `f32`, 1: `f16`, 2: `bf16`) handed over as 16-bit words, widened to
 /// `f32` as MLX's cast widens it (exactly: every `f16` and `bf16` is an
 /// `f32`). One compiled kernel reads all three.
-const DENSE_HEADER: &str = r"
-#include <cuda_fp16.h>
-#include <cuda_bf16.h>
-
-__device__ __forceinline__ float ws_value(const unsigned short* x, long long i, int dt) {
-  if (dt == 0) return reinterpret_cast<const float*>(x)[i];
-  const unsigned short h = x[i];
-  if (dt == 1) return __half2float(__ushort_as_half(h));
-  return __bfloat162float(__ushort_as_bfloat16(h));
-}
-";
+const DENSE_HEADER: &str = include_str!("../../assets/kernels/dense_header.cuh");
 
 /// Summaries of a dense `f32`, `f16` or `bf16` array read in its own
 /// dtype (as 16-bit words, `ip[10]` saying which), `[rows, cols]` (a flat
@@ -431,234 +287,23 @@ __device__ __forceinline__ float ws_value(const unsigned short* x, long long i, 
 /// `ip`: job, rows, cols, row step, column step, cells per row (0: no
 /// heatmap), row split, column split, tx, slots (job 2: values sampled),
 /// dtype. `fp`: centre, lowest value, scale of the bins.
-const DENSE_SOURCE: &str = r"
-    const int job = ip[0];
-    const long long rows = ip[1], cols = ip[2];
-    const int row_step = ip[3], col_step = ip[4], out_cols = ip[5];
-    const int row_split = ip[6], col_split = ip[7], tx = ip[8], slots = ip[9];
-    const int dt = ip[10];
-    const unsigned short* __restrict__ xr = x;
-    // One shared pool, carved per job (a static 48 KB bound for all).
-    __shared__ double pool[POOL_DOUBLES];
-    const int t = threadIdx.x;
-    const int threads = blockDim.x;
-    if (job == 2) {
-        // One block: the mean and spread of the first `slots` finite
-        // values in f64, and the centre from them.
-        const long long n = rows * cols < (long long)slots ? rows * cols : (long long)slots;
-        double s = 0.0, q = 0.0, k = 0.0;
-        // Eight loads in flight before any is added (one block: latency
-        // is all it waits on).
-        for (long long i0 = t; i0 < n; i0 += 8LL * threads) {
-            float v[8];
-#pragma unroll
-            for (int j = 0; j < 8; j++) {
-                const long long i = i0 + (long long)j * threads;
-                v[j] = i < n ? ws_value(xr, i, dt) : __int_as_float(0x7fc00000);
-            }
-#pragma unroll
-            for (int j = 0; j < 8; j++) {
-                if (isfinite(v[j])) {
-                    s += (double)v[j];
-                    q += (double)v[j] * (double)v[j];
-                    k += 1.0;
-                }
-            }
-        }
-        pool[t] = s;
-        pool[THREADS + t] = q;
-        pool[2 * THREADS + t] = k;
-        __syncthreads();
-        for (int step = threads / 2; step > 0; step /= 2) {
-            if (t < step) {
-                pool[t] += pool[t + step];
-                pool[THREADS + t] += pool[THREADS + t + step];
-                pool[2 * THREADS + t] += pool[2 * THREADS + t + step];
-            }
-            __syncthreads();
-        }
-        if (t == 0) {
-            float centre = 0.0f;
-            const double count = pool[2 * THREADS];
-            if (count > 0.0) {
-                const double mean = pool[0] / count;
-                double spread = pool[THREADS] / count - mean * mean;
-                if (spread < 0.0) spread = 0.0;
-                if (!(mean * mean <= 4.0 * spread)) centre = (float)mean;
-            }
-            fout[0] = centre;
-            fout[1] = 0.0f;
-            fout[2] = 0.0f;
-            uout[0] = 0u;
-        }
-        return;
-    }
-    if (job == 1) {
-        const float lo = fp[1], scale = fp[2];
-        const long long n = rows * cols;
-        const long long stride = (long long)gridDim.x * threads;
-        const long long per_thread = (n + stride - 1) / stride;
-        // Each thread its own 16-bit counters (no atomics, no waiting on
-        // a busy bin) where they fit; else one block histogram.
-        const bool own = (long long)slots * threads * 2 <= (long long)sizeof(pool)
-            && per_thread <= 65535;
-        unsigned short* counters = (unsigned short*)pool;
-        unsigned int* shared_hist = (unsigned int*)pool;
-        const int words = own ? (slots * threads + 1) / 2 : slots;
-        for (int i = t; i < words; i += threads) ((unsigned int*)pool)[i] = 0u;
-        __syncthreads();
-        // Eight values loaded before any is counted: the loads are in
-        // flight together (counting stores to shared memory, which the
-        // compiler would otherwise keep the next loads behind).
-        for (long long i0 = (long long)blockIdx.x * threads + t; i0 < n; i0 += 8 * stride) {
-            float v[8];
-#pragma unroll
-            for (int k = 0; k < 8; k++) {
-                const long long i = i0 + k * stride;
-                v[k] = i < n ? ws_value(xr, i, dt) : 0.0f;
-            }
-#pragma unroll
-            for (int k = 0; k < 8; k++) {
-                if (i0 + k * stride >= n) break;
-                int slot = slots - 1;
-                if (isfinite(v[k])) slot = (int)fminf((v[k] - lo) * scale, (float)(slots - 2));
-                if (own) {
-                    counters[slot * threads + t]++;
-                } else {
-                    atomicAdd(&shared_hist[slot], 1u);
-                }
-            }
-        }
-        __syncthreads();
-        for (int s = t; s < slots; s += threads) {
-            unsigned int total = 0;
-            if (own) {
-                // Each thread starts its row at its own column (`j ^ s`,
-                // a permutation: `threads` is a power of two): rows are
-                // 512 bytes apart, so reading one column together put
-                // every thread of a warp on one bank of shared memory.
-                const int turn = s & (threads - 1);
-                for (int j = 0; j < threads; j++) total += counters[s * threads + (j ^ turn)];
-            } else {
-                total = shared_hist[s];
-            }
-            if (total != 0) atomicAdd(&uout[s], total);
-        }
-        return;
-    }
-    float* cells = (float*)pool;
-    unsigned int* peaks = (unsigned int*)(pool + MAX_CELLS / 2);
-    double* red_d = pool + MAX_CELLS;
-    float* red_f = (float*)(pool + MAX_CELLS + 2 * THREADS);
-    unsigned int* red_u = (unsigned int*)(pool + MAX_CELLS + 3 * THREADS);
-    for (int i = t; i < out_cols; i += threads) {
-        cells[i] = 0.0f;
-        peaks[i] = 0u;
-    }
-    __syncthreads();
-    const double centre = (double)fp[0];
-    const int ty_count = threads / tx;
-    const int lane_x = t % tx, lane_y = t / tx;
-    const int per_cell_row = row_split * col_split;
-    const int cell_row = blockIdx.x / per_cell_row;
-    const int rs = (blockIdx.x % per_cell_row) / col_split;
-    const int cs = blockIdx.x % col_split;
-    const long long band0 = (long long)cell_row * row_step;
-    const long long band1 = band0 + row_step < rows ? band0 + row_step : rows;
-    const long long col_chunk = (cols + col_split - 1) / col_split;
-    const long long c0 = (long long)cs * col_chunk;
-    const long long c1 = c0 + col_chunk < cols ? c0 + col_chunk : cols;
-    const long long row_stride = (long long)row_split * ty_count;
-    float lo = __int_as_float(0x7f800000), hi = __int_as_float(0xff800000);
-    double sum = 0.0, squares = 0.0;
-    unsigned int nans = 0, infs = 0;
-    // Four columns a thread at a time (tx apart: a warp's loads stay
-    // neighbours), so that each thread has several loads in flight.
-    for (long long cb = c0 + lane_x; cb < c1; cb += 4LL * tx) {
-        float run[4] = {0.0f, 0.0f, 0.0f, 0.0f}, peak[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        bool has[4];
-#pragma unroll
-        for (int k = 0; k < 4; k++) has[k] = cb + (long long)k * tx < c1;
-#pragma unroll 2
-        for (long long r = band0 + (long long)rs * ty_count + lane_y; r < band1; r += row_stride) {
-            const long long base = r * cols + cb;
-            float v[4];
-#pragma unroll
-            for (int k = 0; k < 4; k++) v[k] = has[k] ? ws_value(xr, base + (long long)k * tx, dt) : 0.0f;
-#pragma unroll
-            for (int k = 0; k < 4; k++) {
-                if (!has[k]) continue;
-                if (isfinite(v[k])) {
-                    lo = fminf(lo, v[k]);
-                    hi = fmaxf(hi, v[k]);
-                    sum += (double)v[k];
-                    const double d = (double)v[k] - centre;
-                    squares += d * d;
-                    run[k] += v[k];
-                    peak[k] = fmaxf(peak[k], fabsf(v[k]));
-                } else if (isnan(v[k])) {
-                    nans++;
-                } else {
-                    infs++;
-                }
-            }
-        }
-        if (out_cols > 0) {
-#pragma unroll
-            for (int k = 0; k < 4; k++) {
-                if (!has[k]) continue;
-                const int cell = (int)((cb + (long long)k * tx) / col_step);
-                if (run[k] != 0.0f) atomicAdd(&cells[cell], run[k]);
-                if (peak[k] > 0.0f) atomicMax(&peaks[cell], __float_as_uint(peak[k]));
-            }
-        }
-    }
-    red_d[t] = sum; red_d[THREADS + t] = squares;
-    red_f[t] = lo; red_f[THREADS + t] = hi;
-    red_u[t] = nans; red_u[THREADS + t] = infs;
-    __syncthreads();
-    for (int step = threads / 2; step > 0; step /= 2) {
-        if (t < step) {
-            red_d[t] += red_d[t + step];
-            red_d[THREADS + t] += red_d[THREADS + t + step];
-            red_f[t] = fminf(red_f[t], red_f[t + step]);
-            red_f[THREADS + t] = fmaxf(red_f[THREADS + t], red_f[THREADS + t + step]);
-            red_u[t] += red_u[t + step];
-            red_u[THREADS + t] += red_u[THREADS + t + step];
-        }
-        __syncthreads();
-    }
-    if (t == 0) {
-        float* mine = fout + blockIdx.x * 6;
-        const float sum_hi = (float)red_d[0];
-        const float sq_hi = (float)red_d[THREADS];
-        mine[0] = red_f[0];
-        mine[1] = red_f[THREADS];
-        mine[2] = sum_hi;
-        mine[3] = (float)(red_d[0] - (double)sum_hi);
-        mine[4] = sq_hi;
-        mine[5] = (float)(red_d[THREADS] - (double)sq_hi);
-        uout[blockIdx.x * 2] = red_u[0];
-        uout[blockIdx.x * 2 + 1] = red_u[THREADS];
-    }
-    // A row of cells owned by one block is stored; shared, added.
-    const long long blocks = gridDim.x;
-    for (int i = t; i < out_cols; i += threads) {
-        const long long at = (long long)cell_row * out_cols + i;
-        if (per_cell_row == 1) {
-            fout[blocks * 6 + at] = cells[i];
-            uout[blocks * 2 + at] = peaks[i];
-        } else {
-            if (cells[i] != 0.0f) atomicAdd(&fout[blocks * 6 + at], cells[i]);
-            if (peaks[i] != 0u) atomicMax(&uout[blocks * 2 + at], peaks[i]);
-        }
-    }
-";
+const DENSE_SOURCE: &str = include_str!("../../assets/kernels/dense_body.cu");
+
+/// The Metal twin of [`DENSE_HEADER`]. **Never run on a device**: used
+/// only with the `metal-kernel` feature and where it agrees with MLX's ops
+/// at first use (`stats::fused::metal_agrees`); assets/kernels/README.md
+/// says how it differs from the CUDA kernel and why.
+const METAL_DENSE_HEADER: &str = include_str!("../../assets/kernels/dense_header.metal");
+
+/// The Metal twin of [`DENSE_SOURCE`]: jobs 0, 1 and 2 with the same `ip`
+/// and `fp` and the same outputs, except that job 1 writes each
+/// threadgroup's `slots` counts at `uout[block * slots]`.
+const METAL_DENSE_SOURCE: &str = include_str!("../../assets/kernels/dense_body.metal");
 
 /// A kernel's parameters, their pages sent to the device before the
-/// launch (the host wrote them: see `mlx::pages`).
+/// launch (the host wrote them: see `mlx::cuda`).
 fn parameters(array: Array) -> Array {
-    super::pages::array_to_device(&array);
+    super::cuda::array_to_device(&array);
     array
 }
 
@@ -708,8 +353,8 @@ impl DenseValues<'_> {
             ),
             Backend::Metal => (
                 "weightscope_dense_metal",
-                super::metal_source::METAL_DENSE_SOURCE,
-                super::metal_source::METAL_DENSE_HEADER,
+                METAL_DENSE_SOURCE,
+                METAL_DENSE_HEADER,
                 &METAL_DENSE_CONSTANTS,
             ),
         };
@@ -728,7 +373,7 @@ impl DenseValues<'_> {
                 blocks: job.blocks,
                 template_ints: constants,
                 ahead: Some(Ahead {
-                    which: super::ahead::Which::Dense,
+                    which: super::cuda::Which::Dense,
                     scalars: &[],
                     zeroed: job.zeroed,
                 }),
@@ -833,7 +478,7 @@ impl DenseValues<'_> {
 }
 
 /// One launch of [`DENSE_SOURCE`], as MLX's custom kernel or
-/// `mlx::direct` makes it: its ints, blocks of [`THREADS`] threads, the
+/// `mlx::cuda` makes it: its ints, blocks of [`THREADS`] threads, the
 /// lengths of its two outputs (`f32`, `u32`), and whether they must start
 /// at zero (the kernel adds into them) or the kernel stores every element.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -852,10 +497,10 @@ pub struct DenseJob {
 /// Threads in a block of our kernels.
 pub const BLOCK_THREADS: i32 = THREADS;
 
-/// The dense kernel compiled ahead (see `mlx::ahead`), where it is.
-pub(super) fn dense_image() -> Option<&'static super::ahead::Image> {
-    super::ahead::image(super::ahead::Which::Dense, || {
-        ahead_parts(super::ahead::Which::Dense)
+/// The dense kernel compiled ahead (see `mlx::cuda`), where it is.
+pub(super) fn dense_image() -> Option<&'static super::cuda::Image> {
+    super::cuda::image(super::cuda::Which::Dense, || {
+        ahead_parts(super::cuda::Which::Dense)
     })
 }
 
@@ -912,14 +557,11 @@ impl DenseLayout {
         let n = i64::from(rows.max(1)) * i64::from(cols.max(1));
         // Each block at least 16 values a thread.
         let most = (n / (i64::from(THREADS) * 16)).max(1);
-        // WEIGHTSCOPE_DENSE_BLOCKS: another aim, for benchmarks.
-        let target = crate::environment::get()
-            .dense_blocks
-            .unwrap_or(if out_cols > 0 {
-                TARGET_BLOCKS_CELLS
-            } else {
-                TARGET_BLOCKS
-            });
+        let target = if out_cols > 0 {
+            TARGET_BLOCKS_CELLS
+        } else {
+            TARGET_BLOCKS
+        };
         let wanted = target.min(most);
         let per_cell_row = (wanted / i64::from(out_rows.max(1))).max(1);
         // Rows first (each block keeps whole rows of its columns), as far
@@ -1085,7 +727,7 @@ struct Launch<'a> {
     outputs: &'a [(&'a std::ffi::CStr, i32, mlx_sys::mlx_dtype)],
     blocks: i64,
     template_ints: &'a [(&'a std::ffi::CStr, i32)],
-    /// The kernel compiled ahead of MLX (see `mlx::ahead`); `None`: MLX
+    /// The kernel compiled ahead of MLX (see `mlx::cuda`); `None`: MLX
     /// compiles it.
     ahead: Option<Ahead<'a>>,
 }
@@ -1093,7 +735,7 @@ struct Launch<'a> {
 /// How a launch runs the kernel compiled ahead.
 #[derive(Clone, Copy)]
 struct Ahead<'a> {
-    which: super::ahead::Which,
+    which: super::cuda::Which,
     /// The ints its function takes after the outputs.
     scalars: &'a [i32],
     /// Whether the outputs must start at zero (the kernel adds into
@@ -1102,128 +744,107 @@ struct Ahead<'a> {
     zeroed: bool,
 }
 
-/// Builds and applies `launch` through MLX's custom-kernel interface for
-/// `backend` (`mlx_fast_cuda_kernel` or `mlx_fast_metal_kernel`, whose
-/// calls match one for one) on the current stream; the outputs, lazy.
+/// Applies `launch` on the current stream; the outputs, lazy. On CUDA the
+/// kernel compiled ahead (`mlx::cuda`), launched by MLX in its graph; on
+/// Metal the source, compiled by MLX (`mlx_fast_metal_kernel`).
 fn apply(launch: &Launch<'_>, backend: Backend) -> Result<Vec<Array>, MlxError> {
-    if backend == Backend::Cuda
-        && let Some(ahead) = launch.ahead
-        && let Some(image) = super::ahead::image(ahead.which, || ahead_parts(ahead.which))
-    {
-        return apply_ahead(launch, image, ahead);
+    match (backend, launch.ahead) {
+        (Backend::Metal, _) => apply_source(launch),
+        (Backend::Cuda, Some(ahead)) => {
+            let image =
+                super::cuda::image(ahead.which, || ahead_parts(ahead.which)).ok_or_else(|| {
+                    MlxError::op("custom kernel", "our CUDA kernels are not compiled here")
+                })?;
+            apply_ahead(launch, image, ahead)
+        }
+        (Backend::Cuda, None) => Err(MlxError::op("custom kernel", "no kernel compiled ahead")),
     }
-    apply_source(launch, backend)
 }
 
-/// [`apply`] through MLX's own compile of the kernel's source.
-fn apply_source(launch: &Launch<'_>, backend: Backend) -> Result<Vec<Array>, MlxError> {
+/// [`apply`] through MLX's own compile of the Metal source.
+fn apply_source(launch: &Launch<'_>) -> Result<Vec<Array>, MlxError> {
     let refused = |what: &str| MlxError::op("custom kernel", what);
     let grid = i32::try_from(launch.blocks * i64::from(THREADS)).map_err(|_| refused("grid"))?;
     let source = CString::new(launch.source).map_err(|_| refused("source"))?;
     let header = CString::new(launch.header).map_err(|_| refused("header"))?;
     let stream = Stream::thread_local_or_default();
     let mut results = Vec::new();
-    // One body for both interfaces: the functions named by `$new` and the
-    // rest, and the last argument of `$new` (CUDA: shared memory bytes;
-    // Metal: whether outputs are atomic).
-    macro_rules! build_and_apply {
-        ($new:ident, $last:expr, $config:ident, $output:ident, $grid:ident, $group:ident,
-         $init:ident, $template_int:ident, $apply:ident, $config_free:ident, $free:ident) => {{
-            let inputs_names = mlx_sys::mlx_vector_string_new();
-            let outputs_names = mlx_sys::mlx_vector_string_new();
-            for (name, _) in launch.inputs {
-                mlx_sys::mlx_vector_string_append_value(inputs_names, name.as_ptr());
-            }
-            for (name, _, _) in launch.outputs {
-                mlx_sys::mlx_vector_string_append_value(outputs_names, name.as_ptr());
-            }
-            let kernel = mlx_sys::$new(
-                launch.name.as_ptr(),
-                inputs_names,
-                outputs_names,
-                source.as_ptr(),
-                header.as_ptr(),
-                true,
-                $last,
-            );
-            let config = mlx_sys::$config();
-            let mut status = 0;
-            for (_, len, dtype) in launch.outputs {
-                let shape = [*len];
-                status |= mlx_sys::$output(config, shape.as_ptr(), 1, *dtype);
-            }
-            status |= mlx_sys::$grid(config, grid, 1, 1);
-            status |= mlx_sys::$group(config, THREADS, 1, 1);
-            // Outputs zeroed by MLX first, even where a kernel stores every
-            // element: on an H200 the dense kernel took 1.39 ms for 1 GiB of
-            // `f32` writing outputs whose pages the host had read (they moved
-            // back under it), 0.65 ms after MLX's fill had moved them.
-            status |= mlx_sys::$init(config, 0.0);
-            for (name, value) in launch.template_ints {
-                status |= mlx_sys::$template_int(config, name.as_ptr(), *value);
-            }
-            let inputs = mlx_sys::mlx_vector_array_new();
-            for (_, array) in launch.inputs {
-                mlx_sys::mlx_vector_array_append_value(inputs, array.as_ptr());
-            }
-            let mut outputs = mlx_sys::mlx_vector_array_new();
-            if status == 0 {
-                status = mlx_sys::$apply(&raw mut outputs, kernel, inputs, config, stream.as_ptr());
-            }
-            if status == 0 {
-                results = super::arrays_of(outputs);
-            }
-            mlx_sys::mlx_vector_array_free(outputs);
-            mlx_sys::mlx_vector_array_free(inputs);
-            mlx_sys::$config_free(config);
-            mlx_sys::$free(kernel);
-            mlx_sys::mlx_vector_string_free(outputs_names);
-            mlx_sys::mlx_vector_string_free(inputs_names);
-            status
-        }};
-    }
     #[allow(unsafe_code)]
     // SAFETY: every C string outlives the calls that read it; the input
     // arrays and `stream` are live mlx-rs handles; every vector, kernel and
     // config made here is freed here; each output taken out of `outputs` is
     // a new reference that `Array::from_ptr` owns.
     let status = unsafe {
-        match backend {
-            Backend::Cuda => build_and_apply!(
-                mlx_fast_cuda_kernel_new,
-                0,
-                mlx_fast_cuda_kernel_config_new,
-                mlx_fast_cuda_kernel_config_add_output_arg,
-                mlx_fast_cuda_kernel_config_set_grid,
-                mlx_fast_cuda_kernel_config_set_thread_group,
-                mlx_fast_cuda_kernel_config_set_init_value,
-                mlx_fast_cuda_kernel_config_add_template_arg_int,
-                mlx_fast_cuda_kernel_apply,
-                mlx_fast_cuda_kernel_config_free,
-                mlx_fast_cuda_kernel_free
-            ),
-            Backend::Metal => build_and_apply!(
-                mlx_fast_metal_kernel_new,
-                false,
-                mlx_fast_metal_kernel_config_new,
-                mlx_fast_metal_kernel_config_add_output_arg,
-                mlx_fast_metal_kernel_config_set_grid,
-                mlx_fast_metal_kernel_config_set_thread_group,
-                mlx_fast_metal_kernel_config_set_init_value,
-                mlx_fast_metal_kernel_config_add_template_arg_int,
-                mlx_fast_metal_kernel_apply,
-                mlx_fast_metal_kernel_config_free,
-                mlx_fast_metal_kernel_free
-            ),
+        let inputs_names = mlx_sys::mlx_vector_string_new();
+        let outputs_names = mlx_sys::mlx_vector_string_new();
+        for (name, _) in launch.inputs {
+            mlx_sys::mlx_vector_string_append_value(inputs_names, name.as_ptr());
         }
+        for (name, _, _) in launch.outputs {
+            mlx_sys::mlx_vector_string_append_value(outputs_names, name.as_ptr());
+        }
+        // The last argument: whether outputs are atomic (ours are not).
+        let kernel = mlx_sys::mlx_fast_metal_kernel_new(
+            launch.name.as_ptr(),
+            inputs_names,
+            outputs_names,
+            source.as_ptr(),
+            header.as_ptr(),
+            true,
+            false,
+        );
+        let config = mlx_sys::mlx_fast_metal_kernel_config_new();
+        let mut status = 0;
+        for (_, len, dtype) in launch.outputs {
+            let shape = [*len];
+            status |= mlx_sys::mlx_fast_metal_kernel_config_add_output_arg(
+                config,
+                shape.as_ptr(),
+                1,
+                *dtype,
+            );
+        }
+        status |= mlx_sys::mlx_fast_metal_kernel_config_set_grid(config, grid, 1, 1);
+        status |= mlx_sys::mlx_fast_metal_kernel_config_set_thread_group(config, THREADS, 1, 1);
+        status |= mlx_sys::mlx_fast_metal_kernel_config_set_init_value(config, 0.0);
+        for (name, value) in launch.template_ints {
+            status |= mlx_sys::mlx_fast_metal_kernel_config_add_template_arg_int(
+                config,
+                name.as_ptr(),
+                *value,
+            );
+        }
+        let inputs = mlx_sys::mlx_vector_array_new();
+        for (_, array) in launch.inputs {
+            mlx_sys::mlx_vector_array_append_value(inputs, array.as_ptr());
+        }
+        let mut outputs = mlx_sys::mlx_vector_array_new();
+        if status == 0 {
+            status = mlx_sys::mlx_fast_metal_kernel_apply(
+                &raw mut outputs,
+                kernel,
+                inputs,
+                config,
+                stream.as_ptr(),
+            );
+        }
+        if status == 0 {
+            results = super::arrays_of(outputs);
+        }
+        mlx_sys::mlx_vector_array_free(outputs);
+        mlx_sys::mlx_vector_array_free(inputs);
+        mlx_sys::mlx_fast_metal_kernel_config_free(config);
+        mlx_sys::mlx_fast_metal_kernel_free(kernel);
+        mlx_sys::mlx_vector_string_free(outputs_names);
+        mlx_sys::mlx_vector_string_free(inputs_names);
+        status
     };
     if status == 0 && results.len() == launch.outputs.len() {
         Ok(results)
     } else {
-        Err(refused(match backend {
-            Backend::Cuda => "MLX refused the custom kernel (not a CUDA device?)",
-            Backend::Metal => "MLX refused the custom kernel (not a Metal device?)",
-        }))
+        Err(refused(
+            "MLX refused the custom kernel (not a Metal device?)",
+        ))
     }
 }
 
@@ -1232,23 +853,32 @@ fn apply_source(launch: &Launch<'_>, backend: Backend) -> Result<Vec<Array>, Mlx
 /// rather than wait (see [`kernels_settled`]). `false` where it cannot run
 /// here (the kernels are then MLX's to compile, when first used).
 pub fn prepare_kernels_in_background() -> bool {
-    super::ahead::prepare_in_background(|| {
-        for which in [super::ahead::Which::Dense, super::ahead::Which::Affine] {
-            let _ = super::ahead::image(which, || ahead_parts(which));
+    super::cuda::prepare_in_background(|| {
+        for which in [super::cuda::Which::Dense, super::cuda::Which::Affine] {
+            let _ = super::cuda::image(which, || ahead_parts(which));
         }
     })
 }
 
 /// Whether no kernel is being compiled ahead off this thread.
 pub fn kernels_settled() -> bool {
-    super::ahead::settled()
+    super::cuda::settled()
 }
 
-/// Our CUDA kernels as `mlx::ahead` compiles them: the same bodies, in a
+/// Whether both our CUDA kernels are compiled ahead for this process's
+/// device (compiling them now where they were not asked for yet): the
+/// condition of the kernel path on CUDA.
+pub fn kernels_ready() -> bool {
+    [super::cuda::Which::Dense, super::cuda::Which::Affine]
+        .into_iter()
+        .all(|which| super::cuda::image(which, || ahead_parts(which)).is_some())
+}
+
+/// Our CUDA kernels as `mlx::cuda` compiles them: the same bodies, in a
 /// function of their own with the parameters MLX would generate.
-fn ahead_parts(which: super::ahead::Which) -> super::ahead::Parts {
+fn ahead_parts(which: super::cuda::Which) -> super::cuda::Parts {
     match which {
-        super::ahead::Which::Dense => super::ahead::Parts {
+        super::cuda::Which::Dense => super::cuda::Parts {
             base: "weightscope_dense",
             header: DENSE_HEADER,
             body: DENSE_SOURCE,
@@ -1257,7 +887,7 @@ fn ahead_parts(which: super::ahead::Which) -> super::ahead::Parts {
                         float* fout,\n    unsigned int* uout",
             prologue: "",
         },
-        super::ahead::Which::Affine => super::ahead::Parts {
+        super::cuda::Which::Affine => super::cuda::Parts {
             base: "weightscope_affine",
             header: AFFINE_HEADER,
             body: AFFINE_SOURCE,
@@ -1272,11 +902,11 @@ fn ahead_parts(which: super::ahead::Which) -> super::ahead::Parts {
     }
 }
 
-/// [`apply`] for a kernel compiled ahead (`mlx::ahead`): MLX loads the
+/// [`apply`] for a kernel compiled ahead (`mlx::cuda`): MLX loads the
 /// cubin (once a process) and launches it as it launches the others.
 fn apply_ahead(
     launch: &Launch<'_>,
-    image: &super::ahead::Image,
+    image: &super::cuda::Image,
     ahead: Ahead<'_>,
 ) -> Result<Vec<Array>, MlxError> {
     let scalars = ahead.scalars;
@@ -1398,7 +1028,7 @@ pub fn leave_kernel_cache_out(command: &mut std::process::Command) {
 
 #[cfg(test)]
 mod ahead_tests {
-    /// Both kernels as `mlx::ahead` compiles them, by a real NVRTC (no GPU
+    /// Both kernels as `mlx::cuda` compiles them, by a real NVRTC (no GPU
     /// needed to compile): `WEIGHTSCOPE_TEST_NVRTC` names its library (for
     /// instance from NVIDIA's `nvidia-cuda-nvrtc` wheel, with
     /// `nvidia-cuda-runtime` beside it for the headers). Skipped without.
@@ -1414,10 +1044,10 @@ mod ahead_tests {
         let lib = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL) };
         assert!(!lib.is_null(), "NVRTC did not load");
         for which in [
-            super::super::ahead::Which::Dense,
-            super::super::ahead::Which::Affine,
+            super::super::cuda::Which::Dense,
+            super::super::cuda::Which::Affine,
         ] {
-            let bytes = super::super::ahead::compile_for_test(&super::ahead_parts(which), 9, 0)
+            let bytes = super::super::cuda::compile_for_test(&super::ahead_parts(which), 9, 0)
                 .unwrap_or_else(|e| panic!("{e}"));
             assert!(bytes.starts_with(b"\x7fELF"), "not a cubin");
             eprintln!("compiled ahead: {} bytes", bytes.len());

@@ -5,19 +5,17 @@
 //! `f32`, and read or steer MLX's memory counters. Arrays never leave the thread
 //! that created them in the layers above (they are `Send`, not `Sync`).
 
-mod ahead;
+mod cuda;
 mod device;
-mod direct;
 pub mod ggml;
 mod kernel;
 mod memory;
-mod metal_source;
-mod pages;
 mod quant;
 mod shard;
 mod stats;
 mod transform;
 
+pub use cuda::CudaError;
 pub use device::{DeviceInfo, DeviceKind, GPU_BACKEND, default_device, gpu_available};
 pub use kernel::{AffineWords, keep_kernel_cache_private, leave_kernel_cache_out};
 pub use memory::{

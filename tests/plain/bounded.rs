@@ -95,7 +95,7 @@ fn junk_in_the_environment_is_one_line_naming_the_variable() {
         ("WEIGHTSCOPE_HTTP_TIMEOUT", "fast"),
         ("WEIGHTSCOPE_HTTP_RETRIES", "100000"),
         ("WEIGHTSCOPE_MEMORY_LIMIT", "lots"),
-        ("WEIGHTSCOPE_SUMMARY_FUSED", "maybe"),
+        ("WEIGHTSCOPE_SUMMARY", "maybe"),
     ] {
         let output = weightscope()
             .env(name, value)

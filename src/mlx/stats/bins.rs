@@ -126,10 +126,10 @@ pub(super) fn second_pass(
     grid: Option<Grid>,
     plan: Plan,
 ) -> Result<(Histogram, Vec<f32>), MlxError> {
-    let counting = stats.finite > 0 && bins > 0 && plan.bins != BinsOn::Nowhere;
+    let counting = stats.finite > 0 && bins > 0;
     let bins = match plan.bins {
         // Bytes: 255 and 254 are taken.
-        BinsOn::Host | BinsOn::Nowhere => bins.min(usize::from(u8::MAX) - 1),
+        BinsOn::Host => bins.min(usize::from(u8::MAX) - 1),
         BinsOn::Scatter => bins.min(1 << 16),
         BinsOn::Kernel => bins.min(kernel::MAX_SLOTS - 2),
     };

@@ -31,10 +31,10 @@ pub(super) static FUSED_FAILED: std::sync::atomic::AtomicBool =
 pub(super) static DENSE_FAILED: std::sync::atomic::AtomicBool =
     std::sync::atomic::AtomicBool::new(false);
 
-/// Whether fused summaries are wanted (`WEIGHTSCOPE_SUMMARY_FUSED=0`: the
-/// chunked path, to compare with).
+/// Whether fused summaries are wanted (`WEIGHTSCOPE_SUMMARY=ops`: MLX's
+/// own ops, to compare with).
 fn fused_wanted() -> bool {
-    crate::environment::get().summary_fused
+    !crate::environment::get().summary_ops
 }
 
 /// The summary of an affine-packed weight from its words, by our kernel
@@ -161,7 +161,7 @@ pub(super) fn fused_dense(
 }
 
 /// The summary of a dense array by our kernel: launched by us where
-/// `direct` and this process can (`mlx::direct`), else by MLX.
+/// `direct` and this process can (`mlx::cuda`), else by MLX.
 fn fused_dense_summary(
     values: &kernel::DenseValues<'_>,
     grid: Option<Grid>,
@@ -172,7 +172,7 @@ fn fused_dense_summary(
     let mut phases = Phases::new();
     // A tensor just loaded is in pages the host wrote: moved over in bulk
     // first, not faulted over by the kernel.
-    crate::mlx::pages::array_to_device_now(values.flat);
+    crate::mlx::cuda::array_to_device_now(values.flat);
     phases.mark("pages to the device");
     let n = i64::from(values.rows) * i64::from(values.cols);
     let wanted = i64::try_from(first_count.max(1)).unwrap_or(i64::MAX);
@@ -267,8 +267,12 @@ const METAL_LARGEST: f64 = 1.152_921_504_606_847e18; // 2^60
 /// it has never run on a device here, so at first use it summarizes a test
 /// array (NaN, ±Inf, a spread, several rows of cells) and must agree with
 /// MLX's own ops ([`summaries_agree`]); if it does not, or fails, MLX's
-/// ops summarize everything (said once on stderr).
+/// ops summarize everything (said once on stderr). Never without the
+/// `metal-kernel` feature (off by default).
 pub(super) fn metal_agrees() -> bool {
+    if !cfg!(feature = "metal-kernel") {
+        return false;
+    }
     thread_local! {
         static CHECKING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     }
@@ -404,7 +408,7 @@ impl Phases {
     }
 }
 
-/// [`fused_dense_summary`] with the kernel launched by us (`mlx::direct`):
+/// [`fused_dense_summary`] with the kernel launched by us (`mlx::cuda`):
 /// the same jobs, blocks and parameters, so the same figures. `None` where
 /// this process leaves the launches to MLX.
 fn direct_dense_summary(
@@ -420,8 +424,8 @@ fn direct_dense_summary(
     let item = values.flat.item_size();
     let centre = values.centre_job(DEVICE_CENTRE_SAMPLE).ok()?;
     let stats_job = values.stats_job(layout).ok()?;
-    let failed = |why: String| MlxError::op("summary kernel", why);
-    let mut run = crate::mlx::direct::start(x, first_len * item, &centre, &stats_job)?;
+    let failed = |why: crate::mlx::CudaError| MlxError::op("summary kernel", why);
+    let mut run = crate::mlx::cuda::start(x, first_len * item, &centre, &stats_job)?;
     let summary = (|| {
         let n = i64::from(values.rows) * i64::from(values.cols);
         let blocks = usize::try_from(stats_job.blocks).unwrap_or(0);
@@ -531,11 +535,11 @@ fn head_values(head: &Array, first_count: usize) -> Result<(f32, Vec<f32>), MlxE
 
 /// Drops arrays whose values the host has read. On CUDA their buffers
 /// go to MLX's cache, where the next GPU output of their size takes them:
-/// their pages are sent back to the device first (`mlx::pages`), so that
+/// their pages are sent back to the device first (`mlx::cuda`), so that
 /// this kernel does not fault them over one by one.
 fn hand_back<const N: usize>(arrays: [Array; N]) {
     for array in arrays {
-        crate::mlx::pages::array_to_device(&array);
+        crate::mlx::cuda::array_to_device(&array);
     }
 }
 
@@ -543,7 +547,7 @@ fn hand_back<const N: usize>(arrays: [Array; N]) {
 /// `flat` as `f32` (every `f16` and `bf16` is one exactly), copied by the
 /// device's copy engine; `None` where there is no such copy.
 fn first_values(flat: &Array, count: usize) -> Option<Vec<f32>> {
-    use crate::mlx::pages::copy_to_host;
+    use crate::mlx::cuda::copy_to_host;
     match flat.dtype() {
         Dtype::Float32 => copy_to_host(flat.try_as_slice::<f32>().ok()?.get(..count)?),
         Dtype::Float16 => copy_to_host(flat.try_as_slice::<half::f16>().ok()?.get(..count)?)
@@ -556,11 +560,11 @@ fn first_values(flat: &Array, count: usize) -> Option<Vec<f32>> {
 
 /// The values of an evaluated kernel output, copied by the device (see
 /// `pages::copy_to_host`) where there is one, else read in place.
-fn host_copy<T: mlx_rs::ArrayElement + crate::mlx::pages::Plain>(
+fn host_copy<T: mlx_rs::ArrayElement + crate::mlx::cuda::Plain>(
     array: &Array,
 ) -> Result<std::borrow::Cow<'_, [T]>, MlxError> {
     let values = host_slice::<T>(array)?;
-    Ok(crate::mlx::pages::copy_to_host(values)
+    Ok(crate::mlx::cuda::copy_to_host(values)
         .map_or(std::borrow::Cow::Borrowed(values), std::borrow::Cow::Owned))
 }
 
@@ -680,7 +684,7 @@ pub(super) fn warm_up_dense(small: &Array) -> Result<(), MlxError> {
         evaluate_all([&floats, &counts, &slots])?;
     }
     // Our own launches' module, streams and buffers, made now too.
-    crate::mlx::direct::warm_up();
+    crate::mlx::cuda::warm_up();
     Ok(())
 }
 
@@ -913,7 +917,7 @@ mod tests {
         }
     }
 
-    /// The dense kernel launched by us (`mlx::direct`) gives MLX's
+    /// The dense kernel launched by us (`mlx::cuda`) gives MLX's
     /// launch's summary (the same jobs, blocks and parameters): statistics,
     /// bins, first values and cell peaks exactly, cell means within `f32`
     /// rounding (a block adds into its cells by atomics, in no fixed

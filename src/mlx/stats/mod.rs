@@ -160,9 +160,6 @@ enum BinsOn {
     Scatter,
     /// Our shared-memory histogram kernel (CUDA).
     Kernel,
-    /// Not counted (`WEIGHTSCOPE_SUMMARY_BINS=none`: benchmarks that break
-    /// a summary's time down).
-    Nowhere,
 }
 
 /// Set once our histogram kernel failed on this machine: summaries use
@@ -175,7 +172,7 @@ static KERNEL_WANTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicB
 
 /// Lets summaries on CUDA use our kernels (the fused dense and affine
 /// summaries, the histogram). Preparing them takes 42 ms from their cache
-/// and 118 ms to compile on an H200 (`mlx::ahead`; through MLX's own
+/// and 118 ms to compile on an H200 (`mlx::cuda`; through MLX's own
 /// compile, 1.3-2.4 s each), and they then make a summary several times
 /// faster. Worth it for the window (which prepares them at start-up, off
 /// the UI thread) and for `tensor --repeat` or `--warm-up`; a one-shot
@@ -202,30 +199,33 @@ struct Plan {
 }
 
 impl Plan {
-    /// The plan for MLX's default device. `WEIGHTSCOPE_SUMMARY_BINS=host`,
-    /// `=scatter`, `=kernel` or `=none` overrides where bins are counted
-    /// (benchmarks).
+    /// The plan for MLX's default device: one of two paths, chosen here.
+    /// Our kernels where they are wanted, ready and have not failed (on
+    /// CUDA compiled ahead, see `mlx::cuda`; on Metal the twin, with the
+    /// `metal-kernel` feature, where it checked out); else MLX's own ops
+    /// (`WEIGHTSCOPE_SUMMARY=ops` always takes these).
     fn for_default_device() -> Self {
         let gpu = default_is_gpu();
-        // On Metal our kernel's twin is used only where it checked out.
         let kernel = gpu
+            && !crate::environment::get().summary_ops
             && KERNEL_WANTED.load(std::sync::atomic::Ordering::Relaxed)
             && !KERNEL_FAILED.load(std::sync::atomic::Ordering::Relaxed)
             && kernel::kernels_settled()
-            && (kernel::Backend::BUILD == kernel::Backend::Cuda || fused::metal_agrees());
-        let bins = match crate::environment::get().summary_bins {
-            Some(crate::environment::BinsOn::Host) => BinsOn::Host,
-            Some(crate::environment::BinsOn::Scatter) => BinsOn::Scatter,
-            Some(crate::environment::BinsOn::Kernel) => BinsOn::Kernel,
-            Some(crate::environment::BinsOn::Nowhere) => BinsOn::Nowhere,
-            _ if kernel => BinsOn::Kernel,
-            _ if gpu => BinsOn::Scatter,
-            _ => BinsOn::Host,
+            && match kernel::Backend::BUILD {
+                kernel::Backend::Cuda => kernel::kernels_ready(),
+                kernel::Backend::Metal => fused::metal_agrees(),
+            };
+        let bins = if kernel {
+            BinsOn::Kernel
+        } else if gpu {
+            BinsOn::Scatter
+        } else {
+            BinsOn::Host
         };
         Self {
             chunk: chunk_for(gpu),
             bins,
-            forced: crate::environment::get().summary_bins.is_some(),
+            forced: false,
             gpu,
         }
     }
@@ -407,7 +407,7 @@ pub fn summarize(
 
 /// Summarizes a small array once, so that a GPU compiles the summary's
 /// kernels (MLX's and, when [`use_summary_kernel`] allows it, ours: 42-118
-/// ms on an H200 for both of ours, see `mlx::ahead`) before the first
+/// ms on an H200 for both of ours, see `mlx::cuda`) before the first
 /// tensor is clicked.
 /// Nothing to do on the CPU.
 pub fn warm_up_summaries() {

@@ -1,128 +1,26 @@
-//! The dense summary's three launches made by weightscope itself through
-//! the CUDA driver, on CUDA, past MLX's evaluation.
-//!
-//! Through MLX, a summary of a 100 MB tensor spent 0.55-0.70 ms in MLX's
-//! evaluation around two launches of a kernel that runs for about 50 us,
-//! then as long again in a second evaluation for the bins (docs/gpu.md).
-//! Here the same kernel (the cubin `mlx::ahead` compiled, loaded once into
-//! MLX's context) is launched on streams of our own: the centre and the
-//! statistics, then the copies of their figures and of the heatmap cells
-//! into pinned host memory, each waited for only when the host needs it;
-//! the bins on a second stream as soon as the figures are read, while the
-//! cells are still coming over. The launches, their blocks and their
-//! parameters are the ones MLX would make (`kernel::DenseJob`), so the
-//! figures are the same (the cells' sums within `f32` rounding, as between
-//! any two runs: a block adds into its cells by atomics, in no fixed
-//! order).
-//!
-//! The tensor is an evaluated MLX array (MLX has finished writing it) in
-//! managed memory, which any stream may read. Our outputs and parameters
-//! live in one device buffer and one pinned host buffer of our own, grown
-//! as a summary needs (a few MiB at most: outside MLX's memory figures),
-//! used by one summary at a time. Nothing here runs without the dense
-//! kernel compiled ahead and MLX's CUDA context current on the calling
-//! thread; then MLX launches the kernel as before.
-//! `WEIGHTSCOPE_DIRECT=0` always leaves the launches to MLX.
+//! The dense summary's launches made by us through the CUDA driver, past
+//! MLX's evaluation: the kernel compiled ahead, loaded once into MLX's
+//! context, run on two streams of our own (the centre and statistics, then
+//! the bins as soon as the figures are read) with the blocks and
+//! parameters `kernel::DenseJob` gives, outputs copied into pinned memory
+//! of ours and waited for only when the host needs them. The tensor is an
+//! evaluated MLX array in managed memory. docs/gpu.md has the timings.
 
 #![allow(unsafe_code)]
 
-use std::ffi::{c_char, c_int, c_uint, c_void};
+use std::ffi::{c_uint, c_void};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
-use super::kernel::{BLOCK_THREADS, DenseJob};
+use super::CudaError;
+use super::symbols::{Driver, Handle, checked};
+use crate::mlx::kernel::{BLOCK_THREADS, DenseJob};
 
-type Handle = *mut c_void;
-type GetCurrent = unsafe extern "C" fn(*mut Handle) -> c_int;
-type ModuleLoadData = unsafe extern "C" fn(*mut Handle, *const c_void) -> c_int;
-type ModuleGetFunction = unsafe extern "C" fn(*mut Handle, Handle, *const c_char) -> c_int;
-type LaunchKernel = unsafe extern "C" fn(
-    Handle,
-    c_uint,
-    c_uint,
-    c_uint,
-    c_uint,
-    c_uint,
-    c_uint,
-    c_uint,
-    Handle,
-    *mut *mut c_void,
-    *mut *mut c_void,
-) -> c_int;
-type MemAlloc = unsafe extern "C" fn(*mut u64, usize) -> c_int;
-type MemFree = unsafe extern "C" fn(u64) -> c_int;
-type HostAlloc = unsafe extern "C" fn(*mut *mut c_void, usize) -> c_int;
-type HostFree = unsafe extern "C" fn(*mut c_void) -> c_int;
-type CopyIn = unsafe extern "C" fn(u64, *const c_void, usize, Handle) -> c_int;
-type CopyOut = unsafe extern "C" fn(*mut c_void, u64, usize, Handle) -> c_int;
-type Memset = unsafe extern "C" fn(u64, c_uint, usize, Handle) -> c_int;
-type StreamCreate = unsafe extern "C" fn(*mut Handle, c_uint) -> c_int;
-type Wait = unsafe extern "C" fn(Handle) -> c_int;
-type EventCreate = unsafe extern "C" fn(*mut Handle, c_uint) -> c_int;
-type EventRecord = unsafe extern "C" fn(Handle, Handle) -> c_int;
-
-/// The driver's entry points used here.
-struct Api {
-    current: GetCurrent,
-    load: ModuleLoadData,
-    function: ModuleGetFunction,
-    launch: LaunchKernel,
-    alloc: MemAlloc,
-    free: MemFree,
-    host_alloc: HostAlloc,
-    host_free: HostFree,
-    copy_in: CopyIn,
-    copy_out: CopyOut,
-    memset: Memset,
-    stream: StreamCreate,
-    stream_wait: Wait,
-    event: EventCreate,
-    record: EventRecord,
-    event_wait: Wait,
-}
-
-impl Api {
-    fn get() -> Option<Self> {
-        let lib = super::ahead::loaded(&[c"libcuda.so.1", c"libcuda.so"])?;
-        // SAFETY: the driver's documented C signatures, typed above.
-        unsafe {
-            use super::ahead::symbol;
-            Some(Self {
-                current: symbol(lib, c"cuCtxGetCurrent")?,
-                load: symbol(lib, c"cuModuleLoadData")?,
-                function: symbol(lib, c"cuModuleGetFunction")?,
-                launch: symbol(lib, c"cuLaunchKernel")?,
-                alloc: symbol(lib, c"cuMemAlloc_v2")?,
-                free: symbol(lib, c"cuMemFree_v2")?,
-                host_alloc: symbol(lib, c"cuMemAllocHost_v2")?,
-                host_free: symbol(lib, c"cuMemFreeHost")?,
-                copy_in: symbol(lib, c"cuMemcpyHtoDAsync_v2")?,
-                copy_out: symbol(lib, c"cuMemcpyDtoHAsync_v2")?,
-                memset: symbol(lib, c"cuMemsetD32Async")?,
-                stream: symbol(lib, c"cuStreamCreate")?,
-                stream_wait: symbol(lib, c"cuStreamSynchronize")?,
-                event: symbol(lib, c"cuEventCreate")?,
-                record: symbol(lib, c"cuEventRecord")?,
-                event_wait: symbol(lib, c"cuEventSynchronize")?,
-            })
-        }
-    }
-
-    /// This thread's current context.
-    fn context(&self) -> Option<usize> {
-        let mut context = std::ptr::null_mut();
-        // SAFETY: an out-pointer to a local.
-        let found = unsafe { (self.current)(&raw mut context) } == 0;
-        (found && !context.is_null()).then_some(context as usize)
-    }
-}
-
-/// A driver call's result as ours.
-fn checked(what: &str, code: c_int) -> Result<(), String> {
-    if code == 0 {
-        Ok(())
-    } else {
-        Err(format!("{what} failed (CUDA error {code})"))
-    }
+/// This thread's current context.
+fn context(driver: &Driver) -> Option<usize> {
+    let mut context = std::ptr::null_mut();
+    // SAFETY: an out-pointer to a local.
+    let found = unsafe { (driver.ctx_current)(&raw mut context) } == 0;
+    (found && !context.is_null()).then_some(context as usize)
 }
 
 /// `CU_STREAM_NON_BLOCKING`: not ordered after MLX's streams.
@@ -133,7 +31,7 @@ const NO_TIMING: c_uint = 2;
 /// The kernel loaded into MLX's context, our streams and events, and the
 /// buffers, made once a process.
 struct Engine {
-    api: Api,
+    api: &'static Driver,
     context: usize,
     function: usize,
     /// The centre, the statistics and their copies.
@@ -161,12 +59,9 @@ fn engine() -> Option<&'static Engine> {
     static ENGINE: OnceLock<Option<Engine>> = OnceLock::new();
     ENGINE
         .get_or_init(|| {
-            if !crate::environment::get().direct {
-                return None;
-            }
-            let image = super::kernel::dense_image()?;
-            let api = Api::get()?;
-            let context = api.context()?;
+            let image = crate::mlx::kernel::dense_image()?;
+            let api = super::symbols::driver()?;
+            let context = context(api)?;
             match Engine::new(api, context, image) {
                 Ok(engine) => Some(engine),
                 Err(why) => {
@@ -179,7 +74,11 @@ fn engine() -> Option<&'static Engine> {
 }
 
 impl Engine {
-    fn new(api: Api, context: usize, image: &super::ahead::Image) -> Result<Self, String> {
+    fn new(
+        api: &'static Driver,
+        context: usize,
+        image: &super::ahead::Image,
+    ) -> Result<Self, CudaError> {
         let mut module = std::ptr::null_mut();
         let mut function = std::ptr::null_mut();
         let mut handles = [std::ptr::null_mut(); 4];
@@ -188,18 +87,18 @@ impl Engine {
         // live as long as the process.
         unsafe {
             checked(
-                "loading the kernel",
-                (api.load)(&raw mut module, image.bytes.as_ptr().cast()),
+                "cuModuleLoadData",
+                (api.module_load)(&raw mut module, image.bytes.as_ptr().cast()),
             )?;
             checked(
-                "finding the kernel",
-                (api.function)(&raw mut function, module, image.name.as_ptr()),
+                "cuModuleGetFunction",
+                (api.module_function)(&raw mut function, module, image.name.as_ptr()),
             )?;
             let [main, side, figures, cells] = &mut handles;
-            checked("a stream", (api.stream)(main, NON_BLOCKING))?;
-            checked("a stream", (api.stream)(side, NON_BLOCKING))?;
-            checked("an event", (api.event)(figures, NO_TIMING))?;
-            checked("an event", (api.event)(cells, NO_TIMING))?;
+            checked("cuStreamCreate", (api.stream_create)(main, NON_BLOCKING))?;
+            checked("cuStreamCreate", (api.stream_create)(side, NON_BLOCKING))?;
+            checked("cuEventCreate", (api.event_create)(figures, NO_TIMING))?;
+            checked("cuEventCreate", (api.event_create)(cells, NO_TIMING))?;
         }
         let [main, side, figures, cells] = handles.map(|h| h as usize);
         Ok(Self {
@@ -219,7 +118,7 @@ impl Engine {
     }
 
     /// The arena, at least `bytes` long.
-    fn arena(&self, bytes: usize) -> Result<MutexGuard<'_, Arena>, String> {
+    fn arena(&self, bytes: usize) -> Result<MutexGuard<'_, Arena>, CudaError> {
         // A summary that panicked still waited for its streams (`Run`'s
         // drop), so the arena it leaves is idle.
         let mut arena = self
@@ -239,10 +138,11 @@ impl Engine {
                 }
                 let mut device = 0;
                 let mut host = std::ptr::null_mut();
-                checked("device memory", (self.api.alloc)(&raw mut device, grown))?;
-                if let Err(e) =
-                    checked("pinned memory", (self.api.host_alloc)(&raw mut host, grown))
-                {
+                checked("cuMemAlloc", (self.api.alloc)(&raw mut device, grown))?;
+                if let Err(e) = checked(
+                    "cuMemAllocHost",
+                    (self.api.host_alloc)(&raw mut host, grown),
+                ) {
                     (self.api.free)(device);
                     return Err(e);
                 }
@@ -257,8 +157,9 @@ impl Engine {
     }
 
     /// Launches `job` on `stream` with the kernel's five pointers.
-    fn launch(&self, job: &DenseJob, stream: usize, pointers: [u64; 5]) -> Result<(), String> {
-        let blocks = c_uint::try_from(job.blocks).map_err(|_| "too many blocks".to_owned())?;
+    fn launch(&self, job: &DenseJob, stream: usize, pointers: [u64; 5]) -> Result<(), CudaError> {
+        let blocks =
+            c_uint::try_from(job.blocks).map_err(|_| CudaError::Refused("too many blocks"))?;
         let threads = c_uint::try_from(BLOCK_THREADS).unwrap_or(256);
         let mut values = pointers;
         let mut params: [*mut c_void; 5] = std::array::from_fn(|i| (&raw mut values[i]).cast());
@@ -281,14 +182,14 @@ impl Engine {
                 std::ptr::null_mut(),
             )
         };
-        checked("a launch of the summary kernel", code)
+        checked("cuLaunchKernel", code)
     }
 }
 
 /// Loads the kernel and makes the streams and buffers now (on the thread
 /// MLX works on, after a first evaluation), so that the first summary does
 /// not.
-pub(super) fn warm_up() {
+pub(crate) fn warm_up() {
     if let Some(engine) = engine() {
         drop(engine.arena(1 << 20));
     }
@@ -330,7 +231,7 @@ impl Places {
         let floats = place(words(stats.lengths[0]));
         let counts = place(words(stats.lengths[1]));
         let bin_float = place(4);
-        let slots = place(super::kernel::MAX_SLOTS * 4);
+        let slots = place(crate::mlx::kernel::MAX_SLOTS * 4);
         let first = place(first_bytes);
         Self {
             params,
@@ -348,7 +249,7 @@ impl Places {
 
 /// A dense summary's launches in flight; waits for its streams when
 /// dropped, so the arena is idle again for the next.
-pub(super) struct Run {
+pub(crate) struct Run {
     engine: &'static Engine,
     arena: MutexGuard<'static, Arena>,
     places: Places,
@@ -371,7 +272,7 @@ static START_FAILED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBo
 /// launches nothing itself (see the module's notes), and from the first
 /// start that failed (our buffers could not be had, say) on, said once on
 /// stderr: MLX then launches the kernel, as before.
-pub(super) fn start(
+pub(crate) fn start(
     x: u64,
     first_bytes: usize,
     centre: &DenseJob,
@@ -379,7 +280,7 @@ pub(super) fn start(
 ) -> Option<Run> {
     use std::sync::atomic::Ordering;
     let engine = engine()?;
-    if START_FAILED.load(Ordering::Relaxed) || engine.api.context() != Some(engine.context) {
+    if START_FAILED.load(Ordering::Relaxed) || context(engine.api) != Some(engine.context) {
         return None;
     }
     // A run that fails here has waited for whatever it enqueued (its
@@ -402,13 +303,13 @@ impl Run {
         first_bytes: usize,
         centre: &DenseJob,
         stats: &DenseJob,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, CudaError> {
         let places = Places::new(stats, first_bytes);
         let arena = engine.arena(places.end)?;
         let lengths = stats.lengths.map(|n| usize::try_from(n).unwrap_or(0));
-        let blocks = usize::try_from(stats.blocks).map_err(|_| "blocks".to_owned())?;
+        let blocks = usize::try_from(stats.blocks).map_err(|_| CudaError::Refused("blocks"))?;
         if lengths[0] < blocks * 6 || lengths[1] < blocks * 2 {
-            return Err("short outputs".into());
+            return Err(CudaError::Refused("short outputs"));
         }
         let mut run = Self {
             engine,
@@ -447,7 +348,7 @@ impl Run {
         self.arena.device + at as u64
     }
 
-    fn copy_in(&self, at: usize, bytes: usize, stream: usize) -> Result<(), String> {
+    fn copy_in(&self, at: usize, bytes: usize, stream: usize) -> Result<(), CudaError> {
         // SAFETY: both places lie within our arena's two buffers.
         let code = unsafe {
             (self.engine.api.copy_in)(
@@ -457,10 +358,10 @@ impl Run {
                 stream as Handle,
             )
         };
-        checked("copying parameters", code)
+        checked("cuMemcpyHtoDAsync", code)
     }
 
-    fn copy_out(&self, at: usize, from: u64, bytes: usize, stream: usize) -> Result<(), String> {
+    fn copy_out(&self, at: usize, from: u64, bytes: usize, stream: usize) -> Result<(), CudaError> {
         if bytes == 0 {
             return Ok(());
         }
@@ -475,30 +376,30 @@ impl Run {
                 stream as Handle,
             )
         };
-        checked("copying outputs", code)
+        checked("cuMemcpyDtoHAsync", code)
     }
 
-    fn zero(&self, at: usize, words: usize, stream: usize) -> Result<(), String> {
+    fn zero(&self, at: usize, words: usize, stream: usize) -> Result<(), CudaError> {
         // SAFETY: `at + 4 * words` lies within our device buffer.
         let code = unsafe { (self.engine.api.memset)(self.device(at), 0, words, stream as Handle) };
-        checked("zeroing outputs", code)
+        checked("cuMemsetD32Async", code)
     }
 
-    fn record(&self, event: usize, stream: usize) -> Result<(), String> {
+    fn record(&self, event: usize, stream: usize) -> Result<(), CudaError> {
         // SAFETY: our event and stream.
-        checked("an event", unsafe {
-            (self.engine.api.record)(event as Handle, stream as Handle)
+        checked("cuEventRecord", unsafe {
+            (self.engine.api.event_record)(event as Handle, stream as Handle)
         })
     }
 
-    fn wait_event(&self, event: usize) -> Result<(), String> {
+    fn wait_event(&self, event: usize) -> Result<(), CudaError> {
         // SAFETY: our event, recorded on one of our streams.
-        checked("waiting for the device", unsafe {
+        checked("cuEventSynchronize", unsafe {
             (self.engine.api.event_wait)(event as Handle)
         })
     }
 
-    fn enqueue(&mut self, centre: &DenseJob, stats: &DenseJob) -> Result<(), String> {
+    fn enqueue(&mut self, centre: &DenseJob, stats: &DenseJob) -> Result<(), CudaError> {
         let p = self.places;
         let main = self.engine.main;
         let mut params = [0i32; PARAM_WORDS];
@@ -557,7 +458,7 @@ impl Run {
 
     /// Waits for the centre, the per-block figures and the first bytes:
     /// `(centre, first bytes, blocks x 6 floats, blocks x 2 counts)`.
-    pub(super) fn figures(&self) -> Result<Figures<'_>, String> {
+    pub(crate) fn figures(&self) -> Result<Figures<'_>, CudaError> {
         self.wait_event(self.engine.figures)?;
         let p = self.places;
         Ok(Figures {
@@ -570,11 +471,16 @@ impl Run {
 
     /// Starts `job` (the bins: `slots` of them, as `kernel::DenseValues`
     /// makes it) over `[lo, scale]` on the side stream.
-    pub(super) fn count_bins(&mut self, job: &DenseJob, lo: f32, scale: f32) -> Result<(), String> {
+    pub(crate) fn count_bins(
+        &mut self,
+        job: &DenseJob,
+        lo: f32,
+        scale: f32,
+    ) -> Result<(), CudaError> {
         let p = self.places;
         let slots = usize::try_from(job.lengths[1]).unwrap_or(0);
-        if slots > super::kernel::MAX_SLOTS {
-            return Err("too many bins".into());
+        if slots > crate::mlx::kernel::MAX_SLOTS {
+            return Err(CudaError::Refused("too many bins"));
         }
         let side = self.engine.side;
         let mut params = [0i32; PARAM_WORDS];
@@ -601,7 +507,7 @@ impl Run {
 
     /// Waits for the cells: their sums and their largest |values| as
     /// `f32` bits.
-    pub(super) fn cells(&self) -> Result<(&[f32], &[u32]), String> {
+    pub(crate) fn cells(&self) -> Result<(&[f32], &[u32]), CudaError> {
         self.wait_event(self.engine.cells)?;
         let p = self.places;
         let (f, c) = (self.blocks * 6, self.blocks * 2);
@@ -612,12 +518,12 @@ impl Run {
     }
 
     /// Waits for the bins' slot counts (none if none were started).
-    pub(super) fn slots(&self) -> Result<&[u32], String> {
+    pub(crate) fn slots(&self) -> Result<&[u32], CudaError> {
         if self.slots == 0 {
             return Ok(&[]);
         }
         // SAFETY: our stream.
-        checked("waiting for the device", unsafe {
+        checked("cuStreamSynchronize", unsafe {
             (self.engine.api.stream_wait)(self.engine.side as Handle)
         })?;
         Ok(self.host::<u32>(self.places.slots, self.slots))
@@ -625,7 +531,7 @@ impl Run {
 }
 
 /// What [`Run::figures`] reads.
-pub(super) struct Figures<'a> {
+pub(crate) struct Figures<'a> {
     pub centre: f32,
     pub first: &'a [u8],
     pub floats: &'a [f32],

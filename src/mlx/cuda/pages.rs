@@ -1,39 +1,16 @@
-//! Bulk moves of MLX's managed-memory pages to the device, on CUDA.
-//!
-//! MLX's CUDA backend lets the host read an array through managed memory:
-//! its pages move to the host as the host touches them. When such an
-//! array is dropped, its buffer goes to MLX's cache, and the next kernel
-//! output of its size takes it: that kernel then faults the pages back to
-//! the device one by one (for the 2 MiB of heatmap cells a summary reads,
-//! a good part of a millisecond on an H200). Arrays the host wrote (a
-//! kernel's parameters) start on the host the same way. A prefetch moves
-//! their pages to the device in one transfer, started before they are
-//! needed there and not waited for (or, for a tensor just loaded, waited
-//! for before the kernel that reads it: `array_to_device_now`).
-//!
-//! (Moving the pages to the host in bulk before reading them was measured
-//! too, 2026-12-02: no faster, since the host's faults overlap the
-//! device's next kernel; see docs/gpu.md.)
-//!
-//! The calls go to the CUDA driver that MLX itself loaded (looked up with
-//! `RTLD_NOLOAD`, never loaded here): on the CPU backend there is none and
-//! every function here does nothing. They are hints: the values are the
-//! same with or without them, and a refused call (memory that is not
-//! managed, no context on this thread) leaves the pages where they were.
-//! `WEIGHTSCOPE_PREFETCH=0` turns them off (to measure against).
+//! Bulk moves of MLX's managed-memory pages, on CUDA: a tensor just loaded
+//! through the host moved to the device before our kernel reads it, an
+//! output the host read moved back before MLX's cache hands its buffer to
+//! the next kernel, and small outputs copied by the copy engine rather than
+//! faulted over. Hints only: the values are the same without them, and a
+//! refused call leaves the pages where they were. docs/gpu.md: measured.
 
 #![allow(unsafe_code)]
 
 use std::ffi::{c_int, c_uint, c_void};
 use std::sync::OnceLock;
 
-/// `CUmemLocation`: where a prefetch moves pages to.
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct Location {
-    kind: c_int,
-    id: c_int,
-}
+use super::symbols::{Driver, Location};
 
 /// `CU_MEM_LOCATION_TYPE_DEVICE`.
 const ON_DEVICE: c_int = 1;
@@ -41,75 +18,25 @@ const ON_DEVICE: c_int = 1;
 /// on these arrays has finished when they are handed over).
 const NON_BLOCKING: c_uint = 1;
 
-type Prefetch = unsafe extern "C" fn(u64, usize, Location, c_uint, *mut c_void) -> c_int;
-type CurrentContext = unsafe extern "C" fn(*mut *mut c_void) -> c_int;
-type ContextDevice = unsafe extern "C" fn(*mut c_int) -> c_int;
-type CreateStream = unsafe extern "C" fn(*mut *mut c_void, c_uint) -> c_int;
-type Synchronize = unsafe extern "C" fn(*mut c_void) -> c_int;
-type CopyToHost = unsafe extern "C" fn(*mut c_void, u64, usize, *mut c_void) -> c_int;
-
-/// The driver's entry points this module uses, and its own stream.
-struct Driver {
-    prefetch: Prefetch,
-    context: CurrentContext,
-    device: ContextDevice,
-    create_stream: CreateStream,
-    synchronize: Synchronize,
-    copy_to_host: CopyToHost,
+/// The driver, where page moves are on, and the stream for them.
+struct Pages {
+    driver: &'static Driver,
     stream: OnceLock<Option<usize>>,
 }
 
-fn driver() -> Option<&'static Driver> {
-    static DRIVER: OnceLock<Option<Driver>> = OnceLock::new();
-    DRIVER
-        .get_or_init(|| {
-            if !crate::environment::get().prefetch {
-                return None;
-            }
-            // SAFETY: the names are the CUDA driver's (its documented C
-            // signatures, typed above); `RTLD_NOLOAD` only finds a library
-            // already in the process.
-            unsafe { load() }
-        })
-        .as_ref()
-}
-
-#[cfg(target_os = "linux")]
-unsafe fn load() -> Option<Driver> {
-    // SAFETY: see `driver`.
-    unsafe {
-        let lib = libc::dlopen(c"libcuda.so.1".as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD);
-        if lib.is_null() {
-            return None;
-        }
-        let find = |name: &std::ffi::CStr| {
-            let symbol = libc::dlsym(lib, name.as_ptr());
-            (!symbol.is_null()).then_some(symbol)
-        };
-        Some(Driver {
-            prefetch: std::mem::transmute::<*mut c_void, Prefetch>(find(c"cuMemPrefetchAsync_v2")?),
-            context: std::mem::transmute::<*mut c_void, CurrentContext>(find(c"cuCtxGetCurrent")?),
-            device: std::mem::transmute::<*mut c_void, ContextDevice>(find(c"cuCtxGetDevice")?),
-            create_stream: std::mem::transmute::<*mut c_void, CreateStream>(find(
-                c"cuStreamCreate",
-            )?),
-            synchronize: std::mem::transmute::<*mut c_void, Synchronize>(find(
-                c"cuStreamSynchronize",
-            )?),
-            copy_to_host: std::mem::transmute::<*mut c_void, CopyToHost>(find(
-                c"cuMemcpyDtoHAsync_v2",
-            )?),
-            stream: OnceLock::new(),
-        })
+fn driver() -> Option<&'static Pages> {
+    static PAGES: OnceLock<Pages> = OnceLock::new();
+    if let Some(pages) = PAGES.get() {
+        return Some(pages);
     }
+    let driver = super::symbols::driver()?;
+    Some(PAGES.get_or_init(|| Pages {
+        driver,
+        stream: OnceLock::new(),
+    }))
 }
 
-#[cfg(not(target_os = "linux"))]
-unsafe fn load() -> Option<Driver> {
-    None
-}
-
-impl Driver {
+impl Pages {
     /// This thread's device and the stream for prefetches, when MLX made a
     /// CUDA context current on it.
     fn target(&self) -> Option<(c_int, *mut c_void)> {
@@ -117,17 +44,17 @@ impl Driver {
         let mut device = 0;
         // SAFETY: out-pointers to locals, as the driver's API takes them.
         unsafe {
-            if (self.context)(&raw mut context) != 0 || context.is_null() {
+            if (self.driver.ctx_current)(&raw mut context) != 0 || context.is_null() {
                 return None;
             }
-            if (self.device)(&raw mut device) != 0 {
+            if (self.driver.ctx_device)(&raw mut device) != 0 {
                 return None;
             }
         }
         let stream = (*self.stream.get_or_init(|| {
             let mut stream = std::ptr::null_mut();
             // SAFETY: as above; the stream lives as long as the process.
-            let made = unsafe { (self.create_stream)(&raw mut stream, NON_BLOCKING) };
+            let made = unsafe { (self.driver.stream_create)(&raw mut stream, NON_BLOCKING) };
             (made == 0 && !stream.is_null()).then_some(stream as usize)
         }))?;
         Some((device, stream as *mut c_void))
@@ -146,7 +73,7 @@ impl Driver {
         };
         // SAFETY: a live slice's address and length; the driver only moves
         // pages (refusing memory that is not managed).
-        unsafe { (self.prefetch)(values.as_ptr() as u64, bytes, to, 0, stream) == 0 }
+        unsafe { (self.driver.prefetch)(values.as_ptr() as u64, bytes, to, 0, stream) == 0 }
     }
 
     /// Moves `values`' pages to this thread's device and waits until they
@@ -156,7 +83,7 @@ impl Driver {
             return false;
         };
         // SAFETY: our own stream, made by the driver (see `target`).
-        self.start(values) && unsafe { (self.synchronize)(stream) == 0 }
+        self.start(values) && unsafe { (self.driver.stream_wait)(stream) == 0 }
     }
 }
 
@@ -172,12 +99,8 @@ impl Plain for half::bf16 {}
 /// reading them in place would move them over one fault at a time (2 MiB
 /// of heatmap cells took 0.7-1.5 ms on an H200), and the next kernel
 /// output given the same buffer would fault them back. `None` where there
-/// is no CUDA driver or it refused (read the values in place then), and
-/// with `WEIGHTSCOPE_READ_BACK=fault`.
+/// is no CUDA driver or it refused (read the values in place then).
 pub fn copy_to_host<T: Plain>(values: &[T]) -> Option<Vec<T>> {
-    if crate::environment::get().read_back_fault {
-        return None;
-    }
     let driver = driver()?;
     let (_, stream) = driver.target()?;
     let bytes = std::mem::size_of_val(values);
@@ -187,13 +110,13 @@ pub fn copy_to_host<T: Plain>(values: &[T]) -> Option<Vec<T>> {
     // error; the source is a live slice of managed (device-addressable)
     // memory; our own stream (see `target`).
     unsafe {
-        let copied = (driver.copy_to_host)(
+        let copied = (driver.driver.copy_out)(
             copy.as_mut_ptr().cast(),
             values.as_ptr() as u64,
             bytes,
             stream,
         ) == 0
-            && (driver.synchronize)(stream) == 0;
+            && (driver.driver.stream_wait)(stream) == 0;
         if !copied {
             return None;
         }
@@ -231,7 +154,7 @@ const MOVED_KEPT: usize = 64;
 /// [`Driver::move_now`] unless `values` (address and length) were moved
 /// among the last [`MOVED_KEPT`] times. A buffer MLX's cache hands to a
 /// new array at the same address is then not moved: slower, never wrong.
-fn move_once<T>(driver: &Driver, values: &[T]) {
+fn move_once<T>(driver: &Pages, values: &[T]) {
     static MOVED: std::sync::Mutex<std::collections::VecDeque<(usize, usize)>> =
         std::sync::Mutex::new(std::collections::VecDeque::new());
     let key = (values.as_ptr() as usize, std::mem::size_of_val(values));
@@ -252,7 +175,7 @@ fn move_once<T>(driver: &Driver, values: &[T]) {
 /// for): for an array the host has read and is about to drop, whose
 /// buffer MLX's cache will hand to the next kernel output of its size,
 /// and for an input the host has just written.
-pub fn to_device<T>(values: &[T]) {
+fn to_device<T>(values: &[T]) {
     if let Some(driver) = driver() {
         driver.start(values);
     }
