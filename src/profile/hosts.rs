@@ -360,6 +360,133 @@ fn waits(
     (stragglers, stuck)
 }
 
+/// Why journals could not be merged: one line, naming the file or the
+/// pattern (already made safe to show).
+#[derive(Debug, thiserror::Error)]
+pub enum MergeError {
+    /// A journal that could not be read.
+    #[error("{file}: {why}")]
+    Unreadable {
+        /// The file, as shown.
+        file: String,
+        /// The trace reader's reason.
+        why: super::TraceError,
+    },
+    /// A trace that is not a recording of a job (a walk's, say).
+    #[error("{file}: not a recording (only the journals of one job's ranks merge)")]
+    NotRecording {
+        /// The file, as shown.
+        file: String,
+    },
+    /// No journal at all.
+    #[error("no journal to merge")]
+    Nothing,
+    /// A pattern the glob crate refused.
+    #[error("{pattern}: {why}")]
+    Pattern {
+        /// The pattern, as shown.
+        pattern: String,
+        /// Why.
+        why: String,
+    },
+    /// A pattern that names no file.
+    #[error("{pattern}: no file matches")]
+    NoMatch {
+        /// The pattern, as shown.
+        pattern: String,
+    },
+    /// A pattern that names too many files.
+    #[error("{pattern}: more than {most} files match; name fewer")]
+    TooMany {
+        /// The pattern, as shown.
+        pattern: String,
+        /// The most that merge.
+        most: usize,
+    },
+}
+
+/// The journals of one job's ranks (each host's `weightscope record`)
+/// merged: the one that started first as a recording, the others as lanes
+/// on its clock (aligned by their collectives), and the merged report.
+pub struct MergedJournals {
+    /// The first journal's trace.
+    pub trace: super::Trace,
+    /// Its recording.
+    pub recording: Recording,
+    /// The other journals' traces, moved onto the first one's clock.
+    pub lanes: Vec<super::Trace>,
+    /// The merged report's lines.
+    pub report: Vec<String>,
+}
+
+/// Reads the journals at `paths` and merges them (see [`MergedJournals`]).
+///
+/// # Errors
+/// The first journal that cannot be read or is not a recording; no
+/// journal.
+pub fn merge_journals(paths: &[std::path::PathBuf]) -> Result<MergedJournals, MergeError> {
+    let mut journals: Vec<(String, super::Trace)> = Vec::new();
+    for path in paths {
+        let shown = crate::units::Shown::new(&path.display().to_string()).into_string();
+        let trace = super::Trace::load(path).map_err(|why| MergeError::Unreadable {
+            file: shown.clone(),
+            why,
+        })?;
+        if trace.job.is_none() {
+            return Err(MergeError::NotRecording { file: shown });
+        }
+        let name = path
+            .file_name()
+            .map_or_else(|| shown.clone(), |n| n.to_string_lossy().into_owned());
+        journals.push((name, trace));
+    }
+    let recordings: Vec<(String, Recording)> = journals
+        .iter()
+        .map(|(name, trace)| (name.clone(), Recording::from_trace(trace.clone())))
+        .collect();
+    let merged = merge(&recordings);
+    let first = merged
+        .lanes
+        .iter()
+        .enumerate()
+        .min_by(|a, b| a.1.start_secs.total_cmp(&b.1.start_secs))
+        .map_or(0, |(i, _)| i);
+    let base = merged.lanes.get(first).map_or(0.0, |l| l.start_secs);
+    let mut lanes = Vec::new();
+    let mut shown = None;
+    for (i, ((_, trace), lane)) in journals.into_iter().zip(&merged.lanes).enumerate() {
+        let trace = lane_trace(trace, lane, lane.start_secs - base);
+        if i == first {
+            shown = Some(trace);
+        } else {
+            lanes.push(trace);
+        }
+    }
+    let (trace, recording) = shown
+        .zip(recordings.into_iter().nth(first).map(|(_, r)| r))
+        .ok_or(MergeError::Nothing)?;
+    Ok(MergedJournals {
+        trace,
+        recording,
+        lanes,
+        report: merged.describe(),
+    })
+}
+
+/// A journal's trace as a lane of the merged view: named by its ranks and
+/// host, its times moved by `shift` seconds onto the shown journal's clock.
+fn lane_trace(mut trace: super::Trace, lane: &Lane, shift: f64) -> super::Trace {
+    for sample in &mut trace.samples {
+        sample.at += shift;
+    }
+    for event in &mut trace.events {
+        event.t_secs += shift;
+    }
+    trace.label = format!("{} ({})", lane.ranks_name(), lane.host);
+    trace.checkpoint = String::new();
+    trace
+}
+
 /// Merges `recordings` (file name, recording) of one job.
 #[must_use]
 pub fn merge(recordings: &[(String, Recording)]) -> Merged {

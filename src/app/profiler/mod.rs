@@ -12,6 +12,7 @@ use crate::checkpoint::Checkpoint;
 use crate::memory::{ExpectedPeaks, MachineMemory, MarkKind, Policy};
 use crate::mlx::{DeviceInfo, MemoryStats};
 use crate::profile::TraceError;
+use crate::profile::hosts::{MergeError, MergedJournals};
 use crate::profile::record::{RecordError, Recording, Update};
 use crate::profile::{self, Finding, Sampler, Timeline, Trace, Transform, WalkOutcome};
 use crate::units::human_bytes;
@@ -103,7 +104,7 @@ pub(super) struct ProfilerPanel {
     recording: Option<LiveRecording>,
     /// Loaded traces drawn over the last walk.
     overlays: Vec<Trace>,
-    /// The merged report of the journals shown (see [`MergedTraces`]);
+    /// The merged report of the journals shown (see [`MergedJournals`]);
     /// empty for any other run.
     merged_report: Vec<String>,
     /// Every rank's trace of the merged journals shown, on the shown one's
@@ -170,81 +171,12 @@ pub(in crate::app) enum Loaded {
     Several(LoadedTraces),
 }
 
-/// The journals of one job's ranks (each host's `weightscope record`)
-/// merged by `profile::hosts`: the one that started first shown as a
-/// recording, the others overlaid on its clock (aligned by their
-/// collectives), and the merged report.
-pub(in crate::app) struct MergedTraces {
-    trace: Trace,
-    recording: Recording,
-    lanes: Vec<Trace>,
-    report: Vec<String>,
-}
-
 /// Journals merged, or why not (one line, naming the file).
-pub(in crate::app) type LoadedTraces = Result<MergedTraces, String>;
+pub(in crate::app) type LoadedTraces = Result<MergedJournals, MergeError>;
 
-/// Reads the journals at `paths` and merges them (see [`MergedTraces`]).
+/// Reads the journals at `paths` and merges them (on a loading thread).
 pub(in crate::app) fn read_traces(paths: &[PathBuf]) -> LoadedTraces {
-    let mut journals: Vec<(String, Trace)> = Vec::new();
-    for path in paths {
-        let shown = crate::units::Shown::new(&path.display().to_string()).into_string();
-        let trace = Trace::load(path).map_err(|e| format!("{shown}: {e}"))?;
-        if trace.job.is_none() {
-            return Err(format!(
-                "{shown}: not a recording (only the journals of one job's ranks merge)"
-            ));
-        }
-        let name = path
-            .file_name()
-            .map_or_else(|| shown.clone(), |n| n.to_string_lossy().into_owned());
-        journals.push((name, trace));
-    }
-    let recordings: Vec<(String, Recording)> = journals
-        .iter()
-        .map(|(name, trace)| (name.clone(), Recording::from_trace(trace.clone())))
-        .collect();
-    let merged = crate::profile::hosts::merge(&recordings);
-    let first = merged
-        .lanes
-        .iter()
-        .enumerate()
-        .min_by(|a, b| a.1.start_secs.total_cmp(&b.1.start_secs))
-        .map_or(0, |(i, _)| i);
-    let base = merged.lanes.get(first).map_or(0.0, |l| l.start_secs);
-    let mut lanes = Vec::new();
-    let mut shown = None;
-    for (i, ((_, trace), lane)) in journals.into_iter().zip(&merged.lanes).enumerate() {
-        let trace = lane_trace(trace, lane, lane.start_secs - base);
-        if i == first {
-            shown = Some(trace);
-        } else {
-            lanes.push(trace);
-        }
-    }
-    let (trace, recording) = shown
-        .zip(recordings.into_iter().nth(first).map(|(_, r)| r))
-        .ok_or_else(|| "no journal to merge".to_owned())?;
-    Ok(MergedTraces {
-        trace,
-        recording,
-        lanes,
-        report: merged.describe(),
-    })
-}
-
-/// A journal's trace as a lane of the merged view: named by its ranks and
-/// host, its times moved by `shift` seconds onto the shown journal's clock.
-fn lane_trace(mut trace: Trace, lane: &crate::profile::hosts::Lane, shift: f64) -> Trace {
-    for sample in &mut trace.samples {
-        sample.at += shift;
-    }
-    for event in &mut trace.events {
-        event.t_secs += shift;
-    }
-    trace.label = format!("{} ({})", lane.ranks_name(), lane.host);
-    trace.checkpoint = String::new();
-    trace
+    crate::profile::hosts::merge_journals(paths)
 }
 
 /// A trace as read: with its recording when it is one (the summary's
@@ -669,7 +601,7 @@ impl ProfilerPanel {
     fn open_typed(&mut self, path: &std::path::Path, commands: &CommandSender) {
         match typed_paths(path) {
             Ok(paths) => commands.send(AppCommand::LoadTraces(paths)),
-            Err(why) => self.message = Some(why),
+            Err(why) => self.message = Some(why.to_string()),
         }
     }
 
@@ -742,7 +674,7 @@ impl ProfilerPanel {
                 self.merged_lanes = lanes;
                 self.below = Below::Ranks;
             }
-            Err(err) => self.message = Some(err),
+            Err(err) => self.message = Some(err.to_string()),
         }
     }
 
@@ -1272,7 +1204,7 @@ const MOST_MERGED: usize = 256;
 
 /// The trace path field's files: the path itself, or the files a pattern
 /// in its last part (`*`, `?`, `[...]`) names, in name order.
-fn typed_paths(path: &std::path::Path) -> Result<Vec<PathBuf>, String> {
+fn typed_paths(path: &std::path::Path) -> Result<Vec<PathBuf>, MergeError> {
     let text = path.to_string_lossy();
     let pattern = path
         .file_name()
@@ -1281,7 +1213,10 @@ fn typed_paths(path: &std::path::Path) -> Result<Vec<PathBuf>, String> {
         return Ok(vec![path.to_path_buf()]);
     }
     let shown = crate::units::Shown::new(&text).into_string();
-    let matches = glob::glob(&text).map_err(|e| format!("{shown}: {e}"))?;
+    let matches = glob::glob(&text).map_err(|e| MergeError::Pattern {
+        pattern: shown.clone(),
+        why: e.to_string(),
+    })?;
     let mut paths: Vec<PathBuf> = matches
         .filter_map(Result::ok)
         .filter(|p| p.is_file())
@@ -1289,10 +1224,11 @@ fn typed_paths(path: &std::path::Path) -> Result<Vec<PathBuf>, String> {
         .collect();
     paths.sort();
     match paths.len() {
-        0 => Err(format!("{shown}: no file matches")),
-        n if n > MOST_MERGED => Err(format!(
-            "{shown}: more than {MOST_MERGED} files match; name fewer"
-        )),
+        0 => Err(MergeError::NoMatch { pattern: shown }),
+        n if n > MOST_MERGED => Err(MergeError::TooMany {
+            pattern: shown,
+            most: MOST_MERGED,
+        }),
         _ => Ok(paths),
     }
 }
