@@ -426,8 +426,8 @@ pub use crate::units::stderr_line;
 /// Ends the process with `code`: a probe folder a recorder thread still
 /// holds (the window closed while recording) is removed first, then the
 /// process exits without C++ static destructors (MLX's CUDA backend
-/// destroys its handles after the driver has shut down and aborts; seen on
-/// an H200 with MLX 0.32.2). Everything we own was dropped and flushed.
+/// destroys its handles after the driver has shut down and aborts:
+/// docs/gpu.md). Everything we own was dropped and flushed.
 pub fn exit(code: u8) -> ! {
     crate::profile::record::probe::remove_installed();
     crate::mlx::exit_now(code)

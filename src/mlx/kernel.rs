@@ -25,7 +25,7 @@ pub const MAX_SLOTS: usize = 4096;
 /// Which of MLX's custom-kernel interfaces a dense launch goes through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
-    /// `mlx_fast_cuda_kernel`: [`DENSE_SOURCE`] (run on H200s).
+    /// [`DENSE_SOURCE`], compiled ahead (`mlx::cuda`).
     Cuda,
     /// `mlx_fast_metal_kernel`: [`METAL_DENSE_SOURCE`] (never
     /// run on a device: used only where `stats::fused::metal_agrees`).
@@ -606,8 +606,8 @@ const BIN_VALUES_PER_THREAD: i64 = 64;
 const TARGET_BLOCKS: i64 = 2048;
 
 /// With a heatmap: one block per row of cells where there are this many
-/// (on an H200, 512 blocks took 1.30 ms for 1 GiB of `f32` where 2048
-/// sharing rows of cells by atomics took 1.64 ms and 8192 took 3.5 ms).
+/// (fewer blocks sharing no row of cells by atomics measured fastest:
+/// docs/gpu.md).
 const TARGET_BLOCKS_CELLS: i64 = 512;
 
 /// The compile-time sizes of [`DENSE_SOURCE`]: its shared pool (44 KB:
@@ -992,9 +992,8 @@ fn mlx_version() -> String {
 /// names for MLX to load unchecked. Unless `MLX_PTX_CACHE_DIR` is set
 /// already, it is pointed at `kernels/mlx-VERSION` in weightscope's cache
 /// folder, made this user's alone, or, where that cannot be had, at a path
-/// that cannot be made (no cache at all). MLX 0.32.2 wrote nothing there
-/// on an H200 (every process compiles its kernels); the folder is ready
-/// for a version that does.
+/// that cannot be made (no cache at all). MLX 0.32.2 writes nothing there
+/// (docs/gpu.md); the folder is ready for a version that does.
 ///
 /// # Safety
 /// Sets an environment variable: call it before the process has any other

@@ -96,8 +96,8 @@ impl Plain for half::bf16 {}
 
 /// A copy of `values` (an evaluated array's, which the device wrote) made
 /// by the device's copy engine, leaving its pages where they are: the host
-/// reading them in place would move them over one fault at a time (2 MiB
-/// of heatmap cells took 0.7-1.5 ms on an H200), and the next kernel
+/// reading them in place would move them over one fault at a time (slow
+/// even for the heatmap's cells: docs/gpu.md), and the next kernel
 /// output given the same buffer would fault them back. `None` where there
 /// is no CUDA driver or it refused (read the values in place then).
 pub fn copy_to_host<T: Plain>(values: &[T]) -> Option<Vec<T>> {
@@ -127,11 +127,10 @@ pub fn copy_to_host<T: Plain>(values: &[T]) -> Option<Vec<T>> {
 
 /// Moves the pages of an evaluated `f32`, `f16` or `bf16` array to the
 /// device and waits: for a tensor MLX's loader has just written through the
-/// host, whose pages a kernel would otherwise fault over one by one (the
-/// first summary of a freshly loaded 1 GiB tensor took 109-117 ms in its
-/// statistics kernel on an H200, against 0.5 ms once the pages were there).
-/// An array whose buffer was moved lately is left alone: asking again for
-/// pages already there cost about 1 ms a GiB (the driver walks them).
+/// host, whose pages a kernel would otherwise fault over one by one (two
+/// hundred times slower for a freshly loaded tensor: docs/gpu.md). An
+/// array whose buffer was moved lately is left alone: asking again for
+/// pages already there is not free (the driver walks them).
 pub fn array_to_device_now(array: &mlx_rs::Array) {
     let Some(driver) = driver() else {
         return;

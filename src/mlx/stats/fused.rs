@@ -17,7 +17,7 @@ use super::{
 
 /// Values the device takes the centre from (see `kernel::dense_centre`):
 /// fewer than the host's [`CENTRE_SAMPLE`], since one block reads them
-/// before the statistics can start (65,536 took 0.1-0.4 ms on an H200).
+/// before the statistics can start (docs/gpu.md has what 65,536 cost).
 /// Any centre near the values keeps the sums exact enough; this one is
 /// their mean or 0, as on the host.
 const DEVICE_CENTRE_SAMPLE: i32 = 4096;

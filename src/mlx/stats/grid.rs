@@ -143,10 +143,9 @@ impl Grid {
     }
 
     /// A buffer for [`Self::heatmaps_into`], one value per cell, its
-    /// pages already touched: the first touch of 2 x 1 MiB of new memory
-    /// took about a quarter of a millisecond on an H200 machine's host, the
-    /// longest part of a small tensor's summary, so a summary makes its two
-    /// while the device is still at work.
+    /// pages already touched: first touches of new memory were the longest
+    /// part of a small tensor's summary (docs/gpu.md), so a summary makes
+    /// its two while the device is still at work.
     pub(super) fn heatmap_buffer(self) -> Vec<f32> {
         let cells = usize::try_from(self.out_rows).unwrap_or(0)
             * usize::try_from(self.out_cols).unwrap_or(0);

@@ -171,10 +171,9 @@ static KERNEL_FAILED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicB
 static KERNEL_WANTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Lets summaries on CUDA use our kernels (the fused dense and affine
-/// summaries, the histogram). Preparing them takes 42 ms from their cache
-/// and 118 ms to compile on an H200 (`mlx::cuda`; through MLX's own
-/// compile, 1.3-2.4 s each), and they then make a summary several times
-/// faster. Worth it for the window (which prepares them at start-up, off
+/// summaries, the histogram). Preparing them costs tens of milliseconds
+/// (compiled or read from their cache, `mlx::cuda`; docs/gpu.md), and they
+/// then make a summary several times faster. Worth it for the window (which prepares them at start-up, off
 /// the UI thread) and for `tensor --repeat` or `--warm-up`; a one-shot
 /// command uses MLX's own ops. Off by default.
 pub fn use_summary_kernel(on: bool) {
@@ -406,9 +405,8 @@ pub fn summarize(
 }
 
 /// Summarizes a small array once, so that a GPU compiles the summary's
-/// kernels (MLX's and, when [`use_summary_kernel`] allows it, ours: 42-118
-/// ms on an H200 for both of ours, see `mlx::cuda`) before the first
-/// tensor is clicked.
+/// kernels (MLX's and, when [`use_summary_kernel`] allows it, ours, see
+/// `mlx::cuda`) before the first tensor is clicked.
 /// Nothing to do on the CPU.
 pub fn warm_up_summaries() {
     warm_up(false);

@@ -49,7 +49,7 @@ impl GpuMemory {
     /// NVML's per-process figure counts device allocations and the CUDA
     /// context, not managed memory, which is what MLX's CUDA allocator uses:
     /// the devices' used memory is the figure that sees managed pages that
-    /// live on the GPU (docs/record.md has what the H200 showed).
+    /// live on the GPU (docs/record.md has what a GPU showed).
     #[must_use]
     pub fn read(&self) -> Option<(HashMap<u32, u64>, u64)> {
         let nvml = self.nvml.as_ref()?;
