@@ -3,24 +3,21 @@
 //! cancel), a badge for the status bar, rows that select their tensor.
 //! The panel owns its state and pushes what it wants done as commands.
 
-use std::time::Instant;
-
 use crate::checkpoint::check::{Diagnostic, Severity};
 use crate::units::{Shown, human_bytes};
 use crate::weights::{Progress, ValueScan};
 use crate::worker::{CancelToken, RequestError};
 
 use super::commands::{AppCommand, CommandSender};
+use super::job_view::JobView;
 
 /// The Check tab's state.
 #[derive(Default)]
 pub struct CheckPanel {
     header: Vec<Diagnostic>,
     scan: Option<Box<ValueScan>>,
-    running: Option<(Progress, Instant)>,
-    error: Option<String>,
-    /// The running scan's cancel token.
-    cancel: Option<CancelToken>,
+    /// The value scan.
+    job: JobView,
 }
 
 impl CheckPanel {
@@ -34,45 +31,32 @@ impl CheckPanel {
 
     /// A scan was asked for, cancelled through `cancel`.
     pub fn scan_started(&mut self, cancel: CancelToken) {
-        self.error = None;
-        self.cancel = Some(cancel);
-        self.running = Some((
-            Progress {
-                done: 0,
-                total: 0,
-                name: String::new(),
-            },
-            Instant::now(),
-        ));
+        self.job.started(cancel);
     }
 
     /// A scan read one more tensor.
     pub fn progress(&mut self, progress: Progress) {
-        if let Some((current, _)) = &mut self.running {
-            *current = progress;
-        }
+        self.job.progress(progress);
     }
 
     /// A scan ended.
     pub fn finished(&mut self, result: Result<Box<ValueScan>, RequestError>) {
-        self.running = None;
-        match result {
-            Ok(scan) => self.scan = Some(scan),
-            Err(error) => self.error = Some(error.to_string()),
+        if let Some(scan) = self.job.finished(result) {
+            self.scan = Some(scan);
         }
     }
 
     /// Whether a scan runs.
     #[must_use]
     pub fn is_scanning(&self) -> bool {
-        self.running.is_some()
+        self.job.is_running()
     }
 
     /// Whether the running (or last) scan was asked to stop.
     #[must_use]
     #[cfg(any(test, feature = "test-hooks"))]
     pub fn cancel_requested(&self) -> bool {
-        self.cancel.as_ref().is_some_and(CancelToken::is_cancelled)
+        self.job.cancel_requested()
     }
 
     /// Every finding so far, errors first.
@@ -119,15 +103,9 @@ impl CheckPanel {
                     "headers only"
                 }
             ));
-            if self.running.is_some() {
-                if ui
-                    .button("Cancel")
-                    .on_hover_text("Stop before the next tensor")
-                    .clicked()
-                    && let Some(token) = &self.cancel
-                {
-                    token.cancel();
-                }
+            if self.job.is_running() {
+                self.job
+                    .cancel_button(ui, "Cancel", "Stop before the next tensor");
             } else if ui
                 .button("Read values")
                 .on_hover_text(
@@ -138,9 +116,7 @@ impl CheckPanel {
                 commands.send(AppCommand::ScanValues);
             }
         });
-        if let Some((p, since)) = &self.running {
-            super::widgets::job_progress(ui, (p.done, p.total), " read", *since, &p.name);
-        }
+        self.job.progress_ui(ui, " read");
         if let Some(scan) = &self.scan {
             ui.label(format!(
                 "Values: {} of {} tensors read{}{}; peak MLX active {} (bound {})",
@@ -152,9 +128,7 @@ impl CheckPanel {
                 human_bytes(scan.bound_bytes)
             ));
         }
-        if let Some(error) = &self.error {
-            ui.colored_label(ui.visuals().error_fg_color, format!("check: {error}"));
-        }
+        self.job.error_ui(ui, "check");
         ui.separator();
         let findings = self.findings();
         if findings.is_empty() {

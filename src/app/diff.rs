@@ -11,6 +11,7 @@ use crate::weights::{Common, DiffReport, PairDetail, Progress, ViewChoice};
 use crate::worker::{CancelToken, RequestError};
 
 use super::commands::{AppCommand, CommandSender};
+use super::job_view::JobView;
 
 /// Columns the result table sorts by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -30,17 +31,15 @@ pub(super) enum DiffSort {
 pub(super) struct DiffPanel {
     other_input: String,
     view_input: String,
-    running: Option<(Progress, Instant)>,
+    /// The running (or last) diff.
+    job: JobView,
     report: Option<Box<DiffReport>>,
-    error: Option<String>,
     sort: DiffSort,
     descending: bool,
     /// Positions in `report.common`, sorted.
     rows: Vec<usize>,
     /// Show only tensors whose values differ.
     only_differing: bool,
-    /// The running diff's cancel token.
-    cancel: Option<CancelToken>,
     /// Focus B's path field in the next frame (Ctrl+Shift+D).
     focus_other: bool,
     /// B and its view as the shown report compared them (a row opens
@@ -81,14 +80,12 @@ impl Default for DiffPanel {
         Self {
             other_input: String::new(),
             view_input: String::new(),
-            running: None,
+            job: JobView::default(),
             report: None,
-            error: None,
             sort: DiffSort::Relative,
             descending: true,
             rows: Vec::new(),
             only_differing: false,
-            cancel: None,
             focus_other: false,
             compared: None,
             typical: HashMap::new(),
@@ -141,7 +138,7 @@ impl DiffPanel {
     /// Whether a diff is running.
     #[cfg(any(test, feature = "test-hooks"))]
     pub(super) fn is_running(&self) -> bool {
-        self.running.is_some()
+        self.job.is_running()
     }
 
     /// The last diff's report.
@@ -162,8 +159,9 @@ impl DiffPanel {
 
     /// Says why no B was chosen.
     pub(super) fn nothing_chosen(&mut self) {
-        self.error =
-            Some("No folder was chosen. If no dialog appeared, type B's path in the field.".into());
+        self.job.fail(
+            "No folder was chosen. If no dialog appeared, type B's path in the field.".into(),
+        );
     }
 
     /// Asks for a diff of the open checkpoint against `other`, with B's
@@ -173,7 +171,7 @@ impl DiffPanel {
             "" => "auto",
             text => text,
         });
-        self.error = None;
+        self.job.clear_error();
         self.report = None;
         self.rows.clear();
         self.detail = Detail::Nothing;
@@ -184,38 +182,24 @@ impl DiffPanel {
     /// The app sent the diff to the worker with `cancel` (the Cancel
     /// button's): this panel shows it running.
     pub(super) fn started(&mut self, cancel: CancelToken) {
-        self.cancel = Some(cancel);
-        self.running = Some((
-            Progress {
-                done: 0,
-                total: 0,
-                name: String::new(),
-            },
-            Instant::now(),
-        ));
+        self.job.started(cancel);
     }
 
     /// The worker compared one more tensor.
     pub fn progress(&mut self, progress: Progress) {
-        if let Some((current, _)) = &mut self.running {
-            *current = progress;
-        }
+        self.job.progress(progress);
     }
 
     /// The worker's diff ended (or B could not be opened).
     pub fn finished(&mut self, result: Result<Box<DiffReport>, RequestError>) {
-        self.running = None;
-        match result {
-            Ok(report) => {
-                self.typical = report
-                    .typical_by_mode()
-                    .into_iter()
-                    .map(|(mode, _, median)| (mode, median))
-                    .collect();
-                self.report = Some(report);
-                self.resort();
-            }
-            Err(error) => self.error = Some(error.to_string()),
+        if let Some(report) = self.job.finished(result) {
+            self.typical = report
+                .typical_by_mode()
+                .into_iter()
+                .map(|(mode, _, median)| (mode, median))
+                .collect();
+            self.report = Some(report);
+            self.resort();
         }
     }
 
@@ -298,12 +282,8 @@ impl DiffPanel {
                     .desired_width(200.0),
             )
             .labelled_by(label.id);
-            if self.running.is_some() {
-                if ui.button("Cancel diff").clicked()
-                    && let Some(token) = &self.cancel
-                {
-                    token.cancel();
-                }
+            if self.job.is_running() {
+                self.job.cancel_button(ui, "Cancel diff", "");
             } else {
                 let has_b = !self.other_input.trim().is_empty();
                 if ui
@@ -317,12 +297,8 @@ impl DiffPanel {
                 }
             }
         });
-        if let Some((p, since)) = &self.running {
-            super::widgets::job_progress(ui, (p.done, p.total), "", *since, &p.name);
-        }
-        if let Some(error) = &self.error {
-            ui.colored_label(ui.visuals().error_fg_color, format!("diff: {error}"));
-        }
+        self.job.progress_ui(ui, "");
+        self.job.error_ui(ui, "diff");
         if self.report.is_none() {
             return;
         }

@@ -13,6 +13,7 @@ mod diff;
 #[cfg(any(test, feature = "test-hooks"))]
 mod hooks;
 mod inspector;
+mod job_view;
 mod jobs;
 mod memory_strip;
 mod palette;
