@@ -12,7 +12,7 @@ use std::time::Duration;
 use crate::checkpoint::ShardId;
 use crate::memory::Policy;
 use crate::profile::Transform;
-use crate::profile::record::Target;
+use crate::profile::capture::Target;
 use crate::weights::ViewChoice;
 
 use super::{Dialog, Tab};

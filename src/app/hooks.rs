@@ -7,7 +7,8 @@
 use std::time::Instant;
 
 use crate::mlx::MemoryStats;
-use crate::profile::record::{Recording, Update};
+use crate::profile::analysis::recording::Recording;
+use crate::profile::capture::Update;
 use crate::profile::{Sampler, Timeline};
 use crate::weights::{DiffReport, ViewInfo};
 use crate::worker::{EventKind, WorkerGone};

@@ -8,9 +8,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::mpsc::{self, Receiver, Sender};
 
-use crate::profile::record::{
-    RecordControl, RecordError, RecordOptions, Recording, Target, Update,
-};
+use crate::profile::analysis::recording::Recording;
+use crate::profile::capture::{RecordControl, RecordError, RecordOptions, Target, Update};
 
 /// Wakes the UI (a repaint request) from another thread.
 pub(super) type Wake = Arc<dyn Fn() + Send + Sync>;
@@ -77,7 +76,7 @@ pub(super) fn record(
     // small machine), and when the job ended.
     let quiet: Wake = Arc::new(|| {});
     spawn("recorder", quiet, move |send| {
-        let result = crate::profile::record::record(&target, &options, &control, |update| {
+        let result = crate::profile::capture::record(&target, &options, &control, |update| {
             let sample = matches!(update, Update::Sample(_) | Update::Started(_));
             send(RecorderEvent::Update(update));
             if sample {

@@ -1,6 +1,6 @@
 //! Recording a user's job from the profiler tab: the "Record a command…"
 //! and "Attach to process…" forms, and the recording while it runs. The
-//! recorder itself runs on its own thread (`profile::record`); this module
+//! recorder itself runs on its own thread (`profile::capture`); this module
 //! holds what the tab shows of it.
 
 use std::ffi::OsString;
@@ -9,7 +9,8 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use crate::memory::Sample;
-use crate::profile::record::{JobSpec, OUTPUT_LINES, OutputLine, Target, Update};
+use crate::profile::capture::{JobSpec, OUTPUT_LINES, Target, Update};
+use crate::profile::trace::job_end::OutputLine;
 use crate::profile::{JobInfo, Trace};
 use crate::units::human_bytes;
 

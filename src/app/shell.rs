@@ -30,7 +30,7 @@ pub unsafe fn prepare_window_process() {
     let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
     // SAFETY: passed on from the caller.
     unsafe { std::env::set_var(VAR, (cores / 4).max(1).to_string()) };
-    crate::profile::record::keep_from_jobs(vec![VAR]);
+    crate::profile::capture::keep_from_jobs(vec![VAR]);
 }
 
 /// Wraps [`WeightscopeApp`] for eframe.

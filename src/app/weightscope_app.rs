@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use crate::checkpoint::Checkpoint;
 use crate::mlx::{DeviceInfo, MemoryStats};
-use crate::profile::record::{RecordControl, RecordError, RecordOptions, Target};
+use crate::profile::capture::{RecordControl, RecordError, RecordOptions, Target};
 use crate::profile::{DEFAULT_INTERVAL, Sampler, Timeline};
 use crate::weights::{BUILTIN_VIEWS, OpenStep, ViewChoice, ViewInfo};
 use crate::worker::{CancelToken, Event, EventKind, OpenedFacts, Request, Worker};

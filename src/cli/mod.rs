@@ -429,7 +429,7 @@ pub use crate::units::stderr_line;
 /// destroys its handles after the driver has shut down and aborts:
 /// docs/gpu.md). Everything we own was dropped and flushed.
 pub fn exit(code: u8) -> ! {
-    crate::profile::record::probe::remove_installed();
+    crate::profile::capture::probe::remove_installed();
     crate::mlx::exit_now(code)
 }
 

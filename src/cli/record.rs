@@ -9,8 +9,9 @@ use std::time::Duration;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::profile::record::{
-    JobSpec, RecordControl, RecordError, RecordOptions, Recording, Target, Update, record,
+use crate::profile::analysis::recording::Recording;
+use crate::profile::capture::{
+    JobSpec, RecordControl, RecordError, RecordOptions, Target, Update, record,
 };
 use crate::units::human_bytes;
 
@@ -246,16 +247,16 @@ pub struct JsonRecording<'a> {
     killed_for_memory: Option<JsonMemoryKill<'a>>,
     address_space_limit_bytes: Option<u64>,
     ledger: Option<JsonLedger<'a>>,
-    ranks: &'a [crate::profile::record::RankPeak],
+    ranks: &'a [crate::profile::analysis::recording::RankPeak],
     killed: Option<JsonKilled<'a>>,
     cut_short: bool,
-    peak_stack: &'a [crate::profile::record::stacks::Frame],
-    last_stack: &'a [crate::profile::record::stacks::Frame],
-    lines: &'a [crate::profile::record::stacks::LineGrowth],
+    peak_stack: &'a [crate::profile::trace::stacks::Frame],
+    last_stack: &'a [crate::profile::trace::stacks::Frame],
+    lines: &'a [crate::profile::analysis::stacks::LineGrowth],
     held_by: Vec<HeldRoot>,
     held_by_walk: Option<JsonWalk>,
-    phases: &'a [crate::profile::record::stacks::Phase],
-    files_loaded: &'a [crate::profile::record::stacks::FileHeld],
+    phases: &'a [crate::profile::analysis::stacks::Phase],
+    files_loaded: &'a [crate::profile::analysis::stacks::FileHeld],
 }
 
 /// The probe's own figures.
@@ -388,7 +389,7 @@ struct JsonKilled<'a> {
     address_space_limit_bytes: Option<u64>,
     last_sample_secs: f64,
     last_sample_age_secs: f64,
-    line: Option<&'a crate::profile::record::stacks::Frame>,
+    line: Option<&'a crate::profile::trace::stacks::Frame>,
     files_not_released: Vec<&'a str>,
     held_by: Vec<HeldRoot>,
     held_by_walk: Option<JsonWalk>,
@@ -409,13 +410,13 @@ struct JsonWalk {
     millis: f64,
 }
 
-type HeldRoot = crate::profile::record::held::HeldRoot;
+type HeldRoot = crate::profile::trace::census::HeldRoot;
 
 impl<'a> JsonRecording<'a> {
     /// The report of `r`.
     #[must_use]
     pub fn of(r: &'a Recording) -> Self {
-        let files = |files: &[crate::profile::record::OpenFile]| -> Vec<JsonFile> {
+        let files = |files: &[crate::profile::analysis::recording::OpenFile]| -> Vec<JsonFile> {
             files
                 .iter()
                 .map(|f| JsonFile {
@@ -428,9 +429,11 @@ impl<'a> JsonRecording<'a> {
             command: &r.command,
             pid: r.pid,
             attached: r.attached,
-            exit_code: r.exit.map(crate::profile::record::JobExit::status),
+            exit_code: r
+                .exit
+                .map(crate::profile::analysis::recording::JobExit::status),
             signal: match r.exit {
-                Some(crate::profile::record::JobExit::Signal(n)) => Some(n),
+                Some(crate::profile::analysis::recording::JobExit::Signal(n)) => Some(n),
                 _ => None,
             },
             elapsed_secs: r.elapsed_secs,
@@ -507,7 +510,7 @@ impl<'a> JsonRecording<'a> {
 }
 
 impl<'a> JsonLedger<'a> {
-    fn of(l: &'a crate::profile::record::Ledger) -> Self {
+    fn of(l: &'a crate::profile::analysis::recording::Ledger) -> Self {
         Self {
             at_secs: l.sample.at,
             rss: l.sample.process.rss_bytes,
@@ -540,7 +543,7 @@ fn killed(r: &Recording) -> Option<JsonKilled<'_>> {
         .or_else(|| r.last_stack.first());
     Some(JsonKilled {
         signal,
-        signal_name: crate::profile::record::signal_name(signal),
+        signal_name: crate::profile::analysis::recording::signal_name(signal),
         from_shell_status: via_shell,
         for_memory: r.memory_kill.is_some(),
         cgroup: r.memory_kill.as_ref().map(|k| k.cgroup.as_str()),
@@ -557,7 +560,7 @@ fn killed(r: &Recording) -> Option<JsonKilled<'_>> {
 
 /// A walk's roots, and what no root reached as a last entry of kind
 /// `unreachable` (held by MLX's graph, or not reachable from Python).
-fn held_roots(walk: Option<&crate::profile::record::held::Census>) -> Vec<HeldRoot> {
+fn held_roots(walk: Option<&crate::profile::trace::census::Census>) -> Vec<HeldRoot> {
     let Some(w) = walk else {
         return Vec::new();
     };
@@ -580,7 +583,7 @@ fn held_roots(walk: Option<&crate::profile::record::held::Census>) -> Vec<HeldRo
 }
 
 /// A held-by walk's figures beside its roots.
-fn walk(w: &crate::profile::record::held::Census) -> JsonWalk {
+fn walk(w: &crate::profile::trace::census::Census) -> JsonWalk {
     JsonWalk {
         t: w.t_secs,
         pid: w.pid,
@@ -637,7 +640,7 @@ pub fn write_summary(r: &Recording, out: &mut dyn Write) -> std::io::Result<()> 
             out,
             "  the probes sent more than is kept: {} events past the cap of {} counted, not kept; {} frames or stacks past their caps; {} samples thinned out (every new high kept)",
             p.dropped_events,
-            crate::profile::record::MAX_PROBE_EVENTS,
+            crate::profile::capture::MAX_PROBE_EVENTS,
             p.dropped_definitions,
             p.thinned_samples
         )?;
@@ -692,7 +695,7 @@ pub fn write_summary(r: &Recording, out: &mut dyn Write) -> std::io::Result<()> 
             } else {
                 format!(
                     " at {}",
-                    crate::units::Shown::new(&crate::profile::record::stacks::describe(
+                    crate::units::Shown::new(&crate::profile::analysis::stacks::describe(
                         &rank.peak_stack
                     ))
                 )
@@ -856,7 +859,7 @@ fn write_lines(r: &Recording, out: &mut dyn Write) -> std::io::Result<()> {
         writeln!(
             out,
             "  at the peak the job was at {}",
-            crate::units::Shown::new(&crate::profile::record::stacks::describe(&r.peak_stack))
+            crate::units::Shown::new(&crate::profile::analysis::stacks::describe(&r.peak_stack))
         )?;
     }
     writeln!(out, "  lines (held at the peak, share, all they grew):")?;
@@ -966,7 +969,7 @@ pub fn main(args: &RecordArgs) -> u8 {
             return super::BAD_INPUT;
         }
     };
-    let control = crate::profile::record::RecordControl::new();
+    let control = crate::profile::capture::RecordControl::new();
     // Ctrl+C, SIGTERM, SIGHUP to weightscope: passed on to the job's
     // process group (when the job has the terminal, Ctrl+C goes there by
     // itself); the recording goes on until the job exits (a bounded time),

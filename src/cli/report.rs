@@ -6,7 +6,7 @@ use std::io::Write as _;
 use std::path::PathBuf;
 
 use crate::profile::Trace;
-use crate::profile::record::Recording;
+use crate::profile::analysis::recording::Recording;
 
 /// What `weightscope report` was asked for.
 #[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
@@ -58,7 +58,7 @@ pub fn main(args: &ReportArgs) -> u8 {
     }
     let mut out = std::io::stdout().lock();
     if recordings.len() > 1 {
-        let merged = crate::profile::hosts::merge(&recordings);
+        let merged = crate::profile::analysis::hosts::merge(&recordings);
         let written = if args.json {
             let text = serde_json::to_string_pretty(&merged).unwrap_or_default();
             std::io::Write::write_all(&mut out, (text + "\n").as_bytes())

@@ -70,5 +70,5 @@ pub fn exit_status(signal: i32) -> u8 {
 /// "SIGTERM".
 #[must_use]
 pub fn name(signal: i32) -> &'static str {
-    crate::profile::record::signal_name(signal)
+    crate::profile::analysis::recording::signal_name(signal)
 }

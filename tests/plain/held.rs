@@ -340,8 +340,8 @@ fn a_job_killed_for_memory_says_what_held_it_at_the_last_walk() {
 
 #[test]
 fn a_walk_asked_for_while_the_job_runs_arrives() {
-    use weightscope::profile::record::stacks::StackUpdate;
-    use weightscope::profile::record::{JobSpec, RecordControl, RecordOptions, Target, Update};
+    use weightscope::profile::capture::{JobSpec, RecordControl, RecordOptions, Target, Update};
+    use weightscope::profile::trace::stacks::StackUpdate;
     let dir = tempfile::tempdir().expect("dir");
     let go = dir.path().join("go");
     assert!(
@@ -377,7 +377,7 @@ fn a_walk_asked_for_while_the_job_runs_arrives() {
     let mut ready = false;
     let mut released = false;
     let started = std::time::Instant::now();
-    let recording = weightscope::profile::record::record(&target, &options, &control, |update| {
+    let recording = weightscope::profile::capture::record(&target, &options, &control, |update| {
         match &update {
             Update::Output(line) if line.text == "ready" => ready = true,
             Update::Stacks(StackUpdate::Held(_)) => {

@@ -835,7 +835,7 @@ fn the_profiler_records_a_users_job_and_shows_what_it_did() {
     let (recording, findings) = harness.state().last_recording().expect("a recording");
     assert_eq!(
         recording.exit,
-        Some(weightscope::profile::record::JobExit::Code(0))
+        Some(weightscope::profile::analysis::recording::JobExit::Code(0))
     );
     assert!(
         recording.probe.is_some(),
@@ -1065,7 +1065,7 @@ fn a_trace_loads_off_the_ui_thread_and_a_bad_one_says_why() {
 /// `sleep` must still report the job's own memory, as the CLI does.
 #[test]
 fn a_job_recorded_from_a_large_window_reports_its_own_memory() {
-    use weightscope::profile::record::{JobSpec, Target};
+    use weightscope::profile::capture::{JobSpec, Target};
     let _lock = common::mlx_memory_lock();
     // 256 MiB of this process touched: the window is large.
     let ballast = vec![1u8; 256 << 20];

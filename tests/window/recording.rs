@@ -139,7 +139,7 @@ fn a_job_recorded_from_the_window_under_load_equals_the_clis_recording() {
     let (window, window_findings) = harness.state().last_recording().expect("a recording");
     assert_eq!(
         window.exit,
-        Some(weightscope::profile::record::JobExit::Code(0))
+        Some(weightscope::profile::analysis::recording::JobExit::Code(0))
     );
 
     // The same peak (MLX's own counter, read by the probe in both).

@@ -9,7 +9,7 @@ use crate::common;
 use egui_kittest::Harness;
 use egui_kittest::kittest::{NodeT, Queryable};
 use weightscope::app::{AppCommand, WeightscopeApp};
-use weightscope::profile::record::{JobSpec, Target};
+use weightscope::profile::capture::{JobSpec, Target};
 use weightscope::weights::demo;
 
 fn record_line(harness: &mut Harness<'static, WeightscopeApp>, line: &str) {

@@ -12,8 +12,9 @@ use crate::checkpoint::Checkpoint;
 use crate::memory::{ExpectedPeaks, MachineMemory, MarkKind, Policy};
 use crate::mlx::{DeviceInfo, MemoryStats};
 use crate::profile::TraceError;
-use crate::profile::hosts::{MergeError, MergedJournals};
-use crate::profile::record::{RecordError, Recording, Update};
+use crate::profile::analysis::hosts::{MergeError, MergedJournals};
+use crate::profile::analysis::recording::Recording;
+use crate::profile::capture::{RecordError, Update};
 use crate::profile::{self, Finding, Sampler, Timeline, Trace, Transform, WalkOutcome};
 use crate::units::human_bytes;
 use crate::worker::CancelToken;
@@ -176,7 +177,7 @@ pub(in crate::app) type LoadedTraces = Result<MergedJournals, MergeError>;
 
 /// Reads the journals at `paths` and merges them (on a loading thread).
 pub(in crate::app) fn read_traces(paths: &[PathBuf]) -> LoadedTraces {
-    crate::profile::hosts::merge_journals(paths)
+    crate::profile::analysis::hosts::merge_journals(paths)
 }
 
 /// A trace as read: with its recording when it is one (the summary's
@@ -389,7 +390,7 @@ impl ProfilerPanel {
                     crate::units::Shown::new(&typed_name(&recording.command)),
                     recording.exit.map_or_else(
                         || "detached".to_owned(),
-                        crate::profile::record::JobExit::describe
+                        crate::profile::analysis::recording::JobExit::describe
                     )
                 ));
                 self.show_recording(Arc::from(recording), trace, live.start_secs);
@@ -856,17 +857,18 @@ impl ProfilerPanel {
     /// The recorded job's output (stdout and stderr, the last lines), while
     /// it runs and after.
     fn output_ui(&self, ui: &mut egui::Ui) {
-        let lines: Vec<&crate::profile::record::OutputLine> = match (&self.recording, &self.last) {
-            (Some(live), _) => live.output.iter().collect(),
-            (
-                None,
-                Some(FinishedRun {
-                    run: Run::Record(recording),
-                    ..
-                }),
-            ) => recording.output.iter().collect(),
-            _ => return,
-        };
+        let lines: Vec<&crate::profile::trace::job_end::OutputLine> =
+            match (&self.recording, &self.last) {
+                (Some(live), _) => live.output.iter().collect(),
+                (
+                    None,
+                    Some(FinishedRun {
+                        run: Run::Record(recording),
+                        ..
+                    }),
+                ) => recording.output.iter().collect(),
+                _ => return,
+            };
         if lines.is_empty() {
             return;
         }

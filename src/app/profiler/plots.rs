@@ -687,15 +687,16 @@ fn stacked_plot(
 
 /// `trace`'s memory at `at` (its last sample at or before; nothing before
 /// its first or after its last), MLX active where its probe reported,
-/// else RSS (as `profile::hosts` counts a lane).
+/// else RSS (as `profile::analysis::hosts` counts a lane).
 fn memory_at(trace: &Trace, mlx: bool, at: f64) -> u64 {
     let samples = &trace.samples;
     if samples.last().is_none_or(|last| at > last.at) {
         return 0;
     }
     let i = samples.partition_point(|s| s.at <= at);
-    i.checked_sub(1)
-        .map_or(0, |i| crate::profile::hosts::memory_of(&samples[i], mlx))
+    i.checked_sub(1).map_or(0, |i| {
+        crate::profile::analysis::hosts::memory_of(&samples[i], mlx)
+    })
 }
 
 /// Each rank's memory as a band, stacked on the merged clock: the top is
@@ -709,7 +710,7 @@ fn ranks_plot_ui(
 ) {
     let mlx: Vec<bool> = lanes
         .iter()
-        .map(|t| crate::profile::hosts::has_mlx_figures(&t.samples))
+        .map(|t| crate::profile::analysis::hosts::has_mlx_figures(&t.samples))
         .collect();
     // Every lane's sample times, at most 2,000 of them.
     let mut xs: Vec<f64> = lanes

@@ -5,8 +5,9 @@
 
 use std::sync::Arc;
 
-use crate::profile::record::Recording;
-use crate::profile::record::stacks::{self, Frame};
+use crate::profile::analysis::recording::Recording;
+use crate::profile::analysis::stacks;
+use crate::profile::trace::stacks::Frame;
 use crate::units::human_bytes;
 
 use super::{FinishedRun, ProfilerPanel, Run};
@@ -228,7 +229,7 @@ impl ProfilerPanel {
                     } else {
                         r.exit.map_or_else(
                             || "detached".to_owned(),
-                            crate::profile::record::JobExit::describe,
+                            crate::profile::analysis::recording::JobExit::describe,
                         )
                     };
                     let listed = self.listed.get(i).cloned().unwrap_or_else(|| super::Listed {
@@ -352,7 +353,7 @@ fn difference_grid(ui: &mut egui::Ui, id: &str, what: &str, rows: &[(u64, u64, S
 /// The difference of two recordings' holders at the peak, root by root.
 fn roots_difference_ui(ui: &mut egui::Ui, a: &Recording, b: &Recording) {
     let roots =
-        crate::profile::record::held::root_differences(a.held_by.as_ref(), b.held_by.as_ref());
+        crate::profile::analysis::held::root_differences(a.held_by.as_ref(), b.held_by.as_ref());
     let rows: Vec<(u64, u64, String)> = roots
         .iter()
         .take(10)

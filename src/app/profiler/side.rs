@@ -2,7 +2,8 @@
 //! open checkpoint in memory, what was resident at the selected moment, and
 //! the events table.
 
-use crate::profile::record::{Recording, stacks};
+use crate::profile::analysis::recording::Recording;
+use crate::profile::analysis::stacks;
 use crate::profile::{self, Timeline, Trace, TraceEvent, WalkOutcome};
 use crate::units::human_bytes;
 
@@ -376,7 +377,7 @@ fn recorded_moment_ui(ui: &mut egui::Ui, trace: &Trace, t: f64) {
 
 /// A held-by walk's roots: bytes, share of MLX active, root, kind and
 /// where; each root's example path on hover; what no root reached.
-fn held_roots_ui(ui: &mut egui::Ui, walk: &crate::profile::record::held::Census, id: &str) {
+fn held_roots_ui(ui: &mut egui::Ui, walk: &crate::profile::trace::census::Census, id: &str) {
     // A grid's cell has no width of its own to cut to: the root column
     // gets two fifths of the panel.
     let root_chars = crate::app::widgets::monospace_chars(ui, ui.available_width() * 0.4);
@@ -459,7 +460,7 @@ fn held_roots_ui(ui: &mut egui::Ui, walk: &crate::profile::record::held::Census,
 }
 
 /// A stack's frames, the job's own in bold, libraries' weak.
-fn frames_ui(ui: &mut egui::Ui, stack: &[&stacks::Frame]) {
+fn frames_ui(ui: &mut egui::Ui, stack: &[&crate::profile::trace::stacks::Frame]) {
     for frame in stack.iter().take(12) {
         let text = egui::RichText::new(crate::units::Shown::new(&frame.label())).monospace();
         let label = ui.label(if frame.is_library() {
@@ -510,7 +511,7 @@ fn record_summary_ui(ui: &mut egui::Ui, r: &Recording) {
     } else {
         r.exit.map_or_else(
             || "detached".to_owned(),
-            crate::profile::record::JobExit::describe,
+            crate::profile::analysis::recording::JobExit::describe,
         )
     };
     ui.label(format!(

@@ -13,9 +13,10 @@
 
 use serde::Serialize;
 
-use super::record::{Recording, collective_of};
+use super::recording::{JobExit, Recording};
 use super::stacks;
 use crate::memory::MarkKind;
+use crate::profile::trace::{Trace, TraceError, collective_of};
 
 /// One recording in the merged view.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -276,7 +277,7 @@ fn lane(
         "cut short".to_owned()
     } else {
         r.exit
-            .map_or_else(|| "detached".to_owned(), super::record::JobExit::describe)
+            .map_or_else(|| "detached".to_owned(), JobExit::describe)
     };
     let end_local = r
         .samples
@@ -299,8 +300,7 @@ fn lane(
         last_where: stacks::describe(&r.last_stack),
         ended,
         end_secs: merged(end_local),
-        killed: r.memory_kill.is_some()
-            || matches!(r.exit, Some(super::record::JobExit::Signal(9))),
+        killed: r.memory_kill.is_some() || matches!(r.exit, Some(JobExit::Signal(9))),
     }
 }
 
@@ -370,7 +370,7 @@ pub enum MergeError {
         /// The file, as shown.
         file: String,
         /// The trace reader's reason.
-        why: super::TraceError,
+        why: TraceError,
     },
     /// A trace that is not a recording of a job (a walk's, say).
     #[error("{file}: not a recording (only the journals of one job's ranks merge)")]
@@ -410,11 +410,11 @@ pub enum MergeError {
 /// on its clock (aligned by their collectives), and the merged report.
 pub struct MergedJournals {
     /// The first journal's trace.
-    pub trace: super::Trace,
+    pub trace: Trace,
     /// Its recording.
     pub recording: Recording,
     /// The other journals' traces, moved onto the first one's clock.
-    pub lanes: Vec<super::Trace>,
+    pub lanes: Vec<Trace>,
     /// The merged report's lines.
     pub report: Vec<String>,
 }
@@ -425,10 +425,10 @@ pub struct MergedJournals {
 /// The first journal that cannot be read or is not a recording; no
 /// journal.
 pub fn merge_journals(paths: &[std::path::PathBuf]) -> Result<MergedJournals, MergeError> {
-    let mut journals: Vec<(String, super::Trace)> = Vec::new();
+    let mut journals: Vec<(String, Trace)> = Vec::new();
     for path in paths {
         let shown = crate::units::Shown::new(&path.display().to_string()).into_string();
-        let trace = super::Trace::load(path).map_err(|why| MergeError::Unreadable {
+        let trace = Trace::load(path).map_err(|why| MergeError::Unreadable {
             file: shown.clone(),
             why,
         })?;
@@ -475,7 +475,7 @@ pub fn merge_journals(paths: &[std::path::PathBuf]) -> Result<MergedJournals, Me
 
 /// A journal's trace as a lane of the merged view: named by its ranks and
 /// host, its times moved by `shift` seconds onto the shown journal's clock.
-fn lane_trace(mut trace: super::Trace, lane: &Lane, shift: f64) -> super::Trace {
+fn lane_trace(mut trace: Trace, lane: &Lane, shift: f64) -> Trace {
     for sample in &mut trace.samples {
         sample.at += shift;
     }

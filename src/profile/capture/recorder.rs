@@ -8,14 +8,16 @@ use std::time::{Duration, Instant};
 #[cfg(target_os = "linux")]
 #[cfg(target_os = "linux")]
 use super::pipes::NamedPipe;
-use super::{
-    OUTPUT_LINES, OpenFile, OutputLine, ProbeLine, ProbeReport, Update, collective_detail, held,
-    stacks,
-};
+use super::{OUTPUT_LINES, ProbeLine, Update};
 #[cfg(target_os = "linux")]
 use super::{gpu, procfs};
 use crate::memory::{GpuFigures, MarkKind, MlxFigures, ProcessFigures, Sample, secs_since};
+use crate::profile::analysis::recording::OpenFile;
+use crate::profile::analysis::stacks::describe;
 use crate::profile::trace::TraceEvent;
+use crate::profile::trace::collective_detail;
+use crate::profile::trace::job_end::{OutputLine, ProbeReport};
+use crate::profile::trace::{census, stacks};
 /// Probe events (marks, loads, cache clears, exceptions) kept; past it they
 /// are counted ([`ProbeReport::dropped_events`]).
 pub const MAX_PROBE_EVENTS: usize = 20_000;
@@ -427,7 +429,7 @@ impl Recorder {
             }
             "sample" | "stack" => return self.probe_sample(at, pid, line, updates),
             "held" => {
-                let walk = held::Census::from_line(self.secs(at), pid, line);
+                let walk = census::Census::from_line(self.secs(at), pid, line);
                 updates.push(Update::Stacks(self.stacks.held(walk)));
                 return;
             }
@@ -475,7 +477,7 @@ impl Recorder {
                         text,
                     })
                     .collect();
-                let where_ = stacks::describe(&frames);
+                let where_ = describe(&frames);
                 let event = self.event(t, MarkKind::JobException, line.text.unwrap_or_default());
                 event.detail = where_;
                 updates.push(Update::Event(event.clone()));

@@ -4,8 +4,8 @@
 use std::collections::VecDeque;
 use std::time::Instant;
 
-use super::trace::{Trace, TraceEvent};
 use crate::memory::{Mark, Sample, secs_since};
+use crate::profile::trace::{Trace, TraceEvent};
 
 /// Samples kept: 4 hours at 20 Hz (about 16 MB).
 pub const TIMELINE_SAMPLES: usize = 4 * 3600 * 20;

@@ -149,7 +149,7 @@ pub struct ProbeLine {
     pub traceback: Option<Vec<(String, u32, String, String)>>,
     /// `held`: the roots and what each holds.
     #[serde(default)]
-    pub roots: Option<Vec<super::held::HeldRoot>>,
+    pub roots: Option<Vec<crate::profile::trace::census::HeldRoot>>,
     /// `held`: the bytes every root reached.
     #[serde(default)]
     pub reached: Option<u64>,
@@ -351,7 +351,7 @@ pub fn remove_installed() {
     }
 }
 
-impl super::held::Census {
+impl crate::profile::trace::census::Census {
     /// A probe's `held` line of process `pid`, arrived at `t_secs`.
     #[must_use]
     pub fn from_line(t_secs: f64, pid: u32, line: ProbeLine) -> Self {

@@ -6,11 +6,13 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{
-    CheckpointFacts, JobEnd, JobExit, Ledger, OpenFile, RankPeak, Recording, record_findings,
-    stacks,
-};
+use super::job_findings::record_findings;
+use super::recording::{CheckpointFacts, JobExit, Ledger, OpenFile, RankPeak, Recording};
+use super::{held, stacks};
 use crate::memory::{MarkKind, Sample};
+use crate::profile::trace::census::Census;
+use crate::profile::trace::job_end::{JobEnd, ProbeReport};
+use crate::profile::trace::stacks::TraceStacks;
 use crate::profile::trace::{JobInfo, Trace, resident_at};
 
 impl Recording {
@@ -217,9 +219,7 @@ impl Recording {
                 .peak_gpu_device_used_bytes
                 .or_else(|| gpu.map(|g| g.device_used_bytes).max()),
             gpu_unavailable: end.gpu_unavailable,
-            probe: end
-                .probe
-                .or_else(|| probed.then(super::ProbeReport::default)),
+            probe: end.probe.or_else(|| probed.then(ProbeReport::default)),
             checkpoint,
             checkpoint_error,
             findings: Vec::new(),
@@ -248,14 +248,9 @@ impl Recording {
 }
 
 /// The walk named for the peak, and the last walk.
-fn held_walks(
-    stacks: Option<&stacks::TraceStacks>,
-) -> (Option<super::held::Census>, Option<super::held::Census>) {
+fn held_walks(stacks: Option<&TraceStacks>) -> (Option<Census>, Option<Census>) {
     stacks.map_or((None, None), |st| {
-        (
-            super::held::at_peak(&st.held).cloned(),
-            st.held.last().cloned(),
-        )
+        (held::at_peak(&st.held).cloned(), st.held.last().cloned())
     })
 }
 
@@ -318,7 +313,7 @@ fn highest(samples: &[Sample]) -> Option<Sample> {
 }
 
 /// Each rank's peak MLX active and its stack then, by rank.
-fn rank_peaks(stacks: Option<&stacks::TraceStacks>, analysis: &stacks::Analysis) -> Vec<RankPeak> {
+fn rank_peaks(stacks: Option<&TraceStacks>, analysis: &stacks::Analysis) -> Vec<RankPeak> {
     let Some(stacks) = stacks else {
         return Vec::new();
     };
@@ -337,7 +332,7 @@ fn rank_peaks(stacks: Option<&stacks::TraceStacks>, analysis: &stacks::Analysis)
                 pid,
                 peak_mlx_active_bytes: peak,
                 peak_stack: stack,
-                held_by: super::held::at_peak(stacks.held.iter().filter(|w| w.pid == pid))
+                held_by: held::at_peak(stacks.held.iter().filter(|w| w.pid == pid))
                     .map(|w| w.roots.clone())
                     .unwrap_or_default(),
             }

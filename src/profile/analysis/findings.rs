@@ -3,8 +3,8 @@
 
 use crate::units::human_bytes;
 
-use super::trace::Trace;
 use crate::memory::{ExpectedPeaks, MachineMemory, MarkKind};
+use crate::profile::trace::Trace;
 
 /// What a finding is about (tests and the app key on it; JSON names it in
 /// kebab case).

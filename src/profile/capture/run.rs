@@ -10,10 +10,12 @@ use std::time::{Duration, Instant};
 use super::pipes::{NamedPipe, install_probe, read_output, read_probe};
 use super::recorder::{LINE_QUEUE, Recorder};
 use super::{
-    JobEnd, JobExit, OWN_VARIABLES, OutputLine, RecordControl, RecordError, RecordOptions,
-    Recording, Target, Update, job, memory_kill, probe, procfs,
+    OWN_VARIABLES, RecordControl, RecordError, RecordOptions, Target, Update, job, memory_kill,
+    probe, procfs,
 };
 use crate::memory::{MarkKind, secs_since};
+use crate::profile::analysis::recording::{JobExit, Recording};
+use crate::profile::trace::job_end::{JobEnd, OutputLine};
 use crate::profile::trace::{JobInfo, Trace};
 #[cfg(target_os = "linux")]
 /// A job started (or a process found) and the probe's lines coming in.

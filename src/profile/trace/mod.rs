@@ -1,6 +1,10 @@
 //! A memory trace: samples and events on one clock, with what each shard held
 //! after each event. Saved and loaded as JSON or CSV; the app overlays two.
 
+pub mod census;
+pub mod job_end;
+pub mod stacks;
+
 use std::collections::HashMap;
 use std::path::Path;
 use std::time::Instant;
@@ -92,7 +96,7 @@ pub struct JobInfo {
     /// What the recorder knew when the job ended (none in a journal cut
     /// short, or a trace of an older version).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ended: Option<super::job_end::JobEnd>,
+    pub ended: Option<job_end::JobEnd>,
 }
 
 /// Samples and events of one run, with what it was.
@@ -124,7 +128,7 @@ pub struct Trace {
     pub samples: Vec<Sample>,
     /// A recorded job's Python stacks (JSON only; the CSV form has none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub stacks: Option<super::stacks::TraceStacks>,
+    pub stacks: Option<stacks::TraceStacks>,
     /// A journal (`.jsonl`) that ended without its last line: the recorder
     /// was killed (or the machine stopped) before the job ended.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -827,14 +831,14 @@ enum JournalRow {
     Frame {
         id: u32,
         #[serde(flatten)]
-        frame: super::stacks::Frame,
+        frame: stacks::Frame,
     },
     Stack {
         id: u32,
         frames: Vec<u32>,
     },
     Probe {
-        sample: super::stacks::StackSample,
+        sample: stacks::StackSample,
     },
     Rank {
         pid: u32,
@@ -842,7 +846,7 @@ enum JournalRow {
     },
     /// A held-by walk of a probe (who held MLX memory then).
     Held {
-        walk: super::held::Census,
+        walk: census::Census,
     },
     /// The last line: the run ended (the job's status, when it had one, and
     /// what the recorder knew then).
@@ -850,7 +854,7 @@ enum JournalRow {
         #[serde(default)]
         exit_code: Option<i32>,
         #[serde(default)]
-        ended: Option<super::job_end::JobEnd>,
+        ended: Option<job_end::JobEnd>,
     },
 }
 
@@ -956,8 +960,8 @@ impl Journal {
     }
 
     /// A frame, stack, probe sample or rank from the job's probes.
-    pub fn stacks(&mut self, update: &super::stacks::StackUpdate) {
-        use super::stacks::StackUpdate;
+    pub fn stacks(&mut self, update: &stacks::StackUpdate) {
+        use stacks::StackUpdate;
         let row = match update.clone() {
             StackUpdate::Frame(id, frame) => JournalRow::Frame { id, frame },
             StackUpdate::Stack(id, frames) => JournalRow::Stack { id, frames },
@@ -989,7 +993,7 @@ impl Trace {
     /// # Errors
     /// A line (other than a partial last one) that is not a journal row.
     pub fn from_journal(text: &str) -> Result<Self, CsvError> {
-        use super::stacks::{StackUpdate, TraceStacks};
+        use stacks::{StackUpdate, TraceStacks};
         fn stacks(trace: &mut Trace, update: StackUpdate) {
             trace
                 .stacks
@@ -1107,6 +1111,31 @@ fn csv_error(err: &csv::Error) -> CsvError {
         } => CsvError::at(line, format!("{len} fields, expected {expected_len}")),
         _ => CsvError::at(line, err.to_string()),
     }
+}
+
+/// A collective event's detail: `rank R, step K` (`step K` when the
+/// process did not say its rank), as [`collective_of`] reads it back.
+#[must_use]
+pub fn collective_detail(rank: Option<u32>, step: u64) -> String {
+    match rank {
+        Some(rank) => format!("rank {rank}, step {step}"),
+        None => format!("step {step}"),
+    }
+}
+
+/// The rank and step of a collective event's detail.
+#[must_use]
+pub fn collective_of(detail: &str) -> (Option<u32>, Option<u64>) {
+    let mut rank = None;
+    let mut step = None;
+    for part in detail.split(", ") {
+        if let Some(r) = part.strip_prefix("rank ") {
+            rank = r.parse().ok();
+        } else if let Some(k) = part.strip_prefix("step ") {
+            step = k.parse().ok();
+        }
+    }
+    (rank, step)
 }
 
 #[cfg(test)]

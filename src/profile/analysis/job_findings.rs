@@ -1,11 +1,11 @@
 //! Findings of a recorded job: each a sentence a person can act on, backed
 //! by figures of the recording (the moment it points at is on its clock).
 
+use super::findings::{Finding, FindingKind};
 use crate::memory::MachineMemory;
-use crate::profile::findings::{Finding, FindingKind};
 use crate::units::human_bytes;
 
-use super::{JobExit, Recording};
+use super::recording::{JobExit, Recording, signal_name};
 
 /// Below this, memory figures are not worth a finding.
 const SMALL_BYTES: u64 = 64 << 20;
@@ -132,7 +132,7 @@ fn job_failed(r: &Recording, found: &mut Vec<Finding>) {
         },
         JobExit::Signal(signal) => format!(
             "The job was ended by signal {signal} ({}) at {at:.1} s (the last sample, {age:.2} s before it ended){line}, with RSS {}, having loaded {}{last_mark}.",
-            super::signal_name(signal),
+            signal_name(signal),
             human_bytes(rss),
             loaded_files(r)
         ),
@@ -399,7 +399,7 @@ fn near_machine_memory(r: &Recording, machine: MachineMemory, found: &mut Vec<Fi
 mod tests {
     use std::path::PathBuf;
 
-    use super::super::{CheckpointFacts, OpenFile};
+    use super::super::recording::{CheckpointFacts, OpenFile};
     use super::*;
     use crate::memory::{ExpectedPeaks, MlxFigures, ProcessFigures, Sample};
 
