@@ -204,6 +204,47 @@ fn each_layer_uses_only_the_layers_below_it() {
     );
 }
 
+/// The profiler's rooms (docs/ARCHITECTURE.md): `capture` may use
+/// `analysis` and `trace`, `analysis` only `trace` (and the walk's plan,
+/// for a recording's expected peaks), `trace` none of them.
+#[test]
+fn the_profilers_rooms_import_only_the_rooms_after_them() {
+    let profile = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/profile");
+    let forbidden: &[(&str, &[&str])] = &[
+        ("analysis", &["capture"]),
+        ("trace", &["capture", "analysis", "walk"]),
+    ];
+    let mut violations = Vec::new();
+    for (room, banned) in forbidden {
+        let mut files = Vec::new();
+        rust_files(&profile.join(room), &mut files);
+        assert!(!files.is_empty(), "no room {room}");
+        for file in &files {
+            let text = std::fs::read_to_string(file).expect("read");
+            let inner = text.split("crate::profile::").skip(1).map(|rest| {
+                rest.chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect::<String>()
+            });
+            for name in inner {
+                if banned.contains(&name.as_str()) {
+                    violations.push(format!("{} uses profile::{name}", file.display()));
+                }
+            }
+            for other in *banned {
+                if text.contains(&format!("super::{other}")) {
+                    violations.push(format!("{} uses super::{other}", file.display()));
+                }
+            }
+        }
+    }
+    assert!(
+        violations.is_empty(),
+        "rooms crossed:\n{}",
+        violations.join("\n")
+    );
+}
+
 /// The binary only dispatches: the window to `app::shell`, every
 /// subcommand to `cli` (which parses, runs and exits).
 #[test]
