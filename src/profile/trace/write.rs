@@ -1,0 +1,204 @@
+//! The one writer of the trace format: a trace saved whole (JSON or CSV)
+//! and a journal written as a recording happens (JSON Lines).
+
+use std::path::Path;
+
+use super::rows::{CsvRow, JournalRow, is_csv};
+use super::{FlatSample, JobInfo, Sample, TRACE_VERSION, Trace, TraceError, TraceEvent, stacks};
+
+impl Trace {
+    /// The trace as pretty JSON.
+    ///
+    /// # Errors
+    /// When serde cannot serialize it (never for a trace built by this
+    /// crate; said rather than written as an empty file).
+    pub fn to_json(&self) -> Result<String, serde_json::Error> {
+        serde_json::to_string_pretty(self)
+    }
+
+    /// The trace as CSV: one row per sample and per event, plus `meta` rows
+    /// (the `csv` crate writes them from [`CsvRow`] records).
+    #[must_use]
+    pub fn to_csv(&self) -> String {
+        let meta = |key: &str, value: String| CsvRow {
+            record: "meta".into(),
+            target: Some(key.to_owned()),
+            detail: Some(value),
+            ..CsvRow::default()
+        };
+        let mut rows = vec![
+            meta("version", self.version.to_string()),
+            meta("label", self.label.clone()),
+            meta("checkpoint", self.checkpoint.clone()),
+            meta("device", self.device.clone()),
+        ];
+        if let Some(policy) = self.policy {
+            rows.push(meta("policy", policy.as_str().to_owned()));
+        }
+        if let Some(transform) = &self.transform {
+            rows.push(meta("transform", transform.clone()));
+        }
+        if let Some(e) = self.expected {
+            rows.push(meta("expected_retain_bytes", e.retain.to_string()));
+            rows.push(meta(
+                "expected_release_tensor_bytes",
+                e.release_tensor.to_string(),
+            ));
+            rows.push(meta(
+                "expected_release_shard_bytes",
+                e.release_shard.to_string(),
+            ));
+        }
+        if let Some(job) = &self.job {
+            rows.push(meta("job_command", job.command.clone()));
+            if let Some(code) = job.exit_code {
+                rows.push(meta("job_exit_code", code.to_string()));
+            }
+            rows.push(meta("job_probe", job.probe.to_string()));
+        }
+        rows.extend(self.samples.iter().map(|&s| CsvRow::sample(s.into())));
+        rows.extend(self.events.iter().map(|e| CsvRow {
+            record: "event".into(),
+            t_secs: Some(e.t_secs),
+            rss_bytes: Some(e.rss_bytes),
+            mlx_active_bytes: Some(e.mlx_active_bytes),
+            mlx_cache_bytes: Some(e.mlx_cache_bytes),
+            event: Some(e.kind),
+            target: Some(e.target.clone()),
+            bytes: Some(e.bytes),
+            shard: e.shard.clone(),
+            shard_resident_bytes: e.shard_resident_bytes,
+            detail: Some(e.detail.clone()),
+            ..CsvRow::default()
+        }));
+        let mut writer = csv::Writer::from_writer(Vec::new());
+        for row in &rows {
+            // Into memory, from plain records: nothing here can fail.
+            let _ = writer.serialize(row);
+        }
+        let bytes = writer.into_inner().unwrap_or_default();
+        String::from_utf8(bytes).unwrap_or_default()
+    }
+
+    /// Writes the trace to the checked output `out`: CSV when its name ends
+    /// in `.csv`, else JSON.
+    ///
+    /// # Errors
+    /// When the file cannot be written.
+    pub fn save(&self, out: &crate::files::Output) -> Result<(), TraceError> {
+        self.save_as(out, is_csv(out.path()))
+    }
+
+    /// Writes the trace to the checked output `out` as CSV (`csv`) or JSON,
+    /// whatever its name.
+    ///
+    /// # Errors
+    /// When the file cannot be written.
+    pub fn save_as(&self, out: &crate::files::Output, csv: bool) -> Result<(), TraceError> {
+        let path = out.path();
+        let text = if csv {
+            self.to_csv()
+        } else {
+            self.to_json().map_err(|e| TraceError::Format {
+                problem: format!("cannot serialize the trace: {e}"),
+                path: path.to_path_buf(),
+            })?
+        };
+        out.write(text.as_bytes()).map_err(TraceError::File)
+    }
+}
+
+/// A trace written as it happens, one JSON object a line, each written
+/// whole with one `write` and never rewritten: a recording whose recorder
+/// is killed (by the OOM killer, a power cut) still opens, and says it was
+/// cut short (no `end` line). A failed write turns it off; the recording
+/// goes on.
+#[derive(Debug)]
+pub struct Journal {
+    /// The journal, open (and locked) to the end even when a write fails:
+    /// its lock keeps another recording off it, and it tells whether the
+    /// file at the path is still this one.
+    file: std::fs::File,
+    /// A write failed: nothing more is written.
+    failed: bool,
+}
+
+impl Journal {
+    /// Creates `path` for this recording alone ([`crate::files::open_journal`]:
+    /// never through a link, never a FIFO or device, never a journal
+    /// another recording is writing) and writes `trace`'s description
+    /// (label, checkpoint, device, job) as its first line.
+    ///
+    /// # Errors
+    /// When the file cannot be created or written.
+    pub fn create(path: &Path, trace: &Trace) -> Result<Self, TraceError> {
+        let file = crate::files::open_journal(path).map_err(TraceError::File)?;
+        let mut journal = Self {
+            file,
+            failed: false,
+        };
+        journal.write(&JournalRow::Meta {
+            version: TRACE_VERSION,
+            label: trace.label.clone(),
+            checkpoint: trace.checkpoint.clone(),
+            device: trace.device.clone(),
+            job: trace.job.clone(),
+            origin: trace.origin.clone(),
+        });
+        if journal.failed {
+            return Err(TraceError::Format {
+                problem: "cannot write the journal".into(),
+                path: path.to_path_buf(),
+            });
+        }
+        Ok(journal)
+    }
+
+    fn write(&mut self, row: &JournalRow) {
+        if self.failed {
+            return;
+        }
+        let Ok(mut line) = serde_json::to_vec(row) else {
+            return;
+        };
+        line.push(b'\n');
+        if std::io::Write::write_all(&mut self.file, &line).is_err() {
+            self.failed = true;
+        }
+    }
+
+    /// A sample, as trace files keep it.
+    pub fn sample(&mut self, sample: &Sample) {
+        self.write(&JournalRow::Sample(FlatSample::from(*sample)));
+    }
+
+    /// An event.
+    pub fn event(&mut self, event: &TraceEvent) {
+        self.write(&JournalRow::Event(event.clone()));
+    }
+
+    /// A frame, stack, probe sample or rank from the job's probes.
+    pub fn stacks(&mut self, update: &stacks::StackUpdate) {
+        use stacks::StackUpdate;
+        let row = match update.clone() {
+            StackUpdate::Frame(id, frame) => JournalRow::Frame { id, frame },
+            StackUpdate::Stack(id, frames) => JournalRow::Stack { id, frames },
+            StackUpdate::Sample(sample) => JournalRow::Probe { sample },
+            StackUpdate::Rank { pid, rank } => JournalRow::Rank { pid, rank },
+            StackUpdate::Held(walk) => JournalRow::Held { walk },
+        };
+        self.write(&row);
+    }
+
+    /// The last line: the run ended; `job` says how (its status and what
+    /// the recorder knew then). Returns the journal's open file (its lock
+    /// held), to remove the journal later only if it is still this file.
+    #[must_use]
+    pub fn end(mut self, job: Option<&JobInfo>) -> std::fs::File {
+        self.write(&JournalRow::End {
+            exit_code: job.and_then(|j| j.exit_code),
+            ended: job.and_then(|j| j.ended.clone()),
+        });
+        self.file
+    }
+}
