@@ -15,6 +15,7 @@ mod hooks;
 mod inspector;
 mod job_view;
 mod jobs;
+mod keymap;
 mod memory_strip;
 mod palette;
 mod profiler;

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use crate::checkpoint::Checkpoint;
 
-use super::{AppCommand, Tab};
+use super::AppCommand;
 
 /// How many tensors a query lists (the best matches).
 const TENSORS_LISTED: usize = 200;
@@ -14,7 +14,7 @@ const TENSORS_LISTED: usize = 200;
 /// One entry of the list.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Entry {
-    /// An action: its position in [`actions`].
+    /// An action: its position in [`keymap::commands`](super::keymap::commands).
     Action(usize),
     /// A recent checkpoint.
     Recent(PathBuf),
@@ -27,73 +27,11 @@ impl Entry {
     /// key or button would send.
     pub(super) fn command(&self) -> Option<AppCommand> {
         Some(match self {
-            Self::Action(i) => actions().into_iter().nth(*i)?.0,
+            Self::Action(i) => super::keymap::commands().into_iter().nth(*i)?.command,
             Self::Recent(path) => AppCommand::Open(path.clone()),
             Self::Tensor(i) => AppCommand::SelectTensor(*i),
         })
     }
-}
-
-/// The actions, in the order they are listed, with their labels and keys:
-/// the commands the keys and buttons send.
-pub(super) fn actions() -> [(AppCommand, &'static str, &'static str); 15] {
-    [
-        (
-            AppCommand::SetTheme(Some(egui::Theme::Light)),
-            "Theme: light",
-            "",
-        ),
-        (
-            AppCommand::SetTheme(Some(egui::Theme::Dark)),
-            "Theme: dark",
-            "",
-        ),
-        (AppCommand::SetTheme(None), "Theme: as the system's", ""),
-        (
-            AppCommand::FocusPath(String::new()),
-            "Open a checkpoint (path field)",
-            "Ctrl+O",
-        ),
-        (
-            AppCommand::FocusPath("hf://".into()),
-            "Open a Hub repo (hf://ORG/REPO)",
-            "",
-        ),
-        (
-            AppCommand::StartWalk,
-            "Walk the checkpoint (the profiler's policy)",
-            "Ctrl+Shift+W",
-        ),
-        (
-            AppCommand::FocusDiff,
-            "Diff with another checkpoint",
-            "Ctrl+Shift+D",
-        ),
-        (
-            AppCommand::CheckValues,
-            "Check: read every value",
-            "Ctrl+Shift+R",
-        ),
-        (
-            AppCommand::OpenRecordForm { attach: false },
-            "Record a command (a job's memory)",
-            "",
-        ),
-        (
-            AppCommand::OpenRecordForm { attach: true },
-            "Attach to a running process",
-            "",
-        ),
-        (AppCommand::ShowTab(Tab::Tensors), "Show Tensors", "Ctrl+1"),
-        (
-            AppCommand::ShowTab(Tab::Profiler),
-            "Show Profiler",
-            "Ctrl+2",
-        ),
-        (AppCommand::ShowTab(Tab::Diff), "Show Diff", "Ctrl+3"),
-        (AppCommand::ShowTab(Tab::Check), "Show Check", "Ctrl+4"),
-        (AppCommand::ShowShortcuts, "Keyboard shortcuts", "F1"),
-    ]
 }
 
 /// The palette's state while it is open.
@@ -348,11 +286,11 @@ impl Palette {
             return;
         }
         let query = self.query.trim().to_lowercase();
-        let mut entries: Vec<(i64, Entry)> = actions()
+        let mut entries: Vec<(i64, Entry)> = super::keymap::commands()
             .iter()
             .enumerate()
-            .filter_map(|(i, (_, label, _))| {
-                words_score(&query, label)
+            .filter_map(|(i, c)| {
+                words_score(&query, c.label)
                     .or_else(|| query.is_empty().then_some(0))
                     .map(|s| (s, Entry::Action(i)))
             })
@@ -505,9 +443,9 @@ impl Palette {
 
     fn label_of(entry: &Entry, checkpoint: Option<&Checkpoint>) -> String {
         match entry {
-            Entry::Action(i) => actions()
+            Entry::Action(i) => super::keymap::commands()
                 .get(*i)
-                .map_or_else(String::new, |(_, label, key)| format!("{label}    {key}")),
+                .map_or_else(String::new, |c| format!("{}    {}", c.label, c.keys.text())),
             Entry::Recent(path) => format!(
                 "Open recent: {}",
                 crate::units::Shown::new(&path.display().to_string())

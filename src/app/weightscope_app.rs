@@ -792,9 +792,9 @@ impl WeightscopeApp {
             .resizable(false)
             .show(ctx, |ui| {
                 egui::Grid::new("shortcuts").striped(true).show(ui, |ui| {
-                    for (keys, what) in widgets::SHORTCUTS {
-                        ui.monospace(*keys);
-                        ui.label(*what);
+                    for (keys, what) in super::keymap::shortcut_list() {
+                        ui.monospace(keys);
+                        ui.label(what);
                         ui.end_row();
                     }
                 });
@@ -802,31 +802,18 @@ impl WeightscopeApp {
     }
 
     /// Keys that work on every tab: Ctrl+K (or Ctrl+Shift+P) opens the
-    /// palette; Ctrl+Shift+W walks, Ctrl+Shift+D diffs, Ctrl+Shift+R checks.
+    /// palette; the global keys of `keymap` send their commands.
     pub(super) fn global_keys(&mut self, ctx: &egui::Context) {
         use egui::{Key, Modifiers};
-        let shift = Modifiers::COMMAND | Modifiers::SHIFT;
         // Keys typed in Ctrl+K's own frame are the palette's first letters.
         let palette = widgets::shortcut_with_typing(ctx, Key::K);
-        let (other_palette, walk, diff, check) = ctx.input_mut(|i| {
-            (
-                i.consume_key(shift, Key::P),
-                i.consume_key(shift, Key::W),
-                i.consume_key(shift, Key::D),
-                i.consume_key(shift, Key::R),
-            )
-        });
+        let other_palette =
+            ctx.input_mut(|i| i.consume_key(Modifiers::COMMAND | Modifiers::SHIFT, Key::P));
         if let Some(typed) = palette.or_else(|| other_palette.then(String::new)) {
             self.palette.toggle(&typed);
         }
-        for (pressed, command) in [
-            (walk, AppCommand::StartWalk),
-            (diff, AppCommand::FocusDiff),
-            (check, AppCommand::CheckValues),
-        ] {
-            if pressed {
-                self.commands.send(command);
-            }
+        for command in super::keymap::global_keys(ctx) {
+            self.commands.send(command);
         }
     }
 
@@ -891,16 +878,6 @@ impl WeightscopeApp {
     }
 
     pub(super) fn tab_bar_ui(&mut self, ui: &mut egui::Ui) {
-        for (key, tab) in [
-            (egui::Key::Num1, Tab::Tensors),
-            (egui::Key::Num2, Tab::Profiler),
-            (egui::Key::Num3, Tab::Diff),
-            (egui::Key::Num4, Tab::Check),
-        ] {
-            if ui.input_mut(|i| i.consume_key(egui::Modifiers::COMMAND, key)) {
-                self.commands.send(AppCommand::ShowTab(tab));
-            }
-        }
         ui.horizontal(|ui| {
             ui.selectable_value(&mut self.tab, Tab::Tensors, "Tensors")
                 .on_hover_text("Ctrl+1");

@@ -129,62 +129,6 @@ pub(crate) fn focus_selecting_all(
     !typed.is_empty()
 }
 
-/// The keyboard shortcuts, for the F1 window (each one that exists).
-pub(crate) const SHORTCUTS: &[(&str, &str)] = &[
-    (
-        "Ctrl+K, Ctrl+Shift+P",
-        "command palette: actions, recent checkpoints, tensors by name",
-    ),
-    ("Ctrl+1 … Ctrl+4", "Tensors, Profiler, Diff, Check"),
-    ("Ctrl+O", "the checkpoint path field, its text selected"),
-    ("Ctrl+F", "the tensor filter, its text selected"),
-    ("Down (in the filter)", "into the table"),
-    (
-        "Enter (in the filter)",
-        "show the selected match (the first when none is)",
-    ),
-    (
-        "Up, Down",
-        "move in the table; the tensor there shows once you stop (within the preview budget)",
-    ),
-    (
-        "Page Up, Page Down, Home, End",
-        "move a page, to the first or last row (a tensor over the budget waits for Enter)",
-    ),
-    (
-        "Enter, Space",
-        "show the selected tensor now, whatever its size; open or close a layer group",
-    ),
-    (
-        "Right, Left",
-        "open or close a layer group; show or hide a weight's scales",
-    ),
-    (
-        "Ctrl+C",
-        "copy the selected tensor's name (right click: Copy name)",
-    ),
-    (
-        "Ctrl+plus, Ctrl+minus, Ctrl+0",
-        "zoom the window in, out, back to 100 % (remembered)",
-    ),
-    (
-        "Diff tab: Up, Down, …, Enter",
-        "move in the results, open the row; Esc closes it",
-    ),
-    (
-        "Ctrl+Shift+W",
-        "walk the checkpoint with the Profiler's policy",
-    ),
-    (
-        "Ctrl+Shift+D",
-        "diff: B's path field (Enter there runs the diff)",
-    ),
-    ("Ctrl+Shift+R", "check: read every value"),
-    ("Enter (in the path field)", "open the checkpoint"),
-    ("Esc", "close the palette, this list, or the Record form"),
-    ("F1, ?", "this list"),
-];
-
 pub(crate) mod series_colors {
     use egui::Color32;
     /// Process RSS (the host's figure).
