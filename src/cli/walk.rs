@@ -7,8 +7,6 @@ use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
-use serde_json::json;
-
 use crate::memory::{MachineMemory, Policy};
 use crate::mlx;
 use crate::profile::{self, Finding, Recorded, Sampler, Trace, TraceEvent, Transform, WalkOutcome};
@@ -216,7 +214,7 @@ impl WalkReport {
     /// The JSON report (the CLI contract: `policy`, `peak_mlx_active_bytes`,
     /// `peak_rss_bytes`, `expected_peak_bytes`, `samples`, `events`).
     #[must_use]
-    pub fn to_json(&self) -> serde_json::Value {
+    pub fn to_json(&self) -> JsonWalk<'_> {
         let o = &self.outcome;
         let fit = profile::fit_report(
             &o.expected,
@@ -224,38 +222,42 @@ impl WalkReport {
             mlx::memory().map_or(0, |m| m.limit_bytes),
             None,
         );
-        json!({
-            "policy": o.policy.as_str(),
-            "transform": o.transform.as_str(),
-            "checkpoint": self.trace.checkpoint,
-            "device": self.trace.device,
-            "tensors": o.steps_total,
-            "steps_done": o.steps_done,
-            "cancelled": o.cancelled,
-            "error": o.error.as_ref().map(ToString::to_string),
-            "peak_mlx_active_bytes": o.peak_mlx_active_bytes,
-            "peak_rss_bytes": o.peak_rss_bytes,
-            "expected_peak_bytes": o.expected_peak_bytes(),
-            "expected": o.expected,
-            "source_bytes": o.source_bytes,
-            "largest_shard_bytes": o.largest_shard_bytes,
-            "elapsed_secs": o.elapsed_secs,
-            "read_wait_secs": o.read_wait_secs,
-            "sampler": {
-                "interval_ms": self.interval.as_secs_f64() * 1e3,
-                "samples": self.sampler.0,
-                "mean_sample_micros": self.sampler.1.as_secs_f64() * 1e6,
-                "cost_percent_of_one_core": self.sampler_cost_percent(),
+        JsonWalk {
+            policy: o.policy.as_str(),
+            transform: o.transform.as_str(),
+            checkpoint: &self.trace.checkpoint,
+            device: &self.trace.device,
+            tensors: o.steps_total,
+            steps_done: o.steps_done,
+            cancelled: o.cancelled,
+            error: o.error.as_ref().map(ToString::to_string),
+            peak_mlx_active_bytes: o.peak_mlx_active_bytes,
+            peak_rss_bytes: o.peak_rss_bytes,
+            expected_peak_bytes: o.expected_peak_bytes(),
+            expected: &o.expected,
+            source_bytes: o.source_bytes,
+            largest_shard_bytes: o.largest_shard_bytes,
+            elapsed_secs: o.elapsed_secs,
+            read_wait_secs: o.read_wait_secs,
+            sampler: JsonSampler {
+                interval_ms: self.interval.as_secs_f64() * 1e3,
+                samples: self.sampler.0,
+                mean_sample_micros: self.sampler.1.as_secs_f64() * 1e6,
+                cost_percent_of_one_core: self.sampler_cost_percent(),
             },
-            "findings": self.findings.iter().map(|f| json!({
-                "kind": format!("{:?}", f.kind),
-                "text": f.text,
-                "t_secs": f.t_secs,
-            })).collect::<Vec<_>>(),
-            "fit": fit.lines,
-            "samples": self.trace.samples,
-            "events": self.trace.events,
-        })
+            findings: self
+                .findings
+                .iter()
+                .map(|f| JsonFinding {
+                    kind: format!("{:?}", f.kind),
+                    text: &f.text,
+                    t_secs: f.t_secs,
+                })
+                .collect(),
+            fit: fit.lines,
+            samples: &self.trace.samples,
+            events: &self.trace.events,
+        }
     }
 
     /// The text report.
@@ -401,4 +403,48 @@ pub fn main(args: &WalkArgs) -> u8 {
         return 1;
     }
     0
+}
+
+/// `walk --json`: the CLI contract's keys (docs/profiler.md), with what the
+/// walk measured beside them.
+#[derive(serde::Serialize)]
+pub struct JsonWalk<'a> {
+    policy: &'static str,
+    transform: &'static str,
+    checkpoint: &'a str,
+    device: &'a str,
+    tensors: usize,
+    steps_done: usize,
+    cancelled: bool,
+    error: Option<String>,
+    peak_mlx_active_bytes: u64,
+    peak_rss_bytes: u64,
+    expected_peak_bytes: u64,
+    expected: &'a crate::memory::ExpectedPeaks,
+    source_bytes: u64,
+    largest_shard_bytes: u64,
+    elapsed_secs: f64,
+    read_wait_secs: f64,
+    sampler: JsonSampler,
+    findings: Vec<JsonFinding<'a>>,
+    fit: Vec<String>,
+    samples: &'a [crate::memory::Sample],
+    events: &'a [TraceEvent],
+}
+
+/// The memory sampler's own cost during a walk.
+#[derive(serde::Serialize)]
+struct JsonSampler {
+    interval_ms: f64,
+    samples: u64,
+    mean_sample_micros: f64,
+    cost_percent_of_one_core: f64,
+}
+
+/// A walk finding as `walk --json` gives it.
+#[derive(serde::Serialize)]
+struct JsonFinding<'a> {
+    kind: String,
+    text: &'a str,
+    t_secs: Option<f64>,
 }
