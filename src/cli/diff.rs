@@ -78,31 +78,42 @@ pub fn run(args: &DiffArgs, cancel: &AtomicBool) -> Result<DiffReport, CliError>
 /// The JSON report (`only_in_a`, `only_in_b`, `changed`, `common`,
 /// `by_kind`, `typical_by_mode`, …).
 #[must_use]
-pub fn to_json(args: &DiffArgs, report: &DiffReport) -> serde_json::Value {
-    let mut value = serde_json::to_value(report).unwrap_or_default();
-    if let Some(map) = value.as_object_mut() {
-        map.insert(
-            "a".into(),
-            crate::units::location_data(&args.a.to_string_lossy()).into(),
-        );
-        map.insert(
-            "b".into(),
-            crate::units::location_data(&args.b.to_string_lossy()).into(),
-        );
-        map.insert(
-            "by_kind".into(),
-            serde_json::to_value(report.by_kind()).unwrap_or_default(),
-        );
-        let modes: Vec<serde_json::Value> = report
+pub fn to_json<'a>(args: &DiffArgs, report: &'a DiffReport) -> JsonDiff<'a> {
+    JsonDiff {
+        report,
+        a: crate::units::location_data(&args.a.to_string_lossy()),
+        b: crate::units::location_data(&args.b.to_string_lossy()),
+        by_kind: report.by_kind(),
+        typical_by_mode: report
             .typical_by_mode()
             .into_iter()
-            .map(|(mode, tensors, median)| {
-                serde_json::json!({"b_dtype": mode, "tensors": tensors, "median_rel_error": median})
+            .map(|(b_dtype, tensors, median_rel_error)| JsonMode {
+                b_dtype,
+                tensors,
+                median_rel_error,
             })
-            .collect();
-        map.insert("typical_by_mode".into(), modes.into());
+            .collect(),
     }
-    value
+}
+
+/// `diff --json`: the report's own keys, the two sides (credentials
+/// masked), and the summaries by kind and by B's storage mode.
+#[derive(serde::Serialize)]
+pub struct JsonDiff<'a> {
+    #[serde(flatten)]
+    report: &'a DiffReport,
+    a: String,
+    b: String,
+    by_kind: Vec<crate::weights::KindSummary>,
+    typical_by_mode: Vec<JsonMode>,
+}
+
+/// One of B's storage modes and its typical error.
+#[derive(serde::Serialize)]
+struct JsonMode {
+    b_dtype: String,
+    tensors: usize,
+    median_rel_error: f64,
 }
 
 /// One tensor opened (`--tensor`): its figures on both sides, the error's,
@@ -119,31 +130,85 @@ pub fn run_tensor(args: &DiffArgs, name: &str) -> Result<crate::weights::PairDet
 /// The opened tensor as JSON: `a`, `b` and `error` statistics, and
 /// `groups` (with `worst`) when a side is quantized.
 #[must_use]
-pub fn tensor_json(d: &crate::weights::PairDetail) -> serde_json::Value {
-    let stats = |s: &crate::mlx::Stats| {
-        serde_json::json!({
-            "min": s.min, "max": s.max, "mean": s.mean, "std": s.std, "nan": s.nan, "inf": s.inf,
-        })
+pub fn tensor_json(d: &crate::weights::PairDetail) -> JsonPair<'_> {
+    let stats = |s: &crate::mlx::Stats| JsonStats {
+        min: s.min,
+        max: s.max,
+        mean: s.mean,
+        std: s.std,
+        nan: s.nan,
+        inf: s.inf,
     };
-    serde_json::json!({
-        "name": d.name,
-        "a_dtype": d.a_dtype,
-        "b_dtype": d.b_dtype,
-        "a": stats(&d.a.stats),
-        "b": stats(&d.b.stats),
-        "error": stats(&d.error.stats),
-        "groups": d.groups.as_ref().map(|g| serde_json::json!({
-            "side": g.side,
-            "group_size": g.group_size,
-            "groups": g.groups,
-            "median_rel_error": g.median,
-            "p99_rel_error": g.p99,
-            "max_rel_error": g.max,
-            "worst": g.worst.iter().map(|w| serde_json::json!({
-                "row": w.row, "group": w.group, "rel_error": w.rel_error, "max_abs": w.max_abs,
-            })).collect::<Vec<_>>(),
-        })),
-    })
+    JsonPair {
+        name: &d.name,
+        a_dtype: &d.a_dtype,
+        b_dtype: &d.b_dtype,
+        a: stats(&d.a.stats),
+        b: stats(&d.b.stats),
+        error: stats(&d.error.stats),
+        groups: d.groups.as_ref().map(|g| JsonGroups {
+            side: g.side,
+            group_size: g.group_size,
+            groups: g.groups,
+            median_rel_error: g.median,
+            p99_rel_error: g.p99,
+            max_rel_error: g.max,
+            worst: g
+                .worst
+                .iter()
+                .map(|w| JsonWorst {
+                    row: w.row,
+                    group: w.group,
+                    rel_error: w.rel_error,
+                    max_abs: w.max_abs,
+                })
+                .collect(),
+        }),
+    }
+}
+
+/// `diff A B --tensor NAME --json`.
+#[derive(serde::Serialize)]
+pub struct JsonPair<'a> {
+    name: &'a str,
+    a_dtype: &'a str,
+    b_dtype: &'a str,
+    a: JsonStats,
+    b: JsonStats,
+    error: JsonStats,
+    groups: Option<JsonGroups<'a>>,
+}
+
+/// A side's (or the error's) statistics.
+#[derive(serde::Serialize)]
+struct JsonStats {
+    min: f64,
+    max: f64,
+    mean: f64,
+    std: f64,
+    nan: u64,
+    inf: u64,
+}
+
+/// The error per quantization group.
+#[derive(serde::Serialize)]
+struct JsonGroups<'a> {
+    side: &'a str,
+    group_size: i32,
+    groups: u64,
+    median_rel_error: f64,
+    p99_rel_error: f64,
+    max_rel_error: f64,
+    worst: Vec<JsonWorst>,
+}
+
+/// One of the worst groups.
+#[derive(serde::Serialize)]
+struct JsonWorst {
+    row: i64,
+    group: i64,
+    rel_error: f64,
+    max_abs: f64,
 }
 
 /// The opened tensor as text.
