@@ -57,7 +57,7 @@ struct JsonTensor<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     warm_up_millis: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    quantized: Option<serde_json::Value>,
+    quantized: Option<JsonQuantized<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     decoded: Option<String>,
     histogram: JsonHistogram<'a>,
@@ -248,34 +248,64 @@ fn write_histogram(h: &crate::mlx::Histogram, finite: u64, out: &mut impl Write)
 /// The `quantized` object of a decoded weight: {`mode`, `bits`,
 /// `group_size`, `shape`} for MLX quantization, {`mode`: "fp8", `format`,
 /// `block`, `shape`} for FP8 (`shape` is the logical shape).
-fn quantized_json(decoding: &Decoding) -> Option<serde_json::Value> {
+fn quantized_json(decoding: &Decoding) -> Option<JsonQuantized<'_>> {
     match decoding {
-        Decoding::Quantized { params, shape } => Some(serde_json::json!({
-            "mode": params.mode.name(),
-            "bits": params.bits,
-            "group_size": params.group_size,
-            "shape": shape,
-        })),
+        Decoding::Quantized { params, shape } => Some(JsonQuantized::Packed {
+            mode: params.mode.name(),
+            bits: params.bits,
+            group_size: params.group_size,
+            shape,
+        }),
         Decoding::Fp8 {
             format,
             block,
             block_inferred,
             shape,
-        } => Some(serde_json::json!({
-            "mode": "fp8",
-            "format": format.name(),
-            "block": block,
-            "block_inferred": block_inferred,
-            "shape": shape,
-        })),
-        Decoding::Ggml { kind, shape } => Some(serde_json::json!({
-            "mode": "ggml",
-            "type": kind.name,
-            "bits_per_weight": kind.bits_per_value(),
-            "shape": shape,
-        })),
+        } => Some(JsonQuantized::Fp8 {
+            mode: "fp8",
+            format: format.name(),
+            block: *block,
+            block_inferred: *block_inferred,
+            shape,
+        }),
+        Decoding::Ggml { kind, shape } => Some(JsonQuantized::Ggml {
+            mode: "ggml",
+            kind: kind.name,
+            bits_per_weight: kind.bits_per_value(),
+            shape,
+        }),
         Decoding::Scales { .. } => None,
     }
+}
+
+/// `tensor --json`'s `quantized`: how the stored values were decoded, and
+/// the logical shape.
+#[derive(serde::Serialize)]
+#[serde(untagged)]
+enum JsonQuantized<'a> {
+    /// An MLX quantization mode (affine, mxfp4, mxfp8, nvfp4).
+    Packed {
+        mode: &'static str,
+        bits: u64,
+        group_size: u64,
+        shape: &'a [u64],
+    },
+    /// FP8 codes, with their scale blocks.
+    Fp8 {
+        mode: &'static str,
+        format: &'static str,
+        block: Option<[u64; 2]>,
+        block_inferred: bool,
+        shape: &'a [u64],
+    },
+    /// A ggml block type (GGUF).
+    Ggml {
+        mode: &'static str,
+        #[serde(rename = "type")]
+        kind: &'static str,
+        bits_per_weight: f64,
+        shape: &'a [u64],
+    },
 }
 
 /// What `weightscope tensor` was asked for.
