@@ -295,7 +295,7 @@ struct FileFacts<'a> {
     alignment: u64,
     data_start: u64,
     metadata: serde_json::Map<String, serde_json::Value>,
-    by_type: Vec<serde_json::Value>,
+    by_type: Vec<ByType>,
     mlx_refused_by: Option<&'a str>,
 }
 
@@ -338,6 +338,20 @@ fn meta_json(value: &MetaValue) -> serde_json::Value {
             "element": element, "len": len, "first": first.iter().map(meta_json).collect::<Vec<_>>(),
         }),
     }
+}
+
+/// One ggml type of the file: its tensors, values and bytes, and what
+/// MLX's loader does with it.
+#[derive(serde::Serialize)]
+struct ByType {
+    #[serde(rename = "type")]
+    kind: String,
+    type_id: u32,
+    tensors: usize,
+    parameters: u64,
+    bytes: u64,
+    bits_per_weight: f64,
+    mlx_load: &'static str,
 }
 
 /// Where a GGUF file was read: shown as the user named it, the file's own
@@ -393,16 +407,14 @@ fn to_json<'a>(place: &Place<'a>, file: &'a str, header: &'a GgufHeader) -> Repo
                 .collect(),
             by_type: rows
                 .iter()
-                .map(|r| {
-                    serde_json::json!({
-                        "type": type_name(r),
-                        "type_id": r.type_id,
-                        "tensors": r.tensors,
-                        "parameters": r.values,
-                        "bytes": r.bytes,
-                        "bits_per_weight": bits(r.bytes, r.values),
-                        "mlx_load": mlx_of(r).map_or("unknown", MlxLoad::key),
-                    })
+                .map(|r| ByType {
+                    kind: type_name(r),
+                    type_id: r.type_id,
+                    tensors: r.tensors,
+                    parameters: r.values,
+                    bytes: r.bytes,
+                    bits_per_weight: bits(r.bytes, r.values),
+                    mlx_load: mlx_of(r).map_or("unknown", MlxLoad::key),
                 })
                 .collect(),
             mlx_refused_by: header.refused_by().map(|t| t.name.as_str()),

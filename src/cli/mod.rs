@@ -275,6 +275,18 @@ pub fn completions(
     out.write_all(&script)
 }
 
+/// `device --json`.
+#[derive(serde::Serialize)]
+struct JsonDevice {
+    description: String,
+    device: String,
+    gpu_available: bool,
+    mlx_active_bytes: u64,
+    mlx_cache_bytes: u64,
+    mlx_peak_bytes: u64,
+    mlx_memory_limit_bytes: u64,
+}
+
 /// `weightscope device`: runs it and returns the exit status.
 fn device(json: bool) -> u8 {
     let report =
@@ -282,15 +294,15 @@ fn device(json: bool) -> u8 {
     match report {
         Ok((device, memory)) => {
             let text = if json {
-                let doc = serde_json::json!({
-                    "description": device.describe(),
-                    "device": device.name(),
-                    "gpu_available": device.gpu_available,
-                    "mlx_active_bytes": memory.active_bytes,
-                    "mlx_cache_bytes": memory.cache_bytes,
-                    "mlx_peak_bytes": memory.peak_bytes,
-                    "mlx_memory_limit_bytes": memory.limit_bytes,
-                });
+                let doc = JsonDevice {
+                    description: device.describe(),
+                    device: device.name(),
+                    gpu_available: device.gpu_available,
+                    mlx_active_bytes: memory.active_bytes,
+                    mlx_cache_bytes: memory.cache_bytes,
+                    mlx_peak_bytes: memory.peak_bytes,
+                    mlx_memory_limit_bytes: memory.limit_bytes,
+                };
                 format!(
                     "{}\n",
                     serde_json::to_string_pretty(&doc).unwrap_or_default()
