@@ -178,9 +178,7 @@ impl CommitCache {
 /// A file name made of `text`: letters, digits, `-`, `_` and `.` kept,
 /// anything else (a slash) as `%XX`; never `.` or `..`.
 fn safe_name(text: &str) -> String {
-    super::percent_encode(text, |at, b| {
-        b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_') || (b == b'.' && at > 0)
-    })
+    super::entry_name(text)
 }
 
 /// Keeps the Hub's answer about the repo `repo_key` names at `revision`

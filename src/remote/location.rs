@@ -141,26 +141,9 @@ fn is_file_name(path: &str) -> bool {
 
 /// `%XX` escapes decoded (revisions such as `refs%2Fpr%2F1`).
 fn percent_decode(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = |b: u8| char::from(b).to_digit(16);
-        if bytes[i] == b'%'
-            && let (Some(Some(hi)), Some(Some(lo))) = (
-                bytes.get(i + 1).map(|&b| hex(b)),
-                bytes.get(i + 2).map(|&b| hex(b)),
-            )
-        {
-            // Two hex digits make one byte.
-            out.push(u8::try_from(hi * 16 + lo).unwrap_or(b'?'));
-            i += 3;
-            continue;
-        }
-        out.push(bytes[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    percent_encoding::percent_decode_str(text)
+        .decode_utf8_lossy()
+        .into_owned()
 }
 
 /// Segments of a path with the empty ones (doubled or edge slashes) left out.

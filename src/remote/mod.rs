@@ -181,26 +181,34 @@ pub fn in_folder(folder: &str, name: &str) -> String {
     }
 }
 
+/// Bytes a URL's path segment keeps: RFC 3986's unreserved characters.
+const SEGMENT: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'~');
+
 /// `text` with everything but unreserved characters as `%XX` (one path
 /// segment of a URL).
 fn encode_segment(text: &str) -> String {
-    percent_encode(text, |_, b| {
-        b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~')
-    })
+    percent_encoding::utf8_percent_encode(text, SEGMENT).to_string()
 }
 
-/// `text` with each byte that `keep(position, byte)` refuses as `%XX`.
-fn percent_encode(text: &str, keep: impl Fn(usize, u8) -> bool) -> String {
-    use std::fmt::Write as _;
-    let mut out = String::with_capacity(text.len());
-    for (at, b) in text.bytes().enumerate() {
-        if keep(at, b) {
-            out.push(char::from(b));
-        } else {
-            let _ = write!(out, "%{b:02X}");
-        }
+/// Bytes a cache entry's name keeps (a leading `.` is escaped apart).
+const ENTRY_NAME: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.');
+
+/// `text` as one file name of the cache: letters, digits, `-`, `_` and
+/// `.` kept, every other byte as `%XX`, and a leading `.` too (no hidden
+/// names, no `.` or `..`).
+fn entry_name(text: &str) -> String {
+    let encoded = percent_encoding::utf8_percent_encode(text, ENTRY_NAME).to_string();
+    match encoded.strip_prefix('.') {
+        Some(rest) => format!("%2E{rest}"),
+        None => encoded,
     }
-    out
 }
 
 /// A repo path with each segment encoded.
