@@ -14,6 +14,7 @@ use crate::units::human_bytes;
 use crate::weights::{DiffReport, MlxLoader, ViewChoice, Weights, snr_text};
 
 use super::CliError;
+use super::tensor::JsonStats;
 
 /// What `weightscope diff` was asked for.
 #[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
@@ -131,14 +132,7 @@ pub fn run_tensor(args: &DiffArgs, name: &str) -> Result<crate::weights::PairDet
 /// `groups` (with `worst`) when a side is quantized.
 #[must_use]
 pub fn tensor_json(d: &crate::weights::PairDetail) -> JsonPair<'_> {
-    let stats = |s: &crate::mlx::Stats| JsonStats {
-        min: s.min,
-        max: s.max,
-        mean: s.mean,
-        std: s.std,
-        nan: s.nan,
-        inf: s.inf,
-    };
+    let stats = JsonStats::from;
     JsonPair {
         name: &d.name,
         a_dtype: &d.a_dtype,
@@ -167,7 +161,7 @@ pub fn tensor_json(d: &crate::weights::PairDetail) -> JsonPair<'_> {
     }
 }
 
-/// `diff A B --tensor NAME --json`.
+/// `diff A B --tensor NAME --json`: each side's statistics and the error's.
 #[derive(serde::Serialize)]
 pub struct JsonPair<'a> {
     name: &'a str,
@@ -177,17 +171,6 @@ pub struct JsonPair<'a> {
     b: JsonStats,
     error: JsonStats,
     groups: Option<JsonGroups<'a>>,
-}
-
-/// A side's (or the error's) statistics.
-#[derive(serde::Serialize)]
-struct JsonStats {
-    min: f64,
-    max: f64,
-    mean: f64,
-    std: f64,
-    nan: u64,
-    inf: u64,
 }
 
 /// The error per quantization group.

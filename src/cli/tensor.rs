@@ -7,14 +7,28 @@ use serde::Serialize;
 use crate::units::{Shown, grouped, human_bytes};
 use crate::weights::{Decoding, TensorPreview};
 
+/// Statistics as `tensor --json` and `diff --tensor --json` give them.
 #[derive(Serialize)]
-struct JsonStats {
+pub(super) struct JsonStats {
     min: f64,
     max: f64,
     mean: f64,
     std: f64,
     nan: u64,
     inf: u64,
+}
+
+impl From<&crate::mlx::Stats> for JsonStats {
+    fn from(s: &crate::mlx::Stats) -> Self {
+        Self {
+            min: s.min,
+            max: s.max,
+            mean: s.mean,
+            std: s.std,
+            nan: s.nan,
+            inf: s.inf,
+        }
+    }
 }
 
 #[derive(Serialize)]
@@ -97,14 +111,7 @@ pub fn write_json(
         device: &preview.device,
         // A tensor with no finite value has NaN statistics: serde_json writes
         // them as `null`, which is what JSON readers expect.
-        stats: JsonStats {
-            min: s.min,
-            max: s.max,
-            mean: s.mean,
-            std: s.std,
-            nan: s.nan,
-            inf: s.inf,
-        },
+        stats: JsonStats::from(s),
         first: &preview.values.first,
         millis: preview.materialize_millis,
         stats_millis: preview.summary_millis,
