@@ -13,7 +13,7 @@ use crate::profile::{Sampler, Timeline};
 use crate::weights::{DiffReport, ViewInfo};
 use crate::worker::{EventKind, WorkerGone};
 
-use super::jobs::RecorderEvent;
+use super::background::RecorderEvent;
 use super::{Tab, WeightscopeApp};
 
 impl WeightscopeApp {

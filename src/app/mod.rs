@@ -7,6 +7,7 @@
 //! frame; each panel is a module of its own.
 
 mod axes;
+mod background;
 mod check;
 pub mod commands;
 mod diff;
@@ -14,7 +15,6 @@ mod diff;
 mod hooks;
 mod inspector;
 mod job_view;
-mod jobs;
 mod keymap;
 mod memory_strip;
 mod palette;

@@ -52,9 +52,12 @@ pub struct Shell {
 impl Shell {
     fn perform(&self, action: Dialog, ctx: &egui::Context) {
         let ctx = ctx.clone();
-        let wake: super::jobs::Wake = std::sync::Arc::new(move || ctx.request_repaint());
-        let started =
-            super::jobs::spawn_into("file-dialog", self.picked_tx.clone(), wake, move |send| {
+        let wake: super::background::Wake = std::sync::Arc::new(move || ctx.request_repaint());
+        let started = super::background::spawn_into(
+            "file-dialog",
+            self.picked_tx.clone(),
+            wake,
+            move |send| {
                 let dialog = rfd::FileDialog::new();
                 let picked = match action {
                     Dialog::PickFolder => dialog
@@ -84,7 +87,8 @@ impl Shell {
                         .pick_files(),
                 };
                 send((action, picked.unwrap_or_default()));
-            });
+            },
+        );
         if started.is_err() {
             let _ = self.picked_tx.send((action, Vec::new()));
         }

@@ -1,7 +1,7 @@
 //! The app's state (`WeightscopeApp`): the panels, the worker, the
 //! recorder, and each frame: events drained, commands run, panels drawn.
 
-use super::{commands, jobs, palette, settings, widgets};
+use super::{background, commands, palette, settings, widgets};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -52,7 +52,7 @@ pub enum Tab {
     Check,
 }
 
-use super::jobs::RecorderEvent;
+use super::background::RecorderEvent;
 
 /// The recorder thread of a recording in progress.
 pub(super) struct RecorderHandle {
@@ -403,10 +403,10 @@ impl WeightscopeApp {
     pub(super) fn load_traces(&mut self, mut paths: Vec<PathBuf>) {
         if paths.len() == 1 {
             let path = paths.swap_remove(0);
-            let loading = jobs::load_trace(path.clone(), Arc::clone(&self.wake));
+            let loading = background::load_trace(path.clone(), Arc::clone(&self.wake));
             self.profiler.load_trace(&path, loading);
         } else {
-            let loading = jobs::load_traces(paths.clone(), Arc::clone(&self.wake));
+            let loading = background::load_traces(paths.clone(), Arc::clone(&self.wake));
             self.profiler.load_traces(&paths, loading);
         }
     }
@@ -1006,7 +1006,7 @@ impl WeightscopeApp {
             checkpoint,
             ..RecordOptions::default()
         };
-        let spawned = jobs::record(
+        let spawned = background::record(
             target,
             options,
             control.clone(),

@@ -26,7 +26,7 @@ pub use mlx_rs::{Array, Dtype};
 pub use quant::{ByteFloat, decode_bytes, dequantize, mlx_from_fp8, quantize_mode, scale_blocks};
 pub use shard::{ReadBytes, ReadError, Rearrange, ShardMap, Stored};
 pub use stats::{
-    Heatmap, Histogram, RowBands, Stats, ValueSummary, summarize, summarize_bands,
+    Heatmap, Histogram, RowBands, Stats, ValueStats, summarize, summarize_bands,
     summary_scratch_bytes, use_summary_kernel, warm_up_summaries, warm_up_summaries_in_background,
 };
 pub use transform::{

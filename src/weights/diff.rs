@@ -633,11 +633,11 @@ pub struct PairDetail {
     /// B's.
     pub b_dtype: String,
     /// A's values.
-    pub a: mlx::ValueSummary,
+    pub a: mlx::ValueStats,
     /// B's values.
-    pub b: mlx::ValueSummary,
+    pub b: mlx::ValueStats,
     /// `|a - b|`.
-    pub error: mlx::ValueSummary,
+    pub error: mlx::ValueStats,
     /// The error of each quantization group (B's groups, else A's), when a
     /// side is quantized along its rows.
     pub groups: Option<GroupErrors>,

@@ -4,7 +4,7 @@
 use std::time::Instant;
 
 use crate::checkpoint::Dtype;
-use crate::mlx::{self, ValueSummary};
+use crate::mlx::{self, ValueStats};
 
 use super::{Decoding, ShardLoader, Weights, WeightsError};
 use crate::checkpoint::{Encoding, Fp8Tensor};
@@ -57,11 +57,11 @@ pub struct TensorPreview {
     /// dequantized, FP8 decoded (and block-scaled), fp-mode scales decoded.
     pub decoding: Option<Decoding>,
     /// Statistics, histogram, first values, heatmap.
-    pub values: ValueSummary,
+    pub values: ValueStats,
     /// The view's fix-ups that changed this value (empty: none).
     pub fixups: Vec<String>,
     /// The stored value's summary before the fix-ups, when there were any.
-    pub before_fixup: Option<ValueSummary>,
+    pub before_fixup: Option<ValueStats>,
     /// For an MLX-quantized weight: heatmaps of its per-group scales and biases.
     pub quant_maps: Option<QuantMaps>,
 }
@@ -166,7 +166,7 @@ const WHOLE_DECODE_BYTES: u64 = 1 << 30;
 
 /// A tensor's values decoded and summarized, and when the summary began.
 struct Decoded {
-    summary: ValueSummary,
+    summary: ValueStats,
     value_shape: Vec<i32>,
     decoding: Option<Decoding>,
     quant_maps: Option<QuantMaps>,

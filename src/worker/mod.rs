@@ -7,11 +7,11 @@
 //! egui. It sits above `profile` because it also runs walks, streaming their
 //! progress as events and stopping between tensors when asked.
 //!
-//! `protocol.rs` holds what crosses the thread (requests, events, job
-//! errors); `jobs.rs` the thread's loop and each request's handler; this
+//! `protocol.rs` holds what crosses the thread (requests, events, request
+//! errors); `handlers.rs` the thread's loop and each request's handler; this
 //! file the handle that starts, feeds and stops it.
 
-mod jobs;
+mod handlers;
 mod protocol;
 
 pub use protocol::{Event, EventKind, OpenedFacts, Request, RequestError, RequestKind};
@@ -112,7 +112,7 @@ impl Worker {
         let thread = std::thread::Builder::new()
             .name("mlx-worker".into())
             .spawn(move || {
-                jobs::run(
+                handlers::run(
                     &command_rx,
                     &event_tx,
                     &wake,

@@ -293,7 +293,7 @@ fn panels_never_reach_into_the_app() {
         "shell.rs",
         "hooks.rs",
         "commands.rs",
-        "jobs.rs",
+        "background.rs",
     ];
     let panels: Vec<_> = files
         .iter()

@@ -11,7 +11,7 @@ use super::grid::Grid;
 use super::kernel::Backend;
 use super::moments::{PartStats, centre_of};
 use super::{
-    BinsOn, CENTRE_SAMPLE, Heatmap, Histogram, MlxError, Plan, RowBands, ValueSummary, combine,
+    BinsOn, CENTRE_SAMPLE, Heatmap, Histogram, MlxError, Plan, RowBands, ValueStats, combine,
     evaluate, evaluate_all, kernel, op,
 };
 
@@ -47,7 +47,7 @@ pub(super) fn fused_affine(
     bins: usize,
     heatmap_limit: usize,
     plan: Plan,
-) -> Option<Result<ValueSummary, MlxError>> {
+) -> Option<Result<ValueStats, MlxError>> {
     let words = bands.affine_words()?;
     let wanted = fused_wanted();
     let grid = Grid::new(bands.shape(), heatmap_limit)?;
@@ -75,7 +75,7 @@ fn fused_affine_summary(
     grid: Grid,
     first_count: usize,
     bins: usize,
-) -> Result<ValueSummary, MlxError> {
+) -> Result<ValueStats, MlxError> {
     // The first values and the centre from the first rows, dequantized by
     // MLX (a band of about CENTRE_SAMPLE values).
     let cols = bands.cols().max(1);
@@ -101,7 +101,7 @@ fn fused_affine_summary(
         grid.heatmaps(&floats[out_rows * 6..], &counts[out_rows * 2..]);
     let histogram = bins.finish(&mut Phases::new())?;
     hand_back([float_out, count_out]);
-    Ok(ValueSummary {
+    Ok(ValueStats {
         histogram,
         stats,
         first,
@@ -122,7 +122,7 @@ pub(super) fn fused_dense(
     bins: usize,
     heatmap_limit: usize,
     plan: Plan,
-) -> Option<Result<ValueSummary, MlxError>> {
+) -> Option<Result<ValueStats, MlxError>> {
     let grid = Grid::new(shape, heatmap_limit);
     let (rows, cols) = match grid {
         Some(g) => (g.rows, g.cols),
@@ -168,7 +168,7 @@ fn fused_dense_summary(
     first_count: usize,
     bins: usize,
     direct: bool,
-) -> Result<ValueSummary, MlxError> {
+) -> Result<ValueStats, MlxError> {
     let mut phases = Phases::new();
     // A tensor just loaded is in pages the host wrote: moved over in bulk
     // first, not faulted over by the kernel.
@@ -251,7 +251,7 @@ fn fused_dense_summary(
     let histogram = pending.finish(&mut phases)?;
     hand_back([float_out, count_out]);
     phases.say(&format!("{layout:?}"));
-    Ok(ValueSummary {
+    Ok(ValueStats {
         stats,
         histogram,
         first,
@@ -341,7 +341,7 @@ fn twin_agrees(backend: Backend) -> bool {
 /// values: the same histogram bin for bin, extremes, counts and first
 /// values; mean and std within 1e-6 of the spread (the chunked path sums
 /// `f32` blocks); heatmaps of the same grid, cells within 1e-5.
-fn summaries_agree(fused: &ValueSummary, reference: &ValueSummary) -> bool {
+fn summaries_agree(fused: &ValueStats, reference: &ValueStats) -> bool {
     let (a, b) = (&fused.stats, &reference.stats);
     let close = |x: f64, y: f64| (x - y).abs() <= 1e-6 * b.std.max(f64::MIN_POSITIVE);
     let cells_agree = |x: &Option<Heatmap>, y: &Option<Heatmap>| match (x, y) {
@@ -419,7 +419,7 @@ fn direct_dense_summary(
     first_count: usize,
     bins: usize,
     phases: &mut Phases,
-) -> Option<Result<ValueSummary, MlxError>> {
+) -> Option<Result<ValueStats, MlxError>> {
     let x = device_address(values.flat)?;
     let item = values.flat.item_size();
     let centre = values.centre_job(DEVICE_CENTRE_SAMPLE).ok()?;
@@ -463,7 +463,7 @@ fn direct_dense_summary(
         let histogram = histogram_of(count, (stats.min, stats.max), run.slots().map_err(failed)?);
         phases.mark("bins");
         phases.say(&format!("{layout:?}, launched directly"));
-        Ok(ValueSummary {
+        Ok(ValueStats {
             stats,
             histogram,
             first,

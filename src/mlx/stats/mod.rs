@@ -70,7 +70,7 @@ pub struct Heatmap {
 
 /// Everything a preview shows about an array's values.
 #[derive(Debug, Clone, PartialEq, Default)]
-pub struct ValueSummary {
+pub struct ValueStats {
     /// Statistics.
     pub stats: Stats,
     /// Histogram of finite values.
@@ -85,7 +85,7 @@ pub struct ValueSummary {
     pub heatmap_max_abs: Option<Heatmap>,
 }
 
-impl ValueSummary {
+impl ValueStats {
     /// The summary of a tensor with no elements.
     fn empty() -> Self {
         Self {
@@ -383,10 +383,10 @@ pub fn summarize(
     first_count: usize,
     bins: usize,
     heatmap_limit: usize,
-) -> Result<ValueSummary, MlxError> {
+) -> Result<ValueStats, MlxError> {
     // An empty tensor (a zero in its shape) is legal: nothing to reduce.
     if array.size() == 0 {
-        return Ok(ValueSummary::empty());
+        return Ok(ValueStats::empty());
     }
     let flat = op("flatten", array.reshape(&[-1]))?;
     evaluate(&flat)?;
@@ -452,9 +452,9 @@ pub fn summarize_bands(
     first_count: usize,
     bins: usize,
     heatmap_limit: usize,
-) -> Result<ValueSummary, MlxError> {
+) -> Result<ValueStats, MlxError> {
     if bands.rows() <= 0 || bands.cols() <= 0 {
-        return Ok(ValueSummary::empty());
+        return Ok(ValueStats::empty());
     }
     let plan = Plan::for_default_device();
     if let Some(done) = fused_affine(bands, first_count, bins, heatmap_limit, plan) {
@@ -474,7 +474,7 @@ fn summarize_input(
     bins: usize,
     heatmap_limit: usize,
     plan: Plan,
-) -> Result<ValueSummary, MlxError> {
+) -> Result<ValueStats, MlxError> {
     let n = input.len();
     let grid = Grid::new(input.shape(), heatmap_limit);
     let mut granule = lcm(input.granule(), grid.map_or(1, Grid::granule));
@@ -484,7 +484,7 @@ fn summarize_input(
     }
     let parts = parts(n, granule, plan.chunk)?;
     let Some(&first_part) = parts.first() else {
-        return Ok(ValueSummary::empty());
+        return Ok(ValueStats::empty());
     };
     let head = input.values(first_part)?;
     // The centre as the device subtracts it, in f32.
@@ -553,7 +553,7 @@ fn summarize_input(
         result => result?,
     };
     let (heatmap, heatmap_max_abs) = grid.map(|g| g.finish(&heat_sums)).unzip();
-    Ok(ValueSummary {
+    Ok(ValueStats {
         stats,
         histogram,
         first,
