@@ -173,9 +173,10 @@ static KERNEL_WANTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicB
 /// Lets summaries on CUDA use our kernels (the fused dense and affine
 /// summaries, the histogram). Preparing them costs tens of milliseconds
 /// (compiled or read from their cache, `mlx::cuda`; docs/gpu.md), and they
-/// then make a summary several times faster. Worth it for the window (which prepares them at start-up, off
-/// the UI thread) and for `tensor --repeat` or `--warm-up`; a one-shot
-/// command uses MLX's own ops. Off by default.
+/// then make a summary several times faster. Worth it for the window
+/// (which prepares them at start-up, off the UI thread) and for `tensor
+/// --repeat` or `--warm-up`; a one-shot command uses MLX's own ops. Off by
+/// default.
 pub fn use_summary_kernel(on: bool) {
     KERNEL_WANTED.store(on, std::sync::atomic::Ordering::Relaxed);
 }
