@@ -175,10 +175,21 @@ impl CommitCache {
     }
 }
 
+/// Bytes a cache entry's name keeps (a leading `.` is escaped apart).
+const NAME_KEEPS: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.');
+
 /// A file name made of `text`: letters, digits, `-`, `_` and `.` kept,
-/// anything else (a slash) as `%XX`; never `.` or `..`.
+/// anything else (a slash) as `%XX`, and a leading `.` too: never a hidden
+/// name, `.` or `..`.
 fn safe_name(text: &str) -> String {
-    super::entry_name(text)
+    let encoded = percent_encoding::utf8_percent_encode(text, NAME_KEEPS).to_string();
+    match encoded.strip_prefix('.') {
+        Some(rest) => format!("%2E{rest}"),
+        None => encoded,
+    }
 }
 
 /// Keeps the Hub's answer about the repo `repo_key` names at `revision`

@@ -194,23 +194,6 @@ fn encode_segment(text: &str) -> String {
     percent_encoding::utf8_percent_encode(text, SEGMENT).to_string()
 }
 
-/// Bytes a cache entry's name keeps (a leading `.` is escaped apart).
-const ENTRY_NAME: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
-    .remove(b'-')
-    .remove(b'_')
-    .remove(b'.');
-
-/// `text` as one file name of the cache: letters, digits, `-`, `_` and
-/// `.` kept, every other byte as `%XX`, and a leading `.` too (no hidden
-/// names, no `.` or `..`).
-fn entry_name(text: &str) -> String {
-    let encoded = percent_encoding::utf8_percent_encode(text, ENTRY_NAME).to_string();
-    match encoded.strip_prefix('.') {
-        Some(rest) => format!("%2E{rest}"),
-        None => encoded,
-    }
-}
-
 /// A repo path with each segment encoded.
 fn encode_path(path: &str) -> String {
     path.split('/')

@@ -3,7 +3,6 @@
 //! censuses themselves are `trace::census`.
 
 use crate::profile::trace::census::Census;
-pub use crate::profile::trace::census::at_peak;
 use crate::units::human_bytes;
 
 /// One root's bytes at the peak in two recordings (by name and kind).
@@ -133,7 +132,7 @@ pub fn sentence(walk: &Census, allocated: Option<&str>, peak_bytes: Option<u64>)
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::profile::trace::census::HeldRoot;
+    use crate::profile::trace::census::{HeldRoot, at_peak};
 
     fn root(name: &str, kind: &str, bytes: u64) -> HeldRoot {
         HeldRoot {

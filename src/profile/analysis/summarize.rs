@@ -8,9 +8,9 @@ use std::path::{Path, PathBuf};
 
 use super::job_findings::record_findings;
 use super::recording::{CheckpointFacts, JobExit, Ledger, OpenFile, RankPeak, Recording};
-use super::{held, stacks};
+use super::stacks;
 use crate::memory::{MarkKind, Sample};
-use crate::profile::trace::census::Census;
+use crate::profile::trace::census::{self, Census};
 use crate::profile::trace::job_end::{JobEnd, ProbeReport};
 use crate::profile::trace::stacks::TraceStacks;
 use crate::profile::trace::{JobInfo, Trace, resident_at};
@@ -250,7 +250,7 @@ impl Recording {
 /// The walk named for the peak, and the last walk.
 fn held_walks(stacks: Option<&TraceStacks>) -> (Option<Census>, Option<Census>) {
     stacks.map_or((None, None), |st| {
-        (held::at_peak(&st.held).cloned(), st.held.last().cloned())
+        (census::at_peak(&st.held).cloned(), st.held.last().cloned())
     })
 }
 
@@ -332,7 +332,7 @@ fn rank_peaks(stacks: Option<&TraceStacks>, analysis: &stacks::Analysis) -> Vec<
                 pid,
                 peak_mlx_active_bytes: peak,
                 peak_stack: stack,
-                held_by: held::at_peak(stacks.held.iter().filter(|w| w.pid == pid))
+                held_by: census::at_peak(stacks.held.iter().filter(|w| w.pid == pid))
                     .map(|w| w.roots.clone())
                     .unwrap_or_default(),
             }
