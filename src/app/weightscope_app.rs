@@ -11,7 +11,7 @@ use crate::mlx::{DeviceInfo, MemoryStats};
 use crate::profile::capture::{RecordControl, RecordError, RecordOptions, Target};
 use crate::profile::{DEFAULT_INTERVAL, Sampler, Timeline};
 use crate::weights::{BUILTIN_VIEWS, OpenStep, ViewChoice, ViewInfo};
-use crate::worker::{CancelToken, Event, EventKind, OpenedFacts, Request, Worker};
+use crate::worker::{Event, EventKind, OpenedFacts, Request, Worker};
 
 use super::check::CheckPanel;
 use super::commands::{AppCommand, CommandSender};
@@ -270,28 +270,25 @@ impl WeightscopeApp {
             AppCommand::SetPreviewBudget(bytes) => self.set_preview_budget(bytes),
             AppCommand::PinPreview(name, pinned) => self.send(Request::PinPreview(name, pinned)),
             AppCommand::Walk { policy, transform } => {
-                let cancel = CancelToken::new();
-                let command = Request::Walk {
+                let started = self.worker.try_start(|cancel| Request::Walk {
                     policy,
                     transform,
-                    cancel: cancel.clone(),
-                };
-                match self.worker.try_send(command) {
-                    Ok(()) => self.with_profiler(|profiler, inputs| {
+                    cancel,
+                });
+                match started {
+                    Ok(cancel) => self.with_profiler(|profiler, inputs| {
                         profiler.walk_started((policy, transform), cancel, inputs);
                     }),
                     Err(err) => self.profiler.walk_failed(&err.to_string()),
                 }
             }
             AppCommand::Diff { other, view } => {
-                let cancel = CancelToken::new();
-                let command = Request::Diff {
+                match self.worker.try_start(|cancel| Request::Diff {
                     other,
                     view,
-                    cancel: cancel.clone(),
-                };
-                match self.worker.try_send(command) {
-                    Ok(()) => self.diff.started(cancel),
+                    cancel,
+                }) {
+                    Ok(cancel) => self.diff.started(cancel),
                     Err(err) => self.diff.finished(Err(err.into())),
                 }
             }
@@ -309,11 +306,13 @@ impl WeightscopeApp {
                 }
             }
             AppCommand::ScanValues => {
-                let cancel = CancelToken::new();
-                self.send(Request::ScanValues {
-                    cancel: cancel.clone(),
-                });
-                self.check.scan_started(cancel);
+                match self
+                    .worker
+                    .try_start(|cancel| Request::ScanValues { cancel })
+                {
+                    Ok(cancel) => self.check.scan_started(cancel),
+                    Err(err) => self.check.finished(Err(err.into())),
+                }
             }
             AppCommand::Record(target, checkpoint) => self.start_recording(target, checkpoint),
             AppCommand::StopRecording => {

@@ -25,6 +25,14 @@ pub(crate) fn job_progress(
     )));
 }
 
+/// A grid's header row: each title in bold, then the row ends.
+pub(crate) fn header_row(ui: &mut egui::Ui, titles: &[&str]) {
+    for title in titles {
+        ui.strong(*title);
+    }
+    ui.end_row();
+}
+
 /// A legend as one wrapped line of coloured names, for plots too short to
 /// hold one inside.
 pub(crate) fn legend_row(ui: &mut egui::Ui, items: &[(&str, egui::Color32)]) {

@@ -805,6 +805,17 @@ impl GgufHeader {
         self.metadata.iter().find(|(k, _)| k == key).map(|(_, v)| v)
     }
 
+    /// The tensors' logical values and stored bytes, all added.
+    #[must_use]
+    pub fn totals(&self) -> (u64, u64) {
+        self.tensors.iter().fold((0, 0), |(values, bytes), t| {
+            (
+                values.saturating_add(t.values()),
+                bytes.saturating_add(t.bytes),
+            )
+        })
+    }
+
     /// What `mx.load` does with the whole file: the first tensor that makes
     /// it refuse the file, if any.
     #[must_use]

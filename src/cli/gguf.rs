@@ -117,12 +117,7 @@ fn bits(bytes: u64, values: u64) -> f64 {
 /// # Errors
 /// When `out` fails.
 pub fn write_text(path: &Path, header: &GgufHeader, out: &mut impl Write) -> std::io::Result<()> {
-    let values: u64 = header
-        .tensors
-        .iter()
-        .map(crate::checkpoint::gguf::GgufTensor::values)
-        .sum();
-    let bytes: u64 = header.tensors.iter().map(|t| t.bytes).sum();
+    let (values, bytes) = header.totals();
     writeln!(out, "{}", Shown::new(&path.display().to_string()))?;
     writeln!(
         out,
@@ -367,12 +362,7 @@ pub struct Place<'a> {
 
 fn to_json<'a>(place: &Place<'a>, file: &'a str, header: &'a GgufHeader) -> Report<'a> {
     let rows = by_type(header);
-    let values: u64 = header
-        .tensors
-        .iter()
-        .map(crate::checkpoint::gguf::GgufTensor::values)
-        .sum();
-    let bytes: u64 = header.tensors.iter().map(|t| t.bytes).sum();
+    let (values, bytes) = header.totals();
     let model_type = header.metadata.iter().find_map(|(k, v)| match v {
         MetaValue::Str(s) if k == "general.architecture" => Some(s.as_str()),
         _ => None,

@@ -166,6 +166,20 @@ impl Worker {
         })
     }
 
+    /// Queues the long job `request` makes with a fresh cancel token, and
+    /// returns the token for the panel that shows the job.
+    ///
+    /// # Errors
+    /// As [`Self::try_send`].
+    pub fn try_start(
+        &self,
+        request: impl FnOnce(CancelToken) -> Request,
+    ) -> Result<CancelToken, SendError> {
+        let cancel = CancelToken::new();
+        self.try_send(request(cancel.clone()))?;
+        Ok(cancel)
+    }
+
     /// The next event, if one is waiting.
     #[must_use]
     pub fn try_recv(&self) -> Option<Event> {

@@ -839,18 +839,9 @@ mod tests {
 
     fn ended(target: &str) -> Trace {
         let mut trace = Trace::new("job");
-        trace.events.push(TraceEvent {
-            t_secs: 1.5,
-            kind: MarkKind::JobEnd,
-            target: target.into(),
-            bytes: 0,
-            detail: String::new(),
-            rss_bytes: 0,
-            mlx_active_bytes: 0,
-            mlx_cache_bytes: 0,
-            shard: None,
-            shard_resident_bytes: None,
-        });
+        trace
+            .events
+            .push(TraceEvent::bare(1.5, MarkKind::JobEnd, target.into()));
         trace
     }
 

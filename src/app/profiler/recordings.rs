@@ -202,11 +202,7 @@ impl ProfilerPanel {
             .num_columns(4)
             .striped(true)
             .show(ui, |ui| {
-                ui.strong("");
-                ui.strong("");
-                ui.strong("peak");
-                ui.strong("job");
-                ui.end_row();
+                crate::app::widgets::header_row(ui, &["", "", "peak", "job"]);
                 for (i, r) in self.recordings.iter().enumerate() {
                     let is_shown = shown.is_some_and(|s| Arc::ptr_eq(s, r));
                     if ui
@@ -330,11 +326,7 @@ fn difference_grid(ui: &mut egui::Ui, id: &str, what: &str, rows: &[(u64, u64, S
         .num_columns(4)
         .striped(true)
         .show(ui, |ui| {
-            ui.strong("shown");
-            ui.strong("compared");
-            ui.strong("change");
-            ui.strong(what);
-            ui.end_row();
+            crate::app::widgets::header_row(ui, &["shown", "compared", "change", what]);
             for (a, b, label) in rows {
                 ui.label(human_bytes(*a));
                 ui.label(human_bytes(*b));
@@ -381,11 +373,10 @@ fn phases_ui(ui: &mut egui::Ui, r: &Recording) {
                 .num_columns(4)
                 .striped(true)
                 .show(ui, |ui| {
-                    ui.strong("from mark");
-                    ui.strong("seconds");
-                    ui.strong("peak / grew");
-                    ui.strong("grew most at");
-                    ui.end_row();
+                    crate::app::widgets::header_row(
+                        ui,
+                        &["from mark", "seconds", "peak / grew", "grew most at"],
+                    );
                     for p in &r.phases {
                         ui.label(crate::units::Shown::new(&p.mark));
                         ui.label(format!("{:.1}–{:.1}", p.start_secs, p.end_secs));

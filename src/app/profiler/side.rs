@@ -101,11 +101,7 @@ impl ProfilerPanel {
             .num_columns(4)
             .striped(true)
             .show(ui, |ui| {
-                ui.strong("held at peak");
-                ui.strong("share");
-                ui.strong("grew");
-                ui.strong("line");
-                ui.end_row();
+                crate::app::widgets::header_row(ui, &["held at peak", "share", "grew", "line"]);
                 for line in r.lines.iter().take(12) {
                     ui.label(human_bytes(line.held_at_peak_bytes));
                     ui.label(format!("{:.0} %", line.share * 100.0));
@@ -385,11 +381,7 @@ fn held_roots_ui(ui: &mut egui::Ui, walk: &crate::profile::trace::census::Census
         .num_columns(4)
         .striped(true)
         .show(ui, |ui| {
-            ui.strong("bytes");
-            ui.strong("share");
-            ui.strong("root");
-            ui.strong("kind, where");
-            ui.end_row();
+            crate::app::widgets::header_row(ui, &["bytes", "share", "root", "kind, where"]);
             for root in walk.roots.iter().take(12) {
                 ui.label(human_bytes(root.bytes));
                 let share = if walk.active_bytes > 0 {

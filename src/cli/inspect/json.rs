@@ -181,24 +181,13 @@ pub(super) fn layout_name(layout: &Layout) -> &'static str {
     }
 }
 
-/// Writes the JSON summary of `checkpoint` to `out`.
+/// Writes the JSON summary of `checkpoint` to `out`, listing only the
+/// tensors `kept` keeps when given (the figures are the whole checkpoint's),
+/// with `filter` saying so.
 ///
 /// # Errors
 /// When writing fails.
 pub fn write_json(
-    checkpoint: &Checkpoint,
-    summary: &Summary,
-    out: &mut impl Write,
-) -> io::Result<()> {
-    write_json_kept(checkpoint, summary, None, out)
-}
-
-/// [`write_json`] listing only the tensors `kept` keeps (the figures are
-/// the whole checkpoint's), with `filter` saying so.
-///
-/// # Errors
-/// When writing fails.
-pub fn write_json_kept(
     checkpoint: &Checkpoint,
     summary: &Summary,
     kept: Option<&Kept>,

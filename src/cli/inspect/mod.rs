@@ -6,8 +6,8 @@ mod json;
 mod tensor_list;
 mod text;
 
-pub use json::{write_json, write_json_kept};
-pub use text::{write_text, write_text_kept};
+pub use json::write_json;
+pub use text::write_text;
 
 use crate::checkpoint::{Checkpoint, Summary};
 use crate::units::Shown;
@@ -141,10 +141,10 @@ pub fn main(args: &InspectArgs) -> u8 {
     };
     let mut out = super::big_output();
     let written = if json {
-        write_json_kept(&checkpoint, &summary, kept.as_ref(), &mut out)
+        write_json(&checkpoint, &summary, kept.as_ref(), &mut out)
     } else {
         let mut shown = crate::units::ShownLines::new(&mut out);
-        write_text_kept(&checkpoint, &summary, kept.as_ref(), &mut shown)
+        write_text(&checkpoint, &summary, kept.as_ref(), &mut shown)
             .and_then(|()| shown.finish().map(drop))
     };
     let flushed = written.and_then(|()| std::io::Write::flush(&mut out));

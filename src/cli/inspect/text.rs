@@ -8,23 +8,12 @@ use crate::units::{Shown, grouped, human_bytes, short_count, write_human_bytes};
 use super::Kept;
 use super::json::layout_name;
 
-/// Writes the human summary and tables of `checkpoint` to `out`.
+/// Writes the human summary and tables of `checkpoint` to `out`, with only
+/// the tensors `kept` keeps in the table when given.
 ///
 /// # Errors
 /// When writing fails.
 pub fn write_text(
-    checkpoint: &Checkpoint,
-    summary: &Summary,
-    out: &mut impl Write,
-) -> io::Result<()> {
-    write_text_kept(checkpoint, summary, None, out)
-}
-
-/// [`write_text`] with only the tensors `kept` keeps in the table.
-///
-/// # Errors
-/// When writing fails.
-pub fn write_text_kept(
     checkpoint: &Checkpoint,
     summary: &Summary,
     kept: Option<&Kept>,

@@ -351,16 +351,10 @@ mod tests {
         rss: u64,
     ) -> TraceEvent {
         TraceEvent {
-            t_secs: t,
-            kind,
-            target: target.into(),
             bytes,
-            detail: String::new(),
             rss_bytes: rss,
             mlx_active_bytes: active,
-            mlx_cache_bytes: 0,
-            shard: None,
-            shard_resident_bytes: None,
+            ..TraceEvent::bare(t, kind, target.into())
         }
     }
 

@@ -561,11 +561,7 @@ impl Merged {
                 if l.mlx { "MLX active" } else { "RSS" },
                 human_bytes(l.peak_bytes),
                 l.peak_secs,
-                if l.peak_where.is_empty() {
-                    "?"
-                } else {
-                    &l.peak_where
-                },
+                l.peak_place(),
                 l.ended,
                 l.end_secs,
                 l.offset_secs,
@@ -580,11 +576,7 @@ impl Merged {
                 l.host,
                 human_bytes(l.peak_bytes),
                 l.peak_secs,
-                if l.peak_where.is_empty() {
-                    "?"
-                } else {
-                    &l.peak_where
-                }
+                l.peak_place()
             ));
         }
         out.push(format!(
@@ -644,6 +636,16 @@ impl Merged {
 }
 
 impl Lane {
+    /// Where its peak was, or `?` when the recording did not say.
+    #[must_use]
+    pub fn peak_place(&self) -> &str {
+        if self.peak_where.is_empty() {
+            "?"
+        } else {
+            &self.peak_where
+        }
+    }
+
     /// Its ranks in words: "rank 2", "ranks 0, 1", "rank ?".
     #[must_use]
     pub fn ranks_name(&self) -> String {

@@ -711,18 +711,7 @@ mod tests {
     }
 
     fn event(t_secs: f64, kind: MarkKind, target: &str) -> TraceEvent {
-        TraceEvent {
-            t_secs,
-            kind,
-            target: target.into(),
-            bytes: 0,
-            detail: String::new(),
-            rss_bytes: 0,
-            mlx_active_bytes: 0,
-            mlx_cache_bytes: 0,
-            shard: None,
-            shard_resident_bytes: None,
-        }
+        TraceEvent::bare(t_secs, kind, target.into())
     }
 
     #[test]

@@ -295,16 +295,10 @@ impl Recorder {
         let last_rss = self.samples.last().map_or(0, |s| s.process.rss_bytes);
         let mlx = self.mlx_now().unwrap_or_default();
         let event = TraceEvent {
-            t_secs: self.secs(at),
-            kind,
-            target,
-            bytes: 0,
-            detail: String::new(),
             rss_bytes: last_rss,
             mlx_active_bytes: mlx.active_bytes,
             mlx_cache_bytes: mlx.cache_bytes,
-            shard: None,
-            shard_resident_bytes: None,
+            ..TraceEvent::bare(self.secs(at), kind, target)
         };
         self.events.push(event);
         let last = self.events.len() - 1;

@@ -74,6 +74,24 @@ impl TraceEvent {
         }
     }
 
+    /// `kind` on `target` at `t_secs`, with no bytes, detail or shard, and
+    /// memory figures of zero until the caller fills them.
+    #[must_use]
+    pub fn bare(t_secs: f64, kind: MarkKind, target: String) -> Self {
+        Self {
+            t_secs,
+            kind,
+            target,
+            bytes: 0,
+            detail: String::new(),
+            rss_bytes: 0,
+            mlx_active_bytes: 0,
+            mlx_cache_bytes: 0,
+            shard: None,
+            shard_resident_bytes: None,
+        }
+    }
+
     /// One line for markers and tables.
     #[must_use]
     pub fn label(&self) -> String {
