@@ -32,6 +32,7 @@
 pub mod checkpoint;
 pub mod environment;
 pub mod files;
+pub mod finding;
 pub mod par;
 pub mod units;
 

@@ -3,7 +3,7 @@
 //! cancel), a badge for the status bar, rows that select their tensor.
 //! The panel owns its state and pushes what it wants done as commands.
 
-use crate::checkpoint::check::{Diagnostic, Severity};
+use crate::finding::{Finding, Severity};
 use crate::units::{Shown, human_bytes};
 use crate::weights::{Progress, ValueScan};
 use crate::worker::{CancelToken, RequestError};
@@ -14,7 +14,7 @@ use super::job_view::JobView;
 /// The Check tab's state.
 #[derive(Default)]
 pub struct CheckPanel {
-    header: Vec<Diagnostic>,
+    header: Vec<Finding>,
     scan: Option<Box<ValueScan>>,
     /// The value scan.
     job: JobView,
@@ -22,7 +22,7 @@ pub struct CheckPanel {
 
 impl CheckPanel {
     /// A checkpoint opened with these header findings: the last scan is gone.
-    pub fn opened(&mut self, findings: Vec<Diagnostic>) {
+    pub fn opened(&mut self, findings: Vec<Finding>) {
         *self = Self {
             header: findings,
             ..Self::default()
@@ -61,8 +61,8 @@ impl CheckPanel {
 
     /// Every finding so far, errors first.
     #[must_use]
-    pub fn findings(&self) -> Vec<&Diagnostic> {
-        let mut all: Vec<&Diagnostic> = self
+    pub fn findings(&self) -> Vec<&Finding> {
+        let mut all: Vec<&Finding> = self
             .header
             .iter()
             .chain(self.scan.iter().flat_map(|s| s.findings.iter()))
@@ -140,7 +140,7 @@ impl CheckPanel {
 }
 
 /// The list of findings; a click on a tensor selects it.
-fn findings_ui(ui: &mut egui::Ui, findings: &[&Diagnostic], commands: &CommandSender) {
+fn findings_ui(ui: &mut egui::Ui, findings: &[&Finding], commands: &CommandSender) {
     egui::ScrollArea::vertical()
         .id_salt("check-scroll")
         .auto_shrink([false, false])
@@ -154,12 +154,12 @@ fn findings_ui(ui: &mut egui::Ui, findings: &[&Diagnostic], commands: &CommandSe
                 ui.horizontal(|ui| {
                     ui.label(egui::RichText::new(f.severity.name()).color(color).strong());
                     ui.label(egui::RichText::new(f.code).monospace());
-                    let place = match (&f.tensor, &f.file) {
+                    let place = match (&f.subject.tensor, &f.subject.file) {
                         (Some(t), _) => Shown::new(t).into_string(),
                         (None, Some(file)) => Shown::new(file).into_string(),
                         (None, None) => String::new(),
                     };
-                    if let Some(tensor) = &f.tensor {
+                    if let Some(tensor) = &f.subject.tensor {
                         if ui
                             .link(place)
                             .on_hover_text("Select and materialize this tensor")

@@ -6,74 +6,11 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use serde::Serialize;
-
 use super::config::QuantMode;
 use super::summary::{Encoding, Fp8Format, Summary};
 use super::{Checkpoint, CheckpointError, Dtype, Layout};
 
-/// How bad a finding is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Severity {
-    /// The checkpoint will not load, or loads wrong.
-    Error,
-    /// Probably a mistake; worth a look.
-    Warning,
-    /// Worth knowing.
-    Info,
-}
-
-impl Severity {
-    /// Lower-case name.
-    #[must_use]
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Error => "error",
-            Self::Warning => "warning",
-            Self::Info => "info",
-        }
-    }
-}
-
-/// One thing wrong (or worth knowing) about a checkpoint.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Diagnostic {
-    /// How bad.
-    pub severity: Severity,
-    /// A stable code (`quant.missing-scales`; docs/check.md lists them all).
-    pub code: &'static str,
-    /// One line for people.
-    pub message: String,
-    /// The stored tensor it concerns, when one.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub tensor: Option<String>,
-    /// The file it concerns, when one.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub file: Option<String>,
-}
-
-impl Diagnostic {
-    fn new(severity: Severity, code: &'static str, message: String) -> Self {
-        Self {
-            severity,
-            code,
-            message,
-            tensor: None,
-            file: None,
-        }
-    }
-
-    fn tensor(mut self, name: &str) -> Self {
-        self.tensor = Some(name.to_owned());
-        self
-    }
-
-    fn file(mut self, file: &str) -> Self {
-        self.file = Some(file.to_owned());
-        self
-    }
-}
+use crate::finding::{Finding, Severity};
 
 /// Every finding code, with its severity (docs/check.md explains each).
 pub const CODES: &[(&str, Severity)] = &[
@@ -122,14 +59,14 @@ pub fn severity_of(code: &str) -> Severity {
 
 /// A finding with the severity its code has.
 #[must_use]
-pub fn finding(code: &'static str, message: String) -> Diagnostic {
-    Diagnostic::new(severity_of(code), code, message)
+pub fn finding(code: &'static str, message: String) -> Finding {
+    Finding::new(severity_of(code), code, message)
 }
 
 /// The findings of a GGUF file's header: what MLX's `mx.load` (0.32.2)
 /// will do with it, said before anything is loaded.
 #[must_use]
-pub fn check_gguf(header: &super::gguf::GgufHeader) -> Vec<Diagnostic> {
+pub fn check_gguf(header: &super::gguf::GgufHeader) -> Vec<Finding> {
     use super::gguf::MlxLoad;
     let mut findings = Vec::new();
     if let Some(t) = header.refused_by() {
@@ -189,7 +126,7 @@ pub fn check_gguf(header: &super::gguf::GgufHeader) -> Vec<Diagnostic> {
 /// first, in tensor order within a severity: a GGUF file's are what MLX's
 /// `mx.load` will do with it ([`check_gguf`]).
 #[must_use]
-pub fn check_headers(checkpoint: &Checkpoint, summary: &Summary) -> Vec<Diagnostic> {
+pub fn check_headers(checkpoint: &Checkpoint, summary: &Summary) -> Vec<Finding> {
     if let Some(header) = checkpoint.gguf_header() {
         return check_gguf(header);
     }
@@ -217,7 +154,7 @@ pub fn check_headers(checkpoint: &Checkpoint, summary: &Summary) -> Vec<Diagnost
 /// A torch file's pickle imports a callable the reader does not
 /// understand: named (never called), with its class; values that could not
 /// be listed; files of the folder left unread.
-fn torch_pickles(checkpoint: &Checkpoint, out: &mut Vec<Diagnostic>) {
+fn torch_pickles(checkpoint: &Checkpoint, out: &mut Vec<Finding>) {
     use super::pytorch::Safety;
     use crate::units::Shown;
     for file in checkpoint.not_read() {
@@ -279,7 +216,7 @@ fn shard_file(checkpoint: &Checkpoint, position: usize) -> &str {
     &checkpoint.shard_of(checkpoint.tensors().at(position)).file
 }
 
-fn quantization(checkpoint: &Checkpoint, out: &mut Vec<Diagnostic>) {
+fn quantization(checkpoint: &Checkpoint, out: &mut Vec<Finding>) {
     let tensors = checkpoint.tensors();
     let config = checkpoint.config().and_then(|c| c.quantization.as_ref());
     let find = |name: &str| checkpoint.tensor(name);
@@ -333,7 +270,7 @@ fn packed_layer(
     checkpoint: &Checkpoint,
     q: &super::QuantizedTensor,
     configured: bool,
-    out: &mut Vec<Diagnostic>,
+    out: &mut Vec<Finding>,
 ) {
     let tensors = checkpoint.tensors();
     let t = tensors.at(q.weight);
@@ -426,7 +363,7 @@ fn packed_layer(
     }
 }
 
-fn fp8(checkpoint: &Checkpoint, out: &mut Vec<Diagnostic>) {
+fn fp8(checkpoint: &Checkpoint, out: &mut Vec<Finding>) {
     let tensors = checkpoint.tensors();
     let block_config = checkpoint
         .config()
@@ -514,7 +451,7 @@ fn fp8_blocks(
     checkpoint: &Checkpoint,
     configured: Option<[u64; 2]>,
     scaled: usize,
-    out: &mut Vec<Diagnostic>,
+    out: &mut Vec<Finding>,
 ) {
     if scaled == 0 {
         return;
@@ -545,7 +482,7 @@ fn fp8_blocks(
     }
 }
 
-fn index_totals(checkpoint: &Checkpoint, summary: &Summary, out: &mut Vec<Diagnostic>) {
+fn index_totals(checkpoint: &Checkpoint, summary: &Summary, out: &mut Vec<Finding>) {
     let Layout::Indexed { index_path, index } = checkpoint.layout() else {
         return;
     };
@@ -585,7 +522,7 @@ fn index_totals(checkpoint: &Checkpoint, summary: &Summary, out: &mut Vec<Diagno
     }
 }
 
-fn stray_shards(checkpoint: &Checkpoint, out: &mut Vec<Diagnostic>) {
+fn stray_shards(checkpoint: &Checkpoint, out: &mut Vec<Finding>) {
     let Layout::Indexed { index, .. } = checkpoint.layout() else {
         return;
     };
@@ -610,7 +547,7 @@ fn stray_shards(checkpoint: &Checkpoint, out: &mut Vec<Diagnostic>) {
     }
 }
 
-fn lm_head(checkpoint: &Checkpoint, out: &mut Vec<Diagnostic>) {
+fn lm_head(checkpoint: &Checkpoint, out: &mut Vec<Finding>) {
     let Some(config) = checkpoint.config() else {
         return;
     };
@@ -631,7 +568,7 @@ fn lm_head(checkpoint: &Checkpoint, out: &mut Vec<Diagnostic>) {
 /// Float tensors whose dtype differs from the one most parameters use, when
 /// they are few (one F32 tensor in a bf16 model): a conversion that missed
 /// them, or a deliberate exception worth knowing.
-fn stray_dtypes(checkpoint: &Checkpoint, out: &mut Vec<Diagnostic>) {
+fn stray_dtypes(checkpoint: &Checkpoint, out: &mut Vec<Finding>) {
     let floats = [Dtype::F16, Dtype::BF16, Dtype::F32, Dtype::F64];
     let tensors = checkpoint.tensors();
     let may_encode = checkpoint.may_have_encodings();

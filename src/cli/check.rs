@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::checkpoint::check::{Diagnostic, Severity, check_headers};
+use crate::checkpoint::check::check_headers;
+use crate::finding::{Finding, Severity};
 use crate::units::{Shown, human_bytes};
 use crate::weights::{MlxLoader, ValueScan, Weights, scan_values};
 
@@ -33,7 +34,7 @@ pub struct CheckReport {
     /// The checkpoint checked.
     pub path: String,
     /// Every finding, errors first.
-    pub findings: Vec<Diagnostic>,
+    pub findings: Vec<Finding>,
     /// Findings of severity error.
     pub errors: usize,
     /// Findings of severity warning.
@@ -65,7 +66,7 @@ pub struct ValuesSummary {
 impl CheckReport {
     /// A report of `findings` (sorted errors first here).
     #[must_use]
-    pub fn new(path: &Path, mut findings: Vec<Diagnostic>, values: Option<&ValueScan>) -> Self {
+    pub fn new(path: &Path, mut findings: Vec<Finding>, values: Option<&ValueScan>) -> Self {
         findings.sort_by_key(|f| f.severity);
         let count = |s: Severity| findings.iter().filter(|f| f.severity == s).count();
         Self {
@@ -156,7 +157,7 @@ pub fn write_text(report: &CheckReport, out: &mut impl Write) -> std::io::Result
             *hidden.entry(f.code).or_insert(0) += 1;
             continue;
         }
-        let place = match (&f.tensor, &f.file) {
+        let place = match (&f.subject.tensor, &f.subject.file) {
             (Some(t), Some(file)) => format!("  [{} in {}]", Shown::new(t), Shown::new(file)),
             (Some(t), None) => format!("  [{}]", Shown::new(t)),
             (None, Some(file)) => format!("  [{}]", Shown::new(file)),

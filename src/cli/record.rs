@@ -243,7 +243,7 @@ pub struct JsonRecording<'a> {
     checkpoint_error: Option<&'a str>,
     checkpoint_bytes: Option<u64>,
     expected_peak_bytes: Option<JsonExpected>,
-    findings: Vec<JsonFinding<'a>>,
+    findings: &'a [crate::profile::Finding],
     killed_for_memory: Option<JsonMemoryKill<'a>>,
     address_space_limit_bytes: Option<u64>,
     ledger: Option<JsonLedger<'a>>,
@@ -336,15 +336,6 @@ struct JsonExpected {
     release_tensor: u64,
     #[serde(rename = "release-shard")]
     release_shard: u64,
-}
-
-/// One finding of `findings`.
-#[derive(Serialize)]
-struct JsonFinding<'a> {
-    kind: crate::profile::FindingKind,
-    severity: crate::checkpoint::check::Severity,
-    message: &'a str,
-    t: Option<f64>,
 }
 
 /// The kernel's kill for memory.
@@ -479,16 +470,7 @@ impl<'a> JsonRecording<'a> {
                 release_tensor: c.expected.release_tensor,
                 release_shard: c.expected.release_shard,
             }),
-            findings: r
-                .findings
-                .iter()
-                .map(|f| JsonFinding {
-                    kind: f.kind,
-                    severity: f.kind.severity(),
-                    message: &f.text,
-                    t: f.t_secs,
-                })
-                .collect(),
+            findings: &r.findings,
             killed_for_memory: r.memory_kill.as_ref().map(|k| JsonMemoryKill {
                 cgroup: &k.cgroup,
                 limit_bytes: k.limit_bytes,
@@ -951,8 +933,8 @@ fn write_files_and_findings(r: &Recording, out: &mut dyn Write) -> std::io::Resu
             writeln!(
                 out,
                 "  - {}: {}",
-                finding.kind.severity().name(),
-                crate::units::Shown::new(&finding.text)
+                finding.severity.name(),
+                crate::units::Shown::new(&finding.message)
             )?;
         }
     }

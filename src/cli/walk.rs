@@ -245,15 +245,7 @@ impl WalkReport {
                 mean_sample_micros: self.sampler.1.as_secs_f64() * 1e6,
                 cost_percent_of_one_core: self.sampler_cost_percent(),
             },
-            findings: self
-                .findings
-                .iter()
-                .map(|f| JsonFinding {
-                    kind: format!("{:?}", f.kind),
-                    text: &f.text,
-                    t_secs: f.t_secs,
-                })
-                .collect(),
+            findings: &self.findings,
             fit: fit.lines,
             samples: &self.trace.samples,
             events: &self.trace.events,
@@ -325,7 +317,7 @@ impl WalkReport {
         } else {
             writeln!(out, "findings:")?;
             for finding in &self.findings {
-                writeln!(out, "  - {}", finding.text)?;
+                writeln!(out, "  - {}", finding.message)?;
             }
         }
         Ok(())
@@ -426,7 +418,7 @@ pub struct JsonWalk<'a> {
     elapsed_secs: f64,
     read_wait_secs: f64,
     sampler: JsonSampler,
-    findings: Vec<JsonFinding<'a>>,
+    findings: &'a [Finding],
     fit: Vec<String>,
     samples: &'a [crate::memory::Sample],
     events: &'a [TraceEvent],
@@ -439,12 +431,4 @@ struct JsonSampler {
     samples: u64,
     mean_sample_micros: f64,
     cost_percent_of_one_core: f64,
-}
-
-/// A walk finding as `walk --json` gives it.
-#[derive(serde::Serialize)]
-struct JsonFinding<'a> {
-    kind: String,
-    text: &'a str,
-    t_secs: Option<f64>,
 }

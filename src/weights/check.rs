@@ -5,7 +5,8 @@
 
 use std::sync::atomic::AtomicBool;
 
-use crate::checkpoint::check::{Diagnostic, finding};
+use crate::checkpoint::check::finding;
+use crate::finding::Finding;
 use crate::mlx::{self, ValueCounts};
 
 use super::{Progress, Release, ShardLoader, Visitor, WalkProgress, Walker, Weights};
@@ -14,7 +15,7 @@ use super::{Progress, Release, ShardLoader, Visitor, WalkProgress, Walker, Weigh
 #[derive(Debug, Clone, PartialEq)]
 pub struct ValueScan {
     /// What the scan found, in walk order.
-    pub findings: Vec<Diagnostic>,
+    pub findings: Vec<Finding>,
     /// Tensors read.
     pub scanned: usize,
     /// Tensors to read.
@@ -84,7 +85,7 @@ pub fn scan_values<N: ShardLoader>(
 
 /// The scan's visitor: counts each tensor's values band by band; a tensor
 /// that cannot be read is a finding, and the scan goes on.
-struct ValueScanVisitor(Vec<Diagnostic>);
+struct ValueScanVisitor(Vec<Finding>);
 
 impl<N: ShardLoader> Visitor<Weights<N>> for ValueScanVisitor {
     fn visit(
@@ -107,10 +108,10 @@ impl<N: ShardLoader> Visitor<Weights<N>> for ValueScanVisitor {
     }
 }
 
-fn located<N: ShardLoader>(weights: &Weights<N>, name: &str, mut f: Diagnostic) -> Diagnostic {
+fn located<N: ShardLoader>(weights: &Weights<N>, name: &str, mut f: Finding) -> Finding {
     if let Some(info) = weights.info(name) {
-        f.tensor = Some(info.name().to_owned());
-        f.file = Some(weights.checkpoint().shard(info.shard()).file.clone());
+        f.subject.tensor = Some(info.name().to_owned());
+        f.subject.file = Some(weights.checkpoint().shard(info.shard()).file.clone());
     }
     f
 }
@@ -118,7 +119,7 @@ fn located<N: ShardLoader>(weights: &Weights<N>, name: &str, mut f: Diagnostic) 
 fn scan_one<N: ShardLoader>(
     weights: &mut Weights<N>,
     name: &str,
-    out: &mut Vec<Diagnostic>,
+    out: &mut Vec<Finding>,
 ) -> Result<(), super::WeightsError> {
     let values = weights.bands(name)?;
     let mut counts = ValueCounts::default();

@@ -8,7 +8,7 @@ use std::time::Instant;
 use super::{CancelToken, SendError};
 use crate::checkpoint::Checkpoint;
 use crate::checkpoint::ShardId;
-use crate::checkpoint::check::Diagnostic;
+use crate::finding::Finding;
 use crate::memory::{ExpectedPeaks, Mark, Policy, Sample};
 use crate::mlx::{self, MemoryStats};
 use crate::profile::{Recorded, Transform, WalkOutcome, WalkPlan};
@@ -210,7 +210,7 @@ pub enum EventKind {
         /// then open without one).
         view_error: Option<RequestError>,
         /// What `weightscope check` finds in its headers, config and folder.
-        findings: Vec<Diagnostic>,
+        findings: Vec<Finding>,
         /// Figures the panels show, computed here.
         facts: Box<OpenedFacts>,
     },

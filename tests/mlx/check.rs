@@ -14,18 +14,19 @@ use std::sync::atomic::AtomicBool;
 use common::convert::{Recipe, convert, convert_with, float_model, save, write_config, write_fp8};
 use common::{Tensor, mlx_memory_lock, write_safetensors};
 use serde_json::{Value, json};
-use weightscope::checkpoint::check::{CODES, Diagnostic, Severity, check_headers};
+use weightscope::checkpoint::check::{CODES, check_headers};
 use weightscope::checkpoint::{Checkpoint, QuantMode};
+use weightscope::finding::{Finding, Severity};
 use weightscope::mlx::{self, Array, Dtype};
 use weightscope::weights::{Weights, scan_values};
 
-fn header_findings(dir: &Path) -> Vec<Diagnostic> {
+fn header_findings(dir: &Path) -> Vec<Finding> {
     let checkpoint = Checkpoint::open(dir).expect("opens");
     let summary = checkpoint.summary();
     check_headers(&checkpoint, &summary)
 }
 
-fn value_findings(dir: &Path) -> Vec<Diagnostic> {
+fn value_findings(dir: &Path) -> Vec<Finding> {
     let mut weights = Weights::open(dir).expect("weights");
     let scan = scan_values(&mut weights, &AtomicBool::new(false), &mut |_| {});
     assert_eq!(scan.scanned, scan.total);
@@ -39,10 +40,10 @@ fn value_findings(dir: &Path) -> Vec<Diagnostic> {
 }
 
 /// The one finding of `code`, checked for severity, tensor and file.
-fn expect(findings: &[Diagnostic], code: &str, tensor: Option<&str>, file: Option<&str>) {
-    let found: Vec<&Diagnostic> = findings
+fn expect(findings: &[Finding], code: &str, tensor: Option<&str>, file: Option<&str>) {
+    let found: Vec<&Finding> = findings
         .iter()
-        .filter(|f| f.code == code && (tensor.is_none() || f.tensor.as_deref() == tensor))
+        .filter(|f| f.code == code && (tensor.is_none() || f.subject.tensor.as_deref() == tensor))
         .collect();
     assert!(
         !found.is_empty(),
@@ -55,11 +56,11 @@ fn expect(findings: &[Diagnostic], code: &str, tensor: Option<&str>, file: Optio
         .expect("a known code")
         .1;
     assert_eq!(f.severity, severity, "{code}");
-    assert_eq!(f.tensor.as_deref(), tensor, "{code}: tensor");
-    assert_eq!(f.file.as_deref(), file, "{code}: file");
+    assert_eq!(f.subject.tensor.as_deref(), tensor, "{code}: tensor");
+    assert_eq!(f.subject.file.as_deref(), file, "{code}: file");
 }
 
-fn errors(findings: &[Diagnostic]) -> Vec<&Diagnostic> {
+fn errors(findings: &[Finding]) -> Vec<&Finding> {
     findings
         .iter()
         .filter(|f| f.severity == Severity::Error)

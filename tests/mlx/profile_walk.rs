@@ -97,7 +97,7 @@ fn run_walk(dir: &Path, policy: Policy, transform: Transform) -> (WalkOutcome, T
 fn kinds(trace: &Trace) -> Vec<FindingKind> {
     profile::findings(trace)
         .into_iter()
-        .map(|f| f.kind)
+        .map(|f| f.code)
         .collect()
 }
 
@@ -409,7 +409,7 @@ fn the_walk_command_prints_the_contract_and_writes_the_trace() {
             .as_array()
             .expect("findings")
             .iter()
-            .any(|f| f["kind"] == "ReleaseFreedNothing")
+            .any(|f| f["code"] == "release-freed-nothing" && f["severity"] == "warning")
     );
     let trace = Trace::load(&csv).expect("the CSV trace loads");
     assert_eq!(trace.policy, Some(Policy::ReleaseTensor));
@@ -460,7 +460,7 @@ fn the_cache_limit_decides_whether_released_shards_stay_in_mlx_cache() {
                 .as_array()
                 .expect("findings")
                 .iter()
-                .all(|f| f["kind"] != "RssDidNotFollow"),
+                .all(|f| f["code"] != "rss-did-not-follow"),
             "{}",
             report["findings"]
         );

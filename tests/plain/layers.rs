@@ -12,15 +12,27 @@ use std::path::Path;
 const ALLOWED: &[(&str, &[&str])] = &[
     ("units", &[]),
     ("environment", &["units"]),
+    // A finding's shape, shared by the checkpoint doctor and the profiler.
+    ("finding", &["units"]),
     // Where weightscope's cache is comes from the environment read once.
     ("files", &["units", "environment"]),
     ("par", &[]),
     // The format layer (no feature: no MLX, egui or network); the compiler
     // checks it too (`cargo test --no-default-features`).
-    ("checkpoint", &["units", "environment", "files", "par"]),
+    (
+        "checkpoint",
+        &["units", "environment", "files", "finding", "par"],
+    ),
     (
         "remote",
-        &["units", "environment", "files", "par", "checkpoint"],
+        &[
+            "units",
+            "environment",
+            "files",
+            "finding",
+            "par",
+            "checkpoint",
+        ],
     ),
     // Memory as plain data, below MLX: the mlx layer reads MLX's figures
     // into it.
@@ -32,6 +44,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "units",
             "environment",
             "files",
+            "finding",
             "par",
             "remote",
             "checkpoint",
@@ -45,6 +58,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "units",
             "environment",
             "files",
+            "finding",
             "par",
             "remote",
             "checkpoint",
@@ -59,6 +73,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "units",
             "environment",
             "files",
+            "finding",
             "par",
             "remote",
             "checkpoint",
@@ -74,6 +89,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "units",
             "environment",
             "files",
+            "finding",
             "par",
             "remote",
             "checkpoint",
@@ -90,6 +106,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "units",
             "environment",
             "files",
+            "finding",
             "par",
             "remote",
             "checkpoint",

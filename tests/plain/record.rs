@@ -80,12 +80,14 @@ fn as_refs(args: &[std::ffi::OsString]) -> Vec<&std::ffi::OsStr> {
     args.iter().map(std::ffi::OsString::as_os_str).collect()
 }
 
+/// The `kind` of each mark, or the `code` of each finding, of `list`.
 fn kinds(summary: &Value, list: &str) -> Vec<String> {
+    let key = if list == "findings" { "code" } else { "kind" };
     summary[list]
         .as_array()
         .expect("a list")
         .iter()
-        .map(|f| f["kind"].as_str().expect("a kind").to_owned())
+        .map(|f| f[key].as_str().expect("a kind").to_owned())
         .collect()
 }
 
@@ -251,7 +253,7 @@ fn a_job_that_fails_half_way_returns_its_status_and_says_where() {
         .as_array()
         .expect("findings")
         .iter()
-        .find(|f| f["kind"] == "job-failed")
+        .find(|f| f["code"] == "job-failed")
         .expect("a job-failed finding");
     assert_eq!(failed["severity"], "error");
     let message = failed["message"].as_str().expect("text");
@@ -592,7 +594,7 @@ fn a_job_killed_by_the_kernel_for_memory_is_said_so_with_its_line() {
         .as_array()
         .expect("findings")
         .iter()
-        .find(|f| f["kind"] == "job-failed")
+        .find(|f| f["code"] == "job-failed")
         .expect("job-failed");
     let text = failed["message"].as_str().expect("a message");
     assert!(
@@ -650,7 +652,7 @@ fn a_kill_for_memory_behind_a_shell_is_still_told() {
         .as_array()
         .expect("findings")
         .iter()
-        .find(|f| f["kind"] == "job-failed")
+        .find(|f| f["code"] == "job-failed")
         .and_then(|f| f["message"].as_str())
         .expect("job-failed")
         .to_owned();
@@ -696,7 +698,7 @@ fn a_job_past_its_address_space_limit_is_said_so_with_its_line() {
         .as_array()
         .expect("findings")
         .iter()
-        .find(|f| f["kind"] == "job-failed")
+        .find(|f| f["code"] == "job-failed")
         .expect("job-failed");
     let text = failed["message"].as_str().expect("a message");
     assert!(text.contains("address-space limit (ulimit -v)"), "{text}");
@@ -717,7 +719,7 @@ fn an_exception_that_ends_the_job_is_said_with_its_line() {
         .as_array()
         .expect("findings")
         .iter()
-        .find(|f| f["kind"] == "job-failed")
+        .find(|f| f["code"] == "job-failed")
         .expect("job-failed");
     let text = failed["message"].as_str().expect("a message");
     assert!(text.contains("It raised MemoryError"), "{text}");

@@ -180,10 +180,10 @@ fn a_job_recorded_from_the_window_under_load_equals_the_clis_recording() {
             .as_array()
             .expect("findings")
             .iter()
-            .filter_map(|f| f["kind"].as_str().map(str::to_owned)),
+            .filter_map(|f| f["code"].as_str().map(str::to_owned)),
     );
     let window_kinds = kinds(window_findings.iter().map(|f| {
-        serde_json::to_value(f.kind)
+        serde_json::to_value(f.code)
             .ok()
             .and_then(|v| v.as_str().map(str::to_owned))
             .unwrap_or_default()

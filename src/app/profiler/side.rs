@@ -65,14 +65,14 @@ impl ProfilerPanel {
         }
         let mut select = None;
         for finding in &last.findings {
-            let color = match finding.kind.severity() {
-                crate::checkpoint::check::Severity::Error => ui.visuals().error_fg_color,
+            let color = match finding.severity {
+                crate::finding::Severity::Error => ui.visuals().error_fg_color,
                 _ => ui.visuals().warn_fg_color,
             };
-            let text = egui::RichText::new(crate::units::Shown::new(&finding.text)).color(color);
+            let text = egui::RichText::new(crate::units::Shown::new(&finding.message)).color(color);
             let response = ui.add(egui::Label::new(text).sense(egui::Sense::click()));
             let response = response.on_hover_text("Click to select this moment");
-            if let (true, Some(t)) = (response.clicked(), finding.t_secs) {
+            if let (true, Some(t)) = (response.clicked(), finding.subject.t_secs) {
                 select = Some(last.start_secs + t);
             }
         }

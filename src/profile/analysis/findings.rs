@@ -45,24 +45,23 @@ pub enum FindingKind {
 impl FindingKind {
     /// How much it matters: a failed job is an error, the rest warnings.
     #[must_use]
-    pub fn severity(self) -> crate::checkpoint::check::Severity {
+    pub fn severity(self) -> crate::finding::Severity {
         match self {
-            Self::JobFailed => crate::checkpoint::check::Severity::Error,
-            _ => crate::checkpoint::check::Severity::Warning,
+            Self::JobFailed => crate::finding::Severity::Error,
+            _ => crate::finding::Severity::Warning,
         }
+    }
+
+    /// The finding of this kind that says `message`, pointing at
+    /// `t_secs` on the trace's clock when given.
+    #[must_use]
+    pub fn said(self, message: String, t_secs: Option<f64>) -> Finding {
+        crate::finding::Finding::new(self.severity(), self, message).at(t_secs)
     }
 }
 
-/// One finding: its kind, a sentence, and the moment it points at.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Finding {
-    /// What it is about.
-    pub kind: FindingKind,
-    /// The sentence shown.
-    pub text: String,
-    /// The moment (seconds on the trace's clock) it points at.
-    pub t_secs: Option<f64>,
-}
+/// One finding of a trace: its kind is its code.
+pub type Finding = crate::finding::Finding<FindingKind>;
 
 /// Below this, memory moves are noise (allocator rounding, small buffers).
 const NOISE_BYTES: u64 = 1 << 20;
@@ -98,9 +97,8 @@ fn release_freed_nothing(trace: &Trace, found: &mut Vec<Finding>) {
     }
     if let Some(first) = freed_nothing.first() {
         let held: u64 = freed_nothing.iter().map(|e| e.bytes).sum();
-        found.push(Finding {
-            kind: FindingKind::ReleaseFreedNothing,
-            text: format!(
+        found.push(FindingKind::ReleaseFreedNothing.said(
+            format!(
                 "releasing `{}` did not lower MLX active memory: the shard map still holds it \
                  ({} of the {releases} releases of tensors of 1 MiB or more freed nothing, {} \
                  held). Release whole shards as the walk leaves them.",
@@ -108,8 +106,8 @@ fn release_freed_nothing(trace: &Trace, found: &mut Vec<Finding>) {
                 freed_nothing.len(),
                 human_bytes(held)
             ),
-            t_secs: Some(first.t_secs),
-        });
+            Some(first.t_secs),
+        ));
     }
 }
 
@@ -128,17 +126,16 @@ fn whole_model_accumulated(trace: &Trace, found: &mut Vec<Finding>) {
             .iter()
             .max_by_key(|e| e.mlx_active_bytes)
             .map(|e| e.t_secs);
-        found.push(Finding {
-            kind: FindingKind::WholeModelAccumulated,
-            text: format!(
+        found.push(FindingKind::WholeModelAccumulated.said(
+            format!(
                 "the whole model accumulated: MLX active peaked at {} ({} expected for {policy}); \
                  releasing each shard as the walk leaves it needs about {}",
                 human_bytes(peak),
                 human_bytes(whole),
                 human_bytes(expected.release_shard)
             ),
-            t_secs: at,
-        });
+            at,
+        ));
     }
 }
 
@@ -207,9 +204,8 @@ fn rss_did_not_follow(trace: &Trace, found: &mut Vec<Finding>) {
         .events
         .iter()
         .any(|e| e.kind == MarkKind::ClearCache && e.t_secs >= first.t_secs);
-    found.push(Finding {
-        kind: FindingKind::RssDidNotFollow,
-        text: format!(
+    found.push(FindingKind::RssDidNotFollow.said(
+        format!(
             "MLX active fell by {} at {} release(s), but RSS neither fell nor was reused: it grew by \
              {} more before the next release. The freed buffers sit in MLX's cache ({} at the \
              first; clear it) or in malloc (trimmed: {})",
@@ -219,8 +215,8 @@ fn rss_did_not_follow(trace: &Trace, found: &mut Vec<Finding>) {
             human_bytes(first.mlx_cache_bytes),
             if trimmed { "yes" } else { "no" }
         ),
-        t_secs: Some(first.t_secs),
-    });
+        Some(first.t_secs),
+    ));
 }
 
 fn above_expected(trace: &Trace, found: &mut Vec<Finding>) {
@@ -229,17 +225,16 @@ fn above_expected(trace: &Trace, found: &mut Vec<Finding>) {
     };
     let peak = trace.peak_mlx_active_bytes();
     if expected > 0 && peak > expected + expected / 4 && peak - expected >= NOISE_BYTES {
-        found.push(Finding {
-            kind: FindingKind::AboveExpected,
-            text: format!(
+        found.push(FindingKind::AboveExpected.said(
+            format!(
                 "MLX active peaked at {}, {:.0} % above the {} the headers predict: something \
                  beside the walked tensors holds memory (temporaries of the transform, earlier arrays)",
                 human_bytes(peak),
                 (peak as f64 / expected as f64 - 1.0) * 100.0,
                 human_bytes(expected)
             ),
-            t_secs: None,
-        });
+            None,
+        ));
     }
 }
 
@@ -251,11 +246,10 @@ fn incomplete(trace: &Trace, found: &mut Vec<Finding>) {
         .find(|e| e.kind == MarkKind::WalkEnd)
         .filter(|e| e.detail.starts_with("cancelled") || e.detail.starts_with("stopped"))
     {
-        found.push(Finding {
-            kind: FindingKind::Incomplete,
-            text: format!("the walk did not finish: {}", end.detail),
-            t_secs: Some(end.t_secs),
-        });
+        found.push(FindingKind::Incomplete.said(
+            format!("the walk did not finish: {}", end.detail),
+            Some(end.t_secs),
+        ));
     }
 }
 
@@ -370,17 +364,21 @@ mod tests {
         let found = findings(&trace);
         let finding = found
             .iter()
-            .find(|f| f.kind == FindingKind::ReleaseFreedNothing)
+            .find(|f| f.code == FindingKind::ReleaseFreedNothing)
             .expect("the trap is found");
-        assert!(finding.text.contains("releasing `a`"), "{}", finding.text);
+        assert!(
+            finding.message.contains("releasing `a`"),
+            "{}",
+            finding.message
+        );
         assert!(
             finding
-                .text
+                .message
                 .contains("1 of the 2 releases of tensors of 1 MiB or more"),
             "{}",
-            finding.text
+            finding.message
         );
-        assert_eq!(finding.t_secs, Some(0.1));
+        assert_eq!(finding.subject.t_secs, Some(0.1));
     }
 
     #[test]
@@ -396,10 +394,18 @@ mod tests {
         let found = findings(&trace);
         let finding = found
             .iter()
-            .find(|f| f.kind == FindingKind::RssDidNotFollow)
+            .find(|f| f.code == FindingKind::RssDidNotFollow)
             .expect("found");
-        assert!(finding.text.contains("at 1 release(s)"), "{}", finding.text);
-        assert!(finding.text.contains("trimmed: no"), "{}", finding.text);
+        assert!(
+            finding.message.contains("at 1 release(s)"),
+            "{}",
+            finding.message
+        );
+        assert!(
+            finding.message.contains("trimmed: no"),
+            "{}",
+            finding.message
+        );
         // The freed pages reused for the next shard (RSS flat): healthy.
         trace.events[2].rss_bytes = 100 * MIB;
         trace.events[3].rss_bytes = 100 * MIB;

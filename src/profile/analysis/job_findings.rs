@@ -40,11 +40,7 @@ fn held_by(r: &Recording, found: &mut Vec<Finding>) {
     else {
         return;
     };
-    found.push(Finding {
-        kind: FindingKind::HeldBy,
-        text,
-        t_secs: Some(walk.t_secs),
-    });
+    found.push(FindingKind::HeldBy.said(text, Some(walk.t_secs)));
 }
 
 fn job_failed(r: &Recording, found: &mut Vec<Finding>) {
@@ -147,11 +143,7 @@ fn job_failed(r: &Recording, found: &mut Vec<Finding>) {
         ),
         None => text,
     };
-    found.push(Finding {
-        kind: FindingKind::JobFailed,
-        text,
-        t_secs: Some(at),
-    });
+    found.push(FindingKind::JobFailed.said(text, Some(at)));
 }
 
 /// Whether an exception's "Type: message" says memory ran out: Python's
@@ -230,21 +222,19 @@ fn accumulated(r: &Recording, found: &mut Vec<Finding>) {
     let at = Some(peak_mlx_secs(r).unwrap_or(r.peak_rss_secs));
     let ratio = peak as f64 / c.total_bytes as f64;
     if ratio >= 1.8 {
-        found.push(Finding {
-            kind: FindingKind::SourcesAndOutputsKept,
-            text: format!(
+        found.push(FindingKind::SourcesAndOutputsKept.said(
+            format!(
                 "The job held {} ({what}) at its peak, {ratio:.1} times the {} checkpoint: sources and outputs were both kept. Write each output and drop its sources as you go; a shard at a time would peak near {}.{}",
                 human_bytes(peak),
                 human_bytes(c.total_bytes),
                 human_bytes(c.expected.release_shard),
                 top_line(r)
             ),
-            t_secs: at,
-        });
+            at,
+        ));
     } else if ratio >= 0.75 && peak as f64 > 1.5 * c.expected.release_shard as f64 {
-        found.push(Finding {
-            kind: FindingKind::JobAccumulated,
-            text: format!(
+        found.push(FindingKind::JobAccumulated.said(
+            format!(
                 "The job held {} ({what}) at its peak, {:.0} % of the {} checkpoint: the tensors of every shard were kept. Releasing each shard's arrays when done with it (and mx.clear_cache()) would peak near {}, the largest shard's share.{}",
                 human_bytes(peak),
                 ratio * 100.0,
@@ -252,8 +242,8 @@ fn accumulated(r: &Recording, found: &mut Vec<Finding>) {
                 human_bytes(c.expected.release_shard),
                 top_line(r)
             ),
-            t_secs: at,
-        });
+            at,
+        ));
     }
 }
 
@@ -272,16 +262,15 @@ fn files_held_open(r: &Recording, found: &mut Vec<Finding>) {
         return;
     }
     let bytes: u64 = at_peak.iter().map(|f| f.bytes).sum();
-    found.push(Finding {
-        kind: FindingKind::FilesHeldOpen,
-        text: format!(
+    found.push(FindingKind::FilesHeldOpen.said(
+        format!(
             "{} of the {} shard files the job opened were still open at its peak ({}): arrays loaded from shards it had moved past keep those files alive. Drop the arrays of a shard (del, or let them go out of scope) before loading the next.",
             at_peak.len(),
             r.files_seen.len(),
             human_bytes(bytes)
         ),
-        t_secs: Some(r.peak_rss_secs),
-    });
+        Some(r.peak_rss_secs),
+    ));
 }
 
 fn cache_at_peak(r: &Recording, found: &mut Vec<Finding>) {
@@ -298,15 +287,14 @@ fn cache_at_peak(r: &Recording, found: &mut Vec<Finding>) {
     if m.cache_bytes < SMALL_BYTES || m.cache_bytes * 5 < total {
         return;
     }
-    found.push(Finding {
-        kind: FindingKind::CacheAtPeak,
-        text: format!(
+    found.push(FindingKind::CacheAtPeak.said(
+        format!(
             "{} of MLX's {} at its peak was its buffer cache (freed arrays kept for reuse): call mx.clear_cache() after releasing a shard, or cap it with mx.set_cache_limit().",
             human_bytes(m.cache_bytes),
             human_bytes(total)
         ),
-        t_secs: Some(t),
-    });
+        Some(t),
+    ));
 }
 
 /// The longest stretch, between the probe's first and last figures, of
@@ -340,13 +328,12 @@ fn mlx_gap(r: &Recording, found: &mut Vec<Finding>) {
         previous = s.at;
     }
     let Some((from, to)) = longest else { return };
-    found.push(Finding {
-        kind: FindingKind::MlxGap,
-        text: format!(
+    found.push(FindingKind::MlxGap.said(
+        format!(
             "MLX's figures are missing from {from:.1} s to {to:.1} s: the probe inside the job sent none (its thread got no time: a loaded machine, or Python's lock held through a long call). The series has a gap there; what RSS held then is not attributed."
         ),
-        t_secs: Some(from),
-    });
+        Some(from),
+    ));
 }
 
 fn host_copies(r: &Recording, found: &mut Vec<Finding>) {
@@ -367,32 +354,30 @@ fn host_copies(r: &Recording, found: &mut Vec<Finding>) {
     if beyond < (512 << 20).max(s.process.rss_bytes / 2) {
         return;
     }
-    found.push(Finding {
-        kind: FindingKind::HostCopies,
-        text: format!(
+    found.push(FindingKind::HostCopies.said(
+        format!(
             "At {:.1} s RSS was {}, {} more than MLX's active and cache memory: host copies (numpy, torch, Python lists) or mapped files held it, not MLX.",
             s.at,
             human_bytes(s.process.rss_bytes),
             human_bytes(beyond)
         ),
-        t_secs: Some(s.at),
-    });
+        Some(s.at),
+    ));
 }
 
 fn near_machine_memory(r: &Recording, machine: MachineMemory, found: &mut Vec<Finding>) {
     if machine.total_bytes == 0 || r.peak_rss_bytes * 10 < machine.total_bytes * 9 {
         return;
     }
-    found.push(Finding {
-        kind: FindingKind::NearMachineMemory,
-        text: format!(
+    found.push(FindingKind::NearMachineMemory.said(
+        format!(
             "The job's peak RSS, {}, was {:.0} % of this machine's {}: one more copy and it is out of memory.",
             human_bytes(r.peak_rss_bytes),
             100.0 * r.peak_rss_bytes as f64 / machine.total_bytes as f64,
             human_bytes(machine.total_bytes)
         ),
-        t_secs: Some(r.peak_rss_secs),
-    });
+        Some(r.peak_rss_secs),
+    ));
 }
 
 #[cfg(test)]
@@ -486,7 +471,7 @@ mod tests {
     }
 
     fn kinds(r: &Recording) -> Vec<FindingKind> {
-        record_findings(r).into_iter().map(|f| f.kind).collect()
+        record_findings(r).into_iter().map(|f| f.code).collect()
     }
 
     #[test]
@@ -529,9 +514,9 @@ mod tests {
             sample(4.0, 450 * MIB, Some((350 * MIB, 0))),
         ]))
         .into_iter()
-        .find(|f| f.kind == FindingKind::MlxGap)
+        .find(|f| f.code == FindingKind::MlxGap)
         .expect("the gap")
-        .text;
+        .message;
         assert!(
             text.starts_with("MLX's figures are missing from 1.0 s to 4.0 s"),
             "{text}"
@@ -555,11 +540,11 @@ mod tests {
         r.files_seen = (1..=4).map(file).collect();
         r.files_open_at_peak = (1..=3).map(file).collect();
         let found = record_findings(&r);
-        assert_eq!(found[0].kind, FindingKind::FilesHeldOpen);
+        assert_eq!(found[0].code, FindingKind::FilesHeldOpen);
         assert!(
-            found[0].text.starts_with("3 of the 4 shard files"),
+            found[0].message.starts_with("3 of the 4 shard files"),
             "{}",
-            found[0].text
+            found[0].message
         );
     }
 
@@ -568,18 +553,15 @@ mod tests {
         let mut r = recording(vec![sample(2.0, 300 * MIB, None)]);
         r.exit = Some(JobExit::Code(3));
         let found = record_findings(&r);
-        assert_eq!(found[0].kind, FindingKind::JobFailed);
-        assert_eq!(
-            found[0].kind.severity(),
-            crate::checkpoint::check::Severity::Error
-        );
+        assert_eq!(found[0].code, FindingKind::JobFailed);
+        assert_eq!(found[0].code.severity(), crate::finding::Severity::Error);
         assert!(
-            found[0].text.contains("status 3 at 2.0 s"),
+            found[0].message.contains("status 3 at 2.0 s"),
             "{}",
-            found[0].text
+            found[0].message
         );
         r.exit = Some(JobExit::Signal(9));
-        assert!(record_findings(&r)[0].text.contains("OOM killer"));
+        assert!(record_findings(&r)[0].message.contains("OOM killer"));
     }
 
     #[test]
@@ -591,7 +573,7 @@ mod tests {
         };
         let mut found = Vec::new();
         near_machine_memory(&r, machine, &mut found);
-        assert_eq!(found[0].kind, FindingKind::NearMachineMemory);
+        assert_eq!(found[0].code, FindingKind::NearMachineMemory);
         let mut none = Vec::new();
         near_machine_memory(
             &recording(vec![sample(5.0, 50 * MIB, None)]),

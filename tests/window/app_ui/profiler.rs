@@ -91,8 +91,8 @@ fn the_profiler_walks_finds_the_trap_and_keeps_the_trace() {
     assert!(outcome.peak_mlx_active_bytes <= (2 << 20) + (2 << 20) / 10);
     assert!(
         findings.iter().all(
-            |f| f.kind != weightscope::profile::FindingKind::ReleaseFreedNothing
-                && f.kind != weightscope::profile::FindingKind::RssDidNotFollow
+            |f| f.code != weightscope::profile::FindingKind::ReleaseFreedNothing
+                && f.code != weightscope::profile::FindingKind::RssDidNotFollow
         ),
         "{findings:?}"
     );
@@ -266,7 +266,7 @@ fn the_profiler_records_a_users_job_and_shows_what_it_did() {
     assert!(
         findings
             .iter()
-            .any(|f| f.kind == weightscope::profile::FindingKind::JobAccumulated)
+            .any(|f| f.code == weightscope::profile::FindingKind::JobAccumulated)
     );
 
     // A recording is a trace like any other.
