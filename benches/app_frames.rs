@@ -26,7 +26,7 @@ use weightscope::weights::demo;
 fn app(path: &std::path::Path) -> WeightscopeApp {
     let device = mlx::default_device();
     let mut app = WeightscopeApp::new(Some(path.to_path_buf()), device, || {}).expect("worker");
-    app.wait_for_worker().expect("opened");
+    app.hooks().wait_for_worker().expect("opened");
     app
 }
 
@@ -110,7 +110,7 @@ fn filter_and_sort(harness: &mut Harness<'static, WeightscopeApp>, tensors: usiz
         "",
     ] {
         let t = Instant::now();
-        harness.state_mut().set_filter(filter);
+        harness.state_mut().hooks().set_filter(filter);
         worst = worst.max(t.elapsed());
     }
     // The reference, measured in the same run: a bare loop over the same

@@ -313,10 +313,10 @@ fn profiler_with(trace: &std::path::Path, scratch: &std::path::Path) {
     let demo = weightscope::weights::demo::ensure_demo(&scratch.join("demo")).expect("demo");
     let device = weightscope::mlx::default_device();
     let mut app = weightscope::app::WeightscopeApp::new(Some(demo), device, || {}).expect("app");
-    app.wait_for_worker().expect("opened");
+    app.hooks().wait_for_worker().expect("opened");
     let t = Instant::now();
     app.execute(AppCommand::LoadTrace(trace.to_path_buf()));
-    app.wait_for_trace(); // on a `trace-load` thread: frames go on meanwhile
+    app.hooks().wait_for_trace(); // on a `trace-load` thread: frames go on meanwhile
     let load = t.elapsed();
     app.execute(AppCommand::ShowTab(weightscope::app::Tab::Profiler));
     let ctx = egui::Context::default();

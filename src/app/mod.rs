@@ -29,6 +29,8 @@ mod weightscope_app;
 mod widgets;
 
 pub use commands::{AppCommand, CommandSender};
+#[cfg(any(test, feature = "test-hooks"))]
+pub use hooks::Hooks;
 pub use shards::ShardState;
 use weightscope_app::SampleWakes;
 pub use weightscope_app::{Dialog, Tab, WeightscopeApp};

@@ -442,8 +442,7 @@ fn the_window_shows_each_problem_and_stays_usable() {
         std::fs::create_dir(&dir).expect("mkdir");
         let path = (case.build)(&dir);
         harness.state_mut().execute(AppCommand::Open(path));
-        harness
-            .state_mut()
+        crate::hooks(&mut harness)
             .wait_for_worker()
             .expect("the worker answers");
         harness.run();
@@ -477,11 +476,15 @@ fn the_window_shows_each_problem_and_stays_usable() {
         &[common::Tensor::f32("fine", &[2], &[1.0, 3.0])],
     );
     harness.state_mut().execute(AppCommand::Open(good));
-    harness.state_mut().wait_for_worker().expect("opened");
+    crate::hooks(&mut harness)
+        .wait_for_worker()
+        .expect("opened");
     harness
         .state_mut()
         .execute(AppCommand::Materialize("fine".into()));
-    harness.state_mut().wait_for_worker().expect("materialized");
+    crate::hooks(&mut harness)
+        .wait_for_worker()
+        .expect("materialized");
     harness.run();
     harness.get_by_label("mean");
 }
@@ -546,13 +549,17 @@ fn no_label_of_the_window_shows_a_hostile_character_raw() {
         .with_size(egui::vec2(1400.0, 860.0))
         .build_ui_state(|ui, app: &mut WeightscopeApp| app.ui(ui), app);
     harness.state_mut().execute(AppCommand::Open(model));
-    harness.state_mut().wait_for_worker().expect("opened");
+    crate::hooks(&mut harness)
+        .wait_for_worker()
+        .expect("opened");
     harness.run();
     for name in names {
         harness
             .state_mut()
             .execute(AppCommand::Materialize(name.into()));
-        harness.state_mut().wait_for_worker().expect("materialized");
+        crate::hooks(&mut harness)
+            .wait_for_worker()
+            .expect("materialized");
         harness.run();
         let raw = raw_labels(&harness);
         assert!(
@@ -571,9 +578,7 @@ fn no_label_of_the_window_shows_a_hostile_character_raw() {
     });
     harness.step();
     harness.step();
-    while harness.state().is_walking() {
-        harness.state_mut().wait_for_worker().expect("walk events");
-    }
+    crate::wait_while(&mut harness, |h| h.is_walking());
     // The profiler's live strip keeps drawing: frames, not `run`.
     harness.run_steps(8);
     let raw = raw_labels(&harness);
@@ -586,9 +591,7 @@ fn no_label_of_the_window_shows_a_hostile_character_raw() {
         .execute(AppCommand::ShowTab(weightscope::app::Tab::Check));
     harness.state_mut().execute(AppCommand::ScanValues);
     harness.step();
-    while harness.state().is_checking_values() {
-        harness.state_mut().wait_for_worker().expect("scan events");
-    }
+    crate::wait_while(&mut harness, |h| h.is_checking_values());
     harness.run_steps(8);
     let raw = raw_labels(&harness);
     assert!(raw.is_empty(), "check: labels with raw characters: {raw:?}");

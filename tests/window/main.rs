@@ -4,6 +4,10 @@
 //! One test binary per group (each links MLX and egui): `cargo test --test
 //! window <module>::` runs one file's tests.
 
+// `wait_while(h, |h| h.is_walking())`: the method itself (`Hooks::is_walking`)
+// is not general over the hooks' lifetime, as the lint suggests it is.
+#![allow(clippy::redundant_closure_for_method_calls)]
+
 #[path = "../common/mod.rs"]
 mod common;
 
@@ -46,8 +50,28 @@ fn window_on(
         || {},
     )
     .expect("worker");
-    app.wait_for_worker().expect("opened");
+    app.hooks().wait_for_worker().expect("opened");
     window_of(app, size)
+}
+
+/// The app's test hooks, through the harness that holds it.
+fn hooks<'h>(
+    harness: &'h mut egui_kittest::Harness<'_, weightscope::app::WeightscopeApp>,
+) -> weightscope::app::Hooks<'h> {
+    harness.state_mut().hooks()
+}
+
+/// Applies the worker's events for as long as `busy` says the app waits
+/// on it (a walk, a diff, a preview).
+fn wait_while(
+    harness: &mut egui_kittest::Harness<'_, weightscope::app::WeightscopeApp>,
+    busy: impl Fn(&weightscope::app::Hooks<'_>) -> bool,
+) {
+    while busy(&hooks(harness)) {
+        hooks(harness)
+            .wait_for_worker()
+            .expect("the worker answers");
+    }
 }
 
 /// A command line as a user types it into "Record a command…": each
@@ -69,10 +93,26 @@ fn start_in_form(
     use egui_kittest::kittest::Queryable;
     harness.get_by_label("Command line (run by sh -c)").focus();
     harness.run();
+    // Over what the form kept from the last recording.
+    harness.key_press_modifiers(egui::Modifiers::COMMAND, egui::Key::A);
     harness
         .get_by_label("Command line (run by sh -c)")
         .type_text(line);
     harness.run();
     harness.get_by_label("Start").click();
     harness.step();
+}
+
+/// Records `line` as a user does ("Record a command…", the line typed,
+/// Start) and returns once the recording has ended.
+fn record_in_window(
+    harness: &mut egui_kittest::Harness<'static, weightscope::app::WeightscopeApp>,
+    line: &str,
+) {
+    use egui_kittest::kittest::Queryable;
+    harness.get_by_label("Record a command…").click();
+    harness.run();
+    start_in_form(harness, line);
+    assert!(hooks(harness).wait_for_recording(), "a recording ran");
+    harness.run();
 }

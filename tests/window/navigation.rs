@@ -27,10 +27,10 @@ fn with_a_big_one(dir: &std::path::Path) -> std::path::PathBuf {
 fn open(path: &std::path::Path) -> Harness<'static, WeightscopeApp> {
     let mut app = WeightscopeApp::new(Some(path.to_path_buf()), mlx::default_device(), || {})
         .expect("worker");
-    app.wait_for_worker().expect("opened");
+    app.hooks().wait_for_worker().expect("opened");
     // A preview budget of 1 MiB: the 2 MiB tensor is over it.
     app.execute(AppCommand::SetPreviewBudget(1 << 20));
-    app.wait_for_worker().expect("budget set");
+    app.hooks().wait_for_worker().expect("budget set");
     crate::window_of(app, egui::vec2(1400.0, 860.0))
 }
 
@@ -39,9 +39,7 @@ fn open(path: &std::path::Path) -> Harness<'static, WeightscopeApp> {
 fn settle(harness: &mut Harness<'static, WeightscopeApp>) {
     harness.step();
     harness.step();
-    while harness.state().is_materializing() {
-        harness.state_mut().wait_for_worker().expect("materialized");
-    }
+    crate::wait_while(harness, |h| h.is_materializing());
     harness.run();
 }
 
@@ -53,13 +51,16 @@ fn end_on_a_tensor_over_the_preview_budget_says_its_size_and_enter_materializes_
     // A small one previews as the selection moves onto it.
     harness.key_press(egui::Key::Home);
     settle(&mut harness);
-    assert_eq!(harness.state().inspected_name(), Some("a.weight"));
+    assert_eq!(
+        crate::hooks(&mut harness).inspected_name(),
+        Some("a.weight")
+    );
     harness.get_by_label_contains("min");
     // End: the big one is selected, not materialized; its size is said.
     harness.key_press(egui::Key::End);
     settle(&mut harness);
-    assert_eq!(harness.state().inspected_name(), Some("z.big"));
-    assert!(!harness.state().is_materializing());
+    assert_eq!(crate::hooks(&mut harness).inspected_name(), Some("z.big"));
+    assert!(!crate::hooks(&mut harness).is_materializing());
     harness.get_by_label_contains("2.00 MiB to materialize");
     harness.get_by_label("Materialize (2.00 MiB)");
     assert!(
@@ -69,7 +70,7 @@ fn end_on_a_tensor_over_the_preview_budget_says_its_size_and_enter_materializes_
     // Enter asks for it: materialized whatever its size.
     harness.key_press(egui::Key::Enter);
     settle(&mut harness);
-    assert_eq!(harness.state().inspected_name(), Some("z.big"));
+    assert_eq!(crate::hooks(&mut harness).inspected_name(), Some("z.big"));
     harness.get_by_label_contains("min");
 }
 
@@ -80,15 +81,18 @@ fn a_palette_jump_to_a_big_tensor_holds_it_back_and_the_button_materializes_it()
     let mut harness = open(&with_a_big_one(dir.path()));
     harness.state_mut().execute(AppCommand::SelectTensor(2));
     settle(&mut harness);
-    assert_eq!(harness.state().inspected_name(), Some("z.big"));
-    assert!(!harness.state().is_materializing());
+    assert_eq!(crate::hooks(&mut harness).inspected_name(), Some("z.big"));
+    assert!(!crate::hooks(&mut harness).is_materializing());
     harness.get_by_label("Materialize (2.00 MiB)").click();
     settle(&mut harness);
     harness.get_by_label_contains("min");
     // A small one by the palette: at once.
     harness.state_mut().execute(AppCommand::SelectTensor(1));
     settle(&mut harness);
-    assert_eq!(harness.state().inspected_name(), Some("b.weight"));
+    assert_eq!(
+        crate::hooks(&mut harness).inspected_name(),
+        Some("b.weight")
+    );
     harness.get_by_label_contains("min");
 }
 
@@ -115,7 +119,7 @@ fn the_filter_reads_size_dtype_and_shape_terms_beside_name_words() {
             &["z.big"][..],
         ),
     ] {
-        harness.state_mut().set_filter(filter);
+        crate::hooks(&mut harness).set_filter(filter);
         harness.run();
         for name in shown {
             harness.get_by_label_contains(name);
@@ -128,7 +132,7 @@ fn the_filter_reads_size_dtype_and_shape_terms_beside_name_words() {
         }
     }
     // A term that cannot be read is said; the rows stay as they were.
-    harness.state_mut().set_filter("shape:4by4");
+    crate::hooks(&mut harness).set_filter("shape:4by4");
     harness.run();
     harness.get_by_label_contains("a shape is sizes joined by x");
 }
@@ -256,7 +260,7 @@ fn the_zoom_and_the_theme_are_remembered() {
         || {},
     )
     .expect("worker");
-    app.wait_for_worker().expect("opened");
+    app.hooks().wait_for_worker().expect("opened");
     app.set_settings(saved);
     let again = crate::window_of(app, egui::vec2(1400.0, 860.0));
     assert!((again.ctx.zoom_factor() - 1.5).abs() < 1e-6);
@@ -291,8 +295,10 @@ fn a_new_checkpoint_opens_at_the_top_of_its_table_and_names_sort_as_numbers() {
     assert!(harness.query_by_label("a.000").is_none());
     // B opens at its top, not where A was scrolled.
     harness.state_mut().execute(AppCommand::Open(b.clone()));
-    while harness.state().opened_path() != Some(b.as_path()) {
-        harness.state_mut().wait_for_worker().expect("opened");
+    while crate::hooks(&mut harness).opened_path() != Some(b.as_path()) {
+        crate::hooks(&mut harness)
+            .wait_for_worker()
+            .expect("opened");
     }
     harness.run();
     let first = harness.get_by_label("b.000");
@@ -313,8 +319,10 @@ fn a_new_checkpoint_opens_at_the_top_of_its_table_and_names_sort_as_numbers() {
         ],
     );
     harness.state_mut().execute(AppCommand::Open(c.clone()));
-    while harness.state().opened_path() != Some(c.as_path()) {
-        harness.state_mut().wait_for_worker().expect("opened");
+    while crate::hooks(&mut harness).opened_path() != Some(c.as_path()) {
+        crate::hooks(&mut harness)
+            .wait_for_worker()
+            .expect("opened");
     }
     harness.run();
     harness.get_by_label("Name").click();

@@ -46,7 +46,9 @@ fn a_torch_file_opens_with_its_verdict_its_ties_and_its_values() {
     harness.get_by_label_contains("F32 view of embed.weight");
     harness.get_by_label("embed.t").click();
     harness.step();
-    harness.state_mut().wait_for_worker().expect("materialized");
+    crate::hooks(&mut harness)
+        .wait_for_worker()
+        .expect("materialized");
     harness.run();
     // The transpose, read through its strides: 0, 4, 8, 1, 5, 9...
     harness.get_by_label_contains("shape [4, 3]");

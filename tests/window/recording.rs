@@ -134,9 +134,11 @@ fn a_job_recorded_from_the_window_under_load_equals_the_clis_recording() {
         checkpoint.as_os_str(),
     ]);
     crate::start_in_form(&mut harness, &line);
-    assert!(harness.state_mut().wait_for_recording());
+    assert!(crate::hooks(&mut harness).wait_for_recording());
     drop(hogs);
-    let (window, window_findings) = harness.state().last_recording().expect("a recording");
+    let (window, window_findings) = crate::hooks(&mut harness)
+        .last_recording()
+        .expect("a recording");
     assert_eq!(
         window.exit,
         Some(weightscope::profile::analysis::recording::JobExit::Code(0))

@@ -21,7 +21,7 @@ fn record_line(harness: &mut Harness<'static, WeightscopeApp>, line: &str) {
         }),
         None,
     ));
-    assert!(harness.state_mut().wait_for_recording());
+    assert!(crate::hooks(harness).wait_for_recording());
     harness.run();
 }
 
@@ -37,13 +37,11 @@ fn recordings_are_named_by_what_was_typed_and_show_keeps_the_list_and_overlays()
     harness.get_by_label("Run walk").click();
     harness.step();
     harness.step();
-    while harness.state().is_walking() {
-        harness.state_mut().wait_for_worker().expect("walk events");
-    }
+    crate::wait_while(&mut harness, |h| h.is_walking());
     harness.run();
     harness.get_by_label("Overlay this run").click();
     harness.run();
-    assert_eq!(harness.state().overlay_names().len(), 1);
+    assert_eq!(crate::hooks(&mut harness).overlay_names().len(), 1);
     harness.get_by_label_contains("- - release-shard");
 
     // Two recordings: named by the typed line.
@@ -78,7 +76,7 @@ fn recordings_are_named_by_what_was_typed_and_show_keeps_the_list_and_overlays()
     harness.run();
     assert_eq!(rows(&harness), before, "the list kept its order");
     assert_eq!(
-        harness.state().overlay_names().len(),
+        crate::hooks(&mut harness).overlay_names().len(),
         1,
         "nothing overlaid unasked"
     );
@@ -99,5 +97,5 @@ fn recordings_are_named_by_what_was_typed_and_show_keeps_the_list_and_overlays()
     // Clear overlays.
     harness.get_by_label("Clear overlays").click();
     harness.run();
-    assert!(harness.state().overlay_names().is_empty());
+    assert!(crate::hooks(&mut harness).overlay_names().is_empty());
 }

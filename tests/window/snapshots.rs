@@ -33,8 +33,8 @@ fn frozen_demo_at(size: egui::Vec2) -> (Harness<'static, WeightscopeApp>, tempfi
 fn frozen_at(path: &std::path::Path, size: egui::Vec2) -> Harness<'static, WeightscopeApp> {
     let mut app = WeightscopeApp::new(Some(path.to_path_buf()), mlx::default_device(), || {})
         .expect("worker");
-    app.wait_for_worker().expect("opened");
-    app.freeze_for_snapshots();
+    app.hooks().wait_for_worker().expect("opened");
+    app.hooks().freeze_for_snapshots();
     let mut harness = Harness::builder()
         .with_size(size)
         .build_ui_state(|ui, app: &mut WeightscopeApp| app.ui(ui), app);
@@ -99,9 +99,11 @@ fn the_main_window_at_800x500() {
         .state_mut()
         .execute(AppCommand::Materialize("lm_head.weight".into()));
     harness.step();
-    harness.state_mut().wait_for_worker().expect("materialized");
+    crate::hooks(&mut harness)
+        .wait_for_worker()
+        .expect("materialized");
     harness.run();
-    harness.state_mut().freeze_for_snapshots();
+    crate::hooks(&mut harness).freeze_for_snapshots();
     harness.run();
     harness.snapshot_options("main-window-800x500", &options());
 }
@@ -121,14 +123,12 @@ fn the_163_shard_layout_at_three_sizes() {
         let mut harness = frozen_at(dir.path(), size);
         harness.get_by_label_contains(&format!("of {tensors} tensors"));
         // The attention of layer 3, its first weight's block scale shown.
-        harness.state_mut().set_filter("layers.3.self_attn");
+        crate::hooks(&mut harness).set_filter("layers.3.self_attn");
         harness.run();
         harness.key_press(egui::Key::Home);
         harness.step();
         harness.step();
-        while harness.state().is_materializing() {
-            harness.state_mut().wait_for_worker().expect("previewed");
-        }
+        crate::wait_while(&mut harness, |h| h.is_materializing());
         harness.run();
         harness.key_press(egui::Key::ArrowRight);
         harness.run();
@@ -145,7 +145,7 @@ fn the_163_shard_layout_at_three_sizes() {
             );
         }
         harness.get_by_label("model.layers.3.self_attn.q_a_proj.weight_scale_inv");
-        harness.state_mut().freeze_for_snapshots();
+        crate::hooks(&mut harness).freeze_for_snapshots();
         harness.run();
         harness.snapshot_options(format!("layout-163-{width}x{height}"), &options());
         results.extend_harness(&mut harness);

@@ -53,12 +53,10 @@ fn browse_the_demo_filter_materialize_and_release() {
     harness.run();
     harness.get_by_label_contains("regex:");
     harness.get_by_label_contains("1 of 10 tensors");
-    harness
-        .state_mut()
-        .set_filter("^model\\.layers\\.0\\.mlp\\.(up|down)_proj\\.weight$");
+    crate::hooks(&mut harness).set_filter("^model\\.layers\\.0\\.mlp\\.(up|down)_proj\\.weight$");
     harness.run();
     harness.get_by_label_contains("2 of 10 tensors");
-    harness.state_mut().set_filter("up_proj");
+    crate::hooks(&mut harness).set_filter("up_proj");
     harness.run();
 
     // Click the quantized weight: materialized on the worker, shown dequantized.
@@ -67,7 +65,9 @@ fn browse_the_demo_filter_materialize_and_release() {
     harness.step();
     harness.step();
     harness.get_by_label_contains("materializing");
-    harness.state_mut().wait_for_worker().expect("materialized");
+    crate::hooks(&mut harness)
+        .wait_for_worker()
+        .expect("materialized");
     harness.run();
     harness.get_by_label("min");
     harness.get_by_label("NaN");
@@ -79,8 +79,7 @@ fn browse_the_demo_filter_materialize_and_release() {
         "model.layers.0.mlp.up_proj.weight".into(),
     ));
     harness.step();
-    harness
-        .state_mut()
+    crate::hooks(&mut harness)
         .wait_for_worker()
         .expect("materialized again");
     harness.run();
@@ -94,12 +93,14 @@ fn browse_the_demo_filter_materialize_and_release() {
         .expect("a button per shard")
         .click();
     harness.run();
-    harness.state_mut().wait_for_worker().expect("released");
+    crate::hooks(&mut harness)
+        .wait_for_worker()
+        .expect("released");
     harness.run();
     harness.get_by_label("released");
 
     // The memory strip: live figures, and the last event named.
-    assert!(harness.state_mut().wait_for_sample());
+    assert!(crate::hooks(&mut harness).wait_for_sample());
     harness.run();
     harness.get_by_label_contains("Memory (MiB, seconds since start): process RSS");
     harness.get_by_label_contains("release-shard model-00002-of-00003.safetensors");
@@ -123,7 +124,9 @@ fn a_corrupt_shard_is_shown_and_the_rest_stays_browsable() {
     harness.get_by_label_contains("1 of 1 tensors");
     harness.get_by_label_contains("good").click();
     harness.step();
-    harness.state_mut().wait_for_worker().expect("materialized");
+    crate::hooks(&mut harness)
+        .wait_for_worker()
+        .expect("materialized");
     harness.run();
     harness.get_by_label("mean");
 }
@@ -148,7 +151,9 @@ fn a_path_that_cannot_open_says_why_and_another_can_be_typed() {
     harness.run();
     let field_path = dir.path().join("m.safetensors");
     harness.state_mut().execute(AppCommand::Open(field_path));
-    harness.state_mut().wait_for_worker().expect("opened");
+    crate::hooks(&mut harness)
+        .wait_for_worker()
+        .expect("opened");
     harness.run();
     harness.get_by_label_contains("1 of 1 tensors");
     assert!(harness.query_by_label_contains("cannot read").is_none());
@@ -158,8 +163,7 @@ fn a_path_that_cannot_open_says_why_and_another_can_be_typed() {
     std::fs::write(&passwd, "root:x:0:0:root:/root:/bin/sh\n").expect("write");
     harness.state_mut().execute(AppCommand::Open(passwd));
     while harness.state().is_opening() {
-        harness
-            .state_mut()
+        crate::hooks(&mut harness)
             .wait_for_any_event()
             .expect("the worker answers");
     }
@@ -172,7 +176,7 @@ fn a_path_that_cannot_open_says_why_and_another_can_be_typed() {
     harness.get_by_label_contains("1 of 1 tensors");
     // The path field shows what is open, not the path that failed.
     assert_eq!(
-        harness.state().path_input(),
+        crate::hooks(&mut harness).path_input(),
         dir.path().join("m.safetensors").display().to_string()
     );
 
@@ -204,7 +208,9 @@ fn enter_in_the_path_field_only_opens_and_a_failed_open_keeps_the_open_checkpoin
     // preview shows it once the selection rests).
     harness.get_by_label_contains("lm_head.weight").click();
     harness.step();
-    harness.state_mut().wait_for_worker().expect("materialized");
+    crate::hooks(&mut harness)
+        .wait_for_worker()
+        .expect("materialized");
     harness.run();
     harness.key_press(egui::Key::ArrowDown);
     let previewed = settle_preview(&mut harness).expect("previewed");
@@ -221,7 +227,9 @@ fn enter_in_the_path_field_only_opens_and_a_failed_open_keeps_the_open_checkpoin
     harness.run();
     harness.key_press(egui::Key::Enter);
     harness.step();
-    harness.state_mut().wait_for_worker().expect("answered");
+    crate::hooks(&mut harness)
+        .wait_for_worker()
+        .expect("answered");
     harness.run();
     assert!(
         harness
@@ -236,11 +244,16 @@ fn enter_in_the_path_field_only_opens_and_a_failed_open_keeps_the_open_checkpoin
     );
     // The Enter was the path field's: the selected row was not
     // materialized again.
-    assert_eq!(harness.state().inspected_name(), Some(previewed.as_str()));
-    assert!(!harness.state().is_materializing());
+    assert_eq!(
+        crate::hooks(&mut harness).inspected_name(),
+        Some(previewed.as_str())
+    );
+    assert!(!crate::hooks(&mut harness).is_materializing());
     harness.get_by_label_contains("lm_head.weight").click();
     harness.step();
-    harness.state_mut().wait_for_worker().expect("materialized");
+    crate::hooks(&mut harness)
+        .wait_for_worker()
+        .expect("materialized");
     harness.run();
     assert!(
         harness
@@ -273,24 +286,33 @@ fn a_new_checkpoint_never_shows_an_old_heatmap() {
         .state_mut()
         .execute(AppCommand::Materialize("w".into()));
     harness.step();
-    harness.state_mut().wait_for_worker().expect("materialized");
+    crate::hooks(&mut harness)
+        .wait_for_worker()
+        .expect("materialized");
     harness.run();
-    let first = harness.state().heatmap_keys();
+    let first = crate::hooks(&mut harness).heatmap_keys();
     assert_eq!(first.len(), 1, "{first:?}");
 
     harness
         .state_mut()
         .execute(AppCommand::Open(b.path().to_path_buf()));
-    harness.state_mut().wait_for_worker().expect("opened");
+    crate::hooks(&mut harness)
+        .wait_for_worker()
+        .expect("opened");
     harness.run();
-    assert!(harness.state().heatmap_keys().is_empty(), "dropped on open");
+    assert!(
+        crate::hooks(&mut harness).heatmap_keys().is_empty(),
+        "dropped on open"
+    );
     harness
         .state_mut()
         .execute(AppCommand::Materialize("w".into()));
     harness.step();
-    harness.state_mut().wait_for_worker().expect("materialized");
+    crate::hooks(&mut harness)
+        .wait_for_worker()
+        .expect("materialized");
     harness.run();
-    let second = harness.state().heatmap_keys();
+    let second = crate::hooks(&mut harness).heatmap_keys();
     assert_eq!(second.len(), 1);
     assert_ne!(first, second, "a new texture for the new values");
     harness.get_by_label_contains("-1.260000e2");
@@ -316,7 +338,10 @@ fn opening_many_shards_shows_progress_while_the_open_checkpoint_stays() {
     let mut harness = harness(open_app(&demo));
     harness.state_mut().execute(AppCommand::Open(many.clone()));
     // Apply events one at a time until the first progress has arrived.
-    while !harness.state_mut().wait_for_any_event().expect("event") {}
+    while !crate::hooks(&mut harness)
+        .wait_for_any_event()
+        .expect("event")
+    {}
     assert!(harness.state().is_opening());
     harness.run_steps(2); // the spinner keeps repainting
     assert!(
@@ -332,7 +357,9 @@ fn opening_many_shards_shows_progress_while_the_open_checkpoint_stays() {
     // What was open stays open and browsable meanwhile.
     harness.get_by_label_contains("8 of 10 tensors");
     while harness.state().is_opening() {
-        harness.state_mut().wait_for_any_event().expect("event");
+        crate::hooks(&mut harness)
+            .wait_for_any_event()
+            .expect("event");
     }
     harness.run();
     harness.get_by_label_contains("120 of 120 tensors");
@@ -362,7 +389,9 @@ fn the_heatmap_colours_follow_the_values_and_max_abs_cells_show_outliers() {
     let show = |harness: &mut Harness<'static, WeightscopeApp>, name: &str| {
         harness.get_by_label(name).click();
         harness.step();
-        harness.state_mut().wait_for_worker().expect("materialized");
+        crate::hooks(harness)
+            .wait_for_worker()
+            .expect("materialized");
         harness.run();
     };
     // Positive-only values: a sequential scale over their range, said so.
@@ -416,12 +445,21 @@ fn every_cell_of_a_row_selects_it() {
     // The size of b.weight (16 f32 values).
     harness.get_by_label("64 B").click();
     settle_preview(&mut harness);
-    assert_eq!(harness.state().selected_tensor(), Some("b.weight"));
-    assert_eq!(harness.state().inspected_name(), Some("b.weight"));
+    assert_eq!(
+        crate::hooks(&mut harness).selected_tensor(),
+        Some("b.weight")
+    );
+    assert_eq!(
+        crate::hooks(&mut harness).inspected_name(),
+        Some("b.weight")
+    );
     // The shape of layers.1.y.
     harness.get_by_label("[2, 4]").click();
     settle_preview(&mut harness);
-    assert_eq!(harness.state().selected_tensor(), Some("layers.1.y"));
+    assert_eq!(
+        crate::hooks(&mut harness).selected_tensor(),
+        Some("layers.1.y")
+    );
     // Blank space in the name cell of c.bias: right of its name, left of
     // the next column.
     let name = harness.get_by_label("c.bias").rect();
@@ -445,12 +483,15 @@ fn every_cell_of_a_row_selects_it() {
         modifiers: egui::Modifiers::NONE,
     });
     settle_preview(&mut harness);
-    assert_eq!(harness.state().selected_tensor(), Some("c.bias"));
-    assert_eq!(harness.state().inspected_name(), Some("c.bias"));
+    assert_eq!(crate::hooks(&mut harness).selected_tensor(), Some("c.bias"));
+    assert_eq!(crate::hooks(&mut harness).inspected_name(), Some("c.bias"));
     // A click on a name, then the arrows: the table still takes them.
     harness.get_by_label("a.weight").click();
     settle_preview(&mut harness);
-    assert_eq!(harness.state().selected_tensor(), Some("a.weight"));
+    assert_eq!(
+        crate::hooks(&mut harness).selected_tensor(),
+        Some("a.weight")
+    );
     harness.key_press(egui::Key::ArrowDown);
     assert_eq!(settle_preview(&mut harness).as_deref(), Some("b.weight"));
 }
@@ -510,21 +551,23 @@ fn browsing_stays_within_the_previews_budget() {
     // Pin the first one shown.
     harness.get_by_label("Pin: keep it in memory").click();
     harness.run();
-    harness.state_mut().wait_for_worker().expect("pinned");
+    crate::hooks(&mut harness)
+        .wait_for_worker()
+        .expect("pinned");
     for i in 1..8 {
         harness.key_press(egui::Key::ArrowDown);
         assert_eq!(
             settle_preview(&mut harness).as_deref(),
             Some(format!("t{i}").as_str())
         );
-        while harness.state().previews_held().kept < i.min(3) {
-            harness.state_mut().wait_for_worker().expect("held");
+        while crate::hooks(&mut harness).previews_held().kept < i.min(3) {
+            crate::hooks(&mut harness).wait_for_worker().expect("held");
         }
         let active = mlx::memory().expect("memory").active_bytes - base;
         assert!(active <= 3 * MIB, "after t{i}: {active} bytes active");
     }
     harness.run();
-    let held = harness.state().previews_held().clone();
+    let held = crate::hooks(&mut harness).previews_held().clone();
     assert_eq!(held.used_bytes, 3 * MIB, "{held:?}");
     assert_eq!(held.pinned, ["t0"]);
     harness.get_by_label_contains("previews 3.00 MiB of 3.00 MiB, 1 tensor pinned");

@@ -14,7 +14,7 @@ fn views_show_both_names_the_drops_and_the_fix_up_and_the_diff_tab_compares() {
     write_qwen_source_and_conversion(source.path(), converted.path());
     let mut harness = harness(open_app(source.path()));
     assert_eq!(
-        harness.state().view().map(|v| v.name.as_str()),
+        crate::hooks(&mut harness).view().map(|v| v.name.as_str()),
         Some("qwen3-next")
     );
     harness.get_by_label_contains("installed: qwen3-next");
@@ -31,7 +31,9 @@ fn views_show_both_names_the_drops_and_the_fix_up_and_the_diff_tab_compares() {
         )
         .click();
     harness.step();
-    harness.state_mut().wait_for_worker().expect("materialized");
+    crate::hooks(&mut harness)
+        .wait_for_worker()
+        .expect("materialized");
     harness.run();
     harness.get_by_label_contains("Values shown after the view's fix-ups");
     // The rule, in the view summary and in the inspector.
@@ -47,9 +49,11 @@ fn views_show_both_names_the_drops_and_the_fix_up_and_the_diff_tab_compares() {
     harness
         .state_mut()
         .set_view_choice(weightscope::weights::ViewChoice::Identity);
-    harness.state_mut().wait_for_worker().expect("reopened");
+    crate::hooks(&mut harness)
+        .wait_for_worker()
+        .expect("reopened");
     harness.run();
-    assert!(harness.state().view().is_none());
+    assert!(crate::hooks(&mut harness).view().is_none());
     harness.get_by_label_contains("installed: none");
     harness.get_by_label_contains("3 of 3 tensors");
 
@@ -57,7 +61,9 @@ fn views_show_both_names_the_drops_and_the_fix_up_and_the_diff_tab_compares() {
     harness
         .state_mut()
         .execute(AppCommand::Open(converted.path().to_path_buf()));
-    harness.state_mut().wait_for_worker().expect("opened");
+    crate::hooks(&mut harness)
+        .wait_for_worker()
+        .expect("opened");
     harness.run();
     harness.get_by_label("Diff").click();
     harness.run();
@@ -73,11 +79,9 @@ fn views_show_both_names_the_drops_and_the_fix_up_and_the_diff_tab_compares() {
     harness.run();
     harness.get_by_label("Run diff").click();
     harness.step();
-    while harness.state().is_diffing() {
-        harness.state_mut().wait_for_worker().expect("diff events");
-    }
+    crate::wait_while(&mut harness, |h| h.is_diffing());
     harness.run();
-    let report = harness.state().diff_report().expect("a report");
+    let report = crate::hooks(&mut harness).diff_report().expect("a report");
     assert_eq!(report.common.len(), 2);
     assert_eq!(report.differing().count(), 0);
     assert!(report.only_in_a.is_empty() && report.only_in_b.is_empty());
@@ -101,12 +105,10 @@ fn views_show_both_names_the_drops_and_the_fix_up_and_the_diff_tab_compares() {
     harness.run();
     harness.get_by_label("Run diff").click();
     harness.step();
-    while harness.state().is_diffing() {
-        harness.state_mut().wait_for_worker().expect("diff events");
-    }
+    crate::wait_while(&mut harness, |h| h.is_diffing());
     harness.run();
     assert!(
-        harness.state().diff_report().is_none(),
+        crate::hooks(&mut harness).diff_report().is_none(),
         "no report from a corrupt B"
     );
     let bad_shard = corrupt.path().join("model.safetensors");
@@ -141,16 +143,14 @@ fn the_check_tab_lists_findings_selects_their_tensor_and_reads_values() {
     let mut harness = harness(open_app(dir.path()));
     harness.get_by_label("check: 1 error, 0 warnings").click();
     harness.run();
-    assert_eq!(harness.state().tab(), Tab::Check);
+    assert_eq!(crate::hooks(&mut harness).tab(), Tab::Check);
     harness.get_by_label_contains("quant.missing-biases");
     harness.get_by_label_contains("affine weight `model.layers.0.mlp.up_proj.weight` has no");
 
     // The values: the NaN is found, the badge counts it.
     harness.get_by_label("Read values").click();
     harness.step();
-    while harness.state().is_checking_values() {
-        harness.state_mut().wait_for_worker().expect("scan events");
-    }
+    crate::wait_while(&mut harness, |h| h.is_checking_values());
     harness.run();
     harness.get_by_label_contains("values.nan");
     // The layer without biases cannot be dequantized either: a third error.
@@ -165,13 +165,11 @@ fn the_check_tab_lists_findings_selects_their_tensor_and_reads_values() {
     harness.get_by_label("Read values").click();
     harness.step();
     harness.step();
-    assert!(harness.state().is_checking_values());
+    assert!(crate::hooks(&mut harness).is_checking_values());
     harness.get_by_label("Cancel").click();
     harness.step();
-    assert!(harness.state().value_scan_cancel_requested());
-    while harness.state().is_checking_values() {
-        harness.state_mut().wait_for_worker().expect("scan events");
-    }
+    assert!(crate::hooks(&mut harness).value_scan_cancel_requested());
+    crate::wait_while(&mut harness, |h| h.is_checking_values());
     harness.run();
 
     // A row selects its tensor and opens it in the inspector.
@@ -181,8 +179,10 @@ fn the_check_tab_lists_findings_selects_their_tensor_and_reads_values() {
         .expect("a row naming the tensor")
         .click();
     harness.step();
-    assert_eq!(harness.state().tab(), Tab::Tensors);
-    harness.state_mut().wait_for_worker().expect("answered");
+    assert_eq!(crate::hooks(&mut harness).tab(), Tab::Tensors);
+    crate::hooks(&mut harness)
+        .wait_for_worker()
+        .expect("answered");
     harness.run();
     // Its values cannot be shown, and the inspector says why.
     harness.get_by_label_contains("affine quantization needs biases");
@@ -230,9 +230,7 @@ fn a_diff_row_opens_a_beside_b() {
     harness.run();
     harness.get_by_label("Run diff").click();
     harness.step();
-    while harness.state().is_diffing() {
-        harness.state_mut().wait_for_worker().expect("diff events");
-    }
+    crate::wait_while(&mut harness, |h| h.is_diffing());
     harness.run();
     harness.get_by_label_contains(&format!("B: {}", b.path().display()));
     // The overall figure is over the tensors that changed, said how.
@@ -246,11 +244,13 @@ fn a_diff_row_opens_a_beside_b() {
         .get_by_label_contains("model.layers.3.mlp.up_proj.weight")
         .click();
     harness.step();
-    while harness.state().diff_detail_is_pending() {
-        harness.state_mut().wait_for_worker().expect("detail");
+    while crate::hooks(&mut harness).diff_detail_is_pending() {
+        crate::hooks(&mut harness)
+            .wait_for_worker()
+            .expect("detail");
     }
     harness.run();
-    let detail = harness.state().diff_detail().expect("opened");
+    let detail = crate::hooks(&mut harness).diff_detail().expect("opened");
     assert_eq!(detail.name, "model.layers.3.mlp.up_proj.weight");
     // The largest |a - b| is layer 3's noise (0.1 as f32).
     let noise = f64::from(0.1_f32);
@@ -265,7 +265,7 @@ fn a_diff_row_opens_a_beside_b() {
     harness.get_by_label_contains("Error |a - b| (4 x 64 cells");
     harness.get_by_label("Close").click();
     harness.run();
-    assert!(harness.state().diff_detail().is_none());
+    assert!(crate::hooks(&mut harness).diff_detail().is_none());
     assert!(
         harness
             .query_by_label_contains("Histograms overlaid")
@@ -279,14 +279,20 @@ fn a_diff_row_opens_a_beside_b() {
     harness.run();
     harness.key_press(egui::Key::Enter);
     harness.step();
-    while harness.state().diff_detail_is_pending() {
-        harness.state_mut().wait_for_worker().expect("detail");
+    while crate::hooks(&mut harness).diff_detail_is_pending() {
+        crate::hooks(&mut harness)
+            .wait_for_worker()
+            .expect("detail");
     }
     harness.run();
-    let second = harness.state().diff_detail().expect("opened").name.clone();
+    let second = crate::hooks(&mut harness)
+        .diff_detail()
+        .expect("opened")
+        .name
+        .clone();
     assert_ne!(second, "model.layers.3.mlp.up_proj.weight");
     assert!(second.starts_with("model.layers."), "{second}");
     harness.key_press(egui::Key::Escape);
     harness.run();
-    assert!(harness.state().diff_detail().is_none());
+    assert!(crate::hooks(&mut harness).diff_detail().is_none());
 }

@@ -61,7 +61,9 @@ fn keys_replace_field_text_f1_lists_shortcuts_and_zeros_are_said() {
     harness
         .state_mut()
         .execute(AppCommand::Materialize("zeros".into()));
-    harness.state_mut().wait_for_worker().expect("materialized");
+    crate::hooks(&mut harness)
+        .wait_for_worker()
+        .expect("materialized");
     harness.run();
     harness.get_by_label_contains("All finite values are 0.");
 }
@@ -96,7 +98,10 @@ fn the_keyboard_drives_the_table() {
     harness.get_by_label_contains("2 of 5 tensors");
     harness.key_press(egui::Key::ArrowDown);
     assert_eq!(settle_preview(&mut harness).as_deref(), Some("a.weight"));
-    assert_eq!(harness.state().selected_tensor(), Some("a.weight"));
+    assert_eq!(
+        crate::hooks(&mut harness).selected_tensor(),
+        Some("a.weight")
+    );
     // Down past the end stays on the last match; End and Home too.
     for _ in 0..4 {
         harness.key_press(egui::Key::ArrowDown);
@@ -108,16 +113,19 @@ fn the_keyboard_drives_the_table() {
     assert_eq!(settle_preview(&mut harness).as_deref(), Some("b.weight"));
     // A filter that hides the selected row: Enter in the table shows
     // nothing hidden; Enter in the filter shows its first match.
-    harness.state_mut().set_filter("layers");
+    crate::hooks(&mut harness).set_filter("layers");
     harness.run();
     assert_eq!(
-        harness.state().selected_tensor(),
+        crate::hooks(&mut harness).selected_tensor(),
         None,
         "the hidden row is not selected"
     );
     harness.key_press(egui::Key::Enter);
     harness.run();
-    assert_eq!(harness.state().inspected_name(), Some("b.weight"));
+    assert_eq!(
+        crate::hooks(&mut harness).inspected_name(),
+        Some("b.weight")
+    );
     harness.key_press_modifiers(egui::Modifiers::COMMAND, egui::Key::F);
     harness.run();
     harness.get_by_label("Filter").type_text("layers.1");
@@ -135,7 +143,7 @@ fn the_keyboard_drives_the_table() {
         .any(|c| matches!(c, egui::OutputCommand::CopyText(text) if text == "layers.1.y"));
     assert!(copied, "Ctrl+C copies the name");
     // A click on the Size header sorts largest first.
-    harness.state_mut().set_filter("");
+    crate::hooks(&mut harness).set_filter("");
     harness.run();
     harness.get_by_label("Size").click();
     harness.run();
@@ -172,20 +180,24 @@ fn the_palette_and_the_action_keys() {
     });
     harness.event(egui::Event::Text("l0x".into()));
     harness.run();
-    assert!(harness.state().palette_is_open());
+    assert!(crate::hooks(&mut harness).palette_is_open());
     assert_eq!(
         harness.get_by_label("Go to").value().as_deref(),
         Some("l0x")
     );
     harness.key_press(egui::Key::Enter);
     harness.step();
-    assert!(!harness.state().palette_is_open());
-    while harness.state().is_materializing() {
-        harness.state_mut().wait_for_worker().expect("materialized");
-    }
+    assert!(!crate::hooks(&mut harness).palette_is_open());
+    crate::wait_while(&mut harness, |h| h.is_materializing());
     harness.run();
-    assert_eq!(harness.state().inspected_name(), Some("layers.0.x"));
-    assert_eq!(harness.state().selected_tensor(), Some("layers.0.x"));
+    assert_eq!(
+        crate::hooks(&mut harness).inspected_name(),
+        Some("layers.0.x")
+    );
+    assert_eq!(
+        crate::hooks(&mut harness).selected_tensor(),
+        Some("layers.0.x")
+    );
     // Its actions: "check" runs the value scan on the Check tab.
     harness.key_press_modifiers(egui::Modifiers::COMMAND, egui::Key::K);
     harness.run();
@@ -193,19 +205,17 @@ fn the_palette_and_the_action_keys() {
     harness.run();
     harness.key_press(egui::Key::Enter);
     harness.run();
-    assert_eq!(harness.state().tab(), Tab::Check);
-    assert!(harness.state().is_checking_values());
-    while harness.state().is_checking_values() {
-        harness.state_mut().wait_for_worker().expect("scan");
-    }
+    assert_eq!(crate::hooks(&mut harness).tab(), Tab::Check);
+    assert!(crate::hooks(&mut harness).is_checking_values());
+    crate::wait_while(&mut harness, |h| h.is_checking_values());
     harness.run();
     // Esc closes the palette without doing anything.
     harness.key_press_modifiers(egui::Modifiers::COMMAND, egui::Key::K);
     harness.run();
     harness.key_press(egui::Key::Escape);
     harness.run();
-    assert!(!harness.state().palette_is_open());
-    assert_eq!(harness.state().tab(), Tab::Check);
+    assert!(!crate::hooks(&mut harness).palette_is_open());
+    assert_eq!(crate::hooks(&mut harness).tab(), Tab::Check);
     // "record a": the Profiler with the record form open, the keyboard in
     // its command line, ready to type.
     harness.key_press_modifiers(egui::Modifiers::COMMAND, egui::Key::K);
@@ -217,7 +227,7 @@ fn the_palette_and_the_action_keys() {
     // Letters typed in the frame the form opens are its command's first.
     harness.event(egui::Event::Text("echo".into()));
     harness.run();
-    assert_eq!(harness.state().tab(), Tab::Profiler);
+    assert_eq!(crate::hooks(&mut harness).tab(), Tab::Profiler);
     let field = harness.get_by_label("Command line (run by sh -c)");
     assert!(field.is_focused());
     assert_eq!(field.value().as_deref(), Some("echo"));
@@ -229,7 +239,7 @@ fn the_palette_and_the_action_keys() {
         egui::Key::D,
     );
     harness.run();
-    assert_eq!(harness.state().tab(), Tab::Diff);
+    assert_eq!(crate::hooks(&mut harness).tab(), Tab::Diff);
     harness.get_by_label("Compare with (B)").type_text("/b");
     harness.run();
     assert_eq!(
@@ -242,11 +252,9 @@ fn the_palette_and_the_action_keys() {
         egui::Key::W,
     );
     harness.step();
-    assert_eq!(harness.state().tab(), Tab::Profiler);
-    assert!(harness.state().is_walking());
-    while harness.state().is_walking() {
-        harness.state_mut().wait_for_worker().expect("walk");
-    }
+    assert_eq!(crate::hooks(&mut harness).tab(), Tab::Profiler);
+    assert!(crate::hooks(&mut harness).is_walking());
+    crate::wait_while(&mut harness, |h| h.is_walking());
 }
 
 /// The palette on the 163-shard layout's 90k names: `mlp` lists the
@@ -290,7 +298,9 @@ fn the_palette_finds_what_was_meant_in_the_163_shard_layout() {
         harness.key_press(egui::Key::ArrowDown);
     }
     harness.run();
-    let chosen = harness.state().palette_chosen().expect("a row chosen");
+    let chosen = crate::hooks(&mut harness)
+        .palette_chosen()
+        .expect("a row chosen");
     assert!(chosen.contains(".mlp."), "{chosen}");
     assert_ne!(chosen, rows[0].0, "the highlight moved");
     let rect = harness.get_by_label(&chosen).rect();
@@ -300,7 +310,9 @@ fn the_palette_finds_what_was_meant_in_the_163_shard_layout() {
         harness.key_press(egui::Key::ArrowUp);
     }
     harness.run();
-    let first = harness.state().palette_chosen().expect("a row chosen");
+    let first = crate::hooks(&mut harness)
+        .palette_chosen()
+        .expect("a row chosen");
     assert_eq!(first, rows[0].0);
     assert!(screen.contains_rect(harness.get_by_label(&first).rect()));
 }

@@ -24,7 +24,7 @@ pub(super) fn harness(app: WeightscopeApp) -> Harness<'static, WeightscopeApp> {
 pub(super) fn open_app(path: &std::path::Path) -> WeightscopeApp {
     let mut app = WeightscopeApp::new(Some(path.to_path_buf()), mlx::default_device(), || {})
         .expect("worker");
-    app.wait_for_worker().expect("opened");
+    app.hooks().wait_for_worker().expect("opened");
     app
 }
 
@@ -42,9 +42,7 @@ pub(super) fn write_eight_shards(dir: &std::path::Path) {
 }
 
 pub(super) fn finish_walk(harness: &mut Harness<'static, WeightscopeApp>) {
-    while harness.state().is_walking() {
-        harness.state_mut().wait_for_worker().expect("walk events");
-    }
+    crate::wait_while(harness, |h| h.is_walking());
     harness.run();
 }
 
@@ -145,11 +143,9 @@ pub(super) fn settle_preview(harness: &mut Harness<'static, WeightscopeApp>) -> 
     // longer than that wait.
     harness.step();
     harness.step();
-    while harness.state().is_materializing() {
-        harness.state_mut().wait_for_worker().expect("materialized");
-    }
+    crate::wait_while(harness, |h| h.is_materializing());
     harness.run();
-    harness.state().inspected_name().map(str::to_owned)
+    crate::hooks(harness).inspected_name().map(str::to_owned)
 }
 
 /// Five small tensors of different sizes, two in numbered layers.

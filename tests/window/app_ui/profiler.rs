@@ -16,7 +16,7 @@ fn the_profiler_walks_finds_the_trap_and_keeps_the_trace() {
     let mut harness = harness(open_app(dir.path()));
     harness.get_by_label("Profiler").click();
     harness.run();
-    assert_eq!(harness.state().tab(), Tab::Profiler);
+    assert_eq!(crate::hooks(&mut harness).tab(), Tab::Profiler);
     harness.get_by_label_contains("A release-shard walk needs about 2.00 MiB");
 
     // The trap: release-tensor with the maps alive.
@@ -31,7 +31,9 @@ fn the_profiler_walks_finds_the_trap_and_keeps_the_trace() {
     harness.get_by_label("Cancel walk");
     harness.get_by_label_contains("walking release-tensor");
     finish_walk(&mut harness);
-    let (outcome, findings) = harness.state().last_walk().expect("a finished walk");
+    let (outcome, findings) = crate::hooks(&mut harness)
+        .last_walk()
+        .expect("a finished walk");
     assert_eq!(outcome.steps_done, 16);
     assert!(
         outcome.peak_mlx_active_bytes >= 15 << 20,
@@ -50,7 +52,7 @@ fn the_profiler_walks_finds_the_trap_and_keeps_the_trace() {
         .expect("the last release is listed")
         .click();
     harness.run();
-    assert!(harness.state().selected_moment().is_some());
+    assert!(crate::hooks(&mut harness).selected_moment().is_some());
     harness.get_by_label_contains("s: 16.00 MiB in 8 shards");
     harness
         .get_by_label_contains("model-0.safetensors: 2.00 MiB (2 tensors)")
@@ -75,7 +77,7 @@ fn the_profiler_walks_finds_the_trap_and_keeps_the_trace() {
     harness.get_by_label("Open from path").click();
     harness.step();
     // The trace loads on its own thread; the frames go on meanwhile.
-    harness.state_mut().wait_for_trace();
+    crate::hooks(&mut harness).wait_for_trace();
     harness.run();
     harness.get_by_label_contains("x release-tensor none");
 
@@ -87,7 +89,9 @@ fn the_profiler_walks_finds_the_trap_and_keeps_the_trace() {
     harness.get_by_label("Run walk").click();
     harness.step();
     finish_walk(&mut harness);
-    let (outcome, findings) = harness.state().last_walk().expect("a finished walk");
+    let (outcome, findings) = crate::hooks(&mut harness)
+        .last_walk()
+        .expect("a finished walk");
     assert!(outcome.peak_mlx_active_bytes <= (2 << 20) + (2 << 20) / 10);
     assert!(
         findings.iter().all(
@@ -139,7 +143,9 @@ fn the_device_and_memory_series_are_labelled_for_the_backend() {
     harness.get_by_label_contains(&device.describe());
     harness.get_by_label_contains("probe.weight").click();
     harness.step();
-    harness.state_mut().wait_for_worker().expect("materialized");
+    crate::hooks(&mut harness)
+        .wait_for_worker()
+        .expect("materialized");
     harness.run();
     let shown = if gpu {
         format!("{} ({})", device.name(), mlx::GPU_BACKEND)
@@ -147,7 +153,7 @@ fn the_device_and_memory_series_are_labelled_for_the_backend() {
         format!("{} (no GPU: CPU)", device.name())
     };
     harness.get_by_label(&shown);
-    assert!(harness.state_mut().wait_for_sample());
+    assert!(crate::hooks(&mut harness).wait_for_sample());
     harness.run();
     let gpu_note = harness
         .query_by_label_contains("MLX figures are GPU memory")
@@ -191,7 +197,7 @@ fn the_profiler_records_a_users_job_and_shows_what_it_did() {
     harness.get_by_label("Start").click();
     harness.run();
     harness.get_by_label_contains("type the command to record");
-    assert!(!harness.state().is_recording());
+    assert!(!crate::hooks(&mut harness).is_recording());
     // Esc closes the form; the button opens it again.
     harness.key_press(egui::Key::Escape);
     harness.run();
@@ -210,13 +216,13 @@ fn the_profiler_records_a_users_job_and_shows_what_it_did() {
         checkpoint.as_os_str(),
     ]);
     crate::start_in_form(&mut harness, &command);
-    assert!(harness.state().is_recording());
+    assert!(crate::hooks(&mut harness).is_recording());
     harness.step();
     harness.get_by_label_contains("recording `");
     harness.get_by_label("Stop");
-    assert!(harness.state_mut().wait_for_recording());
+    assert!(crate::hooks(&mut harness).wait_for_recording());
     harness.run();
-    assert!(!harness.state().is_recording());
+    assert!(!crate::hooks(&mut harness).is_recording());
 
     // What it did, in the tab: how it ended, its peaks, the finding.
     harness.get_by_label_contains("exit 0 after");
@@ -240,7 +246,9 @@ fn the_profiler_records_a_users_job_and_shows_what_it_did() {
     harness.run();
     harness.get_by_label_contains("The job's working stack then");
     harness.get_by_label_contains("files loaded by then (mx.load)");
-    let (recording, findings) = harness.state().last_recording().expect("a recording");
+    let (recording, findings) = crate::hooks(&mut harness)
+        .last_recording()
+        .expect("a recording");
     assert_eq!(
         recording.exit,
         Some(weightscope::profile::analysis::recording::JobExit::Code(0))
@@ -279,37 +287,16 @@ fn the_profiler_records_a_users_job_and_shows_what_it_did() {
     assert_eq!(trace.job.and_then(|j| j.exit_code), Some(0));
 
     // A command that cannot start: said in the tab, the window goes on.
-    harness.get_by_label("Record a command…").click();
-    harness.run();
-    harness.get_by_label("Command line (run by sh -c)").focus();
-    harness.run();
-    harness.key_press_modifiers(egui::Modifiers::COMMAND, egui::Key::A);
-    harness
-        .get_by_label("Command line (run by sh -c)")
-        .type_text("/nonexistent/convert --now");
-    harness.run();
-    harness.get_by_label("Start").click();
-    harness.step();
-    harness.state_mut().wait_for_recording();
-    harness.run();
+    crate::record_in_window(&mut harness, "/nonexistent/convert --now");
     // The shell says why, in the job's output pane; the job exited 127.
     harness.get_by_label_contains("exited with status 127");
     harness.get_by_label_contains("/nonexistent/convert: not found");
 
     // A line as a terminal runs it: `&&` and the job's own output.
-    harness.get_by_label("Record a command…").click();
-    harness.run();
-    harness.get_by_label("Command line (run by sh -c)").focus();
-    harness.run();
-    harness.key_press_modifiers(egui::Modifiers::COMMAND, egui::Key::A);
-    harness
-        .get_by_label("Command line (run by sh -c)")
-        .type_text("true && echo from-the-job && echo to-stderr >&2");
-    harness.run();
-    harness.get_by_label("Start").click();
-    harness.step();
-    harness.state_mut().wait_for_recording();
-    harness.run();
+    crate::record_in_window(
+        &mut harness,
+        "true && echo from-the-job && echo to-stderr >&2",
+    );
     harness.get_by_label("from-the-job");
     harness.get_by_label("to-stderr");
     harness.get_by_label_contains("Output of the job (last 2 lines)");
@@ -366,14 +353,16 @@ fn the_profiler_attaches_to_a_running_process() {
     harness.run();
     harness.get_by_label("Attach").click();
     harness.step();
-    assert!(harness.state().is_recording());
-    assert!(harness.state_mut().wait_for_recording_started());
+    assert!(crate::hooks(&mut harness).is_recording());
+    assert!(crate::hooks(&mut harness).wait_for_recording_started());
     // Closing its stdin ends the target; the recording follows it out.
     drop(target.stdin.take());
     assert!(target.wait().expect("ends").success());
-    assert!(harness.state_mut().wait_for_recording());
+    assert!(crate::hooks(&mut harness).wait_for_recording());
     harness.run();
-    let (recording, _) = harness.state().last_recording().expect("a recording");
+    let (recording, _) = crate::hooks(&mut harness)
+        .last_recording()
+        .expect("a recording");
     assert!(recording.attached);
     assert!(recording.exit.is_none());
     assert_eq!(
@@ -399,7 +388,7 @@ fn a_trace_loads_off_the_ui_thread_and_a_bad_one_says_why() {
         .state_mut()
         .execute(AppCommand::LoadTrace(bad.clone()));
     harness.step(); // frames go on while the thread reads
-    harness.state_mut().wait_for_trace();
+    crate::hooks(&mut harness).wait_for_trace();
     harness.run();
     let message = format!("{}", bad.display());
     assert!(harness.query_by_label_contains(&message).is_some());
@@ -419,7 +408,7 @@ fn a_trace_loads_off_the_ui_thread_and_a_bad_one_says_why() {
         .state_mut()
         .execute(AppCommand::LoadTrace(good.clone()));
     harness.step();
-    harness.state_mut().wait_for_trace();
+    crate::hooks(&mut harness).wait_for_trace();
     harness.run();
     harness.get_by_label_contains("overlaid release-shard");
     harness.get_by_label_contains("no walk or job has run in this session");
@@ -444,8 +433,8 @@ fn a_job_recorded_from_a_large_window_reports_its_own_memory() {
         }),
         None,
     ));
-    assert!(app.wait_for_recording(), "the recording ran");
-    let (recording, _) = app.last_recording().expect("a recording");
+    assert!(app.hooks().wait_for_recording(), "the recording ran");
+    let (recording, _) = app.hooks().last_recording().expect("a recording");
     assert!(
         recording.peak_rss_bytes < 64 << 20,
         "sleep's peak RSS is its own, not the window's {} MiB: {}",
@@ -509,11 +498,13 @@ fn saved_recordings_open_as_runs_and_two_compare_by_line() {
         harness
             .state_mut()
             .execute(AppCommand::LoadTrace(path.clone()));
-        harness.state_mut().wait_for_trace();
+        crate::hooks(&mut harness).wait_for_trace();
         harness.run();
     }
     // The last opened is shown: its lines, phases, icicle.
-    let (shown, _) = harness.state().last_recording().expect("a recording");
+    let (shown, _) = crate::hooks(&mut harness)
+        .last_recording()
+        .expect("a recording");
     assert_eq!(shown.lines[0].frame.function, "layers", "{:?}", shown.lines);
     harness.get_by_label_contains("By phase (between the job's marks)");
     harness.get_by_label_contains("Growth by stack (icicle)");
@@ -552,7 +543,9 @@ fn saved_recordings_open_as_runs_and_two_compare_by_line() {
     // Show the cut-short one: it is the run now, said cut short.
     harness.get_by_label("show").click();
     harness.run();
-    let (shown, _) = harness.state().last_recording().expect("a recording");
+    let (shown, _) = crate::hooks(&mut harness)
+        .last_recording()
+        .expect("a recording");
     assert!(shown.cut_short);
     assert_eq!(shown.lines[0].frame.function, "work", "{:?}", shown.lines);
     harness.get_by_label_contains("cut short (the recorder stopped");
@@ -589,7 +582,7 @@ fn a_recording_shows_who_held_its_memory() {
         .state_mut()
         .execute(AppCommand::ShowTab(Tab::Profiler));
     harness.state_mut().execute(AppCommand::LoadTrace(trace));
-    harness.state_mut().wait_for_trace();
+    crate::hooks(&mut harness).wait_for_trace();
     harness.run();
     harness.get_by_label("Held by");
     harness.get_by_label("base");
@@ -614,10 +607,10 @@ fn a_selection_and_overlays_belong_to_the_run_they_were_made_on() {
     harness.step();
     harness.step();
     finish_walk(&mut harness);
-    harness.state_mut().select_moment(1.0);
+    crate::hooks(&mut harness).select_moment(1.0);
     harness.get_by_label("Overlay this run").click();
     harness.run();
-    let names = harness.state().overlay_names();
+    let names = crate::hooks(&mut harness).overlay_names();
     assert_eq!(names.len(), 1);
     let a_name = a
         .path()
@@ -632,21 +625,23 @@ fn a_selection_and_overlays_belong_to_the_run_they_were_made_on() {
     // first is gone, the overlay chosen stays.
     harness.get_by_label("Run walk").click();
     harness.step();
-    assert_eq!(harness.state().selected_moment(), None);
+    assert_eq!(crate::hooks(&mut harness).selected_moment(), None);
     harness.step();
     finish_walk(&mut harness);
-    assert_eq!(harness.state().overlay_names(), names);
+    assert_eq!(crate::hooks(&mut harness).overlay_names(), names);
     // Another checkpoint: no moment, no overlay of the old one.
-    harness.state_mut().select_moment(1.0);
+    crate::hooks(&mut harness).select_moment(1.0);
     harness
         .state_mut()
         .execute(AppCommand::Open(b_path.clone()));
-    while harness.state().opened_path() != Some(b_path.as_path()) {
-        harness.state_mut().wait_for_worker().expect("opened");
+    while crate::hooks(&mut harness).opened_path() != Some(b_path.as_path()) {
+        crate::hooks(&mut harness)
+            .wait_for_worker()
+            .expect("opened");
     }
     harness.run();
-    assert_eq!(harness.state().selected_moment(), None);
-    assert!(harness.state().overlay_names().is_empty());
+    assert_eq!(crate::hooks(&mut harness).selected_moment(), None);
+    assert!(crate::hooks(&mut harness).overlay_names().is_empty());
 }
 
 #[test]
@@ -665,10 +660,10 @@ fn journals_of_four_hosts_open_merged_with_each_rank_overlaid() {
         .state_mut()
         .picked_for(Dialog::OpenTrace, (0..4).map(&journal).collect());
     harness.step(); // frames go on while the thread reads and merges
-    harness.state_mut().wait_for_trace();
+    crate::hooks(&mut harness).wait_for_trace();
     harness.run();
     harness.get_by_label_contains("merged 4 journals of one job: rank ");
-    let report = harness.state().merged_report();
+    let report = crate::hooks(&mut harness).merged_report();
     assert!(
         report[0].starts_with("4 recordings aligned by their collectives"),
         "{report:?}"
@@ -682,7 +677,7 @@ fn journals_of_four_hosts_open_merged_with_each_rank_overlaid() {
     );
     // The journal that started first is shown as the run; the other ranks
     // are overlays named by rank and host, on its clock (not 7 s away).
-    let overlays = harness.state().overlay_names();
+    let overlays = crate::hooks(&mut harness).overlay_names();
     assert_eq!(overlays.len(), 3, "{overlays:?}");
     let shown: Vec<u32> = (0..4)
         .filter(|r| {
@@ -708,11 +703,11 @@ fn journals_of_four_hosts_open_merged_with_each_rank_overlaid() {
     harness.run();
     harness.get_by_label("Open from path").click();
     harness.step();
-    harness.state_mut().wait_for_trace();
+    crate::hooks(&mut harness).wait_for_trace();
     harness.run();
     harness.get_by_label_contains("merged 4 journals of one job: rank ");
-    assert_eq!(harness.state().merged_report(), report);
-    assert_eq!(harness.state().overlay_names(), overlays);
+    assert_eq!(crate::hooks(&mut harness).merged_report(), report);
+    assert_eq!(crate::hooks(&mut harness).overlay_names(), overlays);
     let none = dir.path().join("nothing-*.jsonl");
     harness
         .get_by_label("Trace path")
@@ -735,9 +730,9 @@ fn journals_of_four_hosts_open_merged_with_each_rank_overlaid() {
         .state_mut()
         .picked_for(Dialog::OpenTrace, vec![journal(0), walk]);
     harness.step();
-    harness.state_mut().wait_for_trace();
+    crate::hooks(&mut harness).wait_for_trace();
     harness.run();
     harness.get_by_label_contains("walk.json: not a recording");
     // The run shown is kept.
-    assert_eq!(harness.state().overlay_names().len(), 3);
+    assert_eq!(crate::hooks(&mut harness).overlay_names().len(), 3);
 }
