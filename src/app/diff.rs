@@ -50,11 +50,11 @@ pub(super) struct DiffPanel {
     /// The opened row.
     detail: Detail,
     /// Heatmap textures of opened rows.
-    textures: super::inspector::Heatmaps,
+    textures: super::heatmap::Heatmaps,
     /// Counts rows opened: part of the textures' keys.
     opened: u64,
     /// The error heatmap's cells: mean or largest |a - b|.
-    pooling: super::inspector::Pooling,
+    pooling: super::heatmap::Pooling,
     /// The keyboard's row (a position in `rows`).
     cursor: Option<usize>,
 }
@@ -92,7 +92,7 @@ impl Default for DiffPanel {
             detail: Detail::Nothing,
             textures: HashMap::new(),
             opened: 0,
-            pooling: super::inspector::Pooling::Mean,
+            pooling: super::heatmap::Pooling::Mean,
             cursor: None,
         }
     }
@@ -799,8 +799,8 @@ fn by_kind_ui(ui: &mut egui::Ui, report: &DiffReport) {
 fn pair_ui(
     ui: &mut egui::Ui,
     d: &PairDetail,
-    (opened, pooling): (u64, &mut super::inspector::Pooling),
-    textures: &mut super::inspector::Heatmaps,
+    (opened, pooling): (u64, &mut super::heatmap::Pooling),
+    textures: &mut super::heatmap::Heatmaps,
 ) {
     ui.label(
         egui::RichText::new(Shown::new(&d.name))
@@ -858,20 +858,20 @@ fn pair_ui(
         ui.separator();
         ui.horizontal_wrapped(|ui| {
             ui.label("|a - b| cells:");
-            ui.selectable_value(pooling, super::inspector::Pooling::Mean, "mean");
+            ui.selectable_value(pooling, super::heatmap::Pooling::Mean, "mean");
             ui.add_enabled_ui(largest.is_some(), |ui| {
-                ui.selectable_value(pooling, super::inspector::Pooling::MaxAbs, "max");
+                ui.selectable_value(pooling, super::heatmap::Pooling::MaxAbs, "max");
             });
         });
         let (map, what, key) = match (*pooling, largest) {
-            (super::inspector::Pooling::MaxAbs, Some(m)) => (m, "the largest", "max"),
+            (super::heatmap::Pooling::MaxAbs, Some(m)) => (m, "the largest", "max"),
             _ => (mean, "the mean", "mean"),
         };
         ui.label(format!(
             "Error |a - b| ({} x {} cells, each {what} of {} x {} values)",
             map.rows, map.cols, map.row_step, map.col_step
         ));
-        super::inspector::heatmap_ui(
+        super::heatmap::heatmap_ui(
             ui,
             map,
             &format!("{opened}:{}#error-{key}", d.name),

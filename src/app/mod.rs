@@ -11,6 +11,7 @@ mod background;
 mod check;
 pub mod commands;
 mod diff;
+mod heatmap;
 #[cfg(any(test, feature = "test-hooks"))]
 mod hooks;
 mod inspector;
