@@ -79,7 +79,7 @@ pub fn scan_values<N: ShardLoader>(
         total: walked.total,
         cancelled: walked.cancelled,
         peak_mlx_active_bytes: walked.peak_mlx_active_bytes,
-        bound_bytes: largest_shard + super::decode::band_bytes_bound(),
+        bound_bytes: largest_shard + super::bands::band_bytes_bound(),
     }
 }
 
@@ -123,7 +123,7 @@ fn scan_one<N: ShardLoader>(
 ) -> Result<(), super::WeightsError> {
     let values = weights.bands(name)?;
     let mut counts = ValueCounts::default();
-    let step = super::decode::band_rows(values.cols, values.align, 1);
+    let step = super::bands::band_rows(values.cols, values.align, 1);
     let mut r0 = 0;
     while r0 < values.rows {
         let r1 = values.rows.min(r0.saturating_add(step));

@@ -19,7 +19,7 @@ use serde::Serialize;
 use crate::checkpoint::layer_of;
 use crate::mlx;
 
-use super::decode::band_rows;
+use super::bands::band_rows;
 use super::{
     Decoding, InStep, Progress, Release, ShardLoader, Visitor, WalkProgress, Walkable as _, Walker,
     Weights, WeightsError,
@@ -463,7 +463,7 @@ pub fn diff<N: ShardLoader, M: ShardLoader>(
         cancelled: false,
         peak_mlx_active_bytes: 0,
         two_shards_bytes,
-        bound_bytes: two_shards_bytes + 2 * super::decode::band_bytes_bound(),
+        bound_bytes: two_shards_bytes + 2 * super::bands::band_bytes_bound(),
         elapsed_secs: 0.0,
         overall_rel_error: 0.0,
         overall_snr_db: f64::INFINITY,
@@ -685,8 +685,8 @@ const GROUPS_LIMIT: i64 = 1 << 27;
 
 /// `|a - b|` of two sides' bands, band by band, for a summary.
 struct AbsDiffBands<'a> {
-    a: &'a super::decode::Bands,
-    b: &'a super::decode::Bands,
+    a: &'a super::bands::Bands,
+    b: &'a super::bands::Bands,
 }
 
 impl mlx::RowBands for AbsDiffBands<'_> {
@@ -741,7 +741,7 @@ pub fn detail<N: ShardLoader, M: ShardLoader>(
     let a_summary = mlx::summarize_bands(&ba, 8, bins, cells)?;
     let b_summary = mlx::summarize_bands(&bb, 8, bins, cells)?;
     let error = mlx::summarize_bands(&AbsDiffBands { a: &ba, b: &bb }, 8, bins, cells)?;
-    let group_of = |bands: &super::decode::Bands| match &bands.decoding {
+    let group_of = |bands: &super::bands::Bands| match &bands.decoding {
         Some(Decoding::Quantized { params, .. }) => i32::try_from(params.group_size).ok(),
         _ => None,
     };
@@ -770,8 +770,8 @@ pub fn detail<N: ShardLoader, M: ShardLoader>(
 
 /// Every group's relative error, band by band; the quantiles and the worst.
 fn group_errors(
-    ba: &super::decode::Bands,
-    bb: &super::decode::Bands,
+    ba: &super::bands::Bands,
+    bb: &super::bands::Bands,
     size: i32,
     quantized: &'static str,
 ) -> Result<GroupErrors, WeightsError> {

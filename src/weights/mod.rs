@@ -15,6 +15,7 @@
 //!
 //! `weights_core.rs` holds [`Weights`] itself; the other files its parts.
 
+mod bands;
 mod budget;
 mod check;
 mod decode;
