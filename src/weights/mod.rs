@@ -22,6 +22,7 @@ mod decode;
 pub mod demo;
 mod diff;
 mod native;
+mod pair;
 mod prefetch;
 mod preview;
 mod rules;
@@ -33,10 +34,10 @@ pub use budget::{DEFAULT_PREVIEW_BUDGET, Forgotten, PreviewBudget, PreviewsHeld}
 pub use check::{ValueScan, scan_values};
 pub use decode::{Decoding, Values};
 pub use diff::{
-    Changed, Common, DiffFailure, DiffReport, GroupError, GroupErrors, KindSummary, PairDetail,
-    WORST_GROUPS, detail as diff_detail, diff, module_kind, snr_text,
+    Changed, Common, DiffFailure, DiffReport, KindSummary, diff, module_kind, snr_text,
 };
 pub use native::{MlxLoader, ShardLoader};
+pub use pair::{GroupError, GroupErrors, PairDetail, WORST_GROUPS, detail as diff_detail};
 pub use preview::{PreviewOptions, QuantMaps, TensorPreview};
 pub use rules::{
     BUILTIN_VIEWS, CompiledView, DropRule, FixupOp, FixupRule, RenameRule, ViewChoice, ViewError,
