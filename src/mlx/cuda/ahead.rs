@@ -59,7 +59,8 @@ pub(crate) fn image(which: Which, parts: impl FnOnce() -> Parts) -> Option<&'sta
             Ok(image) => Some(image),
             Err(why) => {
                 eprintln!(
-                    "weightscope: the {} summary kernel is left to MLX to compile ({why})",
+                    "weightscope: the {} summary kernel is not used in this process ({why}): \
+                     MLX's own ops summarize instead",
                     parts.base
                 );
                 None
@@ -150,6 +151,30 @@ const MOST_BYTES: u64 = 16 << 20;
 fn prepare(parts: &Parts) -> Result<Image, CudaError> {
     let driver = driver().ok_or(CudaError::Missing("CUDA driver"))?;
     let nvrtc = nvrtc().ok_or(CudaError::Missing("NVRTC"))?;
+    // The driver loads a module only in a context: on a thread that has
+    // none yet (MLX binds its context lazily, at its first evaluation
+    // there), the device's primary one, MLX's, for the time of the check.
+    let borrowed = if has_context(driver) {
+        None
+    } else {
+        primary_context(driver)
+    };
+    let prepared = prepare_in(driver, nvrtc, parts);
+    if let Some(device) = borrowed {
+        leave_primary_context(driver, device);
+    }
+    prepared
+}
+
+/// Whether this thread has a current context.
+fn has_context(driver: &Driver) -> bool {
+    let mut context = std::ptr::null_mut();
+    // SAFETY: an out-pointer to a local.
+    let code = unsafe { (driver.ctx_current)(&raw mut context) };
+    code == 0 && !context.is_null()
+}
+
+fn prepare_in(driver: &Driver, nvrtc: &Nvrtc, parts: &Parts) -> Result<Image, CudaError> {
     let (major, minor) = capability(driver)?;
     let (nv_major, nv_minor) = version(nvrtc)?;
     // The name says the source (so a changed kernel never runs under an

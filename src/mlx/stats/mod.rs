@@ -423,22 +423,32 @@ pub fn warm_up_summaries_in_background() {
 }
 
 fn warm_up(background: bool) {
-    let plan = Plan::for_default_device();
-    if plan.gpu {
-        let values: Vec<f32> = (0u16..512).map(|i| f32::from(i) / 512.0).collect();
-        let small = Array::from_slice(&values, &[2, 256]);
+    if !default_is_gpu() {
+        return;
+    }
+    let values: Vec<f32> = (0u16..512).map(|i| f32::from(i) / 512.0).collect();
+    let small = Array::from_slice(&values, &[2, 256]);
+    // In the background first: the plan below must not compile ours on
+    // this thread meanwhile (while they are being compiled, it is MLX's
+    // ops, which this summary warms up).
+    let ours_wanted = KERNEL_WANTED.load(std::sync::atomic::Ordering::Relaxed)
+        && !crate::environment::get().summary_ops;
+    if background
+        && ours_wanted
+        && kernel::Backend::BUILD == kernel::Backend::Cuda
+        && kernel::prepare_kernels_in_background()
+    {
         let _ = summarize(&small, 1, 64, 8);
-        if plan.bins == BinsOn::Kernel
-            && !(background
-                && kernel::Backend::BUILD == kernel::Backend::Cuda
-                && kernel::prepare_kernels_in_background())
-        {
-            // The kernels that summarize dense arrays (one per dtype) and
-            // affine-packed weights (one for every bit width, group size
-            // and shape).
-            let _ = warm_up_dense(&small);
-            let _ = warm_up_affine(&small);
-        }
+        return;
+    }
+    let plan = Plan::for_default_device();
+    let _ = summarize(&small, 1, 64, 8);
+    if plan.bins == BinsOn::Kernel {
+        // The kernels that summarize dense arrays (one per dtype) and
+        // affine-packed weights (one for every bit width, group size and
+        // shape).
+        let _ = warm_up_dense(&small);
+        let _ = warm_up_affine(&small);
     }
 }
 
