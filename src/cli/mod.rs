@@ -3,6 +3,7 @@
 pub mod check;
 pub mod convert;
 pub mod diff;
+pub mod export;
 pub mod gguf;
 pub mod inspect;
 pub mod pieces;
@@ -82,6 +83,8 @@ pub enum Command {
     Record(RecordArgs),
     /// The summary of a saved recording (`record --trace`; a journal cut short included): the figures `record` printed.
     Report(ReportArgs),
+    /// A recording, a walk, or one job's rank journals in a viewer's format: Perfetto, speedscope, folded stacks.
+    Export(export::ExportArgs),
     /// MLX's default device, whether a GPU is available, its memory counters.
     Device {
         /// One JSON object (byte counts) instead of text (human units).
@@ -168,24 +171,20 @@ pub fn closest<'a>(text: &str, candidates: impl IntoIterator<Item = &'a str>) ->
         .map(|(_, c)| c)
 }
 
-/// Names of the subcommands (for "did you mean" on a mistyped one).
-const SUBCOMMANDS: [&str; 10] = [
-    "inspect",
-    "tensor",
-    "walk",
-    "diff",
-    "check",
-    "convert",
-    "record",
-    "report",
-    "device",
-    "completions",
-];
+/// Names of the subcommands, as clap has them (for "did you mean" on a
+/// mistyped one).
+fn subcommands() -> Vec<String> {
+    Cli::command()
+        .get_subcommands()
+        .map(|c| c.get_name().to_owned())
+        .collect()
+}
 
 /// The usage error for a first argument that is neither a subcommand nor
 /// an existing path, with the closest subcommand as a tip.
 fn not_a_subcommand(text: &str) -> clap::Error {
-    let hint = closest(text, SUBCOMMANDS).map_or_else(String::new, |c| {
+    let names = subcommands();
+    let hint = closest(text, names.iter().map(String::as_str)).map_or_else(String::new, |c| {
         format!("\n\n  tip: a similar subcommand exists: '{c}'")
     });
     Cli::command().error(
@@ -209,7 +208,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Invocation, cla
         let text = first.to_string_lossy();
         if !text.starts_with('-')
             && text != "help"
-            && !SUBCOMMANDS.contains(&text.as_ref())
+            && !subcommands().iter().any(|name| *name == text)
             && !names_a_checkpoint(std::path::Path::new(first))
         {
             return Err(not_a_subcommand(&text));
@@ -509,6 +508,7 @@ pub fn run(command: Command) -> u8 {
         Command::Convert(args) => convert::main(&args),
         Command::Record(args) => record::main(&args),
         Command::Report(args) => report::main(&args),
+        Command::Export(args) => export::main(&args),
     }
 }
 
@@ -572,7 +572,12 @@ mod tests {
 
     #[test]
     fn every_subcommand_has_its_own_help() {
-        for sub in SUBCOMMANDS {
+        let names = subcommands();
+        assert!(
+            names.len() >= 11 && names.iter().any(|n| n == "export"),
+            "{names:?}"
+        );
+        for sub in &names {
             let err = parse_strs(&[sub, "--help"]).expect_err("help");
             assert_eq!(exit_code(&err), 0, "{sub}");
             assert!(

@@ -1,8 +1,9 @@
 //! Memory sampling, whole-model walks, traces and findings, as plain data
-//! (no egui): the app draws them, the CLI prints them. Four rooms, as
+//! (no egui): the app draws them, the CLI prints them. Five rooms, as
 //! memray has them: `capture` (recording a job, sampling a walk), `trace`
 //! (the file format: one writer, one reader), `analysis` (what a trace
-//! says), and the checkpoint walk (`walk.rs`).
+//! says), `export` (the formats other viewers open), and the checkpoint
+//! walk (`walk.rs`).
 //!
 //! One clock for everything: samples from the `memory-sampler` thread, and
 //! events (materialize, release, walk steps) each recorded with memory right
@@ -10,6 +11,7 @@
 
 pub mod analysis;
 pub mod capture;
+pub mod export;
 pub mod trace;
 mod walk;
 
