@@ -350,3 +350,155 @@ fn what_cannot_be_exported_is_one_line_and_nothing_is_written() {
     assert_eq!(output.status.code(), Some(2));
     assert!(stderr(&output).contains("junk.json"), "{}", stderr(&output));
 }
+
+/// Serves the files of `root` on 127.0.0.1 (a port of its own) until the
+/// test ends: GET only, one request a connection.
+fn serve(root: PathBuf) -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1");
+    let port = listener.local_addr().expect("addr").port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            // A thread each: a browser opens connections it never sends on.
+            let root = root.clone();
+            std::thread::spawn(move || answer(&stream, &root));
+        }
+    });
+    port
+}
+
+/// One request on `stream`: the file of `root` it names, or 404.
+fn answer(stream: &std::net::TcpStream, root: &Path) {
+    use std::io::{BufRead, BufReader, Write};
+    let mut reader = BufReader::new(stream);
+    let mut request = String::new();
+    if reader.read_line(&mut request).is_err() {
+        return;
+    }
+    // The headers, read to their end before the answer.
+    let mut header = String::new();
+    while reader.read_line(&mut header).is_ok_and(|n| n > 2) {
+        header.clear();
+    }
+    let path = request.split(' ').nth(1).unwrap_or("/");
+    let name = path
+        .split(['?', '#'])
+        .next()
+        .unwrap_or("/")
+        .trim_start_matches('/');
+    let file = root.join(if name.is_empty() { "index.html" } else { name });
+    let mut stream = stream;
+    match std::fs::read(&file) {
+        Ok(body) if !name.contains("..") => {
+            let kind = match file.extension().and_then(|e| e.to_str()) {
+                Some("html") => "text/html",
+                Some("js") => "text/javascript",
+                Some("css") => "text/css",
+                Some("json") => "application/json",
+                Some("wasm") => "application/wasm",
+                Some("png") => "image/png",
+                _ => "application/octet-stream",
+            };
+            let head = format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                body.len()
+            );
+            let _ = stream.write_all(head.as_bytes());
+            let _ = stream.write_all(&body);
+        }
+        _ => {
+            let _ = stream.write_all(
+                b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+            );
+        }
+    }
+}
+
+/// The speedscope app (its npm package, fetched by the set-up) opens the
+/// export in headless Chromium: the page's own import must succeed (no
+/// "Something went wrong", which it shows for a file it cannot read) and
+/// show the profile's name and its views; a screenshot of the flame graph
+/// is taken.
+#[test]
+fn the_speedscope_app_opens_the_export_in_chromium() {
+    let viewer = Path::new(env!("CARGO_MANIFEST_DIR")).join("mlx-glue/viewers/speedscope-1.25.0");
+    assert!(
+        viewer.join("index.html").exists(),
+        "{} is missing: run `mlx-glue/setup test`",
+        viewer.display()
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let trace = record_phases(dir.path(), "job.json");
+    let site = dir.path().join("site");
+    std::fs::create_dir(&site).expect("site");
+    for entry in std::fs::read_dir(&viewer).expect("viewer") {
+        let entry = entry.expect("entry");
+        std::fs::copy(entry.path(), site.join(entry.file_name())).expect("copy");
+    }
+    let out = site.join("job.speedscope.json");
+    let output = export(&[
+        trace.as_os_str(),
+        "--format".as_ref(),
+        "speedscope".as_ref(),
+        "-o".as_ref(),
+        out.as_os_str(),
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let port = serve(site.clone());
+    let page = |file: &str| {
+        format!("http://127.0.0.1:{port}/index.html#profileURL=http://127.0.0.1:{port}/{file}")
+    };
+    let chromium = |extra: &[&str], url: &str| {
+        let profile = tempfile::tempdir().expect("profile");
+        // Bounded: a page that never settles fails the test, never hangs it.
+        Command::new("timeout")
+            .args(["120", "chromium", "--headless=new", "--no-sandbox"])
+            .args(["--disable-gpu", "--no-first-run"])
+            .args(["--virtual-time-budget=8000", "--window-size=1280,800"])
+            .arg(format!("--user-data-dir={}", profile.path().display()))
+            .args(extra)
+            .arg(url)
+            .output()
+            .expect("chromium (the set-up installs it)")
+    };
+    let text = |output: &Output| {
+        // The page's text, tags dropped.
+        let dom = String::from_utf8_lossy(&output.stdout).into_owned();
+        let mut out = String::new();
+        let mut in_tag = false;
+        for c in dom.chars() {
+            match c {
+                '<' => in_tag = true,
+                '>' => {
+                    in_tag = false;
+                    out.push(' ');
+                }
+                _ if !in_tag => out.push(c),
+                _ => {}
+            }
+        }
+        out
+    };
+    let dumped = chromium(&["--dump-dom"], &page("job.speedscope.json"));
+    assert!(dumped.status.success(), "{}", stderr(&dumped));
+    let shown = text(&dumped);
+    // What speedscope shows when it cannot import a file (seen with one
+    // that is not JSON).
+    assert!(!shown.contains("Something went wrong"), "{shown}");
+    assert!(
+        shown.contains("jobs.py phases: bytes held at the peak"),
+        "{shown}"
+    );
+    assert!(shown.contains("Left Heavy"), "the profile's views: {shown}");
+    let shot = dir.path().join("speedscope.png");
+    let taken = chromium(
+        &[&format!("--screenshot={}", shot.display())],
+        &page("job.speedscope.json"),
+    );
+    assert!(taken.status.success(), "{}", stderr(&taken));
+    let png = std::fs::read(&shot).expect("a screenshot");
+    assert!(
+        png.starts_with(b"\x89PNG") && png.len() > 4096,
+        "{} bytes",
+        png.len()
+    );
+}
