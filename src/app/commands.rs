@@ -95,6 +95,14 @@ pub enum AppCommand {
         /// Whether the user agreed to replace an existing file.
         replace: bool,
     },
+    /// Write what "Save trace" would save in a viewer's format
+    /// (`weightscope export`'s code) here; an existing file is kept.
+    ExportTrace {
+        /// Where.
+        path: PathBuf,
+        /// Perfetto, speedscope or folded stacks.
+        format: crate::profile::export::Format,
+    },
     /// Load the trace saved here and overlay it.
     LoadTrace(PathBuf),
     /// Read the journals of one job's hosts and show them merged.

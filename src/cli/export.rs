@@ -101,7 +101,18 @@ pub fn main(args: &ExportArgs) -> u8 {
             }
         }
     }
-    let name = traces.first().map(|(n, _)| n.clone()).unwrap_or_default();
+    // The file's name in the viewer: the first trace's label, as the
+    // window names it, else its path.
+    let name = traces
+        .first()
+        .map(|(path, trace)| {
+            if trace.label.is_empty() {
+                path.clone()
+            } else {
+                trace.label.clone()
+            }
+        })
+        .unwrap_or_default();
     let lanes = match export::lanes(traces) {
         Ok(lanes) => lanes,
         Err(err) => {

@@ -147,6 +147,8 @@ pub(super) struct ProfilerPanel {
     /// A typed save path that names an existing file, until the user says
     /// whether to replace it.
     confirm_overwrite: Option<PathBuf>,
+    /// The format "Export to path" writes.
+    export_format: crate::profile::export::Format,
     interval_ms: u64,
     /// Headers' predictions for the open checkpoint, per transform.
     expected: Vec<(Transform, ExpectedPeaks)>,
@@ -214,6 +216,7 @@ impl Default for ProfilerPanel {
             budget_input: String::new(),
             trace_path_input: String::new(),
             confirm_overwrite: None,
+            export_format: crate::profile::export::Format::Perfetto,
             interval_ms: 50,
             expected: Vec::new(),
             largest_shard_bytes: 0,

@@ -94,6 +94,53 @@ impl ProfilerPanel {
         );
     }
 
+    /// Writes what "Save trace" would save to `path` in `format`, by the
+    /// code of `weightscope export`, and says so; never over a file that is
+    /// there, nor inside the open checkpoint.
+    pub(in crate::app) fn export_trace(
+        &mut self,
+        path: &std::path::Path,
+        format: crate::profile::export::Format,
+        inputs: &ProfilerInputs<'_>,
+    ) {
+        use crate::profile::export::{self, Format, Weight};
+        let shown = |text: String| Some(crate::units::Shown::new(&text).into_string());
+        let inputs_read: Vec<&std::path::Path> =
+            inputs.checkpoint.iter().map(|c| c.root()).collect();
+        let out = match crate::files::check_output(path, &inputs_read) {
+            Ok(out) => out,
+            Err(err) => return self.message = shown(err.to_string()),
+        };
+        if std::fs::symlink_metadata(path).is_ok() {
+            self.message = shown(format!(
+                "{} exists: nothing exported (choose another name)",
+                path.display()
+            ));
+            return;
+        }
+        let trace = self.trace_to_save(inputs);
+        let name = trace.label.clone();
+        let mut bytes = Vec::new();
+        let made = export::lanes(vec![(name.clone(), trace)]).and_then(|lanes| match format {
+            Format::Perfetto => export::write_perfetto(&lanes, &mut bytes),
+            Format::Speedscope => {
+                export::write_speedscope(&lanes, Weight::HeldAtPeak, &name, &mut bytes)
+            }
+            Format::Folded => export::write_folded(&lanes, Weight::HeldAtPeak, &mut bytes),
+        });
+        self.message = match made
+            .map_err(|e| e.to_string())
+            .and_then(|()| out.write(&bytes).map_err(|e| e.to_string()))
+        {
+            Ok(()) => shown(format!(
+                "exported ({}) to {}",
+                format.name(),
+                path.display()
+            )),
+            Err(err) => shown(err),
+        };
+    }
+
     /// A saved trace is loading (`spawned`: its `trace-load` thread's
     /// answer); it is overlaid on the walk view when it is in.
     pub(in crate::app) fn load_trace(
@@ -228,6 +275,39 @@ impl ProfilerPanel {
         }
     }
 
+    /// The format picker and "Export to path".
+    fn export_controls_ui(
+        &mut self,
+        ui: &mut egui::Ui,
+        path: &std::path::Path,
+        has_path: bool,
+        commands: &CommandSender,
+    ) {
+        let format_label = ui.label("Export as");
+        egui::ComboBox::from_id_salt("export-format")
+            .selected_text(self.export_format.name())
+            .show_ui(ui, |ui| {
+                use crate::profile::export::Format;
+                for format in [Format::Perfetto, Format::Speedscope, Format::Folded] {
+                    ui.selectable_value(&mut self.export_format, format, format.name());
+                }
+            })
+            .response
+            .labelled_by(format_label.id);
+        if ui
+            .add_enabled(has_path, egui::Button::new("Export to path"))
+            .on_hover_text(
+                "What Save trace writes, for another viewer: Perfetto (chrome://tracing), speedscope, or folded stacks (flamegraph.pl); as `weightscope export` writes it",
+            )
+            .clicked()
+        {
+            commands.send(AppCommand::ExportTrace {
+                path: path.to_path_buf(),
+                format: self.export_format,
+            });
+        }
+    }
+
     /// Says why no trace file was chosen.
     pub(in crate::app) fn nothing_chosen(&mut self) {
         self.message = Some(
@@ -290,6 +370,7 @@ impl ProfilerPanel {
                     self.message = Some("nothing saved; the existing file is kept".into());
                 }
             }
+            self.export_controls_ui(ui, &path, has_path, commands);
             if ui
                 .add_enabled(has_path, egui::Button::new("Open from path"))
                 .on_hover_text(

@@ -106,6 +106,9 @@ impl WeightscopeApp {
             AppCommand::SaveTrace { path, replace } => {
                 self.with_profiler(|profiler, inputs| profiler.save_trace(&path, inputs, replace));
             }
+            AppCommand::ExportTrace { path, format } => {
+                self.with_profiler(|profiler, inputs| profiler.export_trace(&path, format, inputs));
+            }
             AppCommand::LoadTrace(path) => self.load_traces(vec![path]),
             AppCommand::LoadTraces(paths) => self.load_traces(paths),
             AppCommand::Dialog(dialog) => self.dialogs.push(dialog),

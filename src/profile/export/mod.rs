@@ -36,6 +36,18 @@ pub enum Format {
     Folded,
 }
 
+impl Format {
+    /// Its name, as `--format` takes it.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Perfetto => "perfetto",
+            Self::Speedscope => "speedscope",
+            Self::Folded => "folded",
+        }
+    }
+}
+
 /// What a stack's weight is in a flame graph.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Weight {

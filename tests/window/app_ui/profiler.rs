@@ -736,3 +736,67 @@ fn journals_of_four_hosts_open_merged_with_each_rank_overlaid() {
     // The run shown is kept.
     assert_eq!(crate::hooks(&mut harness).overlay_names().len(), 3);
 }
+
+/// "Export to path" writes what "Save trace" saves, in the format chosen,
+/// byte for byte as `weightscope export` writes the saved trace; a file
+/// already there is kept.
+#[test]
+fn the_window_exports_a_walk_as_the_cli_does() {
+    let _lock = common::mlx_memory_lock();
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_eight_shards(dir.path());
+    let mut harness = harness(open_app(dir.path()));
+    harness.get_by_label("Profiler").click();
+    harness.run();
+    harness.get_by_label("Run walk").click();
+    harness.step();
+    finish_walk(&mut harness);
+    harness.run();
+    let out = tempfile::tempdir().expect("out");
+    let saved = out.path().join("walk.json");
+    harness.get_by_label("Trace path").focus();
+    harness.run();
+    harness
+        .get_by_label("Trace path")
+        .type_text(&saved.display().to_string());
+    harness.run();
+    harness.get_by_label("Save to path").click();
+    harness.run();
+    harness.get_by_label_contains("trace saved to");
+    for (format, file) in [
+        ("speedscope", "walk.speedscope.json"),
+        ("folded", "walk.folded"),
+    ] {
+        let exported = out.path().join(file);
+        harness
+            .get_by_label("Trace path")
+            .set_text_value_accesskit(&exported.display().to_string());
+        harness.run();
+        harness.get_by_label("Export as").click();
+        harness.run();
+        harness.get_by_label(format).click();
+        harness.run();
+        harness.get_by_label("Export to path").click();
+        harness.run();
+        harness.get_by_label_contains(&format!("exported ({format}) to"));
+        let cli = std::process::Command::new(env!("CARGO_BIN_EXE_weightscope"))
+            .arg("export")
+            .arg(&saved)
+            .args(["--format", format])
+            .output()
+            .expect("export");
+        assert!(
+            cli.status.success(),
+            "{}",
+            String::from_utf8_lossy(&cli.stderr)
+        );
+        let cli_text = String::from_utf8(cli.stdout).expect("utf-8");
+        let window_text = std::fs::read_to_string(&exported).expect("exported");
+        assert_eq!(window_text, cli_text, "{format}");
+        // Again: the file is there and is kept.
+        harness.get_by_label("Export to path").click();
+        harness.run();
+        harness.get_by_label_contains("exists: nothing exported");
+        assert_eq!(std::fs::read_to_string(&exported).expect("kept"), cli_text);
+    }
+}
