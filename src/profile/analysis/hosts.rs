@@ -164,39 +164,63 @@ fn has_mlx(recording: &Recording) -> bool {
     has_mlx_figures(&recording.samples)
 }
 
-/// A recording's memory ([`memory_of`]) at `secs` of its own clock.
-fn memory_at(recording: &Recording, secs: f64) -> u64 {
-    let mlx = has_mlx(recording);
-    let i = recording.samples.partition_point(|s| s.at <= secs);
-    i.checked_sub(1)
-        .and_then(|i| recording.samples.get(i))
-        .map_or(0, |s| memory_of(s, mlx))
-}
-
 /// The job's total (each lane's memory at the same moment, summed) at its
 /// highest over every sample time of every lane, and when (merged clock).
-/// `local(j, t)`: merged second `t` on lane `j`'s own clock; `merged(i, t)`:
-/// lane `i`'s own second `t` on the merged clock.
+/// `merged(i, t)`: lane `i`'s own second `t` on the merged clock. One sweep
+/// of every lane's samples in time order (a k-way merge), each lane's last
+/// value kept: O(samples x log lanes), memory by the lanes.
 fn total_peak(
     recordings: &[(String, Recording)],
-    local: &dyn Fn(usize, f64) -> f64,
     merged: &dyn Fn(usize, f64) -> f64,
 ) -> (u64, f64) {
+    use std::cmp::Reverse;
+    use std::collections::BinaryHeap;
+    /// A merged second, ordered (samples are finite).
+    #[derive(PartialEq)]
+    struct At(f64);
+    impl Eq for At {}
+    impl PartialOrd for At {
+        fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+            Some(self.cmp(other))
+        }
+    }
+    impl Ord for At {
+        fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+            self.0.total_cmp(&other.0)
+        }
+    }
+    let mlx: Vec<bool> = recordings.iter().map(|(_, r)| has_mlx(r)).collect();
+    let mut current = vec![0u64; recordings.len()];
+    let mut total: u64 = 0;
+    let mut next: BinaryHeap<Reverse<(At, usize, usize)>> = recordings
+        .iter()
+        .enumerate()
+        .filter_map(|(i, (_, r))| {
+            r.samples
+                .first()
+                .map(|s| Reverse((At(merged(i, s.at)), i, 0)))
+        })
+        .collect();
     let mut best = (0u64, 0.0);
-    for (i, (_, r)) in recordings.iter().enumerate() {
-        for s in &r.samples {
-            let t = merged(i, s.at);
-            let total: u64 = recordings
-                .iter()
-                .enumerate()
-                .map(|(j, (_, other))| {
-                    let at = local(j, t);
-                    if at < 0.0 { 0 } else { memory_at(other, at) }
-                })
-                .sum();
-            if total > best.0 {
-                best = (total, t);
+    while let Some(Reverse((At(t), _, _))) = next.peek() {
+        let t = *t;
+        // Every sample at this moment first, then the total.
+        while let Some(Reverse((At(at), i, k))) = next.peek() {
+            if at.total_cmp(&t).is_ne() {
+                break;
             }
+            let (i, k) = (*i, *k);
+            next.pop();
+            let samples = &recordings[i].1.samples;
+            let value = memory_of(&samples[k], mlx[i]);
+            total = total - current[i] + value;
+            current[i] = value;
+            if let Some(s) = samples.get(k + 1) {
+                next.push(Reverse((At(merged(i, s.at)), i, k + 1)));
+            }
+        }
+        if total > best.0 {
+            best = (total, t);
         }
     }
     best
@@ -315,6 +339,12 @@ fn waits(
         std::collections::BTreeMap::new();
     let mut stuck = Vec::new();
     for (i, lane_events) in events.iter().enumerate() {
+        // The collectives that returned, by rank and step: one look each.
+        let returned: std::collections::HashSet<(u32, u64)> = lane_events
+            .iter()
+            .filter(|e| e.3)
+            .map(|e| (e.0, e.1))
+            .collect();
         for (rank, step, ops, done, local) in lane_events {
             if *done {
                 continue;
@@ -323,10 +353,7 @@ fn waits(
                 .entry(*step)
                 .or_default()
                 .push((merged(i, *local), *rank, i, ops.clone()));
-            let returned = lane_events
-                .iter()
-                .any(|e| e.3 && e.0 == *rank && e.1 == *step);
-            if !returned {
+            if !returned.contains(&(*rank, *step)) {
                 stuck.push(Stuck {
                     rank: *rank,
                     host: lanes[i].host.clone(),
@@ -513,11 +540,7 @@ pub fn merge(recordings: &[(String, Recording)]) -> Merged {
         .enumerate()
         .max_by_key(|(_, l)| l.peak_bytes)
         .map(|(i, _)| i);
-    let (total_peak_bytes, total_peak_secs) = total_peak(
-        recordings,
-        &|j, t| t + start - wall(&recordings[j].1) - offsets[j].0,
-        &to_merged,
-    );
+    let (total_peak_bytes, total_peak_secs) = total_peak(recordings, &to_merged);
     let (stragglers, stuck) = waits(&events, &lanes, &to_merged);
     Merged {
         lanes,
@@ -659,6 +682,95 @@ impl Lane {
                     .collect::<Vec<_>>()
                     .join(", ")
             ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::{MlxFigures, Sample};
+
+    fn recording(samples: Vec<(f64, u64, Option<u64>)>) -> Recording {
+        let mut trace = Trace::new("job");
+        trace.job = Some(crate::profile::JobInfo::default());
+        trace.samples = samples
+            .into_iter()
+            .map(|(at, rss, active)| Sample {
+                at,
+                process: crate::memory::ProcessFigures {
+                    rss_bytes: rss,
+                    ..crate::memory::ProcessFigures::default()
+                },
+                mlx: active.map(|active_bytes| MlxFigures {
+                    active_bytes,
+                    ..MlxFigures::default()
+                }),
+                gpu: None,
+            })
+            .collect();
+        Recording::from_trace(trace)
+    }
+
+    /// The total looked up lane by lane at every sample time (what the
+    /// sweep replaced): each lane's last sample at or before that moment.
+    fn total_peak_by_lookup(recordings: &[(String, Recording)], offsets: &[f64]) -> (u64, f64) {
+        let mut best = (0u64, 0.0);
+        for (i, (_, r)) in recordings.iter().enumerate() {
+            for s in &r.samples {
+                let t = s.at + offsets[i];
+                let total: u64 = recordings
+                    .iter()
+                    .enumerate()
+                    .map(|(j, (_, other))| {
+                        let at = t - offsets[j];
+                        let mlx = has_mlx(other);
+                        let k = other.samples.partition_point(|s| s.at <= at);
+                        k.checked_sub(1)
+                            .and_then(|k| other.samples.get(k))
+                            .map_or(0, |s| memory_of(s, mlx))
+                    })
+                    .sum();
+                if total > best.0 {
+                    best = (total, t);
+                }
+            }
+        }
+        best
+    }
+
+    #[test]
+    fn the_sweep_finds_the_total_peak_the_lookup_found() {
+        // A small generator of its own: the same lanes every run.
+        let mut state = 0x2545_f491_4f6c_dd1d_u64;
+        let mut next = move |n: u64| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state % n
+        };
+        for case in 0..40 {
+            let lanes = 1 + usize::try_from(next(6)).expect("small");
+            let offsets: Vec<f64> = (0..lanes).map(|_| next(8) as f64 * 0.25).collect();
+            let recordings: Vec<(String, Recording)> = (0..lanes)
+                .map(|i| {
+                    let mlx = next(2) == 0;
+                    let samples = (0..next(30))
+                        .map(|k| {
+                            // Times on a coarse grid: lanes share moments.
+                            let at = k as f64 * 0.25 + next(2) as f64 * 0.125;
+                            (at, next(1000), mlx.then(|| next(1000)))
+                        })
+                        .collect();
+                    (format!("lane {i} of case {case}"), recording(samples))
+                })
+                .collect();
+            let swept = total_peak(&recordings, &|i, t| t + offsets[i]);
+            assert_eq!(
+                swept,
+                total_peak_by_lookup(&recordings, &offsets),
+                "case {case}"
+            );
         }
     }
 }
