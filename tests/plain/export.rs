@@ -12,18 +12,18 @@ use serde_json::Value;
 
 const MIB: u64 = 1 << 20;
 
-fn weightscope() -> Command {
+pub(crate) fn weightscope() -> Command {
     Command::new(env!("CARGO_BIN_EXE_weightscope"))
 }
 
-fn jobs() -> PathBuf {
+pub(crate) fn jobs() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/record/jobs.py")
 }
 
 /// `record --trace DIR/NAME -- python jobs.py phases`: `phases` marks
 /// "embed", holds 32 MiB in `embed()`, marks "layers", holds 64 MiB more
 /// in `layers()`.
-fn record_phases(dir: &Path, name: &str) -> PathBuf {
+pub(crate) fn record_phases(dir: &Path, name: &str) -> PathBuf {
     let trace = dir.join(name);
     let output = weightscope()
         .arg("record")
@@ -39,7 +39,31 @@ fn record_phases(dir: &Path, name: &str) -> PathBuf {
     trace
 }
 
-fn export(args: &[&std::ffi::OsStr]) -> Output {
+/// `walk --policy release-shard --trace DIR/walk.json` over a checkpoint
+/// that `jobs.py make` writes: two shards of two 1024x2048 float32
+/// tensors (8 MiB each).
+pub(crate) fn walk_two_shards(dir: &Path) -> PathBuf {
+    let checkpoint = dir.join("model");
+    let made = Command::new(common::venv_python())
+        .arg(jobs())
+        .arg("make")
+        .arg(&checkpoint)
+        .arg("2")
+        .output()
+        .expect("make");
+    assert!(made.status.success(), "{}", stderr(&made));
+    let trace = dir.join("walk.json");
+    let walked = weightscope()
+        .args(["walk", "--policy", "release-shard", "--trace"])
+        .arg(&trace)
+        .arg(&checkpoint)
+        .output()
+        .expect("walk");
+    assert!(walked.status.success(), "{}", stderr(&walked));
+    trace
+}
+
+pub(crate) fn export(args: &[&std::ffi::OsStr]) -> Output {
     weightscope()
         .arg("export")
         .args(args)
@@ -47,12 +71,12 @@ fn export(args: &[&std::ffi::OsStr]) -> Output {
         .expect("export")
 }
 
-fn stderr(output: &Output) -> String {
+pub(crate) fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
 /// `file` as Python's `json` module reads it, printed back by Python.
-fn python_json(file: &Path) -> Value {
+pub(crate) fn python_json(file: &Path) -> Value {
     let output = Command::new(common::venv_python())
         .arg("-c")
         .arg("import json, sys; print(json.dumps(json.load(open(sys.argv[1]))))")
@@ -219,23 +243,7 @@ fn a_recording_exports_as_trace_events_with_counters_marks_and_the_peak() {
 #[test]
 fn a_walk_exports_its_materializations_by_shard_and_tensor() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let checkpoint = dir.path().join("model");
-    let made = Command::new(common::venv_python())
-        .arg(jobs())
-        .arg("make")
-        .arg(&checkpoint)
-        .arg("2")
-        .output()
-        .expect("make");
-    assert!(made.status.success(), "{}", stderr(&made));
-    let trace = dir.path().join("walk.json");
-    let walked = weightscope()
-        .args(["walk", "--policy", "release-shard", "--trace"])
-        .arg(&trace)
-        .arg(&checkpoint)
-        .output()
-        .expect("walk");
-    assert!(walked.status.success(), "{}", stderr(&walked));
+    let trace = walk_two_shards(dir.path());
     let output = export(&[trace.as_os_str(), "--format".as_ref(), "folded".as_ref()]);
     assert!(output.status.success(), "{}", stderr(&output));
     let text = String::from_utf8(output.stdout).expect("utf-8");
@@ -349,156 +357,4 @@ fn what_cannot_be_exported_is_one_line_and_nothing_is_written() {
     let output = export(&[junk.as_os_str(), "--format".as_ref(), "folded".as_ref()]);
     assert_eq!(output.status.code(), Some(2));
     assert!(stderr(&output).contains("junk.json"), "{}", stderr(&output));
-}
-
-/// Serves the files of `root` on 127.0.0.1 (a port of its own) until the
-/// test ends: GET only, one request a connection.
-fn serve(root: PathBuf) -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1");
-    let port = listener.local_addr().expect("addr").port();
-    std::thread::spawn(move || {
-        for stream in listener.incoming().flatten() {
-            // A thread each: a browser opens connections it never sends on.
-            let root = root.clone();
-            std::thread::spawn(move || answer(&stream, &root));
-        }
-    });
-    port
-}
-
-/// One request on `stream`: the file of `root` it names, or 404.
-fn answer(stream: &std::net::TcpStream, root: &Path) {
-    use std::io::{BufRead, BufReader, Write};
-    let mut reader = BufReader::new(stream);
-    let mut request = String::new();
-    if reader.read_line(&mut request).is_err() {
-        return;
-    }
-    // The headers, read to their end before the answer.
-    let mut header = String::new();
-    while reader.read_line(&mut header).is_ok_and(|n| n > 2) {
-        header.clear();
-    }
-    let path = request.split(' ').nth(1).unwrap_or("/");
-    let name = path
-        .split(['?', '#'])
-        .next()
-        .unwrap_or("/")
-        .trim_start_matches('/');
-    let file = root.join(if name.is_empty() { "index.html" } else { name });
-    let mut stream = stream;
-    match std::fs::read(&file) {
-        Ok(body) if !name.contains("..") => {
-            let kind = match file.extension().and_then(|e| e.to_str()) {
-                Some("html") => "text/html",
-                Some("js") => "text/javascript",
-                Some("css") => "text/css",
-                Some("json") => "application/json",
-                Some("wasm") => "application/wasm",
-                Some("png") => "image/png",
-                _ => "application/octet-stream",
-            };
-            let head = format!(
-                "HTTP/1.1 200 OK\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-                body.len()
-            );
-            let _ = stream.write_all(head.as_bytes());
-            let _ = stream.write_all(&body);
-        }
-        _ => {
-            let _ = stream.write_all(
-                b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
-            );
-        }
-    }
-}
-
-/// The speedscope app (its npm package, fetched by the set-up) opens the
-/// export in headless Chromium: the page's own import must succeed (no
-/// "Something went wrong", which it shows for a file it cannot read) and
-/// show the profile's name and its views; a screenshot of the flame graph
-/// is taken.
-#[test]
-fn the_speedscope_app_opens_the_export_in_chromium() {
-    let viewer = Path::new(env!("CARGO_MANIFEST_DIR")).join("mlx-glue/viewers/speedscope-1.25.0");
-    assert!(
-        viewer.join("index.html").exists(),
-        "{} is missing: run `mlx-glue/setup test`",
-        viewer.display()
-    );
-    let dir = tempfile::tempdir().expect("tempdir");
-    let trace = record_phases(dir.path(), "job.json");
-    let site = dir.path().join("site");
-    std::fs::create_dir(&site).expect("site");
-    for entry in std::fs::read_dir(&viewer).expect("viewer") {
-        let entry = entry.expect("entry");
-        std::fs::copy(entry.path(), site.join(entry.file_name())).expect("copy");
-    }
-    let out = site.join("job.speedscope.json");
-    let output = export(&[
-        trace.as_os_str(),
-        "--format".as_ref(),
-        "speedscope".as_ref(),
-        "-o".as_ref(),
-        out.as_os_str(),
-    ]);
-    assert!(output.status.success(), "{}", stderr(&output));
-    let port = serve(site.clone());
-    let page = |file: &str| {
-        format!("http://127.0.0.1:{port}/index.html#profileURL=http://127.0.0.1:{port}/{file}")
-    };
-    let chromium = |extra: &[&str], url: &str| {
-        let profile = tempfile::tempdir().expect("profile");
-        // Bounded: a page that never settles fails the test, never hangs it.
-        Command::new("timeout")
-            .args(["120", "chromium", "--headless=new", "--no-sandbox"])
-            .args(["--disable-gpu", "--no-first-run"])
-            .args(["--virtual-time-budget=8000", "--window-size=1280,800"])
-            .arg(format!("--user-data-dir={}", profile.path().display()))
-            .args(extra)
-            .arg(url)
-            .output()
-            .expect("chromium (the set-up installs it)")
-    };
-    let text = |output: &Output| {
-        // The page's text, tags dropped.
-        let dom = String::from_utf8_lossy(&output.stdout).into_owned();
-        let mut out = String::new();
-        let mut in_tag = false;
-        for c in dom.chars() {
-            match c {
-                '<' => in_tag = true,
-                '>' => {
-                    in_tag = false;
-                    out.push(' ');
-                }
-                _ if !in_tag => out.push(c),
-                _ => {}
-            }
-        }
-        out
-    };
-    let dumped = chromium(&["--dump-dom"], &page("job.speedscope.json"));
-    assert!(dumped.status.success(), "{}", stderr(&dumped));
-    let shown = text(&dumped);
-    // What speedscope shows when it cannot import a file (seen with one
-    // that is not JSON).
-    assert!(!shown.contains("Something went wrong"), "{shown}");
-    assert!(
-        shown.contains("jobs.py phases: bytes held at the peak"),
-        "{shown}"
-    );
-    assert!(shown.contains("Left Heavy"), "the profile's views: {shown}");
-    let shot = dir.path().join("speedscope.png");
-    let taken = chromium(
-        &[&format!("--screenshot={}", shot.display())],
-        &page("job.speedscope.json"),
-    );
-    assert!(taken.status.success(), "{}", stderr(&taken));
-    let png = std::fs::read(&shot).expect("a screenshot");
-    assert!(
-        png.starts_with(b"\x89PNG") && png.len() > 4096,
-        "{} bytes",
-        png.len()
-    );
 }

@@ -17,4 +17,5 @@ mod layers;
 mod record;
 mod reliability;
 mod shown;
+mod viewers;
 mod writer;

@@ -3,8 +3,10 @@
 //! a lane named by a metadata event; counters (`ph: "C"`) for RSS, MLX
 //! active and cache, the GPU, and each shard's residency; instant events
 //! (`ph: "i"`) for every mark, the peak, a kill for memory and a journal
-//! cut short; complete events (`ph: "X"`) for the probe's held-by walks.
-//! Times in microseconds on the export's clock.
+//! cut short; complete events (`ph: "X"`) for the probe's held-by walks
+//! and, for a walk, each shard and each tensor it materialized (a tensor's
+//! span runs from the walk's previous event to its step: the walk does
+//! nothing else between them). Times in microseconds on the export's clock.
 
 use std::io::Write;
 
@@ -12,10 +14,13 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::{ExportError, Lane, LaneKind, one_line};
+use crate::memory::MarkKind;
 
-/// The memory series: thread 0. The probe's walks: thread 1.
+/// The memory series: thread 0. The probe's walks: thread 1. A walk's
+/// shards and tensors: thread 2.
 const MEMORY_TID: u32 = 0;
 const PROBE_TID: u32 = 1;
+const WALK_TID: u32 = 2;
 
 #[derive(Serialize)]
 struct Event<'a> {
@@ -154,6 +159,7 @@ fn lane_events(pid: usize, lane: &Lane, events: &mut Events<'_>) -> Result<(), E
             ))?;
         }
     }
+    let walk = matches!(lane.kind, LaneKind::Walk(_));
     for e in lane.events() {
         let at = t0 + e.t_secs;
         if let (Some(shard), Some(bytes)) = (&e.shard, e.shard_resident_bytes) {
@@ -163,6 +169,10 @@ fn lane_events(pid: usize, lane: &Lane, events: &mut Events<'_>) -> Result<(), E
                 format!("resident {}", one_line(shard)),
                 bytes,
             ))?;
+        }
+        if walk && e.kind == MarkKind::WalkStep {
+            // A span on the walk's thread (`walk_spans`), not an instant.
+            continue;
         }
         let args = json!({
             "kind": e.kind.as_str(),
@@ -189,7 +199,83 @@ fn lane_events(pid: usize, lane: &Lane, events: &mut Events<'_>) -> Result<(), E
         let name = "journal cut short: the recorder stopped before the job ended".to_owned();
         events.push(&instant(pid, t0 + end, name, "cut", json!({})))?;
     }
+    if walk {
+        walk_spans(pid, lane, events)?;
+    }
     census_events(pid, lane, events)
+}
+
+/// A walk's shards and tensors as nested spans: each tensor from the
+/// walk's previous event to its step, each shard from its first tensor's
+/// start to its release (or its last tensor's end).
+fn walk_spans(pid: usize, lane: &Lane, events: &mut Events<'_>) -> Result<(), ExportError> {
+    let t0 = lane.offset_secs;
+    events.push(&meta(
+        pid,
+        WALK_TID,
+        "thread_name",
+        json!({ "name": "walk" }),
+    ))?;
+    let span = |name: String, from: f64, to: f64, cat: &'static str, args: Value| Event {
+        name,
+        ph: "X",
+        pid,
+        tid: WALK_TID,
+        ts: Some(micros(t0 + from)),
+        dur: Some(micros((to - from).max(0.0))),
+        s: None,
+        cat: Some(cat),
+        args,
+    };
+    // The shard being walked: its name, when its first tensor began, when
+    // its last ended, its tensors' bytes.
+    let mut shard: Option<(String, f64, f64, u64)> = None;
+    let mut previous: Option<f64> = None;
+    for e in lane.events() {
+        match e.kind {
+            MarkKind::WalkStep => {
+                let from = previous.unwrap_or(e.t_secs);
+                let file = e.shard.clone().unwrap_or_default();
+                if shard.as_ref().is_some_and(|(s, ..)| *s != file)
+                    && let Some((name, start, end, bytes)) = shard.take()
+                {
+                    events.push(&span(
+                        one_line(&name),
+                        start,
+                        end,
+                        "shard",
+                        json!({ "bytes": bytes }),
+                    ))?;
+                }
+                let entry = shard.get_or_insert((file, from, from, 0));
+                entry.2 = e.t_secs;
+                entry.3 += e.bytes;
+                let args = json!({ "bytes": e.bytes, "shard": e.shard, "detail": e.detail });
+                events.push(&span(one_line(&e.target), from, e.t_secs, "tensor", args))?;
+            }
+            MarkKind::ReleaseShard => {
+                if shard.as_ref().is_some_and(|(s, ..)| *s == e.target)
+                    && let Some((name, start, _, bytes)) = shard.take()
+                {
+                    let args = json!({ "bytes": bytes, "freed_bytes": e.bytes });
+                    events.push(&span(one_line(&name), start, e.t_secs, "shard", args))?;
+                }
+            }
+            MarkKind::WalkStart | MarkKind::Release => {}
+            _ => continue,
+        }
+        previous = Some(e.t_secs);
+    }
+    if let Some((name, start, end, bytes)) = shard {
+        events.push(&span(
+            one_line(&name),
+            start,
+            end,
+            "shard",
+            json!({ "bytes": bytes }),
+        ))?;
+    }
+    Ok(())
 }
 
 /// The probe's held-by walks, as spans on the probe's thread.
