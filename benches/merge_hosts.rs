@@ -85,7 +85,11 @@ fn run(name: &str, journals: u32, secs: u32, goal_secs: f64) {
     });
     let mut lanes = 0;
     let merged = best_of(3, || {
-        let m = weightscope::profile::analysis::hosts::merge_journals(&paths).expect("merge");
+        let m = weightscope::profile::analysis::journals::merge_journals(
+            &paths,
+            weightscope::profile::analysis::journals::ShownLane::Peak,
+        )
+        .expect("merge");
         lanes = m.lanes.len() + 1;
     });
     println!(

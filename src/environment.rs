@@ -112,8 +112,22 @@ pub struct Outside {
     pub hostname: Option<String>,
     /// `MLX_RANK`: a distributed job's rank.
     pub mlx_rank: Option<String>,
-    /// `MLX_HOSTFILE`: a distributed job's hosts.
+    /// `MLX_HOSTFILE`: a distributed job's hosts (the ring backend's).
     pub mlx_hostfile: Option<PathBuf>,
+    /// `MLX_WORLD_SIZE`: the job's ranks (the NCCL backend's).
+    pub mlx_world_size: Option<String>,
+    /// `MLX_IBV_DEVICES`: the RDMA devices between ranks (the JACCL
+    /// backend's; one row a rank).
+    pub mlx_ibv_devices: Option<PathBuf>,
+    /// `OMPI_COMM_WORLD_RANK` and `OMPI_COMM_WORLD_SIZE` (Open MPI's
+    /// `mpirun`, the MPI backend).
+    pub ompi_rank: Option<String>,
+    /// See `ompi_rank`.
+    pub ompi_size: Option<String>,
+    /// `PMI_RANK` and `PMI_SIZE` (MPICH's `mpirun`).
+    pub pmi_rank: Option<String>,
+    /// See `pmi_rank`.
+    pub pmi_size: Option<String>,
     /// `PYTHONPATH`, which a recorded job's gets the probe's folder before.
     pub pythonpath: Option<OsString>,
     /// `HF_ENDPOINT`.
@@ -149,6 +163,12 @@ impl Outside {
             hostname: text("HOSTNAME"),
             mlx_rank: text("MLX_RANK"),
             mlx_hostfile: path("MLX_HOSTFILE"),
+            mlx_world_size: text("MLX_WORLD_SIZE"),
+            mlx_ibv_devices: path("MLX_IBV_DEVICES"),
+            ompi_rank: text("OMPI_COMM_WORLD_RANK"),
+            ompi_size: text("OMPI_COMM_WORLD_SIZE"),
+            pmi_rank: text("PMI_RANK"),
+            pmi_size: text("PMI_SIZE"),
             pythonpath: os("PYTHONPATH"),
             hf_endpoint: text("HF_ENDPOINT"),
             hf_hub_offline: text("HF_HUB_OFFLINE"),

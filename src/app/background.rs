@@ -107,11 +107,12 @@ pub(super) fn load_trace(
 /// Reads and merges the journals at `paths` on a thread of its own.
 pub(super) fn load_traces(
     paths: Vec<PathBuf>,
+    shown: crate::profile::analysis::journals::ShownLane,
     wake: Wake,
 ) -> std::io::Result<Receiver<super::profiler::Loaded>> {
     spawn("traces-merge", wake, move |send| {
         send(super::profiler::Loaded::Several(
-            super::profiler::read_traces(&paths),
+            super::profiler::read_traces(&paths, shown),
         ));
     })
 }

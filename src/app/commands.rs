@@ -105,8 +105,17 @@ pub enum AppCommand {
     },
     /// Load the trace saved here and overlay it.
     LoadTrace(PathBuf),
-    /// Read the journals of one job's hosts and show them merged.
+    /// Read the journals of one job's hosts and show them merged, the rank
+    /// whose memory peaked highest shown whole.
     LoadTraces(Vec<PathBuf>),
+    /// Merge these journals again with the one at `lane` shown whole (its
+    /// findings, lines, held-by).
+    ShowMergedLane {
+        /// The journals, as merged before.
+        paths: Vec<PathBuf>,
+        /// Which of them.
+        lane: usize,
+    },
     /// Ask the shell for a file dialog.
     Dialog(Dialog),
     /// Show this tab.

@@ -271,6 +271,12 @@ impl<'a> Hooks<'a> {
         self.app.profiler.merged_report().to_vec()
     }
 
+    /// The ranks banded below the timeline of merged journals, by name.
+    #[must_use]
+    pub fn merged_lane_names(self) -> Vec<String> {
+        self.app.profiler.merged_lane_names()
+    }
+
     /// What the previews hold, by the worker's last word.
     #[must_use]
     pub fn previews_held(self) -> &'a crate::weights::PreviewsHeld {

@@ -18,6 +18,23 @@ pub struct ReportArgs {
     /// The summary as JSON (the keys of `record --json`) on stdout.
     #[arg(long)]
     pub json: bool,
+    /// Several journals: the rank whose findings, lines and held-by are
+    /// told after the merged view (default: the rank whose memory peaked
+    /// highest).
+    #[arg(long, value_name = "RANK")]
+    pub rank: Option<u32>,
+}
+
+/// `report --json` of several journals: the merged view's keys, and the
+/// rank told whole.
+#[derive(serde::Serialize)]
+struct MergedReport<'a> {
+    #[serde(flatten)]
+    merged: &'a crate::profile::analysis::hosts::Merged,
+    /// The lane (index into `lanes`) told whole.
+    shown_lane: usize,
+    /// Its summary, with the keys of `record --json`.
+    shown: super::record::JsonRecording<'a>,
 }
 
 /// Reads the recording in `args.trace`.
@@ -46,6 +63,9 @@ pub enum ReportError {
 /// Prints the summary; exit 0, or 2 when the file is not a recording.
 #[must_use]
 pub fn main(args: &ReportArgs) -> u8 {
+    if args.traces.len() > 1 {
+        return merged(args);
+    }
     let mut recordings = Vec::new();
     for path in &args.traces {
         match load(path) {
@@ -56,22 +76,12 @@ pub fn main(args: &ReportArgs) -> u8 {
             }
         }
     }
-    let mut out = std::io::stdout().lock();
-    if recordings.len() > 1 {
-        let merged = crate::profile::analysis::hosts::merge(&recordings);
-        let written = if args.json {
-            let text = serde_json::to_string_pretty(&merged).unwrap_or_default();
-            std::io::Write::write_all(&mut out, (text + "\n").as_bytes())
-        } else {
-            let mut shown = crate::units::ShownLines::new(&mut out);
-            merged
-                .describe()
-                .iter()
-                .try_for_each(|line| writeln!(shown, "{line}"))
-                .and_then(|()| shown.finish().map(drop))
-        };
-        return super::output_status(written).map_or_else(|code| code, |()| 0);
+    if args.rank.is_some() {
+        super::stderr_line(format_args!(
+            "--rank picks one of several journals; one recording is told whole already"
+        ));
     }
+    let mut out = std::io::stdout().lock();
     let Some((_, recording)) = recordings.pop() else {
         return super::BAD_INPUT;
     };
@@ -82,6 +92,52 @@ pub fn main(args: &ReportArgs) -> u8 {
     } else {
         let mut shown = crate::units::ShownLines::new(&mut out);
         super::record::write_summary(&recording, &mut shown).and_then(|()| shown.finish().map(drop))
+    };
+    super::output_status(written).map_or_else(|code| code, |()| 0)
+}
+
+/// Several journals: the merged view, then the chosen rank's summary.
+fn merged(args: &ReportArgs) -> u8 {
+    use crate::profile::analysis::journals::{ShownLane, lane_label, merge_journals};
+    let shown = args.rank.map_or(ShownLane::Peak, ShownLane::Rank);
+    let journals = match merge_journals(&args.traces, shown) {
+        Ok(journals) => journals,
+        Err(err) => {
+            super::stderr_line(format_args!("{err}"));
+            return super::BAD_INPUT;
+        }
+    };
+    let mut out = std::io::stdout().lock();
+    let written = if args.json {
+        let report = MergedReport {
+            merged: &journals.merged,
+            shown_lane: journals.shown,
+            shown: super::record::JsonRecording::of(&journals.recording),
+        };
+        let text = serde_json::to_string_pretty(&report).unwrap_or_default();
+        std::io::Write::write_all(&mut out, (text + "\n").as_bytes())
+    } else {
+        let mut shown = crate::units::ShownLines::new(&mut out);
+        let lane = journals.merged.lanes.get(journals.shown);
+        let why = if args.rank.is_some() {
+            "as asked"
+        } else {
+            "its memory peaked highest; --rank R tells another"
+        };
+        journals
+            .merged
+            .describe()
+            .iter()
+            .try_for_each(|line| writeln!(shown, "{line}"))
+            .and_then(|()| {
+                writeln!(
+                    shown,
+                    "\n{} told whole ({why}), on the merged clock:",
+                    lane.map(lane_label).unwrap_or_default()
+                )
+            })
+            .and_then(|()| super::record::write_summary(&journals.recording, &mut shown))
+            .and_then(|()| shown.finish().map(drop))
     };
     super::output_status(written).map_or_else(|code| code, |()| 0)
 }

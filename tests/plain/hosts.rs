@@ -13,16 +13,21 @@ use std::process::{Command, Stdio};
 use common::venv_python;
 use serde_json::Value;
 
+/// `weightscope report` of every rank's journal, with `extra` arguments.
+fn report(journal: &dyn Fn(u32) -> std::path::PathBuf, extra: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_weightscope"))
+        .arg("report")
+        .args((0..common::hosts::RANKS).map(journal))
+        .args(extra)
+        .output()
+        .expect("report")
+}
+
 #[test]
 fn four_hosts_journals_merge_into_one_view_with_the_straggler_and_the_peak() {
     let dir = tempfile::tempdir().expect("tempdir");
     let journal = common::hosts::rank_journals(dir.path());
-    let out = Command::new(env!("CARGO_BIN_EXE_weightscope"))
-        .arg("report")
-        .args((0..common::hosts::RANKS).map(&journal))
-        .arg("--json")
-        .output()
-        .expect("report");
+    let out = report(&journal, &["--json"]);
     assert!(
         out.status.success(),
         "{}",
@@ -63,15 +68,60 @@ fn four_hosts_journals_merge_into_one_view_with_the_straggler_and_the_peak() {
     assert!(at.starts_with("job.py:"), "{at}");
     assert!(merged["stuck"].as_array().expect("stuck").is_empty());
     // In words, as the terminal shows it.
-    let out = Command::new(env!("CARGO_BIN_EXE_weightscope"))
-        .arg("report")
-        .args((0..common::hosts::RANKS).map(&journal))
-        .output()
-        .expect("report");
+    let out = report(&journal, &[]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("aligned by their collectives"), "{text}");
     assert!(text.contains("straggler: rank "), "{text}");
     assert!(text.contains("highest: rank 2"), "{text}");
+    // The rank that peaked highest is told whole after the merged view:
+    // its summary, its peak line on the merged clock.
+    assert_eq!(merged["shown_lane"], 2, "{merged}");
+    let shown = &merged["shown"];
+    let rank_of = |shown: &Value| shown["ranks"][0]["rank"].as_u64();
+    assert_eq!(rank_of(shown), Some(2), "{}", shown["ranks"]);
+    assert!(
+        shown["lines"].is_array() && shown["findings"].is_array(),
+        "{shown}"
+    );
+    // On the merged clock: its first sample at its lane's start.
+    let first = shown["samples"][0]["t"].as_f64().expect("a sample");
+    let start = lanes[2]["start_secs"].as_f64().expect("start");
+    assert!((first - start).abs() < 0.5, "{first} vs {start}");
+    assert!(
+        text.contains("rank 2 (") && text.contains("told whole (its memory peaked highest"),
+        "{text}"
+    );
+    // Another rank, asked for by number.
+    let out = report(&journal, &["--rank", "1", "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let other: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(other["shown_lane"], 1, "{other}");
+    assert_eq!(
+        other["lanes"], merged["lanes"],
+        "the merged view is the same"
+    );
+    assert_eq!(
+        rank_of(&other["shown"]),
+        Some(1),
+        "{}",
+        other["shown"]["ranks"]
+    );
+    let text = String::from_utf8_lossy(&report(&journal, &["--rank", "1"]).stdout).into_owned();
+    assert!(
+        text.contains("\nrank 1 (") && text.contains("told whole (as asked)"),
+        "{text}"
+    );
+    // A rank no journal recorded: one line, exit 2, nothing on stdout.
+    let out = report(&journal, &["--rank", "9"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(out.stdout.is_empty());
+    let why = String::from_utf8_lossy(&out.stderr);
+    assert!(why.contains("rank 9: no journal recorded it"), "{why}");
+    assert_eq!(why.lines().count(), 1, "{why}");
 }
 
 /// Three `all_sum` steps; at step 1 rank 1 grows past its memory cgroup's

@@ -12,7 +12,8 @@ use crate::checkpoint::Checkpoint;
 use crate::memory::{ExpectedPeaks, MachineMemory, MarkKind, Policy};
 use crate::mlx::{DeviceInfo, MemoryStats};
 use crate::profile::TraceError;
-use crate::profile::analysis::hosts::{MergeError, MergedJournals};
+use crate::profile::analysis::hosts::MergeError;
+use crate::profile::analysis::journals::MergedJournals;
 use crate::profile::analysis::recording::Recording;
 use crate::profile::capture::{RecordError, Update};
 use crate::profile::{self, Finding, Sampler, Timeline, Trace, Transform, WalkOutcome};
@@ -115,6 +116,9 @@ pub(super) struct ProfilerPanel {
     /// Every rank's trace of the merged journals shown, on the shown one's
     /// clock (the lanes below the timeline); empty for any other run.
     merged_lanes: Vec<Trace>,
+    /// The merged journals and which is shown whole, for the choice of
+    /// another.
+    merged_choice: Option<MergedChoice>,
     /// Recordings made or opened since the window opened, newest last.
     recordings: Vec<Arc<Recording>>,
     /// Each recording's name in the list (what the user typed, or their
@@ -201,6 +205,7 @@ impl Default for ProfilerPanel {
             overlays: Vec::new(),
             merged_report: Vec::new(),
             merged_lanes: Vec::new(),
+            merged_choice: None,
             recordings: Vec::new(),
             listed: Vec::new(),
             renaming: None,
@@ -251,6 +256,7 @@ impl ProfilerPanel {
     fn run_changed(&mut self) {
         self.merged_report.clear();
         self.merged_lanes.clear();
+        self.merged_choice = None;
         if self.below == Below::Ranks {
             self.below = Below::Files;
         }
@@ -512,6 +518,12 @@ impl ProfilerPanel {
         &self.merged_report
     }
 
+    /// The ranks banded below the timeline of merged journals, by name.
+    #[cfg(any(test, feature = "test-hooks"))]
+    pub(super) fn merged_lane_names(&self) -> Vec<String> {
+        self.merged_lanes.iter().map(|l| l.label.clone()).collect()
+    }
+
     /// The overlays, as their chips name them.
     #[cfg(any(test, feature = "test-hooks"))]
     pub(super) fn overlay_names(&self) -> Vec<String> {
@@ -600,8 +612,10 @@ impl ProfilerPanel {
                 remove = Some(i);
             }
         }
+        // A rank's overlay removed takes its band below with it.
         if let Some(i) = remove {
-            self.overlays.remove(i);
+            let gone = self.overlays.remove(i);
+            self.merged_lanes.retain(|lane| lane.label != gone.label);
         }
         if !self.overlays.is_empty()
             && ui
@@ -609,9 +623,19 @@ impl ProfilerPanel {
                 .on_hover_text("Remove every overlaid trace")
                 .clicked()
         {
-            self.overlays.clear();
+            let gone: Vec<Trace> = std::mem::take(&mut self.overlays);
+            self.merged_lanes
+                .retain(|lane| !gone.iter().any(|o| o.label == lane.label));
         }
     }
+}
+
+/// Merged journals: their files, their lanes' names, the one shown whole.
+#[derive(Debug, Clone)]
+struct MergedChoice {
+    paths: Vec<std::path::PathBuf>,
+    names: Vec<String>,
+    shown: usize,
 }
 
 /// Below this height or width of the tab, the graph comes first and the

@@ -7,14 +7,14 @@ use crate::profile::analysis::stacks;
 use crate::profile::{self, Timeline, Trace, TraceEvent, WalkOutcome};
 use crate::units::human_bytes;
 
-use super::{ProfilerInputs, ProfilerPanel, Run, shown};
+use super::{AppCommand, CommandSender, ProfilerInputs, ProfilerPanel, Run, shown};
 
 impl ProfilerPanel {
     pub(super) fn profiler_side_ui(&mut self, ui: &mut egui::Ui, inputs: &ProfilerInputs<'_>) {
         egui::ScrollArea::vertical()
             .id_salt("profiler-side-scroll")
             .show(ui, |ui| {
-                self.merged_ui(ui);
+                self.merged_ui(ui, inputs.commands);
                 self.findings_ui(ui);
                 ui.separator();
                 self.lines_ui(ui);
@@ -31,12 +31,36 @@ impl ProfilerPanel {
 
     /// Journals of several hosts merged: the report, what the job did first
     /// (the alignment, the highest rank, the total, the straggler, a rank
-    /// killed), then each rank's line.
-    fn merged_ui(&self, ui: &mut egui::Ui) {
+    /// killed), then each rank's line; and which rank is shown whole.
+    fn merged_ui(&self, ui: &mut egui::Ui, commands: &CommandSender) {
         if self.merged_report.is_empty() {
             return;
         }
         ui.heading("Merged view: the job across its hosts");
+        if let Some(choice) = &self.merged_choice {
+            ui.horizontal(|ui| {
+                let label = ui.label("Shown whole");
+                let mut picked = choice.shown;
+                egui::ComboBox::from_id_salt("merged-shown")
+                    .selected_text(choice.names.get(choice.shown).map_or("", String::as_str))
+                    .show_ui(ui, |ui| {
+                        for (i, name) in choice.names.iter().enumerate() {
+                            ui.selectable_value(&mut picked, i, name);
+                        }
+                    })
+                    .response
+                    .labelled_by(label.id)
+                    .on_hover_text(
+                        "The rank whose findings, lines and held-by are shown (the one whose memory peaked highest at first); the others are overlaid and banded below",
+                    );
+                if picked != choice.shown {
+                    commands.send(AppCommand::ShowMergedLane {
+                        paths: choice.paths.clone(),
+                        lane: picked,
+                    });
+                }
+            });
+        }
         let ranks = self.merged_lanes.len();
         let report = &self.merged_report;
         let (head, rest) = report.split_at(report.len().min(1));

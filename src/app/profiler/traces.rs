@@ -5,9 +5,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::{
-    AppCommand, Below, CommandSender, Dialog, MergeError, MergedJournals, ProfilerInputs,
-    ProfilerPanel, Recording, Trace, TraceError, overlay_name,
+    AppCommand, Below, CommandSender, Dialog, MergeError, MergedChoice, MergedJournals,
+    ProfilerInputs, ProfilerPanel, Recording, Trace, TraceError, overlay_name,
 };
+use crate::profile::analysis::journals::{ShownLane, lane_label};
 
 /// A trace file read and parsed on a `trace-load` thread.
 pub(super) struct TraceLoad {
@@ -25,9 +26,10 @@ pub(in crate::app) enum Loaded {
 /// Journals merged, or why not (one line, naming the file).
 pub(in crate::app) type LoadedTraces = Result<MergedJournals, MergeError>;
 
-/// Reads the journals at `paths` and merges them (on a loading thread).
-pub(in crate::app) fn read_traces(paths: &[PathBuf]) -> LoadedTraces {
-    crate::profile::analysis::hosts::merge_journals(paths)
+/// Reads the journals at `paths` and merges them, `shown` whole (on a
+/// loading thread).
+pub(in crate::app) fn read_traces(paths: &[PathBuf], shown: ShownLane) -> LoadedTraces {
+    crate::profile::analysis::journals::merge_journals(paths, shown)
 }
 
 /// A trace as read: with its recording when it is one (the summary's
@@ -175,6 +177,7 @@ impl ProfilerPanel {
     pub(in crate::app) fn load_traces(
         &mut self,
         paths: &[PathBuf],
+        shown: ShownLane,
         spawned: std::io::Result<std::sync::mpsc::Receiver<Loaded>>,
     ) {
         match spawned {
@@ -185,7 +188,7 @@ impl ProfilerPanel {
                     result,
                 });
             }
-            Err(_) => self.loaded_several(read_traces(paths)),
+            Err(_) => self.loaded_several(read_traces(paths, shown)),
         }
     }
 
@@ -218,8 +221,9 @@ impl ProfilerPanel {
         true
     }
 
-    /// Shows journals merged: the first as a recording, the other ranks
-    /// overlaid (in place of any overlays), the report above the plots.
+    /// Shows journals merged: the chosen rank as a recording, the other
+    /// ranks overlaid (in place of any overlays), the report above the
+    /// plots.
     pub(super) fn loaded_several(&mut self, result: LoadedTraces) {
         match result {
             Ok(merged) => {
@@ -235,8 +239,13 @@ impl ProfilerPanel {
                     "merged {count} journals of one job: {shown} shown as the run, {} overlaid",
                     overlaid.join(", ")
                 ));
-                self.merged_report = merged.report;
+                self.merged_report = merged.merged.describe();
                 self.merged_lanes = lanes;
+                self.merged_choice = Some(MergedChoice {
+                    paths: merged.paths,
+                    names: merged.merged.lanes.iter().map(lane_label).collect(),
+                    shown: merged.shown,
+                });
                 self.below = Below::Ranks;
             }
             Err(err) => self.message = Some(err.to_string()),

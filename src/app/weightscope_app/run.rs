@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::profile::analysis::journals::ShownLane;
 use crate::profile::capture::{RecordControl, RecordError, RecordOptions, Target};
 use crate::worker::Request;
 
@@ -111,6 +112,9 @@ impl WeightscopeApp {
             }
             AppCommand::LoadTrace(path) => self.load_traces(vec![path]),
             AppCommand::LoadTraces(paths) => self.load_traces(paths),
+            AppCommand::ShowMergedLane { paths, lane } => {
+                self.merge_traces(&paths, ShownLane::Index(lane));
+            }
             AppCommand::Dialog(dialog) => self.dialogs.push(dialog),
             AppCommand::FocusPath(typed) => self.focus_path = Some(typed),
             AppCommand::StartWalk => self.walk_from_keys(),
@@ -152,9 +156,14 @@ impl WeightscopeApp {
             let loading = background::load_trace(path.clone(), Arc::clone(&self.wake));
             self.profiler.load_trace(&path, loading);
         } else {
-            let loading = background::load_traces(paths.clone(), Arc::clone(&self.wake));
-            self.profiler.load_traces(&paths, loading);
+            self.merge_traces(&paths, ShownLane::Peak);
         }
+    }
+
+    /// Reads and merges the journals at `paths` on a thread, `shown` whole.
+    fn merge_traces(&mut self, paths: &[PathBuf], shown: ShownLane) {
+        let loading = background::load_traces(paths.to_vec(), shown, Arc::clone(&self.wake));
+        self.profiler.load_traces(paths, shown, loading);
     }
 
     /// Keeps the previews within `bytes` from now on, and in the settings.

@@ -16,7 +16,7 @@ use serde::Serialize;
 use super::recording::{JobExit, Recording};
 use super::stacks;
 use crate::memory::MarkKind;
-use crate::profile::trace::{Trace, TraceError, collective_of};
+use crate::profile::trace::{TraceError, collective_of};
 
 /// One recording in the merged view.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -110,6 +110,9 @@ pub struct Merged {
     pub stragglers: Vec<Straggler>,
     /// Ranks left waiting in a collective that never returned.
     pub stuck: Vec<Stuck>,
+    /// The job's ranks in all, as the journals' environments said it
+    /// (`MLX_HOSTFILE`, `MLX_WORLD_SIZE`, `MLX_IBV_DEVICES`, MPI's).
+    pub world_size: Option<u32>,
 }
 
 /// Collective events of a recording: (rank, step, ops, done, local secs).
@@ -408,6 +411,14 @@ pub enum MergeError {
     /// No journal at all.
     #[error("no journal to merge")]
     Nothing,
+    /// A rank (or place) that none of the journals is.
+    #[error("{asked}: no journal recorded it (they recorded {ranks})")]
+    NoSuchLane {
+        /// What was asked for ("rank 5").
+        asked: String,
+        /// The ranks there are, in words.
+        ranks: String,
+    },
     /// A pattern the glob crate refused.
     #[error("{pattern}: {why}")]
     Pattern {
@@ -430,88 +441,6 @@ pub enum MergeError {
         /// The most that merge.
         most: usize,
     },
-}
-
-/// The journals of one job's ranks (each host's `weightscope record`)
-/// merged: the one that started first as a recording, the others as lanes
-/// on its clock (aligned by their collectives), and the merged report.
-pub struct MergedJournals {
-    /// The first journal's trace.
-    pub trace: Trace,
-    /// Its recording.
-    pub recording: Recording,
-    /// The other journals' traces, moved onto the first one's clock.
-    pub lanes: Vec<Trace>,
-    /// The merged report's lines.
-    pub report: Vec<String>,
-}
-
-/// Reads the journals at `paths` and merges them (see [`MergedJournals`]).
-///
-/// # Errors
-/// The first journal that cannot be read or is not a recording; no
-/// journal.
-pub fn merge_journals(paths: &[std::path::PathBuf]) -> Result<MergedJournals, MergeError> {
-    let mut journals: Vec<(String, Trace)> = Vec::new();
-    for path in paths {
-        let shown = crate::units::Shown::new(&path.display().to_string()).into_string();
-        let trace = Trace::load(path).map_err(|why| MergeError::Unreadable {
-            file: shown.clone(),
-            why,
-        })?;
-        if trace.job.is_none() {
-            return Err(MergeError::NotRecording { file: shown });
-        }
-        let name = path
-            .file_name()
-            .map_or_else(|| shown.clone(), |n| n.to_string_lossy().into_owned());
-        journals.push((name, trace));
-    }
-    let recordings: Vec<(String, Recording)> = journals
-        .iter()
-        .map(|(name, trace)| (name.clone(), Recording::from_trace(trace.clone())))
-        .collect();
-    let merged = merge(&recordings);
-    let first = merged
-        .lanes
-        .iter()
-        .enumerate()
-        .min_by(|a, b| a.1.start_secs.total_cmp(&b.1.start_secs))
-        .map_or(0, |(i, _)| i);
-    let base = merged.lanes.get(first).map_or(0.0, |l| l.start_secs);
-    let mut lanes = Vec::new();
-    let mut shown = None;
-    for (i, ((_, trace), lane)) in journals.into_iter().zip(&merged.lanes).enumerate() {
-        let trace = lane_trace(trace, lane, lane.start_secs - base);
-        if i == first {
-            shown = Some(trace);
-        } else {
-            lanes.push(trace);
-        }
-    }
-    let (trace, recording) = shown
-        .zip(recordings.into_iter().nth(first).map(|(_, r)| r))
-        .ok_or(MergeError::Nothing)?;
-    Ok(MergedJournals {
-        trace,
-        recording,
-        lanes,
-        report: merged.describe(),
-    })
-}
-
-/// A journal's trace as a lane of the merged view: named by its ranks and
-/// host, its times moved by `shift` seconds onto the shown journal's clock.
-fn lane_trace(mut trace: Trace, lane: &Lane, shift: f64) -> Trace {
-    for sample in &mut trace.samples {
-        sample.at += shift;
-    }
-    for event in &mut trace.events {
-        event.t_secs += shift;
-    }
-    trace.label = format!("{} ({})", lane.ranks_name(), lane.host);
-    trace.checkpoint = String::new();
-    trace
 }
 
 /// Merges `recordings` (file name, recording) of one job.
@@ -542,7 +471,12 @@ pub fn merge(recordings: &[(String, Recording)]) -> Merged {
         .map(|(i, _)| i);
     let (total_peak_bytes, total_peak_secs) = total_peak(recordings, &to_merged);
     let (stragglers, stuck) = waits(&events, &lanes, &to_merged);
+    let world_size = recordings
+        .iter()
+        .filter_map(|(_, r)| r.origin.as_ref()?.world_size)
+        .max();
     Merged {
+        world_size,
         lanes,
         residual_secs: residual,
         peak_lane,
@@ -591,6 +525,28 @@ impl Merged {
                 l.steps_matched,
                 if l.steps_matched == 1 { "" } else { "s" },
             ));
+        }
+        if let Some(world) = self.world_size {
+            let mut seen: Vec<u32> = self.lanes.iter().flat_map(|l| l.ranks.clone()).collect();
+            seen.retain(|&r| r < world);
+            seen.sort_unstable();
+            seen.dedup();
+            // (A world size comes from outside: counted, never walked whole.)
+            let missing = u64::from(world) - seen.len() as u64;
+            let named: Vec<String> = (0..world)
+                .filter(|r| seen.binary_search(r).is_err())
+                .take(16)
+                .map(|r| r.to_string())
+                .collect();
+            if missing > 0 {
+                out.push(format!(
+                    "the job had {world} ranks; no journal here recorded {} of them: rank{} {}{}",
+                    missing,
+                    if missing == 1 { "" } else { "s" },
+                    named.join(", "),
+                    if missing > 16 { ", …" } else { "" }
+                ));
+            }
         }
         if let Some(l) = self.peak_lane.and_then(|i| self.lanes.get(i)) {
             out.push(format!(
@@ -690,6 +646,7 @@ impl Lane {
 mod tests {
     use super::*;
     use crate::memory::{MlxFigures, Sample};
+    use crate::profile::Trace;
 
     fn recording(samples: Vec<(f64, u64, Option<u64>)>) -> Recording {
         let mut trace = Trace::new("job");
@@ -772,5 +729,41 @@ mod tests {
                 "case {case}"
             );
         }
+    }
+
+    #[test]
+    fn ranks_the_job_had_without_a_journal_are_named() {
+        let with_origin = |rank: u32, world: u32| {
+            let mut r = recording(vec![(0.0, 10, Some(5))]);
+            r.origin = Some(crate::profile::trace::Origin {
+                host: "h".into(),
+                wall_unix_secs: 0.0,
+                rank: Some(rank),
+                world_size: Some(world),
+            });
+            (format!("rank{rank}.jsonl"), r)
+        };
+        let lines = merge(&[with_origin(0, 4), with_origin(2, 4)]).describe();
+        assert!(
+            lines.contains(
+                &"the job had 4 ranks; no journal here recorded 2 of them: ranks 1, 3".to_owned()
+            ),
+            "{lines:?}"
+        );
+        let lines = merge(&[with_origin(0, 2), with_origin(1, 2)]).describe();
+        assert!(
+            !lines.iter().any(|l| l.contains("no journal here")),
+            "{lines:?}"
+        );
+        // A world size from outside is counted, never walked whole.
+        let lines = merge(&[with_origin(0, u32::MAX)]).describe();
+        let said = lines
+            .iter()
+            .find(|l| l.contains("no journal here"))
+            .expect("said");
+        assert!(
+            said.ends_with("ranks 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, …"),
+            "{said}"
+        );
     }
 }

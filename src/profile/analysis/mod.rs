@@ -7,6 +7,7 @@ pub mod findings;
 pub mod held;
 pub mod hosts;
 pub mod job_findings;
+pub mod journals;
 pub mod recording;
 pub mod stacks;
 mod summarize;

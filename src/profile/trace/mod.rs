@@ -179,11 +179,13 @@ pub struct Origin {
     /// clocks differ: `report` of several journals aligns them by their
     /// collectives.
     pub wall_unix_secs: f64,
-    /// `MLX_RANK` in the recorder's environment (`mlx.launch` sets it for
-    /// each rank's command, the recorder included when it wraps the rank).
+    /// The rank in the recorder's environment: `MLX_RANK` (`mlx.launch`
+    /// sets it for each rank's command, the recorder included when it
+    /// wraps the rank), else MPI's (`OMPI_COMM_WORLD_RANK`, `PMI_RANK`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rank: Option<u32>,
-    /// The job's ranks in all: the entries of `MLX_HOSTFILE`'s list.
+    /// The job's ranks in all, from whichever backend's setting is there
+    /// (see [`world_size_of`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub world_size: Option<u32>,
 }
@@ -203,31 +205,57 @@ impl Origin {
             .filter(|h| !h.is_empty())
             .or_else(|| crate::environment::get().outside.hostname.clone())
             .unwrap_or_else(|| "unknown".to_owned());
-        let rank = crate::environment::get()
-            .outside
-            .mlx_rank
-            .as_deref()
-            .and_then(|r| r.trim().parse().ok());
+        let outside = &crate::environment::get().outside;
         Self {
             host: crate::units::Shown::new(&host).chars().take(255).collect(),
             wall_unix_secs: wall + shift,
-            rank,
-            world_size: world_size(),
+            rank: rank_of(outside),
+            world_size: world_size_of(outside),
         }
     }
 }
 
-/// The ranks `MLX_HOSTFILE` lists (a JSON list, one entry a rank: the ring
-/// backend's form), read up to 1 MiB, and only from a regular file: a FIFO
+/// A number an environment variable holds.
+fn number(value: Option<&String>) -> Option<u32> {
+    value.and_then(|v| v.trim().parse().ok())
+}
+
+/// This process's rank: `MLX_RANK`, else Open MPI's, else MPICH's.
+fn rank_of(outside: &crate::environment::Outside) -> Option<u32> {
+    number(outside.mlx_rank.as_ref())
+        .or_else(|| number(outside.ompi_rank.as_ref()))
+        .or_else(|| number(outside.pmi_rank.as_ref()))
+}
+
+/// The job's ranks in all, as each of MLX's backends is told it by
+/// `mlx.launch`: `MLX_WORLD_SIZE` (NCCL); the entries of `MLX_HOSTFILE`
+/// (ring: a list of each rank's addresses; also `mlx.launch`'s own
+/// hostfile, a list of hosts or `{"hosts": [...]}`); the rows of
+/// `MLX_IBV_DEVICES` (JACCL); `OMPI_COMM_WORLD_SIZE` or `PMI_SIZE` (MPI).
+fn world_size_of(outside: &crate::environment::Outside) -> Option<u32> {
+    number(outside.mlx_world_size.as_ref())
+        .or_else(|| listed(outside.mlx_hostfile.as_deref()?, "MLX_HOSTFILE"))
+        .or_else(|| listed(outside.mlx_ibv_devices.as_deref()?, "MLX_IBV_DEVICES"))
+        .or_else(|| number(outside.ompi_size.as_ref()))
+        .or_else(|| number(outside.pmi_size.as_ref()))
+}
+
+/// The entries of the JSON list in the file at `path` (or of its
+/// `hosts` list), read up to 1 MiB, and only from a regular file: a FIFO
 /// or a process substitution (`<(...)`) is never opened (it would block,
 /// or take from the job what it is meant to read).
-fn world_size() -> Option<u32> {
-    let path = crate::environment::get().outside.mlx_hostfile.as_ref()?;
-    let text = crate::files::read_bounded_text(path, 1 << 20, "MLX_HOSTFILE").ok()?;
-    match serde_json::from_str::<serde_json::Value>(&text).ok()? {
-        serde_json::Value::Array(hosts) => u32::try_from(hosts.len()).ok(),
-        _ => None,
-    }
+fn listed(path: &std::path::Path, what: &'static str) -> Option<u32> {
+    use serde_json::Value;
+    let text = crate::files::read_bounded_text(path, 1 << 20, what).ok()?;
+    let entries = match serde_json::from_str::<Value>(&text).ok()? {
+        Value::Array(entries) => entries,
+        Value::Object(mut file) => match file.remove("hosts")? {
+            Value::Array(entries) => entries,
+            _ => return None,
+        },
+        _ => return None,
+    };
+    u32::try_from(entries.len()).ok().filter(|&n| n > 0)
 }
 
 /// The largest trace file read (a day of samples at 50 ms is about 300 MB).
@@ -256,6 +284,29 @@ pub enum TraceError {
 }
 
 impl Trace {
+    /// Moves every time it holds by `secs` (samples, events, the probe's
+    /// stacks and walks, the job's end): onto another clock, as a merge of
+    /// several hosts' journals puts each on the job's.
+    pub fn shift_times(&mut self, secs: f64) {
+        for sample in &mut self.samples {
+            sample.at += secs;
+        }
+        for event in &mut self.events {
+            event.t_secs += secs;
+        }
+        if let Some(stacks) = &mut self.stacks {
+            for sample in &mut stacks.samples {
+                sample.t += secs;
+            }
+            for census in &mut stacks.held {
+                census.t_secs += secs;
+            }
+        }
+        if let Some(ended) = self.job.as_mut().and_then(|j| j.ended.as_mut()) {
+            ended.elapsed_secs += secs;
+        }
+    }
+
     /// An empty trace.
     #[must_use]
     pub fn new(label: impl Into<String>) -> Self {
@@ -477,5 +528,85 @@ mod tests {
         assert_eq!(at[0].bytes, 100);
         assert_eq!(at[0].tensors.len(), 1);
         assert!(trace.resident_at(0.25).is_empty());
+    }
+
+    /// The environment of a rank: `vars` set, nothing else.
+    fn outside(vars: &[(&str, &std::ffi::OsStr)]) -> crate::environment::Outside {
+        crate::environment::Outside::read_from(&|name| {
+            vars.iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, v)| v.to_os_string())
+        })
+    }
+
+    /// Variables set for one case.
+    type Vars<'a> = Vec<(&'a str, std::ffi::OsString)>;
+
+    #[test]
+    fn the_world_size_is_read_as_each_backend_is_told_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = |name: &str, text: &str| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, text).expect("write");
+            path
+        };
+        // The ring backend's file, as mlx.launch writes it: each rank's
+        // addresses.
+        let ring = file(
+            "ring.json",
+            r#"[["10.0.0.1:5000"], ["10.0.0.2:5001"], ["10.0.0.3:5002"]]"#,
+        );
+        // mlx.launch's own hostfile, both forms it reads.
+        let hosts = file(
+            "hosts.json",
+            r#"{"backend": "jaccl", "envs": [], "hosts": [{"ssh": "a", "ips": []}, {"ssh": "b", "ips": []}]}"#,
+        );
+        let listed_hosts = file(
+            "list.json",
+            r#"[{"ssh": "a"}, {"ssh": "b"}, {"ssh": "c"}, {"ssh": "d"}]"#,
+        );
+        // JACCL's devices: one row a rank.
+        let ibv = file("ibv.json", r#"[[null, "rdma_en2"], ["rdma_en2", null]]"#);
+        let empty = file("empty.json", "");
+        let os = |p: &Path| p.as_os_str().to_os_string();
+        let cases: Vec<(Vars<'_>, Option<u32>)> = vec![
+            (vec![("MLX_HOSTFILE", os(&ring))], Some(3)),
+            (vec![("MLX_HOSTFILE", os(&hosts))], Some(2)),
+            (vec![("MLX_HOSTFILE", os(&listed_hosts))], Some(4)),
+            (vec![("MLX_IBV_DEVICES", os(&ibv))], Some(2)),
+            (vec![("MLX_WORLD_SIZE", "8".into())], Some(8)),
+            (vec![("OMPI_COMM_WORLD_SIZE", "6".into())], Some(6)),
+            (vec![("PMI_SIZE", "5".into())], Some(5)),
+            // mlx.launch's file for one rank is empty; nothing is made up.
+            (vec![("MLX_HOSTFILE", os(&empty))], None),
+            (
+                vec![("MLX_HOSTFILE", os(&dir.path().join("gone.json")))],
+                None,
+            ),
+            (vec![], None),
+        ];
+        for (vars, want) in cases {
+            let vars: Vec<(&str, &std::ffi::OsStr)> =
+                vars.iter().map(|(n, v)| (*n, v.as_os_str())).collect();
+            assert_eq!(world_size_of(&outside(&vars)), want, "{vars:?}");
+        }
+    }
+
+    #[test]
+    fn the_rank_is_mlx_s_else_mpi_s() {
+        let rank = |vars: &[(&str, &str)]| {
+            let vars: Vec<(&str, &std::ffi::OsStr)> = vars
+                .iter()
+                .map(|(n, v)| (*n, std::ffi::OsStr::new(*v)))
+                .collect();
+            rank_of(&outside(&vars))
+        };
+        assert_eq!(
+            rank(&[("MLX_RANK", "3"), ("OMPI_COMM_WORLD_RANK", "1")]),
+            Some(3)
+        );
+        assert_eq!(rank(&[("OMPI_COMM_WORLD_RANK", "1")]), Some(1));
+        assert_eq!(rank(&[("PMI_RANK", " 2 ")]), Some(2));
+        assert_eq!(rank(&[("MLX_RANK", "x")]), None);
     }
 }

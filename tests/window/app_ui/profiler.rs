@@ -644,18 +644,18 @@ fn a_selection_and_overlays_belong_to_the_run_they_were_made_on() {
     assert!(crate::hooks(&mut harness).overlay_names().is_empty());
 }
 
-#[test]
-fn journals_of_four_hosts_open_merged_with_each_rank_overlaid() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let journal = common::hosts::rank_journals(dir.path());
-    let _lock = common::mlx_memory_lock();
-    let demo = demo::ensure_demo(&dir.path().join("demo")).expect("demo");
+/// The demo open, the Profiler shown, and the journals of four ranks
+/// (`common::hosts::rank_journals`, in `dir`) picked in the file dialog and
+/// merged.
+fn four_ranks_merged(dir: &std::path::Path) -> Harness<'static, WeightscopeApp> {
+    let journal = common::hosts::rank_journals(dir);
+    let demo = demo::ensure_demo(&dir.join("demo")).expect("demo");
     let mut harness = harness(open_app(&demo));
     harness
         .state_mut()
         .execute(AppCommand::ShowTab(Tab::Profiler));
     harness.run();
-    // As the file dialog answers when three files are picked.
+    // As the file dialog answers when four files are picked.
     harness
         .state_mut()
         .picked_for(Dialog::OpenTrace, (0..4).map(&journal).collect());
@@ -663,6 +663,39 @@ fn journals_of_four_hosts_open_merged_with_each_rank_overlaid() {
     crate::hooks(&mut harness).wait_for_trace();
     harness.run();
     harness.get_by_label_contains("merged 4 journals of one job: rank ");
+    harness
+}
+
+/// The ranks not overlaid: the one shown as the run.
+fn shown_ranks(harness: &mut Harness<'_, WeightscopeApp>) -> Vec<u32> {
+    let overlays = crate::hooks(harness).overlay_names();
+    assert_eq!(overlays.len(), 3, "{overlays:?}");
+    (0..4)
+        .filter(|r| {
+            !overlays
+                .iter()
+                .any(|o| o.starts_with(&format!("rank {r} (")))
+        })
+        .collect()
+}
+
+/// The button (not the legend's check box of the same name) whose label
+/// starts with `text`.
+fn button_starting(harness: &Harness<'_, WeightscopeApp>, text: &str) {
+    harness
+        .get_by(|node| {
+            node.role() == egui::accesskit::Role::Button
+                && node.label().is_some_and(|l| l.starts_with(text))
+        })
+        .click();
+}
+
+#[test]
+fn journals_of_four_hosts_open_merged_with_each_rank_overlaid() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let _lock = common::mlx_memory_lock();
+    let mut harness = four_ranks_merged(dir.path());
+    let demo = dir.path().join("demo");
     let report = crate::hooks(&mut harness).merged_report();
     assert!(
         report[0].starts_with("4 recordings aligned by their collectives"),
@@ -675,19 +708,12 @@ fn journals_of_four_hosts_open_merged_with_each_rank_overlaid() {
             .any(|l| l.starts_with("highest: rank 2 (") && l.contains("job.py:")),
         "{report:?}"
     );
-    // The journal that started first is shown as the run; the other ranks
-    // are overlays named by rank and host, on its clock (not 7 s away).
+    // The rank that peaked highest (2) is shown as the run; the other
+    // ranks are overlays named by rank and host, on the merged clock (not
+    // 7 s away).
+    assert_eq!(shown_ranks(&mut harness), [2]);
     let overlays = crate::hooks(&mut harness).overlay_names();
-    assert_eq!(overlays.len(), 3, "{overlays:?}");
-    let shown: Vec<u32> = (0..4)
-        .filter(|r| {
-            !overlays
-                .iter()
-                .any(|o| o.starts_with(&format!("rank {r} (")))
-        })
-        .collect();
-    assert_eq!(shown.len(), 1, "{overlays:?}");
-    harness.get_by_label_contains(&format!("of one job: rank {} (", shown[0]));
+    harness.get_by_label_contains("of one job: rank 2 (");
     for line in &report {
         harness.get_by_label(line);
     }
@@ -705,7 +731,7 @@ fn journals_of_four_hosts_open_merged_with_each_rank_overlaid() {
     harness.step();
     crate::hooks(&mut harness).wait_for_trace();
     harness.run();
-    harness.get_by_label_contains("merged 4 journals of one job: rank ");
+    harness.get_by_label_contains("merged 4 journals of one job: rank 2 (");
     assert_eq!(crate::hooks(&mut harness).merged_report(), report);
     assert_eq!(crate::hooks(&mut harness).overlay_names(), overlays);
     let none = dir.path().join("nothing-*.jsonl");
@@ -726,15 +752,57 @@ fn journals_of_four_hosts_open_merged_with_each_rank_overlaid() {
         .output()
         .expect("walk runs");
     assert!(walked.status.success());
-    harness
-        .state_mut()
-        .picked_for(Dialog::OpenTrace, vec![journal(0), walk]);
+    harness.state_mut().picked_for(
+        Dialog::OpenTrace,
+        vec![dir.path().join("rank0.jsonl"), walk],
+    );
     harness.step();
     crate::hooks(&mut harness).wait_for_trace();
     harness.run();
     harness.get_by_label_contains("walk.json: not a recording");
     // The run shown is kept.
     assert_eq!(crate::hooks(&mut harness).overlay_names().len(), 3);
+}
+
+/// The merged view shows the rank that peaked highest whole; another is
+/// picked in "Shown whole"; a rank's overlay removed by its chip (or all
+/// by "Clear overlays") takes its band below with it.
+#[test]
+fn another_rank_of_merged_journals_is_shown_whole_and_chips_take_their_bands() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let _lock = common::mlx_memory_lock();
+    let mut harness = four_ranks_merged(dir.path());
+    assert_eq!(shown_ranks(&mut harness), [2]);
+    let report = crate::hooks(&mut harness).merged_report();
+    // Another rank shown whole, picked in the merged view: the journals
+    // merged again with it as the run, the report unchanged.
+    harness.get_by_label("Shown whole").click();
+    harness.run();
+    // The list's entry (the host is this machine's name; the ranks plot's
+    // legend has a check box of that name too).
+    button_starting(&harness, "rank 0 (");
+    harness.step();
+    crate::hooks(&mut harness).wait_for_trace();
+    harness.run();
+    harness.get_by_label_contains("of one job: rank 0 (");
+    assert_eq!(shown_ranks(&mut harness), [0]);
+    assert_eq!(crate::hooks(&mut harness).merged_report(), report);
+    assert_eq!(crate::hooks(&mut harness).merged_lane_names().len(), 4);
+    // Rank 1's overlay removed by its chip: its band below goes too.
+    button_starting(&harness, "x rank 1 (");
+    harness.run();
+    let banded = crate::hooks(&mut harness).merged_lane_names();
+    assert_eq!(banded.len(), 3, "{banded:?}");
+    assert!(
+        !banded.iter().any(|l| l.starts_with("rank 1 (")),
+        "{banded:?}"
+    );
+    // "Clear overlays": only the rank shown is left banded.
+    harness.get_by_label("Clear overlays").click();
+    harness.run();
+    let banded = crate::hooks(&mut harness).merged_lane_names();
+    assert_eq!(banded.len(), 1, "{banded:?}");
+    assert!(banded[0].starts_with("rank 0 ("), "{banded:?}");
 }
 
 /// "Export to path" writes what "Save trace" saves, in the format chosen,
