@@ -104,6 +104,15 @@ pub(super) fn load_trace(
     })
 }
 
+/// Writes an export on a thread of its own (`trace-export`); its answer is
+/// the line to show.
+pub(super) fn export_trace(
+    job: super::profiler::ExportJob,
+    wake: Wake,
+) -> std::io::Result<Receiver<String>> {
+    spawn("trace-export", wake, move |send| send(job.run()))
+}
+
 /// Reads and merges the journals at `paths` on a thread of its own.
 pub(super) fn load_traces(
     paths: Vec<PathBuf>,

@@ -95,13 +95,16 @@ pub enum AppCommand {
         /// Whether the user agreed to replace an existing file.
         replace: bool,
     },
-    /// Write what "Save trace" would save in a viewer's format
-    /// (`weightscope export`'s code) here; an existing file is kept.
+    /// Write what "Save trace" would save (or the merged journals shown)
+    /// in a viewer's format (`weightscope export`'s code) here, on a
+    /// thread; an existing file is kept unless `replace`.
     ExportTrace {
         /// Where.
         path: PathBuf,
         /// Perfetto, speedscope or folded stacks.
         format: crate::profile::export::Format,
+        /// Whether a file dialog's answer may replace a file there.
+        replace: bool,
     },
     /// Load the trace saved here and overlay it.
     LoadTrace(PathBuf),

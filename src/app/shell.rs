@@ -80,6 +80,24 @@ impl Shell {
                         .set_file_name("weightscope-trace.json")
                         .save_file()
                         .map(|p| vec![p]),
+                    Dialog::ExportTrace(format) => {
+                        use crate::profile::export::Format;
+                        let (kind, extension, name) = match format {
+                            Format::Perfetto => {
+                                ("Trace Event JSON", "json", "weightscope.perfetto.json")
+                            }
+                            Format::Speedscope => {
+                                ("speedscope", "json", "weightscope.speedscope.json")
+                            }
+                            Format::Folded => ("folded stacks", "txt", "weightscope.folded.txt"),
+                        };
+                        dialog
+                            .set_title(format!("Export trace ({})", format.name()))
+                            .add_filter(kind, &[extension])
+                            .set_file_name(name)
+                            .save_file()
+                            .map(|p| vec![p])
+                    }
                     // Several journals of one job's hosts open merged.
                     Dialog::OpenTrace => dialog
                         .set_title("Open traces (several journals of one job merge)")

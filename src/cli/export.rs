@@ -101,41 +101,18 @@ pub fn main(args: &ExportArgs) -> u8 {
             }
         }
     }
-    // The file's name in the viewer: the first trace's label, as the
-    // window names it, else its path.
-    let name = traces
-        .first()
-        .map(|(path, trace)| {
-            if trace.label.is_empty() {
-                path.clone()
-            } else {
-                trace.label.clone()
-            }
-        })
-        .unwrap_or_default();
-    let lanes = match export::lanes(traces) {
-        Ok(lanes) => lanes,
+    let made = match export::export(traces, Format::from(args.format), Weight::from(args.weight)) {
+        Ok(made) => made,
         Err(err) => {
             super::stderr_line(format_args!("{err}"));
-            return super::BAD_INPUT;
+            return match err {
+                ExportError::Write(_) => 1,
+                _ => super::BAD_INPUT,
+            };
         }
     };
-    let weight = Weight::from(args.weight);
-    let mut bytes = Vec::new();
-    let made = match Format::from(args.format) {
-        Format::Perfetto => export::write_perfetto(&lanes, &mut bytes),
-        Format::Speedscope => export::write_speedscope(&lanes, weight, &name, &mut bytes),
-        Format::Folded => export::write_folded(&lanes, weight, &mut bytes),
-    };
-    if let Err(err) = made {
-        super::stderr_line(format_args!("{err}"));
-        return match err {
-            ExportError::Write(_) => 1,
-            _ => super::BAD_INPUT,
-        };
-    }
     let flame = matches!(args.format, FormatArg::Speedscope | FormatArg::Folded);
-    if flame && lanes.iter().all(|l| l.weighted_stacks(weight).is_empty()) {
+    if flame && made.stacks == 0 {
         super::stderr_line(format_args!(
             "no stack weighs anything by --weight {}: the flame graph is empty{}",
             match args.weight {
@@ -149,6 +126,7 @@ pub fn main(args: &ExportArgs) -> u8 {
             }
         ));
     }
+    let bytes = made.bytes;
     let written = match &output {
         Some(output) => output
             .write(&bytes)

@@ -32,7 +32,7 @@ mod traces;
 
 pub(super) use plots::{marker_times, sample_line, samples_top_mib};
 use traces::TraceLoad;
-pub(in crate::app) use traces::{Loaded, read_trace, read_traces};
+pub(in crate::app) use traces::{ExportJob, Loaded, read_trace, read_traces};
 
 /// A walk in progress, as the UI knows it.
 #[derive(Debug, Clone)]
@@ -119,6 +119,8 @@ pub(super) struct ProfilerPanel {
     /// The merged journals and which is shown whole, for the choice of
     /// another.
     merged_choice: Option<MergedChoice>,
+    /// An export being written: its thread's answer, the line to show.
+    exported: Option<std::sync::mpsc::Receiver<String>>,
     /// Recordings made or opened since the window opened, newest last.
     recordings: Vec<Arc<Recording>>,
     /// Each recording's name in the list (what the user typed, or their
@@ -206,6 +208,7 @@ impl Default for ProfilerPanel {
             merged_report: Vec::new(),
             merged_lanes: Vec::new(),
             merged_choice: None,
+            exported: None,
             recordings: Vec::new(),
             listed: Vec::new(),
             renaming: None,

@@ -10,6 +10,71 @@ use super::{
 };
 use crate::profile::analysis::journals::{ShownLane, lane_label};
 
+/// An export to write on a `trace-export` thread ([`ExportJob::run`]).
+pub(in crate::app) struct ExportJob {
+    source: ExportSource,
+    format: crate::profile::export::Format,
+    out: crate::files::Output,
+    path: PathBuf,
+}
+
+/// What an export holds: one trace (named as the window names it), or the
+/// journals of a merged view, read from their files.
+enum ExportSource {
+    Trace(String, Box<Trace>),
+    Journals(Vec<PathBuf>),
+}
+
+impl ExportJob {
+    /// Writes the export (on its thread); returns the line to show.
+    pub(in crate::app) fn run(self) -> String {
+        use crate::profile::export::{Format, Weight, export};
+        let traces = match self.source {
+            ExportSource::Trace(name, trace) => vec![(name, *trace)],
+            ExportSource::Journals(paths) => {
+                let mut traces = Vec::with_capacity(paths.len());
+                for path in &paths {
+                    match Trace::load(path) {
+                        Ok(trace) => {
+                            traces.push((crate::units::Shown::path(path).into_string(), trace));
+                        }
+                        Err(err) => {
+                            return crate::units::Shown::new(&err.to_string()).into_string();
+                        }
+                    }
+                }
+                traces
+            }
+        };
+        let lanes = traces.len();
+        let said = export(traces, self.format, Weight::HeldAtPeak)
+            .map_err(|e| e.to_string())
+            .and_then(|made| {
+                self.out.write(&made.bytes).map_err(|e| e.to_string())?;
+                Ok(made.stacks)
+            });
+        let text = match said {
+            Ok(stacks) => format!(
+                "exported ({}{}) to {}{}",
+                self.format.name(),
+                if lanes > 1 {
+                    format!(", {lanes} journals merged")
+                } else {
+                    String::new()
+                },
+                self.path.display(),
+                if stacks == 0 && self.format != Format::Perfetto {
+                    ": the flame graph is empty (nothing grown was still held at the peak)"
+                } else {
+                    ""
+                }
+            ),
+            Err(err) => err,
+        };
+        crate::units::Shown::new(&text).into_string()
+    }
+}
+
 /// A trace file read and parsed on a `trace-load` thread.
 pub(super) struct TraceLoad {
     path: PathBuf,
@@ -96,51 +161,67 @@ impl ProfilerPanel {
         );
     }
 
-    /// Writes what "Save trace" would save to `path` in `format`, by the
-    /// code of `weightscope export`, and says so; never over a file that is
-    /// there, nor inside the open checkpoint.
-    pub(in crate::app) fn export_trace(
+    /// What exporting to `path` in `format` will write: what "Save trace"
+    /// would save, or the merged journals shown (all of them, read again
+    /// from their files as `weightscope export` reads them), by the code of
+    /// `weightscope export`; `None` (and why, said) when the output is
+    /// refused: inside the open checkpoint, or a file already there unless
+    /// `replace` (a file dialog asked).
+    pub(in crate::app) fn export_job(
         &mut self,
         path: &std::path::Path,
         format: crate::profile::export::Format,
+        replace: bool,
         inputs: &ProfilerInputs<'_>,
-    ) {
-        use crate::profile::export::{self, Format, Weight};
+    ) -> Option<ExportJob> {
         let shown = |text: String| Some(crate::units::Shown::new(&text).into_string());
         let inputs_read: Vec<&std::path::Path> =
             inputs.checkpoint.iter().map(|c| c.root()).collect();
         let out = match crate::files::check_output(path, &inputs_read) {
             Ok(out) => out,
-            Err(err) => return self.message = shown(err.to_string()),
+            Err(err) => {
+                self.message = shown(err.to_string());
+                return None;
+            }
         };
-        if std::fs::symlink_metadata(path).is_ok() {
+        if !replace && std::fs::symlink_metadata(path).is_ok() {
             self.message = shown(format!(
                 "{} exists: nothing exported (choose another name)",
                 path.display()
             ));
-            return;
+            return None;
         }
-        let trace = self.trace_to_save(inputs);
-        let name = trace.label.clone();
-        let mut bytes = Vec::new();
-        let made = export::lanes(vec![(name.clone(), trace)]).and_then(|lanes| match format {
-            Format::Perfetto => export::write_perfetto(&lanes, &mut bytes),
-            Format::Speedscope => {
-                export::write_speedscope(&lanes, Weight::HeldAtPeak, &name, &mut bytes)
-            }
-            Format::Folded => export::write_folded(&lanes, Weight::HeldAtPeak, &mut bytes),
-        });
-        self.message = match made
-            .map_err(|e| e.to_string())
-            .and_then(|()| out.write(&bytes).map_err(|e| e.to_string()))
-        {
-            Ok(()) => shown(format!(
-                "exported ({}) to {}",
-                format.name(),
-                path.display()
-            )),
-            Err(err) => shown(err),
+        let source = if let Some(choice) = &self.merged_choice {
+            ExportSource::Journals(choice.paths.clone())
+        } else {
+            let trace = self.trace_to_save(inputs);
+            ExportSource::Trace(trace.label.clone(), Box::new(trace))
         };
+        self.message = shown(format!(
+            "exporting ({}) to {}…",
+            format.name(),
+            path.display()
+        ));
+        Some(ExportJob {
+            source,
+            format,
+            out,
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// An export is being written (`spawned`: its `trace-export` thread's
+    /// answer, the line to show).
+    pub(in crate::app) fn exporting(
+        &mut self,
+        spawned: std::io::Result<std::sync::mpsc::Receiver<String>>,
+    ) {
+        match spawned {
+            Ok(answer) => self.exported = Some(answer),
+            Err(err) => {
+                self.message = Some(format!("cannot start the export's thread: {err}"));
+            }
+        }
     }
 
     /// A saved trace is loading (`spawned`: its `trace-load` thread's
@@ -195,8 +276,9 @@ impl ProfilerPanel {
     /// Takes the loaded trace when its thread is done (`wait`: blocks until
     /// it is, for tests and scripted runs). Returns whether one was loading.
     pub(in crate::app) fn poll_trace_load(&mut self, wait: bool) -> bool {
+        let exporting = self.poll_export(wait);
         let Some(load) = &self.loading else {
-            return false;
+            return exporting;
         };
         let result = if wait {
             load.result.recv().ok()
@@ -313,8 +395,35 @@ impl ProfilerPanel {
             commands.send(AppCommand::ExportTrace {
                 path: path.to_path_buf(),
                 format: self.export_format,
+                replace: false,
             });
         }
+        if ui
+            .button("Export…")
+            .on_hover_text("The same, to a file chosen in a dialog")
+            .clicked()
+        {
+            commands.send(AppCommand::Dialog(Dialog::ExportTrace(self.export_format)));
+        }
+    }
+
+    /// Takes the export's answer when its thread is done (`wait`: blocks
+    /// until it is). Returns whether one is still being written.
+    fn poll_export(&mut self, wait: bool) -> bool {
+        let Some(answer) = &self.exported else {
+            return false;
+        };
+        let said = if wait {
+            answer.recv().ok()
+        } else {
+            match answer.try_recv() {
+                Err(std::sync::mpsc::TryRecvError::Empty) => return true,
+                other => other.ok(),
+            }
+        };
+        self.exported = None;
+        self.message = Some(said.unwrap_or_else(|| "the export's thread stopped".to_owned()));
+        false
     }
 
     /// Says why no trace file was chosen.

@@ -42,6 +42,8 @@ pub enum Dialog {
     OpenTrace,
     /// Ask for checkpoint B of a diff; the shell calls [`WeightscopeApp::picked_for`].
     PickDiffFolder,
+    /// Ask where to export the trace in this format.
+    ExportTrace(crate::profile::export::Format),
 }
 
 /// The central area's tabs.
@@ -290,7 +292,14 @@ impl WeightscopeApp {
                 });
             }
             (Dialog::OpenTrace, Some(path)) => self.execute(AppCommand::LoadTrace(path)),
-            (Dialog::SaveTrace | Dialog::OpenTrace, None) => self.profiler.nothing_chosen(),
+            (Dialog::ExportTrace(format), Some(path)) => self.execute(AppCommand::ExportTrace {
+                path,
+                format,
+                replace: true,
+            }),
+            (Dialog::SaveTrace | Dialog::OpenTrace | Dialog::ExportTrace(_), None) => {
+                self.profiler.nothing_chosen();
+            }
             (Dialog::PickDiffFolder, Some(path)) => self.diff.set_other(&path),
             (Dialog::PickDiffFolder, None) => self.diff.nothing_chosen(),
             (Dialog::PickFolder | Dialog::PickFile, path) => self.picked(path),

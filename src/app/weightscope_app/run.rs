@@ -8,6 +8,7 @@ use std::time::Instant;
 
 use crate::profile::analysis::journals::ShownLane;
 use crate::profile::capture::{RecordControl, RecordError, RecordOptions, Target};
+use crate::profile::export::Format;
 use crate::worker::Request;
 
 use crate::app::commands::AppCommand;
@@ -107,9 +108,11 @@ impl WeightscopeApp {
             AppCommand::SaveTrace { path, replace } => {
                 self.with_profiler(|profiler, inputs| profiler.save_trace(&path, inputs, replace));
             }
-            AppCommand::ExportTrace { path, format } => {
-                self.with_profiler(|profiler, inputs| profiler.export_trace(&path, format, inputs));
-            }
+            AppCommand::ExportTrace {
+                path,
+                format,
+                replace,
+            } => self.export_trace(&path, format, replace),
             AppCommand::LoadTrace(path) => self.load_traces(vec![path]),
             AppCommand::LoadTraces(paths) => self.load_traces(paths),
             AppCommand::ShowMergedLane { paths, lane } => {
@@ -157,6 +160,17 @@ impl WeightscopeApp {
             self.profiler.load_trace(&path, loading);
         } else {
             self.merge_traces(&paths, ShownLane::Peak);
+        }
+    }
+
+    /// Exports the profiler's trace (or merged journals) to `path` on a
+    /// thread, when the output is allowed.
+    fn export_trace(&mut self, path: &std::path::Path, format: Format, replace: bool) {
+        let job = self
+            .with_profiler(|profiler, inputs| profiler.export_job(path, format, replace, inputs));
+        if let Some(job) = job {
+            let answer = background::export_trace(job, Arc::clone(&self.wake));
+            self.profiler.exporting(answer);
         }
     }
 

@@ -8,7 +8,7 @@ use std::io::Write;
 use super::{ExportError, Lane, Weight, one_line};
 
 /// Writes the lanes' weighted stacks folded, the heaviest first (equal
-/// stacks added).
+/// stacks added); returns how many lines it wrote.
 ///
 /// # Errors
 /// [`ExportError::NoStacks`] for a recording without the probe's stacks;
@@ -17,7 +17,7 @@ pub fn write_folded(
     lanes: &[Lane],
     weight: Weight,
     out: &mut dyn Write,
-) -> Result<(), ExportError> {
+) -> Result<usize, ExportError> {
     if let Some(bare) = lanes.iter().find(|l| !l.has_stacks()) {
         return Err(ExportError::NoStacks(bare.name.clone()));
     }
@@ -40,7 +40,7 @@ pub fn write_folded(
     for (stack, bytes) in &heaviest {
         writeln!(out, "{stack} {bytes}")?;
     }
-    Ok(())
+    Ok(heaviest.len())
 }
 
 /// A frame as the folded format can hold it: one line, no `;` (the frame

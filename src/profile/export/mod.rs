@@ -254,6 +254,51 @@ impl FrameName {
     }
 }
 
+/// An export made: the file's bytes, and how many stacks its flame graph
+/// weighs (0: an empty flame graph; always 0 for Perfetto).
+pub struct Exported {
+    /// What the file holds.
+    pub bytes: Vec<u8>,
+    /// The stacks written (speedscope, folded).
+    pub stacks: usize,
+}
+
+/// `traces` (each named by its path as shown) in `format`, weighing a flame
+/// graph's stacks by `weight`: what `weightscope export` writes and what
+/// the window's export writes, byte for byte.
+///
+/// # Errors
+/// [`lanes`]' and the writers' errors.
+pub fn export(
+    traces: Vec<(String, Trace)>,
+    format: Format,
+    weight: Weight,
+) -> Result<Exported, ExportError> {
+    // The file's name in the viewer: the first trace's label, as the
+    // window names it, else its path.
+    let name = traces
+        .first()
+        .map(|(path, trace)| {
+            if trace.label.is_empty() {
+                path.clone()
+            } else {
+                trace.label.clone()
+            }
+        })
+        .unwrap_or_default();
+    let lanes = lanes(traces)?;
+    let mut bytes = Vec::new();
+    let stacks = match format {
+        Format::Perfetto => {
+            write_perfetto(&lanes, &mut bytes)?;
+            0
+        }
+        Format::Speedscope => write_speedscope(&lanes, weight, &name, &mut bytes)?,
+        Format::Folded => write_folded(&lanes, weight, &mut bytes)?,
+    };
+    Ok(Exported { bytes, stacks })
+}
+
 /// The lanes of `traces` (name, trace), on one clock: one trace as it is;
 /// several, the recordings of one job's ranks or hosts, merged as `report`
 /// merges them.

@@ -50,7 +50,8 @@ struct Profile {
     weights: Vec<u64>,
 }
 
-/// Writes the lanes as one speedscope file named `name`.
+/// Writes the lanes as one speedscope file named `name`; returns how many
+/// stacks (samples) its profiles hold.
 ///
 /// # Errors
 /// [`ExportError::NoStacks`] for a recording without the probe's stacks;
@@ -60,7 +61,7 @@ pub fn write_speedscope(
     weight: Weight,
     name: &str,
     out: &mut dyn Write,
-) -> Result<(), ExportError> {
+) -> Result<usize, ExportError> {
     if let Some(bare) = lanes.iter().find(|l| !l.has_stacks()) {
         return Err(ExportError::NoStacks(bare.name.clone()));
     }
@@ -113,7 +114,8 @@ pub fn write_speedscope(
         shared: Shared { frames },
         profiles,
     };
+    let stacks = file.profiles.iter().map(|p| p.samples.len()).sum();
     serde_json::to_writer(&mut *out, &file).map_err(std::io::Error::from)?;
     out.write_all(b"\n")?;
-    Ok(())
+    Ok(stacks)
 }

@@ -6,6 +6,7 @@ use egui_kittest::Harness;
 use egui_kittest::kittest::Queryable;
 use weightscope::app::{AppCommand, Dialog, Tab, WeightscopeApp};
 use weightscope::mlx;
+use weightscope::profile::export::Format;
 use weightscope::weights::demo;
 
 #[test]
@@ -721,6 +722,30 @@ fn journals_of_four_hosts_open_merged_with_each_rank_overlaid() {
     // the top the job's total (its caption is drawn only then).
     harness.get_by_label("ranks");
     harness.get_by_label_contains("Each rank's memory (");
+    // Exported, every rank: byte for byte what `weightscope export` writes
+    // from the same journals.
+    let exported = dir.path().join("job.perfetto.json");
+    harness
+        .get_by_label("Trace path")
+        .set_text_value_accesskit(&exported.display().to_string());
+    harness.run();
+    harness.get_by_label("Export to path").click();
+    harness.step();
+    crate::hooks(&mut harness).wait_for_trace();
+    harness.run();
+    harness.get_by_label_contains("exported (perfetto, 4 journals merged) to");
+    let cli = std::process::Command::new(env!("CARGO_BIN_EXE_weightscope"))
+        .arg("export")
+        .args((0..4).map(|r| dir.path().join(format!("rank{r}.jsonl"))))
+        .args(["--format", "perfetto"])
+        .output()
+        .expect("export");
+    assert!(
+        cli.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cli.stderr)
+    );
+    assert_eq!(std::fs::read(&exported).expect("exported"), cli.stdout);
     // A pattern typed in the trace path field merges the same journals.
     let pattern = dir.path().join("rank*.jsonl");
     harness
@@ -845,6 +870,8 @@ fn the_window_exports_a_walk_as_the_cli_does() {
         harness.get_by_label(format).click();
         harness.run();
         harness.get_by_label("Export to path").click();
+        harness.step(); // written on the export's thread
+        crate::hooks(&mut harness).wait_for_trace();
         harness.run();
         harness.get_by_label_contains(&format!("exported ({format}) to"));
         let cli = std::process::Command::new(env!("CARGO_BIN_EXE_weightscope"))
@@ -867,4 +894,18 @@ fn the_window_exports_a_walk_as_the_cli_does() {
         harness.get_by_label_contains("exists: nothing exported");
         assert_eq!(std::fs::read_to_string(&exported).expect("kept"), cli_text);
     }
+    // "Export…": the file dialog's answer (it asked about replacing) is
+    // written over the file there.
+    let exported = out.path().join("walk.folded");
+    std::fs::write(&exported, "old").expect("old");
+    harness.state_mut().picked_for(
+        Dialog::ExportTrace(Format::Perfetto),
+        vec![exported.clone()],
+    );
+    harness.step();
+    crate::hooks(&mut harness).wait_for_trace();
+    harness.run();
+    harness.get_by_label_contains("exported (perfetto) to");
+    let text = std::fs::read_to_string(&exported).expect("exported");
+    assert!(text.starts_with("{\"displayTimeUnit\""), "{text}");
 }
