@@ -759,6 +759,12 @@ mod tests {
         assert!(err.to_string().ends_with("/m/model.safetensors"), "{err}");
     }
 
+    /// `json` over `bytes` of data is refused with an error `is` accepts.
+    fn refused(json: &str, bytes: u64, is: impl Fn(&CheckpointError) -> bool) {
+        let err = parse(json, bytes).expect_err(json);
+        assert!(is(&err), "{json}: {err}");
+    }
+
     #[test]
     fn json_of_the_wrong_shape() {
         for json in [
@@ -767,24 +773,18 @@ mod tests {
             r#"{"a": 7}"#,
             r#"{"__metadata__": [1]}"#,
         ] {
-            let err = parse(json, 0).expect_err(json);
-            assert!(
-                matches!(err, CheckpointError::HeaderShape { .. }),
-                "{json}: {err}"
-            );
+            refused(json, 0, |e| {
+                matches!(e, CheckpointError::HeaderShape { .. })
+            });
         }
     }
 
     #[test]
     fn unknown_dtype() {
-        let err = parse(
+        refused(
             r#"{"a":{"dtype":"F12","shape":[1],"data_offsets":[0,4]}}"#,
             4,
-        )
-        .expect_err("bad");
-        assert!(
-            matches!(&err, CheckpointError::UnknownDtype { dtype, tensor, .. } if dtype == "F12" && tensor == "a"),
-            "{err}"
+            |e| matches!(e, CheckpointError::UnknownDtype { dtype, tensor, .. } if dtype == "F12" && tensor == "a"),
         );
     }
 
@@ -792,11 +792,7 @@ mod tests {
     fn bad_shapes() {
         for shape in ["[-1]", "[1.5]", r#"["2"]"#, "[null]"] {
             let json = format!(r#"{{"a":{{"dtype":"F32","shape":{shape},"data_offsets":[0,4]}}}}"#);
-            let err = parse(&json, 4).expect_err(&json);
-            assert!(
-                matches!(err, CheckpointError::BadShape { .. }),
-                "{json}: {err}"
-            );
+            refused(&json, 4, |e| matches!(e, CheckpointError::BadShape { .. }));
         }
     }
 
@@ -811,31 +807,27 @@ mod tests {
             r#"["0", 4]"#,
         ] {
             let json = format!(r#"{{"a":{{"dtype":"U8","shape":[4],"data_offsets":{offsets}}}}}"#);
-            let err = parse(&json, 4).expect_err(&json);
-            assert!(
-                matches!(err, CheckpointError::BadOffsets { .. }),
-                "{json}: {err}"
-            );
+            refused(&json, 4, |e| {
+                matches!(e, CheckpointError::BadOffsets { .. })
+            });
         }
     }
 
     #[test]
     fn offsets_past_the_end_of_the_data() {
-        let err = parse(
+        refused(
             r#"{"a":{"dtype":"U8","shape":[100],"data_offsets":[0,100]}}"#,
             8,
-        )
-        .expect_err("bad");
-        assert!(
-            matches!(
-                err,
-                CheckpointError::OffsetsPastEnd {
-                    end: 100,
-                    data_bytes: 8,
-                    ..
-                }
-            ),
-            "{err}"
+            |e| {
+                matches!(
+                    e,
+                    CheckpointError::OffsetsPastEnd {
+                        end: 100,
+                        data_bytes: 8,
+                        ..
+                    }
+                )
+            },
         );
     }
 
@@ -843,55 +835,41 @@ mod tests {
     fn overlapping_tensors() {
         let json = r#"{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},
                        "b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}}"#;
-        let err = parse(json, 12).expect_err("bad");
-        assert!(
-            matches!(&err, CheckpointError::Overlap { first, second, .. } if first == "a" && second == "b"),
-            "{err}"
+        refused(
+            json,
+            12,
+            |e| matches!(e, CheckpointError::Overlap { first, second, .. } if first == "a" && second == "b"),
         );
     }
 
     #[test]
     fn holes_between_and_after_tensors() {
-        let between = r#"{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},
-                          "b":{"dtype":"F32","shape":[2],"data_offsets":[12,20]}}"#;
-        let err = parse(between, 20).expect_err("bad");
-        assert!(
-            matches!(
-                err,
-                CheckpointError::Hole {
-                    start: 8,
-                    end: 12,
-                    ..
-                }
+        // (header, data bytes, the hole's start and end)
+        let cases = [
+            (
+                r#"{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},
+                    "b":{"dtype":"F32","shape":[2],"data_offsets":[12,20]}}"#,
+                20,
+                (8, 12),
             ),
-            "{err}"
-        );
-        let after = r#"{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}"#;
-        let err = parse(after, 12).expect_err("bad");
-        assert!(
-            matches!(
-                err,
-                CheckpointError::Hole {
-                    start: 8,
-                    end: 12,
-                    ..
-                }
+            (
+                r#"{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}"#,
+                12,
+                (8, 12),
             ),
-            "{err}"
-        );
-        let before = r#"{"a":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}}"#;
-        let err = parse(before, 12).expect_err("bad");
-        assert!(
-            matches!(
-                err,
-                CheckpointError::Hole {
-                    start: 0,
-                    end: 4,
-                    ..
-                }
+            (
+                r#"{"a":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}}"#,
+                12,
+                (0, 4),
             ),
-            "{err}"
-        );
+        ];
+        for (json, bytes, hole) in cases {
+            refused(
+                json,
+                bytes,
+                |e| matches!(e, CheckpointError::Hole { start, end, .. } if (*start, *end) == hole),
+            );
+        }
     }
 
     #[test]

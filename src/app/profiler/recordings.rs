@@ -310,7 +310,7 @@ fn difference_ui(ui: &mut egui::Ui, a: &Recording, b: &Recording) {
             (
                 d.a_bytes,
                 d.b_bytes,
-                crate::units::Shown::new(&d.frame.label()).into_string(),
+                crate::units::Shown::new(&d.key.label()).into_string(),
             )
         })
         .collect();
@@ -353,7 +353,7 @@ fn roots_difference_ui(ui: &mut egui::Ui, a: &Recording, b: &Recording) {
             (
                 d.a_bytes,
                 d.b_bytes,
-                format!("{} ({})", crate::units::Shown::new(&d.root), d.kind),
+                format!("{} ({})", crate::units::Shown::new(&d.key.root), d.key.kind),
             )
         })
         .collect();

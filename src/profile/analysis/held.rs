@@ -2,65 +2,40 @@
 //! peak, the sentence a finding says, two recordings' roots compared. The
 //! censuses themselves are `trace::census`.
 
+use super::compare::{Difference, differences};
 use crate::profile::trace::census::Census;
 use crate::units::human_bytes;
 
-/// One root's bytes at the peak in two recordings (by name and kind).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RootDifference {
+/// A held-by root as two recordings are compared by it: its name and kind.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct RootKey {
     /// The root's name.
     pub root: String,
     /// Its kind.
     pub kind: String,
-    /// Held at the peak in the first.
-    pub a_bytes: u64,
-    /// Held at the peak in the second.
-    pub b_bytes: u64,
 }
 
-impl RootDifference {
-    /// The second's bytes less the first's.
-    #[must_use]
-    pub fn change(&self) -> i128 {
-        i128::from(self.b_bytes) - i128::from(self.a_bytes)
-    }
-}
+/// One root's bytes at the peak in two recordings.
+pub type RootDifference = Difference<RootKey>;
 
 /// Where two recordings' holders at the peak differ, root by root (the
 /// same name and kind in both), most changed first; roots holding nothing
 /// in either are left out.
 #[must_use]
 pub fn root_differences(a: Option<&Census>, b: Option<&Census>) -> Vec<RootDifference> {
-    let mut by: Vec<RootDifference> = Vec::new();
-    for (walk, first) in [(a, true), (b, false)] {
-        for root in walk.map_or(&[][..], |w| &w.roots) {
-            let at = by
-                .iter()
-                .position(|d| d.root == root.root && d.kind == root.kind)
-                .unwrap_or_else(|| {
-                    by.push(RootDifference {
-                        root: root.root.clone(),
-                        kind: root.kind.clone(),
-                        a_bytes: 0,
-                        b_bytes: 0,
-                    });
-                    by.len() - 1
-                });
-            if first {
-                by[at].a_bytes = by[at].a_bytes.saturating_add(root.bytes);
-            } else {
-                by[at].b_bytes = by[at].b_bytes.saturating_add(root.bytes);
-            }
-        }
-    }
-    by.retain(|d| d.a_bytes > 0 || d.b_bytes > 0);
-    by.sort_by(|x, y| {
-        y.change()
-            .unsigned_abs()
-            .cmp(&x.change().unsigned_abs())
-            .then_with(|| x.root.cmp(&y.root))
-    });
-    by
+    let roots = |walk: Option<&Census>| {
+        walk.map_or(&[][..], |w| &w.roots)
+            .iter()
+            .map(|r| {
+                let key = RootKey {
+                    root: r.root.clone(),
+                    kind: r.kind.clone(),
+                };
+                (key, r.bytes)
+            })
+            .collect::<Vec<_>>()
+    };
+    differences(roots(a), roots(b), |x, y| x.root.cmp(&y.root))
 }
 
 /// The finding's sentence for `walk`: the root holding most, with its
@@ -194,7 +169,7 @@ mod tests {
         ]);
         let b = walk(vec![root("kept", "local", 20), root("out", "local", 50)]);
         let d = root_differences(Some(&a), Some(&b));
-        let names: Vec<(&str, i128)> = d.iter().map(|d| (d.root.as_str(), d.change())).collect();
+        let names: Vec<(&str, i128)> = d.iter().map(|d| (d.key.root.as_str(), d.change())).collect();
         assert_eq!(names, [("kept", -80), ("out", 50), ("CACHE", -10)]);
         assert!(root_differences(None, None).is_empty());
     }

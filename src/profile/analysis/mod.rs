@@ -3,6 +3,7 @@
 //! several hosts' journals merged, and the timeline the window draws. Reads
 //! traces (`profile::trace`); never samples, never writes.
 
+pub mod compare;
 pub mod findings;
 pub mod held;
 pub mod hosts;

@@ -28,6 +28,7 @@ use std::collections::HashMap;
 
 use serde::Serialize;
 
+use super::compare::{Difference, differences};
 use crate::memory::{MarkKind, Sample};
 use crate::profile::TraceEvent;
 use crate::profile::trace::stacks::{Frame, StackSample, TraceStacks, position};
@@ -140,59 +141,26 @@ pub struct StackGrowth {
 }
 
 /// A line's bytes held at the peak in two recordings.
-#[derive(Debug, Clone, PartialEq)]
-pub struct LineDifference {
-    /// The line.
-    pub frame: Frame,
-    /// Held at the peak in the first.
-    pub a_bytes: u64,
-    /// Held at the peak in the second.
-    pub b_bytes: u64,
-}
-
-impl LineDifference {
-    /// The second's bytes less the first's.
-    #[must_use]
-    pub fn change(&self) -> i128 {
-        i128::from(self.b_bytes) - i128::from(self.a_bytes)
-    }
-}
+pub type LineDifference = Difference<Frame>;
 
 /// Where two recordings' peaks differ, by line (the same file, line and
 /// function in both; its code may have changed): most changed first, lines
 /// that held nothing in either left out.
 #[must_use]
 pub fn line_differences(a: &[LineGrowth], b: &[LineGrowth]) -> Vec<LineDifference> {
-    let key = |f: &Frame| (f.file.clone(), f.line, f.function.clone());
-    let mut by: Vec<LineDifference> = Vec::new();
-    let mut at: HashMap<(String, u32, String), usize> = HashMap::new();
-    for (line, first) in a
-        .iter()
-        .map(|l| (l, true))
-        .chain(b.iter().map(|l| (l, false)))
-    {
-        let i = *at.entry(key(&line.frame)).or_insert_with(|| {
-            by.push(LineDifference {
-                frame: line.frame.clone(),
-                a_bytes: 0,
-                b_bytes: 0,
-            });
-            by.len() - 1
-        });
-        if first {
-            by[i].a_bytes = by[i].a_bytes.saturating_add(line.held_at_peak_bytes);
-        } else {
-            by[i].b_bytes = by[i].b_bytes.saturating_add(line.held_at_peak_bytes);
-        }
-    }
-    by.retain(|d| d.a_bytes > 0 || d.b_bytes > 0);
-    by.sort_by(|x, y| {
-        y.change()
-            .unsigned_abs()
-            .cmp(&x.change().unsigned_abs())
-            .then_with(|| x.frame.label().cmp(&y.frame.label()))
-    });
-    by
+    let lines = |side: &[LineGrowth]| {
+        side.iter()
+            .map(|l| {
+                // By place: a line whose code changed is the same line.
+                let place = Frame {
+                    text: String::new(),
+                    ..l.frame.clone()
+                };
+                (place, l.held_at_peak_bytes)
+            })
+            .collect::<Vec<_>>()
+    };
+    differences(lines(a), lines(b), |x, y| x.label().cmp(&y.label()))
 }
 
 /// Growth by key, latest last; a drop takes back the latest first. At each
@@ -889,7 +857,7 @@ mod tests {
         let a = [line(26, 100), line(30, 10)];
         let b = [line(26, 20), line(40, 50), line(50, 0)];
         let d = line_differences(&a, &b);
-        let got: Vec<(u32, i128)> = d.iter().map(|d| (d.frame.line, d.change())).collect();
+        let got: Vec<(u32, i128)> = d.iter().map(|d| (d.key.line, d.change())).collect();
         assert_eq!(got, vec![(26, -80), (40, 50), (30, -10)]);
     }
 

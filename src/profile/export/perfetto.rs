@@ -227,6 +227,16 @@ fn walk_spans(pid: usize, lane: &Lane, events: &mut Events<'_>) -> Result<(), Ex
         cat: Some(cat),
         args,
     };
+    // A shard left for the next one, or at the walk's end, unreleased.
+    let shard_span = |name: String, start: f64, end: f64, bytes: u64| {
+        span(
+            one_line(&name),
+            start,
+            end,
+            "shard",
+            json!({ "bytes": bytes }),
+        )
+    };
     // The shard being walked: its name, when its first tensor began, when
     // its last ended, its tensors' bytes.
     let mut shard: Option<(String, f64, f64, u64)> = None;
@@ -239,13 +249,7 @@ fn walk_spans(pid: usize, lane: &Lane, events: &mut Events<'_>) -> Result<(), Ex
                 if shard.as_ref().is_some_and(|(s, ..)| *s != file)
                     && let Some((name, start, end, bytes)) = shard.take()
                 {
-                    events.push(&span(
-                        one_line(&name),
-                        start,
-                        end,
-                        "shard",
-                        json!({ "bytes": bytes }),
-                    ))?;
+                    events.push(&shard_span(name, start, end, bytes))?;
                 }
                 let entry = shard.get_or_insert((file, from, from, 0));
                 entry.2 = e.t_secs;
@@ -267,13 +271,7 @@ fn walk_spans(pid: usize, lane: &Lane, events: &mut Events<'_>) -> Result<(), Ex
         previous = Some(e.t_secs);
     }
     if let Some((name, start, end, bytes)) = shard {
-        events.push(&span(
-            one_line(&name),
-            start,
-            end,
-            "shard",
-            json!({ "bytes": bytes }),
-        ))?;
+        events.push(&shard_span(name, start, end, bytes))?;
     }
     Ok(())
 }
