@@ -138,7 +138,7 @@ pub struct DiffFailure {
 }
 
 /// The diff of A against B.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
 pub struct DiffReport {
     /// Canonical names only A has, sorted.
     pub only_in_a: Vec<String>,
@@ -455,26 +455,13 @@ pub fn diff<N: ShardLoader, M: ShardLoader>(
         only_in_a,
         only_in_b,
         tied,
-        changed: Vec::new(),
-        common: Vec::new(),
-        failed: Vec::new(),
-        compared: 0,
         total: common.len(),
-        cancelled: false,
-        peak_mlx_active_bytes: 0,
         two_shards_bytes,
         bound_bytes: two_shards_bytes + 2 * super::bands::band_bytes_bound(),
-        elapsed_secs: 0.0,
-        overall_rel_error: 0.0,
         overall_snr_db: f64::INFINITY,
-        overall_tensors: 0,
-        overall_params: 0,
-        unchanged_tensors: 0,
-        unchanged_params: 0,
-        energy_rel_error: 0.0,
-        non_finite: Vec::new(),
-        worst: Vec::new(),
+        ..DiffReport::default()
     };
+
     let mut pair = InStep { a, b };
     let walked = Walker::new(common, Release::Shard, cancel)
         .with_parts()

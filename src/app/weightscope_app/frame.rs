@@ -248,18 +248,6 @@ impl WeightscopeApp {
         self.tensors.ui(ui, &checkpoint, &self.commands);
     }
 
-    #[cfg(any(test, feature = "test-hooks"))]
-    pub(in crate::app) fn profiler_inputs(&self) -> ProfilerInputs<'_> {
-        ProfilerInputs {
-            timeline: &self.timeline,
-            checkpoint: self.checkpoint.as_deref(),
-            memory: &self.memory,
-            sampler: self.sampler.as_ref(),
-            device: &self.device,
-            commands: &self.commands,
-        }
-    }
-
     /// Runs `f` on the profiler panel with what it reads from the app
     /// (disjoint fields: the panel is borrowed mutably, the rest shared).
     pub(in crate::app) fn with_profiler<R>(

@@ -699,19 +699,27 @@ pub fn is_gguf(path: &Path) -> bool {
 mod tests {
     use super::*;
 
+    /// A GGUF v3 header's start: the magic, the version, the counts of
+    /// tensors and keys.
+    fn start(tensors: u64, keys: u64) -> Vec<u8> {
+        let mut b = MAGIC.to_vec();
+        b.extend_from_slice(&3u32.to_le_bytes());
+        b.extend_from_slice(&tensors.to_le_bytes());
+        b.extend_from_slice(&keys.to_le_bytes());
+        b
+    }
+
+    /// A GGUF string: its length, then its bytes.
+    fn string(b: &mut Vec<u8>, s: &str) {
+        b.extend_from_slice(&(s.len() as u64).to_le_bytes());
+        b.extend_from_slice(s.as_bytes());
+    }
+
     /// A GGUF v3 header: a string, an array of strings longer than what is
     /// shown (skipped one by one), an array of numbers (skipped whole), and
     /// tensors with names of every length up to 40.
     fn sample() -> Vec<u8> {
-        let mut b = Vec::new();
-        let string = |b: &mut Vec<u8>, s: &str| {
-            b.extend_from_slice(&(s.len() as u64).to_le_bytes());
-            b.extend_from_slice(s.as_bytes());
-        };
-        b.extend_from_slice(MAGIC);
-        b.extend_from_slice(&3u32.to_le_bytes());
-        b.extend_from_slice(&41u64.to_le_bytes());
-        b.extend_from_slice(&3u64.to_le_bytes());
+        let mut b = start(41, 3);
         string(&mut b, "general.name");
         b.extend_from_slice(&8u32.to_le_bytes());
         string(&mut b, "ünï \u{1F600}");
@@ -741,15 +749,7 @@ mod tests {
     /// A GGUF v3 header of `keys` (key, type id, value bytes) and tensors
     /// named `names` (one F32 value each, 32 bytes apart).
     fn handmade(keys: &[(&str, u32, Vec<u8>)], names: &[&str]) -> Vec<u8> {
-        let mut b = Vec::new();
-        let string = |b: &mut Vec<u8>, s: &str| {
-            b.extend_from_slice(&(s.len() as u64).to_le_bytes());
-            b.extend_from_slice(s.as_bytes());
-        };
-        b.extend_from_slice(MAGIC);
-        b.extend_from_slice(&3u32.to_le_bytes());
-        b.extend_from_slice(&(names.len() as u64).to_le_bytes());
-        b.extend_from_slice(&(keys.len() as u64).to_le_bytes());
+        let mut b = start(names.len() as u64, keys.len() as u64);
         for (key, kind, value) in keys {
             string(&mut b, key);
             b.extend_from_slice(&kind.to_le_bytes());

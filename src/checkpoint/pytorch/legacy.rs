@@ -1,6 +1,6 @@
 //! The legacy format before torch 1.6: five pickles, then the storages.
 
-use super::listing::{imported, list};
+use super::listing::list;
 use super::{
     BTreeMap, MAX_PICKLE_BYTES, Persistent, Source, Storage, TorchError, TorchFile, TorchFormat,
     Unpickled, Value, pickle,
@@ -34,7 +34,7 @@ pub(super) fn read_legacy(source: &dyn Source, file_bytes: u64) -> Result<TorchF
             return Err(TorchError::BigEndian("big".into()));
         }
     }
-    let mut listed = list(&object);
+    let listed = list(&object);
     let Some(Value::List(keys_id)) = keys.root else {
         return Err(TorchError::Archive(
             "the storage keys are not a list".into(),
@@ -93,16 +93,13 @@ pub(super) fn read_legacy(source: &dyn Source, file_bytes: u64) -> Result<TorchF
             bytes,
         });
     }
-    Ok(TorchFile {
-        format: TorchFormat::Legacy,
-        tensors: std::mem::take(&mut listed.tensors),
+    Ok(listed.into_file(
+        TorchFormat::Legacy,
         storages,
-        globals: imported(&object),
-        metadata: listed.metadata,
-        skipped: listed.skipped,
-        pickle_bytes: head_end as u64,
-        version: None,
-    })
+        &object,
+        head_end as u64,
+        None,
+    ))
 }
 
 /// The legacy file's five pickles (magic, protocol, system, object,

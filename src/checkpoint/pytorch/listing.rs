@@ -65,6 +65,30 @@ pub(super) struct Listed {
     pub(super) skipped: Vec<String>,
 }
 
+impl Listed {
+    /// The file read: these tensors over `storages`, the globals `object`
+    /// imports, its pickle's size and the archive's version.
+    pub(super) fn into_file(
+        self,
+        format: TorchFormat,
+        storages: Vec<Storage>,
+        object: &Unpickled,
+        pickle_bytes: u64,
+        version: Option<String>,
+    ) -> TorchFile {
+        TorchFile {
+            format,
+            tensors: self.tensors,
+            storages,
+            globals: imported(object),
+            metadata: self.metadata,
+            skipped: self.skipped,
+            pickle_bytes,
+            version,
+        }
+    }
+}
+
 pub(super) fn list(u: &Unpickled) -> Listed {
     let mut out = Listed::default();
     let mut positions: BTreeMap<String, usize> = BTreeMap::new();

@@ -1,7 +1,7 @@
 //! The zip format `torch.save` writes since 1.6: each storage an entry
 //! stored uncompressed, located in the file.
 
-use super::listing::{imported, list};
+use super::listing::list;
 use super::source::{LocalFile, SourceReader};
 use super::*;
 
@@ -170,7 +170,7 @@ pub(super) fn read_zip(source: &dyn Source, file_bytes: u64) -> Result<TorchFile
         .map(|v| String::from_utf8_lossy(&v).trim().to_owned());
     let pkl = read_record(&mut zip, &pkl_name, MAX_PICKLE_BYTES)?.unwrap_or_default();
     let unpickled = pickle::unpickle(&pkl, Persistent::Zip)?;
-    let mut listed = list(&unpickled);
+    let listed = list(&unpickled);
     let storages = locate_storages(
         &mut zip,
         &predicted,
@@ -179,14 +179,11 @@ pub(super) fn read_zip(source: &dyn Source, file_bytes: u64) -> Result<TorchFile
         source.is_local(),
         file_bytes,
     )?;
-    Ok(TorchFile {
-        format: TorchFormat::Zip,
-        tensors: std::mem::take(&mut listed.tensors),
+    Ok(listed.into_file(
+        TorchFormat::Zip,
         storages,
-        globals: imported(&unpickled),
-        metadata: listed.metadata,
-        skipped: listed.skipped,
-        pickle_bytes: pkl.len() as u64,
+        &unpickled,
+        pkl.len() as u64,
         version,
-    })
+    ))
 }

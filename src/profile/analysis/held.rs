@@ -169,7 +169,10 @@ mod tests {
         ]);
         let b = walk(vec![root("kept", "local", 20), root("out", "local", 50)]);
         let d = root_differences(Some(&a), Some(&b));
-        let names: Vec<(&str, i128)> = d.iter().map(|d| (d.key.root.as_str(), d.change())).collect();
+        let names: Vec<(&str, i128)> = d
+            .iter()
+            .map(|d| (d.key.root.as_str(), d.change()))
+            .collect();
         assert_eq!(names, [("kept", -80), ("out", 50), ("CACHE", -10)]);
         assert!(root_differences(None, None).is_empty());
     }
