@@ -231,6 +231,21 @@ impl Machine<'_> {
         Ok(self.take(1)?[0])
     }
 
+    /// The memo key of a PUT or GET opcode: a line of text (`p`, `g`), one
+    /// byte (`q`, `h`) or four (`r`, `j`).
+    fn memo_key(&mut self, op: u8) -> Result<u64, PickleError> {
+        match op {
+            b'p' | b'g' => {
+                let line = String::from_utf8_lossy(self.line()?).into_owned();
+                line.trim()
+                    .parse()
+                    .map_err(|_| self.malformed("bad memo key"))
+            }
+            b'q' | b'h' => self.le(1),
+            _ => self.le(4),
+        }
+    }
+
     fn le(&mut self, n: u64) -> Result<u64, PickleError> {
         let bytes = self.take(n)?;
         Ok(bytes
@@ -602,40 +617,19 @@ impl Machine<'_> {
                     let items = self.pop_mark()?;
                     self.set_items(items)?;
                 }
-                b'p' => {
-                    let line = String::from_utf8_lossy(self.line()?).into_owned();
-                    let key = line
-                        .trim()
-                        .parse()
-                        .map_err(|_| self.malformed("bad memo key"))?;
-                    self.memo_put(key)?;
-                }
-                b'q' => {
-                    let key = self.le(1)?;
-                    self.memo_put(key)?;
-                }
-                b'r' => {
-                    let key = self.le(4)?;
+                // PUT (its key as text), BINPUT (one byte), LONG_BINPUT
+                // (four); MEMOIZE (the next key).
+                b'p' | b'q' | b'r' => {
+                    let key = self.memo_key(op)?;
                     self.memo_put(key)?;
                 }
                 0x94 => {
                     let key = self.memo.len() as u64;
                     self.memo_put(key)?;
                 }
-                b'g' => {
-                    let line = String::from_utf8_lossy(self.line()?).into_owned();
-                    let key = line
-                        .trim()
-                        .parse()
-                        .map_err(|_| self.malformed("bad memo key"))?;
-                    self.memo_get(key)?;
-                }
-                b'h' => {
-                    let key = self.le(1)?;
-                    self.memo_get(key)?;
-                }
-                b'j' => {
-                    let key = self.le(4)?;
+                // GET, BINGET, LONG_BINGET: their keys as PUT's.
+                b'g' | b'h' | b'j' => {
+                    let key = self.memo_key(op)?;
                     self.memo_get(key)?;
                 }
                 b'c' => {

@@ -55,14 +55,10 @@ fn job_failed(r: &Recording, found: &mut Vec<Finding>) {
         .checkpoint
         .as_ref()
         .map_or(String::new(), |c| format!(" of {}", c.shards));
-    let last_mark = r
-        .events
-        .iter()
-        .rev()
-        .find(|e| e.kind == crate::memory::MarkKind::JobMark)
-        .map_or(String::new(), |e| {
-            format!("; its last mark: \"{}\"", e.target)
-        });
+    let last = |kind: crate::memory::MarkKind| r.events.iter().rev().find(|e| e.kind == kind);
+    let last_mark = last(crate::memory::MarkKind::JobMark).map_or(String::new(), |e| {
+        format!("; its last mark: \"{}\"", e.target)
+    });
     // The line executing at the last sample, when the probe sent stacks.
     let line = if r.last_stack.is_empty() {
         String::new()
@@ -70,19 +66,14 @@ fn job_failed(r: &Recording, found: &mut Vec<Finding>) {
         format!(", while at {}", super::stacks::describe(&r.last_stack))
     };
     // An exception that ended the job, as its probe saw it.
-    let raised = r
-        .events
-        .iter()
-        .rev()
-        .find(|e| e.kind == crate::memory::MarkKind::JobException)
-        .map_or(String::new(), |e| {
-            let memory = if is_memory_error(&e.target) {
-                " (an allocation failed: out of memory)"
-            } else {
-                ""
-            };
-            format!(" It raised {}{memory} at {}.", e.target, e.detail)
-        });
+    let raised = last(crate::memory::MarkKind::JobException).map_or(String::new(), |e| {
+        let memory = if is_memory_error(&e.target) {
+            " (an allocation failed: out of memory)"
+        } else {
+            ""
+        };
+        format!(" It raised {}{memory} at {}.", e.target, e.detail)
+    });
     // A shell's 128+N is its command's signal N.
     let (exit, shell) = match r.ending_signal() {
         Some((n, true)) => (

@@ -134,8 +134,14 @@ fn is_safetensors(path: &Path) -> bool {
 /// `rchar` from the text of `/proc/PID/io`.
 #[must_use]
 pub fn parse_io_rchar(text: &str) -> Option<u64> {
+    number_after(text, "rchar:")
+}
+
+/// The number after `name` at the start of a line of `text` (the kernel's
+/// `name: value` and `name value` files).
+fn number_after(text: &str, name: &str) -> Option<u64> {
     text.lines()
-        .find_map(|line| line.strip_prefix("rchar:"))
+        .find_map(|line| line.strip_prefix(name))
         .and_then(|n| n.trim().parse().ok())
 }
 
@@ -316,9 +322,7 @@ pub fn parse_limit(text: &str) -> Option<u64> {
 /// The `oom_kill` count in `memory.oom_control` or `memory.events`.
 #[must_use]
 pub fn parse_oom_kills(text: &str) -> Option<u64> {
-    text.lines()
-        .find_map(|l| l.strip_prefix("oom_kill "))
-        .and_then(|n| n.trim().parse().ok())
+    number_after(text, "oom_kill ")
 }
 
 /// Resident bytes of each file `pid` maps, from `/proc/PID/smaps` (the
