@@ -100,7 +100,7 @@ pub(crate) fn clean_message(raw: &str) -> String {
 /// # Safety
 /// `vector` must be a live `mlx_vector_array`.
 #[allow(unsafe_code)]
-unsafe fn arrays_of(vector: mlx_sys::mlx_vector_array) -> Vec<Array> {
+pub(super) unsafe fn arrays_of(vector: mlx_sys::mlx_vector_array) -> Vec<Array> {
     // SAFETY: `vector` is live (the caller's promise); each element is
     // fetched into a fresh handle that is either owned by the `Array` made
     // from it or freed here.

@@ -11,7 +11,7 @@ mod pages;
 mod symbols;
 
 #[cfg(test)]
-pub(super) use ahead::compile_for_test;
+pub(in crate::mlx) use ahead::compile_for_test;
 pub(super) use ahead::{Image, Parts, Which, image, prepare_in_background, settled};
 pub(super) use launch::{start, warm_up};
 pub(super) use pages::{Plain, array_to_device, array_to_device_now, copy_to_host};
