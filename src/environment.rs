@@ -358,6 +358,15 @@ pub fn read() -> Result<Environment, EnvError> {
     Ok(environment)
 }
 
+/// The value the process was started with for `name`, for what must run
+/// before the configuration is read (MLX's kernel cache and the window's
+/// drawing threads are set up with no other thread alive) and for tests'
+/// own switches: every variable is still read here, in this module.
+#[must_use]
+pub fn started_with(name: &str) -> Option<std::ffi::OsString> {
+    std::env::var_os(name)
+}
+
 static CONFIG: OnceLock<Environment> = OnceLock::new();
 
 /// Keeps `environment` as the process's configuration (at the edge, before

@@ -24,7 +24,7 @@ use crate::mlx::DeviceInfo;
 #[allow(unsafe_code)]
 pub unsafe fn prepare_window_process() {
     const VAR: &str = "LP_NUM_THREADS";
-    if std::env::var_os(VAR).is_some() {
+    if crate::environment::started_with(VAR).is_some() {
         return;
     }
     let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);

@@ -353,3 +353,32 @@ fn panels_never_reach_into_the_app() {
         offenders.join("\n")
     );
 }
+
+/// The environment is read in one module (`src/environment.rs`): every
+/// other layer asks it, so a variable is never read twice or half-checked.
+#[test]
+fn the_environment_is_read_in_one_module() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let mut offenders = Vec::new();
+    for file in &files {
+        if file.ends_with("environment.rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(file).expect("read");
+        for (i, line) in text.lines().enumerate() {
+            let code = line.split("//").next().unwrap_or("");
+            if ["env::var(", "env::var_os(", "env::vars(", "env::vars_os("]
+                .iter()
+                .any(|read| code.contains(read))
+            {
+                offenders.push(format!("{}:{}", file.display(), i + 1));
+            }
+        }
+    }
+    assert!(
+        offenders.is_empty(),
+        "environment read outside environment.rs: {offenders:?}"
+    );
+}

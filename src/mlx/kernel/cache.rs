@@ -43,7 +43,7 @@ fn mlx_version() -> String {
 /// thread.
 #[allow(unsafe_code)]
 pub unsafe fn keep_kernel_cache_private() {
-    if std::env::var_os(KERNEL_CACHE_VAR).is_some() {
+    if crate::environment::started_with(KERNEL_CACHE_VAR).is_some() {
         return;
     }
     let version = mlx_version();

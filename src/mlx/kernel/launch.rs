@@ -288,7 +288,7 @@ mod ahead_tests {
     /// `nvidia-cuda-runtime` beside it for the headers). Skipped without.
     #[test]
     fn both_kernels_compile_ahead_with_nvrtc() {
-        let Some(path) = std::env::var_os("WEIGHTSCOPE_TEST_NVRTC") else {
+        let Some(path) = crate::environment::started_with("WEIGHTSCOPE_TEST_NVRTC") else {
             eprintln!("skipped: WEIGHTSCOPE_TEST_NVRTC names no NVRTC library");
             return;
         };
