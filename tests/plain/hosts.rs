@@ -87,6 +87,13 @@ fn four_hosts_journals_merge_into_one_view_with_the_straggler_and_the_peak() {
     let first = shown["samples"][0]["t"].as_f64().expect("a sample");
     let start = lanes[2]["start_secs"].as_f64().expect("start");
     assert!((first - start).abs() < 0.5, "{first} vs {start}");
+    // Its duration stays a duration (not its end on the merged clock).
+    let lasted = shown["elapsed_secs"].as_f64().expect("elapsed");
+    let end = lanes[2]["end_secs"].as_f64().expect("end");
+    assert!(
+        (lasted - (end - start)).abs() < 0.5,
+        "{lasted} vs {end} - {start}"
+    );
     assert!(
         text.contains("rank 2 (") && text.contains("told whole (its memory peaked highest"),
         "{text}"

@@ -533,7 +533,7 @@ fn record_summary_ui(ui: &mut egui::Ui, r: &Recording) {
     ui.label(format!(
         "`{}`: {ended} after {:.1} s",
         crate::units::Shown::new(&super::typed_name(&r.command)),
-        r.elapsed_secs
+        r.duration_secs()
     ));
     let mlx = r.peak_mlx_active_bytes.map_or_else(
         || "no MLX figures from inside (no probe reported)".to_owned(),

@@ -222,7 +222,7 @@ impl<'a> JsonRecording<'a> {
                 Some(crate::profile::analysis::recording::JobExit::Signal(n)) => Some(n),
                 _ => None,
             },
-            elapsed_secs: r.elapsed_secs,
+            elapsed_secs: r.duration_secs(),
             peak_rss_bytes: r.peak_rss_bytes,
             peak_rss_secs: r.peak_rss_secs,
             rss_figure: if r.rss_is_pss { "pss" } else { "rss" },

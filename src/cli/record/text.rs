@@ -37,7 +37,7 @@ pub fn write_summary(r: &Recording, out: &mut dyn Write) -> std::io::Result<()> 
         "recorded `{}` (pid {}): {ended} after {:.1} s, {} samples",
         crate::units::Shown::new(&r.command),
         r.pid,
-        r.elapsed_secs,
+        r.duration_secs(),
         r.samples.len()
     )?;
     writeln!(out, "  {}", peak_rss_line(r))?;

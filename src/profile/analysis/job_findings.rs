@@ -417,6 +417,7 @@ mod tests {
             attached: false,
             exit: Some(JobExit::Code(0)),
             elapsed_secs: 10.0,
+            start_secs: 0.0,
             samples,
             events: Vec::new(),
             probe: None,

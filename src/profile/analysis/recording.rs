@@ -92,8 +92,12 @@ pub struct Recording {
     pub attached: bool,
     /// How it ended (`None` when attached).
     pub exit: Option<JobExit>,
-    /// Seconds from start to the end of the recording.
+    /// When the recording ended, in seconds on its clock (from its start,
+    /// unless it was moved onto a merged clock: see `start_secs`).
     pub elapsed_secs: f64,
+    /// Where its second 0 is on its clock: 0, unless its trace was moved
+    /// onto the clock of several hosts' journals merged.
+    pub start_secs: f64,
     /// Samples, in time order.
     pub samples: Vec<Sample>,
     /// Events (files, probe marks, start and end), in time order.

@@ -16,6 +16,12 @@ use crate::profile::trace::stacks::TraceStacks;
 use crate::profile::trace::{JobInfo, Trace, resident_at};
 
 impl Recording {
+    /// How long it recorded, in seconds (whatever clock its times are on).
+    #[must_use]
+    pub fn duration_secs(&self) -> f64 {
+        (self.elapsed_secs - self.start_secs).max(0.0)
+    }
+
     /// The distinct shard files the job was seen to open or told its probe
     /// it loaded.
     #[must_use]
@@ -196,6 +202,7 @@ impl Recording {
             pid: end.pid,
             attached: end.attached,
             exit,
+            start_secs: trace.moved_secs,
             elapsed_secs: job.ended.as_ref().map_or_else(
                 || samples.last().map_or(0.0, |s| s.at),
                 |_| end.elapsed_secs,

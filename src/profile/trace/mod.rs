@@ -168,6 +168,10 @@ pub struct Trace {
     /// merging the journals of one job's hosts needs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub origin: Option<Origin>,
+    /// How far [`Trace::shift_times`] moved it (never saved): its second 0
+    /// on the clock its times are on now.
+    #[serde(skip)]
+    pub moved_secs: f64,
 }
 
 /// Where and when a recording was taken.
@@ -305,6 +309,7 @@ impl Trace {
         if let Some(ended) = self.job.as_mut().and_then(|j| j.ended.as_mut()) {
             ended.elapsed_secs += secs;
         }
+        self.moved_secs += secs;
     }
 
     /// An empty trace.
@@ -326,6 +331,7 @@ impl Trace {
             cut_short: false,
             events: Vec::new(),
             origin: None,
+            moved_secs: 0.0,
         }
     }
 
