@@ -195,31 +195,42 @@ fn total_peak(
     let mlx: Vec<bool> = recordings.iter().map(|(_, r)| has_mlx(r)).collect();
     let mut current = vec![0u64; recordings.len()];
     let mut total: u64 = 0;
-    let mut next: BinaryHeap<Reverse<(At, usize, usize)>> = recordings
+    // (when, 0 for a sample or 1 for the lane's end, lane, sample): at one
+    // moment the samples count first; after its end a lane holds nothing
+    // (its process is gone).
+    let mut next: BinaryHeap<Reverse<(At, u8, usize, usize)>> = recordings
         .iter()
         .enumerate()
         .filter_map(|(i, (_, r))| {
             r.samples
                 .first()
-                .map(|s| Reverse((At(merged(i, s.at)), i, 0)))
+                .map(|s| Reverse((At(merged(i, s.at)), 0, i, 0)))
         })
         .collect();
     let mut best = (0u64, 0.0);
-    while let Some(Reverse((At(t), _, _))) = next.peek() {
-        let t = *t;
-        // Every sample at this moment first, then the total.
-        while let Some(Reverse((At(at), i, k))) = next.peek() {
-            if at.total_cmp(&t).is_ne() {
+    while let Some(Reverse((At(t), phase, _, _))) = next.peek() {
+        let (t, phase) = (*t, *phase);
+        // Every sample (or end) at this moment first, then the total.
+        while let Some(Reverse((At(at), p, i, k))) = next.peek() {
+            if at.total_cmp(&t).is_ne() || *p != phase {
                 break;
             }
-            let (i, k) = (*i, *k);
+            let (lane, sample) = (*i, *k);
             next.pop();
-            let samples = &recordings[i].1.samples;
-            let value = memory_of(&samples[k], mlx[i]);
-            total = total - current[i] + value;
-            current[i] = value;
-            if let Some(s) = samples.get(k + 1) {
-                next.push(Reverse((At(merged(i, s.at)), i, k + 1)));
+            let r = &recordings[lane].1;
+            let value = if phase == 0 {
+                memory_of(&r.samples[sample], mlx[lane])
+            } else {
+                0
+            };
+            total = total - current[lane] + value;
+            current[lane] = value;
+            if phase == 1 {
+                continue;
+            }
+            match r.samples.get(sample + 1) {
+                Some(s) => next.push(Reverse((At(merged(lane, s.at)), 0, lane, sample + 1))),
+                None => next.push(Reverse((At(merged(lane, lane_end(r))), 1, lane, sample))),
             }
         }
         if total > best.0 {
@@ -280,6 +291,14 @@ fn align(
     (offsets, residual)
 }
 
+/// When a recording ended, on its own clock: its last sample or the job's
+/// end, whichever is later.
+fn lane_end(r: &Recording) -> f64 {
+    r.samples
+        .last()
+        .map_or(r.elapsed_secs, |s| s.at.max(r.elapsed_secs))
+}
+
 /// One recording's lane; `merged(t)` puts its own second `t` on the
 /// merged clock.
 fn lane(
@@ -306,10 +325,7 @@ fn lane(
         r.exit
             .map_or_else(|| "detached".to_owned(), JobExit::describe)
     };
-    let end_local = r
-        .samples
-        .last()
-        .map_or(r.elapsed_secs, |s| s.at.max(r.elapsed_secs));
+    let end_local = lane_end(r);
     Lane {
         file: file.to_owned(),
         host: r
@@ -681,6 +697,9 @@ mod tests {
                     .enumerate()
                     .map(|(j, (_, other))| {
                         let at = t - offsets[j];
+                        if at > lane_end(other) {
+                            return 0;
+                        }
                         let mlx = has_mlx(other);
                         let k = other.samples.partition_point(|s| s.at <= at);
                         k.checked_sub(1)
@@ -765,5 +784,26 @@ mod tests {
             said.ends_with("ranks 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, …"),
             "{said}"
         );
+    }
+
+    #[test]
+    fn a_rank_that_ended_holds_nothing_after_its_end() {
+        // Two ranks one after the other on the wall clock (no collective
+        // to align them): the job's total is the larger one, not the sum.
+        let at_wall = |wall: f64, rank: u32, bytes: u64| {
+            let mut r = recording(vec![(0.0, bytes, None), (1.0, bytes, None)]);
+            r.origin = Some(crate::profile::trace::Origin {
+                host: "h".into(),
+                wall_unix_secs: wall,
+                rank: Some(rank),
+                world_size: None,
+            });
+            (format!("rank{rank}.jsonl"), r)
+        };
+        let merged = merge(&[at_wall(100.0, 0, 64), at_wall(110.0, 1, 96)]);
+        assert_eq!(merged.total_peak_bytes, 96);
+        // Overlapping, they add up.
+        let merged = merge(&[at_wall(100.0, 0, 64), at_wall(100.5, 1, 96)]);
+        assert_eq!(merged.total_peak_bytes, 160);
     }
 }
