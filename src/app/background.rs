@@ -1,5 +1,6 @@
 //! The threads the window starts besides the MLX worker and the memory
-//! sampler: the `recorder` of a recorded job, a `trace-load` per trace
+//! sampler: the `recorder` of a recorded job, a `trace-write` per trace
+//! saved or exported, a `traces-merge` per set of journals, a `trace-load` per trace
 //! opened, a `file-dialog` per dialog (rfd blocks). Each is [`spawn`]: a
 //! named thread whose results come back on a channel, with the wake
 //! callback (a repaint request) after each, so the UI never waits on one.
@@ -104,13 +105,13 @@ pub(super) fn load_trace(
     })
 }
 
-/// Writes an export on a thread of its own (`trace-export`); its answer is
-/// the line to show.
-pub(super) fn export_trace(
-    job: super::profiler::ExportJob,
+/// Saves or exports a trace on a thread of its own (`trace-write`); its
+/// answer is the line to show.
+pub(super) fn write_trace(
+    job: super::profiler::TraceWrite,
     wake: Wake,
 ) -> std::io::Result<Receiver<String>> {
-    spawn("trace-export", wake, move |send| send(job.run()))
+    spawn("trace-write", wake, move |send| send(job.run()))
 }
 
 /// Reads and merges the journals at `paths` on a thread of its own.

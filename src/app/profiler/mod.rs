@@ -32,7 +32,7 @@ mod traces;
 
 pub(super) use plots::{marker_times, sample_line, samples_top_mib};
 use traces::TraceLoad;
-pub(in crate::app) use traces::{ExportJob, Loaded, read_trace, read_traces};
+pub(in crate::app) use traces::{Loaded, TraceWrite, read_trace, read_traces};
 
 /// A walk in progress, as the UI knows it.
 #[derive(Debug, Clone)]
@@ -119,7 +119,8 @@ pub(super) struct ProfilerPanel {
     /// The merged journals and which is shown whole, for the choice of
     /// another.
     merged_choice: Option<MergedChoice>,
-    /// An export being written: its thread's answer, the line to show.
+    /// A trace being saved or exported: its thread's answer, the line to
+    /// show.
     exported: Option<std::sync::mpsc::Receiver<String>>,
     /// Recordings made or opened since the window opened, newest last.
     recordings: Vec<Arc<Recording>>,

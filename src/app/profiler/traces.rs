@@ -10,68 +10,94 @@ use super::{
 };
 use crate::profile::analysis::journals::{ShownLane, lane_label};
 
-/// An export to write on a `trace-export` thread ([`ExportJob::run`]).
-pub(in crate::app) struct ExportJob {
+/// A trace to write on a `trace-write` thread ([`TraceWrite::run`]): saved
+/// as weightscope's own trace, or exported for another viewer.
+pub(in crate::app) struct TraceWrite {
     source: ExportSource,
-    format: crate::profile::export::Format,
+    kind: WriteKind,
     out: crate::files::Output,
     path: PathBuf,
 }
 
-/// What an export holds: one trace (named as the window names it), or the
+/// What a [`TraceWrite`] writes.
+enum WriteKind {
+    /// The trace itself (CSV or JSON by the path's extension).
+    Save,
+    /// In a viewer's format (`weightscope export`'s code).
+    Export(crate::profile::export::Format),
+}
+
+/// What a write holds: one trace (named as the window names it), or the
 /// journals of a merged view, read from their files.
 enum ExportSource {
     Trace(String, Box<Trace>),
     Journals(Vec<PathBuf>),
 }
 
-impl ExportJob {
-    /// Writes the export (on its thread); returns the line to show.
+impl TraceWrite {
+    /// Writes it (on its thread); returns the line to show.
     pub(in crate::app) fn run(self) -> String {
-        use crate::profile::export::{Format, Weight, export};
-        let traces = match self.source {
-            ExportSource::Trace(name, trace) => vec![(name, *trace)],
-            ExportSource::Journals(paths) => {
-                let mut traces = Vec::with_capacity(paths.len());
-                for path in &paths {
-                    match Trace::load(path) {
-                        Ok(trace) => {
-                            traces.push((crate::units::Shown::path(path).into_string(), trace));
-                        }
-                        Err(err) => {
-                            return crate::units::Shown::new(&err.to_string()).into_string();
-                        }
-                    }
-                }
-                traces
-            }
-        };
-        let lanes = traces.len();
-        let said = export(traces, self.format, Weight::HeldAtPeak)
-            .map_err(|e| e.to_string())
-            .and_then(|made| {
-                self.out.write(&made.bytes).map_err(|e| e.to_string())?;
-                Ok(made.stacks)
-            });
-        let text = match said {
-            Ok(stacks) => format!(
-                "exported ({}{}) to {}{}",
-                self.format.name(),
-                if lanes > 1 {
-                    format!(", {lanes} journals merged")
-                } else {
-                    String::new()
+        let text = match self.kind {
+            WriteKind::Save => match self.source {
+                ExportSource::Trace(_, trace) => match trace.save(&self.out) {
+                    Ok(()) => format!("trace saved to {}", self.path.display()),
+                    Err(err) => err.to_string(),
                 },
-                self.path.display(),
-                if stacks == 0 && self.format != Format::Perfetto {
-                    ": the flame graph is empty (nothing grown was still held at the peak)"
-                } else {
-                    ""
-                }
-            ),
-            Err(err) => err,
+                ExportSource::Journals(_) => "nothing to save".to_owned(),
+            },
+            WriteKind::Export(format) => export_text(self.source, format, &self.out, &self.path),
         };
         crate::units::Shown::new(&text).into_string()
+    }
+}
+
+/// Exports `source` in `format` to `out` (named `path`); the line to show.
+fn export_text(
+    source: ExportSource,
+    format: crate::profile::export::Format,
+    out: &crate::files::Output,
+    path: &std::path::Path,
+) -> String {
+    use crate::profile::export::{Format, Weight, export};
+    let traces = match source {
+        ExportSource::Trace(name, trace) => vec![(name, *trace)],
+        ExportSource::Journals(paths) => {
+            let mut traces = Vec::with_capacity(paths.len());
+            for path in &paths {
+                match Trace::load(path) {
+                    Ok(trace) => {
+                        traces.push((crate::units::Shown::path(path).into_string(), trace));
+                    }
+                    Err(err) => return err.to_string(),
+                }
+            }
+            traces
+        }
+    };
+    let lanes = traces.len();
+    let said = export(traces, format, Weight::HeldAtPeak)
+        .map_err(|e| e.to_string())
+        .and_then(|made| {
+            out.write(&made.bytes).map_err(|e| e.to_string())?;
+            Ok(made.stacks)
+        });
+    match said {
+        Ok(stacks) => format!(
+            "exported ({}{}) to {}{}",
+            format.name(),
+            if lanes > 1 {
+                format!(", {lanes} journals merged")
+            } else {
+                String::new()
+            },
+            path.display(),
+            if stacks == 0 && format != Format::Perfetto {
+                ": the flame graph is empty (nothing grown was still held at the peak)"
+            } else {
+                ""
+            }
+        ),
+        Err(err) => err,
     }
 }
 
@@ -128,12 +154,13 @@ impl ProfilerPanel {
     /// A path inside the open checkpoint or over a checkpoint file is
     /// refused; an existing file is replaced only when `replace` (a file
     /// dialog asked already), else the panel asks first.
+    #[must_use = "the write is started by the caller"]
     pub(in crate::app) fn save_trace(
         &mut self,
         path: &std::path::Path,
         inputs: &ProfilerInputs<'_>,
         replace: bool,
-    ) {
+    ) -> Option<TraceWrite> {
         self.confirm_overwrite = None;
         let inputs_read: Vec<&std::path::Path> =
             inputs.checkpoint.iter().map(|c| c.root()).collect();
@@ -141,7 +168,7 @@ impl ProfilerPanel {
             Ok(out) => out,
             Err(err) => {
                 self.message = Some(crate::units::Shown::new(&err.to_string()).into_string());
-                return;
+                return None;
             }
         };
         if !replace && std::fs::symlink_metadata(path).is_ok() {
@@ -150,15 +177,19 @@ impl ProfilerPanel {
                 crate::units::Shown::new(&path.display().to_string())
             ));
             self.confirm_overwrite = Some(path.to_path_buf());
-            return;
+            return None;
         }
-        self.message = Some(
-            crate::units::Shown::new(&match self.trace_to_save(inputs).save(&out) {
-                Ok(()) => format!("trace saved to {}", path.display()),
-                Err(err) => err.to_string(),
-            })
-            .into_string(),
-        );
+        let trace = self.trace_to_save(inputs);
+        self.message = Some(format!(
+            "saving the trace to {}…",
+            crate::units::Shown::new(&path.display().to_string())
+        ));
+        Some(TraceWrite {
+            source: ExportSource::Trace(trace.label.clone(), Box::new(trace)),
+            kind: WriteKind::Save,
+            out,
+            path: path.to_path_buf(),
+        })
     }
 
     /// What exporting to `path` in `format` will write: what "Save trace"
@@ -173,7 +204,7 @@ impl ProfilerPanel {
         format: crate::profile::export::Format,
         replace: bool,
         inputs: &ProfilerInputs<'_>,
-    ) -> Option<ExportJob> {
+    ) -> Option<TraceWrite> {
         let shown = |text: String| Some(crate::units::Shown::new(&text).into_string());
         let inputs_read: Vec<&std::path::Path> =
             inputs.checkpoint.iter().map(|c| c.root()).collect();
@@ -202,24 +233,24 @@ impl ProfilerPanel {
             format.name(),
             path.display()
         ));
-        Some(ExportJob {
+        Some(TraceWrite {
             source,
-            format,
+            kind: WriteKind::Export(format),
             out,
             path: path.to_path_buf(),
         })
     }
 
-    /// An export is being written (`spawned`: its `trace-export` thread's
-    /// answer, the line to show).
-    pub(in crate::app) fn exporting(
+    /// A trace is being saved or exported (`spawned`: its `trace-write`
+    /// thread's answer, the line to show).
+    pub(in crate::app) fn writing(
         &mut self,
         spawned: std::io::Result<std::sync::mpsc::Receiver<String>>,
     ) {
         match spawned {
             Ok(answer) => self.exported = Some(answer),
             Err(err) => {
-                self.message = Some(format!("cannot start the export's thread: {err}"));
+                self.message = Some(format!("cannot start the trace's writing thread: {err}"));
             }
         }
     }
@@ -422,7 +453,8 @@ impl ProfilerPanel {
             }
         };
         self.exported = None;
-        self.message = Some(said.unwrap_or_else(|| "the export's thread stopped".to_owned()));
+        self.message =
+            Some(said.unwrap_or_else(|| "the trace's writing thread stopped".to_owned()));
         false
     }
 

@@ -105,9 +105,7 @@ impl WeightscopeApp {
                     sampler.set_interval(interval);
                 }
             }
-            AppCommand::SaveTrace { path, replace } => {
-                self.with_profiler(|profiler, inputs| profiler.save_trace(&path, inputs, replace));
-            }
+            AppCommand::SaveTrace { path, replace } => self.save_trace(&path, replace),
             AppCommand::ExportTrace {
                 path,
                 format,
@@ -168,9 +166,20 @@ impl WeightscopeApp {
     fn export_trace(&mut self, path: &std::path::Path, format: Format, replace: bool) {
         let job = self
             .with_profiler(|profiler, inputs| profiler.export_job(path, format, replace, inputs));
+        self.write_trace(job);
+    }
+
+    /// Saves the profiler's trace to `path` on a thread, when allowed.
+    fn save_trace(&mut self, path: &std::path::Path, replace: bool) {
+        let job = self.with_profiler(|profiler, inputs| profiler.save_trace(path, inputs, replace));
+        self.write_trace(job);
+    }
+
+    /// Saves or exports on the `trace-write` thread, when allowed.
+    fn write_trace(&mut self, job: Option<crate::app::profiler::TraceWrite>) {
         if let Some(job) = job {
-            let answer = background::export_trace(job, Arc::clone(&self.wake));
-            self.profiler.exporting(answer);
+            let answer = background::write_trace(job, Arc::clone(&self.wake));
+            self.profiler.writing(answer);
         }
     }
 

@@ -48,6 +48,14 @@ pub(super) fn finish_walk(harness: &mut Harness<'static, WeightscopeApp>) {
 
 /// Saves the trace through the path field; saving again asks before
 /// replacing it, and a path inside `checkpoint` is refused.
+/// Frames until the trace being saved or exported (on its thread) is
+/// written and said.
+pub(super) fn written(harness: &mut Harness<'static, WeightscopeApp>) {
+    harness.step();
+    crate::hooks(harness).wait_for_trace();
+    harness.run();
+}
+
 pub(super) fn save_by_path(
     harness: &mut Harness<'static, WeightscopeApp>,
     path: &std::path::Path,
@@ -60,7 +68,7 @@ pub(super) fn save_by_path(
         .type_text(&path.display().to_string());
     harness.run();
     harness.get_by_label("Save to path").click();
-    harness.run();
+    written(harness);
     harness.get_by_label_contains("trace saved to");
     // The same path again: the panel asks before replacing the file.
     std::fs::write(path, "not yet replaced").expect("write");
@@ -72,7 +80,7 @@ pub(super) fn save_by_path(
         "not yet replaced"
     );
     harness.get_by_label("Replace").click();
-    harness.run();
+    written(harness);
     harness.get_by_label_contains("trace saved to");
     // A path inside the open checkpoint is refused, and nothing is written.
     let inside = checkpoint.join("trace.json");

@@ -1,6 +1,8 @@
 //! The Profiler tab: walks, recordings of a user's job, traces, runs compared, several hosts merged.
 
-use super::{finish_walk, five_tensors, harness, open_app, save_by_path, write_eight_shards};
+use super::{
+    finish_walk, five_tensors, harness, open_app, save_by_path, write_eight_shards, written,
+};
 use crate::common;
 use egui_kittest::Harness;
 use egui_kittest::kittest::Queryable;
@@ -284,6 +286,7 @@ fn the_profiler_records_a_users_job_and_shows_what_it_did() {
         path: saved.clone(),
         replace: true,
     });
+    written(&mut harness);
     let trace = weightscope::profile::Trace::load(&saved).expect("saved trace loads");
     assert_eq!(trace.job.and_then(|j| j.exit_code), Some(0));
 
@@ -730,9 +733,7 @@ fn journals_of_four_hosts_open_merged_with_each_rank_overlaid() {
         .set_text_value_accesskit(&exported.display().to_string());
     harness.run();
     harness.get_by_label("Export to path").click();
-    harness.step();
-    crate::hooks(&mut harness).wait_for_trace();
-    harness.run();
+    written(&mut harness);
     harness.get_by_label_contains("exported (perfetto, 4 journals merged) to");
     let cli = std::process::Command::new(env!("CARGO_BIN_EXE_weightscope"))
         .arg("export")
@@ -854,7 +855,7 @@ fn the_window_exports_a_walk_as_the_cli_does() {
         .type_text(&saved.display().to_string());
     harness.run();
     harness.get_by_label("Save to path").click();
-    harness.run();
+    written(&mut harness);
     harness.get_by_label_contains("trace saved to");
     for (format, file) in [
         ("speedscope", "walk.speedscope.json"),
@@ -870,9 +871,7 @@ fn the_window_exports_a_walk_as_the_cli_does() {
         harness.get_by_label(format).click();
         harness.run();
         harness.get_by_label("Export to path").click();
-        harness.step(); // written on the export's thread
-        crate::hooks(&mut harness).wait_for_trace();
-        harness.run();
+        written(&mut harness);
         harness.get_by_label_contains(&format!("exported ({format}) to"));
         let cli = std::process::Command::new(env!("CARGO_BIN_EXE_weightscope"))
             .arg("export")
@@ -902,9 +901,7 @@ fn the_window_exports_a_walk_as_the_cli_does() {
         Dialog::ExportTrace(Format::Perfetto),
         vec![exported.clone()],
     );
-    harness.step();
-    crate::hooks(&mut harness).wait_for_trace();
-    harness.run();
+    written(&mut harness);
     harness.get_by_label_contains("exported (perfetto) to");
     let text = std::fs::read_to_string(&exported).expect("exported");
     assert!(text.starts_with("{\"displayTimeUnit\""), "{text}");
