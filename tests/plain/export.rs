@@ -71,6 +71,18 @@ pub(crate) fn export(args: &[&std::ffi::OsStr]) -> Output {
         .expect("export")
 }
 
+/// `weightscope export TRACES... --format FORMAT -o OUT`.
+pub(crate) fn export_to(traces: &[&Path], format: &str, out: &Path) -> Output {
+    let mut args: Vec<&std::ffi::OsStr> = traces.iter().map(|t| t.as_os_str()).collect();
+    args.extend([
+        "--format".as_ref(),
+        format.as_ref(),
+        "-o".as_ref(),
+        out.as_os_str(),
+    ]);
+    export(&args)
+}
+
 pub(crate) fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
 }
@@ -133,13 +145,7 @@ fn a_recording_exports_as_a_speedscope_memory_flame_graph() {
     let dir = tempfile::tempdir().expect("tempdir");
     let trace = record_phases(dir.path(), "job.json");
     let out = dir.path().join("job.speedscope.json");
-    let output = export(&[
-        trace.as_os_str(),
-        "--format".as_ref(),
-        "speedscope".as_ref(),
-        "-o".as_ref(),
-        out.as_os_str(),
-    ]);
+    let output = export_to(&[&trace], "speedscope", &out);
     assert!(output.status.success(), "{}", stderr(&output));
     assert!(output.stdout.is_empty(), "the file, not stdout");
     let doc = python_json(&out);
@@ -191,13 +197,7 @@ fn a_recording_exports_as_trace_events_with_counters_marks_and_the_peak() {
     let dir = tempfile::tempdir().expect("tempdir");
     let trace = record_phases(dir.path(), "job.jsonl");
     let out = dir.path().join("job.perfetto.json");
-    let output = export(&[
-        trace.as_os_str(),
-        "--format".as_ref(),
-        "perfetto".as_ref(),
-        "-o".as_ref(),
-        out.as_os_str(),
-    ]);
+    let output = export_to(&[&trace], "perfetto", &out);
     assert!(output.status.success(), "{}", stderr(&output));
     let doc = python_json(&out);
     assert_eq!(doc["displayTimeUnit"], "ms");
@@ -274,14 +274,7 @@ fn several_journals_are_one_process_each_and_a_cut_journal_says_so() {
     let kept: Vec<&str> = text.lines().collect();
     std::fs::write(&b, kept[..kept.len() - 1].join("\n") + "\n").expect("cut");
     let out = dir.path().join("both.json");
-    let output = export(&[
-        a.as_os_str(),
-        b.as_os_str(),
-        "--format".as_ref(),
-        "perfetto".as_ref(),
-        "-o".as_ref(),
-        out.as_os_str(),
-    ]);
+    let output = export_to(&[&a, &b], "perfetto", &out);
     assert!(output.status.success(), "{}", stderr(&output));
     let doc = python_json(&out);
     let events = doc["traceEvents"].as_array().expect("traceEvents");
@@ -342,13 +335,7 @@ fn what_cannot_be_exported_is_one_line_and_nothing_is_written() {
     assert!(output.status.success(), "{}", stderr(&output));
     // Never over a trace it reads.
     let before = std::fs::read(&trace).expect("trace");
-    let output = export(&[
-        trace.as_os_str(),
-        "--format".as_ref(),
-        "perfetto".as_ref(),
-        "-o".as_ref(),
-        trace.as_os_str(),
-    ]);
+    let output = export_to(&[&trace], "perfetto", &trace);
     assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
     assert_eq!(std::fs::read(&trace).expect("trace"), before);
     // Not a trace.
