@@ -48,6 +48,14 @@ pub(super) fn finish_walk(harness: &mut Harness<'static, WeightscopeApp>) {
 
 /// Saves the trace through the path field; saving again asks before
 /// replacing it, and a path inside `checkpoint` is refused.
+/// `path` typed (set) in the profiler's trace path field.
+pub(super) fn trace_path(harness: &mut Harness<'static, WeightscopeApp>, path: &std::path::Path) {
+    harness
+        .get_by_label("Trace path")
+        .set_text_value_accesskit(&path.display().to_string());
+    harness.run();
+}
+
 /// Frames until the trace being saved or exported (on its thread) is
 /// written and said.
 pub(super) fn written(harness: &mut Harness<'static, WeightscopeApp>) {

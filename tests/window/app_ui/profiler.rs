@@ -1,7 +1,8 @@
 //! The Profiler tab: walks, recordings of a user's job, traces, runs compared, several hosts merged.
 
 use super::{
-    finish_walk, five_tensors, harness, open_app, save_by_path, write_eight_shards, written,
+    finish_walk, five_tensors, harness, open_app, save_by_path, trace_path, write_eight_shards,
+    written,
 };
 use crate::common;
 use egui_kittest::Harness;
@@ -728,10 +729,7 @@ fn journals_of_four_hosts_open_merged_with_each_rank_overlaid() {
     // Exported, every rank: byte for byte what `weightscope export` writes
     // from the same journals.
     let exported = dir.path().join("job.perfetto.json");
-    harness
-        .get_by_label("Trace path")
-        .set_text_value_accesskit(&exported.display().to_string());
-    harness.run();
+    trace_path(&mut harness, &exported);
     harness.get_by_label("Export to path").click();
     written(&mut harness);
     harness.get_by_label_contains("exported (perfetto, 4 journals merged) to");
@@ -749,10 +747,7 @@ fn journals_of_four_hosts_open_merged_with_each_rank_overlaid() {
     assert_eq!(std::fs::read(&exported).expect("exported"), cli.stdout);
     // A pattern typed in the trace path field merges the same journals.
     let pattern = dir.path().join("rank*.jsonl");
-    harness
-        .get_by_label("Trace path")
-        .set_text_value_accesskit(&pattern.display().to_string());
-    harness.run();
+    trace_path(&mut harness, &pattern);
     harness.get_by_label("Open from path").click();
     harness.step();
     crate::hooks(&mut harness).wait_for_trace();
@@ -761,10 +756,7 @@ fn journals_of_four_hosts_open_merged_with_each_rank_overlaid() {
     assert_eq!(crate::hooks(&mut harness).merged_report(), report);
     assert_eq!(crate::hooks(&mut harness).overlay_names(), overlays);
     let none = dir.path().join("nothing-*.jsonl");
-    harness
-        .get_by_label("Trace path")
-        .set_text_value_accesskit(&none.display().to_string());
-    harness.run();
+    trace_path(&mut harness, &none);
     harness.get_by_label("Open from path").click();
     harness.run();
     harness.get_by_label_contains("nothing-*.jsonl: no file matches");
@@ -862,10 +854,7 @@ fn the_window_exports_a_walk_as_the_cli_does() {
         ("folded", "walk.folded"),
     ] {
         let exported = out.path().join(file);
-        harness
-            .get_by_label("Trace path")
-            .set_text_value_accesskit(&exported.display().to_string());
-        harness.run();
+        trace_path(&mut harness, &exported);
         harness.get_by_label("Export as").click();
         harness.run();
         harness.get_by_label(format).click();
