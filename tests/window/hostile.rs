@@ -611,3 +611,62 @@ fn no_label_of_the_window_shows_a_hostile_character_raw() {
                 .is_some()
     );
 }
+
+/// Journals merged whose host names (from the files) hold hostile
+/// characters: the merged view, its "Shown whole" list and the overlays
+/// show them escaped.
+#[test]
+fn merged_journals_from_a_hostile_host_are_shown_escaped() {
+    let _lock = common::mlx_memory_lock();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let recorded = dir.path().join("job.jsonl");
+    let jobs = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/record/jobs.py");
+    let out = Process::new(env!("CARGO_BIN_EXE_weightscope"))
+        .arg("record")
+        .arg("--trace")
+        .arg(&recorded)
+        .arg("--")
+        .arg(common::venv_python())
+        .arg(jobs)
+        .arg("phases")
+        .output()
+        .expect("record");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = std::fs::read_to_string(&recorded).expect("journal");
+    let (first, rest) = text.split_once('\n').expect("lines");
+    let journals: Vec<PathBuf> = (0..2u32)
+        .map(|rank| {
+            let mut meta: serde_json::Value = serde_json::from_str(first).expect("meta");
+            meta["origin"]["host"] = format!("evil\u{202e}gnp\nhost\u{1b}[31m{rank}").into();
+            meta["origin"]["rank"] = rank.into();
+            let path = dir.path().join(format!("rank{rank}.jsonl"));
+            std::fs::write(&path, format!("{meta}\n{rest}")).expect("write");
+            path
+        })
+        .collect();
+    let app = WeightscopeApp::new(None, mlx::default_device(), || {}).expect("app");
+    let mut harness = Harness::builder()
+        .with_size(egui::vec2(1400.0, 900.0))
+        .build_ui_state(|ui, app: &mut WeightscopeApp| app.ui(ui), app);
+    harness
+        .state_mut()
+        .execute(AppCommand::ShowTab(weightscope::app::Tab::Profiler));
+    harness
+        .state_mut()
+        .picked_for(weightscope::app::Dialog::OpenTrace, journals);
+    harness.step();
+    crate::hooks(&mut harness).wait_for_trace();
+    harness.run();
+    harness.get_by_label_contains("merged 2 journals of one job");
+    harness.get_by_label("Shown whole").click();
+    harness.run();
+    let raw = raw_labels(&harness);
+    assert!(
+        raw.is_empty(),
+        "merged view: labels with raw characters: {raw:?}"
+    );
+}

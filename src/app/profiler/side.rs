@@ -65,8 +65,9 @@ impl ProfilerPanel {
         let report = &self.merged_report;
         let (head, rest) = report.split_at(report.len().min(1));
         let (each, summary) = rest.split_at(rest.len().min(ranks));
+        // Hosts and lines come from the journals' files: shown escaped.
         for line in head.iter().chain(summary).chain(each) {
-            ui.label(line);
+            ui.label(crate::units::Shown::new(line).into_string());
         }
         ui.separator();
     }

@@ -356,7 +356,12 @@ impl ProfilerPanel {
                 self.merged_lanes = lanes;
                 self.merged_choice = Some(MergedChoice {
                     paths: merged.paths,
-                    names: merged.merged.lanes.iter().map(lane_label).collect(),
+                    names: merged
+                        .merged
+                        .lanes
+                        .iter()
+                        .map(|l| crate::units::Shown::new(&lane_label(l)).into_string())
+                        .collect(),
                     shown: merged.shown,
                 });
                 self.below = Below::Ranks;
