@@ -67,25 +67,25 @@ pub fn merge_journals(paths: &[PathBuf], shown: ShownLane) -> Result<MergedJourn
     let merged = merge(&recordings);
     let index = shown_index(&merged, shown)?;
     let mut lanes = Vec::new();
-    let mut trace = None;
-    for (i, ((_, journal), lane)) in journals.into_iter().zip(&merged.lanes).enumerate() {
-        let moved = lane_trace(journal, lane);
+    let mut shown_whole = None;
+    let mut recordings = recordings.into_iter();
+    for (i, ((_, mut journal), lane)) in journals.into_iter().zip(&merged.lanes).enumerate() {
+        let recording = recordings.next().map(|(_, r)| r);
+        journal.shift_times(lane.start_secs);
         if i == index {
-            trace = Some(moved);
+            // Its findings, lines and held-by on the merged clock too: a
+            // replay of the moved trace (the one that started first needs
+            // none), its checkpoint kept for the findings that use it.
+            let recording = match recording {
+                Some(r) if lane.start_secs == 0.0 => r,
+                _ => Recording::from_trace(journal.clone()),
+            };
+            shown_whole = Some((lane_trace(journal, lane), recording));
         } else {
-            lanes.push(moved);
+            lanes.push(lane_trace(journal, lane));
         }
     }
-    let shift = merged.lanes.get(index).map_or(0.0, |l| l.start_secs);
-    let recording = recordings.into_iter().nth(index).map(|(_, r)| r);
-    let (trace, recording) = trace.zip(recording).ok_or(MergeError::Nothing)?;
-    // Its findings, lines and held-by on the merged clock too (a replay of
-    // the moved trace; the one that started first needs none).
-    let recording = if shift == 0.0 {
-        recording
-    } else {
-        Recording::from_trace(trace.clone())
-    };
+    let (trace, recording) = shown_whole.ok_or(MergeError::Nothing)?;
     Ok(MergedJournals {
         paths: paths.to_vec(),
         merged,
@@ -127,10 +127,9 @@ fn ranks_recorded(merged: &Merged) -> String {
         .join(", ")
 }
 
-/// A journal's trace as a lane of the merged view: named by its ranks and
-/// host, its times moved onto the merged clock.
+/// A journal's trace (its times moved onto the merged clock) as a lane of
+/// the merged view: named by its ranks and host.
 fn lane_trace(mut trace: Trace, lane: &Lane) -> Trace {
-    trace.shift_times(lane.start_secs);
     trace.label = lane_label(lane);
     trace.checkpoint = String::new();
     trace
