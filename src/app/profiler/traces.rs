@@ -13,7 +13,7 @@ use crate::profile::analysis::journals::{ShownLane, lane_label};
 /// A trace to write on a `trace-write` thread ([`TraceWrite::run`]): saved
 /// as weightscope's own trace, or exported for another viewer.
 pub(in crate::app) struct TraceWrite {
-    source: ExportSource,
+    source: WriteSource,
     kind: WriteKind,
     out: crate::files::Output,
     path: PathBuf,
@@ -29,7 +29,7 @@ enum WriteKind {
 
 /// What a write holds: one trace (named as the window names it), or the
 /// journals of a merged view, read from their files.
-enum ExportSource {
+enum WriteSource {
     Trace(String, Box<Trace>),
     Journals(Vec<PathBuf>),
 }
@@ -39,11 +39,11 @@ impl TraceWrite {
     pub(in crate::app) fn run(self) -> String {
         let text = match self.kind {
             WriteKind::Save => match self.source {
-                ExportSource::Trace(_, trace) => match trace.save(&self.out) {
+                WriteSource::Trace(_, trace) => match trace.save(&self.out) {
                     Ok(()) => format!("trace saved to {}", self.path.display()),
                     Err(err) => err.to_string(),
                 },
-                ExportSource::Journals(_) => "nothing to save".to_owned(),
+                WriteSource::Journals(_) => "nothing to save".to_owned(),
             },
             WriteKind::Export(format) => export_text(self.source, format, &self.out, &self.path),
         };
@@ -53,15 +53,15 @@ impl TraceWrite {
 
 /// Exports `source` in `format` to `out` (named `path`); the line to show.
 fn export_text(
-    source: ExportSource,
+    source: WriteSource,
     format: crate::profile::export::Format,
     out: &crate::files::Output,
     path: &std::path::Path,
 ) -> String {
     use crate::profile::export::{Format, Weight, export};
     let traces = match source {
-        ExportSource::Trace(name, trace) => vec![(name, *trace)],
-        ExportSource::Journals(paths) => {
+        WriteSource::Trace(name, trace) => vec![(name, *trace)],
+        WriteSource::Journals(paths) => {
             let mut traces = Vec::with_capacity(paths.len());
             for path in &paths {
                 match Trace::load(path) {
@@ -185,7 +185,7 @@ impl ProfilerPanel {
             crate::units::Shown::new(&path.display().to_string())
         ));
         Some(TraceWrite {
-            source: ExportSource::Trace(trace.label.clone(), Box::new(trace)),
+            source: WriteSource::Trace(trace.label.clone(), Box::new(trace)),
             kind: WriteKind::Save,
             out,
             path: path.to_path_buf(),
@@ -223,10 +223,10 @@ impl ProfilerPanel {
             return None;
         }
         let source = if let Some(choice) = &self.merged_choice {
-            ExportSource::Journals(choice.paths.clone())
+            WriteSource::Journals(choice.paths.clone())
         } else {
             let trace = self.trace_to_save(inputs);
-            ExportSource::Trace(trace.label.clone(), Box::new(trace))
+            WriteSource::Trace(trace.label.clone(), Box::new(trace))
         };
         self.message = shown(format!(
             "exporting ({}) to {}…",
