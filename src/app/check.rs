@@ -106,12 +106,7 @@ impl CheckPanel {
             if self.job.is_running() {
                 self.job
                     .cancel_button(ui, "Cancel", "Stop before the next tensor");
-            } else if ui
-                .button("Read values")
-                .on_hover_text(
-                    "Read every tensor through MLX, shard by shard: NaN/Inf, all-zero tensors, zero or non-finite scales (check --values)",
-                )
-                .clicked()
+            } else if crate::app::widgets::explained_button(ui, "Read values", "Read every tensor through MLX, shard by shard: NaN/Inf, all-zero tensors, zero or non-finite scales (check --values)")
             {
                 commands.send(AppCommand::ScanValues);
             }

@@ -299,37 +299,32 @@ pub(super) fn heatmap_with(
     egui::Image::new((texture.id(), image_size)).paint_at(ui, image_rect);
     let painter = ui.painter();
     let colour = ui.visuals().weak_text_color();
-    for (k, align) in [
-        (0, egui::Align2::RIGHT_TOP),
-        (1, egui::Align2::RIGHT_CENTER),
-        (2, egui::Align2::RIGHT_BOTTOM),
-    ] {
+    // Ticks at the start, the middle and the end of each axis: rows down
+    // the left edge, columns along the bottom.
+    let ticks = [
+        (egui::Align2::RIGHT_TOP, egui::Align2::LEFT_TOP),
+        (egui::Align2::RIGHT_CENTER, egui::Align2::CENTER_TOP),
+        (egui::Align2::RIGHT_BOTTOM, egui::Align2::RIGHT_TOP),
+    ];
+    for (k, (row_align, col_align)) in ticks.into_iter().enumerate() {
         #[allow(clippy::cast_precision_loss)]
-        let y = image_rect.top() + image_rect.height() * k as f32 / 2.0;
-        let row = rows_total * k / 2;
-        painter.text(
-            egui::pos2(image_rect.left() - 3.0, y),
-            align,
-            row.to_string(),
-            font.clone(),
-            colour,
-        );
-    }
-    for (k, align) in [
-        (0, egui::Align2::LEFT_TOP),
-        (1, egui::Align2::CENTER_TOP),
-        (2, egui::Align2::RIGHT_TOP),
-    ] {
-        #[allow(clippy::cast_precision_loss)]
-        let x = image_rect.left() + image_rect.width() * k as f32 / 2.0;
-        let col = cols_total * k / 2;
-        painter.text(
-            egui::pos2(x, image_rect.bottom() + 1.0),
-            align,
-            col.to_string(),
-            font.clone(),
-            colour,
-        );
+        let along = k as f32 / 2.0;
+        let y = image_rect.top() + image_rect.height() * along;
+        let x = image_rect.left() + image_rect.width() * along;
+        for (at, align, tick) in [
+            (
+                egui::pos2(image_rect.left() - 3.0, y),
+                row_align,
+                rows_total * k / 2,
+            ),
+            (
+                egui::pos2(x, image_rect.bottom() + 1.0),
+                col_align,
+                cols_total * k / 2,
+            ),
+        ] {
+            painter.text(at, align, tick.to_string(), font.clone(), colour);
+        }
     }
     if let Some(pos) = response.hover_pos().filter(|p| image_rect.contains(*p)) {
         let rel = (pos - image_rect.min) / image_rect.size();

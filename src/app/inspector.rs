@@ -445,11 +445,7 @@ fn preview_ui(
             ui.label(format!("  {rule}"));
         }
     }
-    if ui
-        .button("Copy")
-        .on_hover_text("Copy the summary as text")
-        .clicked()
-    {
+    if crate::app::widgets::explained_button(ui, "Copy", "Copy the summary as text") {
         ui.ctx().copy_text(summary_text(p));
     }
     ui.separator();

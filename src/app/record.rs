@@ -107,42 +107,62 @@ impl RecordForm {
         (!text.is_empty()).then(|| PathBuf::from(text))
     }
 
-    /// The command, working folder and environment fields; `true` when
-    /// Enter was pressed in the command line.
-    fn command_fields_ui(&mut self, ui: &mut egui::Ui, focus: bool) -> bool {
-        ui.label("Runs the command and records its memory until it exits: RSS of its processes, the shard files they hold open, and MLX's counters and source lines from inside Python jobs.");
-        let label = ui.label("Command line (run by sh -c)");
-        // Focused before it is drawn, so that letters typed in the frame the
-        // form opens land in it.
-        let id = ui.make_persistent_id("record command line");
+    /// The form's fields: the command, working folder and environment, or
+    /// the pid; `true` when Enter was pressed in the first. That field is
+    /// focused when the form opens (`focus`) before it is drawn, so that
+    /// letters typed in the frame the form opens land in it.
+    fn fields_ui(&mut self, ui: &mut egui::Ui, kind: FormKind, focus: bool) -> bool {
+        let (about, label, text, hint, width) = match kind {
+            FormKind::Command => (
+                "Runs the command and records its memory until it exits: RSS of its processes, the shard files they hold open, and MLX's counters and source lines from inside Python jobs.",
+                "Command line (run by sh -c)",
+                &mut self.command,
+                "python -m mlx_lm convert --hf-path ./model -q",
+                f32::INFINITY,
+            ),
+            FormKind::Attach => (
+                "Follows a running process and its children from outside (RSS, open shard files) until it exits or you press Stop.",
+                "Process id",
+                &mut self.pid,
+                "",
+                120.0,
+            ),
+        };
+        ui.label(about);
+        let id = ui.make_persistent_id(label);
+        let label = ui.label(label);
         if focus {
             ui.memory_mut(|m| m.request_focus(id));
         }
-        let field = ui.add(
-            egui::TextEdit::singleline(&mut self.command)
-                .id(id)
-                .hint_text("python -m mlx_lm convert --hf-path ./model -q")
-                .desired_width(f32::INFINITY),
-        );
-        let field = field.labelled_by(label.id);
+        let field = ui
+            .add(
+                egui::TextEdit::singleline(text)
+                    .id(id)
+                    .hint_text(hint)
+                    .desired_width(width),
+            )
+            .labelled_by(label.id);
         if focus {
-            Self::keep_typed(ui, &field, &mut self.command, &mut self.focus_pending);
+            Self::keep_typed(ui, &field, text, &mut self.focus_pending);
         }
-        let label = ui.label("Working folder");
-        ui.add(
-            egui::TextEdit::singleline(&mut self.cwd)
-                .hint_text("(weightscope's own)")
-                .desired_width(f32::INFINITY),
-        )
-        .labelled_by(label.id);
-        let label = ui.label("Environment additions (KEY=VALUE, one a line)");
-        ui.add(
-            egui::TextEdit::multiline(&mut self.env)
-                .desired_rows(3)
-                .desired_width(f32::INFINITY),
-        )
-        .labelled_by(label.id);
-        field.lost_focus() && ui.input(|i| i.key_pressed(egui::Key::Enter))
+        let entered = field.lost_focus() && ui.input(|i| i.key_pressed(egui::Key::Enter));
+        if kind == FormKind::Command {
+            crate::app::widgets::labelled_field(
+                ui,
+                "Working folder",
+                &mut self.cwd,
+                "(weightscope's own)",
+                f32::INFINITY,
+            );
+            let label = ui.label("Environment additions (KEY=VALUE, one a line)");
+            ui.add(
+                egui::TextEdit::multiline(&mut self.env)
+                    .desired_rows(3)
+                    .desired_width(f32::INFINITY),
+            )
+            .labelled_by(label.id);
+        }
+        entered
     }
 
     /// On a frame the form asked for the keyboard: a new window's first
@@ -163,26 +183,6 @@ impl RecordForm {
         *pending = true;
     }
 
-    /// The pid field; `true` when Enter was pressed in it.
-    fn attach_fields_ui(&mut self, ui: &mut egui::Ui, focus: bool) -> bool {
-        ui.label("Follows a running process and its children from outside (RSS, open shard files) until it exits or you press Stop.");
-        let label = ui.label("Process id");
-        let id = ui.make_persistent_id("record pid");
-        if focus {
-            ui.memory_mut(|m| m.request_focus(id));
-        }
-        let field = ui.add(
-            egui::TextEdit::singleline(&mut self.pid)
-                .id(id)
-                .desired_width(120.0),
-        );
-        let field = field.labelled_by(label.id);
-        if focus {
-            Self::keep_typed(ui, &field, &mut self.pid, &mut self.focus_pending);
-        }
-        field.lost_focus() && ui.input(|i| i.key_pressed(egui::Key::Enter))
-    }
-
     /// Draws the open form as a window; returns the target and the
     /// checkpoint field when Start (or Attach) was pressed with valid fields.
     pub fn ui(&mut self, ctx: &egui::Context) -> Option<(Target, Option<PathBuf>)> {
@@ -201,18 +201,8 @@ impl RecordForm {
             .pivot(egui::Align2::CENTER_TOP)
             .default_pos(ctx.content_rect().center_top() + egui::vec2(0.0, 90.0))
             .show(ctx, |ui| {
-                let entered = match kind {
-                    FormKind::Command => self.command_fields_ui(ui, focus),
-                    FormKind::Attach => self.attach_fields_ui(ui, focus),
-                };
-                start |= entered;
-                let label = ui.label("Checkpoint (empty: the folder of the first shard the job opens)");
-                ui.add(
-                    egui::TextEdit::singleline(&mut self.checkpoint)
-                        .hint_text("/models/Qwen3-8B")
-                        .desired_width(f32::INFINITY),
-                )
-                .labelled_by(label.id)
+                start |= self.fields_ui(ui, kind, focus);
+                crate::app::widgets::labelled_field(ui, "Checkpoint (empty: the folder of the first shard the job opens)", &mut self.checkpoint, "/models/Qwen3-8B", f32::INFINITY)
                 .on_hover_text("What the findings compare the job with: its size and what a walk of it would peak at");
                 if let Some(error) = &self.error {
                     ui.colored_label(ui.visuals().error_fg_color, crate::units::Shown::new(error));

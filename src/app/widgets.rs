@@ -25,6 +25,58 @@ pub(crate) fn job_progress(
     )));
 }
 
+/// A one-line text field after its label, named by it (screen readers and
+/// tests find the field by the label's text).
+pub(crate) fn labelled_field(
+    ui: &mut egui::Ui,
+    label: &str,
+    text: &mut String,
+    hint: impl Into<egui::WidgetText>,
+    width: f32,
+) -> egui::Response {
+    let label = ui.label(label);
+    ui.add(
+        egui::TextEdit::singleline(text)
+            .hint_text(hint)
+            .desired_width(width),
+    )
+    .labelled_by(label.id)
+}
+
+/// A button with its explanation on hover; whether it was clicked.
+pub(crate) fn explained_button(ui: &mut egui::Ui, text: &str, explained: &str) -> bool {
+    ui.button(text).on_hover_text(explained).clicked()
+}
+
+/// A striped grid, a column for each of `titles`, its first row `titles` in bold.
+pub(crate) fn titled_grid(
+    ui: &mut egui::Ui,
+    id: impl egui::AsIdSalt,
+    titles: &[&str],
+    rows: impl FnOnce(&mut egui::Ui),
+) {
+    egui::Grid::new(id)
+        .num_columns(titles.len())
+        .striped(true)
+        .show(ui, |ui| {
+            header_row(ui, titles);
+            rows(ui);
+        });
+}
+
+/// A section that opens unfolded, under `title`, kept apart by `id`.
+pub(crate) fn open_section(
+    ui: &mut egui::Ui,
+    title: impl Into<egui::WidgetText>,
+    id: impl egui::AsIdSalt,
+    body: impl FnOnce(&mut egui::Ui),
+) {
+    egui::CollapsingHeader::new(title)
+        .id_salt(id)
+        .default_open(true)
+        .show(ui, body);
+}
+
 /// A grid's header row: each title in bold, then the row ends.
 pub(crate) fn header_row(ui: &mut egui::Ui, titles: &[&str]) {
     for title in titles {

@@ -210,12 +210,8 @@ pub fn write_text(report: &CheckReport, out: &mut impl Write) -> std::io::Result
 #[must_use]
 pub fn main(args: &CheckArgs) -> u8 {
     use std::io::Write as _;
-    let report = match run(args) {
-        Ok(report) => report,
-        Err(err) => {
-            super::stderr_line(format_args!("{err}"));
-            return super::BAD_INPUT;
-        }
+    let Some(report) = super::ok_or_said(run(args)) else {
+        return super::BAD_INPUT;
     };
     let mut out = std::io::stdout().lock();
     let written = if args.json {

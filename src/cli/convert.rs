@@ -23,12 +23,8 @@ pub fn main(args: &ConvertArgs) -> u8 {
     if let Err(err) = super::signals::watch(true, |_| {}) {
         super::stderr_line(format_args!("cannot catch termination signals: {err}"));
     }
-    let checkpoint = match super::open_checkpoint(&args.path) {
-        Ok(checkpoint) => checkpoint,
-        Err(err) => {
-            super::stderr_line(format_args!("{err}"));
-            return super::BAD_INPUT;
-        }
+    let Some(checkpoint) = super::ok_or_said(super::open_checkpoint(&args.path)) else {
+        return super::BAD_INPUT;
     };
     if let Some(problem) = checkpoint.fatal_problems().first() {
         super::stderr_line(format_args!("{problem}"));
@@ -56,12 +52,8 @@ pub fn main(args: &ConvertArgs) -> u8 {
             }
         },
     );
-    let report = match converted {
-        Ok(report) => report,
-        Err(err) => {
-            super::stderr_line(format_args!("{err}"));
-            return super::BAD_INPUT;
-        }
+    let Some(report) = super::ok_or_said(converted) else {
+        return super::BAD_INPUT;
     };
     let written = super::print_report(args.json.then_some(&report), |mut out| {
         write_text(&args.out, &report, &mut out)

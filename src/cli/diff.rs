@@ -433,12 +433,8 @@ pub fn main(args: &DiffArgs) -> u8 {
     if let Some(name) = &args.tensor {
         return tensor_main(args, name);
     }
-    let report = match run(args, &super::signals::CUT_SHORT) {
-        Ok(report) => report,
-        Err(err) => {
-            super::stderr_line(format_args!("{err}"));
-            return super::BAD_INPUT;
-        }
+    let Some(report) = super::ok_or_said(run(args, &super::signals::CUT_SHORT)) else {
+        return super::BAD_INPUT;
     };
     let json = args.json.then(|| to_json(args, &report));
     let written = super::print_report(json.as_ref(), |mut out| write_text(args, &report, &mut out));

@@ -434,6 +434,14 @@ pub const BAD_INPUT: u8 = 2;
 
 pub use crate::units::stderr_line;
 
+/// `result`'s value; or nothing, its error said on stderr in one line (the
+/// caller then exits with [`BAD_INPUT`]).
+pub fn ok_or_said<T>(result: Result<T, impl std::fmt::Display>) -> Option<T> {
+    result
+        .map_err(|err| stderr_line(format_args!("{err}")))
+        .ok()
+}
+
 /// Ends the process with `code`: a probe folder a recorder thread still
 /// holds (the window closed while recording) is removed first, then the
 /// process exits without C++ static destructors (MLX's CUDA backend

@@ -100,12 +100,8 @@ pub fn main(args: &ReportArgs) -> u8 {
 fn merged(args: &ReportArgs) -> u8 {
     use crate::profile::analysis::journals::{ShownLane, lane_label, merge_journals};
     let shown = args.rank.map_or(ShownLane::Peak, ShownLane::Rank);
-    let journals = match merge_journals(&args.traces, shown) {
-        Ok(journals) => journals,
-        Err(err) => {
-            super::stderr_line(format_args!("{err}"));
-            return super::BAD_INPUT;
-        }
+    let Some(journals) = super::ok_or_said(merge_journals(&args.traces, shown)) else {
+        return super::BAD_INPUT;
     };
     let mut out = std::io::stdout().lock();
     let written = if args.json {

@@ -346,12 +346,8 @@ pub struct TensorArgs {
 pub fn main(args: &TensorArgs) -> u8 {
     let (path, name, repeat) = (args.path.as_path(), args.name.as_str(), args.repeat);
     let json = args.json.then_some(args.cells);
-    let checkpoint = match super::open_checkpoint(path) {
-        Ok(checkpoint) => checkpoint,
-        Err(err) => {
-            super::stderr_line(format_args!("{err}"));
-            return super::BAD_INPUT;
-        }
+    let Some(checkpoint) = super::ok_or_said(super::open_checkpoint(path)) else {
+        return super::BAD_INPUT;
     };
     // A torch pickle that imports what the reader does not understand is
     // said before anything is read (nothing it names is ever called).

@@ -327,12 +327,8 @@ impl WalkReport {
 /// `weightscope walk`: runs it and returns the exit status.
 #[must_use]
 pub fn main(args: &WalkArgs) -> u8 {
-    let outputs = match check_outputs(args) {
-        Ok(outputs) => outputs,
-        Err(err) => {
-            super::stderr_line(format_args!("{err}"));
-            return super::BAD_INPUT;
-        }
+    let Some(outputs) = super::ok_or_said(check_outputs(args)) else {
+        return super::BAD_INPUT;
     };
     // SIGINT, SIGTERM, SIGHUP: the walk stops after the tensor at hand and
     // what it recorded is written and printed.

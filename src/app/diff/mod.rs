@@ -117,20 +117,20 @@ impl DiffPanel {
                 !self.only_differing || c.max_abs_diff != 0.0 || c.nan || c.inf
             })
             .collect();
-        match self.sort {
-            DiffSort::Order => {}
-            DiffSort::Name => self
-                .rows
-                .sort_by(|&a, &b| common[a].name.cmp(&common[b].name)),
-            DiffSort::MaxAbs => self
-                .rows
-                .sort_by(|&a, &b| common[a].max_abs_diff.total_cmp(&common[b].max_abs_diff)),
-            DiffSort::Relative => self
-                .rows
-                .sort_by(|&a, &b| common[a].rel_error.total_cmp(&common[b].rel_error)),
-            DiffSort::Snr => self
-                .rows
-                .sort_by(|&a, &b| common[a].snr_db.total_cmp(&common[b].snr_db)),
+        let figure: fn(&crate::weights::Common) -> f64 = match self.sort {
+            DiffSort::Order => |_| 0.0,
+            DiffSort::Name => {
+                self.rows
+                    .sort_by(|&a, &b| common[a].name.cmp(&common[b].name));
+                |_| 0.0
+            }
+            DiffSort::MaxAbs => |c| c.max_abs_diff,
+            DiffSort::Relative => |c| c.rel_error,
+            DiffSort::Snr => |c| c.snr_db,
+        };
+        if !matches!(self.sort, DiffSort::Order | DiffSort::Name) {
+            self.rows
+                .sort_by(|&a, &b| figure(&common[a]).total_cmp(&figure(&common[b])));
         }
         if self.descending {
             self.rows.reverse();
@@ -263,14 +263,13 @@ impl DiffPanel {
             Shown::new(&a.display().to_string())
         ));
         ui.horizontal_wrapped(|ui| {
-            let label = ui.label("Compare with (B)");
-            let field = ui
-                .add(
-                    egui::TextEdit::singleline(&mut self.other_input)
-                        .hint_text("folder or .safetensors file; Enter runs the diff")
-                        .desired_width(360.0_f32.min(ui.available_width() - 80.0).max(120.0)),
-                )
-                .labelled_by(label.id);
+            let field = crate::app::widgets::labelled_field(
+                ui,
+                "Compare with (B)",
+                &mut self.other_input,
+                "folder or .safetensors file; Enter runs the diff",
+                360.0_f32.min(ui.available_width() - 80.0).max(120.0),
+            );
             if std::mem::take(&mut self.focus_other) {
                 super::widgets::focus_selecting_all(ui, &field, &mut self.other_input, "");
             }
@@ -279,13 +278,13 @@ impl DiffPanel {
             if ui.button("Choose B…").clicked() {
                 commands.send(AppCommand::Dialog(super::Dialog::PickDiffFolder));
             }
-            let label = ui.label("B's view");
-            ui.add(
-                egui::TextEdit::singleline(&mut self.view_input)
-                    .hint_text("auto, identity, qwen3-next, llama-cpp or a view file")
-                    .desired_width(200.0),
-            )
-            .labelled_by(label.id);
+            crate::app::widgets::labelled_field(
+                ui,
+                "B's view",
+                &mut self.view_input,
+                "auto, identity, qwen3-next, llama-cpp or a view file",
+                200.0,
+            );
             if self.job.is_running() {
                 self.job.cancel_button(ui, "Cancel diff", "");
             } else {
@@ -313,11 +312,7 @@ impl DiffPanel {
                 // A small window (800x500): the opened row takes the tab,
                 // the results come back with the button (or Esc), rather
                 // than both squeezed over each other.
-                if ui
-                    .button("Back to the results")
-                    .on_hover_text("Esc")
-                    .clicked()
-                {
+                if crate::app::widgets::explained_button(ui, "Back to the results", "Esc") {
                     self.detail = Detail::Nothing;
                     return;
                 }

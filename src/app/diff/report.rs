@@ -92,10 +92,11 @@ pub(super) fn by_kind_ui(ui: &mut egui::Ui, report: &DiffReport) {
     if kinds.is_empty() {
         return;
     }
-    egui::CollapsingHeader::new(format!("By module kind ({})", kinds.len()))
-        .id_salt("diff-by-kind")
-        .default_open(true)
-        .show(ui, |ui| {
+    crate::app::widgets::open_section(
+        ui,
+        format!("By module kind ({})", kinds.len()),
+        "diff-by-kind",
+        |ui| {
             let modes = report.typical_by_mode();
             ui.label(
                 modes
@@ -130,7 +131,8 @@ pub(super) fn by_kind_ui(ui: &mut egui::Ui, report: &DiffReport) {
                             }
                         });
                 });
-        });
+        },
+    );
 }
 
 /// Largest and mean relative error per numbered layer (tensors outside

@@ -46,28 +46,30 @@ impl ProfilerPanel {
         if lines.is_empty() {
             return;
         }
-        egui::CollapsingHeader::new(format!(
-            "Output of the job (last {} line{})",
-            lines.len(),
-            if lines.len() == 1 { "" } else { "s" }
-        ))
-        .id_salt("job-output")
-        .default_open(true)
-        .show(ui, |ui| {
-            egui::ScrollArea::vertical()
-                .id_salt("job-output-lines")
-                .max_height(140.0)
-                .stick_to_bottom(true)
-                .auto_shrink([false, true])
-                .show(ui, |ui| {
-                    let warn = ui.visuals().warn_fg_color;
-                    for line in lines {
-                        let text =
-                            egui::RichText::new(crate::units::Shown::new(&line.text)).monospace();
-                        ui.label(if line.stderr { text.color(warn) } else { text });
-                    }
-                });
-        });
+        crate::app::widgets::open_section(
+            ui,
+            format!(
+                "Output of the job (last {} line{})",
+                lines.len(),
+                if lines.len() == 1 { "" } else { "s" }
+            ),
+            "job-output",
+            |ui| {
+                egui::ScrollArea::vertical()
+                    .id_salt("job-output-lines")
+                    .max_height(140.0)
+                    .stick_to_bottom(true)
+                    .auto_shrink([false, true])
+                    .show(ui, |ui| {
+                        let warn = ui.visuals().warn_fg_color;
+                        for line in lines {
+                            let text = egui::RichText::new(crate::units::Shown::new(&line.text))
+                                .monospace();
+                            ui.label(if line.stderr { text.color(warn) } else { text });
+                        }
+                    });
+            },
+        );
     }
 
     /// Opens the record form (`attach`: the attach form), unless a
@@ -86,17 +88,11 @@ impl ProfilerPanel {
     pub(super) fn record_buttons_ui(&mut self, ui: &mut egui::Ui) {
         let busy = self.recording.is_some();
         ui.add_enabled_ui(!busy, |ui| {
-            if ui
-                .button("Record a command…")
-                .on_hover_text("Run your own job (a conversion, a script) and record its memory: RSS, open shard files, MLX's counters from inside Python jobs")
-                .clicked()
+            if crate::app::widgets::explained_button(ui, "Record a command…", "Run your own job (a conversion, a script) and record its memory: RSS, open shard files, MLX's counters from inside Python jobs")
             {
                 self.record_form.open(FormKind::Command);
             }
-            if ui
-                .button("Attach to process…")
-                .on_hover_text("Follow a running process and its children from outside")
-                .clicked()
+            if crate::app::widgets::explained_button(ui, "Attach to process…", "Follow a running process and its children from outside")
             {
                 self.record_form.open(FormKind::Attach);
             }
@@ -173,12 +169,7 @@ impl ProfilerPanel {
                 {
                     token.cancel();
                 }
-            } else if ui
-                .button("Run walk")
-                .on_hover_text(
-                    "Materialize every tensor in shard order under the policy (releases everything first)",
-                )
-                .clicked()
+            } else if crate::app::widgets::explained_button(ui, "Run walk", "Materialize every tensor in shard order under the policy (releases everything first)")
             {
                 self.start_walk(inputs);
             }
@@ -211,13 +202,13 @@ impl ProfilerPanel {
 
     pub(super) fn limits_ui(&mut self, ui: &mut egui::Ui, inputs: &ProfilerInputs<'_>) {
         ui.horizontal_wrapped(|ui| {
-            let label = ui.label("MLX memory limit");
-            let field = ui.add(
-                egui::TextEdit::singleline(&mut self.memory_limit_input)
-                    .hint_text(human_bytes(inputs.memory.limit_bytes))
-                    .desired_width(90.0),
+            crate::app::widgets::labelled_field(
+                ui,
+                "MLX memory limit",
+                &mut self.memory_limit_input,
+                human_bytes(inputs.memory.limit_bytes),
+                90.0,
             );
-            field.labelled_by(label.id);
             if ui.button("Set limit").clicked() {
                 match crate::units::parse_size(&self.memory_limit_input) {
                     Some(bytes) if bytes > 0 => {
@@ -228,13 +219,13 @@ impl ProfilerPanel {
                     }
                 }
             }
-            let label = ui.label("MLX cache limit");
-            let field = ui.add(
-                egui::TextEdit::singleline(&mut self.cache_limit_input)
-                    .hint_text("e.g. 1G")
-                    .desired_width(90.0),
+            crate::app::widgets::labelled_field(
+                ui,
+                "MLX cache limit",
+                &mut self.cache_limit_input,
+                "e.g. 1G",
+                90.0,
             );
-            field.labelled_by(label.id);
             if ui.button("Set cache limit").clicked() {
                 match crate::units::parse_size(&self.cache_limit_input) {
                     Some(bytes) => inputs.commands.send(AppCommand::SetCacheLimit(bytes)),

@@ -369,10 +369,7 @@ impl ProfilerPanel {
                 self.message = Some(format!(
                     "recorded `{}`: {}",
                     crate::units::Shown::new(&typed_name(&recording.command)),
-                    recording.exit.map_or_else(
-                        || "detached".to_owned(),
-                        crate::profile::analysis::recording::JobExit::describe
-                    )
+                    recording.ended()
                 ));
                 self.show_recording(Arc::from(recording), trace, live.start_secs);
             }

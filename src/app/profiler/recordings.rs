@@ -124,65 +124,61 @@ impl ProfilerPanel {
         if r.by_stack.is_empty() {
             return;
         }
-        egui::CollapsingHeader::new("Growth by stack (icicle)")
-            .id_salt("record-icicle")
-            .default_open(true)
-            .show(ui, |ui| {
-                ui.horizontal(|ui| {
-                    ui.selectable_value(&mut self.icicle_held, true, "held at the peak");
-                    ui.selectable_value(&mut self.icicle_held, false, "all that grew");
-                });
-                // Each recording shown is a new run.
-                let key = (self.runs, self.icicle_held);
-                if self.icicle.key != Some(key) {
-                    self.icicle = Icicle {
-                        key: Some(key),
-                        roots: icicle_roots(r, self.icicle_held),
-                    };
-                }
-                let roots = &self.icicle.roots;
-                let total: u64 = roots.iter().map(|n| n.bytes).sum();
-                if total == 0 {
-                    ui.label("Nothing held at the peak by a line the probe saw.");
-                    return;
-                }
-                let depth = depth_of(roots).min(ICICLE_DEPTH);
-                #[allow(clippy::cast_precision_loss)] // a count of rows
-                let height = depth as f32 * ICICLE_ROW;
-                let (rect, response) = ui.allocate_exact_size(
-                    egui::vec2(ui.available_width(), height),
-                    egui::Sense::hover(),
-                );
-                let painter = ui.painter_at(rect);
-                let mut boxes = Vec::new();
-                let frames = r.stacks.as_ref().map_or(&[][..], |s| s.frames.as_slice());
-                draw_nodes(
-                    &painter,
-                    roots,
-                    (rect.left(), rect.width()),
-                    rect.top(),
-                    0,
-                    (total, frames),
-                    &mut boxes,
-                );
-                if let Some(pointer) = response.hover_pos()
-                    && let Some((_, frame, bytes)) =
-                        boxes.iter().find(|(b, ..)| b.contains(pointer))
-                {
-                    let text = format!(
-                        "{}\n{} ({:.0} %){}",
-                        crate::units::Shown::new(&frame.label()),
-                        human_bytes(*bytes),
-                        fraction(*bytes, total) * 100.0,
-                        if frame.text.is_empty() {
-                            String::new()
-                        } else {
-                            format!("\n{}", crate::units::Shown::new(&frame.text))
-                        }
-                    );
-                    response.on_hover_text_at_pointer(text);
-                }
+        crate::app::widgets::open_section(ui, "Growth by stack (icicle)", "record-icicle", |ui| {
+            ui.horizontal(|ui| {
+                ui.selectable_value(&mut self.icicle_held, true, "held at the peak");
+                ui.selectable_value(&mut self.icicle_held, false, "all that grew");
             });
+            // Each recording shown is a new run.
+            let key = (self.runs, self.icicle_held);
+            if self.icicle.key != Some(key) {
+                self.icicle = Icicle {
+                    key: Some(key),
+                    roots: icicle_roots(r, self.icicle_held),
+                };
+            }
+            let roots = &self.icicle.roots;
+            let total: u64 = roots.iter().map(|n| n.bytes).sum();
+            if total == 0 {
+                ui.label("Nothing held at the peak by a line the probe saw.");
+                return;
+            }
+            let depth = depth_of(roots).min(ICICLE_DEPTH);
+            #[allow(clippy::cast_precision_loss)] // a count of rows
+            let height = depth as f32 * ICICLE_ROW;
+            let (rect, response) = ui.allocate_exact_size(
+                egui::vec2(ui.available_width(), height),
+                egui::Sense::hover(),
+            );
+            let painter = ui.painter_at(rect);
+            let mut boxes = Vec::new();
+            let frames = r.stacks.as_ref().map_or(&[][..], |s| s.frames.as_slice());
+            draw_nodes(
+                &painter,
+                roots,
+                (rect.left(), rect.width()),
+                rect.top(),
+                0,
+                (total, frames),
+                &mut boxes,
+            );
+            if let Some(pointer) = response.hover_pos()
+                && let Some((_, frame, bytes)) = boxes.iter().find(|(b, ..)| b.contains(pointer))
+            {
+                let text = format!(
+                    "{}\n{} ({:.0} %){}",
+                    crate::units::Shown::new(&frame.label()),
+                    human_bytes(*bytes),
+                    fraction(*bytes, total) * 100.0,
+                    if frame.text.is_empty() {
+                        String::new()
+                    } else {
+                        format!("\n{}", crate::units::Shown::new(&frame.text))
+                    }
+                );
+                response.on_hover_text_at_pointer(text);
+            }
+        });
     }
 
     /// The recordings made or opened since the window opened: show one,
@@ -198,51 +194,47 @@ impl ProfilerPanel {
         let mut compare = None;
         let mut rename: Option<(usize, String)> = None;
         let mut start_rename = None;
-        egui::Grid::new("record-list")
-            .num_columns(4)
-            .striped(true)
-            .show(ui, |ui| {
-                crate::app::widgets::header_row(ui, &["", "", "peak", "job"]);
-                for (i, r) in self.recordings.iter().enumerate() {
-                    let is_shown = shown.is_some_and(|s| Arc::ptr_eq(s, r));
-                    if ui
-                        .add_enabled(!is_shown, egui::Button::new(if is_shown { "shown" } else { "show" }))
-                        .clicked()
-                    {
-                        show = Some(i);
-                    }
-                    let compared = self.compared.as_ref().is_some_and(|(c, _)| *c == i);
-                    let mut on = compared;
-                    ui.add_enabled(!is_shown, egui::Checkbox::new(&mut on, "compare"))
+        crate::app::widgets::titled_grid(ui, "record-list", &["", "", "peak", "job"], |ui| {
+            for (i, r) in self.recordings.iter().enumerate() {
+                let is_shown = shown.is_some_and(|s| Arc::ptr_eq(s, r));
+                if ui
+                    .add_enabled(
+                        !is_shown,
+                        egui::Button::new(if is_shown { "shown" } else { "show" }),
+                    )
+                    .clicked()
+                {
+                    show = Some(i);
+                }
+                let compared = self.compared.as_ref().is_some_and(|(c, _)| *c == i);
+                let mut on = compared;
+                ui.add_enabled(!is_shown, egui::Checkbox::new(&mut on, "compare"))
                         .on_hover_text("Draw it over the shown recording; the difference of their peaks by line below");
-                    if on != compared {
-                        compare = Some(on.then_some(i));
-                    }
-                    let (bytes, what) = peak_of(r);
-                    ui.label(format!("{} {what}", human_bytes(bytes)));
-                    let ended = if r.cut_short {
-                        "cut short".to_owned()
-                    } else {
-                        r.exit.map_or_else(
-                            || "detached".to_owned(),
-                            crate::profile::analysis::recording::JobExit::describe,
-                        )
-                    };
-                    let listed = self.listed.get(i).cloned().unwrap_or_else(|| super::Listed {
+                if on != compared {
+                    compare = Some(on.then_some(i));
+                }
+                let (bytes, what) = peak_of(r);
+                ui.label(format!("{} {what}", human_bytes(bytes)));
+                let ended = r.ended();
+                let listed = self
+                    .listed
+                    .get(i)
+                    .cloned()
+                    .unwrap_or_else(|| super::Listed {
                         name: super::typed_name(&r.command),
                         start_secs: 0.0,
                     });
-                    let (renamed, started) =
-                        name_cell_ui(ui, &mut self.renaming, i, &listed, r, &ended);
-                    if renamed.is_some() {
-                        rename = renamed;
-                    }
-                    if started.is_some() {
-                        start_rename = started;
-                    }
-                    ui.end_row();
+                let (renamed, started) =
+                    name_cell_ui(ui, &mut self.renaming, i, &listed, r, &ended);
+                if renamed.is_some() {
+                    rename = renamed;
                 }
-            });
+                if started.is_some() {
+                    start_rename = started;
+                }
+                ui.end_row();
+            }
+        });
         if let Some(start) = start_rename {
             self.renaming = Some(start);
         }
@@ -365,18 +357,16 @@ fn phases_ui(ui: &mut egui::Ui, r: &Recording) {
     if r.phases.is_empty() {
         return;
     }
-    egui::CollapsingHeader::new("By phase (between the job's marks)")
-        .id_salt("record-phases")
-        .default_open(true)
-        .show(ui, |ui| {
-            egui::Grid::new("record-phases-grid")
-                .num_columns(4)
-                .striped(true)
-                .show(ui, |ui| {
-                    crate::app::widgets::header_row(
-                        ui,
-                        &["from mark", "seconds", "peak / grew", "grew most at"],
-                    );
+    crate::app::widgets::open_section(
+        ui,
+        "By phase (between the job's marks)",
+        "record-phases",
+        |ui| {
+            crate::app::widgets::titled_grid(
+                ui,
+                "record-phases-grid",
+                &["from mark", "seconds", "peak / grew", "grew most at"],
+                |ui| {
                     for p in &r.phases {
                         ui.label(crate::units::Shown::new(&p.mark));
                         ui.label(format!("{:.1}–{:.1}", p.start_secs, p.end_secs));
@@ -397,8 +387,10 @@ fn phases_ui(ui: &mut egui::Ui, r: &Recording) {
                         );
                         ui.end_row();
                     }
-                });
-        });
+                },
+            );
+        },
+    );
 }
 
 fn depth_of(nodes: &[Node]) -> usize {
@@ -485,14 +477,13 @@ fn name_cell_ui(
     match renaming {
         Some((at, typed)) if *at == i => {
             ui.horizontal(|ui| {
-                let label = ui.label("Name");
-                let field = ui
-                    .add(
-                        egui::TextEdit::singleline(typed)
-                            .desired_width(240.0)
-                            .hint_text("a name for this recording"),
-                    )
-                    .labelled_by(label.id);
+                let field = crate::app::widgets::labelled_field(
+                    ui,
+                    "Name",
+                    typed,
+                    "a name for this recording",
+                    240.0,
+                );
                 field.request_focus();
             });
             if ui.input(|input| input.key_pressed(egui::Key::Enter)) {

@@ -122,11 +122,11 @@ impl ProfilerPanel {
                 crate::units::Shown::new(&stacks::describe(&r.peak_stack))
             ));
         }
-        egui::Grid::new("record-lines")
-            .num_columns(4)
-            .striped(true)
-            .show(ui, |ui| {
-                crate::app::widgets::header_row(ui, &["held at peak", "share", "grew", "line"]);
+        crate::app::widgets::titled_grid(
+            ui,
+            "record-lines",
+            &["held at peak", "share", "grew", "line"],
+            |ui| {
                 for line in r.lines.iter().take(12) {
                     ui.label(human_bytes(line.held_at_peak_bytes));
                     ui.label(format!("{:.0} %", line.share * 100.0));
@@ -139,7 +139,8 @@ impl ProfilerPanel {
                     }
                     ui.end_row();
                 }
-            });
+            },
+        );
         ui.separator();
     }
 
@@ -169,13 +170,13 @@ impl ProfilerPanel {
             return;
         };
         ui.horizontal(|ui| {
-            let label = ui.label("Budget");
-            ui.add(
-                egui::TextEdit::singleline(&mut self.budget_input)
-                    .hint_text("e.g. 24G")
-                    .desired_width(80.0),
-            )
-            .labelled_by(label.id);
+            crate::app::widgets::labelled_field(
+                ui,
+                "Budget",
+                &mut self.budget_input,
+                "e.g. 24G",
+                80.0,
+            );
         });
         let budget = crate::units::parse_size(&self.budget_input).filter(|b| *b > 0);
         let report =
@@ -368,14 +369,16 @@ fn recorded_moment_ui(ui: &mut egui::Ui, trace: &Trace, t: f64) {
     };
     // The held-by walk made last by then, when the probe made one.
     if let Some(walk) = stacks.held.iter().rev().find(|w| w.t_secs <= t) {
-        egui::CollapsingHeader::new(format!(
-            "Held by, the walk at {:.2} s (MLX active {})",
-            walk.t_secs,
-            human_bytes(walk.active_bytes)
-        ))
-        .id_salt("record-held-moment")
-        .default_open(true)
-        .show(ui, |ui| held_roots_ui(ui, walk, "record-held-moment-grid"));
+        crate::app::widgets::open_section(
+            ui,
+            format!(
+                "Held by, the walk at {:.2} s (MLX active {})",
+                walk.t_secs,
+                human_bytes(walk.active_bytes)
+            ),
+            "record-held-moment",
+            |ui| held_roots_ui(ui, walk, "record-held-moment-grid"),
+        );
     }
     let Some(stack) = stacks.at(t) else {
         return;
@@ -402,61 +405,55 @@ fn held_roots_ui(ui: &mut egui::Ui, walk: &crate::profile::trace::census::Census
     // A grid's cell has no width of its own to cut to: the root column
     // gets two fifths of the panel.
     let root_chars = crate::app::widgets::monospace_chars(ui, ui.available_width() * 0.4);
-    egui::Grid::new(id)
-        .num_columns(4)
-        .striped(true)
-        .show(ui, |ui| {
-            crate::app::widgets::header_row(ui, &["bytes", "share", "root", "kind, where"]);
-            for root in walk.roots.iter().take(12) {
-                ui.label(human_bytes(root.bytes));
-                let share = if walk.active_bytes > 0 {
-                    100.0 * root.bytes as f64 / walk.active_bytes as f64
-                } else {
-                    0.0
-                };
-                ui.label(format!("{share:.0} %"));
-                let also = if root.also.is_empty() {
-                    String::new()
-                } else {
-                    format!(
-                        "\nalso reaches what {} holds (counted there)",
-                        root.also.join(", ")
-                    )
-                };
-                let hover = format!(
-                    "{}: {} array(s), e.g. {}{also}",
-                    root.root, root.arrays, root.path
-                );
-                // Cut in the middle (`conv.con…` told nothing): the end
-                // of a long name stays.
-                crate::app::widgets::name_label_in(ui, &root.root, true, root_chars)
-                    .on_hover_text(crate::units::Shown::new(&hover));
-                ui.add(
-                    egui::Label::new(format!(
-                        "{}, {}",
-                        root.kind,
-                        crate::units::Shown::new(&root.place())
-                    ))
-                    .truncate(),
-                );
-                ui.end_row();
-            }
-            if walk.unreached_bytes() > 0 {
-                ui.label(human_bytes(walk.unreached_bytes()));
-                ui.label("");
-                ui.label("not reached");
-                ui.label("MLX's graph, or objects the walk does not enter");
-                ui.end_row();
-            }
-            if walk.counted_beyond_active_bytes() > 0 {
-                ui.label(format!("-{}", human_bytes(walk.counted_beyond_active_bytes())));
-                ui.label("");
-                ui.label("counted twice")
+    crate::app::widgets::titled_grid(ui, id, &["bytes", "share", "root", "kind, where"], |ui| {
+        for root in walk.roots.iter().take(12) {
+            ui.label(human_bytes(root.bytes));
+            let share = if walk.active_bytes > 0 {
+                100.0 * root.bytes as f64 / walk.active_bytes as f64
+            } else {
+                0.0
+            };
+            ui.label(format!("{share:.0} %"));
+            let also = root
+                .also_reaches()
+                .map_or_else(String::new, |also| format!("\n{also}"));
+            let hover = format!(
+                "{}: {} array(s), e.g. {}{also}",
+                root.root, root.arrays, root.path
+            );
+            // Cut in the middle (`conv.con…` told nothing): the end
+            // of a long name stays.
+            crate::app::widgets::name_label_in(ui, &root.root, true, root_chars)
+                .on_hover_text(crate::units::Shown::new(&hover));
+            ui.add(
+                egui::Label::new(format!(
+                    "{}, {}",
+                    root.kind,
+                    crate::units::Shown::new(&root.place())
+                ))
+                .truncate(),
+            );
+            ui.end_row();
+        }
+        if walk.unreached_bytes() > 0 {
+            ui.label(human_bytes(walk.unreached_bytes()));
+            ui.label("");
+            ui.label("not reached");
+            ui.label("MLX's graph, or objects the walk does not enter");
+            ui.end_row();
+        }
+        if walk.counted_beyond_active_bytes() > 0 {
+            ui.label(format!(
+                "-{}",
+                human_bytes(walk.counted_beyond_active_bytes())
+            ));
+            ui.label("");
+            ui.label("counted twice")
                     .on_hover_text("Arrays that share a buffer (views, slices) or hold none yet (not evaluated) are counted each by their size: MLX's Python API says neither");
-                ui.label("beyond MLX active: views or arrays not yet evaluated");
-                ui.end_row();
-            }
-        });
+            ui.label("beyond MLX active: views or arrays not yet evaluated");
+            ui.end_row();
+        }
+    });
     // Each root expands to one path from it to one of its arrays.
     egui::CollapsingHeader::new("Paths to the arrays")
         .id_salt(format!("{id}-paths"))
@@ -523,14 +520,7 @@ fn walk_summary_ui(ui: &mut egui::Ui, o: &WalkOutcome) {
 /// The last recording in a few lines: how it ended, its peaks, the files
 /// open at the peak.
 fn record_summary_ui(ui: &mut egui::Ui, r: &Recording) {
-    let ended = if r.cut_short {
-        "cut short (the recorder stopped before the job ended)".to_owned()
-    } else {
-        r.exit.map_or_else(
-            || "detached".to_owned(),
-            crate::profile::analysis::recording::JobExit::describe,
-        )
-    };
+    let ended = r.ended_explained();
     ui.label(format!(
         "`{}`: {ended} after {:.1} s",
         crate::units::Shown::new(&super::typed_name(&r.command)),

@@ -434,11 +434,11 @@ impl ProfilerPanel {
                 replace: false,
             });
         }
-        if ui
-            .button("Export…")
-            .on_hover_text("The same, to a file chosen in a dialog")
-            .clicked()
-        {
+        if crate::app::widgets::explained_button(
+            ui,
+            "Export…",
+            "The same, to a file chosen in a dialog",
+        ) {
             commands.send(AppCommand::Dialog(Dialog::ExportTrace(self.export_format)));
         }
     }
@@ -473,31 +473,15 @@ impl ProfilerPanel {
 
     pub(super) fn trace_controls_ui(&mut self, ui: &mut egui::Ui, commands: &CommandSender) {
         ui.horizontal_wrapped(|ui| {
-            if ui
-                .button("Save trace…")
-                .on_hover_text(
-                    "The last walk (or the whole session before any walk), as JSON or CSV",
-                )
-                .clicked()
+            if crate::app::widgets::explained_button(ui, "Save trace…", "The last walk (or the whole session before any walk), as JSON or CSV")
             {
                 commands.send(AppCommand::Dialog(Dialog::SaveTrace));
             }
-            if ui
-                .button("Open traces…")
-                .on_hover_text(
-                    "A walk's trace (from the app or `weightscope walk --csv/--trace`) is overlaid; a recording (`weightscope record --trace`, a journal cut short included) opens as a run: its lines, stacks, findings. Several journals of one job's ranks (one per host) open merged: aligned by their collectives, each rank overlaid, the peak, stragglers and ranks left waiting said",
-                )
-                .clicked()
+            if crate::app::widgets::explained_button(ui, "Open traces…", "A walk's trace (from the app or `weightscope walk --csv/--trace`) is overlaid; a recording (`weightscope record --trace`, a journal cut short included) opens as a run: its lines, stacks, findings. Several journals of one job's ranks (one per host) open merged: aligned by their collectives, each rank overlaid, the peak, stragglers and ranks left waiting said")
             {
                 commands.send(AppCommand::Dialog(Dialog::OpenTrace));
             }
-            let label = ui.label("Trace path");
-            let field = ui.add(
-                egui::TextEdit::singleline(&mut self.trace_path_input)
-                    .hint_text("/tmp/walk.json or .csv")
-                    .desired_width(260.0),
-            );
-            field.labelled_by(label.id);
+            crate::app::widgets::labelled_field(ui, "Trace path", &mut self.trace_path_input, "/tmp/walk.json or .csv", 260.0);
             let path = PathBuf::from(self.trace_path_input.trim());
             let has_path = !self.trace_path_input.trim().is_empty();
             if ui
@@ -510,10 +494,7 @@ impl ProfilerPanel {
                 });
             }
             if let Some(existing) = self.confirm_overwrite.clone() {
-                if ui
-                    .button("Replace")
-                    .on_hover_text("Write the trace over the existing file")
-                    .clicked()
+                if crate::app::widgets::explained_button(ui, "Replace", "Write the trace over the existing file")
                 {
                     commands.send(AppCommand::SaveTrace {
                         path: existing,

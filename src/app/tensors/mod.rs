@@ -605,13 +605,7 @@ impl TensorsPanel {
         let focus_filter = super::widgets::shortcut_with_typing(ui.ctx(), egui::Key::F);
         let mut action = None;
         ui.horizontal_wrapped(|ui| {
-            let label = ui.label("Filter");
-            let edit = ui.add(
-                egui::TextEdit::singleline(&mut self.filter)
-                    .hint_text("part of the name")
-                    .desired_width(200.0_f32.min(ui.available_width() - 60.0).max(80.0)),
-            );
-            let edit = edit.labelled_by(label.id);
+            let edit = crate::app::widgets::labelled_field(ui, "Filter", &mut self.filter, "part of the name", 200.0_f32.min(ui.available_width() - 60.0).max(80.0));
             let mut changed = edit.changed();
             if let Some(typed) = &focus_filter {
                 changed |= super::widgets::focus_selecting_all(ui, &edit, &mut self.filter, typed);

@@ -292,28 +292,26 @@ impl WeightscopeApp {
         ui.horizontal_wrapped(|ui| {
             ui.strong("weightscope");
             ui.separator();
-            if ui
-                .button("Open checkpoint…")
-                .on_hover_text("Choose a model folder")
-                .clicked()
-            {
+            if crate::app::widgets::explained_button(
+                ui,
+                "Open checkpoint…",
+                "Choose a model folder",
+            ) {
                 self.commands.send(AppCommand::Dialog(Dialog::PickFolder));
             }
-            if ui
-                .button("Open file…")
-                .on_hover_text("Choose one .safetensors file")
-                .clicked()
-            {
+            if crate::app::widgets::explained_button(
+                ui,
+                "Open file…",
+                "Choose one .safetensors file",
+            ) {
                 self.commands.send(AppCommand::Dialog(Dialog::PickFile));
             }
-            if ui
-                .button("Open Hub repo…")
-                .on_hover_text(
-                    "Read a Hugging Face repo's headers without downloading it: \
+            if crate::app::widgets::explained_button(
+                ui,
+                "Open Hub repo…",
+                "Read a Hugging Face repo's headers without downloading it: \
                      hf://ORG/REPO[@REVISION][/FOLDER] in the path field",
-                )
-                .clicked()
-            {
+            ) {
                 self.commands.send(AppCommand::FocusPath("hf://".into()));
             }
             let mut chosen = None;
@@ -421,13 +419,7 @@ impl WeightscopeApp {
                 .on_hover_text(
                     "How stored names map to the names a model graph asks for; changing it reopens the checkpoint",
                 );
-            let file_label = ui.label("View file");
-            let field = ui.add(
-                egui::TextEdit::singleline(&mut self.view_file_input)
-                    .hint_text("view.json (rename, drop, fixup rules)")
-                    .desired_width(260.0),
-            );
-            field.labelled_by(file_label.id);
+            crate::app::widgets::labelled_field(ui, "View file", &mut self.view_file_input, "view.json (rename, drop, fixup rules)", 260.0);
             if ui.button("Use view file").clicked() {
                 chosen = Some(ViewChoice::File(PathBuf::from(self.view_file_input.trim())));
             }

@@ -94,12 +94,8 @@ pub fn main(args: &InspectArgs) -> u8 {
         }
         return super::gguf::main(path, json);
     }
-    let checkpoint = match super::open_checkpoint(path) {
-        Ok(checkpoint) => checkpoint,
-        Err(err) => {
-            super::stderr_line(format_args!("{err}"));
-            return super::BAD_INPUT;
-        }
+    let Some(checkpoint) = super::ok_or_said(super::open_checkpoint(path)) else {
+        return super::BAD_INPUT;
     };
     let fatal = checkpoint.fatal_problems();
     if !fatal.is_empty() {

@@ -214,12 +214,8 @@ pub fn save(
 /// Runs and records the job; exits with its status.
 #[must_use]
 pub fn main(args: &RecordArgs) -> u8 {
-    let outputs = match check_outputs(args) {
-        Ok(outputs) => outputs,
-        Err(err) => {
-            super::stderr_line(format_args!("{err}"));
-            return super::BAD_INPUT;
-        }
+    let Some(outputs) = super::ok_or_said(check_outputs(args)) else {
+        return super::BAD_INPUT;
     };
     let control = crate::profile::capture::RecordControl::new();
     // Ctrl+C, SIGTERM, SIGHUP to weightscope: passed on to the job's
@@ -230,12 +226,8 @@ pub fn main(args: &RecordArgs) -> u8 {
     if let Err(err) = super::signals::watch(false, move |signal| forward.forward(signal)) {
         super::stderr_line(format_args!("cannot catch termination signals: {err}"));
     }
-    let journal = match open_journal(args) {
-        Ok(journal) => journal,
-        Err(err) => {
-            super::stderr_line(format_args!("{err}"));
-            return super::BAD_INPUT;
-        }
+    let Some(journal) = super::ok_or_said(open_journal(args)) else {
+        return super::BAD_INPUT;
     };
     let (recording, journal) = match run(args, &control, journal) {
         Ok(done) => done,

@@ -27,11 +27,7 @@ fn peak_rss_line(r: &Recording) -> String {
 /// # Errors
 /// When writing fails.
 pub fn write_summary(r: &Recording, out: &mut dyn Write) -> std::io::Result<()> {
-    let ended = match r.exit {
-        Some(exit) => exit.describe(),
-        None if r.cut_short => "cut short (the recorder stopped before the job ended)".to_owned(),
-        None => "detached".to_owned(),
-    };
+    let ended = r.ended_explained();
     writeln!(
         out,
         "recorded `{}` (pid {}): {ended} after {:.1} s, {} samples",
@@ -221,14 +217,9 @@ fn write_held(r: &Recording, out: &mut dyn Write) -> std::io::Result<()> {
         } else {
             format!(" e.g. {}", root.path)
         };
-        let also = if root.also.is_empty() {
-            String::new()
-        } else {
-            format!(
-                "; also reaches what {} holds (counted there)",
-                root.also.join(", ")
-            )
-        };
+        let also = root
+            .also_reaches()
+            .map_or_else(String::new, |also| format!("; {also}"));
         writeln!(
             out,
             "    {:>10}  {} ({}, {}; {} array{}{also}){example}",

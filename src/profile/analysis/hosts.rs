@@ -319,12 +319,7 @@ fn lane(
         .map(|s| (memory_of(s, mlx), s.at))
         .max_by_key(|p| p.0)
         .unwrap_or((0, 0.0));
-    let ended = if r.cut_short {
-        "cut short".to_owned()
-    } else {
-        r.exit
-            .map_or_else(|| "detached".to_owned(), JobExit::describe)
-    };
+    let ended = r.ended();
     let end_local = lane_end(r);
     Lane {
         file: file.to_owned(),

@@ -16,6 +16,29 @@ use crate::profile::trace::stacks::TraceStacks;
 use crate::profile::trace::{JobInfo, Trace, resident_at};
 
 impl Recording {
+    /// How the job ended: "exit 3", "signal 9 (SIGKILL)", "cut short" (the
+    /// recorder stopped before it ended) or "detached" (a process followed
+    /// from outside, let go before it exited).
+    #[must_use]
+    pub fn ended(&self) -> String {
+        match self.exit {
+            Some(exit) => exit.describe(),
+            None if self.cut_short => "cut short".to_owned(),
+            None => "detached".to_owned(),
+        }
+    }
+
+    /// [`Recording::ended`], with what "cut short" means.
+    #[must_use]
+    pub fn ended_explained(&self) -> String {
+        let ended = self.ended();
+        if self.exit.is_none() && self.cut_short {
+            format!("{ended} (the recorder stopped before the job ended)")
+        } else {
+            ended
+        }
+    }
+
     /// How long it recorded, in seconds (whatever clock its times are on).
     #[must_use]
     pub fn duration_secs(&self) -> f64 {

@@ -59,6 +59,17 @@ impl HeldRoot {
             _ => format!("{what} in {}, {file}:{}", self.function, self.line),
         }
     }
+
+    /// "also reaches what `x`, `y` hold (counted there)", when it does.
+    #[must_use]
+    pub fn also_reaches(&self) -> Option<String> {
+        (!self.also.is_empty()).then(|| {
+            format!(
+                "also reaches what {} holds (counted there)",
+                self.also.join(", ")
+            )
+        })
+    }
 }
 
 fn article(word: &str) -> &'static str {
