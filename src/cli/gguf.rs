@@ -257,12 +257,8 @@ fn write_mlx_verdict(
 /// what `mx.load` does with it).
 #[derive(serde::Serialize)]
 struct Report<'a> {
-    format: &'static str,
-    path: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    commit: Option<&'a str>,
-    layout: &'static str,
-    model_type: Option<&'a str>,
+    #[serde(flatten)]
+    opening: super::inspect::JsonOpening<'a>,
     shards: [Shard<'a>; 1],
     tensor_count: usize,
     total_bytes: u64,
@@ -368,11 +364,13 @@ fn to_json<'a>(place: &Place<'a>, file: &'a str, header: &'a GgufHeader) -> Repo
         _ => None,
     });
     Report {
-        format: "gguf",
-        path: crate::units::location_data(&place.path.to_string_lossy()),
-        commit: place.commit,
-        layout: "file",
-        model_type,
+        opening: super::inspect::JsonOpening {
+            format: "gguf",
+            path: crate::units::location_data(&place.path.to_string_lossy()),
+            commit: place.commit,
+            layout: "file",
+            model_type,
+        },
         shards: [Shard {
             file,
             bytes: place.file_bytes,

@@ -81,12 +81,7 @@ impl std::io::Read for RangeReader<'_> {
 
 impl std::io::Seek for RangeReader<'_> {
     fn seek(&mut self, to: std::io::SeekFrom) -> std::io::Result<u64> {
-        let at = match to {
-            std::io::SeekFrom::Start(n) => Some(n),
-            std::io::SeekFrom::Current(d) => self.pos.checked_add_signed(d),
-            std::io::SeekFrom::End(d) => self.total.and_then(|t| t.checked_add_signed(d)),
-        };
-        self.pos = at.ok_or_else(|| std::io::Error::other("seek out of the file"))?;
+        self.pos = crate::checkpoint::pytorch::sought(self.pos, self.total, to)?;
         Ok(self.pos)
     }
 }

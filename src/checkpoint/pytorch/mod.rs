@@ -16,6 +16,7 @@ pub mod verdict;
 mod legacy;
 mod listing;
 mod source;
+pub(crate) use source::sought;
 mod strided;
 mod zipped;
 

@@ -108,12 +108,22 @@ impl std::io::Read for SourceReader<'_> {
 
 impl std::io::Seek for SourceReader<'_> {
     fn seek(&mut self, to: std::io::SeekFrom) -> std::io::Result<u64> {
-        let at = match to {
-            std::io::SeekFrom::Start(n) => Some(n),
-            std::io::SeekFrom::Current(d) => self.pos.checked_add_signed(d),
-            std::io::SeekFrom::End(d) => self.size.checked_add_signed(d),
-        };
-        self.pos = at.ok_or_else(|| std::io::Error::other("seek out of the file"))?;
+        self.pos = sought(self.pos, Some(self.size), to)?;
         Ok(self.pos)
     }
+}
+
+/// Where a seek `to` from `pos` lands in a reader of `size` bytes (none:
+/// not known yet, so no seek from the end); an error for a place before
+/// the start or past what a position can hold.
+///
+/// # Errors
+/// As said.
+pub(crate) fn sought(pos: u64, size: Option<u64>, to: std::io::SeekFrom) -> std::io::Result<u64> {
+    match to {
+        std::io::SeekFrom::Start(n) => Some(n),
+        std::io::SeekFrom::Current(d) => pos.checked_add_signed(d),
+        std::io::SeekFrom::End(d) => size.and_then(|size| size.checked_add_signed(d)),
+    }
+    .ok_or_else(|| std::io::Error::other("seek out of the file"))
 }

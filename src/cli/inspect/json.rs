@@ -5,10 +5,27 @@ use std::io::{self, Write};
 
 use serde::Serialize;
 
-use crate::checkpoint::{Checkpoint, Layout, Summary};
+use crate::checkpoint::{Checkpoint, Layout};
 
-use super::Kept;
+use super::HeaderReport;
 use super::tensor_list::{roles, write_tensor_list};
+
+/// The keys `inspect --json` opens with in every format: what was read,
+/// where, and the model's type.
+#[derive(Serialize)]
+pub(in crate::cli) struct JsonOpening<'a> {
+    /// `safetensors`, `pytorch` or `gguf`.
+    pub format: &'static str,
+    /// The folder, file or Hub address read (credentials masked).
+    pub path: String,
+    /// The Hub commit the files were read at (a Hub repo only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub commit: Option<&'a str>,
+    /// `indexed`, `folder` or `file`: how the files are laid out.
+    pub layout: &'static str,
+    /// `config.json`'s `model_type` (GGUF: `general.architecture`).
+    pub model_type: Option<&'a str>,
+}
 
 #[derive(Serialize)]
 struct JsonShard<'a> {
@@ -77,13 +94,8 @@ struct JsonLayer {
 struct JsonInspect<'a> {
     /// `safetensors` here; `gguf` from `super::gguf` (one schema for both:
     /// `docs/inspect.schema.json`).
-    format: &'static str,
-    path: String,
-    /// The Hub commit the files were read at (a Hub repo only).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    commit: Option<&'a str>,
-    layout: &'static str,
-    model_type: Option<&'a str>,
+    #[serde(flatten)]
+    opening: JsonOpening<'a>,
     shards: Vec<JsonShard<'a>>,
     tensor_count: usize,
     total_bytes: u64,
@@ -181,18 +193,35 @@ pub(super) fn layout_name(layout: &Layout) -> &'static str {
     }
 }
 
+/// The opening keys of a safetensors or PyTorch checkpoint's report.
+fn opening(checkpoint: &Checkpoint) -> JsonOpening<'_> {
+    JsonOpening {
+        format: if checkpoint.is_torch() {
+            "pytorch"
+        } else {
+            "safetensors"
+        },
+        path: crate::units::location_data(&checkpoint.root().to_string_lossy()),
+        commit: checkpoint
+            .remote()
+            .and_then(crate::checkpoint::ByteSource::commit),
+        layout: layout_name(checkpoint.layout()),
+        model_type: checkpoint.config().and_then(|c| c.model_type.as_deref()),
+    }
+}
+
 /// Writes the JSON summary of `checkpoint` to `out`, listing only the
 /// tensors `kept` keeps when given (the figures are the whole checkpoint's),
 /// with `filter` saying so.
 ///
 /// # Errors
 /// When writing fails.
-pub fn write_json(
-    checkpoint: &Checkpoint,
-    summary: &Summary,
-    kept: Option<&Kept>,
-    out: &mut impl Write,
-) -> io::Result<()> {
+pub fn write_json(report: HeaderReport<'_>, out: &mut impl Write) -> io::Result<()> {
+    let HeaderReport {
+        checkpoint,
+        summary,
+        kept,
+    } = report;
     let shards = checkpoint.shards();
     let quantization = summary.quantization.as_ref().map(|q| JsonQuantization {
         recipe: json_recipe(q.recipe()),
@@ -211,17 +240,7 @@ pub fn write_json(
         inferred: q.tensors.iter().any(|t| t.inferred),
     });
     let doc = JsonInspect {
-        format: if checkpoint.is_torch() {
-            "pytorch"
-        } else {
-            "safetensors"
-        },
-        path: crate::units::location_data(&checkpoint.root().to_string_lossy()),
-        commit: checkpoint
-            .remote()
-            .and_then(crate::checkpoint::ByteSource::commit),
-        layout: layout_name(checkpoint.layout()),
-        model_type: checkpoint.config().and_then(|c| c.model_type.as_deref()),
+        opening: opening(checkpoint),
         shards: shards
             .iter()
             .map(|s| JsonShard {

@@ -6,11 +6,24 @@ mod json;
 mod tensor_list;
 mod text;
 
+pub(super) use json::JsonOpening;
 pub use json::write_json;
 pub use text::write_text;
 
 use crate::checkpoint::{Checkpoint, Summary};
 use crate::units::Shown;
+
+/// What `inspect` writes: a checkpoint, its summary and, with a filter,
+/// the tensors the filter keeps (the figures stay the whole checkpoint's).
+#[derive(Clone, Copy)]
+pub struct HeaderReport<'a> {
+    /// The checkpoint.
+    pub checkpoint: &'a Checkpoint,
+    /// Its summary.
+    pub summary: &'a Summary,
+    /// The tensors listed, when a filter chose them.
+    pub kept: Option<&'a Kept>,
+}
 
 /// The tensors `inspect --filter` lists: its text and, by position,
 /// whether each is kept.
@@ -136,12 +149,16 @@ pub fn main(args: &InspectArgs) -> u8 {
         },
     };
     let mut out = super::big_output();
+    let report = HeaderReport {
+        checkpoint: &checkpoint,
+        summary: &summary,
+        kept: kept.as_ref(),
+    };
     let written = if json {
-        write_json(&checkpoint, &summary, kept.as_ref(), &mut out)
+        write_json(report, &mut out)
     } else {
         let mut shown = crate::units::ShownLines::new(&mut out);
-        write_text(&checkpoint, &summary, kept.as_ref(), &mut shown)
-            .and_then(|()| shown.finish().map(drop))
+        write_text(report, &mut shown).and_then(|()| shown.finish().map(drop))
     };
     let flushed = written.and_then(|()| std::io::Write::flush(&mut out));
     super::output_status(flushed).map_or_else(|code| code, |()| 0)

@@ -438,7 +438,15 @@ mod tests {
             "{vouched:?}"
         );
         let mut out = Vec::new();
-        write_json(&checkpoint, &checkpoint.summary(), None, &mut out).expect("write");
+        write_json(
+            crate::cli::inspect::HeaderReport {
+                checkpoint: &checkpoint,
+                summary: &checkpoint.summary(),
+                kept: None,
+            },
+            &mut out,
+        )
+        .expect("write");
         let doc: serde_json::Value = serde_json::from_slice(&out).expect("JSON");
         let mut names: Vec<&str> = doc["tensors"]
             .as_array()
@@ -472,7 +480,15 @@ mod tests {
         let checkpoint = Checkpoint::open(dir.path()).expect("open");
         let summary = checkpoint.summary();
         let mut ours = Vec::new();
-        write_text(&checkpoint, &summary, None, &mut ours).expect("write");
+        write_text(
+            crate::cli::inspect::HeaderReport {
+                checkpoint: &checkpoint,
+                summary: &summary,
+                kept: None,
+            },
+            &mut ours,
+        )
+        .expect("write");
         let ours = String::from_utf8(ours).expect("text");
         let rows: Vec<&str> = ours
             .lines()

@@ -5,7 +5,7 @@ use std::io::{self, Write};
 use crate::checkpoint::{Checkpoint, Summary};
 use crate::units::{Shown, grouped, human_bytes, short_count, write_human_bytes};
 
-use super::Kept;
+use super::HeaderReport;
 use super::json::layout_name;
 
 /// Writes the human summary and tables of `checkpoint` to `out`, with only
@@ -13,12 +13,12 @@ use super::json::layout_name;
 ///
 /// # Errors
 /// When writing fails.
-pub fn write_text(
-    checkpoint: &Checkpoint,
-    summary: &Summary,
-    kept: Option<&Kept>,
-    out: &mut impl Write,
-) -> io::Result<()> {
+pub fn write_text(report: HeaderReport<'_>, out: &mut impl Write) -> io::Result<()> {
+    let HeaderReport {
+        checkpoint,
+        summary,
+        kept,
+    } = report;
     let shards = checkpoint.shards();
     writeln!(out, "checkpoint   {}", Shown::path(checkpoint.root()))?;
     if let Some(commit) = checkpoint
