@@ -70,9 +70,7 @@ pub fn check_gguf(header: &super::gguf::GgufHeader) -> Vec<Finding> {
     use super::gguf::MlxLoad;
     let mut findings = Vec::new();
     if let Some(t) = header.refused_by() {
-        let kind = t
-            .ggml_type()
-            .map_or_else(|| format!("type {}", t.type_id), |g| g.name.to_owned());
+        let kind = t.type_name();
         findings.push(
             finding(
                 "gguf.mlx-refuses",

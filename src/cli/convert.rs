@@ -30,16 +30,11 @@ pub fn main(args: &ConvertArgs) -> u8 {
         super::stderr_line(format_args!("{problem}"));
         return super::BAD_INPUT;
     }
-    if let Some((_, flagged)) = checkpoint.torch_verdict() {
-        for g in flagged {
-            super::stderr_line(format_args!(
-                "warning: the pickle imports `{}` ({}): never called; only its tensors are converted: {}",
-                Shown::new(&g.global),
-                g.safety.name(),
-                Shown::path(&args.path)
-            ));
-        }
-    }
+    super::warn_of_imports(
+        &checkpoint,
+        "never called; only its tensors are converted",
+        &args.path,
+    );
     let terminal = std::io::stderr().is_terminal();
     let converted = crate::checkpoint::convert::to_safetensors(
         &checkpoint,

@@ -53,8 +53,7 @@ fn by_type(header: &GgufHeader) -> Vec<TypeRow> {
 }
 
 fn type_name(row: &TypeRow) -> String {
-    row.ggml
-        .map_or_else(|| format!("type {}", row.type_id), |g| g.name.to_owned())
+    crate::checkpoint::gguf::type_name(row.type_id)
 }
 
 fn mlx_of(row: &TypeRow) -> Option<MlxLoad> {
@@ -163,9 +162,7 @@ pub fn write_text(path: &Path, header: &GgufHeader, out: &mut impl Write) -> std
         "tensors (row-major shapes, as numpy and MLX show them):"
     )?;
     for t in &header.tensors {
-        let name = t
-            .ggml_type()
-            .map_or_else(|| format!("type {}", t.type_id), |g| g.name.to_owned());
+        let name = t.type_name();
         writeln!(
             out,
             "  {}  {name}  {:?}  {}  at byte {}",
@@ -185,9 +182,7 @@ fn write_mlx_verdict(
     out: &mut impl Write,
 ) -> std::io::Result<()> {
     if let Some(t) = header.refused_by() {
-        let name = t
-            .ggml_type()
-            .map_or_else(|| format!("type {}", t.type_id), |g| g.name.to_owned());
+        let name = t.type_name();
         writeln!(
             out,
             "mx.load (MLX 0.32.2) refuses this file: tensor `{}` is {name} (\"[load_gguf] gguf_tensor_to_f16 failed\")",
@@ -415,7 +410,7 @@ fn tensor<'a>(t: &'a crate::checkpoint::gguf::GgufTensor, file: &'a str) -> Tens
     let ggml = t.ggml_type();
     Tensor {
         name: &t.name,
-        dtype: ggml.map_or_else(|| format!("type {}", t.type_id), |g| g.name.to_owned()),
+        dtype: t.type_name(),
         shape: &t.shape,
         bytes: t.bytes,
         shard: file,

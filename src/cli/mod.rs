@@ -434,6 +434,25 @@ pub const BAD_INPUT: u8 = 2;
 
 pub use crate::units::stderr_line;
 
+/// A warning line on stderr for each global a torch pickle imports that
+/// the reader does not vouch for, with what became of it (`fate`).
+pub fn warn_of_imports(
+    checkpoint: &crate::checkpoint::Checkpoint,
+    fate: &str,
+    path: &std::path::Path,
+) {
+    if let Some((_, flagged)) = checkpoint.torch_verdict() {
+        for g in flagged {
+            stderr_line(format_args!(
+                "warning: the pickle imports `{}` ({}): {fate}: {}",
+                crate::units::Shown::new(&g.global),
+                g.safety.name(),
+                crate::units::Shown::path(path)
+            ));
+        }
+    }
+}
+
 /// `result`'s value; or nothing, its error said on stderr in one line (the
 /// caller then exits with [`BAD_INPUT`]).
 pub fn ok_or_said<T>(result: Result<T, impl std::fmt::Display>) -> Option<T> {

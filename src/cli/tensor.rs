@@ -351,16 +351,11 @@ pub fn main(args: &TensorArgs) -> u8 {
     };
     // A torch pickle that imports what the reader does not understand is
     // said before anything is read (nothing it names is ever called).
-    if let Some((_, flagged)) = checkpoint.torch_verdict() {
-        for g in flagged {
-            super::stderr_line(format_args!(
-                "warning: the pickle imports `{}` ({}): torch.load would call it; it was not called here: {}",
-                crate::units::Shown::new(&g.global),
-                g.safety.name(),
-                crate::units::Shown::path(path)
-            ));
-        }
-    }
+    super::warn_of_imports(
+        &checkpoint,
+        "torch.load would call it; it was not called here",
+        path,
+    );
     // A bad shard elsewhere does not stop reading a tensor from a good one.
     if checkpoint.tensor(name).is_none() {
         let problems = checkpoint.fatal_problems();

@@ -116,54 +116,40 @@ fn plan(remote: &Remote, root: &Path) -> Result<Plan, CheckpointError> {
         .collect();
     children.sort_unstable();
     let config = children.contains(&"config.json");
-    if let Some(index) = children
-        .iter()
-        .find(|f| f.ends_with(".safetensors.index.json"))
-    {
-        return Ok(Plan {
-            layout: PlanLayout::Indexed((*index).to_owned()),
-            folder,
-            config,
-            torch: false,
-        });
-    }
-    let shards: Vec<String> = children
-        .iter()
-        .filter(|f| f.ends_with(".safetensors"))
-        .map(|f| (*f).to_owned())
-        .collect();
-    if !shards.is_empty() {
-        return Ok(Plan {
-            folder,
-            layout: PlanLayout::Folder(shards),
-            config,
-            torch: false,
-        });
-    }
-    // A repo with only PyTorch files: their index, else each file.
-    if let Some(index) = children.iter().find(|f| f.ends_with(".bin.index.json")) {
-        return Ok(Plan {
-            layout: PlanLayout::Indexed((*index).to_owned()),
-            folder,
-            config,
-            torch: true,
-        });
-    }
-    let torch_files: Vec<String> = children
-        .iter()
-        .filter(|f| is_torch_name(f))
-        .map(|f| (*f).to_owned())
-        .collect();
-    if !torch_files.is_empty() {
+    // Safetensors first: the index, else each file; then a repo with only
+    // PyTorch files likewise.
+    let formats: [(bool, &str, FileRule); 2] = [
+        (false, ".safetensors.index.json", |f| {
+            f.ends_with(".safetensors")
+        }),
+        (true, ".bin.index.json", is_torch_name),
+    ];
+    for (torch, index_ending, is_file) in formats {
+        let layout = if let Some(index) = children.iter().find(|f| f.ends_with(index_ending)) {
+            PlanLayout::Indexed((*index).to_owned())
+        } else {
+            let files: Vec<String> = children
+                .iter()
+                .filter(|f| is_file(f))
+                .map(|f| (*f).to_owned())
+                .collect();
+            if files.is_empty() {
+                continue;
+            }
+            PlanLayout::Folder(files)
+        };
         return Ok(Plan {
             folder,
-            layout: PlanLayout::Folder(torch_files),
+            layout,
             config,
-            torch: true,
+            torch,
         });
     }
     Err(nothing_to_open(remote, &children, &prefix, root))
 }
+
+/// Whether a file's name is one of a format's files.
+type FileRule = fn(&str) -> bool;
 
 /// Why a repo folder holds no safetensors checkpoint, with what to type.
 fn nothing_to_open(

@@ -91,11 +91,23 @@ pub struct GgufTensor {
     pub bytes: u64,
 }
 
+/// The name of ggml type `type_id` (`Q4_K`), or `type N` for one not known.
+#[must_use]
+pub fn type_name(type_id: u32) -> String {
+    GgmlType::from_id(type_id).map_or_else(|| format!("type {type_id}"), |g| g.name.to_owned())
+}
+
 impl GgufTensor {
     /// Its type's traits, when the type is known.
     #[must_use]
     pub fn ggml_type(&self) -> Option<GgmlType> {
         GgmlType::from_id(self.type_id)
+    }
+
+    /// Its type's name (`Q4_K`), or `type N` for a type id not known.
+    #[must_use]
+    pub fn type_name(&self) -> String {
+        type_name(self.type_id)
     }
 
     /// Its logical values (parameters).

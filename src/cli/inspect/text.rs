@@ -14,11 +14,7 @@ use super::json::layout_name;
 /// # Errors
 /// When writing fails.
 pub fn write_text(report: HeaderReport<'_>, out: &mut impl Write) -> io::Result<()> {
-    let HeaderReport {
-        checkpoint,
-        summary,
-        kept,
-    } = report;
+    let (checkpoint, summary) = (report.checkpoint, report.summary);
     let shards = checkpoint.shards();
     writeln!(out, "checkpoint   {}", Shown::path(checkpoint.root()))?;
     if let Some(commit) = checkpoint
@@ -91,7 +87,7 @@ pub fn write_text(report: HeaderReport<'_>, out: &mut impl Write) -> io::Result<
 
     write_layers(summary, out)?;
     writeln!(out)?;
-    if let Some(k) = kept {
+    if let Some(k) = report.kept {
         writeln!(
             out,
             "filter       {}: {} of {} tensors",
@@ -100,7 +96,7 @@ pub fn write_text(report: HeaderReport<'_>, out: &mut impl Write) -> io::Result<
             k.keep.len()
         )?;
     }
-    write_tensor_rows(checkpoint, kept.map(|k| k.keep.as_slice()), out)
+    write_tensor_rows(checkpoint, report.kept.map(|k| k.keep.as_slice()), out)
 }
 
 /// The per-layer table: parameters, bytes, bits per weight, and how the

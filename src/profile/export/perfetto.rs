@@ -81,6 +81,11 @@ pub fn write_perfetto(lanes: &[Lane], out: &mut dyn Write) -> Result<(), ExportE
     Ok(())
 }
 
+/// The name shown for thread `tid` of process `pid`.
+fn thread_name(pid: usize, tid: u32, name: &str) -> Event<'static> {
+    meta(pid, tid, "thread_name", json!({ "name": name }))
+}
+
 fn meta(pid: usize, tid: u32, name: &'static str, args: Value) -> Event<'static> {
     Event {
         name: name.to_owned(),
@@ -137,12 +142,7 @@ fn lane_events(pid: usize, lane: &Lane, events: &mut Events<'_>) -> Result<(), E
         "process_sort_index",
         json!({ "sort_index": pid }),
     ))?;
-    events.push(&meta(
-        pid,
-        MEMORY_TID,
-        "thread_name",
-        json!({ "name": "memory" }),
-    ))?;
+    events.push(&thread_name(pid, MEMORY_TID, "memory"))?;
     for s in lane.samples() {
         let at = t0 + s.at;
         events.push(&counter(pid, at, "RSS".into(), s.process.rss_bytes))?;
@@ -210,12 +210,7 @@ fn lane_events(pid: usize, lane: &Lane, events: &mut Events<'_>) -> Result<(), E
 /// start to its release (or its last tensor's end).
 fn walk_spans(pid: usize, lane: &Lane, events: &mut Events<'_>) -> Result<(), ExportError> {
     let t0 = lane.offset_secs;
-    events.push(&meta(
-        pid,
-        WALK_TID,
-        "thread_name",
-        json!({ "name": "walk" }),
-    ))?;
+    events.push(&thread_name(pid, WALK_TID, "walk"))?;
     let span = |name: String, from: f64, to: f64, cat: &'static str, args: Value| Event {
         name,
         ph: "X",
@@ -280,12 +275,7 @@ fn walk_spans(pid: usize, lane: &Lane, events: &mut Events<'_>) -> Result<(), Ex
 fn census_events(pid: usize, lane: &Lane, events: &mut Events<'_>) -> Result<(), ExportError> {
     let t0 = lane.offset_secs;
     if !lane.censuses().is_empty() {
-        events.push(&meta(
-            pid,
-            PROBE_TID,
-            "thread_name",
-            json!({ "name": "probe" }),
-        ))?;
+        events.push(&thread_name(pid, PROBE_TID, "probe"))?;
     }
     for c in lane.censuses() {
         let secs = c.millis / 1e3;

@@ -291,6 +291,26 @@ pub struct Stacks {
     past_cap: u64,
 }
 
+/// `value`'s place in a table of `len` entries (at most `max`) that
+/// `at` indexes, and whether it is new there; the probe's `(pid, id)`
+/// named for it in `ids` (of `all_ids` names in all, at most [`MAX_IDS`]).
+/// [`Full`] when a new value or a new name passes its cap.
+fn intern<K: std::hash::Hash + Eq + Clone>(
+    (len, max): (usize, usize),
+    at: &mut HashMap<K, u32>,
+    (ids, all_ids): (&mut HashMap<(u32, u64), u32>, usize),
+    name: (u32, u64),
+    value: &K,
+) -> Result<(u32, bool), Full> {
+    if (len >= max && !at.contains_key(value)) || (all_ids >= MAX_IDS && !ids.contains_key(&name)) {
+        return Err(Full);
+    }
+    let next = position(len);
+    let place = *at.entry(value.clone()).or_insert(next);
+    ids.insert(name, place);
+    Ok((place, place == next))
+}
+
 pub(crate) fn position(len: usize) -> u32 {
     u32::try_from(len).unwrap_or(u32::MAX)
 }
@@ -307,14 +327,16 @@ impl Stacks {
         id: u64,
         frame: Frame,
     ) -> Result<Option<StackUpdate>, Full> {
-        let full = self.trace.frames.len() >= MAX_FRAMES && !self.frame_at.contains_key(&frame);
-        if full || (self.ids() >= MAX_IDS && !self.frame_ids.contains_key(&(pid, id))) {
-            return Err(Full);
-        }
-        let next = position(self.trace.frames.len());
-        let at = *self.frame_at.entry(frame.clone()).or_insert(next);
-        self.frame_ids.insert((pid, id), at);
-        Ok((at == next).then(|| self.applied(StackUpdate::Frame(at, frame))))
+        let ids = self.ids();
+        let table = (self.trace.frames.len(), MAX_FRAMES);
+        let (at, new) = intern(
+            table,
+            &mut self.frame_at,
+            (&mut self.frame_ids, ids),
+            (pid, id),
+            &frame,
+        )?;
+        Ok(new.then(|| self.applied(StackUpdate::Frame(at, frame))))
     }
 
     fn ids(&self) -> usize {
@@ -338,14 +360,16 @@ impl Stacks {
             .filter_map(|f| self.frame_ids.get(&(pid, *f)).copied())
             .take(MAX_DEPTH)
             .collect();
-        let full = self.trace.stacks.len() >= MAX_STACKS && !self.table_at.contains_key(&stack);
-        if full || (self.ids() >= MAX_IDS && !self.stack_ids.contains_key(&(pid, id))) {
-            return Err(Full);
-        }
-        let next = position(self.trace.stacks.len());
-        let at = *self.table_at.entry(stack.clone()).or_insert(next);
-        self.stack_ids.insert((pid, id), at);
-        Ok((at == next).then(|| self.applied(StackUpdate::Stack(at, stack))))
+        let ids = self.ids();
+        let table = (self.trace.stacks.len(), MAX_STACKS);
+        let (at, new) = intern(
+            table,
+            &mut self.table_at,
+            (&mut self.stack_ids, ids),
+            (pid, id),
+            &stack,
+        )?;
+        Ok(new.then(|| self.applied(StackUpdate::Stack(at, stack))))
     }
 
     /// A sample of process `pid`: its main thread's stack (the probe's id;
