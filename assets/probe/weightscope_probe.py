@@ -21,7 +21,6 @@ descriptor is in WEIGHTSCOPE_PROBE_FD (docs/record.md specifies the lines).
 """
 
 import functools
-import json
 import linecache
 import os
 import sys
@@ -59,18 +58,57 @@ _reading = threading.Lock()
 _MAX_LINE = 4000
 
 
+try:
+    # CPython's own JSON string quoting, in C: importing the `json` package
+    # (and `re`, which it pulls in) would be a third of the probe's start.
+    from _json import encode_basestring_ascii as _quoted
+except ImportError:  # a Python built without its accelerator module
+    from json.encoder import encode_basestring_ascii as _quoted
+
+_INFINITY = float("inf")
+
+
+def _json(value):
+    """`value` (the probe's own dicts, lists and scalars) as compact JSON,
+    as json.dumps(value, separators=(",", ":")) writes it. Types are read
+    with issubclass(type(x), ...) and formatted by the built-in types' own
+    methods, never the value's."""
+    kind = type(value)
+    if value is None:
+        return "null"
+    if issubclass(kind, bool):
+        return "true" if value else "false"
+    if issubclass(kind, str):
+        return _quoted(value)
+    if issubclass(kind, int):
+        return int.__repr__(value)
+    if issubclass(kind, float):
+        if value != value:
+            return "NaN"
+        if value == _INFINITY or value == -_INFINITY:
+            return "Infinity" if value > 0 else "-Infinity"
+        return float.__repr__(value)
+    if issubclass(kind, dict):
+        return "{" + ",".join(_quoted(str.__str__(k)) + ":" + _json(v) for k, v in dict.items(value)) + "}"
+    if issubclass(kind, list):
+        return "[" + ",".join(_json(v) for v in list.__iter__(value)) + "]"
+    if issubclass(kind, tuple):
+        return "[" + ",".join(_json(v) for v in tuple.__iter__(value)) + "]"
+    raise TypeError("not sent as JSON: %s" % kind.__name__)
+
+
 def _send(obj):
     """Writes one line; a closed pipe (weightscope gone) turns the probe off.
     Long strings (a mark's text, a file name) are shortened to fit a line."""
     if _fd is None:
         return
     obj["pid"] = os.getpid()
-    line = json.dumps(obj, separators=(",", ":"))
+    line = _json(obj)
     for key in ("text", "file"):
         while len(line) > _MAX_LINE and len(obj.get(key) or "") > 0:
             obj[key] = obj[key][: len(obj[key]) // 2]
             obj["truncated"] = True
-            line = json.dumps(obj, separators=(",", ":"))
+            line = _json(obj)
     if len(line) <= _MAX_LINE:
         _write((line + "\n").encode())
 
@@ -1165,10 +1203,10 @@ def _walk(active, array_type, started, moment):
         "millis": round(millis, 3),
         "roots": out,
     }
-    line = json.dumps(report, separators=(",", ":"))
+    line = _json(report)
     while len(line) > _MAX_LINE and report["roots"]:
         report["roots"].pop()
-        line = json.dumps(report, separators=(",", ":"))
+        line = _json(report)
     return (line + "\n").encode() if len(line) <= _MAX_LINE else None
 
 

@@ -17,6 +17,11 @@ pub struct Job {
     /// figure for the child counts the pages it shared with us between
     /// fork and exec, so a figure at or below this says nothing of the job.
     rss_at_fork: u64,
+    /// A descriptor that becomes readable when the job exits (none where
+    /// the kernel has no `pidfd_open`, before 5.3): the recorder waits on
+    /// it between samples, so that it sees the exit at once rather than
+    /// at the next sample.
+    exited: Option<std::os::fd::OwnedFd>,
 }
 
 impl Job {
@@ -60,10 +65,14 @@ impl Job {
             // Also from here: whichever runs first, the job has the terminal.
             set_terminal_group(child_pgid(&child));
         }
+        let exited = rustix::process::Pid::from_raw(child_pgid(&child)).and_then(|pid| {
+            rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).ok()
+        });
         Ok(Self {
             child,
             took_terminal: take_terminal,
             rss_at_fork,
+            exited,
         })
     }
 
@@ -75,6 +84,27 @@ impl Job {
         Option<std::process::ChildStderr>,
     ) {
         (self.child.stdout.take(), self.child.stderr.take())
+    }
+
+    /// Waits until `deadline` or, sooner, until the job exits (without
+    /// reaping it: [`Job::try_wait`] does).
+    pub fn wait_exit_until(&self, deadline: std::time::Instant) {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let Some(exited) = &self.exited else {
+            std::thread::sleep(left);
+            return;
+        };
+        let timeout = rustix::time::Timespec {
+            tv_sec: i64::try_from(left.as_secs()).unwrap_or(i64::MAX),
+            tv_nsec: i64::from(left.subsec_nanos()),
+        };
+        let mut fds = [rustix::event::PollFd::new(
+            exited,
+            rustix::event::PollFlags::IN,
+        )];
+        // Interrupted by a signal (Ctrl+C passed on): the loop samples
+        // again sooner, which is harmless.
+        let _ = rustix::event::poll(&mut fds, Some(&timeout));
     }
 
     /// The job's pid (also its process group).

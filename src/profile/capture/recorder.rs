@@ -90,9 +90,22 @@ pub(super) struct Recorder {
     pub(super) walk_request: Option<(PathBuf, Option<Instant>)>,
     /// The job's last output lines, when captured.
     pub(super) output: std::collections::VecDeque<OutputLine>,
-    /// Resident bytes by mapped file near the RSS peak, the RSS they were
-    /// read at, and when.
-    pub(super) peak_files: (Vec<(String, u64)>, u64, Option<Instant>),
+    /// Resident bytes by mapped file near the RSS peak.
+    pub(super) peak_files: PeakFiles,
+}
+
+/// What the job's processes mapped, by file, at the last reading near the
+/// RSS peak.
+#[derive(Debug, Default)]
+pub(super) struct PeakFiles {
+    /// Resident bytes by mapped file, largest first (at most 20).
+    pub(super) files: Vec<(String, u64)>,
+    /// The tree's RSS when they were read.
+    pub(super) rss_bytes: u64,
+    /// Its file-backed part then.
+    pub(super) file_bytes: u64,
+    /// When they were read, and what the reading took.
+    pub(super) read: Option<(Instant, Duration)>,
 }
 
 impl Recorder {
@@ -127,20 +140,33 @@ impl Recorder {
             probe_events: 0,
             walk_request: None,
             output: std::collections::VecDeque::new(),
-            peak_files: (Vec::new(), 0, None),
+            peak_files: PeakFiles::default(),
         }
     }
 
     /// At a new high of the tree's RSS, what its processes map, by file;
-    /// read again at most once a second unless RSS grew a tenth since.
+    /// read again only when the file-backed part of RSS changed (by a
+    /// tenth, and 4 MiB at least) since: a job whose heap grows maps the
+    /// same files, and `/proc/PID/smaps` walks every page of the process
+    /// under the lock the job's own allocations take (a job growing its
+    /// heap by small steps was slowed a tenth by its reading). And never
+    /// more than a twentieth of the time since the last reading.
     #[cfg(target_os = "linux")]
-    pub(super) fn read_mapped_files(&mut self, tree: &[u32], rss: u64, now: Instant) {
-        let (_, read_at_rss, read_at) = &self.peak_files;
-        let due = read_at.is_none_or(|t| now.duration_since(t) >= Duration::from_secs(1))
-            || rss > read_at_rss + read_at_rss / 10;
-        if rss <= *read_at_rss || !due {
+    pub(super) fn read_mapped_files(&mut self, tree: &[u32], figures: (u64, u64), now: Instant) {
+        let (rss, file_bytes) = figures;
+        let last = &self.peak_files;
+        if rss <= last.rss_bytes {
             return;
         }
+        if let Some((at, cost)) = last.read {
+            let moved = file_bytes.abs_diff(last.file_bytes);
+            if moved <= (last.file_bytes / 10).max(4 << 20)
+                || now.saturating_duration_since(at) < cost * 19
+            {
+                return;
+            }
+        }
+        let started = Instant::now();
         let mut by_file: HashMap<String, u64> = HashMap::new();
         for &pid in tree {
             for (path, bytes) in procfs::mapped_files(pid) {
@@ -150,7 +176,12 @@ impl Recorder {
         let mut files: Vec<(String, u64)> = by_file.into_iter().collect();
         files.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
         files.truncate(20);
-        self.peak_files = (files, rss, Some(now));
+        self.peak_files = PeakFiles {
+            files,
+            rss_bytes: rss,
+            file_bytes,
+            read: Some((now, started.elapsed())),
+        };
     }
 
     /// Takes the probe's lines as they come until `deadline`; `false` when
@@ -580,7 +611,11 @@ impl Recorder {
         tree_figures.open_file_bytes = open.values().sum();
         self.files(now, open, updates);
         sample.mlx = self.mlx_fresh(now);
-        self.read_mapped_files(tree, sample.process.rss_bytes, now);
+        self.read_mapped_files(
+            tree,
+            (sample.process.rss_bytes, sample.process.file_bytes),
+            now,
+        );
         self.near_limit_walk(sample.process.rss_bytes, now);
         self.samples.push(sample);
         Some(sample)

@@ -250,7 +250,7 @@ pub fn record(
             lines_open = rec.probe_lines_until(deadline, &lines_rx, &mut updates);
         }
         if !lines_open {
-            std::thread::sleep(deadline.saturating_duration_since(Instant::now()));
+            wait_until(deadline, job.as_ref());
         }
     }
     let end = Instant::now();
@@ -281,6 +281,14 @@ pub fn record(
         secs_since(origin, end),
         options,
     ))
+}
+
+/// Until `deadline`, or until `job` exits when there is one.
+fn wait_until(deadline: Instant, job: Option<&super::job::Job>) {
+    match job {
+        Some(job) => job.wait_exit_until(deadline),
+        None => std::thread::sleep(deadline.saturating_duration_since(Instant::now())),
+    }
 }
 
 /// The recording from what was seen: its trace (full samples) and what
@@ -323,7 +331,7 @@ pub(super) fn finish(
         gpu_unavailable: Some("NVML is read on Linux only".to_owned()),
         killed_for_memory: memory_kill(&rec),
         address_space_limit: rec.address_space_limit,
-        mapped_files: rec.peak_files.0,
+        mapped_files: rec.peak_files.files,
         output: rec.output.into(),
         probe: rec.probe,
     };
