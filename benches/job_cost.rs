@@ -2,7 +2,7 @@
 //! memray, in the same run (issue #57).
 //!
 //! Four Python jobs, each run bare, under `weightscope record` (the probe
-//! sampling at 20 Hz, its held-by walks on) and under `memray run`, three
+//! sampling at 20 Hz, its held-by walks on) and under `memray run`, five
 //! rounds alternated; prints each job's median wall time and its ratio to
 //! bare, and the probe's own CPU as a share of one core (its sampling thread
 //! and its walks measure themselves):
@@ -83,6 +83,10 @@ print(len(held))
     ),
 ];
 
+/// Rounds of each job in each mode, alternated: the medians of five hold
+/// on a loaded machine where those of three moved by a few percent.
+const ROUNDS: usize = 5;
+
 /// How a job is run.
 #[derive(Clone, Copy, PartialEq)]
 enum Mode {
@@ -152,7 +156,7 @@ fn main() {
         std::fs::write(&file, source).expect("job written");
         let (mut bare, mut recorded, mut memray, mut probe) =
             (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-        for _ in 0..3 {
+        for _ in 0..ROUNDS {
             bare.push(run(&venv, &file, &shard, Mode::Bare, dir.path()).0);
             let (secs, cost) = run(&venv, &file, &shard, Mode::Record, dir.path());
             recorded.push(secs);

@@ -12,11 +12,32 @@ import os
 import sys
 
 
+def _another_may_be_there():
+    """Whether a folder on the path has anything named sitecustomize (a
+    module, a package, a compiled or extension module): only then is
+    importlib, which the job may never use, imported to find it."""
+    import _imp
+
+    names = ["sitecustomize", "sitecustomize.py", "sitecustomize.pyc"]
+    names += ["sitecustomize" + suffix for suffix in _imp.extension_suffixes()]
+    for folder in sys.path:
+        if not isinstance(folder, str):
+            return True
+        if os.path.isfile(folder):
+            return True  # a zip archive: zipimport may find one inside
+        for name in names:
+            if os.path.exists(os.path.join(folder or os.curdir, name)):
+                return True
+    return False
+
+
 def _leave_and_run_next_sitecustomize():
     here = os.path.dirname(os.path.abspath(__file__))
     # Off the path: the job's imports search its own folders only, and
     # `import weightscope_probe` finds the module already loaded.
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
+    if not _another_may_be_there():
+        return
     try:
         import importlib.machinery
         import importlib.util

@@ -21,7 +21,6 @@ descriptor is in WEIGHTSCOPE_PROBE_FD (docs/record.md specifies the lines).
 """
 
 import functools
-import linecache
 import os
 import sys
 import threading
@@ -366,6 +365,62 @@ _MAX_FRAMES = 50
 _own_file = __file__
 
 
+# Source lines of the job's files, read by the probe itself: linecache
+# imports tokenize and re (a fifth of the probe's start, in a job that
+# has not imported them) and keeps every file whole whatever its size.
+# Here a file is read once, its first _SOURCE_MOST bytes, only when it is a
+# regular file (a FIFO named as a source would block), and at most
+# _SOURCES_KEPT files are kept, the least recently used let go first.
+_SOURCE_MOST = 512 << 10
+_SOURCES_KEPT = 32
+_sources = {}
+
+
+def _source_line(file, line):
+    """Line `line` of source file `file`, stripped and cut to 160
+    characters; "" when it cannot be read."""
+    if not issubclass(type(file), str) or file.startswith("<") or not issubclass(type(line), int):
+        return ""
+    lines = _sources.pop(file, None)
+    if lines is None:
+        lines = _read_source(file)
+        while len(_sources) >= _SOURCES_KEPT:
+            _sources.pop(next(iter(_sources)), None)
+    _sources[file] = lines
+    if not 0 < line <= len(lines):
+        return ""
+    return lines[line - 1].decode("utf-8", "replace").strip()[:160]
+
+
+def _read_source(file):
+    import stat
+
+    try:
+        fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except (OSError, ValueError):
+        return []
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return []
+        chunks, left = [], _SOURCE_MOST
+        while left > 0:
+            chunk = os.read(fd, left)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+    except OSError:
+        return []
+    finally:
+        os.close(fd)
+    text = b"".join(chunks)
+    lines = text.split(b"\n")
+    if left <= 0:
+        # Cut at the limit: the last line may be a part.
+        lines.pop()
+    return lines
+
+
 def _frame_id(code, line):
     key = (code, line)
     known = _frame_ids.get(key)
@@ -377,7 +432,7 @@ def _frame_id(code, line):
     _frame_ids[key] = ident
     text = ""
     try:
-        text = linecache.getline(code.co_filename, line).strip()[:160]
+        text = _source_line(code.co_filename, line)
     except Exception:
         pass
     _send(
@@ -1343,7 +1398,7 @@ def _report_exceptions():
             while entry is not None:
                 code = entry.tb_frame.f_code
                 line = entry.tb_lineno
-                text = linecache.getline(code.co_filename, line).strip()[:160]
+                text = _source_line(code.co_filename, line)
                 name = getattr(code, "co_qualname", code.co_name)
                 entries.append([code.co_filename, line, name, text])
                 entry = entry.tb_next
