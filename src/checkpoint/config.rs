@@ -203,12 +203,8 @@ pub const MAX_CONFIG_BYTES: u64 = 16 << 20;
 /// entry is malformed; [`CheckpointError::Unreadable`] when it is not a
 /// regular file (a FIFO would block the read forever).
 pub fn read_config(path: &Path) -> Result<ModelConfig, CheckpointError> {
-    let bytes = crate::files::read_bounded(path, MAX_CONFIG_BYTES, "config.json").map_err(|e| {
-        CheckpointError::Unreadable {
-            path: path.to_path_buf(),
-            reason: e.reason(),
-        }
-    })?;
+    let bytes = crate::files::read_bounded(path, MAX_CONFIG_BYTES, "config.json")
+        .map_err(|e| CheckpointError::unreadable_for(path, e.reason()))?;
     parse_config(path, &bytes)
 }
 

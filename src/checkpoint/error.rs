@@ -269,6 +269,16 @@ fn more_text(more: usize) -> String {
 }
 
 impl CheckpointError {
+    /// [`CheckpointError::Unreadable`]: `path` could not be read, for
+    /// `reason` (in words already).
+    #[must_use]
+    pub fn unreadable_for(path: &Path, reason: impl Into<String>) -> Self {
+        Self::Unreadable {
+            path: path.to_path_buf(),
+            reason: reason.into(),
+        }
+    }
+
     /// The file or folder the problem is in.
     #[must_use]
     pub fn path(&self) -> &Path {

@@ -44,10 +44,8 @@ fn short(value: &MetaValue) -> Option<String> {
 impl Checkpoint {
     /// Opens the GGUF file at `path` as a one-shard checkpoint.
     pub(crate) fn open_gguf(path: &Path) -> Result<Self, CheckpointError> {
-        let header = GgufHeader::read(path).map_err(|e| CheckpointError::Unreadable {
-            path: path.to_path_buf(),
-            reason: e.to_string(),
-        })?;
+        let header = GgufHeader::read(path)
+            .map_err(|e| CheckpointError::unreadable_for(path, e.to_string()))?;
         let file_bytes = std::fs::metadata(path)
             .map_err(|e| CheckpointError::unreadable(path, &e))?
             .len();

@@ -79,11 +79,8 @@ pub(crate) fn read_header_with(
     // Opened without blocking, and checked again once open: a FIFO
     // swapped in after the check above is refused, not waited on.
     // A folder is said as such ("is a folder, not a regular file").
-    let (mut file, meta) =
-        crate::files::open_regular(path).map_err(|e| CheckpointError::Unreadable {
-            path: path.to_path_buf(),
-            reason: e.reason(),
-        })?;
+    let (mut file, meta) = crate::files::open_regular(path)
+        .map_err(|e| CheckpointError::unreadable_for(path, e.reason()))?;
     let file_bytes = meta.len();
     let mut prefix = [0u8; 8];
     if file_bytes >= 8 {

@@ -93,12 +93,8 @@ pub const MAX_INDEX_BYTES: u64 = 128 << 20;
 /// # Errors
 /// As [`parse_index`], or when the file cannot be read.
 pub fn read_index(path: &Path) -> Result<Index, CheckpointError> {
-    let bytes = crate::files::read_bounded(path, MAX_INDEX_BYTES, "the index").map_err(|e| {
-        CheckpointError::Unreadable {
-            path: path.to_path_buf(),
-            reason: e.reason(),
-        }
-    })?;
+    let bytes = crate::files::read_bounded(path, MAX_INDEX_BYTES, "the index")
+        .map_err(|e| CheckpointError::unreadable_for(path, e.reason()))?;
     parse_index(path, &bytes).map(|(index, _)| index)
 }
 
@@ -160,11 +156,8 @@ pub(crate) fn read_index_folded<T: Default>(
 ) -> Result<(Index, Vec<T>), CheckpointError> {
     // A regular file only, opened without blocking (a FIFO there would
     // hang the open).
-    let (file, meta) =
-        crate::files::open_regular(path).map_err(|e| CheckpointError::Unreadable {
-            path: path.to_path_buf(),
-            reason: e.reason(),
-        })?;
+    let (file, meta) = crate::files::open_regular(path)
+        .map_err(|e| CheckpointError::unreadable_for(path, e.reason()))?;
     let size = meta.len();
     if size > MAX_INDEX_BYTES {
         return Err(CheckpointError::Unreadable {
@@ -175,12 +168,8 @@ pub(crate) fn read_index_folded<T: Default>(
         });
     }
     let whole = || {
-        crate::files::read_bounded(path, MAX_INDEX_BYTES, "the index").map_err(|e| {
-            CheckpointError::Unreadable {
-                path: path.to_path_buf(),
-                reason: e.reason(),
-            }
-        })
+        crate::files::read_bounded(path, MAX_INDEX_BYTES, "the index")
+            .map_err(|e| CheckpointError::unreadable_for(path, e.reason()))
     };
     fold_index(path, file, INDEX_PIECE_BYTES, whole, add)
 }

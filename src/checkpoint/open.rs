@@ -216,12 +216,8 @@ impl Checkpoint {
             let (mut checkpoint, shard_digests) =
                 Self::assemble_parsed(dir.to_path_buf(), layout, files, headers, problems);
             let reread = |index_path: &Path| {
-                crate::files::read_bounded(index_path, index::MAX_INDEX_BYTES, "the index").map_err(
-                    |e| CheckpointError::Unreadable {
-                        path: index_path.to_path_buf(),
-                        reason: e.reason(),
-                    },
-                )
+                crate::files::read_bounded(index_path, index::MAX_INDEX_BYTES, "the index")
+                    .map_err(|e| CheckpointError::unreadable_for(index_path, e.reason()))
             };
             checkpoint.check_index(&index_digests, &shard_digests, &reread);
             checkpoint

@@ -258,10 +258,7 @@ impl Checkpoint {
                 Self::assemble_parsed(dir.to_path_buf(), layout, files, headers, problems);
             let reread = |index_path: &Path| {
                 crate::files::read_bounded(index_path, super::index::MAX_INDEX_BYTES, "the index")
-                    .map_err(|e| CheckpointError::Unreadable {
-                        path: index_path.to_path_buf(),
-                        reason: e.reason(),
-                    })
+                    .map_err(|e| CheckpointError::unreadable_for(index_path, e.reason()))
             };
             checkpoint.check_index(&index_digests, &shard_digests, &reread);
             checkpoint

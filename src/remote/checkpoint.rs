@@ -308,9 +308,8 @@ impl Checkpoint {
         report: &(dyn Fn(usize, usize) + Sync),
     ) -> Result<Self, CheckpointError> {
         let root = PathBuf::from(location.display());
-        let failed = |path: &Path, e: crate::remote::HttpError| CheckpointError::Unreadable {
-            path: path.to_path_buf(),
-            reason: e.message,
+        let failed = |path: &Path, e: crate::remote::HttpError| {
+            CheckpointError::unreadable_for(path, e.message)
         };
         let mut remote = Remote::connect(location).map_err(|e| failed(&root, e))?;
         let plan = plan(&remote, &root)?;

@@ -254,6 +254,20 @@ impl<R: Read + Seek> Counted<R> {
         Ok(u32::from_le_bytes(self.bytes()?))
     }
     #[inline]
+    /// A string's length, refused past [`MAX_STRING`] (the error says
+    /// `what` it was).
+    fn string_len(&mut self, what: &'static str) -> Result<u64, GgufError> {
+        let len = self.u64()?;
+        if len > MAX_STRING {
+            return Err(GgufError::TooLarge {
+                what,
+                value: len,
+                limit: MAX_STRING,
+            });
+        }
+        Ok(len)
+    }
+
     fn u64(&mut self) -> Result<u64, GgufError> {
         Ok(u64::from_le_bytes(self.bytes()?))
     }
@@ -279,14 +293,7 @@ impl<R: Read + Seek> Counted<R> {
     /// A metadata string: whole up to [`STRING_KEPT`] bytes while the
     /// header's budget lasts, else its first bytes and its length.
     fn meta_string(&mut self) -> Result<MetaValue, GgufError> {
-        let len = self.u64()?;
-        if len > MAX_STRING {
-            return Err(GgufError::TooLarge {
-                what: "a string of",
-                value: len,
-                limit: MAX_STRING,
-            });
-        }
+        let len = self.string_len("a string of")?;
         let room = STRINGS_KEPT_IN_ALL.saturating_sub(self.kept);
         let keep = len.min(STRING_KEPT as u64).min(room);
         let mut buf = vec![0u8; usize::try_from(keep).unwrap_or(0)];
@@ -317,15 +324,7 @@ impl<R: Read + Seek> Counted<R> {
     }
 
     fn string(&mut self, what: &'static str) -> Result<String, GgufError> {
-        let len = self.u64()?;
-        if len > MAX_STRING {
-            return Err(GgufError::TooLarge {
-                what,
-                value: len,
-                limit: MAX_STRING,
-            });
-        }
-        let len = usize::try_from(len).unwrap_or(0);
+        let len = usize::try_from(self.string_len(what)?).unwrap_or(0);
         let buf = if let Some(ready) = self.take_buffered(len) {
             ready.to_vec()
         } else {
@@ -416,14 +415,7 @@ fn value<R: Read + Seek>(r: &mut Counted<R>, kind: u32) -> Result<MetaValue, Ggu
         None => {
             // Strings: each one's length, then its bytes.
             for _ in 0..rest {
-                let n = r.u64()?;
-                if n > MAX_STRING {
-                    return Err(GgufError::TooLarge {
-                        what: "a string of",
-                        value: n,
-                        limit: MAX_STRING,
-                    });
-                }
+                let n = r.string_len("a string of")?;
                 r.skip(n)?;
             }
         }
