@@ -34,8 +34,8 @@ pub use private::{
     write_proc_self,
 };
 pub use read::{
-    ensure_regular, irregular_kind, open_entry, open_own_fifo, open_regular, read_bounded,
-    read_bounded_into, read_bounded_text,
+    each_link_target, ensure_regular, irregular_kind, open_entry, open_own_fifo, open_regular,
+    read_bounded, read_bounded_into, read_bounded_text,
 };
 pub use temporary::tag as temporary_tag;
 

@@ -181,3 +181,24 @@ pub fn open_own_fifo(path: &Path) -> std::io::Result<std::fs::File> {
     }
     Ok(file)
 }
+
+/// The targets of the links in `folder` (a process's `/proc/PID/fd`),
+/// each given to `each`; links that vanish meanwhile are passed over.
+/// Each is read relative to the folder's descriptor: a path from the root
+/// would be looked up again for each of a job's 18,000 descriptors.
+pub fn each_link_target(folder: &Path, mut each: impl FnMut(&Path)) {
+    use std::os::unix::ffi::OsStrExt as _;
+    let (Ok(entries), Ok(table)) = (std::fs::read_dir(folder), std::fs::File::open(folder)) else {
+        return;
+    };
+    let mut buf = Vec::new();
+    for entry in entries.flatten() {
+        let Ok(target) = rustix::fs::readlinkat(&table, entry.file_name().as_os_str(), buf) else {
+            buf = Vec::new();
+            continue;
+        };
+        let target = target.into_bytes();
+        each(Path::new(std::ffi::OsStr::from_bytes(&target)));
+        buf = target;
+    }
+}

@@ -40,26 +40,12 @@ pub fn read_process(pid: u32) -> Option<ProcessReading> {
 /// them read: see [`FdScans`] for how often).
 #[must_use]
 pub fn open_safetensors(pid: u32) -> Vec<PathBuf> {
-    use std::os::unix::ffi::OsStrExt as _;
     let mut open_files = Vec::new();
-    let folder = format!("/proc/{pid}/fd");
-    // Each link read relative to the folder's descriptor: a path from the
-    // root would be looked up again for each of a job's 18,000 descriptors.
-    if let (Ok(fds), Ok(table)) = (std::fs::read_dir(&folder), std::fs::File::open(&folder)) {
-        let mut buf = Vec::new();
-        for fd in fds.flatten() {
-            let Ok(target) = rustix::fs::readlinkat(&table, fd.file_name().as_os_str(), buf) else {
-                buf = Vec::new();
-                continue;
-            };
-            let target = target.into_bytes();
-            let path = Path::new(std::ffi::OsStr::from_bytes(&target));
-            if is_safetensors(path) {
-                open_files.push(path.to_path_buf());
-            }
-            buf = target;
+    crate::files::each_link_target(Path::new(&format!("/proc/{pid}/fd")), |target| {
+        if is_safetensors(target) {
+            open_files.push(target.to_path_buf());
         }
-    }
+    });
     open_files.sort();
     open_files.dedup();
     open_files
