@@ -119,16 +119,41 @@ _fallback_path = None
 
 
 def _own_copy(fd):
-    """A private, close-on-exec copy of `fd` above the numbers jobs use
-    (falling back to the lowest free one), and the identity of what it is."""
+    """A private, close-on-exec copy of `fd` above the numbers jobs use,
+    and the identity of what it is. Taken at start, numbered at the top of
+    what the job may open (32,767 at most): the kernel then sizes the job's
+    descriptor table once, now, while the job has one thread. Grown later,
+    beside the probe's thread, the table waits for an RCU grace period at
+    each doubling (a job opening 18,000 descriptors took 90-100 ms instead
+    of 42). Else numbered from 512; else the lowest free number."""
     import fcntl
 
-    try:
-        copy = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 512)
-    except OSError:
-        copy = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
+    copy = None
+    for low in (_top_descriptor(), 512, 3):
+        if low < 3:
+            continue
+        try:
+            copy = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, low)
+            break
+        except OSError:
+            if low == 3:
+                raise
     st = os.fstat(copy)
     return copy, (st.st_dev, st.st_ino)
+
+
+def _top_descriptor():
+    """The highest descriptor number the job may open, up to 32,767 (a
+    table of 32,768 takes 256 KiB of the kernel's memory); 0 when unknown."""
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except Exception:
+        return 0
+    if soft == resource.RLIM_INFINITY or soft > 32768:
+        soft = 32768
+    return soft - 1
 
 
 def _write(line):
