@@ -16,6 +16,7 @@ pub mod verdict;
 mod legacy;
 mod listing;
 mod source;
+#[cfg(feature = "remote")]
 pub(crate) use source::sought;
 mod strided;
 mod zipped;
