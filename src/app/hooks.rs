@@ -137,8 +137,9 @@ impl<'a> Hooks<'a> {
     /// the whole session.
     #[must_use]
     pub fn trace_to_save(self) -> crate::profile::Trace {
-        self.app
-            .with_profiler(|profiler, inputs| profiler.trace_to_save(inputs))
+        self.app.with_profiler(|profiler, inputs| {
+            std::sync::Arc::unwrap_or_clone(profiler.trace_to_save(inputs))
+        })
     }
 
     /// Blocks until a trace being loaded is in (or its error is shown). For

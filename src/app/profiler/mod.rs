@@ -59,8 +59,10 @@ pub(super) enum Run {
 #[derive(Debug, Clone)]
 pub(super) struct FinishedRun {
     pub run: Run,
-    /// Its trace, on its own clock (from walk or job start).
-    pub trace: Trace,
+    /// Its trace, on its own clock (from walk or job start); shared, so
+    /// that saving or exporting it hands it to the writing thread without
+    /// a copy (a recording can be hundreds of MB).
+    pub trace: Arc<Trace>,
     /// Where it sits on the session timeline.
     pub start_secs: f64,
     pub findings: Vec<Finding>,
@@ -327,7 +329,7 @@ impl ProfilerPanel {
         self.runs += 1;
         self.last = Some(FinishedRun {
             run: Run::Walk(outcome),
-            trace,
+            trace: Arc::new(trace),
             start_secs,
             findings,
         });
@@ -384,7 +386,7 @@ impl ProfilerPanel {
         self.last = Some(FinishedRun {
             findings: recording.findings.clone(),
             run: Run::Record(recording),
-            trace,
+            trace: Arc::new(trace),
             start_secs: 0.0,
         });
         self.walk_view = true;
@@ -411,7 +413,7 @@ impl ProfilerPanel {
         self.last = Some(FinishedRun {
             findings: recording.findings.clone(),
             run: Run::Record(recording),
-            trace,
+            trace: Arc::new(trace),
             start_secs,
         });
         self.walk_view = true;
@@ -685,5 +687,6 @@ fn shown<'a>(
     if let Some(live) = recording {
         return Some((&live.trace, live.start_secs));
     }
-    last.filter(|_| walk_view).map(|l| (&l.trace, l.start_secs))
+    last.filter(|_| walk_view)
+        .map(|l| (&*l.trace, l.start_secs))
 }

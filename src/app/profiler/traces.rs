@@ -30,7 +30,7 @@ enum WriteKind {
 /// What a write holds: one trace (named as the window names it), or the
 /// journals of a merged view, read from their files.
 enum WriteSource {
-    Trace(String, Box<Trace>),
+    Trace(String, Arc<Trace>),
     Journals(Vec<PathBuf>),
 }
 
@@ -60,7 +60,9 @@ fn export_text(
 ) -> String {
     use crate::profile::export::{Format, Weight, export};
     let traces = match source {
-        WriteSource::Trace(name, trace) => vec![(name, *trace)],
+        // A copy only when the window still shows the trace, and made here,
+        // on the writing thread.
+        WriteSource::Trace(name, trace) => vec![(name, Arc::unwrap_or_clone(trace))],
         WriteSource::Journals(paths) => {
             let mut traces = Vec::with_capacity(paths.len());
             for path in &paths {
@@ -141,13 +143,13 @@ pub(in crate::app) fn read_trace(path: &std::path::Path) -> LoadedTrace {
 impl ProfilerPanel {
     /// The trace "Save trace…" writes: the last walk when there is one, else
     /// the whole session.
-    pub(in crate::app) fn trace_to_save(&self, inputs: &ProfilerInputs<'_>) -> Trace {
+    pub(in crate::app) fn trace_to_save(&self, inputs: &ProfilerInputs<'_>) -> Arc<Trace> {
         if let Some(last) = &self.last {
-            return last.trace.clone();
+            return Arc::clone(&last.trace);
         }
         let mut trace = inputs.timeline.to_trace("session");
         trace.device = inputs.device_name();
-        trace
+        Arc::new(trace)
     }
 
     /// Writes the trace to `path` (CSV or JSON by extension) and says so.
@@ -185,7 +187,7 @@ impl ProfilerPanel {
             crate::units::Shown::new(&path.display().to_string())
         ));
         Some(TraceWrite {
-            source: WriteSource::Trace(trace.label.clone(), Box::new(trace)),
+            source: WriteSource::Trace(trace.label.clone(), trace),
             kind: WriteKind::Save,
             out,
             path: path.to_path_buf(),
@@ -226,7 +228,7 @@ impl ProfilerPanel {
             WriteSource::Journals(choice.paths.clone())
         } else {
             let trace = self.trace_to_save(inputs);
-            WriteSource::Trace(trace.label.clone(), Box::new(trace))
+            WriteSource::Trace(trace.label.clone(), trace)
         };
         self.message = shown(format!(
             "exporting ({}) to {}…",
@@ -532,7 +534,7 @@ impl ProfilerPanel {
                     .on_hover_text("Keep the last run on the plot, dashed, to compare the next runs of this checkpoint with")
                     .clicked()
             {
-                self.overlays.push(last.trace.clone());
+                self.overlays.push((*last.trace).clone());
             }
             self.overlay_chips_ui(ui);
         });
