@@ -733,18 +733,11 @@ fn journals_of_four_hosts_open_merged_with_each_rank_overlaid() {
     harness.get_by_label("Export to path").click();
     written(&mut harness);
     harness.get_by_label_contains("exported (perfetto, 4 journals merged) to");
-    let cli = std::process::Command::new(env!("CARGO_BIN_EXE_weightscope"))
-        .arg("export")
-        .args((0..4).map(|r| dir.path().join(format!("rank{r}.jsonl"))))
-        .args(["--format", "perfetto"])
-        .output()
-        .expect("export");
-    assert!(
-        cli.status.success(),
-        "{}",
-        String::from_utf8_lossy(&cli.stderr)
-    );
-    assert_eq!(std::fs::read(&exported).expect("exported"), cli.stdout);
+    let ranks: Vec<_> = (0..4)
+        .map(|r| dir.path().join(format!("rank{r}.jsonl")))
+        .collect();
+    let cli = cli_export(&ranks, "perfetto");
+    assert_eq!(std::fs::read(&exported).expect("exported"), cli);
     // A pattern typed in the trace path field merges the same journals.
     let pattern = dir.path().join("rank*.jsonl");
     trace_path(&mut harness, &pattern);
@@ -862,18 +855,7 @@ fn the_window_exports_a_walk_as_the_cli_does() {
         harness.get_by_label("Export to path").click();
         written(&mut harness);
         harness.get_by_label_contains(&format!("exported ({format}) to"));
-        let cli = std::process::Command::new(env!("CARGO_BIN_EXE_weightscope"))
-            .arg("export")
-            .arg(&saved)
-            .args(["--format", format])
-            .output()
-            .expect("export");
-        assert!(
-            cli.status.success(),
-            "{}",
-            String::from_utf8_lossy(&cli.stderr)
-        );
-        let cli_text = String::from_utf8(cli.stdout).expect("utf-8");
+        let cli_text = String::from_utf8(cli_export(&[&saved], format)).expect("utf-8");
         let window_text = std::fs::read_to_string(&exported).expect("exported");
         assert_eq!(window_text, cli_text, "{format}");
         // Again: the file is there and is kept.
@@ -894,4 +876,21 @@ fn the_window_exports_a_walk_as_the_cli_does() {
     harness.get_by_label_contains("exported (perfetto) to");
     let text = std::fs::read_to_string(&exported).expect("exported");
     assert!(text.starts_with("{\"displayTimeUnit\""), "{text}");
+}
+
+/// What `weightscope export PATHS --format FORMAT` writes on stdout (it
+/// must succeed).
+fn cli_export(paths: &[impl AsRef<std::ffi::OsStr>], format: &str) -> Vec<u8> {
+    let cli = std::process::Command::new(env!("CARGO_BIN_EXE_weightscope"))
+        .arg("export")
+        .args(paths)
+        .args(["--format", format])
+        .output()
+        .expect("export");
+    assert!(
+        cli.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cli.stderr)
+    );
+    cli.stdout
 }
