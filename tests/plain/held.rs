@@ -631,3 +631,17 @@ fn the_probes_tables_of_frames_and_stacks_stay_bounded() {
 fn the_walk_stops_at_its_object_budget_whatever_its_clock_says() {
     run_with_the_probe("budget", "budget held 700001 16");
 }
+
+#[test]
+fn the_probes_json_and_source_lines_match_the_standard_librarys() {
+    let count = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/probe/weightscope_probe.py"),
+    )
+    .expect("probe")
+    .lines()
+    .count();
+    run_with_the_probe(
+        "encoded",
+        &format!("encoded like the standard library 3 {count}"),
+    );
+}

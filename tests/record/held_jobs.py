@@ -521,6 +521,33 @@ def walk_share():
     print("walk share", len(walks), flush=True)
 
 
+def encoded():
+    # The probe's own JSON and source lines against the standard library's
+    # (json.dumps, linecache), which it no longer imports.
+    import json
+    import linecache
+
+    sys.path.insert(0, sys.argv[2])
+    import weightscope_probe as probe
+
+    values = [
+        {"kind": "held", "roots": [{"root": "kept", "bytes": 1 << 40, "path": "kept['\u00e9\n\"']"}]},
+        [1, -2.5, 1e300, -0.0, None, True, False, "\u2028\x00", (3, 4), 10**30],
+        {"nan": float("nan"), "inf": float("inf"), "-inf": float("-inf")},
+    ]
+    for value in values:
+        ours, theirs = probe._json(value), json.dumps(value, separators=(",", ":"))
+        assert ours == theirs, (ours, theirs)
+    source = probe.__file__
+    count = len(open(source, encoding="utf-8").read().splitlines())
+    for line in range(0, count + 3):
+        ours, theirs = probe._source_line(source, line), linecache.getline(source, line).strip()[:160]
+        assert ours == theirs, (line, ours, theirs)
+    assert probe._source_line("/dev/zero", 1) == ""
+    assert probe._source_line("<string>", 1) == ""
+    print("encoded like the standard library", len(values), count, flush=True)
+
+
 MODES = {
     "yielding": yielding,
     "no-job-code": no_job_code,
@@ -547,6 +574,7 @@ MODES = {
     "collectives": collectives,
     "frames": frames,
     "budget": budget,
+    "encoded": encoded,
 }
 
 if __name__ == "__main__":
