@@ -263,6 +263,7 @@ def _file_name(file):
 
 def _wrap(mx):
     """Marks mx.load and mx.clear_cache, calling the originals unchanged."""
+    _bind_array_slots(mx)
     load = getattr(mx, "load", None)
     if load is not None and not hasattr(load, "__wrapped__"):
 
@@ -284,6 +285,30 @@ def _wrap(mx):
 
         mx.clear_cache = traced_clear_cache
     _wrap_distributed(mx)
+
+
+# MLX's own array type and the methods the walk uses, bound when mlx.core
+# is imported, before the job's code can replace them: a subclass's
+# `nbytes` property, or a job's `mx.array = ...`, is never what the walk
+# calls.
+_mx_own = {}
+
+
+def _bind_array_slots(mx):
+    array = getattr(mx, "array", None)
+    if not issubclass(type(array), type):
+        return
+    space = _type_dict(array)
+    nbytes = space.get("nbytes")
+    if nbytes is None or not hasattr(type(nbytes), "__get__"):
+        return
+    _mx_own["array"] = array
+    _mx_own["nbytes"] = nbytes.__get__
+    dlpack = space.get("__dlpack__")
+    dot = getattr(mx, "export_to_dot", None)
+    if dlpack is not None and dot is not None:
+        _mx_own["dlpack"] = dlpack
+        _mx_own["dot"] = dot
 
 
 # Collective calls (`mx.distributed.all_sum`, ...) made since the last
@@ -818,9 +843,11 @@ def _queue_main_walk():
 
             kind = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
             callback = kind(_walk_in_main)
-            api = ctypes.pythonapi.Py_AddPendingCall
-            api.argtypes = [kind, ctypes.c_void_p]
-            api.restype = ctypes.c_int
+            # A prototype of the probe's own: ctypes.pythonapi's function
+            # objects are shared with the job (their argtypes are its).
+            api = ctypes.PYFUNCTYPE(ctypes.c_int, kind, ctypes.c_void_p)(
+                ("Py_AddPendingCall", ctypes.pythonapi)
+            )
             _pending["callback"], _pending["api"] = callback, api
         _pending["queued"] = _monotonic()
         if _pending["api"](callback, None) != 0:
@@ -1002,10 +1029,9 @@ def _held_walk(active, in_main):
     """One walk; the line to send (bytes), or None. `in_main`: the walk runs
     in the main thread (the job paused at a bytecode); otherwise in the
     sampling thread, given up (None) as soon as a thread of the job moves."""
-    mx = _mlx
-    if mx is None:
+    array_type = _mx_own.get("array")
+    if _mlx is None or array_type is None:
         return None
-    array_type = mx.array
     started = _perf_counter()
     interval = sys.getswitchinterval()
     # The walk keeps the GIL as long as Python lets it (at most
@@ -1050,6 +1076,10 @@ def _walk(active, array_type, started, moment):
     order = []
     visited = 0
     partial = False
+    # Arrays of _BUFFER_LEAST bytes or more, with their group, for telling
+    # views and arrays not yet evaluated apart (below).
+    big = []
+    nbytes_of = _mx_own["nbytes"]
     import types
 
     import gc
@@ -1104,8 +1134,11 @@ def _walk(active, array_type, started, moment):
                         g = [label, group_kind or kind, function, file, line, 0, 0, path, _type_name(value)]
                         groups[(label, group_kind or kind)] = g
                         order.append(g)
-                    g[5] += obj.nbytes
+                    n = nbytes_of(obj)
+                    g[5] += n
                     g[6] += 1
+                    if n >= _BUFFER_LEAST:
+                        big.append((obj, g, n))
                     continue
                 push = stack.append
                 if issubclass(type(obj), skipped_types):
@@ -1238,6 +1271,22 @@ def _walk(active, array_type, started, moment):
     seen = None
     if moment is not None and _moment() != moment:
         raise _Moved()
+    # Counted by array, the roots add up to more than MLX holds: views of
+    # one buffer were counted each, or arrays not evaluated yet (which hold
+    # no buffer) by their nbytes. Counted again by buffer, where reading
+    # MLX's graph is safe (see _count_buffers).
+    buffers = None
+    if big and sum(g[5] for g in order) > active:
+        if moment is not None:
+            buffers = {"by": "array", "why": "beside"}
+        elif not _alone():
+            buffers = {"by": "array", "why": "threads"}
+        else:
+            try:
+                buffers = _count_buffers(big, also, started)
+            except Exception:
+                buffers = {"by": "array", "why": "failed"}
+    big = None
     millis = (_perf_counter() - started) * 1000
     # Roots that reach only what an earlier root holds: listed with 0 bytes,
     # saying whose they are.
@@ -1253,6 +1302,9 @@ def _walk(active, array_type, started, moment):
             order.append(g)
         g.append(others)
     also = None
+    # A root whose arrays turned out to hold nothing (not evaluated) and
+    # that reaches no one else's is not a holder.
+    order = [g for g in order if g[5] > 0 or len(g) > 9 or buffers is None]
     order.sort(key=lambda g: -g[5])
     reached = sum(g[5] for g in order)
     out = []
@@ -1283,11 +1335,143 @@ def _walk(active, array_type, started, moment):
         "millis": round(millis, 3),
         "roots": out,
     }
+    if buffers is not None:
+        report["buffers"] = buffers
     line = _json(report)
     while len(line) > _MAX_LINE and report["roots"]:
         report["roots"].pop()
         line = _json(report)
     return (line + "\n").encode() if len(line) <= _MAX_LINE else None
+
+
+# Arrays smaller than this are counted by nbytes without asking whether
+# they are views: telling costs a few microseconds an array, and a view of
+# a small array misstates little.
+_BUFFER_LEAST = 64 << 10
+# The most arrays put in order of size for the count (largest first);
+# past it they are counted in the order walked.
+_BUFFER_SORTED = 16384
+# DLPack's DLTensor (dlpack.h): data, device (type, id), ndim, dtype (code,
+# bits, lanes), shape, strides, byte_offset.
+_DLTENSOR = "<QiiiBBHQQQ"
+
+
+def _alone():
+    """Whether the main thread is the job's only thread (the probe's
+    sampling thread aside)."""
+    frames = sys._current_frames()
+    alone = all(ident == _main_ident or ident == _sampler_ident for ident in frames)
+    frames = None
+    return alone
+
+
+def _count_buffers(big, also, started):
+    """Counts the big arrays' bytes by buffer: an array not evaluated yet
+    holds none; a view (reshape, slice, transpose, broadcast) counts only
+    the bytes of its buffer that no array counted before it spans. Changes
+    the groups' bytes in place; says what it did. Within the walk's own
+    budget (from `started`): what is left when it runs out stays counted by
+    nbytes.
+
+    Whether an array is evaluated comes from MLX's `export_to_dot` (C++
+    that prints the array's graph; it evaluates nothing): an evaluated
+    array is a source with no primitive. Only then is its DLPack capsule
+    asked for (MLX evaluates an array that is not, to make one) and the
+    DLTensor read for its data pointer, strides and item size. Reading an
+    array's graph while another thread evaluates it (MLX detaches arrays
+    as it evaluates them) is a data race in MLX: this runs only in the main
+    thread, the job paused, and when the job has no other thread."""
+    own = _mx_own
+    dot = own.get("dot")
+    dlpack = own.get("dlpack")
+    if dot is None or dlpack is None:
+        return {"by": "array", "why": "mlx"}
+    import ctypes
+    import io
+    import struct
+
+    pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
+        ("PyCapsule_GetPointer", ctypes.pythonapi)
+    )
+    string_at = ctypes.string_at
+    head = struct.Struct(_DLTENSOR)
+    # Largest first: where the budget runs out, what is left is small.
+    order = range(len(big))
+    if len(big) <= _BUFFER_SORTED:
+        order = sorted(order, key=lambda i: -big[i][2])
+    spans = []
+    lazy = [0, 0]
+    done = 0
+    for i in order:
+        if _perf_counter() - started > _HELD_BUDGET:
+            break
+        obj, g, n = big[i]
+        try:
+            text = io.StringIO()
+            dot(text, obj)
+            if "->" in text.getvalue():
+                g[5] -= n
+                lazy[0] += 1
+                lazy[1] += n
+                done += 1
+                continue
+            capsule = dlpack(obj)
+            at = pointer(capsule, b"dltensor")
+            data, _, _, ndim, _, bits, lanes, shape_at, strides_at, offset = head.unpack(
+                string_at(at, head.size)
+            )
+            shape = struct.unpack("<%dq" % ndim, string_at(shape_at, 8 * ndim)) if ndim else ()
+            if strides_at:
+                strides = struct.unpack("<%dq" % ndim, string_at(strides_at, 8 * ndim))
+            else:
+                strides, step = [], 1
+                for extent in reversed(shape):
+                    strides.append(step)
+                    step *= extent
+                strides.reverse()
+            capsule = None
+        except Exception:
+            capsule = None
+            continue
+        item = max(1, bits * lanes // 8)
+        start = data + offset
+        if 0 in shape:
+            low = high = start
+        else:
+            low = start + item * sum((e - 1) * s for e, s in zip(shape, strides) if s < 0)
+            high = start + item * (1 + sum((e - 1) * s for e, s in zip(shape, strides) if s > 0))
+        g[5] -= n
+        spans.append((low, -high, i, g))
+        done += 1
+    obj = g = None
+    # The union of the spans, each byte to the first span (lowest address,
+    # then the widest, then the first walked) that covers it.
+    spans.sort(key=lambda span: span[:3])
+    shared = 0
+    covered = 0
+    cover = None
+    for low, high, _, g in spans:
+        high = -high
+        new = max(0, high - max(low, covered))
+        g[5] += new
+        shared += (high - low) - new
+        if new < high - low and cover is not None and cover is not g:
+            key = (g[0], g[1], g[2], g[3], g[4], g[8])
+            others = also.setdefault(key, [])
+            if cover[0] not in others and len(others) < 3:
+                others.append(cover[0])
+        if high > covered:
+            covered = high
+            cover = g
+    spans = None
+    return {
+        "by": "buffer",
+        "arrays": done,
+        "left": len(big) - done,
+        "shared": shared,
+        "unevaluated": lazy[0],
+        "unevaluated_bytes": lazy[1],
+    }
 
 
 def _bye():

@@ -259,26 +259,104 @@ fn a_walk_leaves_every_object_with_the_references_it_had() {
     run_with_the_probe("refs", "refs unchanged 18");
 }
 
+/// The walk's figures of `summary`, checked to have counted by buffer with
+/// nothing beyond MLX active.
+fn counted_by_buffer<'a>(summary: &'a Value, stderr: &str) -> &'a Value {
+    let walk = &summary["held_by_walk"];
+    assert_eq!(walk["counted_by"], "buffer", "{walk:#}");
+    assert_eq!(walk["counted_beyond_active_bytes"], 0, "{walk:#}");
+    let unreached = walk["unreached_bytes"].as_u64().expect("unreached");
+    assert!(unreached * 20 <= HELD, "{walk:#}");
+    assert!(!stderr.contains("more than MLX held"), "{stderr}");
+    walk
+}
+
 #[test]
-fn views_sharing_a_buffer_are_said_to_be_counted_beyond_mlx_active() {
-    // MLX's Python API does not say which arrays share a buffer: the
-    // slices are counted by their size, and the excess over MLX active is
-    // said, never shown as memory MLX held.
+fn views_of_one_buffer_are_counted_once() {
+    // One 64 MiB array and 16 slices of it: 64 MiB held by `base`; `parts`
+    // reaches the same buffer (counted there).
     let (output, summary) = record("views", None);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(0), "{stderr}");
     assert_root(&summary["held_by"], "base", "local", HELD);
+    let walk = counted_by_buffer(&summary, &stderr);
+    assert!(
+        near(walk["shared_bytes"].as_u64().expect("shared"), HELD),
+        "{walk:#}"
+    );
+    let parts = summary["held_by"]
+        .as_array()
+        .expect("roots")
+        .iter()
+        .find(|r| r["root"] == "parts")
+        .expect("parts");
+    assert_eq!(parts["bytes"], 0, "{parts:#}");
+    assert_eq!(parts["also"][0], "base", "{parts:#}");
+    assert!(
+        stderr.contains("counted by buffer: views of one buffer counted once (64.00 MiB shared)"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn reshapes_slices_transposes_and_broadcasts_count_their_buffer_once() {
+    // Issue #57: arrays each kept with a reshape and a slice of itself were
+    // said to hold the sum of their sizes. Here 16 arrays of 4 MiB with a
+    // reshape, a half slice and a transpose each (160 MiB by size) and a
+    // 16 MiB broadcast of one row: 64 MiB of buffers.
+    let (output, summary) = record("reshaped", None);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert_root(&summary["held_by"], "kept", "local", HELD);
+    counted_by_buffer(&summary, &stderr);
+}
+
+#[test]
+fn arrays_not_evaluated_yet_hold_nothing() {
+    // 16 evaluated arrays kept, and 16 products of them never evaluated:
+    // `doubled` holds no buffer (it is not a root at all); the walk says
+    // how many arrays it counted as none.
+    let (output, summary) = record("unevaluated", None);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert_root(&summary["held_by"], "kept", "local", HELD);
+    let walk = counted_by_buffer(&summary, &stderr);
+    assert_eq!(walk["unevaluated_arrays"], 16, "{walk:#}");
+    assert_eq!(walk["unevaluated_bytes"], HELD, "{walk:#}");
+    let roots = summary["held_by"].as_array().expect("roots");
+    assert!(roots.iter().all(|r| r["root"] != "doubled"), "{roots:?}");
+    assert!(
+        stderr.contains(
+            "16 arrays not evaluated yet (64.00 MiB by their size) counted as holding nothing"
+        ),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn with_another_thread_running_views_are_counted_each_and_said_to_be() {
+    // Reading MLX's graph while another thread may evaluate is a data race
+    // in MLX: the walk counts by array then, and says so.
+    let (output, summary) = record("views-threaded", None);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert_root(&summary["held_by"], "base", "local", HELD);
     let walk = &summary["held_by_walk"];
+    assert_eq!(walk["counted_by"], "array", "{walk:#}");
+    assert_eq!(walk["counted_by_array_why"], "threads", "{walk:#}");
     let beyond = walk["counted_beyond_active_bytes"].as_u64().expect("bytes");
     assert!(near(beyond, HELD), "{walk:#}");
-    assert_eq!(walk["unreached_bytes"], 0, "{walk:#}");
     assert!(
         stderr.contains("64.00 MiB more than MLX held: arrays that share a buffer"),
         "{stderr}"
     );
+    assert!(
+        stderr.contains("the job had other threads running"),
+        "{stderr}"
+    );
     // The finding that names the first root says so too.
     assert!(
-        stderr.contains("(The roots add up to 64.00 MiB more than MLX held"),
+        stderr.contains("(In this walk, the roots' arrays add up to 64.00 MiB more"),
         "{stderr}"
     );
 }
@@ -599,6 +677,7 @@ fn held_by_names_its_roots_with_real_mlx_on_python_3_12_and_3_13() {
             ("profiled", "kept", "local"),
             ("yielding", "gen", "generator"),
             ("attribute", "self.cache", "attribute"),
+            ("reshaped", "kept", "local"),
         ] {
             let (output, summary) = record_on(&python, mode, None, &[]);
             let stdout = String::from_utf8_lossy(&output.stdout);
@@ -615,6 +694,9 @@ fn held_by_names_its_roots_with_real_mlx_on_python_3_12_and_3_13() {
                 );
             }
             assert_root(&summary["held_by"], name, kind, HELD);
+            if mode == "reshaped" {
+                counted_by_buffer(&summary, &String::from_utf8_lossy(&output.stderr));
+            }
         }
     }
     if ran == 0 {

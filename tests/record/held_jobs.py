@@ -12,7 +12,10 @@ except block, its traceback's frame holding the arrays), generator (a
 suspended generator's local), two-roots (one list reached from two locals:
 counted once, for the first), objects (a million small Python objects
 beside the arrays: the walk stops at its budget and says partial), views (one 64 MiB array and 16 slices of it
-that share its buffer: counted each, and said to be beyond MLX active),
+that share its buffer: the buffer counted once), reshaped (16 arrays kept each with a reshape, a slice and a
+transpose of itself, and a broadcast of one row: 64 MiB, not 196), unevaluated (16 arrays kept and 16
+products of them never evaluated: those hold nothing), views-threaded (views, while another thread of the
+job waits: counted by array, and said to be beyond MLX active),
 thread (a list local of a
 thread's function while the main thread waits in join(): the main thread
 runs no Python, so the probe's own thread walks), killed
@@ -116,6 +119,39 @@ def views():
     mx.eval(parts)
     hold()
     return len(parts)
+
+
+def reshaped():
+    side = 1024  # 1024 x 1024 float32: 4 MiB
+    kept = []
+    for i in range(COUNT):
+        a = mx.ones((side, side), dtype=mx.float32) * i
+        kept.append((a, a.reshape(-1), a[: side // 2], a.T))
+    wide = mx.broadcast_to(kept[1][0][:1], (4 * side, side))
+    mx.eval(kept, wide)
+    del a
+    hold()
+    return len(kept), wide.shape
+
+
+def unevaluated():
+    kept = arrays()
+    doubled = [a * 2 for a in kept]
+    hold()
+    return len(doubled)
+
+
+def views_threaded():
+    import threading
+
+    done = threading.Event()
+    waiter = threading.Thread(target=done.wait, name="waiter")
+    waiter.start()
+    try:
+        return views()
+    finally:
+        done.set()
+        waiter.join()
 
 
 def worker():
@@ -241,6 +277,7 @@ def refs():
     import weightscope_probe as probe
 
     probe._mlx = mx
+    probe._bind_array_slots(mx)
     gc.disable()
     kept = arrays()
     cache = {"layer.%d" % i: a for i, a in enumerate(kept)}
@@ -318,6 +355,15 @@ def tell(what):
         f.write(what + "\n")
 
 
+class TellingArray(mx.array):
+    """An array whose own nbytes property tells on the walk."""
+
+    @property
+    def nbytes(self):
+        tell("TellingArray.nbytes")
+        return mx.array.nbytes.__get__(self)
+
+
 class Tattling(dict):
     def __len__(self):
         tell("Tattling.__len__")
@@ -383,9 +429,11 @@ def hostile_objects():
     del made
     guarded = Guarded()
     failed = Failed("x")
+    shadow = TellingArray(table[Sneaky("layer.0")])
+    mx.eval(shadow)
     sys.modules["not_a_module"] = NotAModule()
     hold()
-    return table, rows, queue, later, guarded, failed
+    return table, rows, queue, later, guarded, failed, shadow
 
 
 def long_key():
@@ -448,6 +496,7 @@ def budget():
     import weightscope_probe as probe
 
     probe._mlx = mx
+    probe._bind_array_slots(mx)
     probe._HELD_BUDGET = 1e9
     # Arrays in the big list too: what the first phase finds does not
     # account for MLX's memory, so the list is walked.
@@ -562,6 +611,9 @@ MODES = {
     "two-roots": two_roots,
     "objects": objects,
     "views": views,
+    "reshaped": reshaped,
+    "unevaluated": unevaluated,
+    "views-threaded": views_threaded,
     "thread": thread,
     "killed": killed,
     "proxy": proxy,

@@ -19,7 +19,11 @@ core = types.ModuleType("mlx.core")
 
 class array:  # noqa: N801 - MLX's name
     def __init__(self, nbytes):
-        self.nbytes = nbytes
+        self._nbytes = nbytes
+
+    @property
+    def nbytes(self):
+        return self._nbytes
 
 
 core.array = array
@@ -30,6 +34,7 @@ sys.modules["mlx.core"] = core
 import weightscope_probe as probe  # noqa: E402
 
 probe._mlx = core
+probe._bind_array_slots(core)
 
 
 def fold():

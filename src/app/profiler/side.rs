@@ -442,15 +442,21 @@ fn held_roots_ui(ui: &mut egui::Ui, walk: &crate::profile::trace::census::Census
             ui.label("MLX's graph, or objects the walk does not enter");
             ui.end_row();
         }
-        if walk.counted_beyond_active_bytes() > 0 {
+        if let Some(beyond) = walk.counted_beyond_explained() {
             ui.label(format!(
                 "-{}",
                 human_bytes(walk.counted_beyond_active_bytes())
             ));
             ui.label("");
-            ui.label("counted twice")
-                    .on_hover_text("Arrays that share a buffer (views, slices) or hold none yet (not evaluated) are counted each by their size: MLX's Python API says neither");
-            ui.label("beyond MLX active: views or arrays not yet evaluated");
+            ui.label("counted twice").on_hover_text(&beyond);
+            ui.add(egui::Label::new(beyond).truncate());
+            ui.end_row();
+        }
+        if let Some(buffers) = walk.buffers_explained() {
+            ui.label("");
+            ui.label("");
+            ui.label("by buffer");
+            ui.add(egui::Label::new(buffers).truncate());
             ui.end_row();
         }
     });

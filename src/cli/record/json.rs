@@ -191,6 +191,15 @@ struct JsonWalk {
     reached_bytes: u64,
     unreached_bytes: u64,
     counted_beyond_active_bytes: u64,
+    /// `buffer` (views counted once, arrays not evaluated as none) or
+    /// `array` (each by `nbytes`).
+    counted_by: crate::profile::trace::census::CountedBy,
+    /// Why by array (`threads`, `beside`, `mlx`, `failed`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    counted_by_array_why: Option<crate::profile::trace::census::ByArrayWhy>,
+    shared_bytes: u64,
+    unevaluated_arrays: u64,
+    unevaluated_bytes: u64,
     partial: bool,
     objects: u64,
     millis: f64,
@@ -368,6 +377,11 @@ fn walk(w: &crate::profile::trace::census::Census) -> JsonWalk {
         reached_bytes: w.reached_bytes,
         unreached_bytes: w.unreached_bytes(),
         counted_beyond_active_bytes: w.counted_beyond_active_bytes(),
+        counted_by: w.buffers.as_ref().map(|b| b.by).unwrap_or_default(),
+        counted_by_array_why: w.buffers.as_ref().and_then(|b| b.why),
+        shared_bytes: w.buffers.as_ref().map_or(0, |b| b.shared),
+        unevaluated_arrays: w.buffers.as_ref().map_or(0, |b| b.unevaluated),
+        unevaluated_bytes: w.buffers.as_ref().map_or(0, |b| b.unevaluated_bytes),
         partial: w.partial,
         objects: w.objects,
         millis: w.millis,

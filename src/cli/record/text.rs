@@ -238,12 +238,11 @@ fn write_held(r: &Recording, out: &mut dyn Write) -> std::io::Result<()> {
             human_bytes(w.unreached_bytes())
         )?;
     }
-    if w.counted_beyond_active_bytes() > 0 {
-        writeln!(
-            out,
-            "    the roots' arrays add up to {} more than MLX held: arrays that share a buffer (views, slices) or hold none yet (not evaluated, as mx.load's until used) are counted each",
-            human_bytes(w.counted_beyond_active_bytes())
-        )?;
+    if let Some(beyond) = w.counted_beyond_explained() {
+        writeln!(out, "    {beyond}")?;
+    }
+    if let Some(buffers) = w.buffers_explained() {
+        writeln!(out, "    {buffers}")?;
     }
     Ok(())
 }

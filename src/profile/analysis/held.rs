@@ -93,13 +93,9 @@ pub fn sentence(walk: &Census, allocated: Option<&str>, peak_bytes: Option<u64>)
     if walk.partial {
         text.push_str(" (The walk stopped at its time budget: partial.)");
     }
-    if walk.counted_beyond_active_bytes() > 0 {
+    if let Some(beyond) = walk.counted_beyond_explained() {
         use std::fmt::Write as _;
-        let _ = write!(
-            text,
-            " (The roots add up to {} more than MLX held: some of their arrays share a buffer, as views and slices do, or are not evaluated yet; MLX's Python API does not say which.)",
-            human_bytes(walk.counted_beyond_active_bytes())
-        );
+        let _ = write!(text, " (In this walk, {beyond}.)");
     }
     Some(text)
 }
@@ -135,6 +131,7 @@ mod tests {
             objects: 10,
             millis: 1.0,
             roots: vec![root("kept", "local", active)],
+            buffers: None,
         };
         let walks = [
             walk(1.0, 100),
@@ -162,6 +159,7 @@ mod tests {
             objects: 1,
             millis: 1.0,
             roots,
+            buffers: None,
         };
         let a = walk(vec![
             root("kept", "local", 100),
@@ -188,6 +186,7 @@ mod tests {
             objects: 10,
             millis: 1.0,
             roots: vec![root("kept", "local", 1 << 30)],
+            buffers: None,
         };
         assert_eq!(walk.unreached_bytes(), 1 << 30);
         let text = sentence(&walk, Some("fold.py:12 in main"), Some(2 << 30)).expect("a sentence");

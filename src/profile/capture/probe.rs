@@ -162,6 +162,10 @@ pub struct ProbeLine {
     /// `held`: milliseconds the walk took.
     #[serde(default)]
     pub millis: Option<f64>,
+    /// `held`: how the bytes were counted (when by `nbytes` they added up
+    /// to more than MLX held).
+    #[serde(default)]
+    pub buffers: Option<crate::profile::trace::census::BufferCount>,
     /// `collective`: the collectives the evaluation runs (`all_sum`, …).
     #[serde(default)]
     pub ops: Option<Vec<String>>,
@@ -363,6 +367,7 @@ impl crate::profile::trace::census::Census {
             partial: line.partial.unwrap_or(false),
             objects: line.objects.unwrap_or(0),
             millis: line.millis.unwrap_or(0.0),
+            buffers: line.buffers,
             roots: line
                 .roots
                 .unwrap_or_default()

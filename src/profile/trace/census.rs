@@ -102,6 +102,69 @@ pub struct Census {
     pub millis: f64,
     /// The roots, most bytes first (at most a dozen).
     pub roots: Vec<HeldRoot>,
+    /// How the bytes were counted, when the roots' arrays added up to more
+    /// than MLX held (absent: each array by its `nbytes`, which was not
+    /// more).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub buffers: Option<BufferCount>,
+}
+
+/// What the walk counted: arrays by `nbytes`, or buffers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CountedBy {
+    /// Views of one buffer counted once, arrays not evaluated yet as
+    /// holding nothing.
+    Buffer,
+    /// Each array by its `nbytes`: the walk could not read MLX's graph
+    /// safely (the job had other threads, or the walk ran beside its main
+    /// thread).
+    #[default]
+    #[serde(other)]
+    Array,
+}
+
+/// Why a walk counted by array: reading MLX's graph was not safe, or not
+/// possible.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ByArrayWhy {
+    /// Another thread of the job was running (it may evaluate the arrays).
+    Threads,
+    /// The walk ran beside the job's main thread, which waited in C.
+    Beside,
+    /// The job's MLX has no `export_to_dot` or `__dlpack__`.
+    Mlx,
+    /// Counting by buffer failed.
+    #[serde(other)]
+    Failed,
+}
+
+/// How a walk counted its arrays' bytes when, by `nbytes`, they added up to
+/// more than MLX held.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BufferCount {
+    /// Buffers, or arrays.
+    #[serde(default)]
+    pub by: CountedBy,
+    /// Why by arrays.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub why: Option<ByArrayWhy>,
+    /// Arrays counted by buffer (those of 64 KiB or more, largest first).
+    #[serde(default)]
+    pub arrays: u64,
+    /// Arrays left counted by `nbytes` (the count's time ran out).
+    #[serde(default)]
+    pub left: u64,
+    /// Bytes of views whose buffer an earlier array counted.
+    #[serde(default)]
+    pub shared: u64,
+    /// Arrays not evaluated yet: they hold no buffer.
+    #[serde(default)]
+    pub unevaluated: u64,
+    /// Their `nbytes`, counted as none.
+    #[serde(default)]
+    pub unevaluated_bytes: u64,
 }
 
 impl Census {
@@ -114,12 +177,86 @@ impl Census {
     }
 
     /// What the roots' arrays add up to beyond MLX active memory: arrays
-    /// that share a buffer (views, slices) or hold none yet (not
-    /// evaluated: `mx.load`'s until used) are counted each by `nbytes`, as
-    /// MLX's Python API says neither.
+    /// the walk counted by `nbytes` that share a buffer (views, slices) or
+    /// hold none yet (not evaluated: `mx.load`'s until used); see
+    /// [`Census::buffers`].
     #[must_use]
     pub fn counted_beyond_active_bytes(&self) -> u64 {
         self.reached_bytes.saturating_sub(self.active_bytes)
+    }
+
+    /// Why the roots add up to more than MLX held, in words; `None` when
+    /// they do not.
+    #[must_use]
+    pub fn counted_beyond_explained(&self) -> Option<String> {
+        let beyond = self.counted_beyond_active_bytes();
+        if beyond == 0 {
+            return None;
+        }
+        let why = match &self.buffers {
+            Some(b) if b.by == CountedBy::Buffer && b.left > 0 && b.arrays == 0 => format!(
+                "the walk's time ran out before its arrays were counted by buffer: {} counted \
+                 each by their size",
+                b.left
+            ),
+            Some(b) if b.by == CountedBy::Buffer && b.left > 0 => format!(
+                "{} arrays were counted by buffer before the walk's time ran out, {} others by \
+                 their size",
+                b.arrays, b.left
+            ),
+            Some(b) if b.by == CountedBy::Buffer => {
+                "arrays under 64 KiB are counted by their size, views of them each".to_owned()
+            }
+            b => format!(
+                "arrays that share a buffer (views, slices) or hold none yet (not evaluated) are \
+                 counted each by their size: {}",
+                match b.as_ref().and_then(|b| b.why) {
+                    Some(ByArrayWhy::Threads) => {
+                        "the job had other threads running, where reading MLX's graph is not safe"
+                    }
+                    Some(ByArrayWhy::Beside) => {
+                        "the walk ran while the job's main thread waited in MLX, where reading \
+                         MLX's graph is not safe"
+                    }
+                    Some(ByArrayWhy::Mlx) => {
+                        "this MLX has no export_to_dot or __dlpack__ to tell them apart"
+                    }
+                    Some(ByArrayWhy::Failed) => "counting by buffer failed",
+                    None => "the walk did not count by buffer",
+                }
+            ),
+        };
+        Some(format!(
+            "the roots' arrays add up to {} more than MLX held: {why}",
+            crate::units::human_bytes(beyond)
+        ))
+    }
+
+    /// What counting by buffer found, in words: views counted once, arrays
+    /// not evaluated yet counted as holding nothing; `None` when it found
+    /// neither or did not run.
+    #[must_use]
+    pub fn buffers_explained(&self) -> Option<String> {
+        let b = self
+            .buffers
+            .as_ref()
+            .filter(|b| b.by == CountedBy::Buffer)?;
+        let mut parts = Vec::new();
+        if b.shared > 0 {
+            parts.push(format!(
+                "views of one buffer counted once ({} shared)",
+                crate::units::human_bytes(b.shared)
+            ));
+        }
+        if b.unevaluated > 0 {
+            parts.push(format!(
+                "{} array{} not evaluated yet ({} by their size) counted as holding nothing",
+                b.unevaluated,
+                if b.unevaluated == 1 { "" } else { "s" },
+                crate::units::human_bytes(b.unevaluated_bytes)
+            ));
+        }
+        (!parts.is_empty()).then(|| format!("counted by buffer: {}", parts.join("; ")))
     }
 }
 
@@ -142,4 +279,93 @@ where
     walks
         .filter(|w| u128::from(w.active_bytes) * 20 >= u128::from(highest) * 19)
         .max_by(|a, b| a.t_secs.total_cmp(&b.t_secs))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+
+    fn walk(reached_bytes: u64, buffers: Option<BufferCount>) -> Census {
+        Census {
+            t_secs: 1.0,
+            pid: 7,
+            active_bytes: 64 * MIB,
+            reached_bytes,
+            partial: false,
+            objects: 10,
+            millis: 1.0,
+            roots: Vec::new(),
+            buffers,
+        }
+    }
+
+    fn by(by: CountedBy, arrays: u64, left: u64) -> BufferCount {
+        BufferCount {
+            by,
+            arrays,
+            left,
+            ..BufferCount::default()
+        }
+    }
+
+    #[test]
+    fn the_bytes_beyond_mlx_active_say_why_they_were_counted_each() {
+        assert_eq!(walk(64 * MIB, None).counted_beyond_explained(), None);
+        let said = |b| walk(128 * MIB, b).counted_beyond_explained().expect("said");
+        assert!(said(None).contains("64.00 MiB more than MLX held"));
+        assert!(said(None).contains("the walk did not count by buffer"));
+        let why = |why| {
+            said(Some(BufferCount {
+                why: Some(why),
+                ..BufferCount::default()
+            }))
+        };
+        assert!(why(ByArrayWhy::Threads).contains("the job had other threads running"));
+        assert!(why(ByArrayWhy::Beside).contains("main thread waited in MLX"));
+        assert!(why(ByArrayWhy::Mlx).contains("no export_to_dot"));
+        assert!(why(ByArrayWhy::Failed).contains("counting by buffer failed"));
+        assert!(said(Some(by(CountedBy::Buffer, 0, 9))).contains("time ran out before"));
+        assert!(
+            said(Some(by(CountedBy::Buffer, 3, 9))).contains("3 arrays were counted by buffer")
+        );
+        assert!(said(Some(by(CountedBy::Buffer, 3, 0))).contains("under 64 KiB"));
+    }
+
+    #[test]
+    fn counting_by_buffer_says_what_it_found() {
+        assert_eq!(
+            walk(0, Some(by(CountedBy::Buffer, 3, 0))).buffers_explained(),
+            None
+        );
+        assert_eq!(
+            walk(0, Some(by(CountedBy::Array, 3, 0))).buffers_explained(),
+            None
+        );
+        let found = walk(
+            0,
+            Some(BufferCount {
+                by: CountedBy::Buffer,
+                arrays: 17,
+                shared: 64 * MIB,
+                unevaluated: 1,
+                unevaluated_bytes: 4 * MIB,
+                ..BufferCount::default()
+            }),
+        )
+        .buffers_explained()
+        .expect("said");
+        assert_eq!(
+            found,
+            "counted by buffer: views of one buffer counted once (64.00 MiB shared); 1 array not \
+             evaluated yet (4.00 MiB by their size) counted as holding nothing"
+        );
+    }
+
+    #[test]
+    fn a_probe_line_with_an_unknown_count_is_read_as_counted_by_array() {
+        let b: BufferCount = serde_json::from_str(r#"{"by":"pixie"}"#).expect("parses");
+        assert_eq!(b.by, CountedBy::Array);
+    }
 }
