@@ -309,6 +309,11 @@ def _bind_array_slots(mx):
     if dlpack is not None and dot is not None:
         _mx_own["dlpack"] = dlpack
         _mx_own["dot"] = dot
+    metal = getattr(getattr(mx, "metal", None), "is_available", None)
+    available = getattr(mx, "is_available", None)
+    gpu = getattr(mx, "gpu", None)
+    if metal is not None and available is not None and gpu is not None:
+        _mx_own["host_pointers"] = lambda: metal() or not available(gpu)
 
 
 # Collective calls (`mx.distributed.all_sum`, ...) made since the last
@@ -1380,12 +1385,19 @@ def _count_buffers(big, also, started):
     DLTensor read for its data pointer, strides and item size. Reading an
     array's graph while another thread evaluates it (MLX detaches arrays
     as it evaluates them) is a data race in MLX: this runs only in the main
-    thread, the job paused, and when the job has no other thread."""
+    thread, the job paused, and when the job has no other thread; and only
+    with MLX on the CPU or on Metal."""
     own = _mx_own
     dot = own.get("dot")
     dlpack = own.get("dlpack")
-    if dot is None or dlpack is None:
+    if dot is None or dlpack is None or "host_pointers" not in own:
         return {"by": "array", "why": "mlx"}
+    # An array's data pointer is read only where reading it changes
+    # nothing: MLX on the CPU or on Metal (unified memory). MLX's CUDA
+    # backend moves a buffer held in device memory to unified memory when
+    # its pointer is asked for.
+    if not own["host_pointers"]():
+        return {"by": "array", "why": "device"}
     import ctypes
     import io
     import struct

@@ -710,6 +710,11 @@ fn the_probes_tables_of_frames_and_stacks_stay_bounded() {
 }
 
 #[test]
+fn the_count_by_buffer_sends_its_figures_and_never_asks_a_cuda_array_for_its_pointer() {
+    run_with_the_probe("buffers", "buffers counted 16 4");
+}
+
+#[test]
 fn the_walk_stops_at_its_object_budget_whatever_its_clock_says() {
     run_with_the_probe("budget", "budget held 700001 16");
 }

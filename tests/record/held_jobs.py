@@ -510,6 +510,44 @@ def budget():
     print("budget held", len(many), len(kept), flush=True)
 
 
+def buffers():
+    # The count by buffer called directly: the figures it sends, and what it
+    # does where reading a data pointer could move a buffer (CUDA).
+    import json
+
+    sys.path.insert(0, sys.argv[2])
+    import weightscope_probe as probe
+
+    probe._mlx = mx
+    probe._bind_array_slots(mx)
+    base = mx.ones((COUNT * SIZE,), dtype=mx.float32)
+    mx.eval(base)
+    parts = [base[i * SIZE : (i + 1) * SIZE] for i in range(COUNT)]
+    lazy = [p * 2 for p in parts[:4]]
+    mx.eval(parts)
+    active = mx.get_active_memory()
+    report = json.loads(probe._held_walk(active, True))
+    assert report["buffers"] == {
+        "by": "buffer",
+        "arrays": COUNT + 1 + 4,
+        "left": 0,
+        "shared": COUNT * SIZE * 4,
+        "unevaluated": 4,
+        "unevaluated_bytes": 4 * SIZE * 4,
+    }, report
+    assert report["reached"] == COUNT * SIZE * 4, report
+    roots = {r["root"]: r for r in report["roots"]}
+    assert roots["base"]["bytes"] == COUNT * SIZE * 4 and roots["parts"]["also"] == ["base"], roots
+    assert "lazy" not in roots, roots
+    host = probe._mx_own["host_pointers"]
+    probe._mx_own["host_pointers"] = lambda: False
+    report = json.loads(probe._held_walk(active, True))
+    probe._mx_own["host_pointers"] = host
+    assert report["buffers"] == {"by": "array", "why": "device"}, report
+    assert report["reached"] == (2 * COUNT + 4) * SIZE * 4, report
+    print("buffers counted", len(parts), len(lazy), flush=True)
+
+
 class Telling:
     """A path-like object and an exception whose own methods tell."""
 
@@ -626,6 +664,7 @@ MODES = {
     "collectives": collectives,
     "frames": frames,
     "budget": budget,
+    "buffers": buffers,
     "encoded": encoded,
 }
 

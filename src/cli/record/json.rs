@@ -194,7 +194,7 @@ struct JsonWalk {
     /// `buffer` (views counted once, arrays not evaluated as none) or
     /// `array` (each by `nbytes`).
     counted_by: crate::profile::trace::census::CountedBy,
-    /// Why by array (`threads`, `beside`, `mlx`, `failed`).
+    /// Why by array (`threads`, `beside`, `device`, `mlx`, `failed`).
     #[serde(skip_serializing_if = "Option::is_none")]
     counted_by_array_why: Option<crate::profile::trace::census::ByArrayWhy>,
     shared_bytes: u64,

@@ -135,6 +135,9 @@ pub enum ByArrayWhy {
     Beside,
     /// The job's MLX has no `export_to_dot` or `__dlpack__`.
     Mlx,
+    /// MLX runs on a GPU other than Metal (CUDA): asking for an array's
+    /// data pointer there may move its buffer.
+    Device,
     /// Counting by buffer failed.
     #[serde(other)]
     Failed,
@@ -220,6 +223,10 @@ impl Census {
                     }
                     Some(ByArrayWhy::Mlx) => {
                         "this MLX has no export_to_dot or __dlpack__ to tell them apart"
+                    }
+                    Some(ByArrayWhy::Device) => {
+                        "on this GPU, asking MLX for an array's data pointer may move its buffer \
+                         (CUDA: from device to unified memory), so the walk does not ask"
                     }
                     Some(ByArrayWhy::Failed) => "counting by buffer failed",
                     None => "the walk did not count by buffer",
@@ -325,6 +332,7 @@ mod tests {
         assert!(why(ByArrayWhy::Threads).contains("the job had other threads running"));
         assert!(why(ByArrayWhy::Beside).contains("main thread waited in MLX"));
         assert!(why(ByArrayWhy::Mlx).contains("no export_to_dot"));
+        assert!(why(ByArrayWhy::Device).contains("may move its buffer"));
         assert!(why(ByArrayWhy::Failed).contains("counting by buffer failed"));
         assert!(said(Some(by(CountedBy::Buffer, 0, 9))).contains("time ran out before"));
         assert!(
