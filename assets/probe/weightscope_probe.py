@@ -635,6 +635,10 @@ _HELD_EVERY = 1.0
 _HELD_SHARE = 0.01
 _HELD_ROOTS_SENT = 12
 _BIG = 10000
+# The big containers and the libraries' globals are walked only when at
+# least this much of MLX's memory is not accounted for by the rest: a job
+# that holds a few MiB is not worth a walk through a million-item list.
+_LOOK_FURTHER_LEAST = 16 << 20
 _held_state = {"last": -1e9, "high": 0, "pending": False, "settled": True, "asked": None, "cost": 0.0}
 # The file weightscope replaces to ask for a walk now (the job is near its
 # memory limit); in weightscope's private folder.
@@ -1099,15 +1103,21 @@ def _walk(active, array_type, started, moment):
     deferred = []
     # Phases: the job's roots, their big containers; then, only when they
     # do not account for MLX's memory, the libraries' globals and theirs.
+    shallow = False
     for phase in (0, 1, 2, 3):
-        if phase == 1 and sum(g[5] for g in order) * 10 >= active * 9:
-            # MLX's memory is accounted for without them: the big
-            # containers (a million-entry dict beside the weights) are
-            # not walked at all, and the walk stays a millisecond.
-            break
-        if phase == 2:
-            if partial or sum(g[5] for g in order) * 10 >= active * 9:
+        if phase in (1, 2):
+            counted = sum(g[5] for g in order)
+            if counted * 10 >= active * 9 or (phase == 2 and partial):
+                # MLX's memory is accounted for without them: the big
+                # containers (a million-entry dict beside the weights)
+                # are not walked at all, and the walk stays a millisecond.
                 break
+            if active - counted < _LOOK_FURTHER_LEAST:
+                # Too little is unaccounted for to be worth a walk through
+                # a million-item list or every library's globals.
+                shallow = True
+                break
+        if phase == 2:
             work = [(root, [(root[5], root[0], None, None)]) for root in _module_roots(True)]
         elif phase in (1, 3):
             work, deferred = deferred, []
@@ -1342,6 +1352,8 @@ def _walk(active, array_type, started, moment):
     }
     if buffers is not None:
         report["buffers"] = buffers
+    if shallow:
+        report["shallow"] = True
     line = _json(report)
     while len(line) > _MAX_LINE and report["roots"]:
         report["roots"].pop()

@@ -334,6 +334,24 @@ fn arrays_not_evaluated_yet_hold_nothing() {
 }
 
 #[test]
+fn a_list_of_ten_mib_of_arrays_is_not_walked_and_said_not_looked_for() {
+    let (output, summary) = record("small-list", None);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    let walk = &summary["held_by_walk"];
+    assert_eq!(walk["shallow"], true, "{walk:#}");
+    assert!(
+        walk["objects"].as_u64().expect("objects") < 20_000,
+        "{walk:#}"
+    );
+    let roots = summary["held_by"].as_array().expect("roots");
+    let last = roots.last().expect("a root");
+    assert_eq!(last["kind"], "unwalked", "{roots:?}");
+    assert_eq!(last["root"], "not looked for", "{roots:?}");
+    assert!(stderr.contains("not looked for (under 16 MiB"), "{stderr}");
+}
+
+#[test]
 fn with_another_thread_running_views_are_counted_each_and_said_to_be() {
     // Reading MLX's graph while another thread may evaluate is a data race
     // in MLX: the walk counts by array then, and says so.

@@ -15,7 +15,8 @@ beside the arrays: the walk stops at its budget and says partial), views (one 64
 that share its buffer: the buffer counted once), reshaped (16 arrays kept each with a reshape, a slice and a
 transpose of itself, and a broadcast of one row: 64 MiB, not 196), unevaluated (16 arrays kept and 16
 products of them never evaluated: those hold nothing), views-threaded (views, while another thread of the
-job waits: counted by array, and said to be beyond MLX active),
+job waits: counted by array, and said to be beyond MLX active), small-list (20,000 arrays of 512 bytes in a list: too
+little MLX memory for the walk to enter the list, said "not looked for"),
 thread (a list local of a
 thread's function while the main thread waits in join(): the main thread
 runs no Python, so the probe's own thread walks), killed
@@ -152,6 +153,15 @@ def views_threaded():
     finally:
         done.set()
         waiter.join()
+
+
+def small_list():
+    # 20,000 arrays of 512 bytes in a list: 10 MiB of MLX memory, not
+    # worth a walk through the list.
+    kept = [mx.ones((128,), dtype=mx.float32) * i for i in range(20000)]
+    mx.eval(kept)
+    hold()
+    return len(kept)
 
 
 def worker():
@@ -652,6 +662,7 @@ MODES = {
     "reshaped": reshaped,
     "unevaluated": unevaluated,
     "views-threaded": views_threaded,
+    "small-list": small_list,
     "thread": thread,
     "killed": killed,
     "proxy": proxy,

@@ -436,10 +436,11 @@ fn held_roots_ui(ui: &mut egui::Ui, walk: &crate::profile::trace::census::Census
             ui.end_row();
         }
         if walk.unreached_bytes() > 0 {
+            let (name, why) = walk.unreached_explained();
             ui.label(human_bytes(walk.unreached_bytes()));
             ui.label("");
-            ui.label("not reached");
-            ui.label("MLX's graph, or objects the walk does not enter");
+            ui.label(name);
+            ui.add(egui::Label::new(why).truncate());
             ui.end_row();
         }
         if let Some(beyond) = walk.counted_beyond_explained() {

@@ -201,6 +201,9 @@ struct JsonWalk {
     unevaluated_arrays: u64,
     unevaluated_bytes: u64,
     partial: bool,
+    /// Big containers and libraries' globals left unwalked (less than
+    /// 16 MiB unaccounted for).
+    shallow: bool,
     objects: u64,
     millis: f64,
 }
@@ -353,8 +356,8 @@ fn held_roots(walk: Option<&crate::profile::trace::census::Census>) -> Vec<HeldR
     let mut roots = w.roots.clone();
     if w.unreached_bytes() > 0 {
         roots.push(HeldRoot {
-            root: "not reachable from Python".into(),
-            kind: "unreachable".into(),
+            root: w.unreached_explained().0.into(),
+            kind: if w.shallow { "unwalked" } else { "unreachable" }.into(),
             function: String::new(),
             file: String::new(),
             line: 0,
@@ -383,6 +386,7 @@ fn walk(w: &crate::profile::trace::census::Census) -> JsonWalk {
         unevaluated_arrays: w.buffers.as_ref().map_or(0, |b| b.unevaluated),
         unevaluated_bytes: w.buffers.as_ref().map_or(0, |b| b.unevaluated_bytes),
         partial: w.partial,
+        shallow: w.shallow,
         objects: w.objects,
         millis: w.millis,
     }

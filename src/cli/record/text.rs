@@ -232,9 +232,10 @@ fn write_held(r: &Recording, out: &mut dyn Write) -> std::io::Result<()> {
         )?;
     }
     if w.unreached_bytes() > 0 {
+        let (name, why) = w.unreached_explained();
         writeln!(
             out,
-            "    {:>10}  not reached from Python (held by MLX's graph: arrays not yet evaluated, or kept by other computations)",
+            "    {:>10}  {name} ({why})",
             human_bytes(w.unreached_bytes())
         )?;
     }

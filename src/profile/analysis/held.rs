@@ -132,6 +132,7 @@ mod tests {
             millis: 1.0,
             roots: vec![root("kept", "local", active)],
             buffers: None,
+            shallow: false,
         };
         let walks = [
             walk(1.0, 100),
@@ -160,6 +161,7 @@ mod tests {
             millis: 1.0,
             roots,
             buffers: None,
+            shallow: false,
         };
         let a = walk(vec![
             root("kept", "local", 100),
@@ -187,6 +189,7 @@ mod tests {
             millis: 1.0,
             roots: vec![root("kept", "local", 1 << 30)],
             buffers: None,
+            shallow: false,
         };
         assert_eq!(walk.unreached_bytes(), 1 << 30);
         let text = sentence(&walk, Some("fold.py:12 in main"), Some(2 << 30)).expect("a sentence");

@@ -166,6 +166,10 @@ pub struct ProbeLine {
     /// to more than MLX held).
     #[serde(default)]
     pub buffers: Option<crate::profile::trace::census::BufferCount>,
+    /// `held`: whether the walk left big containers and libraries'
+    /// globals unwalked (too little unaccounted for).
+    #[serde(default)]
+    pub shallow: Option<bool>,
     /// `collective`: the collectives the evaluation runs (`all_sum`, …).
     #[serde(default)]
     pub ops: Option<Vec<String>>,
@@ -368,6 +372,7 @@ impl crate::profile::trace::census::Census {
             objects: line.objects.unwrap_or(0),
             millis: line.millis.unwrap_or(0.0),
             buffers: line.buffers,
+            shallow: line.shallow.unwrap_or(false),
             roots: line
                 .roots
                 .unwrap_or_default()

@@ -107,6 +107,10 @@ pub struct Census {
     /// more).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub buffers: Option<BufferCount>,
+    /// Whether it left the big containers and the libraries' globals
+    /// unwalked because less than 16 MiB was not accounted for.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub shallow: bool,
 }
 
 /// What the walk counted: arrays by `nbytes`, or buffers.
@@ -186,6 +190,25 @@ impl Census {
     #[must_use]
     pub fn counted_beyond_active_bytes(&self) -> u64 {
         self.reached_bytes.saturating_sub(self.active_bytes)
+    }
+
+    /// What no root reached, in words: a short name (`not reached from
+    /// Python`, or `not looked for` in a shallow walk) and why.
+    #[must_use]
+    pub fn unreached_explained(&self) -> (&'static str, &'static str) {
+        if self.shallow {
+            (
+                "not looked for",
+                "under 16 MiB was not accounted for: the walk enters big containers and \
+                 libraries' globals only for more",
+            )
+        } else {
+            (
+                "not reached from Python",
+                "held by MLX's graph (arrays not yet evaluated, or kept by other \
+                 computations), or by objects the walk does not enter",
+            )
+        }
     }
 
     /// Why the roots add up to more than MLX held, in words; `None` when
@@ -305,6 +328,7 @@ mod tests {
             millis: 1.0,
             roots: Vec::new(),
             buffers,
+            shallow: false,
         }
     }
 
