@@ -638,6 +638,8 @@ _BIG = 10000
 # The big containers and the libraries' globals are walked only when at
 # least this much of MLX's memory is not accounted for by the rest: a job
 # that holds a few MiB is not worth a walk through a million-item list.
+# Nor is a job whose MLX memory stays under it walked at all (unless
+# weightscope asks, near a memory limit).
 _LOOK_FURTHER_LEAST = 16 << 20
 _held_state = {"last": -1e9, "high": 0, "pending": False, "settled": True, "asked": None, "cost": 0.0}
 # The file weightscope replaces to ask for a walk now (the job is near its
@@ -796,7 +798,9 @@ def _maybe_walk_held(active):
         if _pending.pop("queued", None) is not None:
             _walk_and_send(False)
         return
-    if active > state["high"] + (1 << 20):
+    if active > state["high"] + (1 << 20) and active >= _LOOK_FURTHER_LEAST:
+        # Under 16 MiB of MLX memory, nothing is worth a walk (nor the
+        # ctypes import its pending call takes).
         state["pending"] = True
     asked = None
     if _walk_request:

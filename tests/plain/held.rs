@@ -334,7 +334,7 @@ fn arrays_not_evaluated_yet_hold_nothing() {
 }
 
 #[test]
-fn a_list_of_ten_mib_of_arrays_is_not_walked_and_said_not_looked_for() {
+fn ten_mib_of_arrays_in_a_list_beside_the_weights_are_not_walked_and_said_not_looked_for() {
     let (output, summary) = record("small-list", None);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(0), "{stderr}");
@@ -344,11 +344,31 @@ fn a_list_of_ten_mib_of_arrays_is_not_walked_and_said_not_looked_for() {
         walk["objects"].as_u64().expect("objects") < 20_000,
         "{walk:#}"
     );
+    assert_root(&summary["held_by"], "kept", "local", HELD);
     let roots = summary["held_by"].as_array().expect("roots");
     let last = roots.last().expect("a root");
     assert_eq!(last["kind"], "unwalked", "{roots:?}");
     assert_eq!(last["root"], "not looked for", "{roots:?}");
-    assert!(stderr.contains("not looked for (under 16 MiB"), "{stderr}");
+    assert!(
+        near(last["bytes"].as_u64().expect("bytes"), 10_240_000),
+        "{roots:?}"
+    );
+    assert!(
+        stderr.contains("not looked for (under 16.00 MiB"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_job_under_sixteen_mib_of_mlx_memory_is_not_walked_and_says_so() {
+    let (output, summary) = record("small", None);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert!(summary["held_by_walk"].is_null(), "{summary:#}");
+    assert!(
+        stderr.contains("held by: no walk: MLX active stayed under 16.00 MiB"),
+        "{stderr}"
+    );
 }
 
 #[test]

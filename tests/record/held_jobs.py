@@ -15,8 +15,9 @@ beside the arrays: the walk stops at its budget and says partial), views (one 64
 that share its buffer: the buffer counted once), reshaped (16 arrays kept each with a reshape, a slice and a
 transpose of itself, and a broadcast of one row: 64 MiB, not 196), unevaluated (16 arrays kept and 16
 products of them never evaluated: those hold nothing), views-threaded (views, while another thread of the
-job waits: counted by array, and said to be beyond MLX active), small-list (20,000 arrays of 512 bytes in a list: too
-little MLX memory for the walk to enter the list, said "not looked for"),
+job waits: counted by array, and said to be beyond MLX active), small-list (64 MiB kept, and 20,000 arrays of 512 bytes in a list: too
+little unaccounted for to walk the list, said "not looked for"), small (only that list: under 16 MiB of MLX
+memory, no walk),
 thread (a list local of a
 thread's function while the main thread waits in join(): the main thread
 runs no Python, so the probe's own thread walks), killed
@@ -156,12 +157,21 @@ def views_threaded():
 
 
 def small_list():
-    # 20,000 arrays of 512 bytes in a list: 10 MiB of MLX memory, not
-    # worth a walk through the list.
-    kept = [mx.ones((128,), dtype=mx.float32) * i for i in range(20000)]
-    mx.eval(kept)
+    # 64 MiB kept, and 20,000 arrays of 512 bytes in a list beside them:
+    # 10 MiB unaccounted for, not worth a walk through the list.
+    kept = arrays()
+    small = [mx.ones((128,), dtype=mx.float32) * i for i in range(20000)]
+    mx.eval(small)
     hold()
-    return len(kept)
+    return len(kept), len(small)
+
+
+def small():
+    # Only the 10 MiB list: under 16 MiB of MLX memory, no walk at all.
+    small = [mx.ones((128,), dtype=mx.float32) * i for i in range(20000)]
+    mx.eval(small)
+    hold()
+    return len(small)
 
 
 def worker():
@@ -663,6 +673,7 @@ MODES = {
     "unevaluated": unevaluated,
     "views-threaded": views_threaded,
     "small-list": small_list,
+    "small": small,
     "thread": thread,
     "killed": killed,
     "proxy": proxy,

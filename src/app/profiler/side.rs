@@ -151,6 +151,14 @@ impl ProfilerPanel {
             return;
         };
         let Some(walk) = &r.held_by else {
+            if r.probe.is_some()
+                && let Some(none) =
+                    crate::profile::trace::census::not_walked_explained(r.peak_mlx_active_bytes)
+            {
+                ui.heading("Held by");
+                ui.label(none);
+                ui.separator();
+            }
             return;
         };
         ui.heading("Held by");

@@ -199,7 +199,15 @@ fn write_ledger(r: &Recording, out: &mut dyn Write) -> std::io::Result<()> {
 
 /// Who held MLX memory at the peak: the probe's walk there, root by root.
 fn write_held(r: &Recording, out: &mut dyn Write) -> std::io::Result<()> {
-    let Some(w) = &r.held_by else { return Ok(()) };
+    let Some(w) = &r.held_by else {
+        if r.probe.is_some()
+            && let Some(none) =
+                crate::profile::trace::census::not_walked_explained(r.peak_mlx_active_bytes)
+        {
+            writeln!(out, "  held by: {none}")?;
+        }
+        return Ok(());
+    };
     writeln!(
         out,
         "  held by (the walk at {:.1} s, MLX active {}{}):",

@@ -80,6 +80,25 @@ fn article(word: &str) -> &'static str {
     }
 }
 
+/// Under this much MLX memory the probe does not walk (and a walk does not
+/// enter big containers or the libraries' globals for less unaccounted
+/// for): the probe's `_LOOK_FURTHER_LEAST`.
+pub const WALK_LEAST_BYTES: u64 = 16 << 20;
+
+/// Why a recording of a Python job has no walk, when its MLX memory stayed
+/// under [`WALK_LEAST_BYTES`]; `None` otherwise.
+#[must_use]
+pub fn not_walked_explained(peak_mlx_active_bytes: Option<u64>) -> Option<String> {
+    let peak = peak_mlx_active_bytes?;
+    (peak < WALK_LEAST_BYTES).then(|| {
+        format!(
+            "no walk: MLX active stayed under {} (at most {}), too little to be worth one",
+            crate::units::human_bytes(WALK_LEAST_BYTES),
+            crate::units::human_bytes(peak)
+        )
+    })
+}
+
 /// One walk of the probe.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Census {
@@ -195,18 +214,22 @@ impl Census {
     /// What no root reached, in words: a short name (`not reached from
     /// Python`, or `not looked for` in a shallow walk) and why.
     #[must_use]
-    pub fn unreached_explained(&self) -> (&'static str, &'static str) {
+    pub fn unreached_explained(&self) -> (&'static str, String) {
         if self.shallow {
             (
                 "not looked for",
-                "under 16 MiB was not accounted for: the walk enters big containers and \
-                 libraries' globals only for more",
+                format!(
+                    "under {} was not accounted for: the walk enters big containers and \
+                     libraries' globals only for more",
+                    crate::units::human_bytes(WALK_LEAST_BYTES)
+                ),
             )
         } else {
             (
                 "not reached from Python",
                 "held by MLX's graph (arrays not yet evaluated, or kept by other \
-                 computations), or by objects the walk does not enter",
+                 computations), or by objects the walk does not enter"
+                    .to_owned(),
             )
         }
     }

@@ -556,22 +556,21 @@ fn saved_recordings_open_as_runs_and_two_compare_by_line() {
     harness.get_by_label_contains("cut short (the recorder stopped");
 }
 
-/// Who held it, in the window: a recording whose job kept one array and 16
-/// slices of it shows the Held by table with the root, and the slices'
-/// bytes as counted beyond MLX active (never as memory MLX held).
-#[test]
-fn a_recording_shows_who_held_its_memory() {
-    let _lock = common::mlx_memory_lock();
+/// Records `held_jobs.py MODE` with a trace and opens the trace in the
+/// window's profiler (the folder holds the trace and the demo checkpoint).
+fn held_recording_in_the_window(
+    mode: &str,
+) -> (Harness<'static, WeightscopeApp>, tempfile::TempDir) {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let dir = tempfile::tempdir().expect("tempdir");
-    let trace = dir.path().join("views.json");
+    let trace = dir.path().join("held.json");
     let status = std::process::Command::new(env!("CARGO_BIN_EXE_weightscope"))
         .args(["record", "--interval-ms", "20", "--trace"])
         .arg(&trace)
         .arg("--")
         .arg(root.join("mlx-glue/test-venv/bin/python"))
         .arg(root.join("tests/record/held_jobs.py"))
-        .arg("views")
+        .arg(mode)
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
@@ -589,10 +588,33 @@ fn a_recording_shows_who_held_its_memory() {
     harness.state_mut().execute(AppCommand::LoadTrace(trace));
     crate::hooks(&mut harness).wait_for_trace();
     harness.run();
+    (harness, dir)
+}
+
+/// Who held it, in the window: a recording whose job kept one array and 16
+/// slices of it shows the Held by table with the root and the buffer
+/// counted once; with another thread running, the slices' bytes counted
+/// beyond MLX active (never as memory MLX held), and why.
+#[test]
+fn a_recording_shows_who_held_its_memory() {
+    let _lock = common::mlx_memory_lock();
+    let (harness, _dir) = held_recording_in_the_window("views");
     harness.get_by_label("Held by");
+    harness.get_by_label("base");
+    harness.get_by_label("by buffer");
+    harness.get_by_label_contains("views of one buffer counted once (64.00 MiB shared)");
+    assert!(harness.query_by_label("counted twice").is_none());
+    let (harness, _dir) = held_recording_in_the_window("views-threaded");
     harness.get_by_label("base");
     harness.get_by_label("counted twice");
     harness.get_by_label("-64.00 MiB");
+    // In the finding, and beside the row.
+    assert_eq!(
+        harness
+            .query_all_by_label_contains("the job had other threads running")
+            .count(),
+        2
+    );
 }
 
 /// A moment selected and an overlay made on one checkpoint's run stay
