@@ -1372,6 +1372,9 @@ _BUFFER_LEAST = 64 << 10
 # The most arrays put in order of size for the count (largest first);
 # past it they are counted in the order walked.
 _BUFFER_SORTED = 16384
+# The most text of one array's printed graph before the count by buffer
+# stops (about 250 nodes): what is left stays counted by size.
+_GRAPH_MOST = 64 << 10
 # DLPack's DLTensor (dlpack.h): data, device (type, id), ndim, dtype (code,
 # bits, lanes), shape, strides, byte_offset.
 _DLTENSOR = "<QiiiBBHQQQ"
@@ -1430,19 +1433,32 @@ def _count_buffers(big, also, started):
     spans = []
     lazy = [0, 0]
     done = 0
+    stopped = None
     for i in order:
         if _perf_counter() - started > _HELD_BUDGET:
+            stopped = "time"
             break
         obj, g, n = big[i]
         try:
             text = io.StringIO()
             dot(text, obj)
-            if "->" in text.getvalue():
+            shown = text.getvalue()
+            text = None
+            if "->" in shown:
                 g[5] -= n
                 lazy[0] += 1
                 lazy[1] += n
                 done += 1
+                if len(shown) > _GRAPH_MOST:
+                    # MLX prints an array's whole unevaluated graph (about
+                    # 5 us a node here), and arrays traced together share
+                    # theirs: one big graph is printed once, never again
+                    # for each of its arrays.
+                    stopped = "graph"
+                    break
+                shown = None
                 continue
+            shown = None
             capsule = dlpack(obj)
             at = pointer(capsule, b"dltensor")
             data, _, _, ndim, _, bits, lanes, shape_at, strides_at, offset = head.unpack(
@@ -1492,7 +1508,7 @@ def _count_buffers(big, also, started):
             covered = high
             cover = g
     spans = None
-    return {
+    counted = {
         "by": "buffer",
         "arrays": done,
         "left": len(big) - done,
@@ -1500,6 +1516,9 @@ def _count_buffers(big, also, started):
         "unevaluated": lazy[0],
         "unevaluated_bytes": lazy[1],
     }
+    if stopped is not None and done < len(big):
+        counted["stopped"] = stopped
+    return counted
 
 
 def _bye():

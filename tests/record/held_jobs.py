@@ -565,6 +565,16 @@ def buffers():
     probe._mx_own["host_pointers"] = host
     assert report["buffers"] == {"by": "array", "why": "device"}, report
     assert report["reached"] == (2 * COUNT + 4) * SIZE * 4, report
+    # An array not evaluated whose graph is a chain of 1,000 additions, the
+    # largest array (counted first): its graph is printed once, and the
+    # count stops there, the rest by size.
+    deep = mx.concatenate([base, base])
+    for _ in range(1000):
+        deep = deep + 1
+    report = json.loads(probe._held_walk(active, True))
+    buffers = report["buffers"]
+    assert buffers["stopped"] == "graph" and buffers["arrays"] == 1, report
+    assert buffers["unevaluated"] == 1 and buffers["left"] == COUNT + 1 + 4, report
     print("buffers counted", len(parts), len(lazy), flush=True)
 
 

@@ -147,6 +147,27 @@ pub enum CountedBy {
     Array,
 }
 
+/// Why a count by buffer stopped before every array.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CountStopped {
+    /// An array not evaluated yet had a graph of more than about 250
+    /// nodes (MLX prints it whole to tell).
+    Graph,
+    /// The walk's 50 ms ran out.
+    #[serde(other)]
+    Time,
+}
+
+impl CountStopped {
+    fn because(self) -> &'static str {
+        match self {
+            Self::Time => "the walk's time ran out",
+            Self::Graph => "it met an array not evaluated yet with a large graph",
+        }
+    }
+}
+
 /// Why a walk counted by array: reading MLX's graph was not safe, or not
 /// possible.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -179,9 +200,13 @@ pub struct BufferCount {
     /// Arrays counted by buffer (those of 64 KiB or more, largest first).
     #[serde(default)]
     pub arrays: u64,
-    /// Arrays left counted by `nbytes` (the count's time ran out).
+    /// Arrays left counted by `nbytes`.
     #[serde(default)]
     pub left: u64,
+    /// Why some were left: the walk's time ran out, or an unevaluated
+    /// array's graph was too big to print again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped: Option<CountStopped>,
     /// Bytes of views whose buffer an earlier array counted.
     #[serde(default)]
     pub shared: u64,
@@ -243,15 +268,12 @@ impl Census {
             return None;
         }
         let why = match &self.buffers {
-            Some(b) if b.by == CountedBy::Buffer && b.left > 0 && b.arrays == 0 => format!(
-                "the walk's time ran out before its arrays were counted by buffer: {} counted \
-                 each by their size",
-                b.left
-            ),
             Some(b) if b.by == CountedBy::Buffer && b.left > 0 => format!(
-                "{} arrays were counted by buffer before the walk's time ran out, {} others by \
-                 their size",
-                b.arrays, b.left
+                "{} array{} counted by buffer before {}, {} others each by their size",
+                b.arrays,
+                if b.arrays == 1 { " was" } else { "s were" },
+                b.stopped.unwrap_or(CountStopped::Time).because(),
+                b.left
             ),
             Some(b) if b.by == CountedBy::Buffer => {
                 "arrays under 64 KiB are counted by their size, views of them each".to_owned()
@@ -381,9 +403,18 @@ mod tests {
         assert!(why(ByArrayWhy::Mlx).contains("no export_to_dot"));
         assert!(why(ByArrayWhy::Device).contains("may move its buffer"));
         assert!(why(ByArrayWhy::Failed).contains("counting by buffer failed"));
-        assert!(said(Some(by(CountedBy::Buffer, 0, 9))).contains("time ran out before"));
         assert!(
-            said(Some(by(CountedBy::Buffer, 3, 9))).contains("3 arrays were counted by buffer")
+            said(Some(by(CountedBy::Buffer, 0, 9))).contains(
+                "0 arrays were counted by buffer before the walk's time ran out, 9 others"
+            )
+        );
+        let graph = said(Some(BufferCount {
+            stopped: Some(CountStopped::Graph),
+            ..by(CountedBy::Buffer, 1, 9)
+        }));
+        assert!(
+            graph.contains("1 array was counted by buffer before it met an array not evaluated"),
+            "{graph}"
         );
         assert!(said(Some(by(CountedBy::Buffer, 3, 0))).contains("under 64 KiB"));
     }
