@@ -825,7 +825,11 @@ def _maybe_walk_held(active):
     else:
         return
     state["last"] = now
-    if threading.get_ident() == _main_ident or not _queue_main_walk():
+    if threading.get_ident() == _main_ident:
+        # The main thread itself (its last sample, at exit): the job does
+        # not move while it walks.
+        _walk_and_send(True)
+    elif not _queue_main_walk():
         _walk_and_send(False)
 
 
