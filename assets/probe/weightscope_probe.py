@@ -21,6 +21,7 @@ descriptor is in WEIGHTSCOPE_PROBE_FD (docs/record.md specifies the lines).
 """
 
 import functools
+import io
 import os
 import sys
 import threading
@@ -35,6 +36,8 @@ _perf_counter = time.perf_counter
 _thread_time = time.thread_time
 _wall = time.time
 _sleep = time.sleep
+# Bound here too: the count by buffer prints MLX's graphs into one.
+_StringIO = io.StringIO
 
 _fd = None
 # Whether stacks are sampled (WEIGHTSCOPE_PROBE_STACKS=0: not, for a
@@ -844,8 +847,37 @@ def _maybe_walk_held(active):
 # as any thread of the job moved (the walk is not one moment then, and its
 # references must go at once).
 _HELD_WAIT = 0.5
-_pending = {"callback": None, "queued": None, "api": None}
+_pending = {"queued": None}
 _walk_cpu = [0.0]
+
+
+# What the probe calls of ctypes and struct, bound at the probe's first
+# import of them (its first walk): a later change the job makes to those
+# modules is never what it calls.
+_c = {}
+
+
+def _c_functions():
+    c = _c
+    if not c:
+        import ctypes
+        import struct
+
+        kind = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
+        # Prototypes of the probe's own: ctypes.pythonapi's function
+        # objects are shared with the job (their argtypes are its).
+        api = ctypes.PYFUNCTYPE
+        c.update(
+            callback=kind(_walk_in_main),
+            pending=api(ctypes.c_int, kind, ctypes.c_void_p)(("Py_AddPendingCall", ctypes.pythonapi)),
+            capsule_pointer=api(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
+                ("PyCapsule_GetPointer", ctypes.pythonapi)
+            ),
+            string_at=ctypes.string_at,
+            Struct=struct.Struct,
+            unpack=struct.unpack,
+        )
+    return c
 
 
 def _queue_main_walk():
@@ -854,20 +886,9 @@ def _queue_main_walk():
     if _pending.get("queued") is not None:
         return True
     try:
-        callback = _pending["callback"]
-        if callback is None:
-            import ctypes
-
-            kind = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
-            callback = kind(_walk_in_main)
-            # A prototype of the probe's own: ctypes.pythonapi's function
-            # objects are shared with the job (their argtypes are its).
-            api = ctypes.PYFUNCTYPE(ctypes.c_int, kind, ctypes.c_void_p)(
-                ("Py_AddPendingCall", ctypes.pythonapi)
-            )
-            _pending["callback"], _pending["api"] = callback, api
+        c = _c_functions()
         _pending["queued"] = _monotonic()
-        if _pending["api"](callback, None) != 0:
+        if c["pending"](c["callback"], None) != 0:
             _pending["queued"] = None
             return False
     except Exception:
@@ -1421,15 +1442,11 @@ def _count_buffers(big, also, started):
     # its pointer is asked for.
     if not own["host_pointers"]():
         return {"by": "array", "why": "device"}
-    import ctypes
-    import io
-    import struct
-
-    pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
-        ("PyCapsule_GetPointer", ctypes.pythonapi)
-    )
-    string_at = ctypes.string_at
-    head = struct.Struct(_DLTENSOR)
+    c = _c_functions()
+    pointer = c["capsule_pointer"]
+    string_at = c["string_at"]
+    unpack = c["unpack"]
+    head = c["Struct"](_DLTENSOR)
     # Largest first: where the budget runs out, what is left is small.
     order = range(len(big))
     if len(big) <= _BUFFER_SORTED:
@@ -1444,7 +1461,7 @@ def _count_buffers(big, also, started):
             break
         obj, g, n = big[i]
         try:
-            text = io.StringIO()
+            text = _StringIO()
             dot(text, obj)
             shown = text.getvalue()
             text = None
@@ -1468,9 +1485,9 @@ def _count_buffers(big, also, started):
             data, _, _, ndim, _, bits, lanes, shape_at, strides_at, offset = head.unpack(
                 string_at(at, head.size)
             )
-            shape = struct.unpack("<%dq" % ndim, string_at(shape_at, 8 * ndim)) if ndim else ()
+            shape = unpack("<%dq" % ndim, string_at(shape_at, 8 * ndim)) if ndim else ()
             if strides_at:
-                strides = struct.unpack("<%dq" % ndim, string_at(strides_at, 8 * ndim))
+                strides = unpack("<%dq" % ndim, string_at(strides_at, 8 * ndim))
             else:
                 strides, step = [], 1
                 for extent in reversed(shape):
