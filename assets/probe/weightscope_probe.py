@@ -851,9 +851,9 @@ _pending = {"queued": None}
 _walk_cpu = [0.0]
 
 
-# What the probe calls of ctypes and struct, bound at the probe's first
-# import of them (its first walk): a later change the job makes to those
-# modules is never what it calls.
+# What the probe calls of ctypes and struct, bound when the probe starts
+# (held-by on), before any code of the job's has run: a change the job
+# makes to those modules is never what the probe calls.
 _c = {}
 
 
@@ -1724,6 +1724,11 @@ def _start_from_environment():
     if rank.isdigit():
         hello["rank"] = int(rank)
     _send(hello)
+    if _held_on:
+        try:
+            _c_functions()
+        except Exception:
+            pass
     if "mlx.core" in sys.modules:
         mx = sys.modules["mlx.core"]
         _wrap(mx)

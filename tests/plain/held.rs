@@ -582,6 +582,12 @@ fn the_walk_reads_containers_keys_and_namespaces_only_through_built_in_slots() {
     for name in ["table", "rows", "queue", "later"] {
         assert_root(&summary["held_by"], name, "local", HELD / 4);
     }
+    // Through the ctypes, struct and io functions the job replaced: the
+    // probe's own, bound when it started.
+    assert_eq!(
+        summary["held_by_walk"]["counted_by"], "buffer",
+        "{summary:#}"
+    );
 }
 
 #[test]

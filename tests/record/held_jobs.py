@@ -435,9 +435,38 @@ class NotAModule:
         raise AttributeError(name)
 
 
+class TellingStringIO(__import__("io").StringIO):
+    def __init__(self, *args):
+        tell("io.StringIO")
+        super().__init__(*args)
+
+
+def replace_what_the_probe_uses():
+    # The job replaces functions of ctypes, struct and io that the count by
+    # buffer uses: the probe bound its own when it started.
+    import ctypes
+    import io
+    import struct
+
+    def telling(name, real):
+        def replaced(*args, **kwargs):
+            tell(name)
+            return real(*args, **kwargs)
+
+        return replaced
+
+    ctypes.string_at = telling("ctypes.string_at", ctypes.string_at)
+    ctypes.PYFUNCTYPE = telling("ctypes.PYFUNCTYPE", ctypes.PYFUNCTYPE)
+    struct.unpack = telling("struct.unpack", struct.unpack)
+    struct.Struct = telling("struct.Struct", struct.Struct)
+    io.StringIO = TellingStringIO
+
+
 def hostile_objects():
     import collections
     import functools
+
+    replace_what_the_probe_uses()
 
     made = arrays()
     table = Tattling()
@@ -450,10 +479,13 @@ def hostile_objects():
     guarded = Guarded()
     failed = Failed("x")
     shadow = TellingArray(table[Sneaky("layer.0")])
-    mx.eval(shadow)
+    # A view: the roots add up to more than MLX holds, so the walk counts
+    # by buffer (through what replace_what_the_probe_uses replaced).
+    half = rows[0][: SIZE // 2]
+    mx.eval(shadow, half)
     sys.modules["not_a_module"] = NotAModule()
     hold()
-    return table, rows, queue, later, guarded, failed, shadow
+    return table, rows, queue, later, guarded, failed, shadow, half
 
 
 def long_key():
