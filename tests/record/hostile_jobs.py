@@ -65,11 +65,24 @@ def identity():
 
 
 def junk():
+    import threading
+
+    import weightscope_probe
+
+    # The probe's thread writes its samples on the same pipe, and a pipe
+    # keeps a write whole only up to PIPE_BUF: a sample written while the
+    # two megabytes go through would cut them in two (one more bad line,
+    # or more, by where the two 50 ms clocks fall). It is stopped first.
+    own = weightscope_probe._fd
+    weightscope_probe._fd = None
+    for thread in threading.enumerate():
+        if thread.name == "weightscope-probe":
+            thread.join()
     fd = int(os.environ["WEIGHTSCOPE_PROBE_FD"])
     os.write(fd, b"\xff\xfe not utf-8\n")
     # Two megabytes with no newline until the end.
     os.write(fd, b"x" * (2 << 20) + b"\n")
-    import weightscope_probe
+    weightscope_probe._fd = own
 
     weightscope_probe.mark("after the junk")
     # A mark of a million characters is shortened to fit one atomic write.
