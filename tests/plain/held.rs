@@ -90,10 +90,17 @@ fn assert_root(roots: &Value, name: &str, kind: &str, bytes: u64) {
     );
 }
 
-fn check(mode: &str, name: &str, kind: &str) -> Value {
+/// Records `held_jobs.py MODE`, which must exit 0; its summary and the
+/// recorder's stderr.
+fn recorded(mode: &str) -> (Value, String) {
     let (output, summary) = record(mode, None);
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
     assert_eq!(output.status.code(), Some(0), "{mode}: {stderr}");
+    (summary, stderr)
+}
+
+fn check(mode: &str, name: &str, kind: &str) -> Value {
+    let (summary, stderr) = recorded(mode);
     assert_root(&summary["held_by"], name, kind, HELD);
     // What was reached is MLX active memory then: nothing unexplained.
     let walk = &summary["held_by_walk"];
@@ -275,9 +282,7 @@ fn counted_by_buffer<'a>(summary: &'a Value, stderr: &str) -> &'a Value {
 fn views_of_one_buffer_are_counted_once() {
     // One 64 MiB array and 16 slices of it: 64 MiB held by `base`; `parts`
     // reaches the same buffer (counted there).
-    let (output, summary) = record("views", None);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    let (summary, stderr) = recorded("views");
     assert_root(&summary["held_by"], "base", "local", HELD);
     let walk = counted_by_buffer(&summary, &stderr);
     assert!(
@@ -304,9 +309,7 @@ fn reshapes_slices_transposes_and_broadcasts_count_their_buffer_once() {
     // said to hold the sum of their sizes. Here 16 arrays of 4 MiB with a
     // reshape, a half slice and a transpose each (160 MiB by size) and a
     // 16 MiB broadcast of one row: 64 MiB of buffers.
-    let (output, summary) = record("reshaped", None);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    let (summary, stderr) = recorded("reshaped");
     assert_root(&summary["held_by"], "kept", "local", HELD);
     counted_by_buffer(&summary, &stderr);
 }
@@ -316,9 +319,7 @@ fn arrays_not_evaluated_yet_hold_nothing() {
     // 16 evaluated arrays kept, and 16 products of them never evaluated:
     // `doubled` holds no buffer (it is not a root at all); the walk says
     // how many arrays it counted as none.
-    let (output, summary) = record("unevaluated", None);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    let (summary, stderr) = recorded("unevaluated");
     assert_root(&summary["held_by"], "kept", "local", HELD);
     let walk = counted_by_buffer(&summary, &stderr);
     assert_eq!(walk["unevaluated_arrays"], 16, "{walk:#}");
@@ -335,9 +336,7 @@ fn arrays_not_evaluated_yet_hold_nothing() {
 
 #[test]
 fn ten_mib_of_arrays_in_a_list_beside_the_weights_are_not_walked_and_said_not_looked_for() {
-    let (output, summary) = record("small-list", None);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    let (summary, stderr) = recorded("small-list");
     let walk = &summary["held_by_walk"];
     assert_eq!(walk["shallow"], true, "{walk:#}");
     assert!(
@@ -361,9 +360,7 @@ fn ten_mib_of_arrays_in_a_list_beside_the_weights_are_not_walked_and_said_not_lo
 
 #[test]
 fn a_job_under_sixteen_mib_of_mlx_memory_is_not_walked_and_says_so() {
-    let (output, summary) = record("small", None);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    let (summary, stderr) = recorded("small");
     assert!(summary["held_by_walk"].is_null(), "{summary:#}");
     assert!(
         stderr.contains("held by: no walk: MLX active stayed under 16.00 MiB"),
@@ -375,9 +372,7 @@ fn a_job_under_sixteen_mib_of_mlx_memory_is_not_walked_and_says_so() {
 fn with_another_thread_running_views_are_counted_each_and_said_to_be() {
     // Reading MLX's graph while another thread may evaluate is a data race
     // in MLX: the walk counts by array then, and says so.
-    let (output, summary) = record("views-threaded", None);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    let (summary, stderr) = recorded("views-threaded");
     assert_root(&summary["held_by"], "base", "local", HELD);
     let walk = &summary["held_by_walk"];
     assert_eq!(walk["counted_by"], "array", "{walk:#}");
