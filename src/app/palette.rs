@@ -202,25 +202,26 @@ fn is_companion(name: &str) -> bool {
     .any(|suffix| name.ends_with(suffix))
 }
 
-/// The tensors whose names match `query` (lower case), best first: by
-/// [`fuzzy_score`], then a weight before its companions, then shorter
-/// names, then the checkpoint's order; at most `limit`.
-pub(super) fn rank_names<'a>(
-    query: &str,
-    names: impl Iterator<Item = &'a str>,
-    limit: usize,
-) -> Vec<usize> {
-    rank_names_where(query, names, &|_| true, limit)
+/// [`scored_names_where`] among all the tensors, positions only.
+#[cfg(test)]
+fn rank_names<'a>(query: &str, names: impl Iterator<Item = &'a str>, limit: usize) -> Vec<usize> {
+    scored_names_where(query, names, &|_| true, limit)
+        .into_iter()
+        .map(|(_, i)| i)
+        .collect()
 }
 
-/// [`rank_names`] among the tensors `keep` keeps (by position); an empty
-/// `query` ranks them all equal (shorter names first).
-pub(super) fn rank_names_where<'a>(
+/// The tensors `keep` keeps (by position) whose names match `query`
+/// (lower case), each with its score, best first: by [`fuzzy_score`], then
+/// a weight before its companions, then shorter names, then the
+/// checkpoint's order; at most `limit`. An empty `query` ranks them all
+/// equal (shorter names first).
+fn scored_names_where<'a>(
     query: &str,
     names: impl Iterator<Item = &'a str>,
     keep: &dyn Fn(usize) -> bool,
     limit: usize,
-) -> Vec<usize> {
+) -> Vec<(i64, usize)> {
     let mut found: Vec<(std::cmp::Reverse<i64>, bool, usize, usize)> = names
         .enumerate()
         .filter(|&(i, _)| keep(i))
@@ -239,7 +240,10 @@ pub(super) fn rank_names_where<'a>(
         found.truncate(limit);
     }
     found.sort_unstable();
-    found.into_iter().map(|(.., i)| i).collect()
+    found
+        .into_iter()
+        .map(|(std::cmp::Reverse(score), .., i)| (score, i))
+        .collect()
 }
 
 /// What the filter's terms read of the tensor at a position (the tensor
@@ -286,27 +290,25 @@ impl Palette {
             return;
         }
         let query = self.query.trim().to_lowercase();
-        let mut entries: Vec<(i64, Entry)> = super::keymap::commands()
+        // Every row scored alike, best first; among equal scores an action
+        // before a recent checkpoint before a tensor. So `mlp` lists the
+        // MLP's tensors (whole words) above a recent folder whose random
+        // name holds the letters m, l, p apart.
+        let mut entries: Vec<(i64, u8, Entry)> = super::keymap::commands()
             .iter()
             .enumerate()
             .filter_map(|(i, c)| {
                 words_score(&query, c.label)
                     .or_else(|| query.is_empty().then_some(0))
-                    .map(|s| (s, Entry::Action(i)))
+                    .map(|s| (s, 0, Entry::Action(i)))
             })
             .collect();
-        entries.sort_by_key(|(s, _)| std::cmp::Reverse(*s));
-        let mut out: Vec<Entry> = entries.into_iter().map(|(_, e)| e).collect();
-        out.extend(
-            recent
-                .iter()
-                // Matched against what the row shows, "Open recent: PATH".
-                .filter(|p| {
-                    query.is_empty()
-                        || words_score(&query, &format!("open recent: {}", p.display())).is_some()
-                })
-                .map(|p| Entry::Recent(p.clone())),
-        );
+        entries.extend(recent.iter().filter_map(|p| {
+            // Matched against what the row shows, "Open recent: PATH".
+            words_score(&query, &format!("open recent: {}", p.display()))
+                .or_else(|| query.is_empty().then_some(0))
+                .map(|s| (s, 1, Entry::Recent(p.clone())))
+        }));
         if let Some(checkpoint) = checkpoint
             && !query.is_empty()
         {
@@ -317,17 +319,21 @@ impl Palette {
             // The table filter's terms (`shape:`, `dtype:`, `mode:`,
             // `size>`) keep tensors; the words rank them.
             let ranked = match crate::checkpoint::query::TensorQuery::parse(&query) {
-                Ok(parsed) if parsed.has_terms() => rank_names_where(
+                Ok(parsed) if parsed.has_terms() => scored_names_where(
                     &parsed.words_text(),
                     names,
                     &|i| parsed.matches_terms(&facts(i)),
                     TENSORS_LISTED,
                 ),
-                Ok(_) => rank_names(&query, names, TENSORS_LISTED),
+                Ok(_) => scored_names_where(&query, names, &|_| true, TENSORS_LISTED),
                 Err(_) => Vec::new(),
             };
-            out.extend(ranked.into_iter().map(Entry::Tensor));
+            entries.extend(ranked.into_iter().map(|(s, i)| (s, 2, Entry::Tensor(i))));
         }
+        // Stable: the tensors keep their own order (a weight before its
+        // scales, shorter names first) within a score.
+        entries.sort_by_key(|(score, kind, _)| (std::cmp::Reverse(*score), *kind));
+        let out: Vec<Entry> = entries.into_iter().map(|(.., e)| e).collect();
         self.entries = out;
         self.chosen = self.chosen.min(self.entries.len().saturating_sub(1));
         self.computed_for = Some(key);
