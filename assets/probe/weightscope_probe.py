@@ -226,8 +226,9 @@ def _after_fork_in_parent():
 
 
 def _after_fork_in_child():
-    global _reading, _main_ident
+    global _reading, _sampling, _main_ident
     _reading = threading.Lock()
+    _sampling = threading.Lock()
     # The forking thread is the child's only thread; its ids are new.
     _main_ident = threading.get_ident()
     _frame_ids.clear()
@@ -272,7 +273,7 @@ def _wrap(mx):
 
         @functools.wraps(load)
         def traced_load(file, *args, **kwargs):
-            _send({"kind": "load", "file": _file_name(file)})
+            _untraced(_at_load, file)
             return load(file, *args, **kwargs)
 
         mx.load = traced_load
@@ -281,7 +282,7 @@ def _wrap(mx):
 
         @functools.wraps(clear_cache)
         def traced_clear_cache(*args, **kwargs):
-            before = mx.get_cache_memory()
+            before = _cache_now()
             result = clear_cache(*args, **kwargs)
             _send({"kind": "clear-cache", "cache_before": before})
             return result
@@ -297,7 +298,62 @@ def _wrap(mx):
 _mx_own = {}
 
 
+def _at_load(file):
+    """A sample as a load begins, then the load's mark: the level the
+    file's arrays grow from is MLX's memory then. The last sample of the
+    sampling thread can be from before the job let go of the previous
+    file's arrays (read from it, the file looked released when memory came
+    back to that level)."""
+    _sample(at_load=True)
+    _send({"kind": "load", "file": _file_name(file)})
+
+
+def _untraced(function, *args):
+    """Calls the probe's `function` in the job's thread with that thread's
+    trace and profile functions suspended, put back after: the job's
+    tracer, coverage or debugger never sees the probe's frames."""
+    trace, profile = sys.gettrace(), sys.getprofile()
+    if trace is not None:
+        sys.settrace(None)
+    if profile is not None:
+        sys.setprofile(None)
+    try:
+        return function(*args)
+    finally:
+        if profile is not None:
+            sys.setprofile(profile)
+        if trace is not None:
+            sys.settrace(trace)
+
+
+def _active_now():
+    """MLX's active bytes now, read with MLX's own counter; None when
+    unknown."""
+    counters = _mx_own.get("counters")
+    if counters is None:
+        return None
+    try:
+        with _reading:
+            return counters[0]()
+    except Exception:
+        return None
+
+
+def _cache_now():
+    """MLX's cache bytes now, read with MLX's own counter; 0 when unknown."""
+    counters = _mx_own.get("counters")
+    try:
+        return counters[1]() if counters is not None else 0
+    except Exception:
+        return 0
+
+
 def _bind_array_slots(mx):
+    # MLX's memory counters, as MLX defined them: a job's replacement of
+    # `mx.get_active_memory` is not what the probe reads.
+    counters = tuple(getattr(mx, n, None) for n in ("get_active_memory", "get_cache_memory", "get_peak_memory"))
+    if None not in counters:
+        _mx_own["counters"] = counters
     array = getattr(mx, "array", None)
     if not issubclass(type(array), type):
         return
@@ -579,27 +635,50 @@ def _define_stacks(walked):
     return main, (',"threads":[%s]' % ",".join(others)) if others else ""
 
 
-def _sample():
-    """One sample: the threads' stacks and MLX's counters read together
-    (no send, so no release of the GIL, between them: the job cannot move
-    on to its next line after its stack is read and allocate before the
-    counters are), then the new frames and stacks sent, then the sample."""
+# Held while a sample is read and sent, by the sampling thread, by the
+# job's thread that begins a load and by the last sample at exit: a stack's
+# definition is always sent before a sample that names it.
+_sampling = threading.Lock()
+
+
+def _sample(at_load=False):
+    """One sample (see _sample_now), then a held-by walk when MLX's memory
+    is at a new high. As a load begins the job's thread waits at most
+    0.1 s for a sample in progress (a signal handler that loads while its
+    thread samples would wait for itself), else goes on without its own,
+    and never walks."""
     if _fd is None:
         return
+    if not _sampling.acquire(timeout=0.1 if at_load else -1):
+        return
+    try:
+        counters = _sample_now()
+    finally:
+        _sampling.release()
+    if counters is not None and _held_on and not at_load:
+        _maybe_walk_held(counters[0])
+
+
+def _sample_now():
+    """The threads' stacks and MLX's counters read together (no send, so
+    no release of the GIL, between them: the job cannot move on to its
+    next line after its stack is read and allocate before the counters
+    are), then the new frames and stacks sent, then the sample. Returns
+    the counters, or None."""
     walked = []
     if _stacks:
         try:
             walked = _walk_threads()
         except Exception:
             walked = []
-    mx = _mlx
+    own = _mx_own.get("counters") if _mlx is not None else None
     counters = None
-    if mx is not None:
+    if own is not None:
         try:
             with _reading:
-                counters = (mx.get_active_memory(), mx.get_cache_memory(), mx.get_peak_memory())
+                counters = (own[0](), own[1](), own[2]())
         except Exception:
-            return
+            return None
     stack, threads = -1, ""
     try:
         stack, threads = _define_stacks(walked)
@@ -610,14 +689,13 @@ def _sample():
             _write(
                 ('{"kind":"stack","pid":%d,"stack":%d%s}\n' % (os.getpid(), stack, threads)).encode()
             )
-        return
+        return None
     # Formatted by hand: json.dumps would be most of the probe's cost.
     line = '{"kind":"sample","pid":%d,"active":%d,"cache":%d,"peak":%d,"stack":%d%s}\n' % (
         (os.getpid(),) + counters + (stack, threads)
     )
     _write(line.encode())
-    if _held_on:
-        _maybe_walk_held(counters[0])
+    return counters
 
 
 # Who holds MLX memory: at a new high of MLX active memory (at most one walk
@@ -948,9 +1026,9 @@ def _walk_and_send(in_main):
     began = _monotonic()
     line = None
     try:
-        with _reading:
-            active = mx.get_active_memory()
-        line = _held_walk(active, in_main)
+        active = _active_now()
+        if active is not None:
+            line = _held_walk(active, in_main)
     except _Moved:
         # The job moved under the walk: again soon, from where it is then.
         _held_state["pending"] = True

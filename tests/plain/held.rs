@@ -577,8 +577,13 @@ fn the_walk_reads_containers_keys_and_namespaces_only_through_built_in_slots() {
     for name in ["table", "rows", "queue", "later"] {
         assert_root(&summary["held_by"], name, "local", HELD / 4);
     }
-    // Through the ctypes, struct and io functions the job replaced: the
-    // probe's own, bound when it started.
+    // Through the ctypes, struct and io functions and MLX's counters the
+    // job replaced: the probe's own, bound when it started (MLX's when
+    // mlx.core was imported), and every sample still read MLX's memory.
+    assert!(
+        summary["peak_mlx_active_bytes"].as_u64() >= Some(HELD),
+        "{summary:#}"
+    );
     assert_eq!(
         summary["held_by_walk"]["counted_by"], "buffer",
         "{summary:#}"

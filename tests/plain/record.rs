@@ -113,6 +113,40 @@ fn held_in(summary: &Value, function: &str) -> u64 {
         .sum()
 }
 
+/// The probe samples as each load begins: a file's level is what MLX
+/// holds then, though the job let go of the previous file's sources after
+/// the last sample and before the load. From that sample's level (one
+/// file's sources more), memory came back to the load's level when the
+/// file's own sources went, and the file read "released" (1 run in 8 of
+/// the job that keeps every array). Sampled only by the job and at the
+/// loads (the sampling thread once a minute), so no sample of the sampling
+/// thread falls between the free and the load by chance.
+#[test]
+fn a_file_loaded_right_after_the_job_lets_go_of_the_last_is_held() {
+    let (output, summary) = record(
+        &["--interval-ms", "60000"],
+        &as_refs(&python_job("sampled-then-freed")),
+    );
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let s = summary.expect("summary written");
+    let files = s["files_loaded"].as_array().expect("files_loaded");
+    assert_eq!(files.len(), SHARDS as usize, "{files:?}");
+    // At each load MLX holds the outputs of the files before it, and no
+    // source.
+    let levels: Vec<u64> = files
+        .iter()
+        .map(|f| f["level_bytes"].as_u64().expect("a level"))
+        .collect();
+    let kept: Vec<u64> = (0..SHARDS).map(|i| i * SHARD_BYTES).collect();
+    assert_eq!(levels, kept);
+    assert!(
+        files
+            .iter()
+            .all(|f| f["held"] == true && f["until_exit"] == true),
+        "{files:#?}"
+    );
+}
+
 #[test]
 fn a_job_that_keeps_every_array_is_seen_accumulating() {
     // Sampled every 5 ms, so that the probe sees the job's lines as it goes.

@@ -443,7 +443,8 @@ class TellingStringIO(__import__("io").StringIO):
 
 def replace_what_the_probe_uses():
     # The job replaces functions of ctypes, struct and io that the count by
-    # buffer uses: the probe bound its own when it started.
+    # buffer uses, and MLX's counters: the probe bound its own when it
+    # started (MLX's when mlx.core was imported).
     import ctypes
     import io
     import struct
@@ -460,6 +461,9 @@ def replace_what_the_probe_uses():
     struct.unpack = telling("struct.unpack", struct.unpack)
     struct.Struct = telling("struct.Struct", struct.Struct)
     io.StringIO = TellingStringIO
+    # And MLX's memory counters, which every sample reads.
+    for name in ("get_active_memory", "get_cache_memory", "get_peak_memory"):
+        setattr(mx, name, telling("mx." + name, getattr(mx, name)))
 
 
 def hostile_objects():

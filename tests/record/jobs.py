@@ -4,6 +4,9 @@
                                         write a checkpoint with MLX's own writer
                                         (two ROWS x COLS float32 tensors a shard)
     python jobs.py keep FOLDER          keep every evaluated array (accumulates)
+    python jobs.py sampled-then-freed FOLDER
+                                        keep every output; each file's sources
+                                        sampled, then let go of before the next load
     python jobs.py release FOLDER       one shard at a time, cache cleared
     python jobs.py fail FOLDER          like release, exits 3 half way
     python jobs.py wait                 print "ready", then read stdin to its end
@@ -70,6 +73,23 @@ def keep(folder):
     import weightscope_probe
 
     weightscope_probe.mark("everything kept")
+    print("checksum", float(sum(mx.sum(y).item() for y in kept)))
+
+
+def sampled_then_freed(folder):
+    # Each file's sources are seen by a sample (the job asks for one), then
+    # let go of just before the next file is loaded: the next file's arrays
+    # grow from what MLX holds at its load, not from that sample's level.
+    import weightscope_probe as probe
+
+    kept = []
+    for path in shards(folder):
+        weights = mx.load(path)
+        outputs = [w * 2 for w in weights.values()]
+        mx.eval(outputs)
+        kept.extend(outputs)
+        probe._sample()
+        del weights, outputs
     print("checksum", float(sum(mx.sum(y).item() for y in kept)))
 
 
@@ -215,6 +235,8 @@ if __name__ == "__main__":
         make(sys.argv[2], int(sys.argv[3]), *(int(n) for n in sys.argv[4:6]))
     elif mode == "keep":
         keep(sys.argv[2])
+    elif mode == "sampled-then-freed":
+        sampled_then_freed(sys.argv[2])
     elif mode == "release":
         release(sys.argv[2])
     elif mode == "fail":
