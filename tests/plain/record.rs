@@ -130,7 +130,6 @@ fn a_file_loaded_right_after_the_job_lets_go_of_the_last_is_held() {
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     let s = summary.expect("summary written");
     let files = s["files_loaded"].as_array().expect("files_loaded");
-    assert_eq!(files.len(), SHARDS as usize, "{files:?}");
     // At each load MLX holds the outputs of the files before it, and no
     // source.
     let levels: Vec<u64> = files
