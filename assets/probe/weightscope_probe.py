@@ -34,6 +34,8 @@ import time
 _monotonic = time.monotonic
 _perf_counter = time.perf_counter
 _thread_time = time.thread_time
+_clock_gettime = time.clock_gettime
+_thread_cpu_clock = getattr(time, "pthread_getcpuclockid", None)
 _wall = time.time
 _sleep = time.sleep
 # Bound here too: the count by buffer prints MLX's graphs into one.
@@ -233,6 +235,8 @@ def _after_fork_in_child():
     _main_ident = threading.get_ident()
     _frame_ids.clear()
     _stack_ids.clear()
+    # The parent's sampling thread is not the child's.
+    _sampler_clock[:] = [None, 0.0]
 
 
 def mark(text):
@@ -304,8 +308,10 @@ def _at_load(file):
     sampling thread can be from before the job let go of the previous
     file's arrays (read from it, the file looked released when memory came
     back to that level)."""
+    cpu = _thread_time()
     _sample(at_load=True)
     _send({"kind": "load", "file": _file_name(file)})
+    _in_job_cpu[0] += _thread_time() - cpu
 
 
 def _untraced(function, *args):
@@ -722,7 +728,9 @@ _BIG = 10000
 # Nor is a job whose MLX memory stays under it walked at all (unless
 # weightscope asks, near a memory limit).
 _LOOK_FURTHER_LEAST = 16 << 20
-_held_state = {"last": -1e9, "high": 0, "pending": False, "settled": True, "asked": None, "cost": 0.0}
+_held_state = {
+    "last": -1e9, "high": 0, "pending": False, "settled": True, "asked": None, "cost": 0.0, "samples": 0,
+}
 # The file weightscope replaces to ask for a walk now (the job is near its
 # memory limit); in weightscope's private folder.
 _walk_request = os.environ.get("WEIGHTSCOPE_PROBE_WALK")
@@ -884,7 +892,12 @@ def _maybe_walk_held(active):
         # ctypes import its pending call takes).
         state["pending"] = True
     asked = None
-    if _walk_request:
+    # Under 16 MiB of MLX memory weightscope's ask is read one sample in
+    # eight: a stat is a system call, and one each sample was a tenth of
+    # the probe's cost (near a cgroup's limit a job holds more, and every
+    # sample reads it).
+    state["samples"] += 1
+    if _walk_request and (active >= _LOOK_FURTHER_LEAST or state["samples"] % 8 == 0):
         try:
             st = os.stat(_walk_request)
             asked = (st.st_ino, st.st_mtime_ns)
@@ -1623,18 +1636,36 @@ def _count_buffers(big, also, started):
 def _bye():
     # A last sample: MLX's peak counter covers the moments since the last.
     _sample()
-    # The probe's own cost: the CPU time of its sampling thread, measured
-    # by that thread (time.thread_time), over the job's wall time.
+    # The probe's own cost: the CPU time of its sampling thread (read
+    # through that thread's CPU clock now, else as the thread last measured
+    # it) and of its walks and samples in the job's threads, over the job's
+    # wall time.
     _send(
         {
             "kind": "bye",
-            "probe_cpu_secs": _probe_cpu[0] + _walk_cpu[0],
+            "probe_cpu_secs": _sampler_cpu() + _walk_cpu[0] + _in_job_cpu[0],
             "wall_secs": _monotonic() - _started,
         }
     )
 
 
+# The sampling thread's CPU time as it last measured it (one sample in
+# eight: reading a thread's CPU clock is a system call), its CPU clock and
+# that clock when it started.
 _probe_cpu = [0.0]
+_sampler_clock = [None, 0.0]
+# The CPU time of the samples taken in the job's threads (as loads begin).
+_in_job_cpu = [0.0]
+
+
+def _sampler_cpu():
+    clock, start = _sampler_clock
+    if clock is not None:
+        try:
+            return _clock_gettime(clock) - start
+        except OSError:
+            pass
+    return _probe_cpu[0]
 
 
 # The sampling thread, never one of the job's threads.
@@ -1645,6 +1676,11 @@ def _sampler():
     global _sampler_ident
     _sampler_ident = threading.get_ident()
     start = _thread_time()
+    try:
+        _sampler_clock[:] = [_thread_cpu_clock(_sampler_ident), start]
+    except Exception:
+        pass
+    taken = 0
     while _fd is not None:
         # A job that traces every thread (threading.settrace_all_threads)
         # never sees the probe's own thread.
@@ -1653,7 +1689,9 @@ def _sampler():
         if sys.getprofile() is not None:
             sys.setprofile(None)
         _sample()
-        _probe_cpu[0] = _thread_time() - start
+        taken += 1
+        if taken % 8 == 0:
+            _probe_cpu[0] = _thread_time() - start
         _sleep(_interval)
 
 
