@@ -989,32 +989,24 @@ def _queue_main_walk():
 
 
 def _walk_in_main(_arg):
-    """The pending call: runs in the main thread, the job paused. The job's
-    trace and profile functions are suspended while it runs (the job's
-    tracer, coverage or debugger never sees the probe's frames) and put
-    back after."""
-    trace, profile = sys.gettrace(), sys.getprofile()
-    if trace is not None:
-        sys.settrace(None)
-    if profile is not None:
-        sys.setprofile(None)
+    """The pending call: runs in the main thread, the job paused, with the
+    job's trace and profile functions suspended (`_untraced`)."""
     try:
         # A tracer or profiler writes a frame's f_locals dict back into the
         # frame after its callback (Python 3.11, 3.12): that dict is then
         # never emptied by the walk.
-        _traced[0] = trace is not None or profile is not None
-        # Taken in one step (atomic under the GIL): the sampling thread
-        # may have taken the walk meanwhile.
-        if _pending.pop("queued", None) is not None:
-            _walk_and_send(True)
+        _traced[0] = sys.gettrace() is not None or sys.getprofile() is not None
+        _untraced(_walk_if_queued)
     except BaseException:
         pass
-    finally:
-        if profile is not None:
-            sys.setprofile(profile)
-        if trace is not None:
-            sys.settrace(trace)
     return 0
+
+
+def _walk_if_queued():
+    # Taken in one step (atomic under the GIL): the sampling thread may have
+    # taken the walk meanwhile.
+    if _pending.pop("queued", None) is not None:
+        _walk_and_send(True)
 
 
 # Whether the job's main thread had a trace or profile function when it was
