@@ -512,6 +512,22 @@ def _source_line(file, line):
     return lines[line - 1].decode("utf-8", "replace").strip()[:160]
 
 
+def _close_own(fd, opened):
+    """Closes `fd` if it is still the file the probe opened (device and
+    inode): a job that closes every descriptor (daemon-style code) may have
+    closed it meanwhile and opened its own file on the same number, which
+    the probe must not close. Left open when unsure."""
+    try:
+        st = os.fstat(fd)
+    except OSError:
+        return
+    if opened is not None and (st.st_dev, st.st_ino) == opened:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
 def _read_source(file):
     import stat
 
@@ -519,8 +535,11 @@ def _read_source(file):
         fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except (OSError, ValueError):
         return []
+    opened = None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        st = os.fstat(fd)
+        opened = (st.st_dev, st.st_ino)
+        if not stat.S_ISREG(st.st_mode):
             return []
         chunks, left = [], _SOURCE_MOST
         while left > 0:
@@ -532,7 +551,7 @@ def _read_source(file):
     except OSError:
         return []
     finally:
-        os.close(fd)
+        _close_own(fd, opened)
     text = b"".join(chunks)
     lines = text.split(b"\n")
     if left <= 0:

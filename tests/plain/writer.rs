@@ -342,8 +342,11 @@ fn record_blocked_on_a_stalled_fifo_gives_up_at_a_signal() {
         let set = unsafe { libc::fcntl(reader.as_raw_fd(), libc::F_SETPIPE_SZ, 4096) };
         assert!(set >= 4096, "pipe size");
     }
+    // Sampled every 5 ms: a summary of about 24 KiB, never one that fits
+    // the pipe (at 50 ms, 4-5 KiB: a loaded machine's few samples came
+    // close).
     let mut child = weightscope()
-        .args(["record", "--json"])
+        .args(["record", "--interval-ms", "5", "--json"])
         .arg(&fifo)
         .args(["--", "sleep", "0.3"])
         .stdin(Stdio::null())
@@ -352,7 +355,7 @@ fn record_blocked_on_a_stalled_fifo_gives_up_at_a_signal() {
         .spawn()
         .expect("runs");
     // Wait (bounded) until the summary starts to arrive: the pipe holds
-    // 4 KiB, the summary more, so the write is now waiting for room.
+    // 4 KiB, the summary far more, so the write is now waiting for room.
     let mut first = [0u8; 1];
     let mut waited = 0;
     loop {
