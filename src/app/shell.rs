@@ -134,10 +134,10 @@ impl eframe::App for Shell {
         {
             // A few hundred bytes when a checkpoint opens; failing to save is not fatal.
             if let Err(err) = settings.save(path) {
-                eprintln!(
-                    "weightscope: cannot save settings to {}: {err}",
+                crate::units::stderr_line(format_args!(
+                    "cannot save settings to {}: {err}",
                     path.display()
-                );
+                ));
             }
         }
     }

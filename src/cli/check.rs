@@ -215,9 +215,7 @@ pub fn main(args: &CheckArgs) -> u8 {
     };
     let mut out = std::io::stdout().lock();
     let written = if args.json {
-        serde_json::to_writer(&mut out, &report)
-            .map_err(std::io::Error::from)
-            .and_then(|()| writeln!(out))
+        super::json_line(&mut out, &report)
     } else {
         let mut shown = crate::units::ShownLines::new(&mut out);
         write_text(&report, &mut shown).and_then(|()| shown.finish().map(drop))

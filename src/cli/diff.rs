@@ -463,9 +463,7 @@ fn tensor_main(args: &DiffArgs, name: &str) -> u8 {
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     let written = if args.json {
-        serde_json::to_writer(&mut out, &tensor_json(&detail))
-            .map_err(std::io::Error::from)
-            .and_then(|()| std::io::Write::write_all(&mut out, b"\n"))
+        super::json_line(&mut out, &tensor_json(&detail))
     } else {
         let mut shown = crate::units::ShownLines::new(&mut out);
         write_tensor_text(&detail, &mut shown).and_then(|()| shown.finish().map(drop))

@@ -496,7 +496,8 @@ pub fn main(path: &Path, json: bool) -> u8 {
 pub fn report(place: &Place<'_>, header: &GgufHeader, json: bool) -> u8 {
     let mut out = super::big_output();
     let written = if json {
-        write_json(place, header, &mut out)
+        let mut shown = crate::units::ShownJson::new(&mut out);
+        write_json(place, header, &mut shown).and_then(|()| shown.finish().map(drop))
     } else {
         let mut shown = crate::units::ShownLines::new(&mut out);
         write_text(place.path, header, &mut shown).and_then(|()| shown.finish().map(drop))

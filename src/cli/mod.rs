@@ -304,7 +304,7 @@ fn device(json: bool) -> u8 {
                 };
                 format!(
                     "{}\n",
-                    serde_json::to_string_pretty(&doc).unwrap_or_default()
+                    crate::units::json_shown(serde_json::to_string_pretty(&doc).unwrap_or_default())
                 )
             } else {
                 format!(
@@ -365,13 +365,26 @@ fn print_report<T: serde::Serialize>(
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     if let Some(value) = json {
-        serde_json::to_writer(&mut out, value)
-            .map_err(std::io::Error::from)
-            .and_then(|()| std::io::Write::write_all(&mut out, b"\n"))
+        json_line(&mut out, value)
     } else {
         let mut shown = crate::units::ShownLines::new(&mut out);
         text(&mut shown).and_then(|()| shown.finish().map(drop))
     }
+}
+
+/// Writes `value` as one line of JSON, every character that is not shown
+/// as itself written as a `\u` escape ([`crate::units::ShownJson`]).
+///
+/// # Errors
+/// The writer's.
+pub fn json_line<T: serde::Serialize + ?Sized>(
+    out: &mut dyn std::io::Write,
+    value: &T,
+) -> std::io::Result<()> {
+    let mut shown = crate::units::ShownJson::new(out);
+    serde_json::to_writer(&mut shown, value).map_err(std::io::Error::from)?;
+    std::io::Write::write_all(&mut shown, b"\n")?;
+    shown.finish().map(drop)
 }
 
 /// What a failed write of a report means for the exit status, the same for

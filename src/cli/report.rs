@@ -86,8 +86,10 @@ pub fn main(args: &ReportArgs) -> u8 {
         return super::BAD_INPUT;
     };
     let written = if args.json {
-        let text = serde_json::to_string_pretty(&super::record::summary_json(&recording))
-            .unwrap_or_default();
+        let text = crate::units::json_shown(
+            serde_json::to_string_pretty(&super::record::summary_json(&recording))
+                .unwrap_or_default(),
+        );
         std::io::Write::write_all(&mut out, (text + "\n").as_bytes())
     } else {
         let mut shown = crate::units::ShownLines::new(&mut out);
@@ -110,7 +112,8 @@ fn merged(args: &ReportArgs) -> u8 {
             shown_lane: journals.shown,
             shown: super::record::JsonRecording::of(&journals.recording),
         };
-        let text = serde_json::to_string_pretty(&report).unwrap_or_default();
+        let text =
+            crate::units::json_shown(serde_json::to_string_pretty(&report).unwrap_or_default());
         std::io::Write::write_all(&mut out, (text + "\n").as_bytes())
     } else {
         let mut shown = crate::units::ShownLines::new(&mut out);

@@ -142,8 +142,7 @@ pub fn write_json(
                 .map(|m| m.values.as_slice()),
         }),
     };
-    serde_json::to_writer(&mut *out, &doc)?;
-    writeln!(out)
+    super::json_line(out, &doc)
 }
 
 /// Writes `preview` for people.

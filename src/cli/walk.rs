@@ -351,9 +351,7 @@ pub fn main(args: &WalkArgs) -> u8 {
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     let written = if args.json {
-        serde_json::to_writer(&mut out, &report.to_json())
-            .map_err(std::io::Error::from)
-            .and_then(|()| std::io::Write::write_all(&mut out, b"\n"))
+        super::json_line(&mut out, &report.to_json())
     } else {
         let mut shown = crate::units::ShownLines::new(&mut out);
         report

@@ -29,10 +29,10 @@ pub fn folder() -> Option<PathBuf> {
     } else {
         static SAID: std::sync::Once = std::sync::Once::new();
         SAID.call_once(|| {
-            eprintln!(
-                "weightscope: not using the cache at {}: it is not this user's alone (another user's, writable by others, or a link); every read goes to the network",
+            crate::units::stderr_line(format_args!(
+                "not using the cache at {}: it is not this user's alone (another user's, writable by others, or a link); every read goes to the network",
                 root.display()
-            );
+            ));
         });
         None
     }

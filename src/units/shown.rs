@@ -148,6 +148,128 @@ impl<W: std::io::Write> std::io::Write for ShownLines<W> {
     }
 }
 
+/// A writer of JSON: every character that is not [`shown_as_itself`]
+/// reaches `inner` as a `\u` escape (surrogate pairs past U+FFFF), which
+/// every JSON reader decodes to the same string. Outside strings JSON is
+/// ASCII, so every character this changes is inside a string; the
+/// controls below U+0020 are escaped by serde already, DEL here. Every
+/// JSON output of the CLI (`--json`, JSON traces, journals, exports)
+/// passes through one.
+#[derive(Debug)]
+pub struct ShownJson<W: std::io::Write> {
+    inner: W,
+    /// The first bytes of a character cut between two writes.
+    pending: Vec<u8>,
+}
+
+impl<W: std::io::Write> ShownJson<W> {
+    /// JSON shown into `inner`.
+    pub fn new(inner: W) -> Self {
+        Self {
+            inner,
+            pending: Vec::new(),
+        }
+    }
+
+    /// Flushes and gives the inner writer back.
+    ///
+    /// # Errors
+    /// The inner writer's.
+    pub fn finish(mut self) -> std::io::Result<W> {
+        if !self.pending.is_empty() {
+            // Bytes that never became a character: not UTF-8.
+            self.inner.write_all(b"\\ufffd")?;
+            self.pending.clear();
+        }
+        self.inner.flush()?;
+        Ok(self.inner)
+    }
+
+    fn put(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        let mut plain = 0;
+        let mut at = 0;
+        while at < bytes.len() {
+            let b = bytes[at];
+            if b < 0x7f {
+                at += 1;
+                continue;
+            }
+            let width = match b {
+                0x7f => 1,
+                0xc0..=0xdf => 2,
+                0xe0..=0xef => 3,
+                0xf0..=0xf7 => 4,
+                _ => 1,
+            };
+            let Some(encoded) = bytes.get(at..at + width) else {
+                // A character cut by the write: kept for the next one.
+                self.inner.write_all(&bytes[plain..at])?;
+                self.pending.extend_from_slice(&bytes[at..]);
+                return Ok(());
+            };
+            let c = std::str::from_utf8(encoded)
+                .ok()
+                .and_then(|t| t.chars().next())
+                .unwrap_or('\u{fffd}');
+            if shown_as_itself(c) {
+                at += width;
+                continue;
+            }
+            self.inner.write_all(&bytes[plain..at])?;
+            let mut units = [0_u16; 2];
+            for unit in c.encode_utf16(&mut units) {
+                write!(self.inner, "\\u{unit:04x}")?;
+            }
+            at += width;
+            plain = at;
+        }
+        self.inner.write_all(&bytes[plain..])
+    }
+}
+
+impl<W: std::io::Write> std::io::Write for ShownJson<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.pending.is_empty() {
+            self.put(buf)?;
+        } else {
+            let mut joined = std::mem::take(&mut self.pending);
+            joined.extend_from_slice(buf);
+            self.put(&joined)?;
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// `json` (serde's text) with every character that is not
+/// [`shown_as_itself`] written as a `\u` escape ([`ShownJson`]).
+#[must_use]
+pub fn json_shown(json: String) -> String {
+    if json.bytes().all(|b| b < 0x7f) {
+        return json;
+    }
+    let mut out = ShownJson::new(Vec::with_capacity(json.len() + 16));
+    let _ = std::io::Write::write_all(&mut out, json.as_bytes());
+    out.finish()
+        .ok()
+        .and_then(|bytes| String::from_utf8(bytes).ok())
+        .unwrap_or(json)
+}
+
+/// A field of a CSV file as shown: [`Shown`], so that a name's escape
+/// sequence or line break never reaches a terminal from `--csv
+/// /dev/stdout` (the CSV writer quotes what CSV needs).
+#[must_use]
+pub fn csv_field(text: &str) -> Cow<'_, str> {
+    match Shown::new(text).0 {
+        Cow::Borrowed(same) => Cow::Borrowed(same),
+        Cow::Owned(changed) => Cow::Owned(changed),
+    }
+}
+
 /// A location as data (a JSON field, a trace's label or checkpoint): the
 /// credentials masked, nothing else changed (JSON and CSV writers escape
 /// what their formats need).
@@ -156,18 +278,48 @@ pub fn location_data(location: &str) -> String {
     masked(location).into_owned()
 }
 
-/// Whether `c` can hide, reorder or break text on a screen.
+/// Whether `c` is shown as itself: it is in the safe set, which is named
+/// by Unicode's own properties (an allow-list, so a character nobody
+/// thought of is escaped, not shown):
+/// - letters, marks, numbers, punctuation and symbols (general categories
+///   L, M, N, P, S), and the plain space U+0020;
+/// - minus every default-ignorable code point (variation selectors, Hangul
+///   fillers, the Khmer and Mongolian invisibles, tag characters: what a
+///   terminal draws as nothing);
+/// - minus format characters (Cf) and bidirectional controls;
+/// - minus U+2800 BRAILLE PATTERN BLANK, a symbol that is drawn blank.
+///
+/// Everything else (controls, other spaces, line and paragraph separators,
+/// private use, surrogates, unassigned code points) is escaped.
+/// `tests/plain/shown.rs` holds this against the Unicode character
+/// database for every code point.
+#[must_use]
+pub fn shown_as_itself(c: char) -> bool {
+    use icu_properties::props::{BidiControl, DefaultIgnorableCodePoint, GeneralCategory};
+    use icu_properties::props::GeneralCategoryGroup as Group;
+    use icu_properties::{CodePointMapData, CodePointSetData};
+    if c.is_ascii() {
+        return (' '..='~').contains(&c);
+    }
+    let category = CodePointMapData::<GeneralCategory>::new().get(c);
+    let safe_group = [
+        Group::Letter,
+        Group::Mark,
+        Group::Number,
+        Group::Punctuation,
+        Group::Symbol,
+    ]
+    .iter()
+    .any(|group| group.contains(category));
+    safe_group
+        && category != GeneralCategory::Format
+        && c != '\u{2800}'
+        && !CodePointSetData::new::<DefaultIgnorableCodePoint>().contains(c)
+        && !CodePointSetData::new::<BidiControl>().contains(c)
+}
+
 fn hostile(c: char) -> bool {
-    c.is_control()
-        || matches!(c,
-            // Bidirectional marks, embeddings, overrides and isolates.
-            '\u{200e}' | '\u{200f}' | '\u{061c}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}'
-            // Zero-width and other invisible format characters.
-            | '\u{00ad}' | '\u{034f}' | '\u{180e}' | '\u{200b}'..='\u{200d}' | '\u{2060}'..='\u{2065}'
-            | '\u{206a}'..='\u{206f}' | '\u{feff}' | '\u{fff9}'..='\u{fffb}'
-            | '\u{0600}'..='\u{0605}' | '\u{06dd}' | '\u{070f}' | '\u{e0000}'..='\u{e007f}'
-            // Line and paragraph separators.
-            | '\u{2028}' | '\u{2029}')
+    !shown_as_itself(c)
 }
 
 /// `text` with each hostile character written as its escape.

@@ -155,7 +155,8 @@ pub fn main(args: &InspectArgs) -> u8 {
         kept: kept.as_ref(),
     };
     let written = if json {
-        write_json(report, &mut out)
+        let mut shown = crate::units::ShownJson::new(&mut out);
+        write_json(report, &mut shown).and_then(|()| shown.finish().map(drop))
     } else {
         let mut shown = crate::units::ShownLines::new(&mut out);
         write_text(report, &mut shown).and_then(|()| shown.finish().map(drop))

@@ -183,7 +183,9 @@ pub fn save(
 ) -> Result<(), super::CliError> {
     let mut errors = Vec::new();
     if let Some(out) = &outputs.json {
-        let text = serde_json::to_string_pretty(&summary_json(recording)).unwrap_or_default();
+        let text = crate::units::json_shown(
+            serde_json::to_string_pretty(&summary_json(recording)).unwrap_or_default(),
+        );
         if let Err(err) = out.write((text + "\n").as_bytes()) {
             errors.push(err.into());
         }

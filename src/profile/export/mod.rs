@@ -296,6 +296,23 @@ pub fn export(
         Format::Speedscope => write_speedscope(&lanes, weight, &name, &mut bytes)?,
         Format::Folded => write_folded(&lanes, weight, &mut bytes)?,
     };
+    // What a viewer or a terminal shows: every character that is not shown
+    // as itself escaped (JSON's `\u` escapes, which the viewers decode;
+    // folded stacks line by line as `units::Shown`).
+    let bytes = match format {
+        Format::Perfetto | Format::Speedscope => {
+            let mut shown = crate::units::ShownJson::new(Vec::with_capacity(bytes.len()));
+            std::io::Write::write_all(&mut shown, &bytes)
+                .and_then(|()| shown.finish())
+                .unwrap_or(bytes)
+        }
+        Format::Folded => {
+            let mut shown = crate::units::ShownLines::new(Vec::with_capacity(bytes.len()));
+            std::io::Write::write_all(&mut shown, &bytes)
+                .and_then(|()| shown.finish())
+                .unwrap_or(bytes)
+        }
+    };
     Ok(Exported { bytes, stacks })
 }
 

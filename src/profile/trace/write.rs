@@ -13,7 +13,7 @@ impl Trace {
     /// When serde cannot serialize it (never for a trace built by this
     /// crate; said rather than written as an empty file).
     pub fn to_json(&self) -> Result<String, serde_json::Error> {
-        serde_json::to_string_pretty(self)
+        serde_json::to_string_pretty(self).map(crate::units::json_shown)
     }
 
     /// The trace as CSV: one row per sample and per event, plus `meta` rows
@@ -72,7 +72,17 @@ impl Trace {
             ..CsvRow::default()
         }));
         let mut writer = csv::Writer::from_writer(Vec::new());
-        for row in &rows {
+        for row in &mut rows {
+            // Names and labels as shown: no escape sequence or line break
+            // reaches a terminal from `--csv /dev/stdout`.
+            for field in [&mut row.target, &mut row.detail, &mut row.shard]
+                .into_iter()
+                .flatten()
+            {
+                if let std::borrow::Cow::Owned(shown) = crate::units::csv_field(field) {
+                    *field = shown;
+                }
+            }
             // Into memory, from plain records: nothing here can fail.
             let _ = writer.serialize(row);
         }
