@@ -493,6 +493,9 @@ pub fn exit(code: u8) -> ! {
 /// the process has any other thread.
 #[allow(unsafe_code)]
 pub unsafe fn prepare_process() {
+    // Before this process opens anything: what it inherited is the user's,
+    // for a recorded job.
+    crate::profile::capture::remember_inherited_descriptors();
     // SAFETY: passed on from the caller.
     unsafe { crate::mlx::keep_kernel_cache_private() };
 }

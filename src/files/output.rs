@@ -10,17 +10,28 @@
 //!   replaced, not written through);
 //! - a link of this user's to such a file: the file is replaced in its own
 //!   folder (the link stays), only if the link still leads to it;
-//! - a FIFO, a terminal, `/dev/null`, `/dev/zero`, `/dev/full`, or a file
-//!   behind `/dev/stdout`, only when it was there when named: written in
-//!   place, with a deadline, giving up at a signal.
+//! - written in place, only when it was there when named, with a deadline,
+//!   giving up at a signal, and only these (an allow-list, the same for
+//!   every path, `/proc` and `/dev/fd` included): this process's own
+//!   standard output or error (whatever is at the path has the same device
+//!   and inode as descriptor 1 or 2), a FIFO or a terminal of this user's,
+//!   the controlling terminal `/dev/tty`, and the discarding devices
+//!   `/dev/null`, `/dev/zero`, `/dev/full`.
+//!
+//! A path that leads through `/proc` (`/dev/stdout`, `/dev/fd/3`,
+//! `/proc/self/root/…`, a link to one of them) is resolved to what it is
+//! and checked as that: a regular file there is replaced as above, with
+//! every check a file passes (never appended to).
 //!
 //! Never: a checkpoint file, anything inside a checkpoint being read, a
-//! file of another user, a file with more than one name, any other device,
-//! a socket, a folder, a link to nothing, or anything that changed kind
-//! (a link, a FIFO) between the check and the write.
+//! file of another user, a file with more than one name, a file of the
+//! kernel's (`/proc`, `/sys`), a FIFO or terminal of another user, any
+//! other device (`/dev/ptmx`, a disk), a socket, a folder, a link to
+//! nothing, or anything that changed kind (a link, a FIFO) between the
+//! check and the write.
 
 use std::ffi::OsString;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd as _, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -28,6 +39,9 @@ use std::time::Duration;
 use rustix::fs::{AtFlags, FileType, OFlags};
 
 use super::FileError;
+
+/// Why a device is refused.
+const OTHER_DEVICE: &str = "it is a device other than a terminal or /dev/null; outputs are written only to files, FIFOs, terminals and /dev/null";
 
 /// How long an in-place write (a FIFO, a pipe, a terminal) may make no
 /// progress before it is given up.
@@ -79,6 +93,11 @@ enum Plan {
         identity: (u64, u64),
         /// "a FIFO", "a terminal".
         kind: &'static str,
+        /// The descriptor (1 or 2) it is, when it is this process's own
+        /// standard output or error and a file (written at the
+        /// descriptor's offset) or a socket (which cannot be opened by its
+        /// path): written through a copy of that descriptor.
+        descriptor: Option<i32>,
     },
 }
 
@@ -121,19 +140,69 @@ pub(super) fn resolved(path: &Path) -> PathBuf {
     }
 }
 
-/// The character devices an output may be written into: the memory
-/// devices that discard (`/dev/null`, `/dev/zero`, `/dev/full`) and
-/// terminals. Any other device (a disk, `/dev/mem`) is refused.
-fn writable_device(rdev: u64) -> Option<&'static str> {
+/// The character devices an output may be written into.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Writable {
+    /// `/dev/null`, `/dev/zero`, `/dev/full`: nothing reaches anyone.
+    Discarding,
+    /// A terminal (a virtual console, a serial line, a pseudo-terminal's
+    /// far end): written only when it is this user's.
+    Terminal,
+    /// `/dev/tty`: this process's controlling terminal, whoever owns the
+    /// node.
+    Controlling,
+}
+
+/// Which [`Writable`] device `rdev` is; `None` for every other device
+/// (a disk, `/dev/mem`, `/dev/ptmx`, which makes a new terminal that
+/// nobody reads, `/dev/console`).
+fn writable_device(rdev: u64) -> Option<Writable> {
     let major = ((rdev >> 8) & 0xfff) | ((rdev >> 32) & !0xfff);
     let minor = (rdev & 0xff) | ((rdev >> 12) & !0xff);
-    if matches!((major, minor), (1, 3 | 5 | 7)) {
-        Some("a discarding device")
-    } else if matches!(major, 4 | 5 | 136..=143) {
-        Some("a terminal")
-    } else {
-        None
+    match (major, minor) {
+        (1, 3 | 5 | 7) => Some(Writable::Discarding),
+        (5, 0) => Some(Writable::Controlling),
+        (4 | 136..=143, _) => Some(Writable::Terminal),
+        _ => None,
     }
+}
+
+/// The descriptor among 1 and 2 that is the file `meta` describes (the
+/// same device and inode): this process's own standard output or error.
+fn own_stdio(meta: &std::fs::Metadata) -> Option<i32> {
+    use std::os::unix::fs::MetadataExt as _;
+    [1, 2].into_iter().find(|&fd| {
+        let borrowed = match fd {
+            1 => std::io::stdout().as_fd().try_clone_to_owned(),
+            _ => std::io::stderr().as_fd().try_clone_to_owned(),
+        };
+        borrowed
+            .and_then(|owned| rustix::fs::fstat(&owned).map_err(std::io::Error::from))
+            .is_ok_and(|st| st.st_dev == meta.dev() && st.st_ino == meta.ino())
+    })
+}
+
+/// File systems of the kernel's (`/proc`, `/sys`, cgroups, debugfs...):
+/// their files are the kernel's interfaces, never an output.
+fn kernel_file_system(folder: &OwnedFd) -> bool {
+    const MAGICS: [i64; 11] = [
+        0x9fa0,      // proc
+        0x6265_6572, // sysfs
+        0x0027_e0eb, // cgroup
+        0x6367_7270, // cgroup2
+        0x6462_6720, // debugfs
+        0x7472_6163, // tracefs
+        0x7365_6373, // securityfs
+        0xcafe_4a11, // bpf
+        0x6265_6570, // configfs
+        0x6165_676c, // pstore
+        0xde5e_81e4, // efivarfs
+    ];
+    rustix::fs::fstatfs(folder).is_ok_and(|fs| {
+        #[allow(clippy::useless_conversion, clippy::unnecessary_cast)]
+        let kind = i64::from(fs.f_type as i64);
+        MAGICS.contains(&kind)
+    })
 }
 
 impl Output {
@@ -203,12 +272,11 @@ impl Output {
             ))
         };
         match (&self.plan, &now) {
-            (
-                Plan::InPlace { identity: a, .. },
-                Plan::InPlace {
-                    path, identity: b, ..
-                },
-            ) if a == b => write_in_place(&self.named, path, *b, fill),
+            (Plan::InPlace { identity: a, .. }, now @ Plan::InPlace { identity: b, .. })
+                if a == b =>
+            {
+                write_in_place(&self.named, now, fill)
+            }
             (
                 Plan::Replace {
                     folder,
@@ -333,35 +401,57 @@ fn plan(named: &Path, inputs: &[PathBuf]) -> Result<Plan, FileError> {
         link.clone()
     };
     let kind = meta.file_type();
-    // `/dev/stdout` and `/dev/fd/N` lead through /proc to a descriptor of
-    // ours: what is behind it is written where the descriptor is.
-    let through_proc = via_link
-        && (std::fs::read_link(named).is_ok_and(|t| t.starts_with("/proc"))
-            || std::fs::canonicalize(parent.join("."))
-                .is_ok_and(|folder| folder.starts_with("/proc")));
-    let in_place = |kind: &'static str| {
+    let me = euid();
+    let in_place = |kind: &'static str, descriptor: Option<i32>| {
         Ok(Plan::InPlace {
             path: named.to_path_buf(),
             identity: (meta.dev(), meta.ino()),
             kind,
+            descriptor,
         })
     };
+    // This process's own standard output or error, whatever it is and
+    // however it is named (`/dev/stdout`, `/proc/self/fd/1`, the terminal
+    // or file it leads to): what the person's shell gave it.
+    if let Some(fd) = own_stdio(&meta) {
+        return in_place(
+            if fd == 1 {
+                "this process's standard output"
+            } else {
+                "this process's standard error"
+            },
+            // A file (the shell's `>`): written through a copy of the
+            // descriptor, at its offset, in order with the rest of what this
+            // process writes there; a socket cannot be opened by its path.
+            (kind.is_file() || kind.is_socket()).then_some(fd),
+        );
+    }
+    let of_another = |what: &str| {
+        Err(protected(format!(
+            "it is {what} of another user (uid {}); weightscope writes in place only into FIFOs and terminals of yours",
+            meta.uid()
+        )))
+    };
     if kind.is_fifo() {
-        return in_place("a FIFO");
+        if meta.uid() != me {
+            return of_another("a FIFO");
+        }
+        return in_place("a FIFO", None);
     }
     if kind.is_char_device() {
-        if let Some(what) = writable_device(meta.rdev()) {
-            return in_place(what);
-        }
-        return Err(protected("it is a device other than a terminal or /dev/null; outputs are written only to files, FIFOs, terminals and /dev/null".into()));
-    }
-    if kind.is_file() && through_proc {
-        return in_place("a file behind a descriptor");
+        return match writable_device(meta.rdev()) {
+            Some(Writable::Discarding) => in_place("a discarding device", None),
+            Some(Writable::Controlling) => in_place("the controlling terminal", None),
+            Some(Writable::Terminal) if meta.uid() == me => in_place("a terminal", None),
+            Some(Writable::Terminal) => of_another("a terminal"),
+            None => Err(protected(OTHER_DEVICE.into())),
+        };
     }
     if !kind.is_file() {
         return Err(protected(match super::irregular_kind(kind) {
             Some("a folder") => "it is a folder".into(),
-            Some("a device") => "it is a device other than a terminal or /dev/null; outputs are written only to files, FIFOs, terminals and /dev/null".into(),
+            Some("a device") => OTHER_DEVICE.into(),
+            Some("a socket") => "it is a socket; outputs are written only to files, FIFOs, terminals and /dev/null".into(),
             Some(kind) => format!("it is {kind}, not a file"),
             None => "it is not a file".into(),
         }));
@@ -410,6 +500,16 @@ fn plan_file(
     } else {
         named.to_path_buf()
     };
+    // A link through /proc to a file that was deleted, or whose name now
+    // leads elsewhere: there is no name to replace it by.
+    if via_link
+        && !std::fs::symlink_metadata(&target)
+            .is_ok_and(|at| at.is_file() && at.dev() == meta.dev() && at.ino() == meta.ino())
+    {
+        return Err(protected(
+            "it leads to a file that has no name of its own any more (deleted or moved); nothing is written through it".into(),
+        ));
+    }
     let target_name = target
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -420,6 +520,11 @@ fn plan_file(
         )));
     }
     let (folder, folder_id) = open_folder(named, target.parent().unwrap_or(Path::new("")))?;
+    if kernel_file_system(&folder) {
+        return Err(protected(
+            "it is a file of the kernel's (/proc, /sys), not an output".into(),
+        ));
+    }
     Ok(Plan::Replace {
         folder,
         folder_id,
@@ -511,33 +616,58 @@ fn link_new(folder: &OwnedFd, from: &std::ffi::OsStr, to: &std::ffi::OsStr) -> s
     Ok(())
 }
 
-/// Writes into what is at `path` (a FIFO, a terminal, `/dev/null`, a file
-/// behind `/dev/stdout`) without creating, truncating or renaming
-/// anything. What is opened must be what was checked (`identity`); a FIFO
-/// with no reader is an error, not a wait; a reader that stops reading is
-/// given [`STALL_LIMIT`], and a termination signal ends the wait.
+/// Writes into what `plan` names (a FIFO, a terminal, `/dev/null`, this
+/// process's standard output) without creating, truncating or renaming
+/// anything. What is opened must be what was checked (its identity); a
+/// FIFO with no reader is an error, not a wait; a reader that stops
+/// reading is given [`STALL_LIMIT`], and a termination signal ends the
+/// wait.
 fn write_in_place(
     named: &Path,
-    path: &Path,
-    identity: (u64, u64),
+    plan: &Plan,
     fill: &mut dyn FnMut(&mut dyn std::io::Write) -> std::io::Result<()>,
 ) -> Result<(), FileError> {
-    let io = FileError::writing(named);
-    let fd = rustix::fs::openat(
-        rustix::fs::CWD,
+    let Plan::InPlace {
         path,
-        OFlags::WRONLY | OFlags::APPEND | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC,
-        rustix::fs::Mode::empty(),
-    )
-    .map_err(|e| {
-        if e == rustix::io::Errno::NXIO {
-            io(std::io::Error::other("it is a FIFO nobody is reading"))
+        identity,
+        kind,
+        descriptor,
+    } = plan
+    else {
+        return Err(FileError::Protected {
+            path: named.to_path_buf(),
+            reason: "it is not written in place".into(),
+        });
+    };
+    let io = FileError::writing(named);
+    let fd = if let Some(descriptor) = descriptor {
+        // This process's own standard output or error: a copy of it.
+        let stdio = if *descriptor == 1 {
+            std::io::stdout().as_fd().try_clone_to_owned()
         } else {
-            io(e.into())
-        }
-    })?;
+            std::io::stderr().as_fd().try_clone_to_owned()
+        };
+        stdio.map_err(io)?
+    } else {
+        rustix::fs::openat(
+            rustix::fs::CWD,
+            path,
+            OFlags::WRONLY | OFlags::APPEND | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        )
+        .map_err(|e| match (e, *kind) {
+            (rustix::io::Errno::NXIO, "the controlling terminal") => {
+                io(std::io::Error::other("this process has no controlling terminal"))
+            }
+            (rustix::io::Errno::NXIO, "a FIFO") => {
+                io(std::io::Error::other("it is a FIFO nobody is reading"))
+            }
+            (e, _) => io(e.into()),
+        })?
+    };
     let st = rustix::fs::fstat(&fd).map_err(|e| io(e.into()))?;
-    if (st.st_dev, st.st_ino) != identity {
+    // `/dev/tty` opens the terminal it stands for, another node.
+    if (st.st_dev, st.st_ino) != *identity && *kind != "the controlling terminal" {
         return Err(io(std::io::Error::other(
             "it was replaced while being opened",
         )));

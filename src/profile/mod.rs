@@ -19,7 +19,7 @@ pub use analysis::findings::{Finding, FindingKind, FitReport, findings, fit_repo
 pub use analysis::timeline::{TIMELINE_EVENTS, TIMELINE_SAMPLES, Timeline};
 pub use capture::sampler::{DEFAULT_INTERVAL, Sampler, Series};
 pub use trace::{
-    CsvError, JobInfo, Journal, Origin, Residency, ResidencyChange, ResidentShard, ResidentTensor,
+    CsvError, JobInfo, Journal, JournalEnded, Origin, Residency, ResidencyChange, ResidentShard, ResidentTensor,
     TRACE_VERSION, Trace, TraceError, TraceEvent, residency_steps, resident_at,
 };
 pub use walk::{

@@ -10,6 +10,7 @@ mod common;
 mod attack;
 mod bounded;
 mod checkpoint_open;
+mod edges;
 mod export;
 mod held;
 mod hosts;

@@ -50,7 +50,7 @@ pub fn run(
     args: &RecordArgs,
     control: &RecordControl,
     journal: Option<crate::profile::Journal>,
-) -> Result<(Recording, Option<std::fs::File>), RecordError> {
+) -> Result<(Recording, Option<crate::profile::JournalEnded>), RecordError> {
     let target = match args.pid {
         Some(pid) => Target::Attach(pid),
         None => Target::Spawn(JobSpec {
@@ -75,6 +75,10 @@ pub fn run(
                 Update::Stacks(update) => journal.stacks(update),
                 _ => {}
             }
+            // Said at once (a full disk), not at the end of a long job.
+            if let Some(failure) = journal.take_failure() {
+                super::stderr_line(format_args!("{failure}"));
+            }
         }
         if let Update::Started(pid) = update {
             // Said once, so a script knows the recording has begun.
@@ -90,6 +94,9 @@ pub fn run(
         }
     })?;
     let journal = journal.map(|j| j.end(recording.to_trace().job.as_ref()));
+    if let Some(failure) = journal.as_ref().and_then(|j| j.unsaid.as_ref()) {
+        super::stderr_line(format_args!("{failure}"));
+    }
     Ok((recording, journal))
 }
 
@@ -240,7 +247,8 @@ pub fn main(args: &RecordArgs) -> u8 {
     };
     let mut shown = crate::units::ShownLines::new(std::io::stderr().lock());
     let _ = write_summary(&recording, &mut shown).and_then(|()| shown.finish().map(drop));
-    let saved = save(&recording, &outputs, journal.as_ref());
+    let saved = save(&recording, &outputs, journal.as_ref().map(|j| &j.file));
+    let journal_failed = journal.as_ref().is_some_and(|j| j.failed);
     if let Err(err) = &saved {
         super::stderr_line(format_args!("{err}"));
     }
@@ -251,10 +259,13 @@ pub fn main(args: &RecordArgs) -> u8 {
         ));
         return super::signals::exit_status(signal);
     }
-    if saved.is_err() {
-        return 1;
-    }
-    recording
+    let status = recording
         .exit
-        .map_or(0, |exit| u8::try_from(exit.status() & 0xff).unwrap_or(1))
+        .map_or(0, |exit| u8::try_from(exit.status() & 0xff).unwrap_or(1));
+    // An output that could not be written (the journal included) is never
+    // a success; the job's own failure status is kept.
+    if saved.is_err() || journal_failed {
+        return status.max(1);
+    }
+    status
 }

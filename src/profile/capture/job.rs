@@ -33,18 +33,20 @@ impl Job {
         let fd = pipe.map(AsRawFd::as_raw_fd);
         let take_terminal = owns_terminal();
         let rss_at_fork = crate::memory::ProcessFigures::read().rss_bytes;
+        let inherited = inherited_descriptors();
         command.process_group(0);
         #[allow(unsafe_code)]
         // SAFETY: the closure runs in the forked child before exec and calls
-        // only async-signal-safe functions (close_range, fcntl, getrlimit,
-        // signal, tcsetpgrp, getpgrp); it allocates nothing and touches no
-        // lock.
+        // only async-signal-safe functions (close_range, fcntl, fstat,
+        // getrlimit, signal, tcsetpgrp, getpgrp); it allocates nothing and
+        // touches no lock (the inherited list was made before the fork).
         unsafe {
             command.pre_exec(move || {
                 // Descriptors opened without close-on-exec (MLX's maps of
                 // the window's checkpoint, above all) must not leak into
                 // the job: they would show as files the job holds.
                 inherit_only_stdio();
+                pass_on_inherited(inherited);
                 if let Some(fd) = fd
                     && libc::fcntl(fd, libc::F_SETFD, 0) == -1
                 {
@@ -179,6 +181,66 @@ unsafe fn inherit_only_stdio() {
         };
         for fd in 3..i32::try_from(top).unwrap_or(1024) {
             libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
+        }
+    }
+}
+
+/// The descriptors above stderr this process inherited, each with its
+/// device and inode: read once by [`remember_inherited_descriptors`] at
+/// start, before this process opened anything.
+static INHERITED: std::sync::OnceLock<Vec<(i32, u64, u64)>> = std::sync::OnceLock::new();
+
+/// Notes the descriptors above stderr that this process was given by
+/// whoever started it (a shell's `3>log`, a process substitution's
+/// `/dev/fd/63`, a systemd socket): those without close-on-exec, which
+/// every descriptor inherited across exec is. A recorded job gets them
+/// unchanged, as it would from the shell; nothing weightscope opens does.
+/// Called first thing in `main`; later calls change nothing.
+pub fn remember_inherited_descriptors() {
+    let _ = INHERITED.get_or_init(|| {
+        let Ok(entries) = std::fs::read_dir("/proc/self/fd") else {
+            return Vec::new();
+        };
+        entries
+            .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<i32>().ok())
+            .filter(|&fd| fd > 2)
+            .filter_map(|fd| {
+                #[allow(unsafe_code)]
+                // SAFETY: fcntl and fstat on a descriptor number only read
+                // this process's descriptor table; a number closed meanwhile
+                // gives EBADF. `st` is plain data fstat fills.
+                unsafe {
+                    let flags = libc::fcntl(fd, libc::F_GETFD);
+                    if flags == -1 || flags & libc::FD_CLOEXEC != 0 {
+                        return None;
+                    }
+                    let mut st: libc::stat = std::mem::zeroed();
+                    (libc::fstat(fd, &raw mut st) == 0).then_some((fd, st.st_dev, st.st_ino))
+                }
+            })
+            .collect()
+    });
+}
+
+/// What [`remember_inherited_descriptors`] found (nothing if it was not
+/// called).
+fn inherited_descriptors() -> &'static [(i32, u64, u64)] {
+    INHERITED.get().map_or(&[], Vec::as_slice)
+}
+
+/// In the forked child: clears close-on-exec on each inherited descriptor
+/// that is still the file it was at start (a number weightscope closed and
+/// reused for a file of its own is not passed on).
+#[allow(unsafe_code)]
+unsafe fn pass_on_inherited(inherited: &[(i32, u64, u64)]) {
+    for &(fd, dev, ino) in inherited {
+        // SAFETY: fstat and fcntl on this process's own descriptors; `st`
+        // is plain data on the stack.
+        unsafe {
+            let mut st: libc::stat = std::mem::zeroed();
+            if libc::fstat(fd, &raw mut st) == 0 && st.st_dev == dev && st.st_ino == ino {
+                libc::fcntl(fd, libc::F_SETFD, 0);
+            }
         }
     }
 }

@@ -27,7 +27,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 #[cfg(target_os = "linux")]
-pub use job::RecordControl;
+pub use job::{RecordControl, remember_inherited_descriptors};
 
 #[cfg(not(target_os = "linux"))]
 use super::analysis::recording::Recording;

@@ -15,7 +15,7 @@ pub use read::CsvError;
 pub use residency::{
     Residency, ResidencyChange, ResidentShard, ResidentTensor, residency_steps, resident_at,
 };
-pub use write::Journal;
+pub use write::{Journal, JournalEnded};
 
 use std::collections::HashMap;
 use std::time::Instant;

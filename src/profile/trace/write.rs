@@ -131,6 +131,10 @@ pub struct Journal {
     file: std::fs::File,
     /// A write failed: nothing more is written.
     failed: bool,
+    /// Why the first write failed, until [`Journal::take_failure`] takes it.
+    failure: Option<String>,
+    /// Where it is, for the failure's line.
+    path: std::path::PathBuf,
 }
 
 impl Journal {
@@ -146,6 +150,8 @@ impl Journal {
         let mut journal = Self {
             file,
             failed: false,
+            failure: None,
+            path: path.to_path_buf(),
         };
         journal.write(&JournalRow::Meta {
             version: TRACE_VERSION,
@@ -168,13 +174,31 @@ impl Journal {
         if self.failed {
             return;
         }
-        let Ok(mut line) = serde_json::to_vec(row) else {
+        let Ok(line) = serde_json::to_string(row) else {
             return;
         };
+        let mut line = crate::units::json_shown(line).into_bytes();
         line.push(b'\n');
-        if std::io::Write::write_all(&mut self.file, &line).is_err() {
+        if let Err(err) = std::io::Write::write_all(&mut self.file, &line) {
             self.failed = true;
+            self.failure = Some(format!(
+                "cannot write the journal {}: {}; it keeps what was written before, and the recording goes on without it",
+                crate::units::Shown::path(&self.path),
+                crate::files::io_reason(&err)
+            ));
         }
+    }
+
+    /// The line that says why the journal stopped, once, as soon as a
+    /// write failed (a full disk): the caller says it at once.
+    pub fn take_failure(&mut self) -> Option<String> {
+        self.failure.take()
+    }
+
+    /// Whether a write failed (the recording's exit status says so).
+    #[must_use]
+    pub fn failed(&self) -> bool {
+        self.failed
     }
 
     /// A sample, as trace files keep it.
@@ -202,13 +226,30 @@ impl Journal {
 
     /// The last line: the run ended; `job` says how (its status and what
     /// the recorder knew then). Returns the journal's open file (its lock
-    /// held), to remove the journal later only if it is still this file.
+    /// held), to remove the journal later only if it is still this file,
+    /// whether any write failed, and the failure's line if the last write
+    /// is the one that failed (not said yet).
     #[must_use]
-    pub fn end(mut self, job: Option<&JobInfo>) -> std::fs::File {
+    pub fn end(mut self, job: Option<&JobInfo>) -> JournalEnded {
         self.write(&JournalRow::End {
             exit_code: job.and_then(|j| j.exit_code),
             ended: job.and_then(|j| j.ended.clone()),
         });
-        self.file
+        JournalEnded {
+            file: self.file,
+            failed: self.failed,
+            unsaid: self.failure.take(),
+        }
     }
+}
+
+/// A journal after its last line ([`Journal::end`]).
+#[derive(Debug)]
+pub struct JournalEnded {
+    /// The journal's open file (its lock held).
+    pub file: std::fs::File,
+    /// Whether a write failed (what was written before stays).
+    pub failed: bool,
+    /// The failure's line, when the last write failed and it is not said yet.
+    pub unsaid: Option<String>,
 }
