@@ -19,8 +19,8 @@ pub use analysis::findings::{Finding, FindingKind, FitReport, findings, fit_repo
 pub use analysis::timeline::{TIMELINE_EVENTS, TIMELINE_SAMPLES, Timeline};
 pub use capture::sampler::{DEFAULT_INTERVAL, Sampler, Series};
 pub use trace::{
-    CsvError, JobInfo, Journal, JournalEnded, Origin, Residency, ResidencyChange, ResidentShard, ResidentTensor,
-    TRACE_VERSION, Trace, TraceError, TraceEvent, residency_steps, resident_at,
+    CsvError, JobInfo, Journal, JournalEnded, Origin, Residency, ResidencyChange, ResidentShard,
+    ResidentTensor, TRACE_VERSION, Trace, TraceError, TraceEvent, residency_steps, resident_at,
 };
 pub use walk::{
     PlannedShard, Q4_GROUP_SIZE, Recorded, Transform, WalkOutcome, WalkPlan, WalkStopped, walk,

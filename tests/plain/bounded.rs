@@ -201,3 +201,130 @@ fn a_fifo_config_or_view_file_is_said_as_a_fifo() {
     assert!(stderr.contains("is a FIFO"), "{stderr}");
     assert!(!stderr.contains("does not exist"), "{stderr}");
 }
+
+/// Tensor names of a PyTorch file whose pickle names one long key from
+/// many places (torch.save's own files: the pickle's memo keeps one copy
+/// of the key): the key paths are cut at 1 KiB and said, and what the file
+/// lists is bounded by the pickle's size. Before: 240 MB printed for a
+/// 1 MB file (427 MB of RSS), 582 MB for a 70 KB one (1.2 GB).
+#[test]
+fn a_small_pickle_naming_a_long_key_from_many_places_prints_little() {
+    let dir = tempfile::tempdir().expect("dir");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/pytorch/write_amplified.py");
+    let made = Command::new(crate::common::torch_python())
+        .arg(&script)
+        .arg(dir.path())
+        .output()
+        .expect("python");
+    assert!(made.status.success(), "{}", text(&made.stderr));
+    for name in ["long_key.pth", "deep.pth"] {
+        let file = dir.path().join(name);
+        let size = std::fs::metadata(&file).expect("stat").len();
+        for json in [false, true] {
+            // 1 GiB of data segment at most: the old reader asked for more.
+            let mut cmd = Command::new("prlimit");
+            cmd.arg(format!("--data={}", 1_u64 << 30))
+                .arg(env!("CARGO_BIN_EXE_weightscope"))
+                .arg("inspect")
+                .args(json.then_some("--json"))
+                .arg(&file);
+            let output = run_bounded(cmd, Duration::from_mins(2));
+            assert_eq!(
+                output.status.code(),
+                Some(0),
+                "{name}: {}",
+                text(&output.stderr)
+            );
+            let printed = output.stdout.len() as u64;
+            assert!(
+                printed < 10 * size.max(1 << 20),
+                "{name} (json {json}): {printed} bytes printed for a file of {size}"
+            );
+            let said = text(&output.stdout);
+            assert!(
+                said.contains("key paths longer than 1024 bytes are cut"),
+                "{name}: not said"
+            );
+        }
+    }
+}
+
+/// A journal holding a stack of a million frames (11 MB) reads as one of
+/// the bound's depth, and says it was cut. Before: 52-125 s in `report`.
+#[test]
+fn a_journal_stack_of_a_million_frames_is_cut_to_the_bound() {
+    use std::fmt::Write as _;
+    let dir = tempfile::tempdir().expect("dir");
+    let journal = dir.path().join("deep.jsonl");
+    let output = weightscope()
+        .args(["record", "--no-probe", "--trace"])
+        .arg(&journal)
+        .args(["--", "true"])
+        .output()
+        .expect("runs");
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    let recorded = std::fs::read_to_string(&journal).expect("read");
+    let meta = recorded.lines().next().expect("the meta line");
+    let mut forged = String::from(meta);
+    forged.push('\n');
+    forged.push_str(
+        "{\"record\":\"frame\",\"id\":0,\"file\":\"job.py\",\"line\":3,\"function\":\"f\",\"text\":\"f()\"}\n",
+    );
+    forged.push_str("{\"record\":\"stack\",\"id\":0,\"frames\":[0");
+    forged.push_str(&",0".repeat(999_999));
+    forged.push_str("]}\n");
+    for i in 0..10_u64 {
+        let _ = writeln!(
+            forged,
+            "{{\"record\":\"probe\",\"sample\":[{i}.0,0,7,{}]}}",
+            (i + 1) << 20
+        );
+    }
+    std::fs::write(&journal, forged).expect("write");
+    let mut cmd = weightscope();
+    cmd.arg("report").arg(&journal);
+    let output = run_bounded(cmd, Duration::from_mins(2));
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    let said = text(&output.stdout);
+    assert!(
+        said.contains("1 frames or stacks past their caps"),
+        "{said}"
+    );
+}
+
+/// A job that writes 200,000 samples with made-up pids into the probe's
+/// pipe: the processes a pipe may name are bounded, the rest counted and
+/// said. Before: the recorder was busy 35 s after the job ended.
+#[test]
+fn made_up_pids_on_the_probes_pipe_are_bounded() {
+    let dir = tempfile::tempdir().expect("dir");
+    let json = dir.path().join("summary.json");
+    let script = r#"import os
+fd = int(os.environ["WEIGHTSCOPE_PROBE_FD"])
+lines = b"".join(
+    b'{"kind":"sample","pid":%d,"active":1,"cache":0,"peak":1,"stack":-1}\n' % pid
+    for pid in range(1000, 201000)
+)
+while lines:
+    lines = lines[os.write(fd, lines):]
+"#;
+    let mut cmd = weightscope();
+    cmd.args(["record", "--no-probe", "--json"])
+        .arg(&json)
+        .arg("--")
+        .arg(crate::common::venv_python())
+        .args(["-c", script]);
+    let output = run_bounded(cmd, Duration::from_mins(5));
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json).expect("json")).expect("JSON");
+    let unknown = summary["probe_info"]["unknown_pids"]
+        .as_u64()
+        .expect("counted");
+    assert!(unknown >= 200_000 - 1024, "{summary}");
+    assert!(
+        text(&output.stderr).contains("lines naming processes past the first 1024"),
+        "{}",
+        text(&output.stderr)
+    );
+}

@@ -34,7 +34,7 @@ pub(super) fn read_legacy(source: &dyn Source, file_bytes: u64) -> Result<TorchF
             return Err(TorchError::BigEndian("big".into()));
         }
     }
-    let listed = list(&object);
+    let listed = list(&object, head_end);
     let Some(Value::List(keys_id)) = keys.root else {
         return Err(TorchError::Archive(
             "the storage keys are not a list".into(),

@@ -12,7 +12,7 @@ pub fn pickle_tensors(
     data: &[u8],
 ) -> Result<(Vec<TorchTensor>, Vec<Imported>), pickle::PickleError> {
     let unpickled = pickle::unpickle(data, Persistent::Zip)?;
-    let listed = list(&unpickled);
+    let listed = list(&unpickled, data.len());
     Ok((listed.tensors, imported(&unpickled)))
 }
 
@@ -63,7 +63,83 @@ pub(super) struct Listed {
     pub(super) metadata: BTreeMap<String, String>,
     /// What was left out (past the limits), said.
     pub(super) skipped: Vec<String>,
+    /// What may still be listed, in bytes of names, values and axes
+    /// ([`listing_budget`]); `None` once it ran out.
+    budget: Option<u64>,
+    /// Values not listed once the budget ran out.
+    unlisted: u64,
+    /// Key paths cut to [`MAX_NAME_BYTES`] so far (each such name ends in
+    /// its number, so cut names stay apart).
+    cut_names: u64,
 }
+
+/// The most bytes of a key path (a tensor's name, a metadata key): past
+/// it the path is cut, marked `…`, and numbered.
+pub const MAX_NAME_BYTES: usize = 1024;
+
+/// What one pickle of `pickle_bytes` may list in all, in bytes: names,
+/// values and 16 bytes an axis, with 128 bytes more a tensor for what
+/// every listed tensor prints besides (dtype, storage, offsets). A pickle
+/// can name one long key or one big shape from many places for a byte or
+/// two each (its memo, `DUP`); what is built from them is bounded by what
+/// was read: four times the pickle and 1 MiB, far above what a real state
+/// dict needs (about 250 bytes a tensor listed, for 100-200 bytes of
+/// pickle).
+#[must_use]
+pub fn listing_budget(pickle_bytes: usize) -> u64 {
+    (pickle_bytes as u64)
+        .saturating_mul(4)
+        .saturating_add(1 << 20)
+}
+
+impl Listed {
+    /// Takes `cost` bytes from the budget; false (and the value counted as
+    /// not listed) when it has run out.
+    fn spend(&mut self, cost: u64) -> bool {
+        match self.budget {
+            Some(left) if left >= cost => {
+                self.budget = Some(left - cost);
+                true
+            }
+            _ => {
+                self.budget = None;
+                self.unlisted += 1;
+                false
+            }
+        }
+    }
+
+    /// The name listed for `path`: itself, or, cut at [`MAX_NAME_BYTES`]
+    /// (its last character `…`), with its number among the cut ones.
+    fn name_of(&mut self, path: &str) -> String {
+        if is_cut(path) {
+            self.cut_names += 1;
+            format!("{path}#{}", self.cut_names)
+        } else {
+            path.to_owned()
+        }
+    }
+
+    /// Says what the bounds left out, once, at the end of the listing.
+    fn said_bounds(&mut self, pickle_bytes: usize) {
+        if self.cut_names > 0 {
+            self.skipped.push(format!(
+                "{} key paths longer than {MAX_NAME_BYTES} bytes are cut (ending in `{CUT}#N`)",
+                self.cut_names
+            ));
+        }
+        if self.unlisted > 0 {
+            self.skipped.push(format!(
+                "{} values are not listed: what a pickle of {pickle_bytes} bytes lists is bounded at {} bytes of names, values and shapes",
+                self.unlisted,
+                listing_budget(pickle_bytes)
+            ));
+        }
+    }
+}
+
+/// The mark at the end of a key path that was cut.
+const CUT: char = '\u{2026}';
 
 impl Listed {
     /// The file read: these tensors over `storages`, the globals `object`
@@ -89,8 +165,11 @@ impl Listed {
     }
 }
 
-pub(super) fn list(u: &Unpickled) -> Listed {
-    let mut out = Listed::default();
+pub(super) fn list(u: &Unpickled, pickle_bytes: usize) -> Listed {
+    let mut out = Listed {
+        budget: Some(listing_budget(pickle_bytes)),
+        ..Listed::default()
+    };
     let mut positions: BTreeMap<String, usize> = BTreeMap::new();
     // Storages named by persistent ids, even those no listed tensor uses
     // (the legacy file's storage section needs every element size).
@@ -107,6 +186,14 @@ pub(super) fn list(u: &Unpickled) -> Listed {
             },
         );
     }
+    out.said_bounds(pickle_bytes);
+    if u.globals_unlisted > 0 {
+        out.skipped.push(format!(
+            "{} more globals are not listed (past {}; one of each class is, so the verdict stands)",
+            u.globals_unlisted,
+            pickle::MAX_GLOBALS
+        ));
+    }
     out
 }
 
@@ -116,6 +203,21 @@ pub(super) fn visit(
     out: &mut Listed,
     positions: &mut BTreeMap<String, usize>,
 ) {
+    let axes = match value {
+        Value::Tensor(t) => t.shape.len() + t.stride.len(),
+        _ => 0,
+    };
+    let cost = match value {
+        Value::Tensor(_) => 128,
+        Value::Storage(_) => 0,
+        _ => MAX_VALUE_CHARS as u64,
+    } + path.len() as u64
+        + 16 * axes as u64;
+    if !out.spend(cost) {
+        return;
+    }
+    let name = out.name_of(path);
+    let path = name.as_str();
     match value {
         Value::Tensor(t) => {
             let Some(dtype) = storage_dtype(&t.storage.kind) else {
@@ -221,16 +323,17 @@ pub(super) fn walk(
                 return;
             }
             for (k, v) in u.pairs(*id) {
-                let key = match k {
-                    Value::Str(s) => s.to_string(),
-                    Value::Int(i) => i.to_string(),
+                let number;
+                let key: &str = match k {
+                    Value::Str(s) => s,
+                    Value::Int(i) => {
+                        number = i.to_string();
+                        &number
+                    }
                     _ => continue,
                 };
                 let len = path.len();
-                if !path.is_empty() {
-                    path.push('.');
-                }
-                path.push_str(&key);
+                push_key(path, key);
                 walk(u, v, path, depth + 1, visited, f);
                 path.truncate(len);
             }
@@ -241,15 +344,94 @@ pub(super) fn walk(
             }
             for (i, v) in u.items(*id).iter().enumerate() {
                 let len = path.len();
-                if !path.is_empty() {
-                    path.push('.');
-                }
-                path.push_str(&i.to_string());
+                push_key(path, &i.to_string());
                 walk(u, v, path, depth + 1, visited, f);
                 path.truncate(len);
             }
         }
         Value::Set(_) | Value::Dict(_) | Value::List(_) | Value::Tuple(_) | Value::Mark => {}
         leaf => f(path, leaf),
+    }
+}
+
+/// Appends `.key` to `path`, keeping it within [`MAX_NAME_BYTES`]: what
+/// does not fit is cut at a character boundary and marked `…` once (a
+/// path already cut takes nothing more).
+fn push_key(path: &mut String, key: &str) {
+    if is_cut(path) {
+        return;
+    }
+    let dot = usize::from(!path.is_empty());
+    if path.len() + dot + key.len() <= MAX_NAME_BYTES {
+        if dot == 1 {
+            path.push('.');
+        }
+        path.push_str(key);
+        return;
+    }
+    if dot == 1 {
+        path.push('.');
+    }
+    let room = MAX_NAME_BYTES.saturating_sub(path.len() + CUT.len_utf8());
+    let mut end = room.min(key.len());
+    while !key.is_char_boundary(end) {
+        end -= 1;
+    }
+    path.push_str(&key[..end]);
+    path.push(CUT);
+}
+
+/// Whether `path` was cut by [`push_key`]: it ends in the mark within a
+/// character's bytes of the bound (a path that long takes no more keys).
+fn is_cut(path: &str) -> bool {
+    path.ends_with(CUT) && path.len() + 4 > MAX_NAME_BYTES
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{CUT, Listed, MAX_NAME_BYTES, is_cut, push_key};
+
+    #[test]
+    fn key_paths_are_cut_at_the_bound_on_a_character_and_told_apart() {
+        let mut path = String::from("model");
+        push_key(&mut path, "layers");
+        assert_eq!(path, "model.layers");
+        // A long key of three-byte characters: cut on a character.
+        push_key(&mut path, &"日".repeat(1000));
+        assert!(path.len() <= MAX_NAME_BYTES, "{}", path.len());
+        assert!(is_cut(&path) && path.ends_with(CUT));
+        let cut = path.len();
+        push_key(&mut path, "weight");
+        assert_eq!(path.len(), cut, "a cut path takes no more keys");
+        let mut listed = Listed::default();
+        let a = listed.name_of(&path);
+        let b = listed.name_of(&path);
+        assert_ne!(a, b, "two cut names stay apart");
+        assert_eq!(listed.name_of("model.short"), "model.short");
+        // Exactly at the bound: kept whole.
+        let mut exact = String::new();
+        push_key(&mut exact, &"x".repeat(MAX_NAME_BYTES));
+        assert_eq!(exact.len(), MAX_NAME_BYTES);
+        assert!(!is_cut(&exact));
+    }
+
+    #[test]
+    fn the_budget_runs_out_and_says_how_much_was_left_out() {
+        let mut listed = Listed {
+            budget: Some(100),
+            ..Listed::default()
+        };
+        assert!(listed.spend(60));
+        assert!(!listed.spend(60));
+        assert!(!listed.spend(1), "once out, out");
+        listed.said_bounds(10);
+        assert!(
+            listed
+                .skipped
+                .iter()
+                .any(|l| l.starts_with("2 values are not listed")),
+            "{:?}",
+            listed.skipped
+        );
     }
 }

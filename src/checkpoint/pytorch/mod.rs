@@ -21,7 +21,7 @@ pub(crate) use source::sought;
 mod strided;
 mod zipped;
 
-pub use listing::{pickle_tensors, storage_dtype};
+pub use listing::{MAX_NAME_BYTES, listing_budget, pickle_tensors, storage_dtype};
 pub use source::Source;
 pub use strided::Strided;
 pub use zipped::predicted_offsets_agree;

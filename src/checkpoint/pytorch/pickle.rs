@@ -21,6 +21,11 @@ const MAX_STACK: usize = 1 << 20;
 const MAX_MEMO: usize = 1 << 24;
 /// At most this many container items in all (lists, dicts, tuples).
 const MAX_ITEMS: usize = 1 << 26;
+/// The most bytes of a global's module or name kept (longer ones are cut,
+/// marked `…`).
+const MAX_GLOBAL_PART: usize = 256;
+/// The most distinct globals listed (a real checkpoint imports a dozen).
+pub const MAX_GLOBALS: usize = 4096;
 /// At most this many bytes in one string or bytes value.
 const MAX_STRING_BYTES: u64 = 1 << 26;
 
@@ -140,8 +145,12 @@ pub struct Unpickled {
     pub root: Option<Value>,
     /// Containers, by [`NodeId`].
     pub nodes: Vec<Node>,
-    /// `module.name` of every global imported, each once.
+    /// `module.name` of every global imported, each once, up to
+    /// [`MAX_GLOBALS`]; past it only a global of a class not yet listed
+    /// (so the verdict, the worst class, is the same as with every one).
     pub globals: Vec<String>,
+    /// Distinct globals past [`MAX_GLOBALS`] not listed.
+    pub globals_unlisted: u64,
     /// Where the pickle ended (the byte after `STOP`).
     pub end: usize,
 }
@@ -187,6 +196,8 @@ struct Machine<'a> {
     items: usize,
     persistent: Persistent,
     seen: std::collections::HashSet<String>,
+    /// The classes of the globals listed (innocuous, suspicious, dangerous).
+    classes: [bool; 3],
 }
 
 /// Reads one pickle from the start of `data` under the `persistent`
@@ -205,6 +216,7 @@ pub fn unpickle(data: &[u8], persistent: Persistent) -> Result<Unpickled, Pickle
         items: 0,
         persistent,
         seen: std::collections::HashSet::new(),
+        classes: [false; 3],
     };
     m.run()?;
     m.out.end = m.pos;
@@ -340,9 +352,31 @@ impl Machine<'_> {
     }
 
     fn global(&mut self, module: &str, name: &str) -> Value {
-        let full = format!("{module}.{name}");
-        if self.seen.insert(full.clone()) {
-            self.out.globals.push(full.clone());
+        // No real module or name is this long; a pickle naming one from its
+        // memo many times must not build megabytes a name.
+        let part = |text: &str| -> String {
+            if text.len() <= MAX_GLOBAL_PART {
+                return text.to_owned();
+            }
+            let mut end = MAX_GLOBAL_PART;
+            while !text.is_char_boundary(end) {
+                end -= 1;
+            }
+            format!("{}\u{2026}", &text[..end])
+        };
+        let full = format!("{}.{}", part(module), part(name));
+        if !self.seen.contains(&full) {
+            let class = super::verdict::classify(&full) as usize;
+            let listed = self.classes.get(class).copied().unwrap_or(true);
+            if self.seen.len() < MAX_GLOBALS || !listed {
+                self.seen.insert(full.clone());
+                self.out.globals.push(full.clone());
+                if let Some(slot) = self.classes.get_mut(class) {
+                    *slot = true;
+                }
+            } else {
+                self.out.globals_unlisted += 1;
+            }
         }
         Value::Global(full.into())
     }

@@ -170,7 +170,7 @@ pub(super) fn read_zip(source: &dyn Source, file_bytes: u64) -> Result<TorchFile
         .map(|v| String::from_utf8_lossy(&v).trim().to_owned());
     let pkl = read_record(&mut zip, &pkl_name, MAX_PICKLE_BYTES)?.unwrap_or_default();
     let unpickled = pickle::unpickle(&pkl, Persistent::Zip)?;
-    let listed = list(&unpickled);
+    let listed = list(&unpickled, pkl.len());
     let storages = locate_storages(
         &mut zip,
         &predicted,

@@ -318,6 +318,19 @@ fn write_torch(checkpoint: &Checkpoint, out: &mut impl Write) -> io::Result<()> 
             Shown::new(&g.global)
         )?;
     }
+    // What the reader left out (undecoded storages, callables never
+    // called) and what its bounds cut, each said once.
+    let mut said = std::collections::BTreeSet::new();
+    for k in 0..checkpoint.shards().len() {
+        let Some(torch) = checkpoint.torch_shard(crate::checkpoint::ShardId(k)) else {
+            continue;
+        };
+        for line in &torch.skipped {
+            if said.len() < 20 && said.insert(line.as_str()) {
+                writeln!(out, "left out     {}", Shown::new(line))?;
+            }
+        }
+    }
     let tensors = checkpoint.tensors();
     let mut tied = 0;
     for t in tensors {

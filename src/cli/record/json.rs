@@ -63,6 +63,7 @@ struct JsonProbe<'a> {
     bad_lines: u64,
     dropped_events: u64,
     dropped_definitions: u64,
+    unknown_pids: u64,
     thinned_samples: u64,
     cpu_percent_of_a_core: Option<f64>,
 }
@@ -251,6 +252,7 @@ impl<'a> JsonRecording<'a> {
                 dropped_events: p.dropped_events,
                 dropped_definitions: p.dropped_definitions,
                 thinned_samples: p.thinned_samples,
+                unknown_pids: p.unknown_pids,
                 cpu_percent_of_a_core: p.cost_percent(),
             }),
             samples: r.samples.iter().map(JsonSample::of).collect(),

@@ -38,15 +38,17 @@ pub fn write_summary(r: &Recording, out: &mut dyn Write) -> std::io::Result<()> 
     )?;
     writeln!(out, "  {}", peak_rss_line(r))?;
     if let Some(p) = &r.probe
-        && p.dropped_events + p.dropped_definitions + p.thinned_samples > 0
+        && p.dropped_events + p.dropped_definitions + p.thinned_samples + p.unknown_pids > 0
     {
         writeln!(
             out,
-            "  the probes sent more than is kept: {} events past the cap of {} counted, not kept; {} frames or stacks past their caps; {} samples thinned out (every new high kept)",
+            "  the probes sent more than is kept: {} events past the cap of {} counted, not kept; {} frames or stacks past their caps; {} samples thinned out (every new high kept); {} lines naming processes past the first {}",
             p.dropped_events,
             crate::profile::capture::MAX_PROBE_EVENTS,
             p.dropped_definitions,
-            p.thinned_samples
+            p.thinned_samples,
+            p.unknown_pids,
+            crate::profile::capture::MAX_PROBE_PIDS
         )?;
     }
     match (&r.probe, r.peak_mlx_active_bytes) {

@@ -249,7 +249,7 @@ impl Recording {
                 .peak_gpu_device_used_bytes
                 .or_else(|| gpu.map(|g| g.device_used_bytes).max()),
             gpu_unavailable: end.gpu_unavailable,
-            probe: end.probe.or_else(|| probed.then(ProbeReport::default)),
+            probe: probe_report(end.probe, probed, trace.stacks.as_ref()),
             checkpoint,
             checkpoint_error,
             findings: Vec::new(),
@@ -275,6 +275,23 @@ impl Recording {
         recording.findings = record_findings(&recording);
         recording
     }
+}
+
+/// The probes' report with what the trace's bounds cut (a journal's stack
+/// of a million frames) counted with what the recorder's caps dropped, so
+/// it is said in the same line.
+fn probe_report(
+    probe: Option<ProbeReport>,
+    probed: bool,
+    stacks: Option<&TraceStacks>,
+) -> Option<ProbeReport> {
+    probe
+        .or_else(|| probed.then(ProbeReport::default))
+        .map(|mut probe| {
+            let cut = stacks.map_or(0, |st| st.cut);
+            probe.dropped_definitions = probe.dropped_definitions.saturating_add(cut);
+            probe
+        })
 }
 
 /// The walk named for the peak, and the last walk.

@@ -36,8 +36,8 @@ use super::trace::job_end::{MemoryKill, OutputLine};
 use super::trace::stacks;
 use crate::memory::Sample;
 use probe::ProbeLine;
-pub use recorder::MAX_PROBE_EVENTS;
 use recorder::Recorder;
+pub use recorder::{MAX_PROBE_EVENTS, MAX_PROBE_PIDS};
 #[cfg(target_os = "linux")]
 pub use run::record;
 

@@ -21,6 +21,10 @@ use crate::profile::trace::{census, stacks};
 /// Probe events (marks, loads, cache clears, exceptions) kept; past it they
 /// are counted ([`ProbeReport::dropped_events`]).
 pub const MAX_PROBE_EVENTS: usize = 20_000;
+/// Processes the probes' lines may name in one recording (a job's tree
+/// seldom has a hundred; each named one has its own row in tables kept by
+/// process).
+pub const MAX_PROBE_PIDS: usize = 1024;
 
 /// Lines taken from a queue per look between samples.
 #[cfg(target_os = "linux")]
@@ -60,6 +64,11 @@ pub(super) struct Recorder {
     /// and any that comes after it is gone, count for the peak only).
     pub(super) alive: std::collections::HashSet<u32>,
     pub(super) gone: std::collections::HashSet<u32>,
+    /// The processes probe lines have named (at most [`MAX_PROBE_PIDS`]):
+    /// a line naming another one past it is counted, not read, so the
+    /// tables kept by process (MLX's figures, highs, stacks) stay bounded
+    /// whatever pids a job writes into the pipe.
+    pub(super) probe_pids: std::collections::HashSet<u32>,
     /// The highest MLX figure (active, or MLX's own peak counter) of the
     /// reports of processes now gone.
     pub(super) gone_mlx_peak: Option<u64>,
@@ -125,6 +134,7 @@ impl Recorder {
             mlx_stale: Duration::from_secs(1),
             alive: std::collections::HashSet::new(),
             gone: std::collections::HashSet::new(),
+            probe_pids: std::collections::HashSet::new(),
             gone_mlx_peak: None,
             probe: None,
             hwm: HashMap::new(),
@@ -434,6 +444,13 @@ impl Recorder {
             return;
         };
         let pid = line.pid.unwrap_or(0);
+        if !self.probe_pids.contains(&pid) {
+            if self.probe_pids.len() >= MAX_PROBE_PIDS {
+                report.unknown_pids += 1;
+                return;
+            }
+            self.probe_pids.insert(pid);
+        }
         let (kind, target, bytes) = match line.kind.as_str() {
             "hello" => {
                 report.client = line.client.unwrap_or_default();

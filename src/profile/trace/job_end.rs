@@ -82,6 +82,10 @@ pub struct ProbeReport {
     /// Probe samples thinned out past [`super::stacks::MAX_SAMPLES`] (every
     /// process's new highs are always kept).
     pub thinned_samples: u64,
+    /// Lines naming a process past the first 1,024 the probes named (the
+    /// recorder's `MAX_PROBE_PIDS`): counted, not read.
+    #[serde(default)]
+    pub unknown_pids: u64,
     /// The probe's own CPU time and wall time, from its `bye`.
     pub cost: Option<(f64, f64)>,
 }

@@ -122,7 +122,15 @@ pub struct TraceStacks {
     /// [`super::census::KEPT_WALKS`] and the one at the highest memory).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub held: Vec<super::census::Census>,
+    /// Definitions, samples and ranks past the bounds of what a trace
+    /// keeps (a journal written by anything but weightscope may hold a
+    /// stack of a million frames): cut or left out, counted here.
+    #[serde(skip)]
+    pub cut: u64,
 }
+
+/// Ranks a trace keeps (one per process of a distributed job).
+const MAX_RANKS: usize = 1 << 16;
 
 /// Something the probes sent, in the order a trace keeps it.
 #[derive(Debug, Clone, PartialEq)]
@@ -149,17 +157,38 @@ impl TraceStacks {
     pub fn apply(&mut self, update: StackUpdate) {
         match update {
             StackUpdate::Frame(id, frame) => {
-                if id as usize == self.frames.len() {
+                if id as usize == self.frames.len() && self.frames.len() < MAX_FRAMES {
                     self.frames.push(frame);
+                } else {
+                    self.cut += 1;
                 }
             }
-            StackUpdate::Stack(id, frames) => {
-                if id as usize == self.stacks.len() {
+            StackUpdate::Stack(id, mut frames) => {
+                if id as usize == self.stacks.len() && self.stacks.len() < MAX_STACKS {
+                    if frames.len() > MAX_DEPTH {
+                        frames.truncate(MAX_DEPTH);
+                        self.cut += 1;
+                    }
                     self.stacks.push(frames);
+                } else {
+                    self.cut += 1;
                 }
             }
-            StackUpdate::Sample(sample) => self.samples.push(sample),
-            StackUpdate::Rank { pid, rank } => self.ranks.push((pid, rank)),
+            StackUpdate::Sample(mut sample) => {
+                if self.samples.len() < 2 * MAX_SAMPLES {
+                    sample.threads.truncate(MAX_DEPTH);
+                    self.samples.push(sample);
+                } else {
+                    self.cut += 1;
+                }
+            }
+            StackUpdate::Rank { pid, rank } => {
+                if self.ranks.len() < MAX_RANKS {
+                    self.ranks.push((pid, rank));
+                } else {
+                    self.cut += 1;
+                }
+            }
             StackUpdate::Held(walk) => {
                 // Bounded: past the cap the oldest walk goes, unless it is
                 // the one at the highest memory.
