@@ -304,7 +304,9 @@ fn device(json: bool) -> u8 {
                 };
                 format!(
                     "{}\n",
-                    crate::units::json_shown(serde_json::to_string_pretty(&doc).unwrap_or_default())
+                    crate::units::json_shown(
+                        serde_json::to_string_pretty(&doc).unwrap_or_default()
+                    )
                 )
             } else {
                 format!(

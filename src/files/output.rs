@@ -353,7 +353,6 @@ fn open_folder(named: &Path, folder: &Path) -> Result<(OwnedFd, (u64, u64)), Fil
 /// Decides how `named` is written, from what is there now, with every
 /// check.
 fn plan(named: &Path, inputs: &[PathBuf]) -> Result<Plan, FileError> {
-    use std::os::unix::fs::{FileTypeExt as _, MetadataExt as _};
     let protected = |reason: String| FileError::Protected {
         path: named.to_path_buf(),
         reason,
@@ -400,6 +399,24 @@ fn plan(named: &Path, inputs: &[PathBuf]) -> Result<Plan, FileError> {
     } else {
         link.clone()
     };
+    if let Some(plan) = plan_not_a_file(named, &meta) {
+        return plan;
+    }
+    // A regular file, itself or through a link.
+    plan_file(named, name, &link, &meta)
+}
+
+/// How `named` is written when what is there (`meta`, links followed) is
+/// not a regular file of another process's: in place (this process's own
+/// stdout or stderr, a FIFO or terminal of this user's, `/dev/tty`, the
+/// discarding devices) or refused; `None` for a regular file, which is
+/// replaced after the checks of [`plan_file`].
+fn plan_not_a_file(named: &Path, meta: &std::fs::Metadata) -> Option<Result<Plan, FileError>> {
+    use std::os::unix::fs::{FileTypeExt as _, MetadataExt as _};
+    let protected = |reason: String| FileError::Protected {
+        path: named.to_path_buf(),
+        reason,
+    };
     let kind = meta.file_type();
     let me = euid();
     let in_place = |kind: &'static str, descriptor: Option<i32>| {
@@ -413,8 +430,8 @@ fn plan(named: &Path, inputs: &[PathBuf]) -> Result<Plan, FileError> {
     // This process's own standard output or error, whatever it is and
     // however it is named (`/dev/stdout`, `/proc/self/fd/1`, the terminal
     // or file it leads to): what the person's shell gave it.
-    if let Some(fd) = own_stdio(&meta) {
-        return in_place(
+    if let Some(fd) = own_stdio(meta) {
+        return Some(in_place(
             if fd == 1 {
                 "this process's standard output"
             } else {
@@ -424,7 +441,7 @@ fn plan(named: &Path, inputs: &[PathBuf]) -> Result<Plan, FileError> {
             // descriptor, at its offset, in order with the rest of what this
             // process writes there; a socket cannot be opened by its path.
             (kind.is_file() || kind.is_socket()).then_some(fd),
-        );
+        ));
     }
     let of_another = |what: &str| {
         Err(protected(format!(
@@ -434,30 +451,32 @@ fn plan(named: &Path, inputs: &[PathBuf]) -> Result<Plan, FileError> {
     };
     if kind.is_fifo() {
         if meta.uid() != me {
-            return of_another("a FIFO");
+            return Some(of_another("a FIFO"));
         }
-        return in_place("a FIFO", None);
+        return Some(in_place("a FIFO", None));
     }
     if kind.is_char_device() {
-        return match writable_device(meta.rdev()) {
+        return Some(match writable_device(meta.rdev()) {
             Some(Writable::Discarding) => in_place("a discarding device", None),
             Some(Writable::Controlling) => in_place("the controlling terminal", None),
             Some(Writable::Terminal) if meta.uid() == me => in_place("a terminal", None),
             Some(Writable::Terminal) => of_another("a terminal"),
             None => Err(protected(OTHER_DEVICE.into())),
-        };
+        });
     }
     if !kind.is_file() {
-        return Err(protected(match super::irregular_kind(kind) {
+        return Some(Err(protected(match super::irregular_kind(kind) {
             Some("a folder") => "it is a folder".into(),
             Some("a device") => OTHER_DEVICE.into(),
-            Some("a socket") => "it is a socket; outputs are written only to files, FIFOs, terminals and /dev/null".into(),
+            Some("a socket") => {
+                "it is a socket; outputs are written only to files, FIFOs, terminals and /dev/null"
+                    .into()
+            }
             Some(kind) => format!("it is {kind}, not a file"),
             None => "it is not a file".into(),
-        }));
+        })));
     }
-    // A regular file, itself or through a link.
-    plan_file(named, name, &link, &meta)
+    None
 }
 
 /// How a regular file at `named` (itself, or the target of the link
@@ -656,9 +675,9 @@ fn write_in_place(
             rustix::fs::Mode::empty(),
         )
         .map_err(|e| match (e, *kind) {
-            (rustix::io::Errno::NXIO, "the controlling terminal") => {
-                io(std::io::Error::other("this process has no controlling terminal"))
-            }
+            (rustix::io::Errno::NXIO, "the controlling terminal") => io(std::io::Error::other(
+                "this process has no controlling terminal",
+            )),
             (rustix::io::Errno::NXIO, "a FIFO") => {
                 io(std::io::Error::other("it is a FIFO nobody is reading"))
             }

@@ -7,7 +7,9 @@ mod natural;
 mod shown;
 
 pub use natural::Natural;
-pub use shown::{Shown, ShownJson, ShownLines, csv_field, json_shown, location_data, shown_as_itself};
+pub use shown::{
+    Shown, ShownJson, ShownLines, csv_field, json_shown, location_data, shown_as_itself,
+};
 
 /// `1536` → `"1.50 KiB"`; exact bytes below 1 KiB.
 #[must_use]

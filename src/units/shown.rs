@@ -195,7 +195,6 @@ impl<W: std::io::Write> ShownJson<W> {
                 continue;
             }
             let width = match b {
-                0x7f => 1,
                 0xc0..=0xdf => 2,
                 0xe0..=0xef => 3,
                 0xf0..=0xf7 => 4,
@@ -264,10 +263,7 @@ pub fn json_shown(json: String) -> String {
 /// /dev/stdout` (the CSV writer quotes what CSV needs).
 #[must_use]
 pub fn csv_field(text: &str) -> Cow<'_, str> {
-    match Shown::new(text).0 {
-        Cow::Borrowed(same) => Cow::Borrowed(same),
-        Cow::Owned(changed) => Cow::Owned(changed),
-    }
+    Shown::new(text).0
 }
 
 /// A location as data (a JSON field, a trace's label or checkpoint): the
@@ -295,8 +291,8 @@ pub fn location_data(location: &str) -> String {
 /// database for every code point.
 #[must_use]
 pub fn shown_as_itself(c: char) -> bool {
-    use icu_properties::props::{BidiControl, DefaultIgnorableCodePoint, GeneralCategory};
     use icu_properties::props::GeneralCategoryGroup as Group;
+    use icu_properties::props::{BidiControl, DefaultIgnorableCodePoint, GeneralCategory};
     use icu_properties::{CodePointMapData, CodePointSetData};
     if c.is_ascii() {
         return (' '..='~').contains(&c);

@@ -38,7 +38,13 @@ fn chown(path: &Path, uid: u32) {
 }
 
 fn mkfifo(path: &Path) {
-    assert!(Command::new("mkfifo").arg(path).status().expect("mkfifo").success());
+    assert!(
+        Command::new("mkfifo")
+            .arg(path)
+            .status()
+            .expect("mkfifo")
+            .success()
+    );
 }
 
 fn is_walk_csv(bytes: &[u8]) -> bool {
@@ -46,12 +52,9 @@ fn is_walk_csv(bytes: &[u8]) -> bool {
 }
 
 #[test]
-fn every_kind_of_node_at_an_output_is_written_or_refused_by_one_rule() {
+fn files_links_fifos_and_sockets_of_mine_are_written_or_refused_by_one_rule() {
     let dir = tempfile::tempdir().expect("dir");
     let model = small_model(dir.path());
-    let shard = model.join("model.safetensors");
-    let shard_bytes = std::fs::read(&shard).expect("read");
-    let root = is_root();
 
     // Nothing there, and a regular file of mine: written.
     let new = dir.path().join("new.csv");
@@ -95,12 +98,27 @@ fn every_kind_of_node_at_an_output_is_written_or_refused_by_one_rule() {
     let socket = dir.path().join("socket.csv");
     let _listener = std::os::unix::net::UnixListener::bind(&socket).expect("bind");
     ended(&walk_csv(&socket, &model), 2, &["socket"], "a socket");
+}
 
-    // Devices: the discarding ones written; /dev/ptmx (a new terminal
-    // nobody reads) refused; /dev/tty without a controlling terminal said
-    // as that, not as a FIFO.
-    ended(&walk_csv(Path::new("/dev/null"), &model), 0, &[""], "/dev/null");
-    ended(&walk_csv(Path::new("/dev/ptmx"), &model), 2, &["device"], "/dev/ptmx");
+#[test]
+fn devices_are_written_in_place_only_where_someone_reads() {
+    let dir = tempfile::tempdir().expect("dir");
+    let model = small_model(dir.path());
+    // The discarding ones written; /dev/ptmx (a new terminal nobody reads)
+    // refused; /dev/tty without a controlling terminal said as that, not
+    // as a FIFO.
+    ended(
+        &walk_csv(Path::new("/dev/null"), &model),
+        0,
+        &[""],
+        "/dev/null",
+    );
+    ended(
+        &walk_csv(Path::new("/dev/ptmx"), &model),
+        2,
+        &["device"],
+        "/dev/ptmx",
+    );
     let mut cmd = Command::new("setsid");
     cmd.arg(env!("CARGO_BIN_EXE_weightscope"))
         .args(["walk", "--policy", "retain", "--csv", "/dev/tty"])
@@ -108,15 +126,31 @@ fn every_kind_of_node_at_an_output_is_written_or_refused_by_one_rule() {
     let output = run_bounded(cmd, Duration::from_mins(2));
     ended(&output, 1, &["no controlling terminal"], "/dev/tty");
     assert!(!text(&output.stderr).contains("FIFO"));
+}
 
-    // Through /proc: resolved to the file it is and checked as that file.
+#[test]
+fn paths_through_proc_and_dev_fd_are_checked_as_the_file_they_are() {
+    let dir = tempfile::tempdir().expect("dir");
+    let model = small_model(dir.path());
+    let shard = model.join("model.safetensors");
+    let shard_bytes = std::fs::read(&shard).expect("read");
+    let one = dir.path().join("one.txt");
+    std::fs::write(&one, b"mine").expect("write");
+    let two = dir.path().join("two.csv");
+    std::fs::hard_link(&one, &two).expect("ln");
+    // Resolved to the file it is and checked as that file.
     let through_root = PathBuf::from("/proc/self/root").join(
         dir.path()
             .join("via-root.csv")
             .strip_prefix("/")
             .expect("absolute"),
     );
-    ended(&walk_csv(&through_root, &model), 0, &[""], "/proc/self/root/...");
+    ended(
+        &walk_csv(&through_root, &model),
+        0,
+        &[""],
+        "/proc/self/root/...",
+    );
     assert!(is_walk_csv(
         &std::fs::read(dir.path().join("via-root.csv")).expect("read")
     ));
@@ -158,7 +192,12 @@ fn every_kind_of_node_at_an_output_is_written_or_refused_by_one_rule() {
         .arg(env!("CARGO_BIN_EXE_weightscope"))
         .args(["walk", "--policy", "retain", "--csv", "/dev/fd/3"])
         .arg(&model);
-    ended(&run_bounded(cmd, Duration::from_mins(2)), 0, &[""], "/dev/fd/3");
+    ended(
+        &run_bounded(cmd, Duration::from_mins(2)),
+        0,
+        &[""],
+        "/dev/fd/3",
+    );
     assert!(is_walk_csv(&std::fs::read(&given).expect("read")));
     // /dev/fd/3 on another name of a hard-linked file: refused.
     let mut cmd = Command::new("sh");
@@ -169,7 +208,12 @@ fn every_kind_of_node_at_an_output_is_written_or_refused_by_one_rule() {
         .arg(env!("CARGO_BIN_EXE_weightscope"))
         .args(["walk", "--policy", "retain", "--csv", "/dev/fd/3"])
         .arg(&model);
-    ended(&run_bounded(cmd, Duration::from_mins(2)), 2, &["hard links"], "/dev/fd/3 hard link");
+    ended(
+        &run_bounded(cmd, Duration::from_mins(2)),
+        2,
+        &["hard links"],
+        "/dev/fd/3 hard link",
+    );
     assert_eq!(std::fs::read(&one).expect("read"), b"mine");
     // /dev/stdout when stdout is a file: this process's own, appended.
     let stdout_file = dir.path().join("stdout.txt");
@@ -183,21 +227,38 @@ fn every_kind_of_node_at_an_output_is_written_or_refused_by_one_rule() {
     assert!(is_walk_csv(&std::fs::read(&stdout_file).expect("read")));
 
     assert_eq!(std::fs::read(&shard).expect("read"), shard_bytes);
+}
 
-    if !root {
+#[test]
+fn another_users_files_links_fifos_and_terminals_are_refused() {
+    if !is_root() {
         eprintln!("skipped: another user's nodes need root");
         return;
     }
+    let dir = tempfile::tempdir().expect("dir");
+    let model = small_model(dir.path());
+    let target = dir.path().join("target.csv");
+    std::fs::write(&target, b"old").expect("write");
     // Another user's file, link, FIFO and terminal: refused in one line.
     let theirs = dir.path().join("theirs.csv");
     std::fs::write(&theirs, b"theirs").expect("write");
     chown(&theirs, NOBODY);
-    ended(&walk_csv(&theirs, &model), 2, &["another user"], "their file");
+    ended(
+        &walk_csv(&theirs, &model),
+        2,
+        &["another user"],
+        "their file",
+    );
     assert_eq!(std::fs::read(&theirs).expect("read"), b"theirs");
     let their_link = dir.path().join("their-link.csv");
     std::os::unix::fs::symlink(&target, &their_link).expect("symlink");
     chown(&their_link, NOBODY);
-    ended(&walk_csv(&their_link, &model), 2, &["link made by another user"], "their link");
+    ended(
+        &walk_csv(&their_link, &model),
+        2,
+        &["link made by another user"],
+        "their link",
+    );
     let their_fifo = dir.path().join("their-fifo.csv");
     mkfifo(&their_fifo);
     chown(&their_fifo, NOBODY);
@@ -206,7 +267,12 @@ fn every_kind_of_node_at_an_output_is_written_or_refused_by_one_rule() {
         .write(true)
         .open(&their_fifo)
         .expect("open");
-    ended(&walk_csv(&their_fifo, &model), 2, &["FIFO of another user"], "their FIFO");
+    ended(
+        &walk_csv(&their_fifo, &model),
+        2,
+        &["FIFO of another user"],
+        "their FIFO",
+    );
     // A pseudo-terminal of another user (made by the test venv's Python,
     // which keeps it open until its stdin closes).
     let mut pty = Command::new(crate::common::venv_python())
@@ -310,11 +376,17 @@ fn the_users_descriptors_reach_the_job_and_the_recorders_never_do() {
         ]);
     let output = run_bounded(cmd, Duration::from_mins(2));
     assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
-    assert_eq!(std::fs::read_to_string(&log).expect("read"), "from-the-job\n");
+    assert_eq!(
+        std::fs::read_to_string(&log).expect("read"),
+        "from-the-job\n"
+    );
     // `ls` lists its descriptors, in the job as where weightscope was
     // started (with those the test harness gave that shell): the same.
     let fds = |listing: &str| -> std::collections::BTreeSet<u32> {
-        listing.split_whitespace().filter_map(|w| w.parse().ok()).collect()
+        listing
+            .split_whitespace()
+            .filter_map(|w| w.parse().ok())
+            .collect()
     };
     let given = fds(&std::fs::read_to_string(&before).expect("read"));
     // Besides them, the probe's pipe, named in the job's environment.
@@ -401,7 +473,11 @@ fn a_full_disk_under_the_journal_is_said_at_once_and_fails_the_run() {
     // What was written before stays and reads back (cut short).
     let copy = dir.path().join("copy.jsonl");
     std::fs::write(&copy, &kept).expect("write");
-    let output = weightscope().arg("report").arg(&copy).output().expect("runs");
+    let output = weightscope()
+        .arg("report")
+        .arg(&copy)
+        .output()
+        .expect("runs");
     assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
     assert!(
         text(&output.stdout).contains("cut short"),

@@ -235,7 +235,7 @@ fn passwords_in_addresses_reach_no_output_nor_trace() {
 /// The safe set, walked whole: for every code point, `shown_as_itself`
 /// against the Unicode character database as the `regex` package (its
 /// own tables, not ICU's) holds it: general categories L, M, N, P, S and
-/// the space, minus Default_Ignorable_Code_Point, Bidi_Control, Cf and
+/// the space, minus `Default_Ignorable_Code_Point`, `Bidi_Control`, Cf and
 /// U+2800. Where the two databases are of different Unicode versions, a
 /// code point ICU does not know yet (unassigned there) is escaped here
 /// while the newer tables call it a letter: the one difference allowed,
@@ -289,9 +289,25 @@ fn the_safe_set_is_unicodes_own_for_every_code_point() {
     );
     // The classes the attacks used are escaped, the everyday ones kept.
     for hidden in [
-        '\u{fe0f}', '\u{e0100}', '\u{3164}', '\u{115f}', '\u{ffa0}', '\u{2800}', '\u{1d173}',
-        '\u{17b4}', '\u{17b5}', '\u{9b}', '\u{7f}', '\u{202e}', '\u{2066}', '\u{200b}',
-        '\u{3000}', '\u{a0}', '\u{e000}', '\u{ad}', '\u{180e}',
+        '\u{fe0f}',
+        '\u{e0100}',
+        '\u{3164}',
+        '\u{115f}',
+        '\u{ffa0}',
+        '\u{2800}',
+        '\u{1d173}',
+        '\u{17b4}',
+        '\u{17b5}',
+        '\u{9b}',
+        '\u{7f}',
+        '\u{202e}',
+        '\u{2066}',
+        '\u{200b}',
+        '\u{3000}',
+        '\u{a0}',
+        '\u{e000}',
+        '\u{ad}',
+        '\u{180e}',
     ] {
         assert!(
             !weightscope::units::shown_as_itself(hidden),
@@ -299,7 +315,9 @@ fn the_safe_set_is_unicodes_own_for_every_code_point() {
             hidden as u32
         );
     }
-    for plain in ['a', ' ', '~', 'é', '日', 'ß', '€', '—', '…', 'ж', '\u{301}', '😀'] {
+    for plain in [
+        'a', ' ', '~', 'é', '日', 'ß', '€', '—', '…', 'ж', '\u{301}', '😀',
+    ] {
         assert!(weightscope::units::shown_as_itself(plain), "{plain}");
     }
 }
@@ -363,7 +381,10 @@ fn json_and_csv_outputs_carry_nothing_outside_the_safe_set_raw() {
             "{class}: {names:?}"
         );
     }
-    assert!(text(&output.stdout).contains("\\u009b"), "C1 CSI as \\u009b");
+    assert!(
+        text(&output.stdout).contains("\\u009b"),
+        "C1 CSI as \\u009b"
+    );
     assert!(text(&output.stdout).contains("\\u007f"), "DEL as \\u007f");
 }
 
