@@ -186,6 +186,11 @@ impl<W: std::io::Write> ShownJson<W> {
     }
 
     fn put(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        // The 14 MB tensor list of a 90k-tensor checkpoint is plain ASCII:
+        // two word-at-a-time scans, no character decoded.
+        if plain_json(bytes) {
+            return self.inner.write_all(bytes);
+        }
         let mut plain = 0;
         let mut at = 0;
         while at < bytes.len() {
@@ -247,7 +252,7 @@ impl<W: std::io::Write> std::io::Write for ShownJson<W> {
 /// [`shown_as_itself`] written as a `\u` escape ([`ShownJson`]).
 #[must_use]
 pub fn json_shown(json: String) -> String {
-    if json.bytes().all(|b| b < 0x7f) {
+    if plain_json(json.as_bytes()) {
         return json;
     }
     let mut out = ShownJson::new(Vec::with_capacity(json.len() + 16));
@@ -256,6 +261,12 @@ pub fn json_shown(json: String) -> String {
         .ok()
         .and_then(|bytes| String::from_utf8(bytes).ok())
         .unwrap_or(json)
+}
+
+/// Whether `bytes` need no escape in JSON: ASCII without DEL (serde
+/// escapes the controls below the space).
+fn plain_json(bytes: &[u8]) -> bool {
+    bytes.is_ascii() && !bytes.contains(&0x7f)
 }
 
 /// A field of a CSV file as shown: [`Shown`], so that a name's escape
@@ -440,5 +451,35 @@ mod lines_tests {
             String::from_utf8(out).expect("utf8"),
             "a http://u:***@h/x \\u{200b}\nnext\\u{202e}"
         );
+    }
+}
+
+#[cfg(test)]
+mod json_tests {
+    use super::{ShownJson, json_shown};
+    use std::io::Write as _;
+
+    #[test]
+    fn json_escapes_what_is_not_shown_and_reads_back_the_same() {
+        let name = "a\u{7f}b\u{9b}c\u{202e}d\u{e0100}é日\u{2800}";
+        let json = serde_json::to_string(name).expect("json");
+        let shown = json_shown(json.clone());
+        assert_eq!(
+            shown, "\"a\\u007fb\\u009bc\\u202ed\\udb40\\udd00é日\\u2800\"",
+            "surrogate pairs past U+FFFF"
+        );
+        let back: String = serde_json::from_str(&shown).expect("reads");
+        assert_eq!(back, name);
+        // Written a byte at a time: characters cut between writes.
+        let mut out = ShownJson::new(Vec::new());
+        for b in json.as_bytes() {
+            out.write_all(std::slice::from_ref(b)).expect("write");
+        }
+        assert_eq!(
+            String::from_utf8(out.finish().expect("finish")).expect("utf8"),
+            shown
+        );
+        // Plain ASCII passes as it is.
+        assert_eq!(json_shown("{\"a\": 1}".into()), "{\"a\": 1}");
     }
 }

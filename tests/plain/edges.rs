@@ -342,6 +342,11 @@ fn nodes_that_appear_at_an_output_during_the_run_are_refused() {
             format!("mkfifo '{0}' && chown nobody '{0}'", json.display()),
             vec!["FIFO of another user", "changed while the work ran"],
         ));
+        // A device node (a twin of /dev/null) where there was nothing.
+        cases.push((
+            format!("mknod '{}' c 1 3", json.display()),
+            vec!["changed while the work ran"],
+        ));
     }
     for (script, said) in cases {
         let _ = std::fs::remove_file(&json);
