@@ -40,6 +40,29 @@ pub(crate) fn is_root() -> bool {
     std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
 }
 
+/// Mounts a tmpfs with `options` (`size=16k`, `ro,size=64k`) on a new
+/// folder `name` in `dir`; `None`, said, where that cannot be done here (not
+/// root, no mount), and the calling test is skipped. Unmount with
+/// `umount -l`.
+pub(crate) fn tmpfs(dir: &Path, name: &str, options: &str) -> Option<PathBuf> {
+    if !is_root() {
+        eprintln!("skipped: mounting a tmpfs needs root");
+        return None;
+    }
+    let at = dir.join(name);
+    std::fs::create_dir(&at).expect("mkdir");
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", options, "tmpfs"])
+        .arg(&at)
+        .status()
+        .is_ok_and(|s| s.success());
+    if !mounted {
+        eprintln!("skipped: cannot mount a tmpfs here");
+        return None;
+    }
+    Some(at)
+}
+
 /// Runs `cmd` to its end; a run past `limit` (a hang) is killed and fails
 /// the test. The limit is a watchdog, far above what the run takes.
 pub(crate) fn run_bounded(mut cmd: Command, limit: Duration) -> Output {

@@ -10,7 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use super::attack::{file_type, is_root, run_bounded, small_model, text, weightscope};
+use super::attack::{file_type, is_root, run_bounded, small_model, text, tmpfs, weightscope};
+use super::bounded::mkfifo;
 
 const NOBODY: u32 = 65534;
 
@@ -19,6 +20,20 @@ fn walk_csv(out: &Path, model: &Path) -> Output {
     let mut cmd = weightscope();
     cmd.args(["walk", "--policy", "retain", "--csv"])
         .arg(out)
+        .arg(model);
+    run_bounded(cmd, Duration::from_mins(2))
+}
+
+/// `walk --csv /dev/fd/3` with descriptor 3 opened by the shell on `file`
+/// (`3>>FILE`).
+fn walk_csv_to_fd3(file: &Path, model: &Path) -> Output {
+    let mut cmd = Command::new("sh");
+    cmd.arg("-c")
+        .arg("exec 3>>\"$1\"; shift; exec \"$@\"")
+        .arg("sh")
+        .arg(file)
+        .arg(env!("CARGO_BIN_EXE_weightscope"))
+        .args(["walk", "--policy", "retain", "--csv", "/dev/fd/3"])
         .arg(model);
     run_bounded(cmd, Duration::from_mins(2))
 }
@@ -35,16 +50,6 @@ fn ended(output: &Output, code: i32, said: &[&str], case: &str) {
 
 fn chown(path: &Path, uid: u32) {
     std::os::unix::fs::lchown(path, Some(uid), None).expect("chown");
-}
-
-fn mkfifo(path: &Path) {
-    assert!(
-        Command::new("mkfifo")
-            .arg(path)
-            .status()
-            .expect("mkfifo")
-            .success()
-    );
 }
 
 fn is_walk_csv(bytes: &[u8]) -> bool {
@@ -184,32 +189,11 @@ fn paths_through_proc_and_dev_fd_are_checked_as_the_file_they_are() {
     // /dev/fd/3, a file of mine given by the shell: replaced as a file.
     let given = dir.path().join("given.csv");
     std::fs::write(&given, b"old").expect("write");
-    let mut cmd = Command::new("sh");
-    cmd.arg("-c")
-        .arg("exec 3>>\"$1\"; shift; exec \"$@\"")
-        .arg("sh")
-        .arg(&given)
-        .arg(env!("CARGO_BIN_EXE_weightscope"))
-        .args(["walk", "--policy", "retain", "--csv", "/dev/fd/3"])
-        .arg(&model);
-    ended(
-        &run_bounded(cmd, Duration::from_mins(2)),
-        0,
-        &[""],
-        "/dev/fd/3",
-    );
+    ended(&walk_csv_to_fd3(&given, &model), 0, &[""], "/dev/fd/3");
     assert!(is_walk_csv(&std::fs::read(&given).expect("read")));
     // /dev/fd/3 on another name of a hard-linked file: refused.
-    let mut cmd = Command::new("sh");
-    cmd.arg("-c")
-        .arg("exec 3>>\"$1\"; shift; exec \"$@\"")
-        .arg("sh")
-        .arg(&two)
-        .arg(env!("CARGO_BIN_EXE_weightscope"))
-        .args(["walk", "--policy", "retain", "--csv", "/dev/fd/3"])
-        .arg(&model);
     ended(
-        &run_bounded(cmd, Duration::from_mins(2)),
+        &walk_csv_to_fd3(&two, &model),
         2,
         &["hard links"],
         "/dev/fd/3 hard link",
@@ -296,18 +280,6 @@ fn another_users_files_links_fifos_and_terminals_are_refused() {
     ended(&output, 2, &["terminal of another user"], "their terminal");
 }
 
-/// `weightscope record --json JSON -- sh -c SCRIPT` under a watchdog: the
-/// node appears at JSON while the job runs.
-fn record_json(json: &Path, script: &str, checkpoint: &Path) -> Output {
-    let mut cmd = weightscope();
-    cmd.args(["record", "--checkpoint"])
-        .arg(checkpoint)
-        .arg("--json")
-        .arg(json)
-        .args(["--", "sh", "-c", script]);
-    run_bounded(cmd, Duration::from_mins(2))
-}
-
 #[test]
 fn nodes_that_appear_at_an_output_during_the_run_are_refused() {
     let dir = tempfile::tempdir().expect("dir");
@@ -350,7 +322,11 @@ fn nodes_that_appear_at_an_output_during_the_run_are_refused() {
     }
     for (script, said) in cases {
         let _ = std::fs::remove_file(&json);
-        let output = record_json(&json, &script, &model);
+        let output = super::writer::record_json(
+            &json,
+            &["--checkpoint".as_ref(), model.as_os_str()],
+            &script,
+        );
         ended(&output, 1, &said, &script);
     }
     assert_eq!(std::fs::read(&shard).expect("read"), before);
@@ -420,22 +396,10 @@ fn the_users_descriptors_reach_the_job_and_the_recorders_never_do() {
 
 #[test]
 fn a_full_disk_under_the_journal_is_said_at_once_and_fails_the_run() {
-    if !is_root() {
-        eprintln!("skipped: mounting a small tmpfs needs root");
-        return;
-    }
     let dir = tempfile::tempdir().expect("dir");
-    let small = dir.path().join("small");
-    std::fs::create_dir(&small).expect("mkdir");
-    let mounted = Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=16k", "tmpfs"])
-        .arg(&small)
-        .status()
-        .is_ok_and(|s| s.success());
-    if !mounted {
-        eprintln!("skipped: cannot mount a tmpfs here");
+    let Some(small) = tmpfs(dir.path(), "small", "size=16k") else {
         return;
-    }
+    };
     let journal = small.join("job.jsonl");
     // A job that lives until the journal has filled the 16 KiB: it waits
     // for the recorder's line saying so (read from its stderr here), so

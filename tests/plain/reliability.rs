@@ -141,24 +141,12 @@ fn outputs_over_a_checkpoint_are_refused_before_any_work() {
 
 #[test]
 fn a_failed_write_keeps_the_old_file_and_still_prints_the_report() {
-    if !is_root() {
-        eprintln!("skipped: mounting a 64 KiB tmpfs needs root");
-        return;
-    }
     let dir = tempfile::tempdir().expect("dir");
+    let Some(full) = super::attack::tmpfs(dir.path(), "full", "size=64k") else {
+        return;
+    };
     // Enough tensors that the trace (an event per step) is over 64 KiB.
     let model = model(dir.path(), 300);
-    let full = dir.path().join("full");
-    std::fs::create_dir(&full).expect("mkdir");
-    let mounted = Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=64k", "tmpfs"])
-        .arg(&full)
-        .status()
-        .is_ok_and(|s| s.success());
-    if !mounted {
-        eprintln!("skipped: cannot mount a tmpfs here");
-        return;
-    }
     let trace = full.join("walk.json");
     std::fs::write(&trace, b"the previous trace").expect("write");
     let output = weightscope()

@@ -51,6 +51,20 @@ fn hostile_model(dir: &Path) -> PathBuf {
     model
 }
 
+/// The tensor names `inspect --json` gives for `model`, as a JSON reader
+/// decodes them, and the JSON as printed.
+fn json_names(model: &Path) -> (Vec<String>, String) {
+    let (said, output) = run(&["inspect".as_ref(), "--json".as_ref(), model.as_os_str()]);
+    let doc: Value = serde_json::from_slice(&output.stdout).expect(&said);
+    let names = doc["tensors"]
+        .as_array()
+        .expect("tensors")
+        .iter()
+        .filter_map(|t| t["name"].as_str().map(str::to_owned))
+        .collect();
+    (names, text(&output.stdout))
+}
+
 fn run(args: &[&std::ffi::OsStr]) -> (String, std::process::Output) {
     let output = weightscope().args(args).output().expect("runs");
     let said = text(&output.stdout) + &text(&output.stderr);
@@ -150,15 +164,11 @@ fn messages_in_json_meant_for_people_are_shown_text() {
         assert_eq!(raw_hostile(message), None, "{message}");
     }
     // Names as data stay exact (a script matches them).
-    let (said, output) = run(&["inspect".as_ref(), "--json".as_ref(), model.as_os_str()]);
-    let doc: Value = serde_json::from_slice(&output.stdout).expect(&said);
-    let names: Vec<&str> = doc["tensors"]
-        .as_array()
-        .expect("tensors")
-        .iter()
-        .filter_map(|t| t["name"].as_str())
-        .collect();
-    assert!(names.contains(&"q\u{200b}_proj.weight"), "{names:?}");
+    let (names, _) = json_names(&model);
+    assert!(
+        names.contains(&"q\u{200b}_proj.weight".to_owned()),
+        "{names:?}"
+    );
 }
 
 #[test]
@@ -367,25 +377,15 @@ fn json_and_csv_outputs_carry_nothing_outside_the_safe_set_raw() {
         assert_eq!(raw_hostile(&stdout), None, "{args:?}: {stdout}");
     }
     // The names decode exactly, DEL, C1 CSI and the override included.
-    let (said, output) = run(&["inspect".as_ref(), "--json".as_ref(), m]);
-    let doc: Value = serde_json::from_slice(&output.stdout).expect(&said);
-    let names: Vec<&str> = doc["tensors"]
-        .as_array()
-        .expect("tensors")
-        .iter()
-        .filter_map(|t| t["name"].as_str())
-        .collect();
+    let (names, printed) = json_names(&model);
     for (class, name) in HOSTILE {
         assert!(
-            names.contains(&format!("{name}.weight").as_str()),
+            names.contains(&format!("{name}.weight")),
             "{class}: {names:?}"
         );
     }
-    assert!(
-        text(&output.stdout).contains("\\u009b"),
-        "C1 CSI as \\u009b"
-    );
-    assert!(text(&output.stdout).contains("\\u007f"), "DEL as \\u007f");
+    assert!(printed.contains("\\u009b"), "C1 CSI as \\u009b");
+    assert!(printed.contains("\\u007f"), "DEL as \\u007f");
 }
 
 /// Names that look alike on a terminal are told apart, and "did you mean"

@@ -150,7 +150,11 @@ fn a_link_put_in_the_hub_cache_is_replaced_never_written_through() {
 }
 
 /// `weightscope record --json JSON -- sh -c SCRIPT` under a watchdog.
-fn record_json(json: &Path, extra: &[&std::ffi::OsStr], script: &str) -> std::process::Output {
+pub(crate) fn record_json(
+    json: &Path,
+    extra: &[&std::ffi::OsStr],
+    script: &str,
+) -> std::process::Output {
     let mut cmd = weightscope();
     cmd.arg("record")
         .args(extra)
@@ -409,22 +413,10 @@ fn a_fifo_as_mlx_hostfile_does_not_hang_record() {
 
 #[test]
 fn an_output_folder_that_cannot_be_written_is_said_before_the_job_runs() {
-    if !is_root() {
-        eprintln!("skipped: mounting a read-only tmpfs needs root");
-        return;
-    }
     let dir = tempfile::tempdir().expect("dir");
-    let ro = dir.path().join("ro");
-    std::fs::create_dir(&ro).expect("mkdir");
-    let mounted = Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "ro,size=64k", "tmpfs"])
-        .arg(&ro)
-        .status()
-        .is_ok_and(|s| s.success());
-    if !mounted {
-        eprintln!("skipped: cannot mount a tmpfs here");
+    let Some(ro) = super::attack::tmpfs(dir.path(), "ro", "ro,size=64k") else {
         return;
-    }
+    };
     let ran = dir.path().join("ran");
     let output = weightscope()
         .args(["record", "--json"])
