@@ -15,7 +15,7 @@ fn main() {
     let code = match cli::parse(std::env::args_os().skip(1)) {
         // Help and version on stdout, mistakes on stderr, as clap decides.
         Err(err) => {
-            let _ = err.print();
+            cli::print_parse_error(&err);
             cli::exit_code(&err)
         }
         Ok(invocation) => {

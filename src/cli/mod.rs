@@ -250,6 +250,21 @@ fn names_a_checkpoint(path: &std::path::Path) -> bool {
     path.exists() || path.to_str().is_some_and(crate::remote::is_address)
 }
 
+/// Prints a parse error as clap words it: help and version as clap writes
+/// them (styled on a terminal), a mistake on stderr as shown text (it
+/// quotes what was typed, which may hold an escape sequence: clap strips
+/// those only when stderr is not a terminal).
+pub fn print_parse_error(err: &clap::Error) {
+    if !err.use_stderr() {
+        let _ = err.print();
+        return;
+    }
+    let text = err.render().to_string();
+    let mut shown = crate::units::ShownLines::new(std::io::stderr().lock());
+    let _ = std::io::Write::write_all(&mut shown, text.as_bytes())
+        .and_then(|()| shown.finish().map(drop));
+}
+
 /// The exit status for a parse error: 0 for `--help` and `--version`, 2 for
 /// mistakes (the CLI contract's bad-input status).
 #[must_use]

@@ -457,3 +457,18 @@ fn the_cache_warning_shows_the_folders_name() {
     assert_eq!(raw_hostile(&said), None, "{said}");
     assert!(said.contains("\\u{1b}]0;pwned\\u{7}"), "{said}");
 }
+
+/// A mistake on the command line quotes what was typed: shown text too
+/// (clap strips escape sequences only when stderr is not a terminal).
+#[test]
+fn a_mistyped_argument_is_quoted_as_shown_text() {
+    let (said, output) = run(&[
+        "walk".as_ref(),
+        "--policy".as_ref(),
+        "re\u{200b}tain\u{9b}\u{2800}".as_ref(),
+        "x".as_ref(),
+    ]);
+    assert_eq!(output.status.code(), Some(2), "{said}");
+    assert_eq!(raw_hostile(&said), None, "{said}");
+    assert!(said.contains("re\\u{200b}tain"), "{said}");
+}
