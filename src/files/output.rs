@@ -91,14 +91,41 @@ enum Plan {
         path: PathBuf,
         /// Device and inode: what is opened must be it.
         identity: (u64, u64),
-        /// "a FIFO", "a terminal".
-        kind: &'static str,
-        /// The descriptor (1 or 2) it is, when it is this process's own
-        /// standard output or error and a file (written at the
-        /// descriptor's offset) or a socket (which cannot be opened by its
-        /// path): written through a copy of that descriptor.
-        descriptor: Option<i32>,
+        /// What it is.
+        kind: InPlace,
     },
+}
+
+/// What an output written in place is: the allow-list, whole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum InPlace {
+    /// This process's own standard output or error (descriptor 1 or 2).
+    /// When it is a file (written at the descriptor's offset, in order with
+    /// the rest) or a socket (which cannot be opened by its path), it is
+    /// written through a copy of that descriptor (`through_copy`).
+    Stdio { fd: i32, through_copy: bool },
+    /// A FIFO of this user's.
+    Fifo,
+    /// A terminal of this user's.
+    Terminal,
+    /// `/dev/tty`: opening it gives the terminal it stands for (another
+    /// node, so its identity is not compared).
+    Controlling,
+    /// `/dev/null`, `/dev/zero`, `/dev/full`.
+    Discarding,
+}
+
+impl InPlace {
+    fn describe(self) -> &'static str {
+        match self {
+            Self::Stdio { fd: 1, .. } => "this process's standard output",
+            Self::Stdio { .. } => "this process's standard error",
+            Self::Fifo => "a FIFO",
+            Self::Terminal => "a terminal",
+            Self::Controlling => "the controlling terminal",
+            Self::Discarding => "a discarding device",
+        }
+    }
 }
 
 impl Plan {
@@ -113,7 +140,7 @@ impl Plan {
                 via_link: false, ..
             } => "a file".into(),
             Self::Replace { via_link: true, .. } => "a link to a file".into(),
-            Self::InPlace { kind, .. } => (*kind).into(),
+            Self::InPlace { kind, .. } => kind.describe().into(),
         }
     }
 }
@@ -171,15 +198,23 @@ fn writable_device(rdev: u64) -> Option<Writable> {
 /// same device and inode): this process's own standard output or error.
 fn own_stdio(meta: &std::fs::Metadata) -> Option<i32> {
     use std::os::unix::fs::MetadataExt as _;
-    [1, 2].into_iter().find(|&fd| {
-        let borrowed = match fd {
-            1 => std::io::stdout().as_fd().try_clone_to_owned(),
-            _ => std::io::stderr().as_fd().try_clone_to_owned(),
-        };
-        borrowed
-            .and_then(|owned| rustix::fs::fstat(&owned).map_err(std::io::Error::from))
-            .is_ok_and(|st| st.st_dev == meta.dev() && st.st_ino == meta.ino())
-    })
+    let same = |st: rustix::fs::Stat| st.st_dev == meta.dev() && st.st_ino == meta.ino();
+    if rustix::fs::fstat(std::io::stdout()).is_ok_and(same) {
+        Some(1)
+    } else if rustix::fs::fstat(std::io::stderr()).is_ok_and(same) {
+        Some(2)
+    } else {
+        None
+    }
+}
+
+/// A copy of this process's standard output (1) or error (2).
+fn stdio_copy(fd: i32) -> std::io::Result<OwnedFd> {
+    if fd == 1 {
+        std::io::stdout().as_fd().try_clone_to_owned()
+    } else {
+        std::io::stderr().as_fd().try_clone_to_owned()
+    }
 }
 
 /// File systems of the kernel's (`/proc`, `/sys`, cgroups, debugfs...):
@@ -198,11 +233,9 @@ fn kernel_file_system(folder: &OwnedFd) -> bool {
         0x6165_676c, // pstore
         0xde5e_81e4, // efivarfs
     ];
-    rustix::fs::fstatfs(folder).is_ok_and(|fs| {
-        #[allow(clippy::useless_conversion, clippy::unnecessary_cast)]
-        let kind = i64::from(fs.f_type as i64);
-        MAGICS.contains(&kind)
-    })
+    // `f_type` is an i64 here, an i32 on some targets.
+    #[allow(clippy::unnecessary_cast)]
+    rustix::fs::fstatfs(folder).is_ok_and(|fs| MAGICS.contains(&(fs.f_type as i64)))
 }
 
 impl Output {
@@ -272,11 +305,14 @@ impl Output {
             ))
         };
         match (&self.plan, &now) {
-            (Plan::InPlace { identity: a, .. }, now @ Plan::InPlace { identity: b, .. })
-                if a == b =>
-            {
-                write_in_place(&self.named, now, fill)
-            }
+            (
+                Plan::InPlace { identity: a, .. },
+                Plan::InPlace {
+                    path,
+                    identity: b,
+                    kind,
+                },
+            ) if a == b => write_in_place(&self.named, path, *b, *kind, fill),
             (
                 Plan::Replace {
                     folder,
@@ -419,29 +455,21 @@ fn plan_not_a_file(named: &Path, meta: &std::fs::Metadata) -> Option<Result<Plan
     };
     let kind = meta.file_type();
     let me = euid();
-    let in_place = |kind: &'static str, descriptor: Option<i32>| {
+    let in_place = |kind: InPlace| {
         Ok(Plan::InPlace {
             path: named.to_path_buf(),
             identity: (meta.dev(), meta.ino()),
             kind,
-            descriptor,
         })
     };
     // This process's own standard output or error, whatever it is and
     // however it is named (`/dev/stdout`, `/proc/self/fd/1`, the terminal
     // or file it leads to): what the person's shell gave it.
     if let Some(fd) = own_stdio(meta) {
-        return Some(in_place(
-            if fd == 1 {
-                "this process's standard output"
-            } else {
-                "this process's standard error"
-            },
-            // A file (the shell's `>`): written through a copy of the
-            // descriptor, at its offset, in order with the rest of what this
-            // process writes there; a socket cannot be opened by its path.
-            (kind.is_file() || kind.is_socket()).then_some(fd),
-        ));
+        return Some(in_place(InPlace::Stdio {
+            fd,
+            through_copy: kind.is_file() || kind.is_socket(),
+        }));
     }
     let of_another = |what: &str| {
         Err(protected(format!(
@@ -453,13 +481,13 @@ fn plan_not_a_file(named: &Path, meta: &std::fs::Metadata) -> Option<Result<Plan
         if meta.uid() != me {
             return Some(of_another("a FIFO"));
         }
-        return Some(in_place("a FIFO", None));
+        return Some(in_place(InPlace::Fifo));
     }
     if kind.is_char_device() {
         return Some(match writable_device(meta.rdev()) {
-            Some(Writable::Discarding) => in_place("a discarding device", None),
-            Some(Writable::Controlling) => in_place("the controlling terminal", None),
-            Some(Writable::Terminal) if meta.uid() == me => in_place("a terminal", None),
+            Some(Writable::Discarding) => in_place(InPlace::Discarding),
+            Some(Writable::Controlling) => in_place(InPlace::Controlling),
+            Some(Writable::Terminal) if meta.uid() == me => in_place(InPlace::Terminal),
             Some(Writable::Terminal) => of_another("a terminal"),
             None => Err(protected(OTHER_DEVICE.into())),
         });
@@ -635,58 +663,44 @@ fn link_new(folder: &OwnedFd, from: &std::ffi::OsStr, to: &std::ffi::OsStr) -> s
     Ok(())
 }
 
-/// Writes into what `plan` names (a FIFO, a terminal, `/dev/null`, this
+/// Writes into what is at `path` (a FIFO, a terminal, `/dev/null`, this
 /// process's standard output) without creating, truncating or renaming
-/// anything. What is opened must be what was checked (its identity); a
+/// anything. What is opened must be what was checked (`identity`); a
 /// FIFO with no reader is an error, not a wait; a reader that stops
 /// reading is given [`STALL_LIMIT`], and a termination signal ends the
 /// wait.
 fn write_in_place(
     named: &Path,
-    plan: &Plan,
+    path: &Path,
+    identity: (u64, u64),
+    kind: InPlace,
     fill: &mut dyn FnMut(&mut dyn std::io::Write) -> std::io::Result<()>,
 ) -> Result<(), FileError> {
-    let Plan::InPlace {
-        path,
-        identity,
-        kind,
-        descriptor,
-    } = plan
-    else {
-        return Err(FileError::Protected {
-            path: named.to_path_buf(),
-            reason: "it is not written in place".into(),
-        });
-    };
     let io = FileError::writing(named);
-    let fd = if let Some(descriptor) = descriptor {
-        // This process's own standard output or error: a copy of it.
-        let stdio = if *descriptor == 1 {
-            std::io::stdout().as_fd().try_clone_to_owned()
-        } else {
-            std::io::stderr().as_fd().try_clone_to_owned()
-        };
-        stdio.map_err(io)?
-    } else {
-        rustix::fs::openat(
+    let fd = match kind {
+        InPlace::Stdio {
+            fd,
+            through_copy: true,
+        } => stdio_copy(fd).map_err(io)?,
+        _ => rustix::fs::openat(
             rustix::fs::CWD,
             path,
             OFlags::WRONLY | OFlags::APPEND | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC,
             rustix::fs::Mode::empty(),
         )
-        .map_err(|e| match (e, *kind) {
-            (rustix::io::Errno::NXIO, "the controlling terminal") => io(std::io::Error::other(
+        .map_err(|e| match (e, kind) {
+            (rustix::io::Errno::NXIO, InPlace::Controlling) => io(std::io::Error::other(
                 "this process has no controlling terminal",
             )),
-            (rustix::io::Errno::NXIO, "a FIFO") => {
+            (rustix::io::Errno::NXIO, InPlace::Fifo) => {
                 io(std::io::Error::other("it is a FIFO nobody is reading"))
             }
             (e, _) => io(e.into()),
-        })?
+        })?,
     };
     let st = rustix::fs::fstat(&fd).map_err(|e| io(e.into()))?;
     // `/dev/tty` opens the terminal it stands for, another node.
-    if (st.st_dev, st.st_ino) != *identity && *kind != "the controlling terminal" {
+    if (st.st_dev, st.st_ino) != identity && kind != InPlace::Controlling {
         return Err(io(std::io::Error::other(
             "it was replaced while being opened",
         )));

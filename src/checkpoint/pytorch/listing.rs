@@ -111,12 +111,12 @@ impl Listed {
 
     /// The name listed for `path`: itself, or, cut at [`MAX_NAME_BYTES`]
     /// (its last character `…`), with its number among the cut ones.
-    fn name_of(&mut self, path: &str) -> String {
+    fn name_of<'p>(&mut self, path: &'p str) -> std::borrow::Cow<'p, str> {
         if is_cut(path) {
             self.cut_names += 1;
-            format!("{path}#{}", self.cut_names)
+            std::borrow::Cow::Owned(format!("{path}#{}", self.cut_names))
         } else {
-            path.to_owned()
+            std::borrow::Cow::Borrowed(path)
         }
     }
 
@@ -217,7 +217,7 @@ pub(super) fn visit(
         return;
     }
     let name = out.name_of(path);
-    let path = name.as_str();
+    let path: &str = &name;
     match value {
         Value::Tensor(t) => {
             let Some(dtype) = storage_dtype(&t.storage.kind) else {
