@@ -34,6 +34,7 @@ fn plain_dtype(kind: GgmlType) -> Option<Dtype> {
 fn short(value: &MetaValue) -> Option<String> {
     Some(match value {
         MetaValue::Int(i) => i.to_string(),
+        MetaValue::F32(f) => f.to_string(),
         MetaValue::Float(f) => f.to_string(),
         MetaValue::Bool(b) => b.to_string(),
         MetaValue::Str(s) if s.len() <= 200 => s.clone(),

@@ -60,31 +60,28 @@ fn mlx_of(row: &TypeRow) -> Option<MlxLoad> {
     row.ggml.map(GgmlType::mlx_load)
 }
 
-/// A metadata value in one short line.
+/// Characters of a metadata string shown on its line.
+const SHOWN_CHARS: usize = 77;
+
+/// A metadata value in one short line: a string in quotes (escaped by
+/// [`Shown::quoted`]), an array by its first elements.
 fn shown(value: &MetaValue) -> String {
     match value {
         MetaValue::Int(n) => n.to_string(),
+        MetaValue::F32(x) => format!("{x}"),
         MetaValue::Float(x) => format!("{x}"),
         MetaValue::Bool(b) => b.to_string(),
         MetaValue::Str(s) => {
-            let s = Shown::new(s);
-            if s.chars().count() > 80 {
-                format!(
-                    "{:?}… ({} characters)",
-                    s.chars().take(77).collect::<String>(),
-                    s.chars().count()
-                )
+            let (quoted, cut) = Shown::quoted(s, SHOWN_CHARS);
+            if cut {
+                format!("{quoted}… ({} characters)", s.chars().count())
             } else {
-                format!("{s:?}")
+                quoted.into_string()
             }
         }
         MetaValue::Cut { prefix, bytes } => {
-            let s = Shown::new(prefix);
-            format!(
-                "{:?}… ({bytes} bytes; the first {} kept)",
-                s.chars().take(77).collect::<String>(),
-                prefix.len()
-            )
+            let (quoted, _) = Shown::quoted(prefix, SHOWN_CHARS);
+            format!("{quoted}… ({bytes} bytes; the first {} kept)", prefix.len())
         }
         MetaValue::Array {
             element,
@@ -308,6 +305,7 @@ fn meta_json(value: &MetaValue) -> serde_json::Value {
             .map(serde_json::Value::from)
             .or_else(|_| u64::try_from(*n).map(serde_json::Value::from))
             .unwrap_or_else(|_| n.to_string().into()),
+        MetaValue::F32(x) => f64::from(*x).into(),
         MetaValue::Float(x) => (*x).into(),
         MetaValue::Bool(b) => (*b).into(),
         MetaValue::Str(s) => s.clone().into(),

@@ -57,6 +57,36 @@ impl Shown<'static> {
             Shown::new(&path.to_string_lossy()).into_string(),
         ))
     }
+
+    /// A value read from a file, in quotes (`"llama"`), its first
+    /// `max_chars` characters at most, and whether it was cut there. Inside
+    /// the quotes `"` and `\` are escaped as well as every character that
+    /// is not shown as itself, so where the value ends is never in doubt
+    /// (`"say \"hi\"\n"`); credentials in an address are masked over the
+    /// whole text before it is cut.
+    #[must_use]
+    pub fn quoted(text: &str, max_chars: usize) -> (Self, bool) {
+        let masked = masked(text);
+        let mut out = String::with_capacity(masked.len().min(max_chars * 4) + 2);
+        out.push('"');
+        let mut cut = false;
+        for (i, c) in masked.chars().enumerate() {
+            if i == max_chars {
+                cut = true;
+                break;
+            }
+            match c {
+                '"' | '\\' => {
+                    out.push('\\');
+                    out.push(c);
+                }
+                c if hostile(c) => out.extend(c.escape_default()),
+                c => out.push(c),
+            }
+        }
+        out.push('"');
+        (Self(Cow::Owned(out)), cut)
+    }
 }
 
 impl fmt::Display for Shown<'_> {
@@ -407,6 +437,28 @@ mod tests {
         // Twice is the same as once.
         let once = shown("x\u{202e}y\u{200b}");
         assert_eq!(shown(&once), once);
+    }
+
+    #[test]
+    fn a_quoted_value_ends_where_its_text_does() {
+        let quoted = |t: &str, n| {
+            let (q, cut) = Shown::quoted(t, n);
+            (q.into_string(), cut)
+        };
+        assert_eq!(quoted("llama", 80), ("\"llama\"".into(), false));
+        assert_eq!(
+            quoted("say \"hi\"\\n\n", 80),
+            ("\"say \\\"hi\\\"\\\\n\\n\"".into(), false),
+            "quotes, a backslash and a line break, each unambiguous"
+        );
+        assert_eq!(quoted("q\u{200b}x\u{1b}", 80).0, "\"q\\u{200b}x\\u{1b}\"");
+        assert_eq!(quoted("日本語です", 3), ("\"日本語\"".into(), true));
+        assert_eq!(quoted("abc", 3), ("\"abc\"".into(), false));
+        // Masked over the whole text, then cut: no part of a password.
+        let (q, cut) = quoted("see https://u:SECRET@host/x", 20);
+        assert!(cut);
+        assert!(!q.contains("SEC"), "{q}");
+        assert_eq!(q, "\"see https://u:***@ho\"");
     }
 
     #[test]

@@ -47,7 +47,10 @@ const STRINGS_KEPT_IN_ALL: u64 = 16 << 20;
 pub enum MetaValue {
     /// Any integer type, widened.
     Int(i128),
-    /// `f32` or `f64`.
+    /// An `f32` (shown by its own shortest form: `1e-5` reads `0.00001`,
+    /// not the `f64` it widens to).
+    F32(f32),
+    /// An `f64`.
     Float(f64),
     /// A boolean.
     Bool(bool),
@@ -366,7 +369,7 @@ fn scalar<R: Read + Seek>(r: &mut Counted<R>, kind: u32) -> Result<MetaValue, Gg
         3 => MetaValue::Int(i128::from(i16::from_le_bytes(r.bytes()?))),
         4 => MetaValue::Int(i128::from(r.u32()?)),
         5 => MetaValue::Int(i128::from(i32::from_le_bytes(r.bytes()?))),
-        6 => MetaValue::Float(f64::from(f32::from_le_bytes(r.bytes()?))),
+        6 => MetaValue::F32(f32::from_le_bytes(r.bytes()?)),
         7 => MetaValue::Bool(r.bytes::<1>()?[0] != 0),
         8 => r.meta_string()?,
         10 => MetaValue::Int(i128::from(r.u64()?)),
