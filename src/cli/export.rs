@@ -133,5 +133,26 @@ pub fn main(args: &ExportArgs) -> u8 {
             .map_err(|err| std::io::Error::other(err.to_string())),
         None => std::io::Write::write_all(&mut std::io::stdout().lock(), &bytes),
     };
-    super::output_status(written).map_or_else(|code| code, |()| 0)
+    let status = super::output_status(written).map_or_else(|code| code, |()| 0);
+    if let (0, Some(path)) = (status, args.output.as_deref()) {
+        // Said on stderr once the file is whole, so a script reading
+        // stdout gets nothing, and a person knows where it went and what
+        // opens it.
+        super::stderr_line(format_args!(
+            "wrote {} ({}{}): {}",
+            Shown::path(path),
+            crate::units::human_bytes(bytes.len() as u64),
+            if flame {
+                format!(", {} stacks", made.stacks)
+            } else {
+                String::new()
+            },
+            match args.format {
+                FormatArg::Perfetto => "open it at ui.perfetto.dev (Open trace file)",
+                FormatArg::Speedscope => "open it at speedscope.app, or `speedscope FILE`",
+                FormatArg::Folded => "folded stacks for flamegraph.pl or inferno",
+            }
+        ));
+    }
+    status
 }
