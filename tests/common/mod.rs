@@ -6,6 +6,7 @@
 pub mod convert;
 pub mod hosts;
 pub mod hub;
+pub mod real;
 
 use std::path::Path;
 use std::sync::{Mutex, MutexGuard};

@@ -156,4 +156,5 @@ def main():
     print(json.dumps({"quant_sizes": {k.name: [int(k), *GGML_QUANT_SIZES[k]] for k in T}}))
 
 
-main()
+if __name__ == "__main__":
+    main()

@@ -7,6 +7,11 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+/// The benchmarks' DeepSeek-V3-shaped layout (163 sparse shards, 90k
+/// tensors), for the text a large checkpoint prints.
+#[path = "../../benches/common/mod.rs"]
+mod layout;
+
 mod attack;
 mod bounded;
 mod checkpoint_open;
@@ -15,8 +20,10 @@ mod export;
 mod held;
 mod hosts;
 mod layers;
+mod real_model;
 mod record;
 mod reliability;
 mod shown;
+mod text;
 mod viewers;
 mod writer;

@@ -8,6 +8,9 @@
                                         keep every output; each file's sources
                                         sampled, then let go of before the next load
     python jobs.py release FOLDER       one shard at a time, cache cleared
+    python jobs.py load FOLDER          every shard loaded and evaluated, a sample
+                                        asked for, then let go of (recorded with a
+                                        long --interval-ms, the same text each run)
     python jobs.py fail FOLDER          like release, exits 3 half way
     python jobs.py wait                 print "ready", then read stdin to its end
     python jobs.py numpy MIB            hold one MLX array of 16 MiB, then also
@@ -109,6 +112,19 @@ def release(folder, fail_half_way=False):
         del weights, outputs
         mx.clear_cache()
     print("checksum", total)
+
+
+def load(folder):
+    import weightscope_probe as probe
+
+    weights = {}
+    for path in shards(folder):
+        weights.update(mx.load(path))
+    mx.eval(weights)
+    # The peak's sample, taken on this line with everything held: the same
+    # line, the same holder, every run.
+    probe._sample()
+    print("held", sum(w.nbytes for w in weights.values()), "bytes in", len(weights), "arrays")
 
 
 def numpy_job(mib):
@@ -239,6 +255,8 @@ if __name__ == "__main__":
         sampled_then_freed(sys.argv[2])
     elif mode == "release":
         release(sys.argv[2])
+    elif mode == "load":
+        load(sys.argv[2])
     elif mode == "fail":
         release(sys.argv[2], fail_half_way=True)
     elif mode == "numpy":

