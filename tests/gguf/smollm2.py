@@ -11,14 +11,15 @@ OUT_DIR gets, made from that file by the libraries that own each format:
   back in the order convert_hf_to_gguf.py's permute took them from), loaded
   into mlx-lm's own Llama, cast to bfloat16 and saved by mlx-lm
   (save_model, save_config): the source of a conversion;
-- smollm2-4bit/: that model quantized and saved the way `mlx_lm.convert -q`
-  does (quantize_model with mlx-lm's defaults, save_model, save_config).
+- smollm2-4bit/, smollm2-mxfp4/: that model quantized and saved the way
+  `mlx_lm.convert -q` and `-q --q-mode mxfp4` do (quantize_model with
+  mlx-lm's defaults for the mode, save_model, save_config).
 
 Prints one JSON object: the real file's path; its tensors as gguf-py's
 GGUFReader reads them, with the statistics of gguf-py's own dequantization
 and what mx.load does with each (as write_gguf.py's describe()); for each
 tensor, numpy's max |a - b| between the two files' dequantizations; mlx-lm's
-bits per weight for the conversion.
+bits per weight for each conversion.
 
 Usage: python smollm2.py OUT_DIR
 """
@@ -175,18 +176,29 @@ def hf_weights(reader, decoded, config):
     return weights
 
 
+def bf16_model(config, weights):
+    model = llama.Model(llama.ModelArgs.from_dict(dict(config)))
+    model.load_weights(list(weights.items()))
+    model.update(tree_map(lambda p: p.astype(mx.bfloat16), model.parameters()))
+    return model
+
+
 def convert(reader, decoded, out):
     config = config_of(reader)
-    model = llama.Model(llama.ModelArgs.from_dict(dict(config)))
-    model.load_weights(list(hf_weights(reader, decoded, config).items()))
-    model.update(tree_map(lambda p: p.astype(mx.bfloat16), model.parameters()))
+    weights = hf_weights(reader, decoded, config)
+    model = bf16_model(config, weights)
     save_model(out / "smollm2-bf16", model)
     save_config(dict(config), out / "smollm2-bf16" / "config.json")
-    # mlx_lm.convert -q: mlx-lm's defaults (affine, group 64, 4 bits).
-    model, quantized = quantize_model(model, dict(config), 64, 4)
-    save_model(out / "smollm2-4bit", model)
-    save_config(quantized, out / "smollm2-4bit" / "config.json")
-    return {"bits_per_weight": compute_bits_per_weight(model)}
+    bits = {}
+    # mlx_lm.convert -q (mlx-lm's defaults: affine, group 64, 4 bits), and
+    # -q --q-mode mxfp4 (its defaults for the mode: group 32, 4 bits).
+    for name, mode in (("smollm2-4bit", "affine"), ("smollm2-mxfp4", "mxfp4")):
+        model = bf16_model(config, weights)
+        model, quantized = quantize_model(model, dict(config), None, None, mode=mode)
+        save_model(out / name, model)
+        save_config(quantized, out / name / "config.json")
+        bits[name] = compute_bits_per_weight(model)
+    return {"bits_per_weight": bits}
 
 
 def main():

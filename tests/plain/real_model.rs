@@ -3,7 +3,7 @@
 //! `Q8_0` and `F32`). It opens and lists as gguf-py reads it, each type it holds decodes
 //! to gguf-py's own dequantization, it diffs against its re-quantization by
 //! gguf-py as numpy computes the differences, `check --values` passes; and
-//! mlx-lm's conversion of its weights reads as mlx-lm counts it.
+//! mlx-lm's conversions of its weights read as mlx-lm counts them.
 
 use std::ffi::OsStr;
 use std::path::Path;
@@ -197,7 +197,12 @@ fn it_diffs_against_its_requantization_as_numpy_computes_it() {
 #[test]
 fn check_values_passes_on_the_real_file_and_on_mlx_lms_conversion() {
     let files = real_files();
-    for path in [files.gguf.as_path(), &files.four_bit(), &files.bf16()] {
+    for path in [
+        files.gguf.as_path(),
+        &files.four_bit(),
+        &files.mxfp4(),
+        &files.bf16(),
+    ] {
         let check = json_of(&[
             "check".as_ref(),
             "--json".as_ref(),
@@ -216,24 +221,28 @@ fn check_values_passes_on_the_real_file_and_on_mlx_lms_conversion() {
 }
 
 #[test]
-fn mlx_lms_conversion_of_it_reads_as_mlx_lm_counts_it() {
+fn mlx_lms_conversions_of_it_read_as_mlx_lm_counts_them() {
     let files = real_files();
-    let ours = json_of(&[
-        "inspect".as_ref(),
-        "--json".as_ref(),
-        files.four_bit().as_os_str(),
-    ]);
-    let bits = files.reference["mlx_lm"]["bits_per_weight"]
-        .as_f64()
-        .expect("mlx-lm's bits per weight");
-    let read = ours["bits_per_weight"].as_f64().expect("bits");
-    assert!((read - bits).abs() < 1e-9, "{read} vs mlx-lm's {bits}");
-    // The same logical parameters as the real file holds.
     let source = json_of(&[
         "inspect".as_ref(),
         "--json".as_ref(),
         files.gguf.as_os_str(),
     ]);
-    assert_eq!(ours["logical_params"], source["logical_params"]);
+    for (name, path) in [
+        ("smollm2-4bit", files.four_bit()),
+        ("smollm2-mxfp4", files.mxfp4()),
+    ] {
+        let ours = json_of(&["inspect".as_ref(), "--json".as_ref(), path.as_os_str()]);
+        let bits = files.reference["mlx_lm"]["bits_per_weight"][name]
+            .as_f64()
+            .expect("mlx-lm's bits per weight");
+        let read = ours["bits_per_weight"].as_f64().expect("bits");
+        assert!(
+            (read - bits).abs() < 1e-9,
+            "{name}: {read} vs mlx-lm's {bits}"
+        );
+        // The same logical parameters as the real file holds.
+        assert_eq!(ours["logical_params"], source["logical_params"], "{name}");
+    }
     assert!(Path::new(&files.bf16()).join("config.json").exists());
 }

@@ -188,9 +188,18 @@ fn the_real_gguf_as_people_read_it() {
 #[test]
 fn mlx_lms_conversion_as_people_read_it() {
     let files = real_files();
-    let (q4, bf16) = (files.four_bit(), files.bf16());
+    let (q4, bf16, mxfp4) = (files.four_bit(), files.bf16(), files.mxfp4());
     for (name, words) in [
         ("mlx-lm-inspect", args(&[&"inspect", &q4])),
+        (
+            "mlx-lm-mxfp4-inspect-layer-0",
+            args(&[&"inspect", &mxfp4, &"--filter", &"layers.0."]),
+        ),
+        (
+            "mlx-lm-mxfp4-tensor",
+            args(&[&"tensor", &mxfp4, &"model.layers.0.mlp.down_proj.weight"]),
+        ),
+        ("mlx-lm-mxfp4-diff-source", args(&[&"diff", &bf16, &mxfp4])),
         (
             "mlx-lm-tensor-quantized",
             args(&[&"tensor", &q4, &"model.layers.0.self_attn.q_proj.weight"]),
@@ -221,9 +230,12 @@ fn torch_saves_files_as_people_read_them() {
             "torch-inspect-dtypes",
             args(&[&"inspect", &torch.join("dtypes.bin")]),
         ),
+        // The legacy format stores its storages sorted by their keys, which
+        // torch makes of memory addresses: the listing's order (the file's)
+        // changes with each write, so one tensor of it is held instead.
         (
-            "torch-inspect-legacy",
-            args(&[&"inspect", &torch.join("legacy.bin")]),
+            "torch-tensor-legacy",
+            args(&[&"tensor", &torch.join("legacy.bin"), &"f64.transposed"]),
         ),
         (
             "torch-inspect-sharded",
@@ -262,6 +274,15 @@ fn torch_saves_files_as_people_read_them() {
             args(&[&"convert", &torch.join("sharded"), &converted]),
         ),
         ("torch-inspect-converted", args(&[&"inspect", &converted])),
+        (
+            "torch-walk-sharded",
+            args(&[
+                &"walk",
+                &torch.join("sharded"),
+                &"--policy",
+                &"release-shard",
+            ]),
+        ),
     ] {
         hold(
             name,
