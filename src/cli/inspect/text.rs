@@ -85,7 +85,7 @@ pub fn write_text(report: HeaderReport<'_>, out: &mut impl Write) -> io::Result<
         )?;
     }
 
-    write_layers(summary, out)?;
+    write_layers(summary, checkpoint, out)?;
     writeln!(out)?;
     if let Some(k) = report.kept {
         writeln!(
@@ -99,12 +99,42 @@ pub fn write_text(report: HeaderReport<'_>, out: &mut impl Write) -> io::Result<
     write_tensor_rows(checkpoint, report.kept.map(|k| k.keep.as_slice()), out)
 }
 
+/// Each layer's FP8 weights by format and block (`fp8 e4m3 128x128 x9`),
+/// as the layer table's column says them.
+fn fp8_by_layer(
+    summary: &Summary,
+    checkpoint: &Checkpoint,
+) -> std::collections::HashMap<Option<u64>, Vec<(String, usize)>> {
+    let mut by_layer: std::collections::HashMap<Option<u64>, Vec<(String, usize)>> =
+        std::collections::HashMap::new();
+    for t in summary.fp8.iter().flat_map(|f| &f.tensors) {
+        let layer = crate::checkpoint::layer_of(checkpoint.tensors().at(t.weight).name());
+        let label = match (t.scale, t.block) {
+            (Some(_), Some([r, c])) => format!("fp8 {} {r}x{c}", t.format.name()),
+            (Some(_), None) => format!("fp8 {} (scale does not fit)", t.format.name()),
+            (None, _) => format!("fp8 {} unscaled", t.format.name()),
+        };
+        let labels = by_layer.entry(layer).or_default();
+        match labels.iter_mut().find(|(l, _)| *l == label) {
+            Some((_, n)) => *n += 1,
+            None => labels.push((label, 1)),
+        }
+    }
+    by_layer
+}
+
 /// The per-layer table: parameters, bytes, bits per weight, and how the
-/// layer's weights are quantized (every numbered layer, then the rest).
-fn write_layers(summary: &Summary, out: &mut impl Write) -> io::Result<()> {
+/// layer's weights are quantized, by MLX or as FP8 (every numbered layer,
+/// then the rest).
+fn write_layers(
+    summary: &Summary,
+    checkpoint: &Checkpoint,
+    out: &mut impl Write,
+) -> io::Result<()> {
     if summary.layers.len() < 2 {
         return Ok(());
     }
+    let fp8 = fp8_by_layer(summary, checkpoint);
     writeln!(out)?;
     writeln!(
         out,
@@ -112,13 +142,19 @@ fn write_layers(summary: &Summary, out: &mut impl Write) -> io::Result<()> {
         "LAYER", "PARAMS", "BYTES", "BITS/W"
     )?;
     for l in &summary.layers {
-        let quantized = summary.quantization.as_ref().map_or(String::new(), |q| {
+        let mut recipe: Vec<String> = summary.quantization.as_ref().map_or(Vec::new(), |q| {
             q.recipe_of_layer(l.layer)
                 .iter()
                 .map(|(p, n)| format!("{} {}-bit g{} x{n}", p.mode, p.bits, p.group_size))
-                .collect::<Vec<_>>()
-                .join(", ")
+                .collect()
         });
+        recipe.extend(
+            fp8.get(&l.layer)
+                .into_iter()
+                .flatten()
+                .map(|(label, n)| format!("{label} x{n}")),
+        );
+        let quantized = recipe.join(", ");
         writeln!(
             out,
             "{:<8}  {:>10}  {:>12}  {:>6.2}  {}",
