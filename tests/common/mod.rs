@@ -115,6 +115,37 @@ pub fn run_writer(python: &Path, script: &str, out: &Path) -> Vec<serde_json::Va
         .collect()
 }
 
+/// `tensor --json`'s values (`ours`) against gguf-py's dequantization of
+/// the same tensor (`theirs`: `first`, `min`, `max`, `mean`, as
+/// `tests/gguf/write_gguf.py` prints them): the first 64 values and the
+/// extremes within one part in a million (the same `f32` arithmetic), the
+/// mean within 1e-5.
+pub fn assert_decoded_as_gguf_py(ours: &serde_json::Value, theirs: &serde_json::Value, what: &str) {
+    let close = |a: f64, b: f64| (a - b).abs() <= 1e-6 * b.abs() + 1e-9;
+    let first = ours["first"].as_array().expect("first");
+    let want = theirs["first"].as_array().expect("gguf-py's first");
+    assert_eq!(first.len(), want.len().min(64), "{what}");
+    for (a, b) in first.iter().zip(want) {
+        let (a, b) = (a.as_f64().expect("f"), b.as_f64().expect("f"));
+        assert!(close(a, b), "{what}: {a} vs gguf-py's {b}");
+    }
+    for key in ["min", "max"] {
+        let (a, b) = (
+            ours["stats"][key].as_f64().expect(key),
+            theirs[key].as_f64().expect(key),
+        );
+        assert!(close(a, b), "{what} {key}: {a} vs gguf-py's {b}");
+    }
+    let (a, b) = (
+        ours["stats"]["mean"].as_f64().expect("mean"),
+        theirs["mean"].as_f64().expect("mean"),
+    );
+    assert!(
+        (a - b).abs() <= 1e-5 * (b.abs() + 1e-3),
+        "{what} mean: {a} vs gguf-py's {b}"
+    );
+}
+
 /// Returns MLX's cached buffers and checks that nothing is left alive.
 pub fn assert_all_freed() {
     weightscope::mlx::clear_cache().expect("clear the cache");

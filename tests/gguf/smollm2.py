@@ -38,7 +38,7 @@ from mlx_lm.models import llama
 from mlx_lm.utils import compute_bits_per_weight, quantize_model, save_config, save_model
 
 sys.path.insert(0, str(Path(__file__).parent))
-from write_gguf import mlx_outcome  # noqa: E402
+from write_gguf import mlx_outcome, tensor_rows, value_stats  # noqa: E402
 
 FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -78,26 +78,8 @@ def field_value(field):
 
 def describe(reader, path, decoded):
     # As write_gguf.py's describe(), from values decoded once.
-    tensors = [
-        {
-            "name": t.name,
-            "type_id": int(t.tensor_type),
-            "type": t.tensor_type.name,
-            "shape": [int(d) for d in reversed(t.shape)],
-            "bytes": int(t.n_bytes),
-            "offset": int(t.data_offset),
-        }
-        for t in reader.tensors
-    ]
-    stats = {}
-    for name, v in decoded.items():
-        v = v.ravel()
-        stats[name] = {
-            "first": [float(x) for x in v[:64]],
-            "min": float(v.min()),
-            "max": float(v.max()),
-            "mean": float(v.astype(np.float64).mean()),
-        }
+    tensors = tensor_rows(reader)
+    stats = {name: value_stats(v) for name, v in decoded.items()}
     kinds = [t.tensor_type for t in reader.tensors]
     return {
         "file": str(path),

@@ -80,9 +80,9 @@ def mlx_outcome(path, names, types):
     return out
 
 
-def describe(path):
-    reader = GGUFReader(str(path))
-    tensors = [
+def tensor_rows(reader):
+    """Each tensor as GGUFReader reads it (shapes row-major, as MLX's)."""
+    return [
         {
             "name": t.name,
             "type_id": int(t.tensor_type),
@@ -93,6 +93,23 @@ def describe(path):
         }
         for t in reader.tensors
     ]
+
+
+def value_stats(v):
+    """What weightscope's decoding must match: the first values, the
+    extremes and the mean of V (flattened)."""
+    v = v.ravel()
+    return {
+        "first": [float(x) for x in v[:64]],
+        "min": float(v.min()),
+        "max": float(v.max()),
+        "mean": float(v.astype(np.float64).mean()),
+    }
+
+
+def describe(path):
+    reader = GGUFReader(str(path))
+    tensors = tensor_rows(reader)
     names = [t["name"] for t in tensors]
     kinds = [T(t["type_id"]) for t in tensors]
     # gguf-py's own dequantization of each tensor, where it has one: the
@@ -106,12 +123,7 @@ def describe(path):
                 continue
             # Plain integer and F64 tensors: the reader's own numpy view.
             v = np.asarray(t.data).astype(np.float32).ravel()
-        values[t.name] = {
-            "first": [float(x) for x in v[:64]],
-            "min": float(v.min()),
-            "max": float(v.max()),
-            "mean": float(v.astype(np.float64).mean()),
-        }
+        values[t.name] = value_stats(v)
     return {
         "file": str(path),
         "tensors": tensors,

@@ -215,7 +215,6 @@ fn gguf_values_equal_gguf_pys_dequantization() {
             .output()
             .expect("weightscope runs")
     };
-    let close = |a: f64, b: f64| (a - b).abs() <= 1e-6 * b.abs() + 1e-9;
     let mut decoded = 0;
     for line in lines.iter().filter(|l| l.get("file").is_some()) {
         let path = Path::new(line["file"].as_str().expect("file"));
@@ -243,28 +242,7 @@ fn gguf_values_equal_gguf_pys_dequantization() {
             let ours: Value = serde_json::from_slice(&output.stdout).expect("JSON");
             let theirs = &line["values"][name];
             assert!(theirs.is_object(), "{kind}: gguf-py decodes it too");
-            let first = ours["first"].as_array().expect("first");
-            let want = theirs["first"].as_array().expect("first");
-            assert_eq!(first.len(), want.len().min(64), "{kind}");
-            for (a, b) in first.iter().zip(want) {
-                let (a, b) = (a.as_f64().expect("f"), b.as_f64().expect("f"));
-                assert!(close(a, b), "{kind} {name}: {a} vs {b}");
-            }
-            for key in ["min", "max"] {
-                let (a, b) = (
-                    ours["stats"][key].as_f64().expect(key),
-                    theirs[key].as_f64().expect(key),
-                );
-                assert!(close(a, b), "{kind} {key}: {a} vs {b}");
-            }
-            let (a, b) = (
-                ours["stats"]["mean"].as_f64().expect("mean"),
-                theirs["mean"].as_f64().expect("mean"),
-            );
-            assert!(
-                (a - b).abs() <= 1e-5 * (b.abs() + 1e-3),
-                "{kind} mean: {a} vs {b}"
-            );
+            common::assert_decoded_as_gguf_py(&ours, theirs, &format!("{kind} {name}"));
             decoded += 1;
         }
     }

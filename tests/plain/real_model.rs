@@ -86,29 +86,7 @@ fn each_type_it_holds_decodes_to_gguf_pys_dequantization() {
             files.gguf.as_os_str(),
             name.as_ref(),
         ]);
-        let theirs = &values[name];
-        let first = ours["first"].as_array().expect("first");
-        let want = theirs["first"].as_array().expect("first");
-        assert_eq!(first.len(), want.len().min(64), "{name}");
-        for (a, b) in first.iter().zip(want) {
-            let (a, b) = (a.as_f64().expect("f"), b.as_f64().expect("f"));
-            assert!(close(a, b), "{name}: {a} vs gguf-py's {b}");
-        }
-        for key in ["min", "max"] {
-            let (a, b) = (
-                ours["stats"][key].as_f64().expect(key),
-                theirs[key].as_f64().expect(key),
-            );
-            assert!(close(a, b), "{name} {key}: {a} vs gguf-py's {b}");
-        }
-        let (a, b) = (
-            ours["stats"]["mean"].as_f64().expect("mean"),
-            theirs["mean"].as_f64().expect("mean"),
-        );
-        assert!(
-            (a - b).abs() <= 1e-5 * (b.abs() + 1e-3),
-            "{name} mean: {a} vs gguf-py's {b}"
-        );
+        crate::common::assert_decoded_as_gguf_py(&ours, &values[name], name);
         types.insert(t["type"].as_str().expect("type").to_owned());
     }
     assert_eq!(
