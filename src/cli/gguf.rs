@@ -470,10 +470,8 @@ pub fn main(path: &Path, json: bool) -> u8 {
     let (header, file_bytes) = match read {
         Ok(read) => read,
         Err(err) => {
-            super::stderr_line(format_args!(
-                "{}: {err}",
-                Shown::new(&path.display().to_string())
-            ));
+            // The problem, then the file, as every other error says it.
+            super::stderr_line(format_args!("{err}: {}", Shown::path(path)));
             return super::BAD_INPUT;
         }
     };

@@ -109,7 +109,7 @@ fn hold(name: &str, files: &RealFiles, extra: &[(&str, &str)], text: &str) {
         (r"/tmp/\.tmp[A-Za-z0-9]+".to_owned(), "[TMP]"),
         // Times: `3.23 s`, `180.2 ms`, `78.0 us`.
         (r"\b\d+(\.\d+)? ?(s|ms|us|µs)\b".to_owned(), "[time]"),
-        (r"\bpid \d+".to_owned(), "pid [pid]"),
+        (r"(recording pid |[(]pid )\d+".to_owned(), "$1[pid]"),
     ] {
         settings.add_filter(&from, to);
     }
@@ -420,5 +420,97 @@ fn the_debug_form_finder_finds_what_it_is_for() {
         "SNR 20.9 dB  cos 0.996003",
     ] {
         assert!(debug_forms(good).is_empty(), "{good}");
+    }
+}
+
+/// The help people read: the top level and every command's own `--help`
+/// (clap's rendering of our words; a changed option shows here first).
+#[test]
+fn every_commands_help_as_people_read_it() {
+    let files = real_files();
+    hold("help", files, &[], &said(&args(&[&"--help"])));
+    for command in [
+        "inspect", "tensor", "walk", "diff", "check", "convert", "record", "report", "export",
+        "device",
+    ] {
+        hold(
+            &format!("help-{command}"),
+            files,
+            &[],
+            &said(&args(&[&command, &"--help"])),
+        );
+    }
+    // The device as MLX reports it here; the memory limit is a share of
+    // the machine's RAM.
+    hold(
+        "device",
+        files,
+        &[(r"(MLX limit\s+).*", "$1[a share of this machine's memory]")],
+        &said(&args(&[&"device"])),
+    );
+}
+
+/// What a person reads when a real file is broken: one line naming the
+/// file and the problem, exit status 2, nothing on stdout.
+#[test]
+fn broken_real_files_as_people_read_them() {
+    let files = real_files();
+    let out = tempfile::tempdir().expect("tempdir");
+    let at = out.path();
+    // The real GGUF cut inside its tensor table.
+    let gguf = std::fs::read(&files.gguf).expect("read");
+    let cut = at.join("cut.gguf");
+    std::fs::write(&cut, &gguf[..64 * 1024]).expect("write");
+    // The real GGUF cut inside its data.
+    let short = at.join("short.gguf");
+    std::fs::write(&short, &gguf[..gguf.len() / 2]).expect("write");
+    // mlx-lm's conversion with its shard gone, and with an index that is
+    // not JSON.
+    let gone = at.join("shard-gone");
+    std::fs::create_dir(&gone).expect("mkdir");
+    for name in ["config.json", "model.safetensors.index.json"] {
+        std::fs::copy(files.four_bit().join(name), gone.join(name)).expect("copy");
+    }
+    let bad_index = at.join("bad-index");
+    std::fs::create_dir(&bad_index).expect("mkdir");
+    std::fs::copy(
+        files.four_bit().join("config.json"),
+        bad_index.join("config.json"),
+    )
+    .expect("copy");
+    std::os::unix::fs::symlink(
+        files.four_bit().join("model.safetensors"),
+        bad_index.join("model.safetensors"),
+    )
+    .expect("link");
+    std::fs::write(
+        bad_index.join("model.safetensors.index.json"),
+        b"{\"weight_map\": ",
+    )
+    .expect("write");
+    let missing = at.join("nothing-here");
+    let extra = [(regex::escape(&at.display().to_string()), "[OUT]")];
+    let extra: Vec<(&str, &str)> = extra.iter().map(|(a, b)| (a.as_str(), *b)).collect();
+    for (name, words) in [
+        ("broken-gguf-cut-in-its-header", args(&[&"inspect", &cut])),
+        (
+            "broken-gguf-cut-in-its-data",
+            args(&[&"tensor", &short, &"output_norm.weight"]),
+        ),
+        ("broken-shard-gone", args(&[&"inspect", &gone])),
+        ("broken-index-not-json", args(&[&"inspect", &bad_index])),
+        ("broken-no-such-path", args(&[&"check", &missing])),
+        (
+            "broken-tensor-of-another-checkpoint",
+            args(&[&"tensor", &files.four_bit(), &"token_embd.weight"]),
+        ),
+    ] {
+        let text = said(&words);
+        hold(name, files, &extra, &text);
+        assert!(text.ends_with("--- exit 2\n"), "{name}: {text}");
+        assert!(
+            !text.contains("--- stdout"),
+            "{name}: nothing on stdout: {text}"
+        );
     }
 }
