@@ -307,13 +307,21 @@ impl LiveRecording {
                 .stacks
                 .get_or_insert_with(Default::default)
                 .apply(update),
-            Update::Output(line) => {
-                if self.output.len() == OUTPUT_LINES {
-                    self.output.pop_front();
-                }
-                self.output.push_back(line);
-            }
+            Update::Output(line) => self.push_output(line),
+            // Shown with the job's output, where the panel says what the
+            // job said.
+            Update::Note(text) => self.push_output(OutputLine {
+                stderr: true,
+                text: format!("weightscope: {text}"),
+            }),
         }
+    }
+
+    fn push_output(&mut self, line: OutputLine) {
+        if self.output.len() == OUTPUT_LINES {
+            self.output.pop_front();
+        }
+        self.output.push_back(line);
     }
 
     /// One line: what runs, for how long, and its memory now.

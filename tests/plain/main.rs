@@ -20,6 +20,7 @@ mod export;
 mod held;
 mod hosts;
 mod layers;
+mod outside;
 mod real_model;
 mod record;
 mod reliability;

@@ -31,10 +31,10 @@ pub struct RecordArgs {
     /// The checkpoint the job works on (default: the folder of the first shard it opens).
     #[arg(long, value_name = "PATH")]
     pub checkpoint: Option<PathBuf>,
-    /// Attach to a running process instead of starting CMD (outside figures only).
+    /// Attach to a running process instead of starting CMD: its memory, its open files and, for Python, its stacks read from outside.
     #[arg(long, value_name = "PID", conflicts_with = "command")]
     pub pid: Option<u32>,
-    /// Do not put the Python probe on the job's PYTHONPATH.
+    /// Do not put the Python probe on the job's PYTHONPATH (attached: do not read its stacks).
     #[arg(long = "no-probe")]
     pub no_probe: bool,
     /// The command to run and its arguments, after `--`.
@@ -79,6 +79,9 @@ pub fn run(
             if let Some(failure) = journal.take_failure() {
                 super::stderr_line(format_args!("{failure}"));
             }
+        }
+        if let Update::Note(note) = &update {
+            super::stderr_line(format_args!("{note}"));
         }
         if let Update::Started(pid) = update {
             // Said once, so a script knows the recording has begun.

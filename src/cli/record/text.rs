@@ -66,6 +66,12 @@ pub fn write_summary(r: &Recording, out: &mut dyn Write) -> std::io::Result<()> 
                     .map_or(String::new(), |v| format!(", MLX {v}"))
             )?;
         }
+        // Stacks read from outside (`record --pid`): MLX's counters are
+        // not read yet (issue #72), whatever the job imported.
+        (Some(p), None) if p.client == "outside" => writeln!(
+            out,
+            "  MLX: not read (attached: its stacks are read from outside, MLX's counters not yet)"
+        )?,
         (Some(p), None) => writeln!(
             out,
             "  MLX: the {} probe reported no MLX figures (the job did not import mlx.core)",
@@ -270,6 +276,17 @@ fn write_lines(r: &Recording, out: &mut dyn Write) -> std::io::Result<()> {
             "  at the peak the job was at {}",
             crate::units::Shown::new(&crate::profile::analysis::stacks::describe(&r.peak_stack))
         )?;
+    }
+    if r.lines.is_empty() {
+        // Attached after the memory was taken: where the job is, and no
+        // line seen growing it.
+        if r.attached {
+            writeln!(
+                out,
+                "  lines: none grew while recorded (what it holds was there when attached)"
+            )?;
+        }
+        return Ok(());
     }
     writeln!(out, "  lines (held at the peak, share, all they grew):")?;
     for line in r.lines.iter().take(8) {

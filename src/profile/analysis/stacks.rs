@@ -244,6 +244,19 @@ impl LineCharges {
         }
     }
 
+    /// As [`LineCharges::record`], with what grew charged to no line
+    /// though `key` was executing (what an attached process held before
+    /// the recording began): where the job was, not what its line grew.
+    fn record_uncharged(&mut self, key: Option<usize>, now: u64, phase: usize) {
+        self.record(None, now, phase);
+        if key.is_some() {
+            self.last_key = key;
+            if self.peak_pending && self.peak == now {
+                self.peak_key = key;
+            }
+        }
+    }
+
     /// Copies what each key holds into `at_peak` when a new high has not
     /// been copied yet (the state has not fallen since it).
     fn take_peak(&mut self) {
@@ -301,15 +314,21 @@ struct Replay {
     /// Each phase's highest level.
     phase_peaks: Vec<u64>,
     marks: Vec<(String, f64)>,
+    /// The next tree sample is charged to no line (attached: what the
+    /// process held before the recording began).
+    uncharged_first: bool,
 }
 
 /// Replays a recording: its probe samples (`stacks`), the recorder's
-/// `samples` and its `events`, in time order.
+/// `samples` and its `events`, in time order. `attached`: the process ran
+/// before the recording, so what its first sample holds was there before
+/// any line seen, and is charged to none.
 #[must_use]
 pub fn analyse(
     stacks: Option<&TraceStacks>,
     samples: &[Sample],
     events: &[TraceEvent],
+    attached: bool,
 ) -> Analysis {
     let empty = TraceStacks::default();
     let st = stacks.unwrap_or(&empty);
@@ -327,6 +346,7 @@ pub fn analyse(
     });
     let mut r = Replay {
         phase_peaks: vec![0],
+        uncharged_first: attached,
         ..Replay::default()
     };
     for step in steps {
@@ -379,11 +399,17 @@ impl Replay {
     }
 
     fn tree(&mut self, s: &Sample, uses_mlx: bool) {
+        let uncharged = std::mem::take(&mut self.uncharged_first);
         let key = self
             .last_pid
             .and_then(|pid| self.current.get(&pid).copied().flatten())
             .map(|k| k as usize);
-        self.rss.record(key, s.process.rss_bytes, self.phase);
+        if uncharged {
+            self.rss
+                .record_uncharged(key, s.process.rss_bytes, self.phase);
+        } else {
+            self.rss.record(key, s.process.rss_bytes, self.phase);
+        }
         if !uses_mlx {
             self.level(s.at, s.process.rss_bytes);
         }
@@ -699,7 +725,7 @@ mod tests {
         s.sample(0.2, 7, Some(1), &[], Some(250)); // 50 freed: taken from line 26's
         s.sample(0.3, 7, Some(1), &[], Some(260));
         let trace = s.to_trace().expect("samples");
-        let a = analyse(Some(&trace), &[tree(0.35, 4096)], &[]);
+        let a = analyse(Some(&trace), &[tree(0.35, 4096)], &[], false);
         let lines = &a.lines;
         assert_eq!(lines.len(), 2);
         assert_eq!(lines[0].frame.line, 26, "{lines:?}");
@@ -716,6 +742,36 @@ mod tests {
         assert_eq!(lines[1].rss_grew_bytes, 4096, "the current stack's line");
         assert_eq!(a.last_stack[0].line, 30);
         assert_eq!(a.peaks_by_pid, vec![(7, 300, a.peak_stack.clone())]);
+    }
+
+    /// Attached (`record --pid`, stacks read from outside, no MLX): what
+    /// the process held at the first sample was there before any line was
+    /// seen, so no line is charged with it; the stack there is still where
+    /// the job was at that peak; what grows after is charged as always.
+    #[test]
+    fn an_attached_process_charges_its_first_sample_to_no_line() {
+        let mut s = Stacks::default();
+        let _ = s.define_frame(9, 0, frame("/work/job.py", 5, "hold"));
+        let _ = s.define_frame(9, 1, frame("/work/job.py", 8, "grow"));
+        let _ = s.define_stack(9, 0, &[0]);
+        let _ = s.define_stack(9, 1, &[1]);
+        s.sample(0.0, 9, Some(0), &[], None);
+        s.sample(0.2, 9, Some(1), &[], None);
+        let trace = s.to_trace().expect("samples");
+        let held = [tree(0.1, 80 * MIB)];
+        let a = analyse(Some(&trace), &held, &[], true);
+        assert!(a.lines.is_empty(), "{:?}", a.lines);
+        assert_eq!(describe(&a.peak_stack), "job.py:5 in hold");
+        // Started rather than attached, the same sample is hold()'s growth.
+        let a = analyse(Some(&trace), &held, &[], false);
+        assert_eq!(a.lines[0].rss_grew_bytes, 80 * MIB);
+        // Growth after the first sample goes to the line that made it.
+        let grown = [tree(0.1, 80 * MIB), tree(0.3, 144 * MIB)];
+        let a = analyse(Some(&trace), &grown, &[], true);
+        assert_eq!(a.lines.len(), 1, "{:?}", a.lines);
+        assert_eq!(a.lines[0].frame.function, "grow");
+        assert_eq!(a.lines[0].rss_grew_bytes, 64 * MIB);
+        assert_eq!(describe(&a.peak_stack), "job.py:8 in grow");
     }
 
     #[test]
@@ -765,7 +821,7 @@ mod tests {
             }
             t += 0.1;
         }
-        let a = analyse(s.to_trace().as_ref(), &[], &events);
+        let a = analyse(s.to_trace().as_ref(), &[], &events, false);
         assert_eq!(a.lines[0].frame.line, 10);
         assert_eq!(a.lines[0].grew_bytes, 32 * MIB, "every shard loaded");
         assert_eq!(
@@ -802,7 +858,7 @@ mod tests {
             s.sample(t, 1, Some(0), &[], Some(kept + 16 * MIB));
             t += 0.1;
         }
-        let a = analyse(s.to_trace().as_ref(), &[], &events);
+        let a = analyse(s.to_trace().as_ref(), &[], &events, false);
         let held: Vec<bool> = a.files_loaded.iter().map(|f| f.held).collect();
         assert_eq!(held, vec![true, true, true], "{:?}", a.files_loaded);
     }
@@ -819,7 +875,7 @@ mod tests {
         s.sample(1.1, 1, Some(1), &[], Some(20));
         s.sample(1.2, 1, Some(1), &[], Some(90));
         let events = vec![event(1.0, MarkKind::JobMark, "layers")];
-        let a = analyse(s.to_trace().as_ref(), &[], &events);
+        let a = analyse(s.to_trace().as_ref(), &[], &events, false);
         assert_eq!(a.phases.len(), 2);
         assert_eq!(a.phases[0].mark, "start");
         assert_eq!(a.phases[0].lines[0].frame.line, 5);
@@ -840,7 +896,7 @@ mod tests {
         let _ = s.define_stack(1, 1, &[2]);
         s.sample(0.1, 1, Some(0), &[1], Some(0));
         s.sample(0.2, 1, Some(0), &[1], Some(64));
-        let a = analyse(s.to_trace().as_ref(), &[], &[]);
+        let a = analyse(s.to_trace().as_ref(), &[], &[], false);
         assert_eq!(a.lines[0].frame.line, 12, "{:?}", a.lines);
         assert_eq!(a.lines[0].held_at_peak_bytes, 64);
     }
@@ -868,10 +924,10 @@ mod tests {
         let _ = s.define_stack(1, 0, &[0, 99]);
         s.sample(0.0, 2, Some(0), &[], Some(50)); // pid 2 never defined stack 0
         s.sample(0.1, 1, Some(-1), &[], Some(50));
-        let a = analyse(s.to_trace().as_ref(), &[], &[]);
+        let a = analyse(s.to_trace().as_ref(), &[], &[], false);
         assert!(a.lines.is_empty());
         s.sample(0.2, 1, Some(0), &[], Some(80));
-        let a = analyse(s.to_trace().as_ref(), &[], &[]);
+        let a = analyse(s.to_trace().as_ref(), &[], &[], false);
         assert_eq!(a.lines[0].grew_bytes, 30, "from the last figure, 50");
         assert_eq!(a.lines[0].held_at_peak_bytes, 30);
     }

@@ -211,7 +211,7 @@ impl Recording {
                     .collect()
             })
             .unwrap_or_default();
-        let analysis = stacks::analyse(trace.stacks.as_ref(), &samples, &events);
+        let analysis = stacks::analyse(trace.stacks.as_ref(), &samples, &events, end.attached);
         let (checkpoint, checkpoint_error) = checkpoint_of(&trace.checkpoint, &events);
         let ranks = rank_peaks(trace.stacks.as_ref(), &analysis);
         let ledger = highest(&samples).map(|sample| Ledger {

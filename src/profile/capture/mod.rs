@@ -13,6 +13,8 @@ pub mod gpu;
 #[cfg(target_os = "linux")]
 mod job;
 #[cfg(target_os = "linux")]
+pub mod outside;
+#[cfg(target_os = "linux")]
 mod pipes;
 pub mod probe;
 #[cfg(target_os = "linux")]
@@ -116,6 +118,9 @@ pub enum Update {
     Output(OutputLine),
     /// A frame, stack, probe sample or rank from the job's probes.
     Stacks(stacks::StackUpdate),
+    /// What the recording cannot read (an attached process's stacks
+    /// without the permission to read its memory), said once as it begins.
+    Note(String),
 }
 
 /// Why a recording could not start.

@@ -49,6 +49,9 @@ pub(super) struct Recorder {
     pub(super) where_when: Option<crate::profile::Origin>,
     pub(super) samples: Vec<Sample>,
     pub(super) events: Vec<TraceEvent>,
+    /// Whether a stack of the job (a probe's `sample` or `stack` line) has
+    /// been taken yet.
+    pub(super) stack_seen: bool,
     /// Files open at the last sample, with their sizes.
     pub(super) open: BTreeMap<PathBuf, u64>,
     pub(super) files_seen: Vec<OpenFile>,
@@ -125,6 +128,7 @@ impl Recorder {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0.0, |d| d.as_secs_f64()),
             where_when: None,
+            stack_seen: false,
             samples: Vec::new(),
             events: Vec::new(),
             open: BTreeMap::new(),
@@ -197,6 +201,27 @@ impl Recorder {
     /// Takes the probe's lines as they come until `deadline`; `false` when
     /// the pipe has closed.
     #[cfg(target_os = "linux")]
+    /// Attached: takes the process's lines until its first stack (read
+    /// from outside, it comes within a moment or not at all), so the first
+    /// sample is taken where the job is known to be. Whether the lines are
+    /// still open.
+    pub(super) fn first_stack(
+        &mut self,
+        lines: &std::sync::mpsc::Receiver<(Instant, String)>,
+        updates: &mut Vec<Update>,
+    ) -> bool {
+        let until = Instant::now() + std::time::Duration::from_secs(2);
+        let mut open = true;
+        while open && !self.stack_seen && Instant::now() < until {
+            open = self.probe_lines_until(
+                Instant::now() + std::time::Duration::from_millis(10),
+                lines,
+                updates,
+            );
+        }
+        open
+    }
+
     pub(super) fn probe_lines_until(
         &mut self,
         deadline: Instant,
@@ -374,6 +399,7 @@ impl Recorder {
             }
         }
         let t = self.secs(at);
+        self.stack_seen = true;
         let threads = line.threads.unwrap_or_default();
         match self.stacks.sample(t, pid, line.stack, &threads, active) {
             Some(update) => updates.push(Update::Stacks(update)),

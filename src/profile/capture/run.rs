@@ -30,6 +30,8 @@ pub(super) struct Started {
     /// The probe's named pipe, for processes that did not inherit the
     /// pipe: our end (to wake its reader at the end) and its lines.
     pub(super) fifo: Option<NamedPipe>,
+    /// What could not be read, said once as the recording begins.
+    pub(super) note: Option<String>,
 }
 
 #[cfg(target_os = "linux")]
@@ -46,6 +48,7 @@ pub(super) fn start(
     let mut python_probe = None;
     let mut output = None;
     let mut fifo = None;
+    let mut note = None;
     let (job, root, command) = match target {
         Target::Spawn(spec) => {
             let program = spec.argv.first().ok_or(RecordError::NoCommand)?;
@@ -124,7 +127,7 @@ pub(super) fn start(
             if !procfs::is_alive(*pid) {
                 return Err(RecordError::NoProcess { pid: *pid });
             }
-            drop(lines_tx);
+            note = read_from_outside(*pid, options, lines_tx)?;
             (None, *pid, format!("pid {pid}"))
         }
     };
@@ -136,7 +139,27 @@ pub(super) fn start(
         python_probe,
         output,
         fifo,
+        note,
     })
+}
+
+#[cfg(target_os = "linux")]
+/// The attached process's Python stacks read from outside on their own
+/// thread, unless asked not to (`--no-probe`); what cannot be read, said.
+fn read_from_outside(
+    pid: u32,
+    options: &RecordOptions,
+    lines: std::sync::mpsc::SyncSender<(Instant, String)>,
+) -> std::io::Result<Option<String>> {
+    if !options.python_probe {
+        return Ok(None);
+    }
+    match super::outside::OutsideStacks::attach(pid) {
+        Ok(stacks) => super::outside::read_every(stacks, options.interval, lines).map(|()| None),
+        Err(why) => Ok(Some(format!(
+            "no stacks of pid {pid}: {why}; its memory and open files are recorded"
+        ))),
+    }
 }
 
 #[cfg(target_os = "linux")]
@@ -187,6 +210,7 @@ pub fn record(
         python_probe,
         output,
         fifo,
+        note,
     } = start(target, options, control)?;
     let lines_rx = lines;
     let mut announced = false;
@@ -195,12 +219,14 @@ pub fn record(
     rec.mlx_stale = (options.interval * 10).max(Duration::from_secs(1));
     rec.where_when = Some(crate::profile::Origin::now());
     rec.walk_request = python_probe.as_ref().map(|p| (p.dir().join("walk"), None));
-    let mut updates = Vec::new();
+    // Said as the recording begins, after the line that says it has.
+    let mut updates: Vec<Update> = note.into_iter().map(Update::Note).collect();
     rec.event(origin, MarkKind::JobStart, command.clone());
     updates.push(Update::Event(rec.events[0].clone()));
     let mut exit = None;
     let mut tick: u64 = 0;
-    let mut lines_open = true;
+    // Attached: the first sample where the job's stacks are known.
+    let mut lines_open = job.is_some() || rec.first_stack(&lines_rx, &mut updates);
     loop {
         let now = Instant::now();
         let tree = tree_at(root, tick);
