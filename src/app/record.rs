@@ -121,7 +121,7 @@ impl RecordForm {
                 f32::INFINITY,
             ),
             FormKind::Attach => (
-                "Follows a running process and its children from outside (RSS, open shard files) until it exits or you press Stop.",
+                "Follows a running process and its children from outside (RSS, open shard files; a Python process's stacks read from its memory, as py-spy reads them) until it exits or you press Stop.",
                 "Process id",
                 &mut self.pid,
                 "",

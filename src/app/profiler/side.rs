@@ -122,6 +122,12 @@ impl ProfilerPanel {
                 crate::units::Shown::new(&stacks::describe(&r.peak_stack))
             ));
         }
+        if r.lines.is_empty() {
+            // Attached after the memory was taken.
+            ui.label("No line grew it while recorded: what it holds was there when attached.");
+            ui.separator();
+            return;
+        }
         crate::app::widgets::titled_grid(
             ui,
             "record-lines",
@@ -541,8 +547,16 @@ fn record_summary_ui(ui: &mut egui::Ui, r: &Recording) {
         crate::units::Shown::new(&super::typed_name(&r.command)),
         r.duration_secs()
     ));
+    let outside = r.probe.as_ref().is_some_and(|p| p.client == "outside");
     let mlx = r.peak_mlx_active_bytes.map_or_else(
-        || "no MLX figures from inside (no probe reported)".to_owned(),
+        || {
+            if outside {
+                "MLX not read (attached: stacks read from outside, MLX's counters not yet)"
+                    .to_owned()
+            } else {
+                "no MLX figures from inside (no probe reported)".to_owned()
+            }
+        },
         |b| format!("peak MLX active {}", human_bytes(b)),
     );
     ui.label(if r.samples.is_empty() {

@@ -308,7 +308,8 @@ fn the_profiler_records_a_users_job_and_shows_what_it_did() {
 }
 
 /// "Attach to process…": a running process followed from outside until it
-/// exits; a pid that is not a number is refused by the form.
+/// exits, its Python stacks read from its memory; a pid that is not a
+/// number is refused by the form.
 #[test]
 fn the_profiler_attaches_to_a_running_process() {
     use std::io::BufRead as _;
@@ -375,7 +376,18 @@ fn the_profiler_attaches_to_a_running_process() {
         Some(demo.as_path())
     );
     assert!(!recording.samples.is_empty());
+    // Its stacks were read from outside: where it waited is named.
+    assert!(
+        recording
+            .peak_stack
+            .iter()
+            .any(|f| f.file.ends_with("jobs.py") && f.function == "<module>"),
+        "{:?}",
+        recording.peak_stack
+    );
     harness.get_by_label_contains("detached after");
+    harness.get_by_label_contains("At the peak: jobs.py:");
+    harness.get_by_label_contains("MLX not read (attached: stacks read from outside");
 }
 
 #[test]
