@@ -62,6 +62,26 @@ fn wait_for_rss(path: &Path, rss: u64) -> u64 {
     }
 }
 
+/// `weightscope record --interval-ms 10 --pid PID ARGS`, once it has
+/// said that it records; what it says after on stderr.
+fn attach(
+    pid: u32,
+    args: &[&std::ffi::OsStr],
+) -> (std::process::Child, BufReader<std::process::ChildStderr>) {
+    let mut recorder = Process::new(env!("CARGO_BIN_EXE_weightscope"))
+        .args(["record", "--interval-ms", "10", "--pid"])
+        .arg(pid.to_string())
+        .args(args)
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("weightscope runs");
+    let mut its_words = BufReader::new(recorder.stderr.take().expect("stderr"));
+    let mut started = String::new();
+    its_words.read_line(&mut started).expect("started");
+    assert!(started.contains("recording pid"), "{started}");
+    (recorder, its_words)
+}
+
 #[test]
 fn attached_stacks_are_read_from_outside_on_every_python() {
     let versions = pythons();
@@ -78,20 +98,15 @@ fn attached_stacks_are_read_from_outside_on_every_python() {
         let mut line = String::new();
         said.read_line(&mut line).expect("ready");
         assert_eq!(line.trim(), "ready", "{minor}");
-        let mut recorder = Process::new(env!("CARGO_BIN_EXE_weightscope"))
-            .args(["record", "--interval-ms", "10", "--pid"])
-            .arg(job.id().to_string())
-            .arg("--trace")
-            .arg(&journal)
-            .arg("--json")
-            .arg(&json)
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("weightscope runs");
-        let mut its_words = BufReader::new(recorder.stderr.take().expect("stderr"));
-        line.clear();
-        its_words.read_line(&mut line).expect("started");
-        assert!(line.contains("recording pid"), "{minor}: {line}");
+        let (mut recorder, mut its_words) = attach(
+            job.id(),
+            &[
+                "--trace".as_ref(),
+                journal.as_os_str(),
+                "--json".as_ref(),
+                json.as_os_str(),
+            ],
+        );
         // Its first sample is in the journal: the level before the growth.
         let before = wait_for_rss(&journal, 1);
         let mut stdin = job.stdin.take().expect("stdin");
@@ -139,18 +154,8 @@ fn a_process_that_is_not_python_is_said_and_recorded() {
     let mut sleeper = Process::new("sleep").arg("30").spawn().expect("sleep runs");
     let dir = tempfile::tempdir().expect("tempdir");
     let json = dir.path().join("job.json");
-    let mut recorder = Process::new(env!("CARGO_BIN_EXE_weightscope"))
-        .args(["record", "--interval-ms", "10", "--pid"])
-        .arg(sleeper.id().to_string())
-        .arg("--json")
-        .arg(&json)
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("weightscope runs");
-    let mut its_words = BufReader::new(recorder.stderr.take().expect("stderr"));
-    let mut started = String::new();
-    its_words.read_line(&mut started).expect("started");
-    assert!(started.contains("recording pid"), "{started}");
+    let (mut recorder, mut its_words) =
+        attach(sleeper.id(), &["--json".as_ref(), json.as_os_str()]);
     let mut note = String::new();
     its_words.read_line(&mut note).expect("note");
     assert!(
